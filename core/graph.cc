@@ -1,0 +1,283 @@
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include "core/device_name.h"
+#include "core/node.h"
+#include "core/op_registry.h"
+#include "tessera/graph.h"
+
+namespace tessera {
+namespace internal {
+
+std::string Node::debug_name() const { return fmt::format("{} ({})", name, type); }
+
+Node* checked_node(const Output& o, const char* what) {
+  if (o.is_null()) throw InvalidArgumentError(fmt::format("{}: null Output", what));
+  return o.node();
+}
+
+GraphImpl::GraphImpl() = default;
+
+std::string GraphImpl::unique_name_locked(const std::string& base) {
+  if (!by_name_.count(base)) {
+    name_counts_.emplace(base, 0);
+    return base;
+  }
+  int& n = name_counts_[base];
+  std::string candidate;
+  do {
+    candidate = fmt::format("{}_{}", base, ++n);
+  } while (by_name_.count(candidate));
+  return candidate;
+}
+
+Node* GraphImpl::add_node(NodeSpec spec) {
+  const OpDef* def = OpRegistry::global().find_op(spec.type);
+  if (def == nullptr) throw InvalidArgumentError(fmt::format("unknown op type '{}'", spec.type));
+  std::string base = spec.name.empty() ? spec.type : spec.name;
+  if (!name_scope_.empty()) base = name_scope_ + "/" + base;
+  if (base.find(':') != std::string::npos) {
+    throw InvalidArgumentError(fmt::format("op name '{}' must not contain ':'", base));
+  }
+
+  std::vector<DType> in_dtypes;
+  std::vector<Shape> in_shapes;
+  std::vector<Endpoint> inputs;
+  for (std::size_t i = 0; i < spec.inputs.size(); ++i) {
+    const Output& in = spec.inputs[i];
+    if (in.is_null()) {
+      throw InvalidArgumentError(fmt::format("{} '{}': input {} is a null Output", spec.type, base, i));
+    }
+    Node* src = in.node();
+    if (src->graph != this) {
+      throw InvalidArgumentError(fmt::format("{} '{}': input {} ('{}') belongs to another graph",
+                                             spec.type, base, i, in.name()));
+    }
+    if (in.index() < 0 || in.index() >= static_cast<int>(src->output_dtypes.size())) {
+      throw InvalidArgumentError(fmt::format("{} '{}': input {} refers to output {} of '{}', which has {}",
+                                             spec.type, base, i, in.index(), src->name,
+                                             src->output_dtypes.size()));
+    }
+    in_dtypes.push_back(src->output_dtypes[in.index()]);
+    in_shapes.push_back(src->output_shapes[in.index()]);
+    inputs.push_back({src, in.index()});
+  }
+  for (const auto& dep : spec.extra_control_inputs) {
+    if (dep.is_null() || dep.node()->graph != this) {
+      throw InvalidArgumentError(fmt::format("{} '{}': control input is null or from another graph",
+                                             spec.type, base));
+    }
+  }
+
+  std::unique_lock<std::shared_mutex> lock(mu_);
+  auto node = std::make_unique<Node>();
+  node->name = unique_name_locked(base);
+  {
+    // Shape inference sees the final name so its errors name the op.
+    ShapeContext ctx(spec, node->name, std::move(in_dtypes), std::move(in_shapes));
+    if (def->shape_fn) def->shape_fn(ctx).raise();
+    node->output_dtypes = std::move(ctx.out_dtypes_);
+    node->output_shapes = std::move(ctx.out_shapes_);
+  }
+  node->graph = this;
+  node->id = static_cast<int>(nodes_.size());
+  node->type = spec.type;
+  node->def = def;
+  node->inputs = std::move(inputs);
+  node->attrs = std::move(spec.attrs);
+  node->resource = spec.resource;
+  node->requested_device = device_scope_;
+  node->colocate_with = colocation_scope_;
+  node->control_inputs = control_scope_;
+  for (const auto& dep : spec.extra_control_inputs) node->control_inputs.push_back(dep.node());
+  // A resource op is placed with its resource and inherits its device request.
+  if (node->resource != nullptr && node->requested_device.empty()) {
+    node->requested_device = node->resource->requested_device;
+  }
+  Node* raw = node.get();
+  by_name_[raw->name] = raw;
+  nodes_.push_back(std::move(node));
+  version_.fetch_add(1, std::memory_order_acq_rel);
+  return raw;
+}
+
+Node* GraphImpl::find(const std::string& name) const {
+  std::shared_lock<std::shared_mutex> lock(mu_);
+  auto it = by_name_.find(name);
+  return it == by_name_.end() ? nullptr : it->second;
+}
+
+std::vector<Node*> GraphImpl::nodes() const {
+  std::shared_lock<std::shared_mutex> lock(mu_);
+  std::vector<Node*> out;
+  out.reserve(nodes_.size());
+  for (const auto& n : nodes_) out.push_back(n.get());
+  return out;
+}
+
+int GraphImpl::num_nodes() const {
+  std::shared_lock<std::shared_mutex> lock(mu_);
+  return static_cast<int>(nodes_.size());
+}
+
+Node* GraphImpl::node(int id) const {
+  std::shared_lock<std::shared_mutex> lock(mu_);
+  return nodes_.at(id).get();
+}
+
+void GraphImpl::add_control_input(Node* node, Node* dep) {
+  std::unique_lock<std::shared_mutex> lock(mu_);
+  if (std::find(node->control_inputs.begin(), node->control_inputs.end(), dep) ==
+      node->control_inputs.end()) {
+    node->control_inputs.push_back(dep);
+  }
+  version_.fetch_add(1, std::memory_order_acq_rel);
+}
+
+}  // namespace internal
+
+using internal::Node;
+
+// ---- Operation ----
+
+Node* Operation::node() const {
+  if (node_ == nullptr) throw InvalidArgumentError("use of a null Operation");
+  return node_;
+}
+std::string Operation::name() const { return node()->name; }
+std::string Operation::type() const { return node()->type; }
+std::string Operation::device() const { return node()->requested_device; }
+std::string Operation::assigned_device() const {
+  std::shared_lock<std::shared_mutex> lock(node()->graph->mutex());
+  return node_->assigned_device;
+}
+int Operation::num_inputs() const { return static_cast<int>(node()->inputs.size()); }
+int Operation::num_outputs() const { return static_cast<int>(node()->output_dtypes.size()); }
+Output Operation::input(int i) const {
+  Node* n = node();
+  if (i < 0 || i >= static_cast<int>(n->inputs.size())) {
+    throw InvalidArgumentError(fmt::format("{}: no input {}", n->debug_name(), i));
+  }
+  return Output(n->inputs[i].node, n->inputs[i].index);
+}
+Output Operation::output(int i) const {
+  Node* n = node();
+  if (i < 0 || i >= static_cast<int>(n->output_dtypes.size())) {
+    throw InvalidArgumentError(fmt::format("{}: no output {}", n->debug_name(), i));
+  }
+  return Output(n, i);
+}
+std::vector<Operation> Operation::control_inputs() const {
+  std::shared_lock<std::shared_mutex> lock(node()->graph->mutex());
+  std::vector<Operation> out;
+  for (Node* n : node_->control_inputs) out.emplace_back(n);
+  return out;
+}
+void Operation::add_control_input(Operation op) {
+  Node* n = node();
+  Node* dep = op.node();
+  if (dep->graph != n->graph) {
+    throw InvalidArgumentError(fmt::format("{}: control input '{}' belongs to another graph",
+                                           n->debug_name(), dep->name));
+  }
+  n->graph->add_control_input(n, dep);
+}
+Graph& Operation::graph() const { return *node()->graph->owner; }
+
+// ---- Output ----
+
+Node* Output::node() const {
+  if (node_ == nullptr) throw InvalidArgumentError("use of a null Output");
+  return node_;
+}
+std::string Output::name() const { return fmt::format("{}:{}", node()->name, index_); }
+DType Output::dtype() const { return node()->output_dtypes.at(index_); }
+Shape Output::shape() const { return node()->output_shapes.at(index_); }
+
+// ---- Graph ----
+
+Graph::Graph() : impl_(std::make_unique<internal::GraphImpl>()) { impl_->owner = this; }
+Graph::~Graph() = default;
+Graph::Graph(Graph&& o) noexcept : impl_(std::move(o.impl_)) {
+  if (impl_) impl_->owner = this;
+}
+Graph& Graph::operator=(Graph&& o) noexcept {
+  impl_ = std::move(o.impl_);
+  if (impl_) impl_->owner = this;
+  return *this;
+}
+
+GraphScope Graph::device(const std::string& device_spec) {
+  auto& impl = *impl_;
+  std::string previous = impl.device_scope_;
+  if (device_spec.empty()) {
+    impl.device_scope_.clear();
+  } else {
+    auto outer = internal::DeviceSpec::parse(previous).value_or_raise();
+    auto inner = internal::DeviceSpec::parse(device_spec).value_or_raise();
+    impl.device_scope_ = outer.merged_with(inner).to_string();
+  }
+  return GraphScope([&impl, previous] { impl.device_scope_ = previous; });
+}
+
+GraphScope Graph::colocate_with(Operation op) {
+  Node* n = op.node();
+  if (n->graph != impl_.get()) throw InvalidArgumentError("colocate_with: op from another graph");
+  auto& impl = *impl_;
+  auto previous = impl.colocation_scope_;
+  impl.colocation_scope_.push_back(n->resource != nullptr ? n->resource : n);
+  return GraphScope([&impl, previous] { impl.colocation_scope_ = previous; });
+}
+
+GraphScope Graph::control_dependencies(const std::vector<Operation>& deps) {
+  auto& impl = *impl_;
+  auto previous = impl.control_scope_;
+  for (const auto& d : deps) {
+    Node* n = d.node();
+    if (n->graph != impl_.get()) throw InvalidArgumentError("control_dependencies: op from another graph");
+    impl.control_scope_.push_back(n);
+  }
+  return GraphScope([&impl, previous] { impl.control_scope_ = previous; });
+}
+
+GraphScope Graph::name_scope(const std::string& scope) {
+  auto& impl = *impl_;
+  std::string previous = impl.name_scope_;
+  if (scope.find(':') != std::string::npos) {
+    throw InvalidArgumentError(fmt::format("name scope '{}' must not contain ':'", scope));
+  }
+  impl.name_scope_ = previous.empty() ? scope : previous + "/" + scope;
+  return GraphScope([&impl, previous] { impl.name_scope_ = previous; });
+}
+
+Operation Graph::operation(const std::string& name) const {
+  Node* n = impl_->find(name);
+  if (n == nullptr) throw NotFoundError(fmt::format("no op named '{}' in the graph", name));
+  return Operation(n);
+}
+
+Output Graph::output(const std::string& name) const {
+  auto colon = name.rfind(':');
+  std::string op = colon == std::string::npos ? name : name.substr(0, colon);
+  int index = 0;
+  if (colon != std::string::npos) {
+    try {
+      index = std::stoi(name.substr(colon + 1));
+    } catch (const std::exception&) {
+      throw InvalidArgumentError(fmt::format("malformed tensor name '{}'", name));
+    }
+  }
+  Operation o = operation(op);
+  return o.output(index);
+}
+
+std::vector<Operation> Graph::operations() const {
+  std::vector<Operation> out;
+  for (Node* n : impl_->nodes()) out.emplace_back(n);
+  return out;
+}
+
+int Graph::num_operations() const { return impl_->num_nodes(); }
+
+}  // namespace tessera

@@ -1,0 +1,124 @@
+// Nodes and the graph that owns them (the internals behind tessera::Graph, Output, Operation).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <shared_mutex>
+#include <string>
+#include <unordered_map>
+#include <variant>
+#include <vector>
+
+#include "core/status.h"
+#include "tessera/graph.h"
+#include "tessera/tensor.h"
+
+namespace tessera::internal {
+
+struct OpDef;
+
+using AttrValue = std::variant<int64_t, double, bool, DType, Shape, std::string, Tensor,
+                               std::vector<int64_t>, std::vector<DType>, std::vector<Shape>>;
+using AttrMap = std::map<std::string, AttrValue>;
+
+struct Endpoint {
+  Node* node = nullptr;  // Not owned.
+  int index = 0;
+};
+
+// One op of a graph. Immutable once added, except for control inputs (add_control_input, which
+// bumps the graph's version) and assigned_device (set by the placer under the graph's lock).
+struct Node {
+  GraphImpl* graph = nullptr;  // Not owned: the graph owns this node.
+  int id = 0;                  // dense, in creation order
+  std::string name;
+  std::string type;
+  const OpDef* def = nullptr;  // Not owned: registry entries live forever.
+  std::vector<Endpoint> inputs;
+  std::vector<Node*> control_inputs;
+  std::vector<DType> output_dtypes;
+  std::vector<Shape> output_shapes;
+  AttrMap attrs;
+  std::string requested_device;
+  std::string assigned_device;
+  // The stateful node (variable, queue, ...) this op reads or updates: the op runs against that
+  // node's resource and is placed with it. Not owned.
+  Node* resource = nullptr;
+  // Nodes this one must be placed with (colocate_with scopes). Not owned.
+  std::vector<Node*> colocate_with;
+
+  template <class T>
+  const T& attr(const std::string& key) const {
+    auto it = attrs.find(key);
+    TESSERA_CHECK(it != attrs.end());
+    return std::get<T>(it->second);
+  }
+  template <class T>
+  T attr_or(const std::string& key, T fallback) const {
+    auto it = attrs.find(key);
+    if (it == attrs.end()) return fallback;
+    return std::get<T>(it->second);
+  }
+  bool has_attr(const std::string& key) const { return attrs.count(key) != 0; }
+  std::string debug_name() const;  // "name (Type)"
+};
+
+// What an op constructor asks the graph to add.
+struct NodeSpec {
+  std::string type;
+  std::string name;  // base name; "" = type. Made unique.
+  std::vector<Output> inputs;
+  AttrMap attrs;
+  Node* resource = nullptr;
+  std::vector<Operation> extra_control_inputs;
+};
+
+// Owns the nodes of a Graph; nodes never move. Thread safety: adding nodes and reading them take
+// mu_; sessions snapshot what they need under a shared lock.
+class GraphImpl {
+ public:
+  GraphImpl();
+
+  // Validates inputs (same graph, non-null), runs the op's shape function and adds the node with
+  // the current scopes applied. Errors are InvalidArgumentError naming the op.
+  Node* add_node(NodeSpec spec);
+
+  Node* find(const std::string& name) const;
+  std::vector<Node*> nodes() const;
+  int num_nodes() const;
+  Node* node(int id) const;
+  // Bumped by every change that can invalidate a cached execution plan.
+  uint64_t version() const { return version_.load(std::memory_order_acquire); }
+  void add_control_input(Node* node, Node* dep);
+  std::shared_mutex& mutex() const { return mu_; }
+
+  // Scopes (used by the thread building the graph).
+  std::string device_scope_;
+  std::vector<Node*> colocation_scope_;
+  std::vector<Node*> control_scope_;
+  std::string name_scope_;
+
+  // Collections: variables and queue runners registered by the public classes. Type-erased so
+  // core does not depend on the public wrapper types.
+  std::mutex collections_mu_;
+  std::map<std::string, std::vector<std::shared_ptr<void>>> collections_;
+
+  Graph* owner = nullptr;  // The public Graph (updated on move). Not owned.
+
+ private:
+  std::string unique_name_locked(const std::string& base);
+
+  mutable std::shared_mutex mu_;
+  std::vector<std::unique_ptr<Node>> nodes_;
+  std::unordered_map<std::string, Node*> by_name_;
+  std::unordered_map<std::string, int> name_counts_;
+  std::atomic<uint64_t> version_{0};
+};
+
+// The node behind a handle, or InvalidArgumentError for a null handle.
+Node* checked_node(const Output& o, const char* what);
+
+}  // namespace tessera::internal

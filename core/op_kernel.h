@@ -1,0 +1,94 @@
+// Kernels: the code that runs one op on one device type.
+//
+// A kernel object is created once per node per session (so it may keep state, e.g. a random
+// generator) and its compute() may be called by several steps at once: it must be thread-safe.
+// Synchronous kernels implement compute(); kernels that wait (queue ops) are asynchronous: they
+// override compute_async() and call `done` later, from any thread, holding no thread while they
+// wait (see Note [Async kernels] in core/executor.cc).
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "core/cancellation.h"
+#include "core/node.h"
+#include "core/resource_mgr.h"
+#include "core/status.h"
+#include "tessera/tensor.h"
+
+namespace tessera::internal {
+
+class OpKernelContext {
+ public:
+  struct Params {
+    const Node* node = nullptr;
+    const Tensor* const* inputs = nullptr;  // Not owned: valid until the kernel is done.
+    int num_inputs = 0;
+    ResourceMgr* resources = nullptr;          // Not owned.
+    CancellationManager* cancellation = nullptr;  // Not owned.
+    int64_t step_id = 0;
+    // Schedules a closure on the session's inter-op pool.
+    const std::function<void(std::function<void()>)>* runner = nullptr;
+  };
+  explicit OpKernelContext(const Params& p) : p_(p), outputs_(p.node->output_dtypes.size()) {}
+
+  const Node& node() const { return *p_.node; }
+  const std::string& op_name() const { return p_.node->name; }
+  int num_inputs() const { return p_.num_inputs; }
+  const Tensor& input(int i) const { return *p_.inputs[i]; }
+  int num_outputs() const { return static_cast<int>(outputs_.size()); }
+  void set_output(int i, Tensor t) { outputs_[i] = std::move(t); }
+  // Allocates output i with the node's dtype for that output.
+  Tensor& allocate_output(int i, const Shape& shape) {
+    outputs_[i] = Tensor(p_.node->output_dtypes[i], shape);
+    return outputs_[i];
+  }
+  std::vector<Tensor>& outputs() { return outputs_; }
+  ResourceMgr& resources() const { return *p_.resources; }
+  CancellationManager& cancellation() const { return *p_.cancellation; }
+  int64_t step_id() const { return p_.step_id; }
+  void schedule(std::function<void()> fn) const { (*p_.runner)(std::move(fn)); }
+
+  // Records a failure; the message gets the "name (Type): " prefix.
+  void fail(const Status& s) {
+    if (status_.ok() && !s.ok()) status_ = s.with_prefix(p_.node->debug_name() + ": ");
+  }
+  template <class... Args>
+  void fail(ErrorCode code, fmt::format_string<Args...> f, Args&&... args) {
+    fail(Status(code, fmt::format(f, std::forward<Args>(args)...)));
+  }
+  const Status& status() const { return status_; }
+
+ private:
+  Params p_;
+  std::vector<Tensor> outputs_;
+  Status status_;
+};
+
+class OpKernel {
+ public:
+  explicit OpKernel(const Node& node) : node_(node) {}
+  virtual ~OpKernel() = default;
+
+  // Synchronous kernels compute here; record failures with ctx.fail().
+  virtual void compute(OpKernelContext& ctx) = 0;
+  // Asynchronous kernels: true, and override compute_async.
+  virtual bool is_async() const { return false; }
+  // Must eventually call `done` exactly once (on any thread). `ctx` stays alive until then.
+  virtual void compute_async(OpKernelContext& ctx, std::function<void()> done) {
+    compute(ctx);
+    done();
+  }
+  // Expensive kernels are handed to the pool; cheap ones run inline on the thread that made
+  // them ready. The default looks at the output size the graph inferred.
+  virtual bool is_expensive() const;
+
+  const Node& node() const { return node_; }
+  const std::string& name() const { return node_.name; }
+
+ private:
+  const Node& node_;  // Not owned: nodes outlive every session of their graph.
+};
+
+}  // namespace tessera::internal

@@ -1,0 +1,96 @@
+#include "core/op_registry.h"
+
+#include "core/op_kernel.h"
+
+namespace tessera::internal {
+
+OpRegistry& OpRegistry::global() {
+  static OpRegistry* registry = new OpRegistry();  // never destroyed: used during static exit
+  return *registry;
+}
+
+void OpRegistry::register_op(OpDef def) {
+  TESSERA_CHECK(!ops_.count(def.type));
+  std::string type = def.type;
+  ops_[type] = std::make_unique<OpDef>(std::move(def));
+}
+
+void OpRegistry::register_kernel(const std::string& type, const std::string& device_type,
+                                 KernelFactory f) {
+  TESSERA_CHECK(!kernels_.count({type, device_type}));
+  kernels_[{type, device_type}] = std::move(f);
+}
+
+const OpDef* OpRegistry::find_op(const std::string& type) const {
+  auto it = ops_.find(type);
+  return it == ops_.end() ? nullptr : it->second.get();
+}
+
+const KernelFactory* OpRegistry::find_kernel(const std::string& type,
+                                             const std::string& device_type) const {
+  auto it = kernels_.find({type, device_type});
+  return it == kernels_.end() ? nullptr : &it->second;
+}
+
+std::vector<std::string> OpRegistry::op_types() const {
+  std::vector<std::string> out;
+  for (const auto& [k, v] : ops_) out.push_back(k);
+  return out;
+}
+
+std::vector<std::string> OpRegistry::kernel_device_types(const std::string& type) const {
+  std::vector<std::string> out;
+  for (const auto& [k, v] : kernels_) {
+    if (k.first == type) out.push_back(k.second);
+  }
+  return out;
+}
+
+bool OpKernel::is_expensive() const {
+  // Ops producing more than 16K elements are worth a pool thread; smaller ones run inline.
+  constexpr int64_t kInlineElements = 1 << 14;
+  for (const auto& s : node_.output_shapes) {
+    int64_t n = s.num_elements();
+    if (n < 0 || n > kInlineElements) return true;
+  }
+  return false;
+}
+
+// ---- CancellationManager ----
+
+CancellationManager::Token CancellationManager::register_callback(Callback cb) {
+  std::lock_guard<std::mutex> l(mu_);
+  if (cancelled_) return kInvalidToken;
+  Token t = next_++;
+  callbacks_.emplace(t, std::move(cb));
+  return t;
+}
+
+bool CancellationManager::deregister_callback(Token token) {
+  std::lock_guard<std::mutex> l(mu_);
+  return callbacks_.erase(token) > 0;
+}
+
+void CancellationManager::start_cancel(Status reason) {
+  std::unordered_map<Token, Callback> cbs;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (cancelled_) return;
+    cancelled_ = true;
+    reason_ = reason;
+    cbs.swap(callbacks_);
+  }
+  for (auto& [t, cb] : cbs) cb(reason);
+}
+
+bool CancellationManager::is_cancelled() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return cancelled_;
+}
+
+Status CancellationManager::reason() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return reason_;
+}
+
+}  // namespace tessera::internal

@@ -1,0 +1,116 @@
+// Op definitions (shape and dtype inference) and kernel registration, per device type.
+//
+//   TESSERA_REGISTER_OP(OpDef{"Square", square_shape_fn});
+//   TESSERA_REGISTER_KERNEL("Square", "CPU", SquareOp);
+//
+// Registration happens during static initialization; lookups afterwards are lock-free reads of
+// immutable maps (registration after the first lookup is not supported).
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/node.h"
+#include "core/status.h"
+
+namespace tessera::internal {
+
+class OpKernel;
+
+// What a shape function sees of the node being built, and where it writes the outputs.
+class ShapeContext {
+ public:
+  ShapeContext(const NodeSpec& spec, const std::string& node_name, std::vector<DType> in_dtypes,
+               std::vector<Shape> in_shapes)
+      : spec_(spec), name_(node_name), in_dtypes_(std::move(in_dtypes)),
+        in_shapes_(std::move(in_shapes)) {}
+
+  int num_inputs() const { return static_cast<int>(in_dtypes_.size()); }
+  DType input_dtype(int i) const { return in_dtypes_[i]; }
+  const Shape& input_shape(int i) const { return in_shapes_[i]; }
+  const std::string& node_name() const { return name_; }
+  const std::string& op_type() const { return spec_.type; }
+  const NodeSpec& spec() const { return spec_; }
+  template <class T>
+  const T& attr(const std::string& key) const {
+    auto it = spec_.attrs.find(key);
+    TESSERA_CHECK(it != spec_.attrs.end());
+    return std::get<T>(it->second);
+  }
+  bool has_attr(const std::string& key) const { return spec_.attrs.count(key) != 0; }
+
+  void add_output(DType dtype, Shape shape) {
+    out_dtypes_.push_back(dtype);
+    out_shapes_.push_back(std::move(shape));
+  }
+  // InvalidArgumentError whose message starts with "name (Type): ".
+  template <class... Args>
+  Status invalid(fmt::format_string<Args...> f, Args&&... args) const {
+    return Status(ErrorCode::kInvalidArgument,
+                  fmt::format("{} ({}): ", name_, spec_.type) +
+                      fmt::format(f, std::forward<Args>(args)...));
+  }
+
+  std::vector<DType> out_dtypes_;
+  std::vector<Shape> out_shapes_;
+
+ private:
+  const NodeSpec& spec_;
+  const std::string& name_;
+  std::vector<DType> in_dtypes_;
+  std::vector<Shape> in_shapes_;
+};
+
+using ShapeFn = std::function<Status(ShapeContext&)>;
+
+struct OpDef {
+  std::string type;
+  ShapeFn shape_fn;
+  // Stateful ops (variables, queues, random) are never deduplicated or constant-folded and keep
+  // their kernel (and its state) for the life of the session.
+  bool stateful = false;
+  // Must run where its resource lives, in host memory (queues).
+  bool host_only = false;
+};
+
+using KernelFactory = std::function<std::unique_ptr<OpKernel>(const Node&)>;
+
+class OpRegistry {
+ public:
+  static OpRegistry& global();
+  void register_op(OpDef def);
+  void register_kernel(const std::string& type, const std::string& device_type, KernelFactory f);
+  // nullptr when unknown.
+  const OpDef* find_op(const std::string& type) const;
+  const KernelFactory* find_kernel(const std::string& type, const std::string& device_type) const;
+  std::vector<std::string> op_types() const;
+  std::vector<std::string> kernel_device_types(const std::string& type) const;
+
+ private:
+  std::map<std::string, std::unique_ptr<OpDef>> ops_;
+  std::map<std::pair<std::string, std::string>, KernelFactory> kernels_;
+};
+
+struct OpRegistrar {
+  explicit OpRegistrar(OpDef def) { OpRegistry::global().register_op(std::move(def)); }
+};
+struct KernelRegistrar {
+  KernelRegistrar(const std::string& type, const std::string& device, KernelFactory f) {
+    OpRegistry::global().register_kernel(type, device, std::move(f));
+  }
+};
+
+#define TESSERA_CONCAT_INNER(a, b) a##b
+#define TESSERA_CONCAT(a, b) TESSERA_CONCAT_INNER(a, b)
+#define TESSERA_REGISTER_OP(...)                                                 \
+  static ::tessera::internal::OpRegistrar TESSERA_CONCAT(tessera_op_reg_, __COUNTER__)( \
+      __VA_ARGS__)
+#define TESSERA_REGISTER_KERNEL(type, device, Class)                                        \
+  static ::tessera::internal::KernelRegistrar TESSERA_CONCAT(tessera_kernel_reg_, __COUNTER__)( \
+      type, device, [](const ::tessera::internal::Node& n) -> std::unique_ptr<::tessera::internal::OpKernel> { \
+        return std::make_unique<Class>(n);                                                  \
+      })
+
+}  // namespace tessera::internal

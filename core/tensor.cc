@@ -1,0 +1,322 @@
+#include "tessera/tensor.h"
+
+#include <atomic>
+#include <cstdlib>
+#include <new>
+#include <sstream>
+
+#include <fmt/format.h>
+
+#include "core/tensor_buffer.h"
+
+namespace tessera {
+
+// ---- DType ----
+
+std::string_view dtype_name(DType dtype) {
+  switch (dtype) {
+    case DType::Float32: return "float32";
+    case DType::Float64: return "float64";
+    case DType::Int32: return "int32";
+    case DType::Int64: return "int64";
+    case DType::Bool: return "bool";
+  }
+  return "invalid";
+}
+
+std::size_t dtype_size(DType dtype) {
+  switch (dtype) {
+    case DType::Float32: return 4;
+    case DType::Float64: return 8;
+    case DType::Int32: return 4;
+    case DType::Int64: return 8;
+    case DType::Bool: return 1;
+  }
+  return 0;
+}
+
+bool dtype_is_floating(DType dtype) { return dtype == DType::Float32 || dtype == DType::Float64; }
+
+std::ostream& operator<<(std::ostream& os, DType dtype) { return os << dtype_name(dtype); }
+
+// ---- Shape ----
+
+namespace {
+void check_rank(std::size_t rank) {
+  if (rank > static_cast<std::size_t>(Shape::kMaxRank)) {
+    throw InvalidArgumentError(
+        fmt::format("shapes of rank {} are not supported (at most {})", rank, Shape::kMaxRank));
+  }
+}
+void check_dim(int64_t d) {
+  if (d < -1) throw InvalidArgumentError(fmt::format("invalid dimension {} (use -1 for unknown)", d));
+}
+}  // namespace
+
+Shape::Shape(std::initializer_list<int64_t> dims) {
+  check_rank(dims.size());
+  for (int64_t d : dims) {
+    check_dim(d);
+    dims_[rank_++] = d;
+  }
+}
+
+Shape::Shape(const std::vector<int64_t>& dims) {
+  check_rank(dims.size());
+  for (int64_t d : dims) {
+    check_dim(d);
+    dims_[rank_++] = d;
+  }
+}
+
+Shape Shape::unknown() {
+  Shape s;
+  s.rank_ = -1;
+  return s;
+}
+
+int64_t Shape::dim(int i) const {
+  if (rank_ < 0) throw InvalidArgumentError("dim() of a shape of unknown rank");
+  if (i < 0) i += rank_;
+  if (i < 0 || i >= rank_) {
+    throw InvalidArgumentError(fmt::format("dimension index {} out of range for shape {}", i, to_string()));
+  }
+  return dims_[i];
+}
+
+int64_t Shape::num_elements() const {
+  if (rank_ < 0) return -1;
+  int64_t n = 1;
+  for (int i = 0; i < rank_; ++i) {
+    if (dims_[i] < 0) return -1;
+    n *= dims_[i];
+  }
+  return n;
+}
+
+bool Shape::fully_defined() const { return num_elements() >= 0; }
+
+std::vector<int64_t> Shape::dims() const {
+  if (rank_ < 0) return {};
+  return std::vector<int64_t>(dims_.begin(), dims_.begin() + rank_);
+}
+
+bool Shape::compatible_with(const Shape& o) const {
+  if (rank_ < 0 || o.rank_ < 0) return true;
+  if (rank_ != o.rank_) return false;
+  for (int i = 0; i < rank_; ++i) {
+    if (dims_[i] >= 0 && o.dims_[i] >= 0 && dims_[i] != o.dims_[i]) return false;
+  }
+  return true;
+}
+
+void Shape::set_dim(int i, int64_t value) {
+  check_dim(value);
+  if (rank_ < 0 || i < 0 || i >= rank_) throw InvalidArgumentError("set_dim: index out of range");
+  dims_[i] = value;
+}
+
+void Shape::append(int64_t value) {
+  check_dim(value);
+  if (rank_ < 0) throw InvalidArgumentError("append to a shape of unknown rank");
+  check_rank(static_cast<std::size_t>(rank_) + 1);
+  dims_[rank_++] = value;
+}
+
+Shape Shape::sub_shape(int begin, int end) const {
+  if (rank_ < 0) return unknown();
+  if (end < 0) end = rank_;
+  Shape s;
+  for (int i = begin; i < end && i < rank_; ++i) s.dims_[s.rank_++] = dims_[i];
+  return s;
+}
+
+std::string Shape::to_string() const {
+  if (rank_ < 0) return "<unknown>";
+  std::string s = "[";
+  for (int i = 0; i < rank_; ++i) {
+    if (i) s += ",";
+    s += dims_[i] < 0 ? std::string("?") : std::to_string(dims_[i]);
+  }
+  return s + "]";
+}
+
+bool Shape::operator==(const Shape& o) const {
+  if (rank_ != o.rank_) return false;
+  for (int i = 0; i < rank_; ++i) {
+    if (dims_[i] != o.dims_[i]) return false;
+  }
+  return true;
+}
+
+std::ostream& operator<<(std::ostream& os, const Shape& s) { return os << s.to_string(); }
+
+// ---- TensorBuffer ----
+
+namespace internal {
+
+TensorBuffer* TensorBuffer::allocate(std::size_t bytes) {
+  // One allocation holds the header and the data; the data starts kAlignment bytes in.
+  constexpr std::size_t kHeader = Tensor::kAlignment;
+  static_assert(sizeof(TensorBuffer) <= kHeader);
+  std::size_t total = kHeader + ((bytes + Tensor::kAlignment - 1) / Tensor::kAlignment) * Tensor::kAlignment;
+  void* mem = std::aligned_alloc(Tensor::kAlignment, total);
+  if (mem == nullptr) throw ResourceExhaustedError(fmt::format("failed to allocate {} bytes", bytes));
+  auto* b = new (mem) TensorBuffer();
+  b->data = static_cast<char*>(mem) + kHeader;
+  b->bytes = bytes;
+  return b;
+}
+
+void buffer_ref(TensorBuffer* b) noexcept { b->refs.fetch_add(1, std::memory_order_relaxed); }
+
+void buffer_unref(TensorBuffer* b) noexcept {
+  if (b->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+    if (b->release) {
+      b->release(b);
+    } else {
+      b->~TensorBuffer();
+      std::free(b);
+    }
+  }
+}
+
+}  // namespace internal
+
+// ---- Tensor ----
+
+Tensor::Tensor(DType dtype, const Shape& shape) : dtype_(dtype), shape_(shape) {
+  if (!shape.fully_defined()) {
+    throw InvalidArgumentError("cannot allocate a tensor of partial shape " + shape.to_string());
+  }
+  num_elements_ = shape.num_elements();
+  buf_ = internal::TensorBuffer::allocate(bytes());
+}
+
+Tensor Tensor::zeros(DType dtype, const Shape& shape) {
+  Tensor t(dtype, shape);
+  if (t.bytes()) std::memset(t.raw_mutable_data(), 0, t.bytes());
+  return t;
+}
+
+Tensor::Tensor(const Tensor& o) noexcept
+    : buf_(o.buf_), dtype_(o.dtype_), shape_(o.shape_), num_elements_(o.num_elements_) {
+  if (buf_) internal::buffer_ref(buf_);
+}
+
+Tensor::Tensor(Tensor&& o) noexcept
+    : buf_(o.buf_), dtype_(o.dtype_), shape_(o.shape_), num_elements_(o.num_elements_) {
+  o.buf_ = nullptr;
+}
+
+Tensor& Tensor::operator=(const Tensor& o) noexcept {
+  if (this != &o) {
+    if (o.buf_) internal::buffer_ref(o.buf_);
+    if (buf_) internal::buffer_unref(buf_);
+    buf_ = o.buf_;
+    dtype_ = o.dtype_;
+    shape_ = o.shape_;
+    num_elements_ = o.num_elements_;
+  }
+  return *this;
+}
+
+Tensor& Tensor::operator=(Tensor&& o) noexcept {
+  if (this != &o) {
+    if (buf_) internal::buffer_unref(buf_);
+    buf_ = o.buf_;
+    o.buf_ = nullptr;
+    dtype_ = o.dtype_;
+    shape_ = o.shape_;
+    num_elements_ = o.num_elements_;
+  }
+  return *this;
+}
+
+Tensor::~Tensor() {
+  if (buf_) internal::buffer_unref(buf_);
+}
+
+std::string Tensor::device() const {
+  if (!buf_) return "";
+  return buf_->device.empty() ? std::string(internal::kHostDeviceName) : buf_->device;
+}
+
+const void* Tensor::raw_data() const {
+  if (!buf_) throw InvalidArgumentError("access to the data of a null tensor");
+  return buf_->data;
+}
+
+void* Tensor::raw_mutable_data() {
+  if (!buf_) throw InvalidArgumentError("access to the data of a null tensor");
+  return buf_->data;
+}
+
+void Tensor::check_vector_size(int64_t n, const Shape& shape) {
+  if (!shape.fully_defined() || shape.num_elements() != n) {
+    throw InvalidArgumentError(fmt::format("{} values do not fill shape {}", n, shape.to_string()));
+  }
+}
+
+void Tensor::check_access(DType want, bool want_scalar) const {
+  if (!buf_) throw InvalidArgumentError("access to the data of a null tensor");
+  if (want != dtype_) {
+    throw InvalidArgumentError(fmt::format("tensor has dtype {}, accessed as {}", dtype_name(dtype_),
+                                           dtype_name(want)));
+  }
+  if (want_scalar && num_elements_ != 1) {
+    throw InvalidArgumentError(
+        fmt::format("scalar() of a tensor of shape {} ({} elements)", shape_.to_string(), num_elements_));
+  }
+}
+
+Tensor Tensor::reshaped(const Shape& shape) const {
+  if (!shape.fully_defined() || shape.num_elements() != num_elements_) {
+    throw InvalidArgumentError(fmt::format("cannot reshape a tensor of shape {} to {}",
+                                           shape_.to_string(), shape.to_string()));
+  }
+  Tensor t(*this);
+  t.shape_ = shape;
+  return t;
+}
+
+Tensor Tensor::deep_copy() const {
+  if (!buf_) return Tensor();
+  Tensor t(dtype_, shape_);
+  if (bytes()) std::memcpy(t.raw_mutable_data(), raw_data(), bytes());
+  return t;
+}
+
+bool Tensor::is_buffer_shared() const {
+  return buf_ && buf_->refs.load(std::memory_order_acquire) > 1;
+}
+
+bool Tensor::equals(const Tensor& o) const {
+  if (is_null() || o.is_null()) return is_null() == o.is_null();
+  return dtype_ == o.dtype_ && shape_ == o.shape_ &&
+         (bytes() == 0 || std::memcmp(raw_data(), o.raw_data(), bytes()) == 0);
+}
+
+std::string Tensor::debug_string(int max_entries) const {
+  if (!buf_) return "Tensor<null>";
+  std::ostringstream os;
+  os << "Tensor<" << dtype_name(dtype_) << " " << shape_.to_string() << ">[";
+  int64_t n = std::min<int64_t>(num_elements_, max_entries);
+  for (int64_t i = 0; i < n; ++i) {
+    if (i) os << ", ";
+    switch (dtype_) {
+      case DType::Float32: os << static_cast<const float*>(buf_->data)[i]; break;
+      case DType::Float64: os << static_cast<const double*>(buf_->data)[i]; break;
+      case DType::Int32: os << static_cast<const int32_t*>(buf_->data)[i]; break;
+      case DType::Int64: os << static_cast<const int64_t*>(buf_->data)[i]; break;
+      case DType::Bool: os << (static_cast<const bool*>(buf_->data)[i] ? "true" : "false"); break;
+    }
+  }
+  if (n < num_elements_) os << ", ...";
+  os << "]";
+  return os.str();
+}
+
+std::ostream& operator<<(std::ostream& os, const Tensor& t) { return os << t.debug_string(); }
+
+}  // namespace tessera

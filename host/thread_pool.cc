@@ -1,0 +1,102 @@
+#include "host/thread_pool.h"
+
+#include <algorithm>
+
+namespace tessera::internal {
+
+namespace {
+thread_local const ThreadPool* tls_pool = nullptr;
+thread_local int tls_index = -1;
+}  // namespace
+
+ThreadPool::ThreadPool(int num_threads) {
+  num_threads = std::max(1, num_threads);
+  for (int i = 0; i < num_threads; ++i) queues_.push_back(std::make_unique<Worker>());
+  for (int i = 0; i < num_threads; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
+}
+
+ThreadPool::~ThreadPool() {
+  {
+    std::lock_guard<std::mutex> l(wake_mu_);
+    stopping_ = true;
+  }
+  wake_cv_.notify_all();
+  for (auto& t : workers_) t.join();
+}
+
+ThreadPool& ThreadPool::shared() {
+  // Leaked on purpose: sessions may still schedule from static destructors.
+  static ThreadPool* pool =
+      new ThreadPool(std::max(2, static_cast<int>(std::thread::hardware_concurrency())));
+  return *pool;
+}
+
+bool ThreadPool::on_pool_thread() const { return tls_pool == this; }
+
+void ThreadPool::schedule(std::function<void()> fn) {
+  int index = on_pool_thread() ? tls_index
+                               : static_cast<int>(next_queue_.fetch_add(1, std::memory_order_relaxed) %
+                                                  queues_.size());
+  {
+    std::lock_guard<std::mutex> l(queues_[index]->mu);
+    queues_[index]->queue.push_back(std::move(fn));
+  }
+  pending_.fetch_add(1, std::memory_order_seq_cst);
+  if (sleepers_.load(std::memory_order_seq_cst) > 0) {
+    // Taking the lock orders this notify after a sleeper's check of pending_.
+    std::lock_guard<std::mutex> l(wake_mu_);
+    wake_cv_.notify_one();
+  }
+}
+
+bool ThreadPool::try_pop(int index, std::function<void()>* fn) {
+  const int n = static_cast<int>(queues_.size());
+  // Own queue first (LIFO keeps the freshest work hot), then steal FIFO from the others.
+  {
+    auto& q = *queues_[index];
+    std::lock_guard<std::mutex> l(q.mu);
+    if (!q.queue.empty()) {
+      *fn = std::move(q.queue.back());
+      q.queue.pop_back();
+      return true;
+    }
+  }
+  for (int k = 1; k < n; ++k) {
+    auto& q = *queues_[(index + k) % n];
+    std::lock_guard<std::mutex> l(q.mu);
+    if (!q.queue.empty()) {
+      *fn = std::move(q.queue.front());
+      q.queue.pop_front();
+      return true;
+    }
+  }
+  return false;
+}
+
+void ThreadPool::worker_loop(int index) {
+  tls_pool = this;
+  tls_index = index;
+  std::function<void()> fn;
+  for (;;) {
+    if (pending_.load(std::memory_order_seq_cst) > 0 && try_pop(index, &fn)) {
+      pending_.fetch_sub(1, std::memory_order_seq_cst);
+      fn();
+      fn = nullptr;
+      continue;
+    }
+    // Spin briefly before sleeping: a chain of small ops hands work over every few microseconds.
+    bool found = false;
+    for (int spin = 0; spin < 64 && !found; ++spin) {
+      if (pending_.load(std::memory_order_relaxed) > 0) found = true;
+      else std::this_thread::yield();
+    }
+    if (found) continue;
+    std::unique_lock<std::mutex> l(wake_mu_);
+    sleepers_.fetch_add(1, std::memory_order_seq_cst);
+    wake_cv_.wait(l, [&] { return stopping_ || pending_.load(std::memory_order_seq_cst) > 0; });
+    sleepers_.fetch_sub(1, std::memory_order_seq_cst);
+    if (stopping_ && pending_.load(std::memory_order_seq_cst) == 0) return;
+  }
+}
+
+}  // namespace tessera::internal

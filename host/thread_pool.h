@@ -1,0 +1,56 @@
+// The CPU device's inter-op thread pool: a fixed set of workers, each with its own queue, that
+// steal from each other when idle.
+//
+//   tessera::internal::ThreadPool pool(4);
+//   pool.schedule([] { ... });
+//
+// schedule() may be called from any thread, including pool workers (which then push to their own
+// queue, keeping a producer's follow-up work warm in its cache). The destructor runs every closure
+// already scheduled, then joins. Thread-safe.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace tessera::internal {
+
+class ThreadPool {
+ public:
+  explicit ThreadPool(int num_threads);
+  ~ThreadPool();
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  void schedule(std::function<void()> fn);
+  int num_threads() const { return static_cast<int>(workers_.size()); }
+  // True on a thread of this pool.
+  bool on_pool_thread() const;
+
+  // The process-wide pool (one thread per hardware thread, at least 2), created on first use.
+  static ThreadPool& shared();
+
+ private:
+  struct Worker {
+    std::mutex mu;
+    std::deque<std::function<void()>> queue;  // guarded by mu
+  };
+  void worker_loop(int index);
+  bool try_pop(int index, std::function<void()>* fn);
+
+  std::vector<std::unique_ptr<Worker>> queues_;
+  std::vector<std::thread> workers_;
+  std::mutex wake_mu_;
+  std::condition_variable wake_cv_;
+  std::atomic<int64_t> pending_{0};   // closures scheduled and not yet taken
+  std::atomic<int> sleepers_{0};
+  std::atomic<unsigned> next_queue_{0};
+  bool stopping_ = false;             // guarded by wake_mu_
+};
+
+}  // namespace tessera::internal

@@ -1,0 +1,73 @@
+// Op constructors. Each adds one node to the graph of its inputs, inferring dtypes and shapes now:
+// an incompatible dtype or shape raises InvalidArgumentError naming the op and both shapes.
+//
+//   auto x = ops::placeholder(g, DType::Float32, {-1, 4}, "x");
+//   auto w = ops::random_normal(g, {4, 2}, DType::Float32, /*seed=*/7);
+//   auto y = ops::relu(ops::add(ops::matmul(x, w), ops::constant(g, 0.5f)));
+//   auto loss = ops::reduce_mean(ops::square(y));
+//
+// `name` = "" picks the op type as name; names are made unique with a _N suffix. Thread safety:
+// building a graph is meant for one thread at a time (as in TensorFlow).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "tessera/graph.h"
+#include "tessera/tensor.h"
+
+namespace tessera::ops {
+
+Output constant(Graph& g, Tensor value, std::string name = "");
+Output constant(Graph& g, float value, std::string name = "");
+Output constant(Graph& g, double value, std::string name = "");
+Output constant(Graph& g, int32_t value, std::string name = "");
+Output constant(Graph& g, int64_t value, std::string name = "");
+Output constant(Graph& g, bool value, std::string name = "");
+Output placeholder(Graph& g, DType dtype, Shape shape = Shape::unknown(), std::string name = "");
+
+// Binary elementwise ops with NumPy broadcasting; both inputs must have the same dtype.
+Output add(Output a, Output b, std::string name = "");
+Output sub(Output a, Output b, std::string name = "");
+Output mul(Output a, Output b, std::string name = "");
+Output div(Output a, Output b, std::string name = "");  // integer division truncates; /0 raises
+Output maximum(Output a, Output b, std::string name = "");
+Output minimum(Output a, Output b, std::string name = "");
+
+// Unary elementwise ops.
+Output neg(Output x, std::string name = "");
+Output relu(Output x, std::string name = "");
+Output exp(Output x, std::string name = "");      // floating point only
+Output log(Output x, std::string name = "");      // floating point only
+Output sqrt(Output x, std::string name = "");     // floating point only
+Output tanh(Output x, std::string name = "");     // floating point only
+Output sigmoid(Output x, std::string name = "");  // floating point only
+Output square(Output x, std::string name = "");
+
+// Rank-2 matrix product; float32/float64 go through BLAS.
+Output matmul(Output a, Output b, bool transpose_a = false, bool transpose_b = false,
+              std::string name = "");
+
+// Reductions over `axes` (empty = all; negative counts from the end).
+Output reduce_sum(Output x, std::vector<int> axes = {}, bool keep_dims = false, std::string name = "");
+Output reduce_mean(Output x, std::vector<int> axes = {}, bool keep_dims = false, std::string name = "");
+Output reduce_max(Output x, std::vector<int> axes = {}, bool keep_dims = false, std::string name = "");
+
+Output identity(Output x, std::string name = "");
+Output cast(Output x, DType dtype, std::string name = "");
+
+// Random ops draw new values on every run. seed = 0 picks a random seed; a nonzero seed makes the
+// sequence of values over runs of one session reproducible (Philox4x32-10).
+Output random_uniform(Graph& g, Shape shape, DType dtype = DType::Float32, uint64_t seed = 0,
+                      std::string name = "");  // [0, 1)
+Output random_normal(Graph& g, Shape shape, DType dtype = DType::Float32, uint64_t seed = 0,
+                     float mean = 0.0f, float stddev = 1.0f, std::string name = "");
+// A random permutation of the rows (first dimension) of x, new on every run.
+Output random_shuffle(Output x, uint64_t seed = 0, std::string name = "");
+
+Operation no_op(Graph& g, std::string name = "");
+// A no_op that runs after every op of `ops`.
+Operation group(const std::vector<Operation>& ops, std::string name = "");
+
+}  // namespace tessera::ops

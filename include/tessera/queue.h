@@ -1,0 +1,57 @@
+// FIFOQueue: a bounded queue of tuples of tensors, with TensorFlow's semantics.
+//
+//   tessera::FIFOQueue q(g, /*capacity=*/10, {DType::Float32}, {Shape{}});
+//   auto x = ops::placeholder(g, DType::Float32, Shape{});
+//   auto enq = q.enqueue({x});
+//   auto deq = q.dequeue()[0];
+//   s.run(enq, {{x, Tensor::scalar(1.0f)}});
+//   float v = s.run(deq).scalar<float>();
+//
+// Enqueue blocks while full; dequeue blocks while empty. After close(): enqueue raises
+// CancelledError; dequeue drains what is left, then raises OutOfRangeError; dequeue_many(n) raises
+// OutOfRangeError when fewer than n remain (they stay queued); dequeue_up_to(n) returns what is
+// left (at least 1). close(true) also fails blocked enqueues with CancelledError. Blocked ops hold
+// no thread of the session's pool. Waiters are served in arrival order. FIFOQueue is a copyable
+// handle; the queue state lives in the session (or server) that runs it.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tessera/graph.h"
+#include "tessera/tensor.h"
+
+namespace tessera {
+
+class FIFOQueue {
+ public:
+  FIFOQueue() = default;
+  // `shapes` empty: element shapes unconstrained. `shared_name` empty: the queue op's name.
+  FIFOQueue(Graph& g, int capacity, std::vector<DType> dtypes, std::vector<Shape> shapes = {},
+            std::string shared_name = "", std::string name = "");
+
+  Operation enqueue(std::vector<Output> components, std::string name = "") const;
+  // Splits each component along dimension 0 and enqueues the rows.
+  Operation enqueue_many(std::vector<Output> components, std::string name = "") const;
+  std::vector<Output> dequeue(std::string name = "") const;
+  std::vector<Output> dequeue_many(int n, std::string name = "") const;
+  std::vector<Output> dequeue_up_to(int n, std::string name = "") const;
+  Operation close(bool cancel_pending_enqueues = false, std::string name = "") const;
+  Output size(std::string name = "") const;       // int32 scalar
+  Output is_closed(std::string name = "") const;  // bool scalar
+
+  Operation op() const;  // the queue node
+  Graph& graph() const;
+  const std::string& name() const;
+  int capacity() const;
+  const std::vector<DType>& dtypes() const;
+  const std::vector<Shape>& shapes() const;
+
+ private:
+  std::vector<Output> dequeue_op(const char* type, int n, std::string name) const;
+  struct State;
+  std::shared_ptr<const State> state_;
+};
+
+}  // namespace tessera

@@ -1,0 +1,72 @@
+// Sessions run a graph: feeds in, fetches out, targets run for their effects.
+//
+//   tessera::Session s(g);
+//   auto out = s.run({y, loss}, {{x, Tensor::matrix<float>({1, 2, 3, 4}, 2, 2)}});
+//   float l = out[1].scalar<float>();
+//
+// Multiple threads can call run concurrently on one Session. A run that fails (any typed Error)
+// leaves the session usable. close() cancels the runs in flight (CancelledError) and makes later
+// runs raise CancelledError. Session is move-only.
+#pragma once
+
+#include <chrono>
+#include <initializer_list>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tessera/graph.h"
+#include "tessera/tensor.h"
+
+namespace tessera {
+
+using FeedMap = std::map<Output, Tensor>;
+
+struct RunOptions {
+  std::chrono::milliseconds timeout{0};  // 0 = no deadline; else DeadlineExceededError past it
+  bool trace = false;                    // fill RunMetadata::trace_json
+};
+
+struct RunMetadata {
+  std::string trace_json;  // Chrome trace-event JSON of the step when RunOptions::trace is set
+};
+
+struct SessionOptions {
+  bool log_device_placement = false;
+  bool allow_soft_placement = true;
+  int inter_op_threads = 0;  // 0 = the process-wide pool, one thread per hardware thread
+};
+
+namespace internal {
+class SessionImpl;
+}
+
+class Session {
+ public:
+  explicit Session(Graph& g, SessionOptions options = {});
+  Session(Graph& g, const std::string& target, SessionOptions options = {});
+  ~Session();
+  Session(Session&&) noexcept;
+  Session& operator=(Session&&) noexcept;
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
+
+  std::vector<Tensor> run(const std::vector<Output>& fetches, const FeedMap& feeds = {},
+                          const std::vector<Operation>& targets = {}, const RunOptions& options = {});
+  std::vector<Tensor> run(std::initializer_list<Output> fetches, const FeedMap& feeds = {},
+                          const std::vector<Operation>& targets = {}, const RunOptions& options = {});
+  Tensor run(Output fetch, const FeedMap& feeds = {});
+  std::vector<Tensor> run(const std::vector<Output>& fetches, const FeedMap& feeds,
+                          const std::vector<Operation>& targets, const RunOptions& options,
+                          RunMetadata* metadata);
+  void run(Operation target, const FeedMap& feeds = {});
+
+  void close();
+  Graph& graph() const;
+
+ private:
+  std::unique_ptr<internal::SessionImpl> impl_;
+};
+
+}  // namespace tessera

@@ -1,0 +1,18 @@
+// tessera: a dataflow runtime in the spirit of TensorFlow 1's engine. The umbrella header.
+//
+//   #include <tessera/tessera.h>
+//   tessera::Graph g;
+//   auto c = tessera::ops::add(tessera::ops::constant(g, 1), tessera::ops::constant(g, 2));
+//   tessera::Session s(g);
+//   int v = s.run(c).scalar<int32_t>();   // 3
+#pragma once
+
+#include "tessera/config.h"
+#include "tessera/errors.h"
+#include "tessera/graph.h"
+#include "tessera/ops.h"
+#include "tessera/queue.h"
+#include "tessera/session.h"
+#include "tessera/tensor.h"
+#include "tessera/train.h"
+#include "tessera/variable.h"

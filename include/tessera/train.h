@@ -1,0 +1,107 @@
+// Threads that feed queues, and the coordinator that stops them together (tessera::train).
+//
+//   train::Coordinator coord;
+//   auto threads = train::start_queue_runners(session, coord);
+//   coord.stop_on_exception([&] {
+//     while (!coord.should_stop()) session.run(train_op);   // OutOfRangeError ends it quietly
+//   });
+//   coord.request_stop();
+//   coord.join(threads);                                     // re-raises the first real error
+//
+// Coordinator is thread-safe: any thread may request a stop, report an error or wait.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tessera/graph.h"
+#include "tessera/queue.h"
+#include "tessera/session.h"
+
+namespace tessera::train {
+
+using namespace std::chrono_literals;
+
+class Coordinator {
+ public:
+  Coordinator();
+  ~Coordinator();
+  Coordinator(const Coordinator&) = delete;
+  Coordinator& operator=(const Coordinator&) = delete;
+
+  // Requests a stop. The first non-null `ex` that is not an OutOfRangeError is kept and re-raised
+  // by join().
+  void request_stop(std::exception_ptr ex = nullptr);
+  bool should_stop() const;
+  // Waits until a stop is requested or `timeout` passes (negative: forever); true if stopped.
+  bool wait_for_stop(std::chrono::milliseconds timeout = -1ms) const;
+  // Forgets the stop request and the kept exception.
+  void clear_stop();
+
+  // Runs body; an exception it throws requests a stop (OutOfRangeError without being kept).
+  template <class F>
+  void stop_on_exception(F&& body) {
+    try {
+      body();
+    } catch (...) {
+      request_stop(std::current_exception());
+    }
+  }
+
+  // Waits for `threads` to end: until they all end or a stop is requested, then at most
+  // `stop_grace_period` more. Re-raises the kept exception; else, if threads are still alive,
+  // raises tessera::Error listing them (they are left running, detached). `threads` is emptied.
+  void join(std::vector<std::thread>& threads, std::chrono::milliseconds stop_grace_period = 120s);
+
+  struct State;
+
+ private:
+  std::shared_ptr<State> state_;
+};
+
+// Runs enqueue ops in threads to keep a queue filled.
+class QueueRunner {
+ public:
+  QueueRunner() = default;
+  QueueRunner(FIFOQueue& queue, std::vector<Operation> enqueue_ops);
+
+  // One thread per enqueue op, each running its op until the coordinator stops or the queue is
+  // closed; the last one to end closes the queue. OutOfRangeError and CancelledError end a thread
+  // quietly; another error closes the queue and is reported to `coord` (or kept, see
+  // exceptions()). With a coordinator, one more thread closes the queue with
+  // cancel_pending_enqueues when a stop is requested, so no enqueue stays blocked.
+  std::vector<std::thread> create_threads(Session& session, Coordinator* coord = nullptr,
+                                          bool start = true);
+  // Errors raised in runner threads started without a coordinator.
+  std::vector<std::exception_ptr> exceptions() const;
+  const FIFOQueue& queue() const;
+  const std::vector<Operation>& enqueue_ops() const;
+
+  struct State;
+
+ private:
+  std::shared_ptr<State> state_;
+};
+
+// Registers a runner in the graph's collection (used by start_queue_runners).
+void add_queue_runner(Graph& g, QueueRunner runner);
+std::vector<QueueRunner> queue_runners(Graph& g);
+// Starts the threads of every registered runner for `session`.
+std::vector<std::thread> start_queue_runners(Session& session, Coordinator& coord);
+
+// A queue of the rows of `input` (dimension 0), `num_epochs` times (0 = forever), each epoch in a
+// new random order when `shuffle`; a QueueRunner filling it is registered. When the epochs are
+// done the queue closes and consumers see OutOfRangeError once it is drained.
+FIFOQueue input_producer(Graph& g, Tensor input, int num_epochs = 0, bool shuffle = true,
+                         int capacity = 32, uint64_t seed = 0);
+// The same over a tensor computed by the graph (evaluated at each epoch).
+FIFOQueue input_producer(Output input, int num_epochs = 0, bool shuffle = true, int capacity = 32,
+                         uint64_t seed = 0);
+
+}  // namespace tessera::train

@@ -1,0 +1,51 @@
+// Variables: named, mutable state that persists across runs of a session.
+//
+//   tessera::Variable w(g, tessera::Tensor::zeros(DType::Float32, {3}), "w");
+//   auto step = w.assign_add(ops::constant(g, Tensor::vector<float>({1, 1, 1})));
+//   Session s(g);
+//   s.run(global_variables_initializer(g));
+//   s.run(step);                     // returns the new value
+//
+// Reading an uninitialized variable raises FailedPreconditionError naming it. Updates are atomic
+// per variable (each update sees the result of the previous one); a read returns a snapshot that
+// later updates never change (copy on write). Variable is a copyable handle: copies refer to the
+// same variable. The state lives in the session (in-process) or server task that runs it.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "tessera/graph.h"
+#include "tessera/tensor.h"
+
+namespace tessera {
+
+class Variable {
+ public:
+  Variable() = default;
+  Variable(Graph& g, Tensor initial_value, std::string name = "");
+  Variable(Output initial_value, std::string name = "");
+
+  Output value() const;  // a read of the current value
+  operator Output() const { return value(); }  // NOLINT: TensorFlow lets a variable stand for its value
+  Output assign(Output value) const;      // each returns the new value
+  Output assign_add(Output delta) const;
+  Output assign_sub(Output delta) const;
+  Operation initializer() const;
+  Operation op() const;                   // the variable node
+  const std::string& name() const;
+  DType dtype() const;
+  Shape shape() const;
+
+ private:
+  Output update(const char* type, Output value) const;
+  struct State;
+  std::shared_ptr<const State> state_;
+};
+
+// A group of the initializers of every variable created so far in `g`.
+Operation global_variables_initializer(Graph& g);
+// The variables created so far in `g`, in creation order.
+std::vector<Variable> global_variables(Graph& g);
+
+}  // namespace tessera
