@@ -98,7 +98,6 @@ Node* GraphImpl::add_node(NodeSpec spec) {
   Node* raw = node.get();
   by_name_[raw->name] = raw;
   nodes_.push_back(std::move(node));
-  version_.fetch_add(1, std::memory_order_acq_rel);
   return raw;
 }
 

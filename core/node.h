@@ -90,7 +90,8 @@ class GraphImpl {
   std::vector<Node*> nodes() const;
   int num_nodes() const;
   Node* node(int id) const;
-  // Bumped by every change that can invalidate a cached execution plan.
+  // Bumped by every change that can invalidate a cached execution plan: new control inputs on an
+  // existing node (adding nodes cannot change what an existing plan runs).
   uint64_t version() const { return version_.load(std::memory_order_acquire); }
   void add_control_input(Node* node, Node* dep);
   std::shared_mutex& mutex() const { return mu_; }

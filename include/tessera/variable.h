@@ -37,9 +37,12 @@ class Variable {
   DType dtype() const;
   Shape shape() const;
 
+  // Internal: the graph's record of the variable (used by global_variables()).
+  struct State;
+  explicit Variable(std::shared_ptr<const State> state) : state_(std::move(state)) {}
+
  private:
   Output update(const char* type, Output value) const;
-  struct State;
   std::shared_ptr<const State> state_;
 };
 

@@ -1,0 +1,378 @@
+// Note [Executor scheduling]
+// A step starts its root nodes on the calling thread. When a node finishes, each successor whose
+// last predecessor it was becomes ready. Cheap ready nodes run inline on the same thread (no
+// queueing, no wake-up: a chain of small ops costs one virtual call each); expensive ones go to
+// the inter-op pool, except that a thread with nothing cheap to do keeps one expensive node for
+// itself. `outstanding_` counts nodes that are ready or running; it is raised for new ready nodes
+// before they are dispatched, so it reaches zero exactly once, when the step is over.
+//
+// Note [Async kernels]
+// Kernels that wait (queue enqueue/dequeue) are asynchronous: they register a callback with the
+// resource they wait on and return, so a blocked step holds no thread at all. Their completion
+// (from whichever thread satisfies or cancels the wait) is handed back to the pool, never run
+// inline, so the completing thread (often another step's enqueue) is not borrowed. Every waiting
+// kernel also registers with the step's CancellationManager: a deadline or a session close
+// cancels the step and every wait ends with that reason.
+#include "core/executor.h"
+
+#include <algorithm>
+#include <chrono>
+#include <functional>
+#include <thread>
+#include <unordered_map>
+
+#include <fmt/format.h>
+
+namespace tessera::internal {
+
+int64_t now_micros() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+// ---- Plan ----
+
+StatusOr<std::shared_ptr<const Plan>> build_plan(
+    const GraphImpl& graph, const std::vector<Endpoint>& feeds, const std::vector<Endpoint>& fetches,
+    const std::vector<const Node*>& targets,
+    const std::function<StatusOr<OpKernel*>(const Node&)>& make_kernel) {
+  auto plan = std::make_shared<Plan>();
+  plan->graph_version = graph.version();
+
+  auto key = [](const Node* n, int index) { return (static_cast<uint64_t>(n->id) << 16) | index; };
+  std::unordered_map<uint64_t, int> fed;  // endpoint -> feed index
+  for (std::size_t i = 0; i < feeds.size(); ++i) fed[key(feeds[i].node, feeds[i].index)] = static_cast<int>(i);
+
+  // Prune: what the fetches and targets need, cutting fed edges.
+  std::unordered_map<const Node*, int> index_of;  // needed node -> plan index (set below)
+  std::vector<const Node*> needed;
+  std::vector<const Node*> stack;
+  auto want = [&](const Node* n) {
+    if (index_of.emplace(n, -1).second) {
+      needed.push_back(n);
+      stack.push_back(n);
+    }
+  };
+  for (const auto& f : fetches) {
+    if (!fed.count(key(f.node, f.index))) want(f.node);
+  }
+  for (const Node* t : targets) want(t);
+  while (!stack.empty()) {
+    const Node* n = stack.back();
+    stack.pop_back();
+    for (const auto& in : n->inputs) {
+      if (!fed.count(key(in.node, in.index))) want(in.node);
+    }
+    for (const Node* c : n->control_inputs) want(c);
+  }
+
+  // Distinct predecessors per node, then Kahn's algorithm.
+  std::unordered_map<const Node*, std::vector<const Node*>> succ;
+  std::unordered_map<const Node*, int> indegree;
+  for (const Node* n : needed) {
+    std::vector<const Node*> preds;
+    for (const auto& in : n->inputs) {
+      if (!fed.count(key(in.node, in.index))) preds.push_back(in.node);
+    }
+    for (const Node* c : n->control_inputs) preds.push_back(c);
+    std::sort(preds.begin(), preds.end());
+    preds.erase(std::unique(preds.begin(), preds.end()), preds.end());
+    indegree[n] = static_cast<int>(preds.size());
+    for (const Node* p : preds) succ[p].push_back(n);
+  }
+  std::vector<const Node*> order;
+  order.reserve(needed.size());
+  // Seed in creation order so plans (and traces) are deterministic.
+  std::vector<const Node*> ready;
+  for (const Node* n : needed) {
+    if (indegree[n] == 0) ready.push_back(n);
+  }
+  std::sort(ready.begin(), ready.end(), [](const Node* a, const Node* b) { return a->id > b->id; });
+  auto remaining = indegree;
+  while (!ready.empty()) {
+    const Node* n = ready.back();
+    ready.pop_back();
+    order.push_back(n);
+    for (const Node* s : succ[n]) {
+      if (--remaining[s] == 0) ready.push_back(s);
+    }
+  }
+  if (order.size() != needed.size()) {
+    std::vector<std::string> in_cycle;
+    for (const Node* n : needed) {
+      if (remaining[n] > 0) in_cycle.push_back(n->debug_name());
+    }
+    std::sort(in_cycle.begin(), in_cycle.end());
+    if (in_cycle.size() > 5) in_cycle.resize(5);
+    return errors::invalid_argument("the graph has a cycle through op(s) {}", fmt::join(in_cycle, ", "));
+  }
+
+  // Lay out the plan.
+  const int n_nodes = static_cast<int>(order.size());
+  plan->nodes.resize(n_nodes);
+  int slot = 0;
+  for (int i = 0; i < n_nodes; ++i) {
+    index_of[order[i]] = i;
+    auto& pn = plan->nodes[i];
+    pn.node = order[i];
+    pn.num_outputs = static_cast<int>(order[i]->output_dtypes.size());
+    pn.first_output_slot = slot;
+    slot += pn.num_outputs;
+  }
+  for (std::size_t f = 0; f < feeds.size(); ++f) plan->feed_slots.push_back(slot++);
+  plan->num_slots = slot;
+  plan->slot_uses.assign(slot, 0);
+  auto slot_of = [&](const Endpoint& e) {
+    auto it = fed.find(key(e.node, e.index));
+    if (it != fed.end()) return plan->feed_slots[it->second];
+    return plan->nodes[index_of.at(e.node)].first_output_slot + e.index;
+  };
+  for (int i = 0; i < n_nodes; ++i) {
+    auto& pn = plan->nodes[i];
+    const Node* n = pn.node;
+    pn.first_input = static_cast<int>(plan->input_slots.size());
+    pn.num_inputs = static_cast<int>(n->inputs.size());
+    for (const auto& in : n->inputs) {
+      int s = slot_of(in);
+      plan->input_slots.push_back(s);
+      plan->slot_uses[s]++;
+    }
+    pn.first_successor = static_cast<int>(plan->successors.size());
+    for (const Node* s : succ[n]) plan->successors.push_back(index_of.at(s));
+    pn.num_successors = static_cast<int>(plan->successors.size()) - pn.first_successor;
+    pn.initial_pending = indegree[n];
+    if (pn.initial_pending == 0) plan->roots.push_back(i);
+    auto kernel = make_kernel(*n);
+    if (!kernel.ok()) return kernel.status();
+    pn.kernel = kernel.value();
+    pn.is_async = pn.kernel->is_async();
+    pn.expensive = pn.kernel->is_expensive();
+  }
+  for (const auto& f : fetches) {
+    int s = slot_of(f);
+    plan->fetch_slots.push_back(s);
+    plan->slot_uses[s]++;
+  }
+  return std::shared_ptr<const Plan>(std::move(plan));
+}
+
+// ---- RunState ----
+
+namespace {
+uint64_t this_thread_id() {
+  return static_cast<uint64_t>(std::hash<std::thread::id>()(std::this_thread::get_id()));
+}
+}  // namespace
+
+RunState::RunState(const Options& options) : opt_(options), plan_(*options.plan) {
+  slots_ = std::make_unique<Tensor[]>(plan_.num_slots);
+  const int n = static_cast<int>(plan_.nodes.size());
+  pending_ = std::make_unique<std::atomic<int>[]>(n);
+  for (int i = 0; i < n; ++i) pending_[i].store(plan_.nodes[i].initial_pending, std::memory_order_relaxed);
+  slot_uses_ = std::make_unique<std::atomic<int>[]>(plan_.num_slots);
+  for (int i = 0; i < plan_.num_slots; ++i) slot_uses_[i].store(plan_.slot_uses[i], std::memory_order_relaxed);
+}
+
+RunState::~RunState() = default;
+
+void RunState::set_feed(int i, Tensor value) { slots_[plan_.feed_slots[i]] = std::move(value); }
+
+const Tensor& RunState::fetch(int i) const { return slots_[plan_.fetch_slots[i]]; }
+
+Status RunState::run() {
+  if (opt_.trace) start_us_ = now_micros();
+  if (!plan_.nodes.empty()) {
+    std::vector<int> ready(plan_.roots.begin(), plan_.roots.end());
+    std::vector<int> stack;
+    outstanding_.store(static_cast<int64_t>(ready.size()), std::memory_order_release);
+    finish_node(&ready, &stack);  // dispatch only: the roots are already counted
+    while (!stack.empty()) {
+      int i = stack.back();
+      stack.pop_back();
+      process(i);
+    }
+  } else {
+    done();
+  }
+  std::unique_lock<std::mutex> l(mu_);
+  if (opt_.timeout.count() > 0) {
+    auto deadline = std::chrono::steady_clock::now() + opt_.timeout;
+    if (!cv_.wait_until(l, deadline, [&] { return done_; })) {
+      l.unlock();
+      cancel(Status(ErrorCode::kDeadlineExceeded,
+                    fmt::format("the run exceeded its timeout of {} ms", opt_.timeout.count())));
+      l.lock();
+    }
+  }
+  cv_.wait(l, [&] { return done_; });
+  return status_;
+}
+
+void RunState::cancel(const Status& reason) {
+  aborted_.store(true, std::memory_order_release);
+  cancellation_.start_cancel(reason);
+}
+
+void RunState::record_error(const Status& s) {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (status_.ok()) status_ = s;
+  }
+  aborted_.store(true, std::memory_order_release);
+  cancellation_.start_cancel(s);
+}
+
+void RunState::done() {
+  std::lock_guard<std::mutex> l(mu_);
+  if (status_.ok() && cancellation_.is_cancelled()) status_ = cancellation_.reason();
+  done_ = true;
+  // Notified under the lock: the waiter may destroy this object as soon as it sees done_.
+  cv_.notify_all();
+}
+
+void RunState::finish_node(std::vector<int>* ready, std::vector<int>* inline_stack) {
+  // Dispatch: cheap nodes inline; expensive ones to the pool, keeping one if nothing is inline.
+  int keep_expensive = -1;
+  for (int r : *ready) {
+    const auto& pn = plan_.nodes[r];
+    if (!pn.expensive) {
+      inline_stack->push_back(r);
+    } else if (keep_expensive < 0 && inline_stack->empty()) {
+      keep_expensive = r;
+    } else {
+      (*opt_.runner)([this, r] { process(r); });
+    }
+  }
+  if (keep_expensive >= 0) {
+    if (inline_stack->empty()) {
+      inline_stack->push_back(keep_expensive);
+    } else {
+      (*opt_.runner)([this, keep_expensive] { process(keep_expensive); });
+    }
+  }
+  ready->clear();
+}
+
+void RunState::process(int node_index) {
+  // Everything this thread makes ready and keeps runs in this loop.
+  std::vector<int> stack{node_index};
+  std::vector<int> ready;
+  while (!stack.empty()) {
+    const int i = stack.back();
+    stack.pop_back();
+    const PlanNode& pn = plan_.nodes[i];
+    ready.clear();
+    if (!aborted_.load(std::memory_order_acquire)) {
+      OpKernelContext::Params params;
+      params.node = pn.node;
+      params.num_inputs = pn.num_inputs;
+      params.resources = opt_.resources;
+      params.cancellation = &cancellation_;
+      params.step_id = opt_.step_id;
+      params.runner = opt_.runner;
+      const int64_t start = opt_.trace ? now_micros() : 0;
+      if (pn.is_async) {
+        // Inputs and context must outlive this frame: they live until the kernel calls done.
+        auto inputs = std::make_unique<const Tensor*[]>(std::max(1, pn.num_inputs));
+        for (int j = 0; j < pn.num_inputs; ++j) inputs[j] = &slots_[plan_.input_slots[pn.first_input + j]];
+        params.inputs = inputs.get();
+        auto* ctx = new OpKernelContext(params);
+        const Tensor** raw_inputs = inputs.release();
+        try {
+          pn.kernel->compute_async(*ctx, [this, i, ctx, raw_inputs, start] {
+            (*opt_.runner)([this, i, ctx, raw_inputs, start] { on_async_done(i, ctx, raw_inputs, start); });
+          });
+        } catch (...) {
+          // A kernel that throws before taking ownership of `done` never calls it.
+          ctx->fail(status_from_current_exception());
+          on_async_done(i, ctx, raw_inputs, start);
+        }
+        continue;  // outstanding_ still counts it until on_async_done
+      }
+      constexpr int kInlineInputs = 8;
+      const Tensor* small[kInlineInputs];
+      std::unique_ptr<const Tensor*[]> big;
+      const Tensor** inputs = small;
+      if (pn.num_inputs > kInlineInputs) {
+        big = std::make_unique<const Tensor*[]>(pn.num_inputs);
+        inputs = big.get();
+      }
+      for (int j = 0; j < pn.num_inputs; ++j) inputs[j] = &slots_[plan_.input_slots[pn.first_input + j]];
+      params.inputs = inputs;
+      OpKernelContext ctx(params);
+      try {
+        pn.kernel->compute(ctx);
+      } catch (...) {
+        ctx.fail(status_from_current_exception());
+      }
+      if (opt_.trace) {
+        std::lock_guard<std::mutex> l(trace_mu_);
+        trace_.push_back({pn.node, start, now_micros(), this_thread_id()});
+      }
+      complete(i, ctx, &ready);
+    }
+    // This node is over; count the ones it made ready before anyone can run them.
+    const int64_t delta = static_cast<int64_t>(ready.size()) - 1;
+    if (outstanding_.fetch_add(delta, std::memory_order_acq_rel) + delta == 0) {
+      done();  // `this` may be gone from here on
+      return;
+    }
+    finish_node(&ready, &stack);
+  }
+}
+
+void RunState::on_async_done(int i, OpKernelContext* ctx, const Tensor** inputs, int64_t start) {
+  std::vector<int> ready;
+  if (opt_.trace) {
+    std::lock_guard<std::mutex> l(trace_mu_);
+    trace_.push_back({plan_.nodes[i].node, start, now_micros(), this_thread_id()});
+  }
+  complete(i, *ctx, &ready);
+  delete ctx;
+  delete[] inputs;
+  const int64_t delta = static_cast<int64_t>(ready.size()) - 1;
+  if (outstanding_.fetch_add(delta, std::memory_order_acq_rel) + delta == 0) {
+    done();
+    return;
+  }
+  std::vector<int> stack;
+  finish_node(&ready, &stack);
+  for (int r : stack) process(r);
+}
+
+bool RunState::complete(int i, OpKernelContext& ctx, std::vector<int>* ready) {
+  const PlanNode& pn = plan_.nodes[i];
+  if (!ctx.status().ok()) {
+    record_error(ctx.status());
+    return false;
+  }
+  for (int k = 0; k < pn.num_outputs; ++k) {
+    Tensor& t = ctx.outputs()[k];
+    if (t.is_null() || t.dtype() != pn.node->output_dtypes[k]) {
+      record_error(errors::internal("{}: kernel produced {} for output {} (expected {})",
+                                    pn.node->debug_name(), t.is_null() ? "nothing" : dtype_name(t.dtype()),
+                                    k, dtype_name(pn.node->output_dtypes[k])));
+      return false;
+    }
+    const int s = pn.first_output_slot + k;
+    if (plan_.slot_uses[s] > 0) slots_[s] = std::move(t);
+  }
+  if (aborted_.load(std::memory_order_acquire)) return false;
+  for (int j = 0; j < pn.num_inputs; ++j) {
+    const int s = plan_.input_slots[pn.first_input + j];
+    if (slot_uses_[s].fetch_sub(1, std::memory_order_acq_rel) == 1) slots_[s] = Tensor();
+  }
+  for (int k = 0; k < pn.num_successors; ++k) {
+    const int succ = plan_.successors[pn.first_successor + k];
+    if (pending_[succ].fetch_sub(1, std::memory_order_acq_rel) == 1) ready->push_back(succ);
+  }
+  return true;
+}
+
+std::vector<TraceEvent> RunState::take_trace() {
+  std::lock_guard<std::mutex> l(trace_mu_);
+  return std::move(trace_);
+}
+
+}  // namespace tessera::internal

@@ -1,0 +1,130 @@
+// The dataflow executor: runs a pruned, sorted subgraph (a Plan) for one step.
+//
+// A Plan is built once per (feeds, fetches, targets) signature and cached by the session, so a
+// repeated run does no graph analysis: it allocates the per-step state (output slots, pending
+// counts) and starts the root nodes. See Note [Executor scheduling] in executor.cc.
+//
+// Plans are immutable and shared by concurrent steps; a RunState belongs to one step.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "core/cancellation.h"
+#include "core/node.h"
+#include "core/op_kernel.h"
+#include "core/resource_mgr.h"
+#include "core/status.h"
+
+namespace tessera::internal {
+
+using Runner = std::function<void(std::function<void()>)>;
+
+struct PlanNode {
+  const Node* node = nullptr;  // Not owned.
+  OpKernel* kernel = nullptr;  // Not owned: the session's kernel cache owns it.
+  int first_input = 0;         // into Plan::input_slots
+  int num_inputs = 0;
+  int first_output_slot = 0;   // slots [first_output_slot, first_output_slot + num_outputs)
+  int num_outputs = 0;
+  int first_successor = 0;     // into Plan::successors
+  int num_successors = 0;
+  int initial_pending = 0;     // distinct predecessors in the plan
+  bool is_async = false;
+  bool expensive = false;
+};
+
+struct Plan {
+  std::vector<PlanNode> nodes;     // topological order
+  std::vector<int> input_slots;    // per node input: slot index
+  std::vector<int> successors;     // per node: plan indices of distinct successors
+  std::vector<int> roots;          // nodes with no pending predecessors
+  int num_slots = 0;               // node outputs, then one slot per feed
+  std::vector<int> feed_slots;     // parallel to the signature's feeds
+  std::vector<int> fetch_slots;    // parallel to the signature's fetches
+  std::vector<int> slot_uses;      // consumers per slot (+1 when fetched: never released early)
+  uint64_t graph_version = 0;
+};
+
+// Builds a plan: prunes to what the fetches and targets need (a fed output cuts its edge), sorts
+// topologically (a cycle is InvalidArgumentError naming an op in it). `make_kernel` returns the
+// session's kernel for a node (or an error, e.g. no kernel for the device).
+StatusOr<std::shared_ptr<const Plan>> build_plan(
+    const GraphImpl& graph, const std::vector<Endpoint>& feeds, const std::vector<Endpoint>& fetches,
+    const std::vector<const Node*>& targets,
+    const std::function<StatusOr<OpKernel*>(const Node&)>& make_kernel);
+
+struct TraceEvent {
+  const Node* node;
+  int64_t start_us;
+  int64_t end_us;
+  uint64_t thread;
+};
+
+// One step. Create, then call run(); run() returns when every started op has finished.
+class RunState {
+ public:
+  struct Options {
+    const Plan* plan = nullptr;      // Not owned.
+    const Runner* runner = nullptr;  // Not owned.
+    ResourceMgr* resources = nullptr;  // Not owned.
+    int64_t step_id = 0;
+    std::chrono::milliseconds timeout{0};
+    bool trace = false;
+  };
+  explicit RunState(const Options& options);
+  ~RunState();
+  RunState(const RunState&) = delete;
+  RunState& operator=(const RunState&) = delete;
+
+  // Sets the value of the i-th feed. Before run().
+  void set_feed(int i, Tensor value);
+  // Runs the step on the calling thread and the pool; blocks until done (or the deadline, after
+  // which the step is cancelled and drained). Returns the step's status.
+  Status run();
+  // The value of fetch i after a successful run.
+  const Tensor& fetch(int i) const;
+  // Cancels the step (session close): pending ops fail with `reason`.
+  void cancel(const Status& reason);
+  std::vector<TraceEvent> take_trace();
+  int64_t start_us() const { return start_us_; }
+
+ private:
+  void process(int node_index);
+  void on_async_done(int node_index, OpKernelContext* ctx, const Tensor** inputs, int64_t start_us);
+  // Stores outputs, releases inputs, collects newly ready successors; returns false on error.
+  bool complete(int node_index, OpKernelContext& ctx, std::vector<int>* ready);
+  void record_error(const Status& s);
+  // Accounts for a finished node that made `ready` ready; dispatches them (all but one inline
+  // candidate to the pool) and returns the node to run inline next, or -1.
+  void finish_node(std::vector<int>* ready, std::vector<int>* inline_stack);
+  void done();
+
+  Options opt_;
+  const Plan& plan_;
+  std::unique_ptr<Tensor[]> slots_;
+  std::unique_ptr<std::atomic<int>[]> pending_;
+  std::unique_ptr<std::atomic<int>[]> slot_uses_;
+  std::atomic<int64_t> outstanding_{0};
+  std::atomic<bool> aborted_{false};
+  CancellationManager cancellation_;
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false;  // guarded by mu_
+  Status status_;      // guarded by mu_
+
+  int64_t start_us_ = 0;
+  std::mutex trace_mu_;
+  std::vector<TraceEvent> trace_;  // guarded by trace_mu_
+};
+
+int64_t now_micros();
+
+}  // namespace tessera::internal

@@ -1,0 +1,149 @@
+// Variables: op definitions ("VariableV2", "Assign", "AssignAdd", "AssignSub") and the public
+// tessera::Variable handle.
+#include <fmt/format.h>
+
+#include "core/node.h"
+#include "core/op_registry.h"
+#include "tessera/ops.h"
+#include "tessera/variable.h"
+
+namespace tessera {
+namespace internal {
+namespace {
+
+Status variable_shape(ShapeContext& c) {
+  c.add_output(c.attr<DType>("dtype"), c.attr<Shape>("shape"));
+  return Status();
+}
+
+// Assign*: input 0 is the new value or delta, output 0 the variable's new value.
+Status assign_shape(ShapeContext& c) {
+  const Node* var = c.spec().resource;
+  if (var == nullptr || var->type != "VariableV2") return c.invalid("must act on a variable");
+  const DType dtype = var->output_dtypes[0];
+  const Shape& shape = var->output_shapes[0];
+  if (c.num_inputs() != 1) return c.invalid("expects 1 input, got {}", c.num_inputs());
+  if (c.input_dtype(0) != dtype) {
+    return c.invalid("variable '{}' is {}, the value is {}", var->name, dtype_name(dtype),
+                     dtype_name(c.input_dtype(0)));
+  }
+  if (!shape.compatible_with(c.input_shape(0))) {
+    return c.invalid("variable '{}' has shape {}, the value has shape {}", var->name, shape.to_string(),
+                     c.input_shape(0).to_string());
+  }
+  if (c.op_type() != "Assign" && dtype == DType::Bool) {
+    return c.invalid("variable '{}' is bool: arithmetic updates need a number type", var->name);
+  }
+  c.add_output(dtype, shape);
+  return Status();
+}
+
+TESSERA_REGISTER_OP(OpDef{"VariableV2", variable_shape, /*stateful=*/true});
+TESSERA_REGISTER_OP(OpDef{"Assign", assign_shape, /*stateful=*/true});
+TESSERA_REGISTER_OP(OpDef{"AssignAdd", assign_shape, /*stateful=*/true});
+TESSERA_REGISTER_OP(OpDef{"AssignSub", assign_shape, /*stateful=*/true});
+
+constexpr const char* kVariablesCollection = "variables";
+
+}  // namespace
+}  // namespace internal
+
+using internal::Node;
+using internal::NodeSpec;
+
+struct Variable::State {
+  Node* var = nullptr;       // Not owned.
+  Node* init = nullptr;      // the initializer (Assign). Not owned.
+};
+
+namespace {
+
+std::shared_ptr<const Variable::State> make_variable(Output initial_value, std::string name) {
+  Node* iv = internal::checked_node(initial_value, "Variable initial value");
+  internal::GraphImpl& g = *iv->graph;
+  NodeSpec spec{"VariableV2", name.empty() ? std::string("Variable") : std::move(name)};
+  spec.attrs["dtype"] = initial_value.dtype();
+  spec.attrs["shape"] = initial_value.shape();
+  // A variable is not ordered after whatever control scope is active: only its initializer is.
+  auto saved_control = g.control_scope_;
+  g.control_scope_.clear();
+  Node* var = g.add_node(std::move(spec));
+  g.control_scope_ = saved_control;
+  auto state = std::make_shared<Variable::State>();
+  state->var = var;
+  {
+    GraphScope colocate = g.owner->colocate_with(Operation(var));
+    NodeSpec assign{"Assign", var->name + "/Assign"};
+    assign.inputs = {initial_value};
+    assign.resource = var;
+    state->init = g.add_node(std::move(assign));
+  }
+  std::lock_guard<std::mutex> l(g.collections_mu_);
+  g.collections_[internal::kVariablesCollection].push_back(
+      std::const_pointer_cast<Variable::State>(state));
+  return state;
+}
+
+}  // namespace
+
+Variable::Variable(Graph& g, Tensor initial_value, std::string name) {
+  if (initial_value.is_null()) throw InvalidArgumentError("Variable: null initial value");
+  std::string base = name.empty() ? std::string("Variable") : name;
+  Output init;
+  {
+    // The constant belongs under the variable's name ("v/initial_value").
+    GraphScope scope = g.name_scope(base);
+    init = ops::constant(g, std::move(initial_value), "initial_value");
+  }
+  state_ = make_variable(init, std::move(base));
+}
+
+Variable::Variable(Output initial_value, std::string name)
+    : state_(make_variable(initial_value, std::move(name))) {}
+
+namespace {
+const Variable::State& checked_state(const std::shared_ptr<const Variable::State>& s) {
+  if (!s) throw InvalidArgumentError("use of a default-constructed Variable");
+  return *s;
+}
+}  // namespace
+
+Output Variable::value() const { return Output(checked_state(state_).var, 0); }
+Operation Variable::op() const { return Operation(checked_state(state_).var); }
+Operation Variable::initializer() const { return Operation(checked_state(state_).init); }
+const std::string& Variable::name() const { return checked_state(state_).var->name; }
+DType Variable::dtype() const { return checked_state(state_).var->output_dtypes[0]; }
+Shape Variable::shape() const { return checked_state(state_).var->output_shapes[0]; }
+
+Output Variable::update(const char* type, Output value) const {
+  const auto& s = checked_state(state_);
+  internal::checked_node(value, type);
+  GraphScope colocate = s.var->graph->owner->colocate_with(Operation(s.var));
+  NodeSpec spec{type, s.var->name + "/" + type};
+  spec.inputs = {value};
+  spec.resource = s.var;
+  return Output(s.var->graph->add_node(std::move(spec)), 0);
+}
+
+Output Variable::assign(Output value) const { return update("Assign", value); }
+Output Variable::assign_add(Output delta) const { return update("AssignAdd", delta); }
+Output Variable::assign_sub(Output delta) const { return update("AssignSub", delta); }
+
+std::vector<Variable> global_variables(Graph& g) {
+  auto& impl = g.impl();
+  std::vector<Variable> out;
+  std::lock_guard<std::mutex> l(impl.collections_mu_);
+  for (const auto& p : impl.collections_[internal::kVariablesCollection]) {
+    out.emplace_back(std::static_pointer_cast<const Variable::State>(p));
+  }
+  return out;
+}
+
+Operation global_variables_initializer(Graph& g) {
+  std::vector<Operation> inits;
+  for (const auto& v : global_variables(g)) inits.push_back(v.initializer());
+  if (inits.empty()) return ops::no_op(g, "init");
+  return ops::group(inits, "init");
+}
+
+}  // namespace tessera

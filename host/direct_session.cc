@@ -1,0 +1,300 @@
+#include "host/direct_session.h"
+
+#include <algorithm>
+#include <cstdio>
+
+#include <fmt/format.h>
+
+#include "core/device_name.h"
+#include "core/op_registry.h"
+#include "core/tensor_buffer.h"
+
+namespace tessera {
+namespace internal {
+
+namespace {
+
+constexpr uint64_t kSeparator = ~0ull;
+
+uint64_t endpoint_key(const Node* n, int index) { return (static_cast<uint64_t>(n->id) << 16) | index; }
+
+Node* checked_in_graph(const Output& o, const GraphImpl& g, const char* what) {
+  if (o.is_null()) throw InvalidArgumentError(fmt::format("{}: null Output", what));
+  Node* n = o.node();
+  if (n->graph != &g) {
+    throw InvalidArgumentError(fmt::format("{} '{}' is not an element of this session's graph", what, o.name()));
+  }
+  return n;
+}
+
+}  // namespace
+
+std::size_t SessionImpl::KeyHash::operator()(const std::vector<uint64_t>& k) const noexcept {
+  uint64_t h = 1469598103934665603ull;
+  for (uint64_t v : k) {
+    h ^= v;
+    h *= 1099511628211ull;
+  }
+  return static_cast<std::size_t>(h);
+}
+
+SessionImpl::SessionImpl(Graph& graph, SessionOptions options)
+    : graph_(graph), g_(graph.impl()), options_(options) {
+  if (options_.inter_op_threads < 0) {
+    throw InvalidArgumentError(fmt::format("inter_op_threads must be >= 0, got {}", options_.inter_op_threads));
+  }
+  if (options_.inter_op_threads > 0) {
+    own_pool_ = std::make_unique<ThreadPool>(options_.inter_op_threads);
+    pool_ = own_pool_.get();
+  } else {
+    pool_ = &ThreadPool::shared();
+  }
+  runner_ = [pool = pool_](std::function<void()> fn) { pool->schedule(std::move(fn)); };
+}
+
+SessionImpl::~SessionImpl() {
+  close();
+  // The pool (when owned) drains and joins before kernels and resources go away.
+  own_pool_.reset();
+}
+
+void SessionImpl::close() {
+  const Status reason(ErrorCode::kCancelled, "the session was closed");
+  std::unique_lock<std::mutex> l(runs_mu_);
+  closed_ = true;
+  for (RunState* rs : active_runs_) rs->cancel(reason);
+  l.unlock();
+  resources_.cancel_all(reason);
+  l.lock();
+  runs_cv_.wait(l, [&] { return active_runs_.empty(); });
+}
+
+Status SessionImpl::place(const Node& node) {
+  // In-process sessions have one device: this process's CPU. Requests are validated and honoured
+  // when they name it; anything else is soft-placed (or refused without soft placement).
+  static const DeviceSpec kCpu = DeviceSpec::parse(kHostDeviceName).value();
+  auto spec = DeviceSpec::parse(node.requested_device);
+  if (!spec.ok()) return spec.status().with_prefix(node.debug_name() + ": ");
+  const DeviceSpec& want = spec.value();
+  if (!want.matches(kCpu)) {
+    if (!options_.allow_soft_placement) {
+      return errors::invalid_argument(
+          "{}: cannot assign a device for the op: requested '{}', available devices: [{}]",
+          node.debug_name(), node.requested_device, kHostDeviceName);
+    }
+    std::fprintf(stderr, "tessera: soft placement: %s requested %s, placed on %s\n",
+                 node.debug_name().c_str(), node.requested_device.c_str(), kHostDeviceName);
+  }
+  if (OpRegistry::global().find_kernel(node.type, "CPU") == nullptr) {
+    return errors::unimplemented("{}: no CPU kernel registered for op type {}", node.debug_name(), node.type);
+  }
+  if (options_.log_device_placement) {
+    std::fprintf(stderr, "%s: (%s): %s\n", node.name.c_str(), node.type.c_str(), kHostDeviceName);
+  }
+  return Status();
+}
+
+StatusOr<OpKernel*> SessionImpl::kernel_for(const Node& node) {
+  std::lock_guard<std::mutex> l(kernels_mu_);
+  auto it = kernels_.find(&node);
+  if (it != kernels_.end()) return it->second.get();
+  TESSERA_RETURN_IF_ERROR(place(node));
+  const KernelFactory* factory = OpRegistry::global().find_kernel(node.type, "CPU");
+  std::unique_ptr<OpKernel> kernel;
+  try {
+    kernel = (*factory)(node);
+  } catch (...) {
+    return status_from_current_exception().with_prefix(node.debug_name() + ": ");
+  }
+  OpKernel* raw = kernel.get();
+  kernels_.emplace(&node, std::move(kernel));
+  const_cast<Node&>(node).assigned_device = kHostDeviceName;
+  return raw;
+}
+
+StatusOr<std::shared_ptr<const Plan>> SessionImpl::get_plan(const std::vector<uint64_t>& key,
+                                                            const std::vector<Endpoint>& feeds,
+                                                            const std::vector<Endpoint>& fetches,
+                                                            const std::vector<const Node*>& targets) {
+  const uint64_t version = g_.version();
+  {
+    std::shared_lock<std::shared_mutex> l(plans_mu_);
+    auto it = plans_.find(key);
+    if (it != plans_.end() && it->second->graph_version == version) return it->second;
+  }
+  StatusOr<std::shared_ptr<const Plan>> plan = Status(ErrorCode::kInternal, "unset");
+  {
+    // Placement writes assigned_device, so building a plan excludes graph mutation.
+    std::unique_lock<std::shared_mutex> gl(g_.mutex());
+    plan = build_plan(g_, feeds, fetches, targets, [this](const Node& n) { return kernel_for(n); });
+  }
+  if (!plan.ok()) return plan;
+  std::unique_lock<std::shared_mutex> l(plans_mu_);
+  plans_[key] = plan.value();
+  return plan;
+}
+
+std::vector<Tensor> SessionImpl::run(const std::vector<Output>& fetches, const FeedMap& feeds,
+                                     const std::vector<Operation>& targets, const RunOptions& options,
+                                     RunMetadata* metadata) {
+  // Signature: feeds (ordered by the map), fetches, targets -> cache key.
+  std::vector<uint64_t> key;
+  key.reserve(feeds.size() + fetches.size() + targets.size() + 2);
+  std::vector<Endpoint> feed_eps;
+  feed_eps.reserve(feeds.size());
+  for (const auto& [out, value] : feeds) {
+    Node* n = checked_in_graph(out, g_, "feed");
+    if (out.index() < 0 || out.index() >= static_cast<int>(n->output_dtypes.size())) {
+      throw InvalidArgumentError(fmt::format("feed '{}': op has no output {}", out.name(), out.index()));
+    }
+    if (value.is_null()) throw InvalidArgumentError(fmt::format("feed '{}': null tensor", out.name()));
+    const DType want = n->output_dtypes[out.index()];
+    const Shape& want_shape = n->output_shapes[out.index()];
+    if (value.dtype() != want || !want_shape.compatible_with(value.shape())) {
+      throw InvalidArgumentError(fmt::format("{}: cannot feed a {} tensor of shape {} to '{}', which is {} {}",
+                                             n->debug_name(), dtype_name(value.dtype()),
+                                             value.shape().to_string(), out.name(), dtype_name(want),
+                                             want_shape.to_string()));
+    }
+    feed_eps.push_back({n, out.index()});
+    key.push_back(endpoint_key(n, out.index()));
+  }
+  key.push_back(kSeparator);
+  std::vector<Endpoint> fetch_eps;
+  fetch_eps.reserve(fetches.size());
+  for (const auto& out : fetches) {
+    Node* n = checked_in_graph(out, g_, "fetch");
+    if (out.index() < 0 || out.index() >= static_cast<int>(n->output_dtypes.size())) {
+      throw InvalidArgumentError(fmt::format("fetch '{}': op has no output {}", out.name(), out.index()));
+    }
+    fetch_eps.push_back({n, out.index()});
+    key.push_back(endpoint_key(n, out.index()));
+  }
+  key.push_back(kSeparator);
+  std::vector<const Node*> target_nodes;
+  target_nodes.reserve(targets.size());
+  for (const auto& op : targets) {
+    if (op.is_null()) throw InvalidArgumentError("target: null Operation");
+    Node* n = op.node();
+    if (n->graph != &g_) {
+      throw InvalidArgumentError(fmt::format("target '{}' is not an element of this session's graph", n->name));
+    }
+    target_nodes.push_back(n);
+    key.push_back(endpoint_key(n, 0));
+  }
+
+  {
+    std::lock_guard<std::mutex> l(runs_mu_);
+    if (closed_) throw CancelledError("attempted to use a closed session");
+  }
+  auto plan = get_plan(key, feed_eps, fetch_eps, target_nodes);
+  plan.status().raise();
+  const Plan& p = *plan.value();
+
+  RunState::Options ro;
+  ro.plan = &p;
+  ro.runner = &runner_;
+  ro.resources = &resources_;
+  ro.step_id = next_step_id_.fetch_add(1, std::memory_order_relaxed);
+  ro.timeout = options.timeout;
+  ro.trace = options.trace;
+  RunState rs(ro);
+  int i = 0;
+  for (const auto& [out, value] : feeds) rs.set_feed(i++, value);
+  {
+    std::lock_guard<std::mutex> l(runs_mu_);
+    if (closed_) throw CancelledError("attempted to use a closed session");
+    active_runs_.insert(&rs);
+  }
+  Status status = rs.run();
+  {
+    std::lock_guard<std::mutex> l(runs_mu_);
+    active_runs_.erase(&rs);
+    if (active_runs_.empty()) runs_cv_.notify_all();
+  }
+  if (metadata != nullptr && options.trace) metadata->trace_json = trace_json(rs, p);
+  status.raise();
+  std::vector<Tensor> results;
+  results.reserve(fetches.size());
+  for (std::size_t f = 0; f < fetches.size(); ++f) results.push_back(rs.fetch(static_cast<int>(f)));
+  return results;
+}
+
+std::string SessionImpl::trace_json(RunState& rs, const Plan& plan) const {
+  // Chrome trace-event format: one complete ("X") event per op, thread = executing thread.
+  auto events = rs.take_trace();
+  std::string out = "{\"traceEvents\":[";
+  bool first = true;
+  for (const auto& e : events) {
+    if (!first) out += ",";
+    first = false;
+    std::string name;
+    for (char c : e.node->name) {
+      if (c == '"' || c == '\\') name += '\\';
+      name += c;
+    }
+    out += fmt::format(
+        "{{\"name\":\"{}\",\"cat\":\"{}\",\"ph\":\"X\",\"ts\":{},\"dur\":{},\"pid\":\"{}\",\"tid\":{},"
+        "\"args\":{{\"op\":\"{}\",\"device\":\"{}\"}}}}",
+        name, e.node->type, e.start_us - rs.start_us(), std::max<int64_t>(0, e.end_us - e.start_us),
+        kHostDeviceName, e.thread % 1000000, e.node->type, kHostDeviceName);
+  }
+  out += "],\"displayTimeUnit\":\"ns\"}";
+  return out;
+}
+
+}  // namespace internal
+
+// ---- Session ----
+
+Session::Session(Graph& g, SessionOptions options)
+    : impl_(std::make_unique<internal::SessionImpl>(g, options)) {}
+
+Session::Session(Graph& g, const std::string& target, SessionOptions options) {
+  if (!target.empty() && target != "local") {
+    throw UnimplementedError(fmt::format(
+        "session target '{}': distributed sessions are not available in this build", target));
+  }
+  impl_ = std::make_unique<internal::SessionImpl>(g, options);
+}
+
+Session::~Session() = default;
+Session::Session(Session&&) noexcept = default;
+Session& Session::operator=(Session&&) noexcept = default;
+
+namespace {
+internal::SessionImpl& checked(const std::unique_ptr<internal::SessionImpl>& impl) {
+  if (!impl) throw FailedPreconditionError("use of a moved-from Session");
+  return *impl;
+}
+}  // namespace
+
+std::vector<Tensor> Session::run(const std::vector<Output>& fetches, const FeedMap& feeds,
+                                 const std::vector<Operation>& targets, const RunOptions& options) {
+  return checked(impl_).run(fetches, feeds, targets, options, nullptr);
+}
+
+std::vector<Tensor> Session::run(std::initializer_list<Output> fetches, const FeedMap& feeds,
+                                 const std::vector<Operation>& targets, const RunOptions& options) {
+  return checked(impl_).run(std::vector<Output>(fetches), feeds, targets, options, nullptr);
+}
+
+Tensor Session::run(Output fetch, const FeedMap& feeds) {
+  return checked(impl_).run({fetch}, feeds, {}, RunOptions{}, nullptr).front();
+}
+
+std::vector<Tensor> Session::run(const std::vector<Output>& fetches, const FeedMap& feeds,
+                                 const std::vector<Operation>& targets, const RunOptions& options,
+                                 RunMetadata* metadata) {
+  return checked(impl_).run(fetches, feeds, targets, options, metadata);
+}
+
+void Session::run(Operation target, const FeedMap& feeds) {
+  checked(impl_).run({}, feeds, {target}, RunOptions{}, nullptr);
+}
+
+void Session::close() { checked(impl_).close(); }
+
+Graph& Session::graph() const { return checked(impl_).graph(); }
+
+}  // namespace tessera

@@ -1,0 +1,103 @@
+// Note [Variable updates]
+// A variable's value is a Tensor guarded by the variable's mutex. Reads copy the handle (no data
+// copy) under the lock, so a read is a snapshot. Updates run under the lock, so they are atomic
+// per variable; an update writes in place only when nobody else holds the buffer, otherwise it
+// writes a fresh buffer (copy on write) so earlier snapshots never change. Assign adopts the
+// input's buffer as is (no copy): a later in-place update is safe because whoever still holds
+// that input makes the buffer shared, which forces the copy.
+#include <fmt/format.h>
+
+#include "core/op_kernel.h"
+#include "core/op_registry.h"
+#include "core/variable_resource.h"
+
+namespace tessera::internal {
+namespace {
+
+StatusOr<std::shared_ptr<VariableResource>> variable_of(OpKernelContext& ctx, const Node& var) {
+  return ctx.resources().lookup_or_create<VariableResource>(
+      var.name, [&]() -> StatusOr<std::shared_ptr<VariableResource>> {
+        return std::make_shared<VariableResource>(var.name, var.output_dtypes[0], var.output_shapes[0]);
+      });
+}
+
+class VariableOp : public OpKernel {
+ public:
+  using OpKernel::OpKernel;
+  void compute(OpKernelContext& ctx) override {
+    auto var = variable_of(ctx, node());
+    if (!var.ok()) return ctx.fail(var.status());
+    VariableResource& v = *var.value();
+    std::lock_guard<std::mutex> l(v.mu);
+    if (!v.initialized) {
+      return ctx.fail(ErrorCode::kFailedPrecondition, "attempting to use uninitialized value {}", v.name());
+    }
+    ctx.set_output(0, v.value);
+  }
+  bool is_expensive() const override { return false; }
+};
+
+class AssignOp : public OpKernel {
+ public:
+  using OpKernel::OpKernel;
+  void compute(OpKernelContext& ctx) override {
+    auto var = variable_of(ctx, *node().resource);
+    if (!var.ok()) return ctx.fail(var.status());
+    VariableResource& v = *var.value();
+    const Tensor& value = ctx.input(0);
+    if (!v.shape().compatible_with(value.shape())) {
+      return ctx.fail(ErrorCode::kInvalidArgument, "variable '{}' has shape {}, the value has shape {}",
+                      v.name(), v.shape().to_string(), value.shape().to_string());
+    }
+    std::lock_guard<std::mutex> l(v.mu);
+    v.value = value;
+    v.initialized = true;
+    ctx.set_output(0, v.value);
+  }
+  bool is_expensive() const override { return false; }
+};
+
+template <class T, bool kAdd>
+void apply(T* out, const T* a, const T* b, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = kAdd ? a[i] + b[i] : a[i] - b[i];
+}
+
+template <bool kAdd>
+class AssignUpdateOp : public OpKernel {
+ public:
+  using OpKernel::OpKernel;
+  void compute(OpKernelContext& ctx) override {
+    auto var = variable_of(ctx, *node().resource);
+    if (!var.ok()) return ctx.fail(var.status());
+    VariableResource& v = *var.value();
+    const Tensor& delta = ctx.input(0);
+    std::lock_guard<std::mutex> l(v.mu);
+    if (!v.initialized) {
+      return ctx.fail(ErrorCode::kFailedPrecondition, "attempting to use uninitialized value {}", v.name());
+    }
+    if (delta.shape() != v.value.shape()) {
+      return ctx.fail(ErrorCode::kInvalidArgument, "variable '{}' has shape {}, the update has shape {}",
+                      v.name(), v.value.shape().to_string(), delta.shape().to_string());
+    }
+    // In place when the buffer is ours alone; else into a fresh buffer (Note [Variable updates]).
+    Tensor out = v.value.is_buffer_shared() ? Tensor(v.value.dtype(), v.value.shape()) : v.value;
+    const int64_t n = out.num_elements();
+    switch (out.dtype()) {
+      case DType::Float32: apply<float, kAdd>(out.mutable_data<float>(), v.value.data<float>(), delta.data<float>(), n); break;
+      case DType::Float64: apply<double, kAdd>(out.mutable_data<double>(), v.value.data<double>(), delta.data<double>(), n); break;
+      case DType::Int32: apply<int32_t, kAdd>(out.mutable_data<int32_t>(), v.value.data<int32_t>(), delta.data<int32_t>(), n); break;
+      case DType::Int64: apply<int64_t, kAdd>(out.mutable_data<int64_t>(), v.value.data<int64_t>(), delta.data<int64_t>(), n); break;
+      case DType::Bool: return ctx.fail(ErrorCode::kInvalidArgument, "arithmetic update of a bool variable");
+    }
+    v.value = std::move(out);
+    ctx.set_output(0, v.value);
+  }
+};
+
+TESSERA_REGISTER_KERNEL("VariableV2", "CPU", VariableOp);
+TESSERA_REGISTER_KERNEL("Assign", "CPU", AssignOp);
+TESSERA_REGISTER_KERNEL("AssignAdd", "CPU", AssignUpdateOp<true>);
+TESSERA_REGISTER_KERNEL("AssignSub", "CPU", AssignUpdateOp<false>);
+
+}  // namespace
+}  // namespace tessera::internal
