@@ -1,0 +1,269 @@
+// CPU kernels for the elementwise ops: binary ops with NumPy broadcasting (Add, Sub, Mul, Div,
+// Maximum, Minimum) and unary ops (Neg, Relu, Square, Exp, Log, Sqrt, Tanh, Sigmoid).
+//
+// Every loop is a plain loop over restrict-qualified contiguous pointers, which -O3 vectorizes; a
+// broadcast is walked as rows of such loops (BroadcastPlan, core/broadcast.h). Integer semantics:
+// +, -, *, negation and squaring wrap around (two's complement) instead of being undefined on
+// overflow; division truncates toward zero as in C++ (-7 / 2 == -3), x / 0 fails the op with
+// InvalidArgument and MIN / -1 wraps to MIN. Maximum and Minimum return NaN when either input is.
+#include <cmath>
+#include <cstdint>
+#include <type_traits>
+
+#include "core/broadcast.h"
+#include "core/op_kernel.h"
+#include "core/op_registry.h"
+
+namespace tessera::internal {
+namespace {
+
+// Integer arithmetic goes through the unsigned type, where overflow is defined to wrap; it
+// compiles to the same instructions.
+template <class T>
+using Unsigned = std::make_unsigned_t<T>;
+
+template <class T>
+T wrapping_add(T a, T b) {
+  if constexpr (std::is_integral_v<T>) {
+    return static_cast<T>(static_cast<Unsigned<T>>(a) + static_cast<Unsigned<T>>(b));
+  } else {
+    return a + b;
+  }
+}
+template <class T>
+T wrapping_sub(T a, T b) {
+  if constexpr (std::is_integral_v<T>) {
+    return static_cast<T>(static_cast<Unsigned<T>>(a) - static_cast<Unsigned<T>>(b));
+  } else {
+    return a - b;
+  }
+}
+template <class T>
+T wrapping_mul(T a, T b) {
+  if constexpr (std::is_integral_v<T>) {
+    return static_cast<T>(static_cast<Unsigned<T>>(a) * static_cast<Unsigned<T>>(b));
+  } else {
+    return a * b;
+  }
+}
+
+// ---- Binary functors: apply(a, b) ----
+
+struct AddFn {
+  template <class T> static T apply(T a, T b) { return wrapping_add(a, b); }
+};
+struct SubFn {
+  template <class T> static T apply(T a, T b) { return wrapping_sub(a, b); }
+};
+struct MulFn {
+  template <class T> static T apply(T a, T b) { return wrapping_mul(a, b); }
+};
+struct DivFn {
+  // Integer divisors are checked for 0 before any element is computed (see BinaryOp::run).
+  template <class T> static T apply(T a, T b) {
+    if constexpr (std::is_integral_v<T>) {
+      return b == -1 ? wrapping_sub(T{0}, a) : a / b;  // MIN / -1 overflows (and traps on x86)
+    } else {
+      return a / b;
+    }
+  }
+};
+struct MaximumFn {
+  // `a != a` is the NaN test (folded away for integers); written as a select so it vectorizes.
+  template <class T> static T apply(T a, T b) { return (a > b || a != a) ? a : b; }
+};
+struct MinimumFn {
+  template <class T> static T apply(T a, T b) { return (a < b || a != a) ? a : b; }
+};
+
+template <class Fn, class T>
+void same_shape_loop(T* __restrict out, const T* __restrict a, const T* __restrict b, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = Fn::apply(a[i], b[i]);
+}
+template <class Fn, class T>
+void scalar_a_loop(T* __restrict out, T a, const T* __restrict b, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = Fn::apply(a, b[i]);
+}
+template <class Fn, class T>
+void scalar_b_loop(T* __restrict out, const T* __restrict a, T b, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = Fn::apply(a[i], b);
+}
+
+// out = Fn::apply(a, b) elementwise, with NumPy broadcasting. Thread-safe: compute() keeps no
+// state between runs.
+template <class Fn>
+class BinaryOp : public OpKernel {
+ public:
+  using OpKernel::OpKernel;
+
+  void compute(OpKernelContext& ctx) override {
+    const Tensor& a = ctx.input(0);
+    const Tensor& b = ctx.input(1);
+    if (a.dtype() != b.dtype()) {
+      return ctx.fail(ErrorCode::kInvalidArgument, "inputs must have the same dtype, got {} and {}",
+                      dtype_name(a.dtype()), dtype_name(b.dtype()));
+    }
+    switch (a.dtype()) {
+      case DType::Float32: return run<float>(ctx, a, b);
+      case DType::Float64: return run<double>(ctx, a, b);
+      case DType::Int32: return run<int32_t>(ctx, a, b);
+      case DType::Int64: return run<int64_t>(ctx, a, b);
+      case DType::Bool: break;
+    }
+    ctx.fail(ErrorCode::kInvalidArgument, "unsupported dtype {}", dtype_name(a.dtype()));
+  }
+
+ private:
+  // Integer division by zero fails the op. With a non-empty output every element of b is used.
+  template <class T>
+  static bool check_divisor(OpKernelContext& ctx, const T* pb, int64_t nb) {
+    if constexpr (std::is_same_v<Fn, DivFn> && std::is_integral_v<T>) {
+      for (int64_t i = 0; i < nb; ++i) {
+        if (pb[i] == 0) {
+          ctx.fail(ErrorCode::kInvalidArgument, "integer division by zero");
+          return false;
+        }
+      }
+    }
+    return true;
+  }
+
+  template <class T>
+  void run(OpKernelContext& ctx, const Tensor& a, const Tensor& b) {
+    const T* pa;
+    const T* pb;
+    // The common cases need no plan: equal shapes, or one side a rank-0 scalar.
+    if (a.shape() == b.shape() || a.shape().rank() == 0 || b.shape().rank() == 0) {
+      const bool scalar_a = a.shape().rank() == 0 && b.shape().rank() != 0;
+      const bool scalar_b = b.shape().rank() == 0 && !scalar_a && a.shape() != b.shape();
+      Tensor& out = ctx.allocate_output(0, scalar_a ? b.shape() : a.shape());
+      const int64_t n = out.num_elements();
+      if (n == 0) return;
+      pa = a.data<T>();
+      pb = b.data<T>();
+      if (!check_divisor<T>(ctx, pb, b.num_elements())) return;
+      T* po = out.mutable_data<T>();
+      if (scalar_a) return scalar_a_loop<Fn>(po, pa[0], pb, n);
+      if (scalar_b) return scalar_b_loop<Fn>(po, pa, pb[0], n);
+      return same_shape_loop<Fn>(po, pa, pb, n);
+    }
+    // Unknown dims passed graph construction; this is where they are checked.
+    auto made = BroadcastPlan::make(a.shape(), b.shape());
+    if (!made.ok()) return ctx.fail(made.status());
+    const BroadcastPlan& plan = made.value();
+    Tensor& out = ctx.allocate_output(0, plan.out_shape());
+    const int64_t n = out.num_elements();
+    if (n == 0) return;
+    pa = a.data<T>();
+    pb = b.data<T>();
+    T* po = out.mutable_data<T>();
+    if (!check_divisor<T>(ctx, pb, b.num_elements())) return;
+    switch (plan.kind()) {
+      case BroadcastPlan::Kind::kSameShape: return same_shape_loop<Fn>(po, pa, pb, n);
+      case BroadcastPlan::Kind::kScalarA: return scalar_a_loop<Fn>(po, pa[0], pb, n);
+      case BroadcastPlan::Kind::kScalarB: return scalar_b_loop<Fn>(po, pa, pb[0], n);
+      case BroadcastPlan::Kind::kGeneral: break;
+    }
+    const int64_t row = plan.row_size();
+    const bool a_moves = plan.a_row_stride() != 0;
+    const bool b_moves = plan.b_row_stride() != 0;
+    plan.for_each_row([&](int64_t o, int64_t ia, int64_t ib) {
+      if (a_moves && b_moves) {
+        same_shape_loop<Fn>(po + o, pa + ia, pb + ib, row);
+      } else if (b_moves) {
+        scalar_a_loop<Fn>(po + o, pa[ia], pb + ib, row);
+      } else {
+        scalar_b_loop<Fn>(po + o, pa + ia, pb[ib], row);
+      }
+    });
+  }
+};
+
+// ---- Unary functors: apply(x); kFloatingOnly ops exist for float32 and float64 only ----
+
+struct NegFn {
+  static constexpr bool kFloatingOnly = false;
+  template <class T> static T apply(T x) { return wrapping_sub(T{0}, x); }
+};
+struct ReluFn {
+  static constexpr bool kFloatingOnly = false;
+  template <class T> static T apply(T x) { return x < T{0} ? T{0} : x; }  // relu(NaN) = NaN
+};
+struct SquareFn {
+  static constexpr bool kFloatingOnly = false;
+  template <class T> static T apply(T x) { return wrapping_mul(x, x); }
+};
+struct ExpFn {
+  static constexpr bool kFloatingOnly = true;
+  template <class T> static T apply(T x) { return std::exp(x); }
+};
+struct LogFn {
+  static constexpr bool kFloatingOnly = true;
+  template <class T> static T apply(T x) { return std::log(x); }
+};
+struct SqrtFn {
+  static constexpr bool kFloatingOnly = true;
+  template <class T> static T apply(T x) { return std::sqrt(x); }
+};
+struct TanhFn {
+  static constexpr bool kFloatingOnly = true;
+  template <class T> static T apply(T x) { return std::tanh(x); }
+};
+struct SigmoidFn {
+  static constexpr bool kFloatingOnly = true;
+  // exp(-x) overflows to inf for very negative x, giving exactly 0: no NaN from inf / inf.
+  template <class T> static T apply(T x) { return T{1} / (T{1} + std::exp(-x)); }
+};
+
+template <class Fn, class T>
+void unary_loop(T* __restrict out, const T* __restrict x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = Fn::apply(x[i]);
+}
+
+// out = Fn::apply(x) elementwise. Thread-safe: compute() keeps no state between runs.
+template <class Fn>
+class UnaryOp : public OpKernel {
+ public:
+  using OpKernel::OpKernel;
+
+  void compute(OpKernelContext& ctx) override {
+    const Tensor& x = ctx.input(0);
+    switch (x.dtype()) {
+      case DType::Float32: return run<float>(ctx, x);
+      case DType::Float64: return run<double>(ctx, x);
+      case DType::Int32:
+        if constexpr (!Fn::kFloatingOnly) return run<int32_t>(ctx, x);
+        break;
+      case DType::Int64:
+        if constexpr (!Fn::kFloatingOnly) return run<int64_t>(ctx, x);
+        break;
+      case DType::Bool: break;
+    }
+    ctx.fail(ErrorCode::kInvalidArgument, "unsupported dtype {}", dtype_name(x.dtype()));
+  }
+
+ private:
+  template <class T>
+  void run(OpKernelContext& ctx, const Tensor& x) {
+    Tensor& out = ctx.allocate_output(0, x.shape());
+    unary_loop<Fn>(out.mutable_data<T>(), x.data<T>(), x.num_elements());
+  }
+};
+
+TESSERA_REGISTER_KERNEL("Add", "CPU", BinaryOp<AddFn>);
+TESSERA_REGISTER_KERNEL("Sub", "CPU", BinaryOp<SubFn>);
+TESSERA_REGISTER_KERNEL("Mul", "CPU", BinaryOp<MulFn>);
+TESSERA_REGISTER_KERNEL("Div", "CPU", BinaryOp<DivFn>);
+TESSERA_REGISTER_KERNEL("Maximum", "CPU", BinaryOp<MaximumFn>);
+TESSERA_REGISTER_KERNEL("Minimum", "CPU", BinaryOp<MinimumFn>);
+TESSERA_REGISTER_KERNEL("Neg", "CPU", UnaryOp<NegFn>);
+TESSERA_REGISTER_KERNEL("Relu", "CPU", UnaryOp<ReluFn>);
+TESSERA_REGISTER_KERNEL("Square", "CPU", UnaryOp<SquareFn>);
+TESSERA_REGISTER_KERNEL("Exp", "CPU", UnaryOp<ExpFn>);
+TESSERA_REGISTER_KERNEL("Log", "CPU", UnaryOp<LogFn>);
+TESSERA_REGISTER_KERNEL("Sqrt", "CPU", UnaryOp<SqrtFn>);
+TESSERA_REGISTER_KERNEL("Tanh", "CPU", UnaryOp<TanhFn>);
+TESSERA_REGISTER_KERNEL("Sigmoid", "CPU", UnaryOp<SigmoidFn>);
+
+}  // namespace
+}  // namespace tessera::internal

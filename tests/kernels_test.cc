@@ -1,0 +1,980 @@
+// One harness for every math kernel on every device type registered for it: the op is built in a
+// Graph (so its dtypes and shapes come from graph construction), its kernel is made by the
+// registered factory and run through an OpKernelContext as the executor runs it (no Session), and
+// the output is compared against a float64 reference computed here, independently of the kernels:
+// dtype and shape exactly, integers exactly, floating point by normalised squared error.
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <limits>
+#include <map>
+#include <memory>
+#include <numeric>
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "core/op_kernel.h"
+#include "core/op_registry.h"
+#include "tests/testing/test_util.h"
+
+namespace tessera::internal {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr DType kNumericDTypes[] = {DType::Float32, DType::Float64, DType::Int32, DType::Int64};
+constexpr DType kAllDTypes[] = {DType::Float32, DType::Float64, DType::Int32, DType::Int64,
+                                DType::Bool};
+
+// ---- Tensors as float64 values ----
+
+template <class Fn>
+void visit(DType dtype, Fn&& fn) {
+  switch (dtype) {
+    case DType::Float32:
+      return fn(float{});
+    case DType::Float64:
+      return fn(double{});
+    case DType::Int32:
+      return fn(int32_t{});
+    case DType::Int64:
+      return fn(int64_t{});
+    case DType::Bool:
+      return fn(bool{});
+  }
+}
+
+std::vector<double> values_of(const Tensor& t) {
+  std::vector<double> out(static_cast<std::size_t>(t.num_elements()));
+  visit(t.dtype(), [&](auto type) {
+    const auto* p = t.data<decltype(type)>();
+    for (std::size_t i = 0; i < out.size(); ++i) out[i] = static_cast<double>(p[i]);
+  });
+  return out;
+}
+
+Tensor tensor_of(DType dtype, const Shape& shape, const std::vector<double>& values) {
+  Tensor t(dtype, shape);
+  visit(dtype, [&](auto type) {
+    using T = decltype(type);
+    T* p = t.mutable_data<T>();
+    for (std::size_t i = 0; i < values.size(); ++i) p[i] = static_cast<T>(values[i]);
+  });
+  return t;
+}
+
+// Where random inputs are drawn: uniform reals in [lo, hi] for floating point dtypes, uniform
+// integers there for integer dtypes, fair coins for bool; `nonzero` keeps away from 0 (divisors).
+struct Range {
+  double lo;
+  double hi;
+  bool nonzero = false;
+};
+
+class RandomInputs {
+ public:
+  Tensor tensor(DType dtype, const Shape& shape, Range r) {
+    std::vector<double> v(static_cast<std::size_t>(shape.num_elements()));
+    for (double& x : v) {
+      do {
+        if (dtype == DType::Bool) {
+          x = std::bernoulli_distribution(0.5)(gen_);
+        } else if (dtype_is_floating(dtype)) {
+          x = std::uniform_real_distribution<double>(r.lo, r.hi)(gen_);
+        } else {
+          x = static_cast<double>(std::uniform_int_distribution<int64_t>(
+              static_cast<int64_t>(r.lo), static_cast<int64_t>(r.hi))(gen_));
+        }
+      } while (r.nonzero && std::abs(x) < 0.25);
+    }
+    return tensor_of(dtype, shape, v);
+  }
+
+ private:
+  std::mt19937_64 gen_{20240601};
+};
+
+// ---- Running kernels ----
+
+struct KernelResult {
+  Status status;
+  std::vector<Tensor> outputs;
+};
+
+// Runs `kernel` once on `inputs` the way the executor does, with a private resource manager and
+// cancellation manager and a runner that runs closures inline.
+KernelResult run_kernel(OpKernel& kernel, const std::vector<Tensor>& inputs) {
+  ResourceMgr resources;
+  CancellationManager cancellation;
+  const std::function<void(std::function<void()>)> runner = [](std::function<void()> fn) { fn(); };
+  std::vector<const Tensor*> input_ptrs;
+  for (const Tensor& t : inputs) input_ptrs.push_back(&t);
+  OpKernelContext::Params params;
+  params.node = &kernel.node();
+  params.inputs = input_ptrs.data();
+  params.num_inputs = static_cast<int>(inputs.size());
+  params.resources = &resources;
+  params.cancellation = &cancellation;
+  params.runner = &runner;
+  OpKernelContext ctx(params);
+  bool done = false;
+  kernel.compute_async(ctx, [&done] { done = true; });
+  EXPECT_TRUE(done) << "math kernels finish before compute returns";
+  return {ctx.status(), ctx.outputs()};
+}
+
+// The registered kernel factory of the op of `y` for each device type that has one.
+std::vector<std::pair<std::string, const KernelFactory*>> factories_for(const Output& y) {
+  const auto& registry = OpRegistry::global();
+  const std::string type = y.op().type();
+  std::vector<std::pair<std::string, const KernelFactory*>> out;
+  for (const std::string& device : registry.kernel_device_types(type)) {
+    out.emplace_back(device, registry.find_kernel(type, device));
+  }
+  EXPECT_FALSE(out.empty()) << "no kernel registered for " << type;
+  return out;
+}
+
+std::unique_ptr<OpKernel> make_kernel(const Output& y, const KernelFactory& factory) {
+  return factory(*y.node());
+}
+
+double nmse_tolerance(DType dtype) { return dtype == DType::Float32 ? 1e-10 : 1e-24; }
+
+// Checks dtype and shape exactly, then the values: integers and bools exactly, floating point by
+// normalised squared error (NaN and infinities must match exactly).
+void expect_values(const Tensor& got, DType dtype, const Shape& shape,
+                   const std::vector<double>& want) {
+  ASSERT_FALSE(got.is_null());
+  ASSERT_EQ(got.dtype(), dtype);
+  ASSERT_EQ(got.shape(), shape);
+  ASSERT_EQ(static_cast<std::size_t>(got.num_elements()), want.size());
+  const std::vector<double> v = values_of(got);
+  if (!dtype_is_floating(dtype)) {
+    for (std::size_t i = 0; i < v.size(); ++i) {
+      ASSERT_EQ(v[i], want[i]) << "element " << i;
+    }
+    return;
+  }
+  double err = 0;
+  double norm = 0;
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    if (std::isnan(want[i])) {
+      EXPECT_TRUE(std::isnan(v[i])) << "element " << i << ": got " << v[i] << ", want NaN";
+    } else if (std::isinf(want[i])) {
+      EXPECT_EQ(v[i], want[i]) << "element " << i;
+    } else {
+      err += (v[i] - want[i]) * (v[i] - want[i]);
+      norm += want[i] * want[i];
+    }
+  }
+  EXPECT_LE(norm > 0 ? err / norm : err, nmse_tolerance(dtype));
+}
+
+// The harness: runs the op of `y` on `inputs` with the kernel of every registered device type and
+// checks its one output against `want`, and that the kernel left its inputs as they were.
+void check_op(const Output& y, const std::vector<Tensor>& inputs, const Shape& want_shape,
+              const std::vector<double>& want) {
+  std::vector<Tensor> before;
+  for (const Tensor& t : inputs) before.push_back(t.deep_copy());
+  for (const auto& [device, factory] : factories_for(y)) {
+    SCOPED_TRACE(device);
+    auto kernel = make_kernel(y, *factory);
+    KernelResult r = run_kernel(*kernel, inputs);
+    ASSERT_TRUE(r.status.ok()) << r.status.to_string();
+    ASSERT_EQ(r.outputs.size(), 1u);
+    expect_values(r.outputs[0], y.dtype(), want_shape, want);
+    for (std::size_t i = 0; i < inputs.size(); ++i) {
+      EXPECT_TRUE(inputs[i].equals(before[i])) << "the kernel changed input " << i;
+    }
+  }
+}
+
+// Runs the op of `y` on every registered device type and checks it fails with InvalidArgument,
+// naming the op, with `substring` in the message.
+void check_op_fails(const Output& y, const std::vector<Tensor>& inputs,
+                    const std::string& substring) {
+  for (const auto& [device, factory] : factories_for(y)) {
+    SCOPED_TRACE(device);
+    auto kernel = make_kernel(y, *factory);
+    KernelResult r = run_kernel(*kernel, inputs);
+    EXPECT_EQ(r.status.code(), ErrorCode::kInvalidArgument) << r.status.to_string();
+    EXPECT_THAT(r.status.message(), HasSubstr(y.op().name() + " (" + y.op().type() + "): "));
+    EXPECT_THAT(r.status.message(), HasSubstr(substring));
+  }
+}
+
+// Checks the output of the op of `y` on `inputs` element by element as T: for values that a double
+// cannot hold exactly (int64 near its limits).
+template <class T>
+void expect_exact(const Output& y, const std::vector<Tensor>& inputs, const std::vector<T>& want) {
+  for (const auto& [device, factory] : factories_for(y)) {
+    SCOPED_TRACE(device);
+    auto kernel = make_kernel(y, *factory);
+    KernelResult r = run_kernel(*kernel, inputs);
+    ASSERT_TRUE(r.status.ok()) << r.status.to_string();
+    ASSERT_EQ(r.outputs.size(), 1u);
+    ASSERT_EQ(r.outputs[0].dtype(), dtype_of<T>);
+    EXPECT_EQ(r.outputs[0].to_vector<T>(), want);
+  }
+}
+
+// The values of the op of `kernel` from one run on `inputs`.
+std::vector<double> run_values(OpKernel& kernel, const std::vector<Tensor>& inputs = {}) {
+  KernelResult r = run_kernel(kernel, inputs);
+  EXPECT_TRUE(r.status.ok()) << r.status.to_string();
+  if (!r.status.ok() || r.outputs.size() != 1) return {};
+  return values_of(r.outputs[0]);
+}
+
+Output feed(Graph& g, const Tensor& t) { return ops::placeholder(g, t.dtype(), t.shape()); }
+
+std::string describe(DType dtype, const std::vector<Shape>& shapes) {
+  std::string s(dtype_name(dtype));
+  for (const Shape& shape : shapes) s += " " + shape.to_string();
+  return s;
+}
+
+TEST(KernelsTest, EveryMathOpHasACpuKernel) {
+  for (const char* type :
+       {"Add",    "Sub", "Mul",  "Div",           "Maximum",      "Minimum",      "Neg",    "Relu",
+        "Square", "Exp", "Log",  "Sqrt",          "Tanh",         "Sigmoid",      "MatMul", "Sum",
+        "Mean",   "Max", "Cast", "RandomUniform", "RandomNormal", "RandomShuffle"}) {
+    auto devices = OpRegistry::global().kernel_device_types(type);
+    EXPECT_NE(std::find(devices.begin(), devices.end(), "CPU"), devices.end()) << type;
+  }
+}
+
+// ---- Binary elementwise ops ----
+
+struct BinaryOpCase {
+  const char* type;
+  Output (*build)(Output, Output, std::string);
+  double (*ref)(double a, double b, bool integral);
+  bool nonzero_b;
+};
+const BinaryOpCase kBinaryOps[] = {
+    {"Add", ops::add, [](double a, double b, bool) { return a + b; }, false},
+    {"Sub", ops::sub, [](double a, double b, bool) { return a - b; }, false},
+    {"Mul", ops::mul, [](double a, double b, bool) { return a * b; }, false},
+    {"Div", ops::div,
+     [](double a, double b, bool integral) { return integral ? std::trunc(a / b) : a / b; }, true},
+    {"Maximum", ops::maximum, [](double a, double b, bool) { return std::max(a, b); }, false},
+    {"Minimum", ops::minimum, [](double a, double b, bool) { return std::min(a, b); }, false},
+};
+
+// out[i] = f(a[ia], b[ib]) where ia and ib follow NumPy's rule, recomputed for every element
+// from its index: dims align from the right and a dim of 1 always reads index 0.
+template <class F>
+std::vector<double> broadcast_reference(const Shape& a_shape, const std::vector<double>& a,
+                                        const Shape& b_shape, const std::vector<double>& b,
+                                        const Shape& out_shape, F f) {
+  std::vector<double> out(static_cast<std::size_t>(out_shape.num_elements()));
+  const int rank = out_shape.rank();
+  for (int64_t i = 0; i < out_shape.num_elements(); ++i) {
+    int64_t rest = i;
+    int64_t ia = 0, ib = 0, sa = 1, sb = 1;
+    for (int d = rank - 1; d >= 0; --d) {
+      const int64_t index = rest % out_shape.dim(d);
+      rest /= out_shape.dim(d);
+      const int da = d - (rank - a_shape.rank());
+      if (da >= 0) {
+        ia += (a_shape.dim(da) == 1 ? 0 : index) * sa;
+        sa *= a_shape.dim(da);
+      }
+      const int db = d - (rank - b_shape.rank());
+      if (db >= 0) {
+        ib += (b_shape.dim(db) == 1 ? 0 : index) * sb;
+        sb *= b_shape.dim(db);
+      }
+    }
+    out[i] = f(a[ia], b[ib]);
+  }
+  return out;
+}
+
+TEST(KernelsTest, BinaryOps) {
+  struct Case {
+    Shape a, b, out;
+  };
+  const std::vector<Case> cases = {
+      {Shape{}, Shape{}, Shape{}},
+      {Shape{5}, Shape{5}, Shape{5}},
+      {Shape{1000}, Shape{1000}, Shape{1000}},
+      {Shape{2, 3}, Shape{}, Shape{2, 3}},
+      {Shape{}, Shape{2, 3}, Shape{2, 3}},
+      {Shape{1, 1, 7}, Shape{7}, Shape{1, 1, 7}},
+      {Shape{1}, Shape{6, 1}, Shape{6, 1}},
+      {Shape{3, 1}, Shape{1, 4}, Shape{3, 4}},
+      {Shape{4, 1, 3}, Shape{5, 1}, Shape{4, 5, 3}},
+      {Shape{2, 3, 4, 5}, Shape{3, 1, 5}, Shape{2, 3, 4, 5}},
+      {Shape{2, 1, 3, 1}, Shape{1, 4, 1, 5}, Shape{2, 4, 3, 5}},
+      {Shape{129, 33}, Shape{33}, Shape{129, 33}},
+      {Shape{33, 1}, Shape{33, 17}, Shape{33, 17}},
+      {Shape{0, 3}, Shape{3}, Shape{0, 3}},
+      {Shape{2, 0}, Shape{1}, Shape{2, 0}},
+  };
+  RandomInputs rng;
+  for (const auto& op : kBinaryOps) {
+    for (DType dtype : kNumericDTypes) {
+      const bool integral = !dtype_is_floating(dtype);
+      const Range range = integral ? Range{-50, 50} : Range{-2, 2};
+      for (const auto& c : cases) {
+        SCOPED_TRACE(std::string(op.type) + " " + describe(dtype, {c.a, c.b}));
+        Tensor a = rng.tensor(dtype, c.a, range);
+        Tensor b = rng.tensor(dtype, c.b, {range.lo, range.hi, op.nonzero_b});
+        Graph g;
+        Output y = op.build(feed(g, a), feed(g, b), "");
+        auto want = broadcast_reference(c.a, values_of(a), c.b, values_of(b), c.out,
+                                        [&](double x, double z) { return op.ref(x, z, integral); });
+        check_op(y, {a, b}, c.out, want);
+      }
+    }
+  }
+}
+
+TEST(KernelsTest, BinaryOpsCheckShapesLeftUnknownAtRunTime) {
+  for (const auto& op : kBinaryOps) {
+    Graph g;
+    Output y = op.build(ops::placeholder(g, DType::Float32),
+                        ops::placeholder(g, DType::Float32, Shape{-1}), "late");
+    Tensor a = Tensor::zeros(DType::Float32, Shape{2, 3});
+    Tensor b = Tensor::zeros(DType::Float32, Shape{4});
+    check_op_fails(y, {a, b}, "incompatible shapes [2,3] and [4]");
+  }
+}
+
+template <class T>
+void check_integer_division() {
+  constexpr T kMin = std::numeric_limits<T>::min();
+  Graph g;
+  Tensor a = Tensor::vector<T>({-7, 7, -7, 7, kMin, 0});
+  Tensor b = Tensor::vector<T>({2, -2, -2, 3, -1, -5});
+  Output y = ops::div(feed(g, a), feed(g, b));
+  // Truncation toward zero, as in C++; MIN / -1 wraps to MIN instead of trapping.
+  expect_exact<T>(y, {a, b}, {-3, -3, 3, 2, kMin, 0});
+  check_op_fails(y, {a, Tensor::vector<T>({1, 1, 0, 1, 1, 1})}, "division by zero");
+  Output by_scalar = ops::div(feed(g, a), ops::placeholder(g, dtype_of<T>, Shape{}));
+  check_op_fails(by_scalar, {a, Tensor::scalar<T>(0)}, "division by zero");
+}
+
+TEST(KernelsTest, IntegerDivisionTruncatesAndRejectsZero) {
+  check_integer_division<int32_t>();
+  check_integer_division<int64_t>();
+}
+
+template <class T>
+void check_integer_wraparound() {
+  constexpr T kMin = std::numeric_limits<T>::min();
+  constexpr T kMax = std::numeric_limits<T>::max();
+  constexpr T kHalf = T{1} << (sizeof(T) * 4);  // kHalf * kHalf overflows to 0
+  Graph g;
+  Tensor a = Tensor::vector<T>({kMax, kMin, kHalf});
+  Tensor b = Tensor::vector<T>({1, 1, kHalf});
+  expect_exact<T>(ops::add(feed(g, a), feed(g, b)), {a, b}, {kMin, kMin + 1, 2 * kHalf});
+  expect_exact<T>(ops::sub(feed(g, a), feed(g, b)), {a, b}, {kMax - 1, kMax, 0});
+  expect_exact<T>(ops::mul(feed(g, a), feed(g, b)), {a, b}, {kMax, kMin, 0});
+  expect_exact<T>(ops::neg(feed(g, a)), {a}, {kMin + 1, kMin, -kHalf});
+  expect_exact<T>(ops::square(feed(g, a)), {a}, {1, 0, 0});
+}
+
+TEST(KernelsTest, IntegerArithmeticWrapsAround) {
+  check_integer_wraparound<int32_t>();
+  check_integer_wraparound<int64_t>();
+}
+
+TEST(KernelsTest, MaximumAndMinimumPropagateNaN) {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  for (DType dtype : {DType::Float32, DType::Float64}) {
+    Graph g;
+    Tensor a = tensor_of(dtype, Shape{3}, {nan, 1, 2});
+    Tensor b = tensor_of(dtype, Shape{3}, {1, nan, 3});
+    check_op(ops::maximum(feed(g, a), feed(g, b)), {a, b}, Shape{3}, {nan, nan, 3});
+    check_op(ops::minimum(feed(g, a), feed(g, b)), {a, b}, Shape{3}, {nan, nan, 2});
+  }
+}
+
+// ---- Unary elementwise ops ----
+
+struct UnaryOpCase {
+  const char* type;
+  Output (*build)(Output, std::string);
+  double (*ref)(double);
+  bool floating_only;
+  Range float_range;
+};
+const UnaryOpCase kUnaryOps[] = {
+    {"Neg", ops::neg, [](double x) { return -x; }, false, {-2, 2}},
+    {"Relu", ops::relu, [](double x) { return std::max(x, 0.0); }, false, {-2, 2}},
+    {"Square", ops::square, [](double x) { return x * x; }, false, {-2, 2}},
+    {"Exp", ops::exp, [](double x) { return std::exp(x); }, true, {-3, 3}},
+    {"Log", ops::log, [](double x) { return std::log(x); }, true, {0.01, 4}},
+    {"Sqrt", ops::sqrt, [](double x) { return std::sqrt(x); }, true, {0, 4}},
+    {"Tanh", ops::tanh, [](double x) { return std::tanh(x); }, true, {-4, 4}},
+    {"Sigmoid", ops::sigmoid, [](double x) { return 1 / (1 + std::exp(-x)); }, true, {-8, 8}},
+};
+
+TEST(KernelsTest, UnaryOps) {
+  const std::vector<Shape> shapes = {Shape{}, Shape{0}, Shape{7}, Shape{3, 5}, Shape{1031}};
+  RandomInputs rng;
+  for (const auto& op : kUnaryOps) {
+    for (DType dtype : kNumericDTypes) {
+      if (op.floating_only && !dtype_is_floating(dtype)) continue;
+      for (const Shape& shape : shapes) {
+        SCOPED_TRACE(std::string(op.type) + " " + describe(dtype, {shape}));
+        Tensor x =
+            rng.tensor(dtype, shape, dtype_is_floating(dtype) ? op.float_range : Range{-50, 50});
+        Graph g;
+        Output y = op.build(feed(g, x), "");
+        std::vector<double> want = values_of(x);
+        for (double& v : want) v = op.ref(v);
+        check_op(y, {x}, shape, want);
+      }
+    }
+  }
+}
+
+TEST(KernelsTest, UnaryOpsAtTheEdgesOfTheirDomain) {
+  const double inf = std::numeric_limits<double>::infinity();
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  for (DType dtype : {DType::Float32, DType::Float64}) {
+    Graph g;
+    Tensor x = tensor_of(dtype, Shape{4}, {-1000, 0, -1, nan});
+    check_op(ops::sigmoid(feed(g, x)), {x}, Shape{4}, {0, 0.5, 1 / (1 + std::exp(1.0)), nan});
+    check_op(ops::log(feed(g, x)), {x}, Shape{4}, {nan, -inf, nan, nan});
+    check_op(ops::sqrt(feed(g, x)), {x}, Shape{4}, {nan, 0, nan, nan});
+    check_op(ops::relu(feed(g, x)), {x}, Shape{4}, {0, 0, 0, nan});
+    check_op(ops::exp(feed(g, x)), {x}, Shape{4}, {0, 1, std::exp(-1.0), nan});
+  }
+}
+
+// ---- MatMul ----
+
+TEST(KernelsTest, MatMul) {
+  struct Case {
+    int64_t m, k, n;
+  };
+  const std::vector<Case> cases = {{1, 1, 1},     {3, 4, 5}, {17, 33, 9}, {64, 65, 63},
+                                   {5, 300, 600}, {0, 3, 4}, {3, 0, 4},   {4, 3, 0}};
+  RandomInputs rng;
+  for (DType dtype : kNumericDTypes) {
+    const Range range = dtype_is_floating(dtype) ? Range{-1, 1} : Range{-5, 5};
+    for (const auto& [m, k, n] : cases) {
+      for (bool ta : {false, true}) {
+        for (bool tb : {false, true}) {
+          const Shape a_shape = ta ? Shape{k, m} : Shape{m, k};
+          const Shape b_shape = tb ? Shape{n, k} : Shape{k, n};
+          SCOPED_TRACE(describe(dtype, {a_shape, b_shape}) + (ta ? " ta" : "") + (tb ? " tb" : ""));
+          Tensor a = rng.tensor(dtype, a_shape, range);
+          Tensor b = rng.tensor(dtype, b_shape, range);
+          const auto av = values_of(a);
+          const auto bv = values_of(b);
+          std::vector<double> want(static_cast<std::size_t>(m * n));
+          for (int64_t i = 0; i < m; ++i) {
+            for (int64_t j = 0; j < n; ++j) {
+              double sum = 0;
+              for (int64_t p = 0; p < k; ++p) {
+                sum += (ta ? av[p * m + i] : av[i * k + p]) * (tb ? bv[j * k + p] : bv[p * n + j]);
+              }
+              want[i * n + j] = sum;
+            }
+          }
+          Graph g;
+          check_op(ops::matmul(feed(g, a), feed(g, b), ta, tb), {a, b}, Shape{m, n}, want);
+        }
+      }
+    }
+  }
+}
+
+TEST(KernelsTest, MatMulChecksShapesLeftUnknownAtRunTime) {
+  Graph g;
+  Output y = ops::matmul(ops::placeholder(g, DType::Float32),
+                         ops::placeholder(g, DType::Float32, Shape{-1, -1}), false, false, "late");
+  Tensor m23 = Tensor::zeros(DType::Float32, Shape{2, 3});
+  check_op_fails(y, {m23, Tensor::zeros(DType::Float32, Shape{4, 5})}, "[2,3] and [4,5]");
+  check_op_fails(y, {Tensor::zeros(DType::Float32, Shape{2, 3, 1}), m23}, "[2,3,1]");
+}
+
+TEST(KernelsTest, MatMulIsExpensiveByItsMultiplyAdds) {
+  Graph g;
+  auto x = [&](Shape s) { return ops::placeholder(g, DType::Float32, s); };
+  const auto& factory = *OpRegistry::global().find_kernel("MatMul", "CPU");
+  // A 16x16 output is small, but 16x16x4096 multiply-adds are not.
+  EXPECT_TRUE(
+      make_kernel(ops::matmul(x(Shape{16, 4096}), x(Shape{4096, 16})), factory)->is_expensive());
+  EXPECT_FALSE(make_kernel(ops::matmul(x(Shape{4, 4}), x(Shape{4, 4})), factory)->is_expensive());
+  EXPECT_TRUE(make_kernel(ops::matmul(x(Shape{4, -1}), x(Shape{-1, 4})), factory)->is_expensive());
+}
+
+// ---- Reductions ----
+
+using ReduceFn = Output (*)(Output, std::vector<int>, bool, std::string);
+struct ReductionCase {
+  const char* type;
+  ReduceFn build;
+};
+const ReductionCase kReductions[] = {
+    {"Sum", ops::reduce_sum}, {"Mean", ops::reduce_mean}, {"Max", ops::reduce_max}};
+
+// Folds every input element into the output element its kept indices name.
+std::vector<double> reduction_reference(const std::string& type, bool integral, const Shape& in,
+                                        const std::vector<double>& x, const std::vector<int>& axes,
+                                        int64_t out_elements) {
+  std::vector<bool> reduced(in.rank(), axes.empty());
+  for (int axis : axes) reduced[axis < 0 ? axis + in.rank() : axis] = true;
+  std::vector<double> acc(static_cast<std::size_t>(out_elements),
+                          type == "Max" ? -std::numeric_limits<double>::infinity() : 0.0);
+  std::vector<int64_t> count(acc.size(), 0);
+  for (int64_t i = 0; i < in.num_elements(); ++i) {
+    int64_t rest = i, o = 0, stride = 1;
+    for (int d = in.rank() - 1; d >= 0; --d) {
+      const int64_t index = rest % in.dim(d);
+      rest /= in.dim(d);
+      if (!reduced[d]) {
+        o += index * stride;
+        stride *= in.dim(d);
+      }
+    }
+    acc[o] = type == "Max" ? std::max(acc[o], x[i]) : acc[o] + x[i];
+    ++count[o];
+  }
+  if (type == "Mean") {
+    for (std::size_t o = 0; o < acc.size(); ++o) {
+      acc[o] = integral ? std::trunc(acc[o] / count[o]) : acc[o] / count[o];
+    }
+  }
+  return acc;
+}
+
+TEST(KernelsTest, Reductions) {
+  struct Case {
+    Shape in;
+    std::vector<int> axes;
+  };
+  const std::vector<Case> cases = {
+      {Shape{}, {}},
+      {Shape{5}, {}},
+      {Shape{5}, {0}},
+      {Shape{1000}, {0}},
+      {Shape{3, 4}, {}},
+      {Shape{3, 4}, {0}},
+      {Shape{3, 4}, {1}},
+      {Shape{3, 4}, {-1}},
+      {Shape{3, 4}, {0, 1}},
+      {Shape{37, 70}, {1}},
+      {Shape{70, 37}, {0}},
+      {Shape{2, 3, 4}, {1}},
+      {Shape{2, 3, 4}, {0, 2}},
+      {Shape{2, 3, 4}, {-3}},
+      {Shape{2, 1, 4}, {0}},
+      {Shape{2, 1, 4}, {1}},
+      {Shape{2, 3, 4, 5}, {1, 3}},
+      {Shape{2, 3, 4, 5}, {0, 2, 3}},
+      {Shape{4, 0, 3}, {2}},
+  };
+  RandomInputs rng;
+  for (const auto& op : kReductions) {
+    for (DType dtype : kNumericDTypes) {
+      const bool integral = !dtype_is_floating(dtype);
+      for (const auto& c : cases) {
+        for (bool keep_dims : {false, true}) {
+          SCOPED_TRACE(std::string(op.type) + " " + describe(dtype, {c.in}) + " axes " +
+                       ::testing::PrintToString(c.axes) + (keep_dims ? " keep_dims" : ""));
+          Tensor x = rng.tensor(dtype, c.in, integral ? Range{-50, 50} : Range{-2, 2});
+          Graph g;
+          Output y = op.build(feed(g, x), c.axes, keep_dims, "");
+          const Shape out =
+              y.shape();  // from shape inference, whose rules shape_inference_test checks
+          ASSERT_TRUE(out.fully_defined());
+          check_op(y, {x}, out,
+                   reduction_reference(op.type, integral, c.in, values_of(x), c.axes,
+                                       out.num_elements()));
+        }
+      }
+    }
+  }
+}
+
+TEST(KernelsTest, ReductionsOverEmptySets) {
+  for (DType dtype : kNumericDTypes) {
+    SCOPED_TRACE(dtype_name(dtype));
+    Graph g;
+    Tensor x = Tensor::zeros(dtype, Shape{4, 0, 3});
+    const std::vector<double> zeros(12, 0.0);
+    check_op(ops::reduce_sum(feed(g, x), {1}), {x}, Shape{4, 3}, zeros);
+    check_op_fails(ops::reduce_max(feed(g, x), {1}), {x}, "empty");
+    if (dtype_is_floating(dtype)) {
+      check_op(ops::reduce_mean(feed(g, x), {1}), {x}, Shape{4, 3},
+               std::vector<double>(12, std::numeric_limits<double>::quiet_NaN()));
+    } else {
+      check_op_fails(ops::reduce_mean(feed(g, x), {1}), {x}, "empty");
+    }
+    // Nothing to compute for an empty output, even when the set is empty.
+    check_op(ops::reduce_max(feed(g, x), {0}), {x}, Shape{0, 3}, {});
+  }
+}
+
+TEST(KernelsTest, ReductionsCheckAxesLeftUnknownAtRunTime) {
+  Graph g;
+  Output y = ops::reduce_sum(ops::placeholder(g, DType::Float32), {2}, false, "late");
+  check_op_fails(y, {Tensor::zeros(DType::Float32, Shape{2, 3})}, "axis 2 is out of range");
+}
+
+TEST(KernelsTest, ReduceMaxPropagatesNaN) {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  Graph g;
+  Tensor x = tensor_of(DType::Float32, Shape{2, 40}, std::vector<double>(80, 1.0));
+  x.mutable_data<float>()[3] = static_cast<float>(nan);
+  check_op(ops::reduce_max(feed(g, x), {1}), {x}, Shape{2}, {nan, 1});
+  check_op(ops::reduce_max(feed(g, x), {0}), {x}, Shape{40}, [&] {
+    std::vector<double> want(40, 1.0);
+    want[3] = nan;
+    return want;
+  }());
+}
+
+TEST(KernelsTest, ReductionsAreExpensiveByTheirInput) {
+  Graph g;
+  const auto& factory = *OpRegistry::global().find_kernel("Sum", "CPU");
+  // A scalar output, but a million inputs to read.
+  EXPECT_TRUE(
+      make_kernel(ops::reduce_sum(ops::placeholder(g, DType::Float32, Shape{1000, 1000})), factory)
+          ->is_expensive());
+  EXPECT_FALSE(
+      make_kernel(ops::reduce_sum(ops::placeholder(g, DType::Float32, Shape{10, 10})), factory)
+          ->is_expensive());
+}
+
+// ---- Cast ----
+
+double cast_reference(double v, DType to) {
+  switch (to) {
+    case DType::Bool:
+      return v != 0 ? 1 : 0;
+    case DType::Int32:
+    case DType::Int64:
+      return std::trunc(v);
+    case DType::Float32:
+      return static_cast<float>(v);
+    case DType::Float64:
+      return v;
+  }
+  return v;
+}
+
+TEST(KernelsTest, CastBetweenAllDTypes) {
+  const std::vector<Shape> shapes = {Shape{}, Shape{0}, Shape{9}, Shape{3, 40}};
+  RandomInputs rng;
+  for (DType from : kAllDTypes) {
+    for (DType to : kAllDTypes) {
+      for (const Shape& shape : shapes) {
+        SCOPED_TRACE(describe(from, {shape}) + " to " + std::string(dtype_name(to)));
+        Tensor x = rng.tensor(from, shape, Range{-100, 100});
+        if (x.num_elements() > 1) {  // exact zeros are where bool conversion turns
+          std::vector<double> v = values_of(x);
+          v[1] = 0;
+          x = tensor_of(from, shape, v);
+        }
+        Graph g;
+        Output y = ops::cast(feed(g, x), to);
+        std::vector<double> want = values_of(x);
+        for (double& v : want) v = cast_reference(v, to);
+        check_op(y, {x}, shape, want);
+      }
+    }
+  }
+}
+
+TEST(KernelsTest, CastFromFloatingPointSaturates) {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const double inf = std::numeric_limits<double>::infinity();
+  for (DType from : {DType::Float32, DType::Float64}) {
+    Graph g;
+    Tensor x = tensor_of(from, Shape{6}, {1e10, -1e10, nan, -3.9, inf, -1e30});
+    expect_exact<int32_t>(ops::cast(feed(g, x), DType::Int32), {x},
+                          {INT32_MAX, INT32_MIN, 0, -3, INT32_MAX, INT32_MIN});
+    expect_exact<int64_t>(ops::cast(feed(g, x), DType::Int64), {x},
+                          {10000000000, -10000000000, 0, -3, INT64_MAX, INT64_MIN});
+    check_op(ops::cast(feed(g, x), DType::Bool), {x}, Shape{6}, {1, 1, 1, 1, 1, 1});
+  }
+}
+
+TEST(KernelsTest, CastToTheSameDTypeSharesTheBuffer) {
+  Graph g;
+  Tensor x = Tensor::vector<float>({1, 2, 3});
+  Output y = ops::cast(feed(g, x), DType::Float32);
+  for (const auto& [device, factory] : factories_for(y)) {
+    auto kernel = make_kernel(y, *factory);
+    EXPECT_FALSE(kernel->is_expensive());
+    KernelResult r = run_kernel(*kernel, {x});
+    ASSERT_TRUE(r.status.ok());
+    EXPECT_EQ(r.outputs[0].raw_data(), x.raw_data());
+  }
+}
+
+// ---- Random ops ----
+
+double mean_of(const std::vector<double>& v) {
+  return std::accumulate(v.begin(), v.end(), 0.0) / v.size();
+}
+double stddev_of(const std::vector<double>& v) {
+  const double m = mean_of(v);
+  double ss = 0;
+  for (double x : v) ss += (x - m) * (x - m);
+  return std::sqrt(ss / v.size());
+}
+
+// Philox4x32-10 as specified by Random123 (Salmon et al., SC 2011), written out again here so
+// that the kernels' stream can be checked bit for bit.
+std::array<uint32_t, 4> philox_reference(std::array<uint32_t, 4> ctr, std::array<uint32_t, 2> key) {
+  auto mulhilo = [](uint32_t a, uint32_t b, uint32_t& hi) {
+    const uint64_t product = static_cast<uint64_t>(a) * b;
+    hi = static_cast<uint32_t>(product >> 32);
+    return static_cast<uint32_t>(product);
+  };
+  for (int round = 0; round < 10; ++round) {
+    uint32_t hi0, hi1;
+    const uint32_t lo0 = mulhilo(0xD2511F53u, ctr[0], hi0);
+    const uint32_t lo1 = mulhilo(0xCD9E8D57u, ctr[2], hi1);
+    ctr = {hi1 ^ ctr[1] ^ key[0], lo1, hi0 ^ ctr[3] ^ key[1], lo0};
+    key[0] += 0x9E3779B9u;
+    key[1] += 0xBB67AE85u;
+  }
+  return ctr;
+}
+
+TEST(KernelsTest, PhiloxReferenceMatchesRandom123KnownAnswers) {
+  // Random123's tests/kat_vectors, the three "philox4x32 10" lines.
+  using Words = std::array<uint32_t, 4>;
+  EXPECT_EQ(philox_reference({0, 0, 0, 0}, {0, 0}),
+            (Words{0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8}));
+  EXPECT_EQ(philox_reference({~0u, ~0u, ~0u, ~0u}, {~0u, ~0u}),
+            (Words{0x408f276d, 0x41c83b0e, 0xa20bc7c6, 0x6d5451fd}));
+  EXPECT_EQ(
+      philox_reference({0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344}, {0xa4093822, 0x299f31d0}),
+      (Words{0xd16cfe09, 0x94fdcceb, 0x5001e420, 0x24126ea1}));
+}
+
+TEST(KernelsTest, RandomUniformIsPhiloxOfTheSeedAndBlockIndex) {
+  // Note [Random streams] in kernels/random_ops.cc: key = seed, block i = Philox of counter (i, 0),
+  // each run taking the blocks after the previous run's. A float takes the top 24 bits of a word,
+  // a double the top 53 bits of two.
+  const uint64_t seed = 0x0123456789abcdefull;
+  const std::array<uint32_t, 2> key = {static_cast<uint32_t>(seed),
+                                       static_cast<uint32_t>(seed >> 32)};
+  auto block = [&](uint32_t i) { return philox_reference({i, 0, 0, 0}, key); };
+  Graph g;
+  Output f32 = ops::random_uniform(g, Shape{6}, DType::Float32, seed);
+  Output f64 = ops::random_uniform(g, Shape{3}, DType::Float64, seed);
+  for (const auto& [device, factory] : factories_for(f32)) {
+    SCOPED_TRACE(device);
+    auto kernel = make_kernel(f32, *factory);
+    for (uint32_t run = 0; run < 2; ++run) {  // 6 floats use 2 blocks per run
+      std::vector<double> want;
+      for (uint32_t b = 2 * run; b < 2 * run + 2; ++b) {
+        for (uint32_t word : block(b)) want.push_back(static_cast<double>(word >> 8) * 0x1p-24);
+      }
+      want.resize(6);
+      EXPECT_EQ(run_values(*kernel), want) << "run " << run;
+    }
+  }
+  for (const auto& [device, factory] : factories_for(f64)) {
+    SCOPED_TRACE(device);
+    auto kernel = make_kernel(f64, *factory);
+    std::vector<double> want;
+    for (uint32_t b = 0; b < 2; ++b) {
+      const auto w = block(b);
+      for (int j = 0; j < 4; j += 2) {
+        want.push_back(static_cast<double>(((static_cast<uint64_t>(w[j]) << 32) | w[j + 1]) >> 11) *
+                       0x1p-53);
+      }
+    }
+    want.resize(3);
+    EXPECT_EQ(run_values(*kernel), want);
+  }
+}
+
+TEST(KernelsTest, RandomUniformIsUniformInZeroOne) {
+  for (DType dtype : {DType::Float32, DType::Float64}) {
+    Graph g;
+    Output y = ops::random_uniform(g, Shape{200, 500}, dtype, 11);
+    for (const auto& [device, factory] : factories_for(y)) {
+      SCOPED_TRACE(describe(dtype, {}) + " " + device);
+      auto kernel = make_kernel(y, *factory);
+      KernelResult r = run_kernel(*kernel, {});
+      ASSERT_TRUE(r.status.ok()) << r.status.to_string();
+      ASSERT_EQ(r.outputs[0].dtype(), dtype);
+      ASSERT_EQ(r.outputs[0].shape(), (Shape{200, 500}));
+      const std::vector<double> v = values_of(r.outputs[0]);
+      EXPECT_GE(*std::min_element(v.begin(), v.end()), 0.0);
+      EXPECT_LT(*std::max_element(v.begin(), v.end()), 1.0);
+      EXPECT_NEAR(mean_of(v), 0.5, 0.01);
+      EXPECT_NEAR(stddev_of(v), std::sqrt(1.0 / 12), 0.01);
+      std::vector<int> bins(10, 0);
+      for (double x : v) ++bins[static_cast<int>(x * 10)];
+      for (int b : bins) EXPECT_NEAR(b, 10000, 600);  // ~6 standard deviations
+    }
+  }
+}
+
+TEST(KernelsTest, RandomNormalHasItsMeanAndStddev) {
+  for (DType dtype : {DType::Float32, DType::Float64}) {
+    Graph g;
+    Output y = ops::random_normal(g, Shape{100001}, dtype, 5, 3.0f, 2.0f);
+    for (const auto& [device, factory] : factories_for(y)) {
+      SCOPED_TRACE(describe(dtype, {}) + " " + device);
+      auto kernel = make_kernel(y, *factory);
+      const std::vector<double> v = run_values(*kernel);
+      ASSERT_EQ(v.size(), 100001u);
+      EXPECT_NEAR(mean_of(v), 3.0, 0.05);
+      EXPECT_NEAR(stddev_of(v), 2.0, 0.05);
+      const auto within_one_sigma =
+          std::count_if(v.begin(), v.end(), [](double x) { return std::abs(x - 3) < 2; });
+      EXPECT_NEAR(static_cast<double>(within_one_sigma) / v.size(), 0.6827, 0.01);
+      EXPECT_TRUE(std::all_of(v.begin(), v.end(), [](double x) { return std::isfinite(x); }));
+    }
+  }
+}
+
+// Checks the random op that `build` makes, run on `inputs`: each run draws new values, a fixed
+// seed repeats its sequence of runs in a fresh kernel, and seed 0 differs between kernels.
+void check_random_streams(const std::function<Output(Graph&, uint64_t seed)>& build,
+                          const std::vector<Tensor>& inputs = {}) {
+  Graph g;
+  Output seeded = build(g, 42);
+  Output unseeded = build(g, 0);
+  for (const auto& [device, factory] : factories_for(seeded)) {
+    SCOPED_TRACE(device);
+    auto first = make_kernel(seeded, *factory);
+    auto second = make_kernel(seeded, *factory);
+    const auto run1 = run_values(*first, inputs);
+    const auto run2 = run_values(*first, inputs);
+    ASSERT_FALSE(run1.empty());
+    EXPECT_NE(run1, run2) << "each run draws new values";
+    EXPECT_EQ(run_values(*second, inputs), run1) << "a fixed seed repeats in a fresh kernel";
+    EXPECT_EQ(run_values(*second, inputs), run2);
+    auto random_a = make_kernel(unseeded, *factory);
+    auto random_b = make_kernel(unseeded, *factory);
+    EXPECT_NE(run_values(*random_a, inputs), run_values(*random_b, inputs))
+        << "seed 0 seeds each kernel afresh";
+  }
+}
+
+TEST(KernelsTest, RandomOpsAreReproducibleWithASeedAndNewOnEveryRun) {
+  for (DType dtype : {DType::Float32, DType::Float64}) {
+    for (int64_t n : {1, 7, 64}) {
+      SCOPED_TRACE(describe(dtype, {Shape{n}}));
+      check_random_streams(
+          [&](Graph& g, uint64_t seed) { return ops::random_uniform(g, Shape{n}, dtype, seed); });
+      check_random_streams(
+          [&](Graph& g, uint64_t seed) { return ops::random_normal(g, Shape{n}, dtype, seed); });
+    }
+  }
+  const Tensor rows = Tensor::vector<int32_t>([] {
+    std::vector<int32_t> v(64);
+    std::iota(v.begin(), v.end(), 0);
+    return v;
+  }());
+  check_random_streams(
+      [&](Graph& g, uint64_t seed) { return ops::random_shuffle(feed(g, rows), seed); }, {rows});
+}
+
+TEST(KernelsTest, ConcurrentRandomRunsDrawDisjointValues) {
+  // Each run reserves its values with one atomic step, so concurrent runs of one kernel see the
+  // same values as as many runs in a row, in some order, and no value twice (float64 values
+  // carry 53 random bits: a repeat by chance is out of the question).
+  constexpr int kRuns = 8;
+  Graph g;
+  Output y = ops::random_uniform(g, Shape{1001}, DType::Float64, 99);
+  for (const auto& [device, factory] : factories_for(y)) {
+    SCOPED_TRACE(device);
+    auto shared = make_kernel(y, *factory);
+    std::vector<std::vector<double>> concurrent(kRuns);
+    tessera::testing::run_threads(kRuns, [&](int i) { concurrent[i] = run_values(*shared); });
+    auto sequential_kernel = make_kernel(y, *factory);
+    std::vector<std::vector<double>> sequential(kRuns);
+    for (auto& values : sequential) values = run_values(*sequential_kernel);
+    std::sort(concurrent.begin(), concurrent.end());
+    std::sort(sequential.begin(), sequential.end());
+    EXPECT_EQ(concurrent, sequential);
+    std::vector<double> all;
+    for (const auto& values : concurrent) all.insert(all.end(), values.begin(), values.end());
+    std::sort(all.begin(), all.end());
+    EXPECT_EQ(std::adjacent_find(all.begin(), all.end()), all.end()) << "a value was drawn twice";
+  }
+}
+
+TEST(KernelsTest, RandomShufflePermutesRows) {
+  RandomInputs rng;
+  for (DType dtype : kAllDTypes) {
+    SCOPED_TRACE(dtype_name(dtype));
+    // Distinct rows (except for bool, whose rows repeat): row r starts with r.
+    Tensor x = rng.tensor(dtype, Shape{40, 3}, Range{-1000, 1000});
+    if (dtype != DType::Bool) {
+      std::vector<double> v = values_of(x);
+      for (int r = 0; r < 40; ++r) v[r * 3] = r;
+      x = tensor_of(dtype, x.shape(), v);
+    }
+    auto rows_of = [](const std::vector<double>& v) {
+      std::vector<std::vector<double>> rows;
+      for (std::size_t r = 0; r < v.size(); r += 3)
+        rows.emplace_back(v.begin() + r, v.begin() + r + 3);
+      return rows;
+    };
+    Graph g;
+    Output y = ops::random_shuffle(feed(g, x), 3);
+    for (const auto& [device, factory] : factories_for(y)) {
+      auto kernel = make_kernel(y, *factory);
+      KernelResult r = run_kernel(*kernel, {x});
+      ASSERT_TRUE(r.status.ok()) << r.status.to_string();
+      ASSERT_EQ(r.outputs[0].dtype(), dtype);
+      ASSERT_EQ(r.outputs[0].shape(), (Shape{40, 3}));
+      auto got = rows_of(values_of(r.outputs[0]));
+      auto want = rows_of(values_of(x));
+      if (dtype != DType::Bool) {
+        EXPECT_NE(got, want) << "40 rows left in place";
+      }
+      std::sort(got.begin(), got.end());
+      std::sort(want.begin(), want.end());
+      EXPECT_EQ(got, want) << "not a permutation of the rows";
+    }
+  }
+}
+
+TEST(KernelsTest, RandomShufflePicksEveryPermutationEquallyOften) {
+  constexpr int kRuns = 6000;
+  Graph g;
+  Tensor x = Tensor::vector<int64_t>({0, 1, 2});
+  Output y = ops::random_shuffle(feed(g, x), 17);
+  for (const auto& [device, factory] : factories_for(y)) {
+    auto kernel = make_kernel(y, *factory);
+    std::map<std::vector<double>, int> counts;
+    for (int i = 0; i < kRuns; ++i) ++counts[run_values(*kernel, {x})];
+    ASSERT_EQ(counts.size(), 6u);
+    for (const auto& [perm, count] : counts) {
+      EXPECT_NEAR(count, kRuns / 6, 150)
+          << ::testing::PrintToString(perm);  // ~5 standard deviations
+    }
+  }
+}
+
+TEST(KernelsTest, RandomShuffleOfFewRows) {
+  Graph g;
+  for (const Tensor& x :
+       {Tensor::scalar<float>(2.5f), Tensor::matrix<int32_t>({1, 2, 3}, 1, 3),
+        Tensor::zeros(DType::Float64, Shape{0, 2}), Tensor::zeros(DType::Int32, Shape{5, 0})}) {
+    SCOPED_TRACE(x.shape().to_string());
+    check_op(ops::random_shuffle(feed(g, x)), {x}, x.shape(), values_of(x));
+  }
+}
+
+}  // namespace
+}  // namespace tessera::internal
