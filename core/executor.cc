@@ -279,47 +279,71 @@ void RunState::process(int node_index) {
         params.inputs = inputs.get();
         auto* ctx = new OpKernelContext(params);
         const Tensor** raw_inputs = inputs.release();
+        // kRunning -> kDoneEarly when done() comes before compute_async returns (the op did not
+        // wait): this thread then completes it inline. kRunning -> kReturned first: whoever
+        // calls done() later hands the completion to the pool (Note [Async kernels]).
+        enum : int { kRunning, kDoneEarly, kReturned };
+        auto phase = std::make_shared<std::atomic<int>>(kRunning);
+        bool threw = false;
         try {
-          pn.kernel->compute_async(*ctx, [this, i, ctx, raw_inputs, start] {
+          pn.kernel->compute_async(*ctx, [this, i, ctx, raw_inputs, start, phase] {
+            if (phase->exchange(kDoneEarly, std::memory_order_acq_rel) == kRunning) return;
             (*opt_.runner)([this, i, ctx, raw_inputs, start] { on_async_done(i, ctx, raw_inputs, start); });
           });
         } catch (...) {
           // A kernel that throws before taking ownership of `done` never calls it.
           ctx->fail(status_from_current_exception());
-          on_async_done(i, ctx, raw_inputs, start);
+          threw = true;
         }
-        continue;  // outstanding_ still counts it until on_async_done
+        if (threw || phase->exchange(kReturned, std::memory_order_acq_rel) == kDoneEarly) {
+          if (opt_.trace) {
+            std::lock_guard<std::mutex> l(trace_mu_);
+            trace_.push_back({pn.node, start, now_micros(), this_thread_id()});
+          }
+          complete(i, *ctx, &ready);
+          delete ctx;
+          delete[] raw_inputs;
+        } else {
+          continue;  // still waiting: outstanding_ counts it until on_async_done
+        }
+      } else {
+        run_sync(i, params, start, &ready);
       }
-      constexpr int kInlineInputs = 8;
-      const Tensor* small[kInlineInputs];
-      std::unique_ptr<const Tensor*[]> big;
-      const Tensor** inputs = small;
-      if (pn.num_inputs > kInlineInputs) {
-        big = std::make_unique<const Tensor*[]>(pn.num_inputs);
-        inputs = big.get();
-      }
-      for (int j = 0; j < pn.num_inputs; ++j) inputs[j] = &slots_[plan_.input_slots[pn.first_input + j]];
-      params.inputs = inputs;
-      OpKernelContext ctx(params);
-      try {
-        pn.kernel->compute(ctx);
-      } catch (...) {
-        ctx.fail(status_from_current_exception());
-      }
-      if (opt_.trace) {
-        std::lock_guard<std::mutex> l(trace_mu_);
-        trace_.push_back({pn.node, start, now_micros(), this_thread_id()});
-      }
-      complete(i, ctx, &ready);
     }
-    // This node is over; count the ones it made ready before anyone can run them.
+    // This node is over; count the ones it made ready before anyone can run them. A node that
+    // makes exactly one successor ready leaves the count unchanged: no atomic needed.
     const int64_t delta = static_cast<int64_t>(ready.size()) - 1;
-    if (outstanding_.fetch_add(delta, std::memory_order_acq_rel) + delta == 0) {
+    if (delta != 0 && outstanding_.fetch_add(delta, std::memory_order_acq_rel) + delta == 0) {
       done();  // `this` may be gone from here on
       return;
     }
     finish_node(&ready, &stack);
   }
+}
+
+void RunState::run_sync(int i, OpKernelContext::Params& params, int64_t start, std::vector<int>* ready) {
+  const PlanNode& pn = plan_.nodes[i];
+  constexpr int kInlineInputs = 8;
+  const Tensor* small[kInlineInputs];
+  std::unique_ptr<const Tensor*[]> big;
+  const Tensor** inputs = small;
+  if (pn.num_inputs > kInlineInputs) {
+    big = std::make_unique<const Tensor*[]>(pn.num_inputs);
+    inputs = big.get();
+  }
+  for (int j = 0; j < pn.num_inputs; ++j) inputs[j] = &slots_[plan_.input_slots[pn.first_input + j]];
+  params.inputs = inputs;
+  OpKernelContext ctx(params);
+  try {
+    pn.kernel->compute(ctx);
+  } catch (...) {
+    ctx.fail(status_from_current_exception());
+  }
+  if (opt_.trace) {
+    std::lock_guard<std::mutex> l(trace_mu_);
+    trace_.push_back({pn.node, start, now_micros(), this_thread_id()});
+  }
+  complete(i, ctx, ready);
 }
 
 void RunState::on_async_done(int i, OpKernelContext* ctx, const Tensor** inputs, int64_t start) {
@@ -332,7 +356,7 @@ void RunState::on_async_done(int i, OpKernelContext* ctx, const Tensor** inputs,
   delete ctx;
   delete[] inputs;
   const int64_t delta = static_cast<int64_t>(ready.size()) - 1;
-  if (outstanding_.fetch_add(delta, std::memory_order_acq_rel) + delta == 0) {
+  if (delta != 0 && outstanding_.fetch_add(delta, std::memory_order_acq_rel) + delta == 0) {
     done();
     return;
   }
@@ -359,13 +383,19 @@ bool RunState::complete(int i, OpKernelContext& ctx, std::vector<int>* ready) {
     if (plan_.slot_uses[s] > 0) slots_[s] = std::move(t);
   }
   if (aborted_.load(std::memory_order_acquire)) return false;
+  // A slot with one use and a successor with one predecessor involve no other thread.
   for (int j = 0; j < pn.num_inputs; ++j) {
     const int s = plan_.input_slots[pn.first_input + j];
-    if (slot_uses_[s].fetch_sub(1, std::memory_order_acq_rel) == 1) slots_[s] = Tensor();
+    if (plan_.slot_uses[s] == 1 || slot_uses_[s].fetch_sub(1, std::memory_order_acq_rel) == 1) {
+      slots_[s] = Tensor();
+    }
   }
   for (int k = 0; k < pn.num_successors; ++k) {
     const int succ = plan_.successors[pn.first_successor + k];
-    if (pending_[succ].fetch_sub(1, std::memory_order_acq_rel) == 1) ready->push_back(succ);
+    if (plan_.nodes[succ].initial_pending == 1 ||
+        pending_[succ].fetch_sub(1, std::memory_order_acq_rel) == 1) {
+      ready->push_back(succ);
+    }
   }
   return true;
 }

@@ -97,6 +97,7 @@ class RunState {
 
  private:
   void process(int node_index);
+  void run_sync(int node_index, OpKernelContext::Params& params, int64_t start, std::vector<int>* ready);
   void on_async_done(int node_index, OpKernelContext* ctx, const Tensor** inputs, int64_t start_us);
   // Stores outputs, releases inputs, collects newly ready successors; returns false on error.
   bool complete(int node_index, OpKernelContext& ctx, std::vector<int>* ready);

@@ -155,10 +155,59 @@ std::ostream& operator<<(std::ostream& os, const Shape& s) { return os << s.to_s
 
 namespace internal {
 
+namespace {
+
+constexpr std::size_t kHeader = Tensor::kAlignment;
+static_assert(sizeof(TensorBuffer) <= kHeader);
+
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+constexpr bool kCacheSmallBuffers = false;  // let the sanitizers see every allocation
+#else
+constexpr bool kCacheSmallBuffers = true;
+#endif
+
+// Small tensors (scalars, short vectors) are the bulk of a fine-grained graph's allocations: each
+// thread keeps a few blocks of one size for them, so a tiny op costs no trip to malloc.
+constexpr std::size_t kSmallBytes = Tensor::kAlignment;
+constexpr std::size_t kSmallBlock = kHeader + kSmallBytes;
+constexpr std::size_t kSmallCacheMax = 256;
+
+struct SmallBlockCache {
+  std::size_t count = 0;
+  bool dead = false;  // after thread exit (static destructors of the main thread): bypass
+  void* blocks[kSmallCacheMax];
+  ~SmallBlockCache() {
+    for (std::size_t i = 0; i < count; ++i) std::free(blocks[i]);
+    count = 0;
+    dead = true;
+  }
+};
+thread_local SmallBlockCache tls_small_blocks;
+
+void release_small(TensorBuffer* b) {
+  b->~TensorBuffer();
+  auto& cache = tls_small_blocks;
+  if (!cache.dead && cache.count < kSmallCacheMax) {
+    cache.blocks[cache.count++] = b;
+  } else {
+    std::free(b);
+  }
+}
+
+}  // namespace
+
 TensorBuffer* TensorBuffer::allocate(std::size_t bytes) {
   // One allocation holds the header and the data; the data starts kAlignment bytes in.
-  constexpr std::size_t kHeader = Tensor::kAlignment;
-  static_assert(sizeof(TensorBuffer) <= kHeader);
+  if (kCacheSmallBuffers && bytes <= kSmallBytes) {
+    auto& cache = tls_small_blocks;
+    void* mem = cache.count > 0 ? cache.blocks[--cache.count] : std::aligned_alloc(Tensor::kAlignment, kSmallBlock);
+    if (mem == nullptr) throw ResourceExhaustedError(fmt::format("failed to allocate {} bytes", bytes));
+    auto* b = new (mem) TensorBuffer();
+    b->data = static_cast<char*>(mem) + kHeader;
+    b->bytes = bytes;
+    b->release = &release_small;
+    return b;
+  }
   std::size_t total = kHeader + ((bytes + Tensor::kAlignment - 1) / Tensor::kAlignment) * Tensor::kAlignment;
   void* mem = std::aligned_alloc(Tensor::kAlignment, total);
   if (mem == nullptr) throw ResourceExhaustedError(fmt::format("failed to allocate {} bytes", bytes));

@@ -61,7 +61,7 @@ SessionImpl::~SessionImpl() {
 void SessionImpl::close() {
   const Status reason(ErrorCode::kCancelled, "the session was closed");
   std::unique_lock<std::mutex> l(runs_mu_);
-  closed_ = true;
+  closed_.store(true, std::memory_order_release);
   for (RunState* rs : active_runs_) rs->cancel(reason);
   l.unlock();
   resources_.cancel_all(reason);
@@ -183,10 +183,7 @@ std::vector<Tensor> SessionImpl::run(const std::vector<Output>& fetches, const F
     key.push_back(endpoint_key(n, 0));
   }
 
-  {
-    std::lock_guard<std::mutex> l(runs_mu_);
-    if (closed_) throw CancelledError("attempted to use a closed session");
-  }
+  if (closed_.load(std::memory_order_acquire)) throw CancelledError("attempted to use a closed session");
   auto plan = get_plan(key, feed_eps, fetch_eps, target_nodes);
   plan.status().raise();
   const Plan& p = *plan.value();

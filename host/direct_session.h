@@ -61,7 +61,7 @@ class SessionImpl {
   std::mutex runs_mu_;
   std::condition_variable runs_cv_;
   std::unordered_set<RunState*> active_runs_;  // guarded by runs_mu_
-  bool closed_ = false;                        // guarded by runs_mu_
+  std::atomic<bool> closed_{false};            // written under runs_mu_
   std::atomic<int64_t> next_step_id_{1};
 };
 

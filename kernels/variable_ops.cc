@@ -5,6 +5,9 @@
 // writes a fresh buffer (copy on write) so earlier snapshots never change. Assign adopts the
 // input's buffer as is (no copy): a later in-place update is safe because whoever still holds
 // that input makes the buffer shared, which forces the copy.
+#include <atomic>
+#include <mutex>
+
 #include <fmt/format.h>
 
 #include "core/op_kernel.h"
@@ -14,18 +17,39 @@
 namespace tessera::internal {
 namespace {
 
-StatusOr<std::shared_ptr<VariableResource>> variable_of(OpKernelContext& ctx, const Node& var) {
-  return ctx.resources().lookup_or_create<VariableResource>(
-      var.name, [&]() -> StatusOr<std::shared_ptr<VariableResource>> {
-        return std::make_shared<VariableResource>(var.name, var.output_dtypes[0], var.output_shapes[0]);
-      });
-}
-
-class VariableOp : public OpKernel {
+// Base of the variable kernels: finds the variable in the session's resources once, then keeps it
+// (a kernel lives as long as its session, and so does the session's variable).
+class VariableKernel : public OpKernel {
  public:
   using OpKernel::OpKernel;
+
+ protected:
+  StatusOr<VariableResource*> variable(OpKernelContext& ctx, const Node& var) {
+    if (VariableResource* v = cached_.load(std::memory_order_acquire)) return v;
+    auto found = ctx.resources().lookup_or_create<VariableResource>(
+        var.name, [&]() -> StatusOr<std::shared_ptr<VariableResource>> {
+          return std::make_shared<VariableResource>(var.name, var.output_dtypes[0], var.output_shapes[0]);
+        });
+    if (!found.ok()) return found.status();
+    std::lock_guard<std::mutex> l(mu_);
+    if (!holder_) {
+      holder_ = found.value();
+      cached_.store(holder_.get(), std::memory_order_release);
+    }
+    return holder_.get();
+  }
+
+ private:
+  std::mutex mu_;
+  std::shared_ptr<VariableResource> holder_;  // guarded by mu_
+  std::atomic<VariableResource*> cached_{nullptr};
+};
+
+class VariableOp : public VariableKernel {
+ public:
+  using VariableKernel::VariableKernel;
   void compute(OpKernelContext& ctx) override {
-    auto var = variable_of(ctx, node());
+    auto var = variable(ctx, node());
     if (!var.ok()) return ctx.fail(var.status());
     VariableResource& v = *var.value();
     std::lock_guard<std::mutex> l(v.mu);
@@ -37,11 +61,11 @@ class VariableOp : public OpKernel {
   bool is_expensive() const override { return false; }
 };
 
-class AssignOp : public OpKernel {
+class AssignOp : public VariableKernel {
  public:
-  using OpKernel::OpKernel;
+  using VariableKernel::VariableKernel;
   void compute(OpKernelContext& ctx) override {
-    auto var = variable_of(ctx, *node().resource);
+    auto var = variable(ctx, *node().resource);
     if (!var.ok()) return ctx.fail(var.status());
     VariableResource& v = *var.value();
     const Tensor& value = ctx.input(0);
@@ -63,11 +87,11 @@ void apply(T* out, const T* a, const T* b, int64_t n) {
 }
 
 template <bool kAdd>
-class AssignUpdateOp : public OpKernel {
+class AssignUpdateOp : public VariableKernel {
  public:
-  using OpKernel::OpKernel;
+  using VariableKernel::VariableKernel;
   void compute(OpKernelContext& ctx) override {
-    auto var = variable_of(ctx, *node().resource);
+    auto var = variable(ctx, *node().resource);
     if (!var.ok()) return ctx.fail(var.status());
     VariableResource& v = *var.value();
     const Tensor& delta = ctx.input(0);
