@@ -10,9 +10,16 @@
 // Enqueue blocks while full; dequeue blocks while empty. After close(): enqueue raises
 // CancelledError; dequeue drains what is left, then raises OutOfRangeError; dequeue_many(n) raises
 // OutOfRangeError when fewer than n remain (they stay queued); dequeue_up_to(n) returns what is
-// left (at least 1). close(true) also fails blocked enqueues with CancelledError. Blocked ops hold
-// no thread of the session's pool. Waiters are served in arrival order. FIFOQueue is a copyable
-// handle; the queue state lives in the session (or server) that runs it.
+// left (at least 1), and on an open queue waits for n like dequeue_many. close() itself waits for
+// the enqueues already blocked (they complete as room frees); closing a closed queue raises
+// CancelledError. close(true) instead fails blocked enqueues with CancelledError, at once.
+// Blocked ops hold no thread of the session's pool; a run timeout or a session close ends them.
+// Waiters are served in arrival order: a dequeue_many(n) at the head takes elements as they
+// arrive (so n may exceed the capacity) and a later dequeue waits behind it. Dtypes are checked
+// when ops are built, shapes too when the queue has them (else at run time); without shapes,
+// dequeue_many needs elements of one shape. FIFOQueue is a copyable handle; the queue state lives
+// in the session (or server) that runs it, found by `shared_name` (default: the queue op's name).
+// Thread-safe to run from any number of sessions and threads.
 #pragma once
 
 #include <memory>
@@ -48,9 +55,10 @@ class FIFOQueue {
   const std::vector<DType>& dtypes() const;
   const std::vector<Shape>& shapes() const;
 
+  struct State;  // internal (core/queue_ops.cc)
+
  private:
   std::vector<Output> dequeue_op(const char* type, int n, std::string name) const;
-  struct State;
   std::shared_ptr<const State> state_;
 };
 

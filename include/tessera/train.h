@@ -36,7 +36,8 @@ class Coordinator {
   Coordinator& operator=(const Coordinator&) = delete;
 
   // Requests a stop. The first non-null `ex` that is not an OutOfRangeError is kept and re-raised
-  // by join().
+  // by join(). After join() (and before clear_stop()) such an `ex` is re-raised here instead,
+  // since no join would report it.
   void request_stop(std::exception_ptr ex = nullptr);
   bool should_stop() const;
   // Waits until a stop is requested or `timeout` passes (negative: forever); true if stopped.
@@ -56,7 +57,8 @@ class Coordinator {
 
   // Waits for `threads` to end: until they all end or a stop is requested, then at most
   // `stop_grace_period` more. Re-raises the kept exception; else, if threads are still alive,
-  // raises tessera::Error listing them (they are left running, detached). `threads` is emptied.
+  // raises tessera::Error (InternalError) listing their ids (they are left running, detached).
+  // `threads` is emptied. Threads that are not joinable are skipped.
   void join(std::vector<std::thread>& threads, std::chrono::milliseconds stop_grace_period = 120s);
 
   struct State;
@@ -65,7 +67,8 @@ class Coordinator {
   std::shared_ptr<State> state_;
 };
 
-// Runs enqueue ops in threads to keep a queue filled.
+// Runs enqueue ops in threads to keep a queue filled. A copyable handle (copies share the
+// threads' bookkeeping); thread-safe. See Note [Queue runner threads] in host/queue_runner.cc.
 class QueueRunner {
  public:
   QueueRunner() = default;
@@ -73,11 +76,17 @@ class QueueRunner {
 
   // One thread per enqueue op, each running its op until the coordinator stops or the queue is
   // closed; the last one to end closes the queue. OutOfRangeError and CancelledError end a thread
-  // quietly; another error closes the queue and is reported to `coord` (or kept, see
-  // exceptions()). With a coordinator, one more thread closes the queue with
-  // cancel_pending_enqueues when a stop is requested, so no enqueue stays blocked.
+  // quietly; another error closes the queue (cancelling pending enqueues) and is reported to
+  // `coord` (or kept, see exceptions()). With a coordinator, one more thread closes the queue with
+  // cancel_pending_enqueues when a stop is requested, so no enqueue stays blocked; that thread
+  // ends only on a stop request, so join them after coord.request_stop(). Returns no threads if
+  // this runner's threads are already running for `session`. With `start` = false the enqueue
+  // threads wait for start(session) (or a stop request) before running. `session` (and `coord`)
+  // must outlive the threads: join them before destroying either.
   std::vector<std::thread> create_threads(Session& session, Coordinator* coord = nullptr,
                                           bool start = true);
+  // Lets the threads created with start = false for `session` run.
+  void start(Session& session);
   // Errors raised in runner threads started without a coordinator.
   std::vector<std::exception_ptr> exceptions() const;
   const FIFOQueue& queue() const;

@@ -1,0 +1,253 @@
+// CPU kernels of the queue ops (core/queue_ops.cc) and LimitEpochs.
+//
+// Enqueue, dequeue and close are asynchronous (Note [Async kernels] in core/executor.cc): they
+// hand an attempt to the queue resource and return; the queue calls back, from whichever thread
+// completes, cancels or closes, and the callback calls `done` (never under the queue's lock, see
+// Note [Queue attempts] in host/fifo_queue.cc). The step's CancellationManager is passed along,
+// so a run timeout or a session close ends a wait with its reason.
+#include <atomic>
+
+#include <fmt/format.h>
+
+#include "core/op_kernel.h"
+#include "core/op_registry.h"
+#include "host/fifo_queue.h"
+
+namespace tessera::internal {
+namespace {
+
+using Tuple = FIFOQueueResource::Tuple;
+
+std::string shapes_string(const std::vector<Shape>& shapes) {
+  std::string out = "[";
+  for (std::size_t i = 0; i < shapes.size(); ++i) out += (i ? ", " : "") + shapes[i].to_string();
+  return out + "]";
+}
+
+std::string dtypes_string(const std::vector<DType>& dtypes) {
+  std::string out = "[";
+  for (std::size_t i = 0; i < dtypes.size(); ++i) out += (i ? ", " : "") + std::string(dtype_name(dtypes[i]));
+  return out + "]";
+}
+
+// The queue `queue_node` describes, created in this session's resources on first use. A queue
+// shared by name must agree with every node that names it.
+StatusOr<std::shared_ptr<FIFOQueueResource>> get_queue(OpKernelContext& ctx, const Node& queue_node) {
+  const auto& shared_name = queue_node.attr<std::string>("shared_name");
+  const std::string key = shared_name.empty() ? queue_node.name : shared_name;
+  const int64_t capacity = queue_node.attr<int64_t>("capacity");
+  const auto& dtypes = queue_node.attr<std::vector<DType>>("component_types");
+  const auto& shapes = queue_node.attr<std::vector<Shape>>("shapes");
+  auto found = ctx.resources().lookup_or_create<FIFOQueueResource>(
+      key, [&]() -> StatusOr<std::shared_ptr<FIFOQueueResource>> {
+        return std::make_shared<FIFOQueueResource>(key, capacity, dtypes, shapes);
+      });
+  if (!found.ok()) return found.status();
+  const FIFOQueueResource& q = *found.value();
+  if (q.capacity() != capacity) {
+    return errors::invalid_argument("shared queue '{}' has capacity {} but requested capacity was {}",
+                                    key, q.capacity(), capacity);
+  }
+  if (q.dtypes() != dtypes) {
+    return errors::invalid_argument(
+        "shared queue '{}' has component types {} but requested component types were {}", key,
+        dtypes_string(q.dtypes()), dtypes_string(dtypes));
+  }
+  if (q.shapes() != shapes) {
+    return errors::invalid_argument(
+        "shared queue '{}' has component shapes {} but requested component shapes were {}", key,
+        shapes_string(q.shapes()), shapes_string(shapes));
+  }
+  return found;
+}
+
+// Base of the ops that act on a queue: `resource` is the queue node.
+class QueueOpKernel : public OpKernel {
+ public:
+  explicit QueueOpKernel(const Node& n) : OpKernel(n) {
+    TESSERA_CHECK(n.resource != nullptr && n.resource->type == "FIFOQueue");
+  }
+
+ protected:
+  StatusOr<std::shared_ptr<FIFOQueueResource>> queue(OpKernelContext& ctx) const {
+    return get_queue(ctx, *node().resource);
+  }
+};
+
+// "FIFOQueue": creates the queue (and checks a shared one agrees) when run.
+class FIFOQueueOp : public OpKernel {
+ public:
+  using OpKernel::OpKernel;
+  void compute(OpKernelContext& ctx) override {
+    auto q = get_queue(ctx, node());
+    if (!q.ok()) ctx.fail(q.status());
+  }
+  bool is_expensive() const override { return false; }
+};
+
+class EnqueueOp : public QueueOpKernel {
+ public:
+  explicit EnqueueOp(const Node& n) : QueueOpKernel(n), many_(n.type == "QueueEnqueueMany") {}
+  bool is_async() const override { return true; }
+  void compute(OpKernelContext& ctx) override { TESSERA_CHECK(false); }
+  void compute_async(OpKernelContext& ctx, std::function<void()> done) override {
+    auto q = queue(ctx);
+    if (!q.ok()) {
+      ctx.fail(q.status());
+      done();
+      return;
+    }
+    Tuple components;
+    for (int i = 0; i < ctx.num_inputs(); ++i) components.push_back(ctx.input(i));
+    Status valid = many_ ? q.value()->validate_batch(components) : q.value()->validate_tuple(components);
+    if (!valid.ok()) {
+      ctx.fail(valid);
+      done();
+      return;
+    }
+    std::vector<Tuple> rows;
+    if (many_) {
+      rows = FIFOQueueResource::split_batch(components);  // may throw: before `done` is taken
+    } else {
+      rows.push_back(std::move(components));
+    }
+    q.value()->try_enqueue(std::move(rows), &ctx.cancellation(),
+                           [&ctx, done = std::move(done)](const Status& s) {
+                             if (!s.ok()) ctx.fail(s);
+                             done();
+                           });
+  }
+
+ private:
+  const bool many_;
+};
+
+class DequeueOp : public QueueOpKernel {
+ public:
+  explicit DequeueOp(const Node& n)
+      : QueueOpKernel(n),
+        many_(n.type != "QueueDequeue"),
+        allow_small_(n.type == "QueueDequeueUpTo"),
+        n_(many_ ? n.attr<int64_t>("n") : 1) {}
+  bool is_async() const override { return true; }
+  void compute(OpKernelContext& ctx) override { TESSERA_CHECK(false); }
+  void compute_async(OpKernelContext& ctx, std::function<void()> done) override {
+    auto q = queue(ctx);
+    if (!q.ok()) {
+      ctx.fail(q.status());
+      done();
+      return;
+    }
+    if (n_ == 0) {  // an empty batch at once, as in TensorFlow (needs the queue's shapes)
+      auto empty = q.value()->empty_batch();
+      if (!empty.ok()) {
+        ctx.fail(empty.status());
+      } else {
+        for (std::size_t i = 0; i < empty.value().size(); ++i) ctx.set_output(static_cast<int>(i), empty.value()[i]);
+      }
+      done();
+      return;
+    }
+    q.value()->try_dequeue(
+        n_, many_, allow_small_, &ctx.cancellation(),
+        [&ctx, many = many_, done = std::move(done)](const Status& s, std::vector<Tuple> got) {
+          if (!s.ok()) {
+            ctx.fail(s);
+          } else {
+            try {
+              Tuple out = many ? FIFOQueueResource::stack_tuples(got) : std::move(got.at(0));
+              for (std::size_t i = 0; i < out.size(); ++i) ctx.set_output(static_cast<int>(i), std::move(out[i]));
+            } catch (...) {
+              ctx.fail(status_from_current_exception());
+            }
+          }
+          done();
+        });
+  }
+
+ private:
+  const bool many_;
+  const bool allow_small_;
+  const int64_t n_;
+};
+
+class CloseOp : public QueueOpKernel {
+ public:
+  explicit CloseOp(const Node& n)
+      : QueueOpKernel(n), cancel_pending_(n.attr<bool>("cancel_pending_enqueues")) {}
+  bool is_async() const override { return true; }
+  bool is_expensive() const override { return false; }
+  void compute(OpKernelContext& ctx) override { TESSERA_CHECK(false); }
+  void compute_async(OpKernelContext& ctx, std::function<void()> done) override {
+    auto q = queue(ctx);
+    if (!q.ok()) {
+      ctx.fail(q.status());
+      done();
+      return;
+    }
+    q.value()->close(cancel_pending_, &ctx.cancellation(), [&ctx, done = std::move(done)](const Status& s) {
+      if (!s.ok()) ctx.fail(s);
+      done();
+    });
+  }
+
+ private:
+  const bool cancel_pending_;
+};
+
+class SizeOp : public QueueOpKernel {
+ public:
+  using QueueOpKernel::QueueOpKernel;
+  bool is_expensive() const override { return false; }
+  void compute(OpKernelContext& ctx) override {
+    auto q = queue(ctx);
+    if (!q.ok()) return ctx.fail(q.status());
+    Tensor& out = ctx.allocate_output(0, Shape{});
+    if (node().type == "QueueSize") {
+      *out.mutable_data<int32_t>() = static_cast<int32_t>(q.value()->size());
+    } else {
+      *out.mutable_data<bool>() = q.value()->is_closed();
+    }
+  }
+};
+
+// LimitEpochs' counter: how many times this session ran the node.
+class EpochCounter : public ResourceBase {
+ public:
+  std::string debug_string() const override {
+    return fmt::format("epoch counter ({} runs)", runs.load(std::memory_order_relaxed));
+  }
+  std::atomic<int64_t> runs{0};
+};
+
+class LimitEpochsOp : public OpKernel {
+ public:
+  explicit LimitEpochsOp(const Node& n) : OpKernel(n), limit_(n.attr<int64_t>("num_epochs")) {}
+  bool is_expensive() const override { return false; }
+  void compute(OpKernelContext& ctx) override {
+    auto counter = ctx.resources().lookup_or_create<EpochCounter>(
+        name(), []() -> StatusOr<std::shared_ptr<EpochCounter>> { return std::make_shared<EpochCounter>(); });
+    if (!counter.ok()) return ctx.fail(counter.status());
+    if (counter.value()->runs.fetch_add(1, std::memory_order_relaxed) >= limit_) {
+      return ctx.fail(errors::out_of_range("reached the limit of {} epochs", limit_));
+    }
+    ctx.set_output(0, ctx.input(0));
+  }
+
+ private:
+  const int64_t limit_;
+};
+
+TESSERA_REGISTER_KERNEL("FIFOQueue", "CPU", FIFOQueueOp);
+TESSERA_REGISTER_KERNEL("QueueEnqueue", "CPU", EnqueueOp);
+TESSERA_REGISTER_KERNEL("QueueEnqueueMany", "CPU", EnqueueOp);
+TESSERA_REGISTER_KERNEL("QueueDequeue", "CPU", DequeueOp);
+TESSERA_REGISTER_KERNEL("QueueDequeueMany", "CPU", DequeueOp);
+TESSERA_REGISTER_KERNEL("QueueDequeueUpTo", "CPU", DequeueOp);
+TESSERA_REGISTER_KERNEL("QueueClose", "CPU", CloseOp);
+TESSERA_REGISTER_KERNEL("QueueSize", "CPU", SizeOp);
+TESSERA_REGISTER_KERNEL("QueueIsClosed", "CPU", SizeOp);
+TESSERA_REGISTER_KERNEL("LimitEpochs", "CPU", LimitEpochsOp);
+
+}  // namespace
+}  // namespace tessera::internal
