@@ -1,0 +1,17 @@
+// The examples that `tessera demo` runs. Each builds its own graph and session, prints what it
+// does to `out`, and returns 0 on success (non-zero if its own checks fail).
+#pragma once
+
+#include <ostream>
+
+namespace tessera::examples {
+
+// The seed's first example, made correct: ten threads dequeue the results of c = a + b from a
+// queue filled by a QueueRunner under a Coordinator.
+int queue_add(std::ostream& out);
+
+// Linear regression by SGD: a QueueRunner makes noisy batches of y = 3x + 2, four threads
+// update the shared variables w and b at once; the loss falls and w, b approach 3 and 2.
+int linear_regression(std::ostream& out, int steps_per_thread = 300);
+
+}  // namespace tessera::examples
