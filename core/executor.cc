@@ -67,15 +67,39 @@ StatusOr<std::shared_ptr<const Plan>> build_plan(
     for (const Node* c : n->control_inputs) want(c);
   }
 
+  // Constants are hoisted out of the step: their immutable value is placed in a slot when the step
+  // starts, like a feed, so they cost no node and their consumers wait for nothing. (A constant
+  // that is a target or has control inputs stays a node; a control edge from a hoisted constant
+  // is satisfied from the start, as a constant has no effects.)
+  std::unordered_map<const Node*, int> hoisted;  // constant -> slot (set below)
+  {
+    std::unordered_map<const Node*, bool> is_target;
+    for (const Node* t : targets) is_target[t] = true;
+    std::vector<const Node*> kept;
+    kept.reserve(needed.size());
+    for (const Node* n : needed) {
+      if (n->type == "Const" && n->control_inputs.empty() && !is_target.count(n)) {
+        hoisted.emplace(n, -1);
+        auto kernel = make_kernel(*n);  // placement and validation, as for any op
+        if (!kernel.ok()) return kernel.status();
+      } else {
+        kept.push_back(n);
+      }
+    }
+    needed.swap(kept);
+  }
+
   // Distinct predecessors per node, then Kahn's algorithm.
   std::unordered_map<const Node*, std::vector<const Node*>> succ;
   std::unordered_map<const Node*, int> indegree;
   for (const Node* n : needed) {
     std::vector<const Node*> preds;
     for (const auto& in : n->inputs) {
-      if (!fed.count(key(in.node, in.index))) preds.push_back(in.node);
+      if (!fed.count(key(in.node, in.index)) && !hoisted.count(in.node)) preds.push_back(in.node);
     }
-    for (const Node* c : n->control_inputs) preds.push_back(c);
+    for (const Node* c : n->control_inputs) {
+      if (!hoisted.count(c)) preds.push_back(c);
+    }
     std::sort(preds.begin(), preds.end());
     preds.erase(std::unique(preds.begin(), preds.end()), preds.end());
     indegree[n] = static_cast<int>(preds.size());
@@ -121,11 +145,25 @@ StatusOr<std::shared_ptr<const Plan>> build_plan(
     slot += pn.num_outputs;
   }
   for (std::size_t f = 0; f < feeds.size(); ++f) plan->feed_slots.push_back(slot++);
+  for (auto& [n, const_slot] : hoisted) {
+    const_slot = slot++;
+    plan->constants.push_back({const_slot, n->attr<Tensor>("value")});
+  }
   plan->num_slots = slot;
   plan->slot_uses.assign(slot, 0);
+  plan->slot_dtypes.assign(slot, DType::Float32);
+  for (const auto& pn : plan->nodes) {
+    for (int k = 0; k < pn.num_outputs; ++k) plan->slot_dtypes[pn.first_output_slot + k] = pn.node->output_dtypes[k];
+  }
+  for (std::size_t f = 0; f < feeds.size(); ++f) {
+    plan->slot_dtypes[plan->feed_slots[f]] = feeds[f].node->output_dtypes[feeds[f].index];
+  }
+  for (const auto& [const_slot, value] : plan->constants) plan->slot_dtypes[const_slot] = value.dtype();
   auto slot_of = [&](const Endpoint& e) {
     auto it = fed.find(key(e.node, e.index));
     if (it != fed.end()) return plan->feed_slots[it->second];
+    auto h = hoisted.find(e.node);
+    if (h != hoisted.end()) return h->second;
     return plan->nodes[index_of.at(e.node)].first_output_slot + e.index;
   };
   for (int i = 0; i < n_nodes; ++i) {
@@ -154,6 +192,7 @@ StatusOr<std::shared_ptr<const Plan>> build_plan(
     plan->fetch_slots.push_back(s);
     plan->slot_uses[s]++;
   }
+  for (const auto& [const_slot, value] : plan->constants) plan->slot_uses[const_slot] = Plan::kPinned;
   return std::shared_ptr<const Plan>(std::move(plan));
 }
 
@@ -165,16 +204,42 @@ uint64_t this_thread_id() {
 }
 }  // namespace
 
-RunState::RunState(const Options& options) : opt_(options), plan_(*options.plan) {
-  slots_ = std::make_unique<Tensor[]>(plan_.num_slots);
-  const int n = static_cast<int>(plan_.nodes.size());
-  pending_ = std::make_unique<std::atomic<int>[]>(n);
-  for (int i = 0; i < n; ++i) pending_[i].store(plan_.nodes[i].initial_pending, std::memory_order_relaxed);
-  slot_uses_ = std::make_unique<std::atomic<int>[]>(plan_.num_slots);
-  for (int i = 0; i < plan_.num_slots; ++i) slot_uses_[i].store(plan_.slot_uses[i], std::memory_order_relaxed);
+std::unique_ptr<StepArrays> Plan::acquire_arrays() const {
+  {
+    std::lock_guard<std::mutex> l(pool_mu_);
+    if (!pool_.empty()) {
+      auto a = std::move(pool_.back());
+      pool_.pop_back();
+      return a;
+    }
+  }
+  auto a = std::make_unique<StepArrays>();
+  a->slots = std::make_unique<Tensor[]>(num_slots);
+  a->pending = std::make_unique<std::atomic<int>[]>(nodes.size());
+  a->slot_uses = std::make_unique<std::atomic<int>[]>(num_slots);
+  return a;
 }
 
-RunState::~RunState() = default;
+void Plan::release_arrays(std::unique_ptr<StepArrays> a) const {
+  for (int i = 0; i < num_slots; ++i) {
+    a->slots[i].reset();
+  }
+  std::lock_guard<std::mutex> l(pool_mu_);
+  if (pool_.size() < kMaxPooledArrays) pool_.push_back(std::move(a));
+}
+
+RunState::RunState(const Options& options) : opt_(options), plan_(*options.plan) {
+  arrays_ = plan_.acquire_arrays();
+  slots_ = arrays_->slots.get();
+  pending_ = arrays_->pending.get();
+  slot_uses_ = arrays_->slot_uses.get();
+  const int n = static_cast<int>(plan_.nodes.size());
+  for (int i = 0; i < n; ++i) pending_[i].store(plan_.nodes[i].initial_pending, std::memory_order_relaxed);
+  for (int i = 0; i < plan_.num_slots; ++i) slot_uses_[i].store(plan_.slot_uses[i], std::memory_order_relaxed);
+  for (const auto& [slot, value] : plan_.constants) slots_[slot] = value;
+}
+
+RunState::~RunState() { plan_.release_arrays(std::move(arrays_)); }
 
 void RunState::set_feed(int i, Tensor value) { slots_[plan_.feed_slots[i]] = std::move(value); }
 
@@ -271,6 +336,7 @@ void RunState::process(int node_index) {
       params.cancellation = &cancellation_;
       params.step_id = opt_.step_id;
       params.runner = opt_.runner;
+      params.output_dtypes = plan_.slot_dtypes.data() + pn.first_output_slot;
       const int64_t start = opt_.trace ? now_micros() : 0;
       if (pn.is_async) {
         // Inputs and context must outlive this frame: they live until the kernel calls done.
@@ -372,23 +438,23 @@ bool RunState::complete(int i, OpKernelContext& ctx, std::vector<int>* ready) {
     return false;
   }
   for (int k = 0; k < pn.num_outputs; ++k) {
-    Tensor& t = ctx.outputs()[k];
-    if (t.is_null() || t.dtype() != pn.node->output_dtypes[k]) {
+    Tensor& t = ctx.output(k);
+    const int s = pn.first_output_slot + k;
+    if (t.is_null() || t.dtype() != plan_.slot_dtypes[s]) {
       record_error(errors::internal("{}: kernel produced {} for output {} (expected {})",
                                     pn.node->debug_name(), t.is_null() ? "nothing" : dtype_name(t.dtype()),
-                                    k, dtype_name(pn.node->output_dtypes[k])));
+                                    k, dtype_name(plan_.slot_dtypes[s])));
       return false;
     }
-    const int s = pn.first_output_slot + k;
     if (plan_.slot_uses[s] > 0) slots_[s] = std::move(t);
   }
   if (aborted_.load(std::memory_order_acquire)) return false;
   // A slot with one use and a successor with one predecessor involve no other thread.
   for (int j = 0; j < pn.num_inputs; ++j) {
     const int s = plan_.input_slots[pn.first_input + j];
-    if (plan_.slot_uses[s] == 1 || slot_uses_[s].fetch_sub(1, std::memory_order_acq_rel) == 1) {
-      slots_[s] = Tensor();
-    }
+    const int uses = plan_.slot_uses[s];
+    if (uses == Plan::kPinned) continue;
+    if (uses == 1 || slot_uses_[s].fetch_sub(1, std::memory_order_acq_rel) == 1) slots_[s].reset();
   }
   for (int k = 0; k < pn.num_successors; ++k) {
     const int succ = plan_.successors[pn.first_successor + k];

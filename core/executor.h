@@ -40,16 +40,36 @@ struct PlanNode {
   bool expensive = false;
 };
 
+// The per-step arrays of a plan, reused across steps (allocating and constructing them is most
+// of a large step's fixed cost).
+struct StepArrays {
+  std::unique_ptr<Tensor[]> slots;
+  std::unique_ptr<std::atomic<int>[]> pending;
+  std::unique_ptr<std::atomic<int>[]> slot_uses;
+};
+
 struct Plan {
+  static constexpr int kPinned = -1;  // slot_uses of a hoisted constant: never released
   std::vector<PlanNode> nodes;     // topological order
   std::vector<int> input_slots;    // per node input: slot index
   std::vector<int> successors;     // per node: plan indices of distinct successors
   std::vector<int> roots;          // nodes with no pending predecessors
-  int num_slots = 0;               // node outputs, then one slot per feed
+  int num_slots = 0;               // node outputs, one slot per feed, one per hoisted constant
   std::vector<int> feed_slots;     // parallel to the signature's feeds
   std::vector<int> fetch_slots;    // parallel to the signature's fetches
   std::vector<int> slot_uses;      // consumers per slot (+1 when fetched: never released early)
+  std::vector<DType> slot_dtypes;  // per slot, the dtype its producer must deliver
+  std::vector<std::pair<int, Tensor>> constants;  // hoisted Const ops: slot, value
   uint64_t graph_version = 0;
+
+  // Thread-safe: steps of one plan run concurrently.
+  std::unique_ptr<StepArrays> acquire_arrays() const;
+  void release_arrays(std::unique_ptr<StepArrays> arrays) const;
+
+ private:
+  static constexpr std::size_t kMaxPooledArrays = 16;
+  mutable std::mutex pool_mu_;
+  mutable std::vector<std::unique_ptr<StepArrays>> pool_;  // guarded by pool_mu_
 };
 
 // Builds a plan: prunes to what the fetches and targets need (a fed output cuts its edge), sorts
@@ -109,9 +129,10 @@ class RunState {
 
   Options opt_;
   const Plan& plan_;
-  std::unique_ptr<Tensor[]> slots_;
-  std::unique_ptr<std::atomic<int>[]> pending_;
-  std::unique_ptr<std::atomic<int>[]> slot_uses_;
+  std::unique_ptr<StepArrays> arrays_;
+  Tensor* slots_;                     // arrays_->slots
+  std::atomic<int>* pending_;         // arrays_->pending
+  std::atomic<int>* slot_uses_;       // arrays_->slot_uses
   std::atomic<int64_t> outstanding_{0};
   std::atomic<bool> aborted_{false};
   CancellationManager cancellation_;

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -24,6 +25,8 @@ class OpKernelContext {
   struct Params {
     const Node* node = nullptr;
     const Tensor* const* inputs = nullptr;  // Not owned: valid until the kernel is done.
+    // The node's output dtypes (a copy kept next to the executor's data). Not owned.
+    const DType* output_dtypes = nullptr;
     int num_inputs = 0;
     ResourceMgr* resources = nullptr;          // Not owned.
     CancellationManager* cancellation = nullptr;  // Not owned.
@@ -31,20 +34,28 @@ class OpKernelContext {
     // Schedules a closure on the session's inter-op pool.
     const std::function<void(std::function<void()>)>* runner = nullptr;
   };
-  explicit OpKernelContext(const Params& p) : p_(p), outputs_(p.node->output_dtypes.size()) {}
+  explicit OpKernelContext(const Params& p)
+      : p_(p), num_outputs_(static_cast<int>(p.node->output_dtypes.size())) {
+    if (num_outputs_ > kInlineOutputs) {
+      heap_outputs_ = std::make_unique<Tensor[]>(num_outputs_);
+      outputs_ = heap_outputs_.get();
+    }
+  }
+  OpKernelContext(const OpKernelContext&) = delete;
+  OpKernelContext& operator=(const OpKernelContext&) = delete;
 
   const Node& node() const { return *p_.node; }
   const std::string& op_name() const { return p_.node->name; }
   int num_inputs() const { return p_.num_inputs; }
   const Tensor& input(int i) const { return *p_.inputs[i]; }
-  int num_outputs() const { return static_cast<int>(outputs_.size()); }
+  int num_outputs() const { return num_outputs_; }
   void set_output(int i, Tensor t) { outputs_[i] = std::move(t); }
   // Allocates output i with the node's dtype for that output.
   Tensor& allocate_output(int i, const Shape& shape) {
-    outputs_[i] = Tensor(p_.node->output_dtypes[i], shape);
+    outputs_[i] = Tensor(p_.output_dtypes ? p_.output_dtypes[i] : p_.node->output_dtypes[i], shape);
     return outputs_[i];
   }
-  std::vector<Tensor>& outputs() { return outputs_; }
+  Tensor& output(int i) { return outputs_[i]; }
   ResourceMgr& resources() const { return *p_.resources; }
   CancellationManager& cancellation() const { return *p_.cancellation; }
   int64_t step_id() const { return p_.step_id; }
@@ -61,8 +72,13 @@ class OpKernelContext {
   const Status& status() const { return status_; }
 
  private:
+  // Most ops have one or two outputs: those live here, so a tiny op allocates nothing for them.
+  static constexpr int kInlineOutputs = 2;
   Params p_;
-  std::vector<Tensor> outputs_;
+  int num_outputs_;
+  Tensor inline_outputs_[kInlineOutputs];
+  std::unique_ptr<Tensor[]> heap_outputs_;
+  Tensor* outputs_ = inline_outputs_;
   Status status_;
 };
 

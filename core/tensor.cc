@@ -182,7 +182,9 @@ struct SmallBlockCache {
     dead = true;
   }
 };
-thread_local SmallBlockCache tls_small_blocks;
+// initial-exec: a direct TLS access instead of a __tls_get_addr call (this is the hot path of
+// every small op, and the library is loaded at start-up, not dlopen'ed late).
+__attribute__((tls_model("initial-exec"))) thread_local SmallBlockCache tls_small_blocks;
 
 void release_small(TensorBuffer* b) {
   b->~TensorBuffer();
@@ -217,16 +219,12 @@ TensorBuffer* TensorBuffer::allocate(std::size_t bytes) {
   return b;
 }
 
-void buffer_ref(TensorBuffer* b) noexcept { b->refs.fetch_add(1, std::memory_order_relaxed); }
-
-void buffer_unref(TensorBuffer* b) noexcept {
-  if (b->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) {
-    if (b->release) {
-      b->release(b);
-    } else {
-      b->~TensorBuffer();
-      std::free(b);
-    }
+void buffer_free(TensorBuffer* b) noexcept {
+  if (b->release) {
+    b->release(b);
+  } else {
+    b->~TensorBuffer();
+    std::free(b);
   }
 }
 
@@ -248,58 +246,12 @@ Tensor Tensor::zeros(DType dtype, const Shape& shape) {
   return t;
 }
 
-Tensor::Tensor(const Tensor& o) noexcept
-    : buf_(o.buf_), dtype_(o.dtype_), shape_(o.shape_), num_elements_(o.num_elements_) {
-  if (buf_) internal::buffer_ref(buf_);
-}
-
-Tensor::Tensor(Tensor&& o) noexcept
-    : buf_(o.buf_), dtype_(o.dtype_), shape_(o.shape_), num_elements_(o.num_elements_) {
-  o.buf_ = nullptr;
-}
-
-Tensor& Tensor::operator=(const Tensor& o) noexcept {
-  if (this != &o) {
-    if (o.buf_) internal::buffer_ref(o.buf_);
-    if (buf_) internal::buffer_unref(buf_);
-    buf_ = o.buf_;
-    dtype_ = o.dtype_;
-    shape_ = o.shape_;
-    num_elements_ = o.num_elements_;
-  }
-  return *this;
-}
-
-Tensor& Tensor::operator=(Tensor&& o) noexcept {
-  if (this != &o) {
-    if (buf_) internal::buffer_unref(buf_);
-    buf_ = o.buf_;
-    o.buf_ = nullptr;
-    dtype_ = o.dtype_;
-    shape_ = o.shape_;
-    num_elements_ = o.num_elements_;
-  }
-  return *this;
-}
-
-Tensor::~Tensor() {
-  if (buf_) internal::buffer_unref(buf_);
-}
-
 std::string Tensor::device() const {
   if (!buf_) return "";
   return buf_->device.empty() ? std::string(internal::kHostDeviceName) : buf_->device;
 }
 
-const void* Tensor::raw_data() const {
-  if (!buf_) throw InvalidArgumentError("access to the data of a null tensor");
-  return buf_->data;
-}
-
-void* Tensor::raw_mutable_data() {
-  if (!buf_) throw InvalidArgumentError("access to the data of a null tensor");
-  return buf_->data;
-}
+void Tensor::throw_null_access() { throw InvalidArgumentError("access to the data of a null tensor"); }
 
 void Tensor::check_vector_size(int64_t n, const Shape& shape) {
   if (!shape.fully_defined() || shape.num_elements() != n) {
@@ -307,8 +259,8 @@ void Tensor::check_vector_size(int64_t n, const Shape& shape) {
   }
 }
 
-void Tensor::check_access(DType want, bool want_scalar) const {
-  if (!buf_) throw InvalidArgumentError("access to the data of a null tensor");
+void Tensor::access_error(DType want, bool want_scalar) const {
+  if (!buf_) throw_null_access();
   if (want != dtype_) {
     throw InvalidArgumentError(fmt::format("tensor has dtype {}, accessed as {}", dtype_name(dtype_),
                                            dtype_name(want)));
@@ -317,6 +269,7 @@ void Tensor::check_access(DType want, bool want_scalar) const {
     throw InvalidArgumentError(
         fmt::format("scalar() of a tensor of shape {} ({} elements)", shape_.to_string(), num_elements_));
   }
+  throw InternalError("access_error called for a valid access");
 }
 
 Tensor Tensor::reshaped(const Shape& shape) const {

@@ -127,7 +127,9 @@ KernelResult run_kernel(OpKernel& kernel, const std::vector<Tensor>& inputs) {
   bool done = false;
   kernel.compute_async(ctx, [&done] { done = true; });
   EXPECT_TRUE(done) << "math kernels finish before compute returns";
-  return {ctx.status(), ctx.outputs()};
+  std::vector<Tensor> outputs;
+  for (int i = 0; i < ctx.num_outputs(); ++i) outputs.push_back(ctx.output(i));
+  return {ctx.status(), outputs};
 }
 
 // The registered kernel factory of the op of `y` for each device type that has one.

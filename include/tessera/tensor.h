@@ -12,6 +12,7 @@
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -81,9 +82,28 @@ class Shape {
 std::ostream& operator<<(std::ostream& os, const Shape& s);
 
 namespace internal {
-struct TensorBuffer;
-void buffer_ref(TensorBuffer* b) noexcept;
-void buffer_unref(TensorBuffer* b) noexcept;
+// The refcounted storage behind Tensor (internal: defined here so that handle copies inline).
+// Host buffers are one aligned allocation: this header in the first 64 bytes, the data after it.
+// Other allocators (devices, pinned memory, received frames) set `release` to free their memory.
+struct TensorBuffer {
+  std::atomic<int> refs{1};
+  void* data = nullptr;
+  std::size_t bytes = 0;
+  // Frees the buffer (including this header) when set; else std::free of the header.
+  void (*release)(TensorBuffer*) = nullptr;
+  // Name of the device holding the data; "" = host memory.
+  std::string device;
+
+  static TensorBuffer* allocate(std::size_t bytes);
+};
+void buffer_free(TensorBuffer* b) noexcept;  // when the last reference goes
+inline void buffer_ref(TensorBuffer* b) noexcept { b->refs.fetch_add(1, std::memory_order_relaxed); }
+inline void buffer_unref(TensorBuffer* b) noexcept {
+  // A sole owner needs no atomic read-modify-write: nobody else can take a new reference.
+  if (b->refs.load(std::memory_order_acquire) == 1 || b->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+    buffer_free(b);
+  }
+}
 }  // namespace internal
 
 class Tensor {
@@ -118,13 +138,44 @@ class Tensor {
     return t;
   }
 
-  Tensor(const Tensor& o) noexcept;
-  Tensor(Tensor&& o) noexcept;
-  Tensor& operator=(const Tensor& o) noexcept;
-  Tensor& operator=(Tensor&& o) noexcept;
-  ~Tensor();
+  Tensor(const Tensor& o) noexcept
+      : buf_(o.buf_), dtype_(o.dtype_), shape_(o.shape_), num_elements_(o.num_elements_) {
+    if (buf_) internal::buffer_ref(buf_);
+  }
+  Tensor(Tensor&& o) noexcept
+      : buf_(o.buf_), dtype_(o.dtype_), shape_(o.shape_), num_elements_(o.num_elements_) {
+    o.buf_ = nullptr;
+  }
+  Tensor& operator=(const Tensor& o) noexcept {
+    if (o.buf_) internal::buffer_ref(o.buf_);
+    if (buf_) internal::buffer_unref(buf_);
+    buf_ = o.buf_;
+    dtype_ = o.dtype_;
+    shape_ = o.shape_;
+    num_elements_ = o.num_elements_;
+    return *this;
+  }
+  Tensor& operator=(Tensor&& o) noexcept {
+    if (this != &o) {
+      if (buf_) internal::buffer_unref(buf_);
+      buf_ = o.buf_;
+      o.buf_ = nullptr;
+      dtype_ = o.dtype_;
+      shape_ = o.shape_;
+      num_elements_ = o.num_elements_;
+    }
+    return *this;
+  }
+  ~Tensor() {
+    if (buf_) internal::buffer_unref(buf_);
+  }
 
   bool is_null() const { return buf_ == nullptr; }
+  // Drops the reference: the tensor becomes null.
+  void reset() noexcept {
+    if (buf_) internal::buffer_unref(buf_);
+    buf_ = nullptr;
+  }
   DType dtype() const { return dtype_; }
   const Shape& shape() const { return shape_; }
   int64_t num_elements() const { return num_elements_; }
@@ -151,8 +202,14 @@ class Tensor {
     check_access(dtype_of<T>, false);
     return static_cast<T*>(raw_mutable_data());
   }
-  const void* raw_data() const;
-  void* raw_mutable_data();
+  const void* raw_data() const {
+    if (!buf_) throw_null_access();
+    return buf_->data;
+  }
+  void* raw_mutable_data() {
+    if (!buf_) throw_null_access();
+    return buf_->data;
+  }
 
   // A tensor with the same buffer and a new shape of the same number of elements.
   Tensor reshaped(const Shape& shape) const;
@@ -167,7 +224,13 @@ class Tensor {
 
  private:
   static void check_vector_size(int64_t n, const Shape& shape);
-  void check_access(DType want, bool want_scalar) const;
+  void check_access(DType want, bool want_scalar) const {
+    if (buf_ == nullptr || want != dtype_ || (want_scalar && num_elements_ != 1)) {
+      access_error(want, want_scalar);
+    }
+  }
+  [[noreturn]] void access_error(DType want, bool want_scalar) const;
+  [[noreturn]] static void throw_null_access();
 
   internal::TensorBuffer* buf_ = nullptr;  // Owned reference.
   DType dtype_ = DType::Float32;
