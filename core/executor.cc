@@ -8,11 +8,13 @@
 //
 // Note [Async kernels]
 // Kernels that wait (queue enqueue/dequeue) are asynchronous: they register a callback with the
-// resource they wait on and return, so a blocked step holds no thread at all. Their completion
-// (from whichever thread satisfies or cancels the wait) is handed back to the pool, never run
-// inline, so the completing thread (often another step's enqueue) is not borrowed. Every waiting
-// kernel also registers with the step's CancellationManager: a deadline or a session close
-// cancels the step and every wait ends with that reason.
+// resource they wait on and return, so a blocked step holds no pool thread at all. An op that did
+// not have to wait (its callback ran before compute_async returned) completes inline like a
+// synchronous one. A later completion (from whichever thread satisfied or cancelled the wait) is
+// never run on that thread, which is often another step's enqueue: it is handed to the thread
+// that called run(), if that thread is idle waiting for the step (one wake-up, no pool hop),
+// else to the pool. Every waiting kernel also registers with the step's CancellationManager: a
+// deadline or a session close cancels the step and every wait ends with that reason.
 #include "core/executor.h"
 
 #include <algorithm>
@@ -260,18 +262,48 @@ Status RunState::run() {
   } else {
     done();
   }
+  // Wait for the step, running the continuations of async ops handed to this (otherwise idle)
+  // thread: see Note [Async kernels].
   std::unique_lock<std::mutex> l(mu_);
-  if (opt_.timeout.count() > 0) {
-    auto deadline = std::chrono::steady_clock::now() + opt_.timeout;
-    if (!cv_.wait_until(l, deadline, [&] { return done_; })) {
+  caller_waiting_ = true;
+  const bool has_deadline = opt_.timeout.count() > 0;
+  const auto deadline = std::chrono::steady_clock::now() + opt_.timeout;
+  bool timed_out = false;
+  while (!done_) {
+    if (!inbox_.empty()) {
+      std::function<void()> fn = std::move(inbox_.front());
+      inbox_.pop_front();
       l.unlock();
-      cancel(Status(ErrorCode::kDeadlineExceeded,
-                    fmt::format("the run exceeded its timeout of {} ms", opt_.timeout.count())));
+      fn();  // may finish the step (done() takes mu_)
       l.lock();
+      continue;
+    }
+    if (has_deadline && !timed_out) {
+      if (cv_.wait_until(l, deadline) == std::cv_status::timeout && !done_ && inbox_.empty()) {
+        timed_out = true;
+        l.unlock();
+        cancel(Status(ErrorCode::kDeadlineExceeded,
+                      fmt::format("the run exceeded its timeout of {} ms", opt_.timeout.count())));
+        l.lock();
+      }
+    } else {
+      cv_.wait(l);
     }
   }
-  cv_.wait(l, [&] { return done_; });
+  caller_waiting_ = false;
   return status_;
+}
+
+void RunState::hand_off(std::function<void()> fn) {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (caller_waiting_) {
+      inbox_.push_back(std::move(fn));
+      cv_.notify_all();
+      return;
+    }
+  }
+  (*opt_.runner)(std::move(fn));
 }
 
 void RunState::cancel(const Status& reason) {
@@ -354,7 +386,7 @@ void RunState::process(int node_index) {
         try {
           pn.kernel->compute_async(*ctx, [this, i, ctx, raw_inputs, start, phase] {
             if (phase->exchange(kDoneEarly, std::memory_order_acq_rel) == kRunning) return;
-            (*opt_.runner)([this, i, ctx, raw_inputs, start] { on_async_done(i, ctx, raw_inputs, start); });
+            hand_off([this, i, ctx, raw_inputs, start] { on_async_done(i, ctx, raw_inputs, start); });
           });
         } catch (...) {
           // A kernel that throws before taking ownership of `done` never calls it.

@@ -10,6 +10,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -137,10 +138,15 @@ class RunState {
   std::atomic<bool> aborted_{false};
   CancellationManager cancellation_;
 
+  // Runs `fn` (an async op's continuation) on the caller of run() if it is waiting, else the pool.
+  void hand_off(std::function<void()> fn);
+
   std::mutex mu_;
   std::condition_variable cv_;
-  bool done_ = false;  // guarded by mu_
-  Status status_;      // guarded by mu_
+  bool done_ = false;                           // guarded by mu_
+  Status status_;                               // guarded by mu_
+  bool caller_waiting_ = false;                 // guarded by mu_
+  std::deque<std::function<void()>> inbox_;     // guarded by mu_
 
   int64_t start_us_ = 0;
   std::mutex trace_mu_;

@@ -2,6 +2,7 @@
 // finds its resource with lookup_or_create(). Thread-safe.
 #pragma once
 
+#include <atomic>
 #include <functional>
 #include <map>
 #include <memory>
@@ -55,6 +56,31 @@ class ResourceMgr {
  private:
   mutable std::mutex mu_;
   std::map<std::string, std::shared_ptr<ResourceBase>> resources_;  // guarded by mu_
+};
+
+// The resource a kernel acts on, looked up once and then kept: a kernel lives no longer than the
+// session (or server) whose resources it uses, so the pointer stays valid. Thread-safe.
+template <class T>
+class CachedResource {
+ public:
+  // `lookup` returns StatusOr<std::shared_ptr<T>>; it runs until one call succeeds.
+  template <class Lookup>
+  StatusOr<T*> get(Lookup&& lookup) {
+    if (T* p = cached_.load(std::memory_order_acquire)) return p;
+    auto found = lookup();
+    if (!found.ok()) return found.status();
+    std::lock_guard<std::mutex> l(mu_);
+    if (!holder_) {
+      holder_ = found.value();
+      cached_.store(holder_.get(), std::memory_order_release);
+    }
+    return holder_.get();
+  }
+
+ private:
+  std::mutex mu_;
+  std::shared_ptr<T> holder_;  // guarded by mu_
+  std::atomic<T*> cached_{nullptr};
 };
 
 }  // namespace tessera::internal

@@ -21,6 +21,12 @@ class VariableResource : public ResourceBase {
   DType dtype() const { return dtype_; }
   const Shape& shape() const { return shape_; }  // declared (possibly partial) shape
 
+  // FailedPrecondition naming the variable until it is initialized. Call with mu held.
+  Status check_initialized() const {
+    if (initialized) return Status();
+    return errors::failed_precondition("attempting to use uninitialized value {}", name_);
+  }
+
   std::mutex mu;
   Tensor value;              // guarded by mu; null until initialized
   bool initialized = false;  // guarded by mu

@@ -227,23 +227,34 @@ void FIFOQueueResource::add_attempt(Attempt attempt) {
   {
     std::lock_guard<std::mutex> l(mu_);
     attempt.id = next_id_++;
-    if (attempt.cm != nullptr) {
-      std::weak_ptr<FIFOQueueResource> self = weak_from_this();
-      TESSERA_CHECK(!self.expired());  // owned by a shared_ptr, as documented
-      const int64_t id = attempt.id;
-      attempt.token = attempt.cm->register_callback([self, id](const Status& reason) {
-        if (auto q = self.lock()) q->cancel(id, reason);
-      });
-      if (attempt.token == CancellationManager::kInvalidToken) {
-        attempt.status = attempt.cm->reason();
-        if (attempt.status.ok()) attempt.status = errors::cancelled("operation was cancelled");
-        finished.push_back(std::move(attempt));
-      }
-    }
-    if (finished.empty()) {
+    const int64_t id = attempt.id;
+    CancellationManager* cm = attempt.cm;
+    if (cm != nullptr && cm->is_cancelled()) {
+      attempt.status = cm->reason();
+      if (attempt.status.ok()) attempt.status = errors::cancelled("operation was cancelled");
+      finished.push_back(std::move(attempt));
+    } else {
       AttemptList& list = attempt.kind == Kind::kDequeue ? dequeue_attempts_ : enqueue_attempts_;
       list.push_back(std::move(attempt));
       flush_locked(&finished);
+      // Only an attempt that has to wait registers for cancellation: most complete at once.
+      auto waiting = std::find_if(list.rbegin(), list.rend(), [id](const Attempt& a) { return a.id == id; });
+      if (cm != nullptr && waiting != list.rend()) {
+        std::weak_ptr<FIFOQueueResource> self = weak_from_this();
+        TESSERA_CHECK(!self.expired());  // owned by a shared_ptr, as documented
+        waiting->token = cm->register_callback([self, id](const Status& reason) {
+          if (auto q = self.lock()) q->cancel(id, reason);
+        });
+        if (waiting->token == CancellationManager::kInvalidToken) {  // cancelled meanwhile
+          Attempt& a = *waiting;
+          a.status = cm->reason();
+          if (a.status.ok()) a.status = errors::cancelled("operation was cancelled");
+          if (a.kind == Kind::kDequeue) restore_locked(&a);
+          finished.push_back(std::move(a));
+          list.erase(std::next(waiting).base());
+          flush_locked(&finished);
+        }
+      }
     }
   }
   finish(&finished);

@@ -61,7 +61,8 @@ StatusOr<std::shared_ptr<FIFOQueueResource>> get_queue(OpKernelContext& ctx, con
   return found;
 }
 
-// Base of the ops that act on a queue: `resource` is the queue node.
+// Base of the ops that act on a queue: `resource` is the queue node. The queue (and the check
+// that a shared one agrees) is looked up once per kernel.
 class QueueOpKernel : public OpKernel {
  public:
   explicit QueueOpKernel(const Node& n) : OpKernel(n) {
@@ -69,9 +70,12 @@ class QueueOpKernel : public OpKernel {
   }
 
  protected:
-  StatusOr<std::shared_ptr<FIFOQueueResource>> queue(OpKernelContext& ctx) const {
-    return get_queue(ctx, *node().resource);
+  StatusOr<FIFOQueueResource*> queue(OpKernelContext& ctx) {
+    return queue_.get([&] { return get_queue(ctx, *node().resource); });
   }
+
+ private:
+  CachedResource<FIFOQueueResource> queue_;
 };
 
 // "FIFOQueue": creates the queue (and checks a shared one agrees) when run.

@@ -5,7 +5,6 @@
 // writes a fresh buffer (copy on write) so earlier snapshots never change. Assign adopts the
 // input's buffer as is (no copy): a later in-place update is safe because whoever still holds
 // that input makes the buffer shared, which forces the copy.
-#include <atomic>
 #include <mutex>
 
 #include <fmt/format.h>
@@ -17,32 +16,23 @@
 namespace tessera::internal {
 namespace {
 
-// Base of the variable kernels: finds the variable in the session's resources once, then keeps it
-// (a kernel lives as long as its session, and so does the session's variable).
+// Base of the variable kernels: finds the variable in the session's resources once.
 class VariableKernel : public OpKernel {
  public:
   using OpKernel::OpKernel;
 
  protected:
   StatusOr<VariableResource*> variable(OpKernelContext& ctx, const Node& var) {
-    if (VariableResource* v = cached_.load(std::memory_order_acquire)) return v;
-    auto found = ctx.resources().lookup_or_create<VariableResource>(
-        var.name, [&]() -> StatusOr<std::shared_ptr<VariableResource>> {
-          return std::make_shared<VariableResource>(var.name, var.output_dtypes[0], var.output_shapes[0]);
-        });
-    if (!found.ok()) return found.status();
-    std::lock_guard<std::mutex> l(mu_);
-    if (!holder_) {
-      holder_ = found.value();
-      cached_.store(holder_.get(), std::memory_order_release);
-    }
-    return holder_.get();
+    return variable_.get([&] {
+      return ctx.resources().lookup_or_create<VariableResource>(
+          var.name, [&]() -> StatusOr<std::shared_ptr<VariableResource>> {
+            return std::make_shared<VariableResource>(var.name, var.output_dtypes[0], var.output_shapes[0]);
+          });
+    });
   }
 
  private:
-  std::mutex mu_;
-  std::shared_ptr<VariableResource> holder_;  // guarded by mu_
-  std::atomic<VariableResource*> cached_{nullptr};
+  CachedResource<VariableResource> variable_;
 };
 
 class VariableOp : public VariableKernel {
@@ -53,9 +43,7 @@ class VariableOp : public VariableKernel {
     if (!var.ok()) return ctx.fail(var.status());
     VariableResource& v = *var.value();
     std::lock_guard<std::mutex> l(v.mu);
-    if (!v.initialized) {
-      return ctx.fail(ErrorCode::kFailedPrecondition, "attempting to use uninitialized value {}", v.name());
-    }
+    if (Status s = v.check_initialized(); !s.ok()) return ctx.fail(s);
     ctx.set_output(0, v.value);
   }
   bool is_expensive() const override { return false; }
@@ -96,9 +84,7 @@ class AssignUpdateOp : public VariableKernel {
     VariableResource& v = *var.value();
     const Tensor& delta = ctx.input(0);
     std::lock_guard<std::mutex> l(v.mu);
-    if (!v.initialized) {
-      return ctx.fail(ErrorCode::kFailedPrecondition, "attempting to use uninitialized value {}", v.name());
-    }
+    if (Status s = v.check_initialized(); !s.ok()) return ctx.fail(s);
     if (delta.shape() != v.value.shape()) {
       return ctx.fail(ErrorCode::kInvalidArgument, "variable '{}' has shape {}, the update has shape {}",
                       v.name(), v.value.shape().to_string(), delta.shape().to_string());
