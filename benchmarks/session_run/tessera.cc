@@ -1,0 +1,60 @@
+// Workload session_run: the fixed cost of one Session::run on a trivial graph, c = a + b of two
+// scalar float constants.
+//
+//   BM_session_run_add/tessera            one thread calling run
+//   BM_session_run_add_8threads/tessera   8 threads calling run on one shared session; the reported
+//                                         time is wall time / total runs (inverse throughput)
+#include <tessera/tessera.h>
+
+#include <memory>
+
+#include "common/bench_common.h"
+
+namespace {
+
+using namespace tessera;
+
+struct AddGraph {
+  Graph g;
+  Output c;
+  std::unique_ptr<Session> s;
+  bool ok = false;
+
+  AddGraph() {
+    auto a = ops::constant(g, 1.0f, "a");
+    auto b = ops::constant(g, 2.0f, "b");
+    c = ops::add(a, b, "c");
+    s = std::make_unique<Session>(g);
+    ok = s->run(c).scalar<float>() == 3.0f;     // checked once, before timing
+    for (int i = 0; i < 1000; ++i) s->run(c);   // warm-up: plan cache, allocator, pool
+  }
+};
+
+// One session shared by every benchmark thread (built once, thread-safe static init).
+AddGraph& shared_add_graph() {
+  static AddGraph* graph = new AddGraph();  // leaked on purpose: threads may still use it at exit
+  return *graph;
+}
+
+void BM_session_run_add(benchmark::State& state, const char* impl) {
+  tessera_bench::set_impl(state, impl);
+  AddGraph& ag = shared_add_graph();
+  if (!tessera_bench::check(state, ag.ok, "c = 1 + 2 != 3")) return;
+  for (auto _ : state) {
+    Tensor t = ag.s->run(ag.c);
+    benchmark::DoNotOptimize(t);
+  }
+  state.SetItemsProcessed(state.iterations());
+  state.counters["per_run"] = tessera_bench::per_unit(state, 1);
+}
+
+void BM_session_run_add_8threads(benchmark::State& state, const char* impl) {
+  BM_session_run_add(state, impl);
+}
+
+}  // namespace
+
+BENCHMARK_CAPTURE(BM_session_run_add, tessera, "tessera")->UseRealTime();
+BENCHMARK_CAPTURE(BM_session_run_add_8threads, tessera, "tessera")
+    ->Threads(8)
+    ->UseRealTime();
