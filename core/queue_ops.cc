@@ -11,19 +11,13 @@
 
 #include "core/node.h"
 #include "core/op_registry.h"
+#include "core/shape_util.h"
 #include "tessera/ops.h"
 #include "tessera/queue.h"
 
 namespace tessera {
 namespace internal {
 namespace {
-
-Shape prepend_dim(int64_t d, const Shape& s) {
-  if (s.unknown_rank()) return Shape::unknown();
-  std::vector<int64_t> dims{d};
-  for (int64_t x : s.dims()) dims.push_back(x);
-  return Shape(dims);
-}
 
 Status fifo_queue_shape(ShapeContext& c) {
   if (c.num_inputs() != 0) return c.invalid("takes no inputs, got {}", c.num_inputs());

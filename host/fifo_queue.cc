@@ -5,6 +5,8 @@
 
 #include <fmt/format.h>
 
+#include "core/shape_util.h"
+
 namespace tessera::internal {
 
 // Note [Queue attempts]
@@ -23,19 +25,13 @@ namespace tessera::internal {
 // arrived before it complete first (as room frees) and the ones after it fail with
 // CancelledError; close(cancel_pending_enqueues) fails every waiting enqueue at once.
 //
-// Cancellation: an attempt with a CancellationManager registers a callback (under mu_, before
-// it is queued) that completes it with the cancellation reason; the callback holds only the
-// attempt id and a weak reference, so it does nothing if the attempt already completed. The
+// Cancellation: an attempt with a CancellationManager that cannot complete at once registers a
+// callback (under mu_, right after the first try) that completes it with the cancellation
+// reason; an attempt that completes at once never registers (most do). The callback holds only
+// the attempt id and a weak reference, so it does nothing if the attempt already completed. The
 // lock order is mu_ -> the manager's lock; the manager runs callbacks outside its lock.
 
 namespace {
-
-Shape prepend_dim(int64_t d, const Shape& s) {
-  if (s.unknown_rank()) return Shape::unknown();
-  std::vector<int64_t> dims{d};
-  for (int64_t x : s.dims()) dims.push_back(x);
-  return Shape(dims);
-}
 
 std::string shapes_string(const std::vector<Shape>& shapes) {
   std::string out = "[";
