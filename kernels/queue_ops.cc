@@ -73,6 +73,13 @@ class QueueOpKernel : public OpKernel {
   StatusOr<FIFOQueueResource*> queue(OpKernelContext& ctx) {
     return queue_.get([&] { return get_queue(ctx, *node().resource); });
   }
+  // The queue's completion callback for an enqueue or close: records a failure, ends the op.
+  static FIFOQueueResource::EnqueueCallback complete_op(OpKernelContext& ctx, std::function<void()> done) {
+    return [&ctx, done = std::move(done)](const Status& s) {
+      if (!s.ok()) ctx.fail(s);
+      done();
+    };
+  }
 
  private:
   CachedResource<FIFOQueueResource> queue_;
@@ -115,11 +122,7 @@ class EnqueueOp : public QueueOpKernel {
     } else {
       rows.push_back(std::move(components));
     }
-    q.value()->try_enqueue(std::move(rows), &ctx.cancellation(),
-                           [&ctx, done = std::move(done)](const Status& s) {
-                             if (!s.ok()) ctx.fail(s);
-                             done();
-                           });
+    q.value()->try_enqueue(std::move(rows), &ctx.cancellation(), complete_op(ctx, std::move(done)));
   }
 
  private:
@@ -189,10 +192,7 @@ class CloseOp : public QueueOpKernel {
       done();
       return;
     }
-    q.value()->close(cancel_pending_, &ctx.cancellation(), [&ctx, done = std::move(done)](const Status& s) {
-      if (!s.ok()) ctx.fail(s);
-      done();
-    });
+    q.value()->close(cancel_pending_, &ctx.cancellation(), complete_op(ctx, std::move(done)));
   }
 
  private:
