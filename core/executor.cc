@@ -35,12 +35,17 @@ int64_t now_micros() {
 
 // ---- Plan ----
 
+namespace {
+std::atomic<uint64_t> next_plan_serial{1};
+}  // namespace
+
 StatusOr<std::shared_ptr<const Plan>> build_plan(
     const GraphImpl& graph, const std::vector<Endpoint>& feeds, const std::vector<Endpoint>& fetches,
     const std::vector<const Node*>& targets,
     const std::function<StatusOr<OpKernel*>(const Node&)>& make_kernel) {
   auto plan = std::make_shared<Plan>();
   plan->graph_version = graph.version();
+  plan->serial = next_plan_serial.fetch_add(1, std::memory_order_relaxed);
 
   auto key = [](const Node* n, int index) { return (static_cast<uint64_t>(n->id) << 16) | index; };
   std::unordered_map<uint64_t, int> fed;  // endpoint -> feed index
@@ -194,7 +199,11 @@ StatusOr<std::shared_ptr<const Plan>> build_plan(
     plan->fetch_slots.push_back(s);
     plan->slot_uses[s]++;
   }
-  for (const auto& [const_slot, value] : plan->constants) plan->slot_uses[const_slot] = Plan::kPinned;
+  plan->constant_at.assign(plan->num_slots, nullptr);
+  for (const auto& [const_slot, value] : plan->constants) {
+    plan->slot_uses[const_slot] = Plan::kPinned;
+    plan->constant_at[const_slot] = &value;
+  }
   return std::shared_ptr<const Plan>(std::move(plan));
 }
 
@@ -206,14 +215,24 @@ uint64_t this_thread_id() {
 }
 }  // namespace
 
+namespace {
+// Each thread keeps the arrays of its last few steps as spares, by plan: a thread that runs the
+// same plans again reuses them without allocating and without touching anything another thread
+// touches (Note [Session fast path] in host/direct_session.cc). A thread runs one step at a
+// time, so a plan's spare is free whenever the thread starts a step of it.
+struct SpareArrays {
+  static constexpr int kPlans = 4;
+  uint64_t plan_serial[kPlans] = {};
+  std::unique_ptr<StepArrays> arrays[kPlans];
+  int next_victim = 0;
+};
+thread_local SpareArrays tls_spares;
+}  // namespace
+
 std::unique_ptr<StepArrays> Plan::acquire_arrays() const {
-  {
-    std::lock_guard<std::mutex> l(pool_mu_);
-    if (!pool_.empty()) {
-      auto a = std::move(pool_.back());
-      pool_.pop_back();
-      return a;
-    }
+  SpareArrays& spares = tls_spares;
+  for (int k = 0; k < SpareArrays::kPlans; ++k) {
+    if (spares.plan_serial[k] == serial && spares.arrays[k]) return std::move(spares.arrays[k]);
   }
   auto a = std::make_unique<StepArrays>();
   a->slots = std::make_unique<Tensor[]>(num_slots);
@@ -223,11 +242,16 @@ std::unique_ptr<StepArrays> Plan::acquire_arrays() const {
 }
 
 void Plan::release_arrays(std::unique_ptr<StepArrays> a) const {
-  for (int i = 0; i < num_slots; ++i) {
-    a->slots[i].reset();
+  for (int i = 0; i < num_slots; ++i) a->slots[i].reset();
+  SpareArrays& spares = tls_spares;
+  int k = 0;
+  while (k < SpareArrays::kPlans && spares.plan_serial[k] != serial) ++k;
+  if (k == SpareArrays::kPlans) {  // not cached yet: evict round-robin (a stale plan's arrays go)
+    k = spares.next_victim;
+    spares.next_victim = (k + 1) % SpareArrays::kPlans;
   }
-  std::lock_guard<std::mutex> l(pool_mu_);
-  if (pool_.size() < kMaxPooledArrays) pool_.push_back(std::move(a));
+  spares.plan_serial[k] = serial;
+  spares.arrays[k] = std::move(a);
 }
 
 RunState::RunState(const Options& options) : opt_(options), plan_(*options.plan) {
@@ -238,14 +262,13 @@ RunState::RunState(const Options& options) : opt_(options), plan_(*options.plan)
   const int n = static_cast<int>(plan_.nodes.size());
   for (int i = 0; i < n; ++i) pending_[i].store(plan_.nodes[i].initial_pending, std::memory_order_relaxed);
   for (int i = 0; i < plan_.num_slots; ++i) slot_uses_[i].store(plan_.slot_uses[i], std::memory_order_relaxed);
-  for (const auto& [slot, value] : plan_.constants) slots_[slot] = value;
 }
 
 RunState::~RunState() { plan_.release_arrays(std::move(arrays_)); }
 
 void RunState::set_feed(int i, Tensor value) { slots_[plan_.feed_slots[i]] = std::move(value); }
 
-const Tensor& RunState::fetch(int i) const { return slots_[plan_.fetch_slots[i]]; }
+const Tensor& RunState::fetch(int i) const { return *slot(plan_.fetch_slots[i]); }
 
 Status RunState::run() {
   if (opt_.trace) start_us_ = now_micros();
@@ -373,7 +396,7 @@ void RunState::process(int node_index) {
       if (pn.is_async) {
         // Inputs and context must outlive this frame: they live until the kernel calls done.
         auto inputs = std::make_unique<const Tensor*[]>(std::max(1, pn.num_inputs));
-        for (int j = 0; j < pn.num_inputs; ++j) inputs[j] = &slots_[plan_.input_slots[pn.first_input + j]];
+        for (int j = 0; j < pn.num_inputs; ++j) inputs[j] = slot(plan_.input_slots[pn.first_input + j]);
         params.inputs = inputs.get();
         auto* ctx = new OpKernelContext(params);
         const Tensor** raw_inputs = inputs.release();
@@ -429,7 +452,7 @@ void RunState::run_sync(int i, OpKernelContext::Params& params, int64_t start, s
     big = std::make_unique<const Tensor*[]>(pn.num_inputs);
     inputs = big.get();
   }
-  for (int j = 0; j < pn.num_inputs; ++j) inputs[j] = &slots_[plan_.input_slots[pn.first_input + j]];
+  for (int j = 0; j < pn.num_inputs; ++j) inputs[j] = slot(plan_.input_slots[pn.first_input + j]);
   params.inputs = inputs;
   OpKernelContext ctx(params);
   try {

@@ -41,8 +41,8 @@ struct PlanNode {
   bool expensive = false;
 };
 
-// The per-step arrays of a plan, reused across steps (allocating and constructing them is most
-// of a large step's fixed cost).
+// The per-step arrays of a plan, reused across steps by each thread (allocating and constructing
+// them is most of a large step's fixed cost).
 struct StepArrays {
   std::unique_ptr<Tensor[]> slots;
   std::unique_ptr<std::atomic<int>[]> pending;
@@ -61,16 +61,15 @@ struct Plan {
   std::vector<int> slot_uses;      // consumers per slot (+1 when fetched: never released early)
   std::vector<DType> slot_dtypes;  // per slot, the dtype its producer must deliver
   std::vector<std::pair<int, Tensor>> constants;  // hoisted Const ops: slot, value
+  // Per slot: the plan's constant for a constant slot (read in place: steps neither copy it nor
+  // touch its refcount, a cache line every thread would share), else null.
+  std::vector<const Tensor*> constant_at;
   uint64_t graph_version = 0;
+  uint64_t serial = 0;  // unique per plan in this process
 
-  // Thread-safe: steps of one plan run concurrently.
+  // Arrays for a step of this plan (a per-thread spare when there is one). Thread-safe.
   std::unique_ptr<StepArrays> acquire_arrays() const;
   void release_arrays(std::unique_ptr<StepArrays> arrays) const;
-
- private:
-  static constexpr std::size_t kMaxPooledArrays = 16;
-  mutable std::mutex pool_mu_;
-  mutable std::vector<std::unique_ptr<StepArrays>> pool_;  // guarded by pool_mu_
 };
 
 // Builds a plan: prunes to what the fetches and targets need (a fed output cuts its edge), sorts
@@ -117,6 +116,11 @@ class RunState {
   int64_t start_us() const { return start_us_; }
 
  private:
+  // Where slot s's value lives: the plan's constant or this step's slot.
+  const Tensor* slot(int s) const {
+    const Tensor* c = plan_.constant_at[s];
+    return c != nullptr ? c : &slots_[s];
+  }
   void process(int node_index);
   void run_sync(int node_index, OpKernelContext::Params& params, int64_t start, std::vector<int>* ready);
   void on_async_done(int node_index, OpKernelContext* ctx, const Tensor** inputs, int64_t start_us);

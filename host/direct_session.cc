@@ -12,9 +12,48 @@
 namespace tessera {
 namespace internal {
 
+// Note [Session fast path]
+// Many threads calling run() on one session must not serialize on shared cache lines. A repeated
+// run touches no lock or counter that another thread's run also touches: the plan comes from a
+// one-entry per-thread cache (keyed by session serial, signature and graph version), the step's
+// arrays from a per-thread spare (Plan::acquire_arrays), step ids are drawn in per-thread
+// blocks, constants are read in place, and the registry of steps in flight is sharded by thread.
+// From 1 to 8 threads on 2 cores this took c = a + b from 2.2M to 1.0M runs/s (slower) to
+// 2.4M to 4.1M runs/s.
 namespace {
 
 constexpr uint64_t kSeparator = ~0ull;
+
+std::atomic<uint64_t> next_session_serial{1};
+std::atomic<int> next_shard{0};
+std::atomic<int64_t> next_step_block{0};
+constexpr int64_t kStepBlock = 1 << 16;
+
+// A thread's last plan. `plan` is not owned: it is valid while the session with `session_serial`
+// lives (the session keeps every plan it made), and serials are never reused, so a stale entry
+// is never dereferenced. Holding no reference also means the cache keeps no memory alive.
+struct PlanCacheEntry {
+  uint64_t session_serial = 0;
+  uint64_t graph_version = 0;
+  std::vector<uint64_t> key;
+  const Plan* plan = nullptr;
+};
+thread_local PlanCacheEntry tls_plan;
+
+int this_thread_shard(int shards) {
+  thread_local int shard = next_shard.fetch_add(1, std::memory_order_relaxed);
+  return shard % shards;
+}
+
+int64_t next_step_id() {
+  thread_local int64_t next = 0;
+  thread_local int64_t end = 0;
+  if (next == end) {
+    next = next_step_block.fetch_add(1, std::memory_order_relaxed) * kStepBlock + 1;
+    end = next + kStepBlock - 1;
+  }
+  return next++;
+}
 
 uint64_t endpoint_key(const Node* n, int index) { return (static_cast<uint64_t>(n->id) << 16) | index; }
 
@@ -39,7 +78,8 @@ std::size_t SessionImpl::KeyHash::operator()(const std::vector<uint64_t>& k) con
 }
 
 SessionImpl::SessionImpl(Graph& graph, SessionOptions options)
-    : graph_(graph), g_(graph.impl()), options_(options) {
+    : graph_(graph), g_(graph.impl()), options_(options),
+      serial_(next_session_serial.fetch_add(1, std::memory_order_relaxed)) {
   if (options_.inter_op_threads < 0) {
     throw InvalidArgumentError(fmt::format("inter_op_threads must be >= 0, got {}", options_.inter_op_threads));
   }
@@ -60,13 +100,18 @@ SessionImpl::~SessionImpl() {
 
 void SessionImpl::close() {
   const Status reason(ErrorCode::kCancelled, "the session was closed");
-  std::unique_lock<std::mutex> l(runs_mu_);
-  closed_.store(true, std::memory_order_release);
-  for (RunState* rs : active_runs_) rs->cancel(reason);
-  l.unlock();
+  // A run registers under its shard's lock after checking closed_, so every run either sees
+  // closed_ or is found here.
+  closed_.store(true, std::memory_order_seq_cst);
+  for (RunShard& shard : shards_) {
+    std::lock_guard<std::mutex> l(shard.mu);
+    for (RunState* rs : shard.runs) rs->cancel(reason);
+  }
   resources_.cancel_all(reason);
-  l.lock();
-  runs_cv_.wait(l, [&] { return active_runs_.empty(); });
+  for (RunShard& shard : shards_) {
+    std::unique_lock<std::mutex> l(shard.mu);
+    shard.cv.wait(l, [&] { return shard.runs.empty(); });
+  }
 }
 
 Status SessionImpl::place(const Node& node) {
@@ -130,7 +175,10 @@ StatusOr<std::shared_ptr<const Plan>> SessionImpl::get_plan(const std::vector<ui
   }
   if (!plan.ok()) return plan;
   std::unique_lock<std::shared_mutex> l(plans_mu_);
-  plans_[key] = plan.value();
+  auto& slot = plans_[key];
+  // A replaced plan stays alive with the session: a thread's plan cache may still point at it.
+  if (slot) retired_plans_.push_back(std::move(slot));
+  slot = plan.value();
   return plan;
 }
 
@@ -184,30 +232,40 @@ std::vector<Tensor> SessionImpl::run(const std::vector<Output>& fetches, const F
   }
 
   if (closed_.load(std::memory_order_acquire)) throw CancelledError("attempted to use a closed session");
-  auto plan = get_plan(key, feed_eps, fetch_eps, target_nodes);
-  plan.status().raise();
-  const Plan& p = *plan.value();
+  PlanCacheEntry& cached = tls_plan;
+  if (cached.session_serial != serial_ || cached.graph_version != g_.version() || cached.key != key) {
+    auto plan = get_plan(key, feed_eps, fetch_eps, target_nodes);
+    plan.status().raise();
+    cached.session_serial = serial_;
+    cached.graph_version = plan.value()->graph_version;
+    cached.key = key;
+    cached.plan = plan.value().get();
+  }
+  const Plan& p = *cached.plan;
 
   RunState::Options ro;
   ro.plan = &p;
   ro.runner = &runner_;
   ro.resources = &resources_;
-  ro.step_id = next_step_id_.fetch_add(1, std::memory_order_relaxed);
+  ro.step_id = next_step_id();
   ro.timeout = options.timeout;
   ro.trace = options.trace;
   RunState rs(ro);
   int i = 0;
   for (const auto& [out, value] : feeds) rs.set_feed(i++, value);
+  RunShard& shard = shards_[this_thread_shard(kRunShards)];
   {
-    std::lock_guard<std::mutex> l(runs_mu_);
-    if (closed_) throw CancelledError("attempted to use a closed session");
-    active_runs_.insert(&rs);
+    std::lock_guard<std::mutex> l(shard.mu);
+    if (closed_.load(std::memory_order_seq_cst)) throw CancelledError("attempted to use a closed session");
+    shard.runs.push_back(&rs);
   }
   Status status = rs.run();
   {
-    std::lock_guard<std::mutex> l(runs_mu_);
-    active_runs_.erase(&rs);
-    if (active_runs_.empty()) runs_cv_.notify_all();
+    std::lock_guard<std::mutex> l(shard.mu);
+    auto it = std::find(shard.runs.begin(), shard.runs.end(), &rs);
+    *it = shard.runs.back();
+    shard.runs.pop_back();
+    if (shard.runs.empty() && closed_.load(std::memory_order_relaxed)) shard.cv.notify_all();
   }
   if (metadata != nullptr && options.trace) metadata->trace_json = trace_json(rs, p);
   status.raise();

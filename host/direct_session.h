@@ -57,12 +57,19 @@ class SessionImpl {
 
   std::shared_mutex plans_mu_;
   std::unordered_map<std::vector<uint64_t>, std::shared_ptr<const Plan>, KeyHash> plans_;  // guarded
+  std::vector<std::shared_ptr<const Plan>> retired_plans_;  // guarded by plans_mu_
 
-  std::mutex runs_mu_;
-  std::condition_variable runs_cv_;
-  std::unordered_set<RunState*> active_runs_;  // guarded by runs_mu_
-  std::atomic<bool> closed_{false};            // written under runs_mu_
-  std::atomic<int64_t> next_step_id_{1};
+  // Steps in flight, so close() can cancel them. Sharded by calling thread: concurrent runs
+  // register without sharing a lock (Note [Session fast path] in direct_session.cc).
+  struct alignas(64) RunShard {
+    std::mutex mu;
+    std::condition_variable cv;   // signalled when `runs` empties while closing
+    std::vector<RunState*> runs;  // guarded by mu; no allocation per run once grown
+  };
+  static constexpr int kRunShards = 8;
+  RunShard shards_[kRunShards];
+  std::atomic<bool> closed_{false};
+  const uint64_t serial_;  // unique per session in this process (keys the per-thread plan cache)
 };
 
 }  // namespace tessera::internal
