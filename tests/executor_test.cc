@@ -125,3 +125,48 @@ TEST(ExecutorTest, IntermediateBuffersAreReleasedDuringTheStep) {
 
 }  // namespace
 }  // namespace tessera
+
+namespace tessera {
+namespace {
+
+// Every queue op here waits (capacity 1, two threads in lock step), so each completion goes
+// through the hand-off to the waiting caller (Note [Async kernels]). A lost wake-up would hang a
+// run: the deadline turns that into a failure instead.
+class AsyncHandOffTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(AsyncHandOffTest, PingPongThroughACapacityOneQueueLosesNoWakeUp) {
+  Graph g;
+  FIFOQueue q(g, 1, {DType::Int32}, {Shape{}});
+  auto x = ops::placeholder(g, DType::Int32, Shape{}, "x");
+  auto enqueue = q.enqueue({x});
+  auto dequeue = q.dequeue()[0];
+  SessionOptions so;
+  so.inter_op_threads = GetParam();
+  Session s(g, so);
+  RunOptions ro;
+  ro.timeout = std::chrono::seconds(20);
+  constexpr int kElements = 3000;
+  int64_t sum = 0;
+  std::string producer_error;
+  std::thread producer([&] {
+    try {
+      for (int32_t i = 1; i <= kElements; ++i) s.run({}, {{x, Tensor::scalar(i)}}, {enqueue}, ro);
+    } catch (const Error& e) {
+      producer_error = e.what();
+    }
+  });
+  try {
+    for (int i = 0; i < kElements; ++i) sum += s.run({dequeue}, {}, {}, ro)[0].scalar<int32_t>();
+  } catch (const Error& e) {
+    ADD_FAILURE() << "consumer: " << e.what();
+    s.close();  // ends the producer's pending enqueue
+  }
+  producer.join();
+  EXPECT_EQ(producer_error, "");
+  EXPECT_EQ(sum, int64_t{kElements} * (kElements + 1) / 2);
+}
+
+INSTANTIATE_TEST_SUITE_P(PoolThreads, AsyncHandOffTest, ::testing::Values(1, 2, 4, 8));
+
+}  // namespace
+}  // namespace tessera
