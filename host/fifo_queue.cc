@@ -20,10 +20,19 @@ namespace tessera::internal {
 // executor continuing a step) without deadlock.
 //
 // A dequeue_many that holds part of its batch when the queue closes (or when it is cancelled)
-// puts those tuples back at the front, in order: they were the oldest elements, and only the
+// puts those elements back at the front, in order: they were the oldest elements, and only the
 // head attempt holds any. A plain close() is queued in the enqueue list, so the enqueues that
 // arrived before it complete first (as room frees) and the ones after it fail with
 // CancelledError; close(cancel_pending_enqueues) fails every waiting enqueue at once.
+//
+// Note [Queue chunks]
+// Elements are queued in chunks: a single element, or a run of rows of the batch tensors an
+// enqueue_many gave, kept as they are (rows [begin, end)). Nothing is split or copied on the way
+// in; a dequeue that takes part of a chunk narrows it. Results are assembled once, outside the
+// lock: a dequeue copies its row out, a dequeue_many copies each chunk's rows into the stacked
+// output with one memcpy per chunk and component. So moving a batch costs a few allocations, not
+// a tensor and a tuple per element (which, freed on the consumer's thread, also made glibc's
+// arena locks contend).
 //
 // Cancellation: an attempt with a CancellationManager that cannot complete at once registers a
 // callback (under mu_, right after the first try) that completes it with the cancellation
@@ -115,33 +124,33 @@ Status FIFOQueueResource::validate_batch(const Tuple& batch) const {
   return Status();
 }
 
-std::vector<FIFOQueueResource::Tuple> FIFOQueueResource::split_batch(const Tuple& batch) {
-  const int64_t rows = batch.empty() ? 0 : batch[0].shape().dim(0);
-  std::vector<Tuple> out(static_cast<std::size_t>(rows));
-  for (const Tensor& component : batch) {
-    const Shape row_shape = component.shape().sub_shape(1);
-    const auto* src = static_cast<const char*>(component.raw_data());
-    for (int64_t r = 0; r < rows; ++r) {
-      Tensor row(component.dtype(), row_shape);
-      const std::size_t bytes = row.bytes();
-      if (bytes) std::memcpy(row.raw_mutable_data(), src + r * bytes, bytes);
-      out[r].push_back(std::move(row));
-    }
+FIFOQueueResource::Tuple FIFOQueueResource::Chunk::row(int64_t i) const {
+  if (!rows) return tensors;
+  Tuple out;
+  out.reserve(tensors.size());
+  for (const Tensor& batch : tensors) {
+    Tensor r(batch.dtype(), batch.shape().sub_shape(1));
+    const std::size_t bytes = r.bytes();
+    if (bytes) std::memcpy(r.raw_mutable_data(), static_cast<const char*>(batch.raw_data()) + (begin + i) * bytes, bytes);
+    out.push_back(std::move(r));
   }
   return out;
 }
 
-FIFOQueueResource::Tuple FIFOQueueResource::stack_tuples(const std::vector<Tuple>& tuples) {
-  TESSERA_CHECK(!tuples.empty());
-  const auto n = static_cast<int64_t>(tuples.size());
+FIFOQueueResource::Tuple FIFOQueueResource::stack_chunks(const std::vector<Chunk>& chunks, int64_t rows) {
+  TESSERA_CHECK(!chunks.empty());
   Tuple out;
-  for (std::size_t c = 0; c < tuples[0].size(); ++c) {
-    const Tensor& first = tuples[0][c];
-    Tensor batch(first.dtype(), prepend_dim(n, first.shape()));
-    const std::size_t bytes = first.bytes();
+  for (std::size_t c = 0; c < chunks[0].tensors.size(); ++c) {
+    const Tensor& first = chunks[0].tensors[c];
+    Tensor batch(first.dtype(), prepend_dim(rows, chunks[0].row_shape(c)));
+    const std::size_t row_bytes = rows == 0 ? 0 : batch.bytes() / static_cast<std::size_t>(rows);
     auto* dst = static_cast<char*>(batch.raw_mutable_data());
-    for (int64_t r = 0; r < n; ++r) {
-      if (bytes) std::memcpy(dst + r * bytes, tuples[r][c].raw_data(), bytes);
+    for (const Chunk& chunk : chunks) {
+      const std::size_t n = static_cast<std::size_t>(chunk.size()) * row_bytes;
+      const auto* src = static_cast<const char*>(chunk.tensors[c].raw_data());
+      if (chunk.rows) src += static_cast<std::size_t>(chunk.begin) * row_bytes;
+      if (n) std::memcpy(dst, src, n);
+      dst += n;
     }
     out.push_back(std::move(batch));
   }
@@ -172,7 +181,22 @@ void FIFOQueueResource::try_enqueue(std::vector<Tuple> rows, CancellationManager
   }
   Attempt a;
   a.kind = Kind::kEnqueue;
-  a.tuples = std::move(rows);
+  a.chunks.reserve(rows.size());
+  for (Tuple& row : rows) a.chunks.push_back(Chunk{std::move(row)});
+  a.cm = cm;
+  a.enqueue_done = std::move(done);
+  add_attempt(std::move(a));
+}
+
+void FIFOQueueResource::try_enqueue_batch(Tuple batch, CancellationManager* cm, EnqueueCallback done) {
+  const int64_t rows = batch.empty() ? 0 : batch[0].shape().dim(0);
+  if (rows == 0) {  // an empty enqueue_many succeeds at once, as in TensorFlow
+    done(Status());
+    return;
+  }
+  Attempt a;
+  a.kind = Kind::kEnqueue;
+  a.chunks.push_back(Chunk{std::move(batch), /*rows=*/true, 0, rows});
   a.cm = cm;
   a.enqueue_done = std::move(done);
   add_attempt(std::move(a));
@@ -188,6 +212,19 @@ void FIFOQueueResource::try_dequeue(int64_t n, bool many, bool allow_small,
   a.allow_small = allow_small;
   a.cm = cm;
   a.dequeue_done = std::move(done);
+  add_attempt(std::move(a));
+}
+
+void FIFOQueueResource::try_dequeue_stacked(int64_t n, bool many, bool allow_small,
+                                            CancellationManager* cm, StackedCallback done) {
+  TESSERA_CHECK(n >= 1);
+  Attempt a;
+  a.kind = Kind::kDequeue;
+  a.requested = n;
+  a.many = many;
+  a.allow_small = allow_small;
+  a.cm = cm;
+  a.stacked_done = std::move(done);
   add_attempt(std::move(a));
 }
 
@@ -333,64 +370,91 @@ FIFOQueueResource::RunResult FIFOQueueResource::run_enqueue_locked(Attempt* a) {
     return RunResult::kComplete;
   }
   RunResult result = RunResult::kNoProgress;
-  while (a->next < a->tuples.size() &&
-         (capacity_ < 0 || static_cast<int64_t>(elements_.size()) < capacity_)) {
-    elements_.push_back(std::move(a->tuples[a->next++]));
+  while (a->next < a->chunks.size() && (capacity_ < 0 || count_ < capacity_)) {
+    Chunk& c = a->chunks[a->next];
+    const int64_t fit = capacity_ < 0 ? c.size() : std::min(c.size(), capacity_ - count_);
+    if (fit == c.size()) {
+      elements_.push_back(std::move(c));
+      ++a->next;
+    } else {  // room for part of a batch: queue its first rows now
+      Chunk part = c;
+      part.end = c.begin + fit;
+      c.begin += fit;
+      elements_.push_back(std::move(part));
+    }
+    count_ += fit;
     result = RunResult::kProgress;
   }
-  if (a->next == a->tuples.size()) {
-    a->tuples.clear();
+  if (a->next == a->chunks.size()) {
+    a->chunks.clear();
     return RunResult::kComplete;
   }
   return result;
 }
 
 FIFOQueueResource::RunResult FIFOQueueResource::run_dequeue_locked(Attempt* a) {
-  const auto wanted = [a] { return a->requested - static_cast<int64_t>(a->tuples.size()); };
-  if (closed_ && static_cast<int64_t>(elements_.size()) < wanted()) {
+  const auto wanted = [a] { return a->requested - a->taken; };
+  if (closed_ && count_ < wanted()) {
     const int64_t asked = a->requested;
     restore_locked(a);
-    if (a->allow_small && !elements_.empty()) {
-      a->requested = static_cast<int64_t>(elements_.size());  // what is left
+    if (a->allow_small && count_ > 0) {
+      a->requested = count_;  // what is left
     } else {
       a->status = errors::out_of_range(
           "queue '{}' is closed and has insufficient elements (requested {}, current size {})",
-          name_, asked, elements_.size());
+          name_, asked, count_);
       return RunResult::kComplete;
     }
   }
   RunResult result = RunResult::kNoProgress;
   while (wanted() > 0 && !elements_.empty()) {
-    a->tuples.push_back(std::move(elements_.front()));
-    elements_.pop_front();
+    Chunk& front = elements_.front();
+    const int64_t k = std::min(front.size(), wanted());
+    if (k == front.size()) {
+      a->chunks.push_back(std::move(front));
+      elements_.pop_front();
+    } else {  // the first rows of a queued batch
+      Chunk part = front;
+      part.end = front.begin + k;
+      front.begin += k;
+      a->chunks.push_back(std::move(part));
+    }
+    a->taken += k;
+    count_ -= k;
     result = RunResult::kProgress;
   }
   if (wanted() > 0) return result;
   if (a->many) {
-    // A queue without (full) shapes can batch only elements that share them.
-    const Tuple& first = a->tuples.front();
-    for (std::size_t r = 1; r < a->tuples.size(); ++r) {
-      for (std::size_t c = 0; c < first.size(); ++c) {
-        if (a->tuples[r][c].shape() != first[c].shape()) {
+    // A queue without (full) shapes can batch only elements that share them. Rows of one chunk
+    // share their shapes, so comparing chunks is enough.
+    const Chunk& first = a->chunks.front();
+    int64_t row = first.size();
+    for (std::size_t k = 1; k < a->chunks.size(); ++k) {
+      for (std::size_t c = 0; c < first.tensors.size(); ++c) {
+        const Shape expected = first.row_shape(c);
+        const Shape got = a->chunks[k].row_shape(c);
+        if (got != expected) {
           a->status = errors::invalid_argument(
               "cannot batch {} elements of queue '{}': component {} has shape {} in element 0 "
               "and {} in element {} (give the queue shapes, or use dequeue)",
-              a->tuples.size(), name_, c, first[c].shape().to_string(),
-              a->tuples[r][c].shape().to_string(), r);
+              a->taken, name_, c, expected.to_string(), got.to_string(), row);
           restore_locked(a);
           return RunResult::kComplete;
         }
       }
+      row += a->chunks[k].size();
     }
   }
   return RunResult::kComplete;
 }
 
 void FIFOQueueResource::restore_locked(Attempt* a) {
-  for (auto it = a->tuples.rbegin(); it != a->tuples.rend(); ++it) {
+  for (auto it = a->chunks.rbegin(); it != a->chunks.rend(); ++it) {
     elements_.push_front(std::move(*it));
   }
-  a->tuples.clear();
+  count_ += a->taken;
+  a->chunks.clear();
+  a->taken = 0;
 }
 
 void FIFOQueueResource::finish(std::vector<Attempt>* finished) {
@@ -399,12 +463,36 @@ void FIFOQueueResource::finish(std::vector<Attempt>* finished) {
       // False when the cancellation callback is running: it finds no attempt and returns.
       (void)a.cm->deregister_callback(a.token);
     }
-    if (a.kind == Kind::kDequeue) {
-      std::vector<Tuple> got;
-      if (a.status.ok()) got = std::move(a.tuples);
-      a.dequeue_done(a.status, std::move(got));
-    } else {
+    if (a.kind != Kind::kDequeue) {
       a.enqueue_done(a.status);
+      continue;
+    }
+    // The results are assembled here, outside the lock (copies of batch rows, stacking).
+    Status status = a.status;
+    if (a.stacked_done) {
+      Tuple out;
+      if (status.ok()) {
+        try {
+          out = a.many ? stack_chunks(a.chunks, a.taken) : a.chunks.front().row(0);
+        } catch (...) {
+          status = status_from_current_exception();
+        }
+      }
+      a.stacked_done(status, std::move(out));
+    } else {
+      std::vector<Tuple> got;
+      if (status.ok()) {
+        try {
+          got.reserve(static_cast<std::size_t>(a.taken));
+          for (const Chunk& c : a.chunks) {
+            for (int64_t i = 0; i < c.size(); ++i) got.push_back(c.row(i));
+          }
+        } catch (...) {
+          status = status_from_current_exception();
+          got.clear();
+        }
+      }
+      a.dequeue_done(status, std::move(got));
     }
   }
   finished->clear();
@@ -412,7 +500,7 @@ void FIFOQueueResource::finish(std::vector<Attempt>* finished) {
 
 int64_t FIFOQueueResource::size() const {
   std::lock_guard<std::mutex> l(mu_);
-  return static_cast<int64_t>(elements_.size());
+  return count_;
 }
 
 bool FIFOQueueResource::is_closed() const {
@@ -435,7 +523,7 @@ int FIFOQueueResource::num_pending_dequeues() const {
 std::string FIFOQueueResource::debug_string() const {
   std::lock_guard<std::mutex> l(mu_);
   return fmt::format("FIFOQueue '{}' (size {}, capacity {}, {}; {} enqueues and {} dequeues waiting)",
-                     name_, elements_.size(), capacity_ < 0 ? std::string("unbounded") : std::to_string(capacity_),
+                     name_, count_, capacity_ < 0 ? std::string("unbounded") : std::to_string(capacity_),
                      closed_ ? "closed" : "open", enqueue_attempts_.size(), dequeue_attempts_.size());
 }
 

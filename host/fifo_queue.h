@@ -50,10 +50,6 @@ class FIFOQueueResource : public ResourceBase,
   Status validate_tuple(const Tuple& tuple) const;
   // The same for a batch of rows (dimension 0 of every component; all must agree).
   Status validate_batch(const Tuple& batch) const;
-  // Splits a validated batch into its rows (copies).
-  static std::vector<Tuple> split_batch(const Tuple& batch);
-  // Stacks tuples whose components share shapes into one batch (copies).
-  static Tuple stack_tuples(const std::vector<Tuple>& tuples);
   // The batch a dequeue_many(0) returns: InvalidArgument unless every component shape is fully
   // defined.
   StatusOr<Tuple> empty_batch() const;
@@ -70,6 +66,14 @@ class FIFOQueueResource : public ResourceBase,
   void try_dequeue(CancellationManager* cm, DequeueCallback done) {
     try_dequeue(1, false, false, cm, std::move(done));
   }
+
+  // The batch paths the kernels use (Note [Queue chunks]): enqueue the rows of a validated batch
+  // without splitting it, and dequeue into one Tuple, the element (`many` = false) or the rows
+  // stacked along a new dimension 0, copied straight from where they are queued.
+  void try_enqueue_batch(Tuple batch, CancellationManager* cm, EnqueueCallback done);
+  using StackedCallback = std::function<void(const Status&, Tuple)>;
+  void try_dequeue_stacked(int64_t n, bool many, bool allow_small, CancellationManager* cm,
+                           StackedCallback done);
   // Closes the queue. Without `cancel_pending_enqueues` the close is itself queued behind the
   // pending enqueues (which complete first, as room frees): `done` runs once the queue is
   // closed, with CancelledError if it was closed already. With it, pending enqueues fail with
@@ -93,20 +97,36 @@ class FIFOQueueResource : public ResourceBase,
  private:
   enum class Kind { kEnqueue, kClose, kDequeue };
   enum class RunResult { kNoProgress, kProgress, kComplete };
+  // Queued elements in runs (Note [Queue chunks]): one element (`rows` false: `tensors` are its
+  // components), or rows [begin, end) along dimension 0 of the batch tensors of an enqueue_many.
+  struct Chunk {
+    Tuple tensors;
+    bool rows = false;
+    int64_t begin = 0;
+    int64_t end = 1;
+    int64_t size() const { return end - begin; }
+    Shape row_shape(std::size_t component) const {
+      return rows ? tensors[component].shape().sub_shape(1) : tensors[component].shape();
+    }
+    Tuple row(int64_t i) const;  // element i of the chunk (a copy for batch rows)
+  };
   struct Attempt {
     int64_t id = 0;
     Kind kind = Kind::kEnqueue;
-    std::vector<Tuple> tuples;  // enqueue: rows still to push from `next`; dequeue: taken so far
+    std::vector<Chunk> chunks;  // enqueue: still to push, from `next`; dequeue: taken so far
     std::size_t next = 0;
-    int64_t requested = 0;      // dequeue: tuples wanted
+    int64_t requested = 0;      // dequeue: elements wanted
+    int64_t taken = 0;          // dequeue: elements in `chunks`
     bool many = false;
     bool allow_small = false;
     CancellationManager* cm = nullptr;  // Not owned.
     CancellationManager::Token token = CancellationManager::kInvalidToken;
     EnqueueCallback enqueue_done;
-    DequeueCallback dequeue_done;
+    DequeueCallback dequeue_done;   // one of these two for a dequeue
+    StackedCallback stacked_done;
     Status status;
   };
+  static Tuple stack_chunks(const std::vector<Chunk>& chunks, int64_t rows);
   using AttemptList = std::list<Attempt>;
 
   void add_attempt(Attempt attempt);
@@ -128,7 +148,8 @@ class FIFOQueueResource : public ResourceBase,
   const std::vector<Shape> shapes_;
 
   mutable std::mutex mu_;
-  std::deque<Tuple> elements_;  // guarded by mu_
+  std::deque<Chunk> elements_;  // guarded by mu_
+  int64_t count_ = 0;           // guarded by mu_: elements in elements_
   bool closed_ = false;         // guarded by mu_
   AttemptList enqueue_attempts_;  // guarded by mu_ (closes queue here too, in arrival order)
   AttemptList dequeue_attempts_;  // guarded by mu_

@@ -116,13 +116,13 @@ class EnqueueOp : public QueueOpKernel {
       done();
       return;
     }
-    std::vector<Tuple> rows;
     if (many_) {
-      rows = FIFOQueueResource::split_batch(components);  // may throw: before `done` is taken
+      q.value()->try_enqueue_batch(std::move(components), &ctx.cancellation(), complete_op(ctx, std::move(done)));
     } else {
+      std::vector<Tuple> rows;
       rows.push_back(std::move(components));
+      q.value()->try_enqueue(std::move(rows), &ctx.cancellation(), complete_op(ctx, std::move(done)));
     }
-    q.value()->try_enqueue(std::move(rows), &ctx.cancellation(), complete_op(ctx, std::move(done)));
   }
 
  private:
@@ -155,21 +155,17 @@ class DequeueOp : public QueueOpKernel {
       done();
       return;
     }
-    q.value()->try_dequeue(
-        n_, many_, allow_small_, &ctx.cancellation(),
-        [&ctx, many = many_, done = std::move(done)](const Status& s, std::vector<Tuple> got) {
-          if (!s.ok()) {
-            ctx.fail(s);
-          } else {
-            try {
-              Tuple out = many ? FIFOQueueResource::stack_tuples(got) : std::move(got.at(0));
-              for (std::size_t i = 0; i < out.size(); ++i) ctx.set_output(static_cast<int>(i), std::move(out[i]));
-            } catch (...) {
-              ctx.fail(status_from_current_exception());
-            }
-          }
-          done();
-        });
+    q.value()->try_dequeue_stacked(n_, many_, allow_small_, &ctx.cancellation(),
+                                   [&ctx, done = std::move(done)](const Status& s, Tuple out) {
+                                     if (!s.ok()) {
+                                       ctx.fail(s);
+                                     } else {
+                                       for (std::size_t i = 0; i < out.size(); ++i) {
+                                         ctx.set_output(static_cast<int>(i), std::move(out[i]));
+                                       }
+                                     }
+                                     done();
+                                   });
   }
 
  private:

@@ -457,18 +457,42 @@ TEST(FIFOQueueResourceTest, ValidateChecksCountDtypeAndShape) {
   EXPECT_TRUE(q->validate_batch({Tensor::zeros(DType::Int32, {2, 2, 2}), Tensor::zeros(DType::Int32, {2, 3, 3})}).ok());
 }
 
-TEST(FIFOQueueResourceTest, SplitAndStackRoundTrip) {
-  Tensor a = Tensor::matrix<int32_t>({1, 2, 3, 4, 5, 6}, 3, 2);
-  Tensor b = Tensor::vector<bool>({true, false, true});
-  auto split = FIFOQueueResource::split_batch({a, b});
-  ASSERT_EQ(split.size(), 3u);
-  EXPECT_EQ(split[1][0].to_vector<int32_t>(), (std::vector<int32_t>{3, 4}));
-  EXPECT_EQ(split[1][0].shape(), Shape{2});
-  EXPECT_EQ(split[2][1].scalar<bool>(), true);
-  auto stacked = FIFOQueueResource::stack_tuples(split);
-  EXPECT_TRUE(stacked[0].equals(a));
-  EXPECT_TRUE(stacked[1].equals(b));
-  EXPECT_TRUE(FIFOQueueResource::split_batch({Tensor::zeros(DType::Float32, {0, 2})}).empty());
+TEST(FIFOQueueResourceTest, BatchRowsComeOutAsElementsOrStackedAcrossChunks) {
+  // Rows of an enqueue_many stay in their batch; dequeues copy them out one by one or stacked,
+  // across a single element and a split batch.
+  auto q = std::make_shared<FIFOQueueResource>("q", -1, std::vector<DType>{DType::Int32, DType::Bool},
+                                               std::vector<Shape>{Shape{2}, Shape{}});
+  Result e1, e2, e3;
+  q->try_enqueue_batch({Tensor::matrix<int32_t>({1, 2, 3, 4, 5, 6}, 3, 2), Tensor::vector<bool>({true, false, true})},
+                       nullptr, e1.enqueue_cb());
+  q->try_enqueue({{Tensor::vector<int32_t>({7, 8}), Tensor::scalar(false)}}, nullptr, e2.enqueue_cb());
+  q->try_enqueue_batch({Tensor::zeros(DType::Int32, {0, 2}), Tensor::zeros(DType::Bool, {0})}, nullptr,
+                       e3.enqueue_cb());  // empty: succeeds, queues nothing
+  for (Result* e : {&e1, &e2, &e3}) {
+    EXPECT_TRUE(e->is_done());
+    EXPECT_TRUE(e->status.ok()) << e->status.to_string();
+  }
+  EXPECT_EQ(q->size(), 4);
+
+  std::vector<Tuple> one;
+  q->try_dequeue(nullptr, [&](const Status& s, std::vector<Tuple> got) {
+    ASSERT_TRUE(s.ok());
+    one = std::move(got);
+  });
+  ASSERT_EQ(one.size(), 1u);
+  EXPECT_EQ(one[0][0].to_vector<int32_t>(), (std::vector<int32_t>{1, 2}));
+  EXPECT_EQ(one[0][0].shape(), Shape{2});
+  EXPECT_EQ(one[0][1].scalar<bool>(), true);
+
+  Tuple stacked;
+  q->try_dequeue_stacked(3, /*many=*/true, false, nullptr, [&](const Status& s, Tuple got) {
+    ASSERT_TRUE(s.ok());
+    stacked = std::move(got);
+  });
+  ASSERT_EQ(stacked.size(), 2u);
+  EXPECT_TRUE(stacked[0].equals(Tensor::matrix<int32_t>({3, 4, 5, 6, 7, 8}, 3, 2)));
+  EXPECT_TRUE(stacked[1].equals(Tensor::vector<bool>({false, true, false})));
+  EXPECT_EQ(q->size(), 0);
 }
 
 TEST(FIFOQueueResourceTest, DequeueManyWithoutShapesNeedsSharedShapes) {
