@@ -394,36 +394,32 @@ void RunState::process(int node_index) {
       params.output_dtypes = plan_.slot_dtypes.data() + pn.first_output_slot;
       const int64_t start = opt_.trace ? now_micros() : 0;
       if (pn.is_async) {
-        // Inputs and context must outlive this frame: they live until the kernel calls done.
-        auto inputs = std::make_unique<const Tensor*[]>(std::max(1, pn.num_inputs));
-        for (int j = 0; j < pn.num_inputs; ++j) inputs[j] = slot(plan_.input_slots[pn.first_input + j]);
-        params.inputs = inputs.get();
-        auto* ctx = new OpKernelContext(params);
-        const Tensor** raw_inputs = inputs.release();
-        // kRunning -> kDoneEarly when done() comes before compute_async returns (the op did not
-        // wait): this thread then completes it inline. kRunning -> kReturned first: whoever
-        // calls done() later hands the completion to the pool (Note [Async kernels]).
-        enum : int { kRunning, kDoneEarly, kReturned };
-        auto phase = std::make_shared<std::atomic<int>>(kRunning);
+        // The context and its inputs must outlive this frame: they live in one AsyncCall until
+        // the kernel calls done (whose closure, two pointers, needs no allocation of its own).
+        auto* call = new AsyncCall(pn.num_inputs, i, start);
+        for (int j = 0; j < pn.num_inputs; ++j) call->inputs[j] = slot(plan_.input_slots[pn.first_input + j]);
+        params.inputs = call->inputs;
+        call->ctx.emplace(params);
         bool threw = false;
         try {
-          pn.kernel->compute_async(*ctx, [this, i, ctx, raw_inputs, start, phase] {
-            if (phase->exchange(kDoneEarly, std::memory_order_acq_rel) == kRunning) return;
-            hand_off([this, i, ctx, raw_inputs, start] { on_async_done(i, ctx, raw_inputs, start); });
+          pn.kernel->compute_async(*call->ctx, [this, call] {
+            if (call->phase.exchange(AsyncCall::kDoneEarly, std::memory_order_acq_rel) == AsyncCall::kRunning) {
+              return;
+            }
+            hand_off([this, call] { on_async_done(call); });
           });
         } catch (...) {
           // A kernel that throws before taking ownership of `done` never calls it.
-          ctx->fail(status_from_current_exception());
+          call->ctx->fail(status_from_current_exception());
           threw = true;
         }
-        if (threw || phase->exchange(kReturned, std::memory_order_acq_rel) == kDoneEarly) {
+        if (threw || call->phase.exchange(AsyncCall::kReturned, std::memory_order_acq_rel) == AsyncCall::kDoneEarly) {
           if (opt_.trace) {
             std::lock_guard<std::mutex> l(trace_mu_);
             trace_.push_back({pn.node, start, now_micros(), this_thread_id()});
           }
-          complete(i, *ctx, &ready);
-          delete ctx;
-          delete[] raw_inputs;
+          complete(i, *call->ctx, &ready);
+          delete call;
         } else {
           continue;  // still waiting: outstanding_ counts it until on_async_done
         }
@@ -467,15 +463,16 @@ void RunState::run_sync(int i, OpKernelContext::Params& params, int64_t start, s
   complete(i, ctx, ready);
 }
 
-void RunState::on_async_done(int i, OpKernelContext* ctx, const Tensor** inputs, int64_t start) {
+void RunState::on_async_done(AsyncCall* call) {
+  const int i = call->node_index;
+  const int64_t start = call->start_us;
   std::vector<int> ready;
   if (opt_.trace) {
     std::lock_guard<std::mutex> l(trace_mu_);
     trace_.push_back({plan_.nodes[i].node, start, now_micros(), this_thread_id()});
   }
-  complete(i, *ctx, &ready);
-  delete ctx;
-  delete[] inputs;
+  complete(i, *call->ctx, &ready);
+  delete call;
   const int64_t delta = static_cast<int64_t>(ready.size()) - 1;
   if (delta != 0 && outstanding_.fetch_add(delta, std::memory_order_acq_rel) + delta == 0) {
     done();

@@ -14,6 +14,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -123,7 +124,28 @@ class RunState {
   }
   void process(int node_index);
   void run_sync(int node_index, OpKernelContext::Params& params, int64_t start, std::vector<int>* ready);
-  void on_async_done(int node_index, OpKernelContext* ctx, const Tensor** inputs, int64_t start_us);
+  // An async kernel's call in flight: its context and inputs, and whether done() came before
+  // compute_async returned (Note [Async kernels]).
+  struct AsyncCall {
+    enum : int { kRunning, kDoneEarly, kReturned };
+    AsyncCall(int num_inputs, int node, int64_t start)
+        : node_index(node), start_us(start),
+          inputs(num_inputs <= kInline ? inline_inputs : new const Tensor*[num_inputs]) {}
+    ~AsyncCall() {
+      if (inputs != inline_inputs) delete[] inputs;
+    }
+    AsyncCall(const AsyncCall&) = delete;
+    AsyncCall& operator=(const AsyncCall&) = delete;
+
+    static constexpr int kInline = 4;
+    std::atomic<int> phase{kRunning};
+    const int node_index;
+    const int64_t start_us;
+    const Tensor* inline_inputs[kInline] = {};
+    const Tensor** inputs;  // inline_inputs or owned
+    std::optional<OpKernelContext> ctx;
+  };
+  void on_async_done(AsyncCall* call);
   // Stores outputs, releases inputs, collects newly ready successors; returns false on error.
   bool complete(int node_index, OpKernelContext& ctx, std::vector<int>* ready);
   void record_error(const Status& s);

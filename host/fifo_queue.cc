@@ -188,6 +188,15 @@ void FIFOQueueResource::try_enqueue(std::vector<Tuple> rows, CancellationManager
   add_attempt(std::move(a));
 }
 
+void FIFOQueueResource::try_enqueue_element(Tuple element, CancellationManager* cm, EnqueueCallback done) {
+  Attempt a;
+  a.kind = Kind::kEnqueue;
+  a.chunks.push_back(Chunk{std::move(element)});
+  a.cm = cm;
+  a.enqueue_done = std::move(done);
+  add_attempt(std::move(a));
+}
+
 void FIFOQueueResource::try_enqueue_batch(Tuple batch, CancellationManager* cm, EnqueueCallback done) {
   const int64_t rows = batch.empty() ? 0 : batch[0].shape().dim(0);
   if (rows == 0) {  // an empty enqueue_many succeeds at once, as in TensorFlow
@@ -473,7 +482,12 @@ void FIFOQueueResource::finish(std::vector<Attempt>* finished) {
       Tuple out;
       if (status.ok()) {
         try {
-          out = a.many ? stack_chunks(a.chunks, a.taken) : a.chunks.front().row(0);
+          Chunk& first = a.chunks.front();
+          if (a.many) {
+            out = stack_chunks(a.chunks, a.taken);
+          } else {
+            out = first.rows ? first.row(0) : std::move(first.tensors);  // an element: hand it over
+          }
         } catch (...) {
           status = status_from_current_exception();
         }

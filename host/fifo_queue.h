@@ -67,10 +67,11 @@ class FIFOQueueResource : public ResourceBase,
     try_dequeue(1, false, false, cm, std::move(done));
   }
 
-  // The batch paths the kernels use (Note [Queue chunks]): enqueue the rows of a validated batch
-  // without splitting it, and dequeue into one Tuple, the element (`many` = false) or the rows
+  // The paths the kernels use (Note [Queue chunks]): enqueue the rows of a validated batch
+  // without splitting it, or one validated element, and dequeue into one Tuple, the element (`many` = false) or the rows
   // stacked along a new dimension 0, copied straight from where they are queued.
   void try_enqueue_batch(Tuple batch, CancellationManager* cm, EnqueueCallback done);
+  void try_enqueue_element(Tuple element, CancellationManager* cm, EnqueueCallback done);
   using StackedCallback = std::function<void(const Status&, Tuple)>;
   void try_dequeue_stacked(int64_t n, bool many, bool allow_small, CancellationManager* cm,
                            StackedCallback done);

@@ -119,9 +119,7 @@ class EnqueueOp : public QueueOpKernel {
     if (many_) {
       q.value()->try_enqueue_batch(std::move(components), &ctx.cancellation(), complete_op(ctx, std::move(done)));
     } else {
-      std::vector<Tuple> rows;
-      rows.push_back(std::move(components));
-      q.value()->try_enqueue(std::move(rows), &ctx.cancellation(), complete_op(ctx, std::move(done)));
+      q.value()->try_enqueue_element(std::move(components), &ctx.cancellation(), complete_op(ctx, std::move(done)));
     }
   }
 
