@@ -1,8 +1,8 @@
 // The dataflow executor: runs a pruned, sorted subgraph (a Plan) for one step.
 //
 // A Plan is built once per (feeds, fetches, targets) signature and cached by the session, so a
-// repeated run does no graph analysis: it allocates the per-step state (output slots, pending
-// counts) and starts the root nodes. See Note [Executor scheduling] in executor.cc.
+// repeated run does no graph analysis: it takes the per-step state (output slots, pending counts)
+// from a per-thread spare and starts the root nodes. See Note [Executor scheduling] in executor.cc.
 //
 // Plans are immutable and shared by concurrent steps; a RunState belongs to one step.
 #pragma once
@@ -149,8 +149,9 @@ class RunState {
   // Stores outputs, releases inputs, collects newly ready successors; returns false on error.
   bool complete(int node_index, OpKernelContext& ctx, std::vector<int>* ready);
   void record_error(const Status& s);
-  // Accounts for a finished node that made `ready` ready; dispatches them (all but one inline
-  // candidate to the pool) and returns the node to run inline next, or -1.
+  // Dispatches the nodes a finished node made ready: cheap ones onto `inline_stack` (this thread
+  // runs them next), expensive ones to the pool, keeping one if nothing cheap is left. Clears
+  // `ready`. (The caller has already counted them in outstanding_.)
   void finish_node(std::vector<int>* ready, std::vector<int>* inline_stack);
   void done();
 
