@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include "core/status.h"
 #include "core/tensor_buffer.h"
 
 namespace tessera {
@@ -231,6 +232,17 @@ void buffer_free(TensorBuffer* b) noexcept {
 }  // namespace internal
 
 // ---- Tensor ----
+
+Tensor internal::adopt_buffer(TensorBuffer* buf, DType dtype, const Shape& shape) {
+  TESSERA_CHECK(shape.fully_defined());
+  TESSERA_CHECK(static_cast<std::size_t>(shape.num_elements()) * dtype_size(dtype) <= buf->bytes);
+  Tensor t;
+  t.buf_ = buf;
+  t.dtype_ = dtype;
+  t.shape_ = shape;
+  t.num_elements_ = shape.num_elements();
+  return t;
+}
 
 Tensor::Tensor(DType dtype, const Shape& shape) : dtype_(dtype), shape_(shape) {
   if (!shape.fully_defined()) {

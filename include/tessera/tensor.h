@@ -106,6 +106,13 @@ inline void buffer_unref(TensorBuffer* b) noexcept {
 }
 }  // namespace internal
 
+class Tensor;
+namespace internal {
+// A tensor holding `buf` (its one reference moves in); device allocators build tensors this way.
+// `shape` must be fully defined and fit `buf->bytes`. Defined in core/tensor.cc.
+Tensor adopt_buffer(TensorBuffer* buf, DType dtype, const Shape& shape);
+}  // namespace internal
+
 class Tensor {
  public:
   static constexpr std::size_t kAlignment = 64;
@@ -223,6 +230,7 @@ class Tensor {
   std::string debug_string(int max_entries = 16) const;
 
  private:
+  friend Tensor internal::adopt_buffer(internal::TensorBuffer* buf, DType dtype, const Shape& shape);
   static void check_vector_size(int64_t n, const Shape& shape);
   void check_access(DType want, bool want_scalar) const {
     if (buf_ == nullptr || want != dtype_ || (want_scalar && num_elements_ != 1)) {

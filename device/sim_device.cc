@@ -1,0 +1,181 @@
+#include "device/sim_device.h"
+
+#include <charconv>
+#include <cstring>
+#include <string_view>
+
+#include "core/tensor_buffer.h"
+
+namespace tessera::internal {
+
+// ----- SimStream -----
+
+SimStream::SimStream(std::string name) : QueuedStream(std::move(name)), thread_([this] { loop(); }) {}
+
+SimStream::~SimStream() {
+  shutdown();  // drain first: runs need the thread
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+    cv_.notify_one();
+  }
+  thread_.join();
+}
+
+void SimStream::schedule_run() {
+  std::lock_guard<std::mutex> lock(mu_);
+  run_requested_ = true;
+  cv_.notify_one();  // under the lock: the stream may be destroyed once the run is done
+}
+
+void SimStream::loop() {
+  while (true) {
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return run_requested_ || stop_; });
+      if (!run_requested_) return;  // stop_ and nothing left to run
+      run_requested_ = false;
+    }
+    run_pending();
+  }
+}
+
+// ----- SimDevice -----
+
+SimDevice::SimDevice(int id, SimDeviceOptions options)
+    : Device("SIM", id), options_(options), allocator_("sim:" + std::to_string(id)) {
+  TESSERA_CHECK(options_.num_compute_streams >= 1);
+  for (int i = 0; i < options_.num_compute_streams; ++i) {
+    compute_.push_back(std::make_unique<SimStream>(name() + "/stream:compute:" + std::to_string(i)));
+  }
+  h2d_ = std::make_unique<SimStream>(name() + "/stream:host_to_device");
+  d2h_ = std::make_unique<SimStream>(name() + "/stream:device_to_host");
+}
+
+SimDevice::~SimDevice() {
+  // Each stream drains as it goes (its waits end: the streams they wait on are still draining or
+  // have drained); work enqueued on a stream already gone is dropped (Note [Devices and streams]).
+  h2d_.reset();
+  d2h_.reset();
+  compute_.clear();
+}
+
+Stream& SimDevice::compute_stream(int index) {
+  TESSERA_CHECK(index >= 0 && index < num_compute_streams());
+  return *compute_[static_cast<std::size_t>(index)];
+}
+
+void SimDevice::simulate_transfer(std::size_t bytes) const {
+  double seconds = options_.simulated_transfer_latency_seconds;
+  if (options_.simulated_transfer_bandwidth > 0) {
+    seconds += static_cast<double>(bytes) / options_.simulated_transfer_bandwidth;
+  }
+  if (seconds > 0) std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+}
+
+void SimDevice::copy(const Tensor& src, bool to_device, Stream& stream,
+                     std::function<void(StatusOr<Tensor>)> done) {
+  if (src.is_null()) {
+    done(errors::invalid_argument("{}: cannot copy a null tensor", name()));
+    return;
+  }
+  const std::string where = src.device();
+  const std::string want = to_device ? std::string(kHostDeviceName) : name();
+  if (where != want) {
+    done(errors::invalid_argument("{}: {} expects a tensor in {}, got one in {}", name(),
+                                  to_device ? "copy_to_device" : "copy_to_host", want, where));
+    return;
+  }
+  // The copy reports its own failure through `done` rather than throwing, which would put the copy
+  // stream in error for every later copy.
+  struct Result {
+    Status status;
+    Tensor tensor;
+  };
+  auto result = std::make_shared<Result>();
+  stream.enqueue([this, src, to_device, result] {
+    simulate_transfer(src.bytes());
+    Tensor dst;
+    if (to_device) {
+      auto t = allocate_tensor(src.dtype(), src.shape());
+      if (!t.ok()) {
+        result->status = t.status();
+        return;
+      }
+      dst = std::move(t).value();
+    } else {
+      try {
+        dst = Tensor(src.dtype(), src.shape());
+      } catch (...) {
+        result->status = status_from_current_exception();
+        return;
+      }
+    }
+    if (src.bytes() > 0) std::memcpy(dst.raw_mutable_data(), src.raw_data(), src.bytes());
+    result->tensor = std::move(dst);
+  });
+  // The event behind then() orders the write of *result above before the read below.
+  stream.then([result, done = std::move(done)](Status s) {
+    if (!s.ok()) {
+      done(s);
+    } else if (!result->status.ok()) {
+      done(result->status);
+    } else {
+      done(std::move(result->tensor));
+    }
+  });
+}
+
+void SimDevice::copy_to_device(const Tensor& host, Stream& stream,
+                               std::function<void(StatusOr<Tensor>)> done) {
+  copy(host, /*to_device=*/true, stream, std::move(done));
+}
+
+void SimDevice::copy_to_host(const Tensor& on_device, Stream& stream,
+                             std::function<void(StatusOr<Tensor>)> done) {
+  copy(on_device, /*to_device=*/false, stream, std::move(done));
+}
+
+// ----- Registration -----
+
+StatusOr<int> parse_sim_accelerator_count(const char* value) {
+  if (value == nullptr || *value == '\0') return 0;
+  std::string_view v(value);
+  int n = -1;
+  auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
+  if (ec != std::errc() || p != v.data() + v.size() || n < 0 || n > kMaxSimDevices) {
+    return errors::invalid_argument(
+        "TESSERA_SIM_ACCELERATORS must be a whole number of simulated accelerators from 0 to {}, got '{}'",
+        kMaxSimDevices, v);
+  }
+  return n;
+}
+
+Status register_sim_devices(int n, DeviceRegistry& registry, SimDeviceOptions options) {
+  if (n < 0 || n > kMaxSimDevices) {
+    return errors::invalid_argument("number of simulated accelerators must be from 0 to {}, got {}",
+                                    kMaxSimDevices, n);
+  }
+  if (options.num_compute_streams < 1) {
+    return errors::invalid_argument("a simulated accelerator needs at least one compute stream, got {}",
+                                    options.num_compute_streams);
+  }
+  for (int i = 0; i < n; ++i) {
+    auto existing = registry.find_all("/device:SIM:" + std::to_string(i));
+    if (existing.ok() && !existing.value().empty()) {
+      return errors::already_exists("{} is already registered", existing.value().front()->name());
+    }
+  }
+  for (int i = 0; i < n; ++i) TESSERA_RETURN_IF_ERROR(registry.add(std::make_unique<SimDevice>(i, options)));
+  return Status::ok_status();
+}
+
+StatusOr<int> register_sim_devices_from_env(DeviceRegistry& registry) {
+  auto n = parse_sim_accelerator_count(std::getenv("TESSERA_SIM_ACCELERATORS"));
+  if (!n.ok()) return n.status();
+  Status s = register_sim_devices(n.value(), registry);
+  if (!s.ok()) return s;
+  return n.value();
+}
+
+}  // namespace tessera::internal

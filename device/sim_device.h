@@ -1,0 +1,101 @@
+// The simulated accelerator: device type "SIM", host memory, but its own stream threads, copy
+// streams, events and async completion path, the same as the CUDA device, so the bridging code
+// runs on CPU-only machines.
+//
+//   export TESSERA_SIM_ACCELERATORS=2          // then, at session start (later):
+//   register_sim_devices_from_env(DeviceRegistry::global()).value();   // /device:SIM:0 and :1
+//   Device* sim = DeviceRegistry::global().find("/device:SIM:1").value();
+//   sim->copy_to_device(host_tensor, sim->host_to_device_stream(),
+//                       [](StatusOr<Tensor> t) { /* t.value().device() is SIM:1's name */ });
+//
+// See Note [Devices and streams] in core/device.cc.
+#pragma once
+
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "core/device.h"
+
+namespace tessera::internal {
+
+// The cost profile placement uses for SIM: arithmetic 4x the CPU default (200 GFLOP/s against
+// 50), 100 GB/s device memory, and PCIe-3-like transfers of 12 GB/s with 10 us latency each way.
+inline constexpr DeviceCostProfile kSimCostProfile{
+    /*flops_per_second=*/200e9,
+    /*memory_bandwidth=*/100e9,
+    /*transfer_bandwidth=*/12e9,
+    /*transfer_latency_seconds=*/10e-6,
+};
+
+struct SimDeviceOptions {
+  int num_compute_streams = 1;
+  // Simulated transfer time of each copy: latency + bytes / bandwidth, slept on the copy stream.
+  // 0 = no delay (tests stay fast); bandwidth 0 = latency only.
+  double simulated_transfer_latency_seconds = 0;
+  double simulated_transfer_bandwidth = 0;
+};
+
+// A stream with a dedicated thread that runs its queue in order. The destructor drains, then
+// joins. Thread-safe.
+class SimStream final : public QueuedStream {
+ public:
+  explicit SimStream(std::string name);
+  ~SimStream() override;
+
+ protected:
+  void schedule_run() override;
+
+ private:
+  void loop();
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool run_requested_ = false;  // guarded by mu_
+  bool stop_ = false;           // guarded by mu_
+  std::thread thread_;          // last: starts after the fields above exist
+};
+
+// Thread-safe.
+class SimDevice final : public Device {
+ public:
+  explicit SimDevice(int id, SimDeviceOptions options = {});
+  ~SimDevice() override;
+
+  Allocator& allocator() override { return allocator_; }
+  const DeviceCostProfile& cost_profile() const override { return kSimCostProfile; }
+  int num_compute_streams() const override { return static_cast<int>(compute_.size()); }
+  Stream& compute_stream(int index = 0) override;
+  Stream& host_to_device_stream() override { return *h2d_; }
+  Stream& device_to_host_stream() override { return *d2h_; }
+  // The copy runs as work on `stream` into a fresh buffer of the target memory; `done` runs on the
+  // stream's thread. InvalidArgument (through `done`) for a null tensor or one in the wrong memory.
+  void copy_to_device(const Tensor& host, Stream& stream,
+                      std::function<void(StatusOr<Tensor>)> done) override;
+  void copy_to_host(const Tensor& on_device, Stream& stream,
+                    std::function<void(StatusOr<Tensor>)> done) override;
+
+ private:
+  void copy(const Tensor& src, bool to_device, Stream& stream, std::function<void(StatusOr<Tensor>)> done);
+  void simulate_transfer(std::size_t bytes) const;
+
+  const SimDeviceOptions options_;
+  HostMemoryAllocator allocator_;
+  std::vector<std::unique_ptr<SimStream>> compute_;
+  std::unique_ptr<SimStream> h2d_;
+  std::unique_ptr<SimStream> d2h_;
+};
+
+// Parses TESSERA_SIM_ACCELERATORS' value: unset or empty = 0; else a decimal integer in
+// [0, kMaxSimDevices]; InvalidArgument naming the variable otherwise.
+inline constexpr int kMaxSimDevices = 64;
+StatusOr<int> parse_sim_accelerator_count(const char* value);
+// Registers /device:SIM:0..n-1 in `registry`. InvalidArgument for a bad n, AlreadyExists when one
+// is registered already (nothing is registered then).
+[[nodiscard]] Status register_sim_devices(int n, DeviceRegistry& registry, SimDeviceOptions options = {});
+// Reads TESSERA_SIM_ACCELERATORS and registers that many SIM devices; returns how many.
+StatusOr<int> register_sim_devices_from_env(DeviceRegistry& registry);
+
+}  // namespace tessera::internal
