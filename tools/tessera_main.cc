@@ -1,9 +1,12 @@
 // The tessera command line: `tessera demo`, `tessera devices`, `tessera --version`.
 #include <CLI/CLI.hpp>
+#include <fmt/format.h>
 #include <cstdio>
 #include <iostream>
 #include <thread>
 
+#include "core/device.h"
+#include "device/sim_device.h"
 #include "examples/examples.h"
 #include "tessera/tessera.h"
 
@@ -18,11 +21,29 @@ int run_demo(int steps) {
   return rc;
 }
 
-void list_devices() {
-  // In-process sessions run on this process's CPU device (accelerators come with the device
-  // layer; a CPU-only build lists only the CPU).
-  std::printf("/job:localhost/replica:0/task:0/device:CPU:0  type CPU  threads %u  build %s\n",
-              std::thread::hardware_concurrency(), TESSERA_WITH_CUDA ? "cuda" : "cpu-only");
+// Lists the registered devices: the CPU, and the simulated accelerators TESSERA_SIM_ACCELERATORS
+// asks for. (Sessions do not place ops on SIM devices yet: that is the placement work of the
+// devices issue.)
+int list_devices() {
+  auto& registry = tessera::internal::DeviceRegistry::global();
+  auto sims = tessera::internal::register_sim_devices_from_env(registry);
+  if (!sims.ok()) {
+    std::fprintf(stderr, "tessera: %s\n", sims.status().to_string().c_str());
+    return 2;
+  }
+  std::printf("build %s, %u hardware threads\n", TESSERA_WITH_CUDA ? "cuda" : "cpu-only",
+              std::thread::hardware_concurrency());
+  for (tessera::internal::Device* d : registry.devices()) {
+    const auto& cost = d->cost_profile();
+    std::string transfer = "host memory";
+    if (cost.transfer_bandwidth > 0) {
+      transfer = fmt::format("transfer {:.1f} GB/s + {:.0f} us", cost.transfer_bandwidth / 1e9,
+                             cost.transfer_latency_seconds * 1e6);
+    }
+    std::printf("%s  type %s  %.0f GFLOP/s  %s\n", d->name().c_str(), d->type().c_str(),
+                cost.flops_per_second / 1e9, transfer.c_str());
+  }
+  return 0;
 }
 
 }  // namespace
@@ -40,10 +61,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   try {
     if (*demo) return run_demo(steps);
-    if (*devices) {
-      list_devices();
-      return 0;
-    }
+    if (*devices) return list_devices();
   } catch (const tessera::Error& e) {
     std::cerr << "tessera: " << tessera::error_code_name(e.code()) << ": " << e.what() << "\n";
     return 2;
