@@ -175,37 +175,34 @@ StatusOr<FIFOQueueResource::Tuple> FIFOQueueResource::empty_batch() const {
 
 void FIFOQueueResource::try_enqueue(std::vector<Tuple> rows, CancellationManager* cm,
                                     EnqueueCallback done) {
-  if (rows.empty()) {  // an empty enqueue_many succeeds at once, as in TensorFlow
-    done(Status());
-    return;
-  }
-  Attempt a;
-  a.kind = Kind::kEnqueue;
-  a.chunks.reserve(rows.size());
-  for (Tuple& row : rows) a.chunks.push_back(Chunk{std::move(row)});
-  a.cm = cm;
-  a.enqueue_done = std::move(done);
-  add_attempt(std::move(a));
+  std::vector<Chunk> chunks;
+  chunks.reserve(rows.size());
+  for (Tuple& row : rows) chunks.push_back(Chunk{std::move(row)});
+  enqueue_chunks(std::move(chunks), cm, std::move(done));
 }
 
 void FIFOQueueResource::try_enqueue_element(Tuple element, CancellationManager* cm, EnqueueCallback done) {
-  Attempt a;
-  a.kind = Kind::kEnqueue;
-  a.chunks.push_back(Chunk{std::move(element)});
-  a.cm = cm;
-  a.enqueue_done = std::move(done);
-  add_attempt(std::move(a));
+  std::vector<Chunk> chunks;
+  chunks.push_back(Chunk{std::move(element)});
+  enqueue_chunks(std::move(chunks), cm, std::move(done));
 }
 
 void FIFOQueueResource::try_enqueue_batch(Tuple batch, CancellationManager* cm, EnqueueCallback done) {
   const int64_t rows = batch.empty() ? 0 : batch[0].shape().dim(0);
-  if (rows == 0) {  // an empty enqueue_many succeeds at once, as in TensorFlow
+  std::vector<Chunk> chunks;
+  if (rows > 0) chunks.push_back(Chunk{std::move(batch), /*rows=*/true, 0, rows});
+  enqueue_chunks(std::move(chunks), cm, std::move(done));
+}
+
+void FIFOQueueResource::enqueue_chunks(std::vector<Chunk> chunks, CancellationManager* cm,
+                                       EnqueueCallback done) {
+  if (chunks.empty()) {  // an empty enqueue_many succeeds at once, as in TensorFlow
     done(Status());
     return;
   }
   Attempt a;
   a.kind = Kind::kEnqueue;
-  a.chunks.push_back(Chunk{std::move(batch), /*rows=*/true, 0, rows});
+  a.chunks = std::move(chunks);
   a.cm = cm;
   a.enqueue_done = std::move(done);
   add_attempt(std::move(a));
@@ -213,19 +210,20 @@ void FIFOQueueResource::try_enqueue_batch(Tuple batch, CancellationManager* cm, 
 
 void FIFOQueueResource::try_dequeue(int64_t n, bool many, bool allow_small,
                                     CancellationManager* cm, DequeueCallback done) {
-  TESSERA_CHECK(n >= 1);
-  Attempt a;
-  a.kind = Kind::kDequeue;
-  a.requested = n;
-  a.many = many;
-  a.allow_small = allow_small;
-  a.cm = cm;
+  Attempt a = dequeue_attempt(n, many, allow_small, cm);
   a.dequeue_done = std::move(done);
   add_attempt(std::move(a));
 }
 
 void FIFOQueueResource::try_dequeue_stacked(int64_t n, bool many, bool allow_small,
                                             CancellationManager* cm, StackedCallback done) {
+  Attempt a = dequeue_attempt(n, many, allow_small, cm);
+  a.stacked_done = std::move(done);
+  add_attempt(std::move(a));
+}
+
+FIFOQueueResource::Attempt FIFOQueueResource::dequeue_attempt(int64_t n, bool many, bool allow_small,
+                                                              CancellationManager* cm) {
   TESSERA_CHECK(n >= 1);
   Attempt a;
   a.kind = Kind::kDequeue;
@@ -233,8 +231,7 @@ void FIFOQueueResource::try_dequeue_stacked(int64_t n, bool many, bool allow_sma
   a.many = many;
   a.allow_small = allow_small;
   a.cm = cm;
-  a.stacked_done = std::move(done);
-  add_attempt(std::move(a));
+  return a;
 }
 
 void FIFOQueueResource::close(bool cancel_pending_enqueues, CancellationManager* cm,

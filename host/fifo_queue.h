@@ -130,6 +130,10 @@ class FIFOQueueResource : public ResourceBase,
   static Tuple stack_chunks(const std::vector<Chunk>& chunks, int64_t rows);
   using AttemptList = std::list<Attempt>;
 
+  // The shared halves of the public entry points: an enqueue of chunks (none: done at once), and
+  // a dequeue attempt without its callback.
+  void enqueue_chunks(std::vector<Chunk> chunks, CancellationManager* cm, EnqueueCallback done);
+  static Attempt dequeue_attempt(int64_t n, bool many, bool allow_small, CancellationManager* cm);
   void add_attempt(Attempt attempt);
   void cancel(int64_t id, const Status& reason);
   // Runs the attempts at the heads of both lists until neither progresses; completed attempts

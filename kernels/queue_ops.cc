@@ -73,6 +73,14 @@ class QueueOpKernel : public OpKernel {
   StatusOr<FIFOQueueResource*> queue(OpKernelContext& ctx) {
     return queue_.get([&] { return get_queue(ctx, *node().resource); });
   }
+  // For async kernels: the queue, or nullptr after failing the op and calling `done`.
+  FIFOQueueResource* queue_or_finish(OpKernelContext& ctx, const std::function<void()>& done) {
+    auto q = queue(ctx);
+    if (q.ok()) return q.value();
+    ctx.fail(q.status());
+    done();
+    return nullptr;
+  }
   // The queue's completion callback for an enqueue or close: records a failure, ends the op.
   static FIFOQueueResource::EnqueueCallback complete_op(OpKernelContext& ctx, std::function<void()> done) {
     return [&ctx, done = std::move(done)](const Status& s) {
@@ -102,24 +110,20 @@ class EnqueueOp : public QueueOpKernel {
   bool is_async() const override { return true; }
   void compute(OpKernelContext& ctx) override { TESSERA_CHECK(false); }
   void compute_async(OpKernelContext& ctx, std::function<void()> done) override {
-    auto q = queue(ctx);
-    if (!q.ok()) {
-      ctx.fail(q.status());
-      done();
-      return;
-    }
+    FIFOQueueResource* q = queue_or_finish(ctx, done);
+    if (q == nullptr) return;
     Tuple components;
     for (int i = 0; i < ctx.num_inputs(); ++i) components.push_back(ctx.input(i));
-    Status valid = many_ ? q.value()->validate_batch(components) : q.value()->validate_tuple(components);
+    Status valid = many_ ? q->validate_batch(components) : q->validate_tuple(components);
     if (!valid.ok()) {
       ctx.fail(valid);
       done();
       return;
     }
     if (many_) {
-      q.value()->try_enqueue_batch(std::move(components), &ctx.cancellation(), complete_op(ctx, std::move(done)));
+      q->try_enqueue_batch(std::move(components), &ctx.cancellation(), complete_op(ctx, std::move(done)));
     } else {
-      q.value()->try_enqueue_element(std::move(components), &ctx.cancellation(), complete_op(ctx, std::move(done)));
+      q->try_enqueue_element(std::move(components), &ctx.cancellation(), complete_op(ctx, std::move(done)));
     }
   }
 
@@ -137,14 +141,10 @@ class DequeueOp : public QueueOpKernel {
   bool is_async() const override { return true; }
   void compute(OpKernelContext& ctx) override { TESSERA_CHECK(false); }
   void compute_async(OpKernelContext& ctx, std::function<void()> done) override {
-    auto q = queue(ctx);
-    if (!q.ok()) {
-      ctx.fail(q.status());
-      done();
-      return;
-    }
+    FIFOQueueResource* q = queue_or_finish(ctx, done);
+    if (q == nullptr) return;
     if (n_ == 0) {  // an empty batch at once, as in TensorFlow (needs the queue's shapes)
-      auto empty = q.value()->empty_batch();
+      auto empty = q->empty_batch();
       if (!empty.ok()) {
         ctx.fail(empty.status());
       } else {
@@ -153,7 +153,7 @@ class DequeueOp : public QueueOpKernel {
       done();
       return;
     }
-    q.value()->try_dequeue_stacked(n_, many_, allow_small_, &ctx.cancellation(),
+    q->try_dequeue_stacked(n_, many_, allow_small_, &ctx.cancellation(),
                                    [&ctx, done = std::move(done)](const Status& s, Tuple out) {
                                      if (!s.ok()) {
                                        ctx.fail(s);
@@ -180,13 +180,9 @@ class CloseOp : public QueueOpKernel {
   bool is_expensive() const override { return false; }
   void compute(OpKernelContext& ctx) override { TESSERA_CHECK(false); }
   void compute_async(OpKernelContext& ctx, std::function<void()> done) override {
-    auto q = queue(ctx);
-    if (!q.ok()) {
-      ctx.fail(q.status());
-      done();
-      return;
-    }
-    q.value()->close(cancel_pending_, &ctx.cancellation(), complete_op(ctx, std::move(done)));
+    FIFOQueueResource* q = queue_or_finish(ctx, done);
+    if (q == nullptr) return;
+    q->close(cancel_pending_, &ctx.cancellation(), complete_op(ctx, std::move(done)));
   }
 
  private:
