@@ -1,5 +1,7 @@
 #include "core/device.h"
 
+#include <algorithm>
+
 #include <cstdlib>
 #include <new>
 
@@ -47,6 +49,11 @@ double DeviceCostProfile::transfer_seconds(std::size_t bytes) const {
 
 double DeviceCostProfile::compute_seconds(double flops) const {
   return flops_per_second > 0 ? flops / flops_per_second : 0.0;
+}
+
+double DeviceCostProfile::kernel_seconds(double flops, double bytes) const {
+  const double memory = memory_bandwidth > 0 ? bytes / memory_bandwidth : 0.0;
+  return kernel_overhead_seconds + std::max(compute_seconds(flops), memory);
 }
 
 // ----- Allocator -----
@@ -342,7 +349,7 @@ Device::Device(std::string type, int id)
 }
 
 bool Device::has_kernel(const std::string& op_type) const {
-  return OpRegistry::global().find_kernel(op_type, type_) != nullptr;
+  return OpRegistry::global().has_kernel(op_type, type_);
 }
 
 StatusOr<Tensor> Device::allocate_tensor(DType dtype, const Shape& shape) {

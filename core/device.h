@@ -40,6 +40,10 @@ struct DeviceCostProfile {
   double memory_bandwidth = 0;            // bytes/s within the device's own memory
   double transfer_bandwidth = 0;          // bytes/s to or from host memory
   double transfer_latency_seconds = 0;    // fixed cost of one transfer
+  double kernel_overhead_seconds = 0;     // fixed cost of launching one kernel
+
+  // Seconds one kernel costs: overhead + the larger of its arithmetic and memory time.
+  double kernel_seconds(double flops, double bytes) const;
 
   // Seconds one transfer of `bytes` costs (0 bandwidth = free, as for host memory).
   double transfer_seconds(std::size_t bytes) const;

@@ -13,12 +13,33 @@
 #include <vector>
 
 #include "core/cancellation.h"
+#include "core/device.h"
 #include "core/node.h"
 #include "core/resource_mgr.h"
 #include "core/status.h"
 #include "tessera/tensor.h"
 
 namespace tessera::internal {
+
+class Rendezvous;
+
+// One span of a traced step: an op on a thread, a kernel on a stream, a copy on a copy stream.
+struct TraceRecord {
+  std::string name;      // op name
+  std::string category;  // op type, or "copy"
+  std::string device;    // full device name
+  std::string lane;      // the stream's name, or "" for the executing thread
+  uint64_t thread = 0;   // when lane is ""
+  int64_t start_us = 0;  // now_micros() clock
+  int64_t end_us = 0;
+};
+
+// Where kernels report spans when a step is traced. Thread-safe.
+class TraceSink {
+ public:
+  virtual ~TraceSink() = default;
+  virtual void add(TraceRecord record) = 0;
+};
 
 class OpKernelContext {
  public:
@@ -33,6 +54,12 @@ class OpKernelContext {
     int64_t step_id = 0;
     // Schedules a closure on the session's inter-op pool.
     const std::function<void(std::function<void()>)>* runner = nullptr;
+    // The device the node runs on (nullptr = the host CPU): outputs are allocated in its memory.
+    Device* device = nullptr;
+    // The step's exchange for Send/Recv between partitions (nullptr when the step has one).
+    Rendezvous* rendezvous = nullptr;
+    // Non-null when the step is traced.
+    TraceSink* trace = nullptr;
   };
   explicit OpKernelContext(const Params& p)
       : p_(p), num_outputs_(static_cast<int>(p.node->output_dtypes.size())) {
@@ -50,11 +77,22 @@ class OpKernelContext {
   const Tensor& input(int i) const { return *p_.inputs[i]; }
   int num_outputs() const { return num_outputs_; }
   void set_output(int i, Tensor t) { outputs_[i] = std::move(t); }
-  // Allocates output i with the node's dtype for that output.
+  // Allocates output i with the node's dtype for that output, in the device's memory. Throws
+  // ResourceExhaustedError when the device is out of memory.
   Tensor& allocate_output(int i, const Shape& shape) {
-    outputs_[i] = Tensor(p_.output_dtypes ? p_.output_dtypes[i] : p_.node->output_dtypes[i], shape);
+    outputs_[i] = allocate_temp(p_.output_dtypes ? p_.output_dtypes[i] : p_.node->output_dtypes[i], shape);
     return outputs_[i];
   }
+  // A tensor in the device's memory (host memory on the CPU).
+  Tensor allocate_temp(DType dtype, const Shape& shape) {
+    if (p_.device == nullptr || p_.device->type() == "CPU") return Tensor(dtype, shape);
+    auto t = p_.device->allocate_tensor(dtype, shape);
+    t.status().raise();
+    return std::move(t).value();
+  }
+  Device* device() const { return p_.device; }
+  Rendezvous* rendezvous() const { return p_.rendezvous; }
+  TraceSink* trace() const { return p_.trace; }
   Tensor& output(int i) { return outputs_[i]; }
   ResourceMgr& resources() const { return *p_.resources; }
   CancellationManager& cancellation() const { return *p_.cancellation; }

@@ -46,6 +46,35 @@ std::vector<std::string> OpRegistry::kernel_device_types(const std::string& type
   return out;
 }
 
+void OpRegistry::register_kernel_adapter(const std::string& device_type,
+                                         const std::string& base_device_type, KernelAdapter adapter) {
+  TESSERA_CHECK(!adapters_.count(device_type) && device_type != base_device_type);
+  adapters_[device_type] = Adapter{base_device_type, std::move(adapter)};
+}
+
+bool OpRegistry::has_kernel(const std::string& type, const std::string& device_type) const {
+  if (kernels_.count({type, device_type})) return true;
+  auto a = adapters_.find(device_type);
+  if (a == adapters_.end()) return false;
+  const OpDef* def = find_op(type);
+  return def != nullptr && !def->host_only && kernels_.count({type, a->second.base_device_type});
+}
+
+StatusOr<std::unique_ptr<OpKernel>> OpRegistry::create_kernel(const Node& node,
+                                                              const std::string& device_type) const {
+  try {
+    if (const KernelFactory* f = find_kernel(node.type, device_type)) return (*f)(node);
+    if (has_kernel(node.type, device_type)) {
+      const Adapter& a = adapters_.at(device_type);
+      return a.adapter((*find_kernel(node.type, a.base_device_type))(node));
+    }
+  } catch (...) {
+    return status_from_current_exception().with_prefix(node.debug_name() + ": ");
+  }
+  return errors::unimplemented("{}: no {} kernel registered for op type {}", node.debug_name(), device_type,
+                               node.type);
+}
+
 bool OpKernel::is_expensive() const {
   // Ops producing more than 16K elements are worth a pool thread; smaller ones run inline.
   constexpr int64_t kInlineElements = 1 << 14;

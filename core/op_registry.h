@@ -76,6 +76,9 @@ struct OpDef {
 };
 
 using KernelFactory = std::function<std::unique_ptr<OpKernel>(const Node&)>;
+// Builds a device type's kernel around another device type's (the simulated accelerator runs the
+// CPU kernels on its streams this way).
+using KernelAdapter = std::function<std::unique_ptr<OpKernel>(std::unique_ptr<OpKernel> base)>;
 
 class OpRegistry {
  public:
@@ -88,9 +91,24 @@ class OpRegistry {
   std::vector<std::string> op_types() const;
   std::vector<std::string> kernel_device_types(const std::string& type) const;
 
+  // Every op of `base_device_type` that is not host_only also runs on `device_type`, as
+  // `adapter(base kernel)`, unless a kernel is registered for `device_type` directly.
+  void register_kernel_adapter(const std::string& device_type, const std::string& base_device_type,
+                               KernelAdapter adapter);
+  // A kernel registered directly or through an adapter.
+  bool has_kernel(const std::string& type, const std::string& device_type) const;
+  // The kernel for `node` on `device_type`; Unimplemented naming the op when there is none, or
+  // the factory's error.
+  StatusOr<std::unique_ptr<OpKernel>> create_kernel(const Node& node, const std::string& device_type) const;
+
  private:
+  struct Adapter {
+    std::string base_device_type;
+    KernelAdapter adapter;
+  };
   std::map<std::string, std::unique_ptr<OpDef>> ops_;
   std::map<std::pair<std::string, std::string>, KernelFactory> kernels_;
+  std::map<std::string, Adapter> adapters_;  // by device type
 };
 
 struct OpRegistrar {

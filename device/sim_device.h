@@ -28,6 +28,7 @@ inline constexpr DeviceCostProfile kSimCostProfile{
     /*memory_bandwidth=*/100e9,
     /*transfer_bandwidth=*/12e9,
     /*transfer_latency_seconds=*/10e-6,
+    /*kernel_overhead_seconds=*/5e-6,
 };
 
 struct SimDeviceOptions {

@@ -14,6 +14,7 @@ constexpr DeviceCostProfile kCpuCostProfile{
     /*memory_bandwidth=*/20e9,
     /*transfer_bandwidth=*/0,
     /*transfer_latency_seconds=*/0,
+    /*kernel_overhead_seconds=*/1e-6,
 };
 
 // Same buffer, delivered in stream order through the completion path.

@@ -90,7 +90,7 @@ class AssignUpdateOp : public VariableKernel {
                       v.name(), v.value.shape().to_string(), delta.shape().to_string());
     }
     // In place when the buffer is ours alone; else into a fresh buffer (Note [Variable updates]).
-    Tensor out = v.value.is_buffer_shared() ? Tensor(v.value.dtype(), v.value.shape()) : v.value;
+    Tensor out = v.value.is_buffer_shared() ? ctx.allocate_temp(v.value.dtype(), v.value.shape()) : v.value;
     const int64_t n = out.num_elements();
     switch (out.dtype()) {
       case DType::Float32: apply<float, kAdd>(out.mutable_data<float>(), v.value.data<float>(), delta.data<float>(), n); break;

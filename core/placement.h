@@ -1,0 +1,103 @@
+// The placement pass: assigns every op of a graph to one device.
+//
+//   std::vector<PlacementDevice> devices = {cpu_info, sim0_info};
+//   PlacementOptions opts;                      // policy kCost, soft placement on
+//   StatusOr<Placement> p = place_nodes(graph.nodes(), devices, opts);
+//   int d = p.value().device_of.at(node);       // index into `devices`
+//
+// Order of decisions (Note [Placement] in placement.cc):
+//   1. hard constraints: explicit requests (full or partial specs), colocation groups (an op
+//      with the variable or queue it uses, `colocate_with` scopes), kernel availability, host-only
+//      ops (queues) on a host device. Incompatible requests inside one group raise
+//      InvalidArgumentError naming both ops.
+//   2. soft placement: a request no device satisfies falls back to a device that can run the
+//      group (and is reported in Placement::soft_placements); without soft placement it raises
+//      InvalidArgumentError listing the available devices.
+//   3. the policy places what is left: kCost by a cost model and HEFT-like list scheduling,
+//      kGpuFirst on an accelerator whenever one has a kernel (TensorFlow's rule), kCpuOnly on
+//      the host.
+//
+// Pure function of its inputs: no device objects, no I/O, so the cluster master can place over
+// remote tasks' devices with it too. Thread-compatible.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "core/device.h"
+#include "core/device_name.h"
+#include "core/node.h"
+#include "core/status.h"
+
+namespace tessera::internal {
+
+enum class PlacementPolicy { kCost, kGpuFirst, kCpuOnly };
+
+// What placement knows of a device.
+struct PlacementDevice {
+  std::string name;  // full name: "/job:localhost/replica:0/task:0/device:SIM:0"
+  std::string type;  // "CPU", "SIM", "GPU"
+  DeviceCostProfile cost;
+  // True for devices whose memory is host memory and that run host-only ops (type CPU).
+  bool is_host() const { return type == "CPU"; }
+};
+
+struct PlacementOptions {
+  PlacementPolicy policy = PlacementPolicy::kCost;
+  bool allow_soft_placement = true;
+  // Whether `node` has a kernel for device `d`. Default (empty): OpRegistry::global().has_kernel.
+  std::function<bool(const Node& node, const PlacementDevice& d)> has_kernel;
+  // Ops whose outputs all have at most this many elements stay on a host device unless
+  // constrained (kCost only).
+  int64_t tiny_op_elements = 64;
+};
+
+struct Placement {
+  // Every node of the input (and every node of `fixed`) -> index into the devices.
+  std::unordered_map<const Node*, int> device_of;
+  // The cost model's estimate of each placed node's run time on its device, in seconds.
+  std::unordered_map<const Node*, double> estimated_seconds;
+  // One line per op whose request could not be honoured: "op (Type): requested '...', placed on ...".
+  std::vector<std::string> soft_placements;
+  // The cost model's makespan of the chosen placement, in seconds (simulated list schedule).
+  double estimated_makespan = 0;
+};
+
+// Places `nodes` on `devices` (which must include at least one host device; the first host
+// device is the default). `fixed` holds assignments made earlier (the graph grew): those nodes
+// keep their device and constrain their groups. Inputs of `nodes` outside `nodes` and `fixed` are
+// treated as living on the default host device.
+StatusOr<Placement> place_nodes(const std::vector<const Node*>& nodes, const std::vector<PlacementDevice>& devices,
+                                const PlacementOptions& options,
+                                const std::unordered_map<const Node*, int>& fixed = {});
+
+// ---- The cost model (exposed for tests and benchmarks) ----
+
+// Arithmetic operations of one run of `node`, from its inferred shapes (unknown dimensions count
+// as 1). MatMul 2*m*n*k; elementwise and reductions one per input element; 0 for ops that move
+// no data (Const, Placeholder, NoOp, variables, queue ops).
+double op_flops(const Node& node);
+// Bytes `node` reads and writes in one run (inputs plus outputs).
+double op_bytes(const Node& node);
+// Bytes of output `index` of `node` (unknown dimensions count as 1).
+double output_bytes(const Node& node, int index);
+// Seconds `node` takes on `device`.
+double op_seconds(const Node& node, const PlacementDevice& device);
+// Seconds moving `bytes` from device `from` to device `to` (0 when they are the same device;
+// through host memory between two accelerators).
+double transfer_seconds(const PlacementDevice& from, const PlacementDevice& to, double bytes);
+
+// The simulated makespan of a complete assignment, with the list schedule placement uses: nodes
+// in decreasing upward rank, each starting when its device is free and its inputs have arrived.
+// `device_of` must cover every node of `nodes`; predecessors outside `nodes` are ignored.
+double simulate_makespan(const std::vector<const Node*>& nodes, const std::vector<PlacementDevice>& devices,
+                         const std::unordered_map<const Node*, int>& device_of);
+
+// One line per node: "name (Type) -> device   est 12.3 us", in node id order.
+std::string placement_table(const std::vector<const Node*>& nodes, const std::vector<PlacementDevice>& devices,
+                            const Placement& placement);
+
+}  // namespace tessera::internal
