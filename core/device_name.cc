@@ -108,6 +108,12 @@ bool DeviceSpec::matches(const DeviceSpec& full) const {
   return true;
 }
 
+bool DeviceSpec::compatible_with(const DeviceSpec& other) const {
+  auto agree = [](const auto& a, const auto& b) { return !a || !b || *a == *b; };
+  return agree(job, other.job) && agree(replica, other.replica) && agree(task, other.task) &&
+         agree(type, other.type) && agree(id, other.id);
+}
+
 std::string DeviceSpec::to_string() const {
   std::string s;
   if (job) s += "/job:" + *job;

@@ -22,6 +22,9 @@ struct DeviceSpec {
   DeviceSpec merged_with(const DeviceSpec& inner) const;
   // True when every field set here matches the full name `other`.
   bool matches(const DeviceSpec& full) const;
+  // True when no field is set differently in the two specs, so that one device can satisfy both
+  // (placement merges the requests of a colocation group with this).
+  bool compatible_with(const DeviceSpec& other) const;
   std::string to_string() const;  // canonical form of the fields that are set
   bool empty() const { return !job && !replica && !task && !type && !id; }
 };

@@ -22,8 +22,11 @@
 #include <functional>
 #include <thread>
 #include <unordered_map>
+#include <unordered_set>
 
 #include <fmt/format.h>
+
+#include "core/tensor_buffer.h"
 
 namespace tessera::internal {
 
@@ -39,24 +42,16 @@ namespace {
 std::atomic<uint64_t> next_plan_serial{1};
 }  // namespace
 
-StatusOr<std::shared_ptr<const Plan>> build_plan(
-    const GraphImpl& graph, const std::vector<Endpoint>& feeds, const std::vector<Endpoint>& fetches,
-    const std::vector<const Node*>& targets,
-    const std::function<StatusOr<OpKernel*>(const Node&)>& make_kernel) {
-  auto plan = std::make_shared<Plan>();
-  plan->graph_version = graph.version();
-  plan->serial = next_plan_serial.fetch_add(1, std::memory_order_relaxed);
-
+std::vector<const Node*> prune_nodes(const std::vector<Endpoint>& feeds, const std::vector<Endpoint>& fetches,
+                                     const std::vector<const Node*>& targets) {
   auto key = [](const Node* n, int index) { return (static_cast<uint64_t>(n->id) << 16) | index; };
-  std::unordered_map<uint64_t, int> fed;  // endpoint -> feed index
-  for (std::size_t i = 0; i < feeds.size(); ++i) fed[key(feeds[i].node, feeds[i].index)] = static_cast<int>(i);
-
-  // Prune: what the fetches and targets need, cutting fed edges.
-  std::unordered_map<const Node*, int> index_of;  // needed node -> plan index (set below)
+  std::unordered_set<uint64_t> fed;
+  for (const auto& f : feeds) fed.insert(key(f.node, f.index));
+  std::unordered_set<const Node*> seen;
   std::vector<const Node*> needed;
   std::vector<const Node*> stack;
   auto want = [&](const Node* n) {
-    if (index_of.emplace(n, -1).second) {
+    if (seen.insert(n).second) {
       needed.push_back(n);
       stack.push_back(n);
     }
@@ -73,6 +68,23 @@ StatusOr<std::shared_ptr<const Plan>> build_plan(
     }
     for (const Node* c : n->control_inputs) want(c);
   }
+  return needed;
+}
+
+StatusOr<std::shared_ptr<const Plan>> build_plan(
+    const GraphImpl& graph, const std::vector<Endpoint>& feeds, const std::vector<Endpoint>& fetches,
+    const std::vector<const Node*>& targets,
+    const std::function<StatusOr<OpKernel*>(const Node&)>& make_kernel) {
+  auto plan = std::make_shared<Plan>();
+  plan->graph_version = graph.version();
+  plan->serial = next_plan_serial.fetch_add(1, std::memory_order_relaxed);
+
+  auto key = [](const Node* n, int index) { return (static_cast<uint64_t>(n->id) << 16) | index; };
+  std::unordered_map<uint64_t, int> fed;  // endpoint -> feed index
+  for (std::size_t i = 0; i < feeds.size(); ++i) fed[key(feeds[i].node, feeds[i].index)] = static_cast<int>(i);
+
+  std::vector<const Node*> needed = prune_nodes(feeds, fetches, targets);
+  std::unordered_map<const Node*, int> index_of;  // needed node -> plan index (set below)
 
   // Constants are hoisted out of the step: their immutable value is placed in a slot when the step
   // starts, like a feed, so they cost no node and their consumers wait for nothing. (A constant
@@ -270,7 +282,7 @@ void RunState::set_feed(int i, Tensor value) { slots_[plan_.feed_slots[i]] = std
 
 const Tensor& RunState::fetch(int i) const { return *slot(plan_.fetch_slots[i]); }
 
-Status RunState::run() {
+void RunState::start() {
   if (opt_.trace) start_us_ = now_micros();
   if (!plan_.nodes.empty()) {
     std::vector<int> ready(plan_.roots.begin(), plan_.roots.end());
@@ -285,6 +297,15 @@ Status RunState::run() {
   } else {
     done();
   }
+}
+
+void RunState::run_async(std::function<void(Status)> done) {
+  on_done_ = std::move(done);
+  start();
+}
+
+Status RunState::run() {
+  start();
   // Wait for the step, running the continuations of async ops handed to this (otherwise idle)
   // thread: see Note [Async kernels].
   std::unique_lock<std::mutex> l(mu_);
@@ -332,6 +353,9 @@ void RunState::hand_off(std::function<void()> fn) {
 void RunState::cancel(const Status& reason) {
   aborted_.store(true, std::memory_order_release);
   cancellation_.start_cancel(reason);
+  if (opt_.on_abort != nullptr && !abort_reported_.exchange(true, std::memory_order_acq_rel)) {
+    (*opt_.on_abort)(reason);
+  }
 }
 
 void RunState::record_error(const Status& s) {
@@ -339,16 +363,43 @@ void RunState::record_error(const Status& s) {
     std::lock_guard<std::mutex> l(mu_);
     if (status_.ok()) status_ = s;
   }
-  aborted_.store(true, std::memory_order_release);
-  cancellation_.start_cancel(s);
+  cancel(s);
 }
 
 void RunState::done() {
+  if (on_done_) {
+    Status status;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      if (status_.ok() && cancellation_.is_cancelled()) status_ = cancellation_.reason();
+      done_ = true;
+      status = status_;
+    }
+    auto on_done = std::move(on_done_);
+    on_done(std::move(status));  // `this` may be gone from here on
+    return;
+  }
   std::lock_guard<std::mutex> l(mu_);
   if (status_.ok() && cancellation_.is_cancelled()) status_ = cancellation_.reason();
   done_ = true;
   // Notified under the lock: the waiter may destroy this object as soon as it sees done_.
   cv_.notify_all();
+}
+
+void RunState::trace_op(const Node* node, int64_t start_us) {
+  TraceRecord r;
+  r.name = node->name;
+  r.category = node->type;
+  r.device = opt_.device != nullptr ? opt_.device->name() : std::string(kHostDeviceName);
+  r.thread = this_thread_id();
+  r.start_us = start_us;
+  r.end_us = now_micros();
+  add(std::move(r));
+}
+
+void RunState::add(TraceRecord record) {
+  std::lock_guard<std::mutex> l(trace_mu_);
+  trace_.push_back(std::move(record));
 }
 
 void RunState::finish_node(std::vector<int>* ready, std::vector<int>* inline_stack) {
@@ -392,6 +443,9 @@ void RunState::process(int node_index) {
       params.step_id = opt_.step_id;
       params.runner = opt_.runner;
       params.output_dtypes = plan_.slot_dtypes.data() + pn.first_output_slot;
+      params.device = opt_.device;
+      params.rendezvous = opt_.rendezvous;
+      params.trace = opt_.trace ? this : nullptr;
       const int64_t start = opt_.trace ? now_micros() : 0;
       if (pn.is_async) {
         // The context and its inputs must outlive this frame: they live in one AsyncCall until
@@ -414,10 +468,7 @@ void RunState::process(int node_index) {
           threw = true;
         }
         if (threw || call->phase.exchange(AsyncCall::kReturned, std::memory_order_acq_rel) == AsyncCall::kDoneEarly) {
-          if (opt_.trace) {
-            std::lock_guard<std::mutex> l(trace_mu_);
-            trace_.push_back({pn.node, start, now_micros(), this_thread_id()});
-          }
+          if (opt_.trace && opt_.device == nullptr) trace_op(pn.node, start);
           complete(i, *call->ctx, &ready);
           delete call;
         } else {
@@ -456,10 +507,7 @@ void RunState::run_sync(int i, OpKernelContext::Params& params, int64_t start, s
   } catch (...) {
     ctx.fail(status_from_current_exception());
   }
-  if (opt_.trace) {
-    std::lock_guard<std::mutex> l(trace_mu_);
-    trace_.push_back({pn.node, start, now_micros(), this_thread_id()});
-  }
+  if (opt_.trace) trace_op(pn.node, start);
   complete(i, ctx, ready);
 }
 
@@ -467,10 +515,9 @@ void RunState::on_async_done(AsyncCall* call) {
   const int i = call->node_index;
   const int64_t start = call->start_us;
   std::vector<int> ready;
-  if (opt_.trace) {
-    std::lock_guard<std::mutex> l(trace_mu_);
-    trace_.push_back({plan_.nodes[i].node, start, now_micros(), this_thread_id()});
-  }
+  // On a device the kernel traces itself, on its stream: the executor's span would only show
+  // the wait.
+  if (opt_.trace && opt_.device == nullptr) trace_op(plan_.nodes[i].node, start);
   complete(i, *call->ctx, &ready);
   delete call;
   const int64_t delta = static_cast<int64_t>(ready.size()) - 1;
@@ -518,7 +565,7 @@ bool RunState::complete(int i, OpKernelContext& ctx, std::vector<int>* ready) {
   return true;
 }
 
-std::vector<TraceEvent> RunState::take_trace() {
+std::vector<TraceRecord> RunState::take_trace() {
   std::lock_guard<std::mutex> l(trace_mu_);
   return std::move(trace_);
 }

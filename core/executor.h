@@ -22,6 +22,7 @@
 #include "core/node.h"
 #include "core/op_kernel.h"
 #include "core/resource_mgr.h"
+#include "core/rendezvous.h"
 #include "core/status.h"
 
 namespace tessera::internal {
@@ -73,6 +74,10 @@ struct Plan {
   void release_arrays(std::unique_ptr<StepArrays> arrays) const;
 };
 
+// The nodes the fetches and targets need (a fed output cuts its edge), in discovery order.
+std::vector<const Node*> prune_nodes(const std::vector<Endpoint>& feeds, const std::vector<Endpoint>& fetches,
+                                     const std::vector<const Node*>& targets);
+
 // Builds a plan: prunes to what the fetches and targets need (a fed output cuts its edge), sorts
 // topologically (a cycle is InvalidArgumentError naming an op in it). `make_kernel` returns the
 // session's kernel for a node (or an error, e.g. no kernel for the device).
@@ -81,26 +86,27 @@ StatusOr<std::shared_ptr<const Plan>> build_plan(
     const std::vector<const Node*>& targets,
     const std::function<StatusOr<OpKernel*>(const Node&)>& make_kernel);
 
-struct TraceEvent {
-  const Node* node;
-  int64_t start_us;
-  int64_t end_us;
-  uint64_t thread;
-};
-
-// One step. Create, then call run(); run() returns when every started op has finished.
-class RunState {
+// One step of one plan (one partition of a step, when the step spans devices). Create, then call
+// run() (or run_async()); it is over when every started op has finished.
+class RunState final : public TraceSink {
  public:
   struct Options {
     const Plan* plan = nullptr;      // Not owned.
     const Runner* runner = nullptr;  // Not owned.
     ResourceMgr* resources = nullptr;  // Not owned.
     int64_t step_id = 0;
-    std::chrono::milliseconds timeout{0};
+    std::chrono::milliseconds timeout{0};  // run() only
     bool trace = false;
+    // The device the plan's kernels run on; nullptr = the host CPU. Not owned.
+    Device* device = nullptr;
+    // The step's exchange between partitions, nullptr for a one-partition step. Not owned.
+    Rendezvous* rendezvous = nullptr;
+    // Called once, with the reason, when this partition fails or is cancelled (so the session
+    // can abort the step's other partitions). May be null. Not owned.
+    const std::function<void(const Status&)>* on_abort = nullptr;
   };
   explicit RunState(const Options& options);
-  ~RunState();
+  ~RunState() override;
   RunState(const RunState&) = delete;
   RunState& operator=(const RunState&) = delete;
 
@@ -109,11 +115,15 @@ class RunState {
   // Runs the step on the calling thread and the pool; blocks until done (or the deadline, after
   // which the step is cancelled and drained). Returns the step's status.
   Status run();
+  // Starts the step and returns; `done(status)` runs once when it is over, on whichever thread
+  // finished it; the RunState may be destroyed from `done` on.
+  void run_async(std::function<void(Status)> done);
   // The value of fetch i after a successful run.
   const Tensor& fetch(int i) const;
   // Cancels the step (session close): pending ops fail with `reason`.
   void cancel(const Status& reason);
-  std::vector<TraceEvent> take_trace();
+  std::vector<TraceRecord> take_trace();
+  void add(TraceRecord record) override;  // TraceSink
   int64_t start_us() const { return start_us_; }
 
  private:
@@ -154,6 +164,8 @@ class RunState {
   // `ready`. (The caller has already counted them in outstanding_.)
   void finish_node(std::vector<int>* ready, std::vector<int>* inline_stack);
   void done();
+  void start();
+  void trace_op(const Node* node, int64_t start_us);
 
   Options opt_;
   const Plan& plan_;
@@ -163,6 +175,8 @@ class RunState {
   std::atomic<int>* slot_uses_;       // arrays_->slot_uses
   std::atomic<int64_t> outstanding_{0};
   std::atomic<bool> aborted_{false};
+  std::atomic<bool> abort_reported_{false};
+  std::function<void(Status)> on_done_;  // run_async
   CancellationManager cancellation_;
 
   // Runs `fn` (an async op's continuation) on the caller of run() if it is waiting, else the pool.
@@ -177,7 +191,7 @@ class RunState {
 
   int64_t start_us_ = 0;
   std::mutex trace_mu_;
-  std::vector<TraceEvent> trace_;  // guarded by trace_mu_
+  std::vector<TraceRecord> trace_;  // guarded by trace_mu_
 };
 
 int64_t now_micros();

@@ -49,6 +49,8 @@ struct Node {
   Node* resource = nullptr;
   // Nodes this one must be placed with (colocate_with scopes). Not owned.
   std::vector<Node*> colocate_with;
+  // For a partition's copy of a node (core/partition.h): the graph's node it copies. Not owned.
+  const Node* origin = nullptr;
 
   template <class T>
   const T& attr(const std::string& key) const {
@@ -90,6 +92,9 @@ class GraphImpl {
   std::vector<Node*> nodes() const;
   int num_nodes() const;
   Node* node(int id) const;
+  // The same, for a caller that holds mutex().
+  int num_nodes_locked() const { return static_cast<int>(nodes_.size()); }
+  Node* node_locked(int id) const { return nodes_.at(static_cast<std::size_t>(id)).get(); }
   // Bumped by every change that can invalidate a cached execution plan: new control inputs on an
   // existing node (adding nodes cannot change what an existing plan runs).
   uint64_t version() const { return version_.load(std::memory_order_acquire); }

@@ -50,8 +50,8 @@ struct PlacementOptions {
   bool allow_soft_placement = true;
   // Whether `node` has a kernel for device `d`. Default (empty): OpRegistry::global().has_kernel.
   std::function<bool(const Node& node, const PlacementDevice& d)> has_kernel;
-  // Ops whose outputs all have at most this many elements stay on a host device unless
-  // constrained (kCost only).
+  // Ops whose inputs and outputs are all fully known and have at most this many elements start on
+  // a host device unless constrained (kCost only; the greedy passes may still move them).
   int64_t tiny_op_elements = 64;
 };
 
@@ -77,10 +77,12 @@ StatusOr<Placement> place_nodes(const std::vector<const Node*>& nodes, const std
 // ---- The cost model (exposed for tests and benchmarks) ----
 
 // Arithmetic operations of one run of `node`, from its inferred shapes (unknown dimensions count
-// as 1). MatMul 2*m*n*k; elementwise and reductions one per input element; 0 for ops that move
-// no data (Const, Placeholder, NoOp, variables, queue ops).
+// as 1). MatMul 2*m*n*k; elementwise ops one per output element (Sqrt 4, Exp/Log/Tanh/Sigmoid 8);
+// reductions one per input element; random ops 10 per element; 0 for copies (Identity, Cast,
+// Assign, enqueue/dequeue) and for ops that move no data (Const, Placeholder, NoOp, VariableV2,
+// FIFOQueue, QueueClose/Size/IsClosed).
 double op_flops(const Node& node);
-// Bytes `node` reads and writes in one run (inputs plus outputs).
+// Bytes `node` reads and writes in one run (inputs plus outputs); 0 for ops that move no data.
 double op_bytes(const Node& node);
 // Bytes of output `index` of `node` (unknown dimensions count as 1).
 double output_bytes(const Node& node, int index);

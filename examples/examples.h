@@ -3,6 +3,7 @@
 #pragma once
 
 #include <ostream>
+#include <string>
 
 namespace tessera::examples {
 
@@ -13,5 +14,10 @@ int queue_add(std::ostream& out);
 // Linear regression by SGD: a QueueRunner makes noisy batches of y = 3x + 2, four threads
 // update the shared variables w and b at once; the loss falls and w, b approach 3 and 2.
 int linear_regression(std::ostream& out, int steps_per_thread = 300);
+
+// A two-layer network's step placed over the host and the accelerators (GPUs, or simulated
+// ones): the same loss under the cost, gpu_first and cpu_only policies, with step times; writes a
+// Chrome trace of the cost-placed step to `trace_file` unless it is empty.
+int heterogeneous(std::ostream& out, const std::string& trace_file = "");
 
 }  // namespace tessera::examples

@@ -1,21 +1,11 @@
 #include "host/cpu_device.h"
 
+#include "host/calibration.h"
 #include "host/thread_pool.h"
 
 namespace tessera::internal {
 
 namespace {
-
-// Documented defaults for one socket of a current server core complex, used by placement to
-// compare devices (only ratios matter): ~50 GFLOP/s of sustained float arithmetic across the
-// inter-op pool, ~20 GB/s of memory bandwidth, and free "transfers" (host memory is the host's).
-constexpr DeviceCostProfile kCpuCostProfile{
-    /*flops_per_second=*/50e9,
-    /*memory_bandwidth=*/20e9,
-    /*transfer_bandwidth=*/0,
-    /*transfer_latency_seconds=*/0,
-    /*kernel_overhead_seconds=*/1e-6,
-};
 
 // Same buffer, delivered in stream order through the completion path.
 void hand_over(const Tensor& t, Stream& stream, std::function<void(StatusOr<Tensor>)> done) {
@@ -47,7 +37,11 @@ CpuDevice::CpuDevice(int id)
 
 CpuDevice::~CpuDevice() = default;  // the streams drain as they go
 
-const DeviceCostProfile& CpuDevice::cost_profile() const { return kCpuCostProfile; }
+// Measured (or read from the cache) on first use, not at load: see host/calibration.h.
+const DeviceCostProfile& CpuDevice::cost_profile() const {
+  static const DeviceCostProfile profile = calibrated_cpu_profile();  // thread-safe, lazy
+  return profile;
+}
 
 Stream& CpuDevice::compute_stream(int index) {
   TESSERA_CHECK(index == 0);

@@ -2,12 +2,17 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <map>
+#include <optional>
+
+#include <nlohmann/json.hpp>
 
 #include <fmt/format.h>
 
 #include "core/device_name.h"
 #include "core/op_registry.h"
 #include "core/tensor_buffer.h"
+#include "device/default_devices.h"
 
 namespace tessera {
 namespace internal {
@@ -36,7 +41,7 @@ struct PlanCacheEntry {
   uint64_t session_serial = 0;
   uint64_t graph_version = 0;
   std::vector<uint64_t> key;
-  const Plan* plan = nullptr;
+  const StepPlan* plan = nullptr;
 };
 thread_local PlanCacheEntry tls_plan;
 
@@ -90,6 +95,16 @@ SessionImpl::SessionImpl(Graph& graph, SessionOptions options)
     pool_ = &ThreadPool::shared();
   }
   runner_ = [pool = pool_](std::function<void()> fn) { pool->schedule(std::move(fn)); };
+  register_default_devices().raise();
+  for (Device* d : DeviceRegistry::global().devices()) {
+    if (d->name() == kHostDeviceName) {
+      devices_.insert(devices_.begin(), d);
+    } else {
+      devices_.push_back(d);
+    }
+  }
+  TESSERA_CHECK(!devices_.empty() && devices_.front()->name() == kHostDeviceName);
+  for (Device* d : devices_) placement_devices_.push_back({d->name(), d->type(), d->cost_profile()});
 }
 
 SessionImpl::~SessionImpl() {
@@ -114,64 +129,70 @@ void SessionImpl::close() {
   }
 }
 
-Status SessionImpl::place(const Node& node) {
-  // In-process sessions have one device: this process's CPU. Requests are validated and honoured
-  // when they name it; anything else is soft-placed (or refused without soft placement).
-  static const DeviceSpec kCpu = DeviceSpec::parse(kHostDeviceName).value();
-  auto spec = DeviceSpec::parse(node.requested_device);
-  if (!spec.ok()) return spec.status().with_prefix(node.debug_name() + ": ");
-  const DeviceSpec& want = spec.value();
-  if (!want.matches(kCpu)) {
-    if (!options_.allow_soft_placement) {
-      return errors::invalid_argument(
-          "{}: cannot assign a device for the op: requested '{}', available devices: [{}]",
-          node.debug_name(), node.requested_device, kHostDeviceName);
-    }
-    std::fprintf(stderr, "tessera: soft placement: %s requested %s, placed on %s\n",
-                 node.debug_name().c_str(), node.requested_device.c_str(), kHostDeviceName);
+Status SessionImpl::place_new_nodes() {
+  const int total = g_.num_nodes_locked();
+  if (placed_nodes_ == total) return Status();
+  std::vector<const Node*> fresh;
+  fresh.reserve(static_cast<std::size_t>(total - placed_nodes_));
+  for (int id = placed_nodes_; id < total; ++id) fresh.push_back(g_.node_locked(id));
+  PlacementOptions opts;
+  opts.allow_soft_placement = options_.allow_soft_placement;
+  switch (options_.placement_policy) {
+    case tessera::PlacementPolicy::cost: opts.policy = internal::PlacementPolicy::kCost; break;
+    case tessera::PlacementPolicy::gpu_first: opts.policy = internal::PlacementPolicy::kGpuFirst; break;
+    case tessera::PlacementPolicy::cpu_only: opts.policy = internal::PlacementPolicy::kCpuOnly; break;
   }
-  if (OpRegistry::global().find_kernel(node.type, "CPU") == nullptr) {
-    return errors::unimplemented("{}: no CPU kernel registered for op type {}", node.debug_name(), node.type);
+  auto placed = place_nodes(fresh, placement_devices_, opts, placement_);
+  if (!placed.ok()) return placed.status();
+  for (const std::string& line : placed.value().soft_placements) {
+    std::fprintf(stderr, "tessera: soft placement: %s\n", line.c_str());
+  }
+  for (const Node* n : fresh) {
+    const int d = placed.value().device_of.at(n);
+    placement_[n] = d;
+    const_cast<Node*>(n)->assigned_device = devices_[static_cast<std::size_t>(d)]->name();
   }
   if (options_.log_device_placement) {
-    std::fprintf(stderr, "%s: (%s): %s\n", node.name.c_str(), node.type.c_str(), kHostDeviceName);
+    std::fprintf(stderr, "%s", placement_table(fresh, placement_devices_, placed.value()).c_str());
   }
+  placed_nodes_ = total;
   return Status();
 }
 
-StatusOr<OpKernel*> SessionImpl::kernel_for(const Node& node) {
+StatusOr<OpKernel*> SessionImpl::kernel_for(const Node& node, Device* device) {
   std::lock_guard<std::mutex> l(kernels_mu_);
   auto it = kernels_.find(&node);
   if (it != kernels_.end()) return it->second.get();
-  TESSERA_RETURN_IF_ERROR(place(node));
-  const KernelFactory* factory = OpRegistry::global().find_kernel(node.type, "CPU");
-  std::unique_ptr<OpKernel> kernel;
-  try {
-    kernel = (*factory)(node);
-  } catch (...) {
-    return status_from_current_exception().with_prefix(node.debug_name() + ": ");
-  }
-  OpKernel* raw = kernel.get();
-  kernels_.emplace(&node, std::move(kernel));
-  const_cast<Node&>(node).assigned_device = kHostDeviceName;
+  const std::string type = device == nullptr ? std::string("CPU") : device->type();
+  auto kernel = OpRegistry::global().create_kernel(node, type);
+  if (!kernel.ok()) return kernel.status();
+  OpKernel* raw = kernel.value().get();
+  kernels_.emplace(&node, std::move(kernel).value());
   return raw;
 }
 
-StatusOr<std::shared_ptr<const Plan>> SessionImpl::get_plan(const std::vector<uint64_t>& key,
-                                                            const std::vector<Endpoint>& feeds,
-                                                            const std::vector<Endpoint>& fetches,
-                                                            const std::vector<const Node*>& targets) {
+StatusOr<std::shared_ptr<const StepPlan>> SessionImpl::get_plan(const std::vector<uint64_t>& key,
+                                                                const std::vector<Endpoint>& feeds,
+                                                                const std::vector<Endpoint>& fetches,
+                                                                const std::vector<const Node*>& targets) {
   const uint64_t version = g_.version();
   {
     std::shared_lock<std::shared_mutex> l(plans_mu_);
     auto it = plans_.find(key);
-    if (it != plans_.end() && it->second->graph_version == version) return it->second;
+    if (it != plans_.end() && it->second->host->graph_version == version) return it->second;
   }
-  StatusOr<std::shared_ptr<const Plan>> plan = Status(ErrorCode::kInternal, "unset");
+  StatusOr<std::shared_ptr<const StepPlan>> plan = Status(ErrorCode::kInternal, "unset");
   {
     // Placement writes assigned_device, so building a plan excludes graph mutation.
     std::unique_lock<std::shared_mutex> gl(g_.mutex());
-    plan = build_plan(g_, feeds, fetches, targets, [this](const Node& n) { return kernel_for(n); });
+    Status placed = place_new_nodes();
+    if (!placed.ok()) return placed;
+    auto device_of = [this](const Node& n) -> Device* {
+      const int d = placement_.at(&n);
+      return d == 0 ? nullptr : devices_[static_cast<std::size_t>(d)];
+    };
+    plan = build_step_plan(g_, feeds, fetches, targets, device_of,
+                           [this](const Node& n, Device* d) { return kernel_for(n, d); });
   }
   if (!plan.ok()) return plan;
   std::unique_lock<std::shared_mutex> l(plans_mu_);
@@ -237,19 +258,44 @@ std::vector<Tensor> SessionImpl::run(const std::vector<Output>& fetches, const F
     auto plan = get_plan(key, feed_eps, fetch_eps, target_nodes);
     plan.status().raise();
     cached.session_serial = serial_;
-    cached.graph_version = plan.value()->graph_version;
+    cached.graph_version = plan.value()->host->graph_version;
     cached.key = key;
     cached.plan = plan.value().get();
   }
-  const Plan& p = *cached.plan;
+  const StepPlan& sp = *cached.plan;
 
   RunState::Options ro;
-  ro.plan = &p;
+  ro.plan = sp.host.get();
   ro.runner = &runner_;
   ro.resources = &resources_;
   ro.step_id = next_step_id();
   ro.timeout = options.timeout;
   ro.trace = options.trace;
+  // A step that spans devices: its partitions share a rendezvous and fail together.
+  std::optional<Rendezvous> rendezvous;
+  std::vector<std::unique_ptr<RunState>> parts;
+  std::function<void(const Status&)> abort_step;
+  std::atomic<bool> aborting{false};
+  Status root_cause;  // the first failure: written once, by whoever sets `aborting`
+  if (!sp.devices.empty()) {
+    rendezvous.emplace(sp.num_keys);
+    ro.rendezvous = &*rendezvous;
+    abort_step = [&](const Status& reason) {
+      if (aborting.exchange(true)) return;
+      root_cause = reason;
+      rendezvous->abort(reason);
+      for (auto& part : parts) part->cancel(reason);
+    };
+    ro.on_abort = &abort_step;
+    parts.reserve(sp.devices.size());
+    for (const auto& dp : sp.devices) {
+      RunState::Options po = ro;
+      po.plan = dp.plan.get();
+      po.device = dp.device;
+      po.timeout = std::chrono::milliseconds(0);
+      parts.push_back(std::make_unique<RunState>(po));
+    }
+  }
   RunState rs(ro);
   int i = 0;
   for (const auto& [out, value] : feeds) rs.set_feed(i++, value);
@@ -259,7 +305,7 @@ std::vector<Tensor> SessionImpl::run(const std::vector<Output>& fetches, const F
     if (closed_.load(std::memory_order_seq_cst)) throw CancelledError("attempted to use a closed session");
     shard.runs.push_back(&rs);
   }
-  Status status = rs.run();
+  Status status = parts.empty() ? rs.run() : wait_partitions(rs, ro, &parts);
   {
     std::lock_guard<std::mutex> l(shard.mu);
     auto it = std::find(shard.runs.begin(), shard.runs.end(), &rs);
@@ -267,7 +313,17 @@ std::vector<Tensor> SessionImpl::run(const std::vector<Output>& fetches, const F
     shard.runs.pop_back();
     if (shard.runs.empty() && closed_.load(std::memory_order_relaxed)) shard.cv.notify_all();
   }
-  if (metadata != nullptr && options.trace) metadata->trace_json = trace_json(rs, p);
+  // The other partitions' failures are echoes of the first one (an aborted rendezvous, a
+  // cancellation): the step reports the root cause. (Read after leaving the shard: a close()
+  // writes it while holding the shard's lock; every other writer finished before the step did.)
+  if (!status.ok() && aborting.load()) status = root_cause;
+  if (metadata != nullptr && options.trace) {
+    std::vector<TraceRecord> records = rs.take_trace();
+    for (auto& part : parts) {
+      for (auto& r : part->take_trace()) records.push_back(std::move(r));
+    }
+    metadata->trace_json = trace_json(std::move(records), rs.start_us());
+  }
   status.raise();
   std::vector<Tensor> results;
   results.reserve(fetches.size());
@@ -275,27 +331,72 @@ std::vector<Tensor> SessionImpl::run(const std::vector<Output>& fetches, const F
   return results;
 }
 
-std::string SessionImpl::trace_json(RunState& rs, const Plan& plan) const {
-  // Chrome trace-event format: one complete ("X") event per op, thread = executing thread.
-  auto events = rs.take_trace();
-  std::string out = "{\"traceEvents\":[";
-  bool first = true;
-  for (const auto& e : events) {
-    if (!first) out += ",";
-    first = false;
-    std::string name;
-    for (char c : e.node->name) {
-      if (c == '"' || c == '\\') name += '\\';
-      name += c;
-    }
-    out += fmt::format(
-        "{{\"name\":\"{}\",\"cat\":\"{}\",\"ph\":\"X\",\"ts\":{},\"dur\":{},\"pid\":\"{}\",\"tid\":{},"
-        "\"args\":{{\"op\":\"{}\",\"device\":\"{}\"}}}}",
-        name, e.node->type, e.start_us - rs.start_us(), std::max<int64_t>(0, e.end_us - e.start_us),
-        kHostDeviceName, e.thread % 1000000, e.node->type, kHostDeviceName);
+Status SessionImpl::wait_partitions(RunState& host, const RunState::Options& base,
+                                    std::vector<std::unique_ptr<RunState>>* parts) {
+  // The device partitions start first (their roots are mostly _Recv and device kernels, which
+  // only enqueue), then this thread runs the host partition, then waits for the others. The
+  // first failure anywhere aborts the rendezvous and cancels every partition (base.on_abort), so
+  // no partition waits for a tensor that will never come.
+  struct Pending {
+    std::mutex mu;
+    std::condition_variable cv;
+    int left = 0;
+    Status first_error;
+  } pending;
+  pending.left = static_cast<int>(parts->size());
+  for (auto& part : *parts) {
+    part->run_async([&pending](Status s) {
+      std::lock_guard<std::mutex> l(pending.mu);
+      if (!s.ok() && pending.first_error.ok()) pending.first_error = s;
+      if (--pending.left == 0) pending.cv.notify_all();
+    });
   }
-  out += "],\"displayTimeUnit\":\"ns\"}";
-  return out;
+  Status status = host.run();
+  std::unique_lock<std::mutex> l(pending.mu);
+  if (base.timeout.count() > 0) {
+    const auto deadline = std::chrono::steady_clock::now() + base.timeout;
+    if (!pending.cv.wait_until(l, deadline, [&] { return pending.left == 0; })) {
+      l.unlock();
+      (*base.on_abort)(Status(ErrorCode::kDeadlineExceeded,
+                              fmt::format("the run exceeded its timeout of {} ms", base.timeout.count())));
+      l.lock();
+    }
+  }
+  pending.cv.wait(l, [&] { return pending.left == 0; });
+  return status.ok() ? pending.first_error : status;
+}
+
+std::string SessionImpl::trace_json(std::vector<TraceRecord> records, int64_t start_us) const {
+  // Chrome trace-event format: one complete ("X") event per op or copy; one process per device
+  // and one thread per stream or executing thread, named by metadata events.
+  std::sort(records.begin(), records.end(),
+            [](const TraceRecord& a, const TraceRecord& b) { return a.start_us < b.start_us; });
+  nlohmann::json events = nlohmann::json::array();
+  std::map<std::string, int> pids;
+  std::map<std::pair<int, std::string>, int> tids;
+  for (const TraceRecord& r : records) {
+    auto [pit, new_pid] = pids.emplace(r.device, static_cast<int>(pids.size()) + 1);
+    const int pid = pit->second;
+    if (new_pid) {
+      events.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", pid}, {"args", {{"name", r.device}}}});
+    }
+    const std::string lane = r.lane.empty() ? fmt::format("thread {}", r.thread % 100000) : r.lane;
+    auto [tit, new_tid] = tids.emplace(std::make_pair(pid, lane), static_cast<int>(tids.size()) + 1);
+    const int tid = tit->second;
+    if (new_tid) {
+      events.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", pid}, {"tid", tid}, {"args", {{"name", lane}}}});
+    }
+    events.push_back({{"name", r.name},
+                      {"cat", r.category},
+                      {"ph", "X"},
+                      {"ts", r.start_us - start_us},
+                      {"dur", std::max<int64_t>(0, r.end_us - r.start_us)},
+                      {"pid", pid},
+                      {"tid", tid},
+                      {"args", {{"op", r.category}, {"device", r.device}, {"lane", lane}}}});
+  }
+  nlohmann::json trace = {{"traceEvents", std::move(events)}, {"displayTimeUnit", "ms"}};
+  return trace.dump();
 }
 
 }  // namespace internal

@@ -1,5 +1,7 @@
-// The in-process session: runs a graph on this process's CPU device. See include/tessera/session.h
-// for the contract and Note [Executor scheduling] in core/executor.cc for how a step runs.
+// The in-process session: places a graph on this process's devices (the CPU, simulated
+// accelerators, GPUs) and runs steps on them. See include/tessera/session.h for the contract,
+// Note [Executor scheduling] in core/executor.cc for how a step runs and Note [Partitions] in
+// core/partition.cc for steps that span devices.
 //
 // Thread-safe: run() from any number of threads; close() from any thread.
 #pragma once
@@ -13,6 +15,8 @@
 #include <vector>
 
 #include "core/executor.h"
+#include "core/partition.h"
+#include "core/placement.h"
 #include "core/resource_mgr.h"
 #include "host/thread_pool.h"
 #include "tessera/session.h"
@@ -35,13 +39,18 @@ class SessionImpl {
   struct KeyHash {
     std::size_t operator()(const std::vector<uint64_t>& k) const noexcept;
   };
-  StatusOr<std::shared_ptr<const Plan>> get_plan(const std::vector<uint64_t>& key,
-                                                 const std::vector<Endpoint>& feeds,
-                                                 const std::vector<Endpoint>& fetches,
-                                                 const std::vector<const Node*>& targets);
-  StatusOr<OpKernel*> kernel_for(const Node& node);
-  Status place(const Node& node);
-  std::string trace_json(RunState& rs, const Plan& plan) const;
+  StatusOr<std::shared_ptr<const StepPlan>> get_plan(const std::vector<uint64_t>& key,
+                                                     const std::vector<Endpoint>& feeds,
+                                                     const std::vector<Endpoint>& fetches,
+                                                     const std::vector<const Node*>& targets);
+  StatusOr<OpKernel*> kernel_for(const Node& node, Device* device);
+  // Places the graph's nodes that this session has not placed yet. Under the graph's lock.
+  Status place_new_nodes();
+  // Runs a step that spans devices: starts the device partitions, runs the host partition on
+  // this thread, then waits for the others; the first failure among them.
+  Status wait_partitions(RunState& host, const RunState::Options& base,
+                         std::vector<std::unique_ptr<RunState>>* parts);
+  std::string trace_json(std::vector<TraceRecord> records, int64_t start_us) const;
 
   Graph& graph_;  // Not owned: must outlive the session.
   GraphImpl& g_;
@@ -51,12 +60,19 @@ class SessionImpl {
   Runner runner_;
   ResourceMgr resources_;
 
+  // The devices ops are placed on; devices_[0] is the host CPU. Placement results: node -> index
+  // into devices_, written under the graph's lock by place_new_nodes().
+  std::vector<Device*> devices_;
+  std::vector<PlacementDevice> placement_devices_;
+  std::unordered_map<const Node*, int> placement_;
+  int placed_nodes_ = 0;  // nodes [0, placed_nodes_) of the graph are placed
+
   std::mutex kernels_mu_;
   std::unordered_map<const Node*, std::unique_ptr<OpKernel>> kernels_;  // guarded by kernels_mu_
 
   std::shared_mutex plans_mu_;
-  std::unordered_map<std::vector<uint64_t>, std::shared_ptr<const Plan>, KeyHash> plans_;  // guarded
-  std::vector<std::shared_ptr<const Plan>> retired_plans_;  // guarded by plans_mu_
+  std::unordered_map<std::vector<uint64_t>, std::shared_ptr<const StepPlan>, KeyHash> plans_;  // guarded
+  std::vector<std::shared_ptr<const StepPlan>> retired_plans_;  // guarded by plans_mu_
 
   // Steps in flight, so close() can cancel them. Sharded by calling thread: concurrent runs
   // register without sharing a lock (Note [Session fast path] in direct_session.cc).

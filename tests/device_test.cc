@@ -127,8 +127,12 @@ TEST(DeviceTest, HasKernelFollowsTheOpRegistry) {
   Device* cpu = r->find("/cpu:0").value();
   Device* sim = r->find("/sim:0").value();
   EXPECT_TRUE(cpu->has_kernel("Identity"));
-  EXPECT_FALSE(sim->has_kernel("Identity"));  // no SIM kernels registered yet
+  EXPECT_TRUE(sim->has_kernel("Identity"));      // the CPU kernel, run on the SIM streams
+  EXPECT_TRUE(sim->has_kernel("MatMul"));
+  EXPECT_FALSE(sim->has_kernel("QueueDequeue"));  // host-only: queues live in host memory
+  EXPECT_TRUE(cpu->has_kernel("QueueDequeue"));
   EXPECT_FALSE(cpu->has_kernel("NoSuchOp"));
+  EXPECT_FALSE(sim->has_kernel("NoSuchOp"));
 }
 
 TEST(DeviceTest, CostProfiles) {

@@ -6,29 +6,38 @@
 #include <thread>
 
 #include "core/device.h"
+#include "device/default_devices.h"
 #include "device/sim_device.h"
 #include "examples/examples.h"
 #include "tessera/tessera.h"
 
 namespace {
 
-int run_demo(int steps) {
-  std::cout << "== tessera demo 1/2: ten threads dequeue c = a + b through a QueueRunner ==\n";
+int run_demo(int steps, const std::string& trace_file) {
+  std::cout << "== tessera demo 1/3: ten threads dequeue c = a + b through a QueueRunner ==\n";
   int rc = tessera::examples::queue_add(std::cout);
-  std::cout << "\n== tessera demo 2/2: linear regression, 4 training threads on shared variables ==\n";
+  std::cout << "\n== tessera demo 2/3: linear regression, 4 training threads on shared variables ==\n";
   rc |= tessera::examples::linear_regression(std::cout, steps);
+  std::cout << "\n== tessera demo 3/3: a two-layer network placed over the host and accelerators ==\n";
+  tessera::internal::register_default_devices().raise();
+  auto& registry = tessera::internal::DeviceRegistry::global();
+  if (registry.devices().size() == 1) {
+    // No GPU and no TESSERA_SIM_ACCELERATORS: simulate one, so placement has a choice to make.
+    tessera::internal::register_sim_devices(1, registry).raise();
+    std::cout << "no accelerator found: simulating one (/device:SIM:0; TESSERA_SIM_ACCELERATORS=N sets more)\n";
+  }
+  rc |= tessera::examples::heterogeneous(std::cout, trace_file);
   std::cout << (rc == 0 ? "\ndemo: OK\n" : "\ndemo: FAILED\n");
   return rc;
 }
 
-// Lists the registered devices: the CPU, and the simulated accelerators TESSERA_SIM_ACCELERATORS
-// asks for. (Sessions do not place ops on SIM devices yet: that is the placement work of the
-// devices issue.)
+// Lists the devices sessions place ops on: the CPU, the simulated accelerators
+// TESSERA_SIM_ACCELERATORS asks for, and the GPUs of a CUDA build.
 int list_devices() {
   auto& registry = tessera::internal::DeviceRegistry::global();
-  auto sims = tessera::internal::register_sim_devices_from_env(registry);
-  if (!sims.ok()) {
-    std::fprintf(stderr, "tessera: %s\n", sims.status().to_string().c_str());
+  tessera::Status registered = tessera::internal::register_default_devices();
+  if (!registered.ok()) {
+    std::fprintf(stderr, "tessera: %s\n", registered.to_string().c_str());
     return 2;
   }
   std::printf("build %s, %u hardware threads\n", TESSERA_WITH_CUDA ? "cuda" : "cpu-only",
@@ -56,11 +65,13 @@ int main(int argc, char** argv) {
   int steps = 300;
   auto* demo = app.add_subcommand("demo", "Run the README's main job: the seed's queue example and multithreaded SGD");
   demo->add_option("--steps", steps, "SGD steps per training thread")->check(CLI::Range(1, 1000000));
+  std::string trace_file;
+  demo->add_option("--trace", trace_file, "Write a Chrome trace (Perfetto) of the heterogeneous step to FILE");
   auto* devices = app.add_subcommand("devices", "List the devices this process can run ops on");
 
   CLI11_PARSE(app, argc, argv);
   try {
-    if (*demo) return run_demo(steps);
+    if (*demo) return run_demo(steps, trace_file);
     if (*devices) return list_devices();
   } catch (const tessera::Error& e) {
     std::cerr << "tessera: " << tessera::error_code_name(e.code()) << ": " << e.what() << "\n";

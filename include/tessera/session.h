@@ -32,10 +32,18 @@ struct RunMetadata {
   std::string trace_json;  // Chrome trace-event JSON of the step when RunOptions::trace is set
 };
 
+// How the placement pass chooses a device for the ops no request or colocation pins:
+//   cost       a cost model (FLOPs and bytes per op, per-device throughput, transfer cost per
+//              edge) and list scheduling by earliest finish time; tiny ops stay on the host;
+//   gpu_first  TensorFlow's rule: an accelerator whenever it has a kernel for the op;
+//   cpu_only   the host CPU (requests for accelerators are soft-placed there).
+enum class PlacementPolicy { cost, gpu_first, cpu_only };
+
 struct SessionOptions {
-  bool log_device_placement = false;
+  bool log_device_placement = false;  // print the op -> device table (with cost estimates)
   bool allow_soft_placement = true;
   int inter_op_threads = 0;  // 0 = the process-wide pool, one thread per hardware thread
+  PlacementPolicy placement_policy = PlacementPolicy::cost;
 };
 
 namespace internal {

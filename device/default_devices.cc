@@ -1,0 +1,32 @@
+#include "device/default_devices.h"
+
+#include <mutex>
+
+#include "core/device.h"
+#include "device/sim_device.h"
+#include "tessera/config.h"
+#if TESSERA_WITH_CUDA
+#include "device/cuda/cuda_device.h"
+#endif
+
+namespace tessera::internal {
+
+Status register_default_devices() {
+  static std::once_flag once;
+  static Status* status = new Status();  // leaked: read during static exit
+  std::call_once(once, [] {
+    DeviceRegistry& registry = DeviceRegistry::global();
+    auto sims = register_sim_devices_from_env(registry);
+    if (!sims.ok()) {
+      *status = sims.status();
+      return;
+    }
+#if TESSERA_WITH_CUDA
+    auto gpus = register_cuda_devices(registry);
+    if (!gpus.ok()) *status = gpus.status();
+#endif
+  });
+  return *status;
+}
+
+}  // namespace tessera::internal

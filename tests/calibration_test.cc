@@ -1,0 +1,229 @@
+// The CPU cost profile's calibration: the cache file, the environment overrides, and what a
+// corrupt, stale or unwritable cache does (nothing fails).
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <sstream>
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "host/calibration.h"
+#include "host/cpu_device.h"
+#include "tests/testing/test_util.h"
+
+namespace tessera::internal {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Sets (or unsets, for nullopt) an environment variable for the scope's life.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, std::optional<std::string> value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    if (value) {
+      setenv(name, value->c_str(), 1);
+    } else {
+      unsetenv(name);
+    }
+  }
+  ~ScopedEnv() {
+    if (old_) {
+      setenv(name_, old_->c_str(), 1);
+    } else {
+      unsetenv(name_);
+    }
+  }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
+
+std::string read_text(const fs::path& p) {
+  std::ifstream in(p);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+void write_text(const fs::path& p, const std::string& text) {
+  fs::create_directories(p.parent_path());
+  std::ofstream(p) << text;
+}
+
+// Each test gets its own folder (ctest runs tests in parallel processes) and a clean environment.
+class CalibrationTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    dir_ = fs::temp_directory_path() /
+           ("tessera_calibration_" + std::to_string(::getpid()) + "_" + info->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    file_ = dir_ / "calibration.json";
+    file_env_.emplace("TESSERA_CALIBRATION_FILE", file_.string());
+  }
+  void TearDown() override {
+    file_env_.reset();
+    std::error_code ec;
+    fs::remove_all(dir_, ec);
+  }
+
+  // A cache file with known numbers (no "host": valid on any machine).
+  void write_cache(double flops, double bandwidth) {
+    write_text(file_, "{\"version\": 1, \"cpu\": {\"flops_per_second\": " + std::to_string(flops) +
+                          ", \"memory_bandwidth\": " + std::to_string(bandwidth) +
+                          ", \"kernel_overhead_seconds\": 2e-6}}");
+  }
+
+  fs::path dir_, file_;
+  ScopedEnv calibrate_{"TESSERA_CALIBRATE", std::nullopt};
+  ScopedEnv flops_{"TESSERA_CPU_FLOPS", std::nullopt};
+  ScopedEnv bandwidth_{"TESSERA_CPU_MEMORY_BANDWIDTH", std::nullopt};
+  std::optional<ScopedEnv> file_env_;
+};
+
+TEST_F(CalibrationTest, CacheFileIsReadInsteadOfMeasuring) {
+  write_cache(1.25e9, 3.5e9);
+  const std::string before = read_text(file_);
+  DeviceCostProfile p = calibrate_cpu_profile();
+  EXPECT_DOUBLE_EQ(p.flops_per_second, 1.25e9);
+  EXPECT_DOUBLE_EQ(p.memory_bandwidth, 3.5e9);
+  EXPECT_DOUBLE_EQ(p.kernel_overhead_seconds, 2e-6);
+  EXPECT_EQ(p.transfer_bandwidth, 0.0);  // host memory: no transfers
+  EXPECT_EQ(read_text(file_), before);   // reused, not rewritten
+}
+
+TEST_F(CalibrationTest, MissingCacheIsMeasuredThenWrittenAndReused) {
+  file_env_.reset();
+  const fs::path nested = dir_ / "a" / "b" / "calibration.json";  // folders created on write
+  ScopedEnv env("TESSERA_CALIBRATION_FILE", nested.string());
+  const auto t0 = std::chrono::steady_clock::now();
+  DeviceCostProfile measured = calibrate_cpu_profile();
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_GT(measured.flops_per_second, 1e8);
+  EXPECT_GT(measured.memory_bandwidth, 1e8);
+  EXPECT_EQ(measured.kernel_overhead_seconds, kCpuCostProfile.kernel_overhead_seconds);
+  EXPECT_LT(seconds, 5.0);  // meant to be well under 0.1 s; generous for loaded CI machines
+  ASSERT_TRUE(fs::exists(nested));
+  auto cached = read_calibration_file(nested.string());
+  ASSERT_TRUE(cached.has_value());
+  EXPECT_DOUBLE_EQ(cached->flops_per_second, measured.flops_per_second);
+  EXPECT_DOUBLE_EQ(cached->memory_bandwidth, measured.memory_bandwidth);
+  // The second calibration reads the file: the same numbers exactly.
+  DeviceCostProfile again = calibrate_cpu_profile();
+  EXPECT_DOUBLE_EQ(again.flops_per_second, measured.flops_per_second);
+  EXPECT_DOUBLE_EQ(again.memory_bandwidth, measured.memory_bandwidth);
+}
+
+TEST_F(CalibrationTest, EnvironmentOverridesReplaceCachedValues) {
+  write_cache(1.25e9, 3.5e9);
+  {
+    ScopedEnv flops("TESSERA_CPU_FLOPS", "7e10");
+    DeviceCostProfile p = calibrate_cpu_profile();
+    EXPECT_DOUBLE_EQ(p.flops_per_second, 7e10);
+    EXPECT_DOUBLE_EQ(p.memory_bandwidth, 3.5e9);
+  }
+  {
+    ScopedEnv bandwidth("TESSERA_CPU_MEMORY_BANDWIDTH", "4.5e10");
+    DeviceCostProfile p = calibrate_cpu_profile();
+    EXPECT_DOUBLE_EQ(p.flops_per_second, 1.25e9);
+    EXPECT_DOUBLE_EQ(p.memory_bandwidth, 4.5e10);
+  }
+}
+
+TEST_F(CalibrationTest, MalformedOverridesAreIgnored) {
+  write_cache(1.25e9, 3.5e9);
+  for (const char* bad : {"fast", "-5e9", "0", "1e9x", "inf"}) {
+    ScopedEnv flops("TESSERA_CPU_FLOPS", bad);
+    EXPECT_DOUBLE_EQ(calibrate_cpu_profile().flops_per_second, 1.25e9) << bad;
+  }
+}
+
+TEST_F(CalibrationTest, CalibrateZeroUsesTheDocumentedDefaults) {
+  write_cache(1.25e9, 3.5e9);  // not even read
+  ScopedEnv off("TESSERA_CALIBRATE", "0");
+  DeviceCostProfile p = calibrate_cpu_profile();
+  EXPECT_EQ(p.flops_per_second, kCpuCostProfile.flops_per_second);
+  EXPECT_EQ(p.memory_bandwidth, kCpuCostProfile.memory_bandwidth);
+  EXPECT_EQ(p.kernel_overhead_seconds, kCpuCostProfile.kernel_overhead_seconds);
+  ScopedEnv bandwidth("TESSERA_CPU_MEMORY_BANDWIDTH", "5e9");  // overrides still apply
+  EXPECT_EQ(calibrate_cpu_profile().memory_bandwidth, 5e9);
+}
+
+TEST_F(CalibrationTest, CorruptCacheIsIgnoredAndReplaced) {
+  for (const std::string& corrupt :
+       {std::string("{\"version\": 1, \"cpu\": {\"flops"), std::string("not json at all"), std::string(""),
+        std::string("[1, 2, 3]"), std::string("{\"version\": 1, \"cpu\": {\"flops_per_second\": \"fast\"}}"),
+        std::string("{\"version\": 1, \"cpu\": {\"flops_per_second\": -1, \"memory_bandwidth\": 1e9}}"),
+        std::string("{\"version\": 99, \"cpu\": {\"flops_per_second\": 1e9, \"memory_bandwidth\": 1e9}}")}) {
+    write_text(file_, corrupt);
+    EXPECT_FALSE(read_calibration_file(file_.string()).has_value()) << corrupt;
+    DeviceCostProfile p = calibrate_cpu_profile();
+    EXPECT_GT(p.flops_per_second, 1e8) << corrupt;
+    EXPECT_GT(p.memory_bandwidth, 1e8) << corrupt;
+    auto rewritten = read_calibration_file(file_.string());
+    ASSERT_TRUE(rewritten.has_value()) << corrupt;
+    EXPECT_DOUBLE_EQ(rewritten->flops_per_second, p.flops_per_second);
+  }
+}
+
+TEST_F(CalibrationTest, CacheFromAnotherHostIsMeasuredAgain) {
+  write_text(file_, "{\"version\": 1, \"host\": \"some-other-machine-\\u0001\", \"cpu\": "
+                    "{\"flops_per_second\": 1.25e9, \"memory_bandwidth\": 3.5e9}}");
+  EXPECT_FALSE(read_calibration_file(file_.string()).has_value());
+  // What this machine writes carries its own host name and is read back.
+  ASSERT_TRUE(write_calibration_file(file_.string(), kCpuCostProfile));
+  EXPECT_NE(read_text(file_).find("\"host\""), std::string::npos);
+  auto back = read_calibration_file(file_.string());
+  ASSERT_TRUE(back.has_value());
+  EXPECT_EQ(back->flops_per_second, kCpuCostProfile.flops_per_second);
+}
+
+TEST_F(CalibrationTest, UnwritableCacheDoesNotFail) {
+  file_env_.reset();
+  // A path under a regular file cannot be created.
+  write_text(dir_ / "plain_file", "x");
+  const fs::path impossible = dir_ / "plain_file" / "calibration.json";
+  ScopedEnv env("TESSERA_CALIBRATION_FILE", impossible.string());
+  EXPECT_FALSE(write_calibration_file(impossible.string(), kCpuCostProfile));
+  DeviceCostProfile p = calibrate_cpu_profile();
+  EXPECT_GT(p.flops_per_second, 1e8);
+  EXPECT_GT(p.memory_bandwidth, 1e8);
+}
+
+TEST_F(CalibrationTest, PathFromTheEnvironment) {
+  EXPECT_EQ(calibration_file_path(), file_.string());
+  file_env_.reset();
+  ScopedEnv no_file("TESSERA_CALIBRATION_FILE", std::nullopt);
+  {
+    ScopedEnv xdg("XDG_CACHE_HOME", "/x/cache");
+    EXPECT_EQ(calibration_file_path(), "/x/cache/tessera/calibration.json");
+  }
+  ScopedEnv no_xdg("XDG_CACHE_HOME", std::nullopt);
+  ScopedEnv home("HOME", "/home/someone");
+  EXPECT_EQ(calibration_file_path(), "/home/someone/.cache/tessera/calibration.json");
+}
+
+TEST_F(CalibrationTest, TheCpuDeviceUsesTheProcessProfile) {
+  write_cache(1.25e9, 3.5e9);
+  // The process computes its profile once (on the first call anywhere in this process).
+  const DeviceCostProfile first = calibrated_cpu_profile();
+  EXPECT_GT(first.flops_per_second, 0);
+  write_cache(9e9, 9e9);
+  EXPECT_EQ(calibrated_cpu_profile().flops_per_second, first.flops_per_second);
+  CpuDevice cpu(7);
+  EXPECT_EQ(cpu.cost_profile().flops_per_second, first.flops_per_second);
+  EXPECT_EQ(cpu.cost_profile().memory_bandwidth, first.memory_bandwidth);
+}
+
+}  // namespace
+}  // namespace tessera::internal

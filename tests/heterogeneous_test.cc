@@ -1,0 +1,423 @@
+// Sessions over the CPU and simulated accelerators: placement decisions reach execution,
+// cross-device edges carry copies, steps spanning devices fail, time out and close as one, traces
+// show copies and kernels on their streams, and random graphs give the same results on CPU+SIM
+// as on the CPU alone.
+#include <atomic>
+#include <cmath>
+#include <random>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "core/device.h"
+#include "device/sim_device.h"
+#include "tests/testing/test_util.h"
+
+namespace tessera {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::kThreadCounts;
+
+constexpr const char* kCpu = "/job:localhost/replica:0/task:0/device:CPU:0";
+constexpr const char* kSim0 = "/job:localhost/replica:0/task:0/device:SIM:0";
+constexpr const char* kSim1 = "/job:localhost/replica:0/task:0/device:SIM:1";
+
+// Two simulated accelerators in this process, as TESSERA_SIM_ACCELERATORS=2 would register.
+class SimEnvironment : public ::testing::Environment {
+ public:
+  void SetUp() override {
+    auto& registry = internal::DeviceRegistry::global();
+    auto existing = registry.find_all("/device:SIM:*");
+    if (existing.ok() && existing.value().size() >= 2) return;
+    ASSERT_TRUE(internal::register_sim_devices(2, registry).ok());
+  }
+};
+const auto* const kSimEnvironment = ::testing::AddGlobalTestEnvironment(new SimEnvironment);
+
+SessionOptions with_policy(PlacementPolicy p) {
+  SessionOptions o;
+  o.placement_policy = p;
+  return o;
+}
+
+std::vector<float> iota_floats(int64_t n, float scale) {
+  std::vector<float> v(static_cast<std::size_t>(n));
+  for (int64_t i = 0; i < n; ++i) v[static_cast<std::size_t>(i)] = scale * static_cast<float>((i * 7) % 13 - 6);
+  return v;
+}
+
+TEST(HeterogeneousTest, CostModelSendsABigMatMulToTheAcceleratorAndKeepsAScalarAddOnTheHost) {
+  Graph g;
+  auto a = ops::placeholder(g, DType::Float32, {1024, 1024}, "a");
+  auto b = ops::placeholder(g, DType::Float32, {1024, 1024}, "b");
+  auto mm = ops::matmul(a, b);
+  auto total = ops::reduce_sum(mm);
+  auto small = ops::add(ops::constant(g, 1.0f), ops::constant(g, 2.0f), "small");
+  Session s(g);
+  auto av = Tensor::matrix<float>(iota_floats(1024 * 1024, 0.01f), 1024, 1024);
+  auto bv = Tensor::matrix<float>(iota_floats(1024 * 1024, 0.02f), 1024, 1024);
+  auto out = s.run({total, small}, {{a, av}, {b, bv}});
+  EXPECT_EQ(mm.op().assigned_device().find("device:SIM:"), mm.op().assigned_device().find("device:"))
+      << mm.op().assigned_device();
+  EXPECT_NE(mm.op().assigned_device().find("SIM"), std::string::npos);
+  EXPECT_EQ(small.op().assigned_device(), kCpu);
+  EXPECT_FLOAT_EQ(out[1].scalar<float>(), 3.0f);
+  EXPECT_EQ(out[0].device(), kCpu);  // fetched results are in host memory
+
+  Session cpu(g, with_policy(PlacementPolicy::cpu_only));
+  auto ref = cpu.run({total}, {{a, av}, {b, bv}});
+  EXPECT_EQ(mm.op().assigned_device(), kCpu);
+  EXPECT_EQ(out[0].scalar<float>(), ref[0].scalar<float>());
+}
+
+TEST(HeterogeneousTest, ExplicitDeviceScopesAreHonoured) {
+  Graph g;
+  auto x = ops::placeholder(g, DType::Float32, {4}, "x");
+  Output y, z;
+  {
+    auto scope = g.device("/device:SIM:1");
+    y = ops::mul(x, ops::constant(g, Tensor::vector<float>({1, 2, 3, 4})), "y");
+  }
+  {
+    auto scope = g.device("/sim:0");
+    z = ops::add(y, y, "z");
+  }
+  auto w = ops::neg(z, "w");
+  Session s(g);
+  auto out = s.run({z, w, y}, {{x, Tensor::vector<float>({1, 1, 1, 1})}});
+  EXPECT_EQ(y.op().assigned_device(), kSim1);
+  EXPECT_EQ(z.op().assigned_device(), kSim0);
+  EXPECT_EQ(out[0].to_vector<float>(), (std::vector<float>{2, 4, 6, 8}));
+  EXPECT_EQ(out[1].to_vector<float>(), (std::vector<float>{-2, -4, -6, -8}));
+  EXPECT_EQ(out[2].to_vector<float>(), (std::vector<float>{1, 2, 3, 4}));
+  for (const auto& t : out) EXPECT_EQ(t.device(), kCpu);
+}
+
+TEST(HeterogeneousTest, GpuFirstPutsEveryOpWithAKernelOnAnAccelerator) {
+  Graph g;
+  auto x = ops::placeholder(g, DType::Float32, {2}, "x");
+  auto y = ops::add(x, ops::constant(g, Tensor::vector<float>({1, 2})), "y");
+  FIFOQueue q(g, 4, {DType::Float32});
+  auto enq = q.enqueue({y});
+  Session s(g, with_policy(PlacementPolicy::gpu_first));
+  s.run(enq, {{x, Tensor::vector<float>({10, 20})}});
+  EXPECT_NE(y.op().assigned_device().find("SIM"), std::string::npos);
+  EXPECT_EQ(enq.assigned_device(), kCpu);  // queues live in host memory
+  EXPECT_EQ(s.run(q.dequeue()[0]).to_vector<float>(), (std::vector<float>{11, 22}));
+}
+
+TEST(HeterogeneousTest, WithoutSoftPlacementAnUnknownDeviceIsAnError) {
+  Graph g;
+  Output y;
+  {
+    auto scope = g.device("/device:GPU:3");
+    y = ops::neg(ops::constant(g, 1.0f), "y");
+  }
+  SessionOptions o;
+  o.allow_soft_placement = false;
+  Session strict(g, o);
+  EXPECT_THROW_MSG(strict.run(y), InvalidArgumentError, "available devices");
+  Session soft(g);
+  EXPECT_FLOAT_EQ(soft.run(y).scalar<float>(), -1.0f);
+}
+
+TEST(HeterogeneousTest, VariablesOnAnAcceleratorLoseNoUpdateUnderConcurrentAssignAdd) {
+  for (int threads : kThreadCounts) {
+    Graph g;
+    Output inc;
+    Variable v;
+    {
+      auto scope = g.device("/device:SIM:0");
+      v = Variable(g, Tensor::vector<float>({0, 0}), "counter");
+    }
+    inc = v.assign_add(ops::constant(g, Tensor::vector<float>({1, 2})));
+    Session s(g);
+    s.run(global_variables_initializer(g));
+    constexpr int kPerThread = 50;
+    testing::run_threads(threads, [&](int) {
+      for (int i = 0; i < kPerThread; ++i) s.run(inc);
+    });
+    auto value = s.run(v.value());
+    EXPECT_EQ(inc.op().assigned_device(), kSim0);
+    EXPECT_EQ(v.value().op().assigned_device(), kSim0);
+    EXPECT_EQ(value.to_vector<float>(), (std::vector<float>{float(threads * kPerThread), float(2 * threads * kPerThread)}))
+        << threads << " threads";
+  }
+}
+
+TEST(HeterogeneousTest, ControlEdgesCrossDevices) {
+  Graph g;
+  Variable v(g, Tensor::scalar<float>(0.0f), "v");
+  Operation set;
+  {
+    auto scope = g.device("/device:SIM:1");
+    set = v.assign(ops::constant(g, 5.0f)).op();
+  }
+  Output read;
+  {
+    auto deps = g.control_dependencies({set});
+    auto scope = g.device("/device:CPU:0");
+    read = ops::add(ops::constant(g, 1.0f), ops::constant(g, 1.0f), "after_set");
+  }
+  Session s(g);
+  EXPECT_FLOAT_EQ(s.run(read).scalar<float>(), 2.0f);
+  // The assign ran (as a control dependency) before `read`: the variable is set.
+  EXPECT_FLOAT_EQ(s.run(v.value()).scalar<float>(), 5.0f);
+  EXPECT_EQ(set.assigned_device(), kSim1);
+}
+
+TEST(HeterogeneousTest, AnErrorOnTheAcceleratorFailsTheStepWithTheOpNameAndTheSessionStaysUsable) {
+  Graph g;
+  auto d = ops::placeholder(g, DType::Int32, {2}, "d");
+  Output q;
+  {
+    auto scope = g.device("/device:SIM:0");
+    q = ops::div(ops::constant(g, Tensor::vector<int32_t>({6, 8})), d, "quotient");
+  }
+  auto r = ops::add(q, ops::constant(g, Tensor::vector<int32_t>({1, 1})), "r");
+  Session s(g);
+  EXPECT_THROW_MSG(s.run(r, {{d, Tensor::vector<int32_t>({0, 2})}}), InvalidArgumentError, "quotient (Div): ");
+  EXPECT_EQ(s.run(r, {{d, Tensor::vector<int32_t>({3, 2})}}).to_vector<int32_t>(), (std::vector<int32_t>{3, 5}));
+}
+
+TEST(HeterogeneousTest, ADeadlineCancelsEveryPartitionOfTheStep) {
+  Graph g;
+  FIFOQueue q(g, 2, {DType::Float32}, {Shape{2}});
+  auto x = q.dequeue()[0];  // host: blocks, nothing is ever enqueued
+  Output y;
+  {
+    auto scope = g.device("/device:SIM:0");
+    y = ops::mul(x, x, "square_on_sim");
+  }
+  Session s(g);
+  RunOptions ro;
+  ro.timeout = 50ms;
+  EXPECT_THROW(s.run({y}, {}, {}, ro), DeadlineExceededError);
+  // The session is still usable.
+  s.run(q.enqueue({ops::constant(g, Tensor::vector<float>({3, 4}))}));
+  EXPECT_EQ(s.run(y).to_vector<float>(), (std::vector<float>{9, 16}));
+}
+
+TEST(HeterogeneousTest, CloseCancelsAStepWaitingAcrossDevices) {
+  Graph g;
+  FIFOQueue q(g, 2, {DType::Float32}, {Shape{}});
+  Output y;
+  {
+    auto scope = g.device("/device:SIM:1");
+    y = ops::exp(q.dequeue()[0], "exp_on_sim");
+  }
+  Session s(g);
+  std::atomic<bool> cancelled{false};
+  std::thread t([&] {
+    try {
+      s.run(y);
+    } catch (const CancelledError&) {
+      cancelled = true;
+    }
+  });
+  std::this_thread::sleep_for(20ms);
+  s.close();
+  t.join();
+  EXPECT_TRUE(cancelled.load());
+}
+
+TEST(HeterogeneousTest, TraceShowsKernelsOnStreamsAndCopiesOnCopyStreams) {
+  Graph g;
+  auto x = ops::placeholder(g, DType::Float32, {64, 64}, "x");
+  Output y;
+  {
+    auto scope = g.device("/device:SIM:0");
+    y = ops::matmul(x, x, false, false);
+  }
+  auto z = ops::reduce_sum(y, {}, false);
+  Session s(g);
+  RunOptions ro;
+  ro.trace = true;
+  RunMetadata md;
+  s.run({z}, {{x, Tensor::matrix<float>(iota_floats(64 * 64, 1.0f), 64, 64)}}, {}, ro, &md);
+  auto trace = nlohmann::json::parse(md.trace_json);
+  std::map<int, std::string> process;
+  std::map<std::pair<int, int>, std::string> lane;
+  for (const auto& e : trace["traceEvents"]) {
+    if (e["ph"] == "M" && e["name"] == "process_name") process[e["pid"]] = e["args"]["name"];
+    if (e["ph"] == "M" && e["name"] == "thread_name") lane[{e["pid"], e["tid"]}] = e["args"]["name"];
+  }
+  bool matmul_on_stream = false, h2d_copy = false, d2h_copy = false;
+  for (const auto& e : trace["traceEvents"]) {
+    if (e["ph"] != "X") continue;
+    const std::string dev = process[e["pid"]];
+    const std::string on = lane[{e["pid"], e["tid"]}];
+    EXPECT_GE(e["dur"].get<int64_t>(), 0);
+    if (e["cat"] == "MatMul" && dev == kSim0 && on.find("stream:compute") != std::string::npos) matmul_on_stream = true;
+    if (e["cat"] == "copy" && on.find("host_to_device") != std::string::npos) h2d_copy = true;
+    if (e["cat"] == "copy" && on.find("device_to_host") != std::string::npos) d2h_copy = true;
+  }
+  EXPECT_TRUE(matmul_on_stream) << md.trace_json;
+  EXPECT_TRUE(h2d_copy) << md.trace_json;
+  EXPECT_TRUE(d2h_copy) << md.trace_json;
+}
+
+TEST(HeterogeneousTest, LogDevicePlacementPrintsTheTableWithEstimates) {
+  Graph g;
+  Output y;
+  {
+    auto scope = g.device("/device:SIM:0");
+    y = ops::square(ops::constant(g, Tensor::vector<float>({1, 2})), "sq");
+  }
+  SessionOptions o;
+  o.log_device_placement = true;
+  Session s(g, o);
+  ::testing::internal::CaptureStderr();
+  s.run(y);
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(log.find("sq"), std::string::npos) << log;
+  EXPECT_NE(log.find(kSim0), std::string::npos) << log;
+  EXPECT_NE(log.find("us"), std::string::npos) << log;
+}
+
+TEST(HeterogeneousTest, ManyThreadsRunStepsWithTransfersConcurrently) {
+  Graph g;
+  auto x = ops::placeholder(g, DType::Float32, {256}, "x");
+  Output y;
+  {
+    auto scope = g.device("/device:SIM:0");
+    y = ops::mul(x, ops::constant(g, 2.0f));
+  }
+  Output z;
+  {
+    auto scope = g.device("/device:SIM:1");
+    z = ops::add(y, ops::constant(g, 1.0f));
+  }
+  Session s(g);
+  for (int threads : kThreadCounts) {
+    std::atomic<int> wrong{0};
+    testing::run_threads(threads, [&](int t) {
+      for (int i = 0; i < 100; ++i) {
+        std::vector<float> in(256);
+        for (int k = 0; k < 256; ++k) in[static_cast<std::size_t>(k)] = static_cast<float>(t * 1000 + i + k);
+        auto out = s.run(z, {{x, Tensor::vector<float>(in)}}).to_vector<float>();
+        for (int k = 0; k < 256; ++k) {
+          if (out[static_cast<std::size_t>(k)] != 2 * in[static_cast<std::size_t>(k)] + 1) ++wrong;
+        }
+      }
+    });
+    EXPECT_EQ(wrong.load(), 0) << threads << " threads";
+  }
+}
+
+// ---- Random DAGs: CPU+SIM must agree with the CPU alone ----
+
+struct RandomDag {
+  Graph g;
+  std::vector<Output> sinks;
+  FeedMap feeds;
+};
+
+// A random DAG of elementwise, matmul and reduction ops over [8, 8] float tensors, with random
+// explicit device requests so that edges cross between CPU, SIM:0 and SIM:1 in every direction.
+std::unique_ptr<RandomDag> random_dag(uint32_t seed) {
+  auto dag = std::make_unique<RandomDag>();
+  Graph& g = dag->g;
+  std::mt19937 rng(seed);
+  auto pick = [&](int n) { return static_cast<int>(rng() % static_cast<uint32_t>(n)); };
+  std::vector<Output> values;
+  const int inputs = 1 + pick(3);
+  for (int i = 0; i < inputs; ++i) {
+    if (pick(2) == 0) {
+      auto p = ops::placeholder(g, DType::Float32, {8, 8});
+      std::vector<float> v(64);
+      for (auto& f : v) f = static_cast<float>(pick(200) - 100) / 50.0f;
+      dag->feeds[p] = Tensor::matrix<float>(v, 8, 8);
+      values.push_back(p);
+    } else {
+      values.push_back(ops::random_uniform(g, {8, 8}, DType::Float32, seed * 31 + static_cast<uint32_t>(i) + 1));
+    }
+  }
+  const char* devices[] = {"", "/device:CPU:0", "/device:SIM:0", "/device:SIM:1"};
+  std::vector<bool> used(values.size(), false);
+  const int ops_count = 4 + pick(12);
+  for (int k = 0; k < ops_count; ++k) {
+    auto scope = g.device(devices[pick(4)]);
+    const int ia = pick(static_cast<int>(values.size()));
+    const int ib = pick(static_cast<int>(values.size()));
+    Output a = values[static_cast<std::size_t>(ia)], b = values[static_cast<std::size_t>(ib)];
+    used[static_cast<std::size_t>(ia)] = used[static_cast<std::size_t>(ib)] = true;
+    Output r;
+    switch (pick(8)) {
+      case 0: r = ops::add(a, b); break;
+      case 1: r = ops::sub(a, b); break;
+      case 2: r = ops::mul(a, b); break;
+      case 3: r = ops::maximum(a, b); break;
+      case 4: r = ops::tanh(a); break;
+      case 5: r = ops::matmul(a, b, pick(2) == 0, pick(2) == 0); break;
+      case 6: r = ops::add(a, ops::reduce_mean(b, {1}, true)); break;
+      default: r = ops::sigmoid(ops::square(a)); break;
+    }
+    values.push_back(r);
+    used.push_back(false);
+  }
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    if (!used[i]) dag->sinks.push_back(values[i]);
+  }
+  return dag;
+}
+
+TEST(HeterogeneousTest, TwoHundredRandomDagsGiveTheSameResultsOnCpuAndSimAsOnTheCpuAlone) {
+  int crossing = 0;
+  for (uint32_t seed = 1; seed <= 200; ++seed) {
+    auto dag = random_dag(seed);
+    Session mixed(dag->g, with_policy(PlacementPolicy::gpu_first));
+    auto got = mixed.run(dag->sinks, dag->feeds);
+    std::set<std::string> devices;
+    for (const auto& op : dag->g.operations()) devices.insert(op.assigned_device());
+    if (devices.size() > 1) ++crossing;
+    Session cpu(dag->g, with_policy(PlacementPolicy::cpu_only));
+    auto want = cpu.run(dag->sinks, dag->feeds);
+    ASSERT_EQ(got.size(), want.size());
+    for (std::size_t i = 0; i < got.size(); ++i) {
+      ASSERT_TRUE(got[i].equals(want[i])) << "seed " << seed << " sink " << dag->sinks[i].name();
+      EXPECT_EQ(got[i].device(), kCpu);
+    }
+  }
+  EXPECT_GT(crossing, 150);  // most graphs really span devices
+}
+
+// ---- Copy streams under stress ----
+
+TEST(HeterogeneousTest, CopiesOnOneStreamCompleteInOrderWithTheirOwnContents) {
+  auto* sim = internal::DeviceRegistry::global().find("/device:SIM:1").value();
+  for (int threads : kThreadCounts) {
+    constexpr int kPerThread = 200;
+    std::mutex mu;
+    std::vector<std::pair<int, int>> completions;  // (thread, sequence) in completion order
+    std::atomic<int> wrong{0};
+    std::atomic<int> done{0};
+    testing::run_threads(threads, [&](int t) {
+      for (int i = 0; i < kPerThread; ++i) {
+        auto host = Tensor::vector<int32_t>({t, i, t * 100000 + i});
+        sim->copy_to_device(host, sim->host_to_device_stream(), [&, t, i](StatusOr<Tensor> r) {
+          if (!r.ok() || r.value().device() != kSim1 || r.value().to_vector<int32_t>() != std::vector<int32_t>{t, i, t * 100000 + i}) {
+            ++wrong;
+          }
+          {
+            std::lock_guard<std::mutex> l(mu);
+            completions.emplace_back(t, i);
+          }
+          ++done;
+        });
+      }
+    });
+    ASSERT_TRUE(testing::wait_until([&] { return done.load() == threads * kPerThread; }));
+    EXPECT_EQ(wrong.load(), 0);
+    // Per enqueueing thread, completions keep the enqueue order (one stream is one queue).
+    std::vector<int> last(static_cast<std::size_t>(threads), -1);
+    for (auto [t, i] : completions) {
+      EXPECT_EQ(i, last[static_cast<std::size_t>(t)] + 1);
+      last[static_cast<std::size_t>(t)] = i;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace tessera
