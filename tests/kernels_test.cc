@@ -1,4 +1,5 @@
-// One harness for every math kernel on every device type registered for it: the op is built in a
+// One harness for every math kernel on every device type that has it (CPU, SIM, and GPU in a
+// CUDA build with a GPU): the op is built in a
 // Graph (so its dtypes and shapes come from graph construction), its kernel is made by the
 // registered factory and run through an OpKernelContext as the executor runs it (no Session), and
 // the output is compared against a float64 reference computed here, independently of the kernels:
@@ -8,6 +9,8 @@
 #include <cmath>
 #include <cstdint>
 #include <functional>
+#include <future>
+#include <mutex>
 #include <limits>
 #include <map>
 #include <memory>
@@ -20,8 +23,10 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "core/device.h"
 #include "core/op_kernel.h"
 #include "core/op_registry.h"
+#include "device/sim_device.h"
 #include "tests/testing/test_util.h"
 
 namespace tessera::internal {
@@ -108,9 +113,58 @@ struct KernelResult {
   std::vector<Tensor> outputs;
 };
 
+// The devices the harness runs every op on: the CPU, a simulated accelerator of this test's own
+// (its kernels are the CPU kernels run on its stream, with inputs and outputs in its memory), and
+// every GPU a CUDA build registered.
+struct Target {
+  std::string type;
+  Device* device = nullptr;  // nullptr = the host CPU
+};
+
+Device& test_sim_device() {
+  static SimDevice* sim = new SimDevice(7);  // leaked: its stream threads outlive static exit
+  return *sim;
+}
+
+std::mutex kernel_devices_mu;
+std::map<const OpKernel*, Device*> kernel_devices;  // guarded: which device each test kernel runs on
+
+StatusOr<Tensor> copy_now(Device& d, const Tensor& t, bool to_device) {
+  std::promise<StatusOr<Tensor>> p;
+  auto f = p.get_future();
+  auto done = [&p](StatusOr<Tensor> r) { p.set_value(std::move(r)); };
+  if (to_device) {
+    d.copy_to_device(t, d.host_to_device_stream(), done);
+  } else {
+    d.copy_to_host(t, d.device_to_host_stream(), done);
+  }
+  if (f.wait_for(std::chrono::seconds(60)) != std::future_status::ready) {
+    ADD_FAILURE() << "copy did not finish";
+    std::abort();  // `p` is still referenced by the pending copy
+  }
+  return f.get();
+}
+
 // Runs `kernel` once on `inputs` the way the executor does, with a private resource manager and
-// cancellation manager and a runner that runs closures inline.
-KernelResult run_kernel(OpKernel& kernel, const std::vector<Tensor>& inputs) {
+// cancellation manager and a runner that runs closures inline; on a device, the inputs are copied
+// into its memory first and the outputs back to host memory after.
+KernelResult run_kernel(OpKernel& kernel, const std::vector<Tensor>& host_inputs) {
+  Device* device = nullptr;
+  {
+    std::lock_guard<std::mutex> l(kernel_devices_mu);
+    auto it = kernel_devices.find(&kernel);
+    if (it != kernel_devices.end()) device = it->second;
+  }
+  std::vector<Tensor> inputs;
+  for (const Tensor& t : host_inputs) {
+    if (device == nullptr) {
+      inputs.push_back(t);
+      continue;
+    }
+    auto on_device = copy_now(*device, t, true);
+    if (!on_device.ok()) return {on_device.status(), {}};
+    inputs.push_back(std::move(on_device).value());
+  }
   ResourceMgr resources;
   CancellationManager cancellation;
   const std::function<void(std::function<void()>)> runner = [](std::function<void()> fn) { fn(); };
@@ -123,25 +177,60 @@ KernelResult run_kernel(OpKernel& kernel, const std::vector<Tensor>& inputs) {
   params.resources = &resources;
   params.cancellation = &cancellation;
   params.runner = &runner;
+  params.device = device;
   OpKernelContext ctx(params);
-  bool done = false;
-  kernel.compute_async(ctx, [&done] { done = true; });
-  EXPECT_TRUE(done) << "math kernels finish before compute returns";
+  std::promise<void> finished;
+  kernel.compute_async(ctx, [&finished] { finished.set_value(); });
+  auto f = finished.get_future();
+  if (device == nullptr) {
+    EXPECT_EQ(f.wait_for(std::chrono::seconds(0)), std::future_status::ready)
+        << "CPU math kernels finish before compute returns";
+  }
+  if (f.wait_for(std::chrono::seconds(60)) != std::future_status::ready) {
+    ADD_FAILURE() << "kernel did not finish";
+    std::abort();
+  }
   std::vector<Tensor> outputs;
-  for (int i = 0; i < ctx.num_outputs(); ++i) outputs.push_back(ctx.output(i));
+  for (int i = 0; i < ctx.num_outputs(); ++i) {
+    const Tensor& out = ctx.output(i);
+    if (device == nullptr || out.is_null() || !ctx.status().ok()) {
+      outputs.push_back(out);
+      continue;
+    }
+    EXPECT_EQ(out.device(), device->name()) << "output " << i << " is not in the device's memory";
+    auto on_host = copy_now(*device, out, false);
+    if (!on_host.ok()) return {on_host.status(), {}};
+    outputs.push_back(std::move(on_host).value());
+  }
   return {ctx.status(), outputs};
 }
 
-// The registered kernel factory of the op of `y` for each device type that has one.
-std::vector<std::pair<std::string, const KernelFactory*>> factories_for(const Output& y) {
+// Every device type that has a kernel for the op of `y`.
+std::vector<std::pair<std::string, Target>> factories_for(const Output& y) {
   const auto& registry = OpRegistry::global();
   const std::string type = y.op().type();
-  std::vector<std::pair<std::string, const KernelFactory*>> out;
-  for (const std::string& device : registry.kernel_device_types(type)) {
-    out.emplace_back(device, registry.find_kernel(type, device));
+  std::vector<Target> targets{{"CPU", nullptr}, {"SIM", &test_sim_device()}};
+  for (Device* d : DeviceRegistry::global().devices()) {
+    if (d->type() == "GPU") targets.push_back({"GPU", d});
+  }
+  std::vector<std::pair<std::string, Target>> out;
+  for (const Target& t : targets) {
+    if (registry.has_kernel(type, t.type)) {
+      out.emplace_back(t.device == nullptr ? t.type : t.device->name(), t);
+    }
   }
   EXPECT_FALSE(out.empty()) << "no kernel registered for " << type;
+  EXPECT_TRUE(registry.has_kernel(type, "SIM")) << type << " has no SIM kernel";
   return out;
+}
+
+std::unique_ptr<OpKernel> make_kernel(const Output& y, const Target& target) {
+  auto kernel = OpRegistry::global().create_kernel(*y.node(), target.type);
+  EXPECT_TRUE(kernel.ok()) << kernel.status().to_string();
+  if (!kernel.ok()) return nullptr;
+  std::lock_guard<std::mutex> l(kernel_devices_mu);
+  kernel_devices[kernel.value().get()] = target.device;
+  return std::move(kernel).value();
 }
 
 std::unique_ptr<OpKernel> make_kernel(const Output& y, const KernelFactory& factory) {
@@ -188,7 +277,7 @@ void check_op(const Output& y, const std::vector<Tensor>& inputs, const Shape& w
   for (const Tensor& t : inputs) before.push_back(t.deep_copy());
   for (const auto& [device, factory] : factories_for(y)) {
     SCOPED_TRACE(device);
-    auto kernel = make_kernel(y, *factory);
+    auto kernel = make_kernel(y, factory);
     KernelResult r = run_kernel(*kernel, inputs);
     ASSERT_TRUE(r.status.ok()) << r.status.to_string();
     ASSERT_EQ(r.outputs.size(), 1u);
@@ -205,7 +294,7 @@ void check_op_fails(const Output& y, const std::vector<Tensor>& inputs,
                     const std::string& substring) {
   for (const auto& [device, factory] : factories_for(y)) {
     SCOPED_TRACE(device);
-    auto kernel = make_kernel(y, *factory);
+    auto kernel = make_kernel(y, factory);
     KernelResult r = run_kernel(*kernel, inputs);
     EXPECT_EQ(r.status.code(), ErrorCode::kInvalidArgument) << r.status.to_string();
     EXPECT_THAT(r.status.message(), HasSubstr(y.op().name() + " (" + y.op().type() + "): "));
@@ -219,7 +308,7 @@ template <class T>
 void expect_exact(const Output& y, const std::vector<Tensor>& inputs, const std::vector<T>& want) {
   for (const auto& [device, factory] : factories_for(y)) {
     SCOPED_TRACE(device);
-    auto kernel = make_kernel(y, *factory);
+    auto kernel = make_kernel(y, factory);
     KernelResult r = run_kernel(*kernel, inputs);
     ASSERT_TRUE(r.status.ok()) << r.status.to_string();
     ASSERT_EQ(r.outputs.size(), 1u);
@@ -714,7 +803,8 @@ TEST(KernelsTest, CastToTheSameDTypeSharesTheBuffer) {
   Tensor x = Tensor::vector<float>({1, 2, 3});
   Output y = ops::cast(feed(g, x), DType::Float32);
   for (const auto& [device, factory] : factories_for(y)) {
-    auto kernel = make_kernel(y, *factory);
+    if (factory.device != nullptr) continue;  // on a device the input is a copy to begin with
+    auto kernel = make_kernel(y, factory);
     EXPECT_FALSE(kernel->is_expensive());
     KernelResult r = run_kernel(*kernel, {x});
     ASSERT_TRUE(r.status.ok());
@@ -778,7 +868,7 @@ TEST(KernelsTest, RandomUniformIsPhiloxOfTheSeedAndBlockIndex) {
   Output f64 = ops::random_uniform(g, Shape{3}, DType::Float64, seed);
   for (const auto& [device, factory] : factories_for(f32)) {
     SCOPED_TRACE(device);
-    auto kernel = make_kernel(f32, *factory);
+    auto kernel = make_kernel(f32, factory);
     for (uint32_t run = 0; run < 2; ++run) {  // 6 floats use 2 blocks per run
       std::vector<double> want;
       for (uint32_t b = 2 * run; b < 2 * run + 2; ++b) {
@@ -790,7 +880,7 @@ TEST(KernelsTest, RandomUniformIsPhiloxOfTheSeedAndBlockIndex) {
   }
   for (const auto& [device, factory] : factories_for(f64)) {
     SCOPED_TRACE(device);
-    auto kernel = make_kernel(f64, *factory);
+    auto kernel = make_kernel(f64, factory);
     std::vector<double> want;
     for (uint32_t b = 0; b < 2; ++b) {
       const auto w = block(b);
@@ -810,7 +900,7 @@ TEST(KernelsTest, RandomUniformIsUniformInZeroOne) {
     Output y = ops::random_uniform(g, Shape{200, 500}, dtype, 11);
     for (const auto& [device, factory] : factories_for(y)) {
       SCOPED_TRACE(describe(dtype, {}) + " " + device);
-      auto kernel = make_kernel(y, *factory);
+      auto kernel = make_kernel(y, factory);
       KernelResult r = run_kernel(*kernel, {});
       ASSERT_TRUE(r.status.ok()) << r.status.to_string();
       ASSERT_EQ(r.outputs[0].dtype(), dtype);
@@ -833,7 +923,7 @@ TEST(KernelsTest, RandomNormalHasItsMeanAndStddev) {
     Output y = ops::random_normal(g, Shape{100001}, dtype, 5, 3.0f, 2.0f);
     for (const auto& [device, factory] : factories_for(y)) {
       SCOPED_TRACE(describe(dtype, {}) + " " + device);
-      auto kernel = make_kernel(y, *factory);
+      auto kernel = make_kernel(y, factory);
       const std::vector<double> v = run_values(*kernel);
       ASSERT_EQ(v.size(), 100001u);
       EXPECT_NEAR(mean_of(v), 3.0, 0.05);
@@ -855,16 +945,16 @@ void check_random_streams(const std::function<Output(Graph&, uint64_t seed)>& bu
   Output unseeded = build(g, 0);
   for (const auto& [device, factory] : factories_for(seeded)) {
     SCOPED_TRACE(device);
-    auto first = make_kernel(seeded, *factory);
-    auto second = make_kernel(seeded, *factory);
+    auto first = make_kernel(seeded, factory);
+    auto second = make_kernel(seeded, factory);
     const auto run1 = run_values(*first, inputs);
     const auto run2 = run_values(*first, inputs);
     ASSERT_FALSE(run1.empty());
     EXPECT_NE(run1, run2) << "each run draws new values";
     EXPECT_EQ(run_values(*second, inputs), run1) << "a fixed seed repeats in a fresh kernel";
     EXPECT_EQ(run_values(*second, inputs), run2);
-    auto random_a = make_kernel(unseeded, *factory);
-    auto random_b = make_kernel(unseeded, *factory);
+    auto random_a = make_kernel(unseeded, factory);
+    auto random_b = make_kernel(unseeded, factory);
     EXPECT_NE(run_values(*random_a, inputs), run_values(*random_b, inputs))
         << "seed 0 seeds each kernel afresh";
   }
@@ -898,10 +988,10 @@ TEST(KernelsTest, ConcurrentRandomRunsDrawDisjointValues) {
   Output y = ops::random_uniform(g, Shape{1001}, DType::Float64, 99);
   for (const auto& [device, factory] : factories_for(y)) {
     SCOPED_TRACE(device);
-    auto shared = make_kernel(y, *factory);
+    auto shared = make_kernel(y, factory);
     std::vector<std::vector<double>> concurrent(kRuns);
     tessera::testing::run_threads(kRuns, [&](int i) { concurrent[i] = run_values(*shared); });
-    auto sequential_kernel = make_kernel(y, *factory);
+    auto sequential_kernel = make_kernel(y, factory);
     std::vector<std::vector<double>> sequential(kRuns);
     for (auto& values : sequential) values = run_values(*sequential_kernel);
     std::sort(concurrent.begin(), concurrent.end());
@@ -934,7 +1024,7 @@ TEST(KernelsTest, RandomShufflePermutesRows) {
     Graph g;
     Output y = ops::random_shuffle(feed(g, x), 3);
     for (const auto& [device, factory] : factories_for(y)) {
-      auto kernel = make_kernel(y, *factory);
+      auto kernel = make_kernel(y, factory);
       KernelResult r = run_kernel(*kernel, {x});
       ASSERT_TRUE(r.status.ok()) << r.status.to_string();
       ASSERT_EQ(r.outputs[0].dtype(), dtype);
@@ -957,7 +1047,7 @@ TEST(KernelsTest, RandomShufflePicksEveryPermutationEquallyOften) {
   Tensor x = Tensor::vector<int64_t>({0, 1, 2});
   Output y = ops::random_shuffle(feed(g, x), 17);
   for (const auto& [device, factory] : factories_for(y)) {
-    auto kernel = make_kernel(y, *factory);
+    auto kernel = make_kernel(y, factory);
     std::map<std::vector<double>, int> counts;
     for (int i = 0; i < kRuns; ++i) ++counts[run_values(*kernel, {x})];
     ASSERT_EQ(counts.size(), 6u);
