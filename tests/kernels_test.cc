@@ -26,6 +26,7 @@
 #include "core/device.h"
 #include "core/op_kernel.h"
 #include "core/op_registry.h"
+#include "device/default_devices.h"
 #include "device/sim_device.h"
 #include "tests/testing/test_util.h"
 
@@ -210,6 +211,8 @@ std::vector<std::pair<std::string, Target>> factories_for(const Output& y) {
   const auto& registry = OpRegistry::global();
   const std::string type = y.op().type();
   std::vector<Target> targets{{"CPU", nullptr}, {"SIM", &test_sim_device()}};
+  static const Status registered = register_default_devices();  // the GPUs of a CUDA build
+  EXPECT_TRUE(registered.ok()) << registered.to_string();
   for (Device* d : DeviceRegistry::global().devices()) {
     if (d->type() == "GPU") targets.push_back({"GPU", d});
   }
