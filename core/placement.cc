@@ -8,6 +8,7 @@
 #include <numeric>
 #include <string_view>
 #include <utility>
+#include <variant>
 
 #include <fmt/format.h>
 
@@ -53,8 +54,13 @@ namespace tessera::internal {
 //      accelerator <-> accelerator both legs, through host memory). Upward ranks use the mean
 //      cost over a group's candidates; in decreasing rank each op takes the candidate with the
 //      earliest finish, and the first op of a group to be scheduled decides for the whole group
-//      (the cost of the group's other ops on each device is added to its comparison). Then a
-//      safety net: the all-host and the accelerator-first assignments (the kCpuOnly and kGpuFirst
+//      (the cost of the group's other ops on each device is added to its comparison). An op
+//      without data inputs (a VariableV2, a Const) finishes about as early anywhere, so when it
+//      decides it also looks one edge ahead: each candidate's finish time gets the longest
+//      transfer of its outputs to its consumers' expected devices (the consumer group's device
+//      when decided, else the consumer's cheapest candidate), and a variable goes where its
+//      readers are headed even in graphs too big for the greedy passes. Then a safety net:
+//      the all-host and the accelerator-first assignments (the kCpuOnly and kGpuFirst
 //      rules, under the same constraints and requests) are simulated too and the best of the three is kept, so the
 //      cost policy is never worse than either baseline under its own model. For graphs of up to
 //      kImproveMaxNodes ops a bounded greedy search then moves one group at a time to another
@@ -62,6 +68,23 @@ namespace tessera::internal {
 //      kImproveBudget simulated node visits; from all three starting points for graphs of up to
 //      kImproveAllStartsMaxNodes ops, else from the best). The tiny-op start is a preference the
 //      search may undo; the Placeholder rule and the constraints are not.
+//
+// Initialization runs once, a step runs many times. A session places the whole graph at once,
+// variable initializers included, but the initializer subgraph runs once while the rest runs every
+// step; costing both alike made a variable's group look no cheaper on the accelerator that reads
+// it (its initial value's copy and its Assign there weighed as much as the weights' copy every
+// step). So inside place_nodes the compute of init-only nodes, and every transfer into them (from
+// outside too), count kInitOnlyWeight (1e-3) of their cost: in the HEFT ranks and finish times,
+// and in the simulations of the baselines, the greedy passes and Placement::estimated_makespan.
+// Init-only nodes:
+//   * the Assign a Variable's constructor creates (attr "_initializer" = true, set in
+//     core/variable_ops.cc) and a NoOp whose inputs are all such Assigns or such NoOps
+//     (global_variables_initializer's group), when whatever consumes them is init-only too;
+//   * a node with consumers among the placed nodes, all of them init-only (random_normal feeding
+//     the initializer, the "initial_value" Const of Variable(graph, tensor)).
+// A VariableV2 that a step reads is not init-only, nor is an Assign made by Variable::assign.
+// Per-op estimates (Placement::estimated_seconds, placement_table) and the public
+// simulate_makespan stay unweighted.
 //
 // The cost model's makespan (simulate_makespan) is a list schedule: each device runs one op at a
 // time; ops go in decreasing upward rank computed with their assigned devices' costs (ties by
@@ -83,6 +106,12 @@ constexpr int64_t kImproveBudget = 100'000;
 constexpr std::size_t kCostTableMaxEntries = std::size_t{2} << 20;
 // Graphs up to this many nodes improve all three starting points, not only the best.
 constexpr int kImproveAllStartsMaxNodes = 32;
+// Initialization runs once, a step runs many times: the compute of init-only nodes, and the
+// transfers into them, count this much of their cost inside place_nodes (Note [Placement]).
+constexpr double kInitOnlyWeight = 1e-3;
+// The attr Variable's constructor sets on the Assign that initializes the variable
+// (core/variable_ops.cc).
+constexpr std::string_view kInitializerAttr = "_initializer";
 
 // ---- The cost model: op classes ----
 
@@ -275,13 +304,19 @@ struct Problem {
   std::vector<double> out_bytes;
   std::vector<int> topo;  // a topological order (edges against it were dropped: cycles)
 
+  // Each node's weight: 1, or kInitOnlyWeight for an init-only node (when build_problem was
+  // asked to weigh initialization). It scales the node's cost and the edges into it.
+  std::vector<double> weight;
   // cost(i, d) for every node and device, when that table is not too big (kCostTableMaxEntries).
   std::vector<double> cost_table;
 
   int num_devices() const { return static_cast<int>(devices->size()); }
+  // One run of node i on device d, unweighted: op_seconds.
+  double kernel_seconds(int i, int d) const { return (*devices)[d].cost.kernel_seconds(flops[i], bytes[i]); }
+  // The weighted cost the schedules use.
   double cost(int i, int d) const {
     if (!cost_table.empty()) return cost_table[static_cast<std::size_t>(i) * devices->size() + d];
-    return (*devices)[d].cost.kernel_seconds(flops[i], bytes[i]);
+    return kernel_seconds(i, d) * weight[i];
   }
   double leg(int d, double b) const {
     return is_host[d] ? 0.0 : (*devices)[d].cost.transfer_seconds(static_cast<std::size_t>(b));
@@ -290,10 +325,23 @@ struct Problem {
     if (b < 0 || from == to) return 0.0;
     return leg(from, b) + leg(to, b);
   }
+  // The weighted cost of an edge of `b` bytes into node `dst`, from device `from` to device `to`.
+  double edge_into(int dst, int from, int to, double b) const { return edge(from, to, b) * weight[dst]; }
 };
 
+// Whether `node` is the Assign a Variable's constructor made to initialize it.
+bool is_variable_initializer(const Node& node) {
+  auto it = node.attrs.find(std::string(kInitializerAttr));
+  if (it == node.attrs.end()) return false;
+  const bool* b = std::get_if<bool>(&it->second);
+  return b != nullptr && *b;
+}
+
+// `weigh_init`: find the init-only nodes and give them kInitOnlyWeight (Note [Placement]);
+// otherwise every weight is 1 (simulate_makespan's plain model).
 Problem build_problem(const std::vector<const Node*>& work, const NodeIndex& index,
-                      const std::vector<PlacementDevice>& devices, int host, bool external_inputs) {
+                      const std::vector<PlacementDevice>& devices, int host, bool external_inputs,
+                      bool weigh_init) {
   Problem p;
   p.devices = &devices;
   p.host = host;
@@ -364,13 +412,6 @@ Problem build_problem(const std::vector<const Node*>& work, const NodeIndex& ind
     for (int k = 0; k < p.n; ++k) pos[p.topo[k]] = k;
     std::erase_if(edges, [&](const Edge& e) { return e.src >= 0 && pos[e.src] >= pos[e.dst]; });
   }
-  if (static_cast<std::size_t>(p.n) * devices.size() <= kCostTableMaxEntries) {
-    std::vector<double> table(static_cast<std::size_t>(p.n) * devices.size());
-    for (int i = 0; i < p.n; ++i) {
-      for (std::size_t d = 0; d < devices.size(); ++d) table[i * devices.size() + d] = p.cost(i, static_cast<int>(d));
-    }
-    p.cost_table = std::move(table);
-  }
   // CSR, keeping each node's edges in input order.
   p.in_off.assign(p.n + 1, 0);
   p.out_off.assign(p.n + 1, 0);
@@ -395,6 +436,37 @@ Problem build_problem(const std::vector<const Node*>& work, const NodeIndex& ind
       p.out_dst[out_fill[e.src]] = e.dst;
       p.out_bytes[out_fill[e.src]++] = e.bytes;
     }
+  }
+  p.weight.assign(p.n, 1.0);
+  if (weigh_init) {
+    // Groups of initializers first (forward): a NoOp whose inputs are all initializer Assigns
+    // or such groups (global_variables_initializer). Then, backward, a node is init-only when
+    // it has consumers and all of them are init-only; an initializer Assign or a group of them is
+    // when its consumers (if any) all are.
+    std::vector<char> seed(p.n, 0), init(p.n, 0);
+    for (int i : p.topo) {
+      if (is_variable_initializer(*work[i])) {
+        seed[i] = 1;
+      } else if (work[i]->type == "NoOp" && p.in_off[i + 1] > p.in_off[i]) {
+        bool all = true;
+        for (int k = p.in_off[i]; k < p.in_off[i + 1] && all; ++k) all = p.in_src[k] >= 0 && seed[p.in_src[k]];
+        seed[i] = all;
+      }
+    }
+    for (auto it = p.topo.rbegin(); it != p.topo.rend(); ++it) {
+      const int i = *it;
+      bool all = true;
+      for (int k = p.out_off[i]; k < p.out_off[i + 1] && all; ++k) all = init[p.out_dst[k]];
+      init[i] = all && (seed[i] || p.out_off[i + 1] > p.out_off[i]);
+      if (init[i]) p.weight[i] = kInitOnlyWeight;
+    }
+  }
+  if (static_cast<std::size_t>(p.n) * devices.size() <= kCostTableMaxEntries) {
+    std::vector<double> table(static_cast<std::size_t>(p.n) * devices.size());
+    for (int i = 0; i < p.n; ++i) {
+      for (std::size_t d = 0; d < devices.size(); ++d) table[i * devices.size() + d] = p.cost(i, static_cast<int>(d));
+    }
+    p.cost_table = std::move(table);
   }
   return p;
 }
@@ -443,7 +515,7 @@ class Simulator {
       double tail = 0;
       for (int k = p.out_off[i]; k < p.out_off[i + 1]; ++k) {
         const int j = p.out_dst[k];
-        tail = std::max(tail, p.edge(dev[i], dev[j], p.out_bytes[k]) + rank_[j]);
+        tail = std::max(tail, p.edge_into(j, dev[i], dev[j], p.out_bytes[k]) + rank_[j]);
       }
       rank_[i] = p.cost(i, dev[i]) + tail;
     }
@@ -462,7 +534,8 @@ class Simulator {
       double start = free_[d];
       for (int k = p.in_off[i]; k < p.in_off[i + 1]; ++k) {
         const int s = p.in_src[k];
-        const double arrive = s < 0 ? p.edge(p.host, d, p.in_bytes[k]) : finish_[s] + p.edge(dev[s], d, p.in_bytes[k]);
+        const double arrive = s < 0 ? p.edge_into(i, p.host, d, p.in_bytes[k])
+                                    : finish_[s] + p.edge_into(i, dev[s], d, p.in_bytes[k]);
         start = std::max(start, arrive);
       }
       finish_[i] = start + p.cost(i, d);
@@ -602,7 +675,7 @@ void heft(const Problem& p, const Groups& gr, const std::vector<DeviceBits>& can
     double tail = 0;
     for (int k = p.out_off[i]; k < p.out_off[i + 1]; ++k) {
       const int j = p.out_dst[k];
-      tail = std::max(tail, mean_edge(gr.of[i], gr.of[j], p.out_bytes[k]) + rank[j]);
+      tail = std::max(tail, mean_edge(gr.of[i], gr.of[j], p.out_bytes[k]) * p.weight[j] + rank[j]);
     }
     rank[i] = mean_cost[i] + tail;
   }
@@ -620,20 +693,49 @@ void heft(const Problem& p, const Groups& gr, const std::vector<DeviceBits>& can
     double t = device_free[d];
     for (int k = p.in_off[i]; k < p.in_off[i + 1]; ++k) {
       const int s = p.in_src[k];
-      t = std::max(t, s < 0 ? p.edge(p.host, d, p.in_bytes[k]) : finish[s] + p.edge(dev[s], d, p.in_bytes[k]));
+      t = std::max(t, s < 0 ? p.edge_into(i, p.host, d, p.in_bytes[k])
+                            : finish[s] + p.edge_into(i, dev[s], d, p.in_bytes[k]));
     }
     return t;
+  };
+  // The device a consumer is expected on: its group's when decided, else its cheapest candidate.
+  auto expected_device = [&](int j) {
+    const int g = gr.of[j];
+    if (gdev[g] >= 0) return gdev[g];
+    int pick = -1;
+    double best = 0;
+    cand[g].for_each([&](int c) {
+      const double t = p.cost(j, c);
+      if (pick < 0 || t < best) {
+        best = t;
+        pick = c;
+      }
+    });
+    return pick;
   };
   while (!ready.empty()) {
     const int i = ready.pop();
     const int g = gr.of[i];
     int d = gdev[g];
     if (d < 0) {
+      // A node without data inputs (a variable, a constant) finishes as early anywhere: it looks
+      // one edge ahead, to its consumers' expected devices (Note [Placement]).
+      bool source = true;
+      for (int k = p.in_off[i]; k < p.in_off[i + 1] && source; ++k) source = p.in_bytes[k] < 0;
       double best = 0;
       cand[g].for_each([&](int c) {
         double eft = ready_time(i, c) + p.cost(i, c);
         for (int k = gr.off[g]; k < gr.off[g + 1]; ++k) {
           if (gr.members[k] != i) eft += p.cost(gr.members[k], c);
+        }
+        if (source) {
+          double ahead = 0;
+          for (int k = p.out_off[i]; k < p.out_off[i + 1]; ++k) {
+            const int j = p.out_dst[k];
+            if (p.out_bytes[k] < 0 || gr.of[j] == g) continue;
+            ahead = std::max(ahead, p.edge_into(j, c, expected_device(j), p.out_bytes[k]));
+          }
+          eft += ahead;
         }
         if (d < 0 || eft < best) {
           best = eft;
@@ -796,7 +898,7 @@ double simulate_makespan(const std::vector<const Node*>& nodes, const std::vecto
     }
   }
   NodeIndex index(work);
-  Problem p = build_problem(work, index, devices, host, /*external_inputs=*/false);
+  Problem p = build_problem(work, index, devices, host, /*external_inputs=*/false, /*weigh_init=*/false);
   std::vector<int> dev(work.size());
   for (std::size_t i = 0; i < work.size(); ++i) {
     auto it = device_of.find(work[i]);
@@ -1035,7 +1137,7 @@ StatusOr<Placement> place_nodes(const std::vector<const Node*>& nodes, const std
 
   // 4. The policy.
   std::vector<int> dev;
-  const Problem p = build_problem(work, index, devices, host, /*external_inputs=*/true);
+  const Problem p = build_problem(work, index, devices, host, /*external_inputs=*/true, /*weigh_init=*/true);
   Simulator sim(p);
   double makespan = 0;
   switch (options.policy) {
@@ -1102,7 +1204,7 @@ StatusOr<Placement> place_nodes(const std::vector<const Node*>& nodes, const std
   out.estimated_seconds.reserve(n);
   for (int i = 0; i < n; ++i) {
     out.device_of.emplace(work[i], dev[i]);
-    out.estimated_seconds.emplace(work[i], p.cost(i, dev[i]));
+    out.estimated_seconds.emplace(work[i], p.kernel_seconds(i, dev[i]));
     // Fixed nodes were reported when they were placed.
     if (!req[i].empty() && fixed_dev[i] < 0 && !req[i].matches(dev_spec[dev[i]])) {
       out.soft_placements.push_back(fmt::format("{}: requested '{}', placed on {}", work[i]->debug_name(),

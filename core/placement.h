@@ -62,7 +62,9 @@ struct Placement {
   std::unordered_map<const Node*, double> estimated_seconds;
   // One line per op whose request could not be honoured: "op (Type): requested '...', placed on ...".
   std::vector<std::string> soft_placements;
-  // The cost model's makespan of the chosen placement, in seconds (simulated list schedule).
+  // The cost model's makespan of the chosen placement, in seconds (simulated list schedule), with
+  // variable initialization discounted as running once (Note [Placement]); without initializers
+  // the same model as simulate_makespan's.
   double estimated_makespan = 0;
 };
 
@@ -94,7 +96,8 @@ double transfer_seconds(const PlacementDevice& from, const PlacementDevice& to, 
 
 // The simulated makespan of a complete assignment, with the list schedule placement uses: nodes
 // in decreasing upward rank, each starting when its device is free and its inputs have arrived.
-// `device_of` must cover every node of `nodes`; predecessors outside `nodes` are ignored.
+// `device_of` must cover every node of `nodes`; predecessors outside `nodes` are ignored. Every node
+// counts in full, variable initializers included (place_nodes discounts those).
 double simulate_makespan(const std::vector<const Node*>& nodes, const std::vector<PlacementDevice>& devices,
                          const std::unordered_map<const Node*, int>& device_of);
 

@@ -76,6 +76,7 @@ std::shared_ptr<const Variable::State> make_variable(Output initial_value, std::
     NodeSpec assign{"Assign", var->name + "/Assign"};
     assign.inputs = {initial_value};
     assign.resource = var;
+    assign.attrs["_initializer"] = true;  // runs once: placement weighs it so (core/placement.cc)
     state->init = g.add_node(std::move(assign));
   }
   std::lock_guard<std::mutex> l(g.collections_mu_);

@@ -803,6 +803,89 @@ TEST_F(PlacementTest, TableListsNodesInIdOrder) {
   EXPECT_EQ(std::count(table.begin(), table.end(), '\n'), 2);
 }
 
+// ---------------------------------------------------------------- initialization runs once
+
+// The two-layer network of examples/heterogeneous.cc: w1 [512,512] and w2 [512,16] initialized
+// from random_normal, x [batch,512] fed (batch 256 in the example).
+struct TwoLayerNetwork {
+  explicit TwoLayerNetwork(Graph& g, int64_t batch = 256) {
+    auto x = ops::placeholder(g, DType::Float32, Shape{batch, 512}, "x");
+    w1 = Variable(ops::random_normal(g, Shape{512, 512}, DType::Float32, 1, 0.0f, 0.05f, "w1_init"), "w1");
+    w2 = Variable(ops::random_normal(g, Shape{512, 16}, DType::Float32, 2, 0.0f, 0.05f, "w2_init"), "w2");
+    auto hidden = ops::relu(ops::matmul(x, w1.value(), false, false, "mm1"), "hidden");
+    auto logits = ops::matmul(hidden, w2.value(), false, false, "mm2");
+    ops::reduce_mean(ops::square(logits, "square"), {}, false, "loss");
+    ops::add(ops::constant(g, 1, "one"), ops::constant(g, 1, "one_"), "step_counter");  // tiny: host
+    global_variables_initializer(g);
+  }
+  Variable w1, w2;
+};
+
+TEST_F(PlacementTest, VariableGoesWithItsReaderNotItsInitializer) {
+  devices_ = {cpu_device(), sim_device(0)};  // kCpuCostProfile and kSimCostProfile
+  // Batch 448: x's copy hides most of w1's, so counting w1's initializer as if it ran every step
+  // (random_normal's copy to SIM and the Assign there) would keep w1 on the host.
+  for (int64_t batch : {256, 448}) {
+    SCOPED_TRACE(batch);
+    Graph g;
+    TwoLayerNetwork net(g, batch);
+    // The matmul reads the variable's output directly (VariableV2 is its own read).
+    ASSERT_EQ(node_named(g, "mm1")->inputs[1].node, net.w1.op().node());
+    Placement p = place(g);
+    for (const char* name : {"mm1", "w1", "w1/Assign"}) EXPECT_EQ(device(g, p, name), kLocal + "SIM:0") << name;
+    // The same once the graph is too big for the greedy passes: HEFT alone decides.
+    for (int i = 0; i < 300; ++i) ops::add(ops::constant(g, 1.0f), ops::constant(g, 2.0f));
+    Placement q = place(g);
+    for (const char* name : {"mm1", "w1", "w1/Assign"}) EXPECT_EQ(device(g, q, name), kLocal + "SIM:0") << name;
+  }
+}
+
+TEST_F(PlacementTest, VariableReadByTinyHostOpsStaysOnTheHost) {
+  devices_ = {cpu_device(), sim_device(0)};
+  Graph g;
+  // A [64] variable whose initializer is worth an accelerator ([64,1024] x [1024,1024]), read only
+  // by tiny ops: counted as if it ran every step, the initializer would pull it to SIM.
+  auto a = ops::random_normal(g, Shape{64, 1024}, DType::Float32, 1, 0.0f, 1.0f, "a");
+  auto b = ops::random_normal(g, Shape{1024, 1024}, DType::Float32, 2, 0.0f, 1.0f, "b");
+  Variable v(ops::reduce_sum(ops::matmul(a, b, false, false, "init_mm"), {1}, false, "init_sum"), "v");
+  Variable counter(g, Tensor::scalar(0.0f), "counter");
+  auto x = ops::placeholder(g, DType::Float32, Shape{64}, "x");
+  ops::add(ops::mul(v.value(), x, "scaled"), ops::constant(g, 1.0f, "one"), "shifted");
+  counter.assign_add(ops::constant(g, 1.0f, "inc"));
+  global_variables_initializer(g);
+  Placement p = place(g);
+  for (const char* name : {"v", "v/Assign", "scaled", "shifted", "counter", "counter/Assign", "counter/AssignAdd"}) {
+    EXPECT_EQ(device(g, p, name), kLocal + "CPU:0") << name;
+  }
+}
+
+TEST_F(PlacementTest, OnlyInitializationIsDiscounted) {
+  // On one device the makespan is the sum of the (weighted) costs.
+  devices_ = {cpu_device()};
+  options_.policy = PlacementPolicy::kCpuOnly;
+  Graph g;
+  auto r = ops::random_normal(g, Shape{512, 512}, DType::Float32, 1, 0.0f, 1.0f, "r");
+  auto shared = ops::random_normal(g, Shape{512, 512}, DType::Float32, 2, 0.0f, 1.0f, "shared");
+  Variable v(ops::tanh(r, "r_tanh"), "v");
+  Variable u(shared, "u");
+  Variable c(g, Tensor::from_vector(std::vector<float>(1000, 1.0f), Shape{1000}), "c");
+  auto used = ops::add(shared, v.value(), "used");  // reads `shared` every step
+  v.assign(used);                                  // an update, not an initializer
+  global_variables_initializer(g);
+  Placement p = place(g);
+  const PlacementDevice& cpu = devices_[0];
+  auto seconds = [&](const char* name) { return op_seconds(*node_named(g, name), cpu); };
+  double every_step = 0, once = 0;
+  for (const char* name : {"v", "u", "c", "shared", "used", "v/Assign_1"}) every_step += seconds(name);
+  for (const char* name : {"r", "r_tanh", "v/Assign", "u/Assign", "c/initial_value", "c/Assign", "init"}) {
+    once += seconds(name);
+  }
+  EXPECT_NEAR(p.estimated_makespan, every_step + 1e-3 * once, 1e-12);
+  // The per-op estimates and simulate_makespan stay unweighted.
+  EXPECT_DOUBLE_EQ(p.estimated_seconds.at(node_named(g, "r")), seconds("r"));
+  EXPECT_NEAR(simulate_makespan(all_nodes(g), devices_, p.device_of), every_step + once, 1e-12);
+}
+
 // ---------------------------------------------------------------- random graphs
 
 // A random DAG of `num_nodes` ops over [n,n] matrices, [n,1] vectors and scalars, fed by one or
