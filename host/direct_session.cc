@@ -271,31 +271,8 @@ std::vector<Tensor> SessionImpl::run(const std::vector<Output>& fetches, const F
   ro.step_id = next_step_id();
   ro.timeout = options.timeout;
   ro.trace = options.trace;
-  // A step that spans devices: its partitions share a rendezvous and fail together.
-  std::optional<Rendezvous> rendezvous;
-  std::vector<std::unique_ptr<RunState>> parts;
-  std::function<void(const Status&)> abort_step;
-  std::atomic<bool> aborting{false};
-  Status root_cause;  // the first failure: written once, by whoever sets `aborting`
-  if (!sp.devices.empty()) {
-    rendezvous.emplace(sp.num_keys);
-    ro.rendezvous = &*rendezvous;
-    abort_step = [&](const Status& reason) {
-      if (aborting.exchange(true)) return;
-      root_cause = reason;
-      rendezvous->abort(reason);
-      for (auto& part : parts) part->cancel(reason);
-    };
-    ro.on_abort = &abort_step;
-    parts.reserve(sp.devices.size());
-    for (const auto& dp : sp.devices) {
-      RunState::Options po = ro;
-      po.plan = dp.plan.get();
-      po.device = dp.device;
-      po.timeout = std::chrono::milliseconds(0);
-      parts.push_back(std::make_unique<RunState>(po));
-    }
-  }
+  std::unique_ptr<MultiStep> multi;  // only for a step that spans devices
+  if (!sp.devices.empty()) multi = std::make_unique<MultiStep>(sp, ro);
   RunState rs(ro);
   int i = 0;
   for (const auto& [out, value] : feeds) rs.set_feed(i++, value);
@@ -305,7 +282,7 @@ std::vector<Tensor> SessionImpl::run(const std::vector<Output>& fetches, const F
     if (closed_.load(std::memory_order_seq_cst)) throw CancelledError("attempted to use a closed session");
     shard.runs.push_back(&rs);
   }
-  Status status = parts.empty() ? rs.run() : wait_partitions(rs, ro, &parts);
+  Status status = multi ? multi->run(rs, ro) : rs.run();
   {
     std::lock_guard<std::mutex> l(shard.mu);
     auto it = std::find(shard.runs.begin(), shard.runs.end(), &rs);
@@ -316,11 +293,13 @@ std::vector<Tensor> SessionImpl::run(const std::vector<Output>& fetches, const F
   // The other partitions' failures are echoes of the first one (an aborted rendezvous, a
   // cancellation): the step reports the root cause. (Read after leaving the shard: a close()
   // writes it while holding the shard's lock; every other writer finished before the step did.)
-  if (!status.ok() && aborting.load()) status = root_cause;
+  if (multi && !status.ok() && multi->aborting.load()) status = multi->root_cause;
   if (metadata != nullptr && options.trace) {
     std::vector<TraceRecord> records = rs.take_trace();
-    for (auto& part : parts) {
-      for (auto& r : part->take_trace()) records.push_back(std::move(r));
+    if (multi) {
+      for (auto& part : multi->parts) {
+        for (auto& r : part->take_trace()) records.push_back(std::move(r));
+      }
     }
     metadata->trace_json = trace_json(std::move(records), rs.start_us());
   }
@@ -331,20 +310,39 @@ std::vector<Tensor> SessionImpl::run(const std::vector<Output>& fetches, const F
   return results;
 }
 
-Status SessionImpl::wait_partitions(RunState& host, const RunState::Options& base,
-                                    std::vector<std::unique_ptr<RunState>>* parts) {
+SessionImpl::MultiStep::MultiStep(const StepPlan& sp, RunState::Options& host_options)
+    : rendezvous(sp.num_keys) {
+  abort = [this](const Status& reason) {
+    if (aborting.exchange(true)) return;
+    root_cause = reason;
+    rendezvous.abort(reason);
+    for (auto& part : parts) part->cancel(reason);
+  };
+  host_options.rendezvous = &rendezvous;
+  host_options.on_abort = &abort;
+  parts.reserve(sp.devices.size());
+  for (const auto& dp : sp.devices) {
+    RunState::Options po = host_options;
+    po.plan = dp.plan.get();
+    po.device = dp.device;
+    po.timeout = std::chrono::milliseconds(0);
+    parts.push_back(std::make_unique<RunState>(po));
+  }
+}
+
+Status SessionImpl::MultiStep::run(RunState& host, const RunState::Options& base) {
   // The device partitions start first (their roots are mostly _Recv and device kernels, which
   // only enqueue), then this thread runs the host partition, then waits for the others. The
-  // first failure anywhere aborts the rendezvous and cancels every partition (base.on_abort), so
-  // no partition waits for a tensor that will never come.
+  // first failure anywhere aborts the rendezvous and cancels every partition (`abort`), so no
+  // partition waits for a tensor that will never come.
   struct Pending {
     std::mutex mu;
     std::condition_variable cv;
     int left = 0;
     Status first_error;
   } pending;
-  pending.left = static_cast<int>(parts->size());
-  for (auto& part : *parts) {
+  pending.left = static_cast<int>(parts.size());
+  for (auto& part : parts) {
     part->run_async([&pending](Status s) {
       std::lock_guard<std::mutex> l(pending.mu);
       if (!s.ok() && pending.first_error.ok()) pending.first_error = s;
@@ -357,7 +355,7 @@ Status SessionImpl::wait_partitions(RunState& host, const RunState::Options& bas
     const auto deadline = std::chrono::steady_clock::now() + base.timeout;
     if (!pending.cv.wait_until(l, deadline, [&] { return pending.left == 0; })) {
       l.unlock();
-      (*base.on_abort)(Status(ErrorCode::kDeadlineExceeded,
+      abort(Status(ErrorCode::kDeadlineExceeded,
                               fmt::format("the run exceeded its timeout of {} ms", base.timeout.count())));
       l.lock();
     }

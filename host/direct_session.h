@@ -46,10 +46,21 @@ class SessionImpl {
   StatusOr<OpKernel*> kernel_for(const Node& node, Device* device);
   // Places the graph's nodes that this session has not placed yet. Under the graph's lock.
   Status place_new_nodes();
-  // Runs a step that spans devices: starts the device partitions, runs the host partition on
-  // this thread, then waits for the others; the first failure among them.
-  Status wait_partitions(RunState& host, const RunState::Options& base,
-                         std::vector<std::unique_ptr<RunState>>* parts);
+  // The partitions of a step that spans devices: they share a rendezvous and fail together.
+  struct MultiStep {
+    // Makes the device partitions' run states and points the host's options at the rendezvous
+    // and `abort`.
+    MultiStep(const StepPlan& sp, RunState::Options& host_options);
+    // Starts the device partitions, runs the host partition on this thread, then waits for the
+    // others; the first failure among them.
+    Status run(RunState& host, const RunState::Options& base);
+
+    Rendezvous rendezvous;
+    std::vector<std::unique_ptr<RunState>> parts;
+    std::function<void(const Status&)> abort;  // the first call aborts the step
+    std::atomic<bool> aborting{false};
+    Status root_cause;  // the first failure: written once, by whoever set `aborting`
+  };
   std::string trace_json(std::vector<TraceRecord> records, int64_t start_us) const;
 
   Graph& graph_;  // Not owned: must outlive the session.
