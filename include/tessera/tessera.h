@@ -7,6 +7,7 @@
 //   int v = s.run(c).scalar<int32_t>();   // 3
 #pragma once
 
+#include "tessera/cluster.h"
 #include "tessera/config.h"
 #include "tessera/errors.h"
 #include "tessera/graph.h"
