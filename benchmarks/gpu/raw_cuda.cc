@@ -1,0 +1,181 @@
+// Workload gpu, the baselines: raw CUDA runtime and cuBLAS calls on one stream, waited for with
+// cudaStreamSynchronize. See gpu_bench.h for the workloads.
+//
+//   BM_gpu_h2d_256MiB/raw_pinned       cudaMemcpyAsync from page-locked memory (the copy engine's peak)
+//   BM_gpu_h2d_256MiB/raw_pageable     cudaMemcpyAsync from ordinary memory (what a naive copy gets)
+//   BM_gpu_add_256MiB/raw_memcpy_d2d   cudaMemcpyAsync of 256 MiB within the GPU: the bandwidth an
+//                                      elementwise op can hope for (bytes read plus written)
+//   BM_gpu_matmul_4096/raw_cublas      cublasSgemm (default math mode, as tessera's MatMul)
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+
+#include "common/bench_common.h"
+#include "gpu/gpu_bench.h"
+
+namespace gpu_bench {
+
+bool require_gpu(benchmark::State& state) {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
+    (void)cudaGetLastError();
+    state.SkipWithError("no usable GPU");
+    return false;
+  }
+  return cudaSetDevice(0) == cudaSuccess;
+}
+
+}  // namespace gpu_bench
+
+namespace {
+
+// Skips the benchmark on a CUDA error; true when `e` is cudaSuccess.
+bool ok(benchmark::State& state, cudaError_t e, const char* what) {
+  if (e == cudaSuccess) return true;
+  const std::string message = std::string(what) + ": " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")";
+  state.SkipWithError(message.c_str());
+  return false;
+}
+
+struct DeviceBuffer {
+  void* p = nullptr;
+  explicit DeviceBuffer(std::size_t bytes) {
+    if (cudaMalloc(&p, bytes) != cudaSuccess) p = nullptr;
+  }
+  ~DeviceBuffer() {
+    if (p != nullptr) (void)cudaFree(p);
+  }
+};
+
+struct Stream {
+  cudaStream_t s = nullptr;
+  Stream() { (void)cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking); }
+  ~Stream() {
+    if (s != nullptr) (void)cudaStreamDestroy(s);
+  }
+};
+
+void h2d(benchmark::State& state, bool pinned) {
+  const std::size_t bytes = gpu_bench::kCopyBytes;
+  void* host = nullptr;
+  if (pinned) {
+    if (!ok(state, cudaHostAlloc(&host, bytes, cudaHostAllocDefault), "cudaHostAlloc")) return;
+  } else {
+    host = std::aligned_alloc(4096, bytes);
+  }
+  std::memset(host, 0x5a, bytes);
+  {
+    DeviceBuffer dev(bytes);
+    Stream stream;
+    std::vector<unsigned char> check(4096);
+    if (dev.p != nullptr && ok(state, cudaMemcpyAsync(dev.p, host, bytes, cudaMemcpyHostToDevice, stream.s), "copy") &&
+        ok(state, cudaStreamSynchronize(stream.s), "sync") &&
+        ok(state, cudaMemcpy(check.data(), static_cast<char*>(dev.p) + bytes - 4096, 4096, cudaMemcpyDeviceToHost),
+           "check") &&
+        tessera_bench::check(state, check[0] == 0x5a && check[4095] == 0x5a, "bytes arrived")) {
+      for (auto _ : state) {
+        (void)cudaMemcpyAsync(dev.p, host, bytes, cudaMemcpyHostToDevice, stream.s);
+        if (!ok(state, cudaStreamSynchronize(stream.s), "cudaMemcpyAsync")) break;
+      }
+      state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(bytes));
+    } else if (dev.p == nullptr) {
+      state.SkipWithError("cudaMalloc failed");
+    }
+  }
+  if (pinned) {
+    (void)cudaFreeHost(host);
+  } else {
+    std::free(host);
+  }
+}
+
+void BM_gpu_h2d_256MiB(benchmark::State& state, const char* impl) {
+  tessera_bench::set_impl(state, impl);
+  if (!gpu_bench::require_gpu(state)) return;
+  h2d(state, std::string(impl) == "raw_pinned");
+}
+
+void BM_gpu_add_256MiB(benchmark::State& state, const char* impl) {
+  tessera_bench::set_impl(state, impl);
+  if (!gpu_bench::require_gpu(state)) return;
+  const std::size_t bytes = gpu_bench::kCopyBytes;
+  DeviceBuffer src(bytes);
+  DeviceBuffer dst(bytes);
+  Stream stream;
+  if (src.p == nullptr || dst.p == nullptr) return state.SkipWithError("cudaMalloc failed");
+  if (!ok(state, cudaMemset(src.p, 0x11, bytes), "cudaMemset")) return;
+  if (!ok(state, cudaMemcpyAsync(dst.p, src.p, bytes, cudaMemcpyDeviceToDevice, stream.s), "copy") ||
+      !ok(state, cudaStreamSynchronize(stream.s), "sync")) {
+    return;
+  }
+  unsigned char last = 0;
+  if (!ok(state, cudaMemcpy(&last, static_cast<char*>(dst.p) + bytes - 1, 1, cudaMemcpyDeviceToHost), "check")) return;
+  if (!tessera_bench::check(state, last == 0x11, "bytes copied")) return;
+  for (auto _ : state) {
+    (void)cudaMemcpyAsync(dst.p, src.p, bytes, cudaMemcpyDeviceToDevice, stream.s);
+    if (!ok(state, cudaStreamSynchronize(stream.s), "cudaMemcpyAsync")) break;
+  }
+  state.SetBytesProcessed(state.iterations() * 2 * static_cast<int64_t>(bytes));  // read + written
+}
+
+void BM_gpu_matmul_4096(benchmark::State& state, const char* impl) {
+  tessera_bench::set_impl(state, impl);
+  if (!gpu_bench::require_gpu(state)) return;
+  constexpr int kN = gpu_bench::kMatMulN;
+  const std::size_t bytes = std::size_t{kN} * kN * sizeof(float);
+  std::vector<float> a(std::size_t{kN} * kN);
+  std::vector<float> b(std::size_t{kN} * kN);
+  for (int64_t i = 0; i < kN; ++i) {
+    for (int64_t j = 0; j < kN; ++j) {
+      a[static_cast<std::size_t>(i * kN + j)] = gpu_bench::matmul_a(i, j);
+      b[static_cast<std::size_t>(i * kN + j)] = gpu_bench::matmul_b(i, j);
+    }
+  }
+  DeviceBuffer da(bytes);
+  DeviceBuffer db(bytes);
+  DeviceBuffer dc(bytes);
+  Stream stream;
+  if (da.p == nullptr || db.p == nullptr || dc.p == nullptr) return state.SkipWithError("cudaMalloc failed");
+  if (!ok(state, cudaMemcpy(da.p, a.data(), bytes, cudaMemcpyHostToDevice), "upload") ||
+      !ok(state, cudaMemcpy(db.p, b.data(), bytes, cudaMemcpyHostToDevice), "upload")) {
+    return;
+  }
+  cublasHandle_t handle = nullptr;
+  if (cublasCreate(&handle) != CUBLAS_STATUS_SUCCESS) return state.SkipWithError("cublasCreate failed");
+  (void)cublasSetStream(handle, stream.s);
+  const float one = 1.0f;
+  const float zero = 0.0f;
+  // Row-major C = A B as column-major C^T = B^T A^T.
+  auto gemm = [&] {
+    return cublasSgemm(handle, CUBLAS_OP_N, CUBLAS_OP_N, kN, kN, kN, &one, static_cast<const float*>(db.p), kN,
+                       static_cast<const float*>(da.p), kN, &zero, static_cast<float*>(dc.p), kN);
+  };
+  bool checked = gemm() == CUBLAS_STATUS_SUCCESS && cudaStreamSynchronize(stream.s) == cudaSuccess;
+  std::vector<float> c(std::size_t{kN} * kN);
+  checked = checked && cudaMemcpy(c.data(), dc.p, bytes, cudaMemcpyDeviceToHost) == cudaSuccess;
+  for (int64_t probe = 0; checked && probe < 16; ++probe) {
+    const int64_t i = (probe * 977) % kN;
+    const int64_t j = (probe * 1231 + 5) % kN;
+    checked = c[static_cast<std::size_t>(i * kN + j)] == gpu_bench::matmul_c(i, j);
+  }
+  if (tessera_bench::check(state, checked, "C = A B at 16 probes")) {
+    for (auto _ : state) {
+      (void)gemm();
+      if (!ok(state, cudaStreamSynchronize(stream.s), "cublasSgemm")) break;
+    }
+    state.counters["flops"] =
+        benchmark::Counter(gpu_bench::kMatMulFlops, benchmark::Counter::kIsIterationInvariantRate);
+  }
+  (void)cublasDestroy(handle);
+}
+
+}  // namespace
+
+BENCHMARK_CAPTURE(BM_gpu_h2d_256MiB, raw_pinned, "raw_pinned")->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_gpu_h2d_256MiB, raw_pageable, "raw_pageable")->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_gpu_add_256MiB, raw_memcpy_d2d, "raw_memcpy_d2d")->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_gpu_matmul_4096, raw_cublas, "raw_cublas")->UseRealTime()->Unit(benchmark::kMillisecond);

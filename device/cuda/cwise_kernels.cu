@@ -1,0 +1,254 @@
+// CUDA kernels for the elementwise ops, with the semantics of kernels/cwise_ops.cc: NumPy
+// broadcasting; integer +, -, *, negation and squaring wrap around; integer division truncates,
+// MIN / -1 wraps to MIN and x / 0 raises a device flag (the op then fails); Maximum and Minimum
+// return NaN when either input is.
+//
+// Contiguous cases (same shapes, one side a single value) are grid-stride loops over 16-byte
+// vectors when every stepped pointer is 16-byte aligned (device tensors are: chunks are 256-byte
+// aligned), with a scalar tail; the general broadcast walks the output index through the merged
+// dims and per-input strides, in 32-bit index arithmetic when the output is below 2^31 elements.
+#include <cmath>
+
+#include "device/cuda/gpu_common.cuh"
+
+namespace tessera::internal::gpu {
+namespace {
+
+// ---- Binary functors: apply(a, b, zero_divisor_flag) ----
+
+struct AddFn {
+  template <class T> __device__ static T apply(T a, T b, int*) { return wrapping_add(a, b); }
+};
+struct SubFn {
+  template <class T> __device__ static T apply(T a, T b, int*) { return wrapping_sub(a, b); }
+};
+struct MulFn {
+  template <class T> __device__ static T apply(T a, T b, int*) { return wrapping_mul(a, b); }
+};
+struct DivFn {
+  template <class T> __device__ static T apply(T a, T b, int* zero) {
+    if constexpr (std::is_integral_v<T>) {
+      if (b == T{0}) {
+        *zero = 1;  // every thread that sees one writes the same value
+        return T{0};
+      }
+      return b == T(-1) ? wrapping_sub(T{0}, a) : a / b;  // MIN / -1 overflows (and traps)
+    } else {
+      return a / b;
+    }
+  }
+};
+struct MaximumFn {
+  template <class T> __device__ static T apply(T a, T b, int*) { return (a > b || a != a) ? a : b; }
+};
+struct MinimumFn {
+  template <class T> __device__ static T apply(T a, T b, int*) { return (a < b || a != a) ? a : b; }
+};
+
+// out[i] = f(a[i or 0], b[i or 0]): kAStep / kBStep say whether each input advances.
+template <class Fn, class T, bool kAStep, bool kBStep>
+__global__ void contiguous_binary(const T* __restrict__ a, const T* __restrict__ b, T* __restrict__ out,
+                                  int64_t n, int* zero, bool vectorized) {
+  constexpr int N = 16 / sizeof(T);
+  const int64_t start = global_thread();
+  const int64_t step = grid_threads();
+  const T a0 = kAStep ? T{} : a[0];
+  const T b0 = kBStep ? T{} : b[0];
+  int64_t tail = 0;
+  if (vectorized) {
+    using V = Vec<T, N>;
+    const int64_t nv = n / N;
+    for (int64_t i = start; i < nv; i += step) {
+      V va{};
+      V vb{};
+      if constexpr (kAStep) va = reinterpret_cast<const V*>(a)[i];
+      if constexpr (kBStep) vb = reinterpret_cast<const V*>(b)[i];
+      V vo;
+#pragma unroll
+      for (int j = 0; j < N; ++j) {
+        vo.v[j] = Fn::apply(kAStep ? va.v[j] : a0, kBStep ? vb.v[j] : b0, zero);
+      }
+      reinterpret_cast<V*>(out)[i] = vo;
+    }
+    tail = nv * N;
+  }
+  for (int64_t i = tail + start; i < n; i += step) {
+    out[i] = Fn::apply(kAStep ? a[i] : a0, kBStep ? b[i] : b0, zero);
+  }
+}
+
+// out[i] = f(a[ia], b[ib]), ia and ib from i through the geometry. I: the index type.
+template <class Fn, class T, class I>
+__global__ void general_binary(const T* __restrict__ a, const T* __restrict__ b, T* __restrict__ out, I n,
+                               BroadcastGeometry g, int* zero) {
+  for (I i = static_cast<I>(global_thread()); i < n; i += static_cast<I>(grid_threads())) {
+    I rest = i;
+    I ia = 0;
+    I ib = 0;
+    for (int d = g.rank - 1; d >= 0; --d) {
+      const I dim = static_cast<I>(g.dims[d]);
+      const I index = rest % dim;
+      rest /= dim;
+      ia += index * static_cast<I>(g.a_strides[d]);
+      ib += index * static_cast<I>(g.b_strides[d]);
+    }
+    out[i] = Fn::apply(a[ia], b[ib], zero);
+  }
+}
+
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+template <class Fn>
+cudaError_t binary(Elem elem, BroadcastKind kind, const BroadcastGeometry& g, const void* a, const void* b,
+                   void* out, int64_t n, int* zero, cudaStream_t stream) {
+  return visit_elem(elem, [&](auto type) -> cudaError_t {
+    using T = decltype(type);
+    if constexpr (std::is_same_v<T, bool>) {
+      return cudaErrorInvalidValue;
+    } else {
+      constexpr int N = 16 / sizeof(T);
+      const T* pa = static_cast<const T*>(a);
+      const T* pb = static_cast<const T*>(b);
+      T* po = static_cast<T*>(out);
+      const bool a_ok = kind == BroadcastKind::kScalarA || aligned16(a);
+      const bool b_ok = kind == BroadcastKind::kScalarB || aligned16(b);
+      const bool vectorized = a_ok && b_ok && aligned16(out);
+      const unsigned int blocks = blocks_for(vectorized ? (n + N - 1) / N : n, kThreads);
+      switch (kind) {
+        case BroadcastKind::kSame:
+          contiguous_binary<Fn, T, true, true><<<blocks, kThreads, 0, stream>>>(pa, pb, po, n, zero, vectorized);
+          break;
+        case BroadcastKind::kScalarA:
+          contiguous_binary<Fn, T, false, true><<<blocks, kThreads, 0, stream>>>(pa, pb, po, n, zero, vectorized);
+          break;
+        case BroadcastKind::kScalarB:
+          contiguous_binary<Fn, T, true, false><<<blocks, kThreads, 0, stream>>>(pa, pb, po, n, zero, vectorized);
+          break;
+        case BroadcastKind::kGeneral:
+          if (n < (int64_t{1} << 31)) {
+            general_binary<Fn, T, uint32_t><<<blocks_for(n, kThreads), kThreads, 0, stream>>>(
+                pa, pb, po, static_cast<uint32_t>(n), g, zero);
+          } else {
+            general_binary<Fn, T, int64_t><<<blocks_for(n, kThreads), kThreads, 0, stream>>>(pa, pb, po, n, g, zero);
+          }
+          break;
+      }
+      return cudaGetLastError();
+    }
+  });
+}
+
+// ---- Unary functors: apply(x); kFloatingOnly ops exist for float32 and float64 only ----
+
+struct NegFn {
+  static constexpr bool kFloatingOnly = false;
+  template <class T> __device__ static T apply(T x) { return wrapping_sub(T{0}, x); }
+};
+struct ReluFn {
+  static constexpr bool kFloatingOnly = false;
+  template <class T> __device__ static T apply(T x) { return x < T{0} ? T{0} : x; }  // relu(NaN) = NaN
+};
+struct SquareFn {
+  static constexpr bool kFloatingOnly = false;
+  template <class T> __device__ static T apply(T x) { return wrapping_mul(x, x); }
+};
+struct ExpFn {
+  static constexpr bool kFloatingOnly = true;
+  template <class T> __device__ static T apply(T x) {
+    if constexpr (std::is_same_v<T, float>) return expf(x); else return exp(x);
+  }
+};
+struct LogFn {
+  static constexpr bool kFloatingOnly = true;
+  template <class T> __device__ static T apply(T x) {
+    if constexpr (std::is_same_v<T, float>) return logf(x); else return log(x);
+  }
+};
+struct SqrtFn {
+  static constexpr bool kFloatingOnly = true;
+  template <class T> __device__ static T apply(T x) {
+    if constexpr (std::is_same_v<T, float>) return sqrtf(x); else return sqrt(x);
+  }
+};
+struct TanhFn {
+  static constexpr bool kFloatingOnly = true;
+  template <class T> __device__ static T apply(T x) {
+    if constexpr (std::is_same_v<T, float>) return tanhf(x); else return tanh(x);
+  }
+};
+struct SigmoidFn {
+  static constexpr bool kFloatingOnly = true;
+  // exp(-x) overflows to inf for very negative x, giving exactly 0: no NaN from inf / inf.
+  template <class T> __device__ static T apply(T x) { return T{1} / (T{1} + ExpFn::apply(-x)); }
+};
+
+template <class Fn, class T>
+__global__ void unary_kernel(const T* __restrict__ x, T* __restrict__ out, int64_t n, bool vectorized) {
+  constexpr int N = 16 / sizeof(T);
+  const int64_t start = global_thread();
+  const int64_t step = grid_threads();
+  int64_t tail = 0;
+  if (vectorized) {
+    using V = Vec<T, N>;
+    const int64_t nv = n / N;
+    for (int64_t i = start; i < nv; i += step) {
+      const V vx = reinterpret_cast<const V*>(x)[i];
+      V vo;
+#pragma unroll
+      for (int j = 0; j < N; ++j) vo.v[j] = Fn::apply(vx.v[j]);
+      reinterpret_cast<V*>(out)[i] = vo;
+    }
+    tail = nv * N;
+  }
+  for (int64_t i = tail + start; i < n; i += step) out[i] = Fn::apply(x[i]);
+}
+
+template <class Fn>
+cudaError_t unary(Elem elem, const void* x, void* out, int64_t n, cudaStream_t stream) {
+  return visit_elem(elem, [&](auto type) -> cudaError_t {
+    using T = decltype(type);
+    if constexpr (std::is_same_v<T, bool> || (Fn::kFloatingOnly && !std::is_floating_point_v<T>)) {
+      return cudaErrorInvalidValue;
+    } else {
+      constexpr int N = 16 / sizeof(T);
+      const bool vectorized = aligned16(x) && aligned16(out);
+      unary_kernel<Fn, T><<<blocks_for(vectorized ? (n + N - 1) / N : n, kThreads), kThreads, 0, stream>>>(
+          static_cast<const T*>(x), static_cast<T*>(out), n, vectorized);
+      return cudaGetLastError();
+    }
+  });
+}
+
+}  // namespace
+
+cudaError_t launch_binary(BinaryKind op, Elem elem, BroadcastKind kind, const BroadcastGeometry& geometry,
+                          const void* a, const void* b, void* out, int64_t n, int* zero_divisor,
+                          cudaStream_t stream) {
+  if (n <= 0) return cudaSuccess;
+  switch (op) {
+    case BinaryKind::kAdd: return binary<AddFn>(elem, kind, geometry, a, b, out, n, zero_divisor, stream);
+    case BinaryKind::kSub: return binary<SubFn>(elem, kind, geometry, a, b, out, n, zero_divisor, stream);
+    case BinaryKind::kMul: return binary<MulFn>(elem, kind, geometry, a, b, out, n, zero_divisor, stream);
+    case BinaryKind::kDiv: return binary<DivFn>(elem, kind, geometry, a, b, out, n, zero_divisor, stream);
+    case BinaryKind::kMaximum: return binary<MaximumFn>(elem, kind, geometry, a, b, out, n, zero_divisor, stream);
+    case BinaryKind::kMinimum: return binary<MinimumFn>(elem, kind, geometry, a, b, out, n, zero_divisor, stream);
+  }
+  return cudaErrorInvalidValue;
+}
+
+cudaError_t launch_unary(UnaryKind op, Elem elem, const void* x, void* out, int64_t n, cudaStream_t stream) {
+  if (n <= 0) return cudaSuccess;
+  switch (op) {
+    case UnaryKind::kNeg: return unary<NegFn>(elem, x, out, n, stream);
+    case UnaryKind::kRelu: return unary<ReluFn>(elem, x, out, n, stream);
+    case UnaryKind::kSquare: return unary<SquareFn>(elem, x, out, n, stream);
+    case UnaryKind::kExp: return unary<ExpFn>(elem, x, out, n, stream);
+    case UnaryKind::kLog: return unary<LogFn>(elem, x, out, n, stream);
+    case UnaryKind::kSqrt: return unary<SqrtFn>(elem, x, out, n, stream);
+    case UnaryKind::kTanh: return unary<TanhFn>(elem, x, out, n, stream);
+    case UnaryKind::kSigmoid: return unary<SigmoidFn>(elem, x, out, n, stream);
+  }
+  return cudaErrorInvalidValue;
+}
+
+}  // namespace tessera::internal::gpu

@@ -1,0 +1,77 @@
+// Device-side helpers shared by the .cu files of device/cuda/ (nvcc only).
+#pragma once
+
+#include <cstdint>
+#include <type_traits>
+
+#include <cuda_runtime.h>
+
+#include "device/cuda/gpu_launch.h"
+
+namespace tessera::internal::gpu {
+
+inline constexpr int kThreads = 256;
+// Grid-stride loops need no more blocks than this to fill any current GPU several times over.
+inline constexpr int64_t kMaxBlocks = 65536;
+
+inline unsigned int blocks_for(int64_t n, int64_t per_block) {
+  int64_t blocks = (n + per_block - 1) / per_block;
+  if (blocks < 1) blocks = 1;
+  if (blocks > kMaxBlocks) blocks = kMaxBlocks;
+  return static_cast<unsigned int>(blocks);
+}
+
+__device__ __forceinline__ int64_t global_thread() {
+  return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+}
+__device__ __forceinline__ int64_t grid_threads() { return static_cast<int64_t>(gridDim.x) * blockDim.x; }
+
+// Integer arithmetic through the unsigned type, where overflow wraps (as the CPU kernels do).
+template <class T>
+__device__ __forceinline__ T wrapping_add(T a, T b) {
+  if constexpr (std::is_integral_v<T>) {
+    using U = std::make_unsigned_t<T>;
+    return static_cast<T>(static_cast<U>(a) + static_cast<U>(b));
+  } else {
+    return a + b;
+  }
+}
+template <class T>
+__device__ __forceinline__ T wrapping_sub(T a, T b) {
+  if constexpr (std::is_integral_v<T>) {
+    using U = std::make_unsigned_t<T>;
+    return static_cast<T>(static_cast<U>(a) - static_cast<U>(b));
+  } else {
+    return a - b;
+  }
+}
+template <class T>
+__device__ __forceinline__ T wrapping_mul(T a, T b) {
+  if constexpr (std::is_integral_v<T>) {
+    using U = std::make_unsigned_t<T>;
+    return static_cast<T>(static_cast<U>(a) * static_cast<U>(b));
+  } else {
+    return a * b;
+  }
+}
+
+// Calls fn(T{}) with the C++ type of `elem` (host code: picks the kernel to launch).
+template <class Fn>
+cudaError_t visit_elem(Elem elem, Fn&& fn) {
+  switch (elem) {
+    case Elem::kF32: return fn(float{});
+    case Elem::kF64: return fn(double{});
+    case Elem::kI32: return fn(int32_t{});
+    case Elem::kI64: return fn(int64_t{});
+    case Elem::kBool: return fn(bool{});
+  }
+  return cudaErrorInvalidValue;
+}
+
+// A vector of N values of T for 16-byte loads and stores.
+template <class T, int N>
+struct alignas(sizeof(T) * N) Vec {
+  T v[N];
+};
+
+}  // namespace tessera::internal::gpu

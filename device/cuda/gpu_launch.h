@@ -1,0 +1,93 @@
+// The CUDA kernels' launchers: plain C++ entry points into the .cu files of device/cuda/, which
+// the GPU op kernels (gpu_math_ops.cc) call from a CudaStream launch. Nothing here knows tessera's
+// Tensor or Status, so the .cu files compile with nvcc alone, quickly, and the op kernels (shape
+// checks, dtype dispatch, errors) stay ordinary C++.
+//
+//   gpu::launch_unary(gpu::UnaryKind::kExp, gpu::Elem::kF32, x, y, n, stream);   // async
+//
+// Every launcher is asynchronous on `stream` and returns the launch error (cudaSuccess when the
+// launch went in). Semantics are the CPU kernels' (kernels/*.cc), element for element.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include <cuda_runtime_api.h>
+
+namespace tessera::internal::gpu {
+
+inline constexpr int kMaxDims = 8;
+
+enum class Elem : int { kF32, kF64, kI32, kI64, kBool };
+
+// ---- Elementwise (cwise_kernels.cu) ----
+
+enum class BinaryKind : int { kAdd, kSub, kMul, kDiv, kMaximum, kMinimum };
+enum class UnaryKind : int { kNeg, kRelu, kSquare, kExp, kLog, kSqrt, kTanh, kSigmoid };
+
+// How the two inputs of a binary op map onto the output. kSame, kScalarA, kScalarB: contiguous
+// loops (vectorized); kGeneral: out[i] = f(a[ia], b[ib]) with ia, ib from i through the dims and
+// strides (0 where an input is broadcast), outermost first.
+enum class BroadcastKind : int { kSame, kScalarA, kScalarB, kGeneral };
+struct BroadcastGeometry {
+  int rank = 0;
+  int64_t dims[kMaxDims] = {};
+  int64_t a_strides[kMaxDims] = {};
+  int64_t b_strides[kMaxDims] = {};
+};
+
+// out[0, n) = op(a, b). For kDiv on integers, a zero divisor sets *zero_divisor (a device int) to
+// 1 and yields 0; zero_divisor may be null for the other ops.
+cudaError_t launch_binary(BinaryKind op, Elem elem, BroadcastKind kind, const BroadcastGeometry& geometry,
+                          const void* a, const void* b, void* out, int64_t n, int* zero_divisor,
+                          cudaStream_t stream);
+// out[0, n) = op(x). The floating point only ops must not be asked for integers.
+cudaError_t launch_unary(UnaryKind op, Elem elem, const void* x, void* out, int64_t n, cudaStream_t stream);
+
+// ---- Cast (cast_kernels.cu) ----
+
+// out[0, n) = x converted as kernels/cast_op.cc converts; from != to.
+cudaError_t launch_cast(Elem from, Elem to, const void* x, void* out, int64_t n, cudaStream_t stream);
+
+// ---- MatMul for integers (matmul_kernels.cu); floating point goes to cuBLAS ----
+
+// c[m,n] = op(a) * op(b), row-major, products and sums wrapping around. m, n, k > 0.
+cudaError_t launch_integer_matmul(Elem elem, const void* a, const void* b, void* c, int64_t m, int64_t k,
+                                  int64_t n, bool transpose_a, bool transpose_b, cudaStream_t stream);
+
+// ---- Reductions (reduction_kernels.cu) ----
+
+enum class ReduceKind : int { kSum, kMean, kMax };
+
+// The input as runs of dims (adjacent dims of one kind merged, size-1 dims dropped): the kept runs
+// and the reduced runs, each with its input stride, outermost first; the innermost reduced run is
+// kept apart (`inner`) because the kernels walk it as a loop.
+struct ReduceGeometry {
+  int64_t out_count = 1;  // product of the kept dims
+  int64_t count = 1;      // input elements folded into each output element
+  int kept_rank = 0;
+  int64_t kept_dims[kMaxDims] = {};
+  int64_t kept_strides[kMaxDims] = {};
+  int outer_rank = 0;  // reduced runs other than the innermost one
+  int64_t outer_dims[kMaxDims] = {};
+  int64_t outer_strides[kMaxDims] = {};
+  int64_t inner = 1;         // length of the innermost reduced run
+  int64_t inner_stride = 1;  // its input stride (1: the input's innermost run is reduced)
+};
+
+// Scratch bytes launch_reduce needs for this geometry on a device with `sm_count` SMs.
+std::size_t reduce_scratch_bytes(Elem elem, const ReduceGeometry& geometry, int sm_count);
+// out[0, out_count) = the reduction; out_count > 0. Mean of integers needs count > 0, Max too.
+// `scratch` holds reduce_scratch_bytes(...) bytes of device memory (may be null when that is 0).
+cudaError_t launch_reduce(ReduceKind op, Elem elem, const ReduceGeometry& geometry, const void* in, void* out,
+                          void* scratch, int sm_count, cudaStream_t stream);
+
+// ---- Random (random_kernels.cu): Philox4x32-10 as kernels/random_ops.cc ----
+
+// out[0, n) from blocks first_block, first_block + 1, ... of the stream keyed by `key`.
+cudaError_t launch_random_uniform(Elem elem, void* out, int64_t n, uint64_t key, uint64_t first_block,
+                                  cudaStream_t stream);
+cudaError_t launch_random_normal(Elem elem, void* out, int64_t n, uint64_t key, uint64_t first_block,
+                                 double mean, double stddev, cudaStream_t stream);
+
+}  // namespace tessera::internal::gpu

@@ -1,0 +1,475 @@
+// GPU kernels (device type "GPU") of the math ops: Add Sub Mul Div Maximum Minimum, Neg Relu
+// Square Exp Log Sqrt Tanh Sigmoid, Cast, MatMul, Sum Mean Max, RandomUniform RandomNormal. Each
+// checks its inputs as its CPU kernel does (kernels/*.cc, same messages), then launches the CUDA
+// kernels of gpu_launch.h or cuBLAS (Note [GPU kernels] in gpu_op_kernel.cc).
+#include <atomic>
+#include <climits>
+#include <cstring>
+#include <random>
+
+#include <cublas_v2.h>
+
+#include "core/broadcast.h"
+#include "core/op_registry.h"
+#include "device/cuda/cuda_status.h"
+#include "device/cuda/gpu_op_kernel.h"
+
+namespace tessera::internal {
+namespace {
+
+// ---- Elementwise ----
+
+// The general broadcast of `a` and `b` into `out` as merged dims with per-input strides
+// (0 where an input is broadcast), outermost first; size-1 output dims dropped.
+gpu::BroadcastGeometry broadcast_geometry(const Shape& a, const Shape& b, const Shape& out) {
+  const int rank = out.rank();
+  int64_t dims[Shape::kMaxRank];
+  int64_t as[Shape::kMaxRank];
+  int64_t bs[Shape::kMaxRank];
+  int64_t a_stride = 1;
+  int64_t b_stride = 1;
+  for (int d = rank - 1; d >= 0; --d) {
+    const int da = d - (rank - a.rank());
+    const int db = d - (rank - b.rank());
+    const int64_t a_dim = da >= 0 ? a.dim(da) : 1;
+    const int64_t b_dim = db >= 0 ? b.dim(db) : 1;
+    dims[d] = out.dim(d);
+    as[d] = a_dim == 1 ? 0 : a_stride;
+    bs[d] = b_dim == 1 ? 0 : b_stride;
+    a_stride *= a_dim;
+    b_stride *= b_dim;
+  }
+  gpu::BroadcastGeometry g;
+  for (int d = 0; d < rank; ++d) {
+    if (dims[d] == 1) continue;
+    if (g.rank > 0) {
+      // Merge into the previous (outer) dim when both inputs walk the two as one.
+      const int p = g.rank - 1;
+      if (g.a_strides[p] == as[d] * dims[d] && g.b_strides[p] == bs[d] * dims[d]) {
+        g.dims[p] *= dims[d];
+        g.a_strides[p] = as[d];
+        g.b_strides[p] = bs[d];
+        continue;
+      }
+    }
+    g.dims[g.rank] = dims[d];
+    g.a_strides[g.rank] = as[d];
+    g.b_strides[g.rank] = bs[d];
+    ++g.rank;
+  }
+  if (g.rank == 0) {  // every dim 1: one element
+    g.rank = 1;
+    g.dims[0] = 1;
+  }
+  return g;
+}
+
+constexpr const char* binary_name(gpu::BinaryKind k) {
+  switch (k) {
+    case gpu::BinaryKind::kAdd: return "Add";
+    case gpu::BinaryKind::kSub: return "Sub";
+    case gpu::BinaryKind::kMul: return "Mul";
+    case gpu::BinaryKind::kDiv: return "Div";
+    case gpu::BinaryKind::kMaximum: return "Maximum";
+    case gpu::BinaryKind::kMinimum: return "Minimum";
+  }
+  return "?";
+}
+
+// out = op(a, b) with NumPy broadcasting. Thread-safe: run() keeps no state between runs.
+template <gpu::BinaryKind kOp>
+class BinaryGpuOp final : public GpuOpKernel {
+ public:
+  using GpuOpKernel::GpuOpKernel;
+
+ protected:
+  void run(OpKernelContext& ctx, GpuRun& r) override {
+    const Tensor& a = ctx.input(0);
+    const Tensor& b = ctx.input(1);
+    if (a.dtype() != b.dtype()) {
+      return ctx.fail(ErrorCode::kInvalidArgument, "inputs must have the same dtype, got {} and {}",
+                      dtype_name(a.dtype()), dtype_name(b.dtype()));
+    }
+    if (a.dtype() == DType::Bool) return ctx.fail(ErrorCode::kInvalidArgument, "unsupported dtype {}", "bool");
+    gpu::BroadcastKind kind = gpu::BroadcastKind::kSame;
+    gpu::BroadcastGeometry geometry;
+    Shape out_shape;
+    // The CPU kernel's order of cases, so that the same inputs fail with the same message.
+    if (a.shape() == b.shape() || a.shape().rank() == 0 || b.shape().rank() == 0) {
+      const bool scalar_a = a.shape().rank() == 0 && b.shape().rank() != 0;
+      const bool scalar_b = b.shape().rank() == 0 && !scalar_a && a.shape() != b.shape();
+      out_shape = scalar_a ? b.shape() : a.shape();
+      kind = scalar_a ? gpu::BroadcastKind::kScalarA
+                      : (scalar_b ? gpu::BroadcastKind::kScalarB : gpu::BroadcastKind::kSame);
+    } else {
+      auto made = BroadcastPlan::make(a.shape(), b.shape());
+      if (!made.ok()) return ctx.fail(made.status());
+      out_shape = made.value().out_shape();
+      switch (made.value().kind()) {
+        case BroadcastPlan::Kind::kSameShape: kind = gpu::BroadcastKind::kSame; break;
+        case BroadcastPlan::Kind::kScalarA: kind = gpu::BroadcastKind::kScalarA; break;
+        case BroadcastPlan::Kind::kScalarB: kind = gpu::BroadcastKind::kScalarB; break;
+        case BroadcastPlan::Kind::kGeneral:
+          kind = gpu::BroadcastKind::kGeneral;
+          geometry = broadcast_geometry(a.shape(), b.shape(), out_shape);
+          break;
+      }
+    }
+    Tensor& out = ctx.allocate_output(0, out_shape);
+    const int64_t n = out.num_elements();
+    if (n == 0) return;
+    const gpu::Elem elem = gpu_elem(a.dtype());
+    const void* pa = a.raw_data();
+    const void* pb = b.raw_data();
+    void* po = out.raw_mutable_data();
+    const bool check_zero = kOp == gpu::BinaryKind::kDiv && !dtype_is_floating(a.dtype());
+    if (!check_zero) {
+      r.launch([&ctx, kind, geometry, elem, pa, pb, po, n](cudaStream_t s) {
+        check_launch(ctx, gpu::launch_binary(kOp, elem, kind, geometry, pa, pb, po, n, nullptr, s), binary_name(kOp));
+      });
+      return;
+    }
+    // Integer division: the kernel raises a device flag on a zero divisor (with a non-empty
+    // output every divisor is used, so this is the CPU kernel's check), read back after the run.
+    Tensor flag = ctx.allocate_temp(DType::Int32, Shape{});
+    auto staged = r.device.staging().acquire(sizeof(int));
+    if (!staged.ok()) return ctx.fail(staged.status());
+    auto readback = std::make_shared<PinnedStagingPool::Buffer>(std::move(staged).value());
+    int* flag_ptr = flag.mutable_data<int32_t>();
+    r.keep_alive.push_back(flag);
+    r.launch([&ctx, kind, geometry, elem, pa, pb, po, n, flag_ptr, readback](cudaStream_t s) {
+      cudaError_t e = cudaMemsetAsync(flag_ptr, 0, sizeof(int), s);
+      if (e == cudaSuccess) e = gpu::launch_binary(kOp, elem, kind, geometry, pa, pb, po, n, flag_ptr, s);
+      if (e == cudaSuccess) e = cudaMemcpyAsync(readback->data(), flag_ptr, sizeof(int), cudaMemcpyDeviceToHost, s);
+      check_launch(ctx, e, "Div");
+    });
+    r.finish = [&ctx, readback] {
+      int zero = 0;
+      std::memcpy(&zero, readback->data(), sizeof(int));
+      readback->release();
+      if (zero != 0) ctx.fail(ErrorCode::kInvalidArgument, "integer division by zero");
+    };
+  }
+};
+
+// out = op(x). Thread-safe: run() keeps no state between runs.
+template <gpu::UnaryKind kOp, bool kFloatingOnly>
+class UnaryGpuOp final : public GpuOpKernel {
+ public:
+  using GpuOpKernel::GpuOpKernel;
+
+ protected:
+  void run(OpKernelContext& ctx, GpuRun& r) override {
+    const Tensor& x = ctx.input(0);
+    const bool supported = dtype_is_floating(x.dtype()) ||
+                           (!kFloatingOnly && (x.dtype() == DType::Int32 || x.dtype() == DType::Int64));
+    if (!supported) return ctx.fail(ErrorCode::kInvalidArgument, "unsupported dtype {}", dtype_name(x.dtype()));
+    Tensor& out = ctx.allocate_output(0, x.shape());
+    const int64_t n = out.num_elements();
+    if (n == 0) return;
+    r.launch([&ctx, elem = gpu_elem(x.dtype()), px = x.raw_data(), po = out.raw_mutable_data(), n](cudaStream_t s) {
+      check_launch(ctx, gpu::launch_unary(kOp, elem, px, po, n, s), "unary op");
+    });
+  }
+};
+
+// ---- Cast ----
+
+// Converts input 0 to the "dtype" attr; the same dtype shares the buffer. Thread-safe.
+class CastGpuOp final : public GpuOpKernel {
+ public:
+  explicit CastGpuOp(const Node& n) : GpuOpKernel(n), to_(n.output_dtypes[0]) {}
+
+ protected:
+  void run(OpKernelContext& ctx, GpuRun& r) override {
+    const Tensor& x = ctx.input(0);
+    if (x.dtype() == to_) {
+      ctx.set_output(0, x);
+      return;
+    }
+    Tensor& out = ctx.allocate_output(0, x.shape());
+    const int64_t n = out.num_elements();
+    if (n == 0) return;
+    r.launch([&ctx, from = gpu_elem(x.dtype()), to = gpu_elem(to_), px = x.raw_data(), po = out.raw_mutable_data(),
+              n](cudaStream_t s) { check_launch(ctx, gpu::launch_cast(from, to, px, po, n, s), "Cast"); });
+  }
+
+ private:
+  const DType to_;
+};
+
+// ---- MatMul ----
+
+// out = op(a) * op(b): cuBLAS for float32 and float64, a tiled kernel for integers. Thread-safe
+// (cuBLAS calls are serialized by the device).
+class MatMulGpuOp final : public GpuOpKernel {
+ public:
+  explicit MatMulGpuOp(const Node& n)
+      : GpuOpKernel(n), transpose_a_(n.attr<bool>("transpose_a")), transpose_b_(n.attr<bool>("transpose_b")) {}
+
+ protected:
+  void run(OpKernelContext& ctx, GpuRun& r) override {
+    const Tensor& a = ctx.input(0);
+    const Tensor& b = ctx.input(1);
+    if (a.shape().rank() != 2 || b.shape().rank() != 2) {
+      return ctx.fail(ErrorCode::kInvalidArgument, "inputs must be matrices, got shapes {} and {}",
+                      a.shape().to_string(), b.shape().to_string());
+    }
+    if (a.dtype() != b.dtype()) {
+      return ctx.fail(ErrorCode::kInvalidArgument, "inputs must have the same dtype, got {} and {}",
+                      dtype_name(a.dtype()), dtype_name(b.dtype()));
+    }
+    const int64_t m = a.shape().dim(transpose_a_ ? 1 : 0);
+    const int64_t k = a.shape().dim(transpose_a_ ? 0 : 1);
+    const int64_t kb = b.shape().dim(transpose_b_ ? 1 : 0);
+    const int64_t n = b.shape().dim(transpose_b_ ? 0 : 1);
+    if (k != kb) {
+      return ctx.fail(ErrorCode::kInvalidArgument,
+                      "inner dimensions differ: incompatible shapes {} and {} (transpose_a={}, transpose_b={})",
+                      a.shape().to_string(), b.shape().to_string(), transpose_a_, transpose_b_);
+    }
+    if (a.dtype() == DType::Bool) return ctx.fail(ErrorCode::kInvalidArgument, "unsupported dtype {}", "bool");
+    const bool floating = dtype_is_floating(a.dtype());
+    if (floating) {
+      for (int64_t d : {m, k, n}) {
+        if (d > INT_MAX) return ctx.fail(ErrorCode::kInvalidArgument, "dimension {} is too large for BLAS", d);
+      }
+    }
+    Tensor& out = ctx.allocate_output(0, Shape{m, n});
+    if (m == 0 || n == 0) return;
+    void* pc = out.raw_mutable_data();
+    if (k == 0) {  // an empty sum; BLAS also rejects a leading dimension of 0
+      r.launch([&ctx, pc, bytes = out.bytes()](cudaStream_t s) {
+        check_launch(ctx, cudaMemsetAsync(pc, 0, bytes, s), "MatMul");
+      });
+      return;
+    }
+    const void* pa = a.raw_data();
+    const void* pb = b.raw_data();
+    const bool ta = transpose_a_;
+    const bool tb = transpose_b_;
+    if (!floating) {
+      r.launch([&ctx, elem = gpu_elem(a.dtype()), pa, pb, pc, m, k, n, ta, tb](cudaStream_t s) {
+        check_launch(ctx, gpu::launch_integer_matmul(elem, pa, pb, pc, m, k, n, ta, tb, s), "MatMul");
+      });
+      return;
+    }
+    const auto lda = static_cast<int>(a.shape().dim(1));
+    const auto ldb = static_cast<int>(b.shape().dim(1));
+    const bool f32 = a.dtype() == DType::Float32;
+    CudaDevice* device = &r.device;
+    r.launch([&ctx, device, f32, pa, pb, pc, m, k, n, ta, tb, lda, ldb](cudaStream_t s) {
+      // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: cuBLAS sees each stored
+      // row-major matrix as its transpose, so the operands swap and the transposes stay.
+      const cublasOperation_t op_b = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+      const cublasOperation_t op_a = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
+      const int im = static_cast<int>(m);
+      const int ik = static_cast<int>(k);
+      const int in = static_cast<int>(n);
+      Status st = device->with_cublas(s, [&](cublasContext* handle) -> Status {
+        if (f32) {
+          const float one = 1.0f;
+          const float zero = 0.0f;
+          return cublas_status(cublasSgemm(handle, op_b, op_a, in, im, ik, &one, static_cast<const float*>(pb), ldb,
+                                           static_cast<const float*>(pa), lda, &zero, static_cast<float*>(pc), in),
+                               "cublasSgemm");
+        }
+        const double one = 1.0;
+        const double zero = 0.0;
+        return cublas_status(cublasDgemm(handle, op_b, op_a, in, im, ik, &one, static_cast<const double*>(pb), ldb,
+                                         static_cast<const double*>(pa), lda, &zero, static_cast<double*>(pc), in),
+                             "cublasDgemm");
+      });
+      if (!st.ok()) ctx.fail(st);
+    });
+  }
+
+ private:
+  const bool transpose_a_;
+  const bool transpose_b_;
+};
+
+// ---- Reductions ----
+
+// Reduces input 0 over the "axes" attr, keeping size-1 dims when "keep_dims" is set. The checks
+// and the merged runs are kernels/reduction_ops.cc's; the GPU plan is Note [GPU reductions] in
+// reduction_kernels.cu. Thread-safe: run() keeps no state between runs.
+template <gpu::ReduceKind kOp>
+class ReductionGpuOp final : public GpuOpKernel {
+ public:
+  explicit ReductionGpuOp(const Node& n)
+      : GpuOpKernel(n), axes_(n.attr<std::vector<int64_t>>("axes")), keep_dims_(n.attr<bool>("keep_dims")) {}
+
+ protected:
+  void run(OpKernelContext& ctx, GpuRun& r) override {
+    const Tensor& x = ctx.input(0);
+    if (x.dtype() == DType::Bool) return ctx.fail(ErrorCode::kInvalidArgument, "unsupported dtype {}", "bool");
+    const Shape& in_shape = x.shape();
+    auto mask_or = reduction_mask(axes_, in_shape.rank());
+    if (!mask_or.ok()) {
+      return ctx.fail(ErrorCode::kInvalidArgument, "{} (input shape {})", mask_or.status().message(),
+                      in_shape.to_string());
+    }
+    const std::vector<bool>& mask = mask_or.value();
+    Shape out_shape;
+    int64_t count = 1;
+    int64_t dims[Shape::kMaxRank] = {};
+    bool reduced[Shape::kMaxRank] = {};
+    int rank = 0;
+    for (int i = 0; i < in_shape.rank(); ++i) {
+      const int64_t d = in_shape.dim(i);
+      if (mask[i]) {
+        count *= d;
+        if (keep_dims_) out_shape.append(1);
+      } else {
+        out_shape.append(d);
+      }
+      if (d == 1) continue;
+      if (rank > 0 && reduced[rank - 1] == mask[i]) {
+        dims[rank - 1] *= d;
+      } else {
+        dims[rank] = d;
+        reduced[rank] = mask[i];
+        ++rank;
+      }
+    }
+    Tensor& out = ctx.allocate_output(0, out_shape);
+    const int64_t out_n = out.num_elements();
+    if (out_n == 0) return;
+    const bool integral = !dtype_is_floating(x.dtype());
+    if (count == 0 && kOp == gpu::ReduceKind::kMax) {
+      return ctx.fail(ErrorCode::kInvalidArgument, "the maximum of an empty set is undefined (input shape {})",
+                      in_shape.to_string());
+    }
+    if (count == 0 && kOp == gpu::ReduceKind::kMean && integral) {
+      return ctx.fail(ErrorCode::kInvalidArgument,
+                      "the integer mean of an empty set divides by zero (input shape {})", in_shape.to_string());
+    }
+    gpu::ReduceGeometry g;
+    g.out_count = out_n;
+    g.count = count;
+    int64_t strides[Shape::kMaxRank] = {};
+    int64_t stride = 1;
+    for (int d = rank - 1; d >= 0; --d) {
+      strides[d] = stride;
+      stride *= dims[d];
+    }
+    int last_reduced = -1;
+    for (int d = 0; d < rank; ++d) {
+      if (reduced[d]) last_reduced = d;
+    }
+    for (int d = 0; d < rank; ++d) {
+      if (!reduced[d]) {
+        g.kept_dims[g.kept_rank] = dims[d];
+        g.kept_strides[g.kept_rank] = strides[d];
+        ++g.kept_rank;
+      } else if (d != last_reduced) {
+        g.outer_dims[g.outer_rank] = dims[d];
+        g.outer_strides[g.outer_rank] = strides[d];
+        ++g.outer_rank;
+      }
+    }
+    if (last_reduced >= 0) {
+      g.inner = dims[last_reduced];
+      g.inner_stride = strides[last_reduced];
+    }
+    const gpu::Elem elem = gpu_elem(x.dtype());
+    const int sms = r.device.multiprocessor_count();
+    void* scratch = nullptr;
+    if (const std::size_t bytes = gpu::reduce_scratch_bytes(elem, g, sms); bytes > 0) {
+      Tensor t = ctx.allocate_temp(DType::Int64, Shape{static_cast<int64_t>((bytes + 7) / 8)});
+      scratch = t.raw_mutable_data();
+      r.keep_alive.push_back(std::move(t));
+    }
+    r.launch([&ctx, g, elem, px = x.raw_data(), po = out.raw_mutable_data(), scratch, sms](cudaStream_t s) {
+      check_launch(ctx, gpu::launch_reduce(kOp, elem, g, px, po, scratch, sms, s), "reduction");
+    });
+  }
+
+ private:
+  const std::vector<int64_t> axes_;
+  const bool keep_dims_;
+};
+
+// ---- Random ----
+
+uint64_t seed_of(const Node& n) {
+  const auto seed = static_cast<uint64_t>(n.attr<int64_t>("seed"));
+  if (seed != 0) return seed;
+  std::random_device device;
+  return (uint64_t{device()} << 32) | device();
+}
+
+// Note [Random streams] in kernels/random_ops.cc, on the GPU: the same key, the same atomic block
+// reservation, the same blocks to values. Thread-safe: reserve is one atomic add.
+template <bool kNormal>
+class RandomGpuOp final : public GpuOpKernel {
+ public:
+  explicit RandomGpuOp(const Node& n)
+      : GpuOpKernel(n),
+        key_(seed_of(n)),
+        mean_(kNormal ? n.attr<double>("mean") : 0.0),
+        stddev_(kNormal ? n.attr<double>("stddev") : 1.0) {}
+
+ protected:
+  void run(OpKernelContext& ctx, GpuRun& r) override {
+    Tensor& out = ctx.allocate_output(0, node().attr<Shape>("shape"));
+    const int64_t n = out.num_elements();
+    const int64_t per_block = out.dtype() == DType::Float32 ? 4 : 2;
+    if (!dtype_is_floating(out.dtype())) {
+      return ctx.fail(ErrorCode::kInvalidArgument, "unsupported dtype {}", dtype_name(out.dtype()));
+    }
+    const uint64_t first = next_block_.fetch_add(static_cast<uint64_t>((n + per_block - 1) / per_block),
+                                                 std::memory_order_relaxed);
+    if (n == 0) return;
+    r.launch([&ctx, elem = gpu_elem(out.dtype()), po = out.raw_mutable_data(), n, key = key_, first,
+              mean = mean_, stddev = stddev_](cudaStream_t s) {
+      const cudaError_t e = kNormal ? gpu::launch_random_normal(elem, po, n, key, first, mean, stddev, s)
+                                    : gpu::launch_random_uniform(elem, po, n, key, first, s);
+      check_launch(ctx, e, kNormal ? "RandomNormal" : "RandomUniform");
+    });
+  }
+
+ private:
+  const uint64_t key_;
+  const double mean_;
+  const double stddev_;
+  std::atomic<uint64_t> next_block_{0};
+};
+
+using gpu::BinaryKind;
+using gpu::ReduceKind;
+using gpu::UnaryKind;
+using NegGpuOp = UnaryGpuOp<UnaryKind::kNeg, false>;
+using ReluGpuOp = UnaryGpuOp<UnaryKind::kRelu, false>;
+using SquareGpuOp = UnaryGpuOp<UnaryKind::kSquare, false>;
+using ExpGpuOp = UnaryGpuOp<UnaryKind::kExp, true>;
+using LogGpuOp = UnaryGpuOp<UnaryKind::kLog, true>;
+using SqrtGpuOp = UnaryGpuOp<UnaryKind::kSqrt, true>;
+using TanhGpuOp = UnaryGpuOp<UnaryKind::kTanh, true>;
+using SigmoidGpuOp = UnaryGpuOp<UnaryKind::kSigmoid, true>;
+
+TESSERA_REGISTER_KERNEL("Add", "GPU", BinaryGpuOp<BinaryKind::kAdd>);
+TESSERA_REGISTER_KERNEL("Sub", "GPU", BinaryGpuOp<BinaryKind::kSub>);
+TESSERA_REGISTER_KERNEL("Mul", "GPU", BinaryGpuOp<BinaryKind::kMul>);
+TESSERA_REGISTER_KERNEL("Div", "GPU", BinaryGpuOp<BinaryKind::kDiv>);
+TESSERA_REGISTER_KERNEL("Maximum", "GPU", BinaryGpuOp<BinaryKind::kMaximum>);
+TESSERA_REGISTER_KERNEL("Minimum", "GPU", BinaryGpuOp<BinaryKind::kMinimum>);
+TESSERA_REGISTER_KERNEL("Neg", "GPU", NegGpuOp);
+TESSERA_REGISTER_KERNEL("Relu", "GPU", ReluGpuOp);
+TESSERA_REGISTER_KERNEL("Square", "GPU", SquareGpuOp);
+TESSERA_REGISTER_KERNEL("Exp", "GPU", ExpGpuOp);
+TESSERA_REGISTER_KERNEL("Log", "GPU", LogGpuOp);
+TESSERA_REGISTER_KERNEL("Sqrt", "GPU", SqrtGpuOp);
+TESSERA_REGISTER_KERNEL("Tanh", "GPU", TanhGpuOp);
+TESSERA_REGISTER_KERNEL("Sigmoid", "GPU", SigmoidGpuOp);
+TESSERA_REGISTER_KERNEL("Cast", "GPU", CastGpuOp);
+TESSERA_REGISTER_KERNEL("MatMul", "GPU", MatMulGpuOp);
+TESSERA_REGISTER_KERNEL("Sum", "GPU", ReductionGpuOp<ReduceKind::kSum>);
+TESSERA_REGISTER_KERNEL("Mean", "GPU", ReductionGpuOp<ReduceKind::kMean>);
+TESSERA_REGISTER_KERNEL("Max", "GPU", ReductionGpuOp<ReduceKind::kMax>);
+TESSERA_REGISTER_KERNEL("RandomUniform", "GPU", RandomGpuOp<false>);
+TESSERA_REGISTER_KERNEL("RandomNormal", "GPU", RandomGpuOp<true>);
+
+}  // namespace
+}  // namespace tessera::internal

@@ -1,0 +1,138 @@
+#include "device/cuda/gpu_op_kernel.h"
+
+#include <condition_variable>
+
+#include "core/executor.h"
+#include "core/op_registry.h"
+#include "device/cuda/cuda_status.h"
+
+namespace tessera::internal {
+
+// Note [GPU kernels]
+// ~~~~~~~~~~~~~~~~~~
+// A GPU kernel is asynchronous, like a SIM kernel (Note [SIM kernels] in device/sim_kernels.cc):
+// compute_async checks that every input is in the GPU's memory (an input that is not is an
+// InternalError naming the op: a missing transfer), then run() checks shapes and dtypes on the host
+// exactly as the CPU kernel does (same messages), allocates the outputs in GPU memory and launches
+// on compute stream 0; the kernel finishes through Stream::then, so `done` runs on the device's
+// completion thread once the GPU has run everything launched (Note [CUDA streams] in
+// cuda_device.cc). Device-side failures (an integer division by zero) come back through a flag
+// copied to pinned memory and read by GpuRun::finish before `done`. Launch errors fail the op,
+// not the stream. Inputs stay alive until `done` (the executor holds them), and GpuRun::keep_alive
+// holds temporaries, so no memory is reused while the GPU may still read it.
+//
+// Given no device (the kernel test harness runs every registered kernel on host tensors that way),
+// a GPU kernel runs the op's CPU kernel: OpKernelContext's device nullptr means the host CPU.
+
+gpu::Elem gpu_elem(DType dtype) {
+  switch (dtype) {
+    case DType::Float32: return gpu::Elem::kF32;
+    case DType::Float64: return gpu::Elem::kF64;
+    case DType::Int32: return gpu::Elem::kI32;
+    case DType::Int64: return gpu::Elem::kI64;
+    case DType::Bool: return gpu::Elem::kBool;
+  }
+  return gpu::Elem::kBool;
+}
+
+void check_launch(OpKernelContext& ctx, cudaError_t error, std::string_view what) {
+  if (error != cudaSuccess) ctx.fail(cuda_error(error, what));
+}
+
+void GpuOpKernel::compute(OpKernelContext& ctx) {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool finished = false;
+  compute_async(ctx, [&] {
+    std::lock_guard<std::mutex> lock(mu);
+    finished = true;
+    cv.notify_all();
+  });
+  std::unique_lock<std::mutex> lock(mu);
+  cv.wait(lock, [&] { return finished; });
+}
+
+void GpuOpKernel::compute_on_host(OpKernelContext& ctx, std::function<void()> done) {
+  std::call_once(cpu_once_, [&] {
+    const KernelFactory* factory = OpRegistry::global().find_kernel(node().type, "CPU");
+    if (factory == nullptr) {
+      cpu_status_ = errors::unimplemented("no CPU kernel for op type {} to run on the host", node().type);
+      return;
+    }
+    try {
+      cpu_ = (*factory)(node());
+    } catch (...) {
+      cpu_status_ = status_from_current_exception();
+    }
+  });
+  if (cpu_ == nullptr) {
+    ctx.fail(cpu_status_);
+    done();
+    return;
+  }
+  cpu_->compute_async(ctx, std::move(done));
+}
+
+void GpuOpKernel::compute_async(OpKernelContext& ctx, std::function<void()> done) {
+  Device* device = ctx.device();
+  if (device == nullptr || device->type() == "CPU") return compute_on_host(ctx, std::move(done));
+  auto* gpu = dynamic_cast<CudaDevice*>(device);
+  if (gpu == nullptr) {
+    ctx.fail(errors::internal("a GPU kernel must run on a GPU device, not on {}", device->name()));
+    done();
+    return;
+  }
+  if (needs_inputs_on_device()) {
+    for (int i = 0; i < ctx.num_inputs(); ++i) {
+      const Tensor& in = ctx.input(i);
+      if (!in.is_null() && in.device() != gpu->name()) {
+        ctx.fail(errors::internal("input {} is in the memory of {}, not of {} (missing transfer)", i, in.device(),
+                                  gpu->name()));
+        done();
+        return;
+      }
+    }
+  }
+  const int64_t start = ctx.trace() != nullptr ? now_micros() : 0;
+  CudaStream& stream = gpu->cuda_compute_stream(0);
+  GpuRun r{*gpu, stream};
+  try {
+    run(ctx, r);
+  } catch (...) {
+    ctx.fail(status_from_current_exception());
+  }
+  auto trace = [this, &ctx, gpu, &stream, start] {
+    if (ctx.trace() == nullptr) return;
+    TraceRecord record;
+    record.name = node().name;
+    record.category = node().type;
+    record.device = gpu->name();
+    record.lane = stream.name();
+    record.start_us = start;
+    record.end_us = now_micros();
+    ctx.trace()->add(std::move(record));
+  };
+  if (!r.launched) {  // nothing on the GPU (an error, an empty output, a shared buffer)
+    if (r.finish && ctx.status().ok()) r.finish();
+    trace();
+    done();
+    return;
+  }
+  stream.then([&ctx, trace, finish = std::move(r.finish), keep = std::move(r.keep_alive),
+               done = std::move(done)](Status s) mutable {
+    if (!s.ok()) {
+      ctx.fail(s);
+    } else if (finish) {
+      try {
+        finish();
+      } catch (...) {
+        ctx.fail(status_from_current_exception());
+      }
+    }
+    keep.clear();
+    trace();
+    done();
+  });
+}
+
+}  // namespace tessera::internal

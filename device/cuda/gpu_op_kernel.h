@@ -1,0 +1,81 @@
+// The base of the GPU op kernels (device type "GPU"): asynchronous kernels that check their
+// inputs on the host, allocate outputs in GPU memory, launch on the device's compute stream and
+// finish through the stream's completion path (Note [GPU kernels] in gpu_op_kernel.cc).
+//
+//   class NegGpuOp final : public GpuOpKernel {
+//     using GpuOpKernel::GpuOpKernel;
+//     void run(OpKernelContext& ctx, GpuRun& r) override {
+//       Tensor& y = ctx.allocate_output(0, ctx.input(0).shape());
+//       r.launch([&ctx, x = ctx.input(0).raw_data(), p = y.raw_mutable_data(), n = y.num_elements()](
+//                    cudaStream_t s) { check_launch(ctx, gpu::launch_unary(..., s), "Neg"); });
+//     }
+//   };
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string_view>
+#include <vector>
+
+#include <cuda_runtime_api.h>
+
+#include "core/op_kernel.h"
+#include "device/cuda/cuda_device.h"
+#include "device/cuda/gpu_launch.h"
+
+namespace tessera::internal {
+
+// What a GPU kernel's run() issues. Thread-compatible (one run at a time).
+struct GpuRun {
+  CudaDevice& device;  // Not owned.
+  CudaStream& stream;  // Not owned.
+  bool launched = false;
+  // Runs once the launched work has completed without error, before the kernel is done, on the
+  // completion thread (reads back device flags).
+  std::function<void()> finish;
+  // Device tensors that must live until the launched work has run (temporaries, replaced values).
+  std::vector<Tensor> keep_alive;
+
+  void launch(std::function<void(cudaStream_t)> fn) {
+    launched = true;
+    stream.launch(std::move(fn));
+  }
+};
+
+// Fails `ctx` with the CUDA error of a launch (nothing when cudaSuccess).
+void check_launch(OpKernelContext& ctx, cudaError_t error, std::string_view what);
+gpu::Elem gpu_elem(DType dtype);
+
+// Thread-safe as far as run() is: the base keeps only the lazily made CPU kernel.
+class GpuOpKernel : public OpKernel {
+ public:
+  explicit GpuOpKernel(const Node& node) : OpKernel(node) {}
+
+  bool is_async() const override { return true; }
+  // The host side of a GPU kernel only checks and launches: never worth a pool thread.
+  bool is_expensive() const override { return false; }
+  // Blocks until compute_async is done: for callers that cannot wait asynchronously. Never call it
+  // on a device's completion thread.
+  void compute(OpKernelContext& ctx) override;
+  void compute_async(OpKernelContext& ctx, std::function<void()> done) override;
+
+ protected:
+  // The op on a GPU: check inputs, allocate outputs, then issue GPU work through r.launch.
+  // Record failures with ctx.fail before the first launch; afterwards touch ctx only from the
+  // launched functions and r.finish (they may run on other threads).
+  virtual void run(OpKernelContext& ctx, GpuRun& r) = 0;
+  // Whether every input must already be in the device's memory (checked before run()).
+  virtual bool needs_inputs_on_device() const { return true; }
+
+  // Runs the op's CPU kernel instead: what a GPU kernel does when it is given host tensors and no
+  // device (OpKernelContext's device nullptr means the host CPU), as the kernel test harness does.
+  void compute_on_host(OpKernelContext& ctx, std::function<void()> done);
+
+ private:
+  std::once_flag cpu_once_;
+  std::unique_ptr<OpKernel> cpu_;  // set once under cpu_once_
+  Status cpu_status_;              // set once under cpu_once_
+};
+
+}  // namespace tessera::internal

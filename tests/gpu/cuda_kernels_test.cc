@@ -1,0 +1,683 @@
+// Every GPU kernel against its CPU kernel (label gpu), in the manner of tests/kernels_test.cc: the
+// op is built in a Graph, its "CPU" kernel runs on host inputs and its "GPU" kernel on the same
+// inputs copied to the GPU, through OpKernelContext as the executor runs kernels; the outputs must
+// agree (dtype and shape exactly, integers and bools exactly, floating point by normalised squared
+// error with NaN and infinities in the same places), failures must be the same code and message,
+// and the GPU kernel must leave its inputs as they were. Skips without a GPU.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "core/op_registry.h"
+#include "core/tensor_buffer.h"
+#include "tessera/tessera.h"
+#include "tests/gpu/gpu_test_util.h"
+
+namespace tessera::internal {
+namespace {
+
+using gpu_testing::KernelRun;
+using gpu_testing::run_kernel_on;
+using gpu_testing::to_device;
+using gpu_testing::to_host;
+
+constexpr DType kNumericDTypes[] = {DType::Float32, DType::Float64, DType::Int32, DType::Int64};
+constexpr DType kAllDTypes[] = {DType::Float32, DType::Float64, DType::Int32, DType::Int64, DType::Bool};
+
+template <class Fn>
+void visit(DType dtype, Fn&& fn) {
+  switch (dtype) {
+    case DType::Float32: return fn(float{});
+    case DType::Float64: return fn(double{});
+    case DType::Int32: return fn(int32_t{});
+    case DType::Int64: return fn(int64_t{});
+    case DType::Bool: return fn(bool{});
+  }
+}
+
+std::vector<double> values_of(const Tensor& t) {
+  std::vector<double> out(static_cast<std::size_t>(t.num_elements()));
+  visit(t.dtype(), [&](auto type) {
+    const auto* p = t.data<decltype(type)>();
+    for (std::size_t i = 0; i < out.size(); ++i) out[i] = static_cast<double>(p[i]);
+  });
+  return out;
+}
+
+Tensor tensor_of(DType dtype, const Shape& shape, const std::vector<double>& values) {
+  Tensor t(dtype, shape);
+  visit(dtype, [&](auto type) {
+    using T = decltype(type);
+    T* p = t.mutable_data<T>();
+    for (std::size_t i = 0; i < values.size(); ++i) p[i] = static_cast<T>(values[i]);
+  });
+  return t;
+}
+
+struct Range {
+  double lo;
+  double hi;
+  bool nonzero = false;
+};
+
+class RandomInputs {
+ public:
+  Tensor tensor(DType dtype, const Shape& shape, Range r) {
+    std::vector<double> v(static_cast<std::size_t>(shape.num_elements()));
+    for (double& x : v) {
+      do {
+        if (dtype == DType::Bool) {
+          x = std::bernoulli_distribution(0.5)(gen_);
+        } else if (dtype_is_floating(dtype)) {
+          x = std::uniform_real_distribution<double>(r.lo, r.hi)(gen_);
+        } else {
+          x = static_cast<double>(std::uniform_int_distribution<int64_t>(static_cast<int64_t>(r.lo),
+                                                                         static_cast<int64_t>(r.hi))(gen_));
+        }
+      } while (r.nonzero && std::abs(x) < 0.25);
+    }
+    return tensor_of(dtype, shape, v);
+  }
+
+ private:
+  std::mt19937_64 gen_{20240601};
+};
+
+Output feed(Graph& g, const Tensor& t) { return ops::placeholder(g, t.dtype(), t.shape()); }
+
+std::string describe(DType dtype, const std::vector<Shape>& shapes) {
+  std::string s(dtype_name(dtype));
+  for (const Shape& shape : shapes) {
+    s += ' ';  // appended in two steps: GCC 12 warns (-Wrestrict, falsely) about " " + string
+    s += shape.to_string();
+  }
+  return s;
+}
+
+class CudaKernelsTest : public ::testing::Test {
+ protected:
+  void SetUp() override { TESSERA_REQUIRE_GPU(gpu_); }
+
+  std::unique_ptr<OpKernel> kernel(const Output& y, const char* device_type) {
+    auto k = OpRegistry::global().create_kernel(*y.node(), device_type);
+    EXPECT_TRUE(k.ok()) << k.status().to_string();
+    return k.ok() ? std::move(k).value() : nullptr;
+  }
+
+  std::vector<Tensor> on_gpu(const std::vector<Tensor>& host) {
+    std::vector<Tensor> out;
+    for (const Tensor& t : host) {
+      auto d = to_device(*gpu_, t);
+      EXPECT_TRUE(d.ok()) << d.status().to_string();
+      out.push_back(d.ok() ? d.value() : Tensor());
+    }
+    return out;
+  }
+
+  Tensor back(const Tensor& t) {
+    if (t.is_null() || t.device() == kHostDeviceName) return t;
+    auto h = to_host(*gpu_, t);
+    EXPECT_TRUE(h.ok()) << h.status().to_string();
+    return h.ok() ? h.value() : Tensor();
+  }
+
+  // Runs `gpu_kernel` on device copies of `inputs`; its outputs copied back, and checks that the
+  // kernel left the device inputs as they were.
+  KernelRun run_gpu(OpKernel& gpu_kernel, const std::vector<Tensor>& inputs, ResourceMgr* resources = nullptr) {
+    std::vector<Tensor> device_inputs = on_gpu(inputs);
+    KernelRun r = run_kernel_on(gpu_kernel, device_inputs, gpu_, resources);
+    for (Tensor& t : r.outputs) {
+      if (!t.is_null()) {
+        EXPECT_EQ(t.device(), gpu_->name()) << "a GPU kernel's output is in GPU memory";
+        t = back(t);
+      }
+    }
+    for (std::size_t i = 0; i < inputs.size(); ++i) {
+      EXPECT_TRUE(back(device_inputs[i]).equals(inputs[i])) << "the GPU kernel changed input " << i;
+    }
+    return r;
+  }
+
+  // The op of `y`: GPU against CPU.
+  void check_op(const Output& y, const std::vector<Tensor>& inputs, double f32_tolerance = 1e-10) {
+    auto cpu = kernel(y, "CPU");
+    auto gpu = kernel(y, "GPU");
+    ASSERT_TRUE(cpu && gpu);
+    KernelRun want = run_kernel_on(*cpu, inputs, nullptr);
+    KernelRun got = run_gpu(*gpu, inputs);
+    ASSERT_TRUE(want.status.ok()) << want.status.to_string();
+    ASSERT_TRUE(got.status.ok()) << got.status.to_string();
+    ASSERT_EQ(got.outputs.size(), want.outputs.size());
+    for (std::size_t i = 0; i < want.outputs.size(); ++i) expect_same(got.outputs[i], want.outputs[i], f32_tolerance);
+  }
+
+  // Both kernels fail alike: same code, same message (which names the op).
+  void check_op_fails(const Output& y, const std::vector<Tensor>& inputs, const std::string& substring) {
+    auto cpu = kernel(y, "CPU");
+    auto gpu = kernel(y, "GPU");
+    ASSERT_TRUE(cpu && gpu);
+    KernelRun want = run_kernel_on(*cpu, inputs, nullptr);
+    KernelRun got = run_gpu(*gpu, inputs);
+    EXPECT_EQ(want.status.code(), ErrorCode::kInvalidArgument) << want.status.to_string();
+    EXPECT_EQ(got.status.code(), want.status.code()) << got.status.to_string();
+    EXPECT_EQ(got.status.message(), want.status.message());
+    EXPECT_NE(got.status.message().find(substring), std::string::npos) << got.status.to_string();
+  }
+
+  static void expect_same(const Tensor& got, const Tensor& want, double f32_tolerance) {
+    ASSERT_FALSE(got.is_null());
+    ASSERT_EQ(got.dtype(), want.dtype());
+    ASSERT_EQ(got.shape(), want.shape());
+    if (!dtype_is_floating(want.dtype())) {
+      EXPECT_TRUE(got.equals(want)) << "integer or bool values differ";
+      return;
+    }
+    const std::vector<double> g = values_of(got);
+    const std::vector<double> w = values_of(want);
+    double err = 0;
+    double norm = 0;
+    int mismatched_specials = 0;
+    for (std::size_t i = 0; i < w.size(); ++i) {
+      if (std::isnan(w[i]) || std::isinf(w[i])) {
+        const bool same = std::isnan(w[i]) ? std::isnan(g[i]) : g[i] == w[i];
+        if (!same && ++mismatched_specials <= 5) ADD_FAILURE() << "element " << i << ": got " << g[i] << ", want " << w[i];
+        continue;
+      }
+      err += (g[i] - w[i]) * (g[i] - w[i]);
+      norm += w[i] * w[i];
+    }
+    const double tolerance = want.dtype() == DType::Float32 ? f32_tolerance : 1e-24;
+    EXPECT_LE(norm > 0 ? err / norm : err, tolerance);
+  }
+
+  CudaDevice* gpu_ = nullptr;
+};
+
+// ---- Elementwise ----
+
+using BinaryFn = Output (*)(Output, Output, std::string);
+struct BinaryOpCase {
+  const char* type;
+  BinaryFn build;
+  bool nonzero_b;
+};
+const BinaryOpCase kBinaryOps[] = {{"Add", ops::add, false},         {"Sub", ops::sub, false},
+                                   {"Mul", ops::mul, false},         {"Div", ops::div, true},
+                                   {"Maximum", ops::maximum, false}, {"Minimum", ops::minimum, false}};
+
+TEST_F(CudaKernelsTest, BinaryOpsWithBroadcasting) {
+  struct Case {
+    Shape a, b;
+  };
+  const std::vector<Case> cases = {
+      {Shape{}, Shape{}},           {Shape{5}, Shape{5}},           {Shape{1000}, Shape{1000}},
+      {Shape{2, 3}, Shape{}},       {Shape{}, Shape{2, 3}},         {Shape{1, 1, 7}, Shape{7}},
+      {Shape{1}, Shape{6, 1}},      {Shape{3, 1}, Shape{1, 4}},     {Shape{4, 1, 3}, Shape{5, 1}},
+      {Shape{2, 3, 4, 5}, Shape{3, 1, 5}}, {Shape{2, 1, 3, 1}, Shape{1, 4, 1, 5}}, {Shape{129, 33}, Shape{33}},
+      {Shape{33, 1}, Shape{33, 17}}, {Shape{0, 3}, Shape{3}},       {Shape{2, 0}, Shape{1}},
+      {Shape{1 << 20}, Shape{1 << 20}}, {Shape{(1 << 20) + 3}, Shape{}}, {Shape{}, Shape{1027}},
+      {Shape{1000, 1}, Shape{1, 1001}}, {Shape{3, 1, 1}, Shape{1, 1}},
+  };
+  RandomInputs rng;
+  for (const auto& op : kBinaryOps) {
+    for (DType dtype : kNumericDTypes) {
+      const Range range = dtype_is_floating(dtype) ? Range{-2, 2} : Range{-50, 50};
+      for (const auto& c : cases) {
+        SCOPED_TRACE(std::string(op.type) + " " + describe(dtype, {c.a, c.b}));
+        Tensor a = rng.tensor(dtype, c.a, range);
+        Tensor b = rng.tensor(dtype, c.b, {range.lo, range.hi, op.nonzero_b});
+        Graph g;
+        check_op(op.build(feed(g, a), feed(g, b), ""), {a, b});
+      }
+    }
+  }
+}
+
+TEST_F(CudaKernelsTest, BinaryOpsFailAsTheCpuKernelsDo) {
+  for (const auto& op : kBinaryOps) {
+    SCOPED_TRACE(op.type);
+    Graph g;
+    Output y = op.build(ops::placeholder(g, DType::Float32), ops::placeholder(g, DType::Float32, Shape{-1}), "late");
+    check_op_fails(y, {Tensor::zeros(DType::Float32, Shape{2, 3}), Tensor::zeros(DType::Float32, Shape{4})},
+                   "incompatible shapes [2,3] and [4]");
+  }
+}
+
+TEST_F(CudaKernelsTest, IntegerDivisionTruncatesWrapsAndRejectsZero) {
+  for (DType dtype : {DType::Int32, DType::Int64}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    Graph g;
+    const double min = dtype == DType::Int32 ? static_cast<double>(std::numeric_limits<int32_t>::min())
+                                             : static_cast<double>(std::numeric_limits<int64_t>::min());
+    Tensor a = tensor_of(dtype, Shape{6}, {-7, 7, -7, 7, min, 0});
+    Tensor b = tensor_of(dtype, Shape{6}, {2, -2, -2, 3, -1, -5});
+    Output y = ops::div(feed(g, a), feed(g, b));
+    check_op(y, {a, b});
+    check_op_fails(y, {a, tensor_of(dtype, Shape{6}, {1, 1, 0, 1, 1, 1})}, "integer division by zero");
+    Output by_scalar = ops::div(feed(g, a), ops::placeholder(g, dtype, Shape{}));
+    check_op_fails(by_scalar, {a, tensor_of(dtype, Shape{}, {0})}, "integer division by zero");
+    // A big broadcast with one zero divisor somewhere.
+    Tensor big = tensor_of(dtype, Shape{300, 400}, std::vector<double>(120000, 5));
+    std::vector<double> divisors(400, 3);
+    divisors[397] = 0;
+    Output wide = ops::div(feed(g, big), ops::placeholder(g, dtype, Shape{400}));
+    check_op_fails(wide, {big, tensor_of(dtype, Shape{400}, divisors)}, "integer division by zero");
+    // Nothing to compute: no division, no failure.
+    Output empty = ops::div(ops::placeholder(g, dtype, Shape{0, 3}), ops::placeholder(g, dtype, Shape{3}));
+    check_op(empty, {Tensor::zeros(dtype, Shape{0, 3}), Tensor::zeros(dtype, Shape{3})});
+  }
+}
+
+TEST_F(CudaKernelsTest, IntegerArithmeticWrapsAround) {
+  for (DType dtype : {DType::Int32, DType::Int64}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    Tensor a;
+    Tensor b;
+    if (dtype == DType::Int32) {
+      a = Tensor::vector<int32_t>({INT32_MAX, INT32_MIN, 1 << 16});
+      b = Tensor::vector<int32_t>({1, 1, 1 << 16});
+    } else {
+      a = Tensor::vector<int64_t>({INT64_MAX, INT64_MIN, int64_t{1} << 32});
+      b = Tensor::vector<int64_t>({1, 1, int64_t{1} << 32});
+    }
+    Graph g;
+    check_op(ops::add(feed(g, a), feed(g, b)), {a, b});
+    check_op(ops::sub(feed(g, a), feed(g, b)), {a, b});
+    check_op(ops::mul(feed(g, a), feed(g, b)), {a, b});
+    check_op(ops::neg(feed(g, a)), {a});
+    check_op(ops::square(feed(g, a)), {a});
+  }
+}
+
+TEST_F(CudaKernelsTest, MaximumAndMinimumPropagateNaN) {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  for (DType dtype : {DType::Float32, DType::Float64}) {
+    Graph g;
+    Tensor a = tensor_of(dtype, Shape{3}, {nan, 1, 2});
+    Tensor b = tensor_of(dtype, Shape{3}, {1, nan, 3});
+    check_op(ops::maximum(feed(g, a), feed(g, b)), {a, b});
+    check_op(ops::minimum(feed(g, a), feed(g, b)), {a, b});
+  }
+}
+
+struct UnaryOpCase {
+  const char* type;
+  Output (*build)(Output, std::string);
+  bool floating_only;
+  Range float_range;
+};
+const UnaryOpCase kUnaryOps[] = {
+    {"Neg", ops::neg, false, {-2, 2}},   {"Relu", ops::relu, false, {-2, 2}},     {"Square", ops::square, false, {-2, 2}},
+    {"Exp", ops::exp, true, {-3, 3}},    {"Log", ops::log, true, {0.01, 4}},      {"Sqrt", ops::sqrt, true, {0, 4}},
+    {"Tanh", ops::tanh, true, {-4, 4}},  {"Sigmoid", ops::sigmoid, true, {-8, 8}},
+};
+
+TEST_F(CudaKernelsTest, UnaryOps) {
+  const std::vector<Shape> shapes = {Shape{}, Shape{0}, Shape{7}, Shape{3, 5}, Shape{1031}, Shape{(1 << 20) + 1}};
+  RandomInputs rng;
+  for (const auto& op : kUnaryOps) {
+    for (DType dtype : kNumericDTypes) {
+      if (op.floating_only && !dtype_is_floating(dtype)) continue;
+      for (const Shape& shape : shapes) {
+        SCOPED_TRACE(std::string(op.type) + " " + describe(dtype, {shape}));
+        Tensor x = rng.tensor(dtype, shape, dtype_is_floating(dtype) ? op.float_range : Range{-50, 50});
+        Graph g;
+        check_op(op.build(feed(g, x), ""), {x});
+      }
+    }
+  }
+}
+
+TEST_F(CudaKernelsTest, UnaryOpsAtTheEdgesOfTheirDomain) {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const double inf = std::numeric_limits<double>::infinity();
+  for (DType dtype : {DType::Float32, DType::Float64}) {
+    Graph g;
+    Tensor x = tensor_of(dtype, Shape{6}, {-1000, 0, -1, nan, inf, -inf});
+    for (const auto& op : kUnaryOps) {
+      SCOPED_TRACE(std::string(op.type) + " " + std::string(dtype_name(dtype)));
+      check_op(op.build(feed(g, x), ""), {x});
+    }
+  }
+}
+
+TEST_F(CudaKernelsTest, DTypesTheCpuKernelsRejectAreRejected) {
+  // Nodes built for float32, fed other dtypes (as a late-typed input would arrive).
+  Graph g;
+  Output exp = ops::exp(ops::placeholder(g, DType::Float32, Shape{2}));
+  check_op_fails(exp, {Tensor::vector<int32_t>({1, 2})}, "unsupported dtype int32");
+  Output add = ops::add(ops::placeholder(g, DType::Float32, Shape{2}), ops::placeholder(g, DType::Float32, Shape{2}));
+  check_op_fails(add, {Tensor::vector<bool>({true, false}), Tensor::vector<bool>({true, true})},
+                 "unsupported dtype bool");
+  check_op_fails(add, {Tensor::vector<float>({1, 2}), Tensor::vector<double>({1, 2})}, "same dtype");
+}
+
+// ---- MatMul ----
+
+TEST_F(CudaKernelsTest, MatMul) {
+  struct Case {
+    int64_t m, k, n;
+  };
+  const std::vector<Case> cases = {{1, 1, 1},   {3, 4, 5},     {17, 33, 9}, {64, 65, 63}, {5, 300, 600},
+                                   {0, 3, 4},   {3, 0, 4},     {4, 3, 0},   {129, 257, 65}};
+  RandomInputs rng;
+  for (DType dtype : kNumericDTypes) {
+    const Range range = dtype_is_floating(dtype) ? Range{-1, 1} : Range{-5, 5};
+    for (const auto& [m, k, n] : cases) {
+      for (bool ta : {false, true}) {
+        for (bool tb : {false, true}) {
+          const Shape a_shape = ta ? Shape{k, m} : Shape{m, k};
+          const Shape b_shape = tb ? Shape{n, k} : Shape{k, n};
+          SCOPED_TRACE(describe(dtype, {a_shape, b_shape}) + (ta ? " ta" : "") + (tb ? " tb" : ""));
+          Tensor a = rng.tensor(dtype, a_shape, range);
+          Tensor b = rng.tensor(dtype, b_shape, range);
+          Graph g;
+          check_op(ops::matmul(feed(g, a), feed(g, b), ta, tb), {a, b});
+        }
+      }
+    }
+  }
+}
+
+TEST_F(CudaKernelsTest, MatMulIntegersWrapAround) {
+  Graph g;
+  Tensor a = Tensor::matrix<int32_t>({INT32_MAX, 2, 3, 4}, 2, 2);
+  Tensor b = Tensor::matrix<int32_t>({2, 1, INT32_MAX, 1}, 2, 2);
+  check_op(ops::matmul(feed(g, a), feed(g, b)), {a, b});
+}
+
+TEST_F(CudaKernelsTest, MatMulFailsAsTheCpuKernelDoes) {
+  Graph g;
+  Output y = ops::matmul(ops::placeholder(g, DType::Float32), ops::placeholder(g, DType::Float32, Shape{-1, -1}),
+                         false, false, "late");
+  Tensor m23 = Tensor::zeros(DType::Float32, Shape{2, 3});
+  check_op_fails(y, {m23, Tensor::zeros(DType::Float32, Shape{4, 5})}, "[2,3] and [4,5]");
+  check_op_fails(y, {Tensor::zeros(DType::Float32, Shape{2, 3, 1}), m23}, "[2,3,1]");
+}
+
+// ---- Reductions ----
+
+using ReduceFn = Output (*)(Output, std::vector<int>, bool, std::string);
+struct ReductionCase {
+  const char* type;
+  ReduceFn build;
+};
+const ReductionCase kReductions[] = {{"Sum", ops::reduce_sum}, {"Mean", ops::reduce_mean}, {"Max", ops::reduce_max}};
+
+TEST_F(CudaKernelsTest, ReductionsOverAnyAxes) {
+  struct Case {
+    Shape in;
+    std::vector<int> axes;
+  };
+  const std::vector<Case> cases = {
+      {Shape{}, {}},          {Shape{5}, {}},               {Shape{5}, {0}},           {Shape{1000}, {0}},
+      {Shape{3, 4}, {}},      {Shape{3, 4}, {0}},           {Shape{3, 4}, {1}},        {Shape{3, 4}, {-1}},
+      {Shape{3, 4}, {0, 1}},  {Shape{37, 70}, {1}},         {Shape{70, 37}, {0}},      {Shape{2, 3, 4}, {1}},
+      {Shape{2, 3, 4}, {0, 2}}, {Shape{2, 3, 4}, {-3}},     {Shape{2, 1, 4}, {0}},     {Shape{2, 1, 4}, {1}},
+      {Shape{2, 3, 4, 5}, {1, 3}}, {Shape{2, 3, 4, 5}, {0, 2, 3}}, {Shape{4, 0, 3}, {2}},
+      // Large enough for slices and for every grouping of Note [GPU reductions].
+      {Shape{1 << 20}, {}},   {Shape{1000, 1000}, {0}},     {Shape{1000, 1000}, {1}},  {Shape{100000, 7}, {0}},
+      {Shape{7, 100000}, {1}}, {Shape{64, 3, 5000}, {0, 2}}, {Shape{5, 40, 6, 30}, {1, 3}},
+      {Shape{3, 300, 2, 400}, {0, 2}}, {Shape{20000, 3}, {1}},
+  };
+  RandomInputs rng;
+  for (const auto& op : kReductions) {
+    for (DType dtype : kNumericDTypes) {
+      const bool integral = !dtype_is_floating(dtype);
+      for (const auto& c : cases) {
+        for (bool keep_dims : {false, true}) {
+          SCOPED_TRACE(std::string(op.type) + " " + describe(dtype, {c.in}) + " axes " +
+                       ::testing::PrintToString(c.axes) + (keep_dims ? " keep_dims" : ""));
+          Tensor x = rng.tensor(dtype, c.in, integral ? Range{-50, 50} : Range{-2, 2});
+          Graph g;
+          // Float32 sums of up to a million values, summed in another order than the CPU's.
+          check_op(op.build(feed(g, x), c.axes, keep_dims, ""), {x}, 1e-8);
+        }
+      }
+    }
+  }
+}
+
+TEST_F(CudaKernelsTest, ReductionsOverEmptySets) {
+  for (DType dtype : kNumericDTypes) {
+    SCOPED_TRACE(dtype_name(dtype));
+    Graph g;
+    Tensor x = Tensor::zeros(dtype, Shape{4, 0, 3});
+    check_op(ops::reduce_sum(feed(g, x), {1}), {x});
+    check_op_fails(ops::reduce_max(feed(g, x), {1}), {x}, "empty");
+    if (dtype_is_floating(dtype)) {
+      check_op(ops::reduce_mean(feed(g, x), {1}), {x});  // NaN
+    } else {
+      check_op_fails(ops::reduce_mean(feed(g, x), {1}), {x}, "empty");
+    }
+    check_op(ops::reduce_max(feed(g, x), {0}), {x});
+  }
+}
+
+TEST_F(CudaKernelsTest, ReductionsCheckAxesLeftUnknownAtRunTime) {
+  Graph g;
+  Output y = ops::reduce_sum(ops::placeholder(g, DType::Float32), {2}, false, "late");
+  check_op_fails(y, {Tensor::zeros(DType::Float32, Shape{2, 3})}, "axis 2 is out of range");
+}
+
+TEST_F(CudaKernelsTest, ReduceMaxPropagatesNaN) {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  Graph g;
+  Tensor x = tensor_of(DType::Float32, Shape{2, 40}, std::vector<double>(80, 1.0));
+  x.mutable_data<float>()[3] = static_cast<float>(nan);
+  check_op(ops::reduce_max(feed(g, x), {1}), {x});
+  check_op(ops::reduce_max(feed(g, x), {0}), {x});
+  Tensor big = tensor_of(DType::Float64, Shape{1 << 20}, std::vector<double>(1 << 20, -3.0));
+  big.mutable_data<double>()[777777] = nan;
+  check_op(ops::reduce_max(feed(g, big)), {big});
+}
+
+// ---- Cast ----
+
+TEST_F(CudaKernelsTest, CastBetweenAllDTypes) {
+  const std::vector<Shape> shapes = {Shape{}, Shape{0}, Shape{9}, Shape{3, 40}, Shape{100003}};
+  RandomInputs rng;
+  for (DType from : kAllDTypes) {
+    for (DType to : kAllDTypes) {
+      for (const Shape& shape : shapes) {
+        SCOPED_TRACE(describe(from, {shape}) + " to " + std::string(dtype_name(to)));
+        Tensor x = rng.tensor(from, shape, Range{-100, 100});
+        if (x.num_elements() > 1) {
+          std::vector<double> v = values_of(x);
+          v[1] = 0;
+          x = tensor_of(from, shape, v);
+        }
+        Graph g;
+        check_op(ops::cast(feed(g, x), to), {x});
+      }
+    }
+  }
+}
+
+TEST_F(CudaKernelsTest, CastFromFloatingPointSaturates) {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const double inf = std::numeric_limits<double>::infinity();
+  for (DType from : {DType::Float32, DType::Float64}) {
+    Graph g;
+    Tensor x = tensor_of(from, Shape{8}, {1e10, -1e10, nan, -3.9, inf, -1e30, 2147483647.0, -2147483649.0});
+    for (DType to : {DType::Int32, DType::Int64, DType::Bool}) check_op(ops::cast(feed(g, x), to), {x});
+  }
+}
+
+TEST_F(CudaKernelsTest, CastToTheSameDTypeSharesTheBuffer) {
+  Graph g;
+  Tensor x = Tensor::vector<float>({1, 2, 3});
+  auto gpu = kernel(ops::cast(feed(g, x), DType::Float32), "GPU");
+  Tensor on = to_device(*gpu_, x).value();
+  KernelRun r = run_kernel_on(*gpu, {on}, gpu_);
+  ASSERT_TRUE(r.status.ok());
+  EXPECT_EQ(r.outputs[0].raw_data(), on.raw_data());
+}
+
+// ---- Random ----
+
+TEST_F(CudaKernelsTest, RandomUniformIsTheCpuStreamBitForBit) {
+  for (DType dtype : {DType::Float32, DType::Float64}) {
+    for (int64_t n : {1, 7, 64, 1001, 1 << 20}) {
+      for (uint64_t seed : {uint64_t{42}, uint64_t{0x0123456789abcdefull}}) {
+        SCOPED_TRACE(describe(dtype, {Shape{n}}) + " seed " + std::to_string(seed));
+        Graph g;
+        Output y = ops::random_uniform(g, Shape{n}, dtype, seed);
+        auto cpu = kernel(y, "CPU");
+        auto gpu = kernel(y, "GPU");
+        for (int run = 0; run < 3; ++run) {  // each run takes the blocks after the previous one
+          KernelRun want = run_kernel_on(*cpu, {}, nullptr);
+          KernelRun got = run_gpu(*gpu, {});
+          ASSERT_TRUE(want.status.ok() && got.status.ok()) << got.status.to_string();
+          EXPECT_TRUE(got.outputs[0].equals(want.outputs[0])) << "run " << run;
+        }
+      }
+    }
+  }
+}
+
+TEST_F(CudaKernelsTest, RandomNormalIsTheCpuStreamToAFewUlps) {
+  for (DType dtype : {DType::Float32, DType::Float64}) {
+    for (int64_t n : {1, 7, 1001, 1 << 20}) {
+      SCOPED_TRACE(describe(dtype, {Shape{n}}));
+      Graph g;
+      Output y = ops::random_normal(g, Shape{n}, dtype, 5, 3.0f, 2.0f);
+      auto cpu = kernel(y, "CPU");
+      auto gpu = kernel(y, "GPU");
+      for (int run = 0; run < 2; ++run) {
+        KernelRun want = run_kernel_on(*cpu, {}, nullptr);
+        KernelRun got = run_gpu(*gpu, {});
+        ASSERT_TRUE(want.status.ok() && got.status.ok()) << got.status.to_string();
+        expect_same(got.outputs[0], want.outputs[0], 1e-12);
+      }
+    }
+  }
+}
+
+// ---- Identity, Const, variables ----
+
+TEST_F(CudaKernelsTest, IdentityPassesTheBufferThrough) {
+  Graph g;
+  Tensor x = Tensor::vector<double>({1, 2});
+  auto gpu = kernel(ops::identity(feed(g, x)), "GPU");
+  Tensor on = to_device(*gpu_, x).value();
+  KernelRun r = run_kernel_on(*gpu, {on}, gpu_);
+  ASSERT_TRUE(r.status.ok());
+  EXPECT_EQ(r.outputs[0].raw_data(), on.raw_data());
+}
+
+TEST_F(CudaKernelsTest, ConstIsCopiedToTheGpuOnce) {
+  Graph g;
+  Tensor value = Tensor::matrix<float>({1, 2, 3, 4, 5, 6}, 2, 3);
+  auto gpu = kernel(ops::constant(g, value), "GPU");
+  KernelRun first = run_kernel_on(*gpu, {}, gpu_);
+  KernelRun second = run_kernel_on(*gpu, {}, gpu_);
+  ASSERT_TRUE(first.status.ok() && second.status.ok());
+  EXPECT_EQ(first.outputs[0].device(), gpu_->name());
+  EXPECT_EQ(first.outputs[0].raw_data(), second.outputs[0].raw_data());
+  EXPECT_TRUE(back(first.outputs[0]).equals(value));
+}
+
+TEST_F(CudaKernelsTest, VariablesAreUpdatedOnTheGpuAsOnTheCpu) {
+  for (DType dtype : kNumericDTypes) {
+    SCOPED_TRACE(dtype_name(dtype));
+    RandomInputs rng;
+    const Shape shape{257, 3};
+    Tensor initial = rng.tensor(dtype, shape, Range{-10, 10});
+    Tensor d1 = rng.tensor(dtype, shape, Range{-10, 10});
+    Tensor d2 = rng.tensor(dtype, shape, Range{-10, 10});
+    Graph g;
+    Variable v(g, Tensor::zeros(dtype, shape), "v");
+    Output assign = v.assign(ops::placeholder(g, dtype, shape));
+    Output add = v.assign_add(ops::placeholder(g, dtype, shape));
+    Output sub = v.assign_sub(ops::placeholder(g, dtype, shape));
+    Output read = v.value();
+    ResourceMgr cpu_resources;
+    ResourceMgr gpu_resources;
+    struct Step {
+      Output op;
+      Tensor input;
+    };
+    const std::vector<Step> steps = {{assign, initial}, {add, d1}, {sub, d2}, {add, d2}, {read, Tensor()}};
+    for (const Step& step : steps) {
+      SCOPED_TRACE(step.op.op().type());
+      auto cpu = kernel(step.op, "CPU");
+      auto gpu = kernel(step.op, "GPU");
+      std::vector<Tensor> inputs;
+      if (!step.input.is_null()) inputs.push_back(step.input);
+      KernelRun want = run_kernel_on(*cpu, inputs, nullptr, &cpu_resources);
+      KernelRun got = run_gpu(*gpu, inputs, &gpu_resources);
+      ASSERT_TRUE(want.status.ok()) << want.status.to_string();
+      ASSERT_TRUE(got.status.ok()) << got.status.to_string();
+      expect_same(got.outputs[0], want.outputs[0], 1e-10);
+    }
+  }
+}
+
+TEST_F(CudaKernelsTest, AnUpdateNeverChangesAnEarlierRead) {
+  Graph g;
+  const Shape shape{1000};
+  Variable v(g, Tensor::zeros(DType::Float32, shape), "v");
+  Output assign = v.assign(ops::placeholder(g, DType::Float32, shape));
+  Output add = v.assign_add(ops::placeholder(g, DType::Float32, shape));
+  ResourceMgr resources;
+  auto assign_kernel = kernel(assign, "GPU");
+  auto add_kernel = kernel(add, "GPU");
+  auto read_kernel = kernel(v.value(), "GPU");
+  Tensor ones = Tensor::from_vector<float>(std::vector<float>(1000, 1.0f), shape);
+  ASSERT_TRUE(run_kernel_on(*assign_kernel, on_gpu({ones}), gpu_, &resources).status.ok());
+  KernelRun snapshot = run_kernel_on(*read_kernel, {}, gpu_, &resources);
+  ASSERT_TRUE(snapshot.status.ok());
+  ASSERT_TRUE(run_kernel_on(*add_kernel, on_gpu({ones}), gpu_, &resources).status.ok());
+  EXPECT_TRUE(back(snapshot.outputs[0]).equals(ones)) << "the held read changed";
+  KernelRun now = run_kernel_on(*read_kernel, {}, gpu_, &resources);
+  EXPECT_TRUE(back(now.outputs[0]).equals(Tensor::from_vector<float>(std::vector<float>(1000, 2.0f), shape)));
+}
+
+TEST_F(CudaKernelsTest, VariableErrorsAreTheCpuKernels) {
+  Graph g;
+  Variable v(g, Tensor::zeros(DType::Float32, Shape{3}), "v");
+  Output add = v.assign_add(ops::placeholder(g, DType::Float32, Shape{3}));
+  ResourceMgr cpu_resources;
+  ResourceMgr gpu_resources;
+  auto cpu = kernel(add, "CPU");
+  auto gpu = kernel(add, "GPU");
+  Tensor delta = Tensor::vector<float>({1, 2, 3});
+  KernelRun want = run_kernel_on(*cpu, {delta}, nullptr, &cpu_resources);
+  KernelRun got = run_gpu(*gpu, {delta}, &gpu_resources);
+  EXPECT_EQ(want.status.code(), ErrorCode::kFailedPrecondition);
+  EXPECT_EQ(got.status.code(), want.status.code());
+  EXPECT_EQ(got.status.message(), want.status.message());
+}
+
+// ---- The contract with the executor ----
+
+TEST_F(CudaKernelsTest, AnInputInHostMemoryIsAMissingTransfer) {
+  Graph g;
+  Tensor x = Tensor::vector<float>({1, 2});
+  auto gpu = kernel(ops::neg(feed(g, x)), "GPU");
+  KernelRun r = run_kernel_on(*gpu, {x}, gpu_);
+  EXPECT_EQ(r.status.code(), ErrorCode::kInternal);
+  EXPECT_NE(r.status.message().find("missing transfer"), std::string::npos) << r.status.to_string();
+}
+
+TEST_F(CudaKernelsTest, GpuKernelsAreAsynchronousAndFinishOnTheCompletionThread) {
+  Graph g;
+  Tensor x = Tensor::zeros(DType::Float32, Shape{1 << 20});
+  auto gpu = kernel(ops::exp(feed(g, x)), "GPU");
+  EXPECT_TRUE(gpu->is_async());
+  EXPECT_FALSE(gpu->is_expensive());
+  std::vector<Tensor> inputs = on_gpu({x});
+  KernelRun r = run_kernel_on(*gpu, inputs, gpu_);
+  ASSERT_TRUE(r.status.ok()) << r.status.to_string();
+  EXPECT_TRUE(back(r.outputs[0]).equals(Tensor::from_vector<float>(std::vector<float>(1 << 20, 1.0f), x.shape())));
+}
+
+}  // namespace
+}  // namespace tessera::internal
