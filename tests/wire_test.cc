@@ -1,0 +1,787 @@
+// The wire format (transport/wire.h): tensor metadata and its validation, attrs, graphs (round trip,
+// sessions on decoded graphs, rejection of malformed GraphDefs), Status, headers, and decoding of
+// arbitrary bytes.
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <google/protobuf/stubs/logging.h>
+#include <google/protobuf/util/message_differencer.h>
+
+#include "core/node.h"
+#include "core/op_registry.h"
+#include "tests/testing/test_util.h"
+#include "transport/wire.h"
+
+namespace tessera {
+namespace {
+
+namespace wire = internal::wire;
+namespace pb = ::tessera::wire;
+using google::protobuf::util::MessageDifferencer;
+
+const std::vector<DType> kAllDtypes = {DType::Float32, DType::Float64, DType::Int32, DType::Int64, DType::Bool};
+
+// A tensor of `shape` whose bytes are a pattern (0/1 for bools).
+Tensor patterned(DType dtype, const Shape& shape) {
+  Tensor t(dtype, shape);
+  auto* p = static_cast<unsigned char*>(t.raw_mutable_data());
+  for (std::size_t i = 0; i < t.bytes(); ++i) {
+    p[i] = dtype == DType::Bool ? static_cast<unsigned char>(i % 3 == 0) : static_cast<unsigned char>(i * 7 + 1);
+  }
+  return t;
+}
+
+#define EXPECT_STATUS(expr, want_code, substring)                                                   \
+  do {                                                                                              \
+    const ::tessera::Status _s = (expr);                                                            \
+    EXPECT_EQ(_s.code(), (want_code)) << _s.to_string();                                            \
+    EXPECT_NE(_s.message().find(substring), std::string::npos)                                      \
+        << "message '" << _s.message() << "' lacks '" << (substring) << "'";                        \
+  } while (0)
+
+// ---- Tensors ----
+
+TEST(WireTensorTest, MetaRoundTripsEveryDtypeAndShape) {
+  const std::vector<Shape> shapes = {Shape{}, Shape{0}, Shape{5}, Shape{2, 3}, Shape{2, 0, 4},
+                                     Shape{1, 2, 1, 2, 1, 2, 1, 2}};
+  for (DType dtype : kAllDtypes) {
+    for (const Shape& shape : shapes) {
+      SCOPED_TRACE(fmt::format("{} {}", dtype_name(dtype), shape.to_string()));
+      Tensor t = patterned(dtype, shape);
+      wire::TensorMeta meta = wire::encode_tensor_meta(t, 3);
+      EXPECT_EQ(meta.dtype(), static_cast<int>(dtype));
+      EXPECT_EQ(meta.dims_size(), shape.rank());
+      EXPECT_EQ(meta.byte_size(), t.bytes());
+      EXPECT_EQ(meta.frame(), 3u);
+      // Through the wire: serialized, parsed, validated, copied.
+      wire::TensorMeta parsed;
+      ASSERT_TRUE(parsed.ParseFromString(meta.SerializeAsString()));
+      EXPECT_TRUE(wire::validate_tensor_meta(parsed, t.bytes()).ok());
+      auto back = wire::decode_tensor(parsed, t.bytes() ? t.raw_data() : nullptr, t.bytes());
+      ASSERT_TRUE(back.ok()) << back.status().to_string();
+      EXPECT_TRUE(back.value().equals(t));
+      EXPECT_EQ(back.value().shape(), shape);
+      if (t.bytes() != 0) {
+        EXPECT_NE(back.value().raw_data(), t.raw_data());  // a copy
+      }
+    }
+  }
+}
+
+TEST(WireTensorTest, InlineTensorProtoRoundTrips) {
+  Tensor t = Tensor::matrix<double>({1.5, -2, 3, 4e10, 5, 6}, 2, 3);
+  auto p = wire::encode_tensor_proto(t);
+  ASSERT_TRUE(p.ok());
+  auto back = wire::decode_tensor_proto(p.value());
+  ASSERT_TRUE(back.ok()) << back.status().to_string();
+  EXPECT_TRUE(back.value().equals(t));
+  EXPECT_STATUS(wire::encode_tensor_proto(Tensor()).status(), ErrorCode::kInvalidArgument, "null tensor");
+}
+
+TEST(WireTensorTest, NullTensorEncodesAsInvalidAndIsRejected) {
+  wire::TensorMeta meta = wire::encode_tensor_meta(Tensor(), 1);
+  EXPECT_EQ(meta.dtype(), pb::DT_INVALID);
+  EXPECT_STATUS(wire::decode_tensor(meta, nullptr, 0).status(), ErrorCode::kInvalidArgument, "unknown dtype 0");
+}
+
+wire::TensorMeta meta_of(int dtype, std::vector<int64_t> dims, uint64_t byte_size) {
+  wire::TensorMeta m;
+  m.set_dtype(static_cast<pb::DType>(dtype));
+  for (int64_t d : dims) m.add_dims(d);
+  m.set_byte_size(byte_size);
+  m.set_frame(1);
+  return m;
+}
+
+TEST(WireTensorTest, RejectsUnknownDtypeNumbers) {
+  std::vector<char> bytes(16);
+  for (int bad : {0, 4, 7, 11, -1, 1000}) {
+    EXPECT_STATUS(wire::validate_tensor_meta(meta_of(bad, {4}, 16), 16), ErrorCode::kInvalidArgument,
+                  fmt::format("unknown dtype {}", bad));
+    EXPECT_STATUS(wire::decode_tensor(meta_of(bad, {4}, 16), bytes.data(), 16).status(),
+                  ErrorCode::kInvalidArgument, "unknown dtype");
+  }
+}
+
+TEST(WireTensorTest, RejectsNegativeDims) {
+  EXPECT_STATUS(wire::validate_tensor_meta(meta_of(1, {2, -1}, 0), 0), ErrorCode::kInvalidArgument,
+                "shape [2,-1] has dimension -1");
+  EXPECT_STATUS(wire::validate_tensor_meta(meta_of(1, {-5}, 0), 0), ErrorCode::kInvalidArgument,
+                "dimension -5");
+}
+
+TEST(WireTensorTest, RejectsOverflowingDims) {
+  const int64_t big = int64_t{1} << 32;
+  EXPECT_STATUS(wire::validate_tensor_meta(meta_of(1, {big, big}, 0), 0), ErrorCode::kInvalidArgument,
+                "overflows (more than 2^63 elements)");
+  // Elements fit, bytes do not: 2^62 int64 elements.
+  EXPECT_STATUS(wire::validate_tensor_meta(meta_of(9, {int64_t{1} << 31, int64_t{1} << 31}, 0), 0),
+                ErrorCode::kInvalidArgument, "more than 2^63 bytes");
+  // A zero dimension makes the tensor empty, but the other dims must still multiply without
+  // overflow (Shape::num_elements multiplies left to right).
+  EXPECT_TRUE(wire::validate_tensor_meta(meta_of(1, {int64_t{1} << 40, 0, int64_t{1} << 20}, 0), 0).ok());
+  EXPECT_STATUS(wire::validate_tensor_meta(meta_of(1, {big, big, big, 0}, 0), 0), ErrorCode::kInvalidArgument,
+                "overflows");
+}
+
+TEST(WireTensorTest, RejectsByteSizeAndFrameMismatches) {
+  EXPECT_STATUS(wire::validate_tensor_meta(meta_of(1, {2, 3}, 25), 24), ErrorCode::kInvalidArgument,
+                "byte_size 25 does not match shape [2,3] of float32 (24 bytes)");
+  EXPECT_STATUS(wire::validate_tensor_meta(meta_of(9, {}, 4), 4), ErrorCode::kInvalidArgument,
+                "byte_size 4 does not match shape [] of int64 (8 bytes)");
+  std::vector<char> bytes(32);
+  EXPECT_STATUS(wire::decode_tensor(meta_of(1, {2, 3}, 24), bytes.data(), 32).status(), ErrorCode::kInvalidArgument,
+                "needs 24 bytes, the frame holds 32");
+  EXPECT_STATUS(wire::decode_tensor(meta_of(1, {2, 3}, 24), bytes.data(), 20).status(), ErrorCode::kInvalidArgument,
+                "the frame holds 20");
+  EXPECT_STATUS(wire::decode_tensor(meta_of(1, {2}, 8), nullptr, 8).status(), ErrorCode::kInvalidArgument,
+                "null data");
+}
+
+TEST(WireTensorTest, RejectsTensorsOverTheCapWithoutAllocating) {
+  // 32 GiB claimed, consistent metadata: refused before anything is allocated.
+  const uint64_t huge = uint64_t{8} << 30;
+  EXPECT_STATUS(wire::validate_tensor_meta(meta_of(1, {int64_t{8} << 30}, huge * 4), 16),
+                ErrorCode::kResourceExhausted, "exceed the limit of 4294967296 bytes");
+  // The cap is a parameter.
+  EXPECT_STATUS(wire::validate_tensor_meta(meta_of(1, {1024}, 4096), 4096, /*max_bytes=*/1024),
+                ErrorCode::kResourceExhausted, "4096 bytes (shape [1024] of float32) exceed the limit of 1024");
+  std::vector<char> bytes(4096);
+  EXPECT_TRUE(wire::decode_tensor(meta_of(1, {1024}, 4096), bytes.data(), 4096, /*max_bytes=*/4096).ok());
+  EXPECT_STATUS(wire::decode_tensor(meta_of(1, {1024}, 4096), bytes.data(), 4096, 4095).status(),
+                ErrorCode::kResourceExhausted, "exceed the limit");
+}
+
+TEST(WireTensorTest, RejectsRankAboveTheMaximum) {
+  std::vector<int64_t> dims(Shape::kMaxRank + 1, 1);
+  EXPECT_STATUS(wire::validate_tensor_meta(meta_of(1, dims, 4), 4), ErrorCode::kInvalidArgument,
+                "rank 9 is not supported (at most 8)");
+  dims.resize(Shape::kMaxRank);
+  EXPECT_TRUE(wire::validate_tensor_meta(meta_of(1, dims, 4), 4).ok());
+}
+
+TEST(WireTensorTest, RejectsBoolBytesOtherThanZeroOrOne) {
+  const unsigned char bytes[] = {0, 1, 2, 1};
+  EXPECT_STATUS(wire::decode_tensor(meta_of(10, {4}, 4), bytes, 4).status(), ErrorCode::kInvalidArgument,
+                "bool element 2 holds byte 2");
+  const unsigned char good[] = {0, 1, 1, 0};
+  auto t = wire::decode_tensor(meta_of(10, {4}, 4), good, 4);
+  ASSERT_TRUE(t.ok());
+  EXPECT_EQ(t.value().to_vector<bool>(), (std::vector<bool>{false, true, true, false}));
+}
+
+// ---- Attrs ----
+
+TEST(WireAttrTest, EveryAlternativeRoundTrips) {
+  const std::vector<internal::AttrValue> values = {
+      internal::AttrValue(int64_t{-42}),
+      internal::AttrValue(2.5),
+      internal::AttrValue(true),
+      internal::AttrValue(DType::Int64),
+      internal::AttrValue(Shape{-1, 3}),
+      internal::AttrValue(Shape::unknown()),
+      internal::AttrValue(std::string("bytes\xff\x00 ok", 9)),
+      internal::AttrValue(Tensor::vector<int32_t>({1, 2, 3})),
+      internal::AttrValue(std::vector<int64_t>{0, -1, 7}),
+      internal::AttrValue(std::vector<DType>{DType::Bool, DType::Float64}),
+      internal::AttrValue(std::vector<Shape>{Shape{}, Shape::unknown(), Shape{2, -1}}),
+  };
+  for (const auto& v : values) {
+    SCOPED_TRACE(v.index());
+    auto p = wire::encode_attr(v);
+    ASSERT_TRUE(p.ok());
+    pb::AttrValue parsed;
+    ASSERT_TRUE(parsed.ParseFromString(p.value().SerializeAsString()));
+    auto back = wire::decode_attr(parsed);
+    ASSERT_TRUE(back.ok()) << back.status().to_string();
+    ASSERT_EQ(back.value().index(), v.index());
+    const bool same = std::visit(
+        [&](const auto& want) {
+          using T = std::decay_t<decltype(want)>;
+          const T& got = std::get<T>(back.value());
+          if constexpr (std::is_same_v<T, Tensor>) {
+            return got.equals(want);
+          } else {
+            return got == want;
+          }
+        },
+        v);
+    EXPECT_TRUE(same);
+  }
+}
+
+TEST(WireAttrTest, RejectsMalformedShapesAndUnsetValues) {
+  pb::ShapeProto s;
+  s.set_unknown_rank(true);
+  s.add_dims(3);
+  EXPECT_STATUS(wire::decode_shape(s).status(), ErrorCode::kInvalidArgument, "unknown rank lists 1 dims");
+  s.Clear();
+  s.add_dims(-2);
+  EXPECT_STATUS(wire::decode_shape(s).status(), ErrorCode::kInvalidArgument, "dimension -2");
+  s.Clear();
+  for (int i = 0; i < 9; ++i) s.add_dims(1);
+  EXPECT_STATUS(wire::decode_shape(s).status(), ErrorCode::kInvalidArgument, "rank 9");
+  s.Clear();
+  s.add_dims(int64_t{1} << 40);
+  s.add_dims(-1);
+  s.add_dims(int64_t{1} << 40);
+  EXPECT_STATUS(wire::decode_shape(s).status(), ErrorCode::kInvalidArgument, "more than 2^63 elements");
+  EXPECT_STATUS(wire::decode_attr(pb::AttrValue()).status(), ErrorCode::kInvalidArgument, "not set");
+  pb::AttrValue list;
+  list.mutable_list_type()->add_value(static_cast<pb::DType>(42));
+  EXPECT_STATUS(wire::decode_attr(list).status(), ErrorCode::kInvalidArgument, "unknown dtype 42");
+}
+
+// ---- Graphs ----
+
+struct Model {
+  Graph g;
+  Output result;      // a small math graph over a variable, constants and random ops
+  Output dequeued;    // a batch through the FIFO queue
+  Operation init;
+  Operation enqueue;
+};
+
+// Variables, a queue (vector<DType> and vector<Shape> attrs), random ops, control dependencies,
+// device requests, colocation, name scopes.
+void build_model(Model& m) {
+  Graph& g = m.g;
+  Variable w(g, Tensor::matrix<float>({1, 2, 3, 4}, 2, 2), "w");
+  Output x = ops::constant(g, Tensor::matrix<float>({0.5f, -1, 2, 0.25f}, 2, 2), "x");
+  Output r;
+  {
+    auto dev = g.device("/job:localhost/replica:0/task:0/device:CPU:0");
+    r = ops::random_uniform(g, Shape{2, 2}, DType::Float32, /*seed=*/7, "r");
+  }
+  Output n = ops::random_normal(g, Shape{2, 2}, DType::Float32, /*seed=*/11, 1.0f, 0.5f, "n");
+  Output y;
+  {
+    auto ns = g.name_scope("layer");
+    auto cdeps = g.control_dependencies({w.initializer()});
+    y = ops::matmul(x, w.value(), false, true, "mm");
+  }
+  Output z;
+  {
+    auto colo = g.colocate_with(w.op());
+    z = ops::add(y, ops::mul(r, ops::constant(g, 0.0f, "zero")), "z");
+  }
+  Output s = ops::reduce_sum(ops::add(z, ops::mul(n, ops::constant(g, 0.0f))), {1}, true, "s");
+  m.result = ops::add(ops::tanh(s), ops::cast(ops::constant(g, int32_t{3}), DType::Float32), "result");
+  m.init = global_variables_initializer(g);
+
+  FIFOQueue q(g, 8, {DType::Int32, DType::Float32}, {Shape{2}, Shape{}}, "", "queue");
+  m.enqueue = q.enqueue_many({ops::constant(g, Tensor::matrix<int32_t>({1, 2, 3, 4, 5, 6}, 3, 2)),
+                              ops::constant(g, Tensor::vector<float>({0.5f, 1.5f, 2.5f}))});
+  auto batch = q.dequeue_many(2);
+  m.dequeued = ops::add(batch[0], batch[0], "doubled");
+  q.close(false);
+  q.size();
+  q.is_closed();
+  ops::reduce_max(ops::identity(ops::neg(x)), {}, false);
+  // A control edge added afterwards, from an early node to a later one.
+  Operation late = ops::no_op(g, "late");
+  x.op().add_control_input(late);
+}
+
+StatusOr<wire::GraphDef> encode_all(const Graph& g) { return wire::encode_graph(g.impl()); }
+
+const wire::NodeDef* find_def(const wire::GraphDef& def, const std::string& name) {
+  for (const auto& n : def.node()) {
+    if (n.name() == name) return &n;
+  }
+  return nullptr;
+}
+
+TEST(WireGraphTest, RoundTripReencodesIdentically) {
+  Model m;
+  build_model(m);
+  auto def = encode_all(m.g);
+  ASSERT_TRUE(def.ok()) << def.status().to_string();
+  EXPECT_EQ(def.value().version(), wire::kWireVersion);
+  EXPECT_EQ(def.value().node_size(), m.g.num_operations());
+
+  // Through bytes, as it travels.
+  wire::GraphDef parsed;
+  ASSERT_TRUE(parsed.ParseFromString(def.value().SerializeAsString()));
+  Graph g2;
+  std::vector<internal::Node*> added;
+  Status st = wire::decode_graph(parsed, &g2.impl(), &added);
+  ASSERT_TRUE(st.ok()) << st.to_string();
+  EXPECT_EQ(static_cast<int>(added.size()), m.g.num_operations());
+
+  auto def2 = encode_all(g2);
+  ASSERT_TRUE(def2.ok()) << def2.status().to_string();
+  std::string diff;
+  MessageDifferencer differ;
+  differ.ReportDifferencesToString(&diff);
+  EXPECT_TRUE(differ.Compare(def.value(), def2.value())) << diff;
+
+  // Names, types, devices, colocation, resources and control inputs survive exactly.
+  for (Operation op : m.g.operations()) {
+    SCOPED_TRACE(op.name());
+    Operation op2 = g2.operation(op.name());
+    EXPECT_EQ(op2.type(), op.type());
+    EXPECT_EQ(op2.device(), op.device());
+    EXPECT_EQ(op2.num_inputs(), op.num_inputs());
+    EXPECT_EQ(op2.num_outputs(), op.num_outputs());
+    for (int i = 0; i < op.num_outputs(); ++i) {
+      EXPECT_EQ(op2.output(i).dtype(), op.output(i).dtype());
+      EXPECT_EQ(op2.output(i).shape(), op.output(i).shape());
+    }
+    std::vector<std::string> c1, c2;
+    for (auto c : op.control_inputs()) c1.push_back(c.name());
+    for (auto c : op2.control_inputs()) c2.push_back(c.name());
+    EXPECT_EQ(c1, c2);
+    internal::Node* n1 = op.node();
+    internal::Node* n2 = op2.node();
+    EXPECT_EQ(n1->resource ? n1->resource->name : "", n2->resource ? n2->resource->name : "");
+    ASSERT_EQ(n1->colocate_with.size(), n2->colocate_with.size());
+    for (std::size_t i = 0; i < n1->colocate_with.size(); ++i) {
+      EXPECT_EQ(n1->colocate_with[i]->name, n2->colocate_with[i]->name);
+    }
+  }
+
+  // Spot checks of the encoding itself.
+  const wire::NodeDef* mm = find_def(def.value(), "layer/mm");
+  ASSERT_NE(mm, nullptr);
+  EXPECT_EQ(mm->input(0), "x:0");
+  EXPECT_EQ(mm->input(1), "w:0");
+  EXPECT_EQ(mm->input(2), "^w/Assign");
+  EXPECT_TRUE(mm->attr().at("transpose_b").b());
+  const wire::NodeDef* r = find_def(def.value(), "r");
+  ASSERT_NE(r, nullptr);
+  EXPECT_EQ(r->device(), "/job:localhost/replica:0/task:0/device:CPU:0");
+  EXPECT_EQ(r->attr().at("seed").i(), 7);
+  const wire::NodeDef* z = find_def(def.value(), "z");
+  ASSERT_NE(z, nullptr);
+  ASSERT_EQ(z->colocate_with_size(), 1);
+  EXPECT_EQ(z->colocate_with(0), "w");
+  const wire::NodeDef* queue = find_def(def.value(), "queue");
+  ASSERT_NE(queue, nullptr);
+  EXPECT_EQ(queue->attr().at("component_types").list_type().value_size(), 2);
+  EXPECT_EQ(queue->attr().at("shapes").list_shape().value(0).dims(0), 2);
+  const wire::NodeDef* assign = find_def(def.value(), "w/Assign");
+  ASSERT_NE(assign, nullptr);
+  EXPECT_EQ(assign->resource(), "w");
+  // "x" gained a control input on a later node: encoded after it.
+  int x_at = -1, late_at = -1;
+  for (int i = 0; i < def.value().node_size(); ++i) {
+    if (def.value().node(i).name() == "x") x_at = i;
+    if (def.value().node(i).name() == "late") late_at = i;
+  }
+  EXPECT_LT(late_at, x_at);
+}
+
+TEST(WireGraphTest, SessionOnTheDecodedGraphComputesTheSameFetches) {
+  Model m;
+  build_model(m);
+  auto def = encode_all(m.g);
+  ASSERT_TRUE(def.ok()) << def.status().to_string();
+  Graph g2;
+  ASSERT_TRUE(wire::decode_graph(def.value(), &g2.impl()).ok());
+
+  auto run = [](Graph& g, const std::string& result, const std::string& dequeued, const std::string& init,
+                const std::string& enqueue) {
+    Session s(g);
+    s.run(g.operation(init));
+    s.run(g.operation(enqueue));
+    return std::make_pair(s.run(g.output(result)), s.run(g.output(dequeued)));
+  };
+  auto [r1, d1] = run(m.g, m.result.name(), m.dequeued.name(), m.init.name(), m.enqueue.name());
+  auto [r2, d2] = run(g2, m.result.name(), m.dequeued.name(), m.init.name(), m.enqueue.name());
+  EXPECT_EQ(r1.shape(), (Shape{2, 1}));
+  EXPECT_TRUE(r1.equals(r2)) << r1.debug_string() << " vs " << r2.debug_string();
+  EXPECT_EQ(d1.to_vector<int32_t>(), (std::vector<int32_t>{2, 4, 6, 8}));
+  EXPECT_TRUE(d1.equals(d2));
+}
+
+TEST(WireGraphTest, DecodesIntoAGraphThatAlreadyHasTheReferencedNodes) {
+  // ExtendSession: the new nodes name existing ones.
+  Graph g;
+  ops::constant(g, 2.0f, "a");
+  Graph more;
+  Output a2 = ops::constant(more, 2.0f, "a");
+  ops::square(ops::add(a2, a2, "b"), "c");
+  std::vector<const internal::Node*> subset = {more.operation("b").node(), more.operation("c").node()};
+  EXPECT_STATUS(wire::encode_graph(more.impl(), subset).status(), ErrorCode::kInvalidArgument,
+                "input 'a' of node 'b' is not among the nodes encoded");
+  auto def = encode_all(more);
+  ASSERT_TRUE(def.ok());
+  def.value().mutable_node()->erase(def.value().mutable_node()->begin());  // drop "a"
+  ASSERT_TRUE(wire::decode_graph(def.value(), &g.impl()).ok());
+  Session s(g);
+  EXPECT_EQ(s.run(g.output("c:0")).scalar<float>(), 16.0f);
+}
+
+TEST(WireGraphTest, EncodeRejectsCyclesAndForeignNodes) {
+  Graph g;
+  Operation a = ops::no_op(g, "a");
+  Operation b = ops::no_op(g, "b");
+  b.add_control_input(a);
+  a.add_control_input(b);
+  EXPECT_STATUS(encode_all(g).status(), ErrorCode::kInvalidArgument, "cycle (through 'a', 'b')");
+  Graph other;
+  Operation c = ops::no_op(other, "c");
+  EXPECT_STATUS(wire::encode_graph(g.impl(), {c.node()}).status(), ErrorCode::kInvalidArgument,
+                "belongs to another graph");
+  EXPECT_STATUS(wire::encode_graph(other.impl(), {c.node(), c.node()}).status(), ErrorCode::kInvalidArgument,
+                "listed twice");
+}
+
+// Hand-written GraphDefs.
+wire::NodeDef* add_node(wire::GraphDef& def, const std::string& name, const std::string& op,
+                        std::vector<std::string> inputs = {}) {
+  wire::NodeDef* n = def.add_node();
+  n->set_name(name);
+  n->set_op(op);
+  for (auto& in : inputs) n->add_input(in);
+  return n;
+}
+void set_tensor(wire::NodeDef* n, const Tensor& t) {
+  *(*n->mutable_attr())["value"].mutable_tensor() = wire::encode_tensor_proto(t).value();
+}
+wire::GraphDef base_def() {
+  wire::GraphDef def;
+  def.set_version(wire::kWireVersion);
+  set_tensor(add_node(def, "c", "Const"), Tensor::scalar<float>(1.0f));
+  return def;
+}
+Status decode(const wire::GraphDef& def) {
+  Graph g;
+  return wire::decode_graph(def, &g.impl());
+}
+
+TEST(WireGraphTest, DecodeAcceptsAnyTopologicalOrderAndBareInputNames) {
+  wire::GraphDef def;
+  def.set_version(wire::kWireVersion);
+  add_node(def, "sq", "Square", {"c"});  // "c" = "c:0", defined later
+  set_tensor(add_node(def, "c", "Const"), Tensor::scalar<float>(3.0f));
+  Graph g;
+  std::vector<internal::Node*> added;
+  ASSERT_TRUE(wire::decode_graph(def, &g.impl(), &added).ok());
+  ASSERT_EQ(added.size(), 2u);
+  EXPECT_EQ(added[0]->name, "c");
+  Session s(g);
+  EXPECT_EQ(s.run(g.output("sq:0")).scalar<float>(), 9.0f);
+}
+
+TEST(WireGraphTest, DecodeRejectsUnknownOps) {
+  wire::GraphDef def = base_def();
+  add_node(def, "f", "Frobnicate", {"c:0"});
+  EXPECT_STATUS(decode(def), ErrorCode::kInvalidArgument, "node 'f': unknown op type 'Frobnicate'");
+}
+
+TEST(WireGraphTest, DecodeRejectsDuplicateNames) {
+  wire::GraphDef def = base_def();
+  set_tensor(add_node(def, "c", "Const"), Tensor::scalar<float>(2.0f));
+  EXPECT_STATUS(decode(def), ErrorCode::kInvalidArgument, "duplicate name 'c'");
+  // Against a node the graph already has.
+  Graph g;
+  ops::constant(g, 5.0f, "c");
+  EXPECT_STATUS(wire::decode_graph(base_def(), &g.impl()), ErrorCode::kInvalidArgument,
+                "duplicate name 'c': the graph already has");
+  EXPECT_EQ(g.num_operations(), 1);
+}
+
+TEST(WireGraphTest, DecodeRejectsDanglingInputs) {
+  wire::GraphDef def = base_def();
+  add_node(def, "sq", "Square", {"nowhere:0"});
+  EXPECT_STATUS(decode(def), ErrorCode::kInvalidArgument, "dangling input: input 'nowhere' of node 'sq'");
+  def = base_def();
+  add_node(def, "n", "NoOp", {"^ghost"});
+  EXPECT_STATUS(decode(def), ErrorCode::kInvalidArgument, "control input 'ghost'");
+  def = base_def();
+  add_node(def, "id", "Identity", {"c:0"})->set_resource("missing_var");
+  EXPECT_STATUS(decode(def), ErrorCode::kInvalidArgument, "resource 'missing_var'");
+  def = base_def();
+  add_node(def, "id", "Identity", {"c:0"})->add_colocate_with("elsewhere");
+  EXPECT_STATUS(decode(def), ErrorCode::kInvalidArgument, "colocate_with 'elsewhere'");
+}
+
+TEST(WireGraphTest, DecodeRejectsBadOutputIndices) {
+  wire::GraphDef def = base_def();
+  add_node(def, "sq", "Square", {"c:1"});
+  EXPECT_STATUS(decode(def), ErrorCode::kInvalidArgument, "bad output index: input 'c:1', but 'c' (Const) has 1");
+  for (const char* bad : {"c:-1", "c:x", "c:", "c:1x", "c:+1", "c:99999999999999999999"}) {
+    def = base_def();
+    add_node(def, "sq", "Square", {bad});
+    EXPECT_STATUS(decode(def), ErrorCode::kInvalidArgument, "bad output index");
+  }
+}
+
+TEST(WireGraphTest, DecodeRejectsCycles) {
+  wire::GraphDef def = base_def();
+  add_node(def, "a", "Identity", {"b:0"});
+  add_node(def, "b", "Identity", {"a:0"});
+  EXPECT_STATUS(decode(def), ErrorCode::kInvalidArgument, "cycle (through 'a', 'b')");
+  def = base_def();
+  add_node(def, "self", "NoOp", {"^self"});
+  EXPECT_STATUS(decode(def), ErrorCode::kInvalidArgument, "cycle (through 'self')");
+}
+
+TEST(WireGraphTest, DecodeRejectsWrongMissingOrUnexpectedAttrs) {
+  wire::GraphDef def;
+  def.set_version(wire::kWireVersion);
+  wire::NodeDef* p = add_node(def, "p", "Placeholder");
+  (*p->mutable_attr())["dtype"].set_i(1);
+  *(*p->mutable_attr())["shape"].mutable_shape() = wire::encode_shape(Shape{2});
+  EXPECT_STATUS(decode(def), ErrorCode::kInvalidArgument, "attr 'dtype' must be of type type, got int");
+  (*p->mutable_attr())["dtype"].set_type(pb::DT_FLOAT);
+  EXPECT_TRUE(decode(def).ok());
+  (*p->mutable_attr())["extra"].set_b(true);
+  EXPECT_STATUS(decode(def), ErrorCode::kInvalidArgument, "unexpected attr 'extra'");
+  p->mutable_attr()->erase("extra");
+  p->mutable_attr()->erase("shape");
+  EXPECT_STATUS(decode(def), ErrorCode::kInvalidArgument, "missing attr 'shape' of type shape");
+  // A bad value inside an attr.
+  (*p->mutable_attr())["shape"].mutable_shape()->add_dims(-7);
+  EXPECT_STATUS(decode(def), ErrorCode::kInvalidArgument, "attr 'shape': shape [-7] has dimension -7");
+  // Const with a malformed inline tensor.
+  def = base_def();
+  (*def.mutable_node(0)->mutable_attr())["value"].mutable_tensor()->mutable_meta()->set_byte_size(8);
+  EXPECT_STATUS(decode(def), ErrorCode::kInvalidArgument, "byte_size 8 does not match");
+}
+
+TEST(WireGraphTest, DecodeRejectsWhatShapeInferenceRejects) {
+  wire::GraphDef def = base_def();
+  set_tensor(add_node(def, "i", "Const"), Tensor::scalar<int32_t>(1));
+  add_node(def, "sum", "Add", {"c:0", "i:0"});
+  EXPECT_STATUS(decode(def), ErrorCode::kInvalidArgument, "sum (Add): inputs must have the same dtype");
+  def = base_def();
+  add_node(def, "sum", "Add", {"c:0"});
+  EXPECT_STATUS(decode(def), ErrorCode::kInvalidArgument, "expects 2 inputs, got 1");
+  // A queue op must name its queue as its resource.
+  def = base_def();
+  add_node(def, "size", "QueueSize");
+  EXPECT_STATUS(decode(def), ErrorCode::kInvalidArgument, "must act on a FIFOQueue");
+  def = base_def();
+  add_node(def, "size", "QueueSize")->set_resource("c");
+  EXPECT_STATUS(decode(def), ErrorCode::kInvalidArgument, "must act on a FIFOQueue");
+}
+
+TEST(WireGraphTest, DecodeRejectsMalformedNamesInputsDevicesAndVersions) {
+  wire::GraphDef def = base_def();
+  def.set_version(2);
+  EXPECT_STATUS(decode(def), ErrorCode::kInvalidArgument, "GraphDef has wire version 2, this build speaks wire version 1");
+  def.set_version(0);
+  EXPECT_STATUS(decode(def), ErrorCode::kInvalidArgument, "no wire version");
+  def = base_def();
+  add_node(def, "", "NoOp");
+  EXPECT_STATUS(decode(def), ErrorCode::kInvalidArgument, "has no name");
+  def = base_def();
+  add_node(def, "a:b", "NoOp");
+  EXPECT_STATUS(decode(def), ErrorCode::kInvalidArgument, "node name 'a:b' is not valid");
+  def = base_def();
+  add_node(def, "sq", "Square", {"^c", "c:0"});
+  EXPECT_STATUS(decode(def), ErrorCode::kInvalidArgument, "data input 'c:0' follows a control input");
+  def = base_def();
+  add_node(def, "n", "NoOp")->set_device("cpu:0");
+  EXPECT_STATUS(decode(def), ErrorCode::kInvalidArgument, "malformed device spec 'cpu:0'");
+  def = base_def();
+  add_node(def, "n", "NoOp")->set_device("/cpu:0");
+  Graph g;
+  ASSERT_TRUE(wire::decode_graph(def, &g.impl()).ok());
+  EXPECT_EQ(g.operation("n").device(), "/cpu:0");  // preserved exactly
+}
+
+TEST(WireGraphTest, DecodeLeavesTheGraphScopesAsTheyWere) {
+  Graph g;
+  Output a = ops::constant(g, 1.0f, "a");
+  auto dev = g.device("/device:CPU:0");
+  auto ns = g.name_scope("outer");
+  auto cd = g.control_dependencies({a.op()});
+  ASSERT_TRUE(wire::decode_graph(base_def(), &g.impl()).ok());
+  EXPECT_EQ(g.operation("c").device(), "");
+  EXPECT_TRUE(g.operation("c").control_inputs().empty());
+  Output b = ops::constant(g, 2.0f, "b");
+  EXPECT_EQ(b.op().name(), "outer/b");
+  EXPECT_EQ(b.op().device(), "/device:CPU:0");
+  ASSERT_EQ(b.op().control_inputs().size(), 1u);
+}
+
+TEST(WireGraphTest, EveryRegisteredOpHasAnAttrSchema) {
+  // An op missing from wire.cc's table is Unimplemented; every registered op must be receivable.
+  // (A wrong table would trip a TESSERA_CHECK in a shape function here.)
+  for (const std::string& type : internal::OpRegistry::global().op_types()) {
+    SCOPED_TRACE(type);
+    wire::GraphDef def;
+    def.set_version(wire::kWireVersion);
+    add_node(def, "node", type);
+    Status st = decode(def);
+    EXPECT_NE(st.code(), ErrorCode::kUnimplemented) << st.to_string();
+  }
+}
+
+// ---- Status ----
+
+TEST(WireStatusTest, RoundTripsEveryCodeAndMessageIntact) {
+  for (int code = 1; code <= static_cast<int>(ErrorCode::kUnauthenticated); ++code) {
+    const std::string message = fmt::format("op 'x' failed: code {} \xff\xfe", code) + std::string(1, '\0') + "tail";
+    Status s(static_cast<ErrorCode>(code), message);
+    pb::Status parsed;
+    ASSERT_TRUE(parsed.ParseFromString(wire::from_status(s).SerializeAsString()));
+    Status back = wire::to_status(parsed);
+    EXPECT_EQ(back.code(), s.code());
+    EXPECT_EQ(back.message(), message);
+  }
+  EXPECT_TRUE(wire::to_status(wire::from_status(Status())).ok());
+  EXPECT_EQ(wire::from_status(Status()).code(), 0);
+  pb::Status odd;
+  odd.set_code(99);
+  odd.set_message("from the future");
+  EXPECT_STATUS(wire::to_status(odd), ErrorCode::kUnknown, "(error code 99) from the future");
+  odd.set_code(-3);
+  EXPECT_STATUS(wire::to_status(odd), ErrorCode::kUnknown, "(error code -3)");
+}
+
+// ---- Headers and bodies ----
+
+TEST(WireHeaderTest, RequestAndResponseHeadersRoundTrip) {
+  pb::RunStepRequest body;
+  body.set_version(wire::kWireVersion);
+  body.set_session_handle("s1");
+  body.add_fetch("result:0");
+  auto* feed = body.add_feed();
+  feed->set_name("x:0");
+  *feed->mutable_meta() = wire::encode_tensor_meta(Tensor::vector<float>({1, 2}), 1);
+  const std::string bytes = wire::make_request_header(17, "RunStep", body, 250).SerializeAsString();
+  auto h = wire::parse_request_header(bytes.data(), bytes.size());
+  ASSERT_TRUE(h.ok()) << h.status().to_string();
+  EXPECT_EQ(h.value().request_id(), 17u);
+  EXPECT_EQ(h.value().method(), "RunStep");
+  EXPECT_EQ(h.value().deadline_ms(), 250);
+  auto b = wire::parse_body<pb::RunStepRequest>(h.value().body());
+  ASSERT_TRUE(b.ok()) << b.status().to_string();
+  EXPECT_TRUE(MessageDifferencer::Equals(b.value(), body));
+
+  const std::string err =
+      wire::make_response_header(17, Status(ErrorCode::kNotFound, "no op 'y'"), nullptr).SerializeAsString();
+  auto r = wire::parse_response_header(err.data(), err.size());
+  ASSERT_TRUE(r.ok());
+  EXPECT_STATUS(wire::to_status(r.value().status()), ErrorCode::kNotFound, "no op 'y'");
+  pb::RunStepResponse resp;
+  resp.set_version(wire::kWireVersion);
+  resp.set_trace_json("{}");
+  const std::string ok = wire::make_response_header(18, Status(), &resp).SerializeAsString();
+  r = wire::parse_response_header(ok.data(), ok.size());
+  ASSERT_TRUE(r.ok());
+  EXPECT_TRUE(wire::to_status(r.value().status()).ok());
+  EXPECT_EQ(wire::parse_body<pb::RunStepResponse>(r.value().body()).value().trace_json(), "{}");
+}
+
+TEST(WireHeaderTest, RejectsWrongVersionsAndEmptyMethods) {
+  wire::RequestHeader h;
+  h.set_version(2);
+  h.set_method("RunStep");
+  std::string bytes = h.SerializeAsString();
+  EXPECT_STATUS(wire::parse_request_header(bytes.data(), bytes.size()).status(), ErrorCode::kInvalidArgument,
+                "request header has wire version 2, this build speaks wire version 1");
+  h.set_version(0);
+  bytes = h.SerializeAsString();
+  EXPECT_STATUS(wire::parse_request_header(bytes.data(), bytes.size()).status(), ErrorCode::kInvalidArgument,
+                "no wire version");
+  h.set_version(1);
+  h.clear_method();
+  bytes = h.SerializeAsString();
+  EXPECT_STATUS(wire::parse_request_header(bytes.data(), bytes.size()).status(), ErrorCode::kInvalidArgument,
+                "names no method");
+  wire::ResponseHeader r;
+  r.set_version(7);
+  bytes = r.SerializeAsString();
+  EXPECT_STATUS(wire::parse_response_header(bytes.data(), bytes.size()).status(), ErrorCode::kInvalidArgument,
+                "response header has wire version 7");
+  pb::CreateSessionRequest body;
+  body.set_version(3);
+  EXPECT_STATUS(wire::parse_body<pb::CreateSessionRequest>(body.SerializeAsString()).status(),
+                ErrorCode::kInvalidArgument, "tessera.wire.CreateSessionRequest has wire version 3");
+  EXPECT_STATUS(wire::parse_body<pb::CreateSessionRequest>("\xff\xff\xff").status(), ErrorCode::kInvalidArgument,
+                "malformed tessera.wire.CreateSessionRequest");
+  // A nested message is not a body.
+  EXPECT_STATUS(wire::parse_body<pb::TensorMeta>("").status(), ErrorCode::kInternal, "not a top-level wire message");
+}
+
+TEST(WireHeaderTest, RejectsGarbageAndTruncatedHeaders) {
+  google::protobuf::LogSilencer quiet;  // invalid UTF-8 in string fields is logged by protobuf
+  pb::CloseSessionRequest body;
+  body.set_version(1);
+  body.set_session_handle(std::string(64, 's'));
+  const std::string full = wire::make_request_header(5, "CloseSession", body).SerializeAsString();
+  // Cut inside the body: a length-delimited field whose bytes are missing.
+  EXPECT_STATUS(wire::parse_request_header(full.data(), full.size() - 1).status(), ErrorCode::kInvalidArgument,
+                "malformed request header");
+  int refused = 0;
+  for (std::size_t n = 0; n < full.size(); ++n) {
+    auto h = wire::parse_request_header(full.data(), n);
+    if (!h.ok()) {
+      ++refused;
+      continue;
+    }
+    // A prefix that happens to end on a field boundary parses; it must still be a valid header.
+    EXPECT_EQ(h.value().version(), wire::kWireVersion);
+    EXPECT_FALSE(h.value().method().empty());
+  }
+  EXPECT_GT(refused, static_cast<int>(full.size()) / 2);
+  EXPECT_FALSE(wire::parse_request_header(nullptr, 0).ok());
+  EXPECT_FALSE(wire::parse_response_header("", 0).ok());
+
+  std::mt19937 rng(1234);
+  std::vector<unsigned char> buf;
+  for (int i = 0; i < 3000; ++i) {
+    buf.resize(rng() % 200);
+    for (auto& c : buf) c = static_cast<unsigned char>(rng());
+    auto h = wire::parse_request_header(buf.data(), buf.size());
+    if (h.ok()) {
+      EXPECT_EQ(h.value().version(), wire::kWireVersion);
+      EXPECT_FALSE(h.value().method().empty());
+    }
+    auto r = wire::parse_response_header(buf.data(), buf.size());
+    if (r.ok()) {
+      EXPECT_EQ(r.value().version(), wire::kWireVersion);
+    }
+  }
+}
+
+// Arbitrary bytes and mutations of valid messages through every decoder: errors, never crashes.
+// TESSERA_WIRE_FUZZ_ITERATIONS runs longer (under the asan preset, say).
+TEST(WireFuzzTest, DecodersSurviveMutatedInput) {
+  const char* env = std::getenv("TESSERA_WIRE_FUZZ_ITERATIONS");
+  const int iterations = env != nullptr ? std::atoi(env) : 400;
+  google::protobuf::LogSilencer quiet;
+  Model m;
+  build_model(m);
+  const std::string graph_bytes = encode_all(m.g).value().SerializeAsString();
+  const std::string meta_bytes =
+      wire::encode_tensor_meta(Tensor::matrix<float>({1, 2, 3, 4}, 2, 2), 1).SerializeAsString();
+  std::vector<char> frame(64, 1);
+  std::mt19937 rng(99);
+  int graphs_decoded = 0;
+  for (int i = 0; i < iterations; ++i) {
+    std::string g = graph_bytes;
+    const int flips = 1 + static_cast<int>(rng() % 4);
+    for (int f = 0; f < flips; ++f) g[rng() % g.size()] = static_cast<char>(rng());
+    if (rng() % 4 == 0) g.resize(rng() % g.size());
+    wire::GraphDef def;
+    if (def.ParseFromString(g)) {
+      Graph out;
+      if (wire::decode_graph(def, &out.impl()).ok()) {
+        ++graphs_decoded;
+        EXPECT_TRUE(encode_all(out).ok());  // what decodes, encodes
+      }
+    }
+    std::string t = meta_bytes;
+    t[rng() % t.size()] = static_cast<char>(rng());
+    wire::TensorMeta meta;
+    if (meta.ParseFromString(t)) {
+      auto decoded = wire::decode_tensor(meta, frame.data(), rng() % frame.size());
+      (void)decoded;
+    }
+  }
+  // Most single-byte mutations hit names or values that still decode; the point is no crash.
+  SUCCEED() << graphs_decoded << " mutated graphs decoded";
+}
+
+}  // namespace
+}  // namespace tessera

@@ -1,0 +1,829 @@
+// Encoding and validation of tessera's wire messages: Note [Wire format] in transport/wire.h.
+#include "transport/wire.h"
+
+#include <charconv>
+#include <climits>
+#include <cstring>
+#include <exception>
+#include <limits>
+#include <new>
+#include <optional>
+#include <queue>
+#include <shared_mutex>
+#include <string_view>
+#include <type_traits>
+#include <unordered_map>
+#include <utility>
+#include <variant>
+
+#include <fmt/format.h>
+#include <google/protobuf/descriptor.h>
+#include <google/protobuf/message.h>
+
+#include "core/device_name.h"
+#include "core/op_registry.h"
+
+namespace tessera::internal::wire {
+
+// The wire's dtype numbers are tessera's (and TensorFlow's).
+static_assert(pb::DT_FLOAT == static_cast<int>(DType::Float32));
+static_assert(pb::DT_DOUBLE == static_cast<int>(DType::Float64));
+static_assert(pb::DT_INT32 == static_cast<int>(DType::Int32));
+static_assert(pb::DT_INT64 == static_cast<int>(DType::Int64));
+static_assert(pb::DT_BOOL == static_cast<int>(DType::Bool));
+
+namespace {
+
+constexpr int64_t kInt64Max = std::numeric_limits<int64_t>::max();
+
+std::string dims_string(const google::protobuf::RepeatedField<int64_t>& dims) {
+  std::string out = "[";
+  for (int i = 0; i < dims.size(); ++i) out += fmt::format("{}{}", i ? "," : "", dims.Get(i));
+  return out + "]";
+}
+
+Status check_version(uint32_t version, std::string_view what) {
+  if (version == kWireVersion) return Status();
+  if (version == 0) {
+    return errors::invalid_argument("{} carries no wire version (field 1 is 0 or absent); this build "
+                                    "speaks wire version {}", what, kWireVersion);
+  }
+  return errors::invalid_argument("{} has wire version {}, this build speaks wire version {}", what,
+                                  version, kWireVersion);
+}
+
+Status parse_message(const void* data, std::size_t size, google::protobuf::MessageLite* out,
+                     std::string_view what) {
+  if (size > static_cast<std::size_t>(INT_MAX)) {
+    return errors::invalid_argument("{} of {} bytes is too large to parse (at most {})", what, size, INT_MAX);
+  }
+  if (data == nullptr && size != 0) return errors::invalid_argument("{}: null data of {} bytes", what, size);
+  if (!out->ParseFromArray(data == nullptr ? "" : data, static_cast<int>(size))) {
+    return errors::invalid_argument("malformed {} ({} bytes): not a valid {} message", what, size,
+                                    out->GetTypeName());
+  }
+  return Status();
+}
+
+// Index of T among AttrValue's alternatives.
+template <class T, class... Ts>
+constexpr std::size_t index_in(const std::variant<Ts...>*) {
+  constexpr bool matches[] = {std::is_same_v<T, Ts>...};
+  for (std::size_t i = 0; i < sizeof...(Ts); ++i) {
+    if (matches[i]) return i;
+  }
+  return sizeof...(Ts);
+}
+template <class T>
+constexpr std::size_t kKind = index_in<T>(static_cast<const AttrValue*>(nullptr));
+
+constexpr std::string_view kKindNames[] = {"int",    "float",  "bool",      "type",       "shape",
+                                           "string", "tensor", "list(int)", "list(type)", "list(shape)"};
+static_assert(std::size(kKindNames) == std::variant_size_v<AttrValue>);
+
+// The attrs each op reads (its shape function, kernels, placement), with their types. An attr a
+// node carries must be listed for its op; required ones must be present. Shape functions and
+// kernels read attrs with std::get and TESSERA_CHECK, which a peer must never be able to trip, so
+// an op missing here cannot be decoded (the wire test checks that every registered op is listed).
+// Value checks (n >= 0, shapes fully defined, ...) are the shape functions'.
+struct AttrSpec {
+  std::string_view name;
+  std::size_t kind;
+  bool required = true;
+};
+
+const std::unordered_map<std::string_view, std::vector<AttrSpec>>& op_attrs() {
+  static const auto* table = [] {
+    const std::vector<AttrSpec> none;
+    const AttrSpec dtype{"dtype", kKind<DType>};
+    const AttrSpec shape{"shape", kKind<Shape>};
+    const AttrSpec seed{"seed", kKind<int64_t>};
+    const std::vector<AttrSpec> reduction{{"axes", kKind<std::vector<int64_t>>}, {"keep_dims", kKind<bool>}};
+    const std::vector<AttrSpec> assign{{"_initializer", kKind<bool>, /*required=*/false}};
+    const std::vector<AttrSpec> dequeue_n{{"n", kKind<int64_t>}};
+    auto* t = new std::unordered_map<std::string_view, std::vector<AttrSpec>>{
+        // core/array_ops.cc
+        {"Const", {{"value", kKind<Tensor>}}},
+        {"Placeholder", {dtype, shape}},
+        {"Identity", none},
+        {"NoOp", none},
+        // core/math_ops.cc
+        {"Add", none}, {"Sub", none}, {"Mul", none}, {"Div", none}, {"Maximum", none}, {"Minimum", none},
+        {"Neg", none}, {"Relu", none}, {"Square", none}, {"Exp", none}, {"Log", none}, {"Sqrt", none},
+        {"Tanh", none}, {"Sigmoid", none},
+        {"MatMul", {{"transpose_a", kKind<bool>}, {"transpose_b", kKind<bool>}}},
+        {"Sum", reduction}, {"Mean", reduction}, {"Max", reduction},
+        {"Cast", {dtype}},
+        {"RandomUniform", {shape, dtype, seed}},
+        {"RandomNormal", {shape, dtype, seed, {"mean", kKind<double>}, {"stddev", kKind<double>}}},
+        {"RandomShuffle", {seed}},
+        // core/variable_ops.cc
+        {"VariableV2", {dtype, shape}},
+        {"Assign", assign}, {"AssignAdd", assign}, {"AssignSub", assign},
+        // core/queue_ops.cc
+        {"FIFOQueue",
+         {{"capacity", kKind<int64_t>},
+          {"component_types", kKind<std::vector<DType>>},
+          {"shapes", kKind<std::vector<Shape>>},
+          {"shared_name", kKind<std::string>}}},
+        {"QueueEnqueue", none}, {"QueueEnqueueMany", none}, {"QueueDequeue", none},
+        {"QueueDequeueMany", dequeue_n}, {"QueueDequeueUpTo", dequeue_n},
+        {"QueueClose", {{"cancel_pending_enqueues", kKind<bool>}}},
+        {"QueueSize", none}, {"QueueIsClosed", none},
+        {"LimitEpochs", {{"num_epochs", kKind<int64_t>}}},
+    };
+    return t;
+  }();
+  return *table;
+}
+
+// Product of the nonzero entries of `dims` (all >= 0 or -1 for unknown, which are skipped), or
+// nullopt when it overflows int64. Shape::num_elements multiplies dims left to right, so every
+// nonzero prefix product must fit, which this guarantees.
+template <class Dims>
+std::optional<int64_t> checked_product(const Dims& dims) {
+  int64_t n = 1;
+  for (int64_t d : dims) {
+    if (d <= 0) continue;
+    if (n > kInt64Max / d) return std::nullopt;
+    n *= d;
+  }
+  return n;
+}
+
+}  // namespace
+
+// ---- Dtypes and shapes ----
+
+pb::DType encode_dtype(DType dtype) { return static_cast<pb::DType>(static_cast<int>(dtype)); }
+
+StatusOr<DType> decode_dtype(int value) {
+  switch (static_cast<DType>(value)) {
+    case DType::Float32:
+    case DType::Float64:
+    case DType::Int32:
+    case DType::Int64:
+    case DType::Bool:
+      return static_cast<DType>(value);
+  }
+  return errors::invalid_argument(
+      "unknown dtype {} (tessera knows float32=1, float64=2, int32=3, int64=9, bool=10)", value);
+}
+
+ShapeProto encode_shape(const Shape& shape) {
+  ShapeProto p;
+  if (shape.unknown_rank()) {
+    p.set_unknown_rank(true);
+  } else {
+    for (int i = 0; i < shape.rank(); ++i) p.add_dims(shape.dim(i));
+  }
+  return p;
+}
+
+StatusOr<Shape> decode_shape(const ShapeProto& proto) {
+  if (proto.unknown_rank()) {
+    if (proto.dims_size() != 0) {
+      return errors::invalid_argument("shape of unknown rank lists {} dims", proto.dims_size());
+    }
+    return Shape::unknown();
+  }
+  if (proto.dims_size() > Shape::kMaxRank) {
+    return errors::invalid_argument("shape of rank {} is not supported (at most {})", proto.dims_size(),
+                                    Shape::kMaxRank);
+  }
+  for (int64_t d : proto.dims()) {
+    if (d < -1) {
+      return errors::invalid_argument("shape {} has dimension {} (dims are >= 0, or -1 for unknown)",
+                                      dims_string(proto.dims()), d);
+    }
+  }
+  if (!checked_product(proto.dims())) {
+    return errors::invalid_argument("shape {} has more than 2^63 elements", dims_string(proto.dims()));
+  }
+  return Shape(std::vector<int64_t>(proto.dims().begin(), proto.dims().end()));
+}
+
+// ---- Tensors ----
+
+TensorMeta encode_tensor_meta(const Tensor& t, uint32_t frame) {
+  TensorMeta meta;
+  meta.set_frame(frame);
+  if (t.is_null()) {
+    meta.set_dtype(pb::DT_INVALID);
+    return meta;
+  }
+  meta.set_dtype(encode_dtype(t.dtype()));
+  for (int i = 0; i < t.shape().rank(); ++i) meta.add_dims(t.shape().dim(i));
+  meta.set_byte_size(t.bytes());
+  return meta;
+}
+
+Status validate_tensor_meta(const TensorMeta& meta, std::size_t frame_size, uint64_t max_bytes) {
+  auto dtype = decode_dtype(meta.dtype());
+  if (!dtype.ok()) return dtype.status().with_prefix("tensor: ");
+  if (meta.dims_size() > Shape::kMaxRank) {
+    return errors::invalid_argument("tensor: rank {} is not supported (at most {})", meta.dims_size(),
+                                    Shape::kMaxRank);
+  }
+  bool empty = false;
+  for (int64_t d : meta.dims()) {
+    if (d < 0) {
+      return errors::invalid_argument("tensor: shape {} has dimension {} (a tensor's dims are >= 0)",
+                                      dims_string(meta.dims()), d);
+    }
+    if (d == 0) empty = true;
+  }
+  const auto product = checked_product(meta.dims());
+  if (!product) {
+    return errors::invalid_argument("tensor: shape {} overflows (more than 2^63 elements)",
+                                    dims_string(meta.dims()));
+  }
+  const uint64_t elements = empty ? 0 : static_cast<uint64_t>(*product);
+  const uint64_t element_size = dtype_size(dtype.value());
+  if (elements > static_cast<uint64_t>(kInt64Max) / element_size) {
+    return errors::invalid_argument("tensor: {} {} elements of shape {} overflow (more than 2^63 bytes)",
+                                    elements, dtype_name(dtype.value()), dims_string(meta.dims()));
+  }
+  const uint64_t bytes = elements * element_size;
+  if (meta.byte_size() != bytes) {
+    return errors::invalid_argument("tensor: byte_size {} does not match shape {} of {} ({} bytes)",
+                                    meta.byte_size(), dims_string(meta.dims()), dtype_name(dtype.value()),
+                                    bytes);
+  }
+  if (bytes > max_bytes) {
+    return errors::resource_exhausted("tensor: {} bytes (shape {} of {}) exceed the limit of {} bytes",
+                                      bytes, dims_string(meta.dims()), dtype_name(dtype.value()), max_bytes);
+  }
+  if (frame_size != bytes) {
+    return errors::invalid_argument("tensor: shape {} of {} needs {} bytes, the frame holds {}",
+                                    dims_string(meta.dims()), dtype_name(dtype.value()), bytes, frame_size);
+  }
+  return Status();
+}
+
+Status validate_tensor_content(DType dtype, const void* data, std::size_t size) {
+  if (dtype != DType::Bool || size == 0) return Status();
+  // A bool that is neither 0 nor 1 is undefined behaviour to read.
+  const auto* p = static_cast<const unsigned char*>(data);
+  for (std::size_t i = 0; i < size; ++i) {
+    if (p[i] > 1) {
+      return errors::invalid_argument("tensor: bool element {} holds byte {} (bools are 0 or 1)", i, p[i]);
+    }
+  }
+  return Status();
+}
+
+StatusOr<Tensor> decode_tensor(const TensorMeta& meta, const void* data, std::size_t size, uint64_t max_bytes) {
+  TESSERA_RETURN_IF_ERROR(validate_tensor_meta(meta, size, max_bytes));
+  if (size != 0 && data == nullptr) return errors::invalid_argument("tensor: null data of {} bytes", size);
+  const DType dtype = static_cast<DType>(meta.dtype());  // validated
+  TESSERA_RETURN_IF_ERROR(validate_tensor_content(dtype, data, size));
+  try {
+    Tensor t(dtype, Shape(std::vector<int64_t>(meta.dims().begin(), meta.dims().end())));
+    if (size != 0) std::memcpy(t.raw_mutable_data(), data, size);
+    return t;
+  } catch (const std::bad_alloc&) {
+    return errors::resource_exhausted("tensor: cannot allocate {} bytes", size);
+  } catch (...) {
+    return status_from_current_exception();
+  }
+}
+
+StatusOr<TensorProto> encode_tensor_proto(const Tensor& t) {
+  if (t.is_null()) return errors::invalid_argument("cannot encode a null tensor");
+  auto where = DeviceSpec::parse(t.device());
+  if (!where.ok() || where.value().type.value_or("") != "CPU") {
+    return errors::invalid_argument("cannot encode a tensor in the memory of {} inline: copy it to the host first",
+                                    t.device());
+  }
+  TensorProto p;
+  *p.mutable_meta() = encode_tensor_meta(t, 0);
+  p.set_content(static_cast<const char*>(t.raw_data()), t.bytes());
+  return p;
+}
+
+StatusOr<Tensor> decode_tensor_proto(const TensorProto& proto, uint64_t max_bytes) {
+  return decode_tensor(proto.meta(), proto.content().data(), proto.content().size(), max_bytes);
+}
+
+// ---- Attrs ----
+
+StatusOr<pb::AttrValue> encode_attr(const AttrValue& value) {
+  pb::AttrValue p;
+  Status st;
+  std::visit(
+      [&](const auto& v) {
+        using T = std::decay_t<decltype(v)>;
+        if constexpr (std::is_same_v<T, int64_t>) {
+          p.set_i(v);
+        } else if constexpr (std::is_same_v<T, double>) {
+          p.set_f(v);
+        } else if constexpr (std::is_same_v<T, bool>) {
+          p.set_b(v);
+        } else if constexpr (std::is_same_v<T, DType>) {
+          p.set_type(encode_dtype(v));
+        } else if constexpr (std::is_same_v<T, Shape>) {
+          *p.mutable_shape() = encode_shape(v);
+        } else if constexpr (std::is_same_v<T, std::string>) {
+          p.set_s(v);
+        } else if constexpr (std::is_same_v<T, Tensor>) {
+          auto t = encode_tensor_proto(v);
+          if (t.ok()) {
+            *p.mutable_tensor() = std::move(t).value();
+          } else {
+            st = t.status();
+          }
+        } else if constexpr (std::is_same_v<T, std::vector<int64_t>>) {
+          auto* list = p.mutable_list_i();
+          for (int64_t x : v) list->add_value(x);
+        } else if constexpr (std::is_same_v<T, std::vector<DType>>) {
+          auto* list = p.mutable_list_type();
+          for (DType x : v) list->add_value(encode_dtype(x));
+        } else {
+          static_assert(std::is_same_v<T, std::vector<Shape>>);
+          auto* list = p.mutable_list_shape();
+          for (const Shape& x : v) *list->add_value() = encode_shape(x);
+        }
+      },
+      value);
+  if (!st.ok()) return st;
+  return p;
+}
+
+StatusOr<AttrValue> decode_attr(const pb::AttrValue& proto) {
+  switch (proto.value_case()) {
+    case pb::AttrValue::kI:
+      return AttrValue(proto.i());
+    case pb::AttrValue::kF:
+      return AttrValue(proto.f());
+    case pb::AttrValue::kB:
+      return AttrValue(proto.b());
+    case pb::AttrValue::kType: {
+      auto d = decode_dtype(proto.type());
+      if (!d.ok()) return d.status();
+      return AttrValue(d.value());
+    }
+    case pb::AttrValue::kShape: {
+      auto s = decode_shape(proto.shape());
+      if (!s.ok()) return s.status();
+      return AttrValue(s.value());
+    }
+    case pb::AttrValue::kS:
+      return AttrValue(proto.s());
+    case pb::AttrValue::kTensor: {
+      auto t = decode_tensor_proto(proto.tensor());
+      if (!t.ok()) return t.status();
+      return AttrValue(std::move(t).value());
+    }
+    case pb::AttrValue::kListI:
+      return AttrValue(std::vector<int64_t>(proto.list_i().value().begin(), proto.list_i().value().end()));
+    case pb::AttrValue::kListType: {
+      std::vector<DType> out;
+      out.reserve(static_cast<std::size_t>(proto.list_type().value_size()));  // parsed: bounded by the input
+      for (int v : proto.list_type().value()) {
+        auto d = decode_dtype(v);
+        if (!d.ok()) return d.status();
+        out.push_back(d.value());
+      }
+      return AttrValue(std::move(out));
+    }
+    case pb::AttrValue::kListShape: {
+      std::vector<Shape> out;
+      out.reserve(static_cast<std::size_t>(proto.list_shape().value_size()));
+      for (const ShapeProto& v : proto.list_shape().value()) {
+        auto s = decode_shape(v);
+        if (!s.ok()) return s.status();
+        out.push_back(s.value());
+      }
+      return AttrValue(std::move(out));
+    }
+    case pb::AttrValue::VALUE_NOT_SET:
+      break;
+  }
+  return errors::invalid_argument("attr value is not set (or of a kind this build does not know)");
+}
+
+// ---- Graphs ----
+
+StatusOr<GraphDef> encode_graph(const GraphImpl& graph, const std::vector<const Node*>& nodes) {
+  std::shared_lock<std::shared_mutex> lock(graph.mutex());
+  const int n = static_cast<int>(nodes.size());
+  std::unordered_map<const Node*, int> pos;
+  pos.reserve(nodes.size());
+  for (int i = 0; i < n; ++i) {
+    const Node* node = nodes[static_cast<std::size_t>(i)];
+    if (node == nullptr) return errors::invalid_argument("encode_graph: node {} is null", i);
+    if (node->graph != &graph) {
+      return errors::invalid_argument("encode_graph: node '{}' belongs to another graph", node->name);
+    }
+    if (!pos.emplace(node, i).second) {
+      return errors::invalid_argument("encode_graph: node '{}' is listed twice", node->name);
+    }
+    if (node->name.empty() || node->name[0] == '^' || node->name.find(':') != std::string::npos) {
+      return errors::invalid_argument("encode_graph: node name '{}' cannot be encoded ('^' starts control "
+                                      "inputs, ':' separates output indices)", node->name);
+    }
+  }
+
+  // Every node another one depends on: data and control inputs, resource, colocation.
+  auto for_each_dep = [](const Node* node, auto&& f) -> Status {
+    for (const Endpoint& in : node->inputs) TESSERA_RETURN_IF_ERROR(f(in.node, "input"));
+    for (const Node* c : node->control_inputs) TESSERA_RETURN_IF_ERROR(f(c, "control input"));
+    if (node->resource != nullptr) TESSERA_RETURN_IF_ERROR(f(node->resource, "resource"));
+    for (const Node* c : node->colocate_with) TESSERA_RETURN_IF_ERROR(f(c, "colocate_with"));
+    return Status();
+  };
+  std::vector<int> pending(nodes.size(), 0);
+  std::vector<std::vector<int>> users(nodes.size());
+  for (int i = 0; i < n; ++i) {
+    const Node* node = nodes[static_cast<std::size_t>(i)];
+    TESSERA_RETURN_IF_ERROR(for_each_dep(node, [&](const Node* dep, const char* what) -> Status {
+      auto it = dep == nullptr ? pos.end() : pos.find(dep);
+      if (it == pos.end()) {
+        return errors::invalid_argument("encode_graph: {} '{}' of node '{}' is not among the nodes encoded",
+                                        what, dep == nullptr ? "(null)" : dep->name, node->name);
+      }
+      ++pending[static_cast<std::size_t>(i)];
+      users[static_cast<std::size_t>(it->second)].push_back(i);
+      return Status();
+    }));
+  }
+  // Kahn's algorithm, smallest position first: the given order wherever it is topological.
+  std::priority_queue<int, std::vector<int>, std::greater<int>> ready;
+  for (int i = 0; i < n; ++i) {
+    if (pending[static_cast<std::size_t>(i)] == 0) ready.push(i);
+  }
+  std::vector<int> order;
+  order.reserve(nodes.size());
+  while (!ready.empty()) {
+    const int i = ready.top();
+    ready.pop();
+    order.push_back(i);
+    for (int u : users[static_cast<std::size_t>(i)]) {
+      if (--pending[static_cast<std::size_t>(u)] == 0) ready.push(u);
+    }
+  }
+  if (static_cast<int>(order.size()) != n) {
+    std::string names;
+    int listed = 0;
+    for (int i = 0; i < n && listed < 5; ++i) {
+      if (pending[static_cast<std::size_t>(i)] > 0) {
+        names += fmt::format("{}'{}'", listed++ ? ", " : "", nodes[static_cast<std::size_t>(i)]->name);
+      }
+    }
+    return errors::invalid_argument("encode_graph: the nodes' edges form a cycle (through {})", names);
+  }
+
+  GraphDef def;
+  def.set_version(kWireVersion);
+  def.mutable_node()->Reserve(n);
+  for (int i : order) {
+    const Node* node = nodes[static_cast<std::size_t>(i)];
+    NodeDef* nd = def.add_node();
+    nd->set_name(node->name);
+    nd->set_op(node->type);
+    for (const Endpoint& in : node->inputs) nd->add_input(fmt::format("{}:{}", in.node->name, in.index));
+    for (const Node* c : node->control_inputs) nd->add_input("^" + c->name);
+    nd->set_device(node->requested_device);
+    for (const auto& [key, value] : node->attrs) {
+      auto a = encode_attr(value);
+      if (!a.ok()) return a.status().with_prefix(fmt::format("encode_graph: node '{}' attr '{}': ", node->name, key));
+      (*nd->mutable_attr())[key] = std::move(a).value();
+    }
+    if (node->resource != nullptr) nd->set_resource(node->resource->name);
+    for (const Node* c : node->colocate_with) nd->add_colocate_with(c->name);
+  }
+  return def;
+}
+
+StatusOr<GraphDef> encode_graph(const GraphImpl& graph) {
+  std::vector<Node*> all = graph.nodes();
+  return encode_graph(graph, std::vector<const Node*>(all.begin(), all.end()));
+}
+
+namespace {
+
+// A reference from a NodeDef to a node: one of the def (by index) or one already in the graph.
+struct Ref {
+  std::string name;
+  int local = -1;           // index into the GraphDef
+  Node* existing = nullptr;  // Not owned.
+  int index = 0;            // output index (data inputs)
+};
+
+struct PendingNode {
+  const NodeDef* def = nullptr;  // Not owned.
+  AttrMap attrs;
+  std::vector<Ref> data;
+  std::vector<Ref> control;
+  std::optional<Ref> resource;
+  std::vector<Ref> colocate;
+};
+
+// Restores a graph's scopes when decode_graph returns.
+class ScopeSaver {
+ public:
+  explicit ScopeSaver(GraphImpl* g)
+      : g_(g), device_(g->device_scope_), colocation_(g->colocation_scope_), control_(g->control_scope_),
+        name_(g->name_scope_) {
+    g_->control_scope_.clear();
+    g_->name_scope_.clear();
+  }
+  ~ScopeSaver() {
+    g_->device_scope_ = device_;
+    g_->colocation_scope_ = colocation_;
+    g_->control_scope_ = control_;
+    g_->name_scope_ = name_;
+  }
+  ScopeSaver(const ScopeSaver&) = delete;
+  ScopeSaver& operator=(const ScopeSaver&) = delete;
+
+ private:
+  GraphImpl* g_;  // Not owned.
+  std::string device_;
+  std::vector<Node*> colocation_;
+  std::vector<Node*> control_;
+  std::string name_;
+};
+
+// "name:index" or "name" (output 0).
+Status parse_data_input(const std::string& input, std::string* name, int* index) {
+  const auto colon = input.rfind(':');
+  *index = 0;
+  *name = input.substr(0, colon);
+  if (colon != std::string::npos) {
+    const char* first = input.data() + colon + 1;
+    const char* last = input.data() + input.size();
+    auto [end, ec] = std::from_chars(first, last, *index);
+    if (first == last || *first < '0' || *first > '9' || ec != std::errc() || end != last) {
+      return errors::invalid_argument("bad output index in input '{}' (want \"node:index\")", input);
+    }
+  }
+  if (name->empty()) return errors::invalid_argument("input '{}' names no node", input);
+  return Status();
+}
+
+}  // namespace
+
+Status decode_graph(const GraphDef& def, GraphImpl* into, std::vector<Node*>* added) {
+  if (into == nullptr) return errors::invalid_argument("decode_graph: null graph");
+  TESSERA_RETURN_IF_ERROR(check_version(def.version(), "GraphDef"));
+  const int n = def.node_size();
+  std::vector<PendingNode> pending(static_cast<std::size_t>(n));
+  std::unordered_map<std::string_view, int> local;
+  local.reserve(static_cast<std::size_t>(n));
+
+  // Names, ops, attrs, devices: each node on its own.
+  for (int i = 0; i < n; ++i) {
+    const NodeDef& nd = def.node(i);
+    PendingNode& p = pending[static_cast<std::size_t>(i)];
+    p.def = &nd;
+    const std::string& name = nd.name();
+    if (name.empty()) return errors::invalid_argument("GraphDef node {} has no name", i);
+    if (name[0] == '^' || name.find(':') != std::string::npos) {
+      return errors::invalid_argument("node name '{}' is not valid (no leading '^', no ':')", name);
+    }
+    if (!local.emplace(name, i).second) {
+      return errors::invalid_argument("duplicate name '{}': the GraphDef has two nodes of that name", name);
+    }
+    if (into->find(name) != nullptr) {
+      return errors::invalid_argument("duplicate name '{}': the graph already has a node of that name", name);
+    }
+    auto bad = [&](const Status& st) { return st.with_prefix(fmt::format("node '{}' ({}): ", name, nd.op())); };
+    if (OpRegistry::global().find_op(nd.op()) == nullptr) {
+      return errors::invalid_argument("node '{}': unknown op type '{}'", name, nd.op());
+    }
+    auto spec = op_attrs().find(nd.op());
+    if (spec == op_attrs().end()) {
+      return errors::unimplemented("node '{}': op '{}' cannot be received: transport/wire.cc does not "
+                                   "list its attrs", name, nd.op());
+    }
+    for (const auto& [key, value] : nd.attr()) {
+      const AttrSpec* want = nullptr;
+      for (const AttrSpec& a : spec->second) {
+        if (a.name == key) want = &a;
+      }
+      if (want == nullptr) return bad(errors::invalid_argument("unexpected attr '{}'", key));
+      auto v = decode_attr(value);
+      if (!v.ok()) return bad(v.status().with_prefix(fmt::format("attr '{}': ", key)));
+      if (v.value().index() != want->kind) {
+        return bad(errors::invalid_argument("attr '{}' must be of type {}, got {}", key, kKindNames[want->kind],
+                                            kKindNames[v.value().index()]));
+      }
+      p.attrs.emplace(key, std::move(v).value());
+    }
+    for (const AttrSpec& a : spec->second) {
+      if (a.required && p.attrs.count(std::string(a.name)) == 0) {
+        return bad(errors::invalid_argument("missing attr '{}' of type {}", a.name, kKindNames[a.kind]));
+      }
+    }
+    if (!nd.device().empty()) {
+      auto d = DeviceSpec::parse(nd.device());
+      if (!d.ok()) return bad(d.status());
+    }
+  }
+
+  // References, by name: to nodes of the def or of the graph.
+  auto resolve = [&](const std::string& ref_name, const std::string& node_name, const char* what,
+                     Ref* out) -> Status {
+    out->name = ref_name;
+    auto it = local.find(ref_name);
+    if (it != local.end()) {
+      out->local = it->second;
+      return Status();
+    }
+    out->existing = into->find(ref_name);
+    if (out->existing == nullptr) {
+      return errors::invalid_argument("dangling input: {} '{}' of node '{}' names no node of the GraphDef "
+                                      "or the graph", what, ref_name, node_name);
+    }
+    return Status();
+  };
+  for (PendingNode& p : pending) {
+    const NodeDef& nd = *p.def;
+    bool control_seen = false;
+    for (const std::string& in : nd.input()) {
+      Ref ref;
+      if (!in.empty() && in[0] == '^') {
+        control_seen = true;
+        TESSERA_RETURN_IF_ERROR(resolve(in.substr(1), nd.name(), "control input", &ref));
+        p.control.push_back(std::move(ref));
+        continue;
+      }
+      if (control_seen) {
+        return errors::invalid_argument("node '{}': data input '{}' follows a control input", nd.name(), in);
+      }
+      std::string src;
+      Status st = parse_data_input(in, &src, &ref.index);
+      if (!st.ok()) return st.with_prefix(fmt::format("node '{}': ", nd.name()));
+      TESSERA_RETURN_IF_ERROR(resolve(src, nd.name(), "input", &ref));
+      p.data.push_back(std::move(ref));
+    }
+    if (!nd.resource().empty()) {
+      Ref ref;
+      TESSERA_RETURN_IF_ERROR(resolve(nd.resource(), nd.name(), "resource", &ref));
+      p.resource = std::move(ref);
+    }
+    for (const std::string& c : nd.colocate_with()) {
+      Ref ref;
+      TESSERA_RETURN_IF_ERROR(resolve(c, nd.name(), "colocate_with", &ref));
+      p.colocate.push_back(std::move(ref));
+    }
+  }
+
+  // Order: Kahn's algorithm over the edges between nodes of the def, smallest index first.
+  std::vector<int> waiting(static_cast<std::size_t>(n), 0);
+  std::vector<std::vector<int>> users(static_cast<std::size_t>(n));
+  for (int i = 0; i < n; ++i) {
+    const PendingNode& p = pending[static_cast<std::size_t>(i)];
+    auto edge = [&](const Ref& r) {
+      if (r.local < 0) return;
+      ++waiting[static_cast<std::size_t>(i)];
+      users[static_cast<std::size_t>(r.local)].push_back(i);
+    };
+    for (const Ref& r : p.data) edge(r);
+    for (const Ref& r : p.control) edge(r);
+    if (p.resource) edge(*p.resource);
+    for (const Ref& r : p.colocate) edge(r);
+  }
+  std::priority_queue<int, std::vector<int>, std::greater<int>> ready;
+  for (int i = 0; i < n; ++i) {
+    if (waiting[static_cast<std::size_t>(i)] == 0) ready.push(i);
+  }
+  std::vector<int> order;
+  order.reserve(static_cast<std::size_t>(n));
+  while (!ready.empty()) {
+    const int i = ready.top();
+    ready.pop();
+    order.push_back(i);
+    for (int u : users[static_cast<std::size_t>(i)]) {
+      if (--waiting[static_cast<std::size_t>(u)] == 0) ready.push(u);
+    }
+  }
+  if (static_cast<int>(order.size()) != n) {
+    std::string names;
+    int listed = 0;
+    for (int i = 0; i < n && listed < 5; ++i) {
+      if (waiting[static_cast<std::size_t>(i)] > 0) {
+        names += fmt::format("{}'{}'", listed++ ? ", " : "", def.node(i).name());
+      }
+    }
+    return errors::invalid_argument("GraphDef has a cycle (through {})", names);
+  }
+
+  // Add, in that order. Shape inference validates each op's inputs and attr values.
+  std::vector<Node*> made(static_cast<std::size_t>(n), nullptr);
+  auto node_of = [&](const Ref& r) { return r.local >= 0 ? made[static_cast<std::size_t>(r.local)] : r.existing; };
+  ScopeSaver saver(into);
+  for (int i : order) {
+    PendingNode& p = pending[static_cast<std::size_t>(i)];
+    const NodeDef& nd = *p.def;
+    NodeSpec spec;
+    spec.type = nd.op();
+    spec.name = nd.name();
+    spec.attrs = std::move(p.attrs);
+    for (const Ref& r : p.data) {
+      Node* src = node_of(r);
+      const int outputs = static_cast<int>(src->output_dtypes.size());
+      if (r.index >= outputs) {
+        return errors::invalid_argument("node '{}': bad output index: input '{}:{}', but '{}' ({}) has {} output(s)",
+                                        nd.name(), r.name, r.index, r.name, src->type, outputs);
+      }
+      spec.inputs.emplace_back(src, r.index);
+    }
+    for (const Ref& r : p.control) spec.extra_control_inputs.emplace_back(node_of(r));
+    if (p.resource) spec.resource = node_of(*p.resource);
+    std::vector<Node*> colocate;
+    for (const Ref& r : p.colocate) colocate.push_back(node_of(r));
+    into->device_scope_ = nd.device();
+    into->colocation_scope_ = std::move(colocate);
+    Node* node = nullptr;
+    try {
+      node = into->add_node(std::move(spec));
+    } catch (const Error& e) {
+      return Status(e.code(), e.message());
+    } catch (const std::exception& e) {
+      return errors::invalid_argument("node '{}' ({}): {}", nd.name(), nd.op(), e.what());
+    }
+    if (node->name != nd.name()) {
+      // Another thread added a node of this name meanwhile.
+      return errors::invalid_argument("duplicate name '{}': the graph already has a node of that name "
+                                      "(this one was added as '{}')", nd.name(), node->name);
+    }
+    made[static_cast<std::size_t>(i)] = node;
+    if (added != nullptr) added->push_back(node);
+  }
+  return Status();
+}
+
+// ---- Status ----
+
+pb::Status from_status(const tessera::Status& status) {
+  pb::Status p;
+  p.set_code(static_cast<int32_t>(status.code()));
+  if (!status.ok()) p.set_message(status.message());
+  return p;
+}
+
+tessera::Status to_status(const pb::Status& proto) {
+  const int32_t code = proto.code();
+  if (code == 0) return tessera::Status();
+  if (code < static_cast<int>(ErrorCode::kCancelled) || code > static_cast<int>(ErrorCode::kUnauthenticated)) {
+    return tessera::Status(ErrorCode::kUnknown, fmt::format("(error code {}) {}", code, proto.message()));
+  }
+  return tessera::Status(static_cast<ErrorCode>(code), proto.message());
+}
+
+// ---- Envelopes ----
+
+RequestHeader make_request_header(uint64_t request_id, std::string method, const google::protobuf::Message& body,
+                                  int64_t deadline_ms) {
+  RequestHeader h;
+  h.set_version(kWireVersion);
+  h.set_request_id(request_id);
+  h.set_method(std::move(method));
+  h.set_deadline_ms(deadline_ms);
+  body.SerializeToString(h.mutable_body());
+  return h;
+}
+
+ResponseHeader make_response_header(uint64_t request_id, const tessera::Status& status,
+                                    const google::protobuf::Message* body) {
+  ResponseHeader h;
+  h.set_version(kWireVersion);
+  h.set_request_id(request_id);
+  if (!status.ok()) {
+    *h.mutable_status() = from_status(status);
+  } else if (body != nullptr) {
+    body->SerializeToString(h.mutable_body());
+  }
+  return h;
+}
+
+StatusOr<RequestHeader> parse_request_header(const void* data, std::size_t size) {
+  RequestHeader h;
+  TESSERA_RETURN_IF_ERROR(parse_message(data, size, &h, "request header"));
+  TESSERA_RETURN_IF_ERROR(check_version(h.version(), "request header"));
+  if (h.method().empty()) return errors::invalid_argument("request header {} names no method", h.request_id());
+  return h;
+}
+
+StatusOr<ResponseHeader> parse_response_header(const void* data, std::size_t size) {
+  ResponseHeader h;
+  TESSERA_RETURN_IF_ERROR(parse_message(data, size, &h, "response header"));
+  TESSERA_RETURN_IF_ERROR(check_version(h.version(), "response header"));
+  return h;
+}
+
+Status parse_body(std::string_view bytes, google::protobuf::Message* out) {
+  const std::string type = out->GetTypeName();
+  TESSERA_RETURN_IF_ERROR(parse_message(bytes.data(), bytes.size(), out, type));
+  const google::protobuf::FieldDescriptor* field = out->GetDescriptor()->FindFieldByNumber(1);
+  if (field == nullptr || field->name() != "version" ||
+      field->cpp_type() != google::protobuf::FieldDescriptor::CPPTYPE_UINT32 || field->is_repeated()) {
+    return errors::internal("{} is not a top-level wire message (field 1 is not uint32 version)", type);
+  }
+  return check_version(out->GetReflection()->GetUInt32(*out, field), type);
+}
+
+}  // namespace tessera::internal::wire
