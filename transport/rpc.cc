@@ -1,0 +1,873 @@
+#include "transport/rpc.h"
+
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <optional>
+#include <queue>
+#include <thread>
+#include <unordered_map>
+#include <utility>
+
+#include "core/tensor_buffer.h"
+
+namespace tessera::internal {
+
+// Note [RPC]
+// ~~~~~~~~~~
+// Wire. A request is [call-id][header][payload...] from a DEALER; the server's ROUTER sees the
+// peer's routing id in front. A reply is [call-id][status][frame...]: the call-id echoed, then an
+// empty status frame for OK or 4 bytes of little-endian ErrorCode and the message, then the reply's
+// frames. The call-id frame is 12 bytes, "TRP1" and a little-endian 64-bit id, so stray traffic is
+// recognized and dropped (counted as malformed) instead of being handed to a handler.
+//
+// Threads. Every zmq socket is used by exactly one thread, its owner's I/O thread. Other threads
+// talk to an I/O thread through a mutex-protected queue plus an eventfd in its zmq_poll set, written
+// only when the queue goes from empty to non-empty (one syscall per burst, not per message).
+//   Server: one I/O thread owns the ROUTER. It reads a batch of requests, checks each envelope and
+//   hands (request, Responder) to `handler_threads` handler threads (or runs the handler inline
+//   when that is 0). A Responder may be called from any thread, at any time, once: the reply joins
+//   the I/O thread's outbox. The server has its own zmq context, so stop() can terminate it: when
+//   stop() returns the listening socket is closed and the port can be bound again at once.
+//   Channel: one I/O thread per channel owns the DEALER (channels are one per remote task, so a
+//   process has a handful; a shared thread would add a hop of routing for no gain at that count).
+//   Channels share one process-wide zmq context, leaked on purpose so that channels in static
+//   objects never race its destruction. call() queues the request; the I/O thread gives it an id,
+//   records its deadline, sends it and matches the reply by id. `done` runs on the I/O thread.
+//   Nothing creates a thread per call: a call costs a queue push, an eventfd write, and the two
+//   I/O threads' hops on each side of the loopback or network round trip.
+//
+// Failure. The deadline is the guarantee: a call completes by then, with the reply or with
+// Unavailable ("no reply from <endpoint> within N ms: the task is down or unreachable"), whatever
+// happened to the peer; a reply arriving later is dropped. ZMQ_IMMEDIATE keeps requests out of
+// libzmq's queues while no peer is connected (they wait in the channel's outbox, and go out if the
+// peer appears before their deadline). libzmq reconnects on its own (every reconnect_interval,
+// backing off to reconnect_interval_max), so a server restarted on the same port is reached again
+// by existing channels; ZMTP heartbeats drop a connection whose peer went silent (kill -9 of a
+// remote host, a partition) so that reconnection starts. A request in flight when the connection
+// died is not resent (the handler may have run): its caller meets its deadline. Destroying a
+// channel completes its pending calls with Cancelled.
+//   On the server, stop() stops reading, drops queued requests and kills every Responder (their
+//   replies are counted and dropped; callers meet their deadlines), closes the socket and joins the
+//   I/O thread. It then waits at most stop_grace for handler invocations still running and leaves
+//   any that did not finish behind (detached; they keep the server's internals alive and find
+//   their Responders dead). Handlers are meant to return quickly and reply later if work is long.
+//   A Responder dropped unreplied fails its call with Internal at once; a handler that throws
+//   fails it with the exception's status.
+//
+// Limits. max_message_bytes sets ZMQ_MAXMSGSIZE, which libzmq checks per frame before allocating:
+// an oversized frame closes that connection (the client reconnects; its pending calls meet their
+// deadlines). A request whose frames add up to more than the limit is refused with
+// ResourceExhausted.
+//
+// Zero copy. tensor_frame() hands libzmq the tensor's own bytes with a free callback that drops a
+// Tensor reference, run by whichever thread releases the message last (often libzmq's I/O thread).
+// On receipt, frame_to_tensor() can wrap the zmq message in a TensorBuffer whose release closes
+// the message. libzmq 4.3 stores a received frame of more than 33 bytes 40 bytes after the start
+// of a malloc'ed block, i.e. at 8 mod 16 and never at Tensor::kAlignment (64): with the default
+// alignment requirement a received tensor is always copied. Tessera's kernels need only natural
+// alignment, so a caller may accept dtype_size(dtype) and skip the copy; the tensor is then an
+// exception to Tensor's 64-byte promise that the caller has to know about.
+
+namespace {
+
+constexpr char kMagic[4] = {'T', 'R', 'P', '1'};
+constexpr std::size_t kCallIdBytes = 12;
+constexpr int kRecvBatch = 256;
+
+zmq::message_t call_id_frame(uint64_t id) {
+  zmq::message_t m(kCallIdBytes);
+  auto* p = static_cast<unsigned char*>(m.data());
+  std::memcpy(p, kMagic, 4);
+  for (int i = 0; i < 8; ++i) p[4 + i] = static_cast<unsigned char>(id >> (8 * i));
+  return m;
+}
+
+std::optional<uint64_t> parse_call_id(const zmq::message_t& m) {
+  if (m.size() != kCallIdBytes) return std::nullopt;
+  const auto* p = static_cast<const unsigned char*>(m.data());
+  if (std::memcmp(p, kMagic, 4) != 0) return std::nullopt;
+  uint64_t id = 0;
+  for (int i = 0; i < 8; ++i) id |= uint64_t{p[4 + i]} << (8 * i);
+  return id;
+}
+
+zmq::message_t status_frame(const Status& s) {
+  if (s.ok()) return zmq::message_t();
+  const std::string& msg = s.message();
+  zmq::message_t m(4 + msg.size());
+  auto* p = static_cast<unsigned char*>(m.data());
+  const auto code = static_cast<uint32_t>(s.code());
+  for (int i = 0; i < 4; ++i) p[i] = static_cast<unsigned char>(code >> (8 * i));
+  if (!msg.empty()) std::memcpy(p + 4, msg.data(), msg.size());
+  return m;
+}
+
+// The status a reply carries; nullopt when the frame is not a status frame.
+std::optional<Status> parse_status(const zmq::message_t& m) {
+  if (m.size() == 0) return Status();
+  if (m.size() < 4) return std::nullopt;
+  const auto* p = static_cast<const unsigned char*>(m.data());
+  uint32_t code = 0;
+  for (int i = 0; i < 4; ++i) code |= uint32_t{p[i]} << (8 * i);
+  if (code == 0 || code > static_cast<uint32_t>(ErrorCode::kUnauthenticated)) return std::nullopt;
+  return Status(static_cast<ErrorCode>(code), std::string(reinterpret_cast<const char*>(p + 4), m.size() - 4));
+}
+
+// ---- eventfd wake-up ----
+
+int make_wake_fd() {
+  int fd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  TESSERA_CHECK(fd >= 0);
+  return fd;
+}
+
+void signal_wake_fd(int fd) {
+  const uint64_t one = 1;
+  // EAGAIN only when the counter would overflow, i.e. a wake-up is pending anyway.
+  while (::write(fd, &one, sizeof one) < 0 && errno == EINTR) {
+  }
+}
+
+void drain_wake_fd(int fd) {
+  uint64_t value;
+  while (::read(fd, &value, sizeof value) < 0 && errno == EINTR) {
+  }
+}
+
+// zmq_poll, retried on EINTR. Returns false when the context is being terminated.
+bool poll_items(zmq_pollitem_t* items, int n, long timeout_ms) {
+  for (;;) {
+    if (zmq_poll(items, n, timeout_ms) >= 0) return true;
+    if (zmq_errno() == EINTR) continue;
+    return false;
+  }
+}
+
+// Reads the rest of a multipart message whose first frame is `first` (parts of one message arrive
+// together, so this never waits).
+void recv_rest(zmq::socket_t& socket, const zmq::message_t& first, std::vector<zmq::message_t>* parts) {
+  parts->clear();
+  bool more = first.more();
+  while (more) {
+    zmq::message_t m;
+    if (!socket.recv(m, zmq::recv_flags::dontwait)) break;
+    more = m.more();
+    parts->push_back(std::move(m));
+  }
+}
+
+// Names a libzmq error for a bind or connect failure.
+Status zmq_address_error(const char* what, const std::string& address, const zmq::error_t& e) {
+  switch (e.num()) {
+    case EADDRINUSE:
+    case EADDRNOTAVAIL:
+    case EACCES:
+      return errors::unavailable("cannot {} {}: {}", what, address, e.what());
+    default:
+      return errors::invalid_argument("cannot {} '{}': {}", what, address, e.what());
+  }
+}
+
+// ---- Tensor frames ----
+
+struct SentTensor {
+  Tensor tensor;
+  // Publishes the construction to the thread that runs the free callback, visibly to TSan (libzmq,
+  // uninstrumented, hands the message over with atomics TSan cannot see).
+  std::atomic<bool> published{false};
+};
+
+void free_sent_tensor(void* /*data*/, void* hint) {
+  auto* sent = static_cast<SentTensor*>(hint);
+  (void)sent->published.load(std::memory_order_acquire);
+  delete sent;
+}
+
+// A TensorBuffer over a received zmq message: the buffer's data is the message's.
+struct FrameBuffer : TensorBuffer {
+  zmq::message_t frame;
+};
+
+void release_frame_buffer(TensorBuffer* b) { delete static_cast<FrameBuffer*>(b); }
+
+}  // namespace
+
+zmq::message_t string_frame(std::string_view s) { return zmq::message_t(s.data(), s.size()); }
+
+StatusOr<zmq::message_t> tensor_frame(const Tensor& t) {
+  if (t.is_null()) return errors::failed_precondition("cannot send a null tensor");
+  if (t.device() != kHostDeviceName) {
+    return errors::failed_precondition("cannot send a tensor held by {}: copy it to host memory first",
+                                       t.device());
+  }
+  const std::size_t bytes = t.bytes();
+  if (bytes < kZeroCopyMinBytes) return zmq::message_t(t.raw_data(), bytes);
+  auto* sent = new SentTensor{t};
+  sent->published.store(true, std::memory_order_release);
+  // libzmq never writes through the pointer it is given.
+  return zmq::message_t(const_cast<void*>(t.raw_data()), bytes, &free_sent_tensor, sent);
+}
+
+StatusOr<Tensor> frame_to_tensor(zmq::message_t frame, DType dtype, const Shape& shape,
+                                 std::size_t required_alignment) {
+  TESSERA_CHECK(required_alignment > 0 && (required_alignment & (required_alignment - 1)) == 0);
+  if (!shape.fully_defined()) {
+    return errors::invalid_argument("a received tensor needs a fully defined shape, got {}", shape.to_string());
+  }
+  const std::size_t expected = static_cast<std::size_t>(shape.num_elements()) * dtype_size(dtype);
+  if (frame.size() != expected) {
+    return errors::invalid_argument("tensor frame holds {} bytes; a {} {} tensor needs {}", frame.size(),
+                                    dtype_name(dtype), shape.to_string(), expected);
+  }
+  const auto address = reinterpret_cast<std::uintptr_t>(frame.data());
+  if (dtype != DType::Bool && expected >= kZeroCopyMinBytes && address % required_alignment == 0) {
+    auto* buf = new FrameBuffer();
+    buf->frame = std::move(frame);
+    buf->data = buf->frame.data();
+    buf->bytes = buf->frame.size();
+    buf->release = &release_frame_buffer;
+    return adopt_buffer(buf, dtype, shape);
+  }
+  Tensor t(dtype, shape);
+  if (dtype == DType::Bool) {
+    // Any byte other than 0 or 1 would be an invalid bool.
+    const auto* src = static_cast<const unsigned char*>(frame.data());
+    bool* dst = t.mutable_data<bool>();
+    for (std::size_t i = 0; i < expected; ++i) dst[i] = src[i] != 0;
+  } else if (expected > 0) {
+    std::memcpy(t.raw_mutable_data(), frame.data(), expected);
+  }
+  return t;
+}
+
+// ---- Server ----
+
+struct ReplySlot {
+  std::shared_ptr<RpcServerCore> core;
+  zmq::message_t routing_id;
+  zmq::message_t call_id;
+  std::atomic<bool> replied{false};
+
+  ReplySlot(std::shared_ptr<RpcServerCore> c, zmq::message_t r, zmq::message_t id)
+      : core(std::move(c)), routing_id(std::move(r)), call_id(std::move(id)) {}
+  ~ReplySlot();
+};
+
+class RpcServerCore : public std::enable_shared_from_this<RpcServerCore> {
+ public:
+  RpcServerCore(RpcServer::Handler handler, RpcServerOptions options)
+      : handler_(std::move(handler)), options_(options), context_(1), wake_fd_(make_wake_fd()) {}
+  ~RpcServerCore() { ::close(wake_fd_); }
+
+  Status bind(const std::string& address);
+  void start_threads();
+  void stop();
+  bool reply(ReplySlot& slot, const Status& status, std::vector<zmq::message_t> frames);
+  const std::string& endpoint() const { return endpoint_; }
+  RpcServerStats stats() const;
+
+ private:
+  struct Outgoing {
+    zmq::message_t routing_id;
+    zmq::message_t call_id;
+    zmq::message_t status;
+    std::vector<zmq::message_t> frames;
+  };
+  struct Work {
+    RpcMessage request;
+    Responder respond;
+  };
+
+  void run_io();
+  void receive_one(zmq::message_t routing_id, std::vector<zmq::message_t>* parts);
+  void send(Outgoing& out);
+  void drain_outbox(std::vector<Outgoing>* batch);
+  void invoke(RpcMessage request, Responder respond);
+  void run_worker();
+
+  const RpcServer::Handler handler_;
+  const RpcServerOptions options_;
+  std::string endpoint_;
+  zmq::context_t context_;
+  zmq::socket_t socket_;  // used only by io_thread_ once it runs
+  const int wake_fd_;
+  std::thread io_thread_;
+  std::vector<std::thread> workers_;
+
+  std::mutex stop_mu_;
+  bool stop_called_ = false;  // guarded by stop_mu_
+
+  std::mutex out_mu_;
+  std::vector<Outgoing> outbox_;  // guarded by out_mu_
+  bool stopping_ = false;         // guarded by out_mu_: Responders are dead, the I/O thread exits
+
+  std::mutex work_mu_;
+  std::condition_variable work_cv_;
+  std::condition_variable workers_done_cv_;
+  std::deque<Work> work_;      // guarded by work_mu_
+  bool work_stopping_ = false;  // guarded by work_mu_
+  int live_workers_ = 0;        // guarded by work_mu_
+
+  std::atomic<uint64_t> requests_{0}, malformed_{0}, oversized_{0}, replies_{0}, dropped_replies_{0},
+      abandoned_{0};
+};
+
+namespace {
+thread_local const void* tls_io_owner = nullptr;  // the core whose I/O thread this is
+}  // namespace
+
+ReplySlot::~ReplySlot() {
+  if (!replied.load(std::memory_order_acquire)) {
+    core->reply(*this, errors::internal("the server's handler dropped its Responder without replying"), {});
+  }
+}
+
+bool Responder::operator()(RpcMessage reply) const {
+  TESSERA_CHECK(slot_ != nullptr);
+  return slot_->core->reply(*slot_, Status(), std::move(reply.frames));
+}
+
+bool Responder::fail(const Status& status) const {
+  TESSERA_CHECK(slot_ != nullptr);
+  Status s = status.ok() ? errors::internal("a handler failed a call with an OK status") : status;
+  return slot_->core->reply(*slot_, s, {});
+}
+
+Status RpcServerCore::bind(const std::string& address) {
+  try {
+    socket_ = zmq::socket_t(context_, zmq::socket_type::router);
+    socket_.set(zmq::sockopt::linger, 0);
+    // Undeliverable replies (peer gone, its queue full) fail the send so they can be counted; a
+    // reply never blocks the I/O thread.
+    socket_.set(zmq::sockopt::router_mandatory, 1);
+    socket_.set(zmq::sockopt::sndhwm, 100000);
+    socket_.set(zmq::sockopt::maxmsgsize, options_.max_message_bytes);
+    socket_.set(zmq::sockopt::heartbeat_ivl, static_cast<int>(options_.heartbeat_interval.count()));
+    socket_.set(zmq::sockopt::heartbeat_timeout, static_cast<int>(options_.heartbeat_timeout.count()));
+    socket_.set(zmq::sockopt::heartbeat_ttl, static_cast<int>(options_.heartbeat_timeout.count()));
+    socket_.bind(address);
+    endpoint_ = socket_.get(zmq::sockopt::last_endpoint);
+  } catch (const zmq::error_t& e) {
+    return zmq_address_error("bind", address, e);
+  }
+  return Status();
+}
+
+void RpcServerCore::start_threads() {
+  io_thread_ = std::thread([this] { run_io(); });
+  const int n = std::max(0, options_.handler_threads);
+  live_workers_ = n;
+  for (int i = 0; i < n; ++i) {
+    // Each worker keeps the core alive: stop() may leave a stuck one behind.
+    workers_.emplace_back([self = shared_from_this()] { self->run_worker(); });
+  }
+}
+
+void RpcServerCore::run_io() {
+  tls_io_owner = this;
+  zmq_pollitem_t items[2] = {{socket_.handle(), 0, ZMQ_POLLIN, 0}, {nullptr, wake_fd_, ZMQ_POLLIN, 0}};
+  std::vector<zmq::message_t> parts;
+  std::vector<Outgoing> batch;
+  for (;;) {
+    if (!poll_items(items, 2, -1)) break;
+    if (items[1].revents & ZMQ_POLLIN) drain_wake_fd(wake_fd_);
+    if (items[0].revents & ZMQ_POLLIN) {
+      for (int i = 0; i < kRecvBatch; ++i) {
+        zmq::message_t routing_id;
+        if (!socket_.recv(routing_id, zmq::recv_flags::dontwait)) break;
+        recv_rest(socket_, routing_id, &parts);
+        receive_one(std::move(routing_id), &parts);
+      }
+    }
+    // After receiving: replies given inline (handler_threads == 0) go out in this same turn.
+    {
+      std::lock_guard<std::mutex> l(out_mu_);
+      if (stopping_) break;
+      batch.swap(outbox_);
+    }
+    for (auto& out : batch) send(out);
+    batch.clear();
+  }
+  socket_.close();
+}
+
+void RpcServerCore::receive_one(zmq::message_t routing_id, std::vector<zmq::message_t>* parts) {
+  // parts: [call-id][header][payload...]
+  if (parts->size() < 2 || !parse_call_id((*parts)[0])) {
+    malformed_.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  if (options_.max_message_bytes >= 0) {
+    uint64_t total = 0;
+    for (std::size_t i = 1; i < parts->size(); ++i) total += (*parts)[i].size();
+    if (total > static_cast<uint64_t>(options_.max_message_bytes)) {
+      oversized_.fetch_add(1, std::memory_order_relaxed);
+      Outgoing out{std::move(routing_id), std::move((*parts)[0]),
+                   status_frame(errors::resource_exhausted(
+                       "request of {} bytes exceeds the server's limit of {} bytes", total,
+                       options_.max_message_bytes)),
+                   {}};
+      send(out);
+      return;
+    }
+  }
+  requests_.fetch_add(1, std::memory_order_relaxed);
+  RpcMessage request;
+  request.frames.reserve(parts->size() - 1);
+  for (std::size_t i = 1; i < parts->size(); ++i) request.frames.push_back(std::move((*parts)[i]));
+  Responder respond(std::make_shared<ReplySlot>(shared_from_this(), std::move(routing_id), std::move((*parts)[0])));
+  if (options_.handler_threads <= 0) {
+    invoke(std::move(request), std::move(respond));
+    return;
+  }
+  {
+    std::lock_guard<std::mutex> l(work_mu_);
+    work_.push_back(Work{std::move(request), std::move(respond)});
+  }
+  work_cv_.notify_one();
+}
+
+void RpcServerCore::invoke(RpcMessage request, Responder respond) {
+  Responder keep = respond;  // to fail the call if the handler throws
+  try {
+    handler_(std::move(request), std::move(respond));
+  } catch (...) {
+    keep.fail(status_from_current_exception());
+  }
+}
+
+void RpcServerCore::run_worker() {
+  for (;;) {
+    Work w;
+    {
+      std::unique_lock<std::mutex> l(work_mu_);
+      work_cv_.wait(l, [&] { return work_stopping_ || !work_.empty(); });
+      if (work_stopping_) break;
+      w = std::move(work_.front());
+      work_.pop_front();
+    }
+    invoke(std::move(w.request), std::move(w.respond));
+  }
+  {
+    std::lock_guard<std::mutex> l(work_mu_);
+    --live_workers_;
+  }
+  workers_done_cv_.notify_all();
+}
+
+bool RpcServerCore::reply(ReplySlot& slot, const Status& status, std::vector<zmq::message_t> frames) {
+  if (slot.replied.exchange(true, std::memory_order_acq_rel)) return false;  // not the first
+  bool wake = false;
+  {
+    std::lock_guard<std::mutex> l(out_mu_);
+    if (stopping_) {
+      dropped_replies_.fetch_add(1, std::memory_order_relaxed);
+      return false;
+    }
+    // Only the winner of `replied` gets here, so it alone moves the envelope out of the slot.
+    wake = outbox_.empty() && tls_io_owner != this;
+    outbox_.push_back(Outgoing{std::move(slot.routing_id), std::move(slot.call_id), status_frame(status),
+                               std::move(frames)});
+  }
+  if (wake) signal_wake_fd(wake_fd_);
+  return true;
+}
+
+void RpcServerCore::send(Outgoing& out) {
+  try {
+    // With ZMQ_ROUTER_MANDATORY the routing frame fails (EAGAIN or EHOSTUNREACH) when the reply
+    // cannot be delivered; the frames after it then cannot block.
+    if (!socket_.send(out.routing_id, zmq::send_flags::sndmore | zmq::send_flags::dontwait)) {
+      dropped_replies_.fetch_add(1, std::memory_order_relaxed);
+      return;
+    }
+    socket_.send(out.call_id, zmq::send_flags::sndmore);
+    socket_.send(out.status, out.frames.empty() ? zmq::send_flags::none : zmq::send_flags::sndmore);
+    for (std::size_t i = 0; i < out.frames.size(); ++i) {
+      socket_.send(out.frames[i], i + 1 < out.frames.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
+    }
+    replies_.fetch_add(1, std::memory_order_relaxed);
+  } catch (const zmq::error_t&) {
+    dropped_replies_.fetch_add(1, std::memory_order_relaxed);  // EHOSTUNREACH: the caller went away
+  }
+}
+
+void RpcServerCore::stop() {
+  TESSERA_CHECK(tls_io_owner != this);  // not from a handler run inline on the I/O thread
+  // Held throughout: a second stop() returns when the first has finished.
+  std::lock_guard<std::mutex> stop_lock(stop_mu_);
+  if (stop_called_) return;
+  stop_called_ = true;
+  std::vector<Outgoing> unsent;
+  {
+    std::lock_guard<std::mutex> l(out_mu_);
+    stopping_ = true;
+    unsent.swap(outbox_);
+  }
+  dropped_replies_.fetch_add(unsent.size(), std::memory_order_relaxed);
+  unsent.clear();
+  signal_wake_fd(wake_fd_);
+  if (io_thread_.joinable()) io_thread_.join();
+  context_.close();  // the socket is closed: this releases the port before stop() returns
+
+  std::deque<Work> queued;
+  {
+    std::lock_guard<std::mutex> l(work_mu_);
+    work_stopping_ = true;
+    queued.swap(work_);
+  }
+  work_cv_.notify_all();
+  queued.clear();  // their Responders die unreplied: counted as dropped
+  int left;
+  {
+    std::unique_lock<std::mutex> l(work_mu_);
+    workers_done_cv_.wait_for(l, options_.stop_grace, [&] { return live_workers_ == 0; });
+    left = live_workers_;
+  }
+  abandoned_.fetch_add(static_cast<uint64_t>(left), std::memory_order_relaxed);
+  for (auto& t : workers_) {
+    if (!t.joinable()) continue;
+    // A worker that stop() itself runs on (a handler called stop()) cannot join itself.
+    if (left == 0 && t.get_id() != std::this_thread::get_id()) {
+      t.join();
+    } else {
+      t.detach();
+    }
+  }
+}
+
+RpcServerStats RpcServerCore::stats() const {
+  RpcServerStats s;
+  s.requests = requests_.load(std::memory_order_relaxed);
+  s.malformed = malformed_.load(std::memory_order_relaxed);
+  s.oversized = oversized_.load(std::memory_order_relaxed);
+  s.replies = replies_.load(std::memory_order_relaxed);
+  s.dropped_replies = dropped_replies_.load(std::memory_order_relaxed);
+  s.abandoned_handlers = abandoned_.load(std::memory_order_relaxed);
+  return s;
+}
+
+StatusOr<std::unique_ptr<RpcServer>> RpcServer::start(std::string bind_address, Handler handler,
+                                                      RpcServerOptions options) {
+  if (!handler) return errors::invalid_argument("an RPC server needs a handler");
+  auto core = std::make_shared<RpcServerCore>(std::move(handler), options);
+  TESSERA_RETURN_IF_ERROR(core->bind(bind_address));
+  core->start_threads();
+  return std::unique_ptr<RpcServer>(new RpcServer(std::move(core)));
+}
+
+RpcServer::~RpcServer() { stop(); }
+void RpcServer::stop() { core_->stop(); }
+const std::string& RpcServer::endpoint() const { return core_->endpoint(); }
+RpcServerStats RpcServer::stats() const { return core_->stats(); }
+
+// ---- Channel ----
+
+namespace {
+
+zmq::context_t& channel_context() {
+  // Leaked on purpose: a channel destroyed during static destruction must still find it.
+  static zmq::context_t* context = new zmq::context_t(1);
+  return *context;
+}
+
+}  // namespace
+
+class RpcChannelCore {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  RpcChannelCore(std::string endpoint, const RpcChannelOptions& options);
+  ~RpcChannelCore();
+
+  void call(RpcMessage request, std::chrono::milliseconds deadline, RpcChannel::Done done);
+  bool on_io_thread() const { return tls_io_owner == this; }
+  RpcChannelStats stats() const;
+
+ private:
+  struct NewCall {
+    RpcMessage request;
+    Clock::time_point deadline;
+    std::chrono::milliseconds budget;
+    RpcChannel::Done done;
+    Status error;  // not OK: complete with it at once
+  };
+  struct Pending {
+    RpcChannel::Done done;
+    std::chrono::milliseconds budget;
+  };
+  struct Outgoing {
+    uint64_t id;
+    zmq::message_t call_id;
+    RpcMessage request;
+  };
+
+  void run_io();
+  void accept(std::vector<NewCall>* calls);
+  void flush_outbox();
+  void receive_replies();
+  void expire(Clock::time_point now);
+  void complete(RpcChannel::Done& done, StatusOr<RpcMessage> result);
+  void fail_all(const Status& status);
+
+  const std::string endpoint_;
+  const RpcChannelOptions options_;
+  Status broken_;  // a malformed endpoint: every call fails with it
+  zmq::socket_t socket_;  // used only by io_thread_ once it runs
+  const int wake_fd_;
+  std::thread io_thread_;
+
+  std::mutex mu_;
+  std::vector<NewCall> incoming_;  // guarded by mu_
+  bool stopping_ = false;          // guarded by mu_
+
+  // I/O thread only.
+  uint64_t next_id_ = 1;
+  std::unordered_map<uint64_t, Pending> pending_;
+  // Deadlines of pending calls, earliest first; entries of completed calls are skipped when they
+  // surface (and purged when they outnumber the live ones).
+  std::priority_queue<std::pair<Clock::time_point, uint64_t>, std::vector<std::pair<Clock::time_point, uint64_t>>,
+                      std::greater<>>
+      deadlines_;
+  std::deque<Outgoing> outbox_;  // accepted, not yet taken by libzmq (no peer connected yet)
+
+  std::atomic<uint64_t> calls_{0}, timed_out_{0}, late_replies_{0}, malformed_{0};
+};
+
+RpcChannelCore::RpcChannelCore(std::string endpoint, const RpcChannelOptions& options)
+    : endpoint_(std::move(endpoint)), options_(options), wake_fd_(make_wake_fd()) {
+  try {
+    socket_ = zmq::socket_t(channel_context(), zmq::socket_type::dealer);
+    socket_.set(zmq::sockopt::linger, 0);
+    socket_.set(zmq::sockopt::immediate, 1);
+    socket_.set(zmq::sockopt::reconnect_ivl, static_cast<int>(options_.reconnect_interval.count()));
+    socket_.set(zmq::sockopt::reconnect_ivl_max, static_cast<int>(options_.reconnect_interval_max.count()));
+    socket_.set(zmq::sockopt::connect_timeout, static_cast<int>(options_.connect_timeout.count()));
+    socket_.set(zmq::sockopt::heartbeat_ivl, static_cast<int>(options_.heartbeat_interval.count()));
+    socket_.set(zmq::sockopt::heartbeat_timeout, static_cast<int>(options_.heartbeat_timeout.count()));
+    socket_.set(zmq::sockopt::heartbeat_ttl, static_cast<int>(options_.heartbeat_timeout.count()));
+    socket_.set(zmq::sockopt::maxmsgsize, options_.max_message_bytes);
+    socket_.connect(endpoint_);
+  } catch (const zmq::error_t& e) {
+    broken_ = zmq_address_error("connect to", endpoint_, e);
+  }
+  io_thread_ = std::thread([this] { run_io(); });
+}
+
+RpcChannelCore::~RpcChannelCore() {
+  TESSERA_CHECK(!on_io_thread());  // a channel cannot be destroyed from its own `done`
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    stopping_ = true;
+  }
+  signal_wake_fd(wake_fd_);
+  io_thread_.join();
+  ::close(wake_fd_);
+}
+
+void RpcChannelCore::call(RpcMessage request, std::chrono::milliseconds deadline, RpcChannel::Done done) {
+  TESSERA_CHECK(done != nullptr);
+  calls_.fetch_add(1, std::memory_order_relaxed);
+  NewCall c{std::move(request), Clock::now() + deadline, deadline, std::move(done), broken_};
+  if (c.error.ok() && c.request.frames.empty()) {
+    c.error = errors::invalid_argument("an RPC request needs at least a header frame");
+  }
+  bool wake;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    wake = incoming_.empty();
+    incoming_.push_back(std::move(c));
+  }
+  if (wake) signal_wake_fd(wake_fd_);
+}
+
+void RpcChannelCore::run_io() {
+  tls_io_owner = this;
+  zmq_pollitem_t items[2] = {{socket_.handle(), 0, ZMQ_POLLIN, 0}, {nullptr, wake_fd_, ZMQ_POLLIN, 0}};
+  std::vector<NewCall> calls;
+  for (;;) {
+    long timeout = -1;
+    if (!deadlines_.empty()) {
+      const auto left = deadlines_.top().first - Clock::now();
+      // Rounded up: waking before the deadline would only spin.
+      timeout = std::max<long>(0, std::chrono::ceil<std::chrono::milliseconds>(left).count());
+    }
+    items[0].events = static_cast<short>(ZMQ_POLLIN | (outbox_.empty() ? 0 : ZMQ_POLLOUT));
+    if (!poll_items(items, 2, timeout)) break;
+    if (items[1].revents & ZMQ_POLLIN) drain_wake_fd(wake_fd_);
+    bool stopping;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      stopping = stopping_;
+      calls.swap(incoming_);
+    }
+    accept(&calls);
+    if (stopping) break;
+    flush_outbox();
+    receive_replies();
+    expire(Clock::now());
+  }
+  fail_all(errors::cancelled("call to {} cancelled: the channel was destroyed", endpoint_));
+  socket_.close();
+}
+
+void RpcChannelCore::accept(std::vector<NewCall>* calls) {
+  for (auto& c : *calls) {
+    if (!c.error.ok()) {
+      complete(c.done, c.error);
+      continue;
+    }
+    const uint64_t id = next_id_++;
+    pending_.emplace(id, Pending{std::move(c.done), c.budget});
+    deadlines_.emplace(c.deadline, id);
+    outbox_.push_back(Outgoing{id, call_id_frame(id), std::move(c.request)});
+  }
+  calls->clear();
+  if (deadlines_.size() > 2 * pending_.size() + 1024) {
+    decltype(deadlines_) live;
+    while (!deadlines_.empty()) {
+      if (pending_.count(deadlines_.top().second)) live.push(deadlines_.top());
+      deadlines_.pop();
+    }
+    deadlines_.swap(live);
+  }
+}
+
+void RpcChannelCore::flush_outbox() {
+  while (!outbox_.empty()) {
+    Outgoing& out = outbox_.front();
+    if (pending_.count(out.id) == 0) {  // timed out before a peer could take it
+      outbox_.pop_front();
+      continue;
+    }
+    // EAGAIN while no peer is connected (ZMQ_IMMEDIATE) or its queue is full: retry on POLLOUT.
+    if (!socket_.send(out.call_id, zmq::send_flags::sndmore | zmq::send_flags::dontwait)) return;
+    auto& frames = out.request.frames;
+    for (std::size_t i = 0; i < frames.size(); ++i) {
+      // Later parts of a message whose first part was taken never block.
+      socket_.send(frames[i], i + 1 < frames.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
+    }
+    outbox_.pop_front();
+  }
+}
+
+void RpcChannelCore::receive_replies() {
+  std::vector<zmq::message_t> parts;
+  for (int n = 0; n < kRecvBatch; ++n) {
+    zmq::message_t first;
+    if (!socket_.recv(first, zmq::recv_flags::dontwait)) return;
+    recv_rest(socket_, first, &parts);
+    // [call-id][status][frame...]
+    const std::optional<uint64_t> id = parse_call_id(first);
+    std::optional<Status> status = parts.empty() ? std::nullopt : parse_status(parts[0]);
+    if (!id || !status) {
+      malformed_.fetch_add(1, std::memory_order_relaxed);
+      continue;
+    }
+    auto it = pending_.find(*id);
+    if (it == pending_.end()) {
+      late_replies_.fetch_add(1, std::memory_order_relaxed);
+      continue;
+    }
+    RpcChannel::Done done = std::move(it->second.done);
+    pending_.erase(it);
+    if (!status->ok()) {
+      complete(done, *status);
+      continue;
+    }
+    RpcMessage reply;
+    reply.frames.reserve(parts.size() - 1);
+    for (std::size_t i = 1; i < parts.size(); ++i) reply.frames.push_back(std::move(parts[i]));
+    complete(done, std::move(reply));
+  }
+}
+
+void RpcChannelCore::expire(Clock::time_point now) {
+  while (!deadlines_.empty() && deadlines_.top().first <= now) {
+    const uint64_t id = deadlines_.top().second;
+    deadlines_.pop();
+    auto it = pending_.find(id);
+    if (it == pending_.end()) continue;  // already answered
+    RpcChannel::Done done = std::move(it->second.done);
+    const auto budget = it->second.budget;
+    pending_.erase(it);
+    timed_out_.fetch_add(1, std::memory_order_relaxed);
+    complete(done, errors::unavailable("no reply from {} within {} ms: the task is down or unreachable", endpoint_,
+                                       budget.count()));
+  }
+}
+
+void RpcChannelCore::complete(RpcChannel::Done& done, StatusOr<RpcMessage> result) {
+  try {
+    done(std::move(result));
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "tessera: an RPC completion for %s threw (ignored): %s\n", endpoint_.c_str(), e.what());
+  } catch (...) {
+    std::fprintf(stderr, "tessera: an RPC completion for %s threw (ignored)\n", endpoint_.c_str());
+  }
+}
+
+void RpcChannelCore::fail_all(const Status& status) {
+  std::vector<NewCall> late;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    late.swap(incoming_);
+  }
+  accept(&late);
+  outbox_.clear();
+  auto pending = std::move(pending_);
+  pending_.clear();
+  for (auto& [id, p] : pending) complete(p.done, status);
+}
+
+RpcChannelStats RpcChannelCore::stats() const {
+  RpcChannelStats s;
+  s.calls = calls_.load(std::memory_order_relaxed);
+  s.timed_out = timed_out_.load(std::memory_order_relaxed);
+  s.late_replies = late_replies_.load(std::memory_order_relaxed);
+  s.malformed = malformed_.load(std::memory_order_relaxed);
+  return s;
+}
+
+RpcChannel::RpcChannel(std::string endpoint, RpcChannelOptions options)
+    : endpoint_(endpoint), core_(std::make_unique<RpcChannelCore>(std::move(endpoint), options)) {}
+
+RpcChannel::~RpcChannel() = default;
+
+void RpcChannel::call(RpcMessage request, std::chrono::milliseconds deadline, Done done) {
+  core_->call(std::move(request), deadline, std::move(done));
+}
+
+StatusOr<RpcMessage> RpcChannel::call_sync(RpcMessage request, std::chrono::milliseconds deadline) {
+  if (core_->on_io_thread()) {
+    return errors::failed_precondition("call_sync to {} from the channel's own completion callback would deadlock",
+                                       endpoint_);
+  }
+  struct Waiter {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::optional<StatusOr<RpcMessage>> result;
+  };
+  auto waiter = std::make_shared<Waiter>();
+  call(std::move(request), deadline, [waiter](StatusOr<RpcMessage> r) {
+    std::lock_guard<std::mutex> l(waiter->mu);
+    waiter->result.emplace(std::move(r));
+    waiter->cv.notify_one();
+  });
+  // Bounded: the I/O thread completes every call by its deadline.
+  std::unique_lock<std::mutex> l(waiter->mu);
+  waiter->cv.wait(l, [&] { return waiter->result.has_value(); });
+  return std::move(*waiter->result);
+}
+
+RpcChannelStats RpcChannel::stats() const { return core_->stats(); }
+
+}  // namespace tessera::internal

@@ -1,0 +1,193 @@
+// Request/response over ZeroMQ: the layer tessera's cluster services (master, worker) are built on.
+// Messages are lists of frames; frame 0 is the caller's header (opaque here), further frames are
+// payloads such as raw tensor bytes, sent and received without copying when they are large.
+//
+//   auto server = RpcServer::start("tcp://127.0.0.1:0", [](RpcMessage req, Responder respond) {
+//     respond(std::move(req));                            // echo; may also be called later, elsewhere
+//   }).value();
+//   RpcChannel channel(server->endpoint());
+//   RpcMessage req;
+//   req.frames.push_back(string_frame("header"));
+//   req.frames.push_back(tensor_frame(t).value());        // references t's buffer, no copy
+//   StatusOr<RpcMessage> reply = channel.call_sync(std::move(req), std::chrono::seconds(2));
+//   // !reply.ok(): Unavailable "no reply from tcp://127.0.0.1:PORT within 2000 ms: ..."
+//
+// Threads, deadlines, and what happens when either end goes away: see Note [RPC] in rpc.cc.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <zmq.hpp>
+
+#include "core/status.h"
+#include "tessera/tensor.h"
+
+namespace tessera::internal {
+
+// One request or reply: frame 0 is the caller's header, the others payloads. Move-only (frames are).
+struct RpcMessage {
+  std::vector<zmq::message_t> frames;
+};
+
+// ---- Frames ----
+
+// Tensor payloads at least this large travel without copies (smaller ones are cheaper to copy than
+// to reference-count).
+inline constexpr std::size_t kZeroCopyMinBytes = 16 * 1024;
+
+// A frame holding a copy of `s`.
+zmq::message_t string_frame(std::string_view s);
+
+// A frame holding `t`'s bytes (the host tensor's data, row-major). At kZeroCopyMinBytes and above
+// the frame references the tensor's buffer, which it keeps alive until libzmq is done with it (a
+// copy-on-write writer sees the buffer as shared). FailedPrecondition for a null tensor or one
+// whose data lives on a device.
+StatusOr<zmq::message_t> tensor_frame(const Tensor& t);
+
+// A tensor of `dtype` and fully defined `shape` over a received frame's bytes. InvalidArgument when
+// the frame's size is not num_elements * dtype_size. A frame of at least kZeroCopyMinBytes whose
+// data is aligned to `required_alignment` (a power of two) is wrapped without copying: the tensor
+// owns the zmq message and frees it with its buffer. Otherwise the bytes are copied into a fresh
+// (64-byte aligned) tensor; Bool frames are always copied, normalizing each byte to 0 or 1.
+//
+// The default keeps Tensor's 64-byte alignment promise, which libzmq 4.3 never meets for received
+// frames (its message data sits 40 bytes after a malloc'ed header: 8 mod 16). A caller that needs
+// only natural alignment passes dtype_size(dtype) and gets the zero-copy path; see Note [RPC].
+StatusOr<Tensor> frame_to_tensor(zmq::message_t frame, DType dtype, const Shape& shape,
+                                 std::size_t required_alignment = Tensor::kAlignment);
+
+// ---- Server ----
+
+class RpcServerCore;
+struct ReplySlot;
+
+// Sends the reply to one request. Copyable (copies share one slot); the first call wins and later
+// ones, or any after the server stopped, are dropped and return false. If the last copy goes away
+// without a reply, the caller gets Internal ("dropped its Responder") at once instead of waiting for
+// its deadline. Thread-safe: any thread may reply, at any time.
+class Responder {
+ public:
+  Responder() = default;
+  // Replies with `reply` (which may have no frames: the caller then receives an empty message).
+  bool operator()(RpcMessage reply) const;
+  // Replies with an error: the caller's StatusOr carries `status` (code and message).
+  bool fail(const Status& status) const;
+
+ private:
+  friend class RpcServerCore;
+  explicit Responder(std::shared_ptr<ReplySlot> slot) : slot_(std::move(slot)) {}
+  std::shared_ptr<ReplySlot> slot_;
+};
+
+struct RpcServerOptions {
+  // Threads that run the handler. 0 runs it on the I/O thread itself: lowest latency, for handlers
+  // that never block (they should hand real work elsewhere and reply through the Responder).
+  int handler_threads = 4;
+  // Largest request in bytes: a larger frame makes libzmq drop the connection before allocating it
+  // (ZMQ_MAXMSGSIZE, per frame: the caller's channel reconnects and its call meets its deadline); a
+  // request whose frames add up to more is refused with ResourceExhausted. -1: no limit.
+  int64_t max_message_bytes = -1;
+  // ZMTP heartbeats: a client silent this long after a ping is dropped (kill -9, cable pulled).
+  std::chrono::milliseconds heartbeat_interval{1000};
+  std::chrono::milliseconds heartbeat_timeout{3000};
+  // How long stop() waits for handler invocations still running before it leaves them behind.
+  std::chrono::milliseconds stop_grace{300};
+};
+
+struct RpcServerStats {
+  uint64_t requests = 0;         // well-formed requests handed to the handler
+  uint64_t malformed = 0;        // dropped: envelope not ours (missing or bad call-id, no header)
+  uint64_t oversized = 0;        // refused: frames add up to more than max_message_bytes
+  uint64_t replies = 0;          // replies handed to libzmq
+  uint64_t dropped_replies = 0;  // replies given after stop()
+  uint64_t abandoned_handlers = 0;  // handler threads stop() left running after stop_grace
+};
+
+// A bound ROUTER socket serving requests with `handler`. Thread-safe: stop(), endpoint() and stats()
+// may be called from any thread (stop() not from a handler thread).
+class RpcServer {
+ public:
+  using Handler = std::function<void(RpcMessage request, Responder respond)>;
+
+  // Binds `bind_address` ("tcp://127.0.0.1:0" picks a free port, "tcp://*:2222" every interface) and
+  // starts serving. InvalidArgument for a malformed address, Unavailable when it cannot be bound.
+  static StatusOr<std::unique_ptr<RpcServer>> start(std::string bind_address, Handler handler,
+                                                    RpcServerOptions options = {});
+  ~RpcServer();  // stop()
+  RpcServer(const RpcServer&) = delete;
+  RpcServer& operator=(const RpcServer&) = delete;
+
+  // Stops accepting, drops queued requests, kills every Responder, closes the socket (the port is
+  // free when this returns) and joins the threads; returns within stop_grace plus a few ms even if
+  // handlers are still running. Idempotent.
+  void stop();
+  // The bound address with the actual port: "tcp://127.0.0.1:40123" ("tcp://0.0.0.0:2222" for *).
+  const std::string& endpoint() const;
+  RpcServerStats stats() const;
+
+ private:
+  explicit RpcServer(std::shared_ptr<RpcServerCore> core) : core_(std::move(core)) {}
+  std::shared_ptr<RpcServerCore> core_;  // shared with Responders and handler threads
+};
+
+// ---- Client ----
+
+struct RpcChannelOptions {
+  // Reconnection to a peer that went away (a restarted server on the same port is found again).
+  std::chrono::milliseconds reconnect_interval{100};
+  std::chrono::milliseconds reconnect_interval_max{1000};
+  std::chrono::milliseconds heartbeat_interval{1000};
+  std::chrono::milliseconds heartbeat_timeout{3000};
+  // A TCP connect to a host that does not answer is given up after this and retried (the OS
+  // default is minutes, during which a host that came back would go unnoticed).
+  std::chrono::milliseconds connect_timeout{2000};
+  // Largest reply frame accepted (ZMQ_MAXMSGSIZE); -1: no limit.
+  int64_t max_message_bytes = -1;
+};
+
+struct RpcChannelStats {
+  uint64_t calls = 0;
+  uint64_t timed_out = 0;
+  uint64_t late_replies = 0;  // replies to calls already completed (timed out): dropped
+  uint64_t malformed = 0;     // replies not in our envelope: dropped
+};
+
+class RpcChannelCore;
+
+// The client side of one remote endpoint: a DEALER socket connected to it, owned by this channel's
+// I/O thread. Thread-safe: call() and call_sync() from any number of threads concurrently.
+class RpcChannel {
+ public:
+  using Done = std::function<void(StatusOr<RpcMessage>)>;
+
+  // Connects (lazily: nothing needs to listen yet). A malformed endpoint fails every call with
+  // InvalidArgument.
+  explicit RpcChannel(std::string endpoint, RpcChannelOptions options = {});
+  // Fails pending calls with Cancelled and joins the I/O thread. Not from inside a `done`.
+  ~RpcChannel();
+  RpcChannel(const RpcChannel&) = delete;
+  RpcChannel& operator=(const RpcChannel&) = delete;
+
+  // Sends `request` and calls `done` exactly once, on the channel's I/O thread (keep it short; do
+  // not destroy the channel from it): with the reply, the error the server's handler replied, or
+  // Unavailable when no reply came within `deadline` of this call.
+  void call(RpcMessage request, std::chrono::milliseconds deadline, Done done);
+  // call() and wait for it. FailedPrecondition when called from a `done` callback of this channel.
+  StatusOr<RpcMessage> call_sync(RpcMessage request, std::chrono::milliseconds deadline);
+
+  const std::string& endpoint() const { return endpoint_; }
+  RpcChannelStats stats() const;
+
+ private:
+  std::string endpoint_;
+  std::unique_ptr<RpcChannelCore> core_;
+};
+
+}  // namespace tessera::internal
