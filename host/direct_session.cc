@@ -407,7 +407,9 @@ Session::Session(Graph& g, SessionOptions options)
 Session::Session(Graph& g, const std::string& target, SessionOptions options) {
   if (!target.empty() && target != "local") {
     throw UnimplementedError(fmt::format(
-        "session target '{}': distributed sessions are not available in this build", target));
+        "session target '{}': sessions on a cluster server's target are not implemented yet (the servers "
+        "answer GetStatus; the master and worker services are the next step)",
+        target));
   }
   impl_ = std::make_unique<internal::SessionImpl>(g, options);
 }

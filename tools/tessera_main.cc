@@ -1,8 +1,17 @@
-// The tessera command line: `tessera demo`, `tessera devices`, `tessera --version`.
+// The tessera command line: `tessera demo`, `tessera devices`, `tessera server`, `tessera --version`.
 #include <CLI/CLI.hpp>
+#include <fcntl.h>
 #include <fmt/format.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
+#include <fstream>
 #include <iostream>
+#include <optional>
+#include <sstream>
 #include <thread>
 
 #include "core/device.h"
@@ -55,6 +64,103 @@ int list_devices() {
   return 0;
 }
 
+// ---- tessera server ----
+
+// SIGINT and SIGTERM write a byte here; a thread blocked reading it stops the server (see
+// Note [Server] in transport/server.cc: nothing but write() runs in the handler).
+int g_stop_pipe[2] = {-1, -1};
+
+extern "C" void on_stop_signal(int /*signo*/) {
+  const int saved_errno = errno;
+  const char byte = 1;
+  [[maybe_unused]] ssize_t n = ::write(g_stop_pipe[1], &byte, 1);
+  errno = saved_errno;
+}
+
+void install_stop_handlers() {
+  if (::pipe2(g_stop_pipe, O_CLOEXEC) != 0) {
+    throw tessera::InternalError(fmt::format("cannot create a pipe: {}", std::strerror(errno)));
+  }
+  struct sigaction action {};
+  action.sa_handler = on_stop_signal;
+  sigemptyset(&action.sa_mask);
+  action.sa_flags = SA_RESTART;
+  for (int signo : {SIGINT, SIGTERM}) {
+    if (::sigaction(signo, &action, nullptr) != 0) {
+      throw tessera::InternalError(fmt::format("cannot handle signal {}: {}", signo, std::strerror(errno)));
+    }
+  }
+}
+
+// --cluster: inline JSON when it starts with '{', else the path of a JSON file.
+tessera::train::ClusterSpec read_cluster(const std::string& arg) {
+  const std::size_t first = arg.find_first_not_of(" \t\r\n");
+  if (first != std::string::npos && arg[first] == '{') return tessera::train::ClusterSpec::from_json(arg);
+  std::ifstream in(arg);
+  if (!in) {
+    throw tessera::NotFoundError(fmt::format("cannot read the cluster file '{}': {} (--cluster takes a JSON file "
+                                             "or inline JSON such as '{{\"worker\": [\"host:2222\"]}}')",
+                                             arg, std::strerror(errno)));
+  }
+  std::ostringstream text;
+  text << in.rdbuf();
+  return tessera::train::ClusterSpec::from_json(text.str());
+}
+
+// Runs one task of a cluster until SIGINT or SIGTERM. The task comes from the flags, or from the
+// environment (TF_CONFIG, then Slurm) for what the flags leave out.
+int run_server(const std::optional<std::string>& cluster_arg, const std::optional<std::string>& job_arg,
+               const std::optional<int>& task_arg) {
+  try {
+    if (job_arg.has_value() != task_arg.has_value()) {
+      throw tessera::InvalidArgumentError("--job and --task go together: give both or neither");
+    }
+    std::optional<tessera::train::ClusterSpec> cluster;
+    std::string job;
+    int task = 0;
+    if (cluster_arg) {
+      if (!job_arg) throw tessera::InvalidArgumentError("--cluster needs --job and --task (this process's task)");
+      cluster = read_cluster(*cluster_arg);
+      job = *job_arg;
+      task = *task_arg;
+    } else {
+      tessera::train::ResolvedCluster resolved = tessera::train::resolve_cluster_from_env();
+      cluster = std::move(resolved.cluster);
+      if (job_arg) {
+        job = *job_arg;
+        task = *task_arg;
+      } else if (resolved.task) {
+        job = resolved.task->job;
+        task = resolved.task->index;
+      } else {
+        throw tessera::InvalidArgumentError(
+            fmt::format("{} names no task for this process: add \"task\" to it, or pass --job and --task",
+                        resolved.source));
+      }
+    }
+    install_stop_handlers();
+    tessera::train::Server server(std::move(*cluster), job, task);
+    std::cout << "tessera server: /job:" << job << "/task:" << task << " listening on " << server.target()
+              << std::endl;  // flushed: a launcher may be waiting for this line
+    std::thread stopper([&server] {
+      char byte;
+      while (::read(g_stop_pipe[0], &byte, 1) < 0 && errno == EINTR) {
+      }
+      server.stop();
+    });
+    server.join();
+    stopper.join();
+    std::cout << "tessera server: stopped" << std::endl;
+    return 0;
+  } catch (const tessera::Error& e) {
+    std::cerr << "tessera server: " << tessera::error_code_name(e.code()) << ": " << e.what() << std::endl;
+    return 2;
+  } catch (const std::exception& e) {
+    std::cerr << "tessera server: " << e.what() << std::endl;
+    return 2;
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -68,11 +174,28 @@ int main(int argc, char** argv) {
   std::string trace_file;
   demo->add_option("--trace", trace_file, "Write a Chrome trace (Perfetto) of the heterogeneous step to FILE");
   auto* devices = app.add_subcommand("devices", "List the devices this process can run ops on");
+  auto* server = app.add_subcommand(
+      "server", "Run one task of a cluster until SIGINT or SIGTERM. Without --cluster, the cluster comes from "
+                "TF_CONFIG or Slurm's SLURM_* variables, and so does the task unless --job/--task are given");
+  std::string cluster_arg, job_arg;
+  int task_arg = 0;
+  auto* cluster_opt = server->add_option("--cluster", cluster_arg,
+                                         "The cluster: a JSON file, or inline JSON such as "
+                                         "'{\"worker\": [\"127.0.0.1:2222\", \"127.0.0.1:2223\"]}'");
+  auto* job_opt = server->add_option("--job", job_arg, "This task's job name");
+  auto* task_opt = server->add_option("--task", task_arg, "This task's index in its job")->check(CLI::NonNegativeNumber);
 
   CLI11_PARSE(app, argc, argv);
   try {
     if (*demo) return run_demo(steps, trace_file);
     if (*devices) return list_devices();
+    if (*server) {
+      auto given = [](CLI::Option* o, const auto& value) {
+        using T = std::decay_t<decltype(value)>;
+        return o->count() > 0 ? std::optional<T>(value) : std::nullopt;
+      };
+      return run_server(given(cluster_opt, cluster_arg), given(job_opt, job_arg), given(task_opt, task_arg));
+    }
   } catch (const tessera::Error& e) {
     std::cerr << "tessera: " << tessera::error_code_name(e.code()) << ": " << e.what() << "\n";
     return 2;

@@ -1,0 +1,97 @@
+// A task of a cluster: the process that serves one (job, task index) of a ClusterSpec (tessera::train).
+//
+//   // On each machine (or `tessera server --cluster FILE --job worker --task 1`):
+//   train::ClusterSpec cluster({{"ps", {"ps0:2222"}}, {"worker", {"w0:2222", "w1:2222"}}});
+//   train::Server server(cluster, "worker", 1);   // binds w1's port, serves until stopped
+//   server.target();                              // "tessera://w1:2222"
+//   server.join();                                // until another thread (or a signal) calls stop()
+//
+//   // In tests and single-process programs: one task on a free loopback port.
+//   auto local = train::Server::create_local_server();
+//   local.target();                               // "tessera://127.0.0.1:40123"
+//
+// A server answers its peers' calls over ZeroMQ (transport/rpc.h) in tessera's wire format
+// (transport/wire.proto). This first slice serves GetStatus (the task's devices, named
+// /job:J/replica:0/task:N/device:TYPE:I, with their cost profiles, for placement on a master);
+// every other method is answered Unimplemented until the master and worker services arrive.
+// Threads, what stop() guarantees, and signals: Note [Server] in transport/server.cc.
+//
+// A Server is move-only (a moved-from Server is inert: stop() and join() do nothing, the other
+// calls raise FailedPreconditionError). start(), stop(), join() and the accessors may be called from
+// any thread concurrently.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "tessera/cluster.h"
+
+namespace tessera::internal {
+class ServerImpl;
+}  // namespace tessera::internal
+
+namespace tessera::train {
+
+struct ServerOptions {
+  // Deadline of each call this server makes to another task (the master and worker services use
+  // it): a task that does not answer within it is reported Unavailable. Must be > 0.
+  std::chrono::milliseconds rpc_timeout{10000};
+  // Threads running request handlers. 0 runs them on the server's I/O thread (only for handlers
+  // that never block). Must be >= 0.
+  int handler_threads = 4;
+  // Largest request accepted, in bytes (one frame and all frames together): a larger frame drops
+  // the sender's connection before anything is allocated, a larger request is refused with
+  // ResourceExhausted. -1: no limit; otherwise must be > 0.
+  int64_t max_message_bytes = 1LL << 32;
+};
+
+class Server {
+ public:
+  // The server of task `task_index` of job `job_name` in `cluster`, bound to that task's address
+  // (see start()) unless `start` is false. InvalidArgumentError naming the job or task when the
+  // cluster has no such task, or for invalid options; what start() raises when started here.
+  // Registers this process's default devices first (an InvalidArgumentError when the environment
+  // asks for a malformed set, as `tessera devices` reports).
+  Server(ClusterSpec cluster, std::string job_name, int task_index, ServerOptions options = {},
+         bool start = true);
+  // A started server for the one-task cluster {"localhost": ["127.0.0.1:PORT"]}, PORT chosen by the
+  // operating system. UnavailableError when no port can be bound.
+  static Server create_local_server(ServerOptions options = {});
+
+  ~Server();  // stop()
+  Server(Server&&) noexcept;
+  Server& operator=(Server&&) noexcept;  // stops the server assigned over
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+
+  // Binds this task's address and starts serving; nothing if already serving. The host of the
+  // address decides the interface: an IPv4 literal binds that address, "localhost" 127.0.0.1, and a
+  // host name every interface ("*"), since a name may resolve to an address other interfaces
+  // carry. UnavailableError naming the address when it cannot be bound (port in use, or not an
+  // address of this machine); UnimplementedError for IPv6 addresses. A stopped server may be
+  // started again.
+  void start();
+  // Stops serving: the port is closed and can be bound again when this returns, no new request is
+  // handled, replies still owed are dropped (their callers meet their deadlines). Returns promptly;
+  // idempotent; also done by the destructor. Not from inside a request handler.
+  void stop();
+  // Blocks until the server is not serving: returns at once when it was never started or is
+  // stopped, else when stop() is called from another thread.
+  void join();
+
+  // "tessera://HOST:PORT" with this task's address as the cluster gives it.
+  std::string target() const;
+  const ClusterSpec& cluster() const;
+  const std::string& job_name() const;
+  int task_index() const;
+
+ private:
+  explicit Server(std::unique_ptr<tessera::internal::ServerImpl> impl);
+  tessera::internal::ServerImpl& impl() const;  // FailedPreconditionError when moved from
+
+  std::unique_ptr<tessera::internal::ServerImpl> impl_;
+};
+
+}  // namespace tessera::train

@@ -1,0 +1,779 @@
+// train::Server and `tessera server`: in-process servers on loopback ports the OS picks, and real
+// `tessera server` processes (TESSERA_CLI_PATH). Every wait is bounded; every child process is
+// killed when its test ends, whatever happened (ChildProcess's destructor).
+#include "tessera/server.h"
+
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <functional>
+#include <future>
+#include <memory>
+#include <optional>
+#include <random>
+#include <regex>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "core/device.h"
+#include "testing/test_util.h"
+#include "transport/rpc.h"
+#include "transport/server_impl.h"
+#include "transport/wire.h"
+
+#if defined(__SANITIZE_THREAD__)
+// libzmq is not instrumented (see rpc_test.cc).
+extern "C" const char* __tsan_default_suppressions() { return "race:libzmq.so\n"; }
+#endif
+
+extern char** environ;
+
+namespace tessera::internal {
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+using train::ClusterSpec;
+using train::Server;
+namespace pb = wire::pb;
+
+// ---- Calling a server ----
+
+// "tessera://127.0.0.1:PORT" -> "tcp://127.0.0.1:PORT".
+std::string endpoint_of(const std::string& target) {
+  const std::string prefix = "tessera://";
+  EXPECT_EQ(target.rfind(prefix, 0), 0u) << target;
+  std::string address = target.substr(prefix.size());
+  if (address.rfind("localhost:", 0) == 0) address = "127.0.0.1" + address.substr(9);
+  return "tcp://" + address;
+}
+
+zmq::message_t frame_of(const google::protobuf::Message& m) { return string_frame(m.SerializeAsString()); }
+
+// Calls `method` with `body` and returns the response header; the status is the call's own (RPC)
+// error, if any.
+StatusOr<pb::ResponseHeader> call(RpcChannel& channel, const std::string& method,
+                                  const google::protobuf::Message& body, uint64_t request_id = 7,
+                                  std::chrono::milliseconds deadline = 5s) {
+  RpcMessage request;
+  request.frames.push_back(frame_of(wire::make_request_header(request_id, method, body)));
+  StatusOr<RpcMessage> reply = channel.call_sync(std::move(request), deadline);
+  if (!reply.ok()) return reply.status();
+  if (reply.value().frames.size() != 1) return errors::internal("expected one reply frame");
+  const zmq::message_t& f = reply.value().frames[0];
+  return wire::parse_response_header(f.data(), f.size());
+}
+
+StatusOr<pb::GetStatusResponse> get_status(RpcChannel& channel, std::chrono::milliseconds deadline = 5s) {
+  pb::GetStatusRequest request;
+  request.set_version(wire::kWireVersion);
+  StatusOr<pb::ResponseHeader> header = call(channel, "GetStatus", request, 42, deadline);
+  if (!header.ok()) return header.status();
+  if (header.value().request_id() != 42) return errors::internal("request id not echoed");
+  TESSERA_RETURN_IF_ERROR(wire::to_status(header.value().status()));
+  return wire::parse_body<pb::GetStatusResponse>(header.value().body());
+}
+
+std::vector<std::string> device_names(const pb::GetStatusResponse& r) {
+  std::vector<std::string> names;
+  for (const auto& d : r.device()) names.push_back(d.name());
+  return names;
+}
+
+// The devices this process has, as task `task` of `job` names them.
+std::vector<std::string> expected_names(const std::string& job, int task) {
+  std::vector<std::string> names;
+  for (const Device* d : DeviceRegistry::global().devices()) {
+    names.push_back(task_device_name(d->name(), job, task).value());
+  }
+  return names;
+}
+
+// Checks the devices a task reports: its CPU:0 with a cost profile, every name in the task's form.
+void expect_task_devices(const pb::GetStatusResponse& r, const std::string& job, int task) {
+  const std::string prefix = "/job:" + job + "/replica:0/task:" + std::to_string(task) + "/device:";
+  bool cpu0 = false;
+  for (const auto& d : r.device()) {
+    EXPECT_EQ(d.name().rfind(prefix, 0), 0u) << d.name();
+    if (d.name() == prefix + "CPU:0") {
+      cpu0 = true;
+      EXPECT_EQ(d.type(), "CPU");
+      EXPECT_GT(d.flops_per_second(), 0);
+    }
+  }
+  EXPECT_TRUE(cpu0) << "no " << prefix << "CPU:0";
+}
+
+// A port that was free a moment ago (another process may take it before us: callers retry).
+int free_port() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  EXPECT_GE(fd, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  socklen_t len = sizeof addr;
+  EXPECT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
+std::string port_of(const Server& s) {
+  const std::string address = s.cluster().task_address(s.job_name(), s.task_index());
+  return address.substr(address.rfind(':') + 1);
+}
+
+// ---- In-process servers ----
+
+TEST(ServerTest, BindEndpointFollowsTheHost) {
+  EXPECT_EQ(server_bind_endpoint("10.1.2.3:2222").value(), "tcp://10.1.2.3:2222");
+  EXPECT_EQ(server_bind_endpoint("127.0.0.1:80").value(), "tcp://127.0.0.1:80");
+  EXPECT_EQ(server_bind_endpoint("localhost:2222").value(), "tcp://127.0.0.1:2222");
+  EXPECT_EQ(server_bind_endpoint("node-07.cluster:2222").value(), "tcp://*:2222");
+  EXPECT_EQ(server_bind_endpoint("[::1]:2222").status().code(), ErrorCode::kUnimplemented);
+  EXPECT_EQ(server_bind_endpoint("nocolon").status().code(), ErrorCode::kInvalidArgument);
+}
+
+TEST(ServerTest, TaskDeviceNamesCarryTheJobAndTask) {
+  EXPECT_EQ(task_device_name("/job:localhost/replica:0/task:0/device:CPU:0", "worker", 3).value(),
+            "/job:worker/replica:0/task:3/device:CPU:0");
+  EXPECT_EQ(task_device_name("/job:localhost/replica:0/task:0/device:SIM:1", "ps", 0).value(),
+            "/job:ps/replica:0/task:0/device:SIM:1");
+  EXPECT_FALSE(task_device_name("/job:localhost", "ps", 0).ok());
+  EXPECT_FALSE(task_device_name("not a device", "ps", 0).ok());
+}
+
+TEST(ServerTest, LocalServerServesItsDevices) {
+  Server server = Server::create_local_server();
+  const std::string target = server.target();
+  std::smatch m;
+  ASSERT_TRUE(std::regex_match(target, m, std::regex("tessera://127\\.0\\.0\\.1:([0-9]+)"))) << target;
+  EXPECT_NE(m[1].str(), "0");
+  EXPECT_EQ(server.job_name(), "localhost");
+  EXPECT_EQ(server.task_index(), 0);
+  EXPECT_EQ(server.cluster().jobs(), std::vector<std::string>{"localhost"});
+  EXPECT_EQ(server.cluster().task_address("localhost", 0), "127.0.0.1:" + m[1].str());
+
+  RpcChannel channel(endpoint_of(target));
+  auto status = get_status(channel);
+  ASSERT_TRUE(status.ok()) << status.status().to_string();
+  expect_task_devices(status.value(), "localhost", 0);
+  EXPECT_EQ(device_names(status.value()), expected_names("localhost", 0));
+}
+
+TEST(ServerTest, ServerOfATaskNamesDevicesAfterIt) {
+  // Bound on a port that was just free; retried if someone else took it meanwhile.
+  std::optional<Server> server;
+  for (int attempt = 0; attempt < 10 && !server; ++attempt) {
+    ClusterSpec cluster({{"ps", {"127.0.0.1:1"}}, {"worker", {"127.0.0.1:2", "127.0.0.1:" + std::to_string(free_port())}}});
+    try {
+      server.emplace(cluster, "worker", 1);
+    } catch (const UnavailableError&) {
+    }
+  }
+  ASSERT_TRUE(server);
+  EXPECT_EQ(server->target(), "tessera://" + server->cluster().task_address("worker", 1));
+  RpcChannel channel(endpoint_of(server->target()));
+  auto status = get_status(channel);
+  ASSERT_TRUE(status.ok()) << status.status().to_string();
+  expect_task_devices(status.value(), "worker", 1);
+  EXPECT_EQ(device_names(status.value()), expected_names("worker", 1));
+}
+
+TEST(ServerTest, SecondServerOnTheSameAddressIsUnavailable) {
+  Server first = Server::create_local_server();
+  const std::string address = "127.0.0.1:" + port_of(first);
+  EXPECT_THROW_MSG(Server(first.cluster(), "localhost", 0), UnavailableError, address);
+  // The first one is unaffected.
+  RpcChannel channel(endpoint_of(first.target()));
+  EXPECT_TRUE(get_status(channel).ok());
+}
+
+TEST(ServerTest, UnknownJobOrTaskIsInvalidArgument) {
+  ClusterSpec cluster({{"worker", {"127.0.0.1:2222", "127.0.0.1:2223"}}});
+  EXPECT_THROW_MSG(Server(cluster, "ps", 0), InvalidArgumentError, "\"ps\"");
+  EXPECT_THROW_MSG(Server(cluster, "ps", 0, {}, false), InvalidArgumentError, "/job:ps/task:0");
+  EXPECT_THROW_MSG(Server(cluster, "worker", 2), InvalidArgumentError, "no task 2 in job \"worker\"");
+  EXPECT_THROW_MSG(Server(cluster, "worker", -1, {}, false), InvalidArgumentError, "task -1");
+  train::ServerOptions bad;
+  bad.rpc_timeout = 0ms;
+  EXPECT_THROW_MSG(Server(cluster, "worker", 0, bad, false), InvalidArgumentError, "rpc_timeout");
+  bad = {};
+  bad.handler_threads = -1;
+  EXPECT_THROW_MSG(Server(cluster, "worker", 0, bad, false), InvalidArgumentError, "handler_threads");
+}
+
+TEST(ServerTest, UnstartedServerBindsOnStart) {
+  Server local = Server::create_local_server();
+  const ClusterSpec cluster = local.cluster();
+  local.stop();
+  Server server(cluster, "localhost", 0, {}, /*start=*/false);
+  server.join();  // not serving: returns at once
+  RpcChannel channel(endpoint_of(server.target()));
+  auto before = get_status(channel, 300ms);
+  EXPECT_EQ(before.status().code(), ErrorCode::kUnavailable) << before.status().to_string();
+  bool started = false;
+  for (auto until = Clock::now() + 3s; !started && Clock::now() < until; std::this_thread::sleep_for(20ms)) {
+    try {
+      server.start();
+      started = true;
+    } catch (const UnavailableError&) {  // another process took the port meanwhile: rare
+    }
+  }
+  ASSERT_TRUE(started);
+  server.start();  // already serving: nothing
+  EXPECT_TRUE(get_status(channel).ok());
+}
+
+TEST(ServerTest, StopIsIdempotentFreesThePortAndAllowsRestart) {
+  Server server = Server::create_local_server();
+  const ClusterSpec cluster = server.cluster();
+  RpcChannel channel(endpoint_of(server.target()));
+  ASSERT_TRUE(get_status(channel).ok());
+  const auto t0 = Clock::now();
+  server.stop();
+  server.stop();
+  EXPECT_LT(Clock::now() - t0, 2s);
+  server.join();  // stopped: returns at once
+  auto stopped = get_status(channel, 300ms);
+  EXPECT_EQ(stopped.status().code(), ErrorCode::kUnavailable) << stopped.status().to_string();
+
+  // The port is free: another server binds it at once (nobody else should take it in between, but
+  // allow a retry or two on a busy machine).
+  std::optional<Server> next;
+  for (auto until = Clock::now() + 3s; !next && Clock::now() < until; std::this_thread::sleep_for(20ms)) {
+    try {
+      next.emplace(cluster, "localhost", 0);
+    } catch (const UnavailableError&) {
+    }
+  }
+  ASSERT_TRUE(next);
+  EXPECT_TRUE(get_status(channel).ok());  // the old channel reconnects to the new server
+  next->stop();
+
+  server.start();  // a stopped server starts again on its address
+  auto again = get_status(channel);
+  EXPECT_TRUE(again.ok()) << again.status().to_string();
+}
+
+TEST(ServerTest, JoinReturnsAfterStopFromAnotherThread) {
+  for (int joiners : tessera::testing::kThreadCounts) {
+    Server server = Server::create_local_server();
+    std::atomic<int> returned{0};
+    std::vector<std::thread> threads;
+    for (int i = 0; i < joiners; ++i) {
+      threads.emplace_back([&] {
+        server.join();
+        ++returned;
+      });
+    }
+    std::this_thread::sleep_for(100ms);
+    EXPECT_EQ(returned.load(), 0);
+    std::thread stopper([&] { server.stop(); });
+    const bool all = tessera::testing::wait_until([&] { return returned.load() == joiners; }, 5s);
+    stopper.join();
+    // A join() that never returns would hang the joins below: end the process instead (bounded).
+    if (!all) {
+      ADD_FAILURE() << "join() did not return within 5 s of stop()";
+      std::_Exit(1);
+    }
+    for (auto& t : threads) t.join();
+  }
+}
+
+TEST(ServerTest, MovedFromServerIsInert) {
+  Server a = Server::create_local_server();
+  const std::string target = a.target();
+  Server b = std::move(a);
+  a.stop();  // NOLINT(bugprone-use-after-move): inert on purpose
+  a.join();
+  EXPECT_THROW(a.target(), FailedPreconditionError);
+  EXPECT_THROW(a.start(), FailedPreconditionError);
+  EXPECT_THROW(a.job_name(), FailedPreconditionError);
+  EXPECT_EQ(b.target(), target);
+  RpcChannel channel(endpoint_of(target));
+  EXPECT_TRUE(get_status(channel).ok());  // still served, by b
+
+  // Assigning over a server stops it.
+  Server c = Server::create_local_server();
+  RpcChannel c_channel(endpoint_of(c.target()));
+  ASSERT_TRUE(get_status(c_channel).ok());
+  c = std::move(b);
+  EXPECT_EQ(c.target(), target);
+  EXPECT_EQ(get_status(c_channel, 300ms).status().code(), ErrorCode::kUnavailable);
+  EXPECT_TRUE(get_status(channel).ok());
+}
+
+TEST(ServerTest, UnknownMethodIsUnimplementedNamingIt) {
+  Server server = Server::create_local_server();
+  RpcChannel channel(endpoint_of(server.target()));
+  pb::RunStepRequest body;
+  body.set_version(wire::kWireVersion);
+  auto header = call(channel, "RunStep", body, 99);
+  ASSERT_TRUE(header.ok()) << header.status().to_string();
+  EXPECT_EQ(header.value().request_id(), 99u);
+  Status st = wire::to_status(header.value().status());
+  EXPECT_EQ(st.code(), ErrorCode::kUnimplemented) << st.to_string();
+  EXPECT_NE(st.message().find("method RunStep is not served yet"), std::string::npos) << st.message();
+  EXPECT_TRUE(get_status(channel).ok());
+}
+
+TEST(ServerTest, MalformedHeadersAndBodiesAreInvalidArgument) {
+  Server server = Server::create_local_server();
+  RpcChannel channel(endpoint_of(server.target()));
+  auto raw_call = [&](std::string header_bytes) {
+    RpcMessage request;
+    request.frames.push_back(string_frame(header_bytes));
+    return channel.call_sync(std::move(request), 5s);
+  };
+
+  // Bytes that are no RequestHeader: the call itself fails.
+  auto garbage = raw_call(std::string("\xff\xff\xff\xff garbage", 12));
+  ASSERT_FALSE(garbage.ok());
+  EXPECT_EQ(garbage.status().code(), ErrorCode::kInvalidArgument) << garbage.status().to_string();
+
+  // A truncated header: a real one without its last byte (its body field then runs past the end).
+  pb::GetStatusRequest body;
+  body.set_version(wire::kWireVersion);
+  const std::string whole = wire::make_request_header(5, "GetStatus", body).SerializeAsString();
+  auto truncated = raw_call(whole.substr(0, whole.size() - 1));
+  ASSERT_FALSE(truncated.ok());
+  EXPECT_EQ(truncated.status().code(), ErrorCode::kInvalidArgument) << truncated.status().to_string();
+
+  // A header that parses but fails validation (wrong version): answered in a ResponseHeader.
+  pb::RequestHeader future = wire::make_request_header(77, "GetStatus", body);
+  future.set_version(wire::kWireVersion + 1);
+  auto versioned = raw_call(future.SerializeAsString());
+  ASSERT_TRUE(versioned.ok()) << versioned.status().to_string();
+  auto response = wire::parse_response_header(versioned.value().frames[0].data(), versioned.value().frames[0].size());
+  ASSERT_TRUE(response.ok());
+  EXPECT_EQ(response.value().request_id(), 77u);
+  EXPECT_EQ(wire::to_status(response.value().status()).code(), ErrorCode::kInvalidArgument);
+
+  // No method.
+  auto nameless = raw_call(wire::make_request_header(78, "", body).SerializeAsString());
+  ASSERT_TRUE(nameless.ok());
+  response = wire::parse_response_header(nameless.value().frames[0].data(), nameless.value().frames[0].size());
+  ASSERT_TRUE(response.ok());
+  EXPECT_EQ(response.value().request_id(), 78u);
+  EXPECT_EQ(wire::to_status(response.value().status()).code(), ErrorCode::kInvalidArgument);
+
+  // GetStatus whose body is garbage.
+  pb::RequestHeader bad_body = wire::make_request_header(79, "GetStatus", body);
+  bad_body.set_body("\xff\xff\xff");
+  auto bodied = raw_call(bad_body.SerializeAsString());
+  ASSERT_TRUE(bodied.ok());
+  response = wire::parse_response_header(bodied.value().frames[0].data(), bodied.value().frames[0].size());
+  ASSERT_TRUE(response.ok());
+  EXPECT_EQ(response.value().request_id(), 79u);
+  Status st = wire::to_status(response.value().status());
+  EXPECT_EQ(st.code(), ErrorCode::kInvalidArgument) << st.to_string();
+  EXPECT_NE(st.message().find("GetStatus"), std::string::npos) << st.message();
+
+  auto fine = get_status(channel);
+  ASSERT_TRUE(fine.ok()) << fine.status().to_string();
+  expect_task_devices(fine.value(), "localhost", 0);
+}
+
+TEST(ServerTest, GarbageAndTruncatedFramesLeaveItServing) {
+  Server server = Server::create_local_server();
+  const std::string endpoint = endpoint_of(server.target());
+  zmq::context_t context;
+  zmq::socket_t raw(context, zmq::socket_type::dealer);
+  raw.set(zmq::sockopt::linger, 0);
+  raw.set(zmq::sockopt::rcvtimeo, 3000);
+  raw.connect(endpoint);
+  auto send_parts = [&](const std::vector<std::string>& parts) {
+    for (size_t i = 0; i < parts.size(); ++i) {
+      raw.send(zmq::buffer(parts[i]), i + 1 < parts.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
+    }
+  };
+  // transport/rpc's envelope (Note [RPC]): a 12-byte call id, "TRP1" and a little-endian id.
+  auto call_id = [](uint8_t id) { return std::string("TRP1", 4) + std::string(1, static_cast<char>(id)) + std::string(7, '\0'); };
+  pb::GetStatusRequest body;
+  body.set_version(wire::kWireVersion);
+  const std::string header = wire::make_request_header(1, "GetStatus", body).SerializeAsString();
+
+  send_parts({""});
+  send_parts({"TRP1"});
+  send_parts({call_id(1)});                                       // no header
+  send_parts({call_id(2), header.substr(0, header.size() / 2)});  // truncated header
+  send_parts({call_id(3), ""});                                   // empty header
+  std::mt19937 rng(4);
+  for (int i = 0; i < 200; ++i) {
+    std::vector<std::string> parts(1 + rng() % 4);
+    for (auto& p : parts) {
+      p.resize(rng() % 64);
+      for (auto& c : p) c = static_cast<char>(rng());
+    }
+    if (i % 2 == 0) parts.insert(parts.begin(), call_id(static_cast<uint8_t>(10 + i % 100)));  // reaches the handler
+    send_parts(parts);
+  }
+  // A mangled copy of a real header, byte by byte.
+  for (size_t i = 0; i < header.size(); ++i) {
+    std::string mangled = header;
+    mangled[i] = static_cast<char>(mangled[i] ^ 0x5a);
+    send_parts({call_id(200), mangled});
+  }
+
+  // Still serving: a channel, and the connection that sent the garbage.
+  RpcChannel channel(endpoint);
+  auto fine = get_status(channel);
+  ASSERT_TRUE(fine.ok()) << fine.status().to_string();
+  expect_task_devices(fine.value(), "localhost", 0);
+
+  send_parts({call_id(250), header});
+  // Skip the replies to the garbage the handler saw; ours is the one with call id 250.
+  bool answered = false;
+  for (int i = 0; i < 1000 && !answered; ++i) {
+    std::vector<zmq::message_t> parts;
+    zmq::message_t m;
+    if (!raw.recv(m)) break;  // rcvtimeo: nothing more
+    parts.push_back(std::move(m));
+    while (parts.back().more()) {
+      zmq::message_t next;
+      ASSERT_TRUE(raw.recv(next));
+      parts.push_back(std::move(next));
+    }
+    if (parts[0].to_string() != call_id(250)) continue;
+    ASSERT_EQ(parts.size(), 3u);
+    EXPECT_EQ(parts[1].size(), 0u);  // OK
+    auto response = wire::parse_response_header(parts[2].data(), parts[2].size());
+    ASSERT_TRUE(response.ok());
+    EXPECT_EQ(response.value().request_id(), 1u);
+    EXPECT_TRUE(wire::to_status(response.value().status()).ok());
+    answered = true;
+  }
+  EXPECT_TRUE(answered);
+}
+
+TEST(ServerTest, ConcurrentCallsAndStopWithCallsInFlight) {
+  for (int threads : tessera::testing::kThreadCounts) {
+    Server server = Server::create_local_server();
+    RpcChannel channel(endpoint_of(server.target()));
+    const auto expected = expected_names("localhost", 0);
+    std::atomic<int> good{0};
+    tessera::testing::run_threads(threads, [&](int) {
+      for (int i = 0; i < 25; ++i) {
+        auto r = get_status(channel);
+        if (r.ok() && device_names(r.value()) == expected) ++good;
+      }
+    });
+    EXPECT_EQ(good.load(), threads * 25) << threads << " threads";
+
+    // Calls keep coming while the server stops: they fail (Unavailable), nothing crashes, stop()
+    // returns promptly.
+    std::atomic<bool> done{false};
+    std::atomic<int> failed{0}, other{0};
+    std::vector<std::thread> callers;
+    for (int t = 0; t < threads; ++t) {
+      callers.emplace_back([&] {
+        while (!done.load()) {
+          auto r = get_status(channel, 300ms);
+          if (r.ok()) continue;
+          if (r.status().code() == ErrorCode::kUnavailable) {
+            ++failed;
+          } else {
+            ++other;
+          }
+        }
+      });
+    }
+    std::this_thread::sleep_for(50ms);
+    const auto t0 = Clock::now();
+    server.stop();
+    EXPECT_LT(Clock::now() - t0, 2s);
+    EXPECT_TRUE(tessera::testing::wait_until([&] { return failed.load() > 0; }, 5s));
+    done = true;
+    for (auto& t : callers) t.join();
+    EXPECT_EQ(other.load(), 0);
+  }
+}
+
+// ---- `tessera server` processes ----
+
+#ifdef TESSERA_CLI_PATH
+
+// A child process with its stdout and stderr on pipes; SIGKILLed and reaped by the destructor if
+// still running, so a failed assertion never leaves one behind.
+class ChildProcess {
+ public:
+  ChildProcess(const std::vector<std::string>& args, const std::vector<std::string>& env) {
+    int out[2], err[2];
+    if (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0) {
+      ADD_FAILURE() << "pipe: " << std::strerror(errno);
+      return;
+    }
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_adddup2(&actions, out[1], STDOUT_FILENO);
+    posix_spawn_file_actions_adddup2(&actions, err[1], STDERR_FILENO);
+    // The child starts with default signal dispositions and nothing blocked.
+    posix_spawnattr_t attr;
+    posix_spawnattr_init(&attr);
+    sigset_t none, all;
+    sigemptyset(&none);
+    sigfillset(&all);
+    posix_spawnattr_setsigmask(&attr, &none);
+    posix_spawnattr_setsigdefault(&attr, &all);
+    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+    std::vector<char*> argv, envp;
+    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    for (const auto& e : env) envp.push_back(const_cast<char*>(e.c_str()));
+    envp.push_back(nullptr);
+    const int rc = ::posix_spawn(&pid_, argv[0], &actions, &attr, argv.data(), envp.data());
+    posix_spawn_file_actions_destroy(&actions);
+    posix_spawnattr_destroy(&attr);
+    ::close(out[1]);
+    ::close(err[1]);
+    out_fd_ = out[0];
+    err_fd_ = err[0];
+    if (rc != 0) {
+      ADD_FAILURE() << "posix_spawn " << args[0] << ": " << std::strerror(rc);
+      pid_ = -1;
+    }
+  }
+  ~ChildProcess() {
+    if (running()) {
+      ::kill(pid_, SIGKILL);
+      wait_exit(10s);
+    }
+    if (out_fd_ >= 0) ::close(out_fd_);
+    if (err_fd_ >= 0) ::close(err_fd_);
+  }
+  ChildProcess(const ChildProcess&) = delete;
+  ChildProcess& operator=(const ChildProcess&) = delete;
+
+  bool running() const { return pid_ > 0 && !exit_status_; }
+  void signal(int signo) {
+    if (running()) ::kill(pid_, signo);
+  }
+
+  // The next line of stdout, or nullopt at end of file or after `limit`.
+  std::optional<std::string> read_line(std::chrono::milliseconds limit) {
+    const auto until = Clock::now() + limit;
+    for (;;) {
+      const size_t nl = out_.find('\n');
+      if (nl != std::string::npos) {
+        std::string line = out_.substr(0, nl);
+        out_.erase(0, nl + 1);
+        return line;
+      }
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now());
+      if (left.count() <= 0 || !read_some(out_fd_, &out_, left)) return std::nullopt;
+    }
+  }
+  // All of stdout (after what read_line returned) and stderr, up to end of file or `limit`.
+  std::string rest_of_stdout(std::chrono::milliseconds limit = 2s) { return drain(out_fd_, &out_, limit); }
+  std::string stderr_text(std::chrono::milliseconds limit = 2s) { return drain(err_fd_, &err_, limit); }
+
+  // The wait status once the child exited within `limit`.
+  std::optional<int> wait_exit(std::chrono::milliseconds limit) {
+    if (pid_ <= 0) return std::nullopt;
+    const auto until = Clock::now() + limit;
+    while (!exit_status_) {
+      int status = 0;
+      const pid_t r = ::waitpid(pid_, &status, WNOHANG);
+      if (r == pid_) {
+        exit_status_ = status;
+      } else if (r < 0 && errno != EINTR) {
+        ADD_FAILURE() << "waitpid: " << std::strerror(errno);
+        pid_ = -1;
+        return std::nullopt;
+      } else if (Clock::now() >= until) {
+        return std::nullopt;
+      } else {
+        std::this_thread::sleep_for(5ms);
+      }
+    }
+    return exit_status_;
+  }
+
+ private:
+  // Appends what `fd` has within `limit`; false at end of file, error or timeout.
+  static bool read_some(int fd, std::string* into, std::chrono::milliseconds limit) {
+    pollfd p{fd, POLLIN, 0};
+    int n = ::poll(&p, 1, static_cast<int>(limit.count()));
+    if (n <= 0) return false;
+    char buf[4096];
+    ssize_t got = ::read(fd, buf, sizeof buf);
+    if (got <= 0) return false;
+    into->append(buf, static_cast<size_t>(got));
+    return true;
+  }
+  static std::string drain(int fd, std::string* buffer, std::chrono::milliseconds limit) {
+    const auto until = Clock::now() + limit;
+    for (;;) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now());
+      if (left.count() <= 0 || !read_some(fd, buffer, left)) break;
+    }
+    return std::exchange(*buffer, std::string());
+  }
+
+  pid_t pid_ = -1;
+  int out_fd_ = -1, err_fd_ = -1;
+  std::string out_, err_;
+  std::optional<int> exit_status_;
+};
+
+// This process's environment without the variables that would tell a child its cluster, plus
+// `extra`.
+std::vector<std::string> child_env(const std::vector<std::string>& extra = {}) {
+  std::vector<std::string> env;
+  for (char** e = environ; *e != nullptr; ++e) {
+    std::string var(*e);
+    if (var.rfind("TF_CONFIG=", 0) == 0 || var.rfind("SLURM_", 0) == 0) continue;
+    env.push_back(std::move(var));
+  }
+  env.insert(env.end(), extra.begin(), extra.end());
+  return env;
+}
+
+constexpr auto kStartLimit = 60s;  // a loaded machine starts a process slowly; normally well under 1 s
+
+// A `tessera server` on a free loopback port, started with `args_for(port)` and `env_for(port)`;
+// retried on a new port when the child could not bind it. Returns the child and its listening
+// line, or a null child (after a test failure).
+struct Started {
+  std::unique_ptr<ChildProcess> child;
+  std::string line;
+  int port = 0;
+};
+Started start_cli(const std::function<std::vector<std::string>(int)>& args_for,
+                  const std::function<std::vector<std::string>(int)>& env_for) {
+  for (int attempt = 0; attempt < 5; ++attempt) {
+    const int port = free_port();
+    std::vector<std::string> args = {TESSERA_CLI_PATH, "server"};
+    for (auto& a : args_for(port)) args.push_back(std::move(a));
+    auto child = std::make_unique<ChildProcess>(args, env_for(port));
+    std::optional<std::string> line = child->read_line(kStartLimit);
+    if (line) return Started{std::move(child), *line, port};
+    const std::string err = child->stderr_text(1s);
+    if (err.find("Unavailable") != std::string::npos) continue;  // the port was taken: another one
+    ADD_FAILURE() << "tessera server printed no listening line; stderr: " << err;
+    return {};
+  }
+  ADD_FAILURE() << "tessera server could not bind a free port in 5 attempts";
+  return {};
+}
+
+std::vector<std::string> worker_args(int port) {
+  return {"--cluster", "{\"worker\": [\"127.0.0.1:" + std::to_string(port) + "\"]}", "--job", "worker", "--task", "0"};
+}
+std::vector<std::string> no_env(int) { return child_env(); }
+
+void expect_clean_exit(ChildProcess& child, int signo) {
+  child.signal(signo);
+  const auto t0 = Clock::now();
+  std::optional<int> status = child.wait_exit(5s);
+  ASSERT_TRUE(status) << "no exit within 5 s of signal " << signo;
+  EXPECT_LT(Clock::now() - t0, 5s);
+  EXPECT_TRUE(WIFEXITED(*status)) << "wait status " << *status;
+  EXPECT_EQ(WEXITSTATUS(*status), 0) << child.stderr_text();
+  EXPECT_NE(child.rest_of_stdout().find("tessera server: stopped"), std::string::npos);
+}
+
+TEST(ServerProcessTest, ServesGetStatusAndStopsOnSigterm) {
+  Started s = start_cli(worker_args, no_env);
+  ASSERT_TRUE(s.child);
+  EXPECT_EQ(s.line, "tessera server: /job:worker/task:0 listening on tessera://127.0.0.1:" + std::to_string(s.port));
+  RpcChannel channel("tcp://127.0.0.1:" + std::to_string(s.port));
+  auto status = get_status(channel, 10s);
+  ASSERT_TRUE(status.ok()) << status.status().to_string();
+  expect_task_devices(status.value(), "worker", 0);
+  expect_clean_exit(*s.child, SIGTERM);
+}
+
+TEST(ServerProcessTest, StopsOnSigint) {
+  Started s = start_cli(worker_args, no_env);
+  ASSERT_TRUE(s.child);
+  RpcChannel channel("tcp://127.0.0.1:" + std::to_string(s.port));
+  ASSERT_TRUE(get_status(channel, 10s).ok());
+  expect_clean_exit(*s.child, SIGINT);
+}
+
+TEST(ServerProcessTest, KilledServerMakesCallsUnavailableWithinTheDeadline) {
+  Started s = start_cli(worker_args, no_env);
+  ASSERT_TRUE(s.child);
+  RpcChannel channel("tcp://127.0.0.1:" + std::to_string(s.port));
+  ASSERT_TRUE(get_status(channel, 10s).ok());  // connected
+  s.child->signal(SIGKILL);
+  ASSERT_TRUE(s.child->wait_exit(5s));
+  const auto t0 = Clock::now();
+  auto status = get_status(channel, 1s);
+  const auto elapsed = Clock::now() - t0;
+  ASSERT_FALSE(status.ok());
+  EXPECT_EQ(status.status().code(), ErrorCode::kUnavailable) << status.status().to_string();
+  EXPECT_GE(elapsed, 900ms);
+  EXPECT_LT(elapsed, 1s + 1500ms);
+}
+
+TEST(ServerProcessTest, TakesItsTaskFromTfConfig) {
+  Started s = start_cli([](int) { return std::vector<std::string>{}; },
+                        [](int port) {
+                          return child_env({"TF_CONFIG={\"cluster\": {\"worker\": [\"127.0.0.1:1\"], \"ps\": [\"127.0.0.1:" +
+                                            std::to_string(port) + "\"]}, \"task\": {\"type\": \"ps\", \"index\": 0}}"});
+                        });
+  ASSERT_TRUE(s.child);
+  EXPECT_EQ(s.line, "tessera server: /job:ps/task:0 listening on tessera://127.0.0.1:" + std::to_string(s.port));
+  RpcChannel channel("tcp://127.0.0.1:" + std::to_string(s.port));
+  auto status = get_status(channel, 10s);
+  ASSERT_TRUE(status.ok()) << status.status().to_string();
+  expect_task_devices(status.value(), "ps", 0);
+  expect_clean_exit(*s.child, SIGTERM);
+}
+
+TEST(ServerProcessTest, ErrorsExitWithStatus2) {
+  struct Case {
+    std::vector<std::string> args;
+    std::vector<std::string> env;
+    std::string message;
+  };
+  Server taken = Server::create_local_server();
+  const std::string taken_address = "127.0.0.1:" + port_of(taken);
+  const std::vector<Case> cases = {
+      {{"--cluster", "{\"worker\": [\"127.0.0.1:2222\"]}", "--job", "ps", "--task", "0"}, {}, "\"ps\""},
+      {{"--cluster", "{\"worker\": [\"127.0.0.1:2222\"]}", "--job", "worker", "--task", "3"}, {}, "no task 3"},
+      {{"--cluster", "{\"localhost\": [\"" + taken_address + "\"]}", "--job", "localhost", "--task", "0"},
+       {},
+       "Unavailable"},
+      {{"--cluster", "/nonexistent/cluster.json", "--job", "worker", "--task", "0"}, {}, "/nonexistent/cluster.json"},
+      {{"--cluster", "{\"worker\": [\"127.0.0.1:2222\"]}"}, {}, "--job"},
+      {{}, {}, "TF_CONFIG"},  // no flags, no environment
+      {{}, {"TF_CONFIG={\"cluster\": {\"worker\": [\"127.0.0.1:2222\"]}}"}, "names no task"},
+  };
+  for (const Case& c : cases) {
+    std::vector<std::string> args = {TESSERA_CLI_PATH, "server"};
+    args.insert(args.end(), c.args.begin(), c.args.end());
+    ChildProcess child(args, child_env(c.env));
+    std::optional<int> status = child.wait_exit(kStartLimit);
+    ASSERT_TRUE(status) << c.message;
+    EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 2) << c.message << ": wait status " << *status;
+    const std::string err = child.stderr_text();
+    EXPECT_EQ(err.rfind("tessera server: ", 0), 0u) << err;
+    EXPECT_NE(err.find(c.message), std::string::npos) << "stderr '" << err << "' lacks '" << c.message << "'";
+  }
+  RpcChannel channel(endpoint_of(taken.target()));
+  EXPECT_TRUE(get_status(channel).ok());  // the port's owner is undisturbed
+}
+
+#endif  // TESSERA_CLI_PATH
+
+}  // namespace
+}  // namespace tessera::internal

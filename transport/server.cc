@@ -1,0 +1,308 @@
+// train::Server: one task of a cluster, serving its peers over transport/rpc in the wire format of
+// transport/wire.proto.
+#include "tessera/server.h"
+
+#include <arpa/inet.h>
+
+#include <climits>
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "core/device.h"
+#include "core/device_name.h"
+#include "device/default_devices.h"
+#include "tessera/errors.h"
+#include "transport/server_impl.h"
+#include "transport/wire.h"
+
+namespace tessera::internal {
+
+// Note [Server]
+// ~~~~~~~~~~~~~
+// A Server is a task's RpcServer (transport/rpc.h) plus the services it dispatches to by the method
+// named in each request's wire header. This slice serves GetStatus (the devices of this process,
+// renamed from /job:localhost/replica:0/task:0 to the task's own /job:J/replica:0/task:N, so a
+// master can place ops on them) and answers every other method Unimplemented, naming it.
+//
+// Threads. The RpcServer owns them: one I/O thread for the socket and `handler_threads` threads
+// running serve_request(). Handlers see only a shared, immutable ServiceState, never the
+// ServerImpl, because RpcServer::stop() may leave a stuck handler behind (after its stop_grace)
+// and that handler must not touch a destroyed server. start() and stop() are serialized by
+// lifecycle_mu_; join() waits on serving_cv_, so any thread may call any of them.
+//
+// Malformed input. Requests whose envelope is not transport/rpc's (stray or truncated traffic on
+// the port) are dropped by the RpcServer and never reach a handler. A request whose header frame
+// does not parse is answered InvalidArgument: in a ResponseHeader echoing its request id when the
+// bytes are a RequestHeader that only fails validation (wrong version, no method), else as the
+// call's RPC-level error (the caller is a well-formed RPC client, so telling it beats letting it
+// wait for its deadline). A body that does not parse gets InvalidArgument in its ResponseHeader.
+// Nothing a peer sends can abort the process or stop the server.
+//
+// What stop() guarantees. When it returns: the listening socket is closed and the port can be
+// bound again; no handler starts again; replies still owed are dropped, so their callers meet their
+// deadlines (Unavailable); join() has returned in every thread waiting in it. It returns within the
+// RpcServer's stop_grace (300 ms) even if a handler is stuck. It is idempotent and the destructor
+// calls it. A stopped server can be start()ed again on the same address.
+//
+// Signals. `tessera server` (tools/tessera_main.cc) runs a task until SIGINT or SIGTERM. Its signal
+// handler only write()s a byte to a pipe (async-signal-safe); a thread blocked reading that pipe
+// calls stop(), and the main thread, in join(), then returns and exits 0. A handler installed with
+// sigaction applies to the whole process, so this works whichever thread the kernel delivers the
+// signal to, including threads libzmq or the device runtime started before it was installed.
+
+namespace {
+
+namespace pb = wire::pb;
+
+constexpr const char* kGetStatus = "GetStatus";
+
+RpcServerOptions rpc_options(const train::ServerOptions& options) {
+  RpcServerOptions rpc;
+  rpc.handler_threads = options.handler_threads;
+  rpc.max_message_bytes = options.max_message_bytes;
+  return rpc;
+}
+
+RpcServer::Handler make_handler(std::shared_ptr<const ServiceState> state) {
+  return [state = std::move(state)](RpcMessage request, Responder respond) {
+    serve_request(*state, std::move(request), respond);
+  };
+}
+
+// InvalidArgumentError for options no server can run with.
+void validate(const train::ServerOptions& options) {
+  if (options.rpc_timeout.count() <= 0) {
+    throw InvalidArgumentError(
+        fmt::format("ServerOptions.rpc_timeout must be > 0, got {} ms", options.rpc_timeout.count()));
+  }
+  if (options.handler_threads < 0) {
+    throw InvalidArgumentError(
+        fmt::format("ServerOptions.handler_threads must be >= 0, got {}", options.handler_threads));
+  }
+  if (options.max_message_bytes != -1 && options.max_message_bytes <= 0) {
+    throw InvalidArgumentError(fmt::format("ServerOptions.max_message_bytes must be > 0 or -1 (no limit), got {}",
+                                           options.max_message_bytes));
+  }
+}
+
+std::string task_name(const std::string& job, int task) { return fmt::format("/job:{}/task:{}", job, task); }
+
+// This task's address; InvalidArgumentError naming the job or task when the cluster lacks it.
+std::string task_address(const train::ClusterSpec& cluster, const std::string& job, int task) {
+  try {
+    return cluster.task_address(job, task);
+  } catch (const InvalidArgumentError& e) {
+    throw InvalidArgumentError(fmt::format("cannot serve {}: {}", task_name(job, task), e.message()));
+  }
+}
+
+zmq::message_t serialize(const google::protobuf::Message& message) {
+  zmq::message_t frame(message.ByteSizeLong());
+  message.SerializeWithCachedSizesToArray(static_cast<uint8_t*>(frame.data()));
+  return frame;
+}
+
+void reply(const Responder& respond, uint64_t request_id, const Status& status,
+           const google::protobuf::Message* body) {
+  RpcMessage out;
+  out.frames.push_back(serialize(wire::make_response_header(request_id, status, body)));
+  respond(std::move(out));
+}
+
+pb::GetStatusResponse get_status(const ServiceState& state) {
+  pb::GetStatusResponse response;
+  response.set_version(wire::kWireVersion);
+  for (const Device* d : DeviceRegistry::global().devices()) {
+    StatusOr<std::string> name = task_device_name(d->name(), state.job, state.task);
+    TESSERA_CHECK(name.ok());  // the registry holds full names only
+    pb::DeviceAttributes* attrs = response.add_device();
+    attrs->set_name(std::move(name).value());
+    attrs->set_type(d->type());
+    attrs->set_memory_limit(0);  // unknown: allocators have no fixed limit yet
+    const DeviceCostProfile& cost = d->cost_profile();
+    attrs->set_flops_per_second(cost.flops_per_second);
+    attrs->set_memory_bandwidth(cost.memory_bandwidth);
+    attrs->set_transfer_bandwidth(cost.transfer_bandwidth);
+    attrs->set_transfer_latency_seconds(cost.transfer_latency_seconds);
+    attrs->set_kernel_overhead_seconds(cost.kernel_overhead_seconds);
+  }
+  return response;
+}
+
+void dispatch(const ServiceState& state, RpcMessage request, const Responder& respond) {
+  if (request.frames.empty()) {
+    respond.fail(errors::invalid_argument("{}: a request needs a header frame", state.task_name));
+    return;
+  }
+  const zmq::message_t& frame = request.frames[0];
+  StatusOr<pb::RequestHeader> header = wire::parse_request_header(frame.data(), frame.size());
+  if (!header.ok()) {
+    Status bad = header.status().with_prefix(state.task_name + ": ");
+    // Well-formed protobuf that failed validation: its request id is known, so answer in kind.
+    pb::RequestHeader partial;
+    if (frame.size() <= static_cast<std::size_t>(INT_MAX) &&
+        partial.ParseFromArray(frame.data(), static_cast<int>(frame.size()))) {
+      reply(respond, partial.request_id(), bad, nullptr);
+    } else {
+      respond.fail(bad);
+    }
+    return;
+  }
+  const pb::RequestHeader& h = header.value();
+  if (h.method() == kGetStatus) {
+    pb::GetStatusRequest body;
+    Status parsed = wire::parse_body(h.body(), &body);
+    if (!parsed.ok()) {
+      reply(respond, h.request_id(), parsed.with_prefix(state.task_name + ": GetStatus: "), nullptr);
+      return;
+    }
+    pb::GetStatusResponse response = get_status(state);
+    reply(respond, h.request_id(), Status(), &response);
+    return;
+  }
+  reply(respond, h.request_id(),
+        errors::unimplemented("method {} is not served yet by {} (it serves {})", h.method(), state.task_name,
+                              kGetStatus),
+        nullptr);
+}
+
+}  // namespace
+
+StatusOr<std::string> server_bind_endpoint(std::string_view address) {
+  const std::size_t colon = address.rfind(':');
+  if (colon == std::string_view::npos || colon == 0 || colon + 1 == address.size()) {
+    return errors::invalid_argument("'{}' is not a host:port address", address);
+  }
+  const std::string host(address.substr(0, colon));
+  const std::string_view port = address.substr(colon + 1);
+  if (host.front() == '[') {
+    return errors::unimplemented("cannot serve on {}: IPv6 addresses are not supported yet", address);
+  }
+  in_addr ipv4{};
+  if (host == "localhost") return fmt::format("tcp://127.0.0.1:{}", port);
+  if (::inet_pton(AF_INET, host.c_str(), &ipv4) == 1) return fmt::format("tcp://{}:{}", host, port);
+  return fmt::format("tcp://*:{}", port);
+}
+
+StatusOr<std::string> task_device_name(const std::string& local_name, const std::string& job, int task) {
+  StatusOr<DeviceSpec> spec = DeviceSpec::parse(local_name);
+  if (!spec.ok()) return spec.status();
+  DeviceSpec s = std::move(spec).value();
+  if (!s.type || !s.id) return errors::invalid_argument("'{}' is not a full device name", local_name);
+  s.job = job;
+  s.replica = 0;
+  s.task = task;
+  return s.to_string();
+}
+
+void serve_request(const ServiceState& state, RpcMessage request, const Responder& respond) {
+  try {
+    dispatch(state, std::move(request), respond);
+  } catch (...) {
+    respond.fail(status_from_current_exception());  // ignored when a reply already went out
+  }
+}
+
+ServerImpl::ServerImpl(train::ClusterSpec cluster, std::string job, int task, train::ServerOptions options)
+    : cluster_(std::move(cluster)),
+      address_(task_address(cluster_, job, task)),
+      options_(options),
+      state_(std::make_shared<const ServiceState>(ServiceState{job, task, task_name(job, task)})) {
+  validate(options_);
+  register_default_devices().raise();
+}
+
+ServerImpl::~ServerImpl() { stop(); }
+
+std::unique_ptr<ServerImpl> ServerImpl::start_local(train::ServerOptions options) {
+  validate(options);
+  register_default_devices().raise();
+  const std::string job = "localhost";
+  auto state = std::make_shared<const ServiceState>(ServiceState{job, 0, task_name(job, 0)});
+  auto rpc = RpcServer::start("tcp://127.0.0.1:0", make_handler(state), rpc_options(options));
+  if (!rpc.ok()) rpc.status().with_prefix("cannot start a local server: ").raise();
+  const std::string& endpoint = rpc.value()->endpoint();  // "tcp://127.0.0.1:PORT"
+  const std::string address = "127.0.0.1" + endpoint.substr(endpoint.rfind(':'));
+  auto impl = std::make_unique<ServerImpl>(train::ClusterSpec({{job, {address}}}), job, 0, options);
+  impl->rpc_ = std::move(rpc).value();
+  impl->serving_ = true;  // not shared yet: no lock needed
+  return impl;
+}
+
+void ServerImpl::start() {
+  std::lock_guard<std::mutex> lifecycle(lifecycle_mu_);
+  if (rpc_ != nullptr) return;
+  StatusOr<std::string> endpoint = server_bind_endpoint(address_);
+  if (!endpoint.ok()) endpoint.status().with_prefix(state_->task_name + ": ").raise();
+  auto rpc = RpcServer::start(endpoint.value(), make_handler(state_), rpc_options(options_));
+  if (!rpc.ok()) {
+    // Unavailable for a port in use (or an address this machine does not have), as RpcServer says.
+    rpc.status().with_prefix(fmt::format("{} cannot listen on {}: ", state_->task_name, address_)).raise();
+  }
+  rpc_ = std::move(rpc).value();
+  std::lock_guard<std::mutex> l(serving_mu_);
+  serving_ = true;
+}
+
+void ServerImpl::stop() {
+  std::lock_guard<std::mutex> lifecycle(lifecycle_mu_);
+  if (rpc_ == nullptr) return;
+  rpc_->stop();
+  rpc_.reset();
+  {
+    std::lock_guard<std::mutex> l(serving_mu_);
+    serving_ = false;
+    ++stops_;
+  }
+  serving_cv_.notify_all();
+}
+
+void ServerImpl::join() {
+  std::unique_lock<std::mutex> l(serving_mu_);
+  const uint64_t stops = stops_;
+  // stops_ too: a stop() followed at once by a start() must still release this join().
+  serving_cv_.wait(l, [&] { return !serving_ || stops_ != stops; });
+}
+
+}  // namespace tessera::internal
+
+namespace tessera::train {
+
+Server::Server(ClusterSpec cluster, std::string job_name, int task_index, ServerOptions options, bool start)
+    : impl_(std::make_unique<internal::ServerImpl>(std::move(cluster), std::move(job_name), task_index,
+                                                   options)) {
+  if (start) impl_->start();
+}
+
+Server::Server(std::unique_ptr<internal::ServerImpl> impl) : impl_(std::move(impl)) {}
+
+Server Server::create_local_server(ServerOptions options) {
+  return Server(internal::ServerImpl::start_local(options));
+}
+
+Server::~Server() = default;
+Server::Server(Server&&) noexcept = default;
+Server& Server::operator=(Server&&) noexcept = default;
+
+internal::ServerImpl& Server::impl() const {
+  if (impl_ == nullptr) throw FailedPreconditionError("this Server was moved from");
+  return *impl_;
+}
+
+void Server::start() { impl().start(); }
+
+void Server::stop() {
+  if (impl_ != nullptr) impl_->stop();
+}
+
+void Server::join() {
+  if (impl_ != nullptr) impl_->join();
+}
+
+std::string Server::target() const { return impl().target(); }
+const ClusterSpec& Server::cluster() const { return impl().cluster(); }
+const std::string& Server::job_name() const { return impl().job_name(); }
+int Server::task_index() const { return impl().task_index(); }
+
+}  // namespace tessera::train
