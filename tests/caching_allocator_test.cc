@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
-#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -15,6 +14,7 @@
 #include <gtest/gtest.h>
 
 #include "device/caching_allocator.h"
+#include "tests/testing/counting_backing.h"
 #include "tests/testing/test_util.h"
 
 namespace tessera::internal {
@@ -26,46 +26,9 @@ using tessera::testing::run_threads;
 constexpr std::size_t kKiB = 1024;
 constexpr std::size_t kMiB = 1024 * 1024;
 
-// What the fake backing did; shared with the test, which keeps it after the allocator owns the
-// backing.
-struct BackingLog {
-  std::mutex mu;
-  int allocs = 0;
-  int frees = 0;
-  int failures = 0;
-  std::size_t live_bytes = 0;
-  std::set<void*> live;
-  std::size_t capacity = SIZE_MAX;  // the backing fails beyond this many live bytes
-};
-
-// Real host memory (so tests can write to it), 256-byte aligned, with a capacity.
-class FakeBacking final : public CachingAllocatorBacking {
- public:
-  explicit FakeBacking(std::shared_ptr<BackingLog> log) : log_(std::move(log)) {}
-  StatusOr<void*> allocate(std::size_t bytes) override {
-    std::lock_guard<std::mutex> lock(log_->mu);
-    if (log_->live_bytes + bytes > log_->capacity) {
-      ++log_->failures;
-      return errors::resource_exhausted("fake backing: out of memory for {} bytes", bytes);
-    }
-    void* p = std::aligned_alloc(256, bytes);
-    if (p == nullptr) return errors::resource_exhausted("fake backing: aligned_alloc failed");
-    ++log_->allocs;
-    log_->live_bytes += bytes;
-    log_->live.insert(p);
-    return p;
-  }
-  void deallocate(void* ptr, std::size_t bytes) override {
-    std::lock_guard<std::mutex> lock(log_->mu);
-    EXPECT_EQ(log_->live.erase(ptr), 1u) << "freed a region the backing never gave";
-    ++log_->frees;
-    log_->live_bytes -= bytes;
-    std::free(ptr);
-  }
-
- private:
-  std::shared_ptr<BackingLog> log_;
-};
+// Real host memory, 256-byte aligned, with a capacity (BackingLog::capacity).
+using FakeBacking = tessera::testing::CountingBacking<CachingAllocatorBacking, 256>;
+using tessera::testing::BackingLog;
 
 struct Fixture {
   std::shared_ptr<BackingLog> log = std::make_shared<BackingLog>();

@@ -9,7 +9,6 @@
 #include <cmath>
 #include <cstdint>
 #include <functional>
-#include <future>
 #include <mutex>
 #include <limits>
 #include <map>
@@ -28,91 +27,30 @@
 #include "core/op_registry.h"
 #include "device/default_devices.h"
 #include "device/sim_device.h"
+#include "tests/testing/kernel_runner.h"
+#include "tests/testing/tensor_expect.h"
+#include "tests/testing/tensor_values.h"
 #include "tests/testing/test_util.h"
 
 namespace tessera::internal {
 namespace {
 
 using ::testing::HasSubstr;
-
-constexpr DType kNumericDTypes[] = {DType::Float32, DType::Float64, DType::Int32, DType::Int64};
-constexpr DType kAllDTypes[] = {DType::Float32, DType::Float64, DType::Int32, DType::Int64,
-                                DType::Bool};
-
-// ---- Tensors as float64 values ----
-
-template <class Fn>
-void visit(DType dtype, Fn&& fn) {
-  switch (dtype) {
-    case DType::Float32:
-      return fn(float{});
-    case DType::Float64:
-      return fn(double{});
-    case DType::Int32:
-      return fn(int32_t{});
-    case DType::Int64:
-      return fn(int64_t{});
-    case DType::Bool:
-      return fn(bool{});
-  }
-}
-
-std::vector<double> values_of(const Tensor& t) {
-  std::vector<double> out(static_cast<std::size_t>(t.num_elements()));
-  visit(t.dtype(), [&](auto type) {
-    const auto* p = t.data<decltype(type)>();
-    for (std::size_t i = 0; i < out.size(); ++i) out[i] = static_cast<double>(p[i]);
-  });
-  return out;
-}
-
-Tensor tensor_of(DType dtype, const Shape& shape, const std::vector<double>& values) {
-  Tensor t(dtype, shape);
-  visit(dtype, [&](auto type) {
-    using T = decltype(type);
-    T* p = t.mutable_data<T>();
-    for (std::size_t i = 0; i < values.size(); ++i) p[i] = static_cast<T>(values[i]);
-  });
-  return t;
-}
-
-// Where random inputs are drawn: uniform reals in [lo, hi] for floating point dtypes, uniform
-// integers there for integer dtypes, fair coins for bool; `nonzero` keeps away from 0 (divisors).
-struct Range {
-  double lo;
-  double hi;
-  bool nonzero = false;
-};
-
-class RandomInputs {
- public:
-  Tensor tensor(DType dtype, const Shape& shape, Range r) {
-    std::vector<double> v(static_cast<std::size_t>(shape.num_elements()));
-    for (double& x : v) {
-      do {
-        if (dtype == DType::Bool) {
-          x = std::bernoulli_distribution(0.5)(gen_);
-        } else if (dtype_is_floating(dtype)) {
-          x = std::uniform_real_distribution<double>(r.lo, r.hi)(gen_);
-        } else {
-          x = static_cast<double>(std::uniform_int_distribution<int64_t>(
-              static_cast<int64_t>(r.lo), static_cast<int64_t>(r.hi))(gen_));
-        }
-      } while (r.nonzero && std::abs(x) < 0.25);
-    }
-    return tensor_of(dtype, shape, v);
-  }
-
- private:
-  std::mt19937_64 gen_{20240601};
-};
+using tessera::testing::copy_to_device_now;
+using tessera::testing::copy_to_host_now;
+using tessera::testing::describe;
+using tessera::testing::expect_values;
+using tessera::testing::feed;
+using tessera::testing::kAllDTypes;
+using tessera::testing::KernelRun;
+using tessera::testing::kNumericDTypes;
+using tessera::testing::RandomInputs;
+using tessera::testing::Range;
+using tessera::testing::run_kernel_once;
+using tessera::testing::tensor_of;
+using tessera::testing::values_of;
 
 // ---- Running kernels ----
-
-struct KernelResult {
-  Status status;
-  std::vector<Tensor> outputs;
-};
 
 // The devices the harness runs every op on: the CPU, a simulated accelerator of this test's own
 // (its kernels are the CPU kernels run on its stream, with inputs and outputs in its memory), and
@@ -130,26 +68,10 @@ Device& test_sim_device() {
 std::mutex kernel_devices_mu;
 std::map<const OpKernel*, Device*> kernel_devices;  // guarded: which device each test kernel runs on
 
-StatusOr<Tensor> copy_now(Device& d, const Tensor& t, bool to_device) {
-  std::promise<StatusOr<Tensor>> p;
-  auto f = p.get_future();
-  auto done = [&p](StatusOr<Tensor> r) { p.set_value(std::move(r)); };
-  if (to_device) {
-    d.copy_to_device(t, d.host_to_device_stream(), done);
-  } else {
-    d.copy_to_host(t, d.device_to_host_stream(), done);
-  }
-  if (f.wait_for(std::chrono::seconds(60)) != std::future_status::ready) {
-    ADD_FAILURE() << "copy did not finish";
-    std::abort();  // `p` is still referenced by the pending copy
-  }
-  return f.get();
-}
-
 // Runs `kernel` once on `inputs` the way the executor does, with a private resource manager and
 // cancellation manager and a runner that runs closures inline; on a device, the inputs are copied
 // into its memory first and the outputs back to host memory after.
-KernelResult run_kernel(OpKernel& kernel, const std::vector<Tensor>& host_inputs) {
+KernelRun run_kernel(OpKernel& kernel, const std::vector<Tensor>& host_inputs) {
   Device* device = nullptr;
   {
     std::lock_guard<std::mutex> l(kernel_devices_mu);
@@ -162,48 +84,24 @@ KernelResult run_kernel(OpKernel& kernel, const std::vector<Tensor>& host_inputs
       inputs.push_back(t);
       continue;
     }
-    auto on_device = copy_now(*device, t, true);
+    auto on_device = copy_to_device_now(*device, t);
     if (!on_device.ok()) return {on_device.status(), {}};
     inputs.push_back(std::move(on_device).value());
   }
-  ResourceMgr resources;
-  CancellationManager cancellation;
-  const std::function<void(std::function<void()>)> runner = [](std::function<void()> fn) { fn(); };
-  std::vector<const Tensor*> input_ptrs;
-  for (const Tensor& t : inputs) input_ptrs.push_back(&t);
-  OpKernelContext::Params params;
-  params.node = &kernel.node();
-  params.inputs = input_ptrs.data();
-  params.num_inputs = static_cast<int>(inputs.size());
-  params.resources = &resources;
-  params.cancellation = &cancellation;
-  params.runner = &runner;
-  params.device = device;
-  OpKernelContext ctx(params);
-  std::promise<void> finished;
-  kernel.compute_async(ctx, [&finished] { finished.set_value(); });
-  auto f = finished.get_future();
+  KernelRun r = run_kernel_once(kernel, inputs, device);
   if (device == nullptr) {
-    EXPECT_EQ(f.wait_for(std::chrono::seconds(0)), std::future_status::ready)
-        << "CPU math kernels finish before compute returns";
+    EXPECT_TRUE(r.finished_inline) << "CPU math kernels finish before compute returns";
   }
-  if (f.wait_for(std::chrono::seconds(60)) != std::future_status::ready) {
-    ADD_FAILURE() << "kernel did not finish";
-    std::abort();
-  }
-  std::vector<Tensor> outputs;
-  for (int i = 0; i < ctx.num_outputs(); ++i) {
-    const Tensor& out = ctx.output(i);
-    if (device == nullptr || out.is_null() || !ctx.status().ok()) {
-      outputs.push_back(out);
-      continue;
-    }
+  if (device == nullptr || !r.status.ok()) return r;
+  for (std::size_t i = 0; i < r.outputs.size(); ++i) {
+    Tensor& out = r.outputs[i];
+    if (out.is_null()) continue;
     EXPECT_EQ(out.device(), device->name()) << "output " << i << " is not in the device's memory";
-    auto on_host = copy_now(*device, out, false);
+    auto on_host = copy_to_host_now(*device, out);
     if (!on_host.ok()) return {on_host.status(), {}};
-    outputs.push_back(std::move(on_host).value());
+    out = std::move(on_host).value();
   }
-  return {ctx.status(), outputs};
+  return r;
 }
 
 // Every device type that has a kernel for the op of `y`.
@@ -240,38 +138,6 @@ std::unique_ptr<OpKernel> make_kernel(const Output& y, const KernelFactory& fact
   return factory(*y.node());
 }
 
-double nmse_tolerance(DType dtype) { return dtype == DType::Float32 ? 1e-10 : 1e-24; }
-
-// Checks dtype and shape exactly, then the values: integers and bools exactly, floating point by
-// normalised squared error (NaN and infinities must match exactly).
-void expect_values(const Tensor& got, DType dtype, const Shape& shape,
-                   const std::vector<double>& want) {
-  ASSERT_FALSE(got.is_null());
-  ASSERT_EQ(got.dtype(), dtype);
-  ASSERT_EQ(got.shape(), shape);
-  ASSERT_EQ(static_cast<std::size_t>(got.num_elements()), want.size());
-  const std::vector<double> v = values_of(got);
-  if (!dtype_is_floating(dtype)) {
-    for (std::size_t i = 0; i < v.size(); ++i) {
-      ASSERT_EQ(v[i], want[i]) << "element " << i;
-    }
-    return;
-  }
-  double err = 0;
-  double norm = 0;
-  for (std::size_t i = 0; i < v.size(); ++i) {
-    if (std::isnan(want[i])) {
-      EXPECT_TRUE(std::isnan(v[i])) << "element " << i << ": got " << v[i] << ", want NaN";
-    } else if (std::isinf(want[i])) {
-      EXPECT_EQ(v[i], want[i]) << "element " << i;
-    } else {
-      err += (v[i] - want[i]) * (v[i] - want[i]);
-      norm += want[i] * want[i];
-    }
-  }
-  EXPECT_LE(norm > 0 ? err / norm : err, nmse_tolerance(dtype));
-}
-
 // The harness: runs the op of `y` on `inputs` with the kernel of every registered device type and
 // checks its one output against `want`, and that the kernel left its inputs as they were.
 void check_op(const Output& y, const std::vector<Tensor>& inputs, const Shape& want_shape,
@@ -281,7 +147,7 @@ void check_op(const Output& y, const std::vector<Tensor>& inputs, const Shape& w
   for (const auto& [device, factory] : factories_for(y)) {
     SCOPED_TRACE(device);
     auto kernel = make_kernel(y, factory);
-    KernelResult r = run_kernel(*kernel, inputs);
+    KernelRun r = run_kernel(*kernel, inputs);
     ASSERT_TRUE(r.status.ok()) << r.status.to_string();
     ASSERT_EQ(r.outputs.size(), 1u);
     expect_values(r.outputs[0], y.dtype(), want_shape, want);
@@ -298,7 +164,7 @@ void check_op_fails(const Output& y, const std::vector<Tensor>& inputs,
   for (const auto& [device, factory] : factories_for(y)) {
     SCOPED_TRACE(device);
     auto kernel = make_kernel(y, factory);
-    KernelResult r = run_kernel(*kernel, inputs);
+    KernelRun r = run_kernel(*kernel, inputs);
     EXPECT_EQ(r.status.code(), ErrorCode::kInvalidArgument) << r.status.to_string();
     EXPECT_THAT(r.status.message(), HasSubstr(y.op().name() + " (" + y.op().type() + "): "));
     EXPECT_THAT(r.status.message(), HasSubstr(substring));
@@ -312,7 +178,7 @@ void expect_exact(const Output& y, const std::vector<Tensor>& inputs, const std:
   for (const auto& [device, factory] : factories_for(y)) {
     SCOPED_TRACE(device);
     auto kernel = make_kernel(y, factory);
-    KernelResult r = run_kernel(*kernel, inputs);
+    KernelRun r = run_kernel(*kernel, inputs);
     ASSERT_TRUE(r.status.ok()) << r.status.to_string();
     ASSERT_EQ(r.outputs.size(), 1u);
     ASSERT_EQ(r.outputs[0].dtype(), dtype_of<T>);
@@ -322,18 +188,10 @@ void expect_exact(const Output& y, const std::vector<Tensor>& inputs, const std:
 
 // The values of the op of `kernel` from one run on `inputs`.
 std::vector<double> run_values(OpKernel& kernel, const std::vector<Tensor>& inputs = {}) {
-  KernelResult r = run_kernel(kernel, inputs);
+  KernelRun r = run_kernel(kernel, inputs);
   EXPECT_TRUE(r.status.ok()) << r.status.to_string();
   if (!r.status.ok() || r.outputs.size() != 1) return {};
   return values_of(r.outputs[0]);
-}
-
-Output feed(Graph& g, const Tensor& t) { return ops::placeholder(g, t.dtype(), t.shape()); }
-
-std::string describe(DType dtype, const std::vector<Shape>& shapes) {
-  std::string s(dtype_name(dtype));
-  for (const Shape& shape : shapes) s += " " + shape.to_string();
-  return s;
 }
 
 TEST(KernelsTest, EveryMathOpHasACpuKernel) {
@@ -809,7 +667,7 @@ TEST(KernelsTest, CastToTheSameDTypeSharesTheBuffer) {
     if (factory.device != nullptr) continue;  // on a device the input is a copy to begin with
     auto kernel = make_kernel(y, factory);
     EXPECT_FALSE(kernel->is_expensive());
-    KernelResult r = run_kernel(*kernel, {x});
+    KernelRun r = run_kernel(*kernel, {x});
     ASSERT_TRUE(r.status.ok());
     EXPECT_EQ(r.outputs[0].raw_data(), x.raw_data());
   }
@@ -904,7 +762,7 @@ TEST(KernelsTest, RandomUniformIsUniformInZeroOne) {
     for (const auto& [device, factory] : factories_for(y)) {
       SCOPED_TRACE(describe(dtype, {}) + " " + device);
       auto kernel = make_kernel(y, factory);
-      KernelResult r = run_kernel(*kernel, {});
+      KernelRun r = run_kernel(*kernel, {});
       ASSERT_TRUE(r.status.ok()) << r.status.to_string();
       ASSERT_EQ(r.outputs[0].dtype(), dtype);
       ASSERT_EQ(r.outputs[0].shape(), (Shape{200, 500}));
@@ -1028,7 +886,7 @@ TEST(KernelsTest, RandomShufflePermutesRows) {
     Output y = ops::random_shuffle(feed(g, x), 3);
     for (const auto& [device, factory] : factories_for(y)) {
       auto kernel = make_kernel(y, factory);
-      KernelResult r = run_kernel(*kernel, {x});
+      KernelRun r = run_kernel(*kernel, {x});
       ASSERT_TRUE(r.status.ok()) << r.status.to_string();
       ASSERT_EQ(r.outputs[0].dtype(), dtype);
       ASSERT_EQ(r.outputs[0].shape(), (Shape{40, 3}));

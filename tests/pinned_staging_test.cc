@@ -4,16 +4,15 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
-#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <mutex>
-#include <set>
 #include <vector>
 
 #include <gtest/gtest.h>
 
 #include "device/pinned_staging.h"
+#include "tests/testing/counting_backing.h"
 #include "tests/testing/test_util.h"
 
 namespace tessera::internal {
@@ -25,36 +24,10 @@ using tessera::testing::run_threads;
 constexpr std::size_t kKiB = 1024;
 constexpr std::size_t kMiB = 1024 * 1024;
 
-struct BackingLog {
-  std::mutex mu;
-  int allocs = 0;
-  int frees = 0;
-  bool fail = false;
-  std::set<void*> live;
-};
-
-// Host memory standing in for cudaHostAlloc (or for the fallback), counting its calls.
-class CountingBacking final : public StagingBacking {
- public:
-  explicit CountingBacking(std::shared_ptr<BackingLog> log) : log_(std::move(log)) {}
-  StatusOr<void*> allocate(std::size_t bytes) override {
-    std::lock_guard<std::mutex> lock(log_->mu);
-    if (log_->fail) return errors::resource_exhausted("counting backing: told to fail");
-    void* p = std::aligned_alloc(4096, (bytes + 4095) / 4096 * 4096);
-    ++log_->allocs;
-    log_->live.insert(p);
-    return p;
-  }
-  void deallocate(void* ptr, std::size_t) override {
-    std::lock_guard<std::mutex> lock(log_->mu);
-    EXPECT_EQ(log_->live.erase(ptr), 1u);
-    ++log_->frees;
-    std::free(ptr);
-  }
-
- private:
-  std::shared_ptr<BackingLog> log_;
-};
+// Host memory standing in for cudaHostAlloc (or for the fallback), 4 KiB aligned, counting its
+// calls; fails while BackingLog::fail is set.
+using CountingBacking = tessera::testing::CountingBacking<StagingBacking, 4096>;
+using tessera::testing::BackingLog;
 
 struct Fixture {
   std::shared_ptr<BackingLog> pinned = std::make_shared<BackingLog>();

@@ -9,6 +9,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "benchmarks/placement/random_graphs.h"
 #include "core/device_name.h"
 #include "core/node.h"
 #include "core/op_registry.h"
@@ -24,7 +25,11 @@ using ::testing::AllOf;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
-const std::string kLocal = "/job:localhost/replica:0/task:0/device:";
+// The device prefix, the kernels every device has and the graph's nodes, as the placement
+// benchmarks (and the random graphs below) use them.
+using placement_bench::all_nodes;
+using placement_bench::cpu_kernels_everywhere;
+using placement_bench::kLocal;
 
 PlacementDevice cpu_device(const std::string& prefix = kLocal, int id = 0) {
   return {prefix + "CPU:" + std::to_string(id), "CPU", kCpuCostProfile};
@@ -35,19 +40,6 @@ PlacementDevice sim_device(int id, const std::string& prefix = kLocal) {
 // A made-up GPU: twice the simulated accelerator, same link.
 constexpr DeviceCostProfile kFakeGpuProfile{400e9, 200e9, 12e9, 10e-6, 5e-6};
 PlacementDevice gpu_device(int id) { return {kLocal + "GPU:" + std::to_string(id), "GPU", kFakeGpuProfile}; }
-
-// What the registry gives the CPU, and every accelerator runs what the CPU runs except host-only
-// ops (the SIM kernel adapter's rule), whatever this build registers for SIM or GPU.
-bool cpu_kernels_everywhere(const Node& n, const PlacementDevice& d) {
-  if (!OpRegistry::global().has_kernel(n.type, "CPU")) return false;
-  return d.is_host() || n.def == nullptr || !n.def->host_only;
-}
-
-std::vector<const Node*> all_nodes(const Graph& g) {
-  std::vector<const Node*> out;
-  for (Node* n : g.impl().nodes()) out.push_back(n);
-  return out;
-}
 
 const Node* node_named(const Graph& g, const std::string& name) {
   const Node* n = g.impl().find(name);
@@ -888,46 +880,9 @@ TEST_F(PlacementTest, OnlyInitializationIsDiscounted) {
 
 // ---------------------------------------------------------------- random graphs
 
-// A random DAG of `num_nodes` ops over [n,n] matrices, [n,1] vectors and scalars, fed by one or
-// two [n,n] placeholders: matmuls, elementwise ops (broadcasting) and reductions.
-void random_dag(Graph& g, std::mt19937& rng, int num_nodes, int64_t n) {
-  std::vector<Output> pool;
-  const int feeds = 1 + static_cast<int>(rng() % 2);
-  for (int i = 0; i < feeds; ++i) pool.push_back(matrix(g, n, n, fmt::format("feed{}", i)));
-  auto pick = [&] {
-    // Recent outputs more often, for depth; any output sometimes, for width.
-    const int k = static_cast<int>(pool.size());
-    return pool[rng() % 2 ? k - 1 - static_cast<int>(rng() % std::min(k, 3)) : static_cast<int>(rng() % k)];
-  };
-  while (g.num_operations() < num_nodes) {
-    Output x = pick();
-    Output y = pick();
-    const int rank = x.shape().rank();
-    switch (rng() % 6) {
-      case 0:
-        if (rank == 2 && x.shape().dim(1) == n && y.shape().rank() == 2) {
-          pool.push_back(ops::matmul(x, y));
-          break;
-        }
-        [[fallthrough]];
-      case 1:
-        pool.push_back(ops::add(x, y));
-        break;
-      case 2:
-        pool.push_back(ops::tanh(x));
-        break;
-      case 3:
-        pool.push_back(ops::mul(x, y));
-        break;
-      case 4:
-        pool.push_back(rank == 2 && x.shape().dim(1) == n ? ops::reduce_sum(x, {1}, true) : ops::reduce_sum(x));
-        break;
-      default:
-        pool.push_back(ops::relu(x));
-        break;
-    }
-  }
-}
+// Random DAGs (placement_bench::small_random_dag, benchmarks/placement/random_graphs.h) with a
+// matmul one draw in six (matmul weight 1), from fixed seeds.
+constexpr unsigned kMatMulWeight = 1;
 
 TEST_F(PlacementTest, CostPolicyIsNeverWorseThanBothBaselines) {
   devices_ = {cpu_device(), sim_device(0)};
@@ -936,7 +891,7 @@ TEST_F(PlacementTest, CostPolicyIsNeverWorseThanBothBaselines) {
   int accelerator_used = 0;
   for (int trial = 0; trial < 30; ++trial) {
     Graph g;
-    random_dag(g, rng, 8 + static_cast<int>(rng() % 7), sizes[rng() % 6]);
+    placement_bench::small_random_dag(g, rng, 8 + static_cast<int>(rng() % 7), sizes[rng() % 6], kMatMulWeight);
     double span[3];
     const PlacementPolicy policies[] = {PlacementPolicy::kCost, PlacementPolicy::kGpuFirst, PlacementPolicy::kCpuOnly};
     for (int k = 0; k < 3; ++k) {
@@ -956,7 +911,7 @@ TEST_F(PlacementTest, LargeGraphIsPlacedCompletely) {
   // Beyond the greedy passes' size: HEFT and the baselines alone.
   Graph g;
   std::mt19937 rng(99);
-  random_dag(g, rng, 3000, 128);
+  placement_bench::small_random_dag(g, rng, 3000, 128, kMatMulWeight);
   const auto nodes = all_nodes(g);
   double span[3];
   const PlacementPolicy policies[] = {PlacementPolicy::kCost, PlacementPolicy::kGpuFirst, PlacementPolicy::kCpuOnly};

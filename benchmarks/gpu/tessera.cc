@@ -1,12 +1,9 @@
 // Workload gpu, impl tessera: the CUDA device's copy path (pinned staging, pieces pipelined with
 // the host-side memcpy) and GPU kernels run as the executor runs them (OpKernelContext, async, done
-// through the completion thread). See gpu_bench.h for the workloads.
+// through the completion thread; tests/testing/kernel_runner.h, as the GPU suites run them). See
+// gpu_bench.h for the workloads.
 #include <tessera/tessera.h>
 
-#include <condition_variable>
-#include <memory>
-#include <mutex>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -15,6 +12,7 @@
 #include "core/op_registry.h"
 #include "device/cuda/cuda_device.h"
 #include "gpu/gpu_bench.h"
+#include "tests/testing/kernel_runner.h"
 
 namespace {
 
@@ -32,67 +30,19 @@ CudaDevice* the_gpu() {
   return device;
 }
 
-class Latch {
- public:
-  void open() {
-    std::lock_guard<std::mutex> lock(mu_);
-    open_ = true;
-    cv_.notify_all();
-  }
-  void wait() {
-    std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait(lock, [&] { return open_; });
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool open_ = false;
-};
-
 StatusOr<Tensor> to_device(CudaDevice& gpu, const Tensor& host) {
-  Latch latch;
-  std::optional<StatusOr<Tensor>> result;
-  gpu.copy_to_device(host, gpu.host_to_device_stream(), [&](StatusOr<Tensor> r) {
-    result.emplace(std::move(r));
-    latch.open();
-  });
-  latch.wait();
-  return std::move(*result);
+  return tessera::testing::copy_to_device_now(gpu, host);
 }
 
 StatusOr<Tensor> to_host(CudaDevice& gpu, const Tensor& on_device) {
-  Latch latch;
-  std::optional<StatusOr<Tensor>> result;
-  gpu.copy_to_host(on_device, gpu.device_to_host_stream(), [&](StatusOr<Tensor> r) {
-    result.emplace(std::move(r));
-    latch.open();
-  });
-  latch.wait();
-  return std::move(*result);
+  return tessera::testing::copy_to_host_now(gpu, on_device);
 }
 
 // One run of a kernel on the GPU, as the executor runs it, waited for; its output 0.
 StatusOr<Tensor> run_kernel(OpKernel& kernel, CudaDevice& gpu, const std::vector<Tensor>& inputs) {
-  ResourceMgr resources;
-  CancellationManager cancellation;
-  static const std::function<void(std::function<void()>)> runner = [](std::function<void()> fn) { fn(); };
-  std::vector<const Tensor*> input_ptrs;
-  for (const Tensor& t : inputs) input_ptrs.push_back(&t);
-  OpKernelContext::Params params;
-  params.node = &kernel.node();
-  params.inputs = input_ptrs.data();
-  params.num_inputs = static_cast<int>(inputs.size());
-  params.resources = &resources;
-  params.cancellation = &cancellation;
-  params.runner = &runner;
-  params.device = &gpu;
-  OpKernelContext ctx(params);
-  Latch done;
-  kernel.compute_async(ctx, [&] { done.open(); });
-  done.wait();
-  if (!ctx.status().ok()) return ctx.status();
-  return ctx.output(0);
+  tessera::testing::KernelRun r = tessera::testing::run_kernel_once(kernel, inputs, &gpu);
+  if (!r.status.ok()) return r.status;
+  return r.outputs.at(0);
 }
 
 Tensor filled(int64_t n, float value) {

@@ -1,5 +1,5 @@
-// The random graphs both placement programs build (bench_placement.cc, placement_quality.cc), and
-// the devices they place on.
+// The random graphs both placement programs build (bench_placement.cc, placement_quality.cc) and
+// tests/placement_test.cc places, and the devices they place on.
 #pragma once
 
 #include <tessera/tessera.h>
@@ -48,8 +48,12 @@ inline std::vector<const tessera::internal::Node*> all_nodes(const tessera::Grap
 // A small random DAG of `num_nodes` ops over [n,n] matrices, [n,1] vectors and scalars, fed by
 // one or two [n,n] placeholders (host memory): matmuls (matrix-matrix and matrix-vector),
 // broadcasting elementwise ops and reductions, so the op sizes within one graph span n^3 down to
-// 1 and both devices matter.
-inline void small_random_dag(tessera::Graph& g, std::mt19937& rng, int num_nodes, int64_t n) {
+// 1 and both devices matter. Each op is drawn from `matmul_weight` + 5 equal chances, of which
+// `matmul_weight` are a matmul (an add where the operands do not fit) and one each an add, tanh,
+// mul, reduce_sum and relu: the programs use 2, tests/placement_test.cc 1. The same generator
+// state and arguments give the same graph.
+inline void small_random_dag(tessera::Graph& g, std::mt19937& rng, int num_nodes, int64_t n,
+                             unsigned matmul_weight = 2) {
   using namespace tessera;
   std::vector<Output> pool;
   const int feeds = 1 + static_cast<int>(rng() % 2);
@@ -65,24 +69,22 @@ inline void small_random_dag(tessera::Graph& g, std::mt19937& rng, int num_nodes
     Output x = pick();
     Output y = pick();
     const bool x_matrix = x.shape().rank() == 2 && x.shape().dim(1) == n;
-    switch (rng() % 7) {
+    const unsigned r = static_cast<unsigned>(rng() % (matmul_weight + 5));
+    if (r < matmul_weight && x_matrix && y.shape().rank() == 2) {
+      pool.push_back(ops::matmul(x, y));
+      continue;
+    }
+    switch (r < matmul_weight ? 0 : r - matmul_weight) {
       case 0:
-      case 1:
-        if (x_matrix && y.shape().rank() == 2) {
-          pool.push_back(ops::matmul(x, y));
-          break;
-        }
-        [[fallthrough]];
-      case 2:
         pool.push_back(ops::add(x, y));
         break;
-      case 3:
+      case 1:
         pool.push_back(ops::tanh(x));
         break;
-      case 4:
+      case 2:
         pool.push_back(ops::mul(x, y));
         break;
-      case 5:
+      case 3:
         pool.push_back(x_matrix ? ops::reduce_sum(x, {1}, true) : ops::reduce_sum(x));
         break;
       default:

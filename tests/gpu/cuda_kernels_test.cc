@@ -4,12 +4,12 @@
 // agree (dtype and shape exactly, integers and bools exactly, floating point by normalised squared
 // error with NaN and infinities in the same places), failures must be the same code and message,
 // and the GPU kernel must leave its inputs as they were. Skips without a GPU.
-#include <algorithm>
-#include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <limits>
-#include <random>
+#include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -18,6 +18,8 @@
 #include "core/tensor_buffer.h"
 #include "tessera/tessera.h"
 #include "tests/gpu/gpu_test_util.h"
+#include "tests/testing/tensor_expect.h"
+#include "tests/testing/tensor_values.h"
 
 namespace tessera::internal {
 namespace {
@@ -26,79 +28,15 @@ using gpu_testing::KernelRun;
 using gpu_testing::run_kernel_on;
 using gpu_testing::to_device;
 using gpu_testing::to_host;
-
-constexpr DType kNumericDTypes[] = {DType::Float32, DType::Float64, DType::Int32, DType::Int64};
-constexpr DType kAllDTypes[] = {DType::Float32, DType::Float64, DType::Int32, DType::Int64, DType::Bool};
-
-template <class Fn>
-void visit(DType dtype, Fn&& fn) {
-  switch (dtype) {
-    case DType::Float32: return fn(float{});
-    case DType::Float64: return fn(double{});
-    case DType::Int32: return fn(int32_t{});
-    case DType::Int64: return fn(int64_t{});
-    case DType::Bool: return fn(bool{});
-  }
-}
-
-std::vector<double> values_of(const Tensor& t) {
-  std::vector<double> out(static_cast<std::size_t>(t.num_elements()));
-  visit(t.dtype(), [&](auto type) {
-    const auto* p = t.data<decltype(type)>();
-    for (std::size_t i = 0; i < out.size(); ++i) out[i] = static_cast<double>(p[i]);
-  });
-  return out;
-}
-
-Tensor tensor_of(DType dtype, const Shape& shape, const std::vector<double>& values) {
-  Tensor t(dtype, shape);
-  visit(dtype, [&](auto type) {
-    using T = decltype(type);
-    T* p = t.mutable_data<T>();
-    for (std::size_t i = 0; i < values.size(); ++i) p[i] = static_cast<T>(values[i]);
-  });
-  return t;
-}
-
-struct Range {
-  double lo;
-  double hi;
-  bool nonzero = false;
-};
-
-class RandomInputs {
- public:
-  Tensor tensor(DType dtype, const Shape& shape, Range r) {
-    std::vector<double> v(static_cast<std::size_t>(shape.num_elements()));
-    for (double& x : v) {
-      do {
-        if (dtype == DType::Bool) {
-          x = std::bernoulli_distribution(0.5)(gen_);
-        } else if (dtype_is_floating(dtype)) {
-          x = std::uniform_real_distribution<double>(r.lo, r.hi)(gen_);
-        } else {
-          x = static_cast<double>(std::uniform_int_distribution<int64_t>(static_cast<int64_t>(r.lo),
-                                                                         static_cast<int64_t>(r.hi))(gen_));
-        }
-      } while (r.nonzero && std::abs(x) < 0.25);
-    }
-    return tensor_of(dtype, shape, v);
-  }
-
- private:
-  std::mt19937_64 gen_{20240601};
-};
-
-Output feed(Graph& g, const Tensor& t) { return ops::placeholder(g, t.dtype(), t.shape()); }
-
-std::string describe(DType dtype, const std::vector<Shape>& shapes) {
-  std::string s(dtype_name(dtype));
-  for (const Shape& shape : shapes) {
-    s += ' ';  // appended in two steps: GCC 12 warns (-Wrestrict, falsely) about " " + string
-    s += shape.to_string();
-  }
-  return s;
-}
+using tessera::testing::describe;
+using tessera::testing::expect_same;
+using tessera::testing::feed;
+using tessera::testing::kAllDTypes;
+using tessera::testing::kNumericDTypes;
+using tessera::testing::RandomInputs;
+using tessera::testing::Range;
+using tessera::testing::tensor_of;
+using tessera::testing::values_of;
 
 class CudaKernelsTest : public ::testing::Test {
  protected:
@@ -168,32 +106,6 @@ class CudaKernelsTest : public ::testing::Test {
     EXPECT_EQ(got.status.code(), want.status.code()) << got.status.to_string();
     EXPECT_EQ(got.status.message(), want.status.message());
     EXPECT_NE(got.status.message().find(substring), std::string::npos) << got.status.to_string();
-  }
-
-  static void expect_same(const Tensor& got, const Tensor& want, double f32_tolerance) {
-    ASSERT_FALSE(got.is_null());
-    ASSERT_EQ(got.dtype(), want.dtype());
-    ASSERT_EQ(got.shape(), want.shape());
-    if (!dtype_is_floating(want.dtype())) {
-      EXPECT_TRUE(got.equals(want)) << "integer or bool values differ";
-      return;
-    }
-    const std::vector<double> g = values_of(got);
-    const std::vector<double> w = values_of(want);
-    double err = 0;
-    double norm = 0;
-    int mismatched_specials = 0;
-    for (std::size_t i = 0; i < w.size(); ++i) {
-      if (std::isnan(w[i]) || std::isinf(w[i])) {
-        const bool same = std::isnan(w[i]) ? std::isnan(g[i]) : g[i] == w[i];
-        if (!same && ++mismatched_specials <= 5) ADD_FAILURE() << "element " << i << ": got " << g[i] << ", want " << w[i];
-        continue;
-      }
-      err += (g[i] - w[i]) * (g[i] - w[i]);
-      norm += w[i] * w[i];
-    }
-    const double tolerance = want.dtype() == DType::Float32 ? f32_tolerance : 1e-24;
-    EXPECT_LE(norm > 0 ? err / norm : err, tolerance);
   }
 
   CudaDevice* gpu_ = nullptr;
