@@ -548,6 +548,20 @@ class Simulator {
     return makespan;
   }
 
+  // The weighted seconds `dev` spends moving tensors between devices (every edge, overlapped or
+  // not): the tie-break between assignments of equal makespan.
+  double transfer(const std::vector<int>& dev) const {
+    const Problem& p = p_;
+    double total = 0;
+    for (int i = 0; i < p.n; ++i) {
+      for (int k = p.out_off[i]; k < p.out_off[i + 1]; ++k) {
+        const int j = p.out_dst[k];
+        total += p.edge_into(j, dev[i], dev[j], p.out_bytes[k]);
+      }
+    }
+    return total;
+  }
+
  private:
   const Problem& p_;
   std::vector<double> rank_, finish_;
@@ -758,12 +772,14 @@ void expand(const Groups& gr, const std::vector<int>& gdev, std::vector<int>& de
   for (std::size_t i = 0; i < gr.of.size(); ++i) dev[i] = gdev[gr.of[i]];
 }
 
-// Moves one movable group at a time to another candidate while the makespan drops and `budget`
-// (simulated node visits) lasts.
+// Moves one movable group at a time to another candidate while the makespan drops (or stays and
+// less time goes to transfers: a copy that overlaps compute still costs bandwidth every step) and
+// `budget` (simulated node visits) lasts.
 void improve(const Groups& gr, const std::vector<DeviceBits>& cand, const std::vector<int>& movable,
              Simulator& sim, std::vector<int>& gdev, double& makespan, int64_t& budget) {
   std::vector<int> dev;
   expand(gr, gdev, dev);
+  double moved = sim.transfer(dev);
   auto move = [&](int g, int d) {
     gdev[g] = d;
     for (int k = gr.off[g]; k < gr.off[g + 1]; ++k) dev[gr.members[k]] = d;
@@ -775,11 +791,14 @@ void improve(const Groups& gr, const std::vector<DeviceBits>& cand, const std::v
       int best_d = current;
       cand[g].for_each([&](int d) {
         if (d == current || budget <= 0) return;
-        budget -= static_cast<int64_t>(dev.size());
+        budget -= 2 * static_cast<int64_t>(dev.size());
         move(g, d);
         const double m = sim.run(dev);
-        if (m < makespan * (1 - 1e-12)) {
-          makespan = m;
+        if (m > makespan * (1 + 1e-12)) return;
+        const double t = sim.transfer(dev);
+        if (m < makespan * (1 - 1e-12) || t < moved * (1 - 1e-9)) {
+          makespan = std::min(makespan, m);
+          moved = t;
           best_d = d;
         }
       });
@@ -1185,9 +1204,18 @@ StatusOr<Placement> place_nodes(const std::vector<const Node*>& nodes, const std
       if (n <= kImproveAllStartsMaxNodes && !movable.empty()) {
         // Small graphs: improve every start and keep the best result.
         for (int k = 0; k < 3; ++k) improve(gr, cand, movable, sim, *starts[k], spans[k], budget);
+        // The shortest makespan; among equal ones, the least transfer (as in improve()).
+        std::vector<double> moved;
+        for (auto* st : starts) {
+          expand(gr, *st, dev);
+          moved.push_back(sim.transfer(dev));
+        }
         best = 0;
         for (int k = 1; k < 3; ++k) {
-          if (spans[k] < spans[best]) best = k;
+          if (spans[k] < spans[best] * (1 - 1e-12) ||
+              (spans[k] <= spans[best] * (1 + 1e-12) && moved[k] < moved[best] * (1 - 1e-9))) {
+            best = k;
+          }
         }
       } else if (n <= kImproveMaxNodes && !movable.empty()) {
         improve(gr, cand, movable, sim, *starts[best], spans[best], budget);
