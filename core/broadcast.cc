@@ -100,4 +100,26 @@ StatusOr<std::vector<bool>> reduction_mask(const std::vector<int64_t>& axes, int
   return mask;
 }
 
+ReductionLayout reduction_layout(const Shape& in, const std::vector<bool>& mask, bool keep_dims) {
+  ReductionLayout l;
+  for (int i = 0; i < in.rank(); ++i) {
+    const int64_t d = in.dim(i);
+    if (mask[i]) {
+      l.count *= d;
+      if (keep_dims) l.out_shape.append(1);
+    } else {
+      l.out_shape.append(d);
+    }
+    if (d == 1) continue;
+    if (l.rank > 0 && l.reduced[l.rank - 1] == mask[i]) {
+      l.dims[l.rank - 1] *= d;
+    } else {
+      l.dims[l.rank] = d;
+      l.reduced[l.rank] = mask[i];
+      ++l.rank;
+    }
+  }
+  return l;
+}
+
 }  // namespace tessera::internal

@@ -96,4 +96,16 @@ void BroadcastPlan::for_each_row(Fn&& fn) const {
 // twice.
 StatusOr<std::vector<bool>> reduction_mask(const std::vector<int64_t>& axes, int rank);
 
+// A reduction of `in` by `mask` (from reduction_mask), as every device's kernel walks it: the
+// output shape, and the input merged into runs (size-1 dims skipped, since they move no offset;
+// adjacent dims of the same kind multiplied together).
+struct ReductionLayout {
+  Shape out_shape;
+  int64_t count = 1;  // input elements folded into each output element
+  std::array<int64_t, Shape::kMaxRank> dims{};  // runs [0, rank)
+  std::array<bool, Shape::kMaxRank> reduced{};  // whether each run folds away
+  int rank = 0;
+};
+ReductionLayout reduction_layout(const Shape& in, const std::vector<bool>& mask, bool keep_dims);
+
 }  // namespace tessera::internal

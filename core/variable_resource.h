@@ -5,6 +5,7 @@
 #include <mutex>
 #include <string>
 
+#include "core/node.h"
 #include "core/resource_mgr.h"
 #include "tessera/tensor.h"
 
@@ -35,6 +36,24 @@ class VariableResource : public ResourceBase {
   std::string name_;
   DType dtype_;
   Shape shape_;
+};
+
+// A variable kernel's way to its variable: looks `var` (the VariableV2 node) up in the session's
+// resources on the first call, creating it uninitialized, and returns the same one afterwards.
+// Thread-safe.
+class VariableLookup {
+ public:
+  StatusOr<VariableResource*> get(ResourceMgr& resources, const Node& var) {
+    return cached_.get([&] {
+      return resources.lookup_or_create<VariableResource>(
+          var.name, [&]() -> StatusOr<std::shared_ptr<VariableResource>> {
+            return std::make_shared<VariableResource>(var.name, var.output_dtypes[0], var.output_shapes[0]);
+          });
+    });
+  }
+
+ private:
+  CachedResource<VariableResource> cached_;
 };
 
 }  // namespace tessera::internal

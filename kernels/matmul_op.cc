@@ -12,6 +12,7 @@
 
 #include "core/op_kernel.h"
 #include "core/op_registry.h"
+#include "core/shape_util.h"
 
 namespace tessera::internal {
 namespace {
@@ -66,24 +67,9 @@ class MatMulOp : public OpKernel {
     const Tensor& a = ctx.input(0);
     const Tensor& b = ctx.input(1);
     // Ranks and dims that were unknown when the graph was built are checked here.
-    if (a.shape().rank() != 2 || b.shape().rank() != 2) {
-      return ctx.fail(ErrorCode::kInvalidArgument, "inputs must be matrices, got shapes {} and {}",
-                      a.shape().to_string(), b.shape().to_string());
-    }
-    if (a.dtype() != b.dtype()) {
-      return ctx.fail(ErrorCode::kInvalidArgument, "inputs must have the same dtype, got {} and {}",
-                      dtype_name(a.dtype()), dtype_name(b.dtype()));
-    }
-    const int64_t m = a.shape().dim(transpose_a_ ? 1 : 0);
-    const int64_t k = a.shape().dim(transpose_a_ ? 0 : 1);
-    const int64_t kb = b.shape().dim(transpose_b_ ? 1 : 0);
-    const int64_t n = b.shape().dim(transpose_b_ ? 0 : 1);
-    if (k != kb) {
-      return ctx.fail(ErrorCode::kInvalidArgument,
-                      "inner dimensions differ: incompatible shapes {} and {} (transpose_a={}, "
-                      "transpose_b={})",
-                      a.shape().to_string(), b.shape().to_string(), transpose_a_, transpose_b_);
-    }
+    auto dims = matmul_dims(a, b, transpose_a_, transpose_b_);
+    if (!dims.ok()) return ctx.fail(dims.status());
+    const auto [m, k, n] = dims.value();
     Tensor& out = ctx.allocate_output(0, Shape{m, n});
     if (m == 0 || n == 0) return;
     if (k == 0) {  // an empty sum; BLAS also rejects a leading dimension of 0

@@ -118,34 +118,9 @@ class ReductionOp : public OpKernel {
       return ctx.fail(ErrorCode::kInvalidArgument, "{} (input shape {})",
                       mask_or.status().message(), in_shape.to_string());
     }
-    const std::vector<bool>& mask = mask_or.value();
-
-    // Output shape, and the merged runs: size-1 dims are skipped (they move no offset), adjacent
-    // dims of the same kind are multiplied together.
-    Shape out_shape;
-    int64_t count = 1;  // input elements folded into each output element
-    std::array<int64_t, Shape::kMaxRank> dims{};
-    std::array<bool, Shape::kMaxRank> reduced{};
-    int rank = 0;
-    for (int i = 0; i < in_shape.rank(); ++i) {
-      const int64_t d = in_shape.dim(i);
-      if (mask[i]) {
-        count *= d;
-        if (keep_dims_) out_shape.append(1);
-      } else {
-        out_shape.append(d);
-      }
-      if (d == 1) continue;
-      if (rank > 0 && reduced[rank - 1] == mask[i]) {
-        dims[rank - 1] *= d;
-      } else {
-        dims[rank] = d;
-        reduced[rank] = mask[i];
-        ++rank;
-      }
-    }
-
-    Tensor& out = ctx.allocate_output(0, out_shape);
+    const ReductionLayout layout = reduction_layout(in_shape, mask_or.value(), keep_dims_);
+    const int64_t count = layout.count;
+    Tensor& out = ctx.allocate_output(0, layout.out_shape);
     const int64_t out_n = out.num_elements();
     if (out_n == 0) return;
     if (count == 0 && R::kNeedsElements) {
@@ -162,7 +137,7 @@ class ReductionOp : public OpKernel {
     using A = typename R::template Acc<T>;  // same size; signed and unsigned views may alias
     A* acc = reinterpret_cast<A*>(po);
     std::fill(acc, acc + out_n, R::template identity<A>());
-    if (count > 0) accumulate(reinterpret_cast<const A*>(x.data<T>()), acc, dims, reduced, rank);
+    if (count > 0) accumulate(reinterpret_cast<const A*>(x.data<T>()), acc, layout.dims, layout.reduced, layout.rank);
     if constexpr (R::kIsMean && std::is_integral_v<T>) {
       // Divided in int64: the count of an int32 tensor may not fit in an int32.
       for (int64_t i = 0; i < out_n; ++i) {

@@ -23,16 +23,11 @@ class VariableKernel : public OpKernel {
 
  protected:
   StatusOr<VariableResource*> variable(OpKernelContext& ctx, const Node& var) {
-    return variable_.get([&] {
-      return ctx.resources().lookup_or_create<VariableResource>(
-          var.name, [&]() -> StatusOr<std::shared_ptr<VariableResource>> {
-            return std::make_shared<VariableResource>(var.name, var.output_dtypes[0], var.output_shapes[0]);
-          });
-    });
+    return variable_.get(ctx.resources(), var);
   }
 
  private:
-  CachedResource<VariableResource> variable_;
+  VariableLookup variable_;
 };
 
 class VariableOp : public VariableKernel {

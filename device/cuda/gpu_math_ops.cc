@@ -11,6 +11,7 @@
 
 #include "core/broadcast.h"
 #include "core/op_registry.h"
+#include "core/shape_util.h"
 #include "device/cuda/cuda_status.h"
 #include "device/cuda/gpu_op_kernel.h"
 
@@ -211,23 +212,9 @@ class MatMulGpuOp final : public GpuOpKernel {
   void run(OpKernelContext& ctx, GpuRun& r) override {
     const Tensor& a = ctx.input(0);
     const Tensor& b = ctx.input(1);
-    if (a.shape().rank() != 2 || b.shape().rank() != 2) {
-      return ctx.fail(ErrorCode::kInvalidArgument, "inputs must be matrices, got shapes {} and {}",
-                      a.shape().to_string(), b.shape().to_string());
-    }
-    if (a.dtype() != b.dtype()) {
-      return ctx.fail(ErrorCode::kInvalidArgument, "inputs must have the same dtype, got {} and {}",
-                      dtype_name(a.dtype()), dtype_name(b.dtype()));
-    }
-    const int64_t m = a.shape().dim(transpose_a_ ? 1 : 0);
-    const int64_t k = a.shape().dim(transpose_a_ ? 0 : 1);
-    const int64_t kb = b.shape().dim(transpose_b_ ? 1 : 0);
-    const int64_t n = b.shape().dim(transpose_b_ ? 0 : 1);
-    if (k != kb) {
-      return ctx.fail(ErrorCode::kInvalidArgument,
-                      "inner dimensions differ: incompatible shapes {} and {} (transpose_a={}, transpose_b={})",
-                      a.shape().to_string(), b.shape().to_string(), transpose_a_, transpose_b_);
-    }
+    auto dims = matmul_dims(a, b, transpose_a_, transpose_b_);
+    if (!dims.ok()) return ctx.fail(dims.status());
+    const auto [m, k, n] = dims.value();
     if (a.dtype() == DType::Bool) return ctx.fail(ErrorCode::kInvalidArgument, "unsupported dtype {}", "bool");
     const bool floating = dtype_is_floating(a.dtype());
     if (floating) {
@@ -310,30 +297,12 @@ class ReductionGpuOp final : public GpuOpKernel {
       return ctx.fail(ErrorCode::kInvalidArgument, "{} (input shape {})", mask_or.status().message(),
                       in_shape.to_string());
     }
-    const std::vector<bool>& mask = mask_or.value();
-    Shape out_shape;
-    int64_t count = 1;
-    int64_t dims[Shape::kMaxRank] = {};
-    bool reduced[Shape::kMaxRank] = {};
-    int rank = 0;
-    for (int i = 0; i < in_shape.rank(); ++i) {
-      const int64_t d = in_shape.dim(i);
-      if (mask[i]) {
-        count *= d;
-        if (keep_dims_) out_shape.append(1);
-      } else {
-        out_shape.append(d);
-      }
-      if (d == 1) continue;
-      if (rank > 0 && reduced[rank - 1] == mask[i]) {
-        dims[rank - 1] *= d;
-      } else {
-        dims[rank] = d;
-        reduced[rank] = mask[i];
-        ++rank;
-      }
-    }
-    Tensor& out = ctx.allocate_output(0, out_shape);
+    const ReductionLayout layout = reduction_layout(in_shape, mask_or.value(), keep_dims_);
+    const int64_t count = layout.count;
+    const auto& dims = layout.dims;
+    const auto& reduced = layout.reduced;
+    const int rank = layout.rank;
+    Tensor& out = ctx.allocate_output(0, layout.out_shape);
     const int64_t out_n = out.num_elements();
     if (out_n == 0) return;
     const bool integral = !dtype_is_floating(x.dtype());

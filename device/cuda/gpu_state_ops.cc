@@ -85,23 +85,18 @@ class ConstGpuOp final : public GpuOpKernel {
   std::map<CudaDevice*, Entry> entries_;  // guarded by mu_
 };
 
-// Finds the variable in the session's resources once (as kernels/variable_ops.cc does).
+// Finds the variable in the session's resources once (VariableLookup).
 class VariableGpuKernel : public GpuOpKernel {
  public:
   using GpuOpKernel::GpuOpKernel;
 
  protected:
   StatusOr<VariableResource*> variable(OpKernelContext& ctx, const Node& var) {
-    return variable_.get([&] {
-      return ctx.resources().lookup_or_create<VariableResource>(
-          var.name, [&]() -> StatusOr<std::shared_ptr<VariableResource>> {
-            return std::make_shared<VariableResource>(var.name, var.output_dtypes[0], var.output_shapes[0]);
-          });
-    });
+    return variable_.get(ctx.resources(), var);
   }
 
  private:
-  CachedResource<VariableResource> variable_;
+  VariableLookup variable_;
 };
 
 // The variable's current value (a snapshot: the handle, no copy). Thread-safe.
