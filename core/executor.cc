@@ -36,6 +36,19 @@ int64_t now_micros() {
       .count();
 }
 
+void OpKernelContext::trace_on_stream(const Device& device, const Stream& stream, int64_t start_us,
+                                      const char* category) const {
+  if (p_.trace == nullptr) return;
+  TraceRecord r;
+  r.name = p_.node->name;
+  r.category = category != nullptr ? category : p_.node->type;
+  r.device = device.name();
+  r.lane = stream.name();
+  r.start_us = start_us;
+  r.end_us = now_micros();
+  p_.trace->add(std::move(r));
+}
+
 // ---- Plan ----
 
 namespace {

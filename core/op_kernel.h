@@ -93,6 +93,11 @@ class OpKernelContext {
   Device* device() const { return p_.device; }
   Rendezvous* rendezvous() const { return p_.rendezvous; }
   TraceSink* trace() const { return p_.trace; }
+  // When the step is traced: reports a span of this node from `start_us` (now_micros()) to now on
+  // `stream` of `device`, under `category` (the op's type when null). A kernel on a stream or a
+  // copy on a copy stream traces itself this way.
+  void trace_on_stream(const Device& device, const Stream& stream, int64_t start_us,
+                       const char* category = nullptr) const;
   Tensor& output(int i) { return outputs_[i]; }
   ResourceMgr& resources() const { return *p_.resources; }
   CancellationManager& cancellation() const { return *p_.cancellation; }

@@ -99,7 +99,7 @@ class RecvOp final : public OpKernel {
     Stream& stream = src_->device_to_host_stream();
     const int64_t start = ctx.trace() != nullptr ? now_micros() : 0;
     src_->copy_to_host(t, stream, [this, &ctx, &stream, start, done = std::move(done), then_to](StatusOr<Tensor> r) mutable {
-      trace_copy(ctx, *src_, stream, start);
+      ctx.trace_on_stream(*src_, stream, start, "copy");
       if (!r.ok()) {
         ctx.fail(r.status());
         done();
@@ -116,7 +116,7 @@ class RecvOp final : public OpKernel {
     Stream& stream = dst_->host_to_device_stream();
     const int64_t start = ctx.trace() != nullptr ? now_micros() : 0;
     dst_->copy_to_device(t, stream, [this, &ctx, &stream, start, done = std::move(done)](StatusOr<Tensor> r) {
-      trace_copy(ctx, *dst_, stream, start);
+      ctx.trace_on_stream(*dst_, stream, start, "copy");
       if (!r.ok()) {
         ctx.fail(r.status());
       } else {
@@ -124,18 +124,6 @@ class RecvOp final : public OpKernel {
       }
       done();
     });
-  }
-
-  void trace_copy(OpKernelContext& ctx, const Device& device, const Stream& stream, int64_t start) const {
-    if (ctx.trace() == nullptr) return;
-    TraceRecord r;
-    r.name = node().name;
-    r.category = "copy";
-    r.device = device.name();
-    r.lane = stream.name();
-    r.start_us = start;
-    r.end_us = now_micros();
-    ctx.trace()->add(std::move(r));
   }
 
   const int key_;

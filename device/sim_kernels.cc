@@ -56,16 +56,7 @@ class SimKernel final : public OpKernel {
       } catch (...) {
         ctx.fail(status_from_current_exception());
       }
-      if (ctx.trace() != nullptr) {
-        TraceRecord r;
-        r.name = node().name;
-        r.category = node().type;
-        r.device = device->name();
-        r.lane = stream.name();
-        r.start_us = start;
-        r.end_us = now_micros();
-        ctx.trace()->add(std::move(r));
-      }
+      ctx.trace_on_stream(*device, stream, start);
     });
     stream.then([&ctx, done = std::move(done)](Status s) {
       if (!s.ok()) ctx.fail(s);

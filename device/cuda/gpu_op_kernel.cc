@@ -101,17 +101,7 @@ void GpuOpKernel::compute_async(OpKernelContext& ctx, std::function<void()> done
   } catch (...) {
     ctx.fail(status_from_current_exception());
   }
-  auto trace = [this, &ctx, gpu, &stream, start] {
-    if (ctx.trace() == nullptr) return;
-    TraceRecord record;
-    record.name = node().name;
-    record.category = node().type;
-    record.device = gpu->name();
-    record.lane = stream.name();
-    record.start_us = start;
-    record.end_us = now_micros();
-    ctx.trace()->add(std::move(record));
-  };
+  auto trace = [&ctx, gpu, &stream, start] { ctx.trace_on_stream(*gpu, stream, start); };
   if (!r.launched) {  // nothing on the GPU (an error, an empty output, a shared buffer)
     if (r.finish && ctx.status().ok()) r.finish();
     trace();
