@@ -349,6 +349,64 @@ TEST(RpcTest, ServerStoppedMidCallThenRestartedOnSamePort) {
   EXPECT_EQ(strings(r.value()), std::vector<std::string>{"back"});
 }
 
+TEST(RpcTest, LongCallOutlivesItsConnectDeadlineAndGetsItsReply) {
+  Stash stash;
+  auto server = start_or_die(stash.handler());
+  ASSERT_TRUE(server);
+  RpcChannel channel(server->endpoint());
+  Results results;
+  channel.call_until_lost(message({"slow"}), 100ms, results.done(Clock::now()));
+  ASSERT_TRUE(wait_until([&] { return stash.size() == 1; }, 2s));
+  std::this_thread::sleep_for(400ms);  // four times the connect deadline
+  EXPECT_EQ(results.size(), 0u);
+  std::lock_guard<std::mutex> l(stash.mu);
+  ASSERT_TRUE(stash.responders[0](message({"done"})));
+  ASSERT_TRUE(wait_until([&] { return results.size() == 1; }, 2s));
+  EXPECT_TRUE(results.statuses[0].ok()) << results.statuses[0].to_string();
+}
+
+TEST(RpcTest, LongCallFailsUnavailableWhenTheConnectionIsLost) {
+  Stash stash;
+  auto server = start_or_die(stash.handler());
+  ASSERT_TRUE(server);
+  RpcChannel channel(server->endpoint());
+  Results results;
+  channel.call_until_lost(message({"never answered"}), 100ms, results.done(Clock::now()));
+  channel.call(message({"ordinary"}), 3s, results.done(Clock::now()));
+  ASSERT_TRUE(wait_until([&] { return stash.size() == 2; }, 2s));
+  const auto stopped = Clock::now();
+  server->stop();  // closes the connection, as a killed process would
+  ASSERT_TRUE(wait_until([&] { return results.size() >= 1; }, 2s));
+  {
+    std::lock_guard<std::mutex> l(results.mu);
+    EXPECT_EQ(results.statuses[0].code(), ErrorCode::kUnavailable) << results.statuses[0].to_string();
+    EXPECT_NE(results.statuses[0].message().find("lost the connection to " + server->endpoint()), std::string::npos)
+        << results.statuses[0].message();
+    EXPECT_LT(Clock::now() - stopped, 1s);  // not the ordinary call's 3 s deadline
+  }
+  // The ordinary call keeps its deadline.
+  ASSERT_TRUE(wait_until([&] { return results.size() == 2; }, 5s));
+  EXPECT_NE(results.statuses[1].message().find("within 3000 ms"), std::string::npos) << results.statuses[1].message();
+}
+
+TEST(RpcTest, LongCallToNothingFailsAtItsConnectDeadline) {
+  std::string endpoint;
+  {
+    auto server = start_or_die(echo);
+    ASSERT_TRUE(server);
+    endpoint = server->endpoint();
+  }
+  RpcChannel channel(endpoint);
+  Results results;
+  const auto start = Clock::now();
+  channel.call_until_lost(message({"hello"}), 200ms, results.done(start));
+  ASSERT_TRUE(wait_until([&] { return results.size() == 1; }, 3s));
+  EXPECT_EQ(results.statuses[0].code(), ErrorCode::kUnavailable);
+  EXPECT_NE(results.statuses[0].message().find("could not reach " + endpoint + " within 200 ms"), std::string::npos)
+      << results.statuses[0].message();
+  EXPECT_GE(results.elapsed[0], 200ms);
+}
+
 TEST(RpcTest, GarbageIsCountedAndDoesNotStopTheServer) {
   auto server = start_or_die(echo);
   ASSERT_TRUE(server);

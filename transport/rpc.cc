@@ -16,6 +16,8 @@
 #include <unordered_map>
 #include <utility>
 
+#include <fmt/format.h>
+
 #include "core/tensor_buffer.h"
 
 namespace tessera::internal {
@@ -61,6 +63,16 @@ namespace tessera::internal {
 //   their Responders dead). Handlers are meant to return quickly and reply later if work is long.
 //   A Responder dropped unreplied fails its call with Internal at once; a handler that throws
 //   fails it with the exception's status.
+//
+// Long calls. Some calls may rightly wait a long time for their reply: a step blocked on a queue,
+// a tensor its producer has not computed yet. call_until_lost() bounds only the wait for a
+// connection (ZMQ_IMMEDIATE keeps the request in the outbox until there is one); once libzmq has
+// taken the request, the call waits for its reply until the connection it went out on is lost.
+// The channel learns that from a socket monitor (ZMQ_EVENT_DISCONNECTED on an inproc PAIR socket
+// in the I/O thread's poll set): a peer killed with -9 resets the TCP connection at once, a peer
+// that is stopped (SIGSTOP) or cut off misses ZMTP heartbeats and is dropped after
+// heartbeat_timeout; either way the sent long calls fail Unavailable ("lost the connection").
+// Ordinary calls keep their deadline whatever the connection does.
 //
 // Limits. max_message_bytes sets ZMQ_MAXMSGSIZE, which libzmq checks per frame before allocating:
 // an oversized frame closes that connection (the client reconnects; its pending calls meet their
@@ -298,6 +310,7 @@ class RpcServerCore : public std::enable_shared_from_this<RpcServerCore> {
   std::string endpoint_;
   zmq::context_t context_;
   zmq::socket_t socket_;  // used only by io_thread_ once it runs
+  zmq::socket_t monitor_;  // PAIR receiving socket_'s disconnect events; I/O thread only
   const int wake_fd_;
   std::thread io_thread_;
   std::vector<std::thread> workers_;
@@ -588,7 +601,9 @@ class RpcChannelCore {
   RpcChannelCore(std::string endpoint, const RpcChannelOptions& options);
   ~RpcChannelCore();
 
-  void call(RpcMessage request, std::chrono::milliseconds deadline, RpcChannel::Done done);
+  // until_lost: `deadline` bounds only the wait for a connection; once sent, the call waits for
+  // its reply until the connection is lost (Note [RPC], "Long calls").
+  void call(RpcMessage request, std::chrono::milliseconds deadline, RpcChannel::Done done, bool until_lost);
   bool on_io_thread() const { return tls_io_owner == this; }
   RpcChannelStats stats() const;
 
@@ -599,10 +614,13 @@ class RpcChannelCore {
     std::chrono::milliseconds budget;
     RpcChannel::Done done;
     Status error;  // not OK: complete with it at once
+    bool until_lost = false;
   };
   struct Pending {
     RpcChannel::Done done;
     std::chrono::milliseconds budget;
+    bool until_lost = false;
+    bool sent = false;  // handed to libzmq (set for until_lost calls only)
   };
   struct Outgoing {
     uint64_t id;
@@ -617,11 +635,14 @@ class RpcChannelCore {
   void expire(Clock::time_point now);
   void complete(RpcChannel::Done& done, StatusOr<RpcMessage> result);
   void fail_all(const Status& status);
+  // Reads the socket monitor's events; a lost connection fails the until_lost calls sent on it.
+  void read_monitor();
 
   const std::string endpoint_;
   const RpcChannelOptions options_;
   Status broken_;  // a malformed endpoint: every call fails with it
   zmq::socket_t socket_;  // used only by io_thread_ once it runs
+  zmq::socket_t monitor_;  // PAIR receiving socket_'s disconnect events; I/O thread only
   const int wake_fd_;
   std::thread io_thread_;
 
@@ -655,6 +676,13 @@ RpcChannelCore::RpcChannelCore(std::string endpoint, const RpcChannelOptions& op
     socket_.set(zmq::sockopt::heartbeat_timeout, static_cast<int>(options_.heartbeat_timeout.count()));
     socket_.set(zmq::sockopt::heartbeat_ttl, static_cast<int>(options_.heartbeat_timeout.count()));
     socket_.set(zmq::sockopt::maxmsgsize, options_.max_message_bytes);
+    const std::string monitor_address = fmt::format("inproc://tessera-channel-monitor-{}", static_cast<void*>(this));
+    if (zmq_socket_monitor(socket_.handle(), monitor_address.c_str(), ZMQ_EVENT_DISCONNECTED) != 0) {
+      throw zmq::error_t();
+    }
+    monitor_ = zmq::socket_t(channel_context(), zmq::socket_type::pair);
+    monitor_.set(zmq::sockopt::linger, 0);
+    monitor_.connect(monitor_address);
     socket_.connect(endpoint_);
   } catch (const zmq::error_t& e) {
     broken_ = zmq_address_error("connect to", endpoint_, e);
@@ -673,10 +701,11 @@ RpcChannelCore::~RpcChannelCore() {
   ::close(wake_fd_);
 }
 
-void RpcChannelCore::call(RpcMessage request, std::chrono::milliseconds deadline, RpcChannel::Done done) {
+void RpcChannelCore::call(RpcMessage request, std::chrono::milliseconds deadline, RpcChannel::Done done,
+                          bool until_lost) {
   TESSERA_CHECK(done != nullptr);
   calls_.fetch_add(1, std::memory_order_relaxed);
-  NewCall c{std::move(request), Clock::now() + deadline, deadline, std::move(done), broken_};
+  NewCall c{std::move(request), Clock::now() + deadline, deadline, std::move(done), broken_, until_lost};
   if (c.error.ok() && c.request.frames.empty()) {
     c.error = errors::invalid_argument("an RPC request needs at least a header frame");
   }
@@ -691,7 +720,11 @@ void RpcChannelCore::call(RpcMessage request, std::chrono::milliseconds deadline
 
 void RpcChannelCore::run_io() {
   tls_io_owner = this;
-  zmq_pollitem_t items[2] = {{socket_.handle(), 0, ZMQ_POLLIN, 0}, {nullptr, wake_fd_, ZMQ_POLLIN, 0}};
+  zmq_pollitem_t items[3] = {{socket_.handle(), 0, ZMQ_POLLIN, 0},
+                             {nullptr, wake_fd_, ZMQ_POLLIN, 0},
+                             {monitor_.handle(), 0, ZMQ_POLLIN, 0}};
+  // A broken channel has no monitor socket: it polls two items.
+  const int num_items = monitor_.handle() != nullptr ? 3 : 2;
   std::vector<NewCall> calls;
   for (;;) {
     long timeout = -1;
@@ -701,7 +734,7 @@ void RpcChannelCore::run_io() {
       timeout = std::max<long>(0, std::chrono::ceil<std::chrono::milliseconds>(left).count());
     }
     items[0].events = static_cast<short>(ZMQ_POLLIN | (outbox_.empty() ? 0 : ZMQ_POLLOUT));
-    if (!poll_items(items, 2, timeout)) break;
+    if (!poll_items(items, num_items, timeout)) break;
     if (items[1].revents & ZMQ_POLLIN) drain_wake_fd(wake_fd_);
     bool stopping;
     {
@@ -713,10 +746,46 @@ void RpcChannelCore::run_io() {
     if (stopping) break;
     flush_outbox();
     receive_replies();
+    // After the replies: a reply that arrived before its connection dropped still counts.
+    if (num_items == 3 && (items[2].revents & ZMQ_POLLIN)) read_monitor();
     expire(Clock::now());
   }
   fail_all(errors::cancelled("call to {} cancelled: the channel was destroyed", endpoint_));
+  if (monitor_.handle() != nullptr) {
+    zmq_socket_monitor(socket_.handle(), nullptr, 0);
+    monitor_.close();
+  }
   socket_.close();
+}
+
+void RpcChannelCore::read_monitor() {
+  bool lost = false;
+  for (;;) {
+    zmq::message_t event;
+    if (!monitor_.recv(event, zmq::recv_flags::dontwait)) break;
+    std::vector<zmq::message_t> rest;
+    recv_rest(monitor_, event, &rest);  // the endpoint frame
+    if (event.size() >= 2) {
+      uint16_t id;
+      std::memcpy(&id, event.data(), sizeof id);
+      if (id == ZMQ_EVENT_DISCONNECTED) lost = true;
+    }
+  }
+  if (!lost) return;
+  std::vector<RpcChannel::Done> failed;
+  for (auto it = pending_.begin(); it != pending_.end();) {
+    if (it->second.until_lost && it->second.sent) {
+      failed.push_back(std::move(it->second.done));
+      it = pending_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  for (auto& done : failed) {
+    complete(done, errors::unavailable("lost the connection to {} while waiting for a reply: the task died, "
+                                       "restarted or stopped answering heartbeats",
+                                       endpoint_));
+  }
 }
 
 void RpcChannelCore::accept(std::vector<NewCall>* calls) {
@@ -726,7 +795,7 @@ void RpcChannelCore::accept(std::vector<NewCall>* calls) {
       continue;
     }
     const uint64_t id = next_id_++;
-    pending_.emplace(id, Pending{std::move(c.done), c.budget});
+    pending_.emplace(id, Pending{std::move(c.done), c.budget, c.until_lost, false});
     deadlines_.emplace(c.deadline, id);
     outbox_.push_back(Outgoing{id, call_id_frame(id), std::move(c.request)});
   }
@@ -744,7 +813,8 @@ void RpcChannelCore::accept(std::vector<NewCall>* calls) {
 void RpcChannelCore::flush_outbox() {
   while (!outbox_.empty()) {
     Outgoing& out = outbox_.front();
-    if (pending_.count(out.id) == 0) {  // timed out before a peer could take it
+    auto pending = pending_.find(out.id);
+    if (pending == pending_.end()) {  // timed out before a peer could take it
       outbox_.pop_front();
       continue;
     }
@@ -755,6 +825,7 @@ void RpcChannelCore::flush_outbox() {
       // Later parts of a message whose first part was taken never block.
       socket_.send(frames[i], i + 1 < frames.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
     }
+    pending->second.sent = true;
     outbox_.pop_front();
   }
 }
@@ -796,12 +867,19 @@ void RpcChannelCore::expire(Clock::time_point now) {
     deadlines_.pop();
     auto it = pending_.find(id);
     if (it == pending_.end()) continue;  // already answered
+    if (it->second.until_lost && it->second.sent) continue;  // now waits until its connection is lost
     RpcChannel::Done done = std::move(it->second.done);
     const auto budget = it->second.budget;
+    const bool until_lost = it->second.until_lost;
     pending_.erase(it);
     timed_out_.fetch_add(1, std::memory_order_relaxed);
-    complete(done, errors::unavailable("no reply from {} within {} ms: the task is down or unreachable", endpoint_,
-                                       budget.count()));
+    if (until_lost) {
+      complete(done, errors::unavailable("could not reach {} within {} ms: the task is down or unreachable",
+                                         endpoint_, budget.count()));
+    } else {
+      complete(done, errors::unavailable("no reply from {} within {} ms: the task is down or unreachable",
+                                         endpoint_, budget.count()));
+    }
   }
 }
 
@@ -843,7 +921,11 @@ RpcChannel::RpcChannel(std::string endpoint, RpcChannelOptions options)
 RpcChannel::~RpcChannel() = default;
 
 void RpcChannel::call(RpcMessage request, std::chrono::milliseconds deadline, Done done) {
-  core_->call(std::move(request), deadline, std::move(done));
+  core_->call(std::move(request), deadline, std::move(done), /*until_lost=*/false);
+}
+
+void RpcChannel::call_until_lost(RpcMessage request, std::chrono::milliseconds connect_deadline, Done done) {
+  core_->call(std::move(request), connect_deadline, std::move(done), /*until_lost=*/true);
 }
 
 StatusOr<RpcMessage> RpcChannel::call_sync(RpcMessage request, std::chrono::milliseconds deadline) {

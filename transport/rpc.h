@@ -179,6 +179,12 @@ class RpcChannel {
   // not destroy the channel from it): with the reply, the error the server's handler replied, or
   // Unavailable when no reply came within `deadline` of this call.
   void call(RpcMessage request, std::chrono::milliseconds deadline, Done done);
+  // A call whose reply may rightly take long (a step waiting on a queue): `connect_deadline`
+  // bounds only the wait for a connection to the peer (Unavailable "could not reach"); once sent,
+  // the call waits until the reply comes or the connection it was sent on is lost (Unavailable
+  // "lost the connection": the peer died, restarted, was stopped or cut off, noticed within
+  // heartbeat_timeout), or the channel is destroyed (Cancelled). `done` as for call().
+  void call_until_lost(RpcMessage request, std::chrono::milliseconds connect_deadline, Done done);
   // call() and wait for it. FailedPrecondition when called from a `done` callback of this channel.
   StatusOr<RpcMessage> call_sync(RpcMessage request, std::chrono::milliseconds deadline);
 
