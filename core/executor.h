@@ -125,6 +125,7 @@ class RunState final : public TraceSink {
   std::vector<TraceRecord> take_trace();
   void add(TraceRecord record) override;  // TraceSink
   int64_t start_us() const { return start_us_; }
+  int64_t step_id() const { return opt_.step_id; }
 
  private:
   // Where slot s's value lives: the plan's constant or this step's slot.

@@ -64,6 +64,7 @@ TESSERA_ERROR_HELPER(deadline_exceeded, ErrorCode::kDeadlineExceeded)
 TESSERA_ERROR_HELPER(resource_exhausted, ErrorCode::kResourceExhausted)
 TESSERA_ERROR_HELPER(unavailable, ErrorCode::kUnavailable)
 TESSERA_ERROR_HELPER(already_exists, ErrorCode::kAlreadyExists)
+TESSERA_ERROR_HELPER(aborted, ErrorCode::kAborted)
 }  // namespace errors
 #undef TESSERA_ERROR_HELPER
 

@@ -20,4 +20,15 @@ int linear_regression(std::ostream& out, int steps_per_thread = 300);
 // Chrome trace of the cost-placed step to `trace_file` unless it is empty.
 int heterogeneous(std::ostream& out, const std::string& trace_file = "");
 
+// The seed's cluster example: two tasks of job "local" (servers in this process), y2 computed on
+// task 1, y on task 0, ten threads running y through a session on task 0's target.
+int seed_cluster(std::ostream& out);
+
+// Parameter-server training over processes: starts one `ps` and `workers` worker tasks as
+// `tessera_binary server` processes on loopback ports, then trains y = 3x + 2 from every worker at
+// once (each with its own graph, session and QueueRunner pipeline) on variables that live on the
+// ps; prints the placement table (worker 0's master), the falling loss and the steps per second,
+// and stops the tasks.
+int ps_training(std::ostream& out, const std::string& tessera_binary, int workers = 2, int steps = 200);
+
 }  // namespace tessera::examples

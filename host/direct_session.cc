@@ -1,4 +1,5 @@
 #include "host/direct_session.h"
+#include "transport/remote_session.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -82,8 +83,11 @@ std::size_t SessionImpl::KeyHash::operator()(const std::vector<uint64_t>& k) con
   return static_cast<std::size_t>(h);
 }
 
-SessionImpl::SessionImpl(Graph& graph, SessionOptions options)
+SessionImpl::SessionImpl(Graph& graph, SessionOptions options) : SessionImpl(graph, options, nullptr) {}
+
+SessionImpl::SessionImpl(Graph& graph, SessionOptions options, ResourceMgr* shared)
     : graph_(graph), g_(graph.impl()), options_(options),
+      resources_(shared != nullptr ? shared : &own_resources_),
       serial_(next_session_serial.fetch_add(1, std::memory_order_relaxed)) {
   if (options_.inter_op_threads < 0) {
     throw InvalidArgumentError(fmt::format("inter_op_threads must be >= 0, got {}", options_.inter_op_threads));
@@ -122,10 +126,19 @@ void SessionImpl::close() {
     std::lock_guard<std::mutex> l(shard.mu);
     for (RunState* rs : shard.runs) rs->cancel(reason);
   }
-  resources_.cancel_all(reason);
+  if (resources_ == &own_resources_) resources_->cancel_all(reason);
   for (RunShard& shard : shards_) {
     std::unique_lock<std::mutex> l(shard.mu);
     shard.cv.wait(l, [&] { return shard.runs.empty(); });
+  }
+}
+
+void SessionImpl::cancel_step(int64_t step_id, const Status& reason) {
+  for (RunShard& shard : shards_) {
+    std::lock_guard<std::mutex> l(shard.mu);
+    for (RunState* rs : shard.runs) {
+      if (rs->step_id() == step_id) rs->cancel(reason);
+    }
   }
 }
 
@@ -205,7 +218,7 @@ StatusOr<std::shared_ptr<const StepPlan>> SessionImpl::get_plan(const std::vecto
 
 std::vector<Tensor> SessionImpl::run(const std::vector<Output>& fetches, const FeedMap& feeds,
                                      const std::vector<Operation>& targets, const RunOptions& options,
-                                     RunMetadata* metadata) {
+                                     RunMetadata* metadata, int64_t step_id) {
   // Signature: feeds (ordered by the map), fetches, targets -> cache key.
   std::vector<uint64_t> key;
   key.reserve(feeds.size() + fetches.size() + targets.size() + 2);
@@ -267,8 +280,8 @@ std::vector<Tensor> SessionImpl::run(const std::vector<Output>& fetches, const F
   RunState::Options ro;
   ro.plan = sp.host.get();
   ro.runner = &runner_;
-  ro.resources = &resources_;
-  ro.step_id = next_step_id();
+  ro.resources = resources_;
+  ro.step_id = step_id != 0 ? step_id : next_step_id();
   ro.timeout = options.timeout;
   ro.trace = options.trace;
   std::unique_ptr<MultiStep> multi;  // only for a step that spans devices
@@ -405,11 +418,13 @@ Session::Session(Graph& g, SessionOptions options)
     : impl_(std::make_unique<internal::SessionImpl>(g, options)) {}
 
 Session::Session(Graph& g, const std::string& target, SessionOptions options) {
+  if (internal::is_cluster_target(target)) {
+    remote_ = std::make_unique<internal::RemoteSession>(g, target, options);
+    return;
+  }
   if (!target.empty() && target != "local") {
-    throw UnimplementedError(fmt::format(
-        "session target '{}': sessions on a cluster server's target are not implemented yet (the servers "
-        "answer GetStatus; the master and worker services are the next step)",
-        target));
+    throw InvalidArgumentError(fmt::format(
+        "session target '{}': expected \"\", \"local\" or a server's target \"tessera://host:port\"", target));
   }
   impl_ = std::make_unique<internal::SessionImpl>(g, options);
 }
@@ -418,39 +433,40 @@ Session::~Session() = default;
 Session::Session(Session&&) noexcept = default;
 Session& Session::operator=(Session&&) noexcept = default;
 
-namespace {
-internal::SessionImpl& checked(const std::unique_ptr<internal::SessionImpl>& impl) {
-  if (!impl) throw FailedPreconditionError("use of a moved-from Session");
-  return *impl;
-}
-}  // namespace
-
 std::vector<Tensor> Session::run(const std::vector<Output>& fetches, const FeedMap& feeds,
                                  const std::vector<Operation>& targets, const RunOptions& options) {
-  return checked(impl_).run(fetches, feeds, targets, options, nullptr);
+  return run(fetches, feeds, targets, options, nullptr);
 }
 
 std::vector<Tensor> Session::run(std::initializer_list<Output> fetches, const FeedMap& feeds,
                                  const std::vector<Operation>& targets, const RunOptions& options) {
-  return checked(impl_).run(std::vector<Output>(fetches), feeds, targets, options, nullptr);
+  return run(std::vector<Output>(fetches), feeds, targets, options, nullptr);
 }
 
 Tensor Session::run(Output fetch, const FeedMap& feeds) {
-  return checked(impl_).run({fetch}, feeds, {}, RunOptions{}, nullptr).front();
+  return run(std::vector<Output>{fetch}, feeds, {}, RunOptions{}, nullptr).front();
 }
 
 std::vector<Tensor> Session::run(const std::vector<Output>& fetches, const FeedMap& feeds,
                                  const std::vector<Operation>& targets, const RunOptions& options,
                                  RunMetadata* metadata) {
-  return checked(impl_).run(fetches, feeds, targets, options, metadata);
+  if (remote_) return remote_->run(fetches, feeds, targets, options, metadata);
+  if (!impl_) throw FailedPreconditionError("use of a moved-from Session");
+  return impl_->run(fetches, feeds, targets, options, metadata);
 }
 
-void Session::run(Operation target, const FeedMap& feeds) {
-  checked(impl_).run({}, feeds, {target}, RunOptions{}, nullptr);
+void Session::run(Operation target, const FeedMap& feeds) { run({}, feeds, {target}, RunOptions{}, nullptr); }
+
+void Session::close() {
+  if (remote_) return remote_->close();
+  if (!impl_) throw FailedPreconditionError("use of a moved-from Session");
+  impl_->close();
 }
 
-void Session::close() { checked(impl_).close(); }
-
-Graph& Session::graph() const { return checked(impl_).graph(); }
+Graph& Session::graph() const {
+  if (remote_) return remote_->graph();
+  if (!impl_) throw FailedPreconditionError("use of a moved-from Session");
+  return impl_->graph();
+}
 
 }  // namespace tessera

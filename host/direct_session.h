@@ -26,14 +26,22 @@ namespace tessera::internal {
 class SessionImpl {
  public:
   SessionImpl(Graph& graph, SessionOptions options);
+  // A session whose variables and queues live in `shared` (not owned; must outlive the session)
+  // instead of a ResourceMgr of its own: a cluster task's partitions all use the task's. close()
+  // then leaves the shared resources alone.
+  SessionImpl(Graph& graph, SessionOptions options, ResourceMgr* shared);
   ~SessionImpl();
 
+  // `step_id` 0: a fresh one. A cluster worker passes the master's, which keys the step's
+  // cross-task exchange (transport/worker.h).
   std::vector<Tensor> run(const std::vector<Output>& fetches, const FeedMap& feeds,
                           const std::vector<Operation>& targets, const RunOptions& options,
-                          RunMetadata* metadata);
+                          RunMetadata* metadata, int64_t step_id = 0);
   void close();
+  // Cancels the runs of step `step_id` in flight (a cluster step that failed on another task).
+  void cancel_step(int64_t step_id, const Status& reason);
   Graph& graph() const { return graph_; }
-  ResourceMgr& resources() { return resources_; }
+  ResourceMgr& resources() { return *resources_; }
 
  private:
   struct KeyHash {
@@ -69,7 +77,8 @@ class SessionImpl {
   std::unique_ptr<ThreadPool> own_pool_;  // when options_.inter_op_threads > 0
   ThreadPool* pool_;                      // own_pool_ or the shared pool. Not owned.
   Runner runner_;
-  ResourceMgr resources_;
+  ResourceMgr own_resources_;
+  ResourceMgr* resources_;  // &own_resources_ or a cluster task's. Not owned.
 
   // The devices ops are placed on; devices_[0] is the host CPU. Placement results: node -> index
   // into devices_, written under the graph's lock by place_new_nodes().

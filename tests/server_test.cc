@@ -31,6 +31,7 @@
 
 #include "core/device.h"
 #include "testing/test_util.h"
+#include "tools/child_process.h"
 #include "transport/rpc.h"
 #include "transport/server_impl.h"
 #include "transport/wire.h"
@@ -322,14 +323,14 @@ TEST(ServerTest, MovedFromServerIsInert) {
 TEST(ServerTest, UnknownMethodIsUnimplementedNamingIt) {
   Server server = Server::create_local_server();
   RpcChannel channel(endpoint_of(server.target()));
-  pb::RunStepRequest body;
+  pb::GetStatusRequest body;
   body.set_version(wire::kWireVersion);
-  auto header = call(channel, "RunStep", body, 99);
+  auto header = call(channel, "LaunchMissiles", body, 99);
   ASSERT_TRUE(header.ok()) << header.status().to_string();
   EXPECT_EQ(header.value().request_id(), 99u);
   Status st = wire::to_status(header.value().status());
   EXPECT_EQ(st.code(), ErrorCode::kUnimplemented) << st.to_string();
-  EXPECT_NE(st.message().find("method RunStep is not served yet"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("serves no method 'LaunchMissiles'"), std::string::npos) << st.message();
   EXPECT_TRUE(get_status(channel).ok());
 }
 
@@ -509,128 +510,7 @@ TEST(ServerTest, ConcurrentCallsAndStopWithCallsInFlight) {
 
 #ifdef TESSERA_CLI_PATH
 
-// A child process with its stdout and stderr on pipes; SIGKILLed and reaped by the destructor if
-// still running, so a failed assertion never leaves one behind.
-class ChildProcess {
- public:
-  ChildProcess(const std::vector<std::string>& args, const std::vector<std::string>& env) {
-    int out[2], err[2];
-    if (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0) {
-      ADD_FAILURE() << "pipe: " << std::strerror(errno);
-      return;
-    }
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_adddup2(&actions, out[1], STDOUT_FILENO);
-    posix_spawn_file_actions_adddup2(&actions, err[1], STDERR_FILENO);
-    // The child starts with default signal dispositions and nothing blocked.
-    posix_spawnattr_t attr;
-    posix_spawnattr_init(&attr);
-    sigset_t none, all;
-    sigemptyset(&none);
-    sigfillset(&all);
-    posix_spawnattr_setsigmask(&attr, &none);
-    posix_spawnattr_setsigdefault(&attr, &all);
-    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
-    std::vector<char*> argv, envp;
-    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    for (const auto& e : env) envp.push_back(const_cast<char*>(e.c_str()));
-    envp.push_back(nullptr);
-    const int rc = ::posix_spawn(&pid_, argv[0], &actions, &attr, argv.data(), envp.data());
-    posix_spawn_file_actions_destroy(&actions);
-    posix_spawnattr_destroy(&attr);
-    ::close(out[1]);
-    ::close(err[1]);
-    out_fd_ = out[0];
-    err_fd_ = err[0];
-    if (rc != 0) {
-      ADD_FAILURE() << "posix_spawn " << args[0] << ": " << std::strerror(rc);
-      pid_ = -1;
-    }
-  }
-  ~ChildProcess() {
-    if (running()) {
-      ::kill(pid_, SIGKILL);
-      wait_exit(10s);
-    }
-    if (out_fd_ >= 0) ::close(out_fd_);
-    if (err_fd_ >= 0) ::close(err_fd_);
-  }
-  ChildProcess(const ChildProcess&) = delete;
-  ChildProcess& operator=(const ChildProcess&) = delete;
-
-  bool running() const { return pid_ > 0 && !exit_status_; }
-  void signal(int signo) {
-    if (running()) ::kill(pid_, signo);
-  }
-
-  // The next line of stdout, or nullopt at end of file or after `limit`.
-  std::optional<std::string> read_line(std::chrono::milliseconds limit) {
-    const auto until = Clock::now() + limit;
-    for (;;) {
-      const size_t nl = out_.find('\n');
-      if (nl != std::string::npos) {
-        std::string line = out_.substr(0, nl);
-        out_.erase(0, nl + 1);
-        return line;
-      }
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now());
-      if (left.count() <= 0 || !read_some(out_fd_, &out_, left)) return std::nullopt;
-    }
-  }
-  // All of stdout (after what read_line returned) and stderr, up to end of file or `limit`.
-  std::string rest_of_stdout(std::chrono::milliseconds limit = 2s) { return drain(out_fd_, &out_, limit); }
-  std::string stderr_text(std::chrono::milliseconds limit = 2s) { return drain(err_fd_, &err_, limit); }
-
-  // The wait status once the child exited within `limit`.
-  std::optional<int> wait_exit(std::chrono::milliseconds limit) {
-    if (pid_ <= 0) return std::nullopt;
-    const auto until = Clock::now() + limit;
-    while (!exit_status_) {
-      int status = 0;
-      const pid_t r = ::waitpid(pid_, &status, WNOHANG);
-      if (r == pid_) {
-        exit_status_ = status;
-      } else if (r < 0 && errno != EINTR) {
-        ADD_FAILURE() << "waitpid: " << std::strerror(errno);
-        pid_ = -1;
-        return std::nullopt;
-      } else if (Clock::now() >= until) {
-        return std::nullopt;
-      } else {
-        std::this_thread::sleep_for(5ms);
-      }
-    }
-    return exit_status_;
-  }
-
- private:
-  // Appends what `fd` has within `limit`; false at end of file, error or timeout.
-  static bool read_some(int fd, std::string* into, std::chrono::milliseconds limit) {
-    pollfd p{fd, POLLIN, 0};
-    int n = ::poll(&p, 1, static_cast<int>(limit.count()));
-    if (n <= 0) return false;
-    char buf[4096];
-    ssize_t got = ::read(fd, buf, sizeof buf);
-    if (got <= 0) return false;
-    into->append(buf, static_cast<size_t>(got));
-    return true;
-  }
-  static std::string drain(int fd, std::string* buffer, std::chrono::milliseconds limit) {
-    const auto until = Clock::now() + limit;
-    for (;;) {
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now());
-      if (left.count() <= 0 || !read_some(fd, buffer, left)) break;
-    }
-    return std::exchange(*buffer, std::string());
-  }
-
-  pid_t pid_ = -1;
-  int out_fd_ = -1, err_fd_ = -1;
-  std::string out_, err_;
-  std::optional<int> exit_status_;
-};
+using tessera::tools::ChildProcess;
 
 // This process's environment without the variables that would tell a child its cluster, plus
 // `extra`.

@@ -197,9 +197,12 @@ TEST(SessionTest, MovedFromSessionRefusesToRun) {
   EXPECT_THROW(a.run(c), FailedPreconditionError);  // NOLINT(bugprone-use-after-move)
 }
 
-TEST(SessionTest, DistributedTargetIsUnimplementedHere) {
+TEST(SessionTest, TargetsOtherThanLocalAndClusterAreInvalidArgument) {
   Graph g;
-  EXPECT_THROW(Session(g, "tessera://localhost:1"), UnimplementedError);
+  EXPECT_NO_THROW(Session(g, ""));
+  EXPECT_NO_THROW(Session(g, "local"));
+  EXPECT_THROW(Session(g, "localhost:2222"), InvalidArgumentError);
+  EXPECT_THROW(Session(g, "tessera://"), InvalidArgumentError);
 }
 
 }  // namespace

@@ -22,12 +22,24 @@
 
 namespace {
 
+// This program's own path (the cluster demo starts its tasks as `tessera server` processes).
+std::string self_path() {
+  char buf[4096];
+  const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
+  if (n <= 0) throw tessera::InternalError(fmt::format("cannot read /proc/self/exe: {}", std::strerror(errno)));
+  return std::string(buf, static_cast<std::size_t>(n));
+}
+
 int run_demo(int steps, const std::string& trace_file) {
-  std::cout << "== tessera demo 1/3: ten threads dequeue c = a + b through a QueueRunner ==\n";
+  std::cout << "== tessera demo 1/5: ten threads dequeue c = a + b through a QueueRunner ==\n";
   int rc = tessera::examples::queue_add(std::cout);
-  std::cout << "\n== tessera demo 2/3: linear regression, 4 training threads on shared variables ==\n";
+  std::cout << "\n== tessera demo 2/5: linear regression, 4 training threads on shared variables ==\n";
   rc |= tessera::examples::linear_regression(std::cout, steps);
-  std::cout << "\n== tessera demo 3/3: a two-layer network placed over the host and accelerators ==\n";
+  std::cout << "\n== tessera demo 3/5: a two-task cluster, ten threads running one session ==\n";
+  rc |= tessera::examples::seed_cluster(std::cout);
+  std::cout << "\n== tessera demo 4/5: parameter-server training: 1 ps and 2 worker processes ==\n" << std::flush;
+  rc |= tessera::examples::ps_training(std::cout, self_path(), 2, steps);
+  std::cout << "\n== tessera demo 5/5: a two-layer network placed over the host and accelerators ==\n";
   tessera::internal::register_default_devices().raise();
   auto& registry = tessera::internal::DeviceRegistry::global();
   if (registry.devices().size() == 1) {

@@ -281,7 +281,7 @@ class RpcServerCore : public std::enable_shared_from_this<RpcServerCore> {
 
   Status bind(const std::string& address);
   void start_threads();
-  void stop();
+  void stop(std::chrono::milliseconds flush);
   bool reply(ReplySlot& slot, const Status& status, std::vector<zmq::message_t> frames);
   const std::string& endpoint() const { return endpoint_; }
   RpcServerStats stats() const;
@@ -317,6 +317,8 @@ class RpcServerCore : public std::enable_shared_from_this<RpcServerCore> {
 
   std::mutex stop_mu_;
   bool stop_called_ = false;  // guarded by stop_mu_
+  std::atomic<int> close_linger_ms_{0};  // ZMQ_LINGER when the I/O thread closes the socket
+  std::chrono::steady_clock::time_point last_reply_;  // guarded by out_mu_: the latest reply given
 
   std::mutex out_mu_;
   std::vector<Outgoing> outbox_;  // guarded by out_mu_
@@ -409,6 +411,7 @@ void RpcServerCore::run_io() {
     for (auto& out : batch) send(out);
     batch.clear();
   }
+  socket_.set(zmq::sockopt::linger, close_linger_ms_.load());
   socket_.close();
 }
 
@@ -489,6 +492,7 @@ bool RpcServerCore::reply(ReplySlot& slot, const Status& status, std::vector<zmq
     wake = outbox_.empty() && tls_io_owner != this;
     outbox_.push_back(Outgoing{std::move(slot.routing_id), std::move(slot.call_id), status_frame(status),
                                std::move(frames)});
+    last_reply_ = std::chrono::steady_clock::now();
   }
   if (wake) signal_wake_fd(wake_fd_);
   return true;
@@ -513,12 +517,31 @@ void RpcServerCore::send(Outgoing& out) {
   }
 }
 
-void RpcServerCore::stop() {
+void RpcServerCore::stop(std::chrono::milliseconds flush) {
   TESSERA_CHECK(tls_io_owner != this);  // not from a handler run inline on the I/O thread
   // Held throughout: a second stop() returns when the first has finished.
   std::lock_guard<std::mutex> stop_lock(stop_mu_);
   if (stop_called_) return;
   stop_called_ = true;
+  if (flush.count() > 0) {
+    // Replies already given go out first: wait (bounded) for the I/O thread to hand them to
+    // libzmq, and let the socket linger that long on close so libzmq transmits them.
+    // Only when replies were given lately: lingering otherwise would just keep the connections
+    // open a while longer, for requests that would be lost in them.
+    const auto start = std::chrono::steady_clock::now();
+    const auto until = start + flush;
+    bool recent = false;
+    for (;;) {
+      {
+        std::lock_guard<std::mutex> l(out_mu_);
+        recent = recent || start - last_reply_ < flush;
+        if (outbox_.empty()) break;
+      }
+      if (std::chrono::steady_clock::now() >= until) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    if (recent) close_linger_ms_.store(static_cast<int>(flush.count()));
+  }
   std::vector<Outgoing> unsent;
   {
     std::lock_guard<std::mutex> l(out_mu_);
@@ -578,7 +601,7 @@ StatusOr<std::unique_ptr<RpcServer>> RpcServer::start(std::string bind_address, 
 }
 
 RpcServer::~RpcServer() { stop(); }
-void RpcServer::stop() { core_->stop(); }
+void RpcServer::stop(std::chrono::milliseconds flush) { core_->stop(flush); }
 const std::string& RpcServer::endpoint() const { return core_->endpoint(); }
 RpcServerStats RpcServer::stats() const { return core_->stats(); }
 
@@ -676,7 +699,9 @@ RpcChannelCore::RpcChannelCore(std::string endpoint, const RpcChannelOptions& op
     socket_.set(zmq::sockopt::heartbeat_timeout, static_cast<int>(options_.heartbeat_timeout.count()));
     socket_.set(zmq::sockopt::heartbeat_ttl, static_cast<int>(options_.heartbeat_timeout.count()));
     socket_.set(zmq::sockopt::maxmsgsize, options_.max_message_bytes);
-    const std::string monitor_address = fmt::format("inproc://tessera-channel-monitor-{}", static_cast<void*>(this));
+    // Unique per channel ever made: libzmq may release an inproc name a little after its socket.
+    static std::atomic<uint64_t> monitors{0};
+    const std::string monitor_address = fmt::format("inproc://tessera-channel-monitor-{}", monitors.fetch_add(1));
     if (zmq_socket_monitor(socket_.handle(), monitor_address.c_str(), ZMQ_EVENT_DISCONNECTED) != 0) {
       throw zmq::error_t();
     }

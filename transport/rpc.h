@@ -126,8 +126,9 @@ class RpcServer {
 
   // Stops accepting, drops queued requests, kills every Responder, closes the socket (the port is
   // free when this returns) and joins the threads; returns within stop_grace plus a few ms even if
-  // handlers are still running. Idempotent.
-  void stop();
+  // handlers are still running. Idempotent. With `flush` > 0, replies already given are first sent
+  // (waiting at most `flush` for them), so callers get the answers they were promised.
+  void stop(std::chrono::milliseconds flush = std::chrono::milliseconds(0));
   // The bound address with the actual port: "tcp://127.0.0.1:40123" ("tcp://0.0.0.0:2222" for *).
   const std::string& endpoint() const;
   RpcServerStats stats() const;

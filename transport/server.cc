@@ -13,21 +13,27 @@
 #include "core/device_name.h"
 #include "device/default_devices.h"
 #include "tessera/errors.h"
+#include "transport/master.h"
 #include "transport/server_impl.h"
 #include "transport/wire.h"
+#include "transport/worker.h"
 
 namespace tessera::internal {
 
 // Note [Server]
 // ~~~~~~~~~~~~~
 // A Server is a task's RpcServer (transport/rpc.h) plus the services it dispatches to by the method
-// named in each request's wire header. This slice serves GetStatus (the devices of this process,
-// renamed from /job:localhost/replica:0/task:0 to the task's own /job:J/replica:0/task:N, so a
-// master can place ops on them) and answers every other method Unimplemented, naming it.
+// named in each request's wire header: GetStatus (the devices of this process, renamed from
+// /job:localhost/replica:0/task:0 to the task's own /job:J/replica:0/task:N, so a master can place
+// ops on them), the master service (transport/master.h) and the worker service
+// (transport/worker.h). An unknown method is answered Unimplemented, naming it. Each start() makes
+// fresh services (a restarted task starts empty, as a restarted process would); stop() closes the
+// master's sessions and cancels the worker's runs before it closes the socket, and lets the replies
+// that says so go out first.
 //
 // Threads. The RpcServer owns them: one I/O thread for the socket and `handler_threads` threads
-// running serve_request(). Handlers see only a shared, immutable ServiceState, never the
-// ServerImpl, because RpcServer::stop() may leave a stuck handler behind (after its stop_grace)
+// running serve_request(). Handlers see only a shared ServiceState (found through a slot the
+// server fills while it serves), never the ServerImpl, because RpcServer::stop() may leave a stuck handler behind (after its stop_grace)
 // and that handler must not touch a destroyed server. start() and stop() are serialized by
 // lifecycle_mu_; join() waits on serving_cv_, so any thread may call any of them.
 //
@@ -64,8 +70,18 @@ RpcServerOptions rpc_options(const train::ServerOptions& options) {
   return rpc;
 }
 
-RpcServer::Handler make_handler(std::shared_ptr<const ServiceState> state) {
-  return [state = std::move(state)](RpcMessage request, Responder respond) {
+template <class Slot>
+RpcServer::Handler make_handler(std::shared_ptr<Slot> slot) {
+  return [slot = std::move(slot)](RpcMessage request, Responder respond) {
+    std::shared_ptr<ServiceState> state;
+    {
+      std::lock_guard<std::mutex> l(slot->mu);
+      state = slot->state;
+    }
+    if (!state) {
+      respond.fail(errors::unavailable("the server is not serving"));
+      return;
+    }
     serve_request(*state, std::move(request), respond);
   };
 }
@@ -150,6 +166,18 @@ void dispatch(const ServiceState& state, RpcMessage request, const Responder& re
     return;
   }
   const pb::RequestHeader& h = header.value();
+  const std::string& m = h.method();
+  if (state.master && state.worker) {
+    if (m == "RunGraph") return state.worker->run_graph(h, std::move(request), respond);
+    if (m == "RecvTensor") return state.worker->recv_tensor(h, respond);
+    if (m == "RunStep") return state.master->run_step(h, std::move(request), respond);
+    if (m == "RegisterGraph") return state.worker->register_graph(h, respond);
+    if (m == "CleanupGraph") return state.worker->cleanup_graph(h, respond);
+    if (m == "DeregisterGraph") return state.worker->deregister_graph(h, respond);
+    if (m == "CreateSession") return state.master->create_session(h, respond);
+    if (m == "ExtendSession") return state.master->extend_session(h, respond);
+    if (m == "CloseSession") return state.master->close_session(h, respond);
+  }
   if (h.method() == kGetStatus) {
     pb::GetStatusRequest body;
     Status parsed = wire::parse_body(h.body(), &body);
@@ -162,8 +190,7 @@ void dispatch(const ServiceState& state, RpcMessage request, const Responder& re
     return;
   }
   reply(respond, h.request_id(),
-        errors::unimplemented("method {} is not served yet by {} (it serves {})", h.method(), state.task_name,
-                              kGetStatus),
+        errors::unimplemented("{} serves no method '{}'", state.task_name, h.method()),
         nullptr);
 }
 
@@ -204,11 +231,25 @@ void serve_request(const ServiceState& state, RpcMessage request, const Responde
   }
 }
 
+std::shared_ptr<ServiceState> make_services(const train::ClusterSpec& cluster, const std::string& job, int task,
+                                            const train::ServerOptions& options) {
+  auto state = std::make_shared<ServiceState>();
+  state->job = job;
+  state->task = task;
+  state->task_name = task_name(job, task);
+  const std::string full = fmt::format("/job:{}/replica:0/task:{}", job, task);
+  auto channels = std::make_shared<TaskChannels>(cluster, options.rpc_timeout);
+  state->worker = std::make_shared<Worker>(full, channels);
+  state->master = std::make_shared<Master>(full, channels);
+  return state;
+}
+
 ServerImpl::ServerImpl(train::ClusterSpec cluster, std::string job, int task, train::ServerOptions options)
     : cluster_(std::move(cluster)),
       address_(task_address(cluster_, job, task)),
       options_(options),
-      state_(std::make_shared<const ServiceState>(ServiceState{job, task, task_name(job, task)})) {
+      job_(std::move(job)),
+      task_(task) {
   validate(options_);
   register_default_devices().raise();
 }
@@ -219,12 +260,18 @@ std::unique_ptr<ServerImpl> ServerImpl::start_local(train::ServerOptions options
   validate(options);
   register_default_devices().raise();
   const std::string job = "localhost";
-  auto state = std::make_shared<const ServiceState>(ServiceState{job, 0, task_name(job, 0)});
-  auto rpc = RpcServer::start("tcp://127.0.0.1:0", make_handler(state), rpc_options(options));
+  // The cluster is known once the port is: requests wait for it in the slot (null until then).
+  auto slot = std::make_shared<StateSlot>();
+  auto rpc = RpcServer::start("tcp://127.0.0.1:0", make_handler(slot), rpc_options(options));
   if (!rpc.ok()) rpc.status().with_prefix("cannot start a local server: ").raise();
   const std::string& endpoint = rpc.value()->endpoint();  // "tcp://127.0.0.1:PORT"
   const std::string address = "127.0.0.1" + endpoint.substr(endpoint.rfind(':'));
   auto impl = std::make_unique<ServerImpl>(train::ClusterSpec({{job, {address}}}), job, 0, options);
+  {
+    std::lock_guard<std::mutex> l(slot->mu);
+    slot->state = make_services(impl->cluster_, job, 0, options);
+  }
+  impl->slot_ = slot;
   impl->rpc_ = std::move(rpc).value();
   impl->serving_ = true;  // not shared yet: no lock needed
   return impl;
@@ -234,11 +281,15 @@ void ServerImpl::start() {
   std::lock_guard<std::mutex> lifecycle(lifecycle_mu_);
   if (rpc_ != nullptr) return;
   StatusOr<std::string> endpoint = server_bind_endpoint(address_);
-  if (!endpoint.ok()) endpoint.status().with_prefix(state_->task_name + ": ").raise();
-  auto rpc = RpcServer::start(endpoint.value(), make_handler(state_), rpc_options(options_));
+  if (!endpoint.ok()) endpoint.status().with_prefix(task_name(job_, task_) + ": ").raise();
+  {
+    std::lock_guard<std::mutex> l(slot_->mu);
+    slot_->state = make_services(cluster_, job_, task_, options_);
+  }
+  auto rpc = RpcServer::start(endpoint.value(), make_handler(slot_), rpc_options(options_));
   if (!rpc.ok()) {
     // Unavailable for a port in use (or an address this machine does not have), as RpcServer says.
-    rpc.status().with_prefix(fmt::format("{} cannot listen on {}: ", state_->task_name, address_)).raise();
+    rpc.status().with_prefix(fmt::format("{} cannot listen on {}: ", task_name(job_, task_), address_)).raise();
   }
   rpc_ = std::move(rpc).value();
   std::lock_guard<std::mutex> l(serving_mu_);
@@ -248,7 +299,18 @@ void ServerImpl::start() {
 void ServerImpl::stop() {
   std::lock_guard<std::mutex> lifecycle(lifecycle_mu_);
   if (rpc_ == nullptr) return;
-  rpc_->stop();
+  std::shared_ptr<ServiceState> state;
+  {
+    std::lock_guard<std::mutex> l(slot_->mu);
+    state.swap(slot_->state);
+  }
+  // Sessions first (their runs in flight are answered Cancelled), then the worker's runs, then the
+  // socket, after the replies just given have gone out.
+  if (state) {
+    state->master->stop();
+    state->worker->stop(std::chrono::milliseconds(1000));
+  }
+  rpc_->stop(std::chrono::milliseconds(200));
   rpc_.reset();
   {
     std::lock_guard<std::mutex> l(serving_mu_);

@@ -27,13 +27,23 @@ StatusOr<std::string> server_bind_endpoint(std::string_view address);
 // `local_name` is not a device name.
 StatusOr<std::string> task_device_name(const std::string& local_name, const std::string& job, int task);
 
+class Master;
+class Worker;
+
 // What the request handlers need; shared with them (an RpcServer may leave a slow handler running
-// after stop(), so handlers never point into ServerImpl). Immutable: any thread may read it.
+// after stop(), so handlers never point into ServerImpl). The fields are set once; the services
+// are thread-safe.
 struct ServiceState {
   std::string job;
   int task = 0;
   std::string task_name;  // "/job:worker/task:1", for messages
+  std::shared_ptr<Worker> worker;
+  std::shared_ptr<Master> master;
 };
+
+// The services of task (`job`, `task`) of `cluster`: a fresh worker and master.
+std::shared_ptr<ServiceState> make_services(const train::ClusterSpec& cluster, const std::string& job, int task,
+                                            const train::ServerOptions& options);
 
 // Handles one request (frame 0 a wire RequestHeader): GetStatus, or Unimplemented naming the
 // method; a header that does not parse gets InvalidArgument (in a ResponseHeader when its request
@@ -61,14 +71,21 @@ class ServerImpl {
 
   std::string target() const { return "tessera://" + address_; }
   const train::ClusterSpec& cluster() const { return cluster_; }
-  const std::string& job_name() const { return state_->job; }
-  int task_index() const { return state_->task; }
+  const std::string& job_name() const { return job_; }
+  int task_index() const { return task_; }
 
  private:
   const train::ClusterSpec cluster_;
   const std::string address_;  // this task's "host:port"
   const train::ServerOptions options_;
-  const std::shared_ptr<const ServiceState> state_;
+  const std::string job_;
+  const int task_;
+  // Handlers find the services here; a restarted server gets fresh ones.
+  struct StateSlot {
+    std::mutex mu;
+    std::shared_ptr<ServiceState> state;  // guarded by mu; null while not serving
+  };
+  std::shared_ptr<StateSlot> slot_ = std::make_shared<StateSlot>();  // replaced only by start_local
 
   // Held for the whole of start() and stop(), so they never interleave and a second stop() returns
   // when the first has finished.

@@ -131,6 +131,10 @@ const std::unordered_map<std::string_view, std::vector<AttrSpec>>& op_attrs() {
         {"QueueClose", {{"cancel_pending_enqueues", kKind<bool>}}},
         {"QueueSize", none}, {"QueueIsClosed", none},
         {"LimitEpochs", {{"num_epochs", kKind<int64_t>}}},
+        // transport/worker.cc: the exchange between the partitions of a cluster step
+        {"_RemoteSend", {{"key", kKind<std::string>}}},
+        {"_RemoteRecv",
+         {{"key", kKind<std::string>}, {"src_task", kKind<std::string>}, dtype, shape}},
     };
     return t;
   }();
@@ -405,7 +409,8 @@ StatusOr<AttrValue> decode_attr(const pb::AttrValue& proto) {
 
 // ---- Graphs ----
 
-StatusOr<GraphDef> encode_graph(const GraphImpl& graph, const std::vector<const Node*>& nodes) {
+StatusOr<GraphDef> encode_graph(const GraphImpl& graph, const std::vector<const Node*>& nodes,
+                                bool refer_outside) {
   std::shared_lock<std::shared_mutex> lock(graph.mutex());
   const int n = static_cast<int>(nodes.size());
   std::unordered_map<const Node*, int> pos;
@@ -439,6 +444,7 @@ StatusOr<GraphDef> encode_graph(const GraphImpl& graph, const std::vector<const 
     const Node* node = nodes[static_cast<std::size_t>(i)];
     TESSERA_RETURN_IF_ERROR(for_each_dep(node, [&](const Node* dep, const char* what) -> Status {
       auto it = dep == nullptr ? pos.end() : pos.find(dep);
+      if (it == pos.end() && refer_outside && dep != nullptr && dep->graph == &graph) return Status();
       if (it == pos.end()) {
         return errors::invalid_argument("encode_graph: {} '{}' of node '{}' is not among the nodes encoded",
                                         what, dep == nullptr ? "(null)" : dep->name, node->name);

@@ -125,7 +125,10 @@ StatusOr<AttrValue> decode_attr(const pb::AttrValue& proto);
 // out in creation order). InvalidArgument when a node refers to one outside `nodes`, the edges
 // form a cycle (Operation::add_control_input allows one), a name cannot be encoded, or an attr
 // tensor is not in host memory. Takes the graph's lock (shared).
-StatusOr<GraphDef> encode_graph(const GraphImpl& graph, const std::vector<const Node*>& nodes);
+// With `refer_outside`, the nodes may also refer to other nodes of `graph` (by name: an
+// ExtendSession's new nodes refer to the nodes sent before).
+StatusOr<GraphDef> encode_graph(const GraphImpl& graph, const std::vector<const Node*>& nodes,
+                                bool refer_outside = false);
 // Every node of `graph`.
 StatusOr<GraphDef> encode_graph(const GraphImpl& graph);
 

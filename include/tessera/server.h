@@ -11,9 +11,18 @@
 //   local.target();                               // "tessera://127.0.0.1:40123"
 //
 // A server answers its peers' calls over ZeroMQ (transport/rpc.h) in tessera's wire format
-// (transport/wire.proto). This first slice serves GetStatus (the task's devices, named
-// /job:J/replica:0/task:N/device:TYPE:I, with their cost profiles, for placement on a master);
-// every other method is answered Unimplemented until the master and worker services arrive.
+// (transport/wire.proto). It is both
+//   * a master: Session(graph, server.target()) creates a session there; the master places the
+//     graph's ops over the devices of every task the graph names (ops with no job in their device
+//     request run on the master's own task), splits each step by task, and runs the pieces on the
+//     tasks' workers (Note [Master] in transport/master.cc);
+//   * a worker: it runs the pieces masters register with it and exchanges the tensors that cross
+//     tasks directly with the other tasks' workers (Note [Worker] in transport/worker.cc).
+// Variables and queues live on the task their ops are placed on, in one set per task shared by
+// every session and client (between-graph replication), and outlive the sessions. A task that is
+// down, dies or hangs makes the runs that need it fail with UnavailableError naming it (as soon
+// as its connection drops, or after rpc_timeout when it cannot be reached at all); runs that do
+// not need it are unaffected. After a task restarts, open a new session to use it.
 // Threads, what stop() guarantees, and signals: Note [Server] in transport/server.cc.
 //
 // A Server is move-only (a moved-from Server is inert: stop() and join() do nothing, the other
@@ -73,9 +82,11 @@ class Server {
   // address of this machine); UnimplementedError for IPv6 addresses. A stopped server may be
   // started again.
   void start();
-  // Stops serving: the port is closed and can be bound again when this returns, no new request is
-  // handled, replies still owed are dropped (their callers meet their deadlines). Returns promptly;
-  // idempotent; also done by the destructor. Not from inside a request handler.
+  // Stops serving: sessions on this master are closed (their runs in flight fail with
+  // CancelledError), runs of this worker are cancelled, then the port is closed (it can be bound
+  // again when this returns) and no new request is handled. Returns promptly (about a second at
+  // most); idempotent; also done by the destructor. Not from inside a request handler. Variables
+  // of this task are lost: a restarted server starts empty.
   void stop();
   // Blocks until the server is not serving: returns at once when it was never started or is
   // stopped, else when stop() is called from another thread.

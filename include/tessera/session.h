@@ -44,15 +44,24 @@ struct SessionOptions {
   bool allow_soft_placement = true;
   int inter_op_threads = 0;  // 0 = the process-wide pool, one thread per hardware thread
   PlacementPolicy placement_policy = PlacementPolicy::cost;
+  // Sessions on a cluster target: the deadline of each call to the master that should be quick
+  // (creating, extending, closing the session). A run itself may take as long as it needs (bound
+  // it with RunOptions::timeout); it fails with UnavailableError as soon as the connection to the
+  // master is lost, or when no connection can be made within this time.
+  std::chrono::milliseconds rpc_timeout{10000};
 };
 
 namespace internal {
 class SessionImpl;
+class RemoteSession;
 }
 
 class Session {
  public:
   explicit Session(Graph& g, SessionOptions options = {});
+  // `target` "" or "local": in this process, as above. "tessera://host:port" (a cluster task's
+  // Server::target(); "grpc://host:port" is accepted too): a session on that task's master, whose
+  // ops may be placed on every task of the cluster (see include/tessera/server.h).
   Session(Graph& g, const std::string& target, SessionOptions options = {});
   ~Session();
   Session(Session&&) noexcept;
@@ -74,7 +83,8 @@ class Session {
   Graph& graph() const;
 
  private:
-  std::unique_ptr<internal::SessionImpl> impl_;
+  std::unique_ptr<internal::SessionImpl> impl_;      // in-process sessions
+  std::unique_ptr<internal::RemoteSession> remote_;  // cluster sessions
 };
 
 }  // namespace tessera

@@ -1,0 +1,187 @@
+// Workloads on a cluster of `tessera server` processes (loopback, free ports), started by the
+// benchmark and stopped at exit:
+//
+//   BM_step_two_tasks/tessera   the fixed cost of one step spanning two tasks: c = a + b with b
+//                               computed on task 1 and c on task 0, run through task 0's master
+//                               (client -> master -> two workers -> tensor task 1 -> task 0 ->
+//                               master -> client)
+//   BM_step_one_task/tessera    the same graph on one task (client -> master -> worker), for
+//                               comparison
+//   BM_ps_steps/tessera/W       parameter-server training steps per second with W = 1, 2, 4 worker
+//                               processes, each driven by its own client with its own graph;
+//                               variables (a 256x256 weight matrix and a bias) on the ps
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <tessera/tessera.h>
+
+#include <atomic>
+#include <map>
+#include <memory>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "common/bench_common.h"
+#include "tools/child_process.h"
+
+namespace {
+
+using namespace tessera;
+using namespace std::chrono_literals;
+
+int free_port() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof addr;
+  int port = 0;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 &&
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
+    port = ntohs(addr.sin_port);
+  }
+  ::close(fd);
+  return port;
+}
+
+// A ps task and `workers` worker tasks, as processes.
+class Cluster {
+ public:
+  explicit Cluster(int workers) {
+    std::vector<std::string> addresses;
+    for (int i = 0; i <= workers; ++i) addresses.push_back(fmt::format("127.0.0.1:{}", free_port()));
+    std::string json = fmt::format("{{\"ps\": [\"{}\"], \"worker\": [", addresses[0]);
+    for (int i = 1; i <= workers; ++i) json += fmt::format("{}\"{}\"", i > 1 ? ", " : "", addresses[i]);
+    json += "]}";
+    for (int i = 0; i <= workers; ++i) {
+      auto child = std::make_unique<tools::ChildProcess>(std::vector<std::string>{
+          TESSERA_CLI_PATH, "server", "--cluster", json, "--job", i == 0 ? "ps" : "worker", "--task",
+          std::to_string(i == 0 ? 0 : i - 1)});
+      auto line = child->read_line(60s);
+      ok = ok && line && line->find("listening") != std::string::npos;
+      children_.push_back(std::move(child));
+      if (i > 0) targets.push_back("tessera://" + addresses[static_cast<std::size_t>(i)]);
+    }
+  }
+  ~Cluster() {
+    for (auto& c : children_) c->signal(SIGTERM);
+    for (auto& c : children_) c->wait_exit(5s);
+  }
+  bool ok = true;
+  std::vector<std::string> targets;
+
+ private:
+  std::vector<std::unique_ptr<tools::ChildProcess>> children_;
+};
+
+// The fixtures live for the whole program (Google Benchmark calls a benchmark function several
+// times) and are destroyed at exit: sessions first, then the processes.
+struct StepFixture {
+  Cluster cluster{2};
+  Graph g;
+  Output c;
+  std::unique_ptr<Session> s;
+  bool ok = false;
+  explicit StepFixture(bool two_tasks) {
+    if (!cluster.ok) return;
+    auto a = ops::constant(g, 1.0f, "a");
+    Output b;
+    {
+      auto scope = g.device(two_tasks ? "/job:worker/task:1" : "/job:worker/task:0");
+      b = ops::add(ops::constant(g, 1.0f), ops::constant(g, 1.0f), "b");
+    }
+    c = ops::add(a, b, "c");
+    s = std::make_unique<Session>(g, cluster.targets[0]);
+    ok = s->run(c).scalar<float>() == 3.0f;
+    for (int i = 0; i < 200; ++i) s->run(c);  // warm-up
+  }
+  ~StepFixture() { s.reset(); }
+};
+
+void BM_step(benchmark::State& state, bool two_tasks) {
+  tessera_bench::set_impl(state, "tessera");
+  static StepFixture two(true);
+  static StepFixture one(false);
+  StepFixture& f = two_tasks ? two : one;
+  if (!tessera_bench::check(state, f.ok, "the cluster did not start, or c != 3")) return;
+  for (auto _ : state) {
+    Tensor t = f.s->run(f.c);
+    benchmark::DoNotOptimize(t);
+  }
+  state.SetItemsProcessed(state.iterations());
+}
+
+// One worker's client: y = relu(x W + b) loss on a 64x256 batch, SGD on W and b (on the ps).
+struct Client {
+  Graph g;
+  Variable w, b;
+  Output loss;
+  Operation train;
+  std::unique_ptr<Session> s;
+  explicit Client(const std::string& target) {
+    {
+      auto ps = g.device("/job:ps/task:0");
+      w = Variable(g, Tensor::from_vector(std::vector<float>(256 * 256, 0.001f), Shape{256, 256}), "w");
+      b = Variable(g, Tensor::from_vector(std::vector<float>(256, 0.0f), Shape{256}), "b");
+    }
+    auto x = ops::random_uniform(g, {64, 256}, DType::Float32, 3);
+    auto h = ops::add(ops::matmul(x, w.value()), b.value());
+    loss = ops::reduce_mean(ops::square(h), {}, false, "loss");
+    auto g_h = ops::mul(ops::constant(g, 2.0f / (64 * 256)), h);
+    auto g_w = ops::matmul(x, g_h, /*transpose_a=*/true);
+    auto g_b = ops::reduce_sum(g_h, {0});
+    auto lr = ops::constant(g, 0.01f);
+    train = ops::group({w.assign_sub(ops::mul(lr, g_w)).op(), b.assign_sub(ops::mul(lr, g_b)).op()});
+    s = std::make_unique<Session>(g, target);
+  }
+};
+
+struct PsFixture {
+  Cluster cluster;
+  std::vector<std::unique_ptr<Client>> clients;
+  bool ok = false;
+  explicit PsFixture(int workers) : cluster(workers) {
+    if (!cluster.ok) return;
+    for (int i = 0; i < workers; ++i) clients.push_back(std::make_unique<Client>(cluster.targets[static_cast<std::size_t>(i)]));
+    clients[0]->s->run(global_variables_initializer(clients[0]->g));
+    const float before = clients[0]->s->run(clients[0]->loss).scalar<float>();
+    for (auto& c : clients) {
+      for (int i = 0; i < 20; ++i) c->s->run(c->train);  // warm-up (plans registered)
+    }
+    ok = clients[0]->s->run(clients[0]->loss).scalar<float>() < before;
+  }
+  ~PsFixture() { clients.clear(); }
+};
+
+void BM_ps_steps(benchmark::State& state) {
+  tessera_bench::set_impl(state, "tessera");
+  const int workers = static_cast<int>(state.range(0));
+  static std::map<int, std::unique_ptr<PsFixture>> fixtures;
+  auto& fixture = fixtures[workers];
+  if (!fixture) fixture = std::make_unique<PsFixture>(workers);
+  if (!tessera_bench::check(state, fixture->ok, "the cluster did not start, or the loss did not fall")) return;
+  auto& clients = fixture->clients;
+  constexpr int kStepsPerWorker = 20;
+  for (auto _ : state) {
+    std::vector<std::thread> threads;
+    for (auto& c : clients) {
+      threads.emplace_back([&c] {
+        for (int i = 0; i < kStepsPerWorker; ++i) c->s->run(c->train);
+      });
+    }
+    for (auto& t : threads) t.join();
+  }
+  state.SetItemsProcessed(state.iterations() * workers * kStepsPerWorker);
+  state.counters["steps_per_second"] =
+      benchmark::Counter(static_cast<double>(workers * kStepsPerWorker), benchmark::Counter::kIsIterationInvariantRate);
+}
+
+BENCHMARK_CAPTURE(BM_step, two_tasks, true)->Name("BM_step_two_tasks/tessera")->UseRealTime()->MinTime(1.0);
+BENCHMARK_CAPTURE(BM_step, one_task, false)->Name("BM_step_one_task/tessera")->UseRealTime()->MinTime(1.0);
+BENCHMARK(BM_ps_steps)->Name("BM_ps_steps/tessera")->Arg(1)->Arg(2)->Arg(4)->UseRealTime()->MinTime(2.0);
+
+}  // namespace

@@ -1,0 +1,179 @@
+// Parameter-server training across processes, the TensorFlow 1 way (between-graph replication):
+// one `ps` task holds the variables, each `worker` task runs its own client graph with a
+// QueueRunner input pipeline and updates the shared variables on the ps.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <iomanip>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "examples/examples.h"
+#include "tessera/tessera.h"
+#include "tools/child_process.h"
+
+namespace tessera::examples {
+
+namespace {
+
+using namespace std::chrono_literals;
+
+int free_loopback_port() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return 0;
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof addr;
+  int port = 0;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 &&
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
+    port = ntohs(addr.sin_port);
+  }
+  ::close(fd);
+  return port;
+}
+
+constexpr int kBatch = 64;
+
+// One worker's client: its own graph (the same on every worker), its input pipeline on its own
+// task, the model's variables on the ps.
+struct Client {
+  Graph g;
+  Variable w, b;
+  Output loss;
+  Operation train;
+  std::unique_ptr<Session> session;
+
+  Client(const std::string& target, int index, bool log_placement) {
+    {
+      auto ps = g.device("/job:ps/task:0");
+      w = Variable(g, Tensor::scalar(0.0f), "w");
+      b = Variable(g, Tensor::scalar(0.0f), "b");
+    }
+    // Input pipeline (no device: it runs on this client's worker task): noisy y = 3x + 2.
+    FIFOQueue batches(g, 16, {DType::Float32, DType::Float32}, {Shape{kBatch}, Shape{kBatch}}, "", "batches");
+    auto x = ops::random_uniform(g, {kBatch}, DType::Float32, /*seed=*/11 + static_cast<uint64_t>(index));
+    auto noise = ops::random_normal(g, {kBatch}, DType::Float32, /*seed=*/23 + static_cast<uint64_t>(index), 0.0f, 0.1f);
+    auto y = ops::add(ops::add(ops::mul(x, ops::constant(g, 3.0f)), ops::constant(g, 2.0f)), noise);
+    auto enqueue = batches.enqueue({x, y});
+    train::add_queue_runner(g, train::QueueRunner(batches, {enqueue}));
+    // Model and hand-written gradients of the mean squared error, computed on the worker.
+    auto batch = batches.dequeue();
+    auto err = ops::sub(ops::add(ops::mul(batch[0], w.value()), b.value()), batch[1]);
+    loss = ops::reduce_mean(ops::square(err), {}, false, "loss");
+    auto lr = ops::constant(g, 0.2f, "learning_rate");
+    auto grad_w = ops::mul(ops::constant(g, 2.0f), ops::reduce_mean(ops::mul(err, batch[0])));
+    auto grad_b = ops::mul(ops::constant(g, 2.0f), ops::reduce_mean(err));
+    train = ops::group({w.assign_sub(ops::mul(lr, grad_w)).op(), b.assign_sub(ops::mul(lr, grad_b)).op()}, "train");
+    SessionOptions options;
+    options.log_device_placement = log_placement;
+    session = std::make_unique<Session>(g, target, options);
+  }
+};
+
+}  // namespace
+
+int ps_training(std::ostream& out, const std::string& tessera_binary, int workers, int steps) {
+  // The cluster on free loopback ports; a port taken in between makes that task fail to start: retry.
+  std::vector<std::unique_ptr<tools::ChildProcess>> tasks;
+  std::vector<std::string> targets;
+  std::string cluster_json;
+  for (int attempt = 0; attempt < 3 && tasks.empty(); ++attempt) {
+    std::vector<std::string> addresses;
+    for (int i = 0; i <= workers; ++i) addresses.push_back(fmt::format("127.0.0.1:{}", free_loopback_port()));
+    cluster_json = fmt::format("{{\"ps\": [\"{}\"], \"worker\": [", addresses[0]);
+    for (int i = 1; i <= workers; ++i) cluster_json += fmt::format("{}\"{}\"", i > 1 ? ", " : "", addresses[i]);
+    cluster_json += "]}";
+    bool started = true;
+    for (int i = 0; i <= workers && started; ++i) {
+      const std::string job = i == 0 ? "ps" : "worker";
+      const std::string index = std::to_string(i == 0 ? 0 : i - 1);
+      auto child = std::make_unique<tools::ChildProcess>(
+          std::vector<std::string>{tessera_binary, "server", "--cluster", cluster_json, "--job", job, "--task", index},
+          std::vector<std::string>{}, /*capture_stderr=*/false);
+      auto line = child->read_line(60s);
+      if (!line || line->find("listening on") == std::string::npos) {
+        started = false;
+        break;
+      }
+      out << "started " << *line << "  (pid " << child->pid() << ")\n";
+      if (i > 0) targets.push_back(fmt::format("tessera://{}", addresses[static_cast<std::size_t>(i)]));
+      tasks.push_back(std::move(child));
+    }
+    if (!started) {
+      tasks.clear();  // kills what started
+      targets.clear();
+    }
+  }
+  if (tasks.empty()) {
+    out << "ps_training: could not start the cluster's tasks\n";
+    return 1;
+  }
+  out << "cluster " << cluster_json << "\n";
+
+  int rc = 0;
+  try {
+    std::vector<std::unique_ptr<Client>> clients;
+    for (int i = 0; i < workers; ++i) {
+      clients.push_back(std::make_unique<Client>(targets[static_cast<std::size_t>(i)], i, /*log_placement=*/i == 0));
+    }
+    // The chief (worker 0) initializes the shared variables once.
+    clients[0]->session->run(global_variables_initializer(clients[0]->g));
+
+    std::mutex mu;
+    float first_loss = -1, last_loss = -1;
+    const auto start = std::chrono::steady_clock::now();
+    std::vector<std::thread> trainers;
+    for (int i = 0; i < workers; ++i) {
+      trainers.emplace_back([&, i] {
+        Client& c = *clients[static_cast<std::size_t>(i)];
+        train::Coordinator coord;
+        auto runners = train::start_queue_runners(*c.session, coord);
+        coord.stop_on_exception([&] {
+          for (int step = 0; step < steps && !coord.should_stop(); ++step) {
+            const float l = c.session->run({c.loss}, {}, {c.train})[0].scalar<float>();
+            if (i != 0) continue;
+            std::lock_guard<std::mutex> lock(mu);
+            if (step == 0) first_loss = l;
+            last_loss = l;
+            if (step % std::max(1, steps / 5) == 0 || step == steps - 1) {
+              out << "worker 0  step " << std::setw(4) << step << "  loss " << std::fixed << std::setprecision(5) << l
+                  << "\n";
+            }
+          }
+        });
+        coord.request_stop();  // after N steps: the input pipeline stops too
+        coord.join(runners);
+      });
+    }
+    for (auto& t : trainers) t.join();
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    auto wb = clients[0]->session->run({clients[0]->w.value(), clients[0]->b.value()});
+    const float w = wb[0].scalar<float>(), b = wb[1].scalar<float>();
+    out << fmt::format("{} workers x {} steps in {:.2f} s ({:.0f} steps/s in all); on the ps: w = {:.3f} (true 3), "
+                       "b = {:.3f} (true 2); worker 0's loss {:.4f} -> {:.4f}\n",
+                       workers, steps, seconds, workers * steps / seconds, w, b, first_loss, last_loss);
+    const bool ok = last_loss < first_loss && std::abs(w - 3.0f) < 0.2f && std::abs(b - 2.0f) < 0.2f;
+    rc = ok ? 0 : 1;
+    for (auto& c : clients) c->session->close();
+  } catch (const Error& e) {
+    out << "ps_training: " << error_code_name(e.code()) << ": " << e.what() << "\n";
+    rc = 1;
+  }
+  for (auto& t : tasks) t->signal(SIGTERM);
+  for (auto& t : tasks) {
+    if (!t->wait_exit(5s)) out << "a task did not stop within 5 s of SIGTERM: killed\n";
+  }
+  return rc;
+}
+
+}  // namespace tessera::examples

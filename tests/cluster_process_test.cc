@@ -1,0 +1,251 @@
+// Clusters of real `tessera server` processes on loopback ports: cross-task arithmetic, a 64 MiB
+// tensor between processes, variables on a ps process shared by two clients, kill -9 of a worker
+// mid-run (UnavailableError within the bound, then a restarted worker serves a new session), and
+// hostile bytes on a server's port. Every wait is bounded; every child is killed at the end.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <random>
+#include <thread>
+
+#include <gtest/gtest.h>
+#include <zmq.hpp>
+
+#include "testing/test_util.h"
+#include "tessera/tessera.h"
+#include "tools/child_process.h"
+
+#if defined(__SANITIZE_THREAD__)
+extern "C" const char* __tsan_default_suppressions() { return "race:libzmq.so\n"; }
+#endif
+
+namespace tessera {
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+using tools::ChildProcess;
+
+int free_port() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  socklen_t len = sizeof addr;
+  EXPECT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
+// A cluster of `tessera server` processes: jobs -> task count, on free loopback ports.
+class Cluster {
+ public:
+  explicit Cluster(std::vector<std::pair<std::string, int>> jobs) {
+    json_ = "{";
+    for (std::size_t j = 0; j < jobs.size(); ++j) {
+      json_ += (j ? ", \"" : "\"") + jobs[j].first + "\": [";
+      for (int t = 0; t < jobs[j].second; ++t) {
+        const std::string address = "127.0.0.1:" + std::to_string(free_port());
+        addresses_[{jobs[j].first, t}] = address;
+        json_ += (t ? ", \"" : "\"") + address + "\"";
+      }
+      json_ += "]";
+    }
+    json_ += "}";
+    for (const auto& [task, address] : addresses_) start(task.first, task.second);
+  }
+
+  // Starts (or restarts) a task; true once it listens.
+  bool start(const std::string& job, int task) {
+    auto& child = children_[{job, task}];
+    child.reset();
+    for (int attempt = 0; attempt < 50; ++attempt) {  // a restarted task may find its port in TIME_WAIT briefly
+      child = std::make_unique<ChildProcess>(std::vector<std::string>{TESSERA_CLI_PATH, "server", "--cluster", json_,
+                                                                      "--job", job, "--task", std::to_string(task)});
+      auto line = child->read_line(60s);
+      if (line && line->find("listening on") != std::string::npos) return true;
+      child.reset();
+      std::this_thread::sleep_for(100ms);
+    }
+    ADD_FAILURE() << "could not start /job:" << job << "/task:" << task;
+    return false;
+  }
+  void kill9(const std::string& job, int task) {
+    auto& child = children_.at({job, task});
+    child->signal(SIGKILL);
+    child->wait_exit(10s);
+  }
+  std::string target(const std::string& job, int task) const { return "tessera://" + addresses_.at({job, task}); }
+  std::string endpoint(const std::string& job, int task) const { return "tcp://" + addresses_.at({job, task}); }
+
+ private:
+  std::string json_;
+  std::map<std::pair<std::string, int>, std::string> addresses_;
+  std::map<std::pair<std::string, int>, std::unique_ptr<ChildProcess>> children_;
+};
+
+SessionOptions options(std::chrono::milliseconds rpc_timeout = 5000ms) {
+  SessionOptions o;
+  o.rpc_timeout = rpc_timeout;
+  return o;
+}
+
+TEST(ClusterProcessTest, CrossTaskArithmeticAndA64MiBTensor) {
+  Cluster cluster({{"worker", 2}});
+  Graph g;
+  const int64_t n = 16 * 1024 * 1024;  // 64 MiB of float32
+  auto x = ops::placeholder(g, DType::Float32, Shape{n}, "x");
+  Output y, small;
+  {
+    auto scope = g.device("/job:worker/task:1");
+    y = ops::mul(x, ops::constant(g, Tensor::scalar<float>(2)), "y");
+    small = ops::add(ops::constant(g, Tensor::scalar<int32_t>(40)), ops::constant(g, Tensor::scalar<int32_t>(2)));
+  }
+  auto z = ops::sub(y, x, "z");  // on task 0: = x
+  auto total = ops::mul(small, ops::constant(g, Tensor::scalar<int32_t>(10)), "total");
+  Session s(g, cluster.target("worker", 0), options());
+  EXPECT_EQ(s.run(total).scalar<int32_t>(), 420);
+  std::vector<float> data(static_cast<std::size_t>(n));
+  std::mt19937 rng(7);
+  for (auto& v : data) v = static_cast<float>(rng() % 100000);
+  auto out = s.run(z, {{x, Tensor::vector<float>(data)}}).to_vector<float>();
+  ASSERT_EQ(out.size(), data.size());
+  int64_t wrong = 0;
+  for (std::size_t i = 0; i < out.size(); ++i) wrong += out[i] != data[i];
+  EXPECT_EQ(wrong, 0);
+}
+
+TEST(ClusterProcessTest, PsVariableSharedByTwoClientsExactAfterConcurrentAssignAdd) {
+  Cluster cluster({{"ps", 1}, {"worker", 2}});
+  struct Client {
+    Graph g;
+    Variable v;
+    Output add;
+    std::unique_ptr<Session> s;
+  };
+  auto make = [&](int worker) {
+    auto c = std::make_unique<Client>();
+    {
+      auto scope = c->g.device("/job:ps/task:0");
+      c->v = Variable(c->g, Tensor::scalar<int64_t>(0), "counter");
+    }
+    c->add = c->v.assign_add(ops::constant(c->g, Tensor::scalar<int64_t>(1)));
+    c->s = std::make_unique<Session>(c->g, cluster.target("worker", worker), options());
+    return c;
+  };
+  auto c0 = make(0);
+  auto c1 = make(1);
+  c0->s->run(c0->v.initializer());
+  std::vector<std::thread> threads;
+  std::atomic<int> errors{0};
+  for (int t = 0; t < 4; ++t) {
+    Client* c = t % 2 == 0 ? c0.get() : c1.get();
+    threads.emplace_back([c, &errors] {
+      for (int i = 0; i < 500; ++i) {
+        try {
+          c->s->run(c->add);
+        } catch (const Error& e) {
+          if (errors++ == 0) ADD_FAILURE() << e.what();
+        }
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(errors.load(), 0);
+  EXPECT_EQ(c0->s->run(c0->v.value()).scalar<int64_t>(), 2000);
+  EXPECT_EQ(c1->s->run(c1->v.value()).scalar<int64_t>(), 2000);
+}
+
+TEST(ClusterProcessTest, KilledWorkerIsUnavailableWithinTheBoundAndARestartedOneServes) {
+  Cluster cluster({{"worker", 2}});
+  Graph g;
+  // A step that blocks on task 1 (a dequeue from an empty queue there), so the kill hits it mid-run.
+  Output deq, remote;
+  {
+    auto scope = g.device("/job:worker/task:1");
+    FIFOQueue q(g, 2, {DType::Float32}, {Shape{}}, "q");
+    deq = q.dequeue()[0];
+    remote = ops::neg(ops::constant(g, Tensor::scalar<float>(5)), "remote");
+  }
+  auto local = ops::square(ops::constant(g, Tensor::scalar<float>(3)), "local");
+  auto result = ops::add(deq, local, "result");
+  Session s(g, cluster.target("worker", 0), options(2000ms));
+  EXPECT_EQ(s.run(remote).scalar<float>(), -5.0f);
+  std::atomic<int> code{-1};
+  std::string message;
+  Clock::time_point failed_at;
+  std::thread blocked([&] {
+    try {
+      s.run(result);
+      code = 0;
+    } catch (const Error& e) {
+      message = e.what();
+      failed_at = Clock::now();
+      code = static_cast<int>(e.code());
+    }
+  });
+  std::this_thread::sleep_for(500ms);
+  ASSERT_EQ(code.load(), -1) << "the step should be blocked on task 1's queue";
+  const auto killed_at = Clock::now();
+  cluster.kill9("worker", 1);
+  ASSERT_TRUE(tessera::testing::wait_until([&] { return code.load() != -1; }, 15s));
+  blocked.join();
+  EXPECT_EQ(code.load(), static_cast<int>(ErrorCode::kUnavailable)) << message;
+  EXPECT_NE(message.find("/job:worker/replica:0/task:1"), std::string::npos) << message;
+  EXPECT_LT(failed_at - killed_at, 10s);  // the default bound; in practice milliseconds (the connection resets)
+  // Runs not touching task 1 keep working.
+  EXPECT_EQ(s.run(local).scalar<float>(), 9.0f);
+  // A restarted task 1 serves a new session.
+  ASSERT_TRUE(cluster.start("worker", 1));
+  Session fresh(g, cluster.target("worker", 0), options());
+  EXPECT_EQ(fresh.run(remote).scalar<float>(), -5.0f);
+}
+
+TEST(ClusterProcessTest, GarbageAndTruncatedFramesLeaveTheServerServing) {
+  Cluster cluster({{"worker", 1}});
+  // Raw TCP garbage (not even ZMTP).
+  {
+    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    const std::string ep = cluster.endpoint("worker", 0);
+    addr.sin_port = htons(static_cast<uint16_t>(std::stoi(ep.substr(ep.rfind(':') + 1))));
+    ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+    std::mt19937 rng(1);
+    std::string junk(4096, '\0');
+    for (auto& ch : junk) ch = static_cast<char>(rng());
+    [[maybe_unused]] auto n = ::write(fd, junk.data(), junk.size());
+    ::close(fd);
+  }
+  // Well-framed ZeroMQ messages whose contents are garbage or cut short.
+  {
+    zmq::context_t ctx;
+    zmq::socket_t dealer(ctx, zmq::socket_type::dealer);
+    dealer.set(zmq::sockopt::linger, 0);
+    dealer.connect(cluster.endpoint("worker", 0));
+    std::mt19937 rng(2);
+    for (int i = 0; i < 200; ++i) {
+      std::string junk(static_cast<std::size_t>(rng() % 64), '\0');
+      for (auto& ch : junk) ch = static_cast<char>(rng());
+      // Our envelope's magic with a random call id, then a header that is junk or truncated.
+      std::string call_id = std::string("TRP1") + std::string(8, static_cast<char>(i));
+      dealer.send(zmq::buffer(call_id), zmq::send_flags::sndmore);
+      dealer.send(zmq::buffer(junk), zmq::send_flags::none);
+    }
+    std::this_thread::sleep_for(200ms);
+  }
+  Graph g;
+  auto c = ops::add(ops::constant(g, Tensor::scalar<float>(1)), ops::constant(g, Tensor::scalar<float>(2)));
+  Session s(g, cluster.target("worker", 0), options());
+  EXPECT_EQ(s.run(c).scalar<float>(), 3.0f);
+}
+
+}  // namespace
+}  // namespace tessera

@@ -1,0 +1,300 @@
+// Sessions on a cluster target, with every task's Server in this process (the multi-process
+// versions are in cluster_process_test.cc): placement across tasks, tensors crossing tasks,
+// variables shared by sessions, errors, deadlines, dead tasks, close() and stop().
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "testing/test_util.h"
+#include "tessera/tessera.h"
+
+#if defined(__SANITIZE_THREAD__)
+// libzmq is not instrumented (see rpc_test.cc).
+extern "C" const char* __tsan_default_suppressions() { return "race:libzmq.so\n"; }
+#endif
+
+namespace tessera {
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+using train::ClusterSpec;
+using train::Server;
+using train::ServerOptions;
+
+int free_port() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  socklen_t len = sizeof addr;
+  EXPECT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
+std::string loopback() { return "127.0.0.1:" + std::to_string(free_port()); }
+
+ServerOptions quick() {
+  ServerOptions o;
+  o.rpc_timeout = 2000ms;
+  return o;
+}
+
+SessionOptions client_options() {
+  SessionOptions o;
+  o.rpc_timeout = 2000ms;
+  return o;
+}
+
+TEST(ClusterSessionTest, LocalServerRunsFeedsAndFetches) {
+  Server server = Server::create_local_server();
+  Graph g;
+  auto a = ops::placeholder(g, DType::Float32, Shape{2}, "a");
+  auto b = ops::constant(g, Tensor::vector<float>({10, 20}), "b");
+  auto c = ops::add(a, b);
+  Session s(g, server.target());
+  auto out = s.run({c, a}, {{a, Tensor::vector<float>({1, 2})}});
+  EXPECT_EQ(out[0].to_vector<float>(), (std::vector<float>{11, 22}));
+  EXPECT_EQ(out[1].to_vector<float>(), (std::vector<float>{1, 2}));  // a fed tensor, fetched
+  // Ops added after the session was created are sent on the next run.
+  auto d = ops::mul(c, ops::constant(g, Tensor::scalar<float>(2)));
+  EXPECT_EQ(s.run(d, {{a, Tensor::vector<float>({0, 0})}}).to_vector<float>(), (std::vector<float>{20, 40}));
+}
+
+// The seed's example, made correct: two tasks of job "local", ops on both, ten threads running y.
+TEST(ClusterSessionTest, SeedExampleTwoTasksTenThreads) {
+  ClusterSpec cluster({{"local", {loopback(), loopback()}}});
+  Server t0(cluster, "local", 0, quick());
+  Server t1(cluster, "local", 1, quick());
+  Graph g;
+  auto x = ops::constant(g, Tensor::scalar<int32_t>(2), "x");
+  Output y2, y;
+  {
+    auto scope = g.device("/job:local/task:1");
+    y2 = ops::sub(x, ops::constant(g, Tensor::scalar<int32_t>(66)), "y2");
+  }
+  {
+    auto scope = g.device("/job:local/task:0");
+    auto y1 = ops::add(x, ops::constant(g, Tensor::scalar<int32_t>(300)), "y1");
+    y = ops::add(y1, y2, "y");
+  }
+  Session s(g, t0.target());
+  std::atomic<int> good{0}, bad{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 10; ++t) {
+    threads.emplace_back([&] {
+      for (int i = 0; i < 20; ++i) {
+        try {
+          (s.run(y).scalar<int32_t>() == 2 + 300 + 2 - 66 ? good : bad)++;
+        } catch (const Error& e) {
+          ADD_FAILURE() << e.what();
+          bad++;
+        }
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(good.load(), 200);
+  EXPECT_EQ(bad.load(), 0);
+}
+
+TEST(ClusterSessionTest, BigTensorCrossesTasksIntact) {
+  ClusterSpec cluster({{"worker", {loopback(), loopback()}}});
+  Server w0(cluster, "worker", 0, quick());
+  Server w1(cluster, "worker", 1, quick());
+  Graph g;
+  const int64_t n = 16 * 1024 * 1024;  // 64 MiB of float32
+  auto x = ops::placeholder(g, DType::Float32, Shape{n}, "x");
+  Output y;
+  {
+    auto scope = g.device("/job:worker/task:1");
+    y = ops::add(x, ops::constant(g, Tensor::scalar<float>(1)), "y");  // computed on task 1
+  }
+  auto z = ops::identity(y, "z");  // back on task 0
+  std::vector<float> data(static_cast<std::size_t>(n));
+  for (int64_t i = 0; i < n; ++i) data[static_cast<std::size_t>(i)] = static_cast<float>(i % 1000003);
+  Session s(g, w0.target());
+  auto out = s.run(z, {{x, Tensor::vector<float>(data)}}).to_vector<float>();
+  ASSERT_EQ(out.size(), data.size());
+  int64_t wrong = 0;
+  for (std::size_t i = 0; i < out.size(); ++i) wrong += out[i] != data[i] + 1;
+  EXPECT_EQ(wrong, 0);
+  EXPECT_EQ(y.op().assigned_device(), "");  // placement happens on the master, not in the client's graph
+}
+
+// Between-graph replication: two clients, each with its own graph and its own master, share the
+// variable "counter" on the ps task; no update is lost.
+TEST(ClusterSessionTest, VariableOnPsSharedByTwoClientsLosesNoUpdate) {
+  ClusterSpec cluster({{"ps", {loopback()}}, {"worker", {loopback(), loopback()}}});
+  Server ps(cluster, "ps", 0, quick());
+  Server w0(cluster, "worker", 0, quick());
+  Server w1(cluster, "worker", 1, quick());
+  struct Client {
+    Graph g;
+    Variable v;
+    Output add;
+    std::unique_ptr<Session> s;
+  };
+  auto make = [&](const Server& server) {
+    auto c = std::make_unique<Client>();
+    {
+      auto scope = c->g.device("/job:ps/task:0");
+      c->v = Variable(c->g, Tensor::scalar<int64_t>(0), "counter");
+    }
+    c->add = c->v.assign_add(ops::constant(c->g, Tensor::scalar<int64_t>(1)));
+    c->s = std::make_unique<Session>(c->g, server.target(), client_options());
+    return c;
+  };
+  auto c0 = make(w0);
+  auto c1 = make(w1);
+  c0->s->run(c0->v.initializer());
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    Client* c = t % 2 == 0 ? c0.get() : c1.get();
+    threads.emplace_back([c] {
+      for (int i = 0; i < 500; ++i) c->s->run(c->add);
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(c0->s->run(c0->v.value()).scalar<int64_t>(), 2000);
+  EXPECT_EQ(c1->s->run(c1->v.value()).scalar<int64_t>(), 2000);
+  // The variable outlives the sessions: a new session of a new client sees it.
+  c0->s->close();
+  auto c2 = make(w1);
+  EXPECT_EQ(c2->s->run(c2->v.value()).scalar<int64_t>(), 2000);
+}
+
+TEST(ClusterSessionTest, ErrorsKeepTheirTypeAndNameTheOp) {
+  ClusterSpec cluster({{"worker", {loopback(), loopback()}}});
+  Server w0(cluster, "worker", 0, quick());
+  Server w1(cluster, "worker", 1, quick());
+  Graph g;
+  auto a = ops::placeholder(g, DType::Float32, Shape::unknown(), "a");
+  Output bad;
+  {
+    auto scope = g.device("/job:worker/task:1");
+    bad = ops::matmul(a, a, false, false, "bad_matmul");
+  }
+  auto out = ops::identity(bad, "out");
+  Session s(g, w0.target(), client_options());
+  try {
+    s.run(out, {{a, Tensor::vector<float>({1, 2, 3})}});
+    FAIL() << "matmul of a vector ran";
+  } catch (const InvalidArgumentError& e) {
+    EXPECT_NE(std::string(e.what()).find("bad_matmul"), std::string::npos) << e.what();
+  }
+  // A feed of the wrong dtype is refused by the master, naming the tensor.
+  auto p = ops::placeholder(g, DType::Int32, Shape{}, "p");
+  EXPECT_THROW(s.run(ops::identity(p), {{p, Tensor::scalar<float>(1)}}), InvalidArgumentError);
+  // And the session keeps working.
+  EXPECT_EQ(s.run(out, {{a, Tensor::matrix<float>({1, 0, 0, 1}, 2, 2)}}).to_vector<float>(),
+            (std::vector<float>{1, 0, 0, 1}));
+}
+
+TEST(ClusterSessionTest, TaskThatNeverCameUpIsUnavailableNamingItAndOthersKeepWorking) {
+  ClusterSpec cluster({{"worker", {loopback(), loopback()}}});
+  Server w0(cluster, "worker", 0, quick());  // task 1 is never started
+  Graph g;
+  auto x = ops::constant(g, Tensor::scalar<float>(3), "x");
+  Output remote;
+  {
+    auto scope = g.device("/job:worker/task:1");
+    remote = ops::neg(x, "remote");
+  }
+  auto local = ops::square(x, "local");
+  Session s(g, w0.target(), client_options());  // does not wait for task 1
+  const auto t0 = Clock::now();
+  try {
+    s.run(remote);
+    FAIL() << "ran on a task that is down";
+  } catch (const UnavailableError& e) {
+    EXPECT_NE(std::string(e.what()).find("/job:worker/replica:0/task:1"), std::string::npos) << e.what();
+  }
+  EXPECT_LT(Clock::now() - t0, 2000ms + 3s);
+  EXPECT_EQ(s.run(local).scalar<float>(), 9.0f);
+}
+
+TEST(ClusterSessionTest, RunTimeoutIsDeadlineExceeded) {
+  Server server = Server::create_local_server();
+  Graph g;
+  FIFOQueue q(g, 2, {DType::Float32}, {Shape{}}, "q");
+  auto deq = q.dequeue()[0];
+  Session s(g, server.target());
+  RunOptions ro;
+  ro.timeout = 200ms;
+  EXPECT_THROW(s.run({deq}, {}, {}, ro), DeadlineExceededError);
+}
+
+TEST(ClusterSessionTest, CloseCancelsABlockedRun) {
+  Server server = Server::create_local_server();
+  Graph g;
+  FIFOQueue q(g, 2, {DType::Float32}, {Shape{}}, "q");
+  auto deq = q.dequeue()[0];
+  Session s(g, server.target());
+  std::atomic<int> code{-1};
+  std::thread blocked([&] {
+    try {
+      s.run(deq);
+      code = 0;
+    } catch (const Error& e) {
+      code = static_cast<int>(e.code());
+    }
+  });
+  std::this_thread::sleep_for(200ms);
+  s.close();
+  ASSERT_TRUE(tessera::testing::wait_until([&] { return code.load() != -1; }, 5s));
+  blocked.join();
+  EXPECT_EQ(code.load(), static_cast<int>(ErrorCode::kCancelled));
+  EXPECT_THROW(s.run(deq), CancelledError);
+}
+
+TEST(ClusterSessionTest, ServerStopWithRunsInFlightCancelsThem) {
+  ClusterSpec cluster({{"worker", {loopback()}}});
+  auto server = std::make_unique<Server>(cluster, "worker", 0, quick());
+  Graph g;
+  FIFOQueue q(g, 2, {DType::Float32}, {Shape{}}, "q");
+  auto deq = q.dequeue()[0];
+  Session s(g, server->target(), client_options());
+  std::atomic<int> finished{0}, cancelled{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 3; ++t) {
+    threads.emplace_back([&] {
+      try {
+        s.run(deq);
+      } catch (const CancelledError&) {
+        cancelled++;
+      } catch (const Error& e) {
+        ADD_FAILURE() << e.what();
+      }
+      finished++;
+    });
+  }
+  std::this_thread::sleep_for(300ms);
+  const auto t0 = Clock::now();
+  server->stop();
+  EXPECT_LT(Clock::now() - t0, 3s);
+  ASSERT_TRUE(tessera::testing::wait_until([&] { return finished.load() == 3; }, 5s));
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(cancelled.load(), 3);
+}
+
+TEST(ClusterSessionTest, BadTargetsAreInvalidArgument) {
+  Graph g;
+  ops::constant(g, Tensor::scalar<float>(1));
+  EXPECT_THROW(Session(g, "tessera://nohostport"), InvalidArgumentError);
+  EXPECT_THROW(Session(g, "tessera://127.0.0.1:notaport"), InvalidArgumentError);
+  EXPECT_THROW(Session(g, "http://127.0.0.1:80"), InvalidArgumentError);
+}
+
+}  // namespace
+}  // namespace tessera

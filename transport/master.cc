@@ -1,0 +1,839 @@
+// The master service: sessions on a cluster, placed over the devices of every task they use,
+// split into one partition per task, and run as steps on the tasks' workers.
+#include "transport/master.h"
+
+#include <algorithm>
+#include <atomic>
+#include <random>
+#include <set>
+#include <shared_mutex>
+#include <thread>
+#include <unordered_set>
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "core/device_name.h"
+#include "core/executor.h"
+#include "core/placement.h"
+#include "tessera/errors.h"
+#include "tessera/graph.h"
+
+namespace tessera::internal {
+
+// Note [Master]
+// ~~~~~~~~~~~~~
+// A client's Session(graph, "tessera://host:port") is a MasterSession on that task. It holds a
+// copy of the client's graph (CreateSession sends it whole, ExtendSession the nodes added since).
+//
+// Placement. Like TensorFlow's, the master places each op on a device of the cluster:
+//   * an op whose device request names a job (and task) goes to that task; "/job:ps" alone means
+//     any task of job ps;
+//   * an op with no job in its request (no request, or only "/device:GPU:0") runs on the master's
+//     own task, with the request's other fields kept; an op that uses a resource (variable, queue)
+//     or asks to be colocated goes wherever its group goes;
+//   * among the chosen task's devices (CPU, simulated accelerators, GPUs), the same placement pass
+//     as a local session decides (core/placement.h), with the cost profiles each task reports.
+// The devices of a task are asked for (GetStatus) the first time an op names the task, so creating
+// a session never waits for tasks the graph does not use, and a task that is down fails only the
+// runs that need it.
+//
+// Partitions. Per step signature (feeds, fetches, targets), the master prunes the graph to what the
+// step needs and splits it by task. Each task's partition keeps its nodes (their device reduced to
+// "/device:TYPE:N"; see Note [Worker] in worker.cc for how the worker runs it) and gets:
+//   * a Placeholder "_feed/<node>_<i>" per fed tensor its nodes consume: the master sends every
+//     task the feeds it needs directly;
+//   * a _RemoteRecv per tensor it consumes from another task (and a bool token per control edge
+//     from another task), and a _RemoteSend per tensor another task consumes from it;
+//   * its share of the fetches and targets, and its _RemoteSends as targets.
+// The partitions are registered once per signature; then a step is one RunGraph per task, all
+// started at once with the same step id, and the master waits for none of them on a thread: each
+// reply arrives on an RPC thread, and the last one answers the client.
+//
+// Failure. The first failure of a step (a kernel error, a deadline, a task that cannot be reached
+// or whose connection is lost) aborts the step on every other task of the step (CleanupGraph with
+// the reason), so nothing waits for a tensor that will never come. The step reports the root cause:
+// the first error that is not an echo of another task's failure (a _RemoteRecv that failed because
+// its producer did). Errors crossing tasks keep their code and message.
+//
+// Step ids are random 64-bit numbers (a per-process random base plus a counter), because several
+// masters (one per client) start steps on the same workers and the ids key the workers' exchanges.
+
+namespace {
+
+namespace pb = wire::pb;
+
+std::atomic<uint64_t> step_counter{0};
+const uint64_t step_base = [] {
+  std::random_device rd;
+  return (static_cast<uint64_t>(rd()) << 32) ^ rd();
+}();
+
+int64_t new_step_id() {
+  uint64_t id = (step_base + step_counter.fetch_add(1, std::memory_order_relaxed) * 0x9E3779B97F4A7C15ull);
+  id &= 0x7FFFFFFFFFFFFFFFull;
+  return id == 0 ? 1 : static_cast<int64_t>(id);
+}
+
+// "a/b" -> "a_b" style: a task name usable inside a node name ("/job:ps/replica:0/task:0" ->
+// "ps_0").
+std::string task_tag(const std::string& task) {
+  auto spec = DeviceSpec::parse(task);
+  if (!spec.ok() || !spec.value().job || !spec.value().task) return "task";
+  return fmt::format("{}_{}", *spec.value().job, *spec.value().task);
+}
+
+std::string tensor_name(const std::string& node, int index) { return fmt::format("{}:{}", node, index); }
+
+// Splits "node:3" / "^node".
+struct InputRef {
+  std::string node;
+  int index = 0;
+  bool control = false;
+};
+InputRef parse_input(const std::string& s) {
+  InputRef r;
+  if (!s.empty() && s[0] == '^') {
+    r.node = s.substr(1);
+    r.control = true;
+    return r;
+  }
+  const std::size_t colon = s.rfind(':');
+  if (colon == std::string::npos) {
+    r.node = s;
+    return r;
+  }
+  r.node = s.substr(0, colon);
+  r.index = std::stoi(s.substr(colon + 1));
+  return r;
+}
+
+}  // namespace
+
+// The plan cache's key: feeds, fetches and targets, by name.
+std::string signature_key(const wire::pb::RunStepRequest& r) {
+  std::string key;
+  for (const auto& f : r.feed()) key += f.name() + ",";
+  key += "|";
+  for (const auto& f : r.fetch()) key += f + ",";
+  key += "|";
+  for (const auto& t : r.target()) key += t + ",";
+  return key;
+}
+
+namespace {
+
+bool is_echo(const Status& s) {
+  const std::string& m = s.message();
+  return m.rfind("_recv/", 0) == 0 || m.rfind("_crecv/", 0) == 0;
+}
+
+PlacementPolicy policy_of(const std::string& name) {
+  if (name == "gpu_first") return PlacementPolicy::kGpuFirst;
+  if (name == "cpu_only") return PlacementPolicy::kCpuOnly;
+  return PlacementPolicy::kCost;
+}
+
+pb::AttrValue attr_s(const std::string& v) {
+  pb::AttrValue a;
+  a.set_s(v);
+  return a;
+}
+
+}  // namespace
+
+class MasterSession : public std::enable_shared_from_this<MasterSession> {
+ public:
+  MasterSession(std::string handle, std::string task, std::shared_ptr<TaskChannels> channels,
+                pb::SessionConfig config)
+      : handle_(std::move(handle)), task_(std::move(task)), channels_(std::move(channels)),
+        config_(std::move(config)) {}
+
+  const std::string& handle() const { return handle_; }
+
+  // Adds `def`'s nodes; the new graph version. Aborted for a stale `current_version`.
+  StatusOr<int64_t> extend(const pb::GraphDef& def, int64_t current_version, bool check_version) {
+    std::lock_guard<std::mutex> l(mu_);
+    if (closed_) return errors::cancelled("session {} is closed", handle_);
+    if (check_version && current_version != graph_version_) {
+      return errors::aborted("ExtendSession: the session's graph is at version {}, the client at {}", graph_version_,
+                             current_version);
+    }
+    Status st;
+    try {
+      st = wire::decode_graph(def, &graph_.impl());
+    } catch (...) {
+      st = status_from_current_exception();
+    }
+    if (!st.ok()) return st;
+    return ++graph_version_;
+  }
+
+  void run(const pb::RunStepRequest& r, RpcMessage request, const Responder& respond, uint64_t request_id);
+  void close();
+
+  // True when a plan for `key` is cached (the fast path: no thread needed). Never waits for a plan
+  // being built.
+  bool has_plan(const std::string& key) {
+    std::shared_lock<std::shared_mutex> l(plans_mu_);
+    return plans_.count(key) != 0;
+  }
+
+ private:
+  struct Part {
+    std::string task;
+    RpcChannel* channel = nullptr;
+    std::string graph_handle;
+    std::vector<int> feeds;           // step feed index per partition feed, in order
+    std::vector<std::string> feed_names;
+  };
+  struct Plan {
+    std::vector<Part> parts;
+    // Per fetch: (part, position in that part's fetches), or (-1, feed index) for a fed tensor.
+    std::vector<std::pair<int, int>> fetch_from;
+    // Per feed: what the fed tensor must be, and the op it feeds (for messages).
+    std::vector<DType> feed_dtypes;
+    std::vector<Shape> feed_shapes;
+    std::vector<std::string> feed_ops;
+  };
+  struct Step;
+
+  StatusOr<std::shared_ptr<const Plan>> plan_for(const std::string& key, const std::vector<std::string>& feeds,
+                                                 const std::vector<std::string>& fetches,
+                                                 const std::vector<std::string>& targets);
+  // Places those of `nodes` not placed yet.
+  Status place_locked(const std::vector<const Node*>& nodes);
+  Status add_task_devices_locked(const std::string& task);
+  StatusOr<Endpoint> endpoint_locked(const std::string& name, const char* what);
+  void start(std::shared_ptr<const Plan> plan, std::vector<Tensor> feeds, const pb::RunStepRequest& r,
+             const Responder& respond, uint64_t request_id);
+  void abort(const std::shared_ptr<Step>& step, const Status& reason);
+
+  const std::string handle_;
+  const std::string task_;
+  const std::shared_ptr<TaskChannels> channels_;
+  const pb::SessionConfig config_;
+
+  std::mutex mu_;  // the graph, placement, plans
+  Graph graph_;
+  int64_t graph_version_ = 0;
+  bool closed_ = false;
+  std::vector<PlacementDevice> devices_;
+  std::set<std::string> tasks_;  // tasks whose devices are in devices_
+  std::unordered_map<const Node*, int> placement_;
+  std::vector<std::pair<RpcChannel*, std::string>> registered_;  // (worker, graph handle)
+  // Never held while calling another task: a step with a cached plan starts on a server thread.
+  std::shared_mutex plans_mu_;
+  std::unordered_map<std::string, std::shared_ptr<const Plan>> plans_;  // guarded by plans_mu_
+
+  std::atomic<bool> closed_flag_{false};  // closed_, readable without mu_
+  std::mutex steps_mu_;
+  std::unordered_map<int64_t, std::shared_ptr<Step>> steps_;  // guarded by steps_mu_: in flight
+};
+
+// One step in flight.
+struct MasterSession::Step {
+  int64_t id = 0;
+  std::shared_ptr<const Plan> plan;
+  Responder respond;
+  uint64_t request_id = 0;
+  std::vector<Tensor> feeds;
+  std::mutex mu;
+  int left = 0;                  // guarded by mu
+  Status error;                  // guarded by mu: the root cause so far
+  std::vector<Tensor> fetched;   // guarded by mu
+  std::atomic<bool> aborted{false};
+};
+
+StatusOr<Endpoint> MasterSession::endpoint_locked(const std::string& name, const char* what) {
+  const std::size_t colon = name.rfind(':');
+  Node* n = graph_.impl().find(colon == std::string::npos ? name : name.substr(0, colon));
+  if (n == nullptr) return errors::invalid_argument("{} '{}': no such op in the session's graph", what, name);
+  int index = 0;
+  if (colon != std::string::npos) {
+    try {
+      index = std::stoi(name.substr(colon + 1));
+    } catch (const std::exception&) {
+      index = -1;
+    }
+  }
+  if (index < 0 || index >= static_cast<int>(n->output_dtypes.size())) {
+    return errors::invalid_argument("{} '{}': op has no output {}", what, name, index);
+  }
+  return Endpoint{n, index};
+}
+
+Status MasterSession::add_task_devices_locked(const std::string& task) {
+  if (tasks_.count(task)) return Status();
+  auto channel = channels_->get(task);
+  if (!channel.ok()) return channel.status();
+  pb::GetStatusRequest request;
+  request.set_version(wire::kWireVersion);
+  pb::GetStatusResponse response;
+  Status st = parse_reply(channel.value()->call_sync(make_call("GetStatus", request), channels_->rpc_timeout()),
+                          &response);
+  if (!st.ok()) return st.with_prefix(fmt::format("task {}: ", task));
+  for (const pb::DeviceAttributes& d : response.device()) {
+    PlacementDevice pd;
+    pd.name = d.name();
+    pd.type = d.type();
+    pd.cost.flops_per_second = d.flops_per_second();
+    pd.cost.memory_bandwidth = d.memory_bandwidth();
+    pd.cost.transfer_bandwidth = d.transfer_bandwidth();
+    pd.cost.transfer_latency_seconds = d.transfer_latency_seconds();
+    pd.cost.kernel_overhead_seconds = d.kernel_overhead_seconds();
+    auto owner = task_of_device(pd.name);
+    if (!owner.ok() || owner.value() != task) {
+      return errors::internal("task {} reported device '{}', which is not one of its own", task, pd.name);
+    }
+    devices_.push_back(std::move(pd));
+  }
+  tasks_.insert(task);
+  return Status();
+}
+
+Status MasterSession::place_locked(const std::vector<const Node*>& nodes) {
+  auto local = DeviceSpec::parse(task_);
+  TESSERA_CHECK(local.ok());
+  std::vector<const Node*> fresh;
+  std::set<std::string> wanted{task_};
+  for (const Node* cn : nodes) {
+    if (placement_.count(cn)) continue;
+    Node* n = const_cast<Node*>(cn);
+    fresh.push_back(n);
+    auto spec = DeviceSpec::parse(n->requested_device);
+    if (!spec.ok()) return spec.status().with_prefix(n->debug_name() + ": ");
+    if (!spec.value().job) {
+      // Unconstrained (as to the task) ops run on the master's task, unless a resource or a
+      // colocation scope ties them to a group, which then decides.
+      if (n->resource == nullptr && n->colocate_with.empty()) {
+        n->requested_device = local.value().merged_with(spec.value()).to_string();
+      }
+      continue;
+    }
+    const std::string& job = *spec.value().job;
+    if (spec.value().task) {
+      wanted.insert(fmt::format("/job:{}/replica:0/task:{}", job, *spec.value().task));
+      continue;
+    }
+    std::vector<int> indices;
+    try {
+      indices = channels_->cluster().task_indices(job);
+    } catch (const Error& e) {
+      return Status(e.code(), e.message()).with_prefix(n->debug_name() + ": ");
+    }
+    for (int t : indices) wanted.insert(fmt::format("/job:{}/replica:0/task:{}", job, t));
+  }
+  if (fresh.empty()) return Status();
+  for (const std::string& t : wanted) TESSERA_RETURN_IF_ERROR(add_task_devices_locked(t));
+  // The master's own task first: placement's "host" is the first CPU.
+  std::stable_partition(devices_.begin(), devices_.end(), [&](const PlacementDevice& d) {
+    auto owner = task_of_device(d.name);
+    return owner.ok() && owner.value() == task_;
+  });
+  std::unordered_map<const Node*, int> fixed;
+  for (const auto& [node, d] : placement_) {
+    for (int i = 0; i < static_cast<int>(devices_.size()); ++i) {
+      if (devices_[static_cast<std::size_t>(i)].name == node->assigned_device) fixed[node] = i;
+    }
+  }
+  PlacementOptions opts;
+  opts.allow_soft_placement = config_.allow_soft_placement();
+  opts.policy = policy_of(config_.placement_policy());
+  auto placed = place_nodes(fresh, devices_, opts, fixed);
+  if (!placed.ok()) return placed.status();
+  for (const std::string& line : placed.value().soft_placements) {
+    std::fprintf(stderr, "tessera: soft placement: %s\n", line.c_str());
+  }
+  for (const Node* n : fresh) {
+    const int d = placed.value().device_of.at(n);
+    placement_[n] = d;
+    const_cast<Node*>(n)->assigned_device = devices_[static_cast<std::size_t>(d)].name;
+  }
+  if (config_.log_device_placement()) {
+    std::fprintf(stderr, "%s", placement_table(fresh, devices_, placed.value()).c_str());
+  }
+  return Status();
+}
+
+StatusOr<std::shared_ptr<const MasterSession::Plan>> MasterSession::plan_for(const std::string& key,
+                                                                             const std::vector<std::string>& feeds,
+                                                                             const std::vector<std::string>& fetches,
+                                                                             const std::vector<std::string>& targets) {
+  if (closed_flag_.load()) return errors::cancelled("attempted to use a closed session");
+  {
+    std::shared_lock<std::shared_mutex> l(plans_mu_);
+    auto cached = plans_.find(key);
+    if (cached != plans_.end()) return cached->second;
+  }
+  std::lock_guard<std::mutex> l(mu_);
+  if (closed_) return errors::cancelled("attempted to use a closed session");
+  {
+    std::shared_lock<std::shared_mutex> pl(plans_mu_);  // built while this thread waited for mu_?
+    auto cached = plans_.find(key);
+    if (cached != plans_.end()) return cached->second;
+  }
+  std::vector<Endpoint> feed_eps, fetch_eps;
+  std::vector<const Node*> target_nodes;
+  for (const auto& f : feeds) {
+    auto ep = endpoint_locked(f, "feed");
+    if (!ep.ok()) return ep.status();
+    feed_eps.push_back(ep.value());
+  }
+  for (const auto& f : fetches) {
+    auto ep = endpoint_locked(f, "fetch");
+    if (!ep.ok()) return ep.status();
+    fetch_eps.push_back(ep.value());
+  }
+  for (const auto& t : targets) {
+    Node* n = graph_.impl().find(t);
+    if (n == nullptr) return errors::invalid_argument("target '{}': no such op in the session's graph", t);
+    target_nodes.push_back(n);
+  }
+  std::vector<const Node*> needed = prune_nodes(feed_eps, fetch_eps, target_nodes);
+  std::unordered_set<const Node*> in_step(needed.begin(), needed.end());
+  for (std::size_t i = 0; i < needed.size(); ++i) {  // the resources the step's ops use
+    const Node* r = needed[i]->resource;
+    if (r != nullptr && in_step.insert(r).second) needed.push_back(r);
+  }
+  // Only what the step needs is placed (so a task that is down fails only the steps that use it).
+  TESSERA_RETURN_IF_ERROR(place_locked(needed));
+  std::unordered_map<std::string, int> fed;  // tensor name -> feed index
+  for (std::size_t i = 0; i < feed_eps.size(); ++i) fed[tensor_name(feed_eps[i].node->name, feed_eps[i].index)] = static_cast<int>(i);
+
+  auto task_of_node = [&](const Node* n) -> StatusOr<std::string> { return task_of_device(n->assigned_device); };
+  auto whole = wire::encode_graph(graph_.impl());
+  if (!whole.ok()) return whole.status();
+
+  struct Building {
+    pb::GraphDef def;
+    std::vector<std::string> fetch, target, feed_names;
+    std::vector<int> feeds;
+    std::set<std::string> names;  // extra nodes added (recv, send, feed)
+  };
+  std::map<std::string, Building> parts;
+  auto part = [&](const std::string& task) -> Building& {
+    Building& b = parts[task];
+    b.def.set_version(wire::kWireVersion);
+    return b;
+  };
+  auto add_node = [](Building& b, pb::NodeDef nd) {
+    if (b.names.insert(nd.name()).second) *b.def.add_node() = std::move(nd);
+  };
+
+  for (const pb::NodeDef& original : whole.value().node()) {
+    const Node* n = graph_.impl().find(original.name());
+    if (n == nullptr || !in_step.count(n)) continue;
+    auto task = task_of_node(n);
+    if (!task.ok()) return task.status().with_prefix(n->debug_name() + ": ");
+    auto spec = DeviceSpec::parse(n->assigned_device);
+    pb::NodeDef nd = original;
+    nd.set_device(fmt::format("/device:{}:{}", *spec.value().type, *spec.value().id));
+    nd.clear_colocate_with();
+    nd.clear_input();
+    Building& mine = part(task.value());
+    for (const std::string& in : original.input()) {
+      InputRef ref = parse_input(in);
+      const Node* p = graph_.impl().find(ref.node);
+      TESSERA_CHECK(p != nullptr);
+      if (!ref.control) {
+        const std::string tname = tensor_name(ref.node, ref.index);
+        auto f = fed.find(tname);
+        if (f != fed.end()) {
+          const std::string ph = fmt::format("_feed/{}_{}", ref.node, ref.index);
+          if (!mine.names.count(ph)) {
+            pb::NodeDef feed;
+            feed.set_name(ph);
+            feed.set_op("Placeholder");
+            feed.set_device("/device:CPU:0");
+            (*feed.mutable_attr())["dtype"].set_type(wire::encode_dtype(p->output_dtypes[ref.index]));
+            *(*feed.mutable_attr())["shape"].mutable_shape() = wire::encode_shape(p->output_shapes[ref.index]);
+            add_node(mine, std::move(feed));
+            mine.feeds.push_back(f->second);
+            mine.feed_names.push_back(ph + ":0");
+          }
+          nd.add_input(ph + ":0");
+          continue;
+        }
+      }
+      auto ptask = task_of_node(p);
+      if (!ptask.ok()) return ptask.status();
+      if (ptask.value() == task.value()) {
+        nd.add_input(in);
+        continue;
+      }
+      // Crosses tasks: a _RemoteSend on the producer's task, a _RemoteRecv here.
+      const std::string key = ref.control ? fmt::format("^{};{}", ref.node, task.value())
+                                          : fmt::format("{};{}", tensor_name(ref.node, ref.index), task.value());
+      const std::string recv_name = ref.control ? fmt::format("_crecv/{}", ref.node)
+                                                : fmt::format("_recv/{}_{}", ref.node, ref.index);
+      const std::string send_name = ref.control ? fmt::format("_csend/{}/{}", ref.node, task_tag(task.value()))
+                                                : fmt::format("_send/{}_{}/{}", ref.node, ref.index, task_tag(task.value()));
+      Building& theirs = part(ptask.value());
+      if (!theirs.names.count(send_name)) {
+        pb::NodeDef send;
+        send.set_name(send_name);
+        send.set_op("_RemoteSend");
+        send.set_device("/device:CPU:0");
+        send.add_input(ref.control ? "^" + ref.node : tensor_name(ref.node, ref.index));
+        (*send.mutable_attr())["key"] = attr_s(key);
+        add_node(theirs, std::move(send));
+        theirs.target.push_back(send_name);
+      }
+      if (!mine.names.count(recv_name)) {
+        pb::NodeDef recv;
+        recv.set_name(recv_name);
+        recv.set_op("_RemoteRecv");
+        recv.set_device("/device:CPU:0");
+        (*recv.mutable_attr())["key"] = attr_s(key);
+        (*recv.mutable_attr())["src_task"] = attr_s(ptask.value());
+        const DType dt = ref.control ? DType::Bool : p->output_dtypes[ref.index];
+        const Shape shape = ref.control ? Shape{} : p->output_shapes[ref.index];
+        (*recv.mutable_attr())["dtype"].set_type(wire::encode_dtype(dt));
+        *(*recv.mutable_attr())["shape"].mutable_shape() = wire::encode_shape(shape);
+        add_node(mine, std::move(recv));
+      }
+      nd.add_input(ref.control ? "^" + recv_name : recv_name + ":0");
+    }
+    // Data inputs must come before control inputs.
+    std::stable_partition(nd.mutable_input()->begin(), nd.mutable_input()->end(),
+                          [](const std::string& s) { return s.empty() || s[0] != '^'; });
+    add_node(mine, std::move(nd));
+  }
+
+  auto plan = std::make_shared<Plan>();
+  for (const Endpoint& f : feed_eps) {
+    plan->feed_dtypes.push_back(f.node->output_dtypes[f.index]);
+    plan->feed_shapes.push_back(f.node->output_shapes[f.index]);
+    plan->feed_ops.push_back(f.node->debug_name());
+  }
+  std::map<std::string, int> part_index;
+  for (auto& [task, b] : parts) {
+    part_index[task] = static_cast<int>(plan->parts.size());
+    Part p;
+    p.task = task;
+    p.feeds = b.feeds;
+    p.feed_names = b.feed_names;
+    plan->parts.push_back(std::move(p));
+  }
+  for (const Endpoint& f : fetch_eps) {
+    const std::string name = tensor_name(f.node->name, f.index);
+    auto fi = fed.find(name);
+    if (fi != fed.end()) {
+      plan->fetch_from.emplace_back(-1, fi->second);
+      continue;
+    }
+    auto task = task_of_node(f.node);
+    if (!task.ok()) return task.status();
+    Building& b = parts.at(task.value());
+    auto pos = std::find(b.fetch.begin(), b.fetch.end(), name);
+    if (pos == b.fetch.end()) {
+      b.fetch.push_back(name);
+      pos = b.fetch.end() - 1;
+    }
+    plan->fetch_from.emplace_back(part_index.at(task.value()), static_cast<int>(pos - b.fetch.begin()));
+  }
+  for (const Node* t : target_nodes) {
+    auto task = task_of_node(t);
+    if (!task.ok()) return task.status();
+    parts.at(task.value()).target.push_back(t->name);
+  }
+
+  // Register every partition with its worker.
+  for (auto& p : plan->parts) {
+    Building& b = parts.at(p.task);
+    auto channel = channels_->get(p.task);
+    if (!channel.ok()) return channel.status();
+    p.channel = channel.value();
+    pb::RegisterGraphRequest request;
+    request.set_version(wire::kWireVersion);
+    request.set_session_handle(handle_);
+    *request.mutable_graph() = std::move(b.def);
+    for (auto& f : b.feed_names) request.add_feed(f);
+    for (auto& f : b.fetch) request.add_fetch(f);
+    for (auto& t : b.target) request.add_target(t);
+    *request.mutable_config() = config_;
+    pb::RegisterGraphResponse response;
+    Status st = parse_reply(p.channel->call_sync(make_call("RegisterGraph", request), channels_->rpc_timeout()),
+                            &response);
+    if (!st.ok()) return st.with_prefix(fmt::format("task {}: ", p.task));
+    p.graph_handle = response.graph_handle();
+    registered_.emplace_back(p.channel, p.graph_handle);
+  }
+  std::unique_lock<std::shared_mutex> pl(plans_mu_);
+  plans_[key] = plan;
+  return std::shared_ptr<const Plan>(plan);
+}
+
+void MasterSession::run(const pb::RunStepRequest& r, RpcMessage request, const Responder& respond,
+                        uint64_t request_id) {
+  std::vector<std::string> feeds, fetches(r.fetch().begin(), r.fetch().end()), targets(r.target().begin(), r.target().end());
+  std::vector<Tensor> feed_values;
+  for (const pb::NamedTensor& f : r.feed()) {
+    auto t = tensor_from_frames(f.meta(), request.frames);
+    if (!t.ok()) return send_reply(respond, request_id, t.status().with_prefix(fmt::format("feed '{}': ", f.name())), nullptr);
+    feeds.push_back(f.name());
+    feed_values.push_back(std::move(t).value());
+  }
+  const std::string key = signature_key(r);
+  auto plan = plan_for(key, feeds, fetches, targets);
+  if (!plan.ok()) return send_reply(respond, request_id, plan.status(), nullptr);
+  // Feeds are checked on every run (their dtypes and shapes may vary from run to run).
+  const Plan& p = *plan.value();
+  for (std::size_t i = 0; i < feeds.size(); ++i) {
+    const Tensor& v = feed_values[i];
+    if (v.dtype() != p.feed_dtypes[i] || !p.feed_shapes[i].compatible_with(v.shape())) {
+      return send_reply(respond, request_id,
+                        errors::invalid_argument("{}: cannot feed a {} tensor of shape {} to '{}', which is {} {}",
+                                                 p.feed_ops[i], dtype_name(v.dtype()), v.shape().to_string(), feeds[i],
+                                                 dtype_name(p.feed_dtypes[i]), p.feed_shapes[i].to_string()),
+                        nullptr);
+    }
+  }
+  start(plan.value(), std::move(feed_values), r, respond, request_id);
+}
+
+void MasterSession::start(std::shared_ptr<const Plan> plan, std::vector<Tensor> feeds, const pb::RunStepRequest& r,
+                          const Responder& respond, uint64_t request_id) {
+  auto step = std::make_shared<Step>();
+  step->id = new_step_id();
+  step->plan = plan;
+  step->respond = respond;
+  step->request_id = request_id;
+  step->feeds = std::move(feeds);
+  step->fetched.resize(plan->fetch_from.size());
+  step->left = static_cast<int>(plan->parts.size());
+  for (std::size_t i = 0; i < plan->fetch_from.size(); ++i) {
+    if (plan->fetch_from[i].first < 0) step->fetched[i] = step->feeds[static_cast<std::size_t>(plan->fetch_from[i].second)];
+  }
+  auto finish = [self = shared_from_this(), step] {
+    {
+      std::lock_guard<std::mutex> l(self->steps_mu_);
+      self->steps_.erase(step->id);
+    }
+    std::lock_guard<std::mutex> l(step->mu);
+    if (!step->error.ok()) return send_reply(step->respond, step->request_id, step->error, nullptr);
+    pb::RunStepResponse response;
+    response.set_version(wire::kWireVersion);
+    std::vector<zmq::message_t> frames;
+    for (const Tensor& t : step->fetched) {
+      auto meta = tensor_to_frames(t, &frames, 1);
+      if (!meta.ok()) return send_reply(step->respond, step->request_id, meta.status(), nullptr);
+      *response.add_tensor()->mutable_meta() = meta.value();
+    }
+    send_reply(step->respond, step->request_id, Status(), &response, std::move(frames));
+  };
+  if (plan->parts.empty()) return finish();
+  {
+    std::lock_guard<std::mutex> l(steps_mu_);
+    if (closed_flag_.load()) return send_reply(respond, request_id, errors::cancelled("attempted to use a closed session"), nullptr);
+    steps_[step->id] = step;
+  }
+  for (std::size_t pi = 0; pi < plan->parts.size(); ++pi) {
+    const Part& part = plan->parts[pi];
+    pb::RunGraphRequest run;
+    run.set_version(wire::kWireVersion);
+    run.set_graph_handle(part.graph_handle);
+    run.set_step_id(step->id);
+    run.set_timeout_ms(r.timeout_ms());
+    std::vector<zmq::message_t> frames;
+    Status st;
+    for (std::size_t k = 0; k < part.feeds.size(); ++k) {
+      auto meta = tensor_to_frames(step->feeds[static_cast<std::size_t>(part.feeds[k])], &frames, 1);
+      if (!meta.ok()) {
+        st = meta.status();
+        break;
+      }
+      pb::NamedTensor* nt = run.add_send();
+      nt->set_name(part.feed_names[k]);
+      *nt->mutable_meta() = meta.value();
+    }
+    auto done = [self = shared_from_this(), step, pi, finish](StatusOr<RpcMessage> reply) {
+      const Part& part = step->plan->parts[pi];
+      pb::RunGraphResponse response;
+      Status st = parse_reply(reply, &response);
+      if (!st.ok() && !reply.ok()) st = st.with_prefix(fmt::format("task {}: ", part.task));
+      if (st.ok()) {
+        auto frames = std::move(reply.value().frames);
+        std::lock_guard<std::mutex> l(step->mu);
+        for (std::size_t i = 0; i < step->plan->fetch_from.size() && st.ok(); ++i) {
+          const auto [from, pos] = step->plan->fetch_from[i];
+          if (from != static_cast<int>(pi)) continue;
+          if (pos >= response.recv_size()) {
+            st = errors::internal("task {} returned {} tensors, fewer than the step fetches from it", part.task,
+                                  response.recv_size());
+            break;
+          }
+          auto t = tensor_from_frames(response.recv(pos).meta(), frames);
+          if (!t.ok()) st = t.status().with_prefix(fmt::format("task {}: ", part.task));
+          else step->fetched[i] = std::move(t).value();
+        }
+      }
+      bool last;
+      {
+        std::lock_guard<std::mutex> l(step->mu);
+        if (!st.ok() && (step->error.ok() || (is_echo(step->error) && !is_echo(st)))) step->error = st;
+        last = --step->left == 0;
+      }
+      if (!st.ok()) self->abort(step, st);
+      if (last) finish();
+    };
+    if (!st.ok()) {
+      done(st);
+      continue;
+    }
+    part.channel->call_until_lost(make_call("RunGraph", run, std::move(frames)), channels_->rpc_timeout(), done);
+  }
+}
+
+void MasterSession::abort(const std::shared_ptr<Step>& step, const Status& reason) {
+  if (step->aborted.exchange(true)) return;
+  pb::CleanupGraphRequest request;
+  request.set_version(wire::kWireVersion);
+  request.set_step_id(step->id);
+  *request.mutable_abort() = wire::from_status(reason);
+  for (const Part& part : step->plan->parts) {
+    part.channel->call(make_call("CleanupGraph", request), channels_->rpc_timeout(), [](StatusOr<RpcMessage>) {});
+  }
+}
+
+void MasterSession::close() {
+  closed_flag_.store(true);
+  std::vector<std::pair<RpcChannel*, std::string>> registered;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    closed_ = true;
+    registered.swap(registered_);
+  }
+  std::vector<std::shared_ptr<Step>> steps;
+  {
+    std::lock_guard<std::mutex> l(steps_mu_);
+    for (auto& [id, s] : steps_) steps.push_back(s);
+  }
+  const Status reason = errors::cancelled("the session was closed");
+  for (auto& s : steps) {
+    {
+      std::lock_guard<std::mutex> l(s->mu);
+      if (s->error.ok()) s->error = reason;
+    }
+    // Answered now (the workers' replies, which follow, find the Responder used).
+    send_reply(s->respond, s->request_id, reason, nullptr);
+    abort(s, reason);
+  }
+  pb::DeregisterGraphRequest request;
+  request.set_version(wire::kWireVersion);
+  for (auto& [channel, handle] : registered) {
+    request.set_graph_handle(handle);
+    channel->call(make_call("DeregisterGraph", request), channels_->rpc_timeout(), [](StatusOr<RpcMessage>) {});
+  }
+}
+
+// ---- Master ----
+
+Master::Master(std::string task, std::shared_ptr<TaskChannels> channels)
+    : task_(std::move(task)), channels_(std::move(channels)) {}
+
+Master::~Master() { stop(); }
+
+std::shared_ptr<MasterSession> Master::find(const std::string& handle) {
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = sessions_.find(handle);
+  return it == sessions_.end() ? nullptr : it->second;
+}
+
+void Master::create_session(const wire::RequestHeader& header, const Responder& respond) {
+  auto r = wire::parse_body<pb::CreateSessionRequest>(header.body());
+  if (!r.ok()) return send_reply(respond, header.request_id(), r.status(), nullptr);
+  std::string handle;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (stopped_) return send_reply(respond, header.request_id(), errors::cancelled("{} is stopping", task_), nullptr);
+    handle = fmt::format("{}/session/{}", task_, next_session_++);
+  }
+  auto session = std::make_shared<MasterSession>(handle, task_, channels_, r.value().config());
+  auto version = session->extend(r.value().graph(), 0, /*check_version=*/false);
+  if (!version.ok()) return send_reply(respond, header.request_id(), version.status(), nullptr);
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    sessions_[handle] = session;
+  }
+  pb::CreateSessionResponse response;
+  response.set_version(wire::kWireVersion);
+  response.set_session_handle(handle);
+  response.set_graph_version(version.value());
+  send_reply(respond, header.request_id(), Status(), &response);
+}
+
+void Master::extend_session(const wire::RequestHeader& header, const Responder& respond) {
+  auto r = wire::parse_body<pb::ExtendSessionRequest>(header.body());
+  if (!r.ok()) return send_reply(respond, header.request_id(), r.status(), nullptr);
+  auto session = find(r.value().session_handle());
+  if (!session) {
+    return send_reply(respond, header.request_id(),
+                      errors::not_found("{}: no session '{}' (closed, or the task restarted)", task_,
+                                        r.value().session_handle()),
+                      nullptr);
+  }
+  // Waits for a plan being built (which calls other tasks): not on a server thread.
+  std::thread([session, body = std::move(r).value(), respond, id = header.request_id()] {
+    auto version = session->extend(body.graph(), body.current_graph_version(), /*check_version=*/true);
+    if (!version.ok()) return send_reply(respond, id, version.status(), nullptr);
+    pb::ExtendSessionResponse response;
+    response.set_version(wire::kWireVersion);
+    response.set_new_graph_version(version.value());
+    send_reply(respond, id, Status(), &response);
+  }).detach();
+}
+
+void Master::run_step(const wire::RequestHeader& header, RpcMessage request, const Responder& respond) {
+  auto r = wire::parse_body<pb::RunStepRequest>(header.body());
+  if (!r.ok()) return send_reply(respond, header.request_id(), r.status(), nullptr);
+  auto session = find(r.value().session_handle());
+  if (!session) {
+    return send_reply(respond, header.request_id(),
+                      errors::not_found("{}: no session '{}' (closed, or the task restarted)", task_,
+                                        r.value().session_handle()),
+                      nullptr);
+  }
+  // With its plan cached, a step only sends RunGraphs: it starts right here. Building a plan calls
+  // other tasks (GetStatus, RegisterGraph) and waits for them: not on a server thread.
+  if (session->has_plan(signature_key(r.value()))) {
+    return session->run(r.value(), std::move(request), respond, header.request_id());
+  }
+  std::thread([session, body = std::move(r).value(), request = std::move(request), respond,
+               id = header.request_id()]() mutable { session->run(body, std::move(request), respond, id); })
+      .detach();
+}
+
+void Master::close_session(const wire::RequestHeader& header, const Responder& respond) {
+  auto r = wire::parse_body<pb::CloseSessionRequest>(header.body());
+  if (!r.ok()) return send_reply(respond, header.request_id(), r.status(), nullptr);
+  std::shared_ptr<MasterSession> session;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    auto it = sessions_.find(r.value().session_handle());
+    if (it != sessions_.end()) {
+      session = std::move(it->second);
+      sessions_.erase(it);
+    }
+  }
+  // close() waits for a plan being built (which calls other tasks): not on a server thread.
+  std::thread([session, respond, id = header.request_id()] {
+    if (session) session->close();
+    pb::CloseSessionResponse response;
+    response.set_version(wire::kWireVersion);
+    send_reply(respond, id, Status(), &response);
+  }).detach();
+}
+
+void Master::stop() {
+  std::unordered_map<std::string, std::shared_ptr<MasterSession>> sessions;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    stopped_ = true;
+    sessions.swap(sessions_);
+  }
+  for (auto& [handle, s] : sessions) s->close();
+}
+
+}  // namespace tessera::internal

@@ -1,0 +1,213 @@
+#include "transport/remote_session.h"
+
+#include <condition_variable>
+#include <optional>
+
+#include <fmt/format.h>
+
+#include "core/node.h"
+#include "tessera/errors.h"
+#include "transport/wire.h"
+#include "transport/worker.h"
+
+namespace tessera::internal {
+
+namespace {
+
+namespace pb = wire::pb;
+
+// "tessera://host:port" -> "tcp://host:port" ("localhost" as 127.0.0.1, which servers bind).
+std::string endpoint_of(const std::string& target) {
+  const std::size_t scheme = target.find("://");
+  const std::string address = target.substr(scheme + 3);
+  const std::size_t colon = address.rfind(':');
+  if (address.empty() || colon == std::string::npos || colon == 0 || colon + 1 == address.size()) {
+    throw InvalidArgumentError(fmt::format("session target '{}' is not tessera://host:port", target));
+  }
+  for (std::size_t i = colon + 1; i < address.size(); ++i) {
+    if (address[i] < '0' || address[i] > '9') {
+      throw InvalidArgumentError(fmt::format("session target '{}': the port is not a number", target));
+    }
+  }
+  const std::string host = address.substr(0, colon);
+  return "tcp://" + (host == "localhost" ? std::string("127.0.0.1") : host) + address.substr(colon);
+}
+
+const char* policy_name(PlacementPolicy p) {
+  switch (p) {
+    case PlacementPolicy::cost: return "cost";
+    case PlacementPolicy::gpu_first: return "gpu_first";
+    case PlacementPolicy::cpu_only: return "cpu_only";
+  }
+  return "cost";
+}
+
+// Waits for one call_until_lost (bounded by the channel: a reply, a lost connection, or no
+// connection within the connect deadline).
+StatusOr<RpcMessage> call_and_wait(RpcChannel& channel, RpcMessage request, std::chrono::milliseconds connect) {
+  struct Waiter {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::optional<StatusOr<RpcMessage>> result;
+  };
+  auto waiter = std::make_shared<Waiter>();
+  channel.call_until_lost(std::move(request), connect, [waiter](StatusOr<RpcMessage> r) {
+    std::lock_guard<std::mutex> l(waiter->mu);
+    waiter->result.emplace(std::move(r));
+    waiter->cv.notify_one();
+  });
+  std::unique_lock<std::mutex> l(waiter->mu);
+  waiter->cv.wait(l, [&] { return waiter->result.has_value(); });
+  return std::move(*waiter->result);
+}
+
+Node* node_in(const Graph& g, const Output& o, const char* what) {
+  if (o.is_null()) throw InvalidArgumentError(fmt::format("{}: null Output", what));
+  Node* n = o.node();
+  if (n->graph != &g.impl()) {
+    throw InvalidArgumentError(fmt::format("{} '{}' is not an element of this session's graph", what, o.name()));
+  }
+  return n;
+}
+
+}  // namespace
+
+bool is_cluster_target(const std::string& target) {
+  return target.rfind("tessera://", 0) == 0 || target.rfind("grpc://", 0) == 0;
+}
+
+RemoteSession::RemoteSession(Graph& graph, const std::string& target, const SessionOptions& options)
+    : graph_(graph), target_(target), rpc_timeout_(options.rpc_timeout) {
+  if (rpc_timeout_.count() <= 0) {
+    throw InvalidArgumentError(fmt::format("SessionOptions.rpc_timeout must be > 0, got {} ms", rpc_timeout_.count()));
+  }
+  channel_ = std::make_unique<RpcChannel>(endpoint_of(target));
+  std::lock_guard<std::mutex> l(mu_);
+  const int total = graph_.impl().num_nodes();
+  auto nodes = graph_.impl().nodes();
+  auto def = wire::encode_graph(graph_.impl(), std::vector<const Node*>(nodes.begin(), nodes.end()));
+  def.status().raise();
+  pb::CreateSessionRequest request;
+  request.set_version(wire::kWireVersion);
+  *request.mutable_graph() = std::move(def).value();
+  pb::SessionConfig* config = request.mutable_config();
+  config->set_log_device_placement(options.log_device_placement);
+  config->set_allow_soft_placement(options.allow_soft_placement);
+  config->set_inter_op_threads(options.inter_op_threads);
+  config->set_placement_policy(policy_name(options.placement_policy));
+  pb::CreateSessionResponse response;
+  parse_reply(channel_->call_sync(make_call("CreateSession", request), rpc_timeout_), &response)
+      .with_prefix(fmt::format("creating a session on {}: ", target_))
+      .raise();
+  handle_ = response.session_handle();
+  graph_version_ = response.graph_version();
+  sent_nodes_ = total;
+  sent_version_ = graph_.impl().version();
+}
+
+RemoteSession::~RemoteSession() {
+  try {
+    close();
+  } catch (...) {
+    // A master that is gone has nothing to close.
+  }
+}
+
+void RemoteSession::extend_locked() {
+  GraphImpl& g = graph_.impl();
+  if (g.version() != sent_version_) {
+    throw UnimplementedError(
+        "a control input was added to an op the session's master already has; a cluster session only learns of "
+        "new ops (create the session after building the graph, or add new ops instead)");
+  }
+  const int total = g.num_nodes();
+  if (total == sent_nodes_) return;
+  std::vector<const Node*> fresh;
+  for (int id = sent_nodes_; id < total; ++id) fresh.push_back(g.node(id));
+  auto def = wire::encode_graph(g, fresh, /*refer_outside=*/true);
+  def.status().raise();
+  pb::ExtendSessionRequest request;
+  request.set_version(wire::kWireVersion);
+  request.set_session_handle(handle_);
+  *request.mutable_graph() = std::move(def).value();
+  request.set_current_graph_version(graph_version_);
+  pb::ExtendSessionResponse response;
+  parse_reply(channel_->call_sync(make_call("ExtendSession", request), rpc_timeout_), &response)
+      .with_prefix(fmt::format("extending the session on {}: ", target_))
+      .raise();
+  graph_version_ = response.new_graph_version();
+  sent_nodes_ = total;
+}
+
+std::vector<Tensor> RemoteSession::run(const std::vector<Output>& fetches, const FeedMap& feeds,
+                                       const std::vector<Operation>& targets, const RunOptions& options,
+                                       RunMetadata* metadata) {
+  if (closed_.load()) throw CancelledError("attempted to use a closed session");
+  pb::RunStepRequest request;
+  request.set_version(wire::kWireVersion);
+  request.set_session_handle(handle_);
+  request.set_timeout_ms(options.timeout.count());
+  request.set_trace(options.trace);
+  std::vector<zmq::message_t> frames;
+  for (const auto& [out, value] : feeds) {
+    Node* n = node_in(graph_, out, "feed");
+    if (out.index() < 0 || out.index() >= static_cast<int>(n->output_dtypes.size())) {
+      throw InvalidArgumentError(fmt::format("feed '{}': op has no output {}", out.name(), out.index()));
+    }
+    if (value.is_null()) throw InvalidArgumentError(fmt::format("feed '{}': null tensor", out.name()));
+    auto meta = tensor_to_frames(value, &frames, 1);
+    meta.status().with_prefix(fmt::format("feed '{}': ", out.name())).raise();
+    pb::NamedTensor* nt = request.add_feed();
+    nt->set_name(out.name());
+    *nt->mutable_meta() = meta.value();
+  }
+  for (const auto& f : fetches) {
+    Node* n = node_in(graph_, f, "fetch");
+    if (f.index() < 0 || f.index() >= static_cast<int>(n->output_dtypes.size())) {
+      throw InvalidArgumentError(fmt::format("fetch '{}': op has no output {}", f.name(), f.index()));
+    }
+    request.add_fetch(f.name());
+  }
+  for (const auto& t : targets) {
+    if (t.is_null()) throw InvalidArgumentError("target: null Operation");
+    if (t.node()->graph != &graph_.impl()) {
+      throw InvalidArgumentError(fmt::format("target '{}' is not an element of this session's graph", t.name()));
+    }
+    request.add_target(t.name());
+  }
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    extend_locked();
+  }
+  StatusOr<RpcMessage> reply = call_and_wait(*channel_, make_call("RunStep", request, std::move(frames)), rpc_timeout_);
+  pb::RunStepResponse response;
+  Status st = parse_reply(reply, &response);
+  if (!st.ok() && !reply.ok()) st = st.with_prefix(fmt::format("the session's master {}: ", target_));
+  st.raise();
+  if (response.tensor_size() != static_cast<int>(fetches.size())) {
+    throw InternalError(fmt::format("the master returned {} tensors for {} fetches", response.tensor_size(),
+                                    fetches.size()));
+  }
+  std::vector<Tensor> results;
+  results.reserve(fetches.size());
+  for (const pb::NamedTensor& nt : response.tensor()) {
+    auto t = tensor_from_frames(nt.meta(), reply.value().frames);
+    t.status().raise();
+    results.push_back(std::move(t).value());
+  }
+  if (metadata != nullptr) metadata->trace_json = response.trace_json();
+  return results;
+}
+
+void RemoteSession::close() {
+  if (closed_.exchange(true)) return;
+  pb::CloseSessionRequest request;
+  request.set_version(wire::kWireVersion);
+  request.set_session_handle(handle_);
+  pb::CloseSessionResponse response;
+  parse_reply(channel_->call_sync(make_call("CloseSession", request), rpc_timeout_), &response)
+      .with_prefix(fmt::format("closing the session on {}: ", target_))
+      .raise();
+}
+
+}  // namespace tessera::internal

@@ -1,0 +1,54 @@
+// The client side of Session(graph, "tessera://host:port"): the graph goes to the master of that
+// task (CreateSession, then ExtendSession for nodes added later), and each run is one RunStep call
+// carrying the feeds and bringing back the fetches. See Note [Master] in transport/master.cc.
+//
+// Thread-safe: run() from any number of threads; close() from any thread.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "tessera/session.h"
+#include "transport/rpc.h"
+
+namespace tessera::internal {
+
+// True for targets served by a cluster task: "tessera://host:port" (and TensorFlow's
+// "grpc://host:port", accepted as an alias).
+bool is_cluster_target(const std::string& target);
+
+class RemoteSession {
+ public:
+  // Connects to the master at `target` and creates the session there. InvalidArgumentError for a
+  // malformed target; UnavailableError when the master does not answer within options.rpc_timeout.
+  RemoteSession(Graph& graph, const std::string& target, const SessionOptions& options);
+  ~RemoteSession();  // close()
+
+  std::vector<Tensor> run(const std::vector<Output>& fetches, const FeedMap& feeds,
+                          const std::vector<Operation>& targets, const RunOptions& options,
+                          RunMetadata* metadata);
+  void close();
+  Graph& graph() const { return graph_; }
+
+ private:
+  // Sends the nodes added to the graph since the last call (under mu_).
+  void extend_locked();
+
+  Graph& graph_;  // Not owned.
+  const std::string target_;
+  const std::chrono::milliseconds rpc_timeout_;
+  std::unique_ptr<RpcChannel> channel_;
+  std::string handle_;
+
+  std::mutex mu_;
+  int sent_nodes_ = 0;          // guarded by mu_: nodes [0, sent_nodes_) are on the master
+  uint64_t sent_version_ = 0;   // guarded by mu_: the graph's version() then
+  int64_t graph_version_ = 0;   // guarded by mu_: the master's
+  std::atomic<bool> closed_{false};
+};
+
+}  // namespace tessera::internal

@@ -1,0 +1,144 @@
+// The worker service of a cluster task: runs the graph partitions a master registers with it, for
+// the steps the master starts, and exchanges the tensors that cross tasks directly with the other
+// tasks' workers. See Note [Worker] in transport/worker.cc.
+//
+//   master -> worker   RegisterGraph(partition, signature) -> graph handle
+//                      RunGraph(handle, step id, feeds)    -> fetches (when the partition is done)
+//                      CleanupGraph(step id, abort)        a step that failed elsewhere
+//                      DeregisterGraph(handle)
+//   worker -> worker   RecvTensor(step id, key)            -> the tensor a _RemoteSend put there
+//
+// Thread-safe. Handlers never block a server thread for long: runs go to threads of their own and
+// RecvTensor replies when the tensor is there.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "core/resource_mgr.h"
+#include "core/status.h"
+#include "tessera/cluster.h"
+#include "tessera/server.h"
+#include "transport/rpc.h"
+#include "transport/wire.h"
+
+namespace tessera::internal {
+
+// The RpcChannels of one process to the tasks of a cluster, one per address, made on first use
+// and kept. Thread-safe.
+class TaskChannels {
+ public:
+  TaskChannels(train::ClusterSpec cluster, std::chrono::milliseconds rpc_timeout);
+  // The channel of task "/job:J/replica:0/task:T" (or "/job:J/task:T"). InvalidArgument when the
+  // cluster has no such task.
+  StatusOr<RpcChannel*> get(const std::string& task);
+  const train::ClusterSpec& cluster() const { return cluster_; }
+  std::chrono::milliseconds rpc_timeout() const { return rpc_timeout_; }
+
+ private:
+  const train::ClusterSpec cluster_;
+  const std::chrono::milliseconds rpc_timeout_;
+  std::mutex mu_;
+  std::map<std::string, std::unique_ptr<RpcChannel>> by_address_;  // guarded by mu_
+};
+
+// "/job:J/replica:0/task:T" for a device name or spec naming a job and task; InvalidArgument
+// otherwise.
+StatusOr<std::string> task_of_device(const std::string& device);
+
+// Encodes a call: frame 0 a RequestHeader around `body`, then `payload` frames.
+RpcMessage make_call(const std::string& method, const google::protobuf::Message& body,
+                     std::vector<zmq::message_t> payload = {});
+// The status of a reply (the RPC's, then the header's) and, when OK, its body parsed into `body`.
+Status parse_reply(const StatusOr<RpcMessage>& reply, google::protobuf::Message* body);
+// A reply: frame 0 a ResponseHeader with `status` (and `body` when OK), then `payload`.
+void send_reply(const Responder& respond, uint64_t request_id, const Status& status,
+                const google::protobuf::Message* body, std::vector<zmq::message_t> payload = {});
+// Tensors travelling as NamedTensor metadata plus frames: `frames` are the message's frames
+// (frame 0 the header). Validates every tensor against its frame.
+StatusOr<Tensor> tensor_from_frames(const wire::TensorMeta& meta, std::vector<zmq::message_t>& frames,
+                                    uint64_t max_bytes = wire::kMaxTensorBytes);
+// Appends `t` (a host tensor) as the next frame of `frames`; its metadata points there.
+StatusOr<wire::TensorMeta> tensor_to_frames(const Tensor& t, std::vector<zmq::message_t>* frames,
+                                            std::size_t first_frame);
+
+class WorkerGraph;
+
+class Worker : public std::enable_shared_from_this<Worker> {
+ public:
+  Worker(std::string task_name, std::shared_ptr<TaskChannels> channels);
+  ~Worker();
+
+  // Request handlers (frame 0 already parsed into `header`). Reply exactly once.
+  void register_graph(const wire::RequestHeader& header, const Responder& respond);
+  void run_graph(const wire::RequestHeader& header, RpcMessage request, const Responder& respond);
+  void recv_tensor(const wire::RequestHeader& header, const Responder& respond);
+  void cleanup_graph(const wire::RequestHeader& header, const Responder& respond);
+  void deregister_graph(const wire::RequestHeader& header, const Responder& respond);
+
+  // Cancels every run in flight (CancelledError) and every exchange, refuses new work, and waits up
+  // to `grace` for the runs to return.
+  void stop(std::chrono::milliseconds grace);
+
+  // ---- For the _RemoteSend / _RemoteRecv kernels ----
+  // Puts `value` under `key` for step `step_id` (a waiting RecvTensor gets it now).
+  Status send(int64_t step_id, const std::string& key, Tensor value);
+  // Pulls `key` of step `step_id` from task `src_task`; `done` runs once (on an RPC thread) with the
+  // tensor or the error. Returns a function that cancels the pull (done then gets `reason`).
+  using RecvDone = std::function<void(StatusOr<Tensor>)>;
+  std::function<void(const Status& reason)> recv(const std::string& src_task, int64_t step_id,
+                                                 const std::string& key, RecvDone done);
+
+  const std::string& task_name() const { return task_name_; }
+  ResourceMgr& resources() { return resources_; }
+
+ private:
+  struct Slot {
+    bool has_value = false;
+    Tensor value;
+    Responder waiter;  // a RecvTensor that came first
+    uint64_t waiter_request = 0;
+    bool waiting = false;
+  };
+  struct StepState {
+    std::mutex mu;
+    Status aborted;             // guarded by mu
+    std::unordered_map<std::string, Slot> slots;  // guarded by mu
+    int runs = 0;               // guarded by mu: RunGraphs of this step running here
+    bool ran = false;           // guarded by mu
+    std::vector<std::function<void(const Status&)>> on_abort;  // guarded by mu: cancels local runs
+  };
+  std::shared_ptr<StepState> step(int64_t step_id);
+  void maybe_forget(int64_t step_id, const std::shared_ptr<StepState>& s);  // s->mu held
+  void abort_step(int64_t step_id, const Status& reason);
+  static void reply_tensor(const Responder& respond, uint64_t request_id, const Tensor& t);
+
+  const std::string task_name_;
+  const std::shared_ptr<TaskChannels> channels_;
+  ResourceMgr resources_;
+
+  std::mutex mu_;
+  bool stopped_ = false;                                               // guarded by mu_
+  uint64_t next_graph_ = 1;                                            // guarded by mu_
+  std::unordered_map<std::string, std::shared_ptr<WorkerGraph>> graphs_;  // guarded by mu_
+  std::unordered_map<int64_t, std::shared_ptr<StepState>> steps_;      // guarded by mu_
+  // Steps aborted lately (bounded): an exchange arriving after the abort fails at once.
+  std::deque<std::pair<int64_t, Status>> aborted_;                     // guarded by mu_
+  int active_runs_ = 0;                                                // guarded by mu_
+  std::condition_variable runs_cv_;
+};
+
+// The name under which the task's ResourceMgr holds the worker link the exchange kernels use.
+inline constexpr const char* kWorkerResource = "__tessera_worker";
+
+}  // namespace tessera::internal
