@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <filesystem>
 #include <thread>
 #include <vector>
 
@@ -172,6 +173,35 @@ TEST(ClusterSessionTest, VariableOnPsSharedByTwoClientsLosesNoUpdate) {
   c0->s->close();
   auto c2 = make(w1);
   EXPECT_EQ(c2->s->run(c2->v.value()).scalar<int64_t>(), 2000);
+}
+
+// A Saver works through Session::run, so it saves and restores variables that live on a ps task.
+TEST(ClusterSessionTest, SaverSavesAndRestoresVariablesOnAPsTask) {
+  ClusterSpec cluster({{"ps", {loopback()}}, {"worker", {loopback()}}});
+  Server ps(cluster, "ps", 0, quick());
+  Server w0(cluster, "worker", 0, quick());
+  Graph g;
+  Variable v;
+  {
+    auto scope = g.device("/job:ps/task:0");
+    v = Variable(g, Tensor::vector<float>({1, 2, 3}), "weights");
+  }
+  auto bump = v.assign_add(ops::constant(g, Tensor::vector<float>({10, 10, 10})));
+  train::Saver saver(g);
+  Session s(g, w0.target(), client_options());
+  s.run(v.initializer());
+  namespace fs = std::filesystem;
+  const fs::path dir_path = fs::temp_directory_path() / ("tessera_cluster_saver_" + std::to_string(::getpid()));
+  fs::remove_all(dir_path);
+  fs::create_directories(dir_path);
+  const std::string dir = dir_path.string();
+  const std::string path = saver.save(s, dir + "/model", 7);
+  s.run(bump);
+  EXPECT_EQ(s.run(v.value()).to_vector<float>(), (std::vector<float>{11, 12, 13}));
+  saver.restore(s, path);
+  EXPECT_EQ(s.run(v.value()).to_vector<float>(), (std::vector<float>{1, 2, 3}));
+  EXPECT_EQ(train::latest_checkpoint(dir), path);
+  fs::remove_all(dir_path);
 }
 
 TEST(ClusterSessionTest, ErrorsKeepTheirTypeAndNameTheOp) {

@@ -13,6 +13,7 @@
 #include "tessera/graph.h"
 #include "tessera/ops.h"
 #include "tessera/queue.h"
+#include "tessera/saver.h"
 #include "tessera/server.h"
 #include "tessera/session.h"
 #include "tessera/tensor.h"
