@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <filesystem>
 #include <memory>
 #include <random>
 #include <thread>
@@ -81,6 +82,7 @@ class Cluster {
     child->signal(SIGKILL);
     child->wait_exit(10s);
   }
+  void signal(const std::string& job, int task, int signo) { children_.at({job, task})->signal(signo); }
   std::string target(const std::string& job, int task) const { return "tessera://" + addresses_.at({job, task}); }
   std::string endpoint(const std::string& job, int task) const { return "tcp://" + addresses_.at({job, task}); }
 
@@ -205,6 +207,89 @@ TEST(ClusterProcessTest, KilledWorkerIsUnavailableWithinTheBoundAndARestartedOne
   ASSERT_TRUE(cluster.start("worker", 1));
   Session fresh(g, cluster.target("worker", 0), options());
   EXPECT_EQ(fresh.run(remote).scalar<float>(), -5.0f);
+}
+
+// A ps killed mid-training and restarted comes back empty; restoring the latest checkpoint puts
+// back the state of that checkpoint, and training continues from there.
+TEST(ClusterProcessTest, PsKilledMidTrainingResumesFromTheLatestCheckpoint) {
+  Cluster cluster({{"ps", 1}, {"worker", 1}});
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("tessera_ps_ckpt_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  Graph g;
+  Variable step_count, w;
+  {
+    auto scope = g.device("/job:ps/task:0");
+    step_count = Variable(g, Tensor::scalar<int64_t>(0), "global_step");
+    w = Variable(g, Tensor::scalar<float>(0), "w");
+  }
+  auto train = ops::group({step_count.assign_add(ops::constant(g, Tensor::scalar<int64_t>(1))).op(),
+                           w.assign_add(ops::constant(g, Tensor::scalar<float>(0.5f))).op()});
+  train::Saver saver(g);
+  int64_t saved_step = 0;
+  {
+    Session s(g, cluster.target("worker", 0), options());
+    s.run(global_variables_initializer(g));
+    for (int i = 1; i <= 25; ++i) {
+      s.run(train);
+      if (i % 10 == 0) {
+        saver.save(s, (dir / "model").string(), i);
+        saved_step = i;
+      }
+    }
+    cluster.kill9("ps", 0);  // steps 21..25 are lost with it
+    EXPECT_THROW(s.run(train), UnavailableError);
+  }
+  ASSERT_TRUE(cluster.start("ps", 0));
+  Session s(g, cluster.target("worker", 0), options());
+  // The restarted ps is empty: its variables must be restored before use.
+  EXPECT_THROW(s.run(w.value()), FailedPreconditionError);
+  auto latest = train::latest_checkpoint(dir.string());
+  ASSERT_TRUE(latest);
+  saver.restore(s, *latest);
+  EXPECT_EQ(s.run(step_count.value()).scalar<int64_t>(), saved_step);
+  EXPECT_EQ(saved_step, 20);
+  EXPECT_FLOAT_EQ(s.run(w.value()).scalar<float>(), 0.5f * 20);
+  for (int i = 0; i < 5; ++i) s.run(train);
+  EXPECT_EQ(s.run(step_count.value()).scalar<int64_t>(), 25);
+  fs::remove_all(dir);
+}
+
+// A worker that stops answering (SIGSTOP: its sockets stay open, nothing replies) fails the runs
+// that need it within the heartbeat timeout; runs not touching it carry on; after SIGCONT it serves
+// the same session again.
+TEST(ClusterProcessTest, StoppedWorkerFailsItsRunsInBoundedTimeAndServesAgainAfterSigcont) {
+  Cluster cluster({{"worker", 2}});
+  Graph g;
+  Output remote;
+  {
+    auto scope = g.device("/job:worker/task:1");
+    remote = ops::neg(ops::constant(g, Tensor::scalar<float>(5)), "remote");
+  }
+  auto local = ops::square(ops::constant(g, Tensor::scalar<float>(3)), "local");
+  Session s(g, cluster.target("worker", 0), options(2000ms));
+  EXPECT_EQ(s.run(remote).scalar<float>(), -5.0f);
+  cluster.signal("worker", 1, SIGSTOP);
+  const auto t0 = Clock::now();
+  try {
+    s.run(remote);
+    ADD_FAILURE() << "a stopped task answered";
+  } catch (const UnavailableError& e) {
+    EXPECT_NE(std::string(e.what()).find("/job:worker/replica:0/task:1"), std::string::npos) << e.what();
+  }
+  EXPECT_LT(Clock::now() - t0, 10s);
+  EXPECT_EQ(s.run(local).scalar<float>(), 9.0f);
+  cluster.signal("worker", 1, SIGCONT);
+  bool served = false;
+  for (auto until = Clock::now() + 15s; !served && Clock::now() < until;) {
+    try {
+      served = s.run(remote).scalar<float>() == -5.0f;
+    } catch (const UnavailableError&) {
+      std::this_thread::sleep_for(100ms);  // reconnecting
+    }
+  }
+  EXPECT_TRUE(served);
 }
 
 TEST(ClusterProcessTest, GarbageAndTruncatedFramesLeaveTheServerServing) {
