@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <filesystem>
 #include <chrono>
 #include <iomanip>
 #include <memory>
@@ -83,6 +84,10 @@ struct Client {
 }  // namespace
 
 int ps_training(std::ostream& out, const std::string& tessera_binary, int workers, int steps) {
+  namespace fs = std::filesystem;
+  const fs::path checkpoints = fs::temp_directory_path() / fmt::format("tessera_demo_ckpt_{}", ::getpid());
+  fs::remove_all(checkpoints);
+  fs::create_directories(checkpoints);
   // The cluster on free loopback ports; a port taken in between makes that task fail to start: retry.
   std::vector<std::unique_ptr<tools::ChildProcess>> tasks;
   std::vector<std::string> targets;
@@ -126,8 +131,16 @@ int ps_training(std::ostream& out, const std::string& tessera_binary, int worker
     for (int i = 0; i < workers; ++i) {
       clients.push_back(std::make_unique<Client>(targets[static_cast<std::size_t>(i)], i, /*log_placement=*/i == 0));
     }
-    // The chief (worker 0) initializes the shared variables once.
-    clients[0]->session->run(global_variables_initializer(clients[0]->g));
+    // The chief (worker 0) initializes the shared variables once, or restores them from the latest
+    // checkpoint when there is one; it saves every `save_every` of its steps.
+    train::Saver saver(clients[0]->g, {clients[0]->w, clients[0]->b});
+    const int save_every = std::max(1, steps / 3);
+    if (auto latest = train::latest_checkpoint(checkpoints.string())) {
+      saver.restore(*clients[0]->session, *latest);
+      out << "restored " << *latest << "\n";
+    } else {
+      clients[0]->session->run(global_variables_initializer(clients[0]->g));
+    }
 
     std::mutex mu;
     float first_loss = -1, last_loss = -1;
@@ -142,6 +155,7 @@ int ps_training(std::ostream& out, const std::string& tessera_binary, int worker
           for (int step = 0; step < steps && !coord.should_stop(); ++step) {
             const float l = c.session->run({c.loss}, {}, {c.train})[0].scalar<float>();
             if (i != 0) continue;
+            if ((step + 1) % save_every == 0) saver.save(*c.session, (checkpoints / "model").string(), step + 1);
             std::lock_guard<std::mutex> lock(mu);
             if (step == 0) first_loss = l;
             last_loss = l;
@@ -162,13 +176,32 @@ int ps_training(std::ostream& out, const std::string& tessera_binary, int worker
     out << fmt::format("{} workers x {} steps in {:.2f} s ({:.0f} steps/s in all); on the ps: w = {:.3f} (true 3), "
                        "b = {:.3f} (true 2); worker 0's loss {:.4f} -> {:.4f}\n",
                        workers, steps, seconds, workers * steps / seconds, w, b, first_loss, last_loss);
-    const bool ok = last_loss < first_loss && std::abs(w - 3.0f) < 0.2f && std::abs(b - 2.0f) < 0.2f;
-    rc = ok ? 0 : 1;
+    bool ok = last_loss < first_loss && std::abs(w - 3.0f) < 0.2f && std::abs(b - 2.0f) < 0.2f;
     for (auto& c : clients) c->session->close();
+
+    // The ps dies (kill -9) and comes back empty; the chief restores the latest checkpoint.
+    auto latest = train::latest_checkpoint(checkpoints.string());
+    tasks[0]->signal(SIGKILL);
+    tasks[0]->wait_exit(10s);
+    tasks[0] = std::make_unique<tools::ChildProcess>(
+        std::vector<std::string>{tessera_binary, "server", "--cluster", cluster_json, "--job", "ps", "--task", "0"},
+        std::vector<std::string>{}, /*capture_stderr=*/false);
+    auto line = tasks[0]->read_line(60s);
+    if (!line || !latest) throw UnavailableError("the ps did not restart, or no checkpoint was written");
+    Client chief(targets[0], 0, /*log_placement=*/false);
+    train::Saver restorer(chief.g, {chief.w, chief.b});
+    restorer.restore(*chief.session, *latest);
+    auto restored = chief.session->run({chief.w.value(), chief.b.value()});
+    out << fmt::format("killed the ps (kill -9) and restarted it ({}); restored {}: w = {:.3f}, b = {:.3f}\n", *line,
+                       fs::path(*latest).filename().string(), restored[0].scalar<float>(), restored[1].scalar<float>());
+    ok = ok && std::abs(restored[0].scalar<float>() - 3.0f) < 0.3f;
+    chief.session->close();
+    rc = ok ? 0 : 1;
   } catch (const Error& e) {
     out << "ps_training: " << error_code_name(e.code()) << ": " << e.what() << "\n";
     rc = 1;
   }
+  fs::remove_all(checkpoints);
   for (auto& t : tasks) t->signal(SIGTERM);
   for (auto& t : tasks) {
     if (!t->wait_exit(5s)) out << "a task did not stop within 5 s of SIGTERM: killed\n";
