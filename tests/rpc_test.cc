@@ -407,6 +407,19 @@ TEST(RpcTest, LongCallToNothingFailsAtItsConnectDeadline) {
   EXPECT_GE(results.elapsed[0], 200ms);
 }
 
+TEST(RpcTest, ChannelDestroyedFromItsOwnCallbackFinishesCleanly) {
+  auto server = start_or_die(echo);
+  ASSERT_TRUE(server);
+  auto* channel = new RpcChannel(server->endpoint());
+  std::atomic<bool> destroyed{false};
+  channel->call(message({"last"}), 2s, [&](StatusOr<RpcMessage> r) {
+    EXPECT_TRUE(r.ok());
+    delete channel;  // the last owner lets go here (as a service whose last call completes)
+    destroyed = true;
+  });
+  ASSERT_TRUE(wait_until([&] { return destroyed.load(); }, 3s));
+}
+
 TEST(RpcTest, GarbageIsCountedAndDoesNotStopTheServer) {
   auto server = start_or_die(echo);
   ASSERT_TRUE(server);

@@ -1,4 +1,5 @@
-// The tessera command line: `tessera demo`, `tessera devices`, `tessera server`, `tessera --version`.
+// The tessera command line: `tessera demo`, `tessera devices`, `tessera server`, `tessera keygen`,
+// `tessera --version`.
 #include <CLI/CLI.hpp>
 #include <fcntl.h>
 #include <fmt/format.h>
@@ -19,6 +20,7 @@
 #include "device/sim_device.h"
 #include "examples/examples.h"
 #include "tessera/tessera.h"
+#include "transport/security.h"
 
 namespace {
 
@@ -122,7 +124,7 @@ tessera::train::ClusterSpec read_cluster(const std::string& arg) {
 // Runs one task of a cluster until SIGINT or SIGTERM. The task comes from the flags, or from the
 // environment (TF_CONFIG, then Slurm) for what the flags leave out.
 int run_server(const std::optional<std::string>& cluster_arg, const std::optional<std::string>& job_arg,
-               const std::optional<int>& task_arg) {
+               const std::optional<int>& task_arg, const tessera::train::SecurityOptions& security) {
   try {
     if (job_arg.has_value() != task_arg.has_value()) {
       throw tessera::InvalidArgumentError("--job and --task go together: give both or neither");
@@ -151,7 +153,9 @@ int run_server(const std::optional<std::string>& cluster_arg, const std::optiona
       }
     }
     install_stop_handlers();
-    tessera::train::Server server(std::move(*cluster), job, task);
+    tessera::train::ServerOptions options;
+    options.security = security;
+    tessera::train::Server server(std::move(*cluster), job, task, options);
     std::cout << "tessera server: /job:" << job << "/task:" << task << " listening on " << server.target()
               << std::endl;  // flushed: a launcher may be waiting for this line
     std::thread stopper([&server] {
@@ -171,6 +175,26 @@ int run_server(const std::optional<std::string>& cluster_arg, const std::optiona
     std::cerr << "tessera server: " << e.what() << std::endl;
     return 2;
   }
+}
+
+// ---- tessera keygen ----
+
+// Writes PREFIX.key and PREFIX.pub (see transport/security.h) and prints the public key.
+int run_keygen(const std::string& prefix, bool force) {
+  namespace internal = tessera::internal;
+  tessera::StatusOr<internal::CurveKeyPair> keys = internal::generate_curve_key_pair();
+  tessera::Status status = keys.status();
+  if (status.ok()) status = internal::write_key_pair_files(prefix, keys.value(), force);
+  if (!status.ok()) {
+    std::cerr << "tessera keygen: " << status.to_string() << std::endl;
+    return 2;
+  }
+  const std::string& public_key = keys.value().public_key;
+  std::cout << "wrote " << prefix << ".key (the key pair: keep it secret, mode 0600) and " << prefix << ".pub\n"
+            << "public key: " << public_key << "\n"
+            << "add it to the cluster keys file as '" << public_key << " HOST:PORT' for a task (the address the "
+            << "cluster gives it) or '" << public_key << " NAME' for a client" << std::endl;
+  return 0;
 }
 
 }  // namespace
@@ -196,6 +220,22 @@ int main(int argc, char** argv) {
                                          "'{\"worker\": [\"127.0.0.1:2222\", \"127.0.0.1:2223\"]}'");
   auto* job_opt = server->add_option("--job", job_arg, "This task's job name");
   auto* task_opt = server->add_option("--task", task_arg, "This task's index in its job")->check(CLI::NonNegativeNumber);
+  tessera::train::SecurityOptions security;
+  server->add_option("--keys", security.key_file,
+                     "This task's key pair (`tessera keygen --out PREFIX` writes PREFIX.key): encrypt all traffic "
+                     "and admit only the keys of --cluster-keys");
+  server->add_option("--cluster-keys", security.cluster_keys_file,
+                     "The cluster's public keys, one '<Z85 key> <label>' a line: the label a task's host:port "
+                     "(the key its server presents) or a client's name");
+  server->add_flag("--insecure", security.insecure,
+                   "Serve an address other hosts can reach without keys (unauthenticated, unencrypted)");
+  auto* keygen = app.add_subcommand(
+      "keygen", "Make a CURVE key pair for a task or client of an authenticated cluster: PREFIX.key (JSON, mode "
+                "0600) and PREFIX.pub (the public key, for the cluster keys file)");
+  std::string keygen_out;
+  bool keygen_force = false;
+  keygen->add_option("--out", keygen_out, "Path prefix of the two files")->required();
+  keygen->add_flag("--force", keygen_force, "Replace existing files");
 
   CLI11_PARSE(app, argc, argv);
   try {
@@ -206,8 +246,10 @@ int main(int argc, char** argv) {
         using T = std::decay_t<decltype(value)>;
         return o->count() > 0 ? std::optional<T>(value) : std::nullopt;
       };
-      return run_server(given(cluster_opt, cluster_arg), given(job_opt, job_arg), given(task_opt, task_arg));
+      return run_server(given(cluster_opt, cluster_arg), given(job_opt, job_arg), given(task_opt, task_arg),
+                        security);
     }
+    if (*keygen) return run_keygen(keygen_out, keygen_force);
   } catch (const tessera::Error& e) {
     std::cerr << "tessera: " << tessera::error_code_name(e.code()) << ": " << e.what() << "\n";
     return 2;

@@ -205,8 +205,8 @@ class MasterSession : public std::enable_shared_from_this<MasterSession> {
   Status place_locked(const std::vector<const Node*>& nodes);
   Status add_task_devices_locked(const std::string& task);
   StatusOr<Endpoint> endpoint_locked(const std::string& name, const char* what);
-  void start(std::shared_ptr<const Plan> plan, std::vector<Tensor> feeds, const pb::RunStepRequest& r,
-             const Responder& respond, uint64_t request_id);
+  void start(const std::shared_ptr<Step>& step, std::shared_ptr<const Plan> plan, std::vector<Tensor> feeds,
+             const pb::RunStepRequest& r);
   void abort(const std::shared_ptr<Step>& step, const Status& reason);
 
   const std::string handle_;
@@ -567,44 +567,60 @@ StatusOr<std::shared_ptr<const MasterSession::Plan>> MasterSession::plan_for(con
 
 void MasterSession::run(const pb::RunStepRequest& r, RpcMessage request, const Responder& respond,
                         uint64_t request_id) {
+  // The step is known to close() from here on, also while its plan is being built.
+  auto step = std::make_shared<Step>();
+  step->id = new_step_id();
+  step->respond = respond;
+  step->request_id = request_id;
+  {
+    std::lock_guard<std::mutex> l(steps_mu_);
+    if (closed_flag_.load()) {
+      return send_reply(respond, request_id, errors::cancelled("attempted to use a closed session"), nullptr);
+    }
+    steps_[step->id] = step;
+  }
+  auto fail = [&](const Status& st) {
+    {
+      std::lock_guard<std::mutex> l(steps_mu_);
+      steps_.erase(step->id);
+    }
+    send_reply(respond, request_id, st, nullptr);  // dropped when close() has answered already
+  };
   std::vector<std::string> feeds, fetches(r.fetch().begin(), r.fetch().end()), targets(r.target().begin(), r.target().end());
   std::vector<Tensor> feed_values;
   for (const pb::NamedTensor& f : r.feed()) {
     auto t = tensor_from_frames(f.meta(), request.frames);
-    if (!t.ok()) return send_reply(respond, request_id, t.status().with_prefix(fmt::format("feed '{}': ", f.name())), nullptr);
+    if (!t.ok()) return fail(t.status().with_prefix(fmt::format("feed '{}': ", f.name())));
     feeds.push_back(f.name());
     feed_values.push_back(std::move(t).value());
   }
   const std::string key = signature_key(r);
   auto plan = plan_for(key, feeds, fetches, targets);
-  if (!plan.ok()) return send_reply(respond, request_id, plan.status(), nullptr);
+  if (!plan.ok()) return fail(plan.status());
   // Feeds are checked on every run (their dtypes and shapes may vary from run to run).
   const Plan& p = *plan.value();
   for (std::size_t i = 0; i < feeds.size(); ++i) {
     const Tensor& v = feed_values[i];
     if (v.dtype() != p.feed_dtypes[i] || !p.feed_shapes[i].compatible_with(v.shape())) {
-      return send_reply(respond, request_id,
-                        errors::invalid_argument("{}: cannot feed a {} tensor of shape {} to '{}', which is {} {}",
-                                                 p.feed_ops[i], dtype_name(v.dtype()), v.shape().to_string(), feeds[i],
-                                                 dtype_name(p.feed_dtypes[i]), p.feed_shapes[i].to_string()),
-                        nullptr);
+      return fail(errors::invalid_argument("{}: cannot feed a {} tensor of shape {} to '{}', which is {} {}",
+                                           p.feed_ops[i], dtype_name(v.dtype()), v.shape().to_string(), feeds[i],
+                                           dtype_name(p.feed_dtypes[i]), p.feed_shapes[i].to_string()));
     }
   }
-  start(plan.value(), std::move(feed_values), r, respond, request_id);
+  start(step, plan.value(), std::move(feed_values), r);
 }
 
-void MasterSession::start(std::shared_ptr<const Plan> plan, std::vector<Tensor> feeds, const pb::RunStepRequest& r,
-                          const Responder& respond, uint64_t request_id) {
-  auto step = std::make_shared<Step>();
-  step->id = new_step_id();
-  step->plan = plan;
-  step->respond = respond;
-  step->request_id = request_id;
-  step->feeds = std::move(feeds);
-  step->fetched.resize(plan->fetch_from.size());
-  step->left = static_cast<int>(plan->parts.size());
-  for (std::size_t i = 0; i < plan->fetch_from.size(); ++i) {
-    if (plan->fetch_from[i].first < 0) step->fetched[i] = step->feeds[static_cast<std::size_t>(plan->fetch_from[i].second)];
+void MasterSession::start(const std::shared_ptr<Step>& step, std::shared_ptr<const Plan> plan,
+                          std::vector<Tensor> feeds, const pb::RunStepRequest& r) {
+  {
+    std::lock_guard<std::mutex> l(step->mu);
+    step->plan = plan;
+    step->feeds = std::move(feeds);
+    step->fetched.resize(plan->fetch_from.size());
+    step->left = static_cast<int>(plan->parts.size());
+    for (std::size_t i = 0; i < plan->fetch_from.size(); ++i) {
+      if (plan->fetch_from[i].first < 0) step->fetched[i] = step->feeds[static_cast<std::size_t>(plan->fetch_from[i].second)];
+    }
   }
   auto finish = [self = shared_from_this(), step] {
     {
@@ -623,12 +639,8 @@ void MasterSession::start(std::shared_ptr<const Plan> plan, std::vector<Tensor> 
     }
     send_reply(step->respond, step->request_id, Status(), &response, std::move(frames));
   };
-  if (plan->parts.empty()) return finish();
-  {
-    std::lock_guard<std::mutex> l(steps_mu_);
-    if (closed_flag_.load()) return send_reply(respond, request_id, errors::cancelled("attempted to use a closed session"), nullptr);
-    steps_[step->id] = step;
-  }
+  // Closed while the plan was being built: close() has answered (and finish() is then a no-op).
+  if (plan->parts.empty() || step->aborted.load()) return finish();
   for (std::size_t pi = 0; pi < plan->parts.size(); ++pi) {
     const Part& part = plan->parts[pi];
     pb::RunGraphRequest run;
@@ -688,11 +700,17 @@ void MasterSession::start(std::shared_ptr<const Plan> plan, std::vector<Tensor> 
 
 void MasterSession::abort(const std::shared_ptr<Step>& step, const Status& reason) {
   if (step->aborted.exchange(true)) return;
+  std::shared_ptr<const Plan> plan;
+  {
+    std::lock_guard<std::mutex> l(step->mu);
+    plan = step->plan;
+  }
+  if (!plan) return;  // not started: start() sees `aborted` and sends nothing
   pb::CleanupGraphRequest request;
   request.set_version(wire::kWireVersion);
   request.set_step_id(step->id);
   *request.mutable_abort() = wire::from_status(reason);
-  for (const Part& part : step->plan->parts) {
+  for (const Part& part : plan->parts) {
     part.channel->call(make_call("CleanupGraph", request), channels_->rpc_timeout(), [](StatusOr<RpcMessage>) {});
   }
 }

@@ -7,6 +7,7 @@
 
 #include "core/node.h"
 #include "tessera/errors.h"
+#include "transport/security.h"
 #include "transport/wire.h"
 #include "transport/worker.h"
 
@@ -81,7 +82,19 @@ RemoteSession::RemoteSession(Graph& graph, const std::string& target, const Sess
   if (rpc_timeout_.count() <= 0) {
     throw InvalidArgumentError(fmt::format("SessionOptions.rpc_timeout must be > 0, got {} ms", rpc_timeout_.count()));
   }
-  channel_ = std::make_unique<RpcChannel>(endpoint_of(target));
+  const std::string endpoint = endpoint_of(target);
+  RpcChannelOptions channel_options;
+  StatusOr<std::shared_ptr<const Credentials>> credentials =
+      load_credentials(options.security, "SessionOptions.security");
+  credentials.status().with_prefix(fmt::format("session on {}: ", target_)).raise();
+  if (credentials.value()) {
+    // The master's server key is listed under the target's host:port.
+    const std::string address = target.substr(target.find("://") + 3);
+    StatusOr<RpcChannelOptions::Curve> curve = channel_curve(*credentials.value(), address);
+    curve.status().with_prefix(fmt::format("session on {}: ", target_)).raise();
+    channel_options.curve = std::move(curve).value();
+  }
+  channel_ = std::make_unique<RpcChannel>(endpoint, std::move(channel_options));
   std::lock_guard<std::mutex> l(mu_);
   const int total = graph_.impl().num_nodes();
   auto nodes = graph_.impl().nodes();

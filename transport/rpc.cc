@@ -9,6 +9,7 @@
 #include <condition_variable>
 #include <cstring>
 #include <deque>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <queue>
@@ -78,6 +79,28 @@ namespace tessera::internal {
 // an oversized frame closes that connection (the client reconnects; its pending calls meet their
 // deadlines). A request whose frames add up to more than the limit is refused with
 // ResourceExhausted.
+//
+// Security. With RpcServerOptions::curve the ROUTER is a CURVE server (ZMQ_CURVE_SERVER): every
+// connection is encrypted and authenticated. libzmq asks a ZAP handler (RFC 27) about each client
+// key: a REP socket bound to "inproc://zeromq.zap.01" in the server's own zmq context (so servers
+// in one process never share it), polled by the server's I/O thread, which answers 200 for the
+// allowed keys and 400 for the others, counting and logging each refusal (a line per peer address
+// and key at most every 10 s, saying how many more there were, so a misconfigured or hostile
+// client cannot flood the log). ZMQ_ZAP_ENFORCE_DOMAIN makes libzmq refuse clients rather than
+// admit them should the handler be missing (during stop()). A socket monitor (CURVE servers only)
+// also reports, counts and logs peers that fail before ZAP: a client without CURVE (mechanism
+// mismatch) or one that encrypted for another server key.
+//   With RpcChannelOptions::curve the DEALER is a CURVE client holding the server's public key.
+// The channel's monitor reports handshakes: HANDSHAKE_FAILED_AUTH (ZAP refused the client's key)
+// and HANDSHAKE_FAILED_PROTOCOL (e.g. one side without CURVE) at once; libzmq does not retry after
+// those (it closes the session for good), so the channel reconnects by itself, backing off from
+// reconnect_interval to reconnect_interval_max. A client that has the wrong server key, or talks
+// CURVE to a plain server, sees only the server closing the connection during the handshake
+// (HANDSHAKE_FAILED_NO_DETAIL with EPIPE or ECONNRESET, after which libzmq retries): twice in a row
+// without a successful handshake counts as a failure (once could be a server going down). A failure fails every pending call (in the outbox or sent) with
+// Unavailable "authentication with ENDPOINT failed: ...", and new calls at once, until
+// HANDSHAKE_SUCCEEDED. Channels without CURVE watch the same events (a plain client meeting a
+// CURVE server fails the same way); the only cost per call is a test of a flag on the I/O thread.
 //
 // Zero copy. tensor_frame() hands libzmq the tensor's own bytes with a free callback that drops a
 // Tensor reference, run by whichever thread releases the message last (often libzmq's I/O thread).
@@ -186,6 +209,50 @@ Status zmq_address_error(const char* what, const std::string& address, const zmq
     default:
       return errors::invalid_argument("cannot {} '{}': {}", what, address, e.what());
   }
+}
+
+// A Z85-encoded CURVE key (40 characters) decoded to its 32 bytes; nullopt when it is not one.
+std::optional<std::string> decode_z85_key(const std::string& z85) {
+  if (z85.size() != 40) return std::nullopt;
+  std::string key(32, '\0');
+  if (zmq_z85_decode(reinterpret_cast<uint8_t*>(key.data()), z85.c_str()) == nullptr) return std::nullopt;
+  return key;
+}
+
+std::string encode_z85_key(std::string_view key) {
+  char z85[41] = {};
+  if (key.size() != 32 || zmq_z85_encode(z85, reinterpret_cast<const uint8_t*>(key.data()), 32) == nullptr) {
+    return "(malformed key)";
+  }
+  return z85;
+}
+
+// Sets a CURVE key option from its Z85 text (already validated).
+void set_curve_key(zmq::socket_t& socket, int option, const std::string& z85) {
+  if (zmq_setsockopt(socket.handle(), option, z85.data(), z85.size()) != 0) throw zmq::error_t();
+}
+
+// A monitor event's id and value (the first frame; the second, the endpoint, is read and
+// returned in `endpoint` when given).
+struct MonitorEvent {
+  uint16_t id = 0;
+  uint32_t value = 0;
+  std::string endpoint;
+};
+
+// Reads the next event from a monitor socket without waiting.
+std::optional<MonitorEvent> next_event(zmq::socket_t& monitor) {
+  zmq::message_t first;
+  if (!monitor.recv(first, zmq::recv_flags::dontwait)) return std::nullopt;
+  std::vector<zmq::message_t> rest;
+  recv_rest(monitor, first, &rest);  // the endpoint frame
+  MonitorEvent e;
+  if (first.size() >= 6) {
+    std::memcpy(&e.id, first.data(), sizeof e.id);
+    std::memcpy(&e.value, static_cast<const char*>(first.data()) + 2, sizeof e.value);
+  }
+  if (!rest.empty()) e.endpoint = rest[0].to_string();
+  return e;
 }
 
 // ---- Tensor frames ----
@@ -299,6 +366,11 @@ class RpcServerCore : public std::enable_shared_from_this<RpcServerCore> {
   };
 
   void run_io();
+  // CURVE: answers the ZAP requests waiting on zap_, and reads monitor_'s handshake failures.
+  void serve_zap();
+  void read_monitor();
+  // Counts a refused connection and logs `line` (rate-limited per `source`).
+  void refused(const std::string& source, std::string line);
   void receive_one(zmq::message_t routing_id, std::vector<zmq::message_t>* parts);
   void send(Outgoing& out);
   void drain_outbox(std::vector<Outgoing>* batch);
@@ -310,7 +382,14 @@ class RpcServerCore : public std::enable_shared_from_this<RpcServerCore> {
   std::string endpoint_;
   zmq::context_t context_;
   zmq::socket_t socket_;  // used only by io_thread_ once it runs
-  zmq::socket_t monitor_;  // PAIR receiving socket_'s disconnect events; I/O thread only
+  zmq::socket_t monitor_;  // CURVE: PAIR receiving socket_'s handshake failures; I/O thread only
+  zmq::socket_t zap_;      // CURVE: the ZAP handler's REP socket; I/O thread only
+  std::set<std::string> allowed_keys_;  // CURVE: the allowed client keys, 32 bytes each
+  struct Logged {
+    std::chrono::steady_clock::time_point at;
+    uint64_t suppressed = 0;
+  };
+  std::map<std::string, Logged> refusal_log_;  // I/O thread only: when each source was last logged
   const int wake_fd_;
   std::thread io_thread_;
   std::vector<std::thread> workers_;
@@ -332,7 +411,7 @@ class RpcServerCore : public std::enable_shared_from_this<RpcServerCore> {
   int live_workers_ = 0;        // guarded by work_mu_
 
   std::atomic<uint64_t> requests_{0}, malformed_{0}, oversized_{0}, replies_{0}, dropped_replies_{0},
-      abandoned_{0};
+      abandoned_{0}, refused_{0};
 };
 
 namespace {
@@ -357,7 +436,23 @@ bool Responder::fail(const Status& status) const {
 }
 
 Status RpcServerCore::bind(const std::string& address) {
+  if (options_.curve) {
+    if (!decode_z85_key(options_.curve->public_key) || !decode_z85_key(options_.curve->secret_key)) {
+      return errors::invalid_argument("the server's CURVE key pair is not two 40-character Z85 keys");
+    }
+    for (const std::string& key : options_.curve->allowed_clients) {
+      std::optional<std::string> raw = decode_z85_key(key);
+      if (!raw) return errors::invalid_argument("allowed client key '{}' is not a 40-character Z85 key", key);
+      allowed_keys_.insert(std::move(*raw));
+    }
+  }
   try {
+    if (options_.curve) {
+      // The ZAP handler listens before any client can connect.
+      zap_ = zmq::socket_t(context_, zmq::socket_type::rep);
+      zap_.set(zmq::sockopt::linger, 0);
+      zap_.bind("inproc://zeromq.zap.01");
+    }
     socket_ = zmq::socket_t(context_, zmq::socket_type::router);
     socket_.set(zmq::sockopt::linger, 0);
     // Undeliverable replies (peer gone, its queue full) fail the send so they can be counted; a
@@ -368,6 +463,23 @@ Status RpcServerCore::bind(const std::string& address) {
     socket_.set(zmq::sockopt::heartbeat_ivl, static_cast<int>(options_.heartbeat_interval.count()));
     socket_.set(zmq::sockopt::heartbeat_timeout, static_cast<int>(options_.heartbeat_timeout.count()));
     socket_.set(zmq::sockopt::heartbeat_ttl, static_cast<int>(options_.heartbeat_timeout.count()));
+    if (options_.curve) {
+      socket_.set(zmq::sockopt::curve_server, 1);
+      set_curve_key(socket_, ZMQ_CURVE_SECRETKEY, options_.curve->secret_key);
+      socket_.set(zmq::sockopt::zap_domain, "tessera");
+      // ZMQ_ZAP_ENFORCE_DOMAIN (93) is a draft option of libzmq 4.3: its header declares it only for
+      // draft builds. Where the library lacks it (EINVAL), closing the ROUTER before the ZAP socket
+      // (run_io) is what keeps clients from being admitted unchecked.
+      const int enforce = 1;
+      zmq_setsockopt(socket_.handle(), 93, &enforce, sizeof enforce);
+      if (zmq_socket_monitor(socket_.handle(), "inproc://tessera-server-monitor",
+                             ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL) != 0) {
+        throw zmq::error_t();
+      }
+      monitor_ = zmq::socket_t(context_, zmq::socket_type::pair);
+      monitor_.set(zmq::sockopt::linger, 0);
+      monitor_.connect("inproc://tessera-server-monitor");
+    }
     socket_.bind(address);
     endpoint_ = socket_.get(zmq::sockopt::last_endpoint);
   } catch (const zmq::error_t& e) {
@@ -388,12 +500,21 @@ void RpcServerCore::start_threads() {
 
 void RpcServerCore::run_io() {
   tls_io_owner = this;
-  zmq_pollitem_t items[2] = {{socket_.handle(), 0, ZMQ_POLLIN, 0}, {nullptr, wake_fd_, ZMQ_POLLIN, 0}};
+  zmq_pollitem_t items[4] = {{socket_.handle(), 0, ZMQ_POLLIN, 0},
+                             {nullptr, wake_fd_, ZMQ_POLLIN, 0},
+                             {zap_.handle(), 0, ZMQ_POLLIN, 0},
+                             {monitor_.handle(), 0, ZMQ_POLLIN, 0}};
+  // Without CURVE there is no ZAP handler and no monitor: two items.
+  const int num_items = options_.curve ? 4 : 2;
   std::vector<zmq::message_t> parts;
   std::vector<Outgoing> batch;
   for (;;) {
-    if (!poll_items(items, 2, -1)) break;
+    if (!poll_items(items, num_items, -1)) break;
     if (items[1].revents & ZMQ_POLLIN) drain_wake_fd(wake_fd_);
+    if (num_items == 4) {
+      if (items[2].revents & ZMQ_POLLIN) serve_zap();
+      if (items[3].revents & ZMQ_POLLIN) read_monitor();
+    }
     if (items[0].revents & ZMQ_POLLIN) {
       for (int i = 0; i < kRecvBatch; ++i) {
         zmq::message_t routing_id;
@@ -411,8 +532,80 @@ void RpcServerCore::run_io() {
     for (auto& out : batch) send(out);
     batch.clear();
   }
+  if (options_.curve) {
+    zmq_socket_monitor(socket_.handle(), nullptr, 0);
+    monitor_.close();
+  }
   socket_.set(zmq::sockopt::linger, close_linger_ms_.load());
   socket_.close();
+  // After the ROUTER: no handshake can start once it is closed (and ZMQ_ZAP_ENFORCE_DOMAIN refuses
+  // any that would find no handler).
+  if (options_.curve) zap_.close();
+}
+
+void RpcServerCore::serve_zap() {
+  for (int n = 0; n < kRecvBatch; ++n) {
+    zmq::message_t version;
+    if (!zap_.recv(version, zmq::recv_flags::dontwait)) return;
+    std::vector<zmq::message_t> rest;
+    recv_rest(zap_, version, &rest);
+    // RFC 27: [version][request id][domain][address][identity][mechanism][credentials...]
+    const bool well_formed = version.to_string_view() == "1.0" && rest.size() >= 6 &&
+                             rest[4].to_string_view() == "CURVE" && rest[5].size() == 32;
+    const bool allowed = well_formed && allowed_keys_.count(rest[5].to_string()) > 0;
+    const std::string request_id = rest.empty() ? std::string() : rest[0].to_string();
+    // A REP socket answers each request before reading the next; over inproc this never blocks.
+    zap_.send(zmq::buffer(std::string_view("1.0")), zmq::send_flags::sndmore);
+    zap_.send(zmq::buffer(request_id), zmq::send_flags::sndmore);
+    zap_.send(zmq::buffer(std::string_view(allowed ? "200" : "400")), zmq::send_flags::sndmore);
+    zap_.send(zmq::buffer(std::string_view(allowed ? "OK" : "client key not allowed")), zmq::send_flags::sndmore);
+    zap_.send(zmq::message_t(), zmq::send_flags::sndmore);  // user id
+    zap_.send(zmq::message_t(), zmq::send_flags::none);     // metadata
+    if (allowed) continue;
+    const std::string peer = rest.size() >= 3 ? rest[2].to_string() : std::string("an unknown address");
+    const std::string key = well_formed ? encode_z85_key(rest[5].to_string_view()) : std::string("(none)");
+    if (options_.on_refused) {
+      try {
+        options_.on_refused(peer, key);
+      } catch (...) {
+        // A callback's failure does not stop the server.
+      }
+    }
+    refused(peer + " " + key, fmt::format("tessera: refused a connection from {}: its key {} is not in the "
+                                          "cluster's keys",
+                                          peer, key));
+  }
+}
+
+void RpcServerCore::read_monitor() {
+  while (std::optional<MonitorEvent> e = next_event(monitor_)) {
+    if (e->id != ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL) continue;
+    if (e->value == ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH) {
+      refused("mismatch", fmt::format("tessera: refused a connection on {}: the peer does not use CURVE keys "
+                                      "(a client or task started without them)",
+                                      endpoint_));
+    } else if (e->value == ZMQ_PROTOCOL_ERROR_ZMTP_CRYPTOGRAPHIC) {
+      refused("cryptographic", fmt::format("tessera: refused a connection on {}: the peer does not have this "
+                                           "server's public key (its cluster keys list another key for this "
+                                           "address)",
+                                           endpoint_));
+    }
+  }
+}
+
+void RpcServerCore::refused(const std::string& source, std::string line) {
+  refused_.fetch_add(1, std::memory_order_relaxed);
+  const auto now = std::chrono::steady_clock::now();
+  if (refusal_log_.size() > 4096) refusal_log_.clear();  // bounded, whatever a peer does
+  auto [it, fresh] = refusal_log_.try_emplace(source);
+  Logged& logged = it->second;
+  if (!fresh && now - logged.at < std::chrono::seconds(10)) {
+    ++logged.suppressed;
+    return;
+  }
+  if (logged.suppressed > 0) line += fmt::format(" ({} more like it since the last such line)", logged.suppressed);
+  std::fprintf(stderr, "%s\n", line.c_str());
+  logged = Logged{now, 0};
 }
 
 void RpcServerCore::receive_one(zmq::message_t routing_id, std::vector<zmq::message_t>* parts) {
@@ -588,6 +781,7 @@ RpcServerStats RpcServerCore::stats() const {
   s.replies = replies_.load(std::memory_order_relaxed);
   s.dropped_replies = dropped_replies_.load(std::memory_order_relaxed);
   s.abandoned_handlers = abandoned_.load(std::memory_order_relaxed);
+  s.refused = refused_.load(std::memory_order_relaxed);
   return s;
 }
 
@@ -627,6 +821,9 @@ class RpcChannelCore {
   // until_lost: `deadline` bounds only the wait for a connection; once sent, the call waits for
   // its reply until the connection is lost (Note [RPC], "Long calls").
   void call(RpcMessage request, std::chrono::milliseconds deadline, RpcChannel::Done done, bool until_lost);
+  // For a channel destroyed from one of its own `done` callbacks: the I/O thread stops after the
+  // callback and deletes the core itself.
+  void destroy_from_io_thread();
   bool on_io_thread() const { return tls_io_owner == this; }
   RpcChannelStats stats() const;
 
@@ -658,8 +855,13 @@ class RpcChannelCore {
   void expire(Clock::time_point now);
   void complete(RpcChannel::Done& done, StatusOr<RpcMessage> result);
   void fail_all(const Status& status);
-  // Reads the socket monitor's events; a lost connection fails the until_lost calls sent on it.
+  // Reads the socket monitor's events; a lost connection fails the until_lost calls sent on it, a
+  // failed handshake every pending call (Note [RPC], "Security").
   void read_monitor();
+  // The error of a failed handshake (`event` a HANDSHAKE_FAILED_* monitor event).
+  Status handshake_error(uint16_t event, uint32_t value) const;
+  // Connects the socket again after a handshake failure libzmq does not retry.
+  void reconnect();
 
   const std::string endpoint_;
   const RpcChannelOptions options_;
@@ -672,6 +874,7 @@ class RpcChannelCore {
   std::mutex mu_;
   std::vector<NewCall> incoming_;  // guarded by mu_
   bool stopping_ = false;          // guarded by mu_
+  bool self_delete_ = false;       // I/O thread only: set by destroy_from_io_thread()
 
   // I/O thread only.
   uint64_t next_id_ = 1;
@@ -682,12 +885,26 @@ class RpcChannelCore {
                       std::greater<>>
       deadlines_;
   std::deque<Outgoing> outbox_;  // accepted, not yet taken by libzmq (no peer connected yet)
+  // The last handshake failed: new calls fail with this at once (until a handshake succeeds).
+  Status handshake_failed_;
+  int closed_in_handshake_ = 0;  // HANDSHAKE_FAILED_NO_DETAIL events since the last success
+  std::optional<Clock::time_point> reconnect_at_;  // when to connect again (libzmq gave up)
+  std::chrono::milliseconds reconnect_backoff_;
 
-  std::atomic<uint64_t> calls_{0}, timed_out_{0}, late_replies_{0}, malformed_{0};
+  std::atomic<uint64_t> calls_{0}, timed_out_{0}, late_replies_{0}, malformed_{0}, failed_handshakes_{0};
 };
 
 RpcChannelCore::RpcChannelCore(std::string endpoint, const RpcChannelOptions& options)
-    : endpoint_(std::move(endpoint)), options_(options), wake_fd_(make_wake_fd()) {
+    : endpoint_(std::move(endpoint)),
+      options_(options),
+      wake_fd_(make_wake_fd()),
+      reconnect_backoff_(options.reconnect_interval) {
+  const bool bad_keys = options_.curve && (!decode_z85_key(options_.curve->public_key) ||
+                                           !decode_z85_key(options_.curve->secret_key) ||
+                                           !decode_z85_key(options_.curve->server_key));
+  if (bad_keys) {
+    broken_ = errors::invalid_argument("channel to {}: its CURVE keys are not 40-character Z85 keys", endpoint_);
+  }
   try {
     socket_ = zmq::socket_t(channel_context(), zmq::socket_type::dealer);
     socket_.set(zmq::sockopt::linger, 0);
@@ -699,16 +916,23 @@ RpcChannelCore::RpcChannelCore(std::string endpoint, const RpcChannelOptions& op
     socket_.set(zmq::sockopt::heartbeat_timeout, static_cast<int>(options_.heartbeat_timeout.count()));
     socket_.set(zmq::sockopt::heartbeat_ttl, static_cast<int>(options_.heartbeat_timeout.count()));
     socket_.set(zmq::sockopt::maxmsgsize, options_.max_message_bytes);
+    if (options_.curve && !bad_keys) {
+      set_curve_key(socket_, ZMQ_CURVE_SERVERKEY, options_.curve->server_key);
+      set_curve_key(socket_, ZMQ_CURVE_PUBLICKEY, options_.curve->public_key);
+      set_curve_key(socket_, ZMQ_CURVE_SECRETKEY, options_.curve->secret_key);
+    }
     // Unique per channel ever made: libzmq may release an inproc name a little after its socket.
     static std::atomic<uint64_t> monitors{0};
     const std::string monitor_address = fmt::format("inproc://tessera-channel-monitor-{}", monitors.fetch_add(1));
-    if (zmq_socket_monitor(socket_.handle(), monitor_address.c_str(), ZMQ_EVENT_DISCONNECTED) != 0) {
+    constexpr int kEvents = ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_HANDSHAKE_SUCCEEDED | ZMQ_EVENT_HANDSHAKE_FAILED_AUTH |
+                            ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL;
+    if (zmq_socket_monitor(socket_.handle(), monitor_address.c_str(), kEvents) != 0) {
       throw zmq::error_t();
     }
     monitor_ = zmq::socket_t(channel_context(), zmq::socket_type::pair);
     monitor_.set(zmq::sockopt::linger, 0);
     monitor_.connect(monitor_address);
-    socket_.connect(endpoint_);
+    if (!bad_keys) socket_.connect(endpoint_);
   } catch (const zmq::error_t& e) {
     broken_ = zmq_address_error("connect to", endpoint_, e);
   }
@@ -716,7 +940,11 @@ RpcChannelCore::RpcChannelCore(std::string endpoint, const RpcChannelOptions& op
 }
 
 RpcChannelCore::~RpcChannelCore() {
-  TESSERA_CHECK(!on_io_thread());  // a channel cannot be destroyed from its own `done`
+  if (self_delete_) {  // deleted by its own I/O thread, which has finished with everything
+    ::close(wake_fd_);
+    return;
+  }
+  TESSERA_CHECK(!on_io_thread());
   {
     std::lock_guard<std::mutex> l(mu_);
     stopping_ = true;
@@ -724,6 +952,17 @@ RpcChannelCore::~RpcChannelCore() {
   signal_wake_fd(wake_fd_);
   io_thread_.join();
   ::close(wake_fd_);
+}
+
+void RpcChannelCore::destroy_from_io_thread() {
+  TESSERA_CHECK(on_io_thread());
+  io_thread_.detach();
+  self_delete_ = true;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    stopping_ = true;  // the loop ends after the callback that destroyed the channel returns
+  }
+  signal_wake_fd(wake_fd_);
 }
 
 void RpcChannelCore::call(RpcMessage request, std::chrono::milliseconds deadline, RpcChannel::Done done,
@@ -758,6 +997,11 @@ void RpcChannelCore::run_io() {
       // Rounded up: waking before the deadline would only spin.
       timeout = std::max<long>(0, std::chrono::ceil<std::chrono::milliseconds>(left).count());
     }
+    if (reconnect_at_) {
+      const auto left = *reconnect_at_ - Clock::now();
+      const long until = std::max<long>(0, std::chrono::ceil<std::chrono::milliseconds>(left).count());
+      timeout = timeout < 0 ? until : std::min(timeout, until);
+    }
     items[0].events = static_cast<short>(ZMQ_POLLIN | (outbox_.empty() ? 0 : ZMQ_POLLOUT));
     if (!poll_items(items, num_items, timeout)) break;
     if (items[1].revents & ZMQ_POLLIN) drain_wake_fd(wake_fd_);
@@ -773,7 +1017,9 @@ void RpcChannelCore::run_io() {
     receive_replies();
     // After the replies: a reply that arrived before its connection dropped still counts.
     if (num_items == 3 && (items[2].revents & ZMQ_POLLIN)) read_monitor();
-    expire(Clock::now());
+    const auto now = Clock::now();
+    if (reconnect_at_ && now >= *reconnect_at_) reconnect();
+    expire(now);
   }
   fail_all(errors::cancelled("call to {} cancelled: the channel was destroyed", endpoint_));
   if (monitor_.handle() != nullptr) {
@@ -781,20 +1027,52 @@ void RpcChannelCore::run_io() {
     monitor_.close();
   }
   socket_.close();
+  if (self_delete_) delete this;
 }
 
 void RpcChannelCore::read_monitor() {
   bool lost = false;
+  Status handshake;  // a handshake failure seen in this batch
   for (;;) {
-    zmq::message_t event;
-    if (!monitor_.recv(event, zmq::recv_flags::dontwait)) break;
-    std::vector<zmq::message_t> rest;
-    recv_rest(monitor_, event, &rest);  // the endpoint frame
-    if (event.size() >= 2) {
-      uint16_t id;
-      std::memcpy(&id, event.data(), sizeof id);
-      if (id == ZMQ_EVENT_DISCONNECTED) lost = true;
+    std::optional<MonitorEvent> e = next_event(monitor_);
+    if (!e) break;
+    switch (e->id) {
+      case ZMQ_EVENT_DISCONNECTED:
+        lost = true;
+        break;
+      case ZMQ_EVENT_HANDSHAKE_SUCCEEDED:
+        handshake_failed_ = Status();
+        handshake = Status();
+        closed_in_handshake_ = 0;
+        reconnect_backoff_ = options_.reconnect_interval;
+        break;
+      case ZMQ_EVENT_HANDSHAKE_FAILED_AUTH:
+      case ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL:
+        // libzmq closes this connection for good: the channel connects again itself, later.
+        handshake = handshake_error(e->id, e->value);
+        reconnect_at_ = Clock::now() + reconnect_backoff_;
+        reconnect_backoff_ = std::min(2 * reconnect_backoff_, std::max(options_.reconnect_interval_max,
+                                                                       options_.reconnect_interval));
+        break;
+      case ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL:
+        // The server closed the connection during the handshake (libzmq retries): once may be a
+        // server going down, twice in a row is a server that will not talk to this client. (Other
+        // errors, such as a handshake timing out against a stopped process, are not about keys.)
+        if (e->value != EPIPE && e->value != ECONNRESET) break;
+        if (++closed_in_handshake_ >= 2) handshake = handshake_error(e->id, e->value);
+        break;
+      default:
+        break;
     }
+  }
+  if (!handshake.ok()) {
+    failed_handshakes_.fetch_add(1, std::memory_order_relaxed);
+    handshake_failed_ = handshake;
+    // Every pending call: those waiting for a connection and those sent on an earlier one.
+    outbox_.clear();
+    auto pending = std::move(pending_);
+    pending_.clear();
+    for (auto& [id, p] : pending) complete(p.done, handshake);
   }
   if (!lost) return;
   std::vector<RpcChannel::Done> failed;
@@ -813,10 +1091,48 @@ void RpcChannelCore::read_monitor() {
   }
 }
 
+Status RpcChannelCore::handshake_error(uint16_t event, uint32_t value) const {
+  const bool curve = options_.curve.has_value();
+  std::string why;
+  if (event == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH && value == 400) {
+    why = "the server refused this client's key (it is not in the server's cluster keys)";
+  } else if (event == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) {
+    why = fmt::format("the server's authentication failed (ZAP status {})", value);
+  } else if (event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL && value == ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH) {
+    why = curve ? "this client uses CURVE keys and the server does not"
+                : "the server requires CURVE keys and this client has none (SecurityOptions key_file and "
+                  "cluster_keys_file)";
+  } else if (event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL) {
+    why = fmt::format("the handshake broke the protocol (libzmq error 0x{:x})", value);
+  } else if (curve) {
+    why = "the server closed the connection during the handshake, twice: the client has the wrong key for the "
+          "server, or the server does not use CURVE keys";
+  } else {
+    why = "the server closed the connection during the handshake, twice: it probably requires CURVE keys, and this "
+          "client has none (SecurityOptions key_file and cluster_keys_file)";
+  }
+  return errors::unavailable("authentication with {} failed: {}", endpoint_, why);
+}
+
+void RpcChannelCore::reconnect() {
+  reconnect_at_.reset();
+  try {
+    // The old session is closed already; disconnect() forgets it (it may fail if libzmq did).
+    zmq_disconnect(socket_.handle(), endpoint_.c_str());
+    socket_.connect(endpoint_);
+  } catch (const zmq::error_t&) {
+    // The endpoint connected before, so this does not happen; the next call meets the old error.
+  }
+}
+
 void RpcChannelCore::accept(std::vector<NewCall>* calls) {
   for (auto& c : *calls) {
     if (!c.error.ok()) {
       complete(c.done, c.error);
+      continue;
+    }
+    if (!handshake_failed_.ok()) [[unlikely]] {
+      complete(c.done, handshake_failed_);
       continue;
     }
     const uint64_t id = next_id_++;
@@ -937,13 +1253,16 @@ RpcChannelStats RpcChannelCore::stats() const {
   s.timed_out = timed_out_.load(std::memory_order_relaxed);
   s.late_replies = late_replies_.load(std::memory_order_relaxed);
   s.malformed = malformed_.load(std::memory_order_relaxed);
+  s.failed_handshakes = failed_handshakes_.load(std::memory_order_relaxed);
   return s;
 }
 
 RpcChannel::RpcChannel(std::string endpoint, RpcChannelOptions options)
     : endpoint_(endpoint), core_(std::make_unique<RpcChannelCore>(std::move(endpoint), options)) {}
 
-RpcChannel::~RpcChannel() = default;
+RpcChannel::~RpcChannel() {
+  if (core_ && core_->on_io_thread()) core_.release()->destroy_from_io_thread();
+}
 
 void RpcChannel::call(RpcMessage request, std::chrono::milliseconds deadline, Done done) {
   core_->call(std::move(request), deadline, std::move(done), /*until_lost=*/false);

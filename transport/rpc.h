@@ -20,6 +20,8 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -99,6 +101,19 @@ struct RpcServerOptions {
   std::chrono::milliseconds heartbeat_timeout{3000};
   // How long stop() waits for handler invocations still running before it leaves them behind.
   std::chrono::milliseconds stop_grace{300};
+
+  // CURVE (Note [RPC], "Security"): the server's key pair and the client keys it admits, Z85
+  // encoded (40 characters each). Unset: plain TCP, anyone may connect.
+  struct Curve {
+    std::string public_key;
+    std::string secret_key;
+    std::set<std::string> allowed_clients;
+  };
+  std::optional<Curve> curve;
+  // Called (on the server's I/O thread; keep it short) for each connection refused because its
+  // client key is not allowed, with the peer's IP address and the key (Z85). Every refusal is
+  // also counted (RpcServerStats::refused) and logged on stderr.
+  std::function<void(const std::string& peer_address, const std::string& client_key)> on_refused;
 };
 
 struct RpcServerStats {
@@ -108,6 +123,7 @@ struct RpcServerStats {
   uint64_t replies = 0;          // replies handed to libzmq
   uint64_t dropped_replies = 0;  // replies given after stop()
   uint64_t abandoned_handlers = 0;  // handler threads stop() left running after stop_grace
+  uint64_t refused = 0;  // CURVE: connections refused (client key not allowed, or no CURVE at all)
 };
 
 // A bound ROUTER socket serving requests with `handler`. Thread-safe: stop(), endpoint() and stats()
@@ -117,7 +133,8 @@ class RpcServer {
   using Handler = std::function<void(RpcMessage request, Responder respond)>;
 
   // Binds `bind_address` ("tcp://127.0.0.1:0" picks a free port, "tcp://*:2222" every interface) and
-  // starts serving. InvalidArgument for a malformed address, Unavailable when it cannot be bound.
+  // starts serving. InvalidArgument for a malformed address or CURVE key, Unavailable when it
+  // cannot be bound.
   static StatusOr<std::unique_ptr<RpcServer>> start(std::string bind_address, Handler handler,
                                                     RpcServerOptions options = {});
   ~RpcServer();  // stop()
@@ -151,6 +168,18 @@ struct RpcChannelOptions {
   std::chrono::milliseconds connect_timeout{2000};
   // Largest reply frame accepted (ZMQ_MAXMSGSIZE); -1: no limit.
   int64_t max_message_bytes = -1;
+  // CURVE (Note [RPC], "Security"): this client's key pair and the key the server must present,
+  // Z85 encoded (40 characters each). Unset: plain TCP. A handshake that fails (the server
+  // refused this client's key, the server has another key, or only one side uses CURVE) fails the
+  // channel's pending calls with Unavailable ("authentication with ENDPOINT failed: ...") and its
+  // new calls at once, until a handshake succeeds (the channel retries every
+  // reconnect_interval_max at most).
+  struct Curve {
+    std::string public_key;
+    std::string secret_key;
+    std::string server_key;
+  };
+  std::optional<Curve> curve;
 };
 
 struct RpcChannelStats {
@@ -158,6 +187,7 @@ struct RpcChannelStats {
   uint64_t timed_out = 0;
   uint64_t late_replies = 0;  // replies to calls already completed (timed out): dropped
   uint64_t malformed = 0;     // replies not in our envelope: dropped
+  uint64_t failed_handshakes = 0;  // handshakes that failed authentication (see RpcChannelOptions::curve)
 };
 
 class RpcChannelCore;
@@ -168,17 +198,19 @@ class RpcChannel {
  public:
   using Done = std::function<void(StatusOr<RpcMessage>)>;
 
-  // Connects (lazily: nothing needs to listen yet). A malformed endpoint fails every call with
-  // InvalidArgument.
+  // Connects (lazily: nothing needs to listen yet). A malformed endpoint or CURVE key fails every
+  // call with InvalidArgument.
   explicit RpcChannel(std::string endpoint, RpcChannelOptions options = {});
-  // Fails pending calls with Cancelled and joins the I/O thread. Not from inside a `done`.
+  // Fails pending calls with Cancelled and joins the I/O thread. From inside one of its own `done`
+  // callbacks (the last owner let go there), the I/O thread finishes after that callback instead.
   ~RpcChannel();
   RpcChannel(const RpcChannel&) = delete;
   RpcChannel& operator=(const RpcChannel&) = delete;
 
   // Sends `request` and calls `done` exactly once, on the channel's I/O thread (keep it short; do
   // not destroy the channel from it): with the reply, the error the server's handler replied, or
-  // Unavailable when no reply came within `deadline` of this call.
+  // Unavailable when no reply came within `deadline` of this call (or the handshake with the
+  // server failed).
   void call(RpcMessage request, std::chrono::milliseconds deadline, Done done);
   // A call whose reply may rightly take long (a step waiting on a queue): `connect_deadline`
   // bounds only the wait for a connection to the peer (Unavailable "could not reach"); once sent,

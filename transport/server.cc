@@ -5,6 +5,7 @@
 #include <arpa/inet.h>
 
 #include <climits>
+#include <cstdio>
 #include <utility>
 
 #include <fmt/format.h>
@@ -14,6 +15,7 @@
 #include "device/default_devices.h"
 #include "tessera/errors.h"
 #include "transport/master.h"
+#include "transport/security.h"
 #include "transport/server_impl.h"
 #include "transport/wire.h"
 #include "transport/worker.h"
@@ -51,6 +53,17 @@ namespace tessera::internal {
 // RpcServer's stop_grace (300 ms) even if a handler is stuck. It is idempotent and the destructor
 // calls it. A stopped server can be start()ed again on the same address.
 //
+// Security. With ServerOptions::security.key_file, start() reads the key pair and the cluster keys
+// file (again at each start, so a restart picks up new keys): the RpcServer is a CURVE server with
+// that key pair admitting every key of the file (and its own), and the task's channels to the
+// other tasks (TaskChannels, used by its master and worker) are CURVE clients with the same key
+// pair, each expecting the key the file lists for the destination's address (for the task itself,
+// its own key: the file need not list it). A task whose own address is listed with another key
+// than its own refuses to start (its peers would refuse it).
+// Without keys, start() serves only loopback addresses, where nobody from another host can
+// connect; anything else (a host name binds every interface) needs security.insecure, and gets a
+// warning on stderr. Note [RPC] ("Security") says what happens to refused connections.
+//
 // Signals. `tessera server` (tools/tessera_main.cc) runs a task until SIGINT or SIGTERM. Its signal
 // handler only write()s a byte to a pipe (async-signal-safe); a thread blocked reading that pipe
 // calls stop(), and the main thread, in join(), then returns and exits 0. A handler installed with
@@ -63,11 +76,30 @@ namespace pb = wire::pb;
 
 constexpr const char* kGetStatus = "GetStatus";
 
-RpcServerOptions rpc_options(const train::ServerOptions& options) {
+RpcServerOptions rpc_options(const train::ServerOptions& options, const Credentials* credentials) {
   RpcServerOptions rpc;
   rpc.handler_threads = options.handler_threads;
   rpc.max_message_bytes = options.max_message_bytes;
+  if (credentials != nullptr) rpc.curve = server_curve(*credentials);
   return rpc;
+}
+
+// `credentials` knowing this task's own address as its own key: a master calls its own worker
+// too, and the cluster keys need not list the task itself (a local server's address is known only
+// once it is bound).
+std::shared_ptr<const Credentials> with_own_address(std::shared_ptr<const Credentials> credentials,
+                                                    const std::string& address) {
+  if (!credentials || credentials->cluster.server_key(address) != nullptr) return credentials;
+  auto copy = std::make_shared<Credentials>(*credentials);
+  copy->cluster.server_keys[address] = copy->own.public_key;
+  return copy;
+}
+
+// The key pair and cluster keys the options name (null when none), raised as errors naming `who`.
+std::shared_ptr<const Credentials> credentials_of(const train::ServerOptions& options, const std::string& who) {
+  StatusOr<std::shared_ptr<const Credentials>> loaded = load_credentials(options.security, "ServerOptions.security");
+  if (!loaded.ok()) loaded.status().with_prefix(who + ": ").raise();
+  return std::move(loaded).value();
 }
 
 template <class Slot>
@@ -100,6 +132,7 @@ void validate(const train::ServerOptions& options) {
     throw InvalidArgumentError(fmt::format("ServerOptions.max_message_bytes must be > 0 or -1 (no limit), got {}",
                                            options.max_message_bytes));
   }
+  check_security_options(options.security, "ServerOptions.security").raise();
 }
 
 std::string task_name(const std::string& job, int task) { return fmt::format("/job:{}/task:{}", job, task); }
@@ -232,13 +265,14 @@ void serve_request(const ServiceState& state, RpcMessage request, const Responde
 }
 
 std::shared_ptr<ServiceState> make_services(const train::ClusterSpec& cluster, const std::string& job, int task,
-                                            const train::ServerOptions& options) {
+                                            const train::ServerOptions& options,
+                                            std::shared_ptr<const Credentials> credentials) {
   auto state = std::make_shared<ServiceState>();
   state->job = job;
   state->task = task;
   state->task_name = task_name(job, task);
   const std::string full = fmt::format("/job:{}/replica:0/task:{}", job, task);
-  auto channels = std::make_shared<TaskChannels>(cluster, options.rpc_timeout);
+  auto channels = std::make_shared<TaskChannels>(cluster, options.rpc_timeout, std::move(credentials));
   state->worker = std::make_shared<Worker>(full, channels);
   state->master = std::make_shared<Master>(full, channels);
   return state;
@@ -260,16 +294,17 @@ std::unique_ptr<ServerImpl> ServerImpl::start_local(train::ServerOptions options
   validate(options);
   register_default_devices().raise();
   const std::string job = "localhost";
+  std::shared_ptr<const Credentials> credentials = credentials_of(options, "cannot start a local server");
   // The cluster is known once the port is: requests wait for it in the slot (null until then).
   auto slot = std::make_shared<StateSlot>();
-  auto rpc = RpcServer::start("tcp://127.0.0.1:0", make_handler(slot), rpc_options(options));
+  auto rpc = RpcServer::start("tcp://127.0.0.1:0", make_handler(slot), rpc_options(options, credentials.get()));
   if (!rpc.ok()) rpc.status().with_prefix("cannot start a local server: ").raise();
   const std::string& endpoint = rpc.value()->endpoint();  // "tcp://127.0.0.1:PORT"
   const std::string address = "127.0.0.1" + endpoint.substr(endpoint.rfind(':'));
   auto impl = std::make_unique<ServerImpl>(train::ClusterSpec({{job, {address}}}), job, 0, options);
   {
     std::lock_guard<std::mutex> l(slot->mu);
-    slot->state = make_services(impl->cluster_, job, 0, options);
+    slot->state = make_services(impl->cluster_, job, 0, options, with_own_address(credentials, address));
   }
   impl->slot_ = slot;
   impl->rpc_ = std::move(rpc).value();
@@ -280,13 +315,38 @@ std::unique_ptr<ServerImpl> ServerImpl::start_local(train::ServerOptions options
 void ServerImpl::start() {
   std::lock_guard<std::mutex> lifecycle(lifecycle_mu_);
   if (rpc_ != nullptr) return;
+  const std::string who = task_name(job_, task_);
   StatusOr<std::string> endpoint = server_bind_endpoint(address_);
-  if (!endpoint.ok()) endpoint.status().with_prefix(task_name(job_, task_) + ": ").raise();
+  if (!endpoint.ok()) endpoint.status().with_prefix(who + ": ").raise();
+  std::shared_ptr<const Credentials> credentials = credentials_of(options_, who);
+  if (credentials) {
+    const std::string* listed = credentials->cluster.server_key(address_);
+    if (listed != nullptr && *listed != credentials->own.public_key) {
+      throw InvalidArgumentError(fmt::format(
+          "{}: the cluster keys file '{}' lists {} for this task's address {}, but its key file '{}' holds {}: the "
+          "other tasks would refuse it",
+          who, credentials->cluster.file, *listed, address_, options_.security.key_file,
+          credentials->own.public_key));
+    }
+  } else if (!is_loopback_endpoint(endpoint.value())) {
+    if (!options_.security.insecure) {
+      throw FailedPreconditionError(fmt::format(
+          "{} will not serve {} ({}) without authentication: any host that reaches it could run code in this "
+          "process. Give it keys (ServerOptions.security.key_file and cluster_keys_file, made with `tessera keygen`; "
+          "`tessera server --keys FILE --cluster-keys FILE`), or, on a trusted network, set "
+          "ServerOptions.security.insecure (`--insecure`)",
+          who, address_, endpoint.value()));
+    }
+    std::fprintf(stderr,
+                 "tessera: warning: %s serves %s without authentication or encryption (security.insecure): any host "
+                 "that reaches it can run code in this process\n",
+                 who.c_str(), address_.c_str());
+  }
   {
     std::lock_guard<std::mutex> l(slot_->mu);
-    slot_->state = make_services(cluster_, job_, task_, options_);
+    slot_->state = make_services(cluster_, job_, task_, options_, with_own_address(credentials, address_));
   }
-  auto rpc = RpcServer::start(endpoint.value(), make_handler(slot_), rpc_options(options_));
+  auto rpc = RpcServer::start(endpoint.value(), make_handler(slot_), rpc_options(options_, credentials.get()));
   if (!rpc.ok()) {
     // Unavailable for a port in use (or an address this machine does not have), as RpcServer says.
     rpc.status().with_prefix(fmt::format("{} cannot listen on {}: ", task_name(job_, task_), address_)).raise();

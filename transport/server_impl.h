@@ -29,6 +29,7 @@ StatusOr<std::string> task_device_name(const std::string& local_name, const std:
 
 class Master;
 class Worker;
+struct Credentials;
 
 // What the request handlers need; shared with them (an RpcServer may leave a slow handler running
 // after stop(), so handlers never point into ServerImpl). The fields are set once; the services
@@ -41,9 +42,11 @@ struct ServiceState {
   std::shared_ptr<Master> master;
 };
 
-// The services of task (`job`, `task`) of `cluster`: a fresh worker and master.
+// The services of task (`job`, `task`) of `cluster`: a fresh worker and master, whose calls to
+// the other tasks use `credentials` (transport/security.h) when given.
 std::shared_ptr<ServiceState> make_services(const train::ClusterSpec& cluster, const std::string& job, int task,
-                                            const train::ServerOptions& options);
+                                            const train::ServerOptions& options,
+                                            std::shared_ptr<const Credentials> credentials = nullptr);
 
 // Handles one request (frame 0 a wire RequestHeader): GetStatus, or Unimplemented naming the
 // method; a header that does not parse gets InvalidArgument (in a ResponseHeader when its request

@@ -13,6 +13,7 @@
 #include "host/direct_session.h"
 #include "tessera/errors.h"
 #include "tessera/graph.h"
+#include "transport/security.h"
 
 namespace tessera::internal {
 
@@ -234,6 +235,61 @@ tessera::PlacementPolicy policy_from(const std::string& name) {
 
 }  // namespace
 
+// Threads for runs that may block for long: a run never waits for a thread (a new one starts
+// when none is idle, so runs that wait on each other cannot deadlock), and in steady state no
+// thread is created per run (idle threads wait for the next one; a thread idle for 10 s exits).
+// The threads share the queue's state, so the pool may be destroyed from one of its own runs.
+class ElasticThreads {
+ public:
+  ElasticThreads() : core_(std::make_shared<Core>()) {}
+  ElasticThreads(const ElasticThreads&) = delete;
+  ElasticThreads& operator=(const ElasticThreads&) = delete;
+  ~ElasticThreads() {
+    std::lock_guard<std::mutex> l(core_->mu);
+    core_->stopping = true;  // idle threads leave; busy ones finish the queue first
+    core_->cv.notify_all();
+  }
+
+  void run(std::function<void()> fn) {
+    std::lock_guard<std::mutex> l(core_->mu);
+    core_->work.push_back(std::move(fn));
+    if (core_->idle >= static_cast<int>(core_->work.size())) {
+      core_->cv.notify_one();
+      return;
+    }
+    std::thread([core = core_] { loop(*core); }).detach();
+  }
+
+ private:
+  struct Core {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::deque<std::function<void()>> work;  // guarded by mu
+    int idle = 0;                            // guarded by mu
+    bool stopping = false;                   // guarded by mu
+  };
+  static void loop(Core& c) {
+    std::unique_lock<std::mutex> l(c.mu);
+    for (;;) {
+      if (!c.work.empty()) {
+        auto fn = std::move(c.work.front());
+        c.work.pop_front();
+        l.unlock();
+        fn();
+        fn = nullptr;  // destroyed outside the lock
+        l.lock();
+        continue;
+      }
+      if (c.stopping) return;
+      ++c.idle;
+      const bool woken = c.cv.wait_for(l, std::chrono::seconds(10), [&] { return c.stopping || !c.work.empty(); });
+      --c.idle;
+      if (!woken) return;  // idle too long
+    }
+  }
+  std::shared_ptr<Core> core_;
+};
+
 // A registered partition: its graph and the session that runs it.
 class WorkerGraph {
  public:
@@ -246,8 +302,9 @@ class WorkerGraph {
 
 // ---- Helpers shared with the master ----
 
-TaskChannels::TaskChannels(train::ClusterSpec cluster, std::chrono::milliseconds rpc_timeout)
-    : cluster_(std::move(cluster)), rpc_timeout_(rpc_timeout) {}
+TaskChannels::TaskChannels(train::ClusterSpec cluster, std::chrono::milliseconds rpc_timeout,
+                           std::shared_ptr<const Credentials> credentials)
+    : cluster_(std::move(cluster)), rpc_timeout_(rpc_timeout), credentials_(std::move(credentials)) {}
 
 StatusOr<RpcChannel*> TaskChannels::get(const std::string& task) {
   StatusOr<DeviceSpec> spec = DeviceSpec::parse(task);
@@ -264,10 +321,19 @@ StatusOr<RpcChannel*> TaskChannels::get(const std::string& task) {
   std::lock_guard<std::mutex> l(mu_);
   auto& channel = by_address_[address];
   if (!channel) {
+    RpcChannelOptions options;
+    if (credentials_) {
+      StatusOr<RpcChannelOptions::Curve> curve = channel_curve(*credentials_, address);
+      if (!curve.ok()) {
+        by_address_.erase(address);
+        return curve.status().with_prefix(fmt::format("{}: ", task));
+      }
+      options.curve = std::move(curve).value();
+    }
     const std::string host = address.substr(0, address.rfind(':'));
     const std::string endpoint =
         host == "localhost" ? "tcp://127.0.0.1" + address.substr(address.rfind(':')) : "tcp://" + address;
-    channel = std::make_unique<RpcChannel>(endpoint);
+    channel = std::make_unique<RpcChannel>(endpoint, std::move(options));
   }
   return channel.get();
 }
@@ -350,7 +416,7 @@ StatusOr<wire::TensorMeta> tensor_to_frames(const Tensor& t, std::vector<zmq::me
 // ---- Worker ----
 
 Worker::Worker(std::string task_name, std::shared_ptr<TaskChannels> channels)
-    : task_name_(std::move(task_name)), channels_(std::move(channels)) {}
+    : task_name_(std::move(task_name)), channels_(std::move(channels)), threads_(std::make_unique<ElasticThreads>()) {}
 
 Worker::~Worker() = default;
 
@@ -595,7 +661,7 @@ void Worker::run_graph(const wire::RequestHeader& header, RpcMessage request, co
     std::lock_guard<std::mutex> l(mu_);
     ++active_runs_;
   }
-  std::thread([self = shared_from_this(), wg, r, feeds, s, step_id, respond, request_id = header.request_id()] {
+  threads_->run([self = shared_from_this(), wg, r, feeds, s, step_id, respond, request_id = header.request_id()] {
     RunOptions options;
     options.timeout = std::chrono::milliseconds(r->timeout_ms());
     Status st;
@@ -634,7 +700,7 @@ void Worker::run_graph(const wire::RequestHeader& header, RpcMessage request, co
     }
     std::lock_guard<std::mutex> l(self->mu_);
     if (--self->active_runs_ == 0) self->runs_cv_.notify_all();
-  }).detach();
+  });
 }
 
 void Worker::recv_tensor(const wire::RequestHeader& header, const Responder& respond) {

@@ -34,13 +34,19 @@
 
 namespace tessera::internal {
 
+struct Credentials;
+
 // The RpcChannels of one process to the tasks of a cluster, one per address, made on first use
-// and kept. Thread-safe.
+// and kept. With `credentials` (transport/security.h) every channel is a CURVE client with this
+// task's key pair, expecting the server key the cluster keys give for the task's address.
+// Thread-safe.
 class TaskChannels {
  public:
-  TaskChannels(train::ClusterSpec cluster, std::chrono::milliseconds rpc_timeout);
+  TaskChannels(train::ClusterSpec cluster, std::chrono::milliseconds rpc_timeout,
+               std::shared_ptr<const Credentials> credentials = nullptr);
   // The channel of task "/job:J/replica:0/task:T" (or "/job:J/task:T"). InvalidArgument when the
-  // cluster has no such task.
+  // cluster has no such task; FailedPrecondition naming its address when the cluster keys have no
+  // key for it.
   StatusOr<RpcChannel*> get(const std::string& task);
   const train::ClusterSpec& cluster() const { return cluster_; }
   std::chrono::milliseconds rpc_timeout() const { return rpc_timeout_; }
@@ -48,6 +54,7 @@ class TaskChannels {
  private:
   const train::ClusterSpec cluster_;
   const std::chrono::milliseconds rpc_timeout_;
+  const std::shared_ptr<const Credentials> credentials_;  // null: plain TCP
   std::mutex mu_;
   std::map<std::string, std::unique_ptr<RpcChannel>> by_address_;  // guarded by mu_
 };
@@ -73,6 +80,7 @@ StatusOr<wire::TensorMeta> tensor_to_frames(const Tensor& t, std::vector<zmq::me
                                             std::size_t first_frame);
 
 class WorkerGraph;
+class ElasticThreads;
 
 class Worker : public std::enable_shared_from_this<Worker> {
  public:
@@ -136,6 +144,7 @@ class Worker : public std::enable_shared_from_this<Worker> {
   std::deque<std::pair<int64_t, Status>> aborted_;                     // guarded by mu_
   int active_runs_ = 0;                                                // guarded by mu_
   std::condition_variable runs_cv_;
+  std::unique_ptr<ElasticThreads> threads_;  // runs RunGraphs (a run may block for long)
 };
 
 // The name under which the task's ResourceMgr holds the worker link the exchange kernels use.

@@ -36,6 +36,7 @@
 #include <string>
 
 #include "tessera/cluster.h"
+#include "tessera/security.h"
 
 namespace tessera::internal {
 class ServerImpl;
@@ -54,6 +55,10 @@ struct ServerOptions {
   // the sender's connection before anything is allocated, a larger request is refused with
   // ResourceExhausted. -1: no limit; otherwise must be > 0.
   int64_t max_message_bytes = 1LL << 32;
+  // CURVE keys (include/tessera/security.h): with security.key_file the server encrypts its
+  // traffic and admits only the keys of security.cluster_keys_file. Without it, start() refuses an
+  // address other hosts can reach (FailedPreconditionError) unless security.insecure is set.
+  SecurityOptions security;
 };
 
 class Server {
@@ -79,8 +84,11 @@ class Server {
   // address decides the interface: an IPv4 literal binds that address, "localhost" 127.0.0.1, and a
   // host name every interface ("*"), since a name may resolve to an address other interfaces
   // carry. UnavailableError naming the address when it cannot be bound (port in use, or not an
-  // address of this machine); UnimplementedError for IPv6 addresses. A stopped server may be
-  // started again.
+  // address of this machine); UnimplementedError for IPv6 addresses. Security: the key files are
+  // read here (NotFoundError, InvalidArgumentError naming the file and what is wrong,
+  // PermissionDeniedError for a key file others can read); FailedPreconditionError for an address
+  // other than loopback without keys and without security.insecure. A stopped server may be
+  // started again (and reads the key files again).
   void start();
   // Stops serving: sessions on this master are closed (their runs in flight fail with
   // CancelledError), runs of this worker are cancelled, then the port is closed (it can be bound

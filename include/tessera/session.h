@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "tessera/graph.h"
+#include "tessera/security.h"
 #include "tessera/tensor.h"
 
 namespace tessera {
@@ -49,6 +50,10 @@ struct SessionOptions {
   // it with RunOptions::timeout); it fails with UnavailableError as soon as the connection to the
   // master is lost, or when no connection can be made within this time.
   std::chrono::milliseconds rpc_timeout{10000};
+  // Sessions on a cluster target whose tasks use CURVE keys (include/tessera/security.h): this
+  // client's key pair (key_file) and the cluster's keys, where the target's host:port names the
+  // master's server key. `insecure` means nothing here.
+  train::SecurityOptions security;
 };
 
 namespace internal {
