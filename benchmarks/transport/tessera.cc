@@ -1,0 +1,370 @@
+// Workload transport, impl tessera: tensors between two processes through tessera's own path, as a
+// worker serves a cross-task tensor and as a caller receives it.
+//
+// Peer: an RpcServer (transport/rpc.h, default options: an I/O thread and 4 handler threads, as
+// train::Server runs it) whose handler parses the wire RequestHeader and dispatches on its method:
+//   RecvTensor  body RecvTensorRequest; the tensor named by rendezvous_key (one per size, built at
+//               start-up) goes back as a ResponseHeader whose body is a RecvTensorResponse with
+//               TensorMeta = wire::encode_tensor_meta(t, 1), plus frame 1 = tensor_frame(t)
+//               (the tensor's own buffer from 16 KiB up, no copy).
+//   RunGraph    the echo of the rtt benchmarks, shaped as the call a master makes to run a
+//               partition: the request's `send` names a tensor travelling as frame 1, which the
+//               handler validates and adopts (frame_to_tensor, natural alignment: no copy), and
+//               returns in a RunGraphResponse `recv` entry plus tensor_frame of it.
+// Client: one RpcChannel (a channel per remote task, as a worker keeps). Every reply is parsed
+// (ResponseHeader, status, body), its TensorMeta checked with wire::validate_tensor_meta against the
+// frame, and the Tensor built with frame_to_tensor(frame, dtype, shape, dtype_size(dtype)): from
+// 16 KiB up the tensor is the received zmq message, not a copy.
+//   transfer: RpcChannel::call with kWindow calls in flight (a counter and a condition variable);
+//             the reply is turned into a Tensor in the completion (the channel's I/O thread), where
+//             a worker would hand it to its rendezvous, and dropped.
+//   rtt:      RpcChannel::call_sync, one echo at a time, the request carrying the tensor.
+// Before timing, each benchmark checks every byte of kWindow received tensors (the pattern of
+// transfer_bench.h), their dtype and shape, and that from 16 KiB up they were received without a copy.
+#include <tessera/tessera.h>
+
+#include <condition_variable>
+#include <cstdio>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "common/bench_common.h"
+#include "transport/rpc.h"
+#include "transport/transfer_bench.h"
+#include "transport/wire.h"
+
+namespace transport_bench {
+namespace {
+
+using tessera::DType;
+using tessera::Shape;
+using tessera::Status;
+using tessera::StatusOr;
+using tessera::Tensor;
+using tessera::internal::frame_to_tensor;
+using tessera::internal::kZeroCopyMinBytes;
+using tessera::internal::Responder;
+using tessera::internal::RpcChannel;
+using tessera::internal::RpcMessage;
+using tessera::internal::RpcServer;
+using tessera::internal::tensor_frame;
+namespace errors = tessera::errors;
+namespace wire = tessera::internal::wire;
+namespace pb = tessera::wire;  // the generated messages
+
+constexpr const char* kRecvTensor = "RecvTensor";
+constexpr const char* kRunGraph = "RunGraph";
+
+// A message serialized straight into a frame (as train::Server does: no intermediate string).
+zmq::message_t serialize(const google::protobuf::Message& message) {
+  zmq::message_t frame(message.ByteSizeLong());
+  message.SerializeWithCachedSizesToArray(static_cast<uint8_t*>(frame.data()));
+  return frame;
+}
+
+Tensor pattern_tensor(const Size& size) {
+  Tensor t(DType::Int32, Shape{static_cast<int64_t>(size.bytes / 4)});
+  fill_pattern(t.raw_mutable_data(), size.bytes);
+  return t;
+}
+
+Shape shape_of(const pb::TensorMeta& meta) {
+  return Shape(std::vector<int64_t>(meta.dims().begin(), meta.dims().end()));
+}
+
+// ---- Peer ----
+
+using Tensors = std::unordered_map<std::string, Tensor>;
+
+void reply(const Responder& respond, uint64_t request_id, const Status& status,
+           const google::protobuf::Message* body, std::optional<zmq::message_t> tensor = std::nullopt) {
+  RpcMessage out;
+  out.frames.reserve(2);
+  out.frames.push_back(serialize(wire::make_response_header(request_id, status, body)));
+  if (tensor) out.frames.push_back(std::move(*tensor));
+  respond(std::move(out));
+}
+
+void serve_recv_tensor(const Tensors& tensors, const pb::RequestHeader& h, const Responder& respond) {
+  pb::RecvTensorRequest body;
+  if (Status st = wire::parse_body(h.body(), &body); !st.ok()) return reply(respond, h.request_id(), st, nullptr);
+  auto it = tensors.find(body.rendezvous_key());
+  if (it == tensors.end()) {
+    return reply(respond, h.request_id(), errors::not_found("no tensor '{}'", body.rendezvous_key()), nullptr);
+  }
+  StatusOr<zmq::message_t> frame = tensor_frame(it->second);
+  if (!frame.ok()) return reply(respond, h.request_id(), frame.status(), nullptr);
+  pb::RecvTensorResponse response;
+  response.set_version(wire::kWireVersion);
+  *response.mutable_tensor() = wire::encode_tensor_meta(it->second, 1);
+  reply(respond, h.request_id(), Status(), &response, std::move(frame).value());
+}
+
+void serve_echo(RpcMessage& request, const pb::RequestHeader& h, const Responder& respond) {
+  pb::RunGraphRequest body;
+  if (Status st = wire::parse_body(h.body(), &body); !st.ok()) return reply(respond, h.request_id(), st, nullptr);
+  if (body.send_size() != 1 || body.recv_key_size() != 1) {
+    return reply(respond, h.request_id(), errors::invalid_argument("the echo takes one tensor"), nullptr);
+  }
+  const pb::TensorMeta& meta = body.send(0).meta();
+  if (meta.frame() == 0 || meta.frame() >= request.frames.size()) {
+    return reply(respond, h.request_id(), errors::invalid_argument("no frame {}", meta.frame()), nullptr);
+  }
+  zmq::message_t& frame = request.frames[meta.frame()];
+  Status st = wire::validate_tensor_meta(meta, frame.size());
+  const auto dtype = static_cast<DType>(meta.dtype());  // validated
+  if (st.ok()) st = wire::validate_tensor_content(dtype, frame.data(), frame.size());
+  if (!st.ok()) return reply(respond, h.request_id(), st, nullptr);
+  StatusOr<Tensor> t = frame_to_tensor(std::move(frame), dtype, shape_of(meta), dtype_size(dtype));
+  if (!t.ok()) return reply(respond, h.request_id(), t.status(), nullptr);
+  StatusOr<zmq::message_t> back = tensor_frame(t.value());
+  if (!back.ok()) return reply(respond, h.request_id(), back.status(), nullptr);
+  pb::RunGraphResponse response;
+  response.set_version(wire::kWireVersion);
+  pb::NamedTensor* out = response.add_recv();
+  out->set_name(body.recv_key(0));
+  *out->mutable_meta() = wire::encode_tensor_meta(t.value(), 1);
+  reply(respond, h.request_id(), Status(), &response, std::move(back).value());
+}
+
+void serve(const Tensors& tensors, RpcMessage request, const Responder& respond) {
+  if (request.frames.empty()) {
+    respond.fail(errors::invalid_argument("a request needs a header frame"));
+    return;
+  }
+  StatusOr<pb::RequestHeader> header = wire::parse_request_header(request.frames[0].data(), request.frames[0].size());
+  if (!header.ok()) {
+    respond.fail(header.status());
+    return;
+  }
+  const pb::RequestHeader& h = header.value();
+  if (h.method() == kRecvTensor) return serve_recv_tensor(tensors, h, respond);
+  if (h.method() == kRunGraph) return serve_echo(request, h, respond);
+  reply(respond, h.request_id(), errors::unimplemented("method {}", h.method()), nullptr);
+}
+
+// ---- Client ----
+
+// The tensor a reply carries: frame 0 a ResponseHeader answering `request_id` whose body is a
+// `Body`, `meta_of(body)` the tensor's metadata. *zero_copy (when given) tells whether the tensor is
+// the received frame itself.
+template <class Body, class MetaOf>
+StatusOr<Tensor> receive_tensor(StatusOr<RpcMessage> reply, uint64_t request_id, MetaOf meta_of,
+                                bool* zero_copy = nullptr) {
+  if (!reply.ok()) return reply.status();
+  std::vector<zmq::message_t>& frames = reply.value().frames;
+  if (frames.empty()) return errors::internal("an empty reply");
+  StatusOr<pb::ResponseHeader> header = wire::parse_response_header(frames[0].data(), frames[0].size());
+  if (!header.ok()) return header.status();
+  const pb::ResponseHeader& h = header.value();
+  if (h.has_status()) {
+    if (Status st = wire::to_status(h.status()); !st.ok()) return st;
+  }
+  if (h.request_id() != request_id) {
+    return errors::internal("reply to request {} received for request {}", h.request_id(), request_id);
+  }
+  Body body;
+  TESSERA_RETURN_IF_ERROR(wire::parse_body(h.body(), &body));
+  const pb::TensorMeta* meta = meta_of(body);
+  if (meta == nullptr) return errors::internal("the reply names no tensor");
+  if (meta->frame() == 0 || meta->frame() >= frames.size()) {
+    return errors::internal("the reply's tensor is in frame {} of {}", meta->frame(), frames.size());
+  }
+  zmq::message_t& frame = frames[meta->frame()];
+  TESSERA_RETURN_IF_ERROR(wire::validate_tensor_meta(*meta, frame.size()));
+  const auto dtype = static_cast<DType>(meta->dtype());  // validated
+  TESSERA_RETURN_IF_ERROR(wire::validate_tensor_content(dtype, frame.data(), frame.size()));
+  const void* data = frame.data();
+  StatusOr<Tensor> t = frame_to_tensor(std::move(frame), dtype, shape_of(*meta), dtype_size(dtype));
+  if (zero_copy != nullptr && t.ok()) *zero_copy = t.value().raw_data() == data;
+  return t;
+}
+
+const pb::TensorMeta* recv_tensor_meta(const pb::RecvTensorResponse& r) {
+  return r.has_tensor() ? &r.tensor() : nullptr;
+}
+const pb::TensorMeta* run_graph_meta(const pb::RunGraphResponse& r) {
+  return r.recv_size() == 1 ? &r.recv(0).meta() : nullptr;
+}
+
+// The channel to the peer's RpcServer, shared by every tessera benchmark; nullptr (and the
+// benchmark skipped) when the peer is not running.
+RpcChannel* channel(benchmark::State& state) {
+  const PeerEndpoints* p = peer();
+  if (p == nullptr) {
+    state.SkipWithError(("no peer process: " + peer_error()).c_str());
+    return nullptr;
+  }
+  static RpcChannel* const ch = new RpcChannel(p->tessera);  // leaked: no teardown at static exit
+  return ch;
+}
+
+// Checks a received tensor: int32, [bytes / 4], every byte the pattern, and (from kZeroCopyMinBytes)
+// no copy on receipt. "" when right.
+std::string check_received(const Tensor& t, const Size& size, bool zero_copy) {
+  if (t.dtype() != DType::Int32 || t.shape() != Shape{static_cast<int64_t>(size.bytes / 4)}) {
+    return "wrong dtype or shape: " + t.debug_string(0);
+  }
+  if (!has_pattern(t.raw_data(), t.bytes(), size.bytes)) return "the bytes differ from what was sent";
+  if (size.bytes >= kZeroCopyMinBytes && !zero_copy) return "the tensor was copied on receipt";
+  return "";
+}
+
+// Calls in flight and what completed. Shared with the completions, which may outlive a benchmark
+// that gave up waiting.
+struct Window {
+  std::mutex mu;
+  std::condition_variable cv;
+  int in_flight = 0;
+  Status error;                 // the first failure
+  bool keep = false;            // keep what arrives in `received` (the check), else drop it
+  std::vector<std::pair<Tensor, bool>> received;  // tensor, zero_copy
+};
+
+}  // namespace
+
+void tessera_transfer(benchmark::State& state, const Size& size) {
+  tessera_bench::set_impl(state, "tessera");
+  RpcChannel* ch = channel(state);
+  if (ch == nullptr) return;
+  const std::string key = size.name;
+  auto w = std::make_shared<Window>();
+  uint64_t next_id = 1;
+  const auto wait_limit = 2 * kDeadline;  // the channel completes every call by kDeadline
+
+  // Pulls `n` tensors, kWindow at a time; the first error, if any.
+  auto pull = [&](int n) -> Status {
+    for (int i = 0; i < n; ++i) {
+      {
+        std::unique_lock<std::mutex> l(w->mu);
+        if (!w->cv.wait_for(l, wait_limit, [&] { return w->in_flight < kWindow; })) {
+          return errors::deadline_exceeded("no call completed within {} ms", wait_limit.count());
+        }
+        if (!w->error.ok()) break;
+        ++w->in_flight;
+      }
+      const uint64_t id = next_id++;
+      pb::RecvTensorRequest body;
+      body.set_version(wire::kWireVersion);
+      body.set_step_id(static_cast<int64_t>(id));
+      body.set_rendezvous_key(key);
+      RpcMessage request;
+      request.frames.push_back(serialize(wire::make_request_header(id, kRecvTensor, body, kDeadline.count())));
+      ch->call(std::move(request), kDeadline, [w, id](StatusOr<RpcMessage> reply) {
+        bool zero_copy = false;
+        StatusOr<Tensor> t =
+            receive_tensor<pb::RecvTensorResponse>(std::move(reply), id, recv_tensor_meta, &zero_copy);
+        {
+          std::lock_guard<std::mutex> l(w->mu);
+          --w->in_flight;
+          if (!t.ok()) {
+            if (w->error.ok()) w->error = t.status();
+          } else if (w->keep) {
+            w->received.emplace_back(std::move(t).value(), zero_copy);
+          }
+        }
+        w->cv.notify_one();
+        // A dropped tensor is freed here, after the lock (the zmq message it wraps).
+      });
+    }
+    std::unique_lock<std::mutex> l(w->mu);
+    if (!w->cv.wait_for(l, wait_limit, [&] { return w->in_flight == 0; })) {
+      return errors::deadline_exceeded("calls still pending after {} ms", wait_limit.count());
+    }
+    return w->error;
+  };
+
+  // Warm-up and check, untimed: kWindow tensors, every byte.
+  w->keep = true;
+  Status st = pull(kWindow);
+  std::string wrong = st.ok() ? "" : st.to_string();
+  {
+    std::lock_guard<std::mutex> l(w->mu);
+    w->keep = false;
+    if (wrong.empty() && w->received.size() != static_cast<std::size_t>(kWindow)) wrong = "tensors missing";
+    for (const auto& [t, zero_copy] : w->received) {
+      if (wrong.empty()) wrong = check_received(t, size, zero_copy);
+    }
+    w->received.clear();
+  }
+  if (!tessera_bench::check(state, wrong.empty(), "transfer_" + key + ": " + wrong)) return;
+  if (!(st = pull(size.transfers)).ok()) return state.SkipWithError(st.to_string().c_str());  // warm
+
+  for (auto _ : state) {
+    st = pull(size.transfers);
+    if (!st.ok()) {
+      state.SkipWithError(st.to_string().c_str());
+      break;
+    }
+  }
+  state.SetBytesProcessed(state.iterations() * size.transfers * static_cast<int64_t>(size.bytes));
+  state.SetItemsProcessed(state.iterations() * size.transfers);
+}
+
+void tessera_rtt(benchmark::State& state, const Size& size) {
+  tessera_bench::set_impl(state, "tessera");
+  RpcChannel* ch = channel(state);
+  if (ch == nullptr) return;
+  const std::string key = size.name;
+  const Tensor payload = pattern_tensor(size);
+  uint64_t id = 0;
+
+  // One echo: the payload to the peer and back, as a Tensor.
+  auto echo = [&](bool* zero_copy) -> StatusOr<Tensor> {
+    ++id;
+    pb::RunGraphRequest body;
+    body.set_version(wire::kWireVersion);
+    body.set_graph_handle("echo");
+    body.set_step_id(static_cast<int64_t>(id));
+    pb::NamedTensor* send = body.add_send();
+    send->set_name(key);
+    *send->mutable_meta() = wire::encode_tensor_meta(payload, 1);
+    body.add_recv_key(key);
+    StatusOr<zmq::message_t> frame = tensor_frame(payload);
+    if (!frame.ok()) return frame.status();
+    RpcMessage request;
+    request.frames.reserve(2);
+    request.frames.push_back(serialize(wire::make_request_header(id, kRunGraph, body, kDeadline.count())));
+    request.frames.push_back(std::move(frame).value());
+    return receive_tensor<pb::RunGraphResponse>(ch->call_sync(std::move(request), kDeadline), id, run_graph_meta,
+                                                zero_copy);
+  };
+
+  // Warm-up and check, untimed: kWindow echoes, every byte.
+  std::string wrong;
+  for (int i = 0; i < kWindow && wrong.empty(); ++i) {
+    bool zero_copy = false;
+    StatusOr<Tensor> t = echo(&zero_copy);
+    wrong = t.ok() ? check_received(t.value(), size, zero_copy) : t.status().to_string();
+  }
+  if (!tessera_bench::check(state, wrong.empty(), "rtt_" + key + ": " + wrong)) return;
+
+  for (auto _ : state) {
+    StatusOr<Tensor> t = echo(nullptr);
+    if (!t.ok()) {
+      state.SkipWithError(t.status().to_string().c_str());
+      break;
+    }
+  }
+}
+
+std::string start_tessera_peer() {
+  auto tensors = std::make_shared<Tensors>();
+  for (const Size& s : kSizes) tensors->emplace(s.name, pattern_tensor(s));
+  auto server = RpcServer::start("tcp://127.0.0.1:0", [tensors](RpcMessage request, Responder respond) {
+    serve(*tensors, std::move(request), respond);
+  });
+  if (!server.ok()) {
+    std::fprintf(stderr, "bench_transport peer: %s\n", server.status().to_string().c_str());
+    return "";
+  }
+  static RpcServer* const running = std::move(server).value().release();  // until the peer exits
+  return running->endpoint();
+}
+
+}  // namespace transport_bench

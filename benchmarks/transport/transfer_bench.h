@@ -1,0 +1,96 @@
+// What both impls of the transport workload share: the sizes, the byte pattern every transfer
+// carries, the in-flight window, and the peer process (main.cc) whose two servers they talk to.
+//
+//   BM_transfer_<size>/<impl>   throughput: the client pulls `transfers` tensors per iteration
+//                               with kWindow calls in flight (bytes_per_second, items_per_second)
+//   BM_rtt_<size>/<impl>        latency: one echo at a time, the size travelling both ways (time
+//                               per iteration = one round trip)
+//
+// impls: "tessera" (tessera.cc: RpcChannel -> RpcServer, wire headers, tensor frames) and
+// "raw_zmq" (raw_zmq.cc: a DEALER -> ROUTER pair, the physical limit of libzmq on this machine).
+// The peer runs both servers, so every benchmark crosses the same two processes.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <string>
+
+#include <benchmark/benchmark.h>
+
+namespace transport_bench {
+
+struct Size {
+  const char* name;       // "64B", ..., also the rendezvous key the tessera peer serves it under
+  std::size_t bytes;      // a multiple of 4: the tensors are int32 vectors
+  int transfers;          // tensors pulled per throughput iteration
+};
+
+inline constexpr Size kSizes[] = {
+    {"64B", 64, 1000},
+    {"4KiB", 4096, 1000},
+    {"1MiB", std::size_t{1} << 20, 64},
+    {"16MiB", std::size_t{16} << 20, 8},
+    {"64MiB", std::size_t{64} << 20, 4},
+};
+
+// Calls in flight while pulling (a worker fetching a step's inputs from one peer).
+inline constexpr int kWindow = 4;
+// Every call and every receive gives up after this: a stuck peer fails the benchmark, never hangs it.
+inline constexpr std::chrono::milliseconds kDeadline{10000};
+
+// The pattern of a `bytes`-long transfer: word i of every size differs from its neighbours and from
+// the same word of the other sizes, so a misplaced, stale or truncated frame fails the check.
+inline uint32_t pattern_word(std::size_t i, std::size_t bytes) {
+  return static_cast<uint32_t>((i + 1) * 2654435761u) ^ static_cast<uint32_t>(bytes * 0x9e3779b9u);
+}
+
+inline void fill_pattern(void* data, std::size_t bytes) {
+  auto* p = static_cast<unsigned char*>(data);
+  for (std::size_t i = 0; i < bytes / 4; ++i) {
+    const uint32_t w = pattern_word(i, bytes);
+    std::memcpy(p + 4 * i, &w, 4);
+  }
+}
+
+// True when the `size` bytes at `data` are exactly the pattern of a `bytes`-long transfer.
+inline bool has_pattern(const void* data, std::size_t size, std::size_t bytes) {
+  if (size != bytes || (bytes != 0 && data == nullptr)) return false;
+  const auto* p = static_cast<const unsigned char*>(data);
+  for (std::size_t i = 0; i < bytes / 4; ++i) {
+    uint32_t w;
+    std::memcpy(&w, p + 4 * i, 4);
+    if (w != pattern_word(i, bytes)) return false;
+  }
+  return true;
+}
+
+// ---- The peer process (main.cc) ----
+
+struct PeerEndpoints {
+  std::string tessera;  // the RpcServer, "tcp://127.0.0.1:PORT"
+  std::string raw;      // the plain ROUTER socket
+};
+
+// The peer's endpoints; the first call starts it (re-executing this binary with --transport-peer)
+// and waits, bounded, for its handshake. nullptr when it could not be started: peer_error() says why.
+const PeerEndpoints* peer();
+const std::string& peer_error();
+// Ends the peer: closes its stdin (it exits on EOF), waits a bounded time, then SIGKILLs and reaps
+// it. Idempotent; also registered with atexit once the peer runs.
+void stop_peer();
+
+// Run in the peer: start each server and return its endpoint ("" after printing why to stderr).
+// The servers live until the process exits.
+std::string start_tessera_peer();
+std::string start_raw_peer();
+
+// ---- The benchmarks (registered in main.cc, impls alternating) ----
+
+void tessera_transfer(benchmark::State& state, const Size& size);
+void tessera_rtt(benchmark::State& state, const Size& size);
+void raw_transfer(benchmark::State& state, const Size& size);
+void raw_rtt(benchmark::State& state, const Size& size);
+
+}  // namespace transport_bench
