@@ -420,6 +420,49 @@ TEST(RpcTest, ChannelDestroyedFromItsOwnCallbackFinishesCleanly) {
   ASSERT_TRUE(wait_until([&] { return destroyed.load(); }, 3s));
 }
 
+// run_inline picks the requests that run on the I/O thread: a slow inline handler holds up the
+// calls behind it (they complete after it), a slow handler on a handler thread does not (a call
+// made while it runs completes first).
+TEST(RpcTest, RunInlineRunsChosenRequestsOnTheIoThread) {
+  RpcServerOptions options;
+  options.handler_threads = 2;
+  options.run_inline = [](const RpcMessage& m) { return m.frames[0].to_string() == "inline"; };
+  std::atomic<int> slow_started{0};
+  auto server = start_or_die(
+      [&](RpcMessage request, Responder respond) {
+        if (request.frames.size() > 1) {  // "slow" requests carry a second frame
+          slow_started++;
+          std::this_thread::sleep_for(500ms);
+        }
+        respond(std::move(request));
+      },
+      options);
+  ASSERT_TRUE(server);
+  RpcChannel slow_channel(server->endpoint()), fast_channel(server->endpoint());
+  for (const char* kind : {"threaded", "inline"}) {
+    std::mutex mu;
+    std::vector<std::string> order;
+    auto note = [&](const char* what) {
+      return [&, what](StatusOr<RpcMessage> r) {
+        EXPECT_TRUE(r.ok()) << r.status().to_string();
+        std::lock_guard<std::mutex> l(mu);
+        order.push_back(what);
+      };
+    };
+    const int before = slow_started.load();
+    slow_channel.call(message({kind, "slow"}), 5s, note("slow"));
+    ASSERT_TRUE(wait_until([&] { return slow_started.load() > before; }, 3s));
+    fast_channel.call(message({"threaded"}), 5s, note("fast"));
+    ASSERT_TRUE(wait_until([&] {
+      std::lock_guard<std::mutex> l(mu);
+      return order.size() == 2;
+    }, 5s));
+    const std::vector<std::string> want = std::string(kind) == "inline" ? std::vector<std::string>{"slow", "fast"}
+                                                                       : std::vector<std::string>{"fast", "slow"};
+    EXPECT_EQ(order, want) << kind;
+  }
+}
+
 TEST(RpcTest, GarbageIsCountedAndDoesNotStopTheServer) {
   auto server = start_or_die(echo);
   ASSERT_TRUE(server);

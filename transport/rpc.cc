@@ -633,7 +633,7 @@ void RpcServerCore::receive_one(zmq::message_t routing_id, std::vector<zmq::mess
   request.frames.reserve(parts->size() - 1);
   for (std::size_t i = 1; i < parts->size(); ++i) request.frames.push_back(std::move((*parts)[i]));
   Responder respond(std::make_shared<ReplySlot>(shared_from_this(), std::move(routing_id), std::move((*parts)[0])));
-  if (options_.handler_threads <= 0) {
+  if (options_.handler_threads <= 0 || (options_.run_inline && options_.run_inline(request))) {
     invoke(std::move(request), std::move(respond));
     return;
   }

@@ -92,6 +92,11 @@ struct RpcServerOptions {
   // Threads that run the handler. 0 runs it on the I/O thread itself: lowest latency, for handlers
   // that never block (they should hand real work elsewhere and reply through the Responder).
   int handler_threads = 4;
+  // Requests for which this returns true run on the I/O thread itself even when there are handler
+  // threads: for the methods whose handlers never block (they answer at once, or hand the work to
+  // threads of their own), saving two thread hand-offs per call. Runs on the I/O thread; must not
+  // block. Empty: none.
+  std::function<bool(const RpcMessage& request)> run_inline;
   // Largest request in bytes: a larger frame makes libzmq drop the connection before allocating it
   // (ZMQ_MAXMSGSIZE, per frame: the caller's channel reconnects and its call meets its deadline); a
   // request whose frames add up to more is refused with ResourceExhausted. -1: no limit.

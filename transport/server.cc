@@ -76,9 +76,25 @@ namespace pb = wire::pb;
 
 constexpr const char* kGetStatus = "GetStatus";
 
+// The methods whose handlers never block: answered at once (GetStatus, CleanupGraph), when the
+// tensor is there (RecvTensor), or handed to threads of their own (RunGraph; RunStep, whose plan is
+// built elsewhere when it is not cached). They run on the server's I/O thread.
+bool never_blocks(const RpcMessage& request) {
+  if (request.frames.empty()) return false;
+  const zmq::message_t& frame = request.frames[0];
+  pb::RequestHeader header;
+  if (frame.size() > static_cast<std::size_t>(INT_MAX) ||
+      !header.ParseFromArray(frame.data(), static_cast<int>(frame.size()))) {
+    return false;
+  }
+  const std::string& m = header.method();
+  return m == "RecvTensor" || m == "RunGraph" || m == "RunStep" || m == "CleanupGraph" || m == kGetStatus;
+}
+
 RpcServerOptions rpc_options(const train::ServerOptions& options, const Credentials* credentials) {
   RpcServerOptions rpc;
   rpc.handler_threads = options.handler_threads;
+  rpc.run_inline = never_blocks;
   rpc.max_message_bytes = options.max_message_bytes;
   if (credentials != nullptr) rpc.curve = server_curve(*credentials);
   return rpc;

@@ -356,9 +356,13 @@ void tessera_rtt(benchmark::State& state, const Size& size) {
 std::string start_tessera_peer() {
   auto tensors = std::make_shared<Tensors>();
   for (const Size& s : kSizes) tensors->emplace(s.name, pattern_tensor(s));
-  auto server = RpcServer::start("tcp://127.0.0.1:0", [tensors](RpcMessage request, Responder respond) {
-    serve(*tensors, std::move(request), respond);
-  });
+  // Handlers run on the I/O thread, as a train::Server runs RecvTensor and RunGraph (their handlers
+  // never block: never_blocks() in transport/server.cc).
+  RpcServerOptions options;
+  options.run_inline = [](const RpcMessage&) { return true; };
+  auto server = RpcServer::start(
+      "tcp://127.0.0.1:0",
+      [tensors](RpcMessage request, Responder respond) { serve(*tensors, std::move(request), respond); }, options);
   if (!server.ok()) {
     std::fprintf(stderr, "bench_transport peer: %s\n", server.status().to_string().c_str());
     return "";
