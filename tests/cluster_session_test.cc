@@ -295,6 +295,10 @@ TEST(ClusterSessionTest, ServerStopWithRunsInFlightCancelsThem) {
   FIFOQueue q(g, 2, {DType::Float32}, {Shape{}}, "q");
   auto deq = q.dequeue()[0];
   Session s(g, server->target(), client_options());
+  // Build the step's plan first (the run times out), so the runs below are in flight at once.
+  RunOptions brief;
+  brief.timeout = 50ms;
+  EXPECT_THROW(s.run({deq}, {}, {}, brief), DeadlineExceededError);
   std::atomic<int> finished{0}, cancelled{0};
   std::vector<std::thread> threads;
   for (int t = 0; t < 3; ++t) {

@@ -584,7 +584,9 @@ void MasterSession::run(const pb::RunStepRequest& r, RpcMessage request, const R
       std::lock_guard<std::mutex> l(steps_mu_);
       steps_.erase(step->id);
     }
-    send_reply(respond, request_id, st, nullptr);  // dropped when close() has answered already
+    // Closed meanwhile: close() has answered Cancelled, and this error is only a consequence.
+    if (closed_flag_.load()) return;
+    send_reply(respond, request_id, st, nullptr);
   };
   std::vector<std::string> feeds, fetches(r.fetch().begin(), r.fetch().end()), targets(r.target().begin(), r.target().end());
   std::vector<Tensor> feed_values;
@@ -806,6 +808,10 @@ void Master::extend_session(const wire::RequestHeader& header, const Responder& 
 void Master::run_step(const wire::RequestHeader& header, RpcMessage request, const Responder& respond) {
   auto r = wire::parse_body<pb::RunStepRequest>(header.body());
   if (!r.ok()) return send_reply(respond, header.request_id(), r.status(), nullptr);
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (stopped_) return send_reply(respond, header.request_id(), errors::cancelled("{} is stopping", task_), nullptr);
+  }
   auto session = find(r.value().session_handle());
   if (!session) {
     return send_reply(respond, header.request_id(),

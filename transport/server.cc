@@ -378,13 +378,18 @@ void ServerImpl::stop() {
   std::shared_ptr<ServiceState> state;
   {
     std::lock_guard<std::mutex> l(slot_->mu);
-    state.swap(slot_->state);
+    state = slot_->state;
   }
-  // Sessions first (their runs in flight are answered Cancelled), then the worker's runs, then the
+  // Sessions first (their runs in flight are answered Cancelled), then the worker's runs, while
+  // the services still answer (a run building its plan calls this task's own worker); then the
   // socket, after the replies just given have gone out.
   if (state) {
     state->master->stop();
     state->worker->stop(std::chrono::milliseconds(1000));
+  }
+  {
+    std::lock_guard<std::mutex> l(slot_->mu);
+    slot_->state.reset();
   }
   rpc_->stop(std::chrono::milliseconds(200));
   rpc_.reset();
