@@ -383,6 +383,27 @@ TEST(ClusterSpecHostlistTest, RejectsMalformedTasksPerNode) {
   }
 }
 
+// Found with the slurm_hostlist fuzz target (fuzz/corpus/slurm_hostlist/oom-long-name-million-hosts):
+// a 3 KB list, a million-host range times a 3000-character name, used to allocate 3 GB. Names are
+// capped at kMaxHostNameLength, checked before the names grow.
+TEST(ClusterSpecHostlistTest, RejectsHostNamesLongerThanTheMaximumBeforeExpanding) {
+  const std::string long_name(3000, 'a');
+  for (const std::string& list : {"[0-999999]" + long_name, long_name + "[0-999999]",
+                                  "n[0-9]" + std::string(internal::kMaxHostNameLength, 'x')}) {
+    auto r = expand_hostlist(list);
+    ASSERT_FALSE(r.ok()) << list.size();
+    EXPECT_EQ(r.status().code(), ErrorCode::kInvalidArgument);
+    EXPECT_THAT(r.status().message(), HasSubstr("host names longer than 255 characters"));
+  }
+  // Up to the limit is fine, also through several groups.
+  const std::string longest = std::string(internal::kMaxHostNameLength - 4, 'h') + "[1-2]x[1-2]";
+  auto r = expand_hostlist(longest);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_EQ(r.value().size(), 4u);
+  EXPECT_EQ(r.value()[0].size(), internal::kMaxHostNameLength - 1);
+  EXPECT_FALSE(expand_hostlist(std::string(internal::kMaxHostNameLength - 1, 'h') + "[10-11]").ok());
+}
+
 // ---- Environment ----
 
 // Clears every variable the resolvers read, and puts them back afterwards.

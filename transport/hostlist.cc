@@ -1,6 +1,7 @@
 // Slurm host lists and tasks-per-node lists, expanded.
 #include "transport/hostlist.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cstdint>
 
@@ -53,6 +54,13 @@ StatusOr<std::vector<std::string>> expand_range_group(std::string_view group) {
 // One host expression: literal text and bracket groups, all combinations, the last group fastest.
 Status expand_host(std::string_view item, std::vector<std::string>* hosts) {
   std::vector<std::string> partial{""};
+  std::size_t longest = 0;  // the longest name in `partial`, checked before any of them grows
+  auto too_long = [&](std::size_t more) {
+    return longest + more > kMaxHostNameLength
+               ? errors::invalid_argument("'{}' gives host names longer than {} characters", item,
+                                          kMaxHostNameLength)
+               : Status::ok_status();
+  };
   std::size_t i = 0;
   while (i < item.size()) {
     if (item[i] == '[') {
@@ -62,6 +70,10 @@ Status expand_host(std::string_view item, std::vector<std::string>* hosts) {
       if (partial.size() * values.value().size() + hosts->size() > static_cast<std::size_t>(kMaxHosts)) {
         return errors::invalid_argument("'{}' names more than {} hosts", item, kMaxHosts);
       }
+      std::size_t widest = 0;
+      for (const auto& v : values.value()) widest = std::max(widest, v.size());
+      TESSERA_RETURN_IF_ERROR(too_long(widest));
+      longest += widest;
       std::vector<std::string> next;
       next.reserve(partial.size() * values.value().size());
       for (const auto& prefix : partial) {
@@ -73,6 +85,8 @@ Status expand_host(std::string_view item, std::vector<std::string>* hosts) {
       std::size_t end = item.find('[', i);
       std::string_view literal =
           item.substr(i, end == std::string_view::npos ? std::string_view::npos : end - i);
+      TESSERA_RETURN_IF_ERROR(too_long(literal.size()));
+      longest += literal.size();
       for (auto& prefix : partial) prefix += literal;
       i += literal.size();
     }

@@ -5,6 +5,7 @@
 //   expand_tasks_per_node("3(x2),2,1")       // 3 3 2 1
 #pragma once
 
+#include <cstddef>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -17,8 +18,11 @@ namespace tessera::internal {
 // hostnames). Commas inside brackets belong to the range; a range keeps the zero padding of its
 // lower bound ("[0008-0010]" gives 0008 0009 0010); a host may hold several bracket groups, the
 // last varying fastest ("r[1-2]n[1-2]": r1n1 r1n2 r2n1 r2n2). InvalidArgument for empty items,
-// unbalanced or nested brackets, non-numeric or reversed ranges, or more than kMaxHosts hosts.
+// unbalanced or nested brackets, non-numeric or reversed ranges, more than kMaxHosts hosts, or a
+// host name longer than kMaxHostNameLength (which bounds the expansion's memory: without it a
+// few kilobytes of list could ask for gigabytes, a long name times a million-host range).
 inline constexpr int kMaxHosts = 1 << 20;
+inline constexpr std::size_t kMaxHostNameLength = 255;  // DNS: 253 characters for a full name
 StatusOr<std::vector<std::string>> expand_hostlist(std::string_view hostlist);
 
 // Slurm's tasks-per-node list: comma-separated counts, each optionally "(xN)" repeated. Counts and
