@@ -358,7 +358,7 @@ std::string start_tessera_peer() {
   for (const Size& s : kSizes) tensors->emplace(s.name, pattern_tensor(s));
   // Handlers run on the I/O thread, as a train::Server runs RecvTensor and RunGraph (their handlers
   // never block: never_blocks() in transport/server.cc).
-  RpcServerOptions options;
+  tessera::internal::RpcServerOptions options;
   options.run_inline = [](const RpcMessage&) { return true; };
   auto server = RpcServer::start(
       "tcp://127.0.0.1:0",
