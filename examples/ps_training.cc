@@ -20,6 +20,7 @@
 #include "examples/examples.h"
 #include "tessera/tessera.h"
 #include "tools/child_process.h"
+#include "tools/ports.h"
 
 namespace tessera::examples {
 
@@ -27,21 +28,6 @@ namespace {
 
 using namespace std::chrono_literals;
 
-int free_loopback_port() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return 0;
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof addr;
-  int port = 0;
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 &&
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
-    port = ntohs(addr.sin_port);
-  }
-  ::close(fd);
-  return port;
-}
 
 constexpr int kBatch = 64;
 
@@ -94,7 +80,7 @@ int ps_training(std::ostream& out, const std::string& tessera_binary, int worker
   std::string cluster_json;
   for (int attempt = 0; attempt < 3 && tasks.empty(); ++attempt) {
     std::vector<std::string> addresses;
-    for (int i = 0; i <= workers; ++i) addresses.push_back(fmt::format("127.0.0.1:{}", free_loopback_port()));
+    for (int i = 0; i <= workers; ++i) addresses.push_back(fmt::format("127.0.0.1:{}", tools::free_loopback_port()));
     cluster_json = fmt::format("{{\"ps\": [\"{}\"], \"worker\": [", addresses[0]);
     for (int i = 1; i <= workers; ++i) cluster_json += fmt::format("{}\"{}\"", i > 1 ? ", " : "", addresses[i]);
     cluster_json += "]}";

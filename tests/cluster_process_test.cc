@@ -20,6 +20,7 @@
 #include "testing/test_util.h"
 #include "tessera/tessera.h"
 #include "tools/child_process.h"
+#include "tools/ports.h"
 
 #if defined(__SANITIZE_THREAD__)
 extern "C" const char* __tsan_default_suppressions() { return "race:libzmq.so\n"; }
@@ -32,17 +33,6 @@ using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 using tools::ChildProcess;
 
-int free_port() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
-  socklen_t len = sizeof addr;
-  EXPECT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
-  ::close(fd);
-  return ntohs(addr.sin_port);
-}
 
 // A cluster of `tessera server` processes: jobs -> task count, on free loopback ports.
 class Cluster {
@@ -52,7 +42,7 @@ class Cluster {
     for (std::size_t j = 0; j < jobs.size(); ++j) {
       json_ += (j ? ", \"" : "\"") + jobs[j].first + "\": [";
       for (int t = 0; t < jobs[j].second; ++t) {
-        const std::string address = "127.0.0.1:" + std::to_string(free_port());
+        const std::string address = "127.0.0.1:" + std::to_string(tessera::tools::free_loopback_port());
         addresses_[{jobs[j].first, t}] = address;
         json_ += (t ? ", \"" : "\"") + address + "\"";
       }

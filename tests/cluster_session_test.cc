@@ -16,6 +16,7 @@
 
 #include "testing/test_util.h"
 #include "tessera/tessera.h"
+#include "tools/ports.h"
 
 #if defined(__SANITIZE_THREAD__)
 // libzmq is not instrumented (see rpc_test.cc).
@@ -31,19 +32,7 @@ using train::ClusterSpec;
 using train::Server;
 using train::ServerOptions;
 
-int free_port() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
-  socklen_t len = sizeof addr;
-  EXPECT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
-  ::close(fd);
-  return ntohs(addr.sin_port);
-}
-
-std::string loopback() { return "127.0.0.1:" + std::to_string(free_port()); }
+std::string loopback() { return tessera::tools::free_loopback_address(); }
 
 ServerOptions quick() {
   ServerOptions o;

@@ -27,6 +27,7 @@
 #include "testing/test_util.h"
 #include "tessera/tessera.h"
 #include "tools/child_process.h"
+#include "tools/ports.h"
 #include "transport/rpc.h"
 #include "transport/security.h"
 
@@ -97,19 +98,7 @@ CurveKeyPair keygen(const std::string& prefix) {
   return keys;
 }
 
-int free_port() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
-  socklen_t len = sizeof addr;
-  EXPECT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
-  ::close(fd);
-  return ntohs(addr.sin_port);
-}
-
-std::string loopback() { return "127.0.0.1:" + std::to_string(free_port()); }
+std::string loopback() { return tessera::tools::free_loopback_address(); }
 
 RpcMessage message(std::initializer_list<std::string_view> frames) {
   RpcMessage m;
@@ -409,7 +398,9 @@ TEST(CurveRpcTest, ClientWithoutKeysFailsAuthenticationFast) {
   // reads its own (and closes): when it does, it counts and logs it.
   server.value()->stop();
   const std::string log = ::testing::internal::GetCapturedStderr();
-  if (server.value()->stats().refused > 0) EXPECT_TRUE(contains(log, "does not use CURVE keys")) << log;
+  if (server.value()->stats().refused > 0) {
+    EXPECT_TRUE(contains(log, "does not use CURVE keys")) << log;
+  }
 }
 
 TEST(CurveRpcTest, ClientWithTheWrongServerKeyOrAPlainServerFailsFast) {
@@ -623,7 +614,7 @@ TEST(SecureClusterTest, LocalServerWithKeys) {
 // ---- Secure by default ----
 
 TEST(SecureByDefaultTest, NonLoopbackAddressNeedsKeysOrInsecure) {
-  const std::string address = "0.0.0.0:" + std::to_string(free_port());
+  const std::string address = "0.0.0.0:" + std::to_string(tessera::tools::free_loopback_port());
   ClusterSpec cluster({{"worker", {address}}});
   try {
     Server server(cluster, "worker", 0);
@@ -634,7 +625,7 @@ TEST(SecureByDefaultTest, NonLoopbackAddressNeedsKeysOrInsecure) {
     EXPECT_TRUE(contains(e.what(), "key_file")) << e.what();
   }
   // A host name binds every interface: the same.
-  const std::string named = "tessera-test-host.invalid:" + std::to_string(free_port());
+  const std::string named = "tessera-test-host.invalid:" + std::to_string(tessera::tools::free_loopback_port());
   EXPECT_THROW_MSG(Server(ClusterSpec({{"worker", {named}}}), "worker", 0), FailedPreconditionError,
                    "without authentication");
 
@@ -644,7 +635,7 @@ TEST(SecureByDefaultTest, NonLoopbackAddressNeedsKeysOrInsecure) {
   ::testing::internal::CaptureStderr();
   for (int attempt = 0; attempt < 10 && !server; ++attempt) {
     try {
-      server.emplace(ClusterSpec({{"worker", {"0.0.0.0:" + std::to_string(free_port())}}}), "worker", 0, insecure);
+      server.emplace(ClusterSpec({{"worker", {"0.0.0.0:" + std::to_string(tessera::tools::free_loopback_port())}}}), "worker", 0, insecure);
     } catch (const UnavailableError&) {  // the port was taken meanwhile
     }
   }
@@ -660,7 +651,7 @@ TEST(SecureByDefaultTest, NonLoopbackAddressNeedsKeysOrInsecure) {
   EXPECT_EQ(::testing::internal::GetCapturedStderr(), "");
 
   // With keys a server serves every interface.
-  const std::string wide = "0.0.0.0:" + std::to_string(free_port());
+  const std::string wide = "0.0.0.0:" + std::to_string(tessera::tools::free_loopback_port());
   ClusterKeyFiles files({wide}, {});
   EXPECT_NO_THROW(Server(ClusterSpec({{"worker", {wide}}}), "worker", 0, secured(files, wide)));
 }

@@ -32,6 +32,7 @@
 #include "core/device.h"
 #include "testing/test_util.h"
 #include "tools/child_process.h"
+#include "tools/ports.h"
 #include "transport/rpc.h"
 #include "transport/server_impl.h"
 #include "transport/wire.h"
@@ -119,20 +120,6 @@ void expect_task_devices(const pb::GetStatusResponse& r, const std::string& job,
   EXPECT_TRUE(cpu0) << "no " << prefix << "CPU:0";
 }
 
-// A port that was free a moment ago (another process may take it before us: callers retry).
-int free_port() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  EXPECT_GE(fd, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
-  socklen_t len = sizeof addr;
-  EXPECT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
-  ::close(fd);
-  return ntohs(addr.sin_port);
-}
 
 std::string port_of(const Server& s) {
   const std::string address = s.cluster().task_address(s.job_name(), s.task_index());
@@ -181,7 +168,7 @@ TEST(ServerTest, ServerOfATaskNamesDevicesAfterIt) {
   // Bound on a port that was just free; retried if someone else took it meanwhile.
   std::optional<Server> server;
   for (int attempt = 0; attempt < 10 && !server; ++attempt) {
-    ClusterSpec cluster({{"ps", {"127.0.0.1:1"}}, {"worker", {"127.0.0.1:2", "127.0.0.1:" + std::to_string(free_port())}}});
+    ClusterSpec cluster({{"ps", {"127.0.0.1:1"}}, {"worker", {"127.0.0.1:2", "127.0.0.1:" + std::to_string(tessera::tools::free_loopback_port())}}});
     try {
       server.emplace(cluster, "worker", 1);
     } catch (const UnavailableError&) {
@@ -538,7 +525,7 @@ struct Started {
 Started start_cli(const std::function<std::vector<std::string>(int)>& args_for,
                   const std::function<std::vector<std::string>(int)>& env_for) {
   for (int attempt = 0; attempt < 5; ++attempt) {
-    const int port = free_port();
+    const int port = tessera::tools::free_loopback_port();
     std::vector<std::string> args = {TESSERA_CLI_PATH, "server"};
     for (auto& a : args_for(port)) args.push_back(std::move(a));
     auto child = std::make_unique<ChildProcess>(args, env_for(port));

@@ -755,10 +755,16 @@ Master::Master(std::string task, std::shared_ptr<TaskChannels> channels)
 
 Master::~Master() { stop(); }
 
-std::shared_ptr<MasterSession> Master::find(const std::string& handle) {
-  std::lock_guard<std::mutex> l(mu_);
-  auto it = sessions_.find(handle);
-  return it == sessions_.end() ? nullptr : it->second;
+std::shared_ptr<MasterSession> Master::find(const std::string& handle, const wire::RequestHeader& header,
+                                            const Responder& respond) {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    auto it = sessions_.find(handle);
+    if (it != sessions_.end()) return it->second;
+  }
+  send_reply(respond, header.request_id(),
+             errors::not_found("{}: no session '{}' (closed, or the task restarted)", task_, handle), nullptr);
+  return nullptr;
 }
 
 void Master::create_session(const wire::RequestHeader& header, const Responder& respond) {
@@ -787,13 +793,8 @@ void Master::create_session(const wire::RequestHeader& header, const Responder& 
 void Master::extend_session(const wire::RequestHeader& header, const Responder& respond) {
   auto r = wire::parse_body<pb::ExtendSessionRequest>(header.body());
   if (!r.ok()) return send_reply(respond, header.request_id(), r.status(), nullptr);
-  auto session = find(r.value().session_handle());
-  if (!session) {
-    return send_reply(respond, header.request_id(),
-                      errors::not_found("{}: no session '{}' (closed, or the task restarted)", task_,
-                                        r.value().session_handle()),
-                      nullptr);
-  }
+  auto session = find(r.value().session_handle(), header, respond);
+  if (!session) return;
   // Waits for a plan being built (which calls other tasks): not on a server thread.
   std::thread([session, body = std::move(r).value(), respond, id = header.request_id()] {
     auto version = session->extend(body.graph(), body.current_graph_version(), /*check_version=*/true);
@@ -812,13 +813,8 @@ void Master::run_step(const wire::RequestHeader& header, RpcMessage request, con
     std::lock_guard<std::mutex> l(mu_);
     if (stopped_) return send_reply(respond, header.request_id(), errors::cancelled("{} is stopping", task_), nullptr);
   }
-  auto session = find(r.value().session_handle());
-  if (!session) {
-    return send_reply(respond, header.request_id(),
-                      errors::not_found("{}: no session '{}' (closed, or the task restarted)", task_,
-                                        r.value().session_handle()),
-                      nullptr);
-  }
+  auto session = find(r.value().session_handle(), header, respond);
+  if (!session) return;
   // With its plan cached, a step only sends RunGraphs: it starts right here. Building a plan calls
   // other tasks (GetStatus, RegisterGraph) and waits for them: not on a server thread.
   if (session->has_plan(signature_key(r.value()))) {

@@ -38,7 +38,9 @@ class Master {
   void stop();
 
  private:
-  std::shared_ptr<MasterSession> find(const std::string& handle);
+  // The session `handle`, or null after answering the call NotFound.
+  std::shared_ptr<MasterSession> find(const std::string& handle, const wire::RequestHeader& header,
+                                      const Responder& respond);
 
   const std::string task_;
   const std::shared_ptr<TaskChannels> channels_;

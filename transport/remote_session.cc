@@ -1,7 +1,5 @@
 #include "transport/remote_session.h"
 
-#include <condition_variable>
-#include <optional>
 
 #include <fmt/format.h>
 
@@ -41,25 +39,6 @@ const char* policy_name(PlacementPolicy p) {
     case PlacementPolicy::cpu_only: return "cpu_only";
   }
   return "cost";
-}
-
-// Waits for one call_until_lost (bounded by the channel: a reply, a lost connection, or no
-// connection within the connect deadline).
-StatusOr<RpcMessage> call_and_wait(RpcChannel& channel, RpcMessage request, std::chrono::milliseconds connect) {
-  struct Waiter {
-    std::mutex mu;
-    std::condition_variable cv;
-    std::optional<StatusOr<RpcMessage>> result;
-  };
-  auto waiter = std::make_shared<Waiter>();
-  channel.call_until_lost(std::move(request), connect, [waiter](StatusOr<RpcMessage> r) {
-    std::lock_guard<std::mutex> l(waiter->mu);
-    waiter->result.emplace(std::move(r));
-    waiter->cv.notify_one();
-  });
-  std::unique_lock<std::mutex> l(waiter->mu);
-  waiter->cv.wait(l, [&] { return waiter->result.has_value(); });
-  return std::move(*waiter->result);
 }
 
 Node* node_in(const Graph& g, const Output& o, const char* what) {
@@ -192,7 +171,7 @@ std::vector<Tensor> RemoteSession::run(const std::vector<Output>& fetches, const
     std::lock_guard<std::mutex> l(mu_);
     extend_locked();
   }
-  StatusOr<RpcMessage> reply = call_and_wait(*channel_, make_call("RunStep", request, std::move(frames)), rpc_timeout_);
+  StatusOr<RpcMessage> reply = channel_->call_until_lost_sync(make_call("RunStep", request, std::move(frames)), rpc_timeout_);
   pb::RunStepResponse response;
   Status st = parse_reply(reply, &response);
   if (!st.ok() && !reply.ok()) st = st.with_prefix(fmt::format("the session's master {}: ", target_));

@@ -1273,8 +1273,17 @@ void RpcChannel::call_until_lost(RpcMessage request, std::chrono::milliseconds c
 }
 
 StatusOr<RpcMessage> RpcChannel::call_sync(RpcMessage request, std::chrono::milliseconds deadline) {
+  return wait_for(std::move(request), deadline, /*until_lost=*/false);
+}
+
+StatusOr<RpcMessage> RpcChannel::call_until_lost_sync(RpcMessage request, std::chrono::milliseconds connect_deadline) {
+  return wait_for(std::move(request), connect_deadline, /*until_lost=*/true);
+}
+
+StatusOr<RpcMessage> RpcChannel::wait_for(RpcMessage request, std::chrono::milliseconds deadline, bool until_lost) {
   if (core_->on_io_thread()) {
-    return errors::failed_precondition("call_sync to {} from the channel's own completion callback would deadlock",
+    return errors::failed_precondition("a blocking call to {} from the channel's own completion callback would "
+                                       "deadlock",
                                        endpoint_);
   }
   struct Waiter {
@@ -1283,12 +1292,13 @@ StatusOr<RpcMessage> RpcChannel::call_sync(RpcMessage request, std::chrono::mill
     std::optional<StatusOr<RpcMessage>> result;
   };
   auto waiter = std::make_shared<Waiter>();
-  call(std::move(request), deadline, [waiter](StatusOr<RpcMessage> r) {
+  core_->call(std::move(request), deadline, [waiter](StatusOr<RpcMessage> r) {
     std::lock_guard<std::mutex> l(waiter->mu);
     waiter->result.emplace(std::move(r));
     waiter->cv.notify_one();
-  });
-  // Bounded: the I/O thread completes every call by its deadline.
+  }, until_lost);
+  // Bounded: the I/O thread completes every call by its deadline (until_lost: by the loss of its
+  // connection, or the channel's destruction).
   std::unique_lock<std::mutex> l(waiter->mu);
   waiter->cv.wait(l, [&] { return waiter->result.has_value(); });
   return std::move(*waiter->result);

@@ -223,6 +223,8 @@ class RpcChannel {
   // "lost the connection": the peer died, restarted, was stopped or cut off, noticed within
   // heartbeat_timeout), or the channel is destroyed (Cancelled). `done` as for call().
   void call_until_lost(RpcMessage request, std::chrono::milliseconds connect_deadline, Done done);
+  // call_until_lost() and wait for it. FailedPrecondition when called from a `done` callback.
+  StatusOr<RpcMessage> call_until_lost_sync(RpcMessage request, std::chrono::milliseconds connect_deadline);
   // call() and wait for it. FailedPrecondition when called from a `done` callback of this channel.
   StatusOr<RpcMessage> call_sync(RpcMessage request, std::chrono::milliseconds deadline);
 
@@ -230,6 +232,7 @@ class RpcChannel {
   RpcChannelStats stats() const;
 
  private:
+  StatusOr<RpcMessage> wait_for(RpcMessage request, std::chrono::milliseconds deadline, bool until_lost);
   std::string endpoint_;
   std::unique_ptr<RpcChannelCore> core_;
 };

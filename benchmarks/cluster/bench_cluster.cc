@@ -27,33 +27,20 @@
 
 #include "common/bench_common.h"
 #include "tools/child_process.h"
+#include "tools/ports.h"
 
 namespace {
 
 using namespace tessera;
 using namespace std::chrono_literals;
 
-int free_port() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof addr;
-  int port = 0;
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 &&
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
-    port = ntohs(addr.sin_port);
-  }
-  ::close(fd);
-  return port;
-}
 
 // A ps task and `workers` worker tasks, as processes.
 class Cluster {
  public:
   explicit Cluster(int workers) {
     std::vector<std::string> addresses;
-    for (int i = 0; i <= workers; ++i) addresses.push_back(fmt::format("127.0.0.1:{}", free_port()));
+    for (int i = 0; i <= workers; ++i) addresses.push_back(fmt::format("127.0.0.1:{}", tessera::tools::free_loopback_port()));
     std::string json = fmt::format("{{\"ps\": [\"{}\"], \"worker\": [", addresses[0]);
     for (int i = 1; i <= workers; ++i) json += fmt::format("{}\"{}\"", i > 1 ? ", " : "", addresses[i]);
     json += "]}";
