@@ -308,6 +308,28 @@ TEST(ClusterSessionTest, ServerStopWithRunsInFlightCancelsThem) {
   EXPECT_EQ(cancelled.load(), 3);
 }
 
+// A tensor over the task's limit is refused before it is allocated, and the session stays usable.
+TEST(ClusterSessionTest, FeedOverTheServersTensorLimitIsResourceExhausted) {
+  ServerOptions small;
+  small.max_tensor_bytes = 1024;
+  ClusterSpec cluster({{"worker", {loopback()}}});
+  Server server(cluster, "worker", 0, small);
+  Graph g;
+  auto x = ops::placeholder(g, DType::Float32, Shape{-1}, "x");
+  auto y = ops::reduce_sum(x);
+  Session s(g, server.target(), client_options());
+  try {
+    s.run(y, {{x, Tensor::vector<float>(std::vector<float>(1024, 1.0f))}});  // 4 KiB
+    FAIL() << "a 4 KiB feed passed a 1 KiB limit";
+  } catch (const ResourceExhaustedError& e) {
+    EXPECT_NE(std::string(e.what()).find("feed 'x:0'"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(s.run(y, {{x, Tensor::vector<float>({1, 2, 3})}}).scalar<float>(), 6.0f);
+  ServerOptions bad;
+  bad.max_tensor_bytes = 0;
+  EXPECT_THROW(Server(cluster, "worker", 0, bad, /*start=*/false), InvalidArgumentError);
+}
+
 TEST(ClusterSessionTest, BadTargetsAreInvalidArgument) {
   Graph g;
   ops::constant(g, Tensor::scalar<float>(1));

@@ -591,7 +591,7 @@ void MasterSession::run(const pb::RunStepRequest& r, RpcMessage request, const R
   std::vector<std::string> feeds, fetches(r.fetch().begin(), r.fetch().end()), targets(r.target().begin(), r.target().end());
   std::vector<Tensor> feed_values;
   for (const pb::NamedTensor& f : r.feed()) {
-    auto t = tensor_from_frames(f.meta(), request.frames);
+    auto t = tensor_from_frames(f.meta(), request.frames, channels_->max_tensor_bytes());
     if (!t.ok()) return fail(t.status().with_prefix(fmt::format("feed '{}': ", f.name())));
     feeds.push_back(f.name());
     feed_values.push_back(std::move(t).value());
@@ -678,7 +678,7 @@ void MasterSession::start(const std::shared_ptr<Step>& step, std::shared_ptr<con
                                   response.recv_size());
             break;
           }
-          auto t = tensor_from_frames(response.recv(pos).meta(), frames);
+          auto t = tensor_from_frames(response.recv(pos).meta(), frames, self->channels_->max_tensor_bytes());
           if (!t.ok()) st = t.status().with_prefix(fmt::format("task {}: ", part.task));
           else step->fetched[i] = std::move(t).value();
         }

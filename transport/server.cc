@@ -148,6 +148,10 @@ void validate(const train::ServerOptions& options) {
     throw InvalidArgumentError(fmt::format("ServerOptions.max_message_bytes must be > 0 or -1 (no limit), got {}",
                                            options.max_message_bytes));
   }
+  if (options.max_tensor_bytes <= 0) {
+    throw InvalidArgumentError(
+        fmt::format("ServerOptions.max_tensor_bytes must be > 0, got {}", options.max_tensor_bytes));
+  }
   check_security_options(options.security, "ServerOptions.security").raise();
 }
 
@@ -288,7 +292,8 @@ std::shared_ptr<ServiceState> make_services(const train::ClusterSpec& cluster, c
   state->task = task;
   state->task_name = task_name(job, task);
   const std::string full = fmt::format("/job:{}/replica:0/task:{}", job, task);
-  auto channels = std::make_shared<TaskChannels>(cluster, options.rpc_timeout, std::move(credentials));
+  auto channels = std::make_shared<TaskChannels>(cluster, options.rpc_timeout, std::move(credentials),
+                                                 static_cast<uint64_t>(options.max_tensor_bytes));
   state->worker = std::make_shared<Worker>(full, channels);
   state->master = std::make_shared<Master>(full, channels);
   return state;

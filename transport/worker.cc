@@ -303,8 +303,9 @@ class WorkerGraph {
 // ---- Helpers shared with the master ----
 
 TaskChannels::TaskChannels(train::ClusterSpec cluster, std::chrono::milliseconds rpc_timeout,
-                           std::shared_ptr<const Credentials> credentials)
-    : cluster_(std::move(cluster)), rpc_timeout_(rpc_timeout), credentials_(std::move(credentials)) {}
+                           std::shared_ptr<const Credentials> credentials, uint64_t max_tensor_bytes)
+    : cluster_(std::move(cluster)), rpc_timeout_(rpc_timeout), credentials_(std::move(credentials)),
+      max_tensor_bytes_(max_tensor_bytes) {}
 
 StatusOr<RpcChannel*> TaskChannels::get(const std::string& task) {
   StatusOr<DeviceSpec> spec = DeviceSpec::parse(task);
@@ -536,7 +537,8 @@ std::function<void(const Status&)> Worker::recv(const std::string& src_task, int
   request.set_step_id(step_id);
   request.set_rendezvous_key(key);
   channel.value()->call_until_lost(
-      make_call("RecvTensor", request), channels_->rpc_timeout(), [once, src_task, key](StatusOr<RpcMessage> reply) {
+      make_call("RecvTensor", request), channels_->rpc_timeout(),
+      [once, src_task, key, max_bytes = channels_->max_tensor_bytes()](StatusOr<RpcMessage> reply) {
         pb::RecvTensorResponse response;
         Status st = parse_reply(reply, &response);
         if (!st.ok()) {
@@ -546,7 +548,7 @@ std::function<void(const Status&)> Worker::recv(const std::string& src_task, int
           return (*once)(st);
         }
         auto frames = std::move(reply.value().frames);
-        (*once)(tensor_from_frames(response.tensor(), frames));
+        (*once)(tensor_from_frames(response.tensor(), frames, max_bytes));
       });
   return cancel;
 }
@@ -638,7 +640,7 @@ void Worker::run_graph(const wire::RequestHeader& header, RpcMessage request, co
   }
   auto feeds = std::make_shared<FeedMap>();
   for (int i = 0; i < r->send_size(); ++i) {
-    auto t = tensor_from_frames(r->send(i).meta(), request.frames);
+    auto t = tensor_from_frames(r->send(i).meta(), request.frames, channels_->max_tensor_bytes());
     if (!t.ok()) {
       return send_reply(respond, header.request_id(),
                         t.status().with_prefix(fmt::format("{}: feed '{}': ", task_name_, r->send(i).name())), nullptr);

@@ -43,18 +43,22 @@ struct Credentials;
 class TaskChannels {
  public:
   TaskChannels(train::ClusterSpec cluster, std::chrono::milliseconds rpc_timeout,
-               std::shared_ptr<const Credentials> credentials = nullptr);
+               std::shared_ptr<const Credentials> credentials = nullptr,
+               uint64_t max_tensor_bytes = wire::kMaxTensorBytes);
   // The channel of task "/job:J/replica:0/task:T" (or "/job:J/task:T"). InvalidArgument when the
   // cluster has no such task; FailedPrecondition naming its address when the cluster keys have no
   // key for it.
   StatusOr<RpcChannel*> get(const std::string& task);
   const train::ClusterSpec& cluster() const { return cluster_; }
   std::chrono::milliseconds rpc_timeout() const { return rpc_timeout_; }
+  // The task's cap on a tensor received from a peer (ServerOptions::max_tensor_bytes).
+  uint64_t max_tensor_bytes() const { return max_tensor_bytes_; }
 
  private:
   const train::ClusterSpec cluster_;
   const std::chrono::milliseconds rpc_timeout_;
   const std::shared_ptr<const Credentials> credentials_;  // null: plain TCP
+  const uint64_t max_tensor_bytes_;
   std::mutex mu_;
   std::map<std::string, std::unique_ptr<RpcChannel>> by_address_;  // guarded by mu_
 };

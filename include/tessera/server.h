@@ -55,6 +55,10 @@ struct ServerOptions {
   // the sender's connection before anything is allocated, a larger request is refused with
   // ResourceExhausted. -1: no limit; otherwise must be > 0.
   int64_t max_message_bytes = 1LL << 32;
+  // Largest tensor accepted from another task or a client (a feed, a tensor pulled from a peer, a
+  // fetch returned by a worker), in bytes: larger ones are refused with ResourceExhaustedError
+  // naming the size, checked against the metadata before anything is allocated. Must be > 0.
+  int64_t max_tensor_bytes = 1LL << 32;
   // CURVE keys (include/tessera/security.h): with security.key_file the server encrypts its
   // traffic and admits only the keys of security.cluster_keys_file. Without it, start() refuses an
   // address other hosts can reach (FailedPreconditionError) unless security.insecure is set.
