@@ -1,0 +1,515 @@
+#!/usr/bin/env python3
+"""TensorFlow 1 peers of tessera's workloads (tf.compat.v1, graph mode, called from Python).
+
+benchmarks/run --with-tensorflow runs this with the Python of benchmarks/.venv (tensorflow-cpu),
+one group of workloads per process, right after the tessera binary of the same group:
+
+  session    session_run_add, session_run_add_8threads
+             sess.run(c) of c = a + b on two scalar float constants, the graph built once;
+             8 Python threads calling run on one shared session (time = wall / total runs);
+             impl "tensorflow" calls sess.run(c), "tensorflow_callable" the callable of
+             sess.make_callable(c) (the least Python overhead TensorFlow 1 offers)
+  queue      queue_1to1, queue_4to4
+             FIFOQueue(1000, int32 scalars) filled by a QueueRunner with N enqueue threads, emptied
+             by N Python threads each running the dequeue (through sess.make_callable, as the
+             QueueRunner runs its enqueue); impl "tensorflow" moves one element per run,
+             "tensorflow_batch50" uses enqueue_many / dequeue_many(50); the producers keep the
+             queue full, so each pass of 20,000 elements is steady state
+  transport  transfer_<size>, rtt_<size> (64B, 4KiB, 1MiB, 16MiB, 64MiB) between two
+             tf.distribute.Server processes over gRPC on loopback:
+             transfer: an int32 variable on /job:ps/task:0 read by an Identity on
+             /job:worker/task:0 (this process's server), run as a target by 4 threads at once
+             (4 steps in flight, as bench_transport keeps 4 calls in flight);
+             rtt: a variable on the worker, an Identity of it on the ps, an Identity of that back
+             on the worker: the size crosses both ways, one step at a time
+  cluster    step_two_tasks, step_one_task, ps_steps_{1,2,4}w, on a cluster of separate server
+             processes (ps + 4 workers), like benchmarks/cluster/bench_cluster.cc: the same graphs
+             (c = a + b with b on worker 1; a 64x256 batch through a 256x256 layer trained by SGD,
+             variables on the ps, one client per worker, each with its own graph)
+
+Every workload checks its result once before timing (c == 3, the queued elements arrive exactly
+once, every transferred byte, the loss falls). Constant folding is off (grappler and the classic
+optimizer), so c = a + b really runs its Add, as tessera's does. Each repetition runs the workload
+until --min-time seconds have passed; the figure of a repetition is its total time over its total
+units. The output (--out FILE) is JSON:
+  {"versions": {"tensorflow", "python"}, "results": [{"workload", "impl", "metric", "unit",
+   "better", "runs": [...], "via": "python"}], "errors": [{"workload", "error"}]}
+
+Internal: `tf_bench.py --serve CLUSTER_JSON JOB TASK` is one server process; it prints "ready" and
+exits when its stdin closes (the parent closed it, or died).
+"""
+import argparse
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+import traceback
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # before importing TensorFlow: no INFO/WARNING spam
+
+import numpy as np  # noqa: E402  (installed with tensorflow)
+import tensorflow as tf  # noqa: E402
+
+tf1 = tf.compat.v1
+tf1.disable_eager_execution()
+tf.get_logger().setLevel("ERROR")  # QueueRunner's deprecation notice
+
+KIB = 1024
+MIB = 1024 * 1024
+SIZES = [("64B", 64, 1000), ("4KiB", 4 * KIB, 1000), ("1MiB", MIB, 64), ("16MiB", 16 * MIB, 8),
+         ("64MiB", 64 * MIB, 4)]
+WINDOW = 4          # steps in flight for the transfer workloads
+QUEUE_ITEMS = 20000  # per pass, all producers together (as benchmarks/queue/harness.h)
+QUEUE_CAPACITY = 1000
+BATCH = 50
+STEPS_PER_WORKER = 20
+RUN_TIMEOUT_MS = 60000  # every step gives up after this: a stuck server fails a workload, never hangs it
+
+
+def session_config():
+    """No constant folding (c = a + b must run its Add), operation timeout on every run."""
+    from tensorflow.core.protobuf import rewriter_config_pb2
+    cfg = tf1.ConfigProto()
+    cfg.graph_options.optimizer_options.opt_level = tf1.OptimizerOptions.L0
+    cfg.graph_options.optimizer_options.do_constant_folding = False
+    cfg.graph_options.rewrite_options.constant_folding = rewriter_config_pb2.RewriterConfig.OFF
+    cfg.operation_timeout_in_ms = RUN_TIMEOUT_MS
+    return cfg
+
+
+def pattern(nbytes):
+    """The int32 words of an nbytes-long transfer (distinct per word and per size)."""
+    i = np.arange(nbytes // 4, dtype=np.uint64)
+    w = ((i + 1) * np.uint64(2654435761)) & np.uint64(0xFFFFFFFF)
+    w ^= np.uint64((nbytes * 0x9E3779B9) & 0xFFFFFFFF)
+    return w.astype(np.uint32).view(np.int32)
+
+
+class Bench:
+    def __init__(self, reps, min_time):
+        self.reps = reps
+        self.min_time = min_time
+        self.results = []
+        self.errors = []
+
+    def record(self, workload, impl, metric, unit, better, runs):
+        self.results.append({"workload": workload, "impl": impl, "metric": metric, "unit": unit,
+                             "better": better, "runs": runs, "via": "python"})
+        print(f"  tensorflow {workload:26s} {impl:20s} median {sorted(runs)[len(runs) // 2]:.6g} {unit}",
+              flush=True)
+
+    def fail(self, workload, what):
+        self.errors.append({"workload": workload, "error": what})
+        print(f"  tensorflow {workload}: ERROR {what}", flush=True)
+
+    def repeat(self, one_pass):
+        """Runs one_pass() (returns (seconds, units)) until min_time has passed, per repetition;
+        returns per-repetition units per second."""
+        rates = []
+        for _ in range(self.reps):
+            seconds = units = 0.0
+            while seconds < self.min_time or units == 0:
+                s, u = one_pass()
+                seconds += s
+                units += u
+            rates.append(units / seconds)
+        return rates
+
+
+def timed_calls(fn, n):
+    t0 = time.perf_counter()
+    for _ in range(n):
+        fn()
+    return time.perf_counter() - t0
+
+
+def per_call_rates(bench, fn):
+    """Repetitions of fn() called in batches sized to about a tenth of min_time; calls/s."""
+    n = 1
+    while True:  # size a batch
+        t = timed_calls(fn, n)
+        if t >= bench.min_time / 10 or n >= 1 << 24:
+            break
+        n *= 4 if t < bench.min_time / 100 else 2
+    return bench.repeat(lambda: (timed_calls(fn, n), n))
+
+
+def threaded_pass(threads, fn, duration):
+    """`threads` threads each call fn() until `duration` has passed; (wall seconds, total calls)."""
+    counts = [0] * threads
+    barrier = threading.Barrier(threads + 1)
+    errors = []
+
+    def body(k):
+        barrier.wait()
+        end = time.perf_counter() + duration
+        c = 0
+        try:
+            while time.perf_counter() < end:
+                fn()
+                c += 1
+        except Exception as e:  # noqa: BLE001  (reported by the caller)
+            errors.append(e)
+        counts[k] = c
+
+    ts = [threading.Thread(target=body, args=(k,)) for k in range(threads)]
+    for t in ts:
+        t.start()
+    barrier.wait()
+    t0 = time.perf_counter()
+    for t in ts:
+        t.join()
+    wall = time.perf_counter() - t0
+    if errors:
+        raise errors[0]
+    return wall, sum(counts)
+
+
+# ---- session ----
+
+def group_session(bench):
+    g = tf.Graph()
+    with g.as_default():
+        a = tf.constant(1.0, name="a")
+        b = tf.constant(2.0, name="b")
+        c = tf.add(a, b, name="c")
+    sess = tf1.Session(graph=g, config=session_config())
+    got = sess.run(c)
+    if got != 3.0:
+        bench.fail("session_run_add", f"correctness check failed: c = {got}, not 3")
+        return
+    for _ in range(1000):  # warm-up
+        sess.run(c)
+    # "tensorflow": sess.run(c), as TensorFlow 1 code calls it; "tensorflow_callable": the callable
+    # of sess.make_callable(c), the cheapest way Python has to run a step (what QueueRunner uses).
+    callable_c = sess.make_callable(c)
+    if callable_c() != 3.0:
+        bench.fail("session_run_add", "correctness check failed: the callable's c is not 3")
+        return
+    for impl, fn in (("tensorflow", lambda: sess.run(c)), ("tensorflow_callable", callable_c)):
+        rates = per_call_rates(bench, fn)
+        bench.record("session_run_add", impl, "time per run", "ns", "lower", [1e9 / r for r in rates])
+    for impl, fn in (("tensorflow", lambda: sess.run(c)), ("tensorflow_callable", callable_c)):
+        threaded_pass(8, fn, 0.2)  # warm-up of the 8 threads
+        runs = bench.repeat(lambda fn=fn: threaded_pass(8, fn, bench.min_time))
+        bench.record("session_run_add_8threads", impl, "time per run, 8 threads on one session", "ns",
+                     "lower", [1e9 / r for r in runs])
+    sess.close()
+
+
+# ---- queue ----
+
+def queue_case(bench, n, batch):
+    workload = f"queue_{n}to{n}"
+    impl = "tensorflow" if batch == 1 else f"tensorflow_batch{batch}"
+    g = tf.Graph()
+    with g.as_default():
+        q = tf1.FIFOQueue(QUEUE_CAPACITY, [tf.int32], shapes=[[]], name="q")
+        if batch == 1:
+            enqueue = q.enqueue([tf.constant(1, tf.int32, name="one")])
+            dequeue = q.dequeue()
+        else:
+            enqueue = q.enqueue_many([tf.constant(np.ones(batch, np.int32), name="ones")])
+            dequeue = q.dequeue_many(batch)
+        close = q.close(cancel_pending_enqueues=True)
+        runner = tf1.train.QueueRunner(q, [enqueue] * n)
+    sess = tf1.Session(graph=g, config=session_config())
+    coord = tf1.train.Coordinator()
+    threads = runner.create_threads(sess, coord=coord, start=True)
+    per_thread = QUEUE_ITEMS // n // batch
+    take = sess.make_callable(dequeue)  # as the QueueRunner's threads run their enqueue
+
+    def one_pass():
+        sums = [0] * n
+        barrier = threading.Barrier(n + 1)
+
+        def consume(k):
+            barrier.wait()
+            s = 0
+            for _ in range(per_thread):
+                s += int(np.sum(take()))
+            sums[k] = s
+
+        ts = [threading.Thread(target=consume, args=(k,)) for k in range(n)]
+        for t in ts:
+            t.start()
+        barrier.wait()
+        t0 = time.perf_counter()
+        for t in ts:
+            t.join()
+        wall = time.perf_counter() - t0
+        if sum(sums) != QUEUE_ITEMS:
+            raise RuntimeError(f"correctness check failed: {sum(sums)} elements summed, not {QUEUE_ITEMS}")
+        return wall, QUEUE_ITEMS
+
+    try:
+        one_pass()  # warm-up and check: the producers keep the queue full, so each pass is steady state
+        bench.record(workload, impl, "throughput", "elements/s", "higher", bench.repeat(one_pass))
+    except Exception as e:  # noqa: BLE001
+        bench.fail(workload, f"{impl}: {e}")
+    finally:
+        coord.request_stop()
+        try:
+            sess.run(close)
+        except Exception:  # noqa: BLE001
+            pass
+        coord.join(threads, stop_grace_period_secs=10, ignore_live_threads=True)
+        sess.close()
+
+
+def group_queue(bench):
+    for n in (1, 4):
+        for batch in (1, BATCH):
+            queue_case(bench, n, batch)
+
+
+# ---- servers ----
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_servers(cluster, tasks):
+    """Starts one `--serve` process per (job, task); waits for each to say ready."""
+    procs = []
+    for job, task in tasks:
+        p = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--serve", json.dumps(cluster), job,
+                              str(task)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        procs.append(p)
+    deadline = time.time() + 180
+    for p in procs:
+        line = ""
+        while "ready" not in line:
+            if time.time() > deadline:
+                stop_servers(procs)
+                raise RuntimeError("a TensorFlow server did not start within 180 s")
+            line = p.stdout.readline()
+            if not line and p.poll() is not None:
+                stop_servers(procs)
+                raise RuntimeError(f"a TensorFlow server exited with status {p.returncode}")
+    return procs
+
+
+def stop_servers(procs):
+    for p in procs:
+        try:
+            p.stdin.close()
+        except Exception:  # noqa: BLE001
+            pass
+    for p in procs:
+        try:
+            p.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+
+
+def serve(cluster_json, job, task):
+    cluster = tf.train.ClusterSpec(json.loads(cluster_json))
+    tf.distribute.Server(cluster, job_name=job, task_index=int(task), config=session_config(), start=True)
+    print("ready", flush=True)
+    sys.stdin.read()  # until EOF: the parent closed the pipe, or died
+    os._exit(0)  # the gRPC server has no clean stop
+
+
+# ---- transport ----
+
+def group_transport(bench, skip_sizes):
+    sizes = [s for s in SIZES if s[0] not in skip_sizes]
+    cluster = {"ps": [f"127.0.0.1:{free_port()}"], "worker": [f"127.0.0.1:{free_port()}"]}
+    procs = start_servers(cluster, [("ps", 0)])
+    try:
+        server = tf.distribute.Server(tf.train.ClusterSpec(cluster), job_name="worker", task_index=0,
+                                      config=session_config(), start=True)
+        g = tf.Graph()
+        ops = {}
+        with g.as_default():
+            for name, nbytes, _ in sizes:
+                n = nbytes // 4
+                feed = tf1.placeholder(tf.int32, [n], name=f"pattern_{name}")
+                with tf.device("/job:ps/task:0"):
+                    src = tf1.Variable(tf.zeros([n], tf.int32), name=f"src_{name}")
+                    read = tf.identity(src.read_value(), name=f"read_{name}")
+                with tf.device("/job:worker/task:0"):
+                    pulled = tf.identity(read, name=f"pulled_{name}")
+                    local = tf1.Variable(tf.zeros([n], tf.int32), name=f"local_{name}")
+                with tf.device("/job:ps/task:0"):
+                    echoed = tf.identity(local.read_value(), name=f"echo_{name}")
+                with tf.device("/job:worker/task:0"):
+                    back = tf.identity(echoed, name=f"back_{name}")
+                ops[name] = dict(feed=feed, init=[src.assign(feed), local.assign(feed)], pulled=pulled,
+                                 back=back)
+            init = tf1.global_variables_initializer()
+        sess = tf1.Session(server.target, graph=g, config=session_config())
+        sess.run(init)
+        for name, nbytes, transfers in sizes:
+            o = ops[name]
+            expected = pattern(nbytes)
+            sess.run(o["init"], feed_dict={o["feed"]: expected})
+            # Checked once: every byte, both ways.
+            got = sess.run(o["pulled"])
+            if got.dtype != np.int32 or got.shape != expected.shape or not np.array_equal(got, expected):
+                bench.fail(f"transfer_{name}", "correctness check failed: the pulled tensor differs")
+                continue
+            got = sess.run(o["back"])
+            if got.shape != expected.shape or not np.array_equal(got, expected):
+                bench.fail(f"rtt_{name}", "correctness check failed: the echoed tensor differs")
+                continue
+            pull_op, back_op = o["pulled"].op, o["back"].op
+            for _ in range(3):  # warm-up
+                sess.run(pull_op)
+                sess.run(back_op)
+
+            def transfer_pass(pull_op=pull_op, transfers=transfers, nbytes=nbytes):
+                left = [transfers]
+                lock = threading.Lock()
+
+                def take():
+                    with lock:
+                        left[0] -= 1
+                        return left[0] >= 0
+
+                def body():
+                    while take():
+                        sess.run(pull_op)
+
+                ts = [threading.Thread(target=body) for _ in range(WINDOW)]
+                t0 = time.perf_counter()
+                for t in ts:
+                    t.start()
+                for t in ts:
+                    t.join()
+                return time.perf_counter() - t0, transfers * nbytes
+
+            rates = bench.repeat(transfer_pass)
+            bench.record(f"transfer_{name}", "tensorflow", "throughput", "MiB/s", "higher", [r / MIB for r in rates])
+            rates = per_call_rates(bench, lambda back_op=back_op: sess.run(back_op))
+            bench.record(f"rtt_{name}", "tensorflow", "time per round trip", "µs", "lower", [1e6 / r for r in rates])
+        sess.close()
+    finally:
+        stop_servers(procs)
+
+
+# ---- cluster ----
+
+def group_cluster(bench, worker_counts):
+    workers = max(max(worker_counts), 2)
+    cluster = {"ps": [f"127.0.0.1:{free_port()}"],
+               "worker": [f"127.0.0.1:{free_port()}" for _ in range(workers)]}
+    procs = start_servers(cluster, [("ps", 0)] + [("worker", i) for i in range(workers)])
+    target = [f"grpc://{a}" for a in cluster["worker"]]
+    try:
+        for two_tasks in (True, False):
+            workload = "step_two_tasks" if two_tasks else "step_one_task"
+            g = tf.Graph()
+            with g.as_default():
+                with tf.device("/job:worker/task:0"):
+                    a = tf.constant(1.0, name="a")
+                with tf.device("/job:worker/task:1" if two_tasks else "/job:worker/task:0"):
+                    b = tf.add(tf.constant(1.0), tf.constant(1.0), name="b")
+                with tf.device("/job:worker/task:0"):
+                    c = tf.add(a, b, name="c")
+            sess = tf1.Session(target[0], graph=g, config=session_config())
+            got = sess.run(c)
+            if got != 3.0:
+                bench.fail(workload, f"correctness check failed: c = {got}")
+                continue
+            for _ in range(200):  # warm-up
+                sess.run(c)
+            rates = per_call_rates(bench, lambda sess=sess, c=c: sess.run(c))
+            bench.record(workload, "tensorflow", "time per step", "µs", "lower", [1e6 / r for r in rates])
+            sess.close()
+
+        for w in worker_counts:
+            clients = []
+            for i in range(w):
+                g = tf.Graph()
+                with g.as_default():
+                    with tf.device("/job:ps/task:0"):
+                        wv = tf1.Variable(tf.fill([256, 256], 0.001), name="w")
+                        bv = tf1.Variable(tf.zeros([256]), name="b")
+                    with tf.device(f"/job:worker/task:{i}"):
+                        x = tf1.random_uniform([64, 256], dtype=tf.float32, seed=3)
+                        h = tf.add(tf.matmul(x, wv.read_value()), bv.read_value())
+                        loss = tf.reduce_mean(tf.square(h), name="loss")
+                        g_h = tf.multiply(tf.constant(2.0 / (64 * 256)), h)
+                        g_w = tf.matmul(x, g_h, transpose_a=True)
+                        g_b = tf.reduce_sum(g_h, axis=[0])
+                        lr = tf.constant(0.01)
+                        train = tf.group(wv.assign_sub(lr * g_w), bv.assign_sub(lr * g_b))
+                    init = tf1.global_variables_initializer()
+                sess = tf1.Session(target[i], graph=g, config=session_config())
+                clients.append((sess, train, loss, init))
+            # Variables live on the ps, shared by name between the clients' graphs (between-graph
+            # replication); each worker count starts from fresh values.
+            s0, _, loss0, init0 = clients[0]
+            s0.run(init0)
+            before = s0.run(loss0)
+            for sess, train, _, _ in clients:
+                for _ in range(20):  # warm-up
+                    sess.run(train)
+            after = s0.run(loss0)
+            workload = f"ps_steps_{w}w"
+            if not after < before:
+                bench.fail(workload, f"correctness check failed: the loss did not fall ({before} -> {after})")
+                continue
+
+            def ps_pass(clients=clients, w=w):
+                def body(sess, train):
+                    for _ in range(STEPS_PER_WORKER):
+                        sess.run(train)
+
+                ts = [threading.Thread(target=body, args=(s, t)) for s, t, _, _ in clients]
+                t0 = time.perf_counter()
+                for t in ts:
+                    t.start()
+                for t in ts:
+                    t.join()
+                return time.perf_counter() - t0, w * STEPS_PER_WORKER
+
+            bench.record(workload, "tensorflow", "training throughput, all workers together", "steps/s", "higher",
+                         bench.repeat(ps_pass))
+            for sess, _, _, _ in clients:
+                sess.close()
+    finally:
+        stop_servers(procs)
+
+
+def main():
+    if len(sys.argv) == 5 and sys.argv[1] == "--serve":
+        serve(sys.argv[2], sys.argv[3], sys.argv[4])
+        return 0
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--group", required=True, choices=["session", "queue", "transport", "cluster"])
+    ap.add_argument("--out", required=True, help="the JSON file to write")
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--min-time", type=float, default=0.2, help="seconds per repetition (at least)")
+    ap.add_argument("--skip-sizes", default="", help="comma-separated transport sizes to leave out, e.g. 64MiB")
+    ap.add_argument("--workers", default="1,2,4", help="worker counts of ps_steps")
+    args = ap.parse_args()
+    bench = Bench(args.reps, args.min_time)
+    try:
+        if args.group == "session":
+            group_session(bench)
+        elif args.group == "queue":
+            group_queue(bench)
+        elif args.group == "transport":
+            group_transport(bench, set(filter(None, args.skip_sizes.split(","))))
+        else:
+            group_cluster(bench, [int(w) for w in args.workers.split(",")])
+    except Exception as e:  # noqa: BLE001  (a failed group still writes what it measured)
+        traceback.print_exc()
+        bench.fail(args.group, f"{type(e).__name__}: {e}")
+    with open(args.out, "w") as f:
+        json.dump({"versions": {"tensorflow": tf.__version__, "python": sys.version.split()[0]},
+                   "results": bench.results, "errors": bench.errors}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
