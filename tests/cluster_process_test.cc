@@ -10,6 +10,7 @@
 #include <atomic>
 #include <chrono>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <random>
 #include <thread>
@@ -72,7 +73,20 @@ class Cluster {
     child->signal(SIGKILL);
     child->wait_exit(10s);
   }
-  void signal(const std::string& job, int task, int signo) { children_.at({job, task})->signal(signo); }
+  // Sends `signo`; for SIGSTOP, returns once the task is stopped (the signal is asynchronous: a
+  // thread running on another core could otherwise still answer a call).
+  void signal(const std::string& job, int task, int signo) {
+    ChildProcess& child = *children_.at({job, task});
+    child.signal(signo);
+    if (signo != SIGSTOP) return;
+    for (auto until = Clock::now() + 10s; Clock::now() < until; std::this_thread::sleep_for(5ms)) {
+      std::ifstream stat("/proc/" + std::to_string(child.pid()) + "/stat");
+      std::string pid, comm, state;
+      stat >> pid >> comm >> state;  // the command name has no spaces: "(tessera)"
+      if (state == "T" || state == "t") return;
+    }
+    ADD_FAILURE() << "/job:" << job << "/task:" << task << " did not stop";
+  }
   std::string target(const std::string& job, int task) const { return "tessera://" + addresses_.at({job, task}); }
   std::string endpoint(const std::string& job, int task) const { return "tcp://" + addresses_.at({job, task}); }
 
