@@ -220,7 +220,7 @@ class MasterSession : public std::enable_shared_from_this<MasterSession> {
   bool closed_ = false;
   std::vector<PlacementDevice> devices_;
   std::set<std::string> tasks_;  // tasks whose devices are in devices_
-  std::unordered_map<const Node*, int> placement_;
+  std::unordered_set<const Node*> placed_;  // their assigned_device is set
   std::vector<std::pair<RpcChannel*, std::string>> registered_;  // (worker, graph handle)
   // Never held while calling another task: a step with a cached plan starts on a server thread.
   std::shared_mutex plans_mu_;
@@ -246,21 +246,9 @@ struct MasterSession::Step {
 };
 
 StatusOr<Endpoint> MasterSession::endpoint_locked(const std::string& name, const char* what) {
-  const std::size_t colon = name.rfind(':');
-  Node* n = graph_.impl().find(colon == std::string::npos ? name : name.substr(0, colon));
-  if (n == nullptr) return errors::invalid_argument("{} '{}': no such op in the session's graph", what, name);
-  int index = 0;
-  if (colon != std::string::npos) {
-    try {
-      index = std::stoi(name.substr(colon + 1));
-    } catch (const std::exception&) {
-      index = -1;
-    }
-  }
-  if (index < 0 || index >= static_cast<int>(n->output_dtypes.size())) {
-    return errors::invalid_argument("{} '{}': op has no output {}", what, name, index);
-  }
-  return Endpoint{n, index};
+  auto ep = find_tensor(graph_.impl(), name);
+  if (!ep.ok()) return ep.status().with_prefix(fmt::format("{} '{}' in the session's graph: ", what, name));
+  return ep;
 }
 
 Status MasterSession::add_task_devices_locked(const std::string& task) {
@@ -298,7 +286,7 @@ Status MasterSession::place_locked(const std::vector<const Node*>& nodes) {
   std::vector<const Node*> fresh;
   std::set<std::string> wanted{task_};
   for (const Node* cn : nodes) {
-    if (placement_.count(cn)) continue;
+    if (placed_.count(cn)) continue;
     Node* n = const_cast<Node*>(cn);
     fresh.push_back(n);
     auto spec = DeviceSpec::parse(n->requested_device);
@@ -331,12 +319,12 @@ Status MasterSession::place_locked(const std::vector<const Node*>& nodes) {
     auto owner = task_of_device(d.name);
     return owner.ok() && owner.value() == task_;
   });
+  // Ops placed before keep their device; their indices are found by name (devices_ may have grown
+  // and been reordered since).
+  std::unordered_map<std::string, int> index_of;
+  for (int i = 0; i < static_cast<int>(devices_.size()); ++i) index_of[devices_[static_cast<std::size_t>(i)].name] = i;
   std::unordered_map<const Node*, int> fixed;
-  for (const auto& [node, d] : placement_) {
-    for (int i = 0; i < static_cast<int>(devices_.size()); ++i) {
-      if (devices_[static_cast<std::size_t>(i)].name == node->assigned_device) fixed[node] = i;
-    }
-  }
+  for (const Node* node : placed_) fixed[node] = index_of.at(node->assigned_device);
   PlacementOptions opts;
   opts.allow_soft_placement = config_.allow_soft_placement();
   opts.policy = policy_of(config_.placement_policy());
@@ -347,7 +335,7 @@ Status MasterSession::place_locked(const std::vector<const Node*>& nodes) {
   }
   for (const Node* n : fresh) {
     const int d = placed.value().device_of.at(n);
-    placement_[n] = d;
+    placed_.insert(n);
     const_cast<Node*>(n)->assigned_device = devices_[static_cast<std::size_t>(d)].name;
   }
   if (config_.log_device_placement()) {

@@ -207,26 +207,6 @@ class RemoteRecvOp final : public OpKernel {
 TESSERA_REGISTER_KERNEL("_RemoteSend", "CPU", RemoteSendOp);
 TESSERA_REGISTER_KERNEL("_RemoteRecv", "CPU", RemoteRecvOp);
 
-StatusOr<Endpoint> parse_tensor_name(GraphImpl& g, const std::string& name) {
-  const std::size_t colon = name.rfind(':');
-  Node* n = g.find(colon == std::string::npos ? name : name.substr(0, colon));
-  int index = 0;
-  if (colon != std::string::npos) {
-    try {
-      std::size_t used = 0;
-      index = std::stoi(name.substr(colon + 1), &used);
-      if (used != name.size() - colon - 1) index = -1;
-    } catch (const std::exception&) {
-      index = -1;
-    }
-  }
-  if (n == nullptr) return errors::invalid_argument("no node for tensor '{}' in the partition", name);
-  if (index < 0 || index >= static_cast<int>(n->output_dtypes.size())) {
-    return errors::invalid_argument("'{}' is not an output of node '{}'", name, n->name);
-  }
-  return Endpoint{n, index};
-}
-
 tessera::PlacementPolicy policy_from(const std::string& name) {
   if (name == "gpu_first") return tessera::PlacementPolicy::gpu_first;
   if (name == "cpu_only") return tessera::PlacementPolicy::cpu_only;
@@ -339,6 +319,28 @@ StatusOr<RpcChannel*> TaskChannels::get(const std::string& task) {
   return channel.get();
 }
 
+StatusOr<Endpoint> find_tensor(const GraphImpl& graph, const std::string& name) {
+  const std::size_t colon = name.rfind(':');
+  const std::string node = colon == std::string::npos ? name : name.substr(0, colon);
+  Node* n = graph.find(node);
+  if (n == nullptr) return errors::invalid_argument("no op '{}'", node);
+  int index = 0;
+  if (colon != std::string::npos) {
+    try {
+      std::size_t used = 0;
+      index = std::stoi(name.substr(colon + 1), &used);
+      if (used != name.size() - colon - 1) index = -1;
+    } catch (const std::exception&) {
+      index = -1;
+    }
+  }
+  if (index < 0 || index >= static_cast<int>(n->output_dtypes.size())) {
+    return errors::invalid_argument("op '{}' has no output '{}'", node,
+                                    colon == std::string::npos ? std::string("0") : name.substr(colon + 1));
+  }
+  return Endpoint{n, index};
+}
+
 StatusOr<std::string> task_of_device(const std::string& device) {
   StatusOr<DeviceSpec> spec = DeviceSpec::parse(device);
   if (!spec.ok()) return spec.status();
@@ -426,9 +428,8 @@ std::shared_ptr<Worker::StepState> Worker::step(int64_t step_id) {
   auto& s = steps_[step_id];
   if (!s) {
     s = std::make_shared<StepState>();
-    for (const auto& [id, reason] : aborted_) {
-      if (id == step_id) s->aborted = reason;
-    }
+    auto aborted = aborted_.find(step_id);
+    if (aborted != aborted_.end()) s->aborted = aborted->second;
     if (stopped_) s->aborted = errors::cancelled("{} is stopping", task_name_);
   }
   return s;
@@ -447,8 +448,13 @@ void Worker::abort_step(int64_t step_id, const Status& reason) {
   std::shared_ptr<StepState> s;
   {
     std::lock_guard<std::mutex> l(mu_);
-    aborted_.emplace_back(step_id, reason);
-    if (aborted_.size() > kAbortedMemory) aborted_.pop_front();
+    if (aborted_.emplace(step_id, reason).second) {
+      aborted_order_.push_back(step_id);
+      if (aborted_order_.size() > kAbortedMemory) {
+        aborted_.erase(aborted_order_.front());
+        aborted_order_.pop_front();
+      }
+    }
     auto it = steps_.find(step_id);
     if (it == steps_.end()) return;
     s = it->second;
@@ -563,14 +569,14 @@ void Worker::register_graph(const wire::RequestHeader& header, const Responder& 
     st = wire::decode_graph(r.graph(), &wg->graph.impl());
     for (const std::string& name : r.feed()) {
       if (!st.ok()) break;
-      auto ep = parse_tensor_name(wg->graph.impl(), name);
-      if (!ep.ok()) st = ep.status();
+      auto ep = find_tensor(wg->graph.impl(), name);
+      if (!ep.ok()) st = ep.status().with_prefix(fmt::format("tensor '{}' of the partition: ", name));
       else wg->feeds.emplace_back(ep.value().node, ep.value().index);
     }
     for (const std::string& name : r.fetch()) {
       if (!st.ok()) break;
-      auto ep = parse_tensor_name(wg->graph.impl(), name);
-      if (!ep.ok()) st = ep.status();
+      auto ep = find_tensor(wg->graph.impl(), name);
+      if (!ep.ok()) st = ep.status().with_prefix(fmt::format("tensor '{}' of the partition: ", name));
       else wg->fetches.emplace_back(ep.value().node, ep.value().index);
     }
     for (const std::string& name : r.target()) {

@@ -63,6 +63,11 @@ class TaskChannels {
   std::map<std::string, std::unique_ptr<RpcChannel>> by_address_;  // guarded by mu_
 };
 
+// The output a tensor name ("node:index", or "node" for output 0) names in `graph`:
+// InvalidArgument when there is no such node, or the index is not a number or not one of its
+// outputs.
+StatusOr<Endpoint> find_tensor(const GraphImpl& graph, const std::string& name);
+
 // "/job:J/replica:0/task:T" for a device name or spec naming a job and task; InvalidArgument
 // otherwise.
 StatusOr<std::string> task_of_device(const std::string& device);
@@ -145,7 +150,8 @@ class Worker : public std::enable_shared_from_this<Worker> {
   std::unordered_map<std::string, std::shared_ptr<WorkerGraph>> graphs_;  // guarded by mu_
   std::unordered_map<int64_t, std::shared_ptr<StepState>> steps_;      // guarded by mu_
   // Steps aborted lately (bounded): an exchange arriving after the abort fails at once.
-  std::deque<std::pair<int64_t, Status>> aborted_;                     // guarded by mu_
+  std::deque<int64_t> aborted_order_;                                  // guarded by mu_: oldest first
+  std::unordered_map<int64_t, Status> aborted_;                        // guarded by mu_
   int active_runs_ = 0;                                                // guarded by mu_
   std::condition_variable runs_cv_;
   std::unique_ptr<ElasticThreads> threads_;  // runs RunGraphs (a run may block for long)
