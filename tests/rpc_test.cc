@@ -663,5 +663,73 @@ TEST(RpcTest, DestroyingChannelCancelsPendingCalls) {
   for (auto& r : stash.responders) EXPECT_TRUE(r(message({"nobody listens"})));
 }
 
+// Synchronous callers receive on their own threads (Note [RPC], "Channel") and find the replies to
+// asynchronous calls there too: those must still complete on the channel's I/O thread, exactly
+// once, each with its own reply.
+TEST(RpcTest, SyncAndAsyncCallsInterleavedCompleteRightAndAsyncOnesOnTheIoThread) {
+  RpcServerOptions options;
+  options.handler_threads = 2;
+  auto server = start_or_die(echo, options);
+  ASSERT_TRUE(server);
+  RpcChannel channel(server->endpoint());
+  constexpr int kThreads = 4, kCalls = 200;
+  std::mutex mu;
+  std::vector<std::thread::id> callers;
+  std::vector<std::thread::id> async_threads;
+  std::atomic<int> async_right{0}, async_done{0}, sync_right{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      {
+        std::lock_guard<std::mutex> l(mu);
+        callers.push_back(std::this_thread::get_id());
+      }
+      for (int i = 0; i < kCalls; ++i) {
+        const std::string tag = std::to_string(t) + "/" + std::to_string(i);
+        channel.call(message({"async " + tag}), 10s, [&, tag](StatusOr<RpcMessage> r) {
+          if (r.ok() && strings(r.value()) == std::vector<std::string>{"async " + tag}) async_right.fetch_add(1);
+          {
+            std::lock_guard<std::mutex> l(mu);
+            async_threads.push_back(std::this_thread::get_id());
+          }
+          async_done.fetch_add(1);
+        });
+        StatusOr<RpcMessage> r = channel.call_sync(message({"sync " + tag}), 10s);
+        if (r.ok() && strings(r.value()) == std::vector<std::string>{"sync " + tag}) sync_right.fetch_add(1);
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  ASSERT_TRUE(wait_until([&] { return async_done.load() == kThreads * kCalls; }, 10s));
+  EXPECT_EQ(sync_right.load(), kThreads * kCalls);
+  EXPECT_EQ(async_right.load(), kThreads * kCalls);
+  std::lock_guard<std::mutex> l(mu);
+  const std::thread::id io = async_threads.front();
+  for (auto id : async_threads) EXPECT_EQ(id, io);  // one thread, the I/O thread
+  for (auto id : callers) EXPECT_NE(id, io);
+  EXPECT_EQ(channel.stats().late_replies, 0u);
+  EXPECT_EQ(channel.stats().malformed, 0u);
+}
+
+// A synchronous call waiting when its channel is destroyed (from another thread) returns
+// Cancelled, and the destructor waits for it to leave.
+TEST(RpcTest, DestroyingChannelCancelsAWaitingSyncCall) {
+  Stash stash;
+  auto server = start_or_die(stash.handler());
+  ASSERT_TRUE(server);
+  auto channel = std::make_unique<RpcChannel>(server->endpoint());
+  std::promise<Status> result;
+  RpcChannel* const raw = channel.get();
+  std::thread caller([&] { result.set_value(raw->call_until_lost_sync(message({"pending"}), 10s).status()); });
+  ASSERT_TRUE(wait_until([&] { return stash.size() == 1; }, 3s));
+  const auto start = Clock::now();
+  channel.reset();
+  auto future = result.get_future();
+  ASSERT_EQ(future.wait_for(3s), std::future_status::ready);
+  EXPECT_EQ(future.get().code(), ErrorCode::kCancelled);
+  EXPECT_LT(Clock::now() - start, 2s);
+  caller.join();
+}
+
 }  // namespace
 }  // namespace tessera::internal

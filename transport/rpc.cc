@@ -1,5 +1,6 @@
 #include "transport/rpc.h"
 
+#include <poll.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
@@ -31,21 +32,32 @@ namespace tessera::internal {
 // frames. The call-id frame is 12 bytes, "TRP1" and a little-endian 64-bit id, so stray traffic is
 // recognized and dropped (counted as malformed) instead of being handed to a handler.
 //
-// Threads. Every zmq socket is used by exactly one thread, its owner's I/O thread. Other threads
-// talk to an I/O thread through a mutex-protected queue plus an eventfd in its zmq_poll set, written
-// only when the queue goes from empty to non-empty (one syscall per burst, not per message).
+// Threads. Server sockets are used by exactly one thread, the server's I/O thread; other threads
+// talk to it through a mutex-protected queue plus an eventfd in its zmq_poll set, written only when
+// the queue goes from empty to non-empty (one syscall per burst, not per message).
 //   Server: one I/O thread owns the ROUTER. It reads a batch of requests, checks each envelope and
 //   hands (request, Responder) to `handler_threads` handler threads (or runs the handler inline
 //   when that is 0). A Responder may be called from any thread, at any time, once: the reply joins
 //   the I/O thread's outbox. The server has its own zmq context, so stop() can terminate it: when
 //   stop() returns the listening socket is closed and the port can be bound again at once.
-//   Channel: one I/O thread per channel owns the DEALER (channels are one per remote task, so a
-//   process has a handful; a shared thread would add a hop of routing for no gain at that count).
-//   Channels share one process-wide zmq context, leaked on purpose so that channels in static
-//   objects never race its destruction. call() queues the request; the I/O thread gives it an id,
-//   records its deadline, sends it and matches the reply by id. `done` runs on the I/O thread.
-//   Nothing creates a thread per call: a call costs a queue push, an eventfd write, and the two
-//   I/O threads' hops on each side of the loopback or network round trip.
+//   Channel: one I/O thread per channel (channels are one per remote task, so a process has a
+//   handful; a shared thread would add a hop of routing for no gain at that count). Channels share
+//   one process-wide zmq context, leaked on purpose so that channels in static objects never race
+//   its destruction. The channel's DEALER is the exception to "one thread per socket": it is used
+//   under the channel's mutex by whichever thread needs it, because a hand-off to the I/O thread
+//   costs a thread wake-up each way, which on a small request is most of the round trip.
+//   * A call is registered (id, deadline) and sent by the calling thread itself; only when libzmq
+//     cannot take it (no connection yet) does it wait in the outbox for the I/O thread.
+//   * A synchronous call (call_sync, call_until_lost_sync) then sleeps in poll(2) on the socket's
+//     ZMQ_FD and a per-thread eventfd, and receives its reply itself: raw libzmq's REQ/REP path,
+//     one wake-up. Replies to other calls it finds on the way are completed too.
+//   * An asynchronous call's `done` always runs on the I/O thread, which watches ZMQ_FD while such
+//     calls are pending (or the outbox is not empty), enforces deadlines and reads the monitor.
+//   The rules that make this safe (libzmq's ZMQ_FD is edge-like: any use of the socket may consume
+//   its signal): whoever uses the socket then receives every reply there is and sends what the
+//   outbox holds if libzmq takes it (serve_socket_locked), and a thread that completes an
+//   asynchronous call, or registers one while the I/O thread is not watching the socket, wakes the
+//   I/O thread through its eventfd. Nothing creates a thread per call.
 //
 // Failure. The deadline is the guarantee: a call completes by then, with the reply or with
 // Unavailable ("no reply from <endpoint> within N ms: the task is down or unreachable"), whatever
@@ -809,6 +821,34 @@ zmq::context_t& channel_context() {
   return *context;
 }
 
+// The eventfd a thread waiting in a synchronous call sleeps on (with the channel socket's ZMQ_FD):
+// one per thread, made on its first synchronous call and closed when the thread exits.
+class ThreadWakeFd {
+ public:
+  ThreadWakeFd() : fd_(make_wake_fd()) {}
+  ~ThreadWakeFd() { ::close(fd_); }
+  ThreadWakeFd(const ThreadWakeFd&) = delete;
+  ThreadWakeFd& operator=(const ThreadWakeFd&) = delete;
+  int fd() const { return fd_; }
+
+ private:
+  const int fd_;
+};
+
+int thread_wake_fd() {
+  thread_local ThreadWakeFd wake;
+  return wake.fd();
+}
+
+// The SyncWaiter (RpcChannelCore's) of the call this thread waits for, if any.
+thread_local const void* tls_sync_waiter = nullptr;
+
+// poll(2) on `n` fds for readability, retried on EINTR.
+void poll_fds(pollfd* fds, nfds_t n, int timeout_ms) {
+  while (::poll(fds, n, timeout_ms) < 0 && errno == EINTR) {
+  }
+}
+
 }  // namespace
 
 class RpcChannelCore {
@@ -821,6 +861,8 @@ class RpcChannelCore {
   // until_lost: `deadline` bounds only the wait for a connection; once sent, the call waits for
   // its reply until the connection is lost (Note [RPC], "Long calls").
   void call(RpcMessage request, std::chrono::milliseconds deadline, RpcChannel::Done done, bool until_lost);
+  // The same, waiting on the calling thread, which receives its own reply (Note [RPC], "Channel").
+  StatusOr<RpcMessage> call_sync(RpcMessage request, std::chrono::milliseconds deadline, bool until_lost);
   // For a channel destroyed from one of its own `done` callbacks: the I/O thread stops after the
   // callback and deletes the core itself.
   void destroy_from_io_thread();
@@ -828,32 +870,43 @@ class RpcChannelCore {
   RpcChannelStats stats() const;
 
  private:
-  struct NewCall {
-    RpcMessage request;
-    Clock::time_point deadline;
-    std::chrono::milliseconds budget;
-    RpcChannel::Done done;
-    Status error;  // not OK: complete with it at once
-    bool until_lost = false;
+  // A thread waiting in call_sync(); its call's result lands here (guarded by mu_), and whoever
+  // completes the call from another thread writes `wake_fd`.
+  struct SyncWaiter {
+    std::optional<StatusOr<RpcMessage>> result;
+    int wake_fd = -1;
   };
   struct Pending {
-    RpcChannel::Done done;
+    RpcChannel::Done done;         // an asynchronous call: run on the I/O thread
+    SyncWaiter* waiter = nullptr;  // a synchronous one
     std::chrono::milliseconds budget;
     bool until_lost = false;
-    bool sent = false;  // handed to libzmq (set for until_lost calls only)
+    bool sent = false;  // handed to libzmq
   };
   struct Outgoing {
     uint64_t id;
     zmq::message_t call_id;
     RpcMessage request;
   };
+  using Completion = std::pair<RpcChannel::Done, StatusOr<RpcMessage>>;
 
   void run_io();
-  void accept(std::vector<NewCall>* calls);
+  // The checks every new call passes; OK or the error to complete it with. Needs mu_.
+  Status admit(const RpcMessage& request) const;
+  // Registers a call (needs mu_), sends it if libzmq takes it now (else it joins the outbox) and
+  // serves the socket. True when the I/O thread must be woken: the call's deadline comes before the
+  // I/O thread's next wake-up, or the I/O thread must now watch the socket, or has completions to run.
+  bool start_locked(RpcMessage request, Clock::time_point deadline, Pending pending);
+  // After any use of the socket, which may have consumed the ZMQ_FD signal: sends what the outbox
+  // holds if libzmq takes it, receives every reply there is (kRecvBatch at most) and completes their
+  // calls. True when replies were left for later. Needs mu_.
+  bool serve_socket_locked();
   void flush_outbox();
-  void receive_replies();
+  bool receive_replies();
   void expire(Clock::time_point now);
-  void complete(RpcChannel::Done& done, StatusOr<RpcMessage> result);
+  // Completes the pending call `it` with `result` and forgets it. Needs mu_: a synchronous caller
+  // gets its result (and a wake-up unless it is this thread); an asynchronous one joins ready_.
+  void finish(std::unordered_map<uint64_t, Pending>::iterator it, StatusOr<RpcMessage> result);
   void fail_all(const Status& status);
   // Reads the socket monitor's events; a lost connection fails the until_lost calls sent on it, a
   // failed handshake every pending call (Note [RPC], "Security").
@@ -862,29 +915,38 @@ class RpcChannelCore {
   Status handshake_error(uint16_t event, uint32_t value) const;
   // Connects the socket again after a handshake failure libzmq does not retry.
   void reconnect();
+  void run_completions(std::vector<Completion>* completions);
 
   const std::string endpoint_;
   const RpcChannelOptions options_;
   Status broken_;  // a malformed endpoint: every call fails with it
-  zmq::socket_t socket_;  // used only by io_thread_ once it runs
-  zmq::socket_t monitor_;  // PAIR receiving socket_'s disconnect events; I/O thread only
+  zmq::socket_t socket_;   // guarded by mu_ (used by callers, waiters and the I/O thread in turn)
+  int socket_fd_ = -1;     // socket_'s ZMQ_FD: readable when the socket has something to look at
+  zmq::socket_t monitor_;  // PAIR receiving socket_'s events; I/O thread only
   const int wake_fd_;
   std::thread io_thread_;
 
-  std::mutex mu_;
-  std::vector<NewCall> incoming_;  // guarded by mu_
-  bool stopping_ = false;          // guarded by mu_
-  bool self_delete_ = false;       // I/O thread only: set by destroy_from_io_thread()
+  mutable std::mutex mu_;
+  std::condition_variable waiters_gone_;  // signalled when sync_waiters_ drops to 0 while stopping
+  bool stopping_ = false;                 // guarded by mu_
+  bool self_delete_ = false;              // I/O thread only: set by destroy_from_io_thread()
 
-  // I/O thread only.
+  // Guarded by mu_.
   uint64_t next_id_ = 1;
   std::unordered_map<uint64_t, Pending> pending_;
+  int async_pending_ = 0;  // entries of pending_ with a `done`
+  int sync_waiters_ = 0;   // threads inside call_sync()
   // Deadlines of pending calls, earliest first; entries of completed calls are skipped when they
   // surface (and purged when they outnumber the live ones).
   std::priority_queue<std::pair<Clock::time_point, uint64_t>, std::vector<std::pair<Clock::time_point, uint64_t>>,
                       std::greater<>>
       deadlines_;
   std::deque<Outgoing> outbox_;  // accepted, not yet taken by libzmq (no peer connected yet)
+  std::vector<Completion> rejected_;  // calls refused at once, completed by the I/O thread
+  std::vector<Completion> ready_;     // completed asynchronous calls, for the I/O thread to run
+  // When the I/O thread wakes up by itself next, and whether it watches the socket meanwhile.
+  Clock::time_point io_wake_at_ = Clock::time_point::min();
+  bool io_watches_socket_ = false;
   // The last handshake failed: new calls fail with this at once (until a handshake succeeds).
   Status handshake_failed_;
   int closed_in_handshake_ = 0;  // HANDSHAKE_FAILED_NO_DETAIL events since the last success
@@ -921,6 +983,7 @@ RpcChannelCore::RpcChannelCore(std::string endpoint, const RpcChannelOptions& op
       set_curve_key(socket_, ZMQ_CURVE_PUBLICKEY, options_.curve->public_key);
       set_curve_key(socket_, ZMQ_CURVE_SECRETKEY, options_.curve->secret_key);
     }
+    socket_fd_ = socket_.get(zmq::sockopt::fd);
     // Unique per channel ever made: libzmq may release an inproc name a little after its socket.
     static std::atomic<uint64_t> monitors{0};
     const std::string monitor_address = fmt::format("inproc://tessera-channel-monitor-{}", monitors.fetch_add(1));
@@ -965,69 +1028,196 @@ void RpcChannelCore::destroy_from_io_thread() {
   signal_wake_fd(wake_fd_);
 }
 
+Status RpcChannelCore::admit(const RpcMessage& request) const {
+  if (!broken_.ok()) return broken_;
+  if (request.frames.empty()) return errors::invalid_argument("an RPC request needs at least a header frame");
+  if (stopping_) return errors::cancelled("call to {} cancelled: the channel was destroyed", endpoint_);
+  return handshake_failed_;
+}
+
+bool RpcChannelCore::start_locked(RpcMessage request, Clock::time_point deadline, Pending pending) {
+  const uint64_t id = next_id_++;
+  const bool async = pending.waiter == nullptr;
+  pending_.emplace(id, std::move(pending));
+  if (async) ++async_pending_;
+  deadlines_.emplace(deadline, id);
+  if (deadlines_.size() > 2 * pending_.size() + 1024) {
+    decltype(deadlines_) live;
+    while (!deadlines_.empty()) {
+      if (pending_.count(deadlines_.top().second)) live.push(deadlines_.top());
+      deadlines_.pop();
+    }
+    deadlines_.swap(live);
+  }
+  bool wake = deadline < io_wake_at_ || (async && !io_watches_socket_);
+  const bool queued_before = !outbox_.empty();
+  outbox_.push_back(Outgoing{id, call_id_frame(id), std::move(request)});
+  // Behind calls still waiting for a connection this one waits too; otherwise the socket is tried
+  // at once, and serve_socket_locked() receives whatever the use of the socket made visible.
+  if (!queued_before && serve_socket_locked()) wake = true;
+  if (!outbox_.empty() && !io_watches_socket_) wake = true;  // no connection: the I/O thread watches for one
+  return wake || !ready_.empty();
+}
+
+bool RpcChannelCore::serve_socket_locked() {
+  if (socket_fd_ < 0) return false;
+  if (!outbox_.empty()) flush_outbox();
+  bool more = receive_replies();
+  // libzmq's send() skips the socket's pending commands when it processed some less than a
+  // millisecond ago, while recv() and ZMQ_EVENTS always process them: a connection the receive
+  // just attached can take the outbox, and its signal on the fd is spent.
+  while (!outbox_.empty() && (socket_.get(zmq::sockopt::events) & ZMQ_POLLOUT)) {
+    const std::size_t before = outbox_.size();
+    flush_outbox();
+    more = receive_replies() || more;
+    if (outbox_.size() == before) break;
+  }
+  return more;
+}
+
 void RpcChannelCore::call(RpcMessage request, std::chrono::milliseconds deadline, RpcChannel::Done done,
                           bool until_lost) {
   TESSERA_CHECK(done != nullptr);
   calls_.fetch_add(1, std::memory_order_relaxed);
-  NewCall c{std::move(request), Clock::now() + deadline, deadline, std::move(done), broken_, until_lost};
-  if (c.error.ok() && c.request.frames.empty()) {
-    c.error = errors::invalid_argument("an RPC request needs at least a header frame");
-  }
   bool wake;
   {
     std::lock_guard<std::mutex> l(mu_);
-    wake = incoming_.empty();
-    incoming_.push_back(std::move(c));
+    if (Status st = admit(request); !st.ok()) {
+      // Completed on the I/O thread all the same: `done` always runs there.
+      rejected_.emplace_back(std::move(done), st);
+      wake = true;
+    } else {
+      wake = start_locked(std::move(request), Clock::now() + deadline,
+                          Pending{std::move(done), nullptr, deadline, until_lost, false});
+    }
   }
   if (wake) signal_wake_fd(wake_fd_);
 }
 
+StatusOr<RpcMessage> RpcChannelCore::call_sync(RpcMessage request, std::chrono::milliseconds deadline,
+                                               bool until_lost) {
+  calls_.fetch_add(1, std::memory_order_relaxed);
+  SyncWaiter waiter;
+  waiter.wake_fd = thread_wake_fd();
+  tls_sync_waiter = &waiter;
+  std::unique_lock<std::mutex> l(mu_);
+  if (Status st = admit(request); !st.ok()) return st;
+  ++sync_waiters_;
+  bool wake = start_locked(std::move(request), Clock::now() + deadline,
+                           Pending{nullptr, &waiter, deadline, until_lost, false});
+  // Wait for the reply on the socket's ZMQ_FD, receiving it on this thread, or for whoever
+  // completes the call otherwise (the I/O thread: deadline, lost connection, destruction).
+  while (!waiter.result) {
+    l.unlock();
+    if (wake) signal_wake_fd(wake_fd_);
+    pollfd fds[2] = {{waiter.wake_fd, POLLIN, 0}, {socket_fd_, POLLIN, 0}};
+    poll_fds(fds, socket_fd_ >= 0 ? 2 : 1, -1);
+    if (fds[0].revents & POLLIN) drain_wake_fd(waiter.wake_fd);
+    l.lock();
+    if (waiter.result) break;
+    wake = serve_socket_locked() || !ready_.empty();
+  }
+  const bool wake_io = !ready_.empty();  // asynchronous calls this thread completed
+  if (--sync_waiters_ == 0 && stopping_) waiters_gone_.notify_all();
+  StatusOr<RpcMessage> result = std::move(*waiter.result);
+  l.unlock();
+  tls_sync_waiter = nullptr;
+  if (wake_io) signal_wake_fd(wake_fd_);
+  return result;
+}
+
 void RpcChannelCore::run_io() {
   tls_io_owner = this;
-  zmq_pollitem_t items[3] = {{socket_.handle(), 0, ZMQ_POLLIN, 0},
-                             {nullptr, wake_fd_, ZMQ_POLLIN, 0},
-                             {monitor_.handle(), 0, ZMQ_POLLIN, 0}};
-  // A broken channel has no monitor socket: it polls two items.
-  const int num_items = monitor_.handle() != nullptr ? 3 : 2;
-  std::vector<NewCall> calls;
+  zmq_pollitem_t items[3] = {{nullptr, wake_fd_, ZMQ_POLLIN, 0},
+                             {monitor_.handle(), 0, ZMQ_POLLIN, 0},
+                             {nullptr, socket_fd_, ZMQ_POLLIN, 0}};
+  // A broken channel may have no monitor socket (nor socket): it polls its wake-up fd only.
+  const bool broken = monitor_.handle() == nullptr || socket_fd_ < 0;
+  std::vector<Completion> completions;
+  bool again = false;  // replies left unread: look again without sleeping
   for (;;) {
     long timeout = -1;
-    if (!deadlines_.empty()) {
-      const auto left = deadlines_.top().first - Clock::now();
-      // Rounded up: waking before the deadline would only spin.
-      timeout = std::max<long>(0, std::chrono::ceil<std::chrono::milliseconds>(left).count());
+    int num_items = 1;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      io_wake_at_ = Clock::time_point::max();
+      if (!deadlines_.empty()) io_wake_at_ = deadlines_.top().first;
+      if (reconnect_at_) io_wake_at_ = std::min(io_wake_at_, *reconnect_at_);
+      if (again) io_wake_at_ = Clock::now();
+      if (io_wake_at_ != Clock::time_point::max()) {
+        // Rounded up: waking before the deadline would only spin.
+        const auto left = io_wake_at_ - Clock::now();
+        timeout = std::max<long>(0, std::chrono::ceil<std::chrono::milliseconds>(left).count());
+      }
+      // The socket needs watching for replies to asynchronous calls (synchronous callers watch for
+      // their own) and for the connection the outbox waits for.
+      io_watches_socket_ = !broken && (async_pending_ > 0 || !outbox_.empty());
+      if (!broken) num_items = io_watches_socket_ ? 3 : 2;
     }
-    if (reconnect_at_) {
-      const auto left = *reconnect_at_ - Clock::now();
-      const long until = std::max<long>(0, std::chrono::ceil<std::chrono::milliseconds>(left).count());
-      timeout = timeout < 0 ? until : std::min(timeout, until);
-    }
-    items[0].events = static_cast<short>(ZMQ_POLLIN | (outbox_.empty() ? 0 : ZMQ_POLLOUT));
     if (!poll_items(items, num_items, timeout)) break;
-    if (items[1].revents & ZMQ_POLLIN) drain_wake_fd(wake_fd_);
+    if (items[0].revents & ZMQ_POLLIN) drain_wake_fd(wake_fd_);
     bool stopping;
     {
       std::lock_guard<std::mutex> l(mu_);
       stopping = stopping_;
-      calls.swap(incoming_);
+      completions.swap(rejected_);
+      if (!stopping && !broken) {
+        again = serve_socket_locked();
+        // After the replies: a reply that arrived before its connection dropped still counts.
+        if (num_items >= 2 && (items[1].revents & ZMQ_POLLIN)) read_monitor();
+        const auto now = Clock::now();
+        if (reconnect_at_ && now >= *reconnect_at_) reconnect();
+        expire(now);
+      }
+      for (auto& c : ready_) completions.push_back(std::move(c));
+      ready_.clear();
     }
-    accept(&calls);
+    run_completions(&completions);
     if (stopping) break;
-    flush_outbox();
-    receive_replies();
-    // After the replies: a reply that arrived before its connection dropped still counts.
-    if (num_items == 3 && (items[2].revents & ZMQ_POLLIN)) read_monitor();
-    const auto now = Clock::now();
-    if (reconnect_at_ && now >= *reconnect_at_) reconnect();
-    expire(now);
   }
-  fail_all(errors::cancelled("call to {} cancelled: the channel was destroyed", endpoint_));
+  {
+    std::unique_lock<std::mutex> l(mu_);
+    stopping_ = true;  // also when zmq_poll failed: later calls are refused at once
+    fail_all(errors::cancelled("call to {} cancelled: the channel was destroyed", endpoint_));
+    completions.swap(rejected_);
+    for (auto& c : ready_) completions.push_back(std::move(c));
+    ready_.clear();
+    // Synchronous callers still inside poll on the socket's fd: it must stay open until they left.
+    waiters_gone_.wait(l, [&] { return sync_waiters_ == 0; });
+  }
+  run_completions(&completions);
   if (monitor_.handle() != nullptr) {
     zmq_socket_monitor(socket_.handle(), nullptr, 0);
     monitor_.close();
   }
   socket_.close();
   if (self_delete_) delete this;
+}
+
+void RpcChannelCore::run_completions(std::vector<Completion>* completions) {
+  for (auto& [done, result] : *completions) {
+    try {
+      done(std::move(result));
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "tessera: an RPC completion for %s threw (ignored): %s\n", endpoint_.c_str(), e.what());
+    } catch (...) {
+      std::fprintf(stderr, "tessera: an RPC completion for %s threw (ignored)\n", endpoint_.c_str());
+    }
+  }
+  completions->clear();
+}
+
+void RpcChannelCore::finish(std::unordered_map<uint64_t, Pending>::iterator it, StatusOr<RpcMessage> result) {
+  Pending p = std::move(it->second);
+  pending_.erase(it);
+  if (p.waiter != nullptr) {
+    p.waiter->result.emplace(std::move(result));
+    // A thread finishing its own call is awake already.
+    if (p.waiter != tls_sync_waiter) signal_wake_fd(p.waiter->wake_fd);
+    return;
+  }
+  --async_pending_;
+  ready_.emplace_back(std::move(p.done), std::move(result));
 }
 
 void RpcChannelCore::read_monitor() {
@@ -1070,24 +1260,17 @@ void RpcChannelCore::read_monitor() {
     handshake_failed_ = handshake;
     // Every pending call: those waiting for a connection and those sent on an earlier one.
     outbox_.clear();
-    auto pending = std::move(pending_);
-    pending_.clear();
-    for (auto& [id, p] : pending) complete(p.done, handshake);
+    while (!pending_.empty()) finish(pending_.begin(), handshake);
   }
   if (!lost) return;
-  std::vector<RpcChannel::Done> failed;
   for (auto it = pending_.begin(); it != pending_.end();) {
+    auto next = std::next(it);
     if (it->second.until_lost && it->second.sent) {
-      failed.push_back(std::move(it->second.done));
-      it = pending_.erase(it);
-    } else {
-      ++it;
+      finish(it, errors::unavailable("lost the connection to {} while waiting for a reply: the task died, "
+                                     "restarted or stopped answering heartbeats",
+                                     endpoint_));
     }
-  }
-  for (auto& done : failed) {
-    complete(done, errors::unavailable("lost the connection to {} while waiting for a reply: the task died, "
-                                       "restarted or stopped answering heartbeats",
-                                       endpoint_));
+    it = next;
   }
 }
 
@@ -1125,32 +1308,6 @@ void RpcChannelCore::reconnect() {
   }
 }
 
-void RpcChannelCore::accept(std::vector<NewCall>* calls) {
-  for (auto& c : *calls) {
-    if (!c.error.ok()) {
-      complete(c.done, c.error);
-      continue;
-    }
-    if (!handshake_failed_.ok()) [[unlikely]] {
-      complete(c.done, handshake_failed_);
-      continue;
-    }
-    const uint64_t id = next_id_++;
-    pending_.emplace(id, Pending{std::move(c.done), c.budget, c.until_lost, false});
-    deadlines_.emplace(c.deadline, id);
-    outbox_.push_back(Outgoing{id, call_id_frame(id), std::move(c.request)});
-  }
-  calls->clear();
-  if (deadlines_.size() > 2 * pending_.size() + 1024) {
-    decltype(deadlines_) live;
-    while (!deadlines_.empty()) {
-      if (pending_.count(deadlines_.top().second)) live.push(deadlines_.top());
-      deadlines_.pop();
-    }
-    deadlines_.swap(live);
-  }
-}
-
 void RpcChannelCore::flush_outbox() {
   while (!outbox_.empty()) {
     Outgoing& out = outbox_.front();
@@ -1159,7 +1316,8 @@ void RpcChannelCore::flush_outbox() {
       outbox_.pop_front();
       continue;
     }
-    // EAGAIN while no peer is connected (ZMQ_IMMEDIATE) or its queue is full: retry on POLLOUT.
+    // EAGAIN while no peer is connected (ZMQ_IMMEDIATE) or its queue is full: retried when the
+    // socket's fd signals.
     if (!socket_.send(out.call_id, zmq::send_flags::sndmore | zmq::send_flags::dontwait)) return;
     auto& frames = out.request.frames;
     for (std::size_t i = 0; i < frames.size(); ++i) {
@@ -1171,11 +1329,11 @@ void RpcChannelCore::flush_outbox() {
   }
 }
 
-void RpcChannelCore::receive_replies() {
+bool RpcChannelCore::receive_replies() {
   std::vector<zmq::message_t> parts;
   for (int n = 0; n < kRecvBatch; ++n) {
     zmq::message_t first;
-    if (!socket_.recv(first, zmq::recv_flags::dontwait)) return;
+    if (!socket_.recv(first, zmq::recv_flags::dontwait)) return false;
     recv_rest(socket_, first, &parts);
     // [call-id][status][frame...]
     const std::optional<uint64_t> id = parse_call_id(first);
@@ -1189,17 +1347,16 @@ void RpcChannelCore::receive_replies() {
       late_replies_.fetch_add(1, std::memory_order_relaxed);
       continue;
     }
-    RpcChannel::Done done = std::move(it->second.done);
-    pending_.erase(it);
     if (!status->ok()) {
-      complete(done, *status);
+      finish(it, *status);
       continue;
     }
     RpcMessage reply;
     reply.frames.reserve(parts.size() - 1);
     for (std::size_t i = 1; i < parts.size(); ++i) reply.frames.push_back(std::move(parts[i]));
-    complete(done, std::move(reply));
+    finish(it, std::move(reply));
   }
+  return true;  // the batch is full: there may be more
 }
 
 void RpcChannelCore::expire(Clock::time_point now) {
@@ -1209,42 +1366,21 @@ void RpcChannelCore::expire(Clock::time_point now) {
     auto it = pending_.find(id);
     if (it == pending_.end()) continue;  // already answered
     if (it->second.until_lost && it->second.sent) continue;  // now waits until its connection is lost
-    RpcChannel::Done done = std::move(it->second.done);
     const auto budget = it->second.budget;
-    const bool until_lost = it->second.until_lost;
-    pending_.erase(it);
     timed_out_.fetch_add(1, std::memory_order_relaxed);
-    if (until_lost) {
-      complete(done, errors::unavailable("could not reach {} within {} ms: the task is down or unreachable",
-                                         endpoint_, budget.count()));
+    if (it->second.until_lost) {
+      finish(it, errors::unavailable("could not reach {} within {} ms: the task is down or unreachable", endpoint_,
+                                     budget.count()));
     } else {
-      complete(done, errors::unavailable("no reply from {} within {} ms: the task is down or unreachable",
-                                         endpoint_, budget.count()));
+      finish(it, errors::unavailable("no reply from {} within {} ms: the task is down or unreachable", endpoint_,
+                                     budget.count()));
     }
   }
 }
 
-void RpcChannelCore::complete(RpcChannel::Done& done, StatusOr<RpcMessage> result) {
-  try {
-    done(std::move(result));
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "tessera: an RPC completion for %s threw (ignored): %s\n", endpoint_.c_str(), e.what());
-  } catch (...) {
-    std::fprintf(stderr, "tessera: an RPC completion for %s threw (ignored)\n", endpoint_.c_str());
-  }
-}
-
 void RpcChannelCore::fail_all(const Status& status) {
-  std::vector<NewCall> late;
-  {
-    std::lock_guard<std::mutex> l(mu_);
-    late.swap(incoming_);
-  }
-  accept(&late);
   outbox_.clear();
-  auto pending = std::move(pending_);
-  pending_.clear();
-  for (auto& [id, p] : pending) complete(p.done, status);
+  while (!pending_.empty()) finish(pending_.begin(), status);
 }
 
 RpcChannelStats RpcChannelCore::stats() const {
@@ -1286,22 +1422,7 @@ StatusOr<RpcMessage> RpcChannel::wait_for(RpcMessage request, std::chrono::milli
                                        "deadlock",
                                        endpoint_);
   }
-  struct Waiter {
-    std::mutex mu;
-    std::condition_variable cv;
-    std::optional<StatusOr<RpcMessage>> result;
-  };
-  auto waiter = std::make_shared<Waiter>();
-  core_->call(std::move(request), deadline, [waiter](StatusOr<RpcMessage> r) {
-    std::lock_guard<std::mutex> l(waiter->mu);
-    waiter->result.emplace(std::move(r));
-    waiter->cv.notify_one();
-  }, until_lost);
-  // Bounded: the I/O thread completes every call by its deadline (until_lost: by the loss of its
-  // connection, or the channel's destruction).
-  std::unique_lock<std::mutex> l(waiter->mu);
-  waiter->cv.wait(l, [&] { return waiter->result.has_value(); });
-  return std::move(*waiter->result);
+  return core_->call_sync(std::move(request), deadline, until_lost);
 }
 
 RpcChannelStats RpcChannel::stats() const { return core_->stats(); }

@@ -197,8 +197,11 @@ struct RpcChannelStats {
 
 class RpcChannelCore;
 
-// The client side of one remote endpoint: a DEALER socket connected to it, owned by this channel's
-// I/O thread. Thread-safe: call() and call_sync() from any number of threads concurrently.
+// The client side of one remote endpoint: a DEALER socket connected to it, used under a mutex by
+// the calling threads (which send their requests, and in the synchronous calls receive their
+// replies, themselves) and by the channel's I/O thread (asynchronous replies, deadlines,
+// connection loss): Note [RPC], "Channel". Thread-safe: call() and call_sync() from any number of
+// threads concurrently.
 class RpcChannel {
  public:
   using Done = std::function<void(StatusOr<RpcMessage>)>;
@@ -206,8 +209,10 @@ class RpcChannel {
   // Connects (lazily: nothing needs to listen yet). A malformed endpoint or CURVE key fails every
   // call with InvalidArgument.
   explicit RpcChannel(std::string endpoint, RpcChannelOptions options = {});
-  // Fails pending calls with Cancelled and joins the I/O thread. From inside one of its own `done`
-  // callbacks (the last owner let go there), the I/O thread finishes after that callback instead.
+  // Fails pending calls with Cancelled (a synchronous call waiting on another thread returns
+  // Cancelled, and the destructor waits until it has) and joins the I/O thread. From inside one of
+  // its own `done` callbacks (the last owner let go there), the I/O thread finishes after that
+  // callback instead.
   ~RpcChannel();
   RpcChannel(const RpcChannel&) = delete;
   RpcChannel& operator=(const RpcChannel&) = delete;
