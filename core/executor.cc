@@ -6,6 +6,15 @@
 // itself. `outstanding_` counts nodes that are ready or running; it is raised for new ready nodes
 // before they are dispatched, so it reaches zero exactly once, when the step is over.
 //
+// Note [Step state]
+// A step's per-node cost is kept to what the node needs. Kernels write their outputs straight into
+// the step's slots (OpKernelContext::Params::outputs), where consumers read them, so an output is
+// stored once. The step's counters are only consulted where a node has several predecessors or a
+// slot several uses (Plan::counted_nodes, counted_slots: a lone predecessor or consumer needs no
+// atomic), so a step resets just those. A step that ran to completion has released every value
+// but its feeds and fetches (Plan::kept_slots), so only those are cleared for the next step; a
+// failed or cancelled step clears every slot.
+//
 // Note [Async kernels]
 // Kernels that wait (queue enqueue/dequeue) are asynchronous: they register a callback with the
 // resource they wait on and return, so a blocked step holds no pool thread at all. An op that did
@@ -177,6 +186,7 @@ StatusOr<std::shared_ptr<const Plan>> build_plan(
     slot += pn.num_outputs;
   }
   for (std::size_t f = 0; f < feeds.size(); ++f) plan->feed_slots.push_back(slot++);
+  plan->first_constant_slot = slot;  // the constants' slots come last (RunState::slot)
   for (auto& [n, const_slot] : hoisted) {
     const_slot = slot++;
     plan->constants.push_back({const_slot, n->attr<Tensor>("value")});
@@ -224,11 +234,15 @@ StatusOr<std::shared_ptr<const Plan>> build_plan(
     plan->fetch_slots.push_back(s);
     plan->slot_uses[s]++;
   }
-  plan->constant_at.assign(plan->num_slots, nullptr);
-  for (const auto& [const_slot, value] : plan->constants) {
-    plan->slot_uses[const_slot] = Plan::kPinned;
-    plan->constant_at[const_slot] = &value;
+  for (const auto& [const_slot, value] : plan->constants) plan->slot_uses[const_slot] = Plan::kPinned;
+  for (int i = 0; i < n_nodes; ++i) {
+    if (plan->nodes[i].initial_pending > 1) plan->counted_nodes.push_back(i);
   }
+  for (int s = 0; s < plan->num_slots; ++s) {
+    if (plan->slot_uses[s] > 1) plan->counted_slots.push_back(s);
+  }
+  plan->kept_slots = plan->feed_slots;
+  plan->kept_slots.insert(plan->kept_slots.end(), plan->fetch_slots.begin(), plan->fetch_slots.end());
   return std::shared_ptr<const Plan>(std::move(plan));
 }
 
@@ -266,8 +280,12 @@ std::unique_ptr<StepArrays> Plan::acquire_arrays() const {
   return a;
 }
 
-void Plan::release_arrays(std::unique_ptr<StepArrays> a) const {
-  for (int i = 0; i < num_slots; ++i) a->slots[i].reset();
+void Plan::release_arrays(std::unique_ptr<StepArrays> a, bool completed) const {
+  if (completed) {
+    for (int s : kept_slots) a->slots[s].reset();
+  } else {
+    for (int s = 0; s < num_slots; ++s) a->slots[s].reset();
+  }
   SpareArrays& spares = tls_spares;
   int k = 0;
   while (k < SpareArrays::kPlans && spares.plan_serial[k] != serial) ++k;
@@ -284,12 +302,29 @@ RunState::RunState(const Options& options) : opt_(options), plan_(*options.plan)
   slots_ = arrays_->slots.get();
   pending_ = arrays_->pending.get();
   slot_uses_ = arrays_->slot_uses.get();
-  const int n = static_cast<int>(plan_.nodes.size());
-  for (int i = 0; i < n; ++i) pending_[i].store(plan_.nodes[i].initial_pending, std::memory_order_relaxed);
-  for (int i = 0; i < plan_.num_slots; ++i) slot_uses_[i].store(plan_.slot_uses[i], std::memory_order_relaxed);
+  for (int i : plan_.counted_nodes) pending_[i].store(plan_.nodes[i].initial_pending, std::memory_order_relaxed);
+  for (int s : plan_.counted_slots) slot_uses_[s].store(plan_.slot_uses[s], std::memory_order_relaxed);
+  step_params_.resources = opt_.resources;
+  step_params_.cancellation = &cancellation_;
+  step_params_.step_id = opt_.step_id;
+  step_params_.runner = opt_.runner;
+  step_params_.device = opt_.device;
+  step_params_.rendezvous = opt_.rendezvous;
+  step_params_.trace = opt_.trace ? this : nullptr;
 }
 
-RunState::~RunState() { plan_.release_arrays(std::move(arrays_)); }
+RunState::~RunState() {
+  // A step that finished without an abort ran every node through complete(), which released
+  // every value but the feeds and fetches (Plan::kept_slots). done_ is written under mu_ by the
+  // thread that finished the step, which happens before the owner destroys this object.
+  bool completed;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    completed = done_;
+  }
+  completed = completed && !aborted_.load(std::memory_order_acquire);
+  plan_.release_arrays(std::move(arrays_), completed);
+}
 
 void RunState::set_feed(int i, Tensor value) { slots_[plan_.feed_slots[i]] = std::move(value); }
 
@@ -302,11 +337,7 @@ void RunState::start() {
     std::vector<int> stack;
     outstanding_.store(static_cast<int64_t>(ready.size()), std::memory_order_release);
     finish_node(&ready, &stack);  // dispatch only: the roots are already counted
-    while (!stack.empty()) {
-      int i = stack.back();
-      stack.pop_back();
-      process(i);
-    }
+    if (!stack.empty()) run_loop(&stack);
   } else {
     done();
   }
@@ -415,7 +446,12 @@ void RunState::add(TraceRecord record) {
   trace_.push_back(std::move(record));
 }
 
-void RunState::finish_node(std::vector<int>* ready, std::vector<int>* inline_stack) {
+// The per-node steps are forced inline into process(): an ordinary member of a class with default
+// visibility in a shared library is interposable, so the compiler would call it through the PLT
+// and never inline it. (Only this file calls them; their rare paths are out of line.)
+#define TESSERA_HOT_INLINE inline __attribute__((always_inline))
+
+TESSERA_HOT_INLINE void RunState::finish_node(std::vector<int>* ready, std::vector<int>* inline_stack) {
   // Dispatch: cheap nodes inline; expensive ones to the pool, keeping one if nothing is inline.
   int keep_expensive = -1;
   for (int r : *ready) {
@@ -439,8 +475,13 @@ void RunState::finish_node(std::vector<int>* ready, std::vector<int>* inline_sta
 }
 
 void RunState::process(int node_index) {
-  // Everything this thread makes ready and keeps runs in this loop.
   std::vector<int> stack{node_index};
+  run_loop(&stack);
+}
+
+void RunState::run_loop(std::vector<int>* stack_ptr) {
+  // Everything this thread makes ready and keeps runs in this loop.
+  std::vector<int>& stack = *stack_ptr;
   std::vector<int> ready;
   while (!stack.empty()) {
     const int i = stack.back();
@@ -448,25 +489,15 @@ void RunState::process(int node_index) {
     const PlanNode& pn = plan_.nodes[i];
     ready.clear();
     if (!aborted_.load(std::memory_order_acquire)) {
-      OpKernelContext::Params params;
-      params.node = pn.node;
-      params.num_inputs = pn.num_inputs;
-      params.resources = opt_.resources;
-      params.cancellation = &cancellation_;
-      params.step_id = opt_.step_id;
-      params.runner = opt_.runner;
-      params.output_dtypes = plan_.slot_dtypes.data() + pn.first_output_slot;
-      params.device = opt_.device;
-      params.rendezvous = opt_.rendezvous;
-      params.trace = opt_.trace ? this : nullptr;
       const int64_t start = opt_.trace ? now_micros() : 0;
       if (pn.is_async) {
         // The context and its inputs must outlive this frame: they live in one AsyncCall until
         // the kernel calls done (whose closure, two pointers, needs no allocation of its own).
         auto* call = new AsyncCall(pn.num_inputs, i, start);
         for (int j = 0; j < pn.num_inputs; ++j) call->inputs[j] = slot(plan_.input_slots[pn.first_input + j]);
-        params.inputs = call->inputs;
-        call->ctx.emplace(params);
+        call->ctx.emplace(step_params_, pn.node, call->inputs, pn.num_inputs,
+                          plan_.slot_dtypes.data() + pn.first_output_slot, slots_ + pn.first_output_slot,
+                          pn.num_outputs);
         bool threw = false;
         try {
           pn.kernel->compute_async(*call->ctx, [this, call] {
@@ -488,7 +519,7 @@ void RunState::process(int node_index) {
           continue;  // still waiting: outstanding_ counts it until on_async_done
         }
       } else {
-        run_sync(i, params, start, &ready);
+        run_sync(i, start, &ready);
       }
     }
     // This node is over; count the ones it made ready before anyone can run them. A node that
@@ -502,7 +533,7 @@ void RunState::process(int node_index) {
   }
 }
 
-void RunState::run_sync(int i, OpKernelContext::Params& params, int64_t start, std::vector<int>* ready) {
+TESSERA_HOT_INLINE void RunState::run_sync(int i, int64_t start, std::vector<int>* ready) {
   const PlanNode& pn = plan_.nodes[i];
   constexpr int kInlineInputs = 8;
   const Tensor* small[kInlineInputs];
@@ -513,8 +544,10 @@ void RunState::run_sync(int i, OpKernelContext::Params& params, int64_t start, s
     inputs = big.get();
   }
   for (int j = 0; j < pn.num_inputs; ++j) inputs[j] = slot(plan_.input_slots[pn.first_input + j]);
-  params.inputs = inputs;
-  OpKernelContext ctx(params);
+  // The kernel writes its outputs straight into the node's slots (see complete()).
+  OpKernelContext ctx(step_params_, pn.node, inputs, pn.num_inputs,
+                      plan_.slot_dtypes.data() + pn.first_output_slot, slots_ + pn.first_output_slot,
+                      pn.num_outputs);
   try {
     pn.kernel->compute(ctx);
   } catch (...) {
@@ -540,25 +573,25 @@ void RunState::on_async_done(AsyncCall* call) {
   }
   std::vector<int> stack;
   finish_node(&ready, &stack);
-  for (int r : stack) process(r);
+  if (!stack.empty()) run_loop(&stack);
 }
 
-bool RunState::complete(int i, OpKernelContext& ctx, std::vector<int>* ready) {
+TESSERA_HOT_INLINE bool RunState::complete(int i, OpKernelContext& ctx, std::vector<int>* ready) {
   const PlanNode& pn = plan_.nodes[i];
-  if (!ctx.status().ok()) {
+  if (!ctx.status().ok()) [[unlikely]] {
     record_error(ctx.status());
     return false;
   }
+  // The outputs are already in their slots (the context writes there). A failed or aborted
+  // step leaves them: the step's arrays are cleared when it ends (Plan::release_arrays).
   for (int k = 0; k < pn.num_outputs; ++k) {
-    Tensor& t = ctx.output(k);
     const int s = pn.first_output_slot + k;
-    if (t.is_null() || t.dtype() != plan_.slot_dtypes[s]) {
-      record_error(errors::internal("{}: kernel produced {} for output {} (expected {})",
-                                    pn.node->debug_name(), t.is_null() ? "nothing" : dtype_name(t.dtype()),
-                                    k, dtype_name(plan_.slot_dtypes[s])));
+    Tensor& t = slots_[s];
+    if (t.is_null() || t.dtype() != plan_.slot_dtypes[s]) [[unlikely]] {
+      fail_output(i, k);
       return false;
     }
-    if (plan_.slot_uses[s] > 0) slots_[s] = std::move(t);
+    if (plan_.slot_uses[s] == 0) t.reset();  // nobody reads it
   }
   if (aborted_.load(std::memory_order_acquire)) return false;
   // A slot with one use and a successor with one predecessor involve no other thread.
@@ -576,6 +609,15 @@ bool RunState::complete(int i, OpKernelContext& ctx, std::vector<int>* ready) {
     }
   }
   return true;
+}
+
+void RunState::fail_output(int i, int k) {
+  const PlanNode& pn = plan_.nodes[i];
+  const int s = pn.first_output_slot + k;
+  const Tensor& t = slots_[s];
+  record_error(errors::internal("{}: kernel produced {} for output {} (expected {})", pn.node->debug_name(),
+                                t.is_null() ? "nothing" : dtype_name(t.dtype()), k,
+                                dtype_name(plan_.slot_dtypes[s])));
 }
 
 std::vector<TraceRecord> RunState::take_trace() {

@@ -62,16 +62,29 @@ struct Plan {
   std::vector<int> fetch_slots;    // parallel to the signature's fetches
   std::vector<int> slot_uses;      // consumers per slot (+1 when fetched: never released early)
   std::vector<DType> slot_dtypes;  // per slot, the dtype its producer must deliver
-  std::vector<std::pair<int, Tensor>> constants;  // hoisted Const ops: slot, value
-  // Per slot: the plan's constant for a constant slot (read in place: steps neither copy it nor
-  // touch its refcount, a cache line every thread would share), else null.
-  std::vector<const Tensor*> constant_at;
+  // Hoisted Const ops: slot, value. Their slots are the last ones, [first_constant_slot,
+  // num_slots), in this order; a step reads them in place (it neither copies them nor touches
+  // their refcounts, a cache line every thread would share).
+  std::vector<std::pair<int, Tensor>> constants;
+  int first_constant_slot = 0;
+  // The only entries of a step's counters that are ever read: nodes with two or more
+  // predecessors (pending) and slots with two or more uses (slot_uses). A node with one
+  // predecessor, or a slot with one use, involves no other thread and is never counted; so a
+  // step resets just these, not an array entry per node and per slot.
+  std::vector<int> counted_nodes;
+  std::vector<int> counted_slots;
+  // The slots a step that ran to completion leaves set: feeds and fetches (every other value is
+  // released by its last consumer, or never stored).
+  std::vector<int> kept_slots;
   uint64_t graph_version = 0;
   uint64_t serial = 0;  // unique per plan in this process
 
-  // Arrays for a step of this plan (a per-thread spare when there is one). Thread-safe.
+  // Arrays for a step of this plan (a per-thread spare when there is one), every slot null.
+  // Thread-safe.
   std::unique_ptr<StepArrays> acquire_arrays() const;
-  void release_arrays(std::unique_ptr<StepArrays> arrays) const;
+  // Gives them back; `completed`: the step ran every node to completion, so only kept_slots
+  // can be set (else every slot is cleared).
+  void release_arrays(std::unique_ptr<StepArrays> arrays, bool completed) const;
 };
 
 // The nodes the fetches and targets need (a fed output cuts its edge), in discovery order.
@@ -130,11 +143,14 @@ class RunState final : public TraceSink {
  private:
   // Where slot s's value lives: the plan's constant or this step's slot.
   const Tensor* slot(int s) const {
-    const Tensor* c = plan_.constant_at[s];
-    return c != nullptr ? c : &slots_[s];
+    const int c = s - plan_.first_constant_slot;
+    return c < 0 ? &slots_[s] : &plan_.constants[c].second;
   }
   void process(int node_index);
-  void run_sync(int node_index, OpKernelContext::Params& params, int64_t start, std::vector<int>* ready);
+  // Runs the nodes on `stack` and every cheap node they make ready, until the stack is empty
+  // (or the step is over: `this` may then be gone).
+  void run_loop(std::vector<int>* stack);
+  void run_sync(int node_index, int64_t start, std::vector<int>* ready);
   // An async kernel's call in flight: its context and inputs, and whether done() came before
   // compute_async returned (Note [Async kernels]).
   struct AsyncCall {
@@ -157,8 +173,11 @@ class RunState final : public TraceSink {
     std::optional<OpKernelContext> ctx;
   };
   void on_async_done(AsyncCall* call);
-  // Stores outputs, releases inputs, collects newly ready successors; returns false on error.
+  // Checks the outputs (the kernel wrote them into their slots), releases inputs, collects newly
+  // ready successors; returns false on error.
   bool complete(int node_index, OpKernelContext& ctx, std::vector<int>* ready);
+  // complete()'s error for output k of node i: missing, or of the wrong dtype.
+  void fail_output(int node_index, int k);
   void record_error(const Status& s);
   // Dispatches the nodes a finished node made ready: cheap ones onto `inline_stack` (this thread
   // runs them next), expensive ones to the pool, keeping one if nothing cheap is left. Clears
@@ -170,6 +189,8 @@ class RunState final : public TraceSink {
 
   Options opt_;
   const Plan& plan_;
+  // The kernel context fields every node of this step shares (set once, copied per node).
+  OpKernelContext::Params step_params_;
   std::unique_ptr<StepArrays> arrays_;
   Tensor* slots_;                     // arrays_->slots
   std::atomic<int>* pending_;         // arrays_->pending

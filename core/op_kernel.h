@@ -60,13 +60,28 @@ class OpKernelContext {
     Rendezvous* rendezvous = nullptr;
     // Non-null when the step is traced.
     TraceSink* trace = nullptr;
+    // Where the outputs go: the caller's array of the node's outputs, all null to begin with (the
+    // executor passes the step's slots, so an output is stored once, where its consumers read
+    // it). Null: the context keeps them. Not owned.
+    Tensor* outputs = nullptr;
   };
-  explicit OpKernelContext(const Params& p)
-      : p_(p), num_outputs_(static_cast<int>(p.node->output_dtypes.size())) {
-    if (num_outputs_ > kInlineOutputs) {
-      heap_outputs_ = std::make_unique<Tensor[]>(num_outputs_);
-      outputs_ = heap_outputs_.get();
-    }
+  explicit OpKernelContext(const Params& p) : p_(p) {
+    init_outputs(static_cast<int>(p.node->output_dtypes.size()));
+  }
+  // The executor's form, for the per-node hot path: `step` holds what every node of a step shares
+  // (set once per step, long before, so copying it is cheap), and the node's own fields come as
+  // arguments, stored over the copy (`step`'s node, inputs, num_inputs, output_dtypes and
+  // outputs are ignored). `num_outputs` must be the node's output count: passing it spares a
+  // read of the Node.
+  OpKernelContext(const Params& step, const Node* node, const Tensor* const* inputs, int num_inputs,
+                  const DType* output_dtypes, Tensor* outputs, int num_outputs)
+      : p_(step) {
+    p_.node = node;
+    p_.inputs = inputs;
+    p_.num_inputs = num_inputs;
+    p_.output_dtypes = output_dtypes;
+    p_.outputs = outputs;
+    init_outputs(num_outputs);
   }
   OpKernelContext(const OpKernelContext&) = delete;
   OpKernelContext& operator=(const OpKernelContext&) = delete;
@@ -115,13 +130,19 @@ class OpKernelContext {
   const Status& status() const { return status_; }
 
  private:
-  // Most ops have one or two outputs: those live here, so a tiny op allocates nothing for them.
-  static constexpr int kInlineOutputs = 2;
+  void init_outputs(int num_outputs) {
+    num_outputs_ = num_outputs;
+    outputs_ = p_.outputs;
+    if (outputs_ == nullptr && num_outputs > 0) {
+      owned_outputs_ = std::make_unique<Tensor[]>(num_outputs);
+      outputs_ = owned_outputs_.get();
+    }
+  }
+
   Params p_;
-  int num_outputs_;
-  Tensor inline_outputs_[kInlineOutputs];
-  std::unique_ptr<Tensor[]> heap_outputs_;
-  Tensor* outputs_ = inline_outputs_;
+  int num_outputs_ = 0;
+  Tensor* outputs_ = nullptr;  // p_.outputs, or owned_outputs_
+  std::unique_ptr<Tensor[]> owned_outputs_;
   Status status_;
 };
 

@@ -25,7 +25,9 @@ std::string_view dtype_name(DType dtype) {
   return "invalid";
 }
 
-std::size_t dtype_size(DType dtype) {
+namespace {
+// dtype_size, inlinable in this file (calls to the exported function go through the PLT).
+inline std::size_t size_of(DType dtype) {
   switch (dtype) {
     case DType::Float32: return 4;
     case DType::Float64: return 8;
@@ -35,6 +37,9 @@ std::size_t dtype_size(DType dtype) {
   }
   return 0;
 }
+}  // namespace
+
+std::size_t dtype_size(DType dtype) { return size_of(dtype); }
 
 bool dtype_is_floating(DType dtype) { return dtype == DType::Float32 || dtype == DType::Float64; }
 
@@ -173,33 +178,47 @@ constexpr std::size_t kSmallBytes = Tensor::kAlignment;
 constexpr std::size_t kSmallBlock = kHeader + kSmallBytes;
 constexpr std::size_t kSmallCacheMax = 256;
 
+// Trivially constructed and destroyed, so an access needs no initialization guard (a guard is a
+// TLS variable of its own, reached through __tls_get_addr); the blocks are freed at thread exit
+// by SmallBlockCacheOwner, which a thread constructs when it first caches a block.
 struct SmallBlockCache {
-  std::size_t count = 0;
-  bool dead = false;  // after thread exit (static destructors of the main thread): bypass
+  std::size_t count;
+  bool owned;  // this thread's SmallBlockCacheOwner exists
+  bool dead;   // after thread exit (static destructors of the main thread): bypass
   void* blocks[kSmallCacheMax];
-  ~SmallBlockCache() {
-    for (std::size_t i = 0; i < count; ++i) std::free(blocks[i]);
-    count = 0;
-    dead = true;
-  }
 };
 // initial-exec: a direct TLS access instead of a __tls_get_addr call (this is the hot path of
 // every small op, and the library is loaded at start-up, not dlopen'ed late).
-__attribute__((tls_model("initial-exec"))) thread_local SmallBlockCache tls_small_blocks;
+__attribute__((tls_model("initial-exec"))) constinit thread_local SmallBlockCache tls_small_blocks{};
+
+struct SmallBlockCacheOwner {
+  bool armed = false;
+  ~SmallBlockCacheOwner() {
+    auto& cache = tls_small_blocks;
+    for (std::size_t i = 0; i < cache.count; ++i) std::free(cache.blocks[i]);
+    cache.count = 0;
+    cache.dead = true;
+  }
+};
+thread_local SmallBlockCacheOwner tls_small_blocks_owner;
 
 void release_small(TensorBuffer* b) {
   b->~TensorBuffer();
   auto& cache = tls_small_blocks;
   if (!cache.dead && cache.count < kSmallCacheMax) {
+    if (!cache.owned) [[unlikely]] {
+      tls_small_blocks_owner.armed = true;  // constructs it: its destructor runs at thread exit
+      cache.owned = true;
+    }
     cache.blocks[cache.count++] = b;
   } else {
     std::free(b);
   }
 }
 
-}  // namespace
-
-TensorBuffer* TensorBuffer::allocate(std::size_t bytes) {
+// TensorBuffer::allocate, callable inline from this file (the member itself is exported, so calls
+// to it go through the PLT).
+inline TensorBuffer* allocate_buffer(std::size_t bytes) {
   // One allocation holds the header and the data; the data starts kAlignment bytes in.
   if (kCacheSmallBuffers && bytes <= kSmallBytes) {
     auto& cache = tls_small_blocks;
@@ -219,6 +238,10 @@ TensorBuffer* TensorBuffer::allocate(std::size_t bytes) {
   b->bytes = bytes;
   return b;
 }
+
+}  // namespace
+
+TensorBuffer* TensorBuffer::allocate(std::size_t bytes) { return allocate_buffer(bytes); }
 
 void buffer_free(TensorBuffer* b) noexcept {
   if (b->release) {
@@ -245,11 +268,11 @@ Tensor internal::adopt_buffer(TensorBuffer* buf, DType dtype, const Shape& shape
 }
 
 Tensor::Tensor(DType dtype, const Shape& shape) : dtype_(dtype), shape_(shape) {
-  if (!shape.fully_defined()) {
+  num_elements_ = shape.num_elements();  // -1 when not fully defined
+  if (num_elements_ < 0) {
     throw InvalidArgumentError("cannot allocate a tensor of partial shape " + shape.to_string());
   }
-  num_elements_ = shape.num_elements();
-  buf_ = internal::TensorBuffer::allocate(bytes());
+  buf_ = internal::allocate_buffer(static_cast<std::size_t>(num_elements_) * size_of(dtype));
 }
 
 Tensor Tensor::zeros(DType dtype, const Shape& shape) {

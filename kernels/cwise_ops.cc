@@ -132,10 +132,13 @@ class BinaryOp : public OpKernel {
   void run(OpKernelContext& ctx, const Tensor& a, const Tensor& b) {
     const T* pa;
     const T* pb;
-    // The common cases need no plan: equal shapes, or one side a rank-0 scalar.
-    if (a.shape() == b.shape() || a.shape().rank() == 0 || b.shape().rank() == 0) {
-      const bool scalar_a = a.shape().rank() == 0 && b.shape().rank() != 0;
-      const bool scalar_b = b.shape().rank() == 0 && !scalar_a && a.shape() != b.shape();
+    // The common cases need no plan: one side a rank-0 scalar, or equal shapes (the rank tests
+    // first: they are inline, the shape comparison is not).
+    const bool rank0_a = a.shape().rank() == 0;
+    const bool rank0_b = b.shape().rank() == 0;
+    if (rank0_a || rank0_b || a.shape() == b.shape()) {
+      const bool scalar_a = rank0_a && !rank0_b;
+      const bool scalar_b = rank0_b && !rank0_a;
       Tensor& out = ctx.allocate_output(0, scalar_a ? b.shape() : a.shape());
       const int64_t n = out.num_elements();
       if (n == 0) return;
