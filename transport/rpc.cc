@@ -46,13 +46,18 @@ namespace tessera::internal {
 //   its destruction. The channel's DEALER is the exception to "one thread per socket": it is used
 //   under the channel's mutex by whichever thread needs it, because a hand-off to the I/O thread
 //   costs a thread wake-up each way, which on a small request is most of the round trip.
-//   * A call is registered (id, deadline) and sent by the calling thread itself; only when libzmq
-//     cannot take it (no connection yet) does it wait in the outbox for the I/O thread.
-//   * A synchronous call (call_sync, call_until_lost_sync) then sleeps in poll(2) on the socket's
-//     ZMQ_FD and a per-thread eventfd, and receives its reply itself: raw libzmq's REQ/REP path,
-//     one wake-up. Replies to other calls it finds on the way are completed too.
-//   * An asynchronous call's `done` always runs on the I/O thread, which watches ZMQ_FD while such
-//     calls are pending (or the outbox is not empty), enforces deadlines and reads the monitor.
+//   * A synchronous call (call_sync, call_until_lost_sync) is sent by the calling thread itself
+//     (unless calls queued before it, or no connection yet, make it wait in the outbox), which
+//     then sleeps in poll(2) on the socket's ZMQ_FD and a per-thread eventfd and receives its
+//     reply itself: raw libzmq's REQ/REP path, one wake-up. Replies to other calls it finds on the
+//     way are completed too.
+//   * An asynchronous call joins the outbox; the I/O thread sends what the outbox holds (an
+//     eventfd write wakes it when the outbox goes from empty to non-empty: one per burst), and
+//     `done` always runs on the I/O thread, which watches ZMQ_FD while such calls are pending (or
+//     the outbox is not empty), enforces deadlines and reads the monitor. Measured both ways,
+//     callers sending asynchronous calls themselves cost a third of the small-tensor throughput:
+//     they contend with the I/O thread for the socket, and replies they pick up must be handed
+//     to it with a wake-up of its own.
 //   The rules that make this safe (libzmq's ZMQ_FD is edge-like: any use of the socket may consume
 //   its signal): whoever uses the socket then receives every reply there is and sends what the
 //   outbox holds if libzmq takes it (serve_socket_locked), and a thread that completes an
@@ -893,9 +898,10 @@ class RpcChannelCore {
   void run_io();
   // The checks every new call passes; OK or the error to complete it with. Needs mu_.
   Status admit(const RpcMessage& request) const;
-  // Registers a call (needs mu_), sends it if libzmq takes it now (else it joins the outbox) and
-  // serves the socket. True when the I/O thread must be woken: the call's deadline comes before the
-  // I/O thread's next wake-up, or the I/O thread must now watch the socket, or has completions to run.
+  // Registers a call (needs mu_). An asynchronous call joins the outbox for the I/O thread; a
+  // synchronous one is sent now if libzmq takes it (else it joins the outbox), and the socket is
+  // served. True when the I/O thread must be woken: it has calls to send or completions to run,
+  // must watch the socket for a connection, or the call's deadline comes before its next wake-up.
   bool start_locked(RpcMessage request, Clock::time_point deadline, Pending pending);
   // After any use of the socket, which may have consumed the ZMQ_FD signal: sends what the outbox
   // holds if libzmq takes it, receives every reply there is (kRecvBatch at most) and completes their
@@ -1049,11 +1055,14 @@ bool RpcChannelCore::start_locked(RpcMessage request, Clock::time_point deadline
     }
     deadlines_.swap(live);
   }
-  bool wake = deadline < io_wake_at_ || (async && !io_watches_socket_);
+  bool wake = deadline < io_wake_at_;
   const bool queued_before = !outbox_.empty();
   outbox_.push_back(Outgoing{id, call_id_frame(id), std::move(request)});
-  // Behind calls still waiting for a connection this one waits too; otherwise the socket is tried
-  // at once, and serve_socket_locked() receives whatever the use of the socket made visible.
+  // An asynchronous call is sent by the I/O thread, which receives its reply anyway: a burst of
+  // calls costs one wake-up, and the callers never contend with it for the socket.
+  if (async) return wake || !queued_before;
+  // A synchronous one behind calls still queued waits its turn; otherwise the socket is tried at
+  // once, and serve_socket_locked() receives whatever the use of the socket made visible.
   if (!queued_before && serve_socket_locked()) wake = true;
   if (!outbox_.empty() && !io_watches_socket_) wake = true;  // no connection: the I/O thread watches for one
   return wake || !ready_.empty();
