@@ -1108,9 +1108,9 @@ StatusOr<RpcMessage> RpcChannelCore::call_sync(RpcMessage request, std::chrono::
   calls_.fetch_add(1, std::memory_order_relaxed);
   SyncWaiter waiter;
   waiter.wake_fd = thread_wake_fd();
-  tls_sync_waiter = &waiter;
   std::unique_lock<std::mutex> l(mu_);
   if (Status st = admit(request); !st.ok()) return st;
+  tls_sync_waiter = &waiter;
   ++sync_waiters_;
   bool wake = start_locked(std::move(request), Clock::now() + deadline,
                            Pending{nullptr, &waiter, deadline, until_lost, false});
