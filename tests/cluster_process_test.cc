@@ -23,10 +23,6 @@
 #include "tools/child_process.h"
 #include "tools/ports.h"
 
-#if defined(__SANITIZE_THREAD__)
-extern "C" const char* __tsan_default_suppressions() { return "race:libzmq.so\n"; }
-#endif
-
 namespace tessera {
 namespace {
 

@@ -18,11 +18,6 @@
 #include "tessera/tessera.h"
 #include "tools/ports.h"
 
-#if defined(__SANITIZE_THREAD__)
-// libzmq is not instrumented (see rpc_test.cc).
-extern "C" const char* __tsan_default_suppressions() { return "race:libzmq.so\n"; }
-#endif
-
 namespace tessera {
 namespace {
 

@@ -17,13 +17,6 @@
 
 #include "testing/test_util.h"
 
-#if defined(__SANITIZE_THREAD__)
-// libzmq is not instrumented: the lock-free pipes it hands messages over with are invisible to
-// TSan, so a race reported with libzmq in one of its stacks (libzmq's I/O thread reading a frame we
-// wrote, or writing one we read) is not ours.
-extern "C" const char* __tsan_default_suppressions() { return "race:libzmq.so\n"; }
-#endif
-
 namespace tessera::internal {
 namespace {
 

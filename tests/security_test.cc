@@ -31,11 +31,6 @@
 #include "transport/rpc.h"
 #include "transport/security.h"
 
-#if defined(__SANITIZE_THREAD__)
-// libzmq is not instrumented (see rpc_test.cc).
-extern "C" const char* __tsan_default_suppressions() { return "race:libzmq.so\n"; }
-#endif
-
 namespace tessera::internal {
 namespace {
 

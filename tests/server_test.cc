@@ -37,11 +37,6 @@
 #include "transport/server_impl.h"
 #include "transport/wire.h"
 
-#if defined(__SANITIZE_THREAD__)
-// libzmq is not instrumented (see rpc_test.cc).
-extern "C" const char* __tsan_default_suppressions() { return "race:libzmq.so\n"; }
-#endif
-
 extern char** environ;
 
 namespace tessera::internal {

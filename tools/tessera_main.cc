@@ -24,7 +24,8 @@
 
 #if defined(__SANITIZE_THREAD__)
 // libzmq is not instrumented: the lock-free pipes it hands messages over with are invisible to
-// TSan, so a race reported with libzmq in one of its stacks is not ours (as in the tests, whose
+// TSan, so a race reported with libzmq in one of its stacks is not ours (as in the tests, see
+// tests/testing/tsan_suppressions.cc, whose
 // `tessera server` children this binary is).
 extern "C" const char* __tsan_default_suppressions() { return "race:libzmq.so\n"; }
 #endif
