@@ -72,8 +72,7 @@ namespace tessera::internal {
 // backing off to reconnect_interval_max), so a server restarted on the same port is reached again
 // by existing channels; ZMTP heartbeats drop a connection whose peer went silent (kill -9 of a
 // remote host, a partition) so that reconnection starts. A request in flight when the connection
-// died is not resent (the handler may have run): it fails as soon as the channel sees the loss
-// ("Long calls" below), or at its deadline if that comes first. Destroying a
+// died is not resent (the handler may have run): its caller meets its deadline. Destroying a
 // channel completes its pending calls with Cancelled.
 //   On the server, stop() stops reading, drops queued requests and kills every Responder (their
 //   replies are counted and dropped; callers meet their deadlines), closes the socket and joins the
@@ -90,9 +89,8 @@ namespace tessera::internal {
 // The channel learns that from a socket monitor (ZMQ_EVENT_DISCONNECTED on an inproc PAIR socket
 // in the I/O thread's poll set): a peer killed with -9 resets the TCP connection at once, a peer
 // that is stopped (SIGSTOP) or cut off misses ZMTP heartbeats and is dropped after
-// heartbeat_timeout; either way the calls sent on it fail Unavailable ("lost the connection"),
-// ordinary calls too (their deadline may come later): the server's ROUTER addresses a reply to
-// the connection its request came in on, so once that is gone no reply can come.
+// heartbeat_timeout; either way the sent long calls fail Unavailable ("lost the connection").
+// Ordinary calls keep their deadline whatever the connection does.
 //
 // Limits. max_message_bytes sets ZMQ_MAXMSGSIZE, which libzmq checks per frame before allocating:
 // an oversized frame closes that connection (the client reconnects; its pending calls meet their
@@ -916,7 +914,7 @@ class RpcChannelCore {
   // gets its result (and a wake-up unless it is this thread); an asynchronous one joins ready_.
   void finish(std::unordered_map<uint64_t, Pending>::iterator it, StatusOr<RpcMessage> result);
   void fail_all(const Status& status);
-  // Reads the socket monitor's events; a lost connection fails the calls sent on it, a
+  // Reads the socket monitor's events; a lost connection fails the until_lost calls sent on it, a
   // failed handshake every pending call (Note [RPC], "Security").
   void read_monitor();
   // The error of a failed handshake (`event` a HANDSHAKE_FAILED_* monitor event).
@@ -1276,7 +1274,7 @@ void RpcChannelCore::read_monitor() {
   if (!lost) return;
   for (auto it = pending_.begin(); it != pending_.end();) {
     auto next = std::next(it);
-    if (it->second.sent) {
+    if (it->second.until_lost && it->second.sent) {
       finish(it, errors::unavailable("lost the connection to {} while waiting for a reply: the task died, "
                                      "restarted or stopped answering heartbeats",
                                      endpoint_));

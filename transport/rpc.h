@@ -219,9 +219,8 @@ class RpcChannel {
 
   // Sends `request` and calls `done` exactly once, on the channel's I/O thread (keep it short; do
   // not destroy the channel from it): with the reply, the error the server's handler replied, or
-  // Unavailable when no reply came within `deadline` of this call, when the connection the request
-  // went out on was lost first (no reply can come on another), or when the handshake with the
-  // server failed.
+  // Unavailable when no reply came within `deadline` of this call (or the handshake with the
+  // server failed).
   void call(RpcMessage request, std::chrono::milliseconds deadline, Done done);
   // A call whose reply may rightly take long (a step waiting on a queue): `connect_deadline`
   // bounds only the wait for a connection to the peer (Unavailable "could not reach"); once sent,
