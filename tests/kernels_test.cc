@@ -540,7 +540,11 @@ TEST(KernelsTest, Reductions) {
         for (bool keep_dims : {false, true}) {
           SCOPED_TRACE(std::string(op.type) + " " + describe(dtype, {c.in}) + " axes " +
                        ::testing::PrintToString(c.axes) + (keep_dims ? " keep_dims" : ""));
-          Tensor x = rng.tensor(dtype, c.in, integral ? Range{-50, 50} : Range{-2, 2});
+          // Floating sums and means over one-signed inputs: over mixed signs they cancel, and the
+          // float32 rounding of any summation order but the reference's (a GPU's tree, say) is
+          // then far beyond the tolerance relative to the small result, without a kernel fault.
+          const bool sums = op.type != std::string("Max");
+          Tensor x = rng.tensor(dtype, c.in, integral ? Range{-50, 50} : sums ? Range{0.25, 2} : Range{-2, 2});
           Graph g;
           Output y = op.build(feed(g, x), c.axes, keep_dims, "");
           const Shape out =

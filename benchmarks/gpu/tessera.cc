@@ -131,8 +131,43 @@ void BM_gpu_matmul_4096(benchmark::State& state, const char* impl) {
       benchmark::Counter(gpu_bench::kMatMulFlops, benchmark::Counter::kIsIterationInvariantRate);
 }
 
+// The copy path's knobs, swept (not part of the suite's table): 256 MiB host to device (direction
+// 0) or back (1) through a device object of this program's own with `staging_threads` helpers and
+// pieces of `piece_mib` MiB. Picks CudaDeviceOptions' defaults; tells how far a pageable copy
+// gets from the copy engine's pinned peak.
+void BM_gpu_copy_sweep(benchmark::State& state) {
+  if (!gpu_bench::require_gpu(state)) return;
+  const bool to_device_direction = state.range(0) == 0;
+  CudaDeviceOptions options;
+  options.staging_threads = static_cast<int>(state.range(1));
+  options.copy_piece_bytes = static_cast<std::size_t>(state.range(2)) << 20;
+  auto created = CudaDevice::create(0, options);
+  if (!created.ok()) return state.SkipWithError(created.status().to_string().c_str());
+  CudaDevice& gpu = *created.value();
+  const auto n = static_cast<int64_t>(gpu_bench::kCopyBytes / sizeof(float));
+  Tensor host = filled(n, 0.0f);
+  float* p = host.mutable_data<float>();
+  for (int64_t i = 0; i < n; ++i) p[i] = static_cast<float>(i % 1000003);
+  auto on_gpu = to_device(gpu, host);
+  auto back = on_gpu.ok() ? to_host(gpu, on_gpu.value()) : on_gpu;
+  if (!tessera_bench::check(state, back.ok() && back.value().equals(host), "256 MiB round trip")) return;
+  for (auto _ : state) {
+    auto t = to_device_direction ? to_device(gpu, host) : to_host(gpu, on_gpu.value());
+    if (!t.ok()) return state.SkipWithError(t.status().to_string().c_str());
+    benchmark::DoNotOptimize(t);
+  }
+  state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(gpu_bench::kCopyBytes));
+  state.SetLabel(to_device_direction ? "h2d" : "d2h");
+}
+
 }  // namespace
 
+BENCHMARK(BM_gpu_copy_sweep)
+    ->ArgNames({"d2h", "threads", "piece_mib"})
+    ->ArgsProduct({{0}, {0, 4, 8, 12}, {1, 2, 4}})
+    ->ArgsProduct({{1}, {0, 4, 8}, {2, 8}})
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_gpu_h2d_256MiB, tessera, "tessera")->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_gpu_add_256MiB, tessera, "tessera")->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_gpu_matmul_4096, tessera, "tessera")->UseRealTime()->Unit(benchmark::kMillisecond);

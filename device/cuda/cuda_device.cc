@@ -1,9 +1,18 @@
 #include "device/cuda/cuda_device.h"
 
+#include <sys/prctl.h>
+
 #include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstring>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
 
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
@@ -105,6 +114,54 @@ struct CopyState {
 
 }  // namespace
 
+// ----- CudaStagingThreads -----
+
+// Helpers of copy_to_device: run the closures they are given (each stages pieces of one copy until
+// none are left), first come first served. The destructor runs what is queued, then joins.
+class CudaStagingThreads {
+ public:
+  CudaStagingThreads(int ordinal, int n) {
+    for (int i = 0; i < n; ++i) {
+      threads_.emplace_back([this, ordinal] {
+        (void)cudaSetDevice(ordinal);
+        std::unique_lock<std::mutex> lock(mu_);
+        while (true) {
+          cv_.wait(lock, [&] { return stop_ || !tasks_.empty(); });
+          if (tasks_.empty()) return;
+          auto fn = std::move(tasks_.front());
+          tasks_.pop_front();
+          lock.unlock();
+          fn();
+          lock.lock();
+        }
+      });
+    }
+  }
+  ~CudaStagingThreads() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    for (auto& t : threads_) t.join();
+  }
+  int size() const { return static_cast<int>(threads_.size()); }
+  void post(std::function<void()> fn) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      tasks_.push_back(std::move(fn));
+    }
+    cv_.notify_one();
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> tasks_;  // guarded by mu_
+  bool stop_ = false;                        // guarded by mu_
+  std::vector<std::thread> threads_;
+};
+
 // ----- CudaCompletionQueue -----
 
 // The device's completion thread: delivers the completions of recorded CUDA events, in order per
@@ -152,14 +209,17 @@ class CudaCompletionQueue {
 
   void loop() {
     (void)cudaSetDevice(ordinal_);
+    // Sleeps of this thread end within a microsecond of their time, not Linux's default 50 us
+    // slack (which was most of a 256 MiB add's overhead on an H200).
+    (void)prctl(PR_SET_TIMERSLACK, 1000UL, 0UL, 0UL, 0UL);
     // While records are pending: after activity (a completion, a new record), spin on
-    // cudaEventQuery for kSpin, so that short kernels complete with microseconds of latency; then
-    // sleep between polls, twice as long each time up to kMaxSleep (a long kernel costs a few
-    // thousand cheap wake-ups a second, and at most kMaxSleep of latency).
+    // cudaEventQuery for kSpin, so that kernels of up to a millisecond complete with microseconds
+    // of latency; then sleep between polls, twice as long each time up to kMaxSleep (a long kernel
+    // costs some twenty thousand cheap wake-ups a second, and at most kMaxSleep of latency).
     using Clock = std::chrono::steady_clock;
-    constexpr auto kSpin = std::chrono::microseconds(100);
+    constexpr auto kSpin = std::chrono::microseconds(1000);
     constexpr auto kMinSleep = std::chrono::microseconds(10);
-    constexpr auto kMaxSleep = std::chrono::microseconds(200);
+    constexpr auto kMaxSleep = std::chrono::microseconds(50);
     auto sleep = kMinSleep;
     std::unique_lock<std::mutex> lock(mu_);
     while (true) {
@@ -442,7 +502,7 @@ StatusOr<std::unique_ptr<CudaDevice>> CudaDevice::create(int ordinal, CudaDevice
   if (options.num_compute_streams < 1) {
     return errors::invalid_argument("a GPU needs at least one compute stream, got {}", options.num_compute_streams);
   }
-  if (options.copy_piece_bytes == 0) options.copy_piece_bytes = 8 * kMiB;
+  if (options.copy_piece_bytes == 0) options.copy_piece_bytes = 2 * kMiB;
   TESSERA_RETURN_IF_ERROR(cuda_status(cudaSetDevice(ordinal), fmt::format("cudaSetDevice({})", ordinal)));
   cudaDeviceProp prop{};
   TESSERA_RETURN_IF_ERROR(cuda_status(cudaGetDeviceProperties(&prop, ordinal), "cudaGetDeviceProperties"));
@@ -458,6 +518,9 @@ StatusOr<std::unique_ptr<CudaDevice>> CudaDevice::create(int ordinal, CudaDevice
   d->allocator_ = std::make_unique<CachingAllocator>(id, std::make_unique<CudaMallocBacking>(ordinal), options.memory);
   d->staging_ = std::make_unique<PinnedStagingPool>(id + "/staging", std::make_unique<CudaHostBacking>(),
                                                     std::make_unique<HostStagingBacking>(), options.staging);
+  int stagers = options.staging_threads;
+  if (stagers < 0) stagers = std::min(8, static_cast<int>(std::thread::hardware_concurrency()) / 2);
+  if (stagers > 0) d->stagers_ = std::make_unique<CudaStagingThreads>(ordinal, stagers);
   const int n = options.num_compute_streams;
   d->completions_ = std::make_unique<CudaCompletionQueue>(ordinal, n + 2);
   auto make_stream = [&](int index, const std::string& suffix) -> StatusOr<std::unique_ptr<CudaStream>> {
@@ -482,10 +545,13 @@ StatusOr<std::unique_ptr<CudaDevice>> CudaDevice::create(int ordinal, CudaDevice
 
 CudaDevice::~CudaDevice() {
   // Drain every stream (a wait on another stream ends: that stream drains too), then stop the
-  // completion thread once it has delivered everything, then free the GPU resources.
+  // completion thread once it has delivered everything, then free the GPU resources. The staging
+  // threads stop between the two: draining may hand them copies out of staging, and what they
+  // run posts to the completion thread.
   for (auto& s : compute_) s->shutdown();
   if (h2d_) h2d_->shutdown();
   if (d2h_) d2h_->shutdown();
+  stagers_.reset();
   completions_.reset();
   compute_.clear();
   h2d_.reset();
@@ -576,25 +642,57 @@ void CudaDevice::copy_to_device(const Tensor& host, Stream& stream, std::functio
   auto state = std::make_shared<CopyState>();
   state->src = host;
   state->dst = std::move(dst).value();
-  const auto* src = static_cast<const char*>(host.raw_data());
-  auto* target = static_cast<char*>(state->dst.raw_mutable_data());
-  const std::size_t bytes = host.bytes();
-  for (std::size_t offset = 0; offset < bytes; offset += options_.copy_piece_bytes) {
-    const std::size_t n = std::min(options_.copy_piece_bytes, bytes - offset);
-    auto staged = staging_->acquire(n);
-    if (!staged.ok()) {
-      state->fail(staged.status());
-      break;
+  // The pieces, staged by whichever thread takes each next: this one and, for a copy of several
+  // pieces, the staging threads. Each piece's transfer starts as soon as it is staged, while
+  // other pieces are still being staged. The source is a host tensor, immutable, so the staging
+  // needs no stream order.
+  struct Pieces {
+    const char* src;
+    char* target;
+    std::size_t bytes;
+    std::size_t piece;
+    std::size_t count;
+    std::atomic<std::size_t> next{0};
+    std::mutex mu;
+    std::condition_variable cv;
+    std::size_t issued = 0;  // guarded by mu: pieces staged and issued (or abandoned after a failure)
+  };
+  auto pieces = std::make_shared<Pieces>();
+  pieces->src = static_cast<const char*>(host.raw_data());
+  pieces->target = static_cast<char*>(state->dst.raw_mutable_data());
+  pieces->bytes = host.bytes();
+  pieces->piece = options_.copy_piece_bytes;
+  pieces->count = (pieces->bytes + pieces->piece - 1) / pieces->piece;
+  auto stage = [this, cs, state, pieces] {
+    std::size_t i;
+    while ((i = pieces->next.fetch_add(1)) < pieces->count) {
+      const std::size_t offset = i * pieces->piece;
+      const std::size_t n = std::min(pieces->piece, pieces->bytes - offset);
+      auto staged = state->get().ok() ? staging_->acquire(n) : StatusOr<PinnedStagingPool::Buffer>(state->get());
+      if (!staged.ok()) {
+        state->fail(staged.status());
+      } else {
+        auto buffer = std::make_shared<PinnedStagingPool::Buffer>(std::move(staged).value());
+        std::memcpy(buffer->data(), pieces->src + offset, n);
+        cs->launch([state, buffer, to = pieces->target + offset, n](CUstream_st* s) {
+          const cudaError_t e = cudaMemcpyAsync(to, buffer->data(), n, cudaMemcpyHostToDevice, s);
+          if (e != cudaSuccess) state->fail(cuda_error(e, "cudaMemcpyAsync host to device"));
+        });
+        cs->then([buffer](Status) { buffer->release(); });
+      }
+      std::lock_guard<std::mutex> lock(pieces->mu);
+      if (++pieces->issued == pieces->count) pieces->cv.notify_all();
     }
-    auto buffer = std::make_shared<PinnedStagingPool::Buffer>(std::move(staged).value());
-    // Staged on this thread: the source is a host tensor, immutable, so no stream order is needed
-    // yet; the transfer of this piece starts while the next one is being staged.
-    std::memcpy(buffer->data(), src + offset, n);
-    cs->launch([state, buffer, to = target + offset, n](CUstream_st* s) {
-      const cudaError_t e = cudaMemcpyAsync(to, buffer->data(), n, cudaMemcpyHostToDevice, s);
-      if (e != cudaSuccess) state->fail(cuda_error(e, "cudaMemcpyAsync host to device"));
-    });
-    cs->then([buffer](Status) { buffer->release(); });
+  };
+  if (stagers_ != nullptr && pieces->count > 1) {
+    const auto helpers = std::min<std::size_t>(static_cast<std::size_t>(stagers_->size()), pieces->count - 1);
+    for (std::size_t h = 0; h < helpers; ++h) stagers_->post(stage);
+  }
+  stage();
+  {
+    // Every piece issued before `done`'s then(), so that it runs after all of them.
+    std::unique_lock<std::mutex> lock(pieces->mu);
+    pieces->cv.wait(lock, [&] { return pieces->issued == pieces->count; });
   }
   cs->then([state, done = std::move(done)](Status s) {
     Status failed = s.ok() ? state->get() : s;
@@ -630,6 +728,29 @@ void CudaDevice::copy_to_host(const Tensor& on_device, Stream& stream, std::func
     done(status_from_current_exception());
     return;
   }
+  // Each piece lands in a staging buffer; once it has (a then() on the completion thread), a staging
+  // thread (or, without them, the completion thread) copies it out into the tensor, while later
+  // pieces transfer. `done` runs on the completion thread once every piece is out: the last of the
+  // arrivals below (each piece's copy-out, the stream's final then(), this thread's own hold) posts it.
+  struct Finish {
+    std::atomic<int> remaining{1};  // this thread's hold
+    std::shared_ptr<CopyState> state;
+    std::function<void(StatusOr<Tensor>)> done;
+  };
+  auto finish = std::make_shared<Finish>();
+  finish->state = state;
+  finish->done = std::move(done);
+  auto arrive = [this](const std::shared_ptr<Finish>& f) {
+    if (f->remaining.fetch_sub(1) != 1) return;
+    post([f] {
+      Status failed = f->state->get();
+      if (!failed.ok()) {
+        f->done(failed);
+      } else {
+        f->done(std::move(f->state->dst));
+      }
+    });
+  };
   const auto* src = static_cast<const char*>(on_device.raw_data());
   auto* target = static_cast<char*>(state->dst.raw_mutable_data());
   const std::size_t bytes = on_device.bytes();
@@ -645,20 +766,27 @@ void CudaDevice::copy_to_host(const Tensor& on_device, Stream& stream, std::func
       const cudaError_t e = cudaMemcpyAsync(buffer->data(), from, n, cudaMemcpyDeviceToHost, s);
       if (e != cudaSuccess) state->fail(cuda_error(e, "cudaMemcpyAsync device to host"));
     });
-    // Out of staging on the completion thread, piece by piece, while later pieces transfer.
-    cs->then([state, buffer, to = target + offset, n](Status s) {
-      if (s.ok() && state->get().ok()) std::memcpy(to, buffer->data(), n);
-      buffer->release();
+    finish->remaining.fetch_add(1);
+    cs->then([this, state, finish, arrive, buffer, to = target + offset, n](Status s) {
+      if (!s.ok()) state->fail(s);
+      auto copy_out = [state, finish, arrive, buffer, to, n] {
+        if (state->get().ok()) std::memcpy(to, buffer->data(), n);
+        buffer->release();
+        arrive(finish);
+      };
+      if (stagers_ != nullptr) {
+        stagers_->post(std::move(copy_out));
+      } else {
+        copy_out();
+      }
     });
   }
-  cs->then([state, done = std::move(done)](Status s) {
-    Status failed = s.ok() ? state->get() : s;
-    if (!failed.ok()) {
-      done(failed);
-    } else {
-      done(std::move(state->dst));
-    }
+  finish->remaining.fetch_add(1);
+  cs->then([state, finish, arrive](Status s) {
+    if (!s.ok()) state->fail(s);
+    arrive(finish);
   });
+  arrive(finish);
 }
 
 // ----- Registration -----

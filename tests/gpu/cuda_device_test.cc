@@ -306,8 +306,8 @@ Tensor random_tensor(DType dtype, int64_t n, std::mt19937& gen) {
 TEST_F(CudaDeviceTest, CopiesRoundTripFromOneByteTo64MiB) {
   std::mt19937 gen(7);
   const std::vector<int64_t> bytes = {0,       1,           3,           255,         4096,        65537,
-                                      kMiB + 7, 8 * kMiB - 1, 8 * kMiB,     8 * kMiB + 1, 24 * kMiB + 5,
-                                      64 * kMiB};
+                                      kMiB + 7, 2 * kMiB - 1, 2 * kMiB,     2 * kMiB + 1, 8 * kMiB + 1,
+                                      24 * kMiB + 5, 64 * kMiB};
   for (int64_t n : bytes) {
     for (DType dtype : {DType::Bool, DType::Int32}) {
       if (dtype == DType::Int32 && n % 4 != 0) continue;
@@ -323,6 +323,36 @@ TEST_F(CudaDeviceTest, CopiesRoundTripFromOneByteTo64MiB) {
       EXPECT_EQ(back.value().device(), kHostDeviceName);
       EXPECT_TRUE(back.value().equals(host));
     }
+  }
+}
+
+// Small pieces, so that a few MiB make dozens: each copy's pieces are staged (and copied out of
+// staging) by several threads at once, from several copying threads, and every byte lands where it
+// belongs; with no staging threads the calling and completion threads do it all.
+TEST_F(CudaDeviceTest, CopiesCutIntoPiecesForTheStagingThreadsRoundTrip) {
+  for (int stagers : {0, 3}) {
+    SCOPED_TRACE(std::to_string(stagers) + " staging threads");
+    CudaDeviceOptions options;
+    options.staging_threads = stagers;
+    options.copy_piece_bytes = 64 * 1024;
+    auto device = CudaDevice::create(gpu_->ordinal(), options);
+    ASSERT_TRUE(device.ok()) << device.status().to_string();
+    CudaDevice& gpu = *device.value();
+    for (int threads : {1, 4}) {
+      std::atomic<int> wrong{0};
+      run_threads(threads, [&](int t) {
+        std::mt19937 gen(static_cast<unsigned>(100 * stagers + t));
+        for (int64_t n : {int64_t{0}, int64_t{1}, int64_t{65535}, int64_t{65536}, int64_t{65537},
+                          int64_t{5 * kMiB + 3}, int64_t{1} + static_cast<int64_t>(gen() % (3 * kMiB))}) {
+          Tensor host = random_tensor(DType::Bool, n, gen);
+          auto on_gpu = to_device(gpu, host);
+          auto back = on_gpu.ok() ? to_host(gpu, on_gpu.value()) : on_gpu;
+          if (!back.ok() || !back.value().equals(host)) ++wrong;
+        }
+      });
+      EXPECT_EQ(wrong.load(), 0) << threads << " copying threads";
+    }
+    EXPECT_EQ(gpu.staging().stats().in_use_bytes, 0);
   }
 }
 
