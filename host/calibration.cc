@@ -196,6 +196,116 @@ DeviceCostProfile calibrate_cpu_profile() {
   return p;
 }
 
+std::string gpu_calibration_file_path(int ordinal) {
+  std::string path = calibration_file_path();
+  if (path.empty()) return path;
+  const std::string suffix = ".json";
+  if (path.size() >= suffix.size() && path.compare(path.size() - suffix.size(), suffix.size(), suffix) == 0) {
+    path.resize(path.size() - suffix.size());
+  }
+  return path + ".gpu" + std::to_string(ordinal) + ".json";
+}
+
+namespace {
+
+constexpr const char* kGpuFields[] = {"flops_per_second", "memory_bandwidth", "transfer_bandwidth",
+                                      "transfer_latency_seconds", "kernel_overhead_seconds"};
+
+double& field(DeviceCostProfile& p, int i) {
+  switch (i) {
+    case 0: return p.flops_per_second;
+    case 1: return p.memory_bandwidth;
+    case 2: return p.transfer_bandwidth;
+    case 3: return p.transfer_latency_seconds;
+    default: return p.kernel_overhead_seconds;
+  }
+}
+
+// A GPU's cached profile: this host's, for a GPU of this name, every field a positive number.
+std::optional<DeviceCostProfile> read_gpu_file(const std::string& path, const std::string& gpu_name,
+                                               const DeviceCostProfile& defaults) {
+  if (path.empty()) return std::nullopt;
+  std::ifstream in(path);
+  if (!in) return std::nullopt;
+  std::stringstream text;
+  text << in.rdbuf();
+  const nlohmann::json j = nlohmann::json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) return std::nullopt;
+  if (auto v = j.find("version"); v == j.end() || !v->is_number_integer() || v->get<int>() != kFormatVersion) {
+    return std::nullopt;
+  }
+  if (auto h = j.find("host"); h == j.end() || !h->is_string() || h->get<std::string>() != host_name()) {
+    return std::nullopt;
+  }
+  auto gpu = j.find("gpu");
+  if (gpu == j.end() || !gpu->is_object()) return std::nullopt;
+  if (auto n = gpu->find("name"); n == gpu->end() || !n->is_string() || n->get<std::string>() != gpu_name) {
+    return std::nullopt;
+  }
+  DeviceCostProfile p = defaults;
+  for (int i = 0; i < 5; ++i) {
+    auto it = gpu->find(kGpuFields[i]);
+    if (it == gpu->end() || !it->is_number() || !usable(it->get<double>())) return std::nullopt;
+    field(p, i) = it->get<double>();
+  }
+  return p;
+}
+
+bool write_gpu_file(const std::string& path, const std::string& gpu_name, DeviceCostProfile profile) {
+  if (path.empty()) return false;
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path target(path);
+  if (target.has_parent_path()) fs::create_directories(target.parent_path(), ec);
+  nlohmann::json j;
+  j["version"] = kFormatVersion;
+  j["host"] = host_name();
+  j["gpu"] = {{"name", gpu_name}};
+  for (int i = 0; i < 5; ++i) j["gpu"][kGpuFields[i]] = field(profile, i);
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    if (!out) return false;
+    out << j.dump(2) << "\n";
+    if (!out.flush()) {
+      out.close();
+      fs::remove(tmp, ec);
+      return false;
+    }
+  }
+  fs::rename(tmp, target, ec);
+  if (ec) {
+    fs::remove(tmp, ec);
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+DeviceCostProfile calibrate_gpu_profile(int ordinal, const std::string& gpu_name, const DeviceCostProfile& defaults,
+                                        const std::function<DeviceCostProfile()>& measure) {
+  DeviceCostProfile p = defaults;
+  if (env("TESSERA_CALIBRATE") != "0") {
+    const std::string path = gpu_calibration_file_path(ordinal);
+    if (auto cached = read_gpu_file(path, gpu_name, defaults)) {
+      p = *cached;
+    } else {
+      p = measure();
+      DeviceCostProfile fallback = defaults;
+      for (int i = 0; i < 5; ++i) {
+        if (!usable(field(p, i))) field(p, i) = field(fallback, i);
+      }
+      write_gpu_file(path, gpu_name, p);  // best effort, as the CPU's
+    }
+  }
+  if (auto v = env_number("TESSERA_GPU_FLOPS")) p.flops_per_second = *v;
+  if (auto v = env_number("TESSERA_GPU_MEMORY_BANDWIDTH")) p.memory_bandwidth = *v;
+  if (auto v = env_number("TESSERA_GPU_TRANSFER_BANDWIDTH")) p.transfer_bandwidth = *v;
+  if (auto v = env_number("TESSERA_GPU_TRANSFER_LATENCY")) p.transfer_latency_seconds = *v;
+  return p;
+}
+
 DeviceCostProfile calibrated_cpu_profile() {
   static std::once_flag once;
   static DeviceCostProfile profile;

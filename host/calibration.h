@@ -1,5 +1,6 @@
-// The CPU's cost profile, measured once per machine and cached, so that placement compares the
-// host with the accelerators using this machine's numbers rather than a guess.
+// The CPU's cost profile (and the GPUs', calibrate_gpu_profile), measured once per machine and
+// cached, so that placement compares the host with the accelerators using this machine's numbers
+// rather than a guess.
 //
 //   const DeviceCostProfile& p = CpuDevice(0).cost_profile();   // calibrated_cpu_profile(), once
 //
@@ -16,6 +17,7 @@
 // never fails anything: the profile is measured again, or the defaults are used.
 #pragma once
 
+#include <functional>
 #include <optional>
 #include <string>
 
@@ -44,6 +46,16 @@ DeviceCostProfile calibrate_cpu_profile();
 
 // The cache file's path from the environment ("" when no variable gives one).
 std::string calibration_file_path();
+
+// A GPU's profile, calibrated as the CPU's is: `measure` runs once per machine and GPU, its result
+// cached beside the CPU's (calibration.json -> calibration.gpu<ordinal>.json, which names the GPU:
+// another GPU in that slot is measured again). TESSERA_CALIBRATE=0 keeps `defaults` unmeasured.
+// Overrides: TESSERA_GPU_FLOPS, TESSERA_GPU_MEMORY_BANDWIDTH, TESSERA_GPU_TRANSFER_BANDWIDTH
+// (bytes/s, host to device) and TESSERA_GPU_TRANSFER_LATENCY (seconds). Thread-compatible.
+DeviceCostProfile calibrate_gpu_profile(int ordinal, const std::string& gpu_name, const DeviceCostProfile& defaults,
+                                        const std::function<DeviceCostProfile()>& measure);
+// calibrate_gpu_profile's cache file for GPU `ordinal` ("" when calibration_file_path() is "").
+std::string gpu_calibration_file_path(int ordinal);
 
 // Runs the microbenchmark: kCpuCostProfile with measured flops_per_second and memory_bandwidth.
 DeviceCostProfile measure_cpu_profile();

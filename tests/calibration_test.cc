@@ -225,5 +225,79 @@ TEST_F(CalibrationTest, TheCpuDeviceUsesTheProcessProfile) {
   EXPECT_EQ(cpu.cost_profile().memory_bandwidth, first.memory_bandwidth);
 }
 
+// ---- GPUs: calibrate_gpu_profile with a stand-in measurement (the real one needs a GPU) ----
+
+DeviceCostProfile gpu_defaults() { return DeviceCostProfile{5e13, 3e12, 2e10, 15e-6, 8e-6}; }
+
+TEST_F(CalibrationTest, AGpuIsMeasuredOnceThenReadFromItsOwnCacheFile) {
+  int measured = 0;
+  auto measure = [&] {
+    ++measured;
+    return DeviceCostProfile{4.8e13, 3.9e12, 4.2e10, 22e-6, 8e-6};
+  };
+  const DeviceCostProfile first = calibrate_gpu_profile(0, "NVIDIA H200", gpu_defaults(), measure);
+  EXPECT_EQ(measured, 1);
+  EXPECT_DOUBLE_EQ(first.flops_per_second, 4.8e13);
+  EXPECT_DOUBLE_EQ(first.transfer_bandwidth, 4.2e10);
+  EXPECT_DOUBLE_EQ(first.transfer_latency_seconds, 22e-6);
+  EXPECT_EQ(gpu_calibration_file_path(0), (dir_ / "calibration.gpu0.json").string());
+  EXPECT_TRUE(fs::exists(dir_ / "calibration.gpu0.json"));
+  EXPECT_FALSE(fs::exists(file_));  // the CPU's cache is not touched
+  const DeviceCostProfile again = calibrate_gpu_profile(0, "NVIDIA H200", gpu_defaults(), measure);
+  EXPECT_EQ(measured, 1);
+  EXPECT_DOUBLE_EQ(again.memory_bandwidth, 3.9e12);
+  EXPECT_DOUBLE_EQ(again.transfer_latency_seconds, 22e-6);
+  // Another GPU in that slot, or another slot: measured again.
+  calibrate_gpu_profile(0, "NVIDIA H100", gpu_defaults(), measure);
+  EXPECT_EQ(measured, 2);
+  calibrate_gpu_profile(1, "NVIDIA H200", gpu_defaults(), measure);
+  EXPECT_EQ(measured, 3);
+}
+
+TEST_F(CalibrationTest, AGpuMeasurementThatFailsKeepsTheDefaultsOfThoseFields) {
+  const DeviceCostProfile p = calibrate_gpu_profile(
+      0, "gpu", gpu_defaults(), [] { return DeviceCostProfile{6e13, 0, -1, 2e-5, 8e-6}; });
+  EXPECT_DOUBLE_EQ(p.flops_per_second, 6e13);
+  EXPECT_DOUBLE_EQ(p.memory_bandwidth, 3e12);
+  EXPECT_DOUBLE_EQ(p.transfer_bandwidth, 2e10);
+  EXPECT_DOUBLE_EQ(p.transfer_latency_seconds, 2e-5);
+}
+
+TEST_F(CalibrationTest, AGpuCacheOfAnotherHostOrCorruptIsMeasuredAgain) {
+  int measured = 0;
+  auto measure = [&] {
+    ++measured;
+    return gpu_defaults();
+  };
+  const fs::path gpu_file = dir_ / "calibration.gpu0.json";
+  write_text(gpu_file, R"({"version": 1, "host": "elsewhere", "gpu": {"name": "g", "flops_per_second": 1,
+    "memory_bandwidth": 1, "transfer_bandwidth": 1, "transfer_latency_seconds": 1, "kernel_overhead_seconds": 1}})");
+  calibrate_gpu_profile(0, "g", gpu_defaults(), measure);
+  EXPECT_EQ(measured, 1);
+  write_text(gpu_file, "{not json");
+  calibrate_gpu_profile(0, "g", gpu_defaults(), measure);
+  EXPECT_EQ(measured, 2);
+  calibrate_gpu_profile(0, "g", gpu_defaults(), measure);  // the rewritten cache serves
+  EXPECT_EQ(measured, 2);
+}
+
+TEST_F(CalibrationTest, AGpuWithoutCalibrationKeepsItsDefaultsAndTakesOverrides) {
+  ScopedEnv off("TESSERA_CALIBRATE", "0");
+  ScopedEnv flops("TESSERA_GPU_FLOPS", "1e14");
+  ScopedEnv latency("TESSERA_GPU_TRANSFER_LATENCY", "3e-5");
+  ScopedEnv bad("TESSERA_GPU_TRANSFER_BANDWIDTH", "fast");
+  bool measured = false;
+  const DeviceCostProfile p = calibrate_gpu_profile(0, "g", gpu_defaults(), [&] {
+    measured = true;
+    return gpu_defaults();
+  });
+  EXPECT_FALSE(measured);
+  EXPECT_DOUBLE_EQ(p.flops_per_second, 1e14);
+  EXPECT_DOUBLE_EQ(p.transfer_latency_seconds, 3e-5);
+  EXPECT_DOUBLE_EQ(p.transfer_bandwidth, 2e10);  // a malformed override is ignored
+  EXPECT_DOUBLE_EQ(p.memory_bandwidth, 3e12);
+  EXPECT_FALSE(fs::exists(dir_ / "calibration.gpu0.json"));
+}
+
 }  // namespace
 }  // namespace tessera::internal

@@ -139,6 +139,15 @@ class CudaDevice final : public Device {
   CachingAllocator& caching_allocator() { return *allocator_; }
   PinnedStagingPool& staging() { return *staging_; }
   const DeviceCostProfile& cost_profile() const override { return cost_profile_; }
+  // Replaces the profile placement uses (register_default_devices sets the calibrated one, before
+  // any session sees the device: not synchronized with readers).
+  void set_cost_profile(const DeviceCostProfile& profile) { cost_profile_ = profile; }
+  // Measures this GPU (a few hundred milliseconds, most of it cuBLAS's start): a 2048^3 float32
+  // MatMul through cuBLAS, a 64 MiB copy within the GPU (bytes read plus written), a 32 MiB
+  // copy_to_device from pageable memory and the median time of a 4-byte one (the latency). Fields
+  // it cannot measure keep their current value. For calibrate_gpu_profile; call it while the
+  // device is otherwise idle.
+  DeviceCostProfile measure_cost_profile();
   int num_compute_streams() const override { return static_cast<int>(compute_.size()); }
   Stream& compute_stream(int index = 0) override { return cuda_compute_stream(index); }
   Stream& host_to_device_stream() override { return *h2d_; }

@@ -5,6 +5,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -354,6 +355,26 @@ TEST_F(CudaDeviceTest, CopiesCutIntoPiecesForTheStagingThreadsRoundTrip) {
     }
     EXPECT_EQ(gpu.staging().stats().in_use_bytes, 0);
   }
+}
+
+// The calibration's measurement (host/calibration.h caches it): every field measured and in the
+// range of any GPU of the last decade, transfers slower than the device's own memory.
+TEST_F(CudaDeviceTest, MeasuresItsCostProfile) {
+  auto gpu = own_device();
+  ASSERT_NE(gpu, nullptr);
+  const DeviceCostProfile p = gpu->measure_cost_profile();
+  EXPECT_GT(p.flops_per_second, 1e12);
+  EXPECT_LT(p.flops_per_second, 1e15);
+  EXPECT_GT(p.memory_bandwidth, 1e11);
+  EXPECT_LT(p.memory_bandwidth, 2e13);
+  EXPECT_GT(p.transfer_bandwidth, 1e9);
+  EXPECT_LT(p.transfer_bandwidth, p.memory_bandwidth);
+  EXPECT_GT(p.transfer_latency_seconds, 1e-7);
+  EXPECT_LT(p.transfer_latency_seconds, 1e-2);
+  EXPECT_EQ(gpu->staging().stats().in_use_bytes, 0);
+  std::printf("measured: %.1f TFLOP/s, memory %.0f GB/s, transfers %.1f GB/s + %.1f us\n",
+              p.flops_per_second / 1e12, p.memory_bandwidth / 1e9, p.transfer_bandwidth / 1e9,
+              p.transfer_latency_seconds * 1e6);
 }
 
 TEST_F(CudaDeviceTest, CopiesOfEveryDTypeAndShape) {
