@@ -50,12 +50,13 @@ namespace tessera::internal {
 //      tiny_op_elements elements) start on a host candidate: launching them on an accelerator
 //      costs more than running them. The rest go through HEFT-like list scheduling: an op costs
 //      kernel_seconds(op_flops, op_bytes) on a device (an op that launches no kernel, a
-//      VariableV2 or a NoOp, a host's dispatch and nothing on an accelerator), an edge costs the transfer of the tensor
-//      (nothing on one device; host <-> accelerator the accelerator's transfer_seconds;
-//      accelerator <-> accelerator both legs, through host memory). Upward ranks use the mean
-//      cost over a group's candidates; in decreasing rank each op takes the candidate with the
-//      earliest finish, and the first op of a group to be scheduled decides for the whole group
-//      (the cost of the group's other ops on each device is added to its comparison). An op
+//      VariableV2 or a NoOp, a host's dispatch and nothing on an accelerator), an edge costs
+//      the transfer of the tensor (nothing on one device; host <-> accelerator the
+//      accelerator's transfer_seconds; accelerator <-> accelerator both legs, through host
+//      memory). Upward ranks use the mean cost over a group's candidates; in decreasing rank
+//      each op takes the candidate with the earliest finish, and the first op of a group to be
+//      scheduled decides for the whole group (the cost of the group's other ops on each device
+//      is added to its comparison). An op
 //      without data inputs (a VariableV2, a Const) finishes about as early anywhere, so when it
 //      decides it also looks one edge ahead: each candidate's finish time gets the longest
 //      transfer of its outputs to its consumers' expected devices (the consumer group's device
@@ -788,9 +789,9 @@ void expand(const Groups& gr, const std::vector<int>& gdev, std::vector<int>& de
   for (std::size_t i = 0; i < gr.of.size(); ++i) dev[i] = gdev[gr.of[i]];
 }
 
-// Moves one movable group at a time to another candidate while the makespan drops (or stays, within
-// kSameMakespan, and less time goes to transfers: a copy that overlaps compute still costs bandwidth every step) and
-// `budget` (simulated node visits) lasts.
+// Moves one movable group at a time to another candidate while the makespan drops (or stays,
+// within kSameMakespan, and less time goes to transfers: a copy that overlaps compute still costs
+// bandwidth every step) and `budget` (simulated node visits) lasts.
 void improve(const Groups& gr, const std::vector<DeviceBits>& cand, const std::vector<int>& movable,
              Simulator& sim, std::vector<int>& gdev, double& makespan, int64_t& budget) {
   std::vector<int> dev;
