@@ -49,14 +49,12 @@ namespace tessera::internal {
 //    * kCost: groups of tiny ops (every input and output fully known and at most
 //      tiny_op_elements elements) start on a host candidate: launching them on an accelerator
 //      costs more than running them. The rest go through HEFT-like list scheduling: an op costs
-//      kernel_seconds(op_flops, op_bytes) on a device (an op that launches no kernel, a
-//      VariableV2 or a NoOp, a host's dispatch and nothing on an accelerator), an edge costs
-//      the transfer of the tensor (nothing on one device; host <-> accelerator the
-//      accelerator's transfer_seconds; accelerator <-> accelerator both legs, through host
-//      memory). Upward ranks use the mean cost over a group's candidates; in decreasing rank
-//      each op takes the candidate with the earliest finish, and the first op of a group to be
-//      scheduled decides for the whole group (the cost of the group's other ops on each device
-//      is added to its comparison). An op
+//      kernel_seconds(op_flops, op_bytes) on a device, an edge costs the transfer of the tensor
+//      (nothing on one device; host <-> accelerator the accelerator's transfer_seconds;
+//      accelerator <-> accelerator both legs, through host memory). Upward ranks use the mean
+//      cost over a group's candidates; in decreasing rank each op takes the candidate with the
+//      earliest finish, and the first op of a group to be scheduled decides for the whole group
+//      (the cost of the group's other ops on each device is added to its comparison). An op
 //      without data inputs (a VariableV2, a Const) finishes about as early anywhere, so when it
 //      decides it also looks one edge ahead: each candidate's finish time gets the longest
 //      transfer of its outputs to its consumers' expected devices (the consumer group's device
@@ -98,14 +96,6 @@ namespace tessera::internal {
 
 namespace {
 
-// Makespans this close (relatively) count as the same, and then the one that transfers less wins
-// (in the greedy passes and between their starting points): the discounted initializers
-// (kInitOnlyWeight) leave differences of nanoseconds that must not keep a variable off the
-// device that reads it every step.
-constexpr double kSameMakespan = 1e-3;
-// What an op that launches no kernel costs on a host device (the executor's dispatch; on an
-// accelerator it costs nothing: its stream never sees it).
-constexpr double kDispatchSeconds = 1e-6;
 // Graphs up to this many nodes get the greedy improvement passes (each pass simulates every
 // movable group on every other candidate), at most kImprovePasses of them and at most
 // kImproveBudget simulated node visits in all (about 5 ms on a slow core; deterministic).
@@ -306,7 +296,6 @@ struct Problem {
   int host = 0;  // default host device: inputs from outside the problem live there
   int n = 0;
   std::vector<double> flops, bytes;
-  std::vector<char> no_kernel;  // an op that moves no data (OpKind::kNoData): dispatch only
   // Edges in CSR form. in_src -1 = a tensor from outside, on the host, ready at time 0. Bytes < 0
   // = a control edge (ordering only).
   std::vector<int> in_off, in_src;
@@ -323,11 +312,7 @@ struct Problem {
 
   int num_devices() const { return static_cast<int>(devices->size()); }
   // One run of node i on device d, unweighted: op_seconds.
-  double kernel_seconds(int i, int d) const {
-    const DeviceCostProfile& c = (*devices)[d].cost;
-    if (!no_kernel[i]) return c.kernel_seconds(flops[i], bytes[i]);
-    return is_host[d] ? std::min(c.kernel_overhead_seconds, kDispatchSeconds) : 0.0;
-  }
+  double kernel_seconds(int i, int d) const { return (*devices)[d].cost.kernel_seconds(flops[i], bytes[i]); }
   // The weighted cost the schedules use.
   double cost(int i, int d) const {
     if (!cost_table.empty()) return cost_table[static_cast<std::size_t>(i) * devices->size() + d];
@@ -365,7 +350,6 @@ Problem build_problem(const std::vector<const Node*>& work, const NodeIndex& ind
   for (std::size_t d = 0; d < devices.size(); ++d) p.is_host[d] = devices[d].is_host();
   p.flops.resize(p.n);
   p.bytes.resize(p.n);
-  p.no_kernel.resize(p.n);
   struct Edge {
     int src, dst;
     double bytes;
@@ -376,7 +360,6 @@ Problem build_problem(const std::vector<const Node*>& work, const NodeIndex& ind
     const Node& node = *work[i];
     p.flops[i] = op_flops(node);
     p.bytes[i] = op_bytes(node);
-    p.no_kernel[i] = op_kind(node.type) == OpKind::kNoData;
     for (const Endpoint& e : node.inputs) {
       int src = index.find(e.node);
       if (src >= 0) {
@@ -789,9 +772,9 @@ void expand(const Groups& gr, const std::vector<int>& gdev, std::vector<int>& de
   for (std::size_t i = 0; i < gr.of.size(); ++i) dev[i] = gdev[gr.of[i]];
 }
 
-// Moves one movable group at a time to another candidate while the makespan drops (or stays,
-// within kSameMakespan, and less time goes to transfers: a copy that overlaps compute still costs
-// bandwidth every step) and `budget` (simulated node visits) lasts.
+// Moves one movable group at a time to another candidate while the makespan drops (or stays and
+// less time goes to transfers: a copy that overlaps compute still costs bandwidth every step) and
+// `budget` (simulated node visits) lasts.
 void improve(const Groups& gr, const std::vector<DeviceBits>& cand, const std::vector<int>& movable,
              Simulator& sim, std::vector<int>& gdev, double& makespan, int64_t& budget) {
   std::vector<int> dev;
@@ -811,9 +794,9 @@ void improve(const Groups& gr, const std::vector<DeviceBits>& cand, const std::v
         budget -= 2 * static_cast<int64_t>(dev.size());
         move(g, d);
         const double m = sim.run(dev);
-        if (m > makespan * (1 + kSameMakespan)) return;
+        if (m > makespan * (1 + 1e-12)) return;
         const double t = sim.transfer(dev);
-        if (m < makespan * (1 - kSameMakespan) || t < moved * (1 - 1e-9)) {
+        if (m < makespan * (1 - 1e-12) || t < moved * (1 - 1e-9)) {
           makespan = std::min(makespan, m);
           moved = t;
           best_d = d;
@@ -906,14 +889,6 @@ double op_bytes(const Node& node) {
 }
 
 double op_seconds(const Node& node, const PlacementDevice& device) {
-  // An op that moves no data launches no kernel on any device (a VariableV2 hands out its buffer,
-  // a Const its cached copy, a NoOp nothing): a host thread dispatches it and an accelerator's
-  // stream never sees it. Charging an accelerator's launch overhead for it kept a variable's
-  // group off the GPU that reads it every step (the two-layer demo on an H200: 0.395 ms a step
-  // against gpu_first's 0.371).
-  if (op_kind(node.type) == OpKind::kNoData) {
-    return device.is_host() ? std::min(device.cost.kernel_overhead_seconds, kDispatchSeconds) : 0.0;
-  }
   return device.cost.kernel_seconds(op_flops(node), op_bytes(node));
 }
 
@@ -1237,8 +1212,8 @@ StatusOr<Placement> place_nodes(const std::vector<const Node*>& nodes, const std
         }
         best = 0;
         for (int k = 1; k < 3; ++k) {
-          if (spans[k] < spans[best] * (1 - kSameMakespan) ||
-              (spans[k] <= spans[best] * (1 + kSameMakespan) && moved[k] < moved[best] * (1 - 1e-9))) {
+          if (spans[k] < spans[best] * (1 - 1e-12) ||
+              (spans[k] <= spans[best] * (1 + 1e-12) && moved[k] < moved[best] * (1 - 1e-9))) {
             best = k;
           }
         }

@@ -88,9 +88,7 @@ double op_flops(const Node& node);
 double op_bytes(const Node& node);
 // Bytes of output `index` of `node` (unknown dimensions count as 1).
 double output_bytes(const Node& node, int index);
-// Seconds `node` takes on `device`: its kernel (launch overhead plus the larger of its arithmetic
-// and memory time), or, for an op that moves no data and so launches no kernel, at most 1 us of
-// dispatch on a host device and nothing on an accelerator.
+// Seconds `node` takes on `device`.
 double op_seconds(const Node& node, const PlacementDevice& device);
 // Seconds moving `bytes` from device `from` to device `to` (0 when they are the same device;
 // through host memory between two accelerators).
