@@ -28,6 +28,18 @@ class VariableResource : public ResourceBase {
     return errors::failed_precondition("attempting to use uninitialized value {}", name_);
   }
 
+  // FailedPrecondition when the value is held in other memory than `memory` (the device whose
+  // memory the kernel at hand reads and writes): the graphs that share this variable by name (a
+  // server task's sessions) placed it on different devices, and the kernel could not read it.
+  // `op` names the kernel's op. Call with mu held.
+  Status check_memory(const std::string& memory, const std::string& op) const {
+    if (!initialized || value.is_null() || value.device() == memory) return Status();
+    return errors::failed_precondition(
+        "variable {} holds its value in the memory of {}, but this graph runs {} on {}: every graph that "
+        "shares a variable must place it on the same device",
+        name_, value.device(), op, memory);
+  }
+
   std::mutex mu;
   Tensor value;              // guarded by mu; null until initialized
   bool initialized = false;  // guarded by mu

@@ -10,6 +10,7 @@
 #include <atomic>
 #include <filesystem>
 #include <chrono>
+#include <exception>
 #include <iomanip>
 #include <memory>
 #include <mutex>
@@ -132,30 +133,39 @@ int ps_training(std::ostream& out, const std::string& tessera_binary, int worker
     float first_loss = -1, last_loss = -1;
     const auto start = std::chrono::steady_clock::now();
     std::vector<std::thread> trainers;
+    std::exception_ptr failure;  // the first trainer's error, rethrown here once all have joined
     for (int i = 0; i < workers; ++i) {
       trainers.emplace_back([&, i] {
-        Client& c = *clients[static_cast<std::size_t>(i)];
-        train::Coordinator coord;
-        auto runners = train::start_queue_runners(*c.session, coord);
-        coord.stop_on_exception([&] {
-          for (int step = 0; step < steps && !coord.should_stop(); ++step) {
-            const float l = c.session->run({c.loss}, {}, {c.train})[0].scalar<float>();
-            if (i != 0) continue;
-            if ((step + 1) % save_every == 0) saver.save(*c.session, (checkpoints / "model").string(), step + 1);
-            std::lock_guard<std::mutex> lock(mu);
-            if (step == 0) first_loss = l;
-            last_loss = l;
-            if (step % std::max(1, steps / 5) == 0 || step == steps - 1) {
-              out << "worker 0  step " << std::setw(4) << step << "  loss " << std::fixed << std::setprecision(5) << l
-                  << "\n";
+        try {
+          Client& c = *clients[static_cast<std::size_t>(i)];
+          train::Coordinator coord;
+          auto runners = train::start_queue_runners(*c.session, coord);
+          coord.stop_on_exception([&] {
+            for (int step = 0; step < steps && !coord.should_stop(); ++step) {
+              const float l = c.session->run({c.loss}, {}, {c.train})[0].scalar<float>();
+              if (i != 0) continue;
+              if ((step + 1) % save_every == 0) {
+                saver.save(*c.session, (checkpoints / "model").string(), step + 1);
+              }
+              std::lock_guard<std::mutex> lock(mu);
+              if (step == 0) first_loss = l;
+              last_loss = l;
+              if (step % std::max(1, steps / 5) == 0 || step == steps - 1) {
+                out << "worker 0  step " << std::setw(4) << step << "  loss " << std::fixed
+                    << std::setprecision(5) << l << "\n";
+              }
             }
-          }
-        });
-        coord.request_stop();  // after N steps: the input pipeline stops too
-        coord.join(runners);
+          });
+          coord.request_stop();  // after N steps: the input pipeline stops too
+          coord.join(runners);  // rethrows what stopped the coordinator
+        } catch (...) {
+          std::lock_guard<std::mutex> lock(mu);
+          if (!failure) failure = std::current_exception();
+        }
       });
     }
     for (auto& t : trainers) t.join();
+    if (failure) std::rethrow_exception(failure);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     auto wb = clients[0]->session->run({clients[0]->w.value(), clients[0]->b.value()});
     const float w = wb[0].scalar<float>(), b = wb[1].scalar<float>();

@@ -6,11 +6,14 @@
 // input's buffer as is (no copy): a later in-place update is safe because whoever still holds
 // that input makes the buffer shared, which forces the copy.
 #include <mutex>
+#include <string>
 
 #include <fmt/format.h>
 
+#include "core/device.h"
 #include "core/op_kernel.h"
 #include "core/op_registry.h"
+#include "core/tensor_buffer.h"
 #include "core/variable_resource.h"
 
 namespace tessera::internal {
@@ -22,6 +25,11 @@ class VariableKernel : public OpKernel {
   using OpKernel::OpKernel;
 
  protected:
+  // The memory this kernel reads and writes: the host's, or a simulated accelerator's.
+  static std::string memory_of(OpKernelContext& ctx) {
+    const Device* d = ctx.device();
+    return d == nullptr || d->type() == "CPU" ? std::string(kHostDeviceName) : d->name();
+  }
   StatusOr<VariableResource*> variable(OpKernelContext& ctx, const Node& var) {
     return variable_.get(ctx.resources(), var);
   }
@@ -39,6 +47,7 @@ class VariableOp : public VariableKernel {
     VariableResource& v = *var.value();
     std::lock_guard<std::mutex> l(v.mu);
     if (Status s = v.check_initialized(); !s.ok()) return ctx.fail(s);
+    if (Status s = v.check_memory(memory_of(ctx), node().debug_name()); !s.ok()) return ctx.fail(s);
     ctx.set_output(0, v.value);
   }
   bool is_expensive() const override { return false; }
@@ -80,6 +89,7 @@ class AssignUpdateOp : public VariableKernel {
     const Tensor& delta = ctx.input(0);
     std::lock_guard<std::mutex> l(v.mu);
     if (Status s = v.check_initialized(); !s.ok()) return ctx.fail(s);
+    if (Status s = v.check_memory(memory_of(ctx), node().debug_name()); !s.ok()) return ctx.fail(s);
     if (delta.shape() != v.value.shape()) {
       return ctx.fail(ErrorCode::kInvalidArgument, "variable '{}' has shape {}, the update has shape {}",
                       v.name(), v.value.shape().to_string(), delta.shape().to_string());

@@ -9,11 +9,15 @@
 #include <atomic>
 #include <chrono>
 #include <filesystem>
+#include <memory>
 #include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
 
+#include "core/device.h"
+#include "device/default_devices.h"
+#include "device/sim_device.h"
 #include "testing/test_util.h"
 #include "tessera/tessera.h"
 #include "tools/ports.h"
@@ -331,6 +335,93 @@ TEST(ClusterSessionTest, BadTargetsAreInvalidArgument) {
   EXPECT_THROW(Session(g, "tessera://nohostport"), InvalidArgumentError);
   EXPECT_THROW(Session(g, "tessera://127.0.0.1:notaport"), InvalidArgumentError);
   EXPECT_THROW(Session(g, "http://127.0.0.1:80"), InvalidArgumentError);
+}
+
+// Tensors that leave a task from an accelerator's memory (a variable on the ps's accelerator, read
+// by a worker and fetched by the client, updated with a gradient from the worker) go through host
+// memory first. A GPU where there is one; else a simulated accelerator stands in (its tensors are
+// as foreign to the wire as a GPU's).
+TEST(ClusterSessionTest, TensorsLeaveATaskFromAnAcceleratorsMemory) {
+  auto& registry = internal::DeviceRegistry::global();
+  ASSERT_TRUE(internal::register_default_devices().ok());
+  auto gpus = registry.find_all("/device:GPU:*");
+  const bool gpu = gpus.ok() && !gpus.value().empty();
+  auto sims = registry.find_all("/device:SIM:*");
+  if (!gpu && (!sims.ok() || sims.value().empty())) {
+    ASSERT_TRUE(internal::register_sim_devices(1, registry).ok());
+  }
+  const std::string accelerator = gpu ? "GPU:0" : "SIM:0";
+  ClusterSpec cluster({{"ps", {loopback()}}, {"worker", {loopback()}}});
+  Server ps(cluster, "ps", 0, quick());
+  Server worker(cluster, "worker", 0, quick());
+  Graph g;
+  Variable w;
+  {
+    auto scope = g.device("/job:ps/task:0/device:" + accelerator);
+    w = Variable(g, Tensor::vector<float>({1, 2, 3}), "w");
+  }
+  Output y, delta;
+  {
+    auto scope = g.device("/job:worker/task:0");
+    y = ops::mul(w.value(), ops::constant(g, 2.0f), "y");
+    delta = ops::mul(y, ops::constant(g, 0.25f));  // w / 2, computed on the worker
+  }
+  Output step = w.assign_sub(delta);  // on the ps, with its variable
+  Session s(g, worker.target());
+  s.run(global_variables_initializer(g));
+  auto out = s.run({y, w.value()});
+  EXPECT_EQ(out[0].to_vector<float>(), (std::vector<float>{2, 4, 6}));
+  EXPECT_EQ(out[1].to_vector<float>(), (std::vector<float>{1, 2, 3}));
+  s.run(step);
+  EXPECT_EQ(s.run(w.value()).to_vector<float>(), (std::vector<float>{0.5f, 1, 1.5f}));
+  // One step that reads the variable across tasks and updates it (the ps's partition sends w and
+  // assigns to it), as a parameter-server training step does.
+  auto read = s.run({y}, {}, {step.op()});
+  EXPECT_EQ(read[0].to_vector<float>(), (std::vector<float>{1, 2, 3}));
+  EXPECT_EQ(s.run(w.value()).to_vector<float>(), (std::vector<float>{0.25f, 0.5f, 0.75f}));
+}
+
+// Sessions share a server task's variables by name. When two graphs place one on different
+// devices (here the ps's simulated accelerator, then the ps's CPU), the kernel that finds the
+// value in the other device's memory fails the step with FailedPrecondition naming the variable,
+// rather than reading device memory as host memory; the graph that placed it consistently goes on.
+TEST(ClusterSessionTest, AVariablePlacedOnTwoDevicesByTwoGraphsIsAClearError) {
+  auto& registry = internal::DeviceRegistry::global();
+  auto sims = registry.find_all("/device:SIM:*");
+  if (!sims.ok() || sims.value().empty()) {
+    ASSERT_TRUE(internal::register_sim_devices(1, registry).ok());
+  }
+  ClusterSpec cluster({{"ps", {loopback()}}, {"worker", {loopback()}}});
+  Server ps(cluster, "ps", 0, quick());
+  Server worker(cluster, "worker", 0, quick());
+  struct Model {
+    Graph g;
+    Variable w;
+    Output y, step;
+  };
+  auto build = [](const std::string& device) {
+    auto m = std::make_unique<Model>();
+    {
+      auto scope = m->g.device(device);
+      m->w = Variable(m->g, Tensor::vector<float>({1, 2}), "w");
+    }
+    {
+      auto scope = m->g.device("/job:worker/task:0");
+      m->y = ops::mul(m->w.value(), ops::constant(m->g, 3.0f), "y");
+    }
+    m->step = m->w.assign_add(ops::constant(m->g, Tensor::vector<float>({1, 1})));
+    return m;
+  };
+  auto on_sim = build("/job:ps/task:0/device:SIM:0");
+  auto on_cpu = build("/job:ps/task:0/device:CPU:0");
+  Session a(on_sim->g, worker.target());
+  Session b(on_cpu->g, worker.target());
+  a.run(global_variables_initializer(on_sim->g));
+  EXPECT_EQ(a.run(on_sim->y).to_vector<float>(), (std::vector<float>{3, 6}));
+  EXPECT_THROW_MSG(b.run(on_cpu->y), FailedPreconditionError, "must place it on the same device");
+  EXPECT_THROW_MSG(b.run(on_cpu->step), FailedPreconditionError, "variable w holds its value in the memory of");
+  a.run(on_sim->step);
+  EXPECT_EQ(a.run(on_sim->y).to_vector<float>(), (std::vector<float>{6, 9}));
 }
 
 }  // namespace

@@ -105,12 +105,13 @@ class VariableGpuOp final : public VariableGpuKernel {
   using VariableGpuKernel::VariableGpuKernel;
 
  protected:
-  void run(OpKernelContext& ctx, GpuRun&) override {
+  void run(OpKernelContext& ctx, GpuRun& r) override {
     auto var = variable(ctx, node());
     if (!var.ok()) return ctx.fail(var.status());
     VariableResource& v = *var.value();
     std::lock_guard<std::mutex> l(v.mu);
     if (Status s = v.check_initialized(); !s.ok()) return ctx.fail(s);
+    if (Status s = v.check_memory(r.device.name(), node().debug_name()); !s.ok()) return ctx.fail(s);
     ctx.set_output(0, v.value);
   }
 };
@@ -164,10 +165,7 @@ class AssignUpdateGpuOp final : public VariableGpuKernel {
       return ctx.fail(ErrorCode::kInvalidArgument, "variable '{}' has dtype {}, the update has dtype {}", v.name(),
                       dtype_name(v.value.dtype()), dtype_name(delta.dtype()));
     }
-    if (v.value.device() != r.device.name()) {
-      return ctx.fail(errors::internal("variable '{}' holds a value in the memory of {}, not of {}", v.name(),
-                                       v.value.device(), r.device.name()));
-    }
+    if (Status s = v.check_memory(r.device.name(), node().debug_name()); !s.ok()) return ctx.fail(s);
     // In place when the buffer is ours alone; else into a fresh buffer (Note [Variable updates]).
     Tensor out = v.value.is_buffer_shared() ? ctx.allocate_temp(v.value.dtype(), v.value.shape()) : v.value;
     const int64_t n = out.num_elements();
