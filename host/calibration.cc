@@ -55,6 +55,49 @@ std::string host_name() {
   return buf;
 }
 
+// The JSON object in `path` when it is one of this format's version; nullopt otherwise (missing,
+// unreadable, corrupt, another version).
+std::optional<nlohmann::json> read_json_file(const std::string& path) {
+  if (path.empty()) return std::nullopt;
+  std::ifstream in(path);
+  if (!in) return std::nullopt;
+  std::stringstream text;
+  text << in.rdbuf();
+  nlohmann::json j = nlohmann::json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) return std::nullopt;
+  if (auto v = j.find("version"); v == j.end() || !v->is_number_integer() || v->get<int>() != kFormatVersion) {
+    return std::nullopt;
+  }
+  return j;
+}
+
+// Writes `j` to `path` (creating its folder): beside the target, then renamed, so that readers in
+// other processes see the old file or the new. False on any failure.
+bool write_json_file(const std::string& path, const nlohmann::json& j) {
+  if (path.empty()) return false;
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path target(path);
+  if (target.has_parent_path()) fs::create_directories(target.parent_path(), ec);
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    if (!out) return false;
+    out << j.dump(2) << "\n";
+    if (!out.flush()) {
+      out.close();
+      fs::remove(tmp, ec);
+      return false;
+    }
+  }
+  fs::rename(tmp, target, ec);
+  if (ec) {
+    fs::remove(tmp, ec);
+    return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 std::string calibration_file_path() {
@@ -111,22 +154,15 @@ DeviceCostProfile measure_cpu_profile() {
 }
 
 std::optional<DeviceCostProfile> read_calibration_file(const std::string& path) {
-  if (path.empty()) return std::nullopt;
-  std::ifstream in(path);
-  if (!in) return std::nullopt;
-  std::stringstream text;
-  text << in.rdbuf();
-  const nlohmann::json j = nlohmann::json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object()) return std::nullopt;
+  const std::optional<nlohmann::json> file = read_json_file(path);
+  if (!file) return std::nullopt;
+  const nlohmann::json& j = *file;
   auto number = [](const nlohmann::json& o, const char* key) -> std::optional<double> {
     auto it = o.find(key);
     if (it == o.end() || !it->is_number()) return std::nullopt;
     const double v = it->get<double>();
     return usable(v) ? std::optional<double>(v) : std::nullopt;
   };
-  if (auto v = j.find("version"); v == j.end() || !v->is_number_integer() || v->get<int>() != kFormatVersion) {
-    return std::nullopt;
-  }
   // Measured elsewhere (a home folder shared between machines): measure again.
   if (auto h = j.find("host"); h != j.end() && (!h->is_string() || h->get<std::string>() != host_name())) {
     return std::nullopt;
@@ -147,11 +183,6 @@ std::optional<DeviceCostProfile> read_calibration_file(const std::string& path) 
 }
 
 bool write_calibration_file(const std::string& path, const DeviceCostProfile& profile) {
-  if (path.empty()) return false;
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  const fs::path target(path);
-  if (target.has_parent_path()) fs::create_directories(target.parent_path(), ec);
   nlohmann::json j;
   j["version"] = kFormatVersion;
   j["host"] = host_name();
@@ -160,24 +191,7 @@ bool write_calibration_file(const std::string& path, const DeviceCostProfile& pr
       {"memory_bandwidth", profile.memory_bandwidth},
       {"kernel_overhead_seconds", profile.kernel_overhead_seconds},
   };
-  // Write beside the target, then rename: readers in other processes see the old file or the new.
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    if (!out) return false;
-    out << j.dump(2) << "\n";
-    if (!out.flush()) {
-      out.close();
-      fs::remove(tmp, ec);
-      return false;
-    }
-  }
-  fs::rename(tmp, target, ec);
-  if (ec) {
-    fs::remove(tmp, ec);
-    return false;
-  }
-  return true;
+  return write_json_file(path, j);
 }
 
 DeviceCostProfile calibrate_cpu_profile() {
@@ -224,16 +238,9 @@ double& field(DeviceCostProfile& p, int i) {
 // A GPU's cached profile: this host's, for a GPU of this name, every field a positive number.
 std::optional<DeviceCostProfile> read_gpu_file(const std::string& path, const std::string& gpu_name,
                                                const DeviceCostProfile& defaults) {
-  if (path.empty()) return std::nullopt;
-  std::ifstream in(path);
-  if (!in) return std::nullopt;
-  std::stringstream text;
-  text << in.rdbuf();
-  const nlohmann::json j = nlohmann::json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object()) return std::nullopt;
-  if (auto v = j.find("version"); v == j.end() || !v->is_number_integer() || v->get<int>() != kFormatVersion) {
-    return std::nullopt;
-  }
+  const std::optional<nlohmann::json> file = read_json_file(path);
+  if (!file) return std::nullopt;
+  const nlohmann::json& j = *file;
   if (auto h = j.find("host"); h == j.end() || !h->is_string() || h->get<std::string>() != host_name()) {
     return std::nullopt;
   }
@@ -252,33 +259,12 @@ std::optional<DeviceCostProfile> read_gpu_file(const std::string& path, const st
 }
 
 bool write_gpu_file(const std::string& path, const std::string& gpu_name, DeviceCostProfile profile) {
-  if (path.empty()) return false;
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  const fs::path target(path);
-  if (target.has_parent_path()) fs::create_directories(target.parent_path(), ec);
   nlohmann::json j;
   j["version"] = kFormatVersion;
   j["host"] = host_name();
   j["gpu"] = {{"name", gpu_name}};
   for (int i = 0; i < 5; ++i) j["gpu"][kGpuFields[i]] = field(profile, i);
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    if (!out) return false;
-    out << j.dump(2) << "\n";
-    if (!out.flush()) {
-      out.close();
-      fs::remove(tmp, ec);
-      return false;
-    }
-  }
-  fs::rename(tmp, target, ec);
-  if (ec) {
-    fs::remove(tmp, ec);
-    return false;
-  }
-  return true;
+  return write_json_file(path, j);
 }
 
 }  // namespace
