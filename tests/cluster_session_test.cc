@@ -337,6 +337,16 @@ TEST(ClusterSessionTest, BadTargetsAreInvalidArgument) {
   EXPECT_THROW(Session(g, "http://127.0.0.1:80"), InvalidArgumentError);
 }
 
+// Registers one simulated accelerator in this process unless there is one (the in-process servers
+// place on this process's devices).
+void ensure_a_sim_device() {
+  auto& registry = internal::DeviceRegistry::global();
+  auto sims = registry.find_all("/device:SIM:*");
+  if (!sims.ok() || sims.value().empty()) {
+    ASSERT_TRUE(internal::register_sim_devices(1, registry).ok());
+  }
+}
+
 // Tensors that leave a task from an accelerator's memory (a variable on the ps's accelerator, read
 // by a worker and fetched by the client, updated with a gradient from the worker) go through host
 // memory first. A GPU where there is one; else a simulated accelerator stands in (its tensors are
@@ -346,9 +356,8 @@ TEST(ClusterSessionTest, TensorsLeaveATaskFromAnAcceleratorsMemory) {
   ASSERT_TRUE(internal::register_default_devices().ok());
   auto gpus = registry.find_all("/device:GPU:*");
   const bool gpu = gpus.ok() && !gpus.value().empty();
-  auto sims = registry.find_all("/device:SIM:*");
-  if (!gpu && (!sims.ok() || sims.value().empty())) {
-    ASSERT_TRUE(internal::register_sim_devices(1, registry).ok());
+  if (!gpu) {
+    ASSERT_NO_FATAL_FAILURE(ensure_a_sim_device());
   }
   const std::string accelerator = gpu ? "GPU:0" : "SIM:0";
   ClusterSpec cluster({{"ps", {loopback()}}, {"worker", {loopback()}}});
@@ -386,11 +395,7 @@ TEST(ClusterSessionTest, TensorsLeaveATaskFromAnAcceleratorsMemory) {
 // value in the other device's memory fails the step with FailedPrecondition naming the variable,
 // rather than reading device memory as host memory; the graph that placed it consistently goes on.
 TEST(ClusterSessionTest, AVariablePlacedOnTwoDevicesByTwoGraphsIsAClearError) {
-  auto& registry = internal::DeviceRegistry::global();
-  auto sims = registry.find_all("/device:SIM:*");
-  if (!sims.ok() || sims.value().empty()) {
-    ASSERT_TRUE(internal::register_sim_devices(1, registry).ok());
-  }
+  ASSERT_NO_FATAL_FAILURE(ensure_a_sim_device());
   ClusterSpec cluster({{"ps", {loopback()}}, {"worker", {loopback()}}});
   Server ps(cluster, "ps", 0, quick());
   Server worker(cluster, "worker", 0, quick());

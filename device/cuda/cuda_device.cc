@@ -112,14 +112,26 @@ struct CopyState {
     std::lock_guard<std::mutex> lock(mu);
     return status;
   }
+  // Ends the copy: `done` gets the first failure (the stream's, `stream_status`, else one recorded
+  // with fail()), or the copied tensor.
+  void deliver(const Status& stream_status, const std::function<void(StatusOr<Tensor>)>& done) {
+    const Status failed = stream_status.ok() ? get() : stream_status;
+    if (!failed.ok()) {
+      done(failed);
+    } else {
+      done(std::move(dst));
+    }
+  }
 };
 
 }  // namespace
 
 // ----- CudaStagingThreads -----
 
-// Helpers of copy_to_device: run the closures they are given (each stages pieces of one copy until
-// none are left), first come first served. The destructor runs what is queued, then joins.
+// Helpers of copy_to_device and copy_to_host: run the closures they are given (each stages pieces
+// of one copy until none are left, or copies one piece out of staging), first come first served.
+// Threads of their own rather than host/thread_pool.h's: each makes the GPU current once, as the
+// launches it issues need. The destructor runs what is queued, then joins.
 class CudaStagingThreads {
  public:
   CudaStagingThreads(int ordinal, int n) {
@@ -696,14 +708,7 @@ void CudaDevice::copy_to_device(const Tensor& host, Stream& stream, std::functio
     std::unique_lock<std::mutex> lock(pieces->mu);
     pieces->cv.wait(lock, [&] { return pieces->issued == pieces->count; });
   }
-  cs->then([state, done = std::move(done)](Status s) {
-    Status failed = s.ok() ? state->get() : s;
-    if (!failed.ok()) {
-      done(failed);
-    } else {
-      done(std::move(state->dst));
-    }
-  });
+  cs->then([state, done = std::move(done)](Status s) { state->deliver(s, done); });
 }
 
 void CudaDevice::copy_to_host(const Tensor& on_device, Stream& stream, std::function<void(StatusOr<Tensor>)> done) {
@@ -744,14 +749,7 @@ void CudaDevice::copy_to_host(const Tensor& on_device, Stream& stream, std::func
   finish->done = std::move(done);
   auto arrive = [this](const std::shared_ptr<Finish>& f) {
     if (f->remaining.fetch_sub(1) != 1) return;
-    post([f] {
-      Status failed = f->state->get();
-      if (!failed.ok()) {
-        f->done(failed);
-      } else {
-        f->done(std::move(f->state->dst));
-      }
-    });
+    post([f] { f->state->deliver(Status(), f->done); });
   };
   const auto* src = static_cast<const char*>(on_device.raw_data());
   auto* target = static_cast<char*>(state->dst.raw_mutable_data());
