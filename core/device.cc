@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <new>
 
+#include "core/host_blocks.h"
 #include "core/op_registry.h"
 
 namespace tessera::internal {
@@ -124,6 +125,8 @@ StatusOr<Tensor> Allocator::allocate_tensor(DType dtype, const Shape& shape,
 }
 
 void* HostMemoryAllocator::raw_allocate(std::size_t bytes, std::size_t alignment) {
+  // Large blocks come from the cache of mapped, 2 MiB aligned pages: Note [Large host blocks].
+  if (bytes >= kLargeHostBlockMin) return alignment <= (std::size_t{2} << 20) ? allocate_host_block(bytes) : nullptr;
   // aligned_alloc wants a size that is a multiple of the alignment; zero bytes still get a block so
   // that every allocation is a distinct pointer.
   std::size_t rounded = ((bytes + alignment - 1) / alignment) * alignment;
@@ -131,7 +134,13 @@ void* HostMemoryAllocator::raw_allocate(std::size_t bytes, std::size_t alignment
   return std::aligned_alloc(alignment, rounded);
 }
 
-void HostMemoryAllocator::raw_deallocate(void* ptr, std::size_t) { std::free(ptr); }
+void HostMemoryAllocator::raw_deallocate(void* ptr, std::size_t bytes) {
+  if (bytes >= kLargeHostBlockMin) {
+    free_host_block(ptr, bytes);
+  } else {
+    std::free(ptr);
+  }
+}
 
 // ----- Event -----
 

@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include "core/host_blocks.h"
 #include "core/status.h"
 #include "core/tensor_buffer.h"
 
@@ -216,6 +217,13 @@ void release_small(TensorBuffer* b) {
   }
 }
 
+// A buffer of allocate_buffer's large path: header and data in one host block.
+void release_large(TensorBuffer* b) {
+  const std::size_t total = kHeader + ((b->bytes + Tensor::kAlignment - 1) / Tensor::kAlignment) * Tensor::kAlignment;
+  b->~TensorBuffer();
+  free_host_block(b, total);
+}
+
 // TensorBuffer::allocate, callable inline from this file (the member itself is exported, so calls
 // to it go through the PLT).
 inline TensorBuffer* allocate_buffer(std::size_t bytes) {
@@ -231,6 +239,16 @@ inline TensorBuffer* allocate_buffer(std::size_t bytes) {
     return b;
   }
   std::size_t total = kHeader + ((bytes + Tensor::kAlignment - 1) / Tensor::kAlignment) * Tensor::kAlignment;
+  if (total >= kLargeHostBlockMin) {
+    // Already-mapped pages from the large block cache (Note [Large host blocks]).
+    void* mem = allocate_host_block(total);
+    if (mem == nullptr) throw ResourceExhaustedError(fmt::format("failed to allocate {} bytes", bytes));
+    auto* b = new (mem) TensorBuffer();
+    b->data = static_cast<char*>(mem) + kHeader;
+    b->bytes = bytes;
+    b->release = &release_large;
+    return b;
+  }
   void* mem = std::aligned_alloc(Tensor::kAlignment, total);
   if (mem == nullptr) throw ResourceExhaustedError(fmt::format("failed to allocate {} bytes", bytes));
   auto* b = new (mem) TensorBuffer();

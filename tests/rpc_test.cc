@@ -16,6 +16,7 @@
 #include <gtest/gtest.h>
 
 #include "testing/test_util.h"
+#include "transport/rpc_stream.h"
 
 namespace tessera::internal {
 namespace {
@@ -197,13 +198,18 @@ TEST(RpcTest, LargeTensorCrossesIntactAndIsWrappedWithoutCopy) {
   EXPECT_TRUE(wrapped.load());
   EXPECT_EQ(server_sum.load(), sum);
 
-  // The default (Tensor::kAlignment) copies exactly when libzmq's buffer is not 64-byte aligned.
+  // Both ways it was streamed (Note [Streamed frames]): received into a 2 MiB aligned host block,
+  // so even the default alignment (Tensor::kAlignment) takes it without a copy.
+  EXPECT_EQ(channel.stats().streamed_requests, 1u);
+  EXPECT_EQ(channel.stats().streamed_replies, 1u);
+  EXPECT_EQ(server->stats().streamed_requests, 1u);
+  EXPECT_EQ(server->stats().streamed_replies, 1u);
   auto& back = reply.value().frames[1];
   const void* back_data = back.data();
-  const bool aligned = reinterpret_cast<uintptr_t>(back_data) % Tensor::kAlignment == 0;
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(back_data) % (2u << 20), 0u);
   auto received = frame_to_tensor(std::move(back), DType::Float32, Shape{n});
   ASSERT_TRUE(received.ok()) << received.status().to_string();
-  EXPECT_EQ(received.value().raw_data() == back_data, aligned);
+  EXPECT_EQ(received.value().raw_data(), back_data);
   EXPECT_EQ(reinterpret_cast<uintptr_t>(received.value().raw_data()) % Tensor::kAlignment, 0u);
   EXPECT_EQ(checksum(received.value()), sum);
   // libzmq dropped its reference to the sent tensor once the bytes were written.
@@ -518,15 +524,23 @@ TEST(RpcTest, OversizedRequestIsRefusedAndServerServesTheNextCall) {
   ASSERT_TRUE(server);
   RpcChannel channel(server->endpoint());
 
-  // One frame over the limit: libzmq drops the connection before allocating it.
-  auto r = channel.call_sync(message({"h", std::string(2 << 20, 'x')}), 500ms);
+  // One frame over the limit (too small to be streamed): libzmq drops the connection before
+  // allocating it.
+  auto r = channel.call_sync(message({"h", std::string(1536 << 10, 'x')}), 500ms);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), ErrorCode::kUnavailable) << r.status().to_string();
+  // A streamed frame over the limit: refused from its head, before any chunk is stored.
+  r = channel.call_sync(message({"h", std::string(kStreamMinBytes, 'x')}), 3s);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), ErrorCode::kResourceExhausted) << r.status().to_string();
+  EXPECT_NE(r.status().message().find("exceeds the limit of 1048576 bytes"), std::string::npos) << r.status().to_string();
+  EXPECT_EQ(server->stats().oversized, 1u);
+  EXPECT_TRUE(wait_until([&] { return server->stats().dropped_chunks == 2; }, 3s)) << server->stats().dropped_chunks;
   // Frames each under the limit, together over it: refused with an error.
   r = channel.call_sync(message({"h", std::string(600 << 10, 'x'), std::string(600 << 10, 'y')}), 3s);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), ErrorCode::kResourceExhausted) << r.status().to_string();
-  EXPECT_EQ(server->stats().oversized, 1u);
+  EXPECT_EQ(server->stats().oversized, 2u);
   // The channel reconnected; the server is fine.
   r = channel.call_sync(message({"small"}), 3s);
   ASSERT_TRUE(r.ok()) << r.status().to_string();
@@ -722,6 +736,238 @@ TEST(RpcTest, DestroyingChannelCancelsAWaitingSyncCall) {
   EXPECT_EQ(future.get().code(), ErrorCode::kCancelled);
   EXPECT_LT(Clock::now() - start, 2s);
   caller.join();
+}
+
+}  // namespace
+}  // namespace tessera::internal
+
+namespace tessera::internal {
+namespace {
+
+// ---- Streamed frames (Note [Streamed frames] in transport/rpc_stream.cc) ----
+
+// `bytes` bytes whose every 8-byte word depends on its index and `seed`.
+std::string pattern(std::size_t bytes, uint64_t seed) {
+  std::string s(bytes, '\0');
+  for (std::size_t i = 0; i < bytes; ++i) s[i] = static_cast<char>(((i / 8) * 0x9e3779b97f4a7c15ull + seed) >> (8 * (i % 8)));
+  return s;
+}
+
+TEST(RpcStreamTest, LargeFramesStreamAmongSmallCallsFromManyThreadsAndArriveIntact) {
+  auto server = start_or_die(echo);
+  ASSERT_TRUE(server);
+  RpcChannel channel(server->endpoint());
+  constexpr int kThreads = 4, kCalls = 3;
+  std::atomic<int> bad{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int k = 0; k < kCalls; ++k) {
+        // Two streamed frames (one of them not a multiple of the chunk size) around small ones.
+        const std::string big1 = pattern(kStreamMinBytes + 12345 * t + k, 7 * t + k);
+        const std::string big2 = pattern(3 * kStreamChunkBytes + 7, 100 + t);
+        const std::string header = "call " + std::to_string(t) + "/" + std::to_string(k);
+        auto r = channel.call_sync(message({header, "x", big1, "", big2}), 20s);
+        if (!r.ok() || strings(r.value()) != std::vector<std::string>{header, "x", big1, "", big2}) ++bad;
+        // A small asynchronous call in between, on the I/O thread's path.
+        std::promise<StatusOr<RpcMessage>> small;
+        channel.call(message({"small"}), 20s, [&](StatusOr<RpcMessage> m) { small.set_value(std::move(m)); });
+        auto m = small.get_future().get();
+        if (!m.ok() || strings(m.value()) != std::vector<std::string>{"small"}) ++bad;
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(bad.load(), 0);
+  EXPECT_EQ(server->stats().streamed_requests, uint64_t{kThreads * kCalls});
+  EXPECT_EQ(server->stats().streamed_replies, uint64_t{kThreads * kCalls});
+  EXPECT_EQ(channel.stats().streamed_requests, uint64_t{kThreads * kCalls});
+  EXPECT_EQ(channel.stats().streamed_replies, uint64_t{kThreads * kCalls});
+  EXPECT_EQ(server->stats().requests, uint64_t{2 * kThreads * kCalls});
+  EXPECT_EQ(server->stats().malformed, 0u);
+  EXPECT_EQ(channel.stats().dropped_chunks, 0u);
+}
+
+TEST(RpcStreamTest, OnlyFramesOfTheThresholdAndMoreAreStreamed) {
+  auto server = start_or_die(echo);
+  ASSERT_TRUE(server);
+  RpcChannel channel(server->endpoint());
+  const std::string below = pattern(kStreamMinBytes - 1, 1), at = pattern(kStreamMinBytes, 2);
+  auto r = channel.call_sync(message({"h", below}), 10s);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_EQ(strings(r.value())[1], below);
+  EXPECT_EQ(server->stats().streamed_requests, 0u);
+  r = channel.call_sync(message({"h", at}), 10s);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_EQ(strings(r.value())[1], at);
+  EXPECT_EQ(server->stats().streamed_requests, 1u);
+  EXPECT_EQ(server->stats().streamed_replies, 1u);
+}
+
+// Little-endian descriptor entries (u32 index, u64 size).
+std::string descriptor(std::initializer_list<std::pair<uint32_t, uint64_t>> entries) {
+  std::string d;
+  for (auto [index, size] : entries) {
+    for (int i = 0; i < 4; ++i) d.push_back(static_cast<char>(index >> (8 * i)));
+    for (int i = 0; i < 8; ++i) d.push_back(static_cast<char>(size >> (8 * i)));
+  }
+  return d;
+}
+
+std::string envelope(const char* magic, uint64_t id) {
+  std::string e(magic, 4);
+  for (int i = 0; i < 8; ++i) e.push_back(static_cast<char>(id >> (8 * i)));
+  return e;
+}
+
+void send_parts(zmq::socket_t& socket, const std::vector<std::string>& parts) {
+  for (size_t i = 0; i < parts.size(); ++i) {
+    socket.send(zmq::buffer(parts[i]), i + 1 < parts.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
+  }
+}
+
+std::vector<std::string> recv_parts(zmq::socket_t& socket) {
+  std::vector<std::string> parts;
+  zmq::message_t m;
+  do {
+    if (!socket.recv(m)) return parts;  // rcvtimeo: whatever came
+    parts.push_back(m.to_string());
+  } while (m.more());
+  return parts;
+}
+
+// The ErrorCode of a reply's status frame (0 for OK).
+uint32_t status_code(const std::string& status) {
+  uint32_t code = 0;
+  for (int i = 0; i < 4 && i < static_cast<int>(status.size()); ++i) code |= uint32_t{static_cast<unsigned char>(status[i])} << (8 * i);
+  return code;
+}
+
+TEST(RpcStreamTest, MalformedStreamedRequestsAreRefusedAndTheServerKeepsServing) {
+  RpcServerOptions options;
+  options.stalled_stream_timeout = 200ms;
+  auto server = start_or_die(echo, options);
+  ASSERT_TRUE(server);
+  zmq::context_t context;
+  zmq::socket_t raw(context, zmq::socket_type::dealer);
+  raw.set(zmq::sockopt::linger, 0);
+  raw.set(zmq::sockopt::rcvtimeo, 3000);
+  raw.connect(server->endpoint());
+  const auto invalid = static_cast<uint32_t>(ErrorCode::kInvalidArgument);
+  auto refused_with = [&](uint64_t id, const std::string& what) {
+    std::vector<std::string> reply = recv_parts(raw);
+    ASSERT_EQ(reply.size(), 2u) << what;
+    EXPECT_EQ(reply[0], envelope("TRP1", id)) << what;
+    EXPECT_EQ(status_code(reply[1]), invalid) << what << ": " << reply[1].substr(std::min<size_t>(4, reply[1].size()));
+  };
+  // A descriptor that is not whole entries; one naming a frame that is not there; one whose
+  // placeholder is not empty.
+  send_parts(raw, {envelope("TRS1", 1), "12345", "header", ""});
+  refused_with(1, "short descriptor");
+  send_parts(raw, {envelope("TRS1", 2), descriptor({{5, 100}}), "header", ""});
+  refused_with(2, "frame out of range");
+  send_parts(raw, {envelope("TRS1", 3), descriptor({{1, 100}}), "header", "not empty"});
+  refused_with(3, "placeholder not empty");
+  // A chunk longer than its frame lacks ends the stream; its later chunks are dropped.
+  send_parts(raw, {envelope("TRS1", 4), descriptor({{1, 100}}), "header", ""});
+  send_parts(raw, {envelope("TRC1", 4), std::string(150, 'c')});
+  refused_with(4, "chunk too long");
+  send_parts(raw, {envelope("TRC1", 4), std::string(10, 'c')});
+  // A good stream, two frames in uneven chunks, interleaved with a whole call: echoed intact.
+  send_parts(raw, {envelope("TRS1", 5), descriptor({{1, 100}, {3, 5}}), "header", "", "mid", ""});
+  send_parts(raw, {envelope("TRC1", 5), std::string(60, 'a')});
+  send_parts(raw, {envelope("TRP1", 6), "whole"});
+  send_parts(raw, {envelope("TRC1", 5), std::string(40, 'b')});
+  send_parts(raw, {envelope("TRC1", 5), "tail!"});
+  // (Handler threads may answer the two in either order.)
+  std::vector<std::vector<std::string>> replies = {recv_parts(raw), recv_parts(raw)};
+  std::sort(replies.begin(), replies.end());
+  EXPECT_EQ(replies[0], (std::vector<std::string>{envelope("TRP1", 5), "", "header",
+                                                  std::string(60, 'a') + std::string(40, 'b'), "mid", "tail!"}));
+  EXPECT_EQ(replies[1], (std::vector<std::string>{envelope("TRP1", 6), "", "whole"}));
+  // A stream whose sender stops is dropped after stalled_stream_timeout; its late chunk is dropped.
+  send_parts(raw, {envelope("TRS1", 7), descriptor({{1, 100}}), "header", ""});
+  send_parts(raw, {envelope("TRC1", 7), std::string(50, 'a')});
+  EXPECT_TRUE(wait_until([&] { return server->stats().stalled_streams == 1; }, 5s));
+  send_parts(raw, {envelope("TRC1", 7), std::string(50, 'a')});
+  // A chunk of no stream at all.
+  send_parts(raw, {envelope("TRC1", 99), "stray"});
+  EXPECT_TRUE(wait_until([&] { return server->stats().dropped_chunks == 3; }, 3s)) << server->stats().dropped_chunks;
+
+  RpcChannel channel(server->endpoint());
+  auto r = channel.call_sync(message({"still here"}), 3s);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_EQ(server->stats().malformed, 4u);  // the three bad heads and the overlong chunk
+  EXPECT_EQ(server->stats().streamed_requests, 1u);
+}
+
+TEST(RpcStreamTest, MalformedStreamedRepliesFailTheirCallsAndTheChannelGoesOn) {
+  zmq::context_t context;
+  zmq::socket_t router(context, zmq::socket_type::router);
+  router.set(zmq::sockopt::linger, 0);
+  router.set(zmq::sockopt::rcvtimeo, 100);
+  router.bind("tcp://127.0.0.1:*");
+  const std::string endpoint = router.get(zmq::sockopt::last_endpoint);
+  std::atomic<bool> done{false};
+  zmq::message_t stalled_routing;
+  uint64_t stalled_id = 0;
+  std::mutex stalled_mu;
+  // Answers each request by its header: a stream over the channel's limit, a chunk that overflows
+  // its frame, a head whose chunks never come, and a good stream.
+  std::thread peer([&] {
+    while (!done) {
+      zmq::message_t routing, env, header;
+      if (!router.recv(routing)) continue;
+      if (!router.recv(env) || !router.recv(header)) continue;
+      uint64_t id = 0;
+      for (int i = 0; i < 8; ++i) id |= uint64_t{static_cast<const unsigned char*>(env.data())[4 + i]} << (8 * i);
+      const std::string what = header.to_string();
+      auto reply = [&](const std::vector<std::string>& parts) {
+        router.send(zmq::buffer(routing.to_string()), zmq::send_flags::sndmore);
+        send_parts(router, parts);
+      };
+      if (what == "too big") {
+        reply({envelope("TRS1", id), descriptor({{1, 8u << 20}}), "", ""});
+      } else if (what == "overflow") {
+        reply({envelope("TRS1", id), descriptor({{1, 100}}), "", ""});
+        reply({envelope("TRC1", id), std::string(200, 'x')});
+      } else if (what == "stall") {
+        reply({envelope("TRS1", id), descriptor({{1, 100}}), "", ""});
+        std::lock_guard<std::mutex> l(stalled_mu);
+        stalled_routing.copy(routing);
+        stalled_id = id;
+      } else if (what == "late chunk") {
+        std::lock_guard<std::mutex> l(stalled_mu);
+        router.send(zmq::buffer(stalled_routing.to_string()), zmq::send_flags::sndmore);
+        send_parts(router, {envelope("TRC1", stalled_id), std::string(100, 'l')});
+        reply({envelope("TRP1", id), "", "sent"});
+      } else {
+        reply({envelope("TRS1", id), descriptor({{1, 7}}), "", ""});
+        reply({envelope("TRC1", id), "pay"});
+        reply({envelope("TRC1", id), "load"});
+      }
+    }
+  });
+  RpcChannelOptions options;
+  options.max_message_bytes = 4 << 20;
+  RpcChannel channel(endpoint, options);
+  auto r = channel.call_sync(message({"too big"}), 3s);
+  EXPECT_EQ(r.status().code(), ErrorCode::kResourceExhausted) << r.status().to_string();
+  r = channel.call_sync(message({"overflow"}), 3s);
+  EXPECT_EQ(r.status().code(), ErrorCode::kInternal) << r.status().to_string();
+  EXPECT_NE(r.status().message().find("malformed streamed reply"), std::string::npos) << r.status().to_string();
+  r = channel.call_sync(message({"stall"}), 300ms);
+  EXPECT_EQ(r.status().code(), ErrorCode::kUnavailable) << r.status().to_string();
+  r = channel.call_sync(message({"late chunk"}), 3s);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_EQ(channel.stats().dropped_chunks, 1u);  // the stalled call's chunk, after its deadline
+  r = channel.call_sync(message({"good"}), 3s);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_EQ(strings(r.value()), std::vector<std::string>{"payload"});
+  EXPECT_EQ(channel.stats().streamed_replies, 1u);
+  EXPECT_EQ(channel.stats().malformed, 1u);  // the overflowing chunk
+  done = true;
+  peer.join();
 }
 
 }  // namespace

@@ -21,6 +21,7 @@
 #include <fmt/format.h>
 
 #include "core/tensor_buffer.h"
+#include "transport/rpc_stream.h"
 
 namespace tessera::internal {
 
@@ -30,7 +31,9 @@ namespace tessera::internal {
 // peer's routing id in front. A reply is [call-id][status][frame...]: the call-id echoed, then an
 // empty status frame for OK or 4 bytes of little-endian ErrorCode and the message, then the reply's
 // frames. The call-id frame is 12 bytes, "TRP1" and a little-endian 64-bit id, so stray traffic is
-// recognized and dropped (counted as malformed) instead of being handed to a handler.
+// recognized and dropped (counted as malformed) instead of being handed to a handler. A message with
+// frames of kStreamMinBytes (2 MiB) or more goes out as a head ("TRS1") followed by chunk messages
+// ("TRC1"), either way: Note [Streamed frames] in rpc_stream.cc.
 //
 // Threads. Server sockets are used by exactly one thread, the server's I/O thread; other threads
 // talk to it through a mutex-protected queue plus an eventfd in its zmq_poll set, written only when
@@ -130,25 +133,55 @@ namespace tessera::internal {
 
 namespace {
 
+// The envelope's magic: a whole message, the head of a streamed one, a chunk of a streamed one
+// (Note [Streamed frames] in rpc_stream.cc).
 constexpr char kMagic[4] = {'T', 'R', 'P', '1'};
+constexpr char kHeadMagic[4] = {'T', 'R', 'S', '1'};
+constexpr char kChunkMagic[4] = {'T', 'R', 'C', '1'};
 constexpr std::size_t kCallIdBytes = 12;
 constexpr int kRecvBatch = 256;
 
-zmq::message_t call_id_frame(uint64_t id) {
+enum class Envelope { kWhole, kHead, kChunk };
+
+zmq::message_t envelope_frame(const char (&magic)[4], uint64_t id) {
   zmq::message_t m(kCallIdBytes);
   auto* p = static_cast<unsigned char*>(m.data());
-  std::memcpy(p, kMagic, 4);
+  std::memcpy(p, magic, 4);
   for (int i = 0; i < 8; ++i) p[4 + i] = static_cast<unsigned char>(id >> (8 * i));
   return m;
 }
 
-std::optional<uint64_t> parse_call_id(const zmq::message_t& m) {
+zmq::message_t call_id_frame(uint64_t id) { return envelope_frame(kMagic, id); }
+
+std::optional<std::pair<Envelope, uint64_t>> parse_envelope(const zmq::message_t& m) {
   if (m.size() != kCallIdBytes) return std::nullopt;
   const auto* p = static_cast<const unsigned char*>(m.data());
-  if (std::memcmp(p, kMagic, 4) != 0) return std::nullopt;
+  Envelope kind;
+  if (std::memcmp(p, kMagic, 4) == 0) {
+    kind = Envelope::kWhole;
+  } else if (std::memcmp(p, kHeadMagic, 4) == 0) {
+    kind = Envelope::kHead;
+  } else if (std::memcmp(p, kChunkMagic, 4) == 0) {
+    kind = Envelope::kChunk;
+  } else {
+    return std::nullopt;
+  }
   uint64_t id = 0;
   for (int i = 0; i < 8; ++i) id |= uint64_t{p[4 + i]} << (8 * i);
-  return id;
+  return std::make_pair(kind, id);
+}
+
+std::optional<uint64_t> parse_call_id(const zmq::message_t& m) {
+  auto e = parse_envelope(m);
+  if (!e || e->first != Envelope::kWhole) return std::nullopt;
+  return e->second;
+}
+
+bool has_streamed_size(const std::vector<zmq::message_t>& frames) {
+  for (const zmq::message_t& f : frames) {
+    if (f.size() >= kStreamMinBytes) return true;
+  }
+  return false;
 }
 
 zmq::message_t status_frame(const Status& s) {
@@ -389,6 +422,16 @@ class RpcServerCore : public std::enable_shared_from_this<RpcServerCore> {
   // Counts a refused connection and logs `line` (rate-limited per `source`).
   void refused(const std::string& source, std::string line);
   void receive_one(zmq::message_t routing_id, std::vector<zmq::message_t>* parts);
+  // The head and the chunks of a streamed request (Note [Streamed frames] in rpc_stream.cc).
+  void receive_head(zmq::message_t routing_id, uint64_t id, std::vector<zmq::message_t>* parts);
+  void receive_chunk(const zmq::message_t& routing_id, uint64_t id, const zmq::message_t& chunk);
+  // Drops the streamed requests whose sender sent nothing for stalled_stream_timeout (it is gone,
+  // or its stream is broken).
+  void drop_stalled_streams();
+  // Hands a whole request to the handler.
+  void dispatch(zmq::message_t routing_id, uint64_t id, std::vector<zmq::message_t> frames);
+  // Replies `status` (an error) to call `id` of `routing_id` at once, from the I/O thread.
+  void refuse(zmq::message_t routing_id, uint64_t id, const Status& status);
   void send(Outgoing& out);
   void drain_outbox(std::vector<Outgoing>* batch);
   void invoke(RpcMessage request, Responder respond);
@@ -407,6 +450,12 @@ class RpcServerCore : public std::enable_shared_from_this<RpcServerCore> {
     uint64_t suppressed = 0;
   };
   std::map<std::string, Logged> refusal_log_;  // I/O thread only: when each source was last logged
+  // Streamed requests being received, by routing id and call id (I/O thread only).
+  struct Assembling {
+    zmq::message_t routing_id;
+    Assembly assembly;
+  };
+  std::map<std::string, Assembling> assembling_;
   const int wake_fd_;
   std::thread io_thread_;
   std::vector<std::thread> workers_;
@@ -428,7 +477,8 @@ class RpcServerCore : public std::enable_shared_from_this<RpcServerCore> {
   int live_workers_ = 0;        // guarded by work_mu_
 
   std::atomic<uint64_t> requests_{0}, malformed_{0}, oversized_{0}, replies_{0}, dropped_replies_{0},
-      abandoned_{0}, refused_{0};
+      abandoned_{0}, refused_{0}, streamed_requests_{0}, streamed_replies_{0}, dropped_chunks_{0},
+      stalled_streams_{0};
 };
 
 namespace {
@@ -526,7 +576,10 @@ void RpcServerCore::run_io() {
   std::vector<zmq::message_t> parts;
   std::vector<Outgoing> batch;
   for (;;) {
-    if (!poll_items(items, num_items, -1)) break;
+    // While streamed requests are being received, wake up now and then to drop stalled ones.
+    const long stall_check_ms = std::clamp<long>(options_.stalled_stream_timeout.count() / 4, 10, 1000);
+    if (!poll_items(items, num_items, assembling_.empty() ? -1 : stall_check_ms)) break;
+    if (!assembling_.empty()) drop_stalled_streams();
     if (items[1].revents & ZMQ_POLLIN) drain_wake_fd(wake_fd_);
     if (num_items == 4) {
       if (items[2].revents & ZMQ_POLLIN) serve_zap();
@@ -625,10 +678,33 @@ void RpcServerCore::refused(const std::string& source, std::string line) {
   logged = Logged{now, 0};
 }
 
+namespace {
+std::string assembly_key(const zmq::message_t& routing_id, uint64_t id) {
+  std::string key(static_cast<const char*>(routing_id.data()), routing_id.size());
+  key.append(reinterpret_cast<const char*>(&id), sizeof id);
+  return key;
+}
+}  // namespace
+
 void RpcServerCore::receive_one(zmq::message_t routing_id, std::vector<zmq::message_t>* parts) {
-  // parts: [call-id][header][payload...]
-  if (parts->size() < 2 || !parse_call_id((*parts)[0])) {
+  // parts: [call-id][header][payload...], [head envelope][descriptor][header][payload...] or
+  // [chunk envelope][bytes]
+  const auto envelope = parts->empty() ? std::nullopt : parse_envelope((*parts)[0]);
+  if (parts->size() < 2 || !envelope) {
     malformed_.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  const auto [kind, id] = *envelope;
+  if (kind == Envelope::kChunk) {
+    if (parts->size() != 2) {
+      malformed_.fetch_add(1, std::memory_order_relaxed);
+      return;
+    }
+    receive_chunk(routing_id, id, (*parts)[1]);
+    return;
+  }
+  if (kind == Envelope::kHead) {
+    receive_head(std::move(routing_id), id, parts);
     return;
   }
   if (options_.max_message_bytes >= 0) {
@@ -636,20 +712,82 @@ void RpcServerCore::receive_one(zmq::message_t routing_id, std::vector<zmq::mess
     for (std::size_t i = 1; i < parts->size(); ++i) total += (*parts)[i].size();
     if (total > static_cast<uint64_t>(options_.max_message_bytes)) {
       oversized_.fetch_add(1, std::memory_order_relaxed);
-      Outgoing out{std::move(routing_id), std::move((*parts)[0]),
-                   status_frame(errors::resource_exhausted(
-                       "request of {} bytes exceeds the server's limit of {} bytes", total,
-                       options_.max_message_bytes)),
-                   {}};
-      send(out);
+      refuse(std::move(routing_id), id,
+             errors::resource_exhausted("request of {} bytes exceeds the server's limit of {} bytes", total,
+                                        options_.max_message_bytes));
       return;
     }
   }
+  std::vector<zmq::message_t> frames;
+  frames.reserve(parts->size() - 1);
+  for (std::size_t i = 1; i < parts->size(); ++i) frames.push_back(std::move((*parts)[i]));
+  dispatch(std::move(routing_id), id, std::move(frames));
+}
+
+void RpcServerCore::receive_head(zmq::message_t routing_id, uint64_t id, std::vector<zmq::message_t>* parts) {
+  if (parts->size() < 3) {  // [envelope][descriptor][header]...
+    malformed_.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  std::vector<zmq::message_t> frames;
+  frames.reserve(parts->size() - 2);
+  for (std::size_t i = 2; i < parts->size(); ++i) frames.push_back(std::move((*parts)[i]));
+  StatusOr<Assembly> assembly = Assembly::start((*parts)[1], std::move(frames), options_.max_message_bytes);
+  if (!assembly.ok()) {
+    (assembly.status().code() == ErrorCode::kResourceExhausted ? oversized_ : malformed_)
+        .fetch_add(1, std::memory_order_relaxed);
+    refuse(std::move(routing_id), id, assembly.status());
+    return;
+  }
+  std::string key = assembly_key(routing_id, id);
+  // A head reusing the key of an unfinished stream replaces it (that sender started over).
+  assembling_.insert_or_assign(std::move(key), Assembling{std::move(routing_id), std::move(assembly).value()});
+}
+
+void RpcServerCore::receive_chunk(const zmq::message_t& routing_id, uint64_t id, const zmq::message_t& chunk) {
+  auto it = assembling_.find(assembly_key(routing_id, id));
+  if (it == assembling_.end()) {  // its head was refused, or it stalled and was dropped
+    dropped_chunks_.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  Assembly& a = it->second.assembly;
+  if (Status st = a.add(chunk); !st.ok()) {
+    malformed_.fetch_add(1, std::memory_order_relaxed);
+    zmq::message_t rid = std::move(it->second.routing_id);
+    assembling_.erase(it);
+    refuse(std::move(rid), id, st);
+    return;
+  }
+  if (!a.complete()) return;
+  std::vector<zmq::message_t> frames = a.take();
+  zmq::message_t rid = std::move(it->second.routing_id);
+  assembling_.erase(it);
+  streamed_requests_.fetch_add(1, std::memory_order_relaxed);
+  dispatch(std::move(rid), id, std::move(frames));
+}
+
+void RpcServerCore::drop_stalled_streams() {
+  const auto now = Assembly::Clock::now();
+  for (auto it = assembling_.begin(); it != assembling_.end();) {
+    if (now - it->second.assembly.last_progress() > options_.stalled_stream_timeout) {
+      stalled_streams_.fetch_add(1, std::memory_order_relaxed);
+      it = assembling_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+void RpcServerCore::refuse(zmq::message_t routing_id, uint64_t id, const Status& status) {
+  Outgoing out{std::move(routing_id), call_id_frame(id), status_frame(status), {}};
+  send(out);
+}
+
+void RpcServerCore::dispatch(zmq::message_t routing_id, uint64_t id, std::vector<zmq::message_t> frames) {
   requests_.fetch_add(1, std::memory_order_relaxed);
   RpcMessage request;
-  request.frames.reserve(parts->size() - 1);
-  for (std::size_t i = 1; i < parts->size(); ++i) request.frames.push_back(std::move((*parts)[i]));
-  Responder respond(std::make_shared<ReplySlot>(shared_from_this(), std::move(routing_id), std::move((*parts)[0])));
+  request.frames = std::move(frames);
+  Responder respond(std::make_shared<ReplySlot>(shared_from_this(), std::move(routing_id), call_id_frame(id)));
   if (options_.handler_threads <= 0 || (options_.run_inline && options_.run_inline(request))) {
     invoke(std::move(request), std::move(respond));
     return;
@@ -712,14 +850,44 @@ void RpcServerCore::send(Outgoing& out) {
   try {
     // With ZMQ_ROUTER_MANDATORY the routing frame fails (EAGAIN or EHOSTUNREACH) when the reply
     // cannot be delivered; the frames after it then cannot block.
+    std::optional<Stream> stream;
+    uint64_t id = 0;
+    if (has_streamed_size(out.frames)) {
+      // Every reply slot holds a whole-message call id (dispatch() made it).
+      id = parse_call_id(out.call_id).value_or(0);
+      // The status frame counts as frame 0 of the descriptor's numbering.
+      out.frames.insert(out.frames.begin(), std::move(out.status));
+      stream = split_for_streaming(&out.frames);
+    }
+    zmq::message_t routing_id;  // sending moves the frame out: each chunk sends a copy of this
+    if (stream) routing_id.copy(out.routing_id);
     if (!socket_.send(out.routing_id, zmq::send_flags::sndmore | zmq::send_flags::dontwait)) {
       dropped_replies_.fetch_add(1, std::memory_order_relaxed);
       return;
     }
-    socket_.send(out.call_id, zmq::send_flags::sndmore);
-    socket_.send(out.status, out.frames.empty() ? zmq::send_flags::none : zmq::send_flags::sndmore);
+    if (stream) {
+      socket_.send(envelope_frame(kHeadMagic, id), zmq::send_flags::sndmore);
+      socket_.send(stream->descriptor, zmq::send_flags::sndmore);
+    } else {
+      socket_.send(out.call_id, zmq::send_flags::sndmore);
+      socket_.send(out.status, out.frames.empty() ? zmq::send_flags::none : zmq::send_flags::sndmore);
+    }
     for (std::size_t i = 0; i < out.frames.size(); ++i) {
       socket_.send(out.frames[i], i + 1 < out.frames.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
+    }
+    if (stream) {
+      // The chunks follow at once, in order (Note [Streamed frames]).
+      for (zmq::message_t& chunk : stream->chunks) {
+        zmq::message_t rid;
+        rid.copy(routing_id);
+        if (!socket_.send(rid, zmq::send_flags::sndmore | zmq::send_flags::dontwait)) {
+          dropped_replies_.fetch_add(1, std::memory_order_relaxed);  // the caller meets its deadline
+          return;
+        }
+        socket_.send(envelope_frame(kChunkMagic, id), zmq::send_flags::sndmore);
+        socket_.send(chunk, zmq::send_flags::none);
+      }
+      streamed_replies_.fetch_add(1, std::memory_order_relaxed);
     }
     replies_.fetch_add(1, std::memory_order_relaxed);
   } catch (const zmq::error_t&) {
@@ -799,6 +967,10 @@ RpcServerStats RpcServerCore::stats() const {
   s.dropped_replies = dropped_replies_.load(std::memory_order_relaxed);
   s.abandoned_handlers = abandoned_.load(std::memory_order_relaxed);
   s.refused = refused_.load(std::memory_order_relaxed);
+  s.streamed_requests = streamed_requests_.load(std::memory_order_relaxed);
+  s.streamed_replies = streamed_replies_.load(std::memory_order_relaxed);
+  s.dropped_chunks = dropped_chunks_.load(std::memory_order_relaxed);
+  s.stalled_streams = stalled_streams_.load(std::memory_order_relaxed);
   return s;
 }
 
@@ -892,6 +1064,9 @@ class RpcChannelCore {
     uint64_t id;
     zmq::message_t call_id;
     RpcMessage request;
+    std::optional<Stream> stream;  // its large frames, sent as chunks after the head
+    bool head_sent = false;
+    std::size_t next_chunk = 0;    // of stream->chunks
   };
   using Completion = std::pair<RpcChannel::Done, StatusOr<RpcMessage>>;
 
@@ -948,6 +1123,7 @@ class RpcChannelCore {
                       std::greater<>>
       deadlines_;
   std::deque<Outgoing> outbox_;  // accepted, not yet taken by libzmq (no peer connected yet)
+  std::unordered_map<uint64_t, Assembly> assembling_;  // streamed replies being received, by call id
   std::vector<Completion> rejected_;  // calls refused at once, completed by the I/O thread
   std::vector<Completion> ready_;     // completed asynchronous calls, for the I/O thread to run
   // When the I/O thread wakes up by itself next, and whether it watches the socket meanwhile.
@@ -959,7 +1135,8 @@ class RpcChannelCore {
   std::optional<Clock::time_point> reconnect_at_;  // when to connect again (libzmq gave up)
   std::chrono::milliseconds reconnect_backoff_;
 
-  std::atomic<uint64_t> calls_{0}, timed_out_{0}, late_replies_{0}, malformed_{0}, failed_handshakes_{0};
+  std::atomic<uint64_t> calls_{0}, timed_out_{0}, late_replies_{0}, malformed_{0}, failed_handshakes_{0},
+      streamed_requests_{0}, streamed_replies_{0}, dropped_chunks_{0};
 };
 
 RpcChannelCore::RpcChannelCore(std::string endpoint, const RpcChannelOptions& options)
@@ -977,6 +1154,8 @@ RpcChannelCore::RpcChannelCore(std::string endpoint, const RpcChannelOptions& op
     socket_ = zmq::socket_t(channel_context(), zmq::socket_type::dealer);
     socket_.set(zmq::sockopt::linger, 0);
     socket_.set(zmq::sockopt::immediate, 1);
+    // A streamed request is a message per chunk (zero-copy references): room for many.
+    socket_.set(zmq::sockopt::sndhwm, 100000);
     socket_.set(zmq::sockopt::reconnect_ivl, static_cast<int>(options_.reconnect_interval.count()));
     socket_.set(zmq::sockopt::reconnect_ivl_max, static_cast<int>(options_.reconnect_interval_max.count()));
     socket_.set(zmq::sockopt::connect_timeout, static_cast<int>(options_.connect_timeout.count()));
@@ -1057,7 +1236,8 @@ bool RpcChannelCore::start_locked(RpcMessage request, Clock::time_point deadline
   }
   bool wake = deadline < io_wake_at_;
   const bool queued_before = !outbox_.empty();
-  outbox_.push_back(Outgoing{id, call_id_frame(id), std::move(request)});
+  outbox_.push_back(Outgoing{id, call_id_frame(id), std::move(request), std::nullopt, false, 0});
+  outbox_.back().stream = split_for_streaming(&outbox_.back().request.frames);
   // An asynchronous call is sent by the I/O thread, which receives its reply anyway: a burst of
   // calls costs one wake-up, and the callers never contend with it for the socket.
   if (async) return wake || !queued_before;
@@ -1217,6 +1397,7 @@ void RpcChannelCore::run_completions(std::vector<Completion>* completions) {
 }
 
 void RpcChannelCore::finish(std::unordered_map<uint64_t, Pending>::iterator it, StatusOr<RpcMessage> result) {
+  if (!assembling_.empty()) assembling_.erase(it->first);  // its later chunks are dropped
   Pending p = std::move(it->second);
   pending_.erase(it);
   if (p.waiter != nullptr) {
@@ -1321,19 +1502,38 @@ void RpcChannelCore::flush_outbox() {
   while (!outbox_.empty()) {
     Outgoing& out = outbox_.front();
     auto pending = pending_.find(out.id);
-    if (pending == pending_.end()) {  // timed out before a peer could take it
+    if (pending == pending_.end()) {  // timed out before a peer could take it (or all of it)
       outbox_.pop_front();
       continue;
     }
     // EAGAIN while no peer is connected (ZMQ_IMMEDIATE) or its queue is full: retried when the
-    // socket's fd signals.
-    if (!socket_.send(out.call_id, zmq::send_flags::sndmore | zmq::send_flags::dontwait)) return;
-    auto& frames = out.request.frames;
-    for (std::size_t i = 0; i < frames.size(); ++i) {
-      // Later parts of a message whose first part was taken never block.
-      socket_.send(frames[i], i + 1 < frames.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
+    // socket's fd signals, from the first frame or chunk libzmq did not take.
+    if (!out.head_sent) {
+      const bool streamed = out.stream.has_value();
+      zmq::message_t envelope = streamed ? envelope_frame(kHeadMagic, out.id) : std::move(out.call_id);
+      if (!socket_.send(envelope, zmq::send_flags::sndmore | zmq::send_flags::dontwait)) {
+        if (!streamed) out.call_id = std::move(envelope);  // EAGAIN left it intact
+        return;
+      }
+      if (streamed) socket_.send(out.stream->descriptor, zmq::send_flags::sndmore);
+      auto& frames = out.request.frames;
+      for (std::size_t i = 0; i < frames.size(); ++i) {
+        // Later parts of a message whose first part was taken never block.
+        socket_.send(frames[i], i + 1 < frames.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
+      }
+      out.head_sent = true;
+      pending->second.sent = true;
     }
-    pending->second.sent = true;
+    if (out.stream) {
+      auto& chunks = out.stream->chunks;
+      for (; out.next_chunk < chunks.size(); ++out.next_chunk) {
+        if (!socket_.send(envelope_frame(kChunkMagic, out.id), zmq::send_flags::sndmore | zmq::send_flags::dontwait)) {
+          return;
+        }
+        socket_.send(chunks[out.next_chunk], zmq::send_flags::none);
+      }
+      streamed_requests_.fetch_add(1, std::memory_order_relaxed);
+    }
     outbox_.pop_front();
   }
 }
@@ -1344,14 +1544,58 @@ bool RpcChannelCore::receive_replies() {
     zmq::message_t first;
     if (!socket_.recv(first, zmq::recv_flags::dontwait)) return false;
     recv_rest(socket_, first, &parts);
-    // [call-id][status][frame...]
-    const std::optional<uint64_t> id = parse_call_id(first);
-    std::optional<Status> status = parts.empty() ? std::nullopt : parse_status(parts[0]);
-    if (!id || !status) {
+    // [call-id][status][frame...], [head envelope][descriptor][status][frame...] or
+    // [chunk envelope][bytes]
+    const auto envelope = parse_envelope(first);
+    if (!envelope || parts.empty()) {
       malformed_.fetch_add(1, std::memory_order_relaxed);
       continue;
     }
-    auto it = pending_.find(*id);
+    const auto [kind, id] = *envelope;
+    if (kind == Envelope::kChunk) {
+      auto a = assembling_.find(id);
+      if (a == assembling_.end() || parts.size() != 1) {  // its call ended, or its head was refused
+        dropped_chunks_.fetch_add(1, std::memory_order_relaxed);
+        continue;
+      }
+      Status st = a->second.add(parts[0]);
+      if (st.ok() && !a->second.complete()) continue;
+      std::vector<zmq::message_t> frames;
+      if (st.ok()) frames = a->second.take();
+      assembling_.erase(a);
+      auto it = pending_.find(id);
+      if (it == pending_.end()) continue;  // not reached: finish() forgets the assembly of its call
+      if (!st.ok()) {
+        malformed_.fetch_add(1, std::memory_order_relaxed);
+        finish(it, errors::internal("malformed streamed reply from {}: {}", endpoint_, st.message()));
+        continue;
+      }
+      streamed_replies_.fetch_add(1, std::memory_order_relaxed);
+      parts = std::move(frames);  // [status][frame...], as a whole reply's
+    } else if (kind == Envelope::kHead) {
+      auto it = pending_.find(id);
+      if (it == pending_.end()) {
+        late_replies_.fetch_add(1, std::memory_order_relaxed);
+        continue;
+      }
+      std::vector<zmq::message_t> frames;
+      frames.reserve(parts.size() - 1);
+      for (std::size_t i = 1; i < parts.size(); ++i) frames.push_back(std::move(parts[i]));
+      StatusOr<Assembly> a = Assembly::start(parts[0], std::move(frames), options_.max_message_bytes);
+      if (!a.ok()) {
+        if (a.status().code() != ErrorCode::kResourceExhausted) malformed_.fetch_add(1, std::memory_order_relaxed);
+        finish(it, Status(a.status().code(), fmt::format("reply from {}: {}", endpoint_, a.status().message())));
+        continue;
+      }
+      assembling_.insert_or_assign(id, std::move(a).value());
+      continue;
+    }
+    std::optional<Status> status = parts.empty() ? std::nullopt : parse_status(parts[0]);
+    if (!status) {
+      malformed_.fetch_add(1, std::memory_order_relaxed);
+      continue;
+    }
+    auto it = pending_.find(id);
     if (it == pending_.end()) {
       late_replies_.fetch_add(1, std::memory_order_relaxed);
       continue;
@@ -1399,6 +1643,9 @@ RpcChannelStats RpcChannelCore::stats() const {
   s.late_replies = late_replies_.load(std::memory_order_relaxed);
   s.malformed = malformed_.load(std::memory_order_relaxed);
   s.failed_handshakes = failed_handshakes_.load(std::memory_order_relaxed);
+  s.streamed_requests = streamed_requests_.load(std::memory_order_relaxed);
+  s.streamed_replies = streamed_replies_.load(std::memory_order_relaxed);
+  s.dropped_chunks = dropped_chunks_.load(std::memory_order_relaxed);
   return s;
 }
 

@@ -106,6 +106,9 @@ struct RpcServerOptions {
   std::chrono::milliseconds heartbeat_timeout{3000};
   // How long stop() waits for handler invocations still running before it leaves them behind.
   std::chrono::milliseconds stop_grace{300};
+  // A streamed request (Note [Streamed frames] in rpc_stream.cc) whose sender sends no chunk for
+  // this long is dropped, with the memory it holds.
+  std::chrono::milliseconds stalled_stream_timeout{30000};
 
   // CURVE (Note [RPC], "Security"): the server's key pair and the client keys it admits, Z85
   // encoded (40 characters each). Unset: plain TCP, anyone may connect.
@@ -129,6 +132,11 @@ struct RpcServerStats {
   uint64_t dropped_replies = 0;  // replies given after stop()
   uint64_t abandoned_handlers = 0;  // handler threads stop() left running after stop_grace
   uint64_t refused = 0;  // CURVE: connections refused (client key not allowed, or no CURVE at all)
+  // Streamed frames (Note [Streamed frames] in rpc_stream.cc):
+  uint64_t streamed_requests = 0;  // requests that arrived as a head and chunks, handed to the handler
+  uint64_t streamed_replies = 0;   // replies sent as a head and chunks
+  uint64_t dropped_chunks = 0;     // chunks of no stream being received (refused, or dropped as stalled)
+  uint64_t stalled_streams = 0;    // streamed requests dropped after stalled_stream_timeout without a chunk
 };
 
 // A bound ROUTER socket serving requests with `handler`. Thread-safe: stop(), endpoint() and stats()
@@ -171,7 +179,8 @@ struct RpcChannelOptions {
   // A TCP connect to a host that does not answer is given up after this and retried (the OS
   // default is minutes, during which a host that came back would go unnoticed).
   std::chrono::milliseconds connect_timeout{2000};
-  // Largest reply frame accepted (ZMQ_MAXMSGSIZE); -1: no limit.
+  // Largest reply frame accepted (ZMQ_MAXMSGSIZE), and largest streamed reply in total (refused with
+  // ResourceExhausted before its chunks are received); -1: no limit.
   int64_t max_message_bytes = -1;
   // CURVE (Note [RPC], "Security"): this client's key pair and the key the server must present,
   // Z85 encoded (40 characters each). Unset: plain TCP. A handshake that fails (the server
@@ -193,6 +202,9 @@ struct RpcChannelStats {
   uint64_t late_replies = 0;  // replies to calls already completed (timed out): dropped
   uint64_t malformed = 0;     // replies not in our envelope: dropped
   uint64_t failed_handshakes = 0;  // handshakes that failed authentication (see RpcChannelOptions::curve)
+  uint64_t streamed_requests = 0;  // requests sent as a head and chunks (Note [Streamed frames])
+  uint64_t streamed_replies = 0;   // replies received that way
+  uint64_t dropped_chunks = 0;     // chunks of no reply being received (its call ended, or was refused)
 };
 
 class RpcChannelCore;

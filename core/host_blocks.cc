@@ -1,0 +1,215 @@
+#include "core/host_blocks.h"
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <bit>
+#include <chrono>
+#include <cstdlib>
+#include <mutex>
+#include <vector>
+
+namespace tessera::internal {
+
+// Note [Large host blocks]
+// ~~~~~~~~~~~~~~~~~~~~~~~~
+// glibc serves a block of 32 MiB or more (and smaller ones until its adaptive threshold has grown)
+// with a fresh mmap and unmaps it on free: every large tensor then pays a page fault per 4 KiB page
+// when it is first written, 16,384 of them for 64 MiB, which cost more than writing the data. A
+// received 64 MiB tensor was measured at about 1.2 GiB/s through loopback TCP for that reason
+// (benchmarks/README.md, "Transport"). So blocks of kLargeHostBlockMin and more come from here:
+//   * mapped with mmap, 2 MiB aligned, with MADV_HUGEPAGE: where transparent huge pages are
+//     enabled (always or madvise), a first touch faults 2 MiB at a time;
+//   * freed blocks stay mapped in a cache, and a request of the same size class (sizes rounded up
+//     by at most an eighth, to 64 KiB steps at least) takes the most recently freed one, whose pages
+//     are faulted in and likely still in cache;
+//   * the cache is bounded (set_host_block_cache_limit; an eighth of physical memory, at most 1 GiB,
+//     by default): past the limit the least recently freed blocks are unmapped, and blocks idle for
+//     kIdle are unmapped by the next call. A failed mmap empties the cache and tries once more.
+// This is the CPU side of what TensorFlow's BFC allocator and PyTorch's caching allocators do for
+// device memory, kept simpler: blocks are never split or merged, so an odd size costs at most an
+// eighth more than asked, and memory held for one size is not lent to another.
+// Sanitizer builds use aligned_alloc and free and cache nothing, so that every access is checked.
+
+namespace {
+
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+constexpr bool kSanitized = true;
+#else
+constexpr bool kSanitized = false;
+#endif
+
+constexpr std::size_t kHugePage = std::size_t{2} << 20;
+constexpr std::size_t kMinStep = std::size_t{64} << 10;
+constexpr std::chrono::seconds kIdle{30};
+
+using Clock = std::chrono::steady_clock;
+
+std::size_t size_class(std::size_t bytes) {
+  const std::size_t step = std::max(kMinStep, std::bit_floor(bytes) / 8);
+  return (bytes + step - 1) / step * step;
+}
+
+void* map_block(std::size_t size) {
+  if (kSanitized) return std::aligned_alloc(64, size);
+  const std::size_t len = size + kHugePage;
+  void* p = ::mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) return nullptr;
+  const auto start = reinterpret_cast<std::uintptr_t>(p);
+  const std::uintptr_t aligned = (start + kHugePage - 1) & ~(kHugePage - 1);
+  if (aligned > start) ::munmap(p, aligned - start);
+  const std::uintptr_t end = start + len;
+  if (end > aligned + size) ::munmap(reinterpret_cast<void*>(aligned + size), end - (aligned + size));
+  ::madvise(reinterpret_cast<void*>(aligned), size, MADV_HUGEPAGE);  // advice: EINVAL without THP is fine
+  return reinterpret_cast<void*>(aligned);
+}
+
+void unmap_block(void* block, std::size_t size) {
+  if (kSanitized) {
+    std::free(block);
+  } else {
+    ::munmap(block, size);
+  }
+}
+
+uint64_t default_limit() {
+  if (kSanitized) return 0;
+  if (const char* env = std::getenv("TESSERA_HOST_BLOCK_CACHE_MB"); env != nullptr && *env != '\0') {
+    char* end = nullptr;
+    const unsigned long long mb = std::strtoull(env, &end, 10);
+    if (end != nullptr && *end == '\0') return static_cast<uint64_t>(mb) << 20;
+  }
+  const long pages = ::sysconf(_SC_PHYS_PAGES);
+  const long page = ::sysconf(_SC_PAGESIZE);
+  const uint64_t physical = pages > 0 && page > 0 ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(page) : 0;
+  return std::min<uint64_t>(uint64_t{1} << 30, physical / 8);
+}
+
+struct Cached {
+  void* block;
+  std::size_t size;
+  Clock::time_point freed;
+};
+
+class BlockCache {
+ public:
+  void* allocate(std::size_t bytes) {
+    const std::size_t size = size_class(bytes);
+    std::vector<Cached> drop;
+    void* found = nullptr;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      ++allocations_;
+      // Newest first: its pages are the likeliest to be in the CPU's caches.
+      for (std::size_t i = cached_.size(); i-- > 0;) {
+        if (cached_[i].size == size) {
+          found = cached_[i].block;
+          cached_bytes_ -= size;
+          cached_.erase(cached_.begin() + static_cast<std::ptrdiff_t>(i));
+          ++reused_;
+          break;
+        }
+      }
+      trim_locked(Clock::now(), &drop);
+    }
+    unmap_all(drop);
+    if (found != nullptr) return found;
+    if (void* p = map_block(size)) return p;
+    release_all();
+    return map_block(size);
+  }
+
+  void free(void* block, std::size_t bytes) {
+    const std::size_t size = size_class(bytes);
+    std::vector<Cached> drop;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      if (size <= limit_) {
+        cached_.push_back(Cached{block, size, Clock::now()});
+        cached_bytes_ += size;
+        block = nullptr;
+      } else {
+        ++released_;
+      }
+      trim_locked(Clock::now(), &drop);
+    }
+    if (block != nullptr) unmap_block(block, size);
+    unmap_all(drop);
+  }
+
+  HostBlockCacheStats stats() {
+    std::lock_guard<std::mutex> l(mu_);
+    return HostBlockCacheStats{allocations_, reused_, cached_bytes_, limit_, released_};
+  }
+
+  void release_all() {
+    std::vector<Cached> drop;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      drop.swap(cached_);
+      cached_bytes_ = 0;
+      released_ += drop.size();
+    }
+    unmap_all(drop);
+  }
+
+  uint64_t set_limit(uint64_t bytes) {
+    std::vector<Cached> drop;
+    uint64_t old;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      old = limit_;
+      limit_ = bytes;
+      trim_locked(Clock::now(), &drop);
+    }
+    unmap_all(drop);
+    return old;
+  }
+
+ private:
+  // Moves to *drop the oldest blocks while the cache is over its limit, and those idle for kIdle.
+  void trim_locked(Clock::time_point now, std::vector<Cached>* drop) {
+    std::size_t n = 0;
+    while (n < cached_.size() && (cached_bytes_ > limit_ || now - cached_[n].freed > kIdle)) {
+      cached_bytes_ -= cached_[n].size;
+      ++n;
+    }
+    if (n == 0) return;
+    drop->insert(drop->end(), cached_.begin(), cached_.begin() + static_cast<std::ptrdiff_t>(n));
+    cached_.erase(cached_.begin(), cached_.begin() + static_cast<std::ptrdiff_t>(n));
+    released_ += n;
+  }
+
+  static void unmap_all(const std::vector<Cached>& blocks) {
+    for (const Cached& c : blocks) unmap_block(c.block, c.size);
+  }
+
+  std::mutex mu_;
+  std::vector<Cached> cached_;  // guarded by mu_; oldest first
+  uint64_t cached_bytes_ = 0;   // guarded by mu_
+  uint64_t limit_ = default_limit();
+  uint64_t allocations_ = 0, reused_ = 0, released_ = 0;  // guarded by mu_
+};
+
+// Leaked: tensors in static objects may be freed after any destructor would have run.
+BlockCache& cache() {
+  static BlockCache* c = new BlockCache();
+  return *c;
+}
+
+}  // namespace
+
+void* allocate_host_block(std::size_t bytes) { return cache().allocate(std::max(bytes, kLargeHostBlockMin)); }
+
+void free_host_block(void* block, std::size_t bytes) noexcept {
+  if (block != nullptr) cache().free(block, std::max(bytes, kLargeHostBlockMin));
+}
+
+HostBlockCacheStats host_block_cache_stats() { return cache().stats(); }
+
+void release_host_block_cache() { cache().release_all(); }
+
+uint64_t set_host_block_cache_limit(uint64_t bytes) { return cache().set_limit(bytes); }
+
+}  // namespace tessera::internal

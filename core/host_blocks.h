@@ -1,0 +1,43 @@
+// Large host memory blocks (tensor buffers of a MiB and more, received tensor frames): mapped
+// straight from the kernel, 2 MiB aligned with transparent huge pages advised, and kept in a
+// bounded cache when freed so that the next tensor of that size reuses pages that are already
+// faulted in. See Note [Large host blocks] in host_blocks.cc.
+//
+//   void* p = allocate_host_block(64 << 20);   // nullptr only when memory is exhausted
+//   ...
+//   free_host_block(p, 64 << 20);              // the same size it was allocated with
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace tessera::internal {
+
+// Smallest allocation served here; smaller ones belong to malloc.
+inline constexpr std::size_t kLargeHostBlockMin = std::size_t{1} << 20;
+
+// A block of at least `bytes` (>= kLargeHostBlockMin), aligned to 2 MiB; its contents are
+// unspecified (a reused block holds what its last owner wrote). nullptr when the memory cannot be
+// had even after the cache was emptied. Thread-safe.
+void* allocate_host_block(std::size_t bytes);
+// Gives back a block of allocate_host_block(bytes); it joins the cache (the least recently freed
+// blocks leave when the cache is over its limit) or goes back to the kernel. Thread-safe.
+void free_host_block(void* block, std::size_t bytes) noexcept;
+
+struct HostBlockCacheStats {
+  uint64_t allocations = 0;  // allocate_host_block calls
+  uint64_t reused = 0;       // of those, served from the cache
+  uint64_t cached_bytes = 0;  // now held by the cache
+  uint64_t limit_bytes = 0;   // the cache's limit (0: caching is off)
+  uint64_t released = 0;      // blocks the cache gave back to the kernel (over the limit, idle, flushed)
+};
+HostBlockCacheStats host_block_cache_stats();
+// Gives every cached block back to the kernel.
+void release_host_block_cache();
+// Sets the cache's limit in bytes (0 turns caching off), trimming at once; returns the old limit.
+// The default is TESSERA_HOST_BLOCK_CACHE_MB if set, else an eighth of physical memory, at most
+// 1 GiB. Builds with AddressSanitizer or ThreadSanitizer start with 0, so that they see every
+// allocation.
+uint64_t set_host_block_cache_limit(uint64_t bytes);
+
+}  // namespace tessera::internal

@@ -1,0 +1,255 @@
+// core/host_blocks: the cache of large host blocks (Note [Large host blocks]) — reuse by size
+// class, the limit, release, tensors of a MiB and more, many threads at once — and the streamed
+// frames' building blocks in transport/rpc_stream (split, descriptor, assembly) without sockets.
+#include "core/host_blocks.h"
+
+#include <atomic>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "tessera/tensor.h"
+#include "transport/rpc_stream.h"
+
+namespace tessera::internal {
+namespace {
+
+constexpr std::size_t kMiB = std::size_t{1} << 20;
+
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+constexpr std::size_t kBlockAlignment = 64;  // sanitizer builds use aligned_alloc
+#else
+constexpr std::size_t kBlockAlignment = 2 * kMiB;
+#endif
+
+// Sets the cache's limit for one test, empty, and puts the old limit back.
+class HostBlocksTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    old_limit_ = set_host_block_cache_limit(64 * kMiB);
+    release_host_block_cache();
+  }
+  void TearDown() override {
+    release_host_block_cache();
+    set_host_block_cache_limit(old_limit_);
+  }
+  uint64_t old_limit_ = 0;
+};
+
+TEST_F(HostBlocksTest, AFreedBlockIsReusedForTheSameSizeClassOnly) {
+  const HostBlockCacheStats before = host_block_cache_stats();
+  void* p = allocate_host_block(3 * kMiB);
+  ASSERT_NE(p, nullptr);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % kBlockAlignment, 0u);
+  std::memset(p, 0x5a, 3 * kMiB);  // every byte is ours
+  free_host_block(p, 3 * kMiB);
+  EXPECT_EQ(host_block_cache_stats().cached_bytes, 3 * kMiB);
+  // 3 MiB + 100 bytes is the next class (256 KiB steps between 2 and 4 MiB): a new block.
+  void* other = allocate_host_block(3 * kMiB + 100);
+  EXPECT_NE(other, p);
+  // 3 MiB - 100 bytes rounds up to 3 MiB: the cached block, as its last owner left it.
+  void* q = allocate_host_block(3 * kMiB - 100);
+  EXPECT_EQ(q, p);
+  EXPECT_EQ(static_cast<unsigned char*>(q)[3 * kMiB - 101], 0x5a);
+  const HostBlockCacheStats after = host_block_cache_stats();
+  EXPECT_EQ(after.allocations - before.allocations, 3u);
+  EXPECT_EQ(after.reused - before.reused, 1u);
+  EXPECT_EQ(after.cached_bytes, 0u);
+  free_host_block(q, 3 * kMiB - 100);
+  free_host_block(other, 3 * kMiB + 100);
+  EXPECT_EQ(host_block_cache_stats().cached_bytes, 3 * kMiB + 3 * kMiB + 256 * 1024);
+}
+
+TEST_F(HostBlocksTest, TheLimitDropsTheOldestBlocksAndZeroCachesNothing) {
+  set_host_block_cache_limit(8 * kMiB);
+  void* a = allocate_host_block(3 * kMiB);
+  void* b = allocate_host_block(3 * kMiB);
+  void* c = allocate_host_block(3 * kMiB);
+  const uint64_t released = host_block_cache_stats().released;
+  free_host_block(a, 3 * kMiB);
+  free_host_block(b, 3 * kMiB);
+  free_host_block(c, 3 * kMiB);  // 9 MiB > 8 MiB: `a`, the oldest, goes back to the kernel
+  HostBlockCacheStats s = host_block_cache_stats();
+  EXPECT_EQ(s.cached_bytes, 6 * kMiB);
+  EXPECT_EQ(s.limit_bytes, 8 * kMiB);
+  EXPECT_EQ(s.released - released, 1u);
+  // Newest first.
+  void* first = allocate_host_block(3 * kMiB);
+  void* second = allocate_host_block(3 * kMiB);
+  EXPECT_EQ(first, c);
+  EXPECT_EQ(second, b);
+  free_host_block(first, 3 * kMiB);
+  free_host_block(second, 3 * kMiB);
+  // Lowering the limit trims at once; 0 turns caching off.
+  EXPECT_EQ(set_host_block_cache_limit(0), 8 * kMiB);
+  EXPECT_EQ(host_block_cache_stats().cached_bytes, 0u);
+  void* d = allocate_host_block(kMiB);
+  free_host_block(d, kMiB);
+  EXPECT_EQ(host_block_cache_stats().cached_bytes, 0u);
+}
+
+TEST_F(HostBlocksTest, ReleaseGivesEveryCachedBlockBack) {
+  for (std::size_t mib : {1, 2, 5}) free_host_block(allocate_host_block(mib * kMiB), mib * kMiB);
+  EXPECT_EQ(host_block_cache_stats().cached_bytes, 8 * kMiB);
+  const uint64_t released = host_block_cache_stats().released;
+  release_host_block_cache();
+  EXPECT_EQ(host_block_cache_stats().cached_bytes, 0u);
+  EXPECT_EQ(host_block_cache_stats().released - released, 3u);
+}
+
+TEST_F(HostBlocksTest, TensorsOfAMiBAndMoreLiveInCachedBlocks) {
+  const HostBlockCacheStats before = host_block_cache_stats();
+  const void* data = nullptr;
+  {
+    Tensor t(DType::Float32, Shape{1 << 20});  // 4 MiB
+    data = t.raw_data();
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(data) % Tensor::kAlignment, 0u);
+    t.mutable_data<float>()[(1 << 20) - 1] = 3.5f;
+  }
+  {
+    Tensor again(DType::Float32, Shape{1 << 20});
+    EXPECT_EQ(again.raw_data(), data);  // the same pages
+  }
+  {
+    Tensor small(DType::Float32, Shape{1000});  // malloc's
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(small.raw_data()) % Tensor::kAlignment, 0u);
+  }
+  const HostBlockCacheStats after = host_block_cache_stats();
+  EXPECT_EQ(after.allocations - before.allocations, 2u);
+  EXPECT_EQ(after.reused - before.reused, 1u);
+}
+
+TEST_F(HostBlocksTest, ManyThreadsAllocateWriteAndFree) {
+  set_host_block_cache_limit(32 * kMiB);
+  const HostBlockCacheStats before = host_block_cache_stats();
+  constexpr int kThreads = 8, kRounds = 100;
+  std::atomic<int> corrupted{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      std::mt19937 rng(t);
+      for (int i = 0; i < kRounds; ++i) {
+        const std::size_t bytes = kMiB + rng() % (5 * kMiB);
+        auto* p = static_cast<unsigned char*>(allocate_host_block(bytes));
+        if (p == nullptr) {
+          ++corrupted;
+          continue;
+        }
+        const auto mark = static_cast<unsigned char>(t * 31 + i);
+        p[0] = mark;
+        p[bytes / 2] = mark;
+        p[bytes - 1] = mark;
+        std::this_thread::yield();
+        if (p[0] != mark || p[bytes / 2] != mark || p[bytes - 1] != mark) ++corrupted;  // shared with another
+        free_host_block(p, bytes);
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(corrupted.load(), 0);
+  const HostBlockCacheStats after = host_block_cache_stats();
+  EXPECT_EQ(after.allocations - before.allocations, uint64_t{kThreads * kRounds});
+  EXPECT_LE(after.cached_bytes, 32 * kMiB);
+}
+
+// ---- transport/rpc_stream ----
+
+void no_free(void*, void*) {}
+
+TEST(RpcStreamUnitTest, SplitLeavesPlaceholdersAndChunksReferenceTheFrames) {
+  std::vector<char> big(kStreamMinBytes + 5);
+  for (std::size_t i = 0; i < big.size(); ++i) big[i] = static_cast<char>(i * 7);
+  std::vector<zmq::message_t> frames;
+  frames.emplace_back("header", 6);
+  frames.emplace_back(big.data(), big.size(), &no_free, nullptr);
+  frames.emplace_back("tail", 4);
+  std::optional<Stream> s = split_for_streaming(&frames);
+  ASSERT_TRUE(s.has_value());
+  EXPECT_EQ(frames[0].to_string(), "header");
+  EXPECT_EQ(frames[1].size(), 0u);
+  EXPECT_EQ(frames[2].to_string(), "tail");
+  ASSERT_EQ(s->descriptor.size(), 12u);
+  ASSERT_EQ(s->chunks.size(), 3u);  // 1 MiB, 1 MiB, 5 bytes
+  EXPECT_EQ(s->chunks[0].data(), big.data());
+  EXPECT_EQ(s->chunks[2].size(), 5u);
+
+  // The receiving side rebuilds the frame from the chunks.
+  StatusOr<Assembly> a = Assembly::start(s->descriptor, std::move(frames), -1);
+  ASSERT_TRUE(a.ok()) << a.status().to_string();
+  EXPECT_EQ(a.value().missing_bytes(), big.size());
+  for (const zmq::message_t& c : s->chunks) {
+    EXPECT_FALSE(a.value().complete());
+    ASSERT_TRUE(a.value().add(c).ok());
+  }
+  ASSERT_TRUE(a.value().complete());
+  EXPECT_FALSE(a.value().add(s->chunks[2]).ok());  // nothing is missing any more
+  std::vector<zmq::message_t> got = a.value().take();
+  ASSERT_EQ(got.size(), 3u);
+  ASSERT_EQ(got[1].size(), big.size());
+  EXPECT_EQ(std::memcmp(got[1].data(), big.data(), big.size()), 0);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(got[1].data()) % kBlockAlignment, 0u);
+
+  // Small frames stay where they are.
+  std::vector<zmq::message_t> small;
+  small.emplace_back("h", 1);
+  small.emplace_back(big.data(), kStreamMinBytes - 1, &no_free, nullptr);
+  EXPECT_FALSE(split_for_streaming(&small).has_value());
+  EXPECT_EQ(small[1].size(), kStreamMinBytes - 1);
+}
+
+TEST(RpcStreamUnitTest, AHugeFrameTakesAtMostMaxChunksOfWholeSteps) {
+  // The chunks only reference the memory; nothing here reads it.
+  static char dummy[1];
+  const std::size_t huge = (std::size_t{3} << 30) + 12345;  // 3 GiB and a bit
+  std::vector<zmq::message_t> frames;
+  frames.emplace_back("h", 1);
+  frames.emplace_back(dummy, huge, &no_free, nullptr);
+  std::optional<Stream> s = split_for_streaming(&frames);
+  ASSERT_TRUE(s.has_value());
+  EXPECT_LE(s->chunks.size(), kStreamMaxChunks);
+  std::size_t total = 0;
+  for (std::size_t i = 0; i < s->chunks.size(); ++i) {
+    if (i + 1 < s->chunks.size()) {
+      EXPECT_EQ(s->chunks[i].size() % (64 * 1024), 0u);
+    }
+    total += s->chunks[i].size();
+  }
+  EXPECT_EQ(total, huge);
+}
+
+TEST(RpcStreamUnitTest, AssemblyChecksTheDescriptorAndTheLimitBeforeAllocating) {
+  auto frames = [] {
+    std::vector<zmq::message_t> f;
+    f.emplace_back("h", 1);
+    f.emplace_back();
+    return f;
+  };
+  auto entry = [](uint32_t index, uint64_t size) {
+    zmq::message_t d(12);
+    auto* p = static_cast<unsigned char*>(d.data());
+    for (int i = 0; i < 4; ++i) p[i] = static_cast<unsigned char>(index >> (8 * i));
+    for (int i = 0; i < 8; ++i) p[4 + i] = static_cast<unsigned char>(size >> (8 * i));
+    return d;
+  };
+  EXPECT_EQ(Assembly::start(zmq::message_t(5), frames(), -1).status().code(), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(Assembly::start(entry(2, 10), frames(), -1).status().code(), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(Assembly::start(entry(0, 10), frames(), -1).status().code(), ErrorCode::kInvalidArgument);  // not empty
+  EXPECT_EQ(Assembly::start(entry(1, 0), frames(), -1).status().code(), ErrorCode::kInvalidArgument);
+  // 2^63 bytes: refused by the overflow check, never allocated.
+  EXPECT_EQ(Assembly::start(entry(1, uint64_t{1} << 63), frames(), -1).status().code(), ErrorCode::kInvalidArgument);
+  StatusOr<Assembly> over = Assembly::start(entry(1, 100), frames(), 50);
+  EXPECT_EQ(over.status().code(), ErrorCode::kResourceExhausted);
+  StatusOr<Assembly> ok = Assembly::start(entry(1, 100), frames(), 101);
+  ASSERT_TRUE(ok.ok()) << ok.status().to_string();
+  EXPECT_FALSE(ok.value().add(zmq::message_t()).ok());     // an empty chunk
+  EXPECT_FALSE(ok.value().add(zmq::message_t(101)).ok());  // longer than the frame lacks
+  EXPECT_TRUE(ok.value().add(zmq::message_t(100)).ok());
+  EXPECT_TRUE(ok.value().complete());
+}
+
+}  // namespace
+}  // namespace tessera::internal
