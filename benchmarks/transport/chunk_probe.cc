@@ -1,13 +1,15 @@
 // A hand probe, not part of `benchmarks/run`: how fast libzmq moves a large tensor over loopback TCP
-// when it travels as one frame (what tessera and raw_zmq do) against frames of CHUNK bytes that the
-// receiver copies into one reused buffer (what a chunked bulk path with pooled receive buffers
-// would do). Same shape as the transfer workload: DEALER -> ROUTER, 4 requests in flight, two
-// processes. Prints throughput and the receiver's minor page faults per transfer.
+// when it travels as one frame (what raw_zmq does, and tessera did before 2026-12-01), as one
+// multipart message of CHUNK-byte frames that the receiver copies into one reused buffer
+// ("chunked"), or as one message per CHUNK bytes copied the same way ("streamed": what tessera's
+// streamed frames do, Note [Streamed frames] in transport/rpc_stream.cc). Same shape as the
+// transfer workload: DEALER -> ROUTER, 4 requests in flight, two processes. Prints throughput and
+// the receiver's minor page faults per transfer.
 //
 //   g++ -O2 -std=c++20 benchmarks/transport/chunk_probe.cc -o /tmp/chunk_probe -lzmq
-//   /tmp/chunk_probe single 67108864 0;  /tmp/chunk_probe chunked 67108864 1048576
+//   /tmp/chunk_probe single 67108864 0;  /tmp/chunk_probe streamed 67108864 1048576
 //
-// Findings of 2026-11-30 are in benchmarks/README.md ("Transport").
+// Findings of 2026-11-30 and 2026-12-01 are in benchmarks/README.md ("Transport").
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -23,13 +25,14 @@
 
 int main(int argc, char** argv) {
   if (argc != 4) {
-    std::fprintf(stderr, "usage: %s single|chunked BYTES CHUNK\n", argv[0]);
+    std::fprintf(stderr, "usage: %s single|chunked|streamed BYTES CHUNK\n", argv[0]);
     return 2;
   }
   const std::string mode = argv[1];
   const std::size_t bytes = std::strtoull(argv[2], nullptr, 0);
   const std::size_t chunk = std::strtoull(argv[3], nullptr, 0);
-  if ((mode != "single" && mode != "chunked") || bytes == 0 || (mode == "chunked" && chunk == 0)) {
+  const bool streamed = mode == "streamed";
+  if ((mode != "single" && mode != "chunked" && !streamed) || bytes == 0 || (mode != "single" && chunk == 0)) {
     std::fprintf(stderr, "bad arguments\n");
     return 2;
   }
@@ -41,6 +44,8 @@ int main(int argc, char** argv) {
     alarm(120);    // never outlive a stuck client
     zmq::context_t ctx;
     zmq::socket_t r(ctx, zmq::socket_type::router);
+    r.set(zmq::sockopt::sndhwm, 100000);  // as tessera's server: room for every chunk
+    r.set(zmq::sockopt::router_mandatory, 1);
     r.bind("tcp://127.0.0.1:*");
     const std::string ep = r.get(zmq::sockopt::last_endpoint);
     if (write(ep_pipe[1], ep.c_str(), ep.size() + 1) < 0) _exit(1);
@@ -50,12 +55,13 @@ int main(int argc, char** argv) {
     for (;;) {
       zmq::message_t id, req;
       if (!r.recv(id) || !r.recv(req) || req.size() == 1) break;
-      r.send(id, zmq::send_flags::sndmore);
+      const std::string routing = id.to_string();
       const std::size_t step = mode == "single" ? bytes : chunk;
       for (std::size_t off = 0; off < bytes; off += step) {
         const std::size_t n = std::min(step, bytes - off);
+        if (off == 0 || streamed) r.send(zmq::buffer(routing), zmq::send_flags::sndmore);
         r.send(zmq::message_t(src + off, n, no_free, nullptr),
-               off + n < bytes ? zmq::send_flags::sndmore : zmq::send_flags::none);
+               off + n < bytes && !streamed ? zmq::send_flags::sndmore : zmq::send_flags::none);
       }
     }
     _exit(0);
@@ -75,10 +81,10 @@ int main(int argc, char** argv) {
       for (;;) {
         zmq::message_t m;
         if (!d.recv(m)) return false;
-        // single: the message is the tensor (no copy); chunked: gather into the reused buffer
-        if (mode == "chunked") std::memcpy(dst + off, m.data(), m.size());
+        // single: the message is the tensor (no copy); chunked, streamed: gather into the reused buffer
+        if (mode != "single") std::memcpy(dst + off, m.data(), m.size());
         off += m.size();
-        if (!m.more()) break;
+        if (streamed ? off >= bytes : !m.more()) break;
       }
       if (off != bytes) return false;
     }

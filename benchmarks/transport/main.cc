@@ -122,7 +122,9 @@ int run_peer(int argc, char** argv) {
 
 void register_benchmarks() {
   for (const Size& s : kSizes) {
-    for (auto [impl, fn] : {std::pair{"tessera", &tessera_transfer}, std::pair{"raw_zmq", &raw_transfer}}) {
+    for (auto [impl, fn] : {std::pair{"tessera", &tessera_transfer}, std::pair{"raw_zmq", &raw_transfer},
+                            std::pair{"raw_zmq_streamed", &raw_streamed_transfer}}) {
+      if (fn == &raw_streamed_transfer && s.bytes < kStreamedMinBytes) continue;
       benchmark::RegisterBenchmark((std::string("BM_transfer_") + s.name + "/" + impl).c_str(), fn, s)
           ->UseRealTime()
           ->MinTime(0.2)

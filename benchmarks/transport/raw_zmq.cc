@@ -7,9 +7,16 @@
 // A pulled payload is sent as tessera sends a tensor frame: from kZeroCopyMinBytes (16 KiB) up
 // without a copy (zmq::message_t over the peer's own buffer), below that copied into the message.
 // The echo sends the received message back as it is (no copy, no parsing: the physical limit).
+//   [call-id][ 'S', size index ]           -> [call-id][chunk] per kStreamChunk bytes, each its own
+//                                              message (impl raw_zmq_streamed, 16 MiB and up)
 // Client: the benchmark thread owns a DEALER socket and keeps kWindow requests in flight (transfer)
 // or sends one echo at a time (rtt), its payload again from 16 KiB up without a copy. Every
 // call-id is checked on receipt. Every wait is bounded (ZMQ_RCVTIMEO / ZMQ_SNDTIMEO = kDeadline).
+// raw_zmq_streamed is the same transfer as tessera's streamed frames do it (Note [Streamed frames]
+// in transport/rpc_stream.cc), in plain cppzmq: each tensor as 1 MiB messages that the client
+// copies into one of kWindow destination buffers faulted in beforehand (what tessera's host block
+// cache gives it), so that the physical-limit row uses the best way libzmq offers, not only the
+// plainest.
 // Before timing, each benchmark checks every byte of kWindow received payloads against the pattern.
 #include <cstdio>
 #include <cstdlib>
@@ -31,6 +38,9 @@ namespace {
 constexpr std::size_t kZeroCopyMinBytes = 16 * 1024;
 constexpr char kPull = 'P';
 constexpr char kEcho = 'E';
+constexpr char kStreamedPull = 'S';
+// tessera's chunk size (transport/rpc_stream.h kStreamChunkBytes).
+constexpr std::size_t kStreamChunk = std::size_t{1} << 20;
 
 struct FreeDeleter {
   void operator()(void* p) const { std::free(p); }
@@ -82,6 +92,17 @@ void serve_raw(zmq::socket_t* socket, std::vector<Buffer>* buffers) {
       const auto* op = static_cast<const unsigned char*>(parts[2].data());
       if (op[1] >= std::size(kSizes)) continue;
       zmq::message_t payload;
+      if (op[0] == kStreamedPull && parts.size() == 3) {
+        const std::size_t bytes = kSizes[op[1]].bytes;
+        const unsigned char* data = (*buffers)[op[1]].get();
+        const std::string routing = parts[0].to_string(), call = parts[1].to_string();
+        for (std::size_t off = 0; off < bytes; off += kStreamChunk) {
+          socket->send(zmq::buffer(routing), zmq::send_flags::sndmore);
+          socket->send(zmq::buffer(call), zmq::send_flags::sndmore);
+          socket->send(payload_frame(data + off, std::min(kStreamChunk, bytes - off)), zmq::send_flags::none);
+        }
+        continue;
+      }
       if (op[0] == kPull && parts.size() == 3) {
         payload = payload_frame((*buffers)[op[1]].get(), kSizes[op[1]].bytes);
       } else if (op[0] == kEcho && parts.size() == 4) {
@@ -209,6 +230,70 @@ void raw_transfer(benchmark::State& state, const Size& size) {
   state.SetItemsProcessed(state.iterations() * size.transfers);
 }
 
+void raw_streamed_transfer(benchmark::State& state, const Size& size) {
+  tessera_bench::set_impl(state, "raw_zmq_streamed");
+  zmq::socket_t* socket = client().get(state);
+  if (socket == nullptr) return;
+  const int index = size_index(size);
+  uint64_t next_id = 1;
+  // One destination per call in flight, faulted in before timing.
+  std::vector<Buffer> destinations;
+  for (int i = 0; i < kWindow; ++i) {
+    destinations.emplace_back(static_cast<unsigned char*>(std::aligned_alloc(64, (size.bytes + 63) / 64 * 64)));
+    std::memset(destinations.back().get(), 0, size.bytes);
+  }
+
+  // Pulls `n` tensors, kWindow in flight, gathering each one's chunks; "" or what went wrong.
+  auto pull = [&](int n, bool check) -> std::string {
+    uint64_t first = next_id;
+    int sent = 0, received = 0;
+    while (received < n) {
+      while (sent < n && sent - received < kWindow) {
+        if (auto e = send_request(*socket, next_id++, kStreamedPull, index, nullptr); !e.empty()) return e;
+        ++sent;
+      }
+      const uint64_t id = first + received;
+      unsigned char* dst = destinations[id % kWindow].get();
+      for (std::size_t off = 0; off < size.bytes;) {
+        zmq::message_t chunk;
+        if (auto e = receive(*socket, id, &chunk); !e.empty()) return e;
+        if (chunk.size() > size.bytes - off) return "a chunk past the end of the tensor";
+        std::memcpy(dst + off, chunk.data(), chunk.size());
+        off += chunk.size();
+      }
+      if (check && !has_pattern(dst, size.bytes, size.bytes)) return "the bytes differ from what was sent";
+      ++received;
+    }
+    return "";
+  };
+
+  std::string wrong;
+  try {
+    wrong = pull(kWindow, true);  // warm-up and check, untimed
+  } catch (const zmq::error_t& e) {
+    wrong = e.what();
+  }
+  if (!tessera_bench::check(state, wrong.empty(), std::string("transfer_") + size.name + ": " + wrong)) {
+    client().reset();
+    return;
+  }
+  try {
+    wrong = pull(size.transfers, false);  // warm
+    for (auto _ : state) {
+      if (!wrong.empty()) break;
+      wrong = pull(size.transfers, false);
+    }
+  } catch (const zmq::error_t& e) {
+    wrong = e.what();
+  }
+  if (!wrong.empty()) {
+    client().reset();
+    return state.SkipWithError(wrong.c_str());
+  }
+  state.SetBytesProcessed(state.iterations() * size.transfers * static_cast<int64_t>(size.bytes));
+  state.SetItemsProcessed(state.iterations() * size.transfers);
+}
+
 void raw_rtt(benchmark::State& state, const Size& size) {
   tessera_bench::set_impl(state, "raw_zmq");
   zmq::socket_t* socket = client().get(state);
@@ -257,6 +342,7 @@ std::string start_raw_peer() {
     static zmq::context_t* const context = new zmq::context_t(1);  // until the peer exits
     auto* socket = new zmq::socket_t(*context, zmq::socket_type::router);
     socket->set(zmq::sockopt::linger, 0);
+    socket->set(zmq::sockopt::sndhwm, 100000);  // room for every chunk of the streamed pulls
     socket->bind("tcp://127.0.0.1:0");
     std::string endpoint = socket->get(zmq::sockopt::last_endpoint);
     auto* buffers = new std::vector<Buffer>();

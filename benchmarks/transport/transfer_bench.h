@@ -91,6 +91,9 @@ std::string start_raw_peer();
 void tessera_transfer(benchmark::State& state, const Size& size);
 void tessera_rtt(benchmark::State& state, const Size& size);
 void raw_transfer(benchmark::State& state, const Size& size);
+// Sizes of kStreamedMinBytes and more: as raw_transfer, each tensor as 1 MiB messages (raw_zmq.cc).
+void raw_streamed_transfer(benchmark::State& state, const Size& size);
+inline constexpr std::size_t kStreamedMinBytes = std::size_t{16} << 20;
 void raw_rtt(benchmark::State& state, const Size& size);
 
 }  // namespace transport_bench
