@@ -126,7 +126,8 @@ StatusOr<Tensor> Allocator::allocate_tensor(DType dtype, const Shape& shape,
 
 void* HostMemoryAllocator::raw_allocate(std::size_t bytes, std::size_t alignment) {
   // Large blocks come from the cache of mapped, 2 MiB aligned pages: Note [Large host blocks].
-  if (bytes >= kLargeHostBlockMin) return alignment <= (std::size_t{2} << 20) ? allocate_host_block(bytes) : nullptr;
+  // (No caller asks for more than Tensor::kAlignment; a larger request than blocks guarantee fails.)
+  if (bytes >= kLargeHostBlockMin) return alignment <= kHostBlockAlignment ? allocate_host_block(bytes) : nullptr;
   // aligned_alloc wants a size that is a multiple of the alignment; zero bytes still get a block so
   // that every allocation is a distinct pointer.
   std::size_t rounded = ((bytes + alignment - 1) / alignment) * alignment;

@@ -52,7 +52,7 @@ std::size_t size_class(std::size_t bytes) {
 }
 
 void* map_block(std::size_t size) {
-  if (kSanitized) return std::aligned_alloc(64, size);
+  if (kSanitized) return std::aligned_alloc(kHostBlockAlignment, size);
   const std::size_t len = size + kHugePage;
   void* p = ::mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (p == MAP_FAILED) return nullptr;

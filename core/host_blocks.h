@@ -15,8 +15,11 @@ namespace tessera::internal {
 
 // Smallest allocation served here; smaller ones belong to malloc.
 inline constexpr std::size_t kLargeHostBlockMin = std::size_t{1} << 20;
+// The alignment every block has (in practice 2 MiB; sanitizer builds give exactly this).
+inline constexpr std::size_t kHostBlockAlignment = 4096;
 
-// A block of at least `bytes` (>= kLargeHostBlockMin), aligned to 2 MiB; its contents are
+// A block of at least `bytes` (>= kLargeHostBlockMin), aligned to 2 MiB (kHostBlockAlignment in
+// sanitizer builds); its contents are
 // unspecified (a reused block holds what its last owner wrote). nullptr when the memory cannot be
 // had even after the cache was emptied. Thread-safe.
 void* allocate_host_block(std::size_t bytes);

@@ -21,7 +21,7 @@ namespace {
 constexpr std::size_t kMiB = std::size_t{1} << 20;
 
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-constexpr std::size_t kBlockAlignment = 64;  // sanitizer builds use aligned_alloc
+constexpr std::size_t kBlockAlignment = kHostBlockAlignment;  // sanitizer builds use aligned_alloc
 #else
 constexpr std::size_t kBlockAlignment = 2 * kMiB;
 #endif

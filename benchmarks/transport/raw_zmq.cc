@@ -21,6 +21,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -177,6 +178,37 @@ std::string send_request(zmq::socket_t& socket, uint64_t id, char op, int index,
   return "";
 }
 
+// The timed part of a transfer benchmark: `pull(n, check)` pulls n tensors (checking every byte
+// when asked) and says what went wrong, if anything.
+void time_transfers(benchmark::State& state, const Size& size,
+                    const std::function<std::string(int n, bool check)>& pull) {
+  std::string wrong;
+  try {
+    wrong = pull(kWindow, true);  // warm-up and check, untimed
+  } catch (const zmq::error_t& e) {
+    wrong = e.what();
+  }
+  if (!tessera_bench::check(state, wrong.empty(), std::string("transfer_") + size.name + ": " + wrong)) {
+    client().reset();
+    return;
+  }
+  try {
+    wrong = pull(size.transfers, false);  // warm
+    for (auto _ : state) {
+      if (!wrong.empty()) break;
+      wrong = pull(size.transfers, false);
+    }
+  } catch (const zmq::error_t& e) {
+    wrong = e.what();
+  }
+  if (!wrong.empty()) {
+    client().reset();
+    return state.SkipWithError(wrong.c_str());
+  }
+  state.SetBytesProcessed(state.iterations() * size.transfers * static_cast<int64_t>(size.bytes));
+  state.SetItemsProcessed(state.iterations() * size.transfers);
+}
+
 }  // namespace
 
 void raw_transfer(benchmark::State& state, const Size& size) {
@@ -203,31 +235,7 @@ void raw_transfer(benchmark::State& state, const Size& size) {
     return "";
   };
 
-  std::string wrong;
-  try {
-    wrong = pull(kWindow, true);  // warm-up and check, untimed
-  } catch (const zmq::error_t& e) {
-    wrong = e.what();
-  }
-  if (!tessera_bench::check(state, wrong.empty(), std::string("transfer_") + size.name + ": " + wrong)) {
-    client().reset();
-    return;
-  }
-  try {
-    wrong = pull(size.transfers, false);  // warm
-    for (auto _ : state) {
-      if (!wrong.empty()) break;
-      wrong = pull(size.transfers, false);
-    }
-  } catch (const zmq::error_t& e) {
-    wrong = e.what();
-  }
-  if (!wrong.empty()) {
-    client().reset();
-    return state.SkipWithError(wrong.c_str());
-  }
-  state.SetBytesProcessed(state.iterations() * size.transfers * static_cast<int64_t>(size.bytes));
-  state.SetItemsProcessed(state.iterations() * size.transfers);
+  time_transfers(state, size, pull);
 }
 
 void raw_streamed_transfer(benchmark::State& state, const Size& size) {
@@ -267,31 +275,7 @@ void raw_streamed_transfer(benchmark::State& state, const Size& size) {
     return "";
   };
 
-  std::string wrong;
-  try {
-    wrong = pull(kWindow, true);  // warm-up and check, untimed
-  } catch (const zmq::error_t& e) {
-    wrong = e.what();
-  }
-  if (!tessera_bench::check(state, wrong.empty(), std::string("transfer_") + size.name + ": " + wrong)) {
-    client().reset();
-    return;
-  }
-  try {
-    wrong = pull(size.transfers, false);  // warm
-    for (auto _ : state) {
-      if (!wrong.empty()) break;
-      wrong = pull(size.transfers, false);
-    }
-  } catch (const zmq::error_t& e) {
-    wrong = e.what();
-  }
-  if (!wrong.empty()) {
-    client().reset();
-    return state.SkipWithError(wrong.c_str());
-  }
-  state.SetBytesProcessed(state.iterations() * size.transfers * static_cast<int64_t>(size.bytes));
-  state.SetItemsProcessed(state.iterations() * size.transfers);
+  time_transfers(state, size, pull);
 }
 
 void raw_rtt(benchmark::State& state, const Size& size) {
