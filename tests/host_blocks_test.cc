@@ -167,7 +167,7 @@ TEST(RpcStreamUnitTest, SplitLeavesPlaceholdersAndChunksReferenceTheFrames) {
   frames.emplace_back("header", 6);
   frames.emplace_back(big.data(), big.size(), &no_free, nullptr);
   frames.emplace_back("tail", 4);
-  std::optional<Stream> s = split_for_streaming(&frames);
+  std::optional<ChunkedFrames> s = split_for_streaming(&frames);
   ASSERT_TRUE(s.has_value());
   EXPECT_EQ(frames[0].to_string(), "header");
   EXPECT_EQ(frames[1].size(), 0u);
@@ -208,7 +208,7 @@ TEST(RpcStreamUnitTest, AHugeFrameTakesAtMostMaxChunksOfWholeSteps) {
   std::vector<zmq::message_t> frames;
   frames.emplace_back("h", 1);
   frames.emplace_back(dummy, huge, &no_free, nullptr);
-  std::optional<Stream> s = split_for_streaming(&frames);
+  std::optional<ChunkedFrames> s = split_for_streaming(&frames);
   ASSERT_TRUE(s.has_value());
   EXPECT_LE(s->chunks.size(), kStreamMaxChunks);
   std::size_t total = 0;

@@ -850,7 +850,7 @@ void RpcServerCore::send(Outgoing& out) {
   try {
     // With ZMQ_ROUTER_MANDATORY the routing frame fails (EAGAIN or EHOSTUNREACH) when the reply
     // cannot be delivered; the frames after it then cannot block.
-    std::optional<Stream> stream;
+    std::optional<ChunkedFrames> stream;
     uint64_t id = 0;
     if (has_streamed_size(out.frames)) {
       // Every reply slot holds a whole-message call id (dispatch() made it).
@@ -1064,7 +1064,7 @@ class RpcChannelCore {
     uint64_t id;
     zmq::message_t call_id;
     RpcMessage request;
-    std::optional<Stream> stream;  // its large frames, sent as chunks after the head
+    std::optional<ChunkedFrames> stream;  // its large frames, sent as chunks after the head
     bool head_sent = false;
     std::size_t next_chunk = 0;    // of stream->chunks
   };

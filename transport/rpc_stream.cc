@@ -103,13 +103,13 @@ std::size_t chunk_bytes(std::size_t size) {
 
 }  // namespace
 
-std::optional<Stream> split_for_streaming(std::vector<zmq::message_t>* frames) {
+std::optional<ChunkedFrames> split_for_streaming(std::vector<zmq::message_t>* frames) {
   std::vector<uint32_t> indices;
   for (std::size_t i = 0; i < frames->size(); ++i) {
     if ((*frames)[i].size() >= kStreamMinBytes) indices.push_back(static_cast<uint32_t>(i));
   }
   if (indices.empty()) return std::nullopt;
-  Stream s;
+  ChunkedFrames s;
   s.descriptor = zmq::message_t(indices.size() * kEntryBytes);
   auto* d = static_cast<unsigned char*>(s.descriptor.data());
   for (std::size_t k = 0; k < indices.size(); ++k) {
