@@ -3,7 +3,7 @@
 // memory that is already mapped. Used by rpc.cc on both sides (requests and replies); see
 // Note [Streamed frames] in rpc_stream.cc.
 //
-//   Sender:   std::optional<ChunkedFrames> s = split_for_streaming(&frames);   // frames keep placeholders
+//   Sender:   std::optional<ChunkedFrames> s = split_for_streaming(&frames);  // placeholders left
 //             send [head envelope][s->descriptor][frames...], then [chunk envelope][chunk] for each
 //             of s->chunks, in order
 //   Receiver: StatusOr<Assembly> a = Assembly::start(descriptor, std::move(frames), limit);
@@ -30,10 +30,10 @@ inline constexpr std::size_t kStreamMinBytes = std::size_t{2} << 20;
 inline constexpr std::size_t kStreamChunkBytes = std::size_t{1} << 20;
 inline constexpr std::size_t kStreamMaxChunks = 1024;
 
-// What a sender streams (named apart from core/device.h's Stream: two classes of one name in one
-// namespace are one type to the linker): the descriptor frame (which frames, how long) and the chunk messages that
+// What a sender streams: the descriptor frame (which frames, how long) and the chunk messages that
 // carry their bytes, in order. The chunks reference the original frames' memory (no copy), which
-// stays alive until libzmq has sent the last of them.
+// stays alive until libzmq has sent the last of them. (Not named Stream: core/device.h has a
+// Stream in this namespace, and two classes of one name are one type to the linker.)
 struct ChunkedFrames {
   zmq::message_t descriptor;
   std::vector<zmq::message_t> chunks;
