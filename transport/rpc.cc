@@ -177,6 +177,15 @@ std::optional<uint64_t> parse_call_id(const zmq::message_t& m) {
   return e->second;
 }
 
+// The frames of `parts` from index `first` on, moved out (the envelope and descriptor stay behind).
+std::vector<zmq::message_t> frames_from(std::vector<zmq::message_t>& parts, std::size_t first) {
+  std::vector<zmq::message_t> frames;
+  if (first >= parts.size()) return frames;
+  frames.reserve(parts.size() - first);
+  for (std::size_t i = first; i < parts.size(); ++i) frames.push_back(std::move(parts[i]));
+  return frames;
+}
+
 bool has_streamed_size(const std::vector<zmq::message_t>& frames) {
   for (const zmq::message_t& f : frames) {
     if (f.size() >= kStreamMinBytes) return true;
@@ -718,10 +727,7 @@ void RpcServerCore::receive_one(zmq::message_t routing_id, std::vector<zmq::mess
       return;
     }
   }
-  std::vector<zmq::message_t> frames;
-  frames.reserve(parts->size() - 1);
-  for (std::size_t i = 1; i < parts->size(); ++i) frames.push_back(std::move((*parts)[i]));
-  dispatch(std::move(routing_id), id, std::move(frames));
+  dispatch(std::move(routing_id), id, frames_from(*parts, 1));
 }
 
 void RpcServerCore::receive_head(zmq::message_t routing_id, uint64_t id, std::vector<zmq::message_t>* parts) {
@@ -729,10 +735,7 @@ void RpcServerCore::receive_head(zmq::message_t routing_id, uint64_t id, std::ve
     malformed_.fetch_add(1, std::memory_order_relaxed);
     return;
   }
-  std::vector<zmq::message_t> frames;
-  frames.reserve(parts->size() - 2);
-  for (std::size_t i = 2; i < parts->size(); ++i) frames.push_back(std::move((*parts)[i]));
-  StatusOr<Assembly> assembly = Assembly::start((*parts)[1], std::move(frames), options_.max_message_bytes);
+  StatusOr<Assembly> assembly = Assembly::start((*parts)[1], frames_from(*parts, 2), options_.max_message_bytes);
   if (!assembly.ok()) {
     (assembly.status().code() == ErrorCode::kResourceExhausted ? oversized_ : malformed_)
         .fetch_add(1, std::memory_order_relaxed);
@@ -1578,10 +1581,7 @@ bool RpcChannelCore::receive_replies() {
         late_replies_.fetch_add(1, std::memory_order_relaxed);
         continue;
       }
-      std::vector<zmq::message_t> frames;
-      frames.reserve(parts.size() - 1);
-      for (std::size_t i = 1; i < parts.size(); ++i) frames.push_back(std::move(parts[i]));
-      StatusOr<Assembly> a = Assembly::start(parts[0], std::move(frames), options_.max_message_bytes);
+      StatusOr<Assembly> a = Assembly::start(parts[0], frames_from(parts, 1), options_.max_message_bytes);
       if (!a.ok()) {
         if (a.status().code() != ErrorCode::kResourceExhausted) malformed_.fetch_add(1, std::memory_order_relaxed);
         finish(it, Status(a.status().code(), fmt::format("reply from {}: {}", endpoint_, a.status().message())));
@@ -1604,10 +1604,7 @@ bool RpcChannelCore::receive_replies() {
       finish(it, *status);
       continue;
     }
-    RpcMessage reply;
-    reply.frames.reserve(parts.size() - 1);
-    for (std::size_t i = 1; i < parts.size(); ++i) reply.frames.push_back(std::move(parts[i]));
-    finish(it, std::move(reply));
+    finish(it, RpcMessage{frames_from(parts, 1)});
   }
   return true;  // the batch is full: there may be more
 }
