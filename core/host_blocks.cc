@@ -1,5 +1,6 @@
 #include "core/host_blocks.h"
 
+#include <malloc.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -7,6 +8,7 @@
 #include <bit>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <mutex>
 #include <vector>
 
@@ -211,5 +213,73 @@ HostBlockCacheStats host_block_cache_stats() { return cache().stats(); }
 void release_host_block_cache() { cache().release_all(); }
 
 uint64_t set_host_block_cache_limit(uint64_t bytes) { return cache().set_limit(bytes); }
+
+// Note [Malloc settings for transport]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// libzmq mallocs every message it receives over 8 KiB (its receive buffer; the option to grow it,
+// ZMQ_IN_BATCH_SIZE, is draft API and not in Debian's libzmq) and the receiver frees it once read:
+// for a streamed 16 MiB tensor that is sixteen 1 MiB chunks per transfer (Note [Streamed frames]).
+// glibc's defaults then give memory back to the kernel between transfers: its mmap threshold starts
+// at 128 KiB and follows the largest mmapped block freed, and it trims a heap whose free top exceeds
+// twice that. The next chunks fault their pages in again: 745-1,343 minor page faults per 16 MiB
+// transfer on loopback (benchmarks/transport/chunk_probe.cc, `streamed`), 89% of the receiver's
+// faults in `perf record -e page-faults`. With an mmap threshold of kTransportMmapThreshold (a
+// chunk, or any unstreamed frame, comes from a heap) and a trim threshold of kTransportTrimThreshold
+// the faults fall to 7-77 per transfer and the probe's throughput rises by a quarter or more.
+// So the transport sets these two (mallopt) when it makes its first socket, unless
+//   * TESSERA_MALLOC_TUNING=0 (opt out);
+//   * the user chose malloc settings of their own (MALLOC_MMAP_THRESHOLD_, MALLOC_TRIM_THRESHOLD_,
+//     MALLOC_TOP_PAD_ or a glibc.malloc tunable in GLIBC_TUNABLES): theirs stand;
+//   * the C library is not glibc, or a sanitizer replaces malloc.
+// The cost: each malloc arena may keep up to kTransportTrimThreshold of freed memory at its top
+// rather than return it, as glibc's own adaptive policy already does after a 32 MiB block is freed.
+// MPI libraries go further for the same reason (Open MPI and MVAPICH turn trimming off). Tensors of
+// a MiB and more do not come from malloc at all (Note [Large host blocks]).
+
+MallocTuning decide_malloc_tuning(const std::function<const char*(const char*)>& getenv) {
+  MallocTuning t;
+#if !defined(__GLIBC__)
+  (void)getenv;
+  t.reason = "the C library is not glibc";
+  return t;
+#else
+  if (kSanitized) {
+    t.reason = "a sanitizer replaces malloc";
+    return t;
+  }
+  if (const char* v = getenv("TESSERA_MALLOC_TUNING"); v != nullptr && std::strcmp(v, "0") == 0) {
+    t.reason = "TESSERA_MALLOC_TUNING=0";
+    return t;
+  }
+  for (const char* name : {"MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_TOP_PAD_"}) {
+    if (const char* v = getenv(name); v != nullptr) {
+      t.reason = std::string(name) + " is set";
+      return t;
+    }
+  }
+  if (const char* v = getenv("GLIBC_TUNABLES"); v != nullptr && std::strstr(v, "glibc.malloc.") != nullptr) {
+    t.reason = "GLIBC_TUNABLES sets glibc.malloc";
+    return t;
+  }
+  t.applied = true;
+  t.mmap_threshold = kTransportMmapThreshold;
+  t.trim_threshold = kTransportTrimThreshold;
+  return t;
+#endif
+}
+
+const MallocTuning& tune_malloc_for_transport() {
+  static const MallocTuning tuning = [] {
+    MallocTuning t = decide_malloc_tuning([](const char* name) -> const char* { return std::getenv(name); });
+#if defined(__GLIBC__)
+    if (t.applied && (mallopt(M_MMAP_THRESHOLD, static_cast<int>(t.mmap_threshold)) != 1 ||
+                      mallopt(M_TRIM_THRESHOLD, static_cast<int>(t.trim_threshold)) != 1)) {
+      t = MallocTuning{false, "mallopt refused the settings", 0, 0};
+    }
+#endif
+    return t;
+  }();
+  return tuning;
+}
 
 }  // namespace tessera::internal

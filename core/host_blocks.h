@@ -10,6 +10,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <string>
 
 namespace tessera::internal {
 
@@ -42,5 +44,21 @@ void release_host_block_cache();
 // 1 GiB. Builds with AddressSanitizer or ThreadSanitizer start with 0, so that they see every
 // allocation.
 uint64_t set_host_block_cache_limit(uint64_t bytes);
+
+// glibc's malloc settings for a process that receives large messages (Note [Malloc settings for
+// transport] in host_blocks.cc). The transport applies them once, when it makes its first socket.
+struct MallocTuning {
+  bool applied = false;
+  std::string reason;               // why not, when not applied
+  std::size_t mmap_threshold = 0;   // M_MMAP_THRESHOLD set, bytes (0: left alone)
+  std::size_t trim_threshold = 0;   // M_TRIM_THRESHOLD set, bytes (0: left alone)
+};
+inline constexpr std::size_t kTransportMmapThreshold = std::size_t{4} << 20;
+inline constexpr std::size_t kTransportTrimThreshold = std::size_t{64} << 20;
+// What tune_malloc_for_transport would do with this environment (`getenv` looks a name up; nullptr
+// when unset), without doing it.
+MallocTuning decide_malloc_tuning(const std::function<const char*(const char*)>& getenv);
+// Applies the settings on the first call (thread-safe); every call returns that first outcome.
+const MallocTuning& tune_malloc_for_transport();
 
 }  // namespace tessera::internal

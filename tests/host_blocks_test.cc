@@ -1,11 +1,18 @@
 // core/host_blocks: the cache of large host blocks (Note [Large host blocks]) — reuse by size
-// class, the limit, release, tensors of a MiB and more, many threads at once — and the streamed
+// class, the limit, release, tensors of a MiB and more, many threads at once — the transport's
+// malloc settings (Note [Malloc settings for transport]), and the streamed
 // frames' building blocks in transport/rpc_stream (split, descriptor, assembly) without sockets.
 #include "core/host_blocks.h"
 
+#include <malloc.h>
+
 #include <atomic>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
+#include <functional>
+#include <string>
+#include <utility>
 #include <random>
 #include <thread>
 #include <vector>
@@ -155,6 +162,71 @@ TEST_F(HostBlocksTest, ManyThreadsAllocateWriteAndFree) {
   EXPECT_EQ(after.allocations - before.allocations, uint64_t{kThreads * kRounds});
   EXPECT_LE(after.cached_bytes, 32 * kMiB);
 }
+
+// ---- Note [Malloc settings for transport] ----
+
+// An environment of `vars` (name, value) pairs for decide_malloc_tuning.
+std::function<const char*(const char*)> env_of(std::vector<std::pair<std::string, std::string>> vars) {
+  return [vars = std::move(vars)](const char* name) -> const char* {
+    for (const auto& [k, v] : vars) {
+      if (k == name) return v.c_str();
+    }
+    return nullptr;
+  };
+}
+
+#if defined(__GLIBC__) && !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+TEST(MallocTuningTest, AppliedByDefaultAndNotWhenTheUserOptsOutOrChoseTheirOwn) {
+  const MallocTuning plain = decide_malloc_tuning(env_of({}));
+  EXPECT_TRUE(plain.applied) << plain.reason;
+  EXPECT_EQ(plain.mmap_threshold, kTransportMmapThreshold);
+  EXPECT_EQ(plain.trim_threshold, kTransportTrimThreshold);
+  EXPECT_TRUE(decide_malloc_tuning(env_of({{"TESSERA_MALLOC_TUNING", "1"}})).applied);
+  EXPECT_TRUE(decide_malloc_tuning(env_of({{"GLIBC_TUNABLES", "glibc.pthread.rseq=0"}})).applied);
+
+  const std::vector<std::pair<std::string, std::string>> refusals = {
+      {"TESSERA_MALLOC_TUNING", "0"},
+      {"MALLOC_MMAP_THRESHOLD_", "131072"},
+      {"MALLOC_TRIM_THRESHOLD_", "0"},
+      {"MALLOC_TOP_PAD_", "0"},
+      {"GLIBC_TUNABLES", "glibc.pthread.rseq=0:glibc.malloc.trim_threshold=1"},
+  };
+  for (const auto& var : refusals) {
+    const MallocTuning t = decide_malloc_tuning(env_of({var}));
+    EXPECT_FALSE(t.applied) << var.first;
+    EXPECT_EQ(t.mmap_threshold, 0u) << var.first;
+    EXPECT_EQ(t.trim_threshold, 0u) << var.first;
+    EXPECT_NE(t.reason.find(var.first), std::string::npos) << var.first << ": " << t.reason;
+  }
+}
+
+// The settings take effect: a 3 MiB malloc comes from a heap, not a fresh mapping (glibc's default
+// threshold is 128 KiB, and ctest runs this test in a process of its own), and freeing it at the
+// top of the heap gives nothing back to the kernel (the default trim threshold is 128 KiB).
+TEST(MallocTuningTest, AMallocUnderTheThresholdComesFromTheHeapAndStaysThere) {
+  const MallocTuning& t = tune_malloc_for_transport();
+  if (!t.applied) GTEST_SKIP() << "not applied here: " << t.reason;
+  EXPECT_EQ(&t, &tune_malloc_for_transport());  // once per process
+  constexpr std::size_t kBytes = 3 * kMiB;
+  static_assert(kBytes < kTransportMmapThreshold);
+  const struct mallinfo2 before = mallinfo2();
+  auto* p = static_cast<volatile char*>(std::malloc(kBytes));
+  ASSERT_NE(p, nullptr);
+  for (std::size_t i = 0; i < kBytes; i += 4096) p[i] = 1;
+  const struct mallinfo2 held = mallinfo2();
+  EXPECT_EQ(held.hblkhd, before.hblkhd) << "a 3 MiB block was mapped on its own";
+  EXPECT_GE(held.uordblks, before.uordblks + kBytes);
+  std::free(const_cast<char*>(p));
+  EXPECT_EQ(mallinfo2().arena, held.arena) << "the heap was trimmed";
+}
+#else
+TEST(MallocTuningTest, NotAppliedWithoutGlibcOrUnderASanitizer) {
+  const MallocTuning t = decide_malloc_tuning(env_of({}));
+  EXPECT_FALSE(t.applied);
+  EXPECT_FALSE(t.reason.empty());
+  EXPECT_FALSE(tune_malloc_for_transport().applied);
+}
+#endif
 
 // ---- transport/rpc_stream ----
 

@@ -2,10 +2,13 @@
 // bounded).
 #include "transport/rpc.h"
 
+#include <malloc.h>
+
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <future>
 #include <mutex>
@@ -216,6 +219,23 @@ TEST(RpcTest, LargeTensorCrossesIntactAndIsWrappedWithoutCopy) {
   // libzmq dropped its reference to the sent tensor once the bytes were written.
   EXPECT_TRUE(wait_until([&] { return !sent.is_buffer_shared(); }, 5s));
 }
+
+#if defined(__GLIBC__) && !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+// Note [Malloc settings for transport]: making a server applies them. ctest runs this test in a
+// process of its own, where glibc's default would map a 3 MiB block on its own.
+TEST(RpcTest, AServerAppliesTheTransportsMallocSettings) {
+  const MallocTuning wanted = decide_malloc_tuning([](const char* name) -> const char* { return std::getenv(name); });
+  if (!wanted.applied) GTEST_SKIP() << "not applied here: " << wanted.reason;
+  auto server = start_or_die(echo);
+  ASSERT_TRUE(server);
+  const struct mallinfo2 before = mallinfo2();
+  void* p = std::malloc(3 << 20);
+  ASSERT_NE(p, nullptr);
+  EXPECT_EQ(mallinfo2().hblkhd, before.hblkhd) << "a 3 MiB block was mapped on its own";
+  std::free(p);
+  EXPECT_TRUE(tune_malloc_for_transport().applied);
+}
+#endif
 
 TEST(RpcTest, FrameToTensorChecksSizeAndAlignment) {
   auto bad = frame_to_tensor(string_frame("abc"), DType::Float32, Shape{2});

@@ -20,6 +20,7 @@
 
 #include <fmt/format.h>
 
+#include "core/host_blocks.h"
 #include "core/tensor_buffer.h"
 #include "transport/rpc_stream.h"
 
@@ -215,6 +216,13 @@ std::optional<Status> parse_status(const zmq::message_t& m) {
   return Status(static_cast<ErrorCode>(code), std::string(reinterpret_cast<const char*>(p + 4), m.size() - 4));
 }
 
+// A context for a server's or a channel's sockets; the first one made applies Note [Malloc settings
+// for transport] (core/host_blocks.cc).
+zmq::context_t make_context() {
+  tune_malloc_for_transport();
+  return zmq::context_t(1);
+}
+
 // ---- eventfd wake-up ----
 
 int make_wake_fd() {
@@ -402,7 +410,7 @@ struct ReplySlot {
 class RpcServerCore : public std::enable_shared_from_this<RpcServerCore> {
  public:
   RpcServerCore(RpcServer::Handler handler, RpcServerOptions options)
-      : handler_(std::move(handler)), options_(options), context_(1), wake_fd_(make_wake_fd()) {}
+      : handler_(std::move(handler)), options_(options), context_(make_context()), wake_fd_(make_wake_fd()) {}
   ~RpcServerCore() { ::close(wake_fd_); }
 
   Status bind(const std::string& address);
@@ -997,7 +1005,7 @@ namespace {
 
 zmq::context_t& channel_context() {
   // Leaked on purpose: a channel destroyed during static destruction must still find it.
-  static zmq::context_t* context = new zmq::context_t(1);
+  static zmq::context_t* context = new zmq::context_t(make_context());
   return *context;
 }
 
