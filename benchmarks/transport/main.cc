@@ -7,7 +7,7 @@
 // The benchmarks are registered here rather than with BENCHMARK_CAPTURE so that the impls alternate
 // (tessera, raw_zmq, tessera, ...) whatever order the linker gives the two files' initializers.
 // Each has its own small MinTime, which --benchmark_min_time does not override, so the whole
-// binary stays under a minute on a 2-core machine.
+// binary stays under a minute on a 2-core machine; --min_time_floor=S raises every one to S.
 //
 // The peer. The first benchmark that needs it re-executes this binary (/proc/self/exe
 // --transport-peer --parent=PID): the child starts an RpcServer and a plain ROUTER on 127.0.0.1
@@ -27,6 +27,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -120,14 +121,15 @@ int run_peer(int argc, char** argv) {
   _exit(0);  // the servers' threads are not joined: nothing of theirs needs to outlive the process
 }
 
-void register_benchmarks() {
+// `floor` (seconds, 0 for none): every benchmark runs at least that long per repetition.
+void register_benchmarks(double floor) {
   for (const Size& s : kSizes) {
     for (auto [impl, fn] : {std::pair{"tessera", &tessera_transfer}, std::pair{"raw_zmq", &raw_transfer},
                             std::pair{"raw_zmq_streamed", &raw_streamed_transfer}}) {
       if (fn == &raw_streamed_transfer && s.bytes < kStreamedMinBytes) continue;
       benchmark::RegisterBenchmark((std::string("BM_transfer_") + s.name + "/" + impl).c_str(), fn, s)
           ->UseRealTime()
-          ->MinTime(0.2)
+          ->MinTime(std::max(0.2, floor))
           ->Unit(benchmark::kMillisecond);
     }
   }
@@ -135,7 +137,7 @@ void register_benchmarks() {
     for (auto [impl, fn] : {std::pair{"tessera", &tessera_rtt}, std::pair{"raw_zmq", &raw_rtt}}) {
       benchmark::RegisterBenchmark((std::string("BM_rtt_") + s.name + "/" + impl).c_str(), fn, s)
           ->UseRealTime()
-          ->MinTime(s.bytes >= (std::size_t{16} << 20) ? 0.2 : 0.1)
+          ->MinTime(std::max(s.bytes >= (std::size_t{16} << 20) ? 0.2 : 0.1, floor))
           ->Unit(benchmark::kMicrosecond);
     }
   }
@@ -237,7 +239,25 @@ int main(int argc, char** argv) {
   if (argc >= 2 && std::string_view(argv[1]) == transport_bench::kPeerFlag) {
     return transport_bench::run_peer(argc, argv);
   }
-  transport_bench::register_benchmarks();
+  // --min_time_floor=S: no benchmark runs shorter than S seconds per repetition (the suite's full
+  // run passes its --benchmark_min_time; the defaults keep the binary under a minute).
+  double floor = 0;
+  int kept = 1;
+  for (int i = 1; i < argc; ++i) {
+    constexpr std::string_view kFloor = "--min_time_floor=";
+    if (std::string_view a = argv[i]; a.substr(0, kFloor.size()) == kFloor) {
+      char* end = nullptr;
+      floor = std::strtod(argv[i] + kFloor.size(), &end);
+      if (end == argv[i] + kFloor.size() || *end != '\0' || !(floor >= 0 && floor <= 60)) {
+        std::fprintf(stderr, "bad %s (seconds, 0 to 60)\n", argv[i]);
+        return 1;
+      }
+      continue;
+    }
+    argv[kept++] = argv[i];
+  }
+  argc = kept;
+  transport_bench::register_benchmarks(floor);
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   benchmark::RunSpecifiedBenchmarks();
