@@ -53,7 +53,9 @@ struct MallocTuning {
   std::size_t mmap_threshold = 0;   // M_MMAP_THRESHOLD set, bytes (0: left alone)
   std::size_t trim_threshold = 0;   // M_TRIM_THRESHOLD set, bytes (0: left alone)
 };
-inline constexpr std::size_t kTransportMmapThreshold = std::size_t{4} << 20;
+// The end state of glibc's own adaptive policy (its largest dynamic mmap threshold, and twice that
+// for trimming), set from the start.
+inline constexpr std::size_t kTransportMmapThreshold = std::size_t{32} << 20;
 inline constexpr std::size_t kTransportTrimThreshold = std::size_t{64} << 20;
 // What tune_malloc_for_transport would do with this environment (`getenv` looks a name up; nullptr
 // when unset), without doing it.
