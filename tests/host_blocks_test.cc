@@ -11,15 +11,16 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
-#include <string>
-#include <utility>
 #include <random>
+#include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <gtest/gtest.h>
 
 #include "tessera/tensor.h"
+#include "testing/test_util.h"
 #include "transport/rpc_stream.h"
 
 namespace tessera::internal {
@@ -175,7 +176,7 @@ std::function<const char*(const char*)> env_of(std::vector<std::pair<std::string
   };
 }
 
-#if defined(__GLIBC__) && !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+#if TESSERA_TEST_MALLOC_TUNING
 TEST(MallocTuningTest, AppliedByDefaultAndNotWhenTheUserOptsOutOrChoseTheirOwn) {
   const MallocTuning plain = decide_malloc_tuning(env_of({}));
   EXPECT_TRUE(plain.applied) << plain.reason;
@@ -219,7 +220,7 @@ TEST(MallocTuningTest, AMallocUnderTheThresholdComesFromTheHeapAndStaysThere) {
   std::free(const_cast<char*>(p));
   EXPECT_EQ(mallinfo2().arena, held.arena) << "the heap was trimmed";
 }
-#else
+#elif !defined(__GLIBC__) || defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
 TEST(MallocTuningTest, NotAppliedWithoutGlibcOrUnderASanitizer) {
   const MallocTuning t = decide_malloc_tuning(env_of({}));
   EXPECT_FALSE(t.applied);

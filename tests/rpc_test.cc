@@ -220,7 +220,7 @@ TEST(RpcTest, LargeTensorCrossesIntactAndIsWrappedWithoutCopy) {
   EXPECT_TRUE(wait_until([&] { return !sent.is_buffer_shared(); }, 5s));
 }
 
-#if defined(__GLIBC__) && !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+#if TESSERA_TEST_MALLOC_TUNING
 // Note [Malloc settings for transport]: making a server applies them. ctest runs this test in a
 // process of its own, where glibc's default would map a 3 MiB block on its own.
 TEST(RpcTest, AServerAppliesTheTransportsMallocSettings) {

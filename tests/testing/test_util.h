@@ -11,6 +11,18 @@
 
 #include "tessera/tessera.h"
 
+// 1 where the transport's malloc settings (Note [Malloc settings for transport] in
+// core/host_blocks.cc) apply and can be observed: glibc 2.33 or later (mallinfo2), no sanitizer
+// (they replace malloc).
+#if defined(__GLIBC__)
+#if __GLIBC_PREREQ(2, 33) && !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+#define TESSERA_TEST_MALLOC_TUNING 1
+#endif
+#endif
+#ifndef TESSERA_TEST_MALLOC_TUNING
+#define TESSERA_TEST_MALLOC_TUNING 0
+#endif
+
 namespace tessera::testing {
 
 // Thread counts every concurrency test runs at.
