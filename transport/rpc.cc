@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <climits>
 #include <condition_variable>
 #include <cstring>
 #include <deque>
@@ -251,6 +252,15 @@ bool poll_items(zmq_pollitem_t* items, int n, long timeout_ms) {
     if (zmq_errno() == EINTR) continue;
     return false;
   }
+}
+
+// poll(2) of plain descriptors for an I/O thread's loop; false on an error other than EINTR (an
+// interrupted wait returns true with no events, and the loop recomputes its timeout).
+bool poll_io(pollfd* fds, int n, long timeout_ms) {
+  const int timeout = timeout_ms > INT_MAX ? INT_MAX : static_cast<int>(timeout_ms);
+  if (::poll(fds, static_cast<nfds_t>(n), timeout) >= 0) return true;
+  for (int i = 0; i < n; ++i) fds[i].revents = 0;
+  return errno == EINTR;
 }
 
 // Reads the rest of a multipart message whose first frame is `first` (parts of one message arrive
@@ -1328,11 +1338,20 @@ StatusOr<RpcMessage> RpcChannelCore::call_sync(RpcMessage request, std::chrono::
 
 void RpcChannelCore::run_io() {
   tls_io_owner = this;
-  zmq_pollitem_t items[3] = {{nullptr, wake_fd_, ZMQ_POLLIN, 0},
-                             {monitor_.handle(), 0, ZMQ_POLLIN, 0},
-                             {nullptr, socket_fd_, ZMQ_POLLIN, 0}};
   // A broken channel may have no monitor socket (nor socket): it polls its wake-up fd only.
   const bool broken = monitor_.handle() == nullptr || socket_fd_ < 0;
+  // Plain file descriptors, polled with poll(2) itself. A socket's ZMQ_FD signals that commands
+  // are pending, not that messages are, and a pipe signals only once its reader found it empty:
+  // whoever is woken reads until EAGAIN (serve_socket_locked, read_monitor; the monitor is read
+  // once before the first sleep), and nothing else touches the monitor socket. zmq_poll with a
+  // socket among its items costs a zero-timeout poll(2) and a ZMQ_EVENTS check (another poll(2)
+  // of the mailbox) around each sleep.
+  const int monitor_fd = broken ? -1 : monitor_.get(zmq::sockopt::fd);
+  pollfd items[3] = {{wake_fd_, POLLIN, 0}, {monitor_fd, POLLIN, 0}, {socket_fd_, POLLIN, 0}};
+  if (!broken) {
+    std::lock_guard<std::mutex> l(mu_);
+    read_monitor();
+  }
   std::vector<Completion> completions;
   bool again = false;  // replies left unread: look again without sleeping
   for (;;) {
@@ -1354,8 +1373,8 @@ void RpcChannelCore::run_io() {
       io_watches_socket_ = !broken && (async_pending_ > 0 || !outbox_.empty());
       if (!broken) num_items = io_watches_socket_ ? 3 : 2;
     }
-    if (!poll_items(items, num_items, timeout)) break;
-    if (items[0].revents & ZMQ_POLLIN) drain_wake_fd(wake_fd_);
+    if (!poll_io(items, num_items, timeout)) break;
+    if (items[0].revents & POLLIN) drain_wake_fd(wake_fd_);
     bool stopping;
     {
       std::lock_guard<std::mutex> l(mu_);
@@ -1364,7 +1383,7 @@ void RpcChannelCore::run_io() {
       if (!stopping && !broken) {
         again = serve_socket_locked();
         // After the replies: a reply that arrived before its connection dropped still counts.
-        if (num_items >= 2 && (items[1].revents & ZMQ_POLLIN)) read_monitor();
+        if (num_items >= 2 && (items[1].revents & POLLIN)) read_monitor();
         const auto now = Clock::now();
         if (reconnect_at_ && now >= *reconnect_at_) reconnect();
         expire(now);
