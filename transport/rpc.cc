@@ -254,8 +254,9 @@ bool poll_items(zmq_pollitem_t* items, int n, long timeout_ms) {
   }
 }
 
-// poll(2) of plain descriptors for an I/O thread's loop; false on an error other than EINTR (an
-// interrupted wait returns true with no events, and the loop recomputes its timeout).
+// poll(2) of plain descriptors for a waiting loop; false on an error other than EINTR (an
+// interrupted wait returns true with no events, and the loop recomputes its timeout). On any
+// failure no revents are left set.
 bool poll_io(pollfd* fds, int n, long timeout_ms) {
   const int timeout = timeout_ms > INT_MAX ? INT_MAX : static_cast<int>(timeout_ms);
   if (::poll(fds, static_cast<nfds_t>(n), timeout) >= 0) return true;
@@ -1041,12 +1042,6 @@ int thread_wake_fd() {
 // The SyncWaiter (RpcChannelCore's) of the call this thread waits for, if any.
 thread_local const void* tls_sync_waiter = nullptr;
 
-// poll(2) on `n` fds for readability, retried on EINTR.
-void poll_fds(pollfd* fds, nfds_t n, int timeout_ms) {
-  while (::poll(fds, n, timeout_ms) < 0 && errno == EINTR) {
-  }
-}
-
 }  // namespace
 
 class RpcChannelCore {
@@ -1321,7 +1316,7 @@ StatusOr<RpcMessage> RpcChannelCore::call_sync(RpcMessage request, std::chrono::
     l.unlock();
     if (wake) signal_wake_fd(wake_fd_);
     pollfd fds[2] = {{waiter.wake_fd, POLLIN, 0}, {socket_fd_, POLLIN, 0}};
-    poll_fds(fds, socket_fd_ >= 0 ? 2 : 1, -1);
+    poll_io(fds, socket_fd_ >= 0 ? 2 : 1, -1);  // an interruption or error just loops again
     if (fds[0].revents & POLLIN) drain_wake_fd(waiter.wake_fd);
     l.lock();
     if (waiter.result) break;
