@@ -779,8 +779,12 @@ TEST(RpcStreamTest, LargeFramesStreamAmongSmallCallsFromManyThreadsAndArriveInta
   RpcChannelOptions channel_options;
 #if defined(__SANITIZE_THREAD__)
   // Under TSan one send() of a chunk by libzmq's I/O thread can take seconds (see below): long
-  // enough for the ZMTP heartbeats to declare the peer dead and drop the connection.
+  // enough for the ZMTP heartbeats to declare the peer dead and drop the connection, and, with
+  // other tests running, for the server to see no chunk of a stream for its 30 s
+  // stalled_stream_timeout (seen: a client handed libzmq every chunk of four calls within 64 ms,
+  // and the server received the second chunk of one 32 s after its first).
   server_options.heartbeat_timeout = channel_options.heartbeat_timeout = std::chrono::milliseconds(120000);
+  server_options.stalled_stream_timeout = std::chrono::milliseconds(240000);
 #endif
   auto server = start_or_die(echo, server_options);
   ASSERT_TRUE(server);
@@ -817,6 +821,9 @@ TEST(RpcStreamTest, LargeFramesStreamAmongSmallCallsFromManyThreadsAndArriveInta
   }
   for (auto& th : threads) th.join();
   EXPECT_EQ(bad.load(), 0);
+  EXPECT_EQ(server->stats().stalled_streams, 0u);
+  EXPECT_EQ(server->stats().dropped_chunks, 0u);
+  EXPECT_EQ(channel.stats().timed_out, 0u);
   EXPECT_EQ(server->stats().streamed_requests, uint64_t{kThreads * kCalls});
   EXPECT_EQ(server->stats().streamed_replies, uint64_t{kThreads * kCalls});
   EXPECT_EQ(channel.stats().streamed_requests, uint64_t{kThreads * kCalls});

@@ -38,7 +38,7 @@ namespace tessera::internal {
 // ("TRC1"), either way: Note [Streamed frames] in rpc_stream.cc.
 //
 // Threads. Server sockets are used by exactly one thread, the server's I/O thread; other threads
-// talk to it through a mutex-protected queue plus an eventfd in its zmq_poll set, written only when
+// talk to it through a mutex-protected queue plus an eventfd in its poll set, written only when
 // the queue goes from empty to non-empty (one syscall per burst, not per message).
 //   Server: one I/O thread owns the ROUTER. It reads a batch of requests, checks each envelope and
 //   hands (request, Responder) to `handler_threads` handler threads (or runs the handler inline
@@ -245,15 +245,6 @@ void drain_wake_fd(int fd) {
   }
 }
 
-// zmq_poll, retried on EINTR. Returns false when the context is being terminated.
-bool poll_items(zmq_pollitem_t* items, int n, long timeout_ms) {
-  for (;;) {
-    if (zmq_poll(items, n, timeout_ms) >= 0) return true;
-    if (zmq_errno() == EINTR) continue;
-    return false;
-  }
-}
-
 // poll(2) of plain descriptors for a waiting loop; false on an error other than EINTR (an
 // interrupted wait returns true with no events, and the loop recomputes its timeout). On any
 // failure no revents are left set.
@@ -444,8 +435,9 @@ class RpcServerCore : public std::enable_shared_from_this<RpcServerCore> {
   };
 
   void run_io();
-  // CURVE: answers the ZAP requests waiting on zap_, and reads monitor_'s handshake failures.
-  void serve_zap();
+  // CURVE: answers the ZAP requests waiting on zap_ (true when it stopped with some perhaps left),
+  // and reads monitor_'s handshake failures.
+  bool serve_zap();
   void read_monitor();
   // Counts a refused connection and logs `line` (rate-limited per `source`).
   void refused(const std::string& source, std::string line);
@@ -595,28 +587,50 @@ void RpcServerCore::start_threads() {
 
 void RpcServerCore::run_io() {
   tls_io_owner = this;
-  zmq_pollitem_t items[4] = {{socket_.handle(), 0, ZMQ_POLLIN, 0},
-                             {nullptr, wake_fd_, ZMQ_POLLIN, 0},
-                             {zap_.handle(), 0, ZMQ_POLLIN, 0},
-                             {monitor_.handle(), 0, ZMQ_POLLIN, 0}};
+  // Plain file descriptors, polled with poll(2) itself, as the channel's I/O thread does (and for
+  // the same reason: zmq_poll adds a zero-timeout poll and a ZMQ_EVENTS check around each sleep).
+  // A socket's ZMQ_FD signals pending commands, not messages, and any use of the socket may
+  // process them and so spend the signal. The rules here: each socket is read until EAGAIN (a
+  // recv that finds nothing processes the pending commands, after which the fd signals the next
+  // ones) or looked at again without sleeping; after sending on the ROUTER, ZMQ_EVENTS says
+  // whether a request came in meanwhile; every socket is read once before the first sleep (a new
+  // pipe starts out active, so its first messages signal nothing). The ZAP socket's replies are
+  // sent between its reads, and the monitor is only read.
+  const bool curve = options_.curve.has_value();
+  pollfd items[4] = {{socket_.get(zmq::sockopt::fd), POLLIN, 0},
+                     {wake_fd_, POLLIN, 0},
+                     {curve ? zap_.get(zmq::sockopt::fd) : -1, POLLIN, 0},
+                     {curve ? monitor_.get(zmq::sockopt::fd) : -1, POLLIN, 0}};
   // Without CURVE there is no ZAP handler and no monitor: two items.
-  const int num_items = options_.curve ? 4 : 2;
+  const int num_items = curve ? 4 : 2;
+  if (curve) read_monitor();
+  bool look_socket = true;  // requests may be left unread: look again without sleeping
+  bool look_zap = curve;    // the same for ZAP requests
   std::vector<zmq::message_t> parts;
   std::vector<Outgoing> batch;
   for (;;) {
     // While streamed requests are being received, wake up now and then to drop stalled ones.
     const long stall_check_ms = std::clamp<long>(options_.stalled_stream_timeout.count() / 4, 10, 1000);
-    if (!poll_items(items, num_items, assembling_.empty() ? -1 : stall_check_ms)) break;
-    if (!assembling_.empty()) drop_stalled_streams();
-    if (items[1].revents & ZMQ_POLLIN) drain_wake_fd(wake_fd_);
-    if (num_items == 4) {
-      if (items[2].revents & ZMQ_POLLIN) serve_zap();
-      if (items[3].revents & ZMQ_POLLIN) read_monitor();
+    if (look_socket || look_zap) {
+      for (pollfd& item : items) item.revents = 0;
+    } else if (!poll_io(items, num_items, assembling_.empty() ? -1 : stall_check_ms)) {
+      break;
     }
-    if (items[0].revents & ZMQ_POLLIN) {
+    if (!assembling_.empty()) drop_stalled_streams();
+    if (items[1].revents & POLLIN) drain_wake_fd(wake_fd_);
+    if (curve) {
+      if (look_zap || (items[2].revents & POLLIN)) look_zap = serve_zap();
+      if (items[3].revents & POLLIN) read_monitor();
+    }
+    bool more = false;
+    if (look_socket || (items[0].revents & POLLIN)) {
+      more = true;  // unless a recv finds nothing within the batch
       for (int i = 0; i < kRecvBatch; ++i) {
         zmq::message_t routing_id;
-        if (!socket_.recv(routing_id, zmq::recv_flags::dontwait)) break;
+        if (!socket_.recv(routing_id, zmq::recv_flags::dontwait)) {
+          more = false;
+          break;
+        }
         recv_rest(socket_, routing_id, &parts);
         receive_one(std::move(routing_id), &parts);
       }
@@ -628,7 +642,11 @@ void RpcServerCore::run_io() {
       batch.swap(outbox_);
     }
     for (auto& out : batch) send(out);
+    // A send may have processed the commands that announced a request: ZMQ_EVENTS processes
+    // what is left and tells whether one is waiting.
+    if (!batch.empty() && !more) more = (socket_.get(zmq::sockopt::events) & ZMQ_POLLIN) != 0;
     batch.clear();
+    look_socket = more;
   }
   if (options_.curve) {
     zmq_socket_monitor(socket_.handle(), nullptr, 0);
@@ -641,10 +659,10 @@ void RpcServerCore::run_io() {
   if (options_.curve) zap_.close();
 }
 
-void RpcServerCore::serve_zap() {
+bool RpcServerCore::serve_zap() {
   for (int n = 0; n < kRecvBatch; ++n) {
     zmq::message_t version;
-    if (!zap_.recv(version, zmq::recv_flags::dontwait)) return;
+    if (!zap_.recv(version, zmq::recv_flags::dontwait)) return false;
     std::vector<zmq::message_t> rest;
     recv_rest(zap_, version, &rest);
     // RFC 27: [version][request id][domain][address][identity][mechanism][credentials...]
@@ -673,6 +691,7 @@ void RpcServerCore::serve_zap() {
                                           "cluster's keys",
                                           peer, key));
   }
+  return true;
 }
 
 void RpcServerCore::read_monitor() {
@@ -1391,7 +1410,7 @@ void RpcChannelCore::run_io() {
   }
   {
     std::unique_lock<std::mutex> l(mu_);
-    stopping_ = true;  // also when zmq_poll failed: later calls are refused at once
+    stopping_ = true;  // also when poll failed: later calls are refused at once
     fail_all(errors::cancelled("call to {} cancelled: the channel was destroyed", endpoint_));
     completions.swap(rejected_);
     for (auto& c : ready_) completions.push_back(std::move(c));
