@@ -218,7 +218,8 @@ StatusOr<std::shared_ptr<const StepPlan>> SessionImpl::get_plan(const std::vecto
 
 std::vector<Tensor> SessionImpl::run(const std::vector<Output>& fetches, const FeedMap& feeds,
                                      const std::vector<Operation>& targets, const RunOptions& options,
-                                     RunMetadata* metadata, int64_t step_id) {
+                                     RunMetadata* metadata, int64_t step_id,
+                                     std::vector<TraceRecord>* records) {
   // Signature: feeds (ordered by the map), fetches, targets -> cache key.
   std::vector<uint64_t> key;
   key.reserve(feeds.size() + fetches.size() + targets.size() + 2);
@@ -307,14 +308,16 @@ std::vector<Tensor> SessionImpl::run(const std::vector<Output>& fetches, const F
   // cancellation): the step reports the root cause. (Read after leaving the shard: a close()
   // writes it while holding the shard's lock; every other writer finished before the step did.)
   if (multi && !status.ok() && multi->aborting.load()) status = multi->root_cause;
-  if (metadata != nullptr && options.trace) {
-    std::vector<TraceRecord> records = rs.take_trace();
+  if ((metadata != nullptr || records != nullptr) && options.trace) {
+    std::vector<TraceRecord> spans = rs.take_trace();
     if (multi) {
       for (auto& part : multi->parts) {
-        for (auto& r : part->take_trace()) records.push_back(std::move(r));
+        for (auto& r : part->take_trace()) spans.push_back(std::move(r));
       }
     }
-    metadata->trace_json = trace_json(std::move(records), rs.start_us());
+    if (records != nullptr && metadata != nullptr) *records = spans;
+    if (metadata != nullptr) metadata->trace_json = trace_to_json(std::move(spans), rs.start_us());
+    else *records = std::move(spans);
   }
   status.raise();
   std::vector<Tensor> results;
@@ -377,9 +380,7 @@ Status SessionImpl::MultiStep::run(RunState& host, const RunState::Options& base
   return status.ok() ? pending.first_error : status;
 }
 
-std::string SessionImpl::trace_json(std::vector<TraceRecord> records, int64_t start_us) const {
-  // Chrome trace-event format: one complete ("X") event per op or copy; one process per device
-  // and one thread per stream or executing thread, named by metadata events.
+std::string trace_to_json(std::vector<TraceRecord> records, int64_t origin_us) {
   std::sort(records.begin(), records.end(),
             [](const TraceRecord& a, const TraceRecord& b) { return a.start_us < b.start_us; });
   nlohmann::json events = nlohmann::json::array();
@@ -400,7 +401,7 @@ std::string SessionImpl::trace_json(std::vector<TraceRecord> records, int64_t st
     events.push_back({{"name", r.name},
                       {"cat", r.category},
                       {"ph", "X"},
-                      {"ts", r.start_us - start_us},
+                      {"ts", r.start_us - origin_us},
                       {"dur", std::max<int64_t>(0, r.end_us - r.start_us)},
                       {"pid", pid},
                       {"tid", tid},

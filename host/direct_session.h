@@ -33,10 +33,11 @@ class SessionImpl {
   ~SessionImpl();
 
   // `step_id` 0: a fresh one. A cluster worker passes the master's, which keys the step's
-  // cross-task exchange (transport/worker.h).
+  // cross-task exchange (transport/worker.h). A traced step's spans go to `metadata` as JSON and,
+  // when `records` is given, to it as they are (now_micros() clock; a worker sends them on).
   std::vector<Tensor> run(const std::vector<Output>& fetches, const FeedMap& feeds,
                           const std::vector<Operation>& targets, const RunOptions& options,
-                          RunMetadata* metadata, int64_t step_id = 0);
+                          RunMetadata* metadata, int64_t step_id = 0, std::vector<TraceRecord>* records = nullptr);
   void close();
   // Cancels the runs of step `step_id` in flight (a cluster step that failed on another task).
   void cancel_step(int64_t step_id, const Status& reason);
@@ -69,8 +70,6 @@ class SessionImpl {
     std::atomic<bool> aborting{false};
     Status root_cause;  // the first failure: written once, by whoever set `aborting`
   };
-  std::string trace_json(std::vector<TraceRecord> records, int64_t start_us) const;
-
   Graph& graph_;  // Not owned: must outlive the session.
   GraphImpl& g_;
   SessionOptions options_;
@@ -106,5 +105,10 @@ class SessionImpl {
   std::atomic<bool> closed_{false};
   const uint64_t serial_;  // unique per session in this process (keys the per-thread plan cache)
 };
+
+// RunMetadata::trace_json of `records`: Chrome trace-event JSON, one complete ("X") event per
+// span with `ts` in microseconds since `origin_us` (their clock's value at the step's start), one
+// process per device and one thread per stream or executing thread, named by metadata events.
+std::string trace_to_json(std::vector<TraceRecord> records, int64_t origin_us);
 
 }  // namespace tessera::internal

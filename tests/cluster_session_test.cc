@@ -9,11 +9,13 @@
 #include <atomic>
 #include <chrono>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include "core/device.h"
 #include "device/default_devices.h"
@@ -114,6 +116,71 @@ TEST(ClusterSessionTest, BigTensorCrossesTasksIntact) {
   for (std::size_t i = 0; i < out.size(); ++i) wrong += out[i] != data[i] + 1;
   EXPECT_EQ(wrong, 0);
   EXPECT_EQ(y.op().assigned_device(), "");  // placement happens on the master, not in the client's graph
+}
+
+// RunOptions::trace on a cluster target: one Chrome trace of the whole step, each task's ops on
+// that task's devices, on the master's clock, inside the master's RunGraph call to their task.
+TEST(ClusterSessionTest, TracedStepShowsEveryTasksOpsInsideItsRunGraphCall) {
+  ClusterSpec cluster({{"worker", {loopback(), loopback()}}});
+  Server w0(cluster, "worker", 0, quick());
+  Server w1(cluster, "worker", 1, quick());
+  Graph g;
+  auto x = ops::placeholder(g, DType::Float32, Shape{4}, "x");
+  Output y, z;
+  {
+    auto scope = g.device("/job:worker/task:1");
+    y = ops::mul(x, x, "remote_mul");
+  }
+  {
+    auto scope = g.device("/job:worker/task:0");
+    z = ops::add(y, x, "local_add");
+  }
+  Session s(g, w0.target());
+  const FeedMap feed{{x, Tensor::vector<float>({1, 2, 3, 4})}};
+  RunOptions traced;
+  traced.trace = true;
+  s.run({z}, feed, {}, traced, nullptr);  // plans and registers the partitions
+  RunMetadata md;
+  const auto before = Clock::now();
+  auto out = s.run({z}, feed, {}, traced, &md);
+  const auto step_us = std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - before).count();
+  EXPECT_EQ(out[0].to_vector<float>(), (std::vector<float>{2, 6, 12, 20}));
+
+  const auto trace = nlohmann::json::parse(md.trace_json);
+  std::map<int, std::string> process;  // pid -> device (or the master's task)
+  std::map<std::string, nlohmann::json> spans;  // name -> its complete event
+  for (const auto& e : trace.at("traceEvents")) {
+    if (e.at("ph") == "M" && e.at("name") == "process_name") process[e.at("pid").get<int>()] = e.at("args").at("name");
+    if (e.at("ph") == "X") spans[e.at("name").get<std::string>()] = e;
+  }
+  ASSERT_TRUE(spans.count("remote_mul")) << md.trace_json;
+  ASSERT_TRUE(spans.count("local_add")) << md.trace_json;
+  ASSERT_TRUE(spans.count("RunGraph /job:worker/replica:0/task:1")) << md.trace_json;
+  ASSERT_TRUE(spans.count("RunGraph /job:worker/replica:0/task:0")) << md.trace_json;
+  auto device_of = [&](const std::string& name) { return process[spans[name].at("pid").get<int>()]; };
+  EXPECT_EQ(device_of("remote_mul").rfind("/job:worker/replica:0/task:1/device:", 0), 0u) << device_of("remote_mul");
+  EXPECT_EQ(device_of("local_add").rfind("/job:worker/replica:0/task:0/device:", 0), 0u) << device_of("local_add");
+  EXPECT_EQ(device_of("RunGraph /job:worker/replica:0/task:1"), "/job:worker/replica:0/task:0");  // the master's
+  // One clock: every span lies within the step as the client timed it, and each task's op within
+  // the master's call to that task. Slack: the tasks' clocks are converted through the wall clock
+  // (microseconds, measured apart), 5 ms covers that many times over.
+  constexpr int64_t kSlackUs = 5000;
+  auto start = [&](const std::string& name) { return spans[name].at("ts").get<int64_t>(); };
+  auto end = [&](const std::string& name) { return start(name) + spans[name].at("dur").get<int64_t>(); };
+  for (const auto& [name, e] : spans) {
+    EXPECT_GE(start(name), -kSlackUs) << name;
+    EXPECT_LE(end(name), step_us + kSlackUs) << name;
+  }
+  EXPECT_GE(start("remote_mul"), start("RunGraph /job:worker/replica:0/task:1") - kSlackUs);
+  EXPECT_LE(end("remote_mul"), end("RunGraph /job:worker/replica:0/task:1") + kSlackUs);
+  EXPECT_GE(start("local_add"), start("RunGraph /job:worker/replica:0/task:0") - kSlackUs);
+  EXPECT_LE(end("local_add"), end("RunGraph /job:worker/replica:0/task:0") + kSlackUs);
+  // local_add needs remote_mul's output, which crossed the tasks.
+  EXPECT_GE(start("local_add"), end("remote_mul") - kSlackUs);
+
+  RunMetadata untraced;
+  s.run({z}, feed, {}, RunOptions{}, &untraced);
+  EXPECT_TRUE(untraced.trace_json.empty()) << untraced.trace_json;
 }
 
 // Between-graph replication: two clients, each with its own graph and its own master, share the

@@ -3,14 +3,18 @@
 // arbitrary bytes.
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
 
 #include <google/protobuf/stubs/logging.h>
 #include <google/protobuf/util/message_differencer.h>
+#include <nlohmann/json.hpp>
 
+#include "core/executor.h"
 #include "core/node.h"
+#include "host/direct_session.h"
 #include "core/op_registry.h"
 #include "tests/testing/test_util.h"
 #include "transport/wire.h"
@@ -670,6 +674,43 @@ TEST(WireHeaderTest, RequestAndResponseHeadersRoundTrip) {
   ASSERT_TRUE(r.ok());
   EXPECT_TRUE(wire::to_status(r.value().status()).ok());
   EXPECT_EQ(wire::parse_body<pb::RunStepResponse>(r.value().body()).value().trace_json(), "{}");
+}
+
+// A traced partition's spans cross tasks on the wall clock and come back on the receiver's
+// now_micros() clock (here the same process: the times survive to within the clocks' reading).
+TEST(WireTraceTest, SpansRoundTripAndAPeersExtremeTimesAreSafe) {
+  const int64_t t0 = internal::now_micros();
+  std::vector<internal::TraceRecord> records = {{"mul", "Mul", "/job:w/replica:0/task:1/device:CPU:0", "", 42, t0, t0 + 7},
+                                                {"copy", "copy", "/job:w/replica:0/task:1/device:SIM:0", "h2d", 0, t0 + 3, t0 + 9}};
+  pb::RunGraphResponse response;
+  wire::encode_trace(records, response.mutable_trace());
+  ASSERT_EQ(response.trace_size(), 2);
+  EXPECT_NE(response.trace(0).start_wall_us(), t0);  // on another clock (the epoch's)
+  const std::vector<internal::TraceRecord> back = wire::decode_trace(response.trace());
+  ASSERT_EQ(back.size(), 2u);
+  for (std::size_t i = 0; i < back.size(); ++i) {
+    EXPECT_EQ(back[i].name, records[i].name);
+    EXPECT_EQ(back[i].category, records[i].category);
+    EXPECT_EQ(back[i].device, records[i].device);
+    EXPECT_EQ(back[i].lane, records[i].lane);
+    EXPECT_EQ(back[i].thread, records[i].thread);
+    EXPECT_NEAR(static_cast<double>(back[i].start_us), static_cast<double>(records[i].start_us), 1000.0);
+    EXPECT_EQ(back[i].end_us - back[i].start_us, records[i].end_us - records[i].start_us);
+  }
+  // A peer's nonsense: no overflow (UBSan checks), and no span ends before it starts.
+  pb::RunGraphResponse hostile;
+  pb::TraceSpan* a = hostile.add_trace();
+  a->set_start_wall_us(std::numeric_limits<int64_t>::min());
+  a->set_end_wall_us(std::numeric_limits<int64_t>::max());
+  pb::TraceSpan* b = hostile.add_trace();
+  b->set_start_wall_us(std::numeric_limits<int64_t>::max());
+  b->set_end_wall_us(5);
+  const std::vector<internal::TraceRecord> odd = wire::decode_trace(hostile.trace());
+  ASSERT_EQ(odd.size(), 2u);
+  EXPECT_LE(odd[0].start_us, odd[0].end_us);
+  EXPECT_EQ(odd[1].end_us, odd[1].start_us);
+  const auto json = nlohmann::json::parse(internal::trace_to_json(odd, internal::now_micros()));
+  EXPECT_EQ(json.at("traceEvents").size(), 4u);  // one process (device ""), one thread, two spans
 }
 
 TEST(WireHeaderTest, RejectsWrongVersionsAndEmptyMethods) {

@@ -16,6 +16,7 @@
 #include "core/device_name.h"
 #include "core/executor.h"
 #include "core/placement.h"
+#include "host/direct_session.h"
 #include "tessera/errors.h"
 #include "tessera/graph.h"
 
@@ -243,6 +244,11 @@ struct MasterSession::Step {
   Status error;                  // guarded by mu: the root cause so far
   std::vector<Tensor> fetched;   // guarded by mu
   std::atomic<bool> aborted{false};
+  // A traced step: its origin (now_micros() when its RunGraphs went out) and every task's spans
+  // plus the master's own RunGraph calls, on this process's clock (guarded by mu).
+  bool trace = false;
+  int64_t start_us = 0;
+  std::vector<TraceRecord> spans;
 };
 
 StatusOr<Endpoint> MasterSession::endpoint_locked(const std::string& name, const char* what) {
@@ -608,6 +614,8 @@ void MasterSession::start(const std::shared_ptr<Step>& step, std::shared_ptr<con
     step->feeds = std::move(feeds);
     step->fetched.resize(plan->fetch_from.size());
     step->left = static_cast<int>(plan->parts.size());
+    step->trace = r.trace();
+    step->start_us = now_micros();
     for (std::size_t i = 0; i < plan->fetch_from.size(); ++i) {
       if (plan->fetch_from[i].first < 0) step->fetched[i] = step->feeds[static_cast<std::size_t>(plan->fetch_from[i].second)];
     }
@@ -627,6 +635,7 @@ void MasterSession::start(const std::shared_ptr<Step>& step, std::shared_ptr<con
       if (!meta.ok()) return send_reply(step->respond, step->request_id, meta.status(), nullptr);
       *response.add_tensor()->mutable_meta() = meta.value();
     }
+    if (step->trace) response.set_trace_json(trace_to_json(std::move(step->spans), step->start_us));
     send_reply(step->respond, step->request_id, Status(), &response, std::move(frames));
   };
   // Closed while the plan was being built: close() has answered (and finish() is then a no-op).
@@ -638,6 +647,7 @@ void MasterSession::start(const std::shared_ptr<Step>& step, std::shared_ptr<con
     run.set_graph_handle(part.graph_handle);
     run.set_step_id(step->id);
     run.set_timeout_ms(r.timeout_ms());
+    run.set_trace(r.trace());
     std::vector<zmq::message_t> frames;
     Status st;
     for (std::size_t k = 0; k < part.feeds.size(); ++k) {
@@ -650,14 +660,22 @@ void MasterSession::start(const std::shared_ptr<Step>& step, std::shared_ptr<con
       nt->set_name(part.feed_names[k]);
       *nt->mutable_meta() = meta.value();
     }
-    auto done = [self = shared_from_this(), step, pi, finish](StatusOr<RpcMessage> reply) {
+    auto done = [self = shared_from_this(), step, pi, finish, sent_us = now_micros()](StatusOr<RpcMessage> reply) {
       const Part& part = step->plan->parts[pi];
       pb::RunGraphResponse response;
       Status st = parse_reply(reply, &response);
       if (!st.ok() && !reply.ok()) st = st.with_prefix(fmt::format("task {}: ", part.task));
       if (st.ok()) {
         auto frames = std::move(reply.value().frames);
+        std::vector<TraceRecord> spans;
+        if (step->trace) {
+          spans = wire::decode_trace(response.trace());
+          // The call itself, from the master's side: the task's spans sit inside it.
+          spans.push_back(TraceRecord{fmt::format("RunGraph {}", part.task), "RunGraph", self->task_,
+                                      "RunGraph calls", 0, sent_us, now_micros()});
+        }
         std::lock_guard<std::mutex> l(step->mu);
+        for (TraceRecord& span : spans) step->spans.push_back(std::move(span));
         for (std::size_t i = 0; i < step->plan->fetch_from.size() && st.ok(); ++i) {
           const auto [from, pos] = step->plan->fetch_from[i];
           if (from != static_cast<int>(pi)) continue;

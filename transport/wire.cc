@@ -1,7 +1,9 @@
 // Encoding and validation of tessera's wire messages: Note [Wire format] in transport/wire.h.
 #include "transport/wire.h"
 
+#include <algorithm>
 #include <charconv>
+#include <chrono>
 #include <climits>
 #include <cstring>
 #include <exception>
@@ -21,6 +23,7 @@
 #include <google/protobuf/message.h>
 
 #include "core/device_name.h"
+#include "core/executor.h"
 #include "core/op_registry.h"
 
 namespace tessera::internal::wire {
@@ -760,6 +763,58 @@ Status decode_graph(const GraphDef& def, GraphImpl* into, std::vector<Node*>* ad
     if (added != nullptr) added->push_back(node);
   }
   return Status();
+}
+
+// ---- Traces ----
+
+namespace {
+// How far this process's wall clock (system_clock, µs since the epoch) is ahead of now_micros().
+int64_t wall_minus_steady_us() {
+  const int64_t wall = std::chrono::duration_cast<std::chrono::microseconds>(
+                           std::chrono::system_clock::now().time_since_epoch())
+                           .count();
+  return wall - now_micros();
+}
+}  // namespace
+
+void encode_trace(const std::vector<TraceRecord>& records, google::protobuf::RepeatedPtrField<pb::TraceSpan>* out) {
+  const int64_t shift = wall_minus_steady_us();
+  out->Reserve(out->size() + static_cast<int>(records.size()));
+  for (const TraceRecord& r : records) {
+    pb::TraceSpan* span = out->Add();
+    span->set_name(r.name);
+    span->set_category(r.category);
+    span->set_device(r.device);
+    span->set_lane(r.lane);
+    span->set_thread(r.thread);
+    span->set_start_wall_us(r.start_us + shift);
+    span->set_end_wall_us(r.end_us + shift);
+  }
+}
+
+std::vector<TraceRecord> decode_trace(const google::protobuf::RepeatedPtrField<pb::TraceSpan>& spans) {
+  const int64_t shift = wall_minus_steady_us();
+  std::vector<TraceRecord> records;
+  records.reserve(static_cast<std::size_t>(spans.size()));
+  for (const pb::TraceSpan& span : spans) {
+    TraceRecord r;
+    r.name = span.name();
+    r.category = span.category();
+    r.device = span.device();
+    r.lane = span.lane();
+    r.thread = span.thread();
+    // A peer's extreme values: shifted in unsigned arithmetic (it wraps), then kept within ±2^61 µs
+    // so that differences of them never overflow later.
+    auto local = [shift](int64_t wall) {
+      constexpr int64_t kLimit = int64_t{1} << 61;
+      return std::clamp(static_cast<int64_t>(static_cast<uint64_t>(wall) - static_cast<uint64_t>(shift)), -kLimit,
+                        kLimit);
+    };
+    r.start_us = local(span.start_wall_us());
+    r.end_us = std::max(r.start_us, local(span.end_wall_us()));
+    records.push_back(std::move(r));
+  }
+  return records;
 }
 
 // ---- Status ----

@@ -51,6 +51,7 @@
 #include <vector>
 
 #include "core/node.h"
+#include "core/op_kernel.h"
 #include "core/status.h"
 #include "tessera/tensor.h"
 #include "transport/wire.pb.h"
@@ -156,6 +157,15 @@ pb::Status from_status(const tessera::Status& status);
 // Code and message intact; a code tessera does not know becomes Unknown (the number is kept in the
 // message); code 0 is OK whatever the message.
 tessera::Status to_status(const pb::Status& proto);
+
+// ---- Traces ----
+
+// Appends `records` (spans on this process's now_micros() clock) to `out`, on its wall clock.
+void encode_trace(const std::vector<TraceRecord>& records, google::protobuf::RepeatedPtrField<pb::TraceSpan>* out);
+// The spans a peer sent, on this process's now_micros() clock. A span that ends before it starts
+// ends when it starts, and times are clamped to ±2^61 µs (whatever a peer sends, later arithmetic
+// on them cannot overflow); nothing is sized by the peer beyond the message it came in.
+std::vector<TraceRecord> decode_trace(const google::protobuf::RepeatedPtrField<pb::TraceSpan>& spans);
 
 // ---- Envelopes ----
 

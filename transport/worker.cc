@@ -2,6 +2,7 @@
 // tasks.
 #include "transport/worker.h"
 
+#include <string_view>
 #include <thread>
 #include <utility>
 
@@ -672,10 +673,13 @@ void Worker::run_graph(const wire::RequestHeader& header, RpcMessage request, co
   threads_->run([self = shared_from_this(), wg, r, feeds, s, step_id, respond, request_id = header.request_id()] {
     RunOptions options;
     options.timeout = std::chrono::milliseconds(r->timeout_ms());
+    options.trace = r->trace();
     Status st;
     std::vector<Tensor> outputs;
+    std::vector<TraceRecord> spans;
     try {
-      outputs = wg->session->run(wg->fetches, *feeds, wg->targets, options, nullptr, step_id);
+      outputs = wg->session->run(wg->fetches, *feeds, wg->targets, options, nullptr, step_id,
+                                 options.trace ? &spans : nullptr);
     } catch (...) {
       st = status_from_current_exception();
     }
@@ -703,6 +707,15 @@ void Worker::run_graph(const wire::RequestHeader& header, RpcMessage request, co
         pb::NamedTensor* nt = response.add_recv();
         nt->set_name(wg->fetches[i].name());
         *nt->mutable_meta() = meta.value();
+      }
+      if (options.trace) {
+        // The partition ran on this process's devices ("/job:localhost/replica:0/task:0/device:CPU:0"):
+        // the trace names them as the cluster does ("/job:worker/replica:0/task:1/device:CPU:0").
+        constexpr std::string_view kLocalTask = "/job:localhost/replica:0/task:0/";
+        for (TraceRecord& span : spans) {
+          if (span.device.rfind(kLocalTask, 0) == 0) span.device.replace(0, kLocalTask.size() - 1, self->task_name_);
+        }
+        wire::encode_trace(spans, response.mutable_trace());
       }
       send_reply(respond, request_id, st, &response, std::move(frames));
     }
