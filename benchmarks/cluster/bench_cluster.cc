@@ -10,6 +10,14 @@
 //   BM_ps_steps/tessera/W       parameter-server training steps per second with W = 1, 2, 4 worker
 //                               processes, each driven by its own client with its own graph;
 //                               variables (a 256x256 weight matrix and a bias) on the ps
+//   BM_session_transfer_<size>/tessera
+//                               TensorFlow's transfer workload as its sessions run it (1MiB,
+//                               16MiB, 64MiB): an int32 variable of that size on the ps read by an
+//                               Identity on worker 0, run as a target through worker 0's master by
+//                               4 threads at once (4 steps in flight), so the tensor crosses from
+//                               the ps to worker 0 once a step and reaches neither the master's
+//                               client nor the master. bench_transport's transfer rows time the
+//                               RPC path alone; this is what a session adds to it.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -21,13 +29,16 @@
 #include <atomic>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <thread>
+#include <vector>
 
 #include <fmt/format.h>
 
 #include "common/bench_common.h"
 #include "tools/child_process.h"
 #include "tools/ports.h"
+#include "transport/transfer_bench.h"
 
 namespace {
 
@@ -167,8 +178,90 @@ void BM_ps_steps(benchmark::State& state) {
       benchmark::Counter(static_cast<double>(workers * kStepsPerWorker), benchmark::Counter::kIsIterationInvariantRate);
 }
 
+struct TransferFixture {
+  Cluster cluster{1};
+  Graph g;
+  std::map<std::string, Operation> pulled;  // by size name
+  std::unique_ptr<Session> s;
+  bool ok = false;
+  TransferFixture() {
+    if (!cluster.ok) return;
+    std::vector<std::pair<Operation, FeedMap>> inits;
+    std::map<std::string, Output> pulled_values;
+    for (const transport_bench::Size& size : transport_bench::kSizes) {
+      if (size.bytes < (std::size_t{1} << 20)) continue;
+      const std::string name = size.name;
+      Tensor pattern(DType::Int32, Shape{static_cast<int64_t>(size.bytes / 4)});
+      transport_bench::fill_pattern(pattern.raw_mutable_data(), size.bytes);
+      Output value;
+      Operation init;
+      {
+        auto ps = g.device("/job:ps/task:0");
+        auto feed = ops::placeholder(g, DType::Int32, pattern.shape(), "pattern_" + name);
+        Variable v(feed, "src_" + name);
+        init = v.initializer();
+        value = v.value();
+        inits.push_back({init, FeedMap{{feed, pattern}}});
+      }
+      auto scope = g.device("/job:worker/task:0");
+      pulled_values[name] = ops::identity(value, "pulled_" + name);
+      pulled[name] = pulled_values[name].op();
+    }
+    s = std::make_unique<Session>(g, cluster.targets[0]);
+    ok = true;
+    for (auto& [init, feed] : inits) s->run(init, feed);
+    for (const transport_bench::Size& size : transport_bench::kSizes) {
+      auto it = pulled_values.find(size.name);
+      if (it == pulled_values.end()) continue;
+      // Checked once: every byte arrives (fetched back to the client, which the timed runs skip).
+      const Tensor got = s->run(it->second);
+      ok = ok && got.dtype() == DType::Int32 && transport_bench::has_pattern(got.raw_data(), got.bytes(), size.bytes);
+      for (int i = 0; i < 3; ++i) s->run(pulled[size.name]);  // warm-up: the plan is registered
+    }
+  }
+  ~TransferFixture() { s.reset(); }
+};
+
+void BM_session_transfer(benchmark::State& state, const transport_bench::Size& size) {
+  tessera_bench::set_impl(state, "tessera");
+  static TransferFixture f;
+  if (!tessera_bench::check(state, f.ok, "the cluster did not start, or a pulled tensor differs")) return;
+  const Operation op = f.pulled[size.name];
+  std::mutex mu;
+  std::string error;  // the first failed step's, guarded by mu
+  for (auto _ : state) {
+    // size.transfers steps per iteration, kWindow threads taking them from one counter.
+    std::atomic<int> left{size.transfers};
+    std::vector<std::thread> threads;
+    for (int t = 0; t < transport_bench::kWindow; ++t) {
+      threads.emplace_back([&] {
+        try {
+          while (left.fetch_sub(1) > 0) f.s->run(op);
+        } catch (const std::exception& e) {
+          std::lock_guard<std::mutex> l(mu);
+          if (error.empty()) error = e.what();
+          left = 0;
+        }
+      });
+    }
+    for (auto& t : threads) t.join();
+    if (!error.empty()) {
+      state.SkipWithError(error.c_str());
+      break;
+    }
+  }
+  state.SetBytesProcessed(state.iterations() * size.transfers * static_cast<int64_t>(size.bytes));
+  state.SetItemsProcessed(state.iterations() * size.transfers);
+}
+
 BENCHMARK_CAPTURE(BM_step, two_tasks, true)->Name("BM_step_two_tasks/tessera")->UseRealTime()->MinTime(1.0);
 BENCHMARK_CAPTURE(BM_step, one_task, false)->Name("BM_step_one_task/tessera")->UseRealTime()->MinTime(1.0);
 BENCHMARK(BM_ps_steps)->Name("BM_ps_steps/tessera")->Arg(1)->Arg(2)->Arg(4)->UseRealTime()->MinTime(2.0);
+BENCHMARK_CAPTURE(BM_session_transfer, 1MiB, transport_bench::kSizes[2])
+    ->Name("BM_session_transfer_1MiB/tessera")->UseRealTime()->MinTime(0.5);
+BENCHMARK_CAPTURE(BM_session_transfer, 16MiB, transport_bench::kSizes[3])
+    ->Name("BM_session_transfer_16MiB/tessera")->UseRealTime()->MinTime(0.5);
+BENCHMARK_CAPTURE(BM_session_transfer, 64MiB, transport_bench::kSizes[4])
+    ->Name("BM_session_transfer_64MiB/tessera")->UseRealTime()->MinTime(0.5);
 
 }  // namespace

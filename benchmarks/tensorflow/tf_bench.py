@@ -22,10 +22,12 @@ one group of workloads per process, right after the tessera binary of the same g
              (4 steps in flight, as bench_transport keeps 4 calls in flight);
              rtt: a variable on the worker, an Identity of it on the ps, an Identity of that back
              on the worker: the size crosses both ways, one step at a time
-  cluster    step_two_tasks, step_one_task, ps_steps_{1,2,4}w, on a cluster of separate server
-             processes (ps + 4 workers), like benchmarks/cluster/bench_cluster.cc: the same graphs
-             (c = a + b with b on worker 1; a 64x256 batch through a 256x256 layer trained by SGD,
-             variables on the ps, one client per worker, each with its own graph)
+  cluster    step_two_tasks, step_one_task, ps_steps_{1,2,4}w, session_transfer_{1MiB,16MiB,64MiB}
+             on a cluster of separate server processes (ps + 4 workers), like
+             benchmarks/cluster/bench_cluster.cc: the same graphs (c = a + b with b on worker 1; a
+             64x256 batch through a 256x256 layer trained by SGD, variables on the ps, one client
+             per worker, each with its own graph; the transport group's transfer graph, its
+             variable on the ps and its Identity on worker 0, run through worker 0's master)
 
 Every workload checks its result once before timing (c == 3, the queued elements arrive exactly
 once, every transferred byte, the loss falls). Constant folding is off (grappler and the classic
@@ -319,6 +321,35 @@ def serve(cluster_json, job, task):
 
 # ---- transport ----
 
+def windowed_pass(sess, op, transfers, nbytes):
+    """WINDOW threads run `op` `transfers` times in all; (wall seconds, bytes moved)."""
+    left = [transfers]
+    lock = threading.Lock()
+    errors = []
+
+    def take():
+        with lock:
+            left[0] -= 1
+            return left[0] >= 0
+
+    def body():
+        try:
+            while take():
+                sess.run(op)
+        except Exception as e:  # noqa: BLE001  (re-raised below)
+            errors.append(e)
+
+    ts = [threading.Thread(target=body) for _ in range(WINDOW)]
+    t0 = time.perf_counter()
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    if errors:
+        raise errors[0]
+    return time.perf_counter() - t0, transfers * nbytes
+
+
 def group_transport(bench, skip_sizes):
     sizes = [s for s in SIZES if s[0] not in skip_sizes]
     cluster = {"ps": [f"127.0.0.1:{free_port()}"], "worker": [f"127.0.0.1:{free_port()}"]}
@@ -365,28 +396,8 @@ def group_transport(bench, skip_sizes):
                 sess.run(pull_op)
                 sess.run(back_op)
 
-            def transfer_pass(pull_op=pull_op, transfers=transfers, nbytes=nbytes):
-                left = [transfers]
-                lock = threading.Lock()
-
-                def take():
-                    with lock:
-                        left[0] -= 1
-                        return left[0] >= 0
-
-                def body():
-                    while take():
-                        sess.run(pull_op)
-
-                ts = [threading.Thread(target=body) for _ in range(WINDOW)]
-                t0 = time.perf_counter()
-                for t in ts:
-                    t.start()
-                for t in ts:
-                    t.join()
-                return time.perf_counter() - t0, transfers * nbytes
-
-            rates = bench.repeat(transfer_pass)
+            rates = bench.repeat(lambda pull_op=pull_op, transfers=transfers, nbytes=nbytes:
+                                 windowed_pass(sess, pull_op, transfers, nbytes))
             bench.record(f"transfer_{name}", "tensorflow", "throughput", "MiB/s", "higher", [r / MIB for r in rates])
             rates = per_call_rates(bench, lambda back_op=back_op: sess.run(back_op))
             bench.record(f"rtt_{name}", "tensorflow", "time per round trip", "µs", "lower", [1e6 / r for r in rates])
@@ -476,8 +487,46 @@ def group_cluster(bench, worker_counts):
                          bench.repeat(ps_pass))
             for sess, _, _, _ in clients:
                 sess.close()
+
+        session_transfers(bench, target[0])
     finally:
         stop_servers(procs)
+
+
+def session_transfers(bench, target):
+    """session_transfer_<size>: the transport group's transfer on the cluster's separate processes,
+    as bench_cluster runs tessera's (ps -> worker 0, through worker 0's master)."""
+    sizes = [s for s in SIZES if s[1] >= MIB]
+    g = tf.Graph()
+    ops = {}
+    with g.as_default():
+        for name, nbytes, _ in sizes:
+            n = nbytes // 4
+            with tf.device("/job:ps/task:0"):
+                feed = tf1.placeholder(tf.int32, [n], name=f"pattern_{name}")
+                src = tf1.Variable(feed, name=f"src_{name}")
+            with tf.device("/job:worker/task:0"):
+                pulled = tf.identity(src.read_value(), name=f"pulled_{name}")
+            ops[name] = dict(feed=feed, init=src.initializer, pulled=pulled)
+    sess = tf1.Session(target, graph=g, config=session_config())
+    try:
+        for name, nbytes, transfers in sizes:
+            o = ops[name]
+            expected = pattern(nbytes)
+            sess.run(o["init"], feed_dict={o["feed"]: expected})
+            got = sess.run(o["pulled"])
+            workload = f"session_transfer_{name}"
+            if got.dtype != np.int32 or got.shape != expected.shape or not np.array_equal(got, expected):
+                bench.fail(workload, "correctness check failed: the pulled tensor differs")
+                continue
+            pull_op = o["pulled"].op
+            for _ in range(3):  # warm-up
+                sess.run(pull_op)
+            rates = bench.repeat(lambda pull_op=pull_op, transfers=transfers, nbytes=nbytes:
+                                 windowed_pass(sess, pull_op, transfers, nbytes))
+            bench.record(workload, "tensorflow", "throughput", "MiB/s", "higher", [r / MIB for r in rates])
+    finally:
+        sess.close()
 
 
 def main():
