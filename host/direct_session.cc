@@ -315,9 +315,8 @@ std::vector<Tensor> SessionImpl::run(const std::vector<Output>& fetches, const F
         for (auto& r : part->take_trace()) spans.push_back(std::move(r));
       }
     }
-    if (records != nullptr && metadata != nullptr) *records = spans;
-    if (metadata != nullptr) metadata->trace_json = trace_to_json(std::move(spans), rs.start_us());
-    else *records = std::move(spans);
+    if (metadata != nullptr) metadata->trace_json = trace_to_json(spans, rs.start_us());
+    if (records != nullptr) *records = std::move(spans);
   }
   status.raise();
   std::vector<Tensor> results;
