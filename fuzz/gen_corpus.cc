@@ -338,6 +338,25 @@ void header_seeds() {
     response("RunGraph", m);
   }
   {
+    pb::RunGraphResponse m;  // a traced partition
+    *m.add_recv() = named("edge_3;0", Tensor::vector<int32_t>({1, 2}), 1);
+    pb::TraceSpan* span = m.add_trace();
+    span->set_name("y");
+    span->set_category("Add");
+    span->set_device("/job:worker/replica:0/task:1/device:CPU:0");
+    span->set_thread(7);
+    span->set_start_wall_us(1764547200000000);
+    span->set_end_wall_us(1764547200000042);
+    span = m.add_trace();
+    span->set_name("copy/y");
+    span->set_category("copy");
+    span->set_device("/job:worker/replica:0/task:1/device:SIM:0");
+    span->set_lane("h2d");
+    span->set_start_wall_us(1764547200000050);
+    span->set_end_wall_us(1764547200000040);  // ends before it starts
+    response("RunGraphTraced", m);
+  }
+  {
     pb::RecvTensorResponse m;
     *m.mutable_tensor() = wire::encode_tensor_meta(Tensor::matrix<float>({1, 2, 3, 4}, 2, 2), 1);
     response("RecvTensor", m);

@@ -3,13 +3,16 @@
 // far as a server would without a socket (graphs through decode_graph, tensor metadata through
 // validate_tensor_meta); a response's body as every response message. Properties: what parses
 // has version 1 (and a method, for requests), and re-serializing a parsed header parses back to
-// the same header.
+// the same header. A RunGraph response's trace spans go where a master puts them.
 #include <cstddef>
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
+#include "core/executor.h"
 #include "fuzz/fuzz_util.h"
+#include "host/direct_session.h"
 #include "transport/wire.h"
 
 namespace {
@@ -27,6 +30,16 @@ void check_tensor_meta(const pb::TensorMeta& meta) {
 
 void check_named(const google::protobuf::RepeatedPtrField<pb::NamedTensor>& tensors) {
   for (const pb::NamedTensor& t : tensors) check_tensor_meta(t.meta());
+}
+
+// What a master does with a worker's trace spans: bring them onto its clock and into a Chrome
+// trace. Properties: one record per span, none ending before it starts.
+void check_trace(const google::protobuf::RepeatedPtrField<pb::TraceSpan>& spans) {
+  std::vector<internal::TraceRecord> records = wire::decode_trace(spans);
+  FUZZ_CHECK(records.size() == static_cast<std::size_t>(spans.size()));
+  for (const internal::TraceRecord& r : records) FUZZ_CHECK(r.end_us >= r.start_us);
+  const std::string json = internal::trace_to_json(std::move(records), internal::now_micros());
+  FUZZ_CHECK(!json.empty());
 }
 
 // What the master and workers do with a received GraphDef: decode it into a graph of their own.
@@ -78,7 +91,10 @@ void response_body(std::string_view bytes) {
   body<pb::CloseSessionResponse>(bytes, [](const auto&) {});
   body<pb::GetStatusResponse>(bytes, [](const auto&) {});
   body<pb::RegisterGraphResponse>(bytes, [](const auto&) {});
-  body<pb::RunGraphResponse>(bytes, [](const auto& m) { check_named(m.recv()); });
+  body<pb::RunGraphResponse>(bytes, [](const auto& m) {
+    check_named(m.recv());
+    check_trace(m.trace());
+  });
   body<pb::RecvTensorResponse>(bytes, [](const auto& m) { check_tensor_meta(m.tensor()); });
   body<pb::CleanupGraphResponse>(bytes, [](const auto&) {});
   body<pb::DeregisterGraphResponse>(bytes, [](const auto&) {});
