@@ -2,7 +2,6 @@
 // tasks.
 #include "transport/worker.h"
 
-#include <string_view>
 #include <thread>
 #include <utility>
 
@@ -15,6 +14,7 @@
 #include "tessera/errors.h"
 #include "tessera/graph.h"
 #include "transport/security.h"
+#include "transport/server_impl.h"
 
 namespace tessera::internal {
 
@@ -709,11 +709,13 @@ void Worker::run_graph(const wire::RequestHeader& header, RpcMessage request, co
         *nt->mutable_meta() = meta.value();
       }
       if (options.trace) {
-        // The partition ran on this process's devices ("/job:localhost/replica:0/task:0/device:CPU:0"):
-        // the trace names them as the cluster does ("/job:worker/replica:0/task:1/device:CPU:0").
-        constexpr std::string_view kLocalTask = "/job:localhost/replica:0/task:0/";
+        // The partition ran on this process's devices: the trace names them as the cluster does
+        // (task_device_name, as GetStatus reports them).
+        const StatusOr<DeviceSpec> task = DeviceSpec::parse(self->task_name_);  // "/job:J/replica:0/task:T"
+        TESSERA_CHECK(task.ok() && task.value().job && task.value().task);
         for (TraceRecord& span : spans) {
-          if (span.device.rfind(kLocalTask, 0) == 0) span.device.replace(0, kLocalTask.size() - 1, self->task_name_);
+          auto name = task_device_name(span.device, *task.value().job, *task.value().task);
+          if (name.ok()) span.device = std::move(name).value();
         }
         wire::encode_trace(spans, response.mutable_trace());
       }

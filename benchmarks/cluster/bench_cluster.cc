@@ -181,42 +181,38 @@ void BM_ps_steps(benchmark::State& state) {
 struct TransferFixture {
   Cluster cluster{1};
   Graph g;
-  std::map<std::string, Operation> pulled;  // by size name
+  std::map<std::string, Output> pulled;  // by size name: the Identity on worker 0
   std::unique_ptr<Session> s;
   bool ok = false;
   TransferFixture() {
     if (!cluster.ok) return;
     std::vector<std::pair<Operation, FeedMap>> inits;
-    std::map<std::string, Output> pulled_values;
     for (const transport_bench::Size& size : transport_bench::kSizes) {
       if (size.bytes < (std::size_t{1} << 20)) continue;
       const std::string name = size.name;
       Tensor pattern(DType::Int32, Shape{static_cast<int64_t>(size.bytes / 4)});
       transport_bench::fill_pattern(pattern.raw_mutable_data(), size.bytes);
       Output value;
-      Operation init;
       {
         auto ps = g.device("/job:ps/task:0");
         auto feed = ops::placeholder(g, DType::Int32, pattern.shape(), "pattern_" + name);
         Variable v(feed, "src_" + name);
-        init = v.initializer();
+        inits.push_back({v.initializer(), FeedMap{{feed, pattern}}});
         value = v.value();
-        inits.push_back({init, FeedMap{{feed, pattern}}});
       }
       auto scope = g.device("/job:worker/task:0");
-      pulled_values[name] = ops::identity(value, "pulled_" + name);
-      pulled[name] = pulled_values[name].op();
+      pulled[name] = ops::identity(value, "pulled_" + name);
     }
     s = std::make_unique<Session>(g, cluster.targets[0]);
     ok = true;
     for (auto& [init, feed] : inits) s->run(init, feed);
     for (const transport_bench::Size& size : transport_bench::kSizes) {
-      auto it = pulled_values.find(size.name);
-      if (it == pulled_values.end()) continue;
+      auto it = pulled.find(size.name);
+      if (it == pulled.end()) continue;
       // Checked once: every byte arrives (fetched back to the client, which the timed runs skip).
       const Tensor got = s->run(it->second);
       ok = ok && got.dtype() == DType::Int32 && transport_bench::has_pattern(got.raw_data(), got.bytes(), size.bytes);
-      for (int i = 0; i < 3; ++i) s->run(pulled[size.name]);  // warm-up: the plan is registered
+      for (int i = 0; i < 3; ++i) s->run(it->second.op());  // warm-up: the plan is registered
     }
   }
   ~TransferFixture() { s.reset(); }
@@ -226,7 +222,7 @@ void BM_session_transfer(benchmark::State& state, const transport_bench::Size& s
   tessera_bench::set_impl(state, "tessera");
   static TransferFixture f;
   if (!tessera_bench::check(state, f.ok, "the cluster did not start, or a pulled tensor differs")) return;
-  const Operation op = f.pulled[size.name];
+  const Operation op = f.pulled[size.name].op();
   std::mutex mu;
   std::string error;  // the first failed step's, guarded by mu
   for (auto _ : state) {
