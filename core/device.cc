@@ -6,6 +6,7 @@
 #include <new>
 
 #include "core/host_blocks.h"
+#include "core/logging.h"
 #include "core/op_registry.h"
 
 namespace tessera::internal {
@@ -176,7 +177,7 @@ void run_callback(const std::function<void(Status)>& fn, const Status& s) {
   try {
     fn(s);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "tessera: a stream completion callback threw: %s\n", e.what());
+    TESSERA_LOG(kError, "a stream completion callback threw: {}", e.what());
     std::abort();
   }
 }

@@ -11,6 +11,7 @@
 
 #include <fmt/format.h>
 
+#include "core/logging.h"  // code that reports errors can log them (as TensorFlow's status.h does)
 #include "tessera/errors.h"
 
 namespace tessera {
@@ -98,6 +99,9 @@ class [[nodiscard]] StatusOr {
   } while (0)
 
 // Internal invariant: aborts with file, line and message when violated (a bug, not bad input).
+// A raw write, not TESSERA_LOG (Note [Logging]): the reason for an abort must show at any
+// TESSERA_LOG_LEVEL, and must not wait for the facility's lock, which a failing check inside a
+// log sink would hold.
 #define TESSERA_CHECK(cond)                                                                  \
   do {                                                                                       \
     if (!(cond)) {                                                                           \

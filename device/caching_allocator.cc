@@ -1,8 +1,9 @@
 #include "device/caching_allocator.h"
 
 #include <algorithm>
-#include <cstdio>
 #include <cstdlib>
+
+#include "core/logging.h"
 
 namespace tessera::internal {
 
@@ -49,8 +50,8 @@ CachingAllocator::CachingAllocator(std::string name, std::unique_ptr<CachingAllo
 CachingAllocator::~CachingAllocator() {
   std::lock_guard<std::mutex> lock(mu_);
   if (!live_.empty()) {
-    std::fprintf(stderr, "tessera: allocator %s destroyed with %zu allocations (%lld bytes) still in use\n",
-                 name_.c_str(), live_.size(), static_cast<long long>(stats_.bytes_in_use));
+    TESSERA_LOG(kWarning, "allocator {} destroyed with {} allocations ({} bytes) still in use", name_, live_.size(),
+                static_cast<long long>(stats_.bytes_in_use));
   }
   for (auto& region : regions_) {
     for (Chunk* c = region->first; c != nullptr;) {
@@ -93,7 +94,7 @@ void CachingAllocator::raw_deallocate(void* ptr, std::size_t) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = live_.find(ptr);
   if (it == live_.end()) {
-    std::fprintf(stderr, "tessera: allocator %s asked to free %p, which it did not allocate\n", name_.c_str(), ptr);
+    TESSERA_LOG(kError, "allocator {} asked to free {}, which it did not allocate", name_, fmt::ptr(ptr));
     std::abort();
   }
   Chunk* chunk = it->second;

@@ -1,9 +1,10 @@
 #include "device/pinned_staging.h"
 
 #include <bit>
-#include <cstdio>
 #include <cstdlib>
 #include <utility>
+
+#include "core/logging.h"
 
 namespace tessera::internal {
 
@@ -55,9 +56,8 @@ PinnedStagingPool::~PinnedStagingPool() {
   trim();
   std::lock_guard<std::mutex> lock(mu_);
   if (stats_.in_use_bytes != 0 || stats_.fallbacks_in_use != 0) {
-    std::fprintf(stderr, "tessera: staging pool %s destroyed with buffers in use (%lld pinned bytes, %lld fallback buffers)\n",
-                 name_.c_str(), static_cast<long long>(stats_.in_use_bytes),
-                 static_cast<long long>(stats_.fallbacks_in_use));
+    TESSERA_LOG(kError, "staging pool {} destroyed with buffers in use ({} pinned bytes, {} fallback buffers)", name_,
+                static_cast<long long>(stats_.in_use_bytes), static_cast<long long>(stats_.fallbacks_in_use));
     std::abort();
   }
 }

@@ -43,7 +43,7 @@ std::optional<double> env_number(const char* name) {
   char* end = nullptr;
   const double v = std::strtod(s.c_str(), &end);
   if (end != s.c_str() + s.size() || !usable(v)) {
-    std::fprintf(stderr, "tessera: ignoring %s='%s': expected a positive number\n", name, s.c_str());
+    TESSERA_LOG(kWarning, "ignoring {}='{}': expected a positive number", name, s);
     return std::nullopt;
   }
   return v;

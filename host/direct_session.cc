@@ -158,7 +158,7 @@ Status SessionImpl::place_new_nodes() {
   auto placed = place_nodes(fresh, placement_devices_, opts, placement_);
   if (!placed.ok()) return placed.status();
   for (const std::string& line : placed.value().soft_placements) {
-    std::fprintf(stderr, "tessera: soft placement: %s\n", line.c_str());
+    TESSERA_LOG(kInfo, "soft placement: {}", line);
   }
   for (const Node* n : fresh) {
     const int d = placed.value().device_of.at(n);
@@ -166,7 +166,7 @@ Status SessionImpl::place_new_nodes() {
     const_cast<Node*>(n)->assigned_device = devices_[static_cast<std::size_t>(d)]->name();
   }
   if (options_.log_device_placement) {
-    std::fprintf(stderr, "%s", placement_table(fresh, placement_devices_, placed.value()).c_str());
+    TESSERA_LOG(kInfo, "{}", placement_table(fresh, placement_devices_, placed.value()));
   }
   placed_nodes_ = total;
   return Status();

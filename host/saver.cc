@@ -24,6 +24,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/crc32c.h"
+#include "core/logging.h"
 #include "core/node.h"
 #include "tessera/errors.h"
 #include "tessera/ops.h"
@@ -603,8 +604,7 @@ std::string Saver::save(Session& session, const std::string& save_path_prefix, s
   write_index_file(dir, path, all);
   for (const auto& old : to_delete) {
     if (!fs::remove(old, ec) && ec) {
-      std::fprintf(stderr, "tessera: Saver: cannot delete old checkpoint '%s': %s\n", old.c_str(),
-                   ec.message().c_str());
+      TESSERA_LOG(kWarning, "Saver: cannot delete old checkpoint '{}': {}", old, ec.message());
     }
   }
   return path;

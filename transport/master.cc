@@ -337,7 +337,7 @@ Status MasterSession::place_locked(const std::vector<const Node*>& nodes) {
   auto placed = place_nodes(fresh, devices_, opts, fixed);
   if (!placed.ok()) return placed.status();
   for (const std::string& line : placed.value().soft_placements) {
-    std::fprintf(stderr, "tessera: soft placement: %s\n", line.c_str());
+    TESSERA_LOG(kInfo, "soft placement: {}", line);
   }
   for (const Node* n : fresh) {
     const int d = placed.value().device_of.at(n);
@@ -345,7 +345,7 @@ Status MasterSession::place_locked(const std::vector<const Node*>& nodes) {
     const_cast<Node*>(n)->assigned_device = devices_[static_cast<std::size_t>(d)].name;
   }
   if (config_.log_device_placement()) {
-    std::fprintf(stderr, "%s", placement_table(fresh, devices_, placed.value()).c_str());
+    TESSERA_LOG(kInfo, "{}", placement_table(fresh, devices_, placed.value()));
   }
   return Status();
 }

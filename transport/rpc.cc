@@ -22,6 +22,7 @@
 #include <fmt/format.h>
 
 #include "core/host_blocks.h"
+#include "core/logging.h"
 #include "core/tensor_buffer.h"
 #include "transport/rpc_stream.h"
 
@@ -687,7 +688,7 @@ bool RpcServerCore::serve_zap() {
         // A callback's failure does not stop the server.
       }
     }
-    refused(peer + " " + key, fmt::format("tessera: refused a connection from {}: its key {} is not in the "
+    refused(peer + " " + key, fmt::format("refused a connection from {}: its key {} is not in the "
                                           "cluster's keys",
                                           peer, key));
   }
@@ -698,11 +699,11 @@ void RpcServerCore::read_monitor() {
   while (std::optional<MonitorEvent> e = next_event(monitor_)) {
     if (e->id != ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL) continue;
     if (e->value == ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH) {
-      refused("mismatch", fmt::format("tessera: refused a connection on {}: the peer does not use CURVE keys "
+      refused("mismatch", fmt::format("refused a connection on {}: the peer does not use CURVE keys "
                                       "(a client or task started without them)",
                                       endpoint_));
     } else if (e->value == ZMQ_PROTOCOL_ERROR_ZMTP_CRYPTOGRAPHIC) {
-      refused("cryptographic", fmt::format("tessera: refused a connection on {}: the peer does not have this "
+      refused("cryptographic", fmt::format("refused a connection on {}: the peer does not have this "
                                            "server's public key (its cluster keys list another key for this "
                                            "address)",
                                            endpoint_));
@@ -721,7 +722,7 @@ void RpcServerCore::refused(const std::string& source, std::string line) {
     return;
   }
   if (logged.suppressed > 0) line += fmt::format(" ({} more like it since the last such line)", logged.suppressed);
-  std::fprintf(stderr, "%s\n", line.c_str());
+  TESSERA_LOG(kWarning, "{}", line);
   logged = Logged{now, 0};
 }
 
@@ -1432,9 +1433,9 @@ void RpcChannelCore::run_completions(std::vector<Completion>* completions) {
     try {
       done(std::move(result));
     } catch (const std::exception& e) {
-      std::fprintf(stderr, "tessera: an RPC completion for %s threw (ignored): %s\n", endpoint_.c_str(), e.what());
+      TESSERA_LOG(kError, "an RPC completion for {} threw (ignored): {}", endpoint_, e.what());
     } catch (...) {
-      std::fprintf(stderr, "tessera: an RPC completion for %s threw (ignored)\n", endpoint_.c_str());
+      TESSERA_LOG(kError, "an RPC completion for {} threw (ignored)", endpoint_);
     }
   }
   completions->clear();

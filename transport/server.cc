@@ -5,13 +5,13 @@
 #include <arpa/inet.h>
 
 #include <climits>
-#include <cstdio>
 #include <utility>
 
 #include <fmt/format.h>
 
 #include "core/device.h"
 #include "core/device_name.h"
+#include "core/logging.h"
 #include "device/default_devices.h"
 #include "tessera/errors.h"
 #include "transport/master.h"
@@ -358,10 +358,10 @@ void ServerImpl::start() {
           "ServerOptions.security.insecure (`--insecure`)",
           who, address_, endpoint.value()));
     }
-    std::fprintf(stderr,
-                 "tessera: warning: %s serves %s without authentication or encryption (security.insecure): any host "
-                 "that reaches it can run code in this process\n",
-                 who.c_str(), address_.c_str());
+    TESSERA_LOG(kWarning,
+                "warning: {} serves {} without authentication or encryption (security.insecure): any host that "
+                "reaches it can run code in this process",
+                who, address_);
   }
   {
     std::lock_guard<std::mutex> l(slot_->mu);

@@ -911,7 +911,7 @@ namespace {
 void log_no_gpu(const std::string& why) {
   static std::once_flag once;
   std::call_once(once, [&] {
-    std::fprintf(stderr, "tessera: CUDA build, but no GPU is usable (%s): running on the CPU\n", why.c_str());
+    TESSERA_LOG(kWarning, "CUDA build, but no GPU is usable ({}): running on the CPU", why);
   });
 }
 
@@ -938,7 +938,7 @@ StatusOr<int> register_cuda_devices(DeviceRegistry& registry, CudaDeviceOptions 
       auto device = CudaDevice::create(i, options);
       if (!device.ok()) {
         last_error = device.status().message();
-        std::fprintf(stderr, "tessera: GPU %d is not usable (%s): skipped\n", i, last_error.c_str());
+        TESSERA_LOG(kWarning, "GPU {} is not usable ({}): skipped", i, last_error);
         continue;
       }
       TESSERA_RETURN_IF_ERROR(registry.add(std::move(device).value()));
