@@ -71,6 +71,9 @@ class Allocator {
   // `bytes` must be the size passed to allocate().
   void deallocate(void* ptr, std::size_t bytes);
   AllocatorStats stats() const;
+  // Bytes held from the system, in use or cached (a caching allocator holds more than it hands
+  // out); `stats().bytes_in_use` for allocators that cache nothing.
+  virtual int64_t bytes_reserved() const { return stats().bytes_in_use; }
 
   // An uninitialized tensor whose buffer comes from this allocator and is freed through it when
   // the last handle goes; Tensor::device() reports `device_name`. The allocator must outlive the
@@ -208,6 +211,10 @@ class Device {
 
   virtual Allocator& allocator() = 0;
   virtual const DeviceCostProfile& cost_profile() const = 0;
+  // The memory this device has, in bytes (0 when unknown), and one line saying what it is
+  // ("NVIDIA H200"): tessera::list_devices() reports both.
+  virtual int64_t memory_limit_bytes() const { return 0; }
+  virtual std::string description() const { return type_; }
   virtual int num_compute_streams() const = 0;
   virtual Stream& compute_stream(int index = 0) = 0;
   virtual Stream& host_to_device_stream() = 0;

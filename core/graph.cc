@@ -125,6 +125,17 @@ Node* GraphImpl::node(int id) const {
   return nodes_.at(id).get();
 }
 
+void GraphImpl::record_placement(const Node* node, const std::string& device) {
+  std::lock_guard<std::mutex> l(placements_mu_);
+  placements_[node->id] = device;
+}
+
+std::string GraphImpl::placement_of(const Node* node) const {
+  std::lock_guard<std::mutex> l(placements_mu_);
+  auto it = placements_.find(node->id);
+  return it == placements_.end() ? std::string() : it->second;
+}
+
 void GraphImpl::add_control_input(Node* node, Node* dep) {
   std::unique_lock<std::shared_mutex> lock(mu_);
   if (std::find(node->control_inputs.begin(), node->control_inputs.end(), dep) ==
@@ -147,10 +158,7 @@ Node* Operation::node() const {
 std::string Operation::name() const { return node()->name; }
 std::string Operation::type() const { return node()->type; }
 std::string Operation::device() const { return node()->requested_device; }
-std::string Operation::assigned_device() const {
-  std::shared_lock<std::shared_mutex> lock(node()->graph->mutex());
-  return node_->assigned_device;
-}
+std::string Operation::assigned_device() const { return node()->graph->placement_of(node_); }
 int Operation::num_inputs() const { return static_cast<int>(node()->inputs.size()); }
 int Operation::num_outputs() const { return static_cast<int>(node()->output_dtypes.size()); }
 Output Operation::input(int i) const {

@@ -30,7 +30,8 @@ struct Endpoint {
 };
 
 // One op of a graph. Immutable once added, except for control inputs (add_control_input, which
-// bumps the graph's version) and assigned_device (set by the placer under the graph's lock).
+// bumps the graph's version). Where sessions placed it is theirs, not the node's (see
+// GraphImpl::record_placement).
 struct Node {
   GraphImpl* graph = nullptr;  // Not owned: the graph owns this node.
   int id = 0;                  // dense, in creation order
@@ -43,7 +44,6 @@ struct Node {
   std::vector<Shape> output_shapes;
   AttrMap attrs;
   std::string requested_device;
-  std::string assigned_device;
   // The stateful node (variable, queue, ...) this op reads or updates: the op runs against that
   // node's resource and is placed with it. Not owned.
   Node* resource = nullptr;
@@ -101,6 +101,12 @@ class GraphImpl {
   void add_control_input(Node* node, Node* dep);
   std::shared_mutex& mutex() const { return mu_; }
 
+  // The latest placement any session made of `node` (a full device name), which
+  // Operation::assigned_device() reports. Each session keeps its own placement and never reads
+  // this: two sessions with different policies do not disturb each other. Thread-safe.
+  void record_placement(const Node* node, const std::string& device);
+  std::string placement_of(const Node* node) const;  // "" before any session placed it
+
   // Scopes (used by the thread building the graph).
   std::string device_scope_;
   std::vector<Node*> colocation_scope_;
@@ -122,6 +128,8 @@ class GraphImpl {
   std::unordered_map<std::string, Node*> by_name_;
   std::unordered_map<std::string, int> name_counts_;
   std::atomic<uint64_t> version_{0};
+  mutable std::mutex placements_mu_;
+  std::unordered_map<int, std::string> placements_;  // guarded by placements_mu_: node id -> device
 };
 
 // The node behind a handle, or InvalidArgumentError for a null handle.

@@ -87,6 +87,7 @@ class CachingAllocator final : public Allocator {
   // Returns every region with nothing in use to the backing; the bytes returned.
   std::size_t empty_cache();
   CachingAllocatorStats caching_stats() const;
+  int64_t bytes_reserved() const override { return caching_stats().bytes_reserved; }
   // The usable size of the chunk behind `ptr` (an allocation of this allocator), for tests.
   std::size_t chunk_size(const void* ptr) const;
   // Why the backing last failed (OK when it never did): allocate() reports only ResourceExhausted.

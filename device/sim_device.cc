@@ -1,10 +1,16 @@
 #include "device/sim_device.h"
 
 #include <charconv>
+#include <cstdlib>
 #include <cstring>
 #include <string_view>
 
+#include <fmt/format.h>
+
+#include "core/device_factory.h"
 #include "core/tensor_buffer.h"
+#include "tessera/device.h"
+#include "tessera/errors.h"
 
 namespace tessera::internal {
 
@@ -170,6 +176,20 @@ Status register_sim_devices(int n, DeviceRegistry& registry, SimDeviceOptions op
   return Status::ok_status();
 }
 
+namespace {
+// TESSERA_SIM_ACCELERATORS=N: /device:SIM:0..N-1 (none when unset).
+class SimDeviceFactory final : public DeviceFactory {
+ public:
+  Status create_devices(std::vector<std::unique_ptr<Device>>* devices) override {
+    auto n = parse_sim_accelerator_count(std::getenv("TESSERA_SIM_ACCELERATORS"));
+    if (!n.ok()) return n.status();
+    for (int i = 0; i < n.value(); ++i) devices->push_back(std::make_unique<SimDevice>(i));
+    return Status::ok_status();
+  }
+};
+TESSERA_REGISTER_DEVICE_FACTORY("SIM", 100, SimDeviceFactory);
+}  // namespace
+
 StatusOr<int> register_sim_devices_from_env(DeviceRegistry& registry) {
   auto n = parse_sim_accelerator_count(std::getenv("TESSERA_SIM_ACCELERATORS"));
   if (!n.ok()) return n.status();
@@ -179,3 +199,25 @@ StatusOr<int> register_sim_devices_from_env(DeviceRegistry& registry) {
 }
 
 }  // namespace tessera::internal
+
+namespace tessera {
+
+std::vector<std::string> add_simulated_accelerators(int n) {
+  using internal::kMaxSimDevices;
+  internal::local_devices().status().raise();  // TESSERA_SIM_ACCELERATORS' devices come first
+  internal::DeviceRegistry& registry = internal::DeviceRegistry::global();
+  const int have = static_cast<int>(registry.find_all("/device:SIM:*").value_or_raise().size());
+  if (n < 1 || have + n > kMaxSimDevices) {
+    throw InvalidArgumentError(fmt::format("add_simulated_accelerators: n must be from 1 to {} (this process has {}), got {}",
+                                           kMaxSimDevices - have, have, n));
+  }
+  std::vector<std::string> names;
+  for (int i = have; i < have + n; ++i) {
+    auto device = std::make_unique<internal::SimDevice>(i);
+    names.push_back(device->name());
+    registry.add(std::move(device)).raise();
+  }
+  return names;
+}
+
+}  // namespace tessera

@@ -67,6 +67,7 @@ class SimDevice final : public Device {
 
   Allocator& allocator() override { return allocator_; }
   const DeviceCostProfile& cost_profile() const override { return kSimCostProfile; }
+  std::string description() const override { return "simulated accelerator (host memory)"; }
   int num_compute_streams() const override { return static_cast<int>(compute_.size()); }
   Stream& compute_stream(int index = 0) override;
   Stream& host_to_device_stream() override { return *h2d_; }

@@ -1,6 +1,13 @@
 #include "host/cpu_device.h"
 
-#include "host/calibration.h"
+#include <unistd.h>
+
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "core/calibration.h"
+#include "core/device_factory.h"
 #include "host/thread_pool.h"
 
 namespace tessera::internal {
@@ -37,7 +44,7 @@ CpuDevice::CpuDevice(int id)
 
 CpuDevice::~CpuDevice() = default;  // the streams drain as they go
 
-// Measured (or read from the cache) on first use, not at load: see host/calibration.h.
+// Measured (or read from the cache) on first use, not at load: see core/calibration.h.
 const DeviceCostProfile& CpuDevice::cost_profile() const {
   static const DeviceCostProfile profile = calibrated_cpu_profile();  // thread-safe, lazy
   return profile;
@@ -58,14 +65,28 @@ void CpuDevice::copy_to_host(const Tensor& on_device, Stream& stream,
   hand_over(on_device, stream, std::move(done));
 }
 
+int64_t CpuDevice::memory_limit_bytes() const {
+  const long pages = ::sysconf(_SC_PHYS_PAGES);
+  const long page_size = ::sysconf(_SC_PAGESIZE);
+  return pages > 0 && page_size > 0 ? static_cast<int64_t>(pages) * page_size : 0;
+}
+
+std::string CpuDevice::description() const {
+  return fmt::format("host CPU, {} hardware threads", std::thread::hardware_concurrency());
+}
+
 Status register_cpu_device(DeviceRegistry& registry) { return registry.add(std::make_unique<CpuDevice>(0)); }
 
 namespace {
-[[maybe_unused]] const bool kCpuRegistered = [] {
-  Status s = register_cpu_device(DeviceRegistry::global());
-  TESSERA_CHECK(s.ok());
-  return true;
-}();
+// /device:CPU:0, first of the process's devices.
+class CpuDeviceFactory final : public DeviceFactory {
+ public:
+  Status create_devices(std::vector<std::unique_ptr<Device>>* devices) override {
+    devices->push_back(std::make_unique<CpuDevice>(0));
+    return Status::ok_status();
+  }
+};
+TESSERA_REGISTER_DEVICE_FACTORY("CPU", 0, CpuDeviceFactory);
 }  // namespace
 
 }  // namespace tessera::internal

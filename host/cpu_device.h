@@ -3,7 +3,7 @@
 //   Device* cpu = DeviceRegistry::global().find("/device:CPU:0").value();
 //   cpu->compute_stream().enqueue([] { ... });   // runs on ThreadPool::shared(), in order
 //
-// /device:CPU:0 registers itself in DeviceRegistry::global() when the library loads.
+// The CPU's DeviceFactory (core/device_factory.h) makes /device:CPU:0, first of the process's devices.
 #pragma once
 
 #include <memory>
@@ -34,6 +34,8 @@ class CpuDevice final : public Device {
 
   Allocator& allocator() override { return allocator_; }
   const DeviceCostProfile& cost_profile() const override;
+  int64_t memory_limit_bytes() const override;  // the machine's physical memory
+  std::string description() const override;     // "host CPU, N hardware threads"
   int num_compute_streams() const override { return 1; }
   Stream& compute_stream(int index = 0) override;
   Stream& host_to_device_stream() override { return *h2d_; }

@@ -1,5 +1,4 @@
 #include "host/direct_session.h"
-#include "transport/remote_session.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -10,10 +9,11 @@
 
 #include <fmt/format.h>
 
+#include "core/device_factory.h"
 #include "core/device_name.h"
 #include "core/op_registry.h"
+#include "core/session_factory.h"
 #include "core/tensor_buffer.h"
-#include "device/default_devices.h"
 
 namespace tessera {
 namespace internal {
@@ -99,15 +99,7 @@ SessionImpl::SessionImpl(Graph& graph, SessionOptions options, ResourceMgr* shar
     pool_ = &ThreadPool::shared();
   }
   runner_ = [pool = pool_](std::function<void()> fn) { pool->schedule(std::move(fn)); };
-  register_default_devices().raise();
-  for (Device* d : DeviceRegistry::global().devices()) {
-    if (d->name() == kHostDeviceName) {
-      devices_.insert(devices_.begin(), d);
-    } else {
-      devices_.push_back(d);
-    }
-  }
-  TESSERA_CHECK(!devices_.empty() && devices_.front()->name() == kHostDeviceName);
+  devices_ = local_devices().value_or_raise();  // the host CPU first
   for (Device* d : devices_) placement_devices_.push_back({d->name(), d->type(), d->cost_profile()});
 }
 
@@ -163,7 +155,7 @@ Status SessionImpl::place_new_nodes() {
   for (const Node* n : fresh) {
     const int d = placed.value().device_of.at(n);
     placement_[n] = d;
-    const_cast<Node*>(n)->assigned_device = devices_[static_cast<std::size_t>(d)]->name();
+    g_.record_placement(n, devices_[static_cast<std::size_t>(d)]->name());
   }
   if (options_.log_device_placement) {
     TESSERA_LOG(kInfo, "{}", placement_table(fresh, placement_devices_, placed.value()));
@@ -196,7 +188,7 @@ StatusOr<std::shared_ptr<const StepPlan>> SessionImpl::get_plan(const std::vecto
   }
   StatusOr<std::shared_ptr<const StepPlan>> plan = Status(ErrorCode::kInternal, "unset");
   {
-    // Placement writes assigned_device, so building a plan excludes graph mutation.
+    // Placement reads the nodes' control inputs, so building a plan excludes graph mutation.
     std::unique_lock<std::shared_mutex> gl(g_.mutex());
     Status placed = place_new_nodes();
     if (!placed.ok()) return placed;
@@ -410,63 +402,20 @@ std::string trace_to_json(std::vector<TraceRecord> records, int64_t origin_us) {
   return trace.dump();
 }
 
+// ---- The in-process session's factory: targets "" and "local" ----
+
+namespace {
+
+class DirectSessionFactory final : public SessionFactory {
+ public:
+  std::unique_ptr<SessionBackend> create(Graph& graph, const std::string& target,
+                                         const SessionOptions& options) override {
+    return std::make_unique<SessionImpl>(graph, options);
+  }
+};
+TESSERA_REGISTER_SESSION_FACTORY(DirectSessionFactory, "", "local");
+
+}  // namespace
+
 }  // namespace internal
-
-// ---- Session ----
-
-Session::Session(Graph& g, SessionOptions options)
-    : impl_(std::make_unique<internal::SessionImpl>(g, options)) {}
-
-Session::Session(Graph& g, const std::string& target, SessionOptions options) {
-  if (internal::is_cluster_target(target)) {
-    remote_ = std::make_unique<internal::RemoteSession>(g, target, options);
-    return;
-  }
-  if (!target.empty() && target != "local") {
-    throw InvalidArgumentError(fmt::format(
-        "session target '{}': expected \"\", \"local\" or a server's target \"tessera://host:port\"", target));
-  }
-  impl_ = std::make_unique<internal::SessionImpl>(g, options);
-}
-
-Session::~Session() = default;
-Session::Session(Session&&) noexcept = default;
-Session& Session::operator=(Session&&) noexcept = default;
-
-std::vector<Tensor> Session::run(const std::vector<Output>& fetches, const FeedMap& feeds,
-                                 const std::vector<Operation>& targets, const RunOptions& options) {
-  return run(fetches, feeds, targets, options, nullptr);
-}
-
-std::vector<Tensor> Session::run(std::initializer_list<Output> fetches, const FeedMap& feeds,
-                                 const std::vector<Operation>& targets, const RunOptions& options) {
-  return run(std::vector<Output>(fetches), feeds, targets, options, nullptr);
-}
-
-Tensor Session::run(Output fetch, const FeedMap& feeds) {
-  return run(std::vector<Output>{fetch}, feeds, {}, RunOptions{}, nullptr).front();
-}
-
-std::vector<Tensor> Session::run(const std::vector<Output>& fetches, const FeedMap& feeds,
-                                 const std::vector<Operation>& targets, const RunOptions& options,
-                                 RunMetadata* metadata) {
-  if (remote_) return remote_->run(fetches, feeds, targets, options, metadata);
-  if (!impl_) throw FailedPreconditionError("use of a moved-from Session");
-  return impl_->run(fetches, feeds, targets, options, metadata);
-}
-
-void Session::run(Operation target, const FeedMap& feeds) { run({}, feeds, {target}, RunOptions{}, nullptr); }
-
-void Session::close() {
-  if (remote_) return remote_->close();
-  if (!impl_) throw FailedPreconditionError("use of a moved-from Session");
-  impl_->close();
-}
-
-Graph& Session::graph() const {
-  if (remote_) return remote_->graph();
-  if (!impl_) throw FailedPreconditionError("use of a moved-from Session");
-  return impl_->graph();
-}
-
 }  // namespace tessera

@@ -18,30 +18,36 @@
 #include "core/partition.h"
 #include "core/placement.h"
 #include "core/resource_mgr.h"
+#include "core/session_factory.h"
 #include "host/thread_pool.h"
 #include "tessera/session.h"
 
 namespace tessera::internal {
 
-class SessionImpl {
+class SessionImpl final : public SessionBackend {
  public:
   SessionImpl(Graph& graph, SessionOptions options);
   // A session whose variables and queues live in `shared` (not owned; must outlive the session)
   // instead of a ResourceMgr of its own: a cluster task's partitions all use the task's. close()
   // then leaves the shared resources alone.
   SessionImpl(Graph& graph, SessionOptions options, ResourceMgr* shared);
-  ~SessionImpl();
+  ~SessionImpl() override;
 
   // `step_id` 0: a fresh one. A cluster worker passes the master's, which keys the step's
   // cross-task exchange (transport/worker.h). A traced step's spans go to `metadata` as JSON and,
   // when `records` is given, to it as they are (now_micros() clock; a worker sends them on).
   std::vector<Tensor> run(const std::vector<Output>& fetches, const FeedMap& feeds,
+                          const std::vector<Operation>& targets, const RunOptions& options, RunMetadata* metadata,
+                          int64_t step_id, std::vector<TraceRecord>* records);
+  std::vector<Tensor> run(const std::vector<Output>& fetches, const FeedMap& feeds,
                           const std::vector<Operation>& targets, const RunOptions& options,
-                          RunMetadata* metadata, int64_t step_id = 0, std::vector<TraceRecord>* records = nullptr);
-  void close();
+                          RunMetadata* metadata) override {
+    return run(fetches, feeds, targets, options, metadata, 0, nullptr);
+  }
+  void close() override;
   // Cancels the runs of step `step_id` in flight (a cluster step that failed on another task).
   void cancel_step(int64_t step_id, const Status& reason);
-  Graph& graph() const { return graph_; }
+  Graph& graph() const override { return graph_; }
   ResourceMgr& resources() { return *resources_; }
 
  private:

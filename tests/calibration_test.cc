@@ -12,7 +12,7 @@
 
 #include <gtest/gtest.h>
 
-#include "host/calibration.h"
+#include "core/calibration.h"
 #include "host/cpu_device.h"
 #include "tests/testing/test_util.h"
 

@@ -18,7 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/device.h"
-#include "device/default_devices.h"
+#include "core/device_factory.h"
 #include "device/sim_device.h"
 #include "testing/test_util.h"
 #include "tessera/tessera.h"
@@ -115,7 +115,80 @@ TEST(ClusterSessionTest, BigTensorCrossesTasksIntact) {
   int64_t wrong = 0;
   for (std::size_t i = 0; i < out.size(); ++i) wrong += out[i] != data[i] + 1;
   EXPECT_EQ(wrong, 0);
-  EXPECT_EQ(y.op().assigned_device(), "");  // placement happens on the master, not in the client's graph
+  // The master placed y on task 1 and z on task 0, and said so to the client.
+  EXPECT_EQ(y.op().assigned_device().rfind("/job:worker/replica:0/task:1/device:", 0), 0u) << y.op().assigned_device();
+  EXPECT_EQ(z.op().assigned_device().rfind("/job:worker/replica:0/task:0/device:", 0), 0u) << z.op().assigned_device();
+}
+
+// A cluster session's placement comes back to the client's graph (Operation::assigned_device),
+// for ops placed in later steps too, naming the task and device each op runs on.
+TEST(ClusterSessionTest, AssignedDevicesOnTheClientNameTheTasks) {
+  ClusterSpec cluster({{"ps", {loopback()}}, {"worker", {loopback()}}});
+  Server ps(cluster, "ps", 0, quick());
+  Server w0(cluster, "worker", 0, quick());
+  Graph g;
+  Variable v;
+  {
+    auto scope = g.device("/job:ps/task:0/device:CPU:0");
+    v = Variable(g, Tensor::scalar<float>(1), "v");
+  }
+  auto doubled = ops::mul(v.value(), ops::constant(g, Tensor::scalar<float>(2)), "doubled");
+  Session s(g, w0.target());
+  EXPECT_EQ(doubled.op().assigned_device(), "");  // nothing placed before a step needs it
+  s.run(v.initializer());
+  EXPECT_EQ(v.value().op().assigned_device(), "/job:ps/replica:0/task:0/device:CPU:0");
+  EXPECT_EQ(doubled.op().assigned_device(), "");  // not in that step: not placed yet
+  EXPECT_EQ(s.run(doubled).scalar<float>(), 2.0f);
+  EXPECT_EQ(doubled.op().assigned_device().rfind("/job:worker/replica:0/task:0/device:", 0), 0u)
+      << doubled.op().assigned_device();
+  // Ops added after the session was made are placed and reported the same way.
+  Output later;
+  {
+    auto scope = g.device("/job:ps/task:0");
+    later = ops::add(v.value(), v.value(), "later");
+  }
+  EXPECT_EQ(s.run(later).scalar<float>(), 2.0f);
+  EXPECT_EQ(later.op().assigned_device().rfind("/job:ps/replica:0/task:0/device:", 0), 0u) << later.op().assigned_device();
+}
+
+// A control input added to an op the cluster session already ran takes effect from the next run,
+// also when it crosses tasks (TensorFlow 1 allows adding control inputs to a graph in use).
+TEST(ClusterSessionTest, AControlInputAddedAfterTheSessionRanTheOpIsHonoured) {
+  ClusterSpec cluster({{"ps", {loopback()}}, {"worker", {loopback()}}});
+  Server ps(cluster, "ps", 0, quick());
+  Server w0(cluster, "worker", 0, quick());
+  Graph g;
+  Variable counter;
+  Operation bump;
+  {
+    auto scope = g.device("/job:ps/task:0");
+    counter = Variable(g, Tensor::scalar<float>(0), "counter");
+    bump = counter.assign_add(ops::constant(g, Tensor::scalar<float>(1))).op();
+  }
+  Operation marker;
+  {
+    auto scope = g.device("/job:worker/task:0");
+    marker = ops::no_op(g, "marker");
+  }
+  Session s(g, w0.target());
+  s.run(counter.initializer());
+  s.run(marker);
+  EXPECT_EQ(s.run(counter.value()).scalar<float>(), 0.0f);  // marker alone runs nothing else
+  marker.add_control_input(bump);                            // ps -> worker: crosses tasks
+  s.run(marker);
+  EXPECT_EQ(s.run(counter.value()).scalar<float>(), 1.0f);
+  s.run(marker);
+  s.run(marker);
+  EXPECT_EQ(s.run(counter.value()).scalar<float>(), 3.0f);
+  // New ops and new control inputs together, the input being one of the new ops.
+  Operation second;
+  {
+    auto scope = g.device("/job:ps/task:0");
+    second = counter.assign_add(ops::constant(g, Tensor::scalar<float>(10))).op();
+  }
+  marker.add_control_input(second);
+  s.run(marker);
+  EXPECT_EQ(s.run(counter.value()).scalar<float>(), 14.0f);
 }
 
 // RunOptions::trace on a cluster target: one Chrome trace of the whole step, each task's ops on
@@ -420,7 +493,7 @@ void ensure_a_sim_device() {
 // as foreign to the wire as a GPU's).
 TEST(ClusterSessionTest, TensorsLeaveATaskFromAnAcceleratorsMemory) {
   auto& registry = internal::DeviceRegistry::global();
-  ASSERT_TRUE(internal::register_default_devices().ok());
+  ASSERT_TRUE(internal::local_devices().ok());
   auto gpus = registry.find_all("/device:GPU:*");
   const bool gpu = gpus.ok() && !gpus.value().empty();
   if (!gpu) {

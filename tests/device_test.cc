@@ -13,6 +13,7 @@
 #include <gtest/gtest.h>
 
 #include "core/device.h"
+#include "core/device_factory.h"
 #include "core/tensor_buffer.h"
 #include "device/sim_device.h"
 #include "host/cpu_device.h"
@@ -115,7 +116,11 @@ TEST(DeviceRegistryTest, ReportsErrors) {
   EXPECT_EQ(register_sim_devices(-1, *r).code(), ErrorCode::kInvalidArgument);
 }
 
+// The CPU's factory makes /device:CPU:0, which local_devices() lists first.
 TEST(DeviceRegistryTest, GlobalRegistryHasTheCpu) {
+  auto devices = local_devices();
+  ASSERT_TRUE(devices.ok()) << devices.status().to_string();
+  EXPECT_EQ(devices.value().front()->name(), kHostDeviceName);
   auto cpu = DeviceRegistry::global().find("/cpu:0");
   ASSERT_TRUE(cpu.ok()) << cpu.status().to_string();
   EXPECT_EQ(cpu.value()->name(), kHostDeviceName);

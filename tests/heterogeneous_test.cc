@@ -53,6 +53,45 @@ bool on_accelerator(const std::string& device) {
   return device.find("/device:SIM:") != std::string::npos || device.find("/device:GPU:") != std::string::npos;
 }
 
+// The device a traced step ran op `name` on (the trace's process of its span), "" when absent.
+std::string traced_device_of(const std::string& trace_json, const std::string& name) {
+  auto trace = nlohmann::json::parse(trace_json);
+  std::map<int, std::string> process;
+  for (const auto& e : trace["traceEvents"]) {
+    if (e["ph"] == "M" && e["name"] == "process_name") process[e["pid"]] = e["args"]["name"];
+  }
+  for (const auto& e : trace["traceEvents"]) {
+    if (e["ph"] == "X" && e["name"] == name) return process[e["pid"]];
+  }
+  return "";
+}
+
+// Placement belongs to the session: two sessions over one graph with different policies each run
+// the op where they placed it, whichever placed last; Operation::assigned_device() reports the
+// latest placement made.
+TEST(HeterogeneousTest, TwoSessionsWithDifferentPoliciesEachKeepTheirOwnPlacement) {
+  Graph g;
+  auto x = ops::placeholder(g, DType::Float32, {64, 64}, "x");
+  auto y = ops::matmul(x, x, false, false, "y");
+  const FeedMap feeds{{x, Tensor::matrix<float>(iota_floats(64 * 64, 0.5f), 64, 64)}};
+  Session host(g, with_policy(PlacementPolicy::cpu_only));
+  Session accel(g, with_policy(PlacementPolicy::gpu_first));
+  RunOptions traced;
+  traced.trace = true;
+  for (int round = 0; round < 2; ++round) {
+    RunMetadata on_host, on_accel;
+    const Tensor a = host.run({y}, feeds, {}, traced, &on_host).front();
+    if (round == 0) EXPECT_EQ(y.op().assigned_device(), kCpu);
+    const Tensor b = accel.run({y}, feeds, {}, traced, &on_accel).front();
+    EXPECT_TRUE(on_accelerator(y.op().assigned_device())) << y.op().assigned_device();  // the latest placement
+    EXPECT_EQ(traced_device_of(on_host.trace_json, "y"), kCpu) << "round " << round;
+    EXPECT_TRUE(on_accelerator(traced_device_of(on_accel.trace_json, "y"))) << on_accel.trace_json;
+    const std::vector<float> va = a.to_vector<float>(), vb = b.to_vector<float>();
+    ASSERT_EQ(va.size(), vb.size());
+    for (std::size_t i = 0; i < va.size(); ++i) EXPECT_NEAR(va[i], vb[i], 1e-3f * (1 + std::abs(va[i]))) << i;
+  }
+}
+
 TEST(HeterogeneousTest, CostModelSendsABigMatMulToTheAcceleratorAndKeepsAScalarAddOnTheHost) {
   Graph g;
   auto a = ops::placeholder(g, DType::Float32, {1024, 1024}, "a");

@@ -15,7 +15,7 @@
 #include "core/op_registry.h"
 #include "core/placement.h"
 #include "device/sim_device.h"
-#include "host/calibration.h"
+#include "core/calibration.h"
 #include "tests/testing/test_util.h"
 
 namespace tessera::internal {

@@ -15,12 +15,8 @@
 #include <sstream>
 #include <thread>
 
-#include "core/device.h"
-#include "device/default_devices.h"
-#include "device/sim_device.h"
 #include "examples/examples.h"
 #include "tessera/tessera.h"
-#include "transport/security.h"
 
 #if defined(__SANITIZE_THREAD__)
 // libzmq is not instrumented: the lock-free pipes it hands messages over with are invisible to
@@ -50,11 +46,9 @@ int run_demo(int steps, const std::string& trace_file) {
   std::cout << "\n== tessera demo 4/5: parameter-server training: 1 ps and 2 worker processes ==\n" << std::flush;
   rc |= tessera::examples::ps_training(std::cout, self_path(), 2, steps);
   std::cout << "\n== tessera demo 5/5: a two-layer network placed over the host and accelerators ==\n";
-  tessera::internal::register_default_devices().raise();
-  auto& registry = tessera::internal::DeviceRegistry::global();
-  if (registry.devices().size() == 1) {
+  if (tessera::list_devices().size() == 1) {
     // No GPU and no TESSERA_SIM_ACCELERATORS: simulate one, so placement has a choice to make.
-    tessera::internal::register_sim_devices(1, registry).raise();
+    tessera::add_simulated_accelerators(1);
     std::cout << "no accelerator found: simulating one (/device:SIM:0; TESSERA_SIM_ACCELERATORS=N sets more)\n";
   }
   rc |= tessera::examples::heterogeneous(std::cout, trace_file);
@@ -65,23 +59,23 @@ int run_demo(int steps, const std::string& trace_file) {
 // Lists the devices sessions place ops on: the CPU, the simulated accelerators
 // TESSERA_SIM_ACCELERATORS asks for, and the GPUs of a CUDA build.
 int list_devices() {
-  auto& registry = tessera::internal::DeviceRegistry::global();
-  tessera::Status registered = tessera::internal::register_default_devices();
-  if (!registered.ok()) {
-    std::fprintf(stderr, "tessera: %s\n", registered.to_string().c_str());
+  std::vector<tessera::DeviceInfo> devices;
+  try {
+    devices = tessera::list_devices();
+  } catch (const tessera::Error& e) {
+    std::cerr << "tessera: " << tessera::error_code_name(e.code()) << ": " << e.what() << "\n";
     return 2;
   }
   std::printf("build %s, %u hardware threads\n", TESSERA_WITH_CUDA ? "cuda" : "cpu-only",
               std::thread::hardware_concurrency());
-  for (tessera::internal::Device* d : registry.devices()) {
-    const auto& cost = d->cost_profile();
+  for (const tessera::DeviceInfo& d : devices) {
     std::string transfer = "host memory";
-    if (cost.transfer_bandwidth > 0) {
-      transfer = fmt::format("transfer {:.1f} GB/s + {:.0f} us", cost.transfer_bandwidth / 1e9,
-                             cost.transfer_latency_seconds * 1e6);
+    if (d.transfer_bandwidth > 0) {
+      transfer = fmt::format("transfer {:.1f} GB/s + {:.0f} us", d.transfer_bandwidth / 1e9,
+                             d.transfer_latency_seconds * 1e6);
     }
-    std::printf("%s  type %s  %.0f GFLOP/s  %s\n", d->name().c_str(), d->type().c_str(),
-                cost.flops_per_second / 1e9, transfer.c_str());
+    std::printf("%s  type %s  %.0f GFLOP/s  %s  (%s)\n", d.name.c_str(), d.type.c_str(), d.flops_per_second / 1e9,
+                transfer.c_str(), d.description.c_str());
   }
   return 0;
 }
@@ -189,15 +183,15 @@ int run_server(const std::optional<std::string>& cluster_arg, const std::optiona
 
 // Writes PREFIX.key and PREFIX.pub (see transport/security.h) and prints the public key.
 int run_keygen(const std::string& prefix, bool force) {
-  namespace internal = tessera::internal;
-  tessera::StatusOr<internal::CurveKeyPair> keys = internal::generate_curve_key_pair();
-  tessera::Status status = keys.status();
-  if (status.ok()) status = internal::write_key_pair_files(prefix, keys.value(), force);
-  if (!status.ok()) {
-    std::cerr << "tessera keygen: " << status.to_string() << std::endl;
+  tessera::train::KeyPair keys;
+  try {
+    keys = tessera::train::generate_key_pair();
+    tessera::train::write_key_pair(prefix, keys, force);
+  } catch (const tessera::Error& e) {
+    std::cerr << "tessera keygen: " << tessera::error_code_name(e.code()) << ": " << e.what() << std::endl;
     return 2;
   }
-  const std::string& public_key = keys.value().public_key;
+  const std::string& public_key = keys.public_key;
   std::cout << "wrote " << prefix << ".key (the key pair: keep it secret, mode 0600) and " << prefix << ".pub\n"
             << "public key: " << public_key << "\n"
             << "add it to the cluster keys file as '" << public_key << " HOST:PORT' for a task (the address the "

@@ -25,7 +25,9 @@ namespace tessera::internal {
 // Note [Master]
 // ~~~~~~~~~~~~~
 // A client's Session(graph, "tessera://host:port") is a MasterSession on that task. It holds a
-// copy of the client's graph (CreateSession sends it whole, ExtendSession the nodes added since).
+// copy of the client's graph (CreateSession sends it whole, ExtendSession the nodes added since
+// and the control inputs added to nodes it has, which drop the cached plans). The placements it
+// makes go back to the client with the next RunStep reply (Operation::assigned_device there).
 //
 // Placement. Like TensorFlow's, the master places each op on a device of the cluster:
 //   * an op whose device request names a job (and task) goes to that task; "/job:ps" alone means
@@ -152,8 +154,10 @@ class MasterSession : public std::enable_shared_from_this<MasterSession> {
 
   const std::string& handle() const { return handle_; }
 
-  // Adds `def`'s nodes; the new graph version. Aborted for a stale `current_version`.
-  StatusOr<int64_t> extend(const pb::GraphDef& def, int64_t current_version, bool check_version) {
+  // Adds `def`'s nodes, then the control inputs `edges` adds to nodes it has; the new graph
+  // version. Aborted for a stale `current_version`.
+  StatusOr<int64_t> extend(const pb::GraphDef& def, const google::protobuf::RepeatedPtrField<pb::ControlEdge>& edges,
+                           int64_t current_version, bool check_version) {
     std::lock_guard<std::mutex> l(mu_);
     if (closed_) return errors::cancelled("session {} is closed", handle_);
     if (check_version && current_version != graph_version_) {
@@ -167,7 +171,30 @@ class MasterSession : public std::enable_shared_from_this<MasterSession> {
       st = status_from_current_exception();
     }
     if (!st.ok()) return st;
+    if (!edges.empty()) {
+      GraphImpl& g = graph_.impl();
+      for (const pb::ControlEdge& e : edges) {
+        Node* node = g.find(e.node());
+        Node* input = g.find(e.input());
+        if (node == nullptr || input == nullptr) {
+          return errors::invalid_argument("ExtendSession: control input '{}' -> '{}' names an op the session's graph "
+                                          "does not have", e.input(), e.node());
+        }
+        g.add_control_input(node, input);
+      }
+      // Every step's partitions may change: plans are made again (those in flight keep theirs).
+      std::unique_lock<std::shared_mutex> pl(plans_mu_);
+      plans_.clear();
+    }
     return ++graph_version_;
+  }
+
+  // The placements made since the last call (moved out), for a RunStep response.
+  std::vector<std::pair<std::string, std::string>> take_unreported_placements() {
+    if (!has_unreported_.load(std::memory_order_acquire)) return {};
+    std::lock_guard<std::mutex> l(report_mu_);
+    has_unreported_.store(false, std::memory_order_release);
+    return std::exchange(unreported_, {});
   }
 
   void run(const pb::RunStepRequest& r, RpcMessage request, const Responder& respond, uint64_t request_id);
@@ -221,7 +248,11 @@ class MasterSession : public std::enable_shared_from_this<MasterSession> {
   bool closed_ = false;
   std::vector<PlacementDevice> devices_;
   std::set<std::string> tasks_;  // tasks whose devices are in devices_
-  std::unordered_set<const Node*> placed_;  // their assigned_device is set
+  std::unordered_map<const Node*, std::string> placement_;  // the device of each node placed so far
+  // Placements not yet reported to the client (take_unreported_placements).
+  std::mutex report_mu_;
+  std::vector<std::pair<std::string, std::string>> unreported_;  // guarded by report_mu_: (node, device)
+  std::atomic<bool> has_unreported_{false};
   std::vector<std::pair<RpcChannel*, std::string>> registered_;  // (worker, graph handle)
   // Never held while calling another task: a step with a cached plan starts on a server thread.
   std::shared_mutex plans_mu_;
@@ -292,7 +323,7 @@ Status MasterSession::place_locked(const std::vector<const Node*>& nodes) {
   std::vector<const Node*> fresh;
   std::set<std::string> wanted{task_};
   for (const Node* cn : nodes) {
-    if (placed_.count(cn)) continue;
+    if (placement_.count(cn)) continue;
     Node* n = const_cast<Node*>(cn);
     fresh.push_back(n);
     auto spec = DeviceSpec::parse(n->requested_device);
@@ -330,7 +361,7 @@ Status MasterSession::place_locked(const std::vector<const Node*>& nodes) {
   std::unordered_map<std::string, int> index_of;
   for (int i = 0; i < static_cast<int>(devices_.size()); ++i) index_of[devices_[static_cast<std::size_t>(i)].name] = i;
   std::unordered_map<const Node*, int> fixed;
-  for (const Node* node : placed_) fixed[node] = index_of.at(node->assigned_device);
+  for (const auto& [node, device] : placement_) fixed[node] = index_of.at(device);
   PlacementOptions opts;
   opts.allow_soft_placement = config_.allow_soft_placement();
   opts.policy = policy_of(config_.placement_policy());
@@ -339,10 +370,14 @@ Status MasterSession::place_locked(const std::vector<const Node*>& nodes) {
   for (const std::string& line : placed.value().soft_placements) {
     TESSERA_LOG(kInfo, "soft placement: {}", line);
   }
-  for (const Node* n : fresh) {
-    const int d = placed.value().device_of.at(n);
-    placed_.insert(n);
-    const_cast<Node*>(n)->assigned_device = devices_[static_cast<std::size_t>(d)].name;
+  {
+    std::lock_guard<std::mutex> l(report_mu_);
+    for (const Node* n : fresh) {
+      const std::string& device = devices_[static_cast<std::size_t>(placed.value().device_of.at(n))].name;
+      placement_[n] = device;
+      unreported_.emplace_back(n->name, device);
+    }
+    has_unreported_.store(true, std::memory_order_release);
   }
   if (config_.log_device_placement()) {
     TESSERA_LOG(kInfo, "{}", placement_table(fresh, devices_, placed.value()));
@@ -395,7 +430,7 @@ StatusOr<std::shared_ptr<const MasterSession::Plan>> MasterSession::plan_for(con
   std::unordered_map<std::string, int> fed;  // tensor name -> feed index
   for (std::size_t i = 0; i < feed_eps.size(); ++i) fed[tensor_name(feed_eps[i].node->name, feed_eps[i].index)] = static_cast<int>(i);
 
-  auto task_of_node = [&](const Node* n) -> StatusOr<std::string> { return task_of_device(n->assigned_device); };
+  auto task_of_node = [&](const Node* n) -> StatusOr<std::string> { return task_of_device(placement_.at(n)); };
   auto whole = wire::encode_graph(graph_.impl());
   if (!whole.ok()) return whole.status();
 
@@ -420,7 +455,7 @@ StatusOr<std::shared_ptr<const MasterSession::Plan>> MasterSession::plan_for(con
     if (n == nullptr || !in_step.count(n)) continue;
     auto task = task_of_node(n);
     if (!task.ok()) return task.status().with_prefix(n->debug_name() + ": ");
-    auto spec = DeviceSpec::parse(n->assigned_device);
+    auto spec = DeviceSpec::parse(placement_.at(n));
     pb::NodeDef nd = original;
     nd.set_device(fmt::format("/device:{}:{}", *spec.value().type, *spec.value().id));
     nd.clear_colocate_with();
@@ -636,6 +671,11 @@ void MasterSession::start(const std::shared_ptr<Step>& step, std::shared_ptr<con
       *response.add_tensor()->mutable_meta() = meta.value();
     }
     if (step->trace) response.set_trace_json(trace_to_json(std::move(step->spans), step->start_us));
+    for (auto& [node, device] : self->take_unreported_placements()) {
+      pb::NodePlacement* p = response.add_placement();
+      p->set_node(std::move(node));
+      p->set_device(std::move(device));
+    }
     send_reply(step->respond, step->request_id, Status(), &response, std::move(frames));
   };
   // Closed while the plan was being built: close() has answered (and finish() is then a no-op).
@@ -783,7 +823,7 @@ void Master::create_session(const wire::RequestHeader& header, const Responder& 
     handle = fmt::format("{}/session/{}", task_, next_session_++);
   }
   auto session = std::make_shared<MasterSession>(handle, task_, channels_, r.value().config());
-  auto version = session->extend(r.value().graph(), 0, /*check_version=*/false);
+  auto version = session->extend(r.value().graph(), {}, 0, /*check_version=*/false);
   if (!version.ok()) return send_reply(respond, header.request_id(), version.status(), nullptr);
   {
     std::lock_guard<std::mutex> l(mu_);
@@ -803,7 +843,8 @@ void Master::extend_session(const wire::RequestHeader& header, const Responder& 
   if (!session) return;
   // Waits for a plan being built (which calls other tasks): not on a server thread.
   std::thread([session, body = std::move(r).value(), respond, id = header.request_id()] {
-    auto version = session->extend(body.graph(), body.current_graph_version(), /*check_version=*/true);
+    auto version = session->extend(body.graph(), body.control_input(), body.current_graph_version(),
+                                   /*check_version=*/true);
     if (!version.ok()) return send_reply(respond, id, version.status(), nullptr);
     pb::ExtendSessionResponse response;
     response.set_version(wire::kWireVersion);

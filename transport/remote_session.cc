@@ -1,6 +1,8 @@
 #include "transport/remote_session.h"
 
 
+#include <shared_mutex>
+
 #include <fmt/format.h>
 
 #include "core/node.h"
@@ -52,9 +54,18 @@ Node* node_in(const Graph& g, const Output& o, const char* what) {
 
 }  // namespace
 
-bool is_cluster_target(const std::string& target) {
-  return target.rfind("tessera://", 0) == 0 || target.rfind("grpc://", 0) == 0;
-}
+namespace {
+
+class RemoteSessionFactory final : public SessionFactory {
+ public:
+  std::unique_ptr<SessionBackend> create(Graph& graph, const std::string& target,
+                                         const SessionOptions& options) override {
+    return std::make_unique<RemoteSession>(graph, target, options);
+  }
+};
+TESSERA_REGISTER_SESSION_FACTORY(RemoteSessionFactory, "tessera://", "grpc://");
+
+}  // namespace
 
 RemoteSession::RemoteSession(Graph& graph, const std::string& target, const SessionOptions& options)
     : graph_(graph), target_(target), rpc_timeout_(options.rpc_timeout) {
@@ -95,6 +106,7 @@ RemoteSession::RemoteSession(Graph& graph, const std::string& target, const Sess
   graph_version_ = response.graph_version();
   sent_nodes_ = total;
   sent_version_ = graph_.impl().version();
+  for (const Node* n : nodes) sent_controls_.push_back(n->control_inputs.size());
 }
 
 RemoteSession::~RemoteSession() {
@@ -107,18 +119,29 @@ RemoteSession::~RemoteSession() {
 
 void RemoteSession::extend_locked() {
   GraphImpl& g = graph_.impl();
-  if (g.version() != sent_version_) {
-    throw UnimplementedError(
-        "a control input was added to an op the session's master already has; a cluster session only learns of "
-        "new ops (create the session after building the graph, or add new ops instead)");
-  }
+  const uint64_t version = g.version();
   const int total = g.num_nodes();
-  if (total == sent_nodes_) return;
+  if (total == sent_nodes_ && version == sent_version_) return;
+  pb::ExtendSessionRequest request;
+  std::vector<std::size_t> controls = sent_controls_;
+  if (version != sent_version_) {
+    // Control inputs added to nodes the master has (they only ever grow).
+    std::shared_lock<std::shared_mutex> l(g.mutex());
+    for (int id = 0; id < sent_nodes_; ++id) {
+      const Node* n = g.node_locked(id);
+      std::size_t& sent = controls[static_cast<std::size_t>(id)];
+      for (; sent < n->control_inputs.size(); ++sent) {
+        pb::ControlEdge* e = request.add_control_input();
+        e->set_node(n->name);
+        e->set_input(n->control_inputs[sent]->name);
+      }
+    }
+  }
   std::vector<const Node*> fresh;
   for (int id = sent_nodes_; id < total; ++id) fresh.push_back(g.node(id));
   auto def = wire::encode_graph(g, fresh, /*refer_outside=*/true);
   def.status().raise();
-  pb::ExtendSessionRequest request;
+  for (const Node* n : fresh) controls.push_back(n->control_inputs.size());
   request.set_version(wire::kWireVersion);
   request.set_session_handle(handle_);
   *request.mutable_graph() = std::move(def).value();
@@ -129,6 +152,8 @@ void RemoteSession::extend_locked() {
       .raise();
   graph_version_ = response.new_graph_version();
   sent_nodes_ = total;
+  sent_version_ = version;
+  sent_controls_ = std::move(controls);
 }
 
 std::vector<Tensor> RemoteSession::run(const std::vector<Output>& fetches, const FeedMap& feeds,
@@ -188,6 +213,9 @@ std::vector<Tensor> RemoteSession::run(const std::vector<Output>& fetches, const
     results.push_back(std::move(t).value());
   }
   if (metadata != nullptr) metadata->trace_json = response.trace_json();
+  for (const pb::NodePlacement& p : response.placement()) {
+    if (const Node* n = graph_.impl().find(p.node())) graph_.impl().record_placement(n, p.device());
+  }
   return results;
 }
 

@@ -10,9 +10,9 @@
 #include <fmt/format.h>
 
 #include "core/device.h"
+#include "core/device_factory.h"
 #include "core/device_name.h"
 #include "core/logging.h"
-#include "device/default_devices.h"
 #include "tessera/errors.h"
 #include "transport/master.h"
 #include "transport/security.h"
@@ -182,7 +182,10 @@ void reply(const Responder& respond, uint64_t request_id, const Status& status,
 pb::GetStatusResponse get_status(const ServiceState& state) {
   pb::GetStatusResponse response;
   response.set_version(wire::kWireVersion);
-  for (const Device* d : DeviceRegistry::global().devices()) {
+  // The devices were made when the server started (local_devices() in its constructor).
+  StatusOr<std::vector<Device*>> devices = local_devices();
+  TESSERA_CHECK(devices.ok());
+  for (const Device* d : devices.value()) {
     StatusOr<std::string> name = task_device_name(d->name(), state.job, state.task);
     TESSERA_CHECK(name.ok());  // the registry holds full names only
     pb::DeviceAttributes* attrs = response.add_device();
@@ -306,14 +309,14 @@ ServerImpl::ServerImpl(train::ClusterSpec cluster, std::string job, int task, tr
       job_(std::move(job)),
       task_(task) {
   validate(options_);
-  register_default_devices().raise();
+  local_devices().status().raise();
 }
 
 ServerImpl::~ServerImpl() { stop(); }
 
 std::unique_ptr<ServerImpl> ServerImpl::start_local(train::ServerOptions options) {
   validate(options);
-  register_default_devices().raise();
+  local_devices().status().raise();
   const std::string job = "localhost";
   std::shared_ptr<const Credentials> credentials = credentials_of(options, "cannot start a local server");
   // The cluster is known once the port is: requests wait for it in the slot (null until then).

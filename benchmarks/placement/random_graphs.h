@@ -14,7 +14,7 @@
 #include "core/op_registry.h"
 #include "core/placement.h"
 #include "device/sim_device.h"
-#include "host/calibration.h"
+#include "core/calibration.h"
 
 namespace placement_bench {
 

@@ -173,6 +173,8 @@ class CudaDevice final : public Device {
 
   int ordinal() const { return ordinal_; }
   const std::string& gpu_name() const { return gpu_name_; }  // "NVIDIA H200"
+  int64_t memory_limit_bytes() const override { return static_cast<int64_t>(total_memory_); }
+  std::string description() const override { return gpu_name_; }
   int multiprocessor_count() const { return multiprocessors_; }
   std::size_t total_memory() const { return total_memory_; }
 

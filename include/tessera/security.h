@@ -39,4 +39,19 @@ struct SecurityOptions {
   bool insecure = false;
 };
 
+// A CURVE key pair, both keys in Z85 (40 characters): what `tessera keygen` makes.
+struct KeyPair {
+  std::string public_key;
+  std::string secret_key;
+};
+
+// A new key pair from the system's randomness. InternalError when libzmq has no CURVE support.
+KeyPair generate_key_pair();
+
+// Writes PREFIX.key ({"public": Z85, "secret": Z85}, mode 0600: what SecurityOptions::key_file
+// reads) and PREFIX.pub (the public key and a newline). AlreadyExistsError naming the file when
+// either exists and !overwrite (nothing is written then); NotFoundError, PermissionDeniedError or
+// InternalError naming the file when it cannot be written.
+void write_key_pair(const std::string& prefix, const KeyPair& keys, bool overwrite = false);
+
 }  // namespace tessera::train

@@ -57,8 +57,7 @@ struct SessionOptions {
 };
 
 namespace internal {
-class SessionImpl;
-class RemoteSession;
+class SessionBackend;
 }
 
 class Session {
@@ -88,8 +87,8 @@ class Session {
   Graph& graph() const;
 
  private:
-  std::unique_ptr<internal::SessionImpl> impl_;      // in-process sessions
-  std::unique_ptr<internal::RemoteSession> remote_;  // cluster sessions
+  // The session its target's factory made (core/session_factory.h): in-process or on a cluster.
+  std::unique_ptr<internal::SessionBackend> impl_;
 };
 
 }  // namespace tessera

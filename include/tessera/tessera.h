@@ -9,6 +9,7 @@
 
 #include "tessera/cluster.h"
 #include "tessera/config.h"
+#include "tessera/device.h"
 #include "tessera/errors.h"
 #include "tessera/graph.h"
 #include "tessera/ops.h"

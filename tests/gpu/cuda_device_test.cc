@@ -357,7 +357,7 @@ TEST_F(CudaDeviceTest, CopiesCutIntoPiecesForTheStagingThreadsRoundTrip) {
   }
 }
 
-// The calibration's measurement (host/calibration.h caches it): every field measured and in the
+// The calibration's measurement (core/calibration.h caches it): every field measured and in the
 // range of any GPU of the last decade, transfers slower than the device's own memory.
 TEST_F(CudaDeviceTest, MeasuresItsCostProfile) {
   auto gpu = own_device();

@@ -1,4 +1,4 @@
-#include "host/calibration.h"
+#include "core/calibration.h"
 
 #include <unistd.h>
 
