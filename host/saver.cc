@@ -59,7 +59,8 @@ namespace tessera::train {
 // against its checksum (and bool bytes being 0 or 1). Any failure is DataLossError naming the file
 // and, where there is one, the tensor. A CRC detects every error burst of up to 32 bits, so any
 // single changed byte is caught; the index's checksum covers the tensors' checksums.
-//
+
+// Note [Checkpoint files on disk]
 // Writing is atomic: the bytes go to a temporary file beside the target ("<path>.tmp-<pid>-<n>",
 // created exclusively), which is fsynced, closed and renamed over the target; then the directory
 // is fsynced so the rename itself is durable. A reader or a crash sees the old file or the new
@@ -214,7 +215,7 @@ void fsync_directory(const fs::path& dir) {
   if (::fsync(fd.get()) != 0 && errno != EINVAL) throw_errno(errno, fmt::format("cannot fsync directory '{}'", d));
 }
 
-// Replaces `path` with the concatenation of `chunks`, atomically (Note [Checkpoint format]).
+// Replaces `path` with the concatenation of `chunks`, atomically (Note [Checkpoint files on disk]).
 void write_file_atomically(const std::string& path, const std::vector<std::string_view>& chunks) {
   static std::atomic<uint64_t> next_temp{0};
   std::string temp;

@@ -82,8 +82,8 @@ int list_devices() {
 
 // ---- tessera server ----
 
-// SIGINT and SIGTERM write a byte here; a thread blocked reading it stops the server (see
-// Note [Server] in transport/server.cc: nothing but write() runs in the handler).
+// SIGINT and SIGTERM write a byte here; a thread blocked reading it stops the server (see Note
+// [Server security and signals] in transport/server.cc: nothing but write() runs in the handler).
 int g_stop_pipe[2] = {-1, -1};
 
 extern "C" void on_stop_signal(int /*signo*/) {

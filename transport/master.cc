@@ -40,7 +40,9 @@ namespace tessera::internal {
 // The devices of a task are asked for (GetStatus) the first time an op names the task, so creating
 // a session never waits for tasks the graph does not use, and a task that is down fails only the
 // runs that need it.
-//
+
+// Note [Master steps]
+// ~~~~~~~~~~~~~~~~~~~
 // Partitions. Per step signature (feeds, fetches, targets), the master prunes the graph to what the
 // step needs and splits it by task. Each task's partition keeps its nodes (their device reduced to
 // "/device:TYPE:N"; see Note [Worker] in worker.cc for how the worker runs it) and gets:

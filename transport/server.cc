@@ -35,9 +35,9 @@ namespace tessera::internal {
 //
 // Threads. The RpcServer owns them: one I/O thread for the socket and `handler_threads` threads
 // running serve_request(). Handlers see only a shared ServiceState (found through a slot the
-// server fills while it serves), never the ServerImpl, because RpcServer::stop() may leave a stuck handler behind (after its stop_grace)
-// and that handler must not touch a destroyed server. start() and stop() are serialized by
-// lifecycle_mu_; join() waits on serving_cv_, so any thread may call any of them.
+// server fills while it serves), never the ServerImpl: RpcServer::stop() may leave a stuck handler
+// behind (after its stop_grace), which must not touch a destroyed server. start() and stop() are
+// serialized by lifecycle_mu_; join() waits on serving_cv_, so any thread may call any of them.
 //
 // Malformed input. Requests whose envelope is not transport/rpc's (stray or truncated traffic on
 // the port) are dropped by the RpcServer and never reach a handler. A request whose header frame
@@ -52,7 +52,9 @@ namespace tessera::internal {
 // deadlines (Unavailable); join() has returned in every thread waiting in it. It returns within the
 // RpcServer's stop_grace (300 ms) even if a handler is stuck. It is idempotent and the destructor
 // calls it. A stopped server can be start()ed again on the same address.
-//
+
+// Note [Server security and signals]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // Security. With ServerOptions::security.key_file, start() reads the key pair and the cluster keys
 // file (again at each start, so a restart picks up new keys): the RpcServer is a CURVE server with
 // that key pair admitting every key of the file (and its own), and the task's channels to the

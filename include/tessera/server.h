@@ -23,7 +23,8 @@
 // down, dies or hangs makes the runs that need it fail with UnavailableError naming it (as soon
 // as its connection drops, or after rpc_timeout when it cannot be reached at all); runs that do
 // not need it are unaffected. After a task restarts, open a new session to use it.
-// Threads, what stop() guarantees, and signals: Note [Server] in transport/server.cc.
+// Threads and what stop() guarantees: Note [Server]; keys and signals: Note [Server security
+// and signals] (both in transport/server.cc).
 //
 // A Server is move-only (a moved-from Server is inert: stop() and join() do nothing, the other
 // calls raise FailedPreconditionError). start(), stop(), join() and the accessors may be called from
