@@ -12,7 +12,21 @@
 //   StatusOr<RpcMessage> reply = channel.call_sync(std::move(req), std::chrono::seconds(2));
 //   // !reply.ok(): Unavailable "no reply from tcp://127.0.0.1:PORT within 2000 ms: ..."
 //
-// Threads, deadlines, and what happens when either end goes away: see Note [RPC] in rpc.cc.
+// Threads, deadlines, and what happens when either end goes away: see Note [RPC].
+//
+// Note [RPC]
+// ~~~~~~~~~~
+// The layer's design, part by part, each where it is implemented:
+//   Wire (the envelope, the status frame): Note [RPC envelope] in rpc_envelope.cc; frames of 2 MiB
+//     and more: Note [Streamed frames] in rpc_stream.cc.
+//   Server (its threads, stopping, limits): Note [RPC server] in rpc_server.cc.
+//   Channel (its threads, synchronous and asynchronous calls): Note [RPC channel] in
+//     rpc_channel.cc.
+//   Failure, deadlines and long calls: Note [RPC deadlines] in rpc_channel.cc.
+//   Security (CURVE, the ZAP handler, failed handshakes): Note [RPC security] in rpc_server.cc.
+//   Zero copy: Note [Zero-copy tensor frames] in tensor_frames.cc.
+// What the server and the channel share besides: socket_io.h (wake-ups, poll, monitor events)
+// and curve_keys.h (Z85 keys).
 #pragma once
 
 #include <chrono>
@@ -61,7 +75,8 @@ StatusOr<zmq::message_t> tensor_frame(const Tensor& t);
 //
 // The default keeps Tensor's 64-byte alignment promise, which libzmq 4.3 never meets for received
 // frames (its message data sits 40 bytes after a malloc'ed header: 8 mod 16). A caller that needs
-// only natural alignment passes dtype_size(dtype) and gets the zero-copy path; see Note [RPC].
+// only natural alignment passes dtype_size(dtype) and gets the zero-copy path; see
+// Note [Zero-copy tensor frames] in tensor_frames.cc.
 StatusOr<Tensor> frame_to_tensor(zmq::message_t frame, DType dtype, const Shape& shape,
                                  std::size_t required_alignment = Tensor::kAlignment);
 
@@ -110,7 +125,7 @@ struct RpcServerOptions {
   // this long is dropped, with the memory it holds.
   std::chrono::milliseconds stalled_stream_timeout{30000};
 
-  // CURVE (Note [RPC], "Security"): the server's key pair and the client keys it admits, Z85
+  // CURVE (Note [RPC security]): the server's key pair and the client keys it admits, Z85
   // encoded (40 characters each). Unset: plain TCP, anyone may connect.
   struct Curve {
     std::string public_key;
@@ -182,7 +197,7 @@ struct RpcChannelOptions {
   // Largest reply frame accepted (ZMQ_MAXMSGSIZE), and largest streamed reply in total (refused with
   // ResourceExhausted before its chunks are received); -1: no limit.
   int64_t max_message_bytes = -1;
-  // CURVE (Note [RPC], "Security"): this client's key pair and the key the server must present,
+  // CURVE (Note [RPC security]): this client's key pair and the key the server must present,
   // Z85 encoded (40 characters each). Unset: plain TCP. A handshake that fails (the server
   // refused this client's key, the server has another key, or only one side uses CURVE) fails the
   // channel's pending calls with Unavailable ("authentication with ENDPOINT failed: ...") and its
@@ -212,7 +227,7 @@ class RpcChannelCore;
 // The client side of one remote endpoint: a DEALER socket connected to it, used under a mutex by
 // the calling threads (which send their requests, and in the synchronous calls receive their
 // replies, themselves) and by the channel's I/O thread (asynchronous replies, deadlines,
-// connection loss): Note [RPC], "Channel". Thread-safe: call() and call_sync() from any number of
+// connection loss): Note [RPC channel]. Thread-safe: call() and call_sync() from any number of
 // threads concurrently.
 class RpcChannel {
  public:

@@ -38,7 +38,7 @@ namespace tessera::internal {
 // and a chunk that does not fit what its frame still lacks ends the assembly. Chunks of a message
 // the receiver is not assembling (refused, timed out, never seen) are dropped. An assembly whose
 // sender went away mid-stream is dropped by the receiver: the channel when its call ends, the
-// server when no chunk came for a while (rpc.cc).
+// server when no chunk came for a while (rpc_server.cc).
 
 #if defined(__SANITIZE_THREAD__)
 // ThreadSanitizer's dynamic annotations (its runtime defines them).

@@ -1,7 +1,7 @@
 // Large frames of an RPC message travel as a stream of chunk messages after the message itself, so
 // that the receiver copies each chunk into place while the next ones are still on the wire, into
-// memory that is already mapped. Used by rpc.cc on both sides (requests and replies); see
-// Note [Streamed frames] in rpc_stream.cc.
+// memory that is already mapped. Used by rpc_server.cc and rpc_channel.cc, for requests and
+// replies alike; see Note [Streamed frames] in rpc_stream.cc.
 //
 //   Sender:   std::optional<ChunkedFrames> s = split_for_streaming(&frames);  // placeholders left
 //             send [head envelope][s->descriptor][frames...], then [chunk envelope][chunk] for each

@@ -1,4 +1,4 @@
-// CURVE key files for clusters. See transport/security.h and Note [RPC] ("Security") in rpc.cc.
+// CURVE key files for clusters. See transport/security.h and Note [RPC security] in rpc_server.cc.
 #include "transport/security.h"
 
 #include <arpa/inet.h>

@@ -1,0 +1,777 @@
+// The RPC channel (rpc.h, "Client"): a DEALER to one endpoint used by the calling threads and one
+// I/O thread, deadlines, long calls, streamed requests and replies, failed CURVE handshakes.
+#include "transport/rpc.h"
+
+#include <poll.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <optional>
+#include <queue>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "core/logging.h"
+#include "transport/curve_keys.h"
+#include "transport/rpc_envelope.h"
+#include "transport/rpc_stream.h"
+#include "transport/socket_io.h"
+
+namespace tessera::internal {
+
+// Note [RPC channel]
+// ~~~~~~~~~~~~~~~~~~
+// One I/O thread per channel (channels are one per remote task, so a process has a handful; a
+// shared thread would add a hop of routing for no gain at that count). Channels share one
+// process-wide zmq context, leaked on purpose so that channels in static objects never race its
+// destruction. The channel's DEALER is the exception to "one thread per socket" (Note [RPC
+// server]): it is used under the channel's mutex by whichever thread needs it, because a hand-off
+// to the I/O thread costs a thread wake-up each way, which on a small request is most of the round
+// trip.
+// * A synchronous call (call_sync, call_until_lost_sync) is sent by the calling thread itself
+//   (unless calls queued before it, or no connection yet, make it wait in the outbox), which then
+//   sleeps in poll(2) on the socket's ZMQ_FD and a per-thread eventfd and receives its reply
+//   itself: raw libzmq's REQ/REP path, one wake-up. Replies to other calls it finds on the way
+//   are completed too.
+// * An asynchronous call joins the outbox; the I/O thread sends what the outbox holds (an eventfd
+//   write wakes it when the outbox goes from empty to non-empty: one per burst), and `done` always
+//   runs on the I/O thread, which watches ZMQ_FD while such calls are pending (or the outbox is
+//   not empty), enforces deadlines and reads the monitor. Callers sending asynchronous calls
+//   themselves measured slower (benchmarks/README.md, "Figures behind the transport's notes"):
+//   they contend with the I/O thread for the socket, and replies they pick up must be handed to it
+//   with a wake-up of its own.
+// The rules that make this safe (libzmq's ZMQ_FD is edge-like: any use of the socket may consume
+// its signal): whoever uses the socket then receives every reply there is and sends what the
+// outbox holds if libzmq takes it (serve_socket_locked), and a thread that completes an
+// asynchronous call, or registers one while the I/O thread is not watching the socket, wakes the
+// I/O thread through its eventfd. Nothing creates a thread per call.
+
+// Note [RPC deadlines]
+// ~~~~~~~~~~~~~~~~~~~~
+// Failure. The deadline is the guarantee: a call completes by then, with the reply or with
+// Unavailable ("no reply from <endpoint> within N ms: the task is down or unreachable"), whatever
+// happened to the peer; a reply arriving later is dropped. ZMQ_IMMEDIATE keeps requests out of
+// libzmq's queues while no peer is connected (they wait in the channel's outbox, and go out if the
+// peer appears before their deadline). libzmq reconnects on its own (every reconnect_interval,
+// backing off to reconnect_interval_max), so a server restarted on the same port is reached again
+// by existing channels; ZMTP heartbeats drop a connection whose peer went silent (kill -9 of a
+// remote host, a partition) so that reconnection starts. A request in flight when the connection
+// died is not resent (the handler may have run): its caller meets its deadline. Destroying a
+// channel completes its pending calls with Cancelled. (What a stopping server does: Note [RPC
+// server] in rpc_server.cc.)
+//
+// Long calls. Some calls may rightly wait a long time for their reply: a step blocked on a queue,
+// a tensor its producer has not computed yet. call_until_lost() bounds only the wait for a
+// connection (ZMQ_IMMEDIATE keeps the request in the outbox until there is one); once libzmq has
+// taken the request, the call waits for its reply until the connection it went out on is lost.
+// The channel learns that from a socket monitor (ZMQ_EVENT_DISCONNECTED on an inproc PAIR socket
+// in the I/O thread's poll set): a peer killed with -9 resets the TCP connection at once, a peer
+// that is stopped (SIGSTOP) or cut off misses ZMTP heartbeats and is dropped after
+// heartbeat_timeout; either way the sent long calls fail Unavailable ("lost the connection").
+// Ordinary calls keep their deadline whatever the connection does.
+
+namespace {
+
+zmq::context_t& channel_context() {
+  // Leaked on purpose: a channel destroyed during static destruction must still find it.
+  static zmq::context_t* context = new zmq::context_t(make_context());
+  return *context;
+}
+
+// The eventfd a thread waiting in a synchronous call sleeps on (with the channel socket's ZMQ_FD):
+// one per thread, made on its first synchronous call and closed when the thread exits.
+class ThreadWakeFd {
+ public:
+  ThreadWakeFd() : fd_(make_wake_fd()) {}
+  ~ThreadWakeFd() { ::close(fd_); }
+  ThreadWakeFd(const ThreadWakeFd&) = delete;
+  ThreadWakeFd& operator=(const ThreadWakeFd&) = delete;
+  int fd() const { return fd_; }
+
+ private:
+  const int fd_;
+};
+
+int thread_wake_fd() {
+  thread_local ThreadWakeFd wake;
+  return wake.fd();
+}
+
+thread_local const void* tls_io_owner = nullptr;  // the core whose I/O thread this is
+
+// The SyncWaiter (RpcChannelCore's) of the call this thread waits for, if any.
+thread_local const void* tls_sync_waiter = nullptr;
+
+}  // namespace
+
+class RpcChannelCore {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  RpcChannelCore(std::string endpoint, const RpcChannelOptions& options);
+  ~RpcChannelCore();
+
+  // until_lost: `deadline` bounds only the wait for a connection; once sent, the call waits for
+  // its reply until the connection is lost (Note [RPC deadlines], "Long calls").
+  void call(RpcMessage request, std::chrono::milliseconds deadline, RpcChannel::Done done, bool until_lost);
+  // The same, waiting on the calling thread, which receives its own reply (Note [RPC channel]).
+  StatusOr<RpcMessage> call_sync(RpcMessage request, std::chrono::milliseconds deadline, bool until_lost);
+  // For a channel destroyed from one of its own `done` callbacks: the I/O thread stops after the
+  // callback and deletes the core itself.
+  void destroy_from_io_thread();
+  bool on_io_thread() const { return tls_io_owner == this; }
+  RpcChannelStats stats() const;
+
+ private:
+  // A thread waiting in call_sync(); its call's result lands here (guarded by mu_), and whoever
+  // completes the call from another thread writes `wake_fd`.
+  struct SyncWaiter {
+    std::optional<StatusOr<RpcMessage>> result;
+    int wake_fd = -1;
+  };
+  struct Pending {
+    RpcChannel::Done done;         // an asynchronous call: run on the I/O thread
+    SyncWaiter* waiter = nullptr;  // a synchronous one
+    std::chrono::milliseconds budget;
+    bool until_lost = false;
+    bool sent = false;  // handed to libzmq
+  };
+  struct Outgoing {
+    uint64_t id;
+    zmq::message_t call_id;
+    RpcMessage request;
+    std::optional<ChunkedFrames> stream;  // its large frames, sent as chunks after the head
+    bool head_sent = false;
+    std::size_t next_chunk = 0;    // of stream->chunks
+  };
+  using Completion = std::pair<RpcChannel::Done, StatusOr<RpcMessage>>;
+
+  void run_io();
+  // The checks every new call passes; OK or the error to complete it with. Needs mu_.
+  Status admit(const RpcMessage& request) const;
+  // Registers a call (needs mu_). An asynchronous call joins the outbox for the I/O thread; a
+  // synchronous one is sent now if libzmq takes it (else it joins the outbox), and the socket is
+  // served. True when the I/O thread must be woken: it has calls to send or completions to run,
+  // must watch the socket for a connection, or the call's deadline comes before its next wake-up.
+  bool start_locked(RpcMessage request, Clock::time_point deadline, Pending pending);
+  // After any use of the socket, which may have consumed the ZMQ_FD signal: sends what the outbox
+  // holds if libzmq takes it, receives every reply there is (kRecvBatch at most) and completes their
+  // calls. True when replies were left for later. Needs mu_.
+  bool serve_socket_locked();
+  void flush_outbox();
+  bool receive_replies();
+  void expire(Clock::time_point now);
+  // Completes the pending call `it` with `result` and forgets it. Needs mu_: a synchronous caller
+  // gets its result (and a wake-up unless it is this thread); an asynchronous one joins ready_.
+  void finish(std::unordered_map<uint64_t, Pending>::iterator it, StatusOr<RpcMessage> result);
+  void fail_all(const Status& status);
+  // Reads the socket monitor's events; a lost connection fails the until_lost calls sent on it, a
+  // failed handshake every pending call (Note [RPC security] in rpc_server.cc).
+  void read_monitor();
+  // The error of a failed handshake (`event` a HANDSHAKE_FAILED_* monitor event).
+  Status handshake_error(uint16_t event, uint32_t value) const;
+  // Connects the socket again after a handshake failure libzmq does not retry.
+  void reconnect();
+  void run_completions(std::vector<Completion>* completions);
+
+  const std::string endpoint_;
+  const RpcChannelOptions options_;
+  Status broken_;  // a malformed endpoint: every call fails with it
+  zmq::socket_t socket_;   // guarded by mu_ (used by callers, waiters and the I/O thread in turn)
+  int socket_fd_ = -1;     // socket_'s ZMQ_FD: readable when the socket has something to look at
+  zmq::socket_t monitor_;  // PAIR receiving socket_'s events; I/O thread only
+  const int wake_fd_;
+  std::thread io_thread_;
+
+  mutable std::mutex mu_;
+  std::condition_variable waiters_gone_;  // signalled when sync_waiters_ drops to 0 while stopping
+  bool stopping_ = false;                 // guarded by mu_
+  bool self_delete_ = false;              // I/O thread only: set by destroy_from_io_thread()
+
+  // Guarded by mu_.
+  uint64_t next_id_ = 1;
+  std::unordered_map<uint64_t, Pending> pending_;
+  int async_pending_ = 0;  // entries of pending_ with a `done`
+  int sync_waiters_ = 0;   // threads inside call_sync()
+  // Deadlines of pending calls, earliest first; entries of completed calls are skipped when they
+  // surface (and purged when they outnumber the live ones).
+  std::priority_queue<std::pair<Clock::time_point, uint64_t>, std::vector<std::pair<Clock::time_point, uint64_t>>,
+                      std::greater<>>
+      deadlines_;
+  std::deque<Outgoing> outbox_;  // accepted, not yet taken by libzmq (no peer connected yet)
+  std::unordered_map<uint64_t, Assembly> assembling_;  // streamed replies being received, by call id
+  std::vector<Completion> rejected_;  // calls refused at once, completed by the I/O thread
+  std::vector<Completion> ready_;     // completed asynchronous calls, for the I/O thread to run
+  // When the I/O thread wakes up by itself next, and whether it watches the socket meanwhile.
+  Clock::time_point io_wake_at_ = Clock::time_point::min();
+  bool io_watches_socket_ = false;
+  // The last handshake failed: new calls fail with this at once (until a handshake succeeds).
+  Status handshake_failed_;
+  int closed_in_handshake_ = 0;  // HANDSHAKE_FAILED_NO_DETAIL events since the last success
+  std::optional<Clock::time_point> reconnect_at_;  // when to connect again (libzmq gave up)
+  std::chrono::milliseconds reconnect_backoff_;
+
+  std::atomic<uint64_t> calls_{0}, timed_out_{0}, late_replies_{0}, malformed_{0}, failed_handshakes_{0},
+      streamed_requests_{0}, streamed_replies_{0}, dropped_chunks_{0};
+};
+
+RpcChannelCore::RpcChannelCore(std::string endpoint, const RpcChannelOptions& options)
+    : endpoint_(std::move(endpoint)),
+      options_(options),
+      wake_fd_(make_wake_fd()),
+      reconnect_backoff_(options.reconnect_interval) {
+  const bool bad_keys = options_.curve && (!decode_z85_key(options_.curve->public_key) ||
+                                           !decode_z85_key(options_.curve->secret_key) ||
+                                           !decode_z85_key(options_.curve->server_key));
+  if (bad_keys) {
+    broken_ = errors::invalid_argument("channel to {}: its CURVE keys are not 40-character Z85 keys", endpoint_);
+  }
+  try {
+    socket_ = zmq::socket_t(channel_context(), zmq::socket_type::dealer);
+    socket_.set(zmq::sockopt::linger, 0);
+    socket_.set(zmq::sockopt::immediate, 1);
+    // A streamed request is a message per chunk (zero-copy references): room for many.
+    socket_.set(zmq::sockopt::sndhwm, 100000);
+    socket_.set(zmq::sockopt::reconnect_ivl, static_cast<int>(options_.reconnect_interval.count()));
+    socket_.set(zmq::sockopt::reconnect_ivl_max, static_cast<int>(options_.reconnect_interval_max.count()));
+    socket_.set(zmq::sockopt::connect_timeout, static_cast<int>(options_.connect_timeout.count()));
+    socket_.set(zmq::sockopt::heartbeat_ivl, static_cast<int>(options_.heartbeat_interval.count()));
+    socket_.set(zmq::sockopt::heartbeat_timeout, static_cast<int>(options_.heartbeat_timeout.count()));
+    socket_.set(zmq::sockopt::heartbeat_ttl, static_cast<int>(options_.heartbeat_timeout.count()));
+    socket_.set(zmq::sockopt::maxmsgsize, options_.max_message_bytes);
+    if (options_.curve && !bad_keys) {
+      set_curve_key(socket_, ZMQ_CURVE_SERVERKEY, options_.curve->server_key);
+      set_curve_key(socket_, ZMQ_CURVE_PUBLICKEY, options_.curve->public_key);
+      set_curve_key(socket_, ZMQ_CURVE_SECRETKEY, options_.curve->secret_key);
+    }
+    socket_fd_ = socket_.get(zmq::sockopt::fd);
+    // Unique per channel ever made: libzmq may release an inproc name a little after its socket.
+    static std::atomic<uint64_t> monitors{0};
+    const std::string monitor_address = fmt::format("inproc://tessera-channel-monitor-{}", monitors.fetch_add(1));
+    constexpr int kEvents = ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_HANDSHAKE_SUCCEEDED | ZMQ_EVENT_HANDSHAKE_FAILED_AUTH |
+                            ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL;
+    if (zmq_socket_monitor(socket_.handle(), monitor_address.c_str(), kEvents) != 0) {
+      throw zmq::error_t();
+    }
+    monitor_ = zmq::socket_t(channel_context(), zmq::socket_type::pair);
+    monitor_.set(zmq::sockopt::linger, 0);
+    monitor_.connect(monitor_address);
+    if (!bad_keys) socket_.connect(endpoint_);
+  } catch (const zmq::error_t& e) {
+    broken_ = zmq_address_error("connect to", endpoint_, e);
+  }
+  io_thread_ = std::thread([this] { run_io(); });
+}
+
+RpcChannelCore::~RpcChannelCore() {
+  if (self_delete_) {  // deleted by its own I/O thread, which has finished with everything
+    ::close(wake_fd_);
+    return;
+  }
+  TESSERA_CHECK(!on_io_thread());
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    stopping_ = true;
+  }
+  signal_wake_fd(wake_fd_);
+  io_thread_.join();
+  ::close(wake_fd_);
+}
+
+void RpcChannelCore::destroy_from_io_thread() {
+  TESSERA_CHECK(on_io_thread());
+  io_thread_.detach();
+  self_delete_ = true;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    stopping_ = true;  // the loop ends after the callback that destroyed the channel returns
+  }
+  signal_wake_fd(wake_fd_);
+}
+
+Status RpcChannelCore::admit(const RpcMessage& request) const {
+  if (!broken_.ok()) return broken_;
+  if (request.frames.empty()) return errors::invalid_argument("an RPC request needs at least a header frame");
+  if (stopping_) return errors::cancelled("call to {} cancelled: the channel was destroyed", endpoint_);
+  return handshake_failed_;
+}
+
+bool RpcChannelCore::start_locked(RpcMessage request, Clock::time_point deadline, Pending pending) {
+  const uint64_t id = next_id_++;
+  const bool async = pending.waiter == nullptr;
+  pending_.emplace(id, std::move(pending));
+  if (async) ++async_pending_;
+  deadlines_.emplace(deadline, id);
+  if (deadlines_.size() > 2 * pending_.size() + 1024) {
+    decltype(deadlines_) live;
+    while (!deadlines_.empty()) {
+      if (pending_.count(deadlines_.top().second)) live.push(deadlines_.top());
+      deadlines_.pop();
+    }
+    deadlines_.swap(live);
+  }
+  bool wake = deadline < io_wake_at_;
+  const bool queued_before = !outbox_.empty();
+  outbox_.push_back(Outgoing{id, call_id_frame(id), std::move(request), std::nullopt, false, 0});
+  outbox_.back().stream = split_for_streaming(&outbox_.back().request.frames);
+  // An asynchronous call is sent by the I/O thread, which receives its reply anyway: a burst of
+  // calls costs one wake-up, and the callers never contend with it for the socket.
+  if (async) return wake || !queued_before;
+  // A synchronous one behind calls still queued waits its turn; otherwise the socket is tried at
+  // once, and serve_socket_locked() receives whatever the use of the socket made visible.
+  if (!queued_before && serve_socket_locked()) wake = true;
+  if (!outbox_.empty() && !io_watches_socket_) wake = true;  // no connection: the I/O thread watches for one
+  return wake || !ready_.empty();
+}
+
+bool RpcChannelCore::serve_socket_locked() {
+  if (socket_fd_ < 0) return false;
+  if (!outbox_.empty()) flush_outbox();
+  bool more = receive_replies();
+  // libzmq's send() skips the socket's pending commands when it processed some less than a
+  // millisecond ago, while recv() and ZMQ_EVENTS always process them: a connection the receive
+  // just attached can take the outbox, and its signal on the fd is spent.
+  while (!outbox_.empty() && (socket_.get(zmq::sockopt::events) & ZMQ_POLLOUT)) {
+    const std::size_t before = outbox_.size();
+    flush_outbox();
+    more = receive_replies() || more;
+    if (outbox_.size() == before) break;
+  }
+  return more;
+}
+
+void RpcChannelCore::call(RpcMessage request, std::chrono::milliseconds deadline, RpcChannel::Done done,
+                          bool until_lost) {
+  TESSERA_CHECK(done != nullptr);
+  calls_.fetch_add(1, std::memory_order_relaxed);
+  bool wake;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (Status st = admit(request); !st.ok()) {
+      // Completed on the I/O thread all the same: `done` always runs there.
+      rejected_.emplace_back(std::move(done), st);
+      wake = true;
+    } else {
+      wake = start_locked(std::move(request), Clock::now() + deadline,
+                          Pending{std::move(done), nullptr, deadline, until_lost, false});
+    }
+  }
+  if (wake) signal_wake_fd(wake_fd_);
+}
+
+StatusOr<RpcMessage> RpcChannelCore::call_sync(RpcMessage request, std::chrono::milliseconds deadline,
+                                               bool until_lost) {
+  calls_.fetch_add(1, std::memory_order_relaxed);
+  SyncWaiter waiter;
+  waiter.wake_fd = thread_wake_fd();
+  std::unique_lock<std::mutex> l(mu_);
+  if (Status st = admit(request); !st.ok()) return st;
+  tls_sync_waiter = &waiter;
+  ++sync_waiters_;
+  bool wake = start_locked(std::move(request), Clock::now() + deadline,
+                           Pending{nullptr, &waiter, deadline, until_lost, false});
+  // Wait for the reply on the socket's ZMQ_FD, receiving it on this thread, or for whoever
+  // completes the call otherwise (the I/O thread: deadline, lost connection, destruction).
+  while (!waiter.result) {
+    l.unlock();
+    if (wake) signal_wake_fd(wake_fd_);
+    pollfd fds[2] = {{waiter.wake_fd, POLLIN, 0}, {socket_fd_, POLLIN, 0}};
+    poll_io(fds, socket_fd_ >= 0 ? 2 : 1, -1);  // an interruption or error just loops again
+    if (fds[0].revents & POLLIN) drain_wake_fd(waiter.wake_fd);
+    l.lock();
+    if (waiter.result) break;
+    wake = serve_socket_locked() || !ready_.empty();
+  }
+  const bool wake_io = !ready_.empty();  // asynchronous calls this thread completed
+  if (--sync_waiters_ == 0 && stopping_) waiters_gone_.notify_all();
+  StatusOr<RpcMessage> result = std::move(*waiter.result);
+  l.unlock();
+  tls_sync_waiter = nullptr;
+  if (wake_io) signal_wake_fd(wake_fd_);
+  return result;
+}
+
+void RpcChannelCore::run_io() {
+  tls_io_owner = this;
+  // A broken channel may have no monitor socket (nor socket): it polls its wake-up fd only.
+  const bool broken = monitor_.handle() == nullptr || socket_fd_ < 0;
+  // Plain file descriptors, polled with poll(2) itself. A socket's ZMQ_FD signals that commands
+  // are pending, not that messages are, and a pipe signals only once its reader found it empty:
+  // whoever is woken reads until EAGAIN (serve_socket_locked, read_monitor; the monitor is read
+  // once before the first sleep), and nothing else touches the monitor socket. zmq_poll with a
+  // socket among its items costs a zero-timeout poll(2) and a ZMQ_EVENTS check (another poll(2)
+  // of the mailbox) around each sleep.
+  const int monitor_fd = broken ? -1 : monitor_.get(zmq::sockopt::fd);
+  pollfd items[3] = {{wake_fd_, POLLIN, 0}, {monitor_fd, POLLIN, 0}, {socket_fd_, POLLIN, 0}};
+  if (!broken) {
+    std::lock_guard<std::mutex> l(mu_);
+    read_monitor();
+  }
+  std::vector<Completion> completions;
+  bool again = false;  // replies left unread: look again without sleeping
+  for (;;) {
+    long timeout = -1;
+    int num_items = 1;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      io_wake_at_ = Clock::time_point::max();
+      if (!deadlines_.empty()) io_wake_at_ = deadlines_.top().first;
+      if (reconnect_at_) io_wake_at_ = std::min(io_wake_at_, *reconnect_at_);
+      if (again) io_wake_at_ = Clock::now();
+      if (io_wake_at_ != Clock::time_point::max()) {
+        // Rounded up: waking before the deadline would only spin.
+        const auto left = io_wake_at_ - Clock::now();
+        timeout = std::max<long>(0, std::chrono::ceil<std::chrono::milliseconds>(left).count());
+      }
+      // The socket needs watching for replies to asynchronous calls (synchronous callers watch for
+      // their own) and for the connection the outbox waits for.
+      io_watches_socket_ = !broken && (async_pending_ > 0 || !outbox_.empty());
+      if (!broken) num_items = io_watches_socket_ ? 3 : 2;
+    }
+    if (!poll_io(items, num_items, timeout)) break;
+    if (items[0].revents & POLLIN) drain_wake_fd(wake_fd_);
+    bool stopping;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      stopping = stopping_;
+      completions.swap(rejected_);
+      if (!stopping && !broken) {
+        again = serve_socket_locked();
+        // After the replies: a reply that arrived before its connection dropped still counts.
+        if (num_items >= 2 && (items[1].revents & POLLIN)) read_monitor();
+        const auto now = Clock::now();
+        if (reconnect_at_ && now >= *reconnect_at_) reconnect();
+        expire(now);
+      }
+      for (auto& c : ready_) completions.push_back(std::move(c));
+      ready_.clear();
+    }
+    run_completions(&completions);
+    if (stopping) break;
+  }
+  {
+    std::unique_lock<std::mutex> l(mu_);
+    stopping_ = true;  // also when poll failed: later calls are refused at once
+    fail_all(errors::cancelled("call to {} cancelled: the channel was destroyed", endpoint_));
+    completions.swap(rejected_);
+    for (auto& c : ready_) completions.push_back(std::move(c));
+    ready_.clear();
+    // Synchronous callers still inside poll on the socket's fd: it must stay open until they left.
+    waiters_gone_.wait(l, [&] { return sync_waiters_ == 0; });
+  }
+  run_completions(&completions);
+  if (monitor_.handle() != nullptr) {
+    zmq_socket_monitor(socket_.handle(), nullptr, 0);
+    monitor_.close();
+  }
+  socket_.close();
+  if (self_delete_) delete this;
+}
+
+void RpcChannelCore::run_completions(std::vector<Completion>* completions) {
+  for (auto& [done, result] : *completions) {
+    try {
+      done(std::move(result));
+    } catch (const std::exception& e) {
+      TESSERA_LOG(kError, "an RPC completion for {} threw (ignored): {}", endpoint_, e.what());
+    } catch (...) {
+      TESSERA_LOG(kError, "an RPC completion for {} threw (ignored)", endpoint_);
+    }
+  }
+  completions->clear();
+}
+
+void RpcChannelCore::finish(std::unordered_map<uint64_t, Pending>::iterator it, StatusOr<RpcMessage> result) {
+  if (!assembling_.empty()) assembling_.erase(it->first);  // its later chunks are dropped
+  Pending p = std::move(it->second);
+  pending_.erase(it);
+  if (p.waiter != nullptr) {
+    p.waiter->result.emplace(std::move(result));
+    // A thread finishing its own call is awake already.
+    if (p.waiter != tls_sync_waiter) signal_wake_fd(p.waiter->wake_fd);
+    return;
+  }
+  --async_pending_;
+  ready_.emplace_back(std::move(p.done), std::move(result));
+}
+
+void RpcChannelCore::read_monitor() {
+  bool lost = false;
+  Status handshake;  // a handshake failure seen in this batch
+  for (;;) {
+    std::optional<MonitorEvent> e = next_event(monitor_);
+    if (!e) break;
+    switch (e->id) {
+      case ZMQ_EVENT_DISCONNECTED:
+        lost = true;
+        break;
+      case ZMQ_EVENT_HANDSHAKE_SUCCEEDED:
+        handshake_failed_ = Status();
+        handshake = Status();
+        closed_in_handshake_ = 0;
+        reconnect_backoff_ = options_.reconnect_interval;
+        break;
+      case ZMQ_EVENT_HANDSHAKE_FAILED_AUTH:
+      case ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL:
+        // libzmq closes this connection for good: the channel connects again itself, later.
+        handshake = handshake_error(e->id, e->value);
+        reconnect_at_ = Clock::now() + reconnect_backoff_;
+        reconnect_backoff_ = std::min(2 * reconnect_backoff_, std::max(options_.reconnect_interval_max,
+                                                                       options_.reconnect_interval));
+        break;
+      case ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL:
+        // The server closed the connection during the handshake (libzmq retries): once may be a
+        // server going down, twice in a row is a server that will not talk to this client. (Other
+        // errors, such as a handshake timing out against a stopped process, are not about keys.)
+        if (e->value != EPIPE && e->value != ECONNRESET) break;
+        if (++closed_in_handshake_ >= 2) handshake = handshake_error(e->id, e->value);
+        break;
+      default:
+        break;
+    }
+  }
+  if (!handshake.ok()) {
+    failed_handshakes_.fetch_add(1, std::memory_order_relaxed);
+    handshake_failed_ = handshake;
+    // Every pending call: those waiting for a connection and those sent on an earlier one.
+    outbox_.clear();
+    while (!pending_.empty()) finish(pending_.begin(), handshake);
+  }
+  if (!lost) return;
+  for (auto it = pending_.begin(); it != pending_.end();) {
+    auto next = std::next(it);
+    if (it->second.until_lost && it->second.sent) {
+      finish(it, errors::unavailable("lost the connection to {} while waiting for a reply: the task died, "
+                                     "restarted or stopped answering heartbeats",
+                                     endpoint_));
+    }
+    it = next;
+  }
+}
+
+Status RpcChannelCore::handshake_error(uint16_t event, uint32_t value) const {
+  const bool curve = options_.curve.has_value();
+  std::string why;
+  if (event == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH && value == 400) {
+    why = "the server refused this client's key (it is not in the server's cluster keys)";
+  } else if (event == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) {
+    why = fmt::format("the server's authentication failed (ZAP status {})", value);
+  } else if (event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL && value == ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH) {
+    why = curve ? "this client uses CURVE keys and the server does not"
+                : "the server requires CURVE keys and this client has none (SecurityOptions key_file and "
+                  "cluster_keys_file)";
+  } else if (event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL) {
+    why = fmt::format("the handshake broke the protocol (libzmq error 0x{:x})", value);
+  } else if (curve) {
+    why = "the server closed the connection during the handshake, twice: the client has the wrong key for the "
+          "server, or the server does not use CURVE keys";
+  } else {
+    why = "the server closed the connection during the handshake, twice: it probably requires CURVE keys, and this "
+          "client has none (SecurityOptions key_file and cluster_keys_file)";
+  }
+  return errors::unavailable("authentication with {} failed: {}", endpoint_, why);
+}
+
+void RpcChannelCore::reconnect() {
+  reconnect_at_.reset();
+  try {
+    // The old session is closed already; disconnect() forgets it (it may fail if libzmq did).
+    zmq_disconnect(socket_.handle(), endpoint_.c_str());
+    socket_.connect(endpoint_);
+  } catch (const zmq::error_t&) {
+    // The endpoint connected before, so this does not happen; the next call meets the old error.
+  }
+}
+
+void RpcChannelCore::flush_outbox() {
+  while (!outbox_.empty()) {
+    Outgoing& out = outbox_.front();
+    auto pending = pending_.find(out.id);
+    if (pending == pending_.end()) {  // timed out before a peer could take it (or all of it)
+      outbox_.pop_front();
+      continue;
+    }
+    // EAGAIN while no peer is connected (ZMQ_IMMEDIATE) or its queue is full: retried when the
+    // socket's fd signals, from the first frame or chunk libzmq did not take.
+    if (!out.head_sent) {
+      const bool streamed = out.stream.has_value();
+      zmq::message_t envelope = streamed ? envelope_frame(kHeadMagic, out.id) : std::move(out.call_id);
+      if (!socket_.send(envelope, zmq::send_flags::sndmore | zmq::send_flags::dontwait)) {
+        if (!streamed) out.call_id = std::move(envelope);  // EAGAIN left it intact
+        return;
+      }
+      if (streamed) socket_.send(out.stream->descriptor, zmq::send_flags::sndmore);
+      auto& frames = out.request.frames;
+      for (std::size_t i = 0; i < frames.size(); ++i) {
+        // Later parts of a message whose first part was taken never block.
+        socket_.send(frames[i], i + 1 < frames.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
+      }
+      out.head_sent = true;
+      pending->second.sent = true;
+    }
+    if (out.stream) {
+      auto& chunks = out.stream->chunks;
+      for (; out.next_chunk < chunks.size(); ++out.next_chunk) {
+        if (!socket_.send(envelope_frame(kChunkMagic, out.id), zmq::send_flags::sndmore | zmq::send_flags::dontwait)) {
+          return;
+        }
+        socket_.send(chunks[out.next_chunk], zmq::send_flags::none);
+      }
+      streamed_requests_.fetch_add(1, std::memory_order_relaxed);
+    }
+    outbox_.pop_front();
+  }
+}
+
+bool RpcChannelCore::receive_replies() {
+  std::vector<zmq::message_t> parts;
+  for (int n = 0; n < kRecvBatch; ++n) {
+    zmq::message_t first;
+    if (!socket_.recv(first, zmq::recv_flags::dontwait)) return false;
+    recv_rest(socket_, first, &parts);
+    // [call-id][status][frame...], [head envelope][descriptor][status][frame...] or
+    // [chunk envelope][bytes]
+    const auto envelope = parse_envelope(first);
+    if (!envelope || parts.empty()) {
+      malformed_.fetch_add(1, std::memory_order_relaxed);
+      continue;
+    }
+    const auto [kind, id] = *envelope;
+    if (kind == Envelope::kChunk) {
+      auto a = assembling_.find(id);
+      if (a == assembling_.end() || parts.size() != 1) {  // its call ended, or its head was refused
+        dropped_chunks_.fetch_add(1, std::memory_order_relaxed);
+        continue;
+      }
+      Status st = a->second.add(parts[0]);
+      if (st.ok() && !a->second.complete()) continue;
+      std::vector<zmq::message_t> frames;
+      if (st.ok()) frames = a->second.take();
+      assembling_.erase(a);
+      auto it = pending_.find(id);
+      if (it == pending_.end()) continue;  // not reached: finish() forgets the assembly of its call
+      if (!st.ok()) {
+        malformed_.fetch_add(1, std::memory_order_relaxed);
+        finish(it, errors::internal("malformed streamed reply from {}: {}", endpoint_, st.message()));
+        continue;
+      }
+      streamed_replies_.fetch_add(1, std::memory_order_relaxed);
+      parts = std::move(frames);  // [status][frame...], as a whole reply's
+    } else if (kind == Envelope::kHead) {
+      auto it = pending_.find(id);
+      if (it == pending_.end()) {
+        late_replies_.fetch_add(1, std::memory_order_relaxed);
+        continue;
+      }
+      StatusOr<Assembly> a = Assembly::start(parts[0], frames_from(parts, 1), options_.max_message_bytes);
+      if (!a.ok()) {
+        if (a.status().code() != ErrorCode::kResourceExhausted) malformed_.fetch_add(1, std::memory_order_relaxed);
+        finish(it, Status(a.status().code(), fmt::format("reply from {}: {}", endpoint_, a.status().message())));
+        continue;
+      }
+      assembling_.insert_or_assign(id, std::move(a).value());
+      continue;
+    }
+    std::optional<Status> status = parts.empty() ? std::nullopt : parse_status(parts[0]);
+    if (!status) {
+      malformed_.fetch_add(1, std::memory_order_relaxed);
+      continue;
+    }
+    auto it = pending_.find(id);
+    if (it == pending_.end()) {
+      late_replies_.fetch_add(1, std::memory_order_relaxed);
+      continue;
+    }
+    if (!status->ok()) {
+      finish(it, *status);
+      continue;
+    }
+    finish(it, RpcMessage{frames_from(parts, 1)});
+  }
+  return true;  // the batch is full: there may be more
+}
+
+void RpcChannelCore::expire(Clock::time_point now) {
+  while (!deadlines_.empty() && deadlines_.top().first <= now) {
+    const uint64_t id = deadlines_.top().second;
+    deadlines_.pop();
+    auto it = pending_.find(id);
+    if (it == pending_.end()) continue;  // already answered
+    if (it->second.until_lost && it->second.sent) continue;  // now waits until its connection is lost
+    const auto budget = it->second.budget;
+    timed_out_.fetch_add(1, std::memory_order_relaxed);
+    if (it->second.until_lost) {
+      finish(it, errors::unavailable("could not reach {} within {} ms: the task is down or unreachable", endpoint_,
+                                     budget.count()));
+    } else {
+      finish(it, errors::unavailable("no reply from {} within {} ms: the task is down or unreachable", endpoint_,
+                                     budget.count()));
+    }
+  }
+}
+
+void RpcChannelCore::fail_all(const Status& status) {
+  outbox_.clear();
+  while (!pending_.empty()) finish(pending_.begin(), status);
+}
+
+RpcChannelStats RpcChannelCore::stats() const {
+  RpcChannelStats s;
+  s.calls = calls_.load(std::memory_order_relaxed);
+  s.timed_out = timed_out_.load(std::memory_order_relaxed);
+  s.late_replies = late_replies_.load(std::memory_order_relaxed);
+  s.malformed = malformed_.load(std::memory_order_relaxed);
+  s.failed_handshakes = failed_handshakes_.load(std::memory_order_relaxed);
+  s.streamed_requests = streamed_requests_.load(std::memory_order_relaxed);
+  s.streamed_replies = streamed_replies_.load(std::memory_order_relaxed);
+  s.dropped_chunks = dropped_chunks_.load(std::memory_order_relaxed);
+  return s;
+}
+
+RpcChannel::RpcChannel(std::string endpoint, RpcChannelOptions options)
+    : endpoint_(endpoint), core_(std::make_unique<RpcChannelCore>(std::move(endpoint), options)) {}
+
+RpcChannel::~RpcChannel() {
+  if (core_ && core_->on_io_thread()) core_.release()->destroy_from_io_thread();
+}
+
+void RpcChannel::call(RpcMessage request, std::chrono::milliseconds deadline, Done done) {
+  core_->call(std::move(request), deadline, std::move(done), /*until_lost=*/false);
+}
+
+void RpcChannel::call_until_lost(RpcMessage request, std::chrono::milliseconds connect_deadline, Done done) {
+  core_->call(std::move(request), connect_deadline, std::move(done), /*until_lost=*/true);
+}
+
+StatusOr<RpcMessage> RpcChannel::call_sync(RpcMessage request, std::chrono::milliseconds deadline) {
+  return wait_for(std::move(request), deadline, /*until_lost=*/false);
+}
+
+StatusOr<RpcMessage> RpcChannel::call_until_lost_sync(RpcMessage request, std::chrono::milliseconds connect_deadline) {
+  return wait_for(std::move(request), connect_deadline, /*until_lost=*/true);
+}
+
+StatusOr<RpcMessage> RpcChannel::wait_for(RpcMessage request, std::chrono::milliseconds deadline, bool until_lost) {
+  if (core_->on_io_thread()) {
+    return errors::failed_precondition("a blocking call to {} from the channel's own completion callback would "
+                                       "deadlock",
+                                       endpoint_);
+  }
+  return core_->call_sync(std::move(request), deadline, until_lost);
+}
+
+RpcChannelStats RpcChannel::stats() const { return core_->stats(); }
+
+}  // namespace tessera::internal

@@ -1,0 +1,713 @@
+// The RPC server (rpc.h, "Server"): a ROUTER served by one I/O thread, handler threads, Responders,
+// streamed requests, and the ZAP handler that admits CURVE clients.
+#include "transport/rpc.h"
+
+#include <poll.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "core/logging.h"
+#include "transport/curve_keys.h"
+#include "transport/rpc_envelope.h"
+#include "transport/rpc_stream.h"
+#include "transport/socket_io.h"
+
+namespace tessera::internal {
+
+// Note [RPC server]
+// ~~~~~~~~~~~~~~~~~
+// Threads. Server sockets are used by exactly one thread, the server's I/O thread; other threads
+// talk to it through a mutex-protected queue plus an eventfd in its poll set, written only when
+// the queue goes from empty to non-empty (one syscall per burst, not per message). The I/O thread
+// owns the ROUTER. It reads a batch of requests, checks each envelope (Note [RPC envelope]) and
+// hands (request, Responder) to `handler_threads` handler threads (or runs the handler inline
+// when that is 0). A Responder may be called from any thread, at any time, once: the reply joins
+// the I/O thread's outbox. The server has its own zmq context, so stop() can terminate it: when
+// stop() returns the listening socket is closed and the port can be bound again at once.
+//
+// Stopping. stop() stops reading, drops queued requests and kills every Responder (their replies
+// are counted and dropped; callers meet their deadlines, Note [RPC deadlines] in rpc_channel.cc),
+// closes the socket and joins the I/O thread. It then waits at most stop_grace for handler
+// invocations still running and leaves any that did not finish behind (detached; they keep the
+// server's internals alive and find their Responders dead). Handlers are meant to return quickly
+// and reply later if work is long. A Responder dropped unreplied fails its call with Internal at
+// once; a handler that throws fails it with the exception's status.
+//
+// Limits. max_message_bytes sets ZMQ_MAXMSGSIZE, which libzmq checks per frame before allocating:
+// an oversized frame closes that connection (the client reconnects; its pending calls meet their
+// deadlines). A request whose frames add up to more than the limit is refused with
+// ResourceExhausted.
+
+// Note [RPC security]
+// ~~~~~~~~~~~~~~~~~~~
+// With RpcServerOptions::curve the ROUTER is a CURVE server (ZMQ_CURVE_SERVER): every
+// connection is encrypted and authenticated. libzmq asks a ZAP handler (RFC 27) about each client
+// key: a REP socket bound to "inproc://zeromq.zap.01" in the server's own zmq context (so servers
+// in one process never share it), polled by the server's I/O thread, which answers 200 for the
+// allowed keys and 400 for the others, counting and logging each refusal (a line per peer address
+// and key at most every 10 s, saying how many more there were, so a misconfigured or hostile
+// client cannot flood the log). ZMQ_ZAP_ENFORCE_DOMAIN makes libzmq refuse clients rather than
+// admit them should the handler be missing (during stop()). A socket monitor (CURVE servers only)
+// also reports, counts and logs peers that fail before ZAP: a client without CURVE (mechanism
+// mismatch) or one that encrypted for another server key.
+//   With RpcChannelOptions::curve the DEALER is a CURVE client holding the server's public key.
+// The channel's monitor reports handshakes (RpcChannelCore::read_monitor in rpc_channel.cc):
+// HANDSHAKE_FAILED_AUTH (ZAP refused the client's key) and HANDSHAKE_FAILED_PROTOCOL (e.g. one
+// side without CURVE) at once; libzmq does not retry after those (it closes the session for good),
+// so the channel reconnects by itself, backing off from reconnect_interval to
+// reconnect_interval_max. A client that has the wrong server key, or talks CURVE to a plain
+// server, sees only the server closing the connection during the handshake
+// (HANDSHAKE_FAILED_NO_DETAIL with EPIPE or ECONNRESET, after which libzmq retries): twice in a row
+// without a successful handshake counts as a failure (once could be a server going down). A
+// failure fails every pending call (in the outbox or sent) with Unavailable "authentication with
+// ENDPOINT failed: ...", and new calls at once, until HANDSHAKE_SUCCEEDED. Channels without CURVE
+// watch the same events (a plain client meeting a CURVE server fails the same way); the only cost
+// per call is a test of a flag on the I/O thread.
+
+struct ReplySlot {
+  std::shared_ptr<RpcServerCore> core;
+  zmq::message_t routing_id;
+  zmq::message_t call_id;
+  std::atomic<bool> replied{false};
+
+  ReplySlot(std::shared_ptr<RpcServerCore> c, zmq::message_t r, zmq::message_t id)
+      : core(std::move(c)), routing_id(std::move(r)), call_id(std::move(id)) {}
+  ~ReplySlot();
+};
+
+class RpcServerCore : public std::enable_shared_from_this<RpcServerCore> {
+ public:
+  RpcServerCore(RpcServer::Handler handler, RpcServerOptions options)
+      : handler_(std::move(handler)), options_(options), context_(make_context()), wake_fd_(make_wake_fd()) {}
+  ~RpcServerCore() { ::close(wake_fd_); }
+
+  Status bind(const std::string& address);
+  void start_threads();
+  void stop(std::chrono::milliseconds flush);
+  bool reply(ReplySlot& slot, const Status& status, std::vector<zmq::message_t> frames);
+  const std::string& endpoint() const { return endpoint_; }
+  RpcServerStats stats() const;
+
+ private:
+  struct Outgoing {
+    zmq::message_t routing_id;
+    zmq::message_t call_id;
+    zmq::message_t status;
+    std::vector<zmq::message_t> frames;
+  };
+  struct Work {
+    RpcMessage request;
+    Responder respond;
+  };
+
+  void run_io();
+  // CURVE: answers the ZAP requests waiting on zap_ (true when it stopped with some perhaps left),
+  // and reads monitor_'s handshake failures.
+  bool serve_zap();
+  void read_monitor();
+  // Counts a refused connection and logs `line` (rate-limited per `source`).
+  void refused(const std::string& source, std::string line);
+  void receive_one(zmq::message_t routing_id, std::vector<zmq::message_t>* parts);
+  // The head and the chunks of a streamed request (Note [Streamed frames] in rpc_stream.cc).
+  void receive_head(zmq::message_t routing_id, uint64_t id, std::vector<zmq::message_t>* parts);
+  void receive_chunk(const zmq::message_t& routing_id, uint64_t id, const zmq::message_t& chunk);
+  // Drops the streamed requests whose sender sent nothing for stalled_stream_timeout (it is gone,
+  // or its stream is broken).
+  void drop_stalled_streams();
+  // Hands a whole request to the handler.
+  void dispatch(zmq::message_t routing_id, uint64_t id, std::vector<zmq::message_t> frames);
+  // Replies `status` (an error) to call `id` of `routing_id` at once, from the I/O thread.
+  void refuse(zmq::message_t routing_id, uint64_t id, const Status& status);
+  void send(Outgoing& out);
+  void drain_outbox(std::vector<Outgoing>* batch);
+  void invoke(RpcMessage request, Responder respond);
+  void run_worker();
+
+  const RpcServer::Handler handler_;
+  const RpcServerOptions options_;
+  std::string endpoint_;
+  zmq::context_t context_;
+  zmq::socket_t socket_;  // used only by io_thread_ once it runs
+  zmq::socket_t monitor_;  // CURVE: PAIR receiving socket_'s handshake failures; I/O thread only
+  zmq::socket_t zap_;      // CURVE: the ZAP handler's REP socket; I/O thread only
+  std::set<std::string> allowed_keys_;  // CURVE: the allowed client keys, 32 bytes each
+  struct Logged {
+    std::chrono::steady_clock::time_point at;
+    uint64_t suppressed = 0;
+  };
+  std::map<std::string, Logged> refusal_log_;  // I/O thread only: when each source was last logged
+  // Streamed requests being received, by routing id and call id (I/O thread only).
+  struct Assembling {
+    zmq::message_t routing_id;
+    Assembly assembly;
+  };
+  std::map<std::string, Assembling> assembling_;
+  const int wake_fd_;
+  std::thread io_thread_;
+  std::vector<std::thread> workers_;
+
+  std::mutex stop_mu_;
+  bool stop_called_ = false;  // guarded by stop_mu_
+  std::atomic<int> close_linger_ms_{0};  // ZMQ_LINGER when the I/O thread closes the socket
+  std::chrono::steady_clock::time_point last_reply_;  // guarded by out_mu_: the latest reply given
+
+  std::mutex out_mu_;
+  std::vector<Outgoing> outbox_;  // guarded by out_mu_
+  bool stopping_ = false;         // guarded by out_mu_: Responders are dead, the I/O thread exits
+
+  std::mutex work_mu_;
+  std::condition_variable work_cv_;
+  std::condition_variable workers_done_cv_;
+  std::deque<Work> work_;      // guarded by work_mu_
+  bool work_stopping_ = false;  // guarded by work_mu_
+  int live_workers_ = 0;        // guarded by work_mu_
+
+  std::atomic<uint64_t> requests_{0}, malformed_{0}, oversized_{0}, replies_{0}, dropped_replies_{0},
+      abandoned_{0}, refused_{0}, streamed_requests_{0}, streamed_replies_{0}, dropped_chunks_{0},
+      stalled_streams_{0};
+};
+
+namespace {
+thread_local const void* tls_io_owner = nullptr;  // the core whose I/O thread this is
+}  // namespace
+
+ReplySlot::~ReplySlot() {
+  if (!replied.load(std::memory_order_acquire)) {
+    core->reply(*this, errors::internal("the server's handler dropped its Responder without replying"), {});
+  }
+}
+
+bool Responder::operator()(RpcMessage reply) const {
+  TESSERA_CHECK(slot_ != nullptr);
+  return slot_->core->reply(*slot_, Status(), std::move(reply.frames));
+}
+
+bool Responder::fail(const Status& status) const {
+  TESSERA_CHECK(slot_ != nullptr);
+  Status s = status.ok() ? errors::internal("a handler failed a call with an OK status") : status;
+  return slot_->core->reply(*slot_, s, {});
+}
+
+Status RpcServerCore::bind(const std::string& address) {
+  if (options_.curve) {
+    if (!decode_z85_key(options_.curve->public_key) || !decode_z85_key(options_.curve->secret_key)) {
+      return errors::invalid_argument("the server's CURVE key pair is not two 40-character Z85 keys");
+    }
+    for (const std::string& key : options_.curve->allowed_clients) {
+      std::optional<std::string> raw = decode_z85_key(key);
+      if (!raw) return errors::invalid_argument("allowed client key '{}' is not a 40-character Z85 key", key);
+      allowed_keys_.insert(std::move(*raw));
+    }
+  }
+  try {
+    if (options_.curve) {
+      // The ZAP handler listens before any client can connect.
+      zap_ = zmq::socket_t(context_, zmq::socket_type::rep);
+      zap_.set(zmq::sockopt::linger, 0);
+      zap_.bind("inproc://zeromq.zap.01");
+    }
+    socket_ = zmq::socket_t(context_, zmq::socket_type::router);
+    socket_.set(zmq::sockopt::linger, 0);
+    // Undeliverable replies (peer gone, its queue full) fail the send so they can be counted; a
+    // reply never blocks the I/O thread.
+    socket_.set(zmq::sockopt::router_mandatory, 1);
+    socket_.set(zmq::sockopt::sndhwm, 100000);
+    socket_.set(zmq::sockopt::maxmsgsize, options_.max_message_bytes);
+    socket_.set(zmq::sockopt::heartbeat_ivl, static_cast<int>(options_.heartbeat_interval.count()));
+    socket_.set(zmq::sockopt::heartbeat_timeout, static_cast<int>(options_.heartbeat_timeout.count()));
+    socket_.set(zmq::sockopt::heartbeat_ttl, static_cast<int>(options_.heartbeat_timeout.count()));
+    if (options_.curve) {
+      socket_.set(zmq::sockopt::curve_server, 1);
+      set_curve_key(socket_, ZMQ_CURVE_SECRETKEY, options_.curve->secret_key);
+      socket_.set(zmq::sockopt::zap_domain, "tessera");
+      // ZMQ_ZAP_ENFORCE_DOMAIN (93) is a draft option of libzmq 4.3: its header declares it only for
+      // draft builds. Where the library lacks it (EINVAL), closing the ROUTER before the ZAP socket
+      // (run_io) is what keeps clients from being admitted unchecked.
+      const int enforce = 1;
+      zmq_setsockopt(socket_.handle(), 93, &enforce, sizeof enforce);
+      if (zmq_socket_monitor(socket_.handle(), "inproc://tessera-server-monitor",
+                             ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL) != 0) {
+        throw zmq::error_t();
+      }
+      monitor_ = zmq::socket_t(context_, zmq::socket_type::pair);
+      monitor_.set(zmq::sockopt::linger, 0);
+      monitor_.connect("inproc://tessera-server-monitor");
+    }
+    socket_.bind(address);
+    endpoint_ = socket_.get(zmq::sockopt::last_endpoint);
+  } catch (const zmq::error_t& e) {
+    return zmq_address_error("bind", address, e);
+  }
+  return Status();
+}
+
+void RpcServerCore::start_threads() {
+  io_thread_ = std::thread([this] { run_io(); });
+  const int n = std::max(0, options_.handler_threads);
+  live_workers_ = n;
+  for (int i = 0; i < n; ++i) {
+    // Each worker keeps the core alive: stop() may leave a stuck one behind.
+    workers_.emplace_back([self = shared_from_this()] { self->run_worker(); });
+  }
+}
+
+void RpcServerCore::run_io() {
+  tls_io_owner = this;
+  // Plain file descriptors, polled with poll(2) itself, as the channel's I/O thread does (and for
+  // the same reason: zmq_poll adds a zero-timeout poll and a ZMQ_EVENTS check around each sleep).
+  // A socket's ZMQ_FD signals pending commands, not messages, and any use of the socket may
+  // process them and so spend the signal. The rules here: each socket is read until EAGAIN (a
+  // recv that finds nothing processes the pending commands, after which the fd signals the next
+  // ones) or looked at again without sleeping; after sending on the ROUTER, ZMQ_EVENTS says
+  // whether a request came in meanwhile; every socket is read once before the first sleep (a new
+  // pipe starts out active, so its first messages signal nothing). The ZAP socket's replies are
+  // sent between its reads, and the monitor is only read.
+  const bool curve = options_.curve.has_value();
+  pollfd items[4] = {{socket_.get(zmq::sockopt::fd), POLLIN, 0},
+                     {wake_fd_, POLLIN, 0},
+                     {curve ? zap_.get(zmq::sockopt::fd) : -1, POLLIN, 0},
+                     {curve ? monitor_.get(zmq::sockopt::fd) : -1, POLLIN, 0}};
+  // Without CURVE there is no ZAP handler and no monitor: two items.
+  const int num_items = curve ? 4 : 2;
+  if (curve) read_monitor();
+  bool look_socket = true;  // requests may be left unread: look again without sleeping
+  bool look_zap = curve;    // the same for ZAP requests
+  std::vector<zmq::message_t> parts;
+  std::vector<Outgoing> batch;
+  for (;;) {
+    // While streamed requests are being received, wake up now and then to drop stalled ones.
+    const long stall_check_ms = std::clamp<long>(options_.stalled_stream_timeout.count() / 4, 10, 1000);
+    if (look_socket || look_zap) {
+      for (pollfd& item : items) item.revents = 0;
+    } else if (!poll_io(items, num_items, assembling_.empty() ? -1 : stall_check_ms)) {
+      break;
+    }
+    if (!assembling_.empty()) drop_stalled_streams();
+    if (items[1].revents & POLLIN) drain_wake_fd(wake_fd_);
+    if (curve) {
+      if (look_zap || (items[2].revents & POLLIN)) look_zap = serve_zap();
+      if (items[3].revents & POLLIN) read_monitor();
+    }
+    bool more = false;
+    if (look_socket || (items[0].revents & POLLIN)) {
+      more = true;  // unless a recv finds nothing within the batch
+      for (int i = 0; i < kRecvBatch; ++i) {
+        zmq::message_t routing_id;
+        if (!socket_.recv(routing_id, zmq::recv_flags::dontwait)) {
+          more = false;
+          break;
+        }
+        recv_rest(socket_, routing_id, &parts);
+        receive_one(std::move(routing_id), &parts);
+      }
+    }
+    // After receiving: replies given inline (handler_threads == 0) go out in this same turn.
+    {
+      std::lock_guard<std::mutex> l(out_mu_);
+      if (stopping_) break;
+      batch.swap(outbox_);
+    }
+    for (auto& out : batch) send(out);
+    // A send may have processed the commands that announced a request: ZMQ_EVENTS processes
+    // what is left and tells whether one is waiting.
+    if (!batch.empty() && !more) more = (socket_.get(zmq::sockopt::events) & ZMQ_POLLIN) != 0;
+    batch.clear();
+    look_socket = more;
+  }
+  if (options_.curve) {
+    zmq_socket_monitor(socket_.handle(), nullptr, 0);
+    monitor_.close();
+  }
+  socket_.set(zmq::sockopt::linger, close_linger_ms_.load());
+  socket_.close();
+  // After the ROUTER: no handshake can start once it is closed (and ZMQ_ZAP_ENFORCE_DOMAIN refuses
+  // any that would find no handler).
+  if (options_.curve) zap_.close();
+}
+
+bool RpcServerCore::serve_zap() {
+  for (int n = 0; n < kRecvBatch; ++n) {
+    zmq::message_t version;
+    if (!zap_.recv(version, zmq::recv_flags::dontwait)) return false;
+    std::vector<zmq::message_t> rest;
+    recv_rest(zap_, version, &rest);
+    // RFC 27: [version][request id][domain][address][identity][mechanism][credentials...]
+    const bool well_formed = version.to_string_view() == "1.0" && rest.size() >= 6 &&
+                             rest[4].to_string_view() == "CURVE" && rest[5].size() == 32;
+    const bool allowed = well_formed && allowed_keys_.count(rest[5].to_string()) > 0;
+    const std::string request_id = rest.empty() ? std::string() : rest[0].to_string();
+    // A REP socket answers each request before reading the next; over inproc this never blocks.
+    zap_.send(zmq::buffer(std::string_view("1.0")), zmq::send_flags::sndmore);
+    zap_.send(zmq::buffer(request_id), zmq::send_flags::sndmore);
+    zap_.send(zmq::buffer(std::string_view(allowed ? "200" : "400")), zmq::send_flags::sndmore);
+    zap_.send(zmq::buffer(std::string_view(allowed ? "OK" : "client key not allowed")), zmq::send_flags::sndmore);
+    zap_.send(zmq::message_t(), zmq::send_flags::sndmore);  // user id
+    zap_.send(zmq::message_t(), zmq::send_flags::none);     // metadata
+    if (allowed) continue;
+    const std::string peer = rest.size() >= 3 ? rest[2].to_string() : std::string("an unknown address");
+    const std::string key = well_formed ? encode_z85_key(rest[5].to_string_view()) : std::string("(none)");
+    if (options_.on_refused) {
+      try {
+        options_.on_refused(peer, key);
+      } catch (...) {
+        // A callback's failure does not stop the server.
+      }
+    }
+    refused(peer + " " + key, fmt::format("refused a connection from {}: its key {} is not in the "
+                                          "cluster's keys",
+                                          peer, key));
+  }
+  return true;
+}
+
+void RpcServerCore::read_monitor() {
+  while (std::optional<MonitorEvent> e = next_event(monitor_)) {
+    if (e->id != ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL) continue;
+    if (e->value == ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH) {
+      refused("mismatch", fmt::format("refused a connection on {}: the peer does not use CURVE keys "
+                                      "(a client or task started without them)",
+                                      endpoint_));
+    } else if (e->value == ZMQ_PROTOCOL_ERROR_ZMTP_CRYPTOGRAPHIC) {
+      refused("cryptographic", fmt::format("refused a connection on {}: the peer does not have this "
+                                           "server's public key (its cluster keys list another key for this "
+                                           "address)",
+                                           endpoint_));
+    }
+  }
+}
+
+void RpcServerCore::refused(const std::string& source, std::string line) {
+  refused_.fetch_add(1, std::memory_order_relaxed);
+  const auto now = std::chrono::steady_clock::now();
+  if (refusal_log_.size() > 4096) refusal_log_.clear();  // bounded, whatever a peer does
+  auto [it, fresh] = refusal_log_.try_emplace(source);
+  Logged& logged = it->second;
+  if (!fresh && now - logged.at < std::chrono::seconds(10)) {
+    ++logged.suppressed;
+    return;
+  }
+  if (logged.suppressed > 0) line += fmt::format(" ({} more like it since the last such line)", logged.suppressed);
+  TESSERA_LOG(kWarning, "{}", line);
+  logged = Logged{now, 0};
+}
+
+namespace {
+std::string assembly_key(const zmq::message_t& routing_id, uint64_t id) {
+  std::string key(static_cast<const char*>(routing_id.data()), routing_id.size());
+  key.append(reinterpret_cast<const char*>(&id), sizeof id);
+  return key;
+}
+}  // namespace
+
+void RpcServerCore::receive_one(zmq::message_t routing_id, std::vector<zmq::message_t>* parts) {
+  // parts: [call-id][header][payload...], [head envelope][descriptor][header][payload...] or
+  // [chunk envelope][bytes]
+  const auto envelope = parts->empty() ? std::nullopt : parse_envelope((*parts)[0]);
+  if (parts->size() < 2 || !envelope) {
+    malformed_.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  const auto [kind, id] = *envelope;
+  if (kind == Envelope::kChunk) {
+    if (parts->size() != 2) {
+      malformed_.fetch_add(1, std::memory_order_relaxed);
+      return;
+    }
+    receive_chunk(routing_id, id, (*parts)[1]);
+    return;
+  }
+  if (kind == Envelope::kHead) {
+    receive_head(std::move(routing_id), id, parts);
+    return;
+  }
+  if (options_.max_message_bytes >= 0) {
+    uint64_t total = 0;
+    for (std::size_t i = 1; i < parts->size(); ++i) total += (*parts)[i].size();
+    if (total > static_cast<uint64_t>(options_.max_message_bytes)) {
+      oversized_.fetch_add(1, std::memory_order_relaxed);
+      refuse(std::move(routing_id), id,
+             errors::resource_exhausted("request of {} bytes exceeds the server's limit of {} bytes", total,
+                                        options_.max_message_bytes));
+      return;
+    }
+  }
+  dispatch(std::move(routing_id), id, frames_from(*parts, 1));
+}
+
+void RpcServerCore::receive_head(zmq::message_t routing_id, uint64_t id, std::vector<zmq::message_t>* parts) {
+  if (parts->size() < 3) {  // [envelope][descriptor][header]...
+    malformed_.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  StatusOr<Assembly> assembly = Assembly::start((*parts)[1], frames_from(*parts, 2), options_.max_message_bytes);
+  if (!assembly.ok()) {
+    (assembly.status().code() == ErrorCode::kResourceExhausted ? oversized_ : malformed_)
+        .fetch_add(1, std::memory_order_relaxed);
+    refuse(std::move(routing_id), id, assembly.status());
+    return;
+  }
+  std::string key = assembly_key(routing_id, id);
+  // A head reusing the key of an unfinished stream replaces it (that sender started over).
+  assembling_.insert_or_assign(std::move(key), Assembling{std::move(routing_id), std::move(assembly).value()});
+}
+
+void RpcServerCore::receive_chunk(const zmq::message_t& routing_id, uint64_t id, const zmq::message_t& chunk) {
+  auto it = assembling_.find(assembly_key(routing_id, id));
+  if (it == assembling_.end()) {  // its head was refused, or it stalled and was dropped
+    dropped_chunks_.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  Assembly& a = it->second.assembly;
+  if (Status st = a.add(chunk); !st.ok()) {
+    malformed_.fetch_add(1, std::memory_order_relaxed);
+    zmq::message_t rid = std::move(it->second.routing_id);
+    assembling_.erase(it);
+    refuse(std::move(rid), id, st);
+    return;
+  }
+  if (!a.complete()) return;
+  std::vector<zmq::message_t> frames = a.take();
+  zmq::message_t rid = std::move(it->second.routing_id);
+  assembling_.erase(it);
+  streamed_requests_.fetch_add(1, std::memory_order_relaxed);
+  dispatch(std::move(rid), id, std::move(frames));
+}
+
+void RpcServerCore::drop_stalled_streams() {
+  const auto now = Assembly::Clock::now();
+  for (auto it = assembling_.begin(); it != assembling_.end();) {
+    if (now - it->second.assembly.last_progress() > options_.stalled_stream_timeout) {
+      stalled_streams_.fetch_add(1, std::memory_order_relaxed);
+      it = assembling_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+void RpcServerCore::refuse(zmq::message_t routing_id, uint64_t id, const Status& status) {
+  Outgoing out{std::move(routing_id), call_id_frame(id), status_frame(status), {}};
+  send(out);
+}
+
+void RpcServerCore::dispatch(zmq::message_t routing_id, uint64_t id, std::vector<zmq::message_t> frames) {
+  requests_.fetch_add(1, std::memory_order_relaxed);
+  RpcMessage request;
+  request.frames = std::move(frames);
+  Responder respond(std::make_shared<ReplySlot>(shared_from_this(), std::move(routing_id), call_id_frame(id)));
+  if (options_.handler_threads <= 0 || (options_.run_inline && options_.run_inline(request))) {
+    invoke(std::move(request), std::move(respond));
+    return;
+  }
+  {
+    std::lock_guard<std::mutex> l(work_mu_);
+    work_.push_back(Work{std::move(request), std::move(respond)});
+  }
+  work_cv_.notify_one();
+}
+
+void RpcServerCore::invoke(RpcMessage request, Responder respond) {
+  Responder keep = respond;  // to fail the call if the handler throws
+  try {
+    handler_(std::move(request), std::move(respond));
+  } catch (...) {
+    keep.fail(status_from_current_exception());
+  }
+}
+
+void RpcServerCore::run_worker() {
+  for (;;) {
+    Work w;
+    {
+      std::unique_lock<std::mutex> l(work_mu_);
+      work_cv_.wait(l, [&] { return work_stopping_ || !work_.empty(); });
+      if (work_stopping_) break;
+      w = std::move(work_.front());
+      work_.pop_front();
+    }
+    invoke(std::move(w.request), std::move(w.respond));
+  }
+  {
+    std::lock_guard<std::mutex> l(work_mu_);
+    --live_workers_;
+  }
+  workers_done_cv_.notify_all();
+}
+
+bool RpcServerCore::reply(ReplySlot& slot, const Status& status, std::vector<zmq::message_t> frames) {
+  if (slot.replied.exchange(true, std::memory_order_acq_rel)) return false;  // not the first
+  bool wake = false;
+  {
+    std::lock_guard<std::mutex> l(out_mu_);
+    if (stopping_) {
+      dropped_replies_.fetch_add(1, std::memory_order_relaxed);
+      return false;
+    }
+    // Only the winner of `replied` gets here, so it alone moves the envelope out of the slot.
+    wake = outbox_.empty() && tls_io_owner != this;
+    outbox_.push_back(Outgoing{std::move(slot.routing_id), std::move(slot.call_id), status_frame(status),
+                               std::move(frames)});
+    last_reply_ = std::chrono::steady_clock::now();
+  }
+  if (wake) signal_wake_fd(wake_fd_);
+  return true;
+}
+
+void RpcServerCore::send(Outgoing& out) {
+  try {
+    // With ZMQ_ROUTER_MANDATORY the routing frame fails (EAGAIN or EHOSTUNREACH) when the reply
+    // cannot be delivered; the frames after it then cannot block.
+    std::optional<ChunkedFrames> stream;
+    uint64_t id = 0;
+    if (has_streamed_size(out.frames)) {
+      // Every reply slot holds a whole-message call id (dispatch() made it).
+      id = parse_call_id(out.call_id).value_or(0);
+      // The status frame counts as frame 0 of the descriptor's numbering.
+      out.frames.insert(out.frames.begin(), std::move(out.status));
+      stream = split_for_streaming(&out.frames);
+    }
+    zmq::message_t routing_id;  // sending moves the frame out: each chunk sends a copy of this
+    if (stream) routing_id.copy(out.routing_id);
+    if (!socket_.send(out.routing_id, zmq::send_flags::sndmore | zmq::send_flags::dontwait)) {
+      dropped_replies_.fetch_add(1, std::memory_order_relaxed);
+      return;
+    }
+    if (stream) {
+      socket_.send(envelope_frame(kHeadMagic, id), zmq::send_flags::sndmore);
+      socket_.send(stream->descriptor, zmq::send_flags::sndmore);
+    } else {
+      socket_.send(out.call_id, zmq::send_flags::sndmore);
+      socket_.send(out.status, out.frames.empty() ? zmq::send_flags::none : zmq::send_flags::sndmore);
+    }
+    for (std::size_t i = 0; i < out.frames.size(); ++i) {
+      socket_.send(out.frames[i], i + 1 < out.frames.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
+    }
+    if (stream) {
+      // The chunks follow at once, in order (Note [Streamed frames]).
+      for (zmq::message_t& chunk : stream->chunks) {
+        zmq::message_t rid;
+        rid.copy(routing_id);
+        if (!socket_.send(rid, zmq::send_flags::sndmore | zmq::send_flags::dontwait)) {
+          dropped_replies_.fetch_add(1, std::memory_order_relaxed);  // the caller meets its deadline
+          return;
+        }
+        socket_.send(envelope_frame(kChunkMagic, id), zmq::send_flags::sndmore);
+        socket_.send(chunk, zmq::send_flags::none);
+      }
+      streamed_replies_.fetch_add(1, std::memory_order_relaxed);
+    }
+    replies_.fetch_add(1, std::memory_order_relaxed);
+  } catch (const zmq::error_t&) {
+    dropped_replies_.fetch_add(1, std::memory_order_relaxed);  // EHOSTUNREACH: the caller went away
+  }
+}
+
+void RpcServerCore::stop(std::chrono::milliseconds flush) {
+  TESSERA_CHECK(tls_io_owner != this);  // not from a handler run inline on the I/O thread
+  // Held throughout: a second stop() returns when the first has finished.
+  std::lock_guard<std::mutex> stop_lock(stop_mu_);
+  if (stop_called_) return;
+  stop_called_ = true;
+  if (flush.count() > 0) {
+    // Replies already given go out first: wait (bounded) for the I/O thread to hand them to
+    // libzmq, and let the socket linger that long on close so libzmq transmits them.
+    // Only when replies were given lately: lingering otherwise would just keep the connections
+    // open a while longer, for requests that would be lost in them.
+    const auto start = std::chrono::steady_clock::now();
+    const auto until = start + flush;
+    bool recent = false;
+    for (;;) {
+      {
+        std::lock_guard<std::mutex> l(out_mu_);
+        recent = recent || start - last_reply_ < flush;
+        if (outbox_.empty()) break;
+      }
+      if (std::chrono::steady_clock::now() >= until) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    if (recent) close_linger_ms_.store(static_cast<int>(flush.count()));
+  }
+  std::vector<Outgoing> unsent;
+  {
+    std::lock_guard<std::mutex> l(out_mu_);
+    stopping_ = true;
+    unsent.swap(outbox_);
+  }
+  dropped_replies_.fetch_add(unsent.size(), std::memory_order_relaxed);
+  unsent.clear();
+  signal_wake_fd(wake_fd_);
+  if (io_thread_.joinable()) io_thread_.join();
+  context_.close();  // the socket is closed: this releases the port before stop() returns
+
+  std::deque<Work> queued;
+  {
+    std::lock_guard<std::mutex> l(work_mu_);
+    work_stopping_ = true;
+    queued.swap(work_);
+  }
+  work_cv_.notify_all();
+  queued.clear();  // their Responders die unreplied: counted as dropped
+  int left;
+  {
+    std::unique_lock<std::mutex> l(work_mu_);
+    workers_done_cv_.wait_for(l, options_.stop_grace, [&] { return live_workers_ == 0; });
+    left = live_workers_;
+  }
+  abandoned_.fetch_add(static_cast<uint64_t>(left), std::memory_order_relaxed);
+  for (auto& t : workers_) {
+    if (!t.joinable()) continue;
+    // A worker that stop() itself runs on (a handler called stop()) cannot join itself.
+    if (left == 0 && t.get_id() != std::this_thread::get_id()) {
+      t.join();
+    } else {
+      t.detach();
+    }
+  }
+}
+
+RpcServerStats RpcServerCore::stats() const {
+  RpcServerStats s;
+  s.requests = requests_.load(std::memory_order_relaxed);
+  s.malformed = malformed_.load(std::memory_order_relaxed);
+  s.oversized = oversized_.load(std::memory_order_relaxed);
+  s.replies = replies_.load(std::memory_order_relaxed);
+  s.dropped_replies = dropped_replies_.load(std::memory_order_relaxed);
+  s.abandoned_handlers = abandoned_.load(std::memory_order_relaxed);
+  s.refused = refused_.load(std::memory_order_relaxed);
+  s.streamed_requests = streamed_requests_.load(std::memory_order_relaxed);
+  s.streamed_replies = streamed_replies_.load(std::memory_order_relaxed);
+  s.dropped_chunks = dropped_chunks_.load(std::memory_order_relaxed);
+  s.stalled_streams = stalled_streams_.load(std::memory_order_relaxed);
+  return s;
+}
+
+StatusOr<std::unique_ptr<RpcServer>> RpcServer::start(std::string bind_address, Handler handler,
+                                                      RpcServerOptions options) {
+  if (!handler) return errors::invalid_argument("an RPC server needs a handler");
+  auto core = std::make_shared<RpcServerCore>(std::move(handler), options);
+  TESSERA_RETURN_IF_ERROR(core->bind(bind_address));
+  core->start_threads();
+  return std::unique_ptr<RpcServer>(new RpcServer(std::move(core)));
+}
+
+RpcServer::~RpcServer() { stop(); }
+void RpcServer::stop(std::chrono::milliseconds flush) { core_->stop(flush); }
+const std::string& RpcServer::endpoint() const { return core_->endpoint(); }
+RpcServerStats RpcServer::stats() const { return core_->stats(); }
+
+}  // namespace tessera::internal
