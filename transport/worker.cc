@@ -1,5 +1,5 @@
-// The worker service of a task and the _RemoteSend/_RemoteRecv ops that move tensors between
-// tasks.
+// The worker service of a task (worker.h): registered partitions, their runs, and the per-step
+// exchange of tensors with the other tasks.
 #include "transport/worker.h"
 
 #include <thread>
@@ -8,12 +8,10 @@
 #include <fmt/format.h>
 
 #include "core/device_name.h"
-#include "core/op_kernel.h"
-#include "core/op_registry.h"
 #include "host/direct_session.h"
 #include "tessera/errors.h"
 #include "tessera/graph.h"
-#include "transport/security.h"
+#include "transport/elastic_threads.h"
 #include "transport/server_impl.h"
 
 namespace tessera::internal {
@@ -27,16 +25,28 @@ namespace tessera::internal {
 // whose placement honours those devices and whose partitioner handles the devices inside the task
 // (CPU, simulated accelerators, GPUs). Every partition of every session uses the task's one
 // ResourceMgr, so a variable or queue named V on this task is the same object for all sessions and
-// clients: between-graph replication, as in TensorFlow, and variables outlive sessions.
+// clients: between-graph replication, as in TensorFlow, and variables outlive sessions. Tensors
+// crossing tasks: Note [Remote exchange].
 //
-// Edges between tasks. Where a tensor produced on task A is consumed on task B, A's partition has
-// a _RemoteSend (key K) and B's a _RemoteRecv (key K, source A); a control edge sends a bool token.
-// Keys are unique within a step. A _RemoteSend puts the tensor into A's exchange under (step, K);
-// B's _RemoteRecv pulls it with a RecvTensor call to A, which is answered as soon as the tensor is
-// there (before or after the call arrives: whichever comes second completes the pair). So tensors
-// go directly from producer to consumer, never through the master, and a big tensor crosses as one
-// raw frame referencing the producer's buffer (no copy on send; none on receipt either: the frame
-// becomes the tensor's buffer, see Note [RPC]).
+// Threads. RegisterGraph, RecvTensor and CleanupGraph return at once. RunGraph starts a thread for
+// the run (a run may block for long, on a queue or on another task, and must never hold one of the
+// server's few handler threads: two tasks each running steps that wait on the other would
+// deadlock; ElasticThreads in elastic_threads.h keeps such threads for the next runs). A pull is a
+// call_until_lost on the RpcChannel to the source task: it waits as long as the producer needs,
+// and fails Unavailable as soon as the connection to that task is lost (a crash resets it; a hung
+// task misses heartbeats).
+
+// Note [Remote exchange]
+// ~~~~~~~~~~~~~~~~~~~~~~
+// Where a tensor produced on task A is consumed on task B, A's partition has a _RemoteSend (key K)
+// and B's a _RemoteRecv (key K, source A), the ops of remote_exchange_ops.cc; a control edge sends
+// a bool token. Keys are unique within a step. A _RemoteSend puts the tensor into A's exchange
+// under (step, K); B's _RemoteRecv pulls it with a RecvTensor call to A, which is answered as soon
+// as the tensor is there (before or after the call arrives: whichever comes second completes the
+// pair). So tensors go directly from producer to consumer, never through the master, and a big
+// tensor crosses as one raw frame referencing the producer's buffer (no copy on send; none on
+// receipt either: the frame becomes the tensor's buffer, Note [Zero-copy tensor frames] in
+// tensor_frames.cc).
 //
 // Step state. The exchange keeps, per step, the slots of keys sent but not yet pulled and pulls
 // not yet served. A step's state goes away once its run here has finished and every slot has been
@@ -46,167 +56,12 @@ namespace tessera::internal {
 // and cancels this task's pulls in flight (so a run blocked in a _RemoteRecv ends). The last 1024
 // aborted step ids are remembered, so an exchange that arrives after the abort fails at once
 // instead of waiting for a tensor that will never come.
-//
-// Threads. RegisterGraph, RecvTensor and CleanupGraph return at once. RunGraph starts a thread for
-// the run (a run may block for long, on a queue or on another task, and must never hold one of the
-// server's few handler threads: two tasks each running steps that wait on the other would
-// deadlock). A pull is a call_until_lost on the RpcChannel to the source task: it waits as long as
-// the producer needs, and fails Unavailable as soon as the connection to that task is lost (a
-// crash resets it; a hung task misses heartbeats).
 
 namespace {
 
 namespace pb = wire::pb;
 
 constexpr std::size_t kAbortedMemory = 1024;
-
-// What the exchange kernels find in the task's ResourceMgr.
-class WorkerLink final : public ResourceBase {
- public:
-  explicit WorkerLink(std::weak_ptr<Worker> worker) : worker(std::move(worker)) {}
-  std::string debug_string() const override { return "the task's worker"; }
-  const std::weak_ptr<Worker> worker;
-};
-
-StatusOr<std::shared_ptr<Worker>> worker_of(OpKernelContext& ctx) {
-  auto link = ctx.resources().lookup<WorkerLink>(kWorkerResource);
-  if (!link.ok()) {
-    return errors::internal("{}: runs only in a partition a cluster master registered with a worker",
-                            ctx.node().debug_name());
-  }
-  std::shared_ptr<Worker> worker = link.value()->worker.lock();
-  if (!worker) return errors::cancelled("{}: the server is stopping", ctx.node().debug_name());
-  return worker;
-}
-
-// ---- _RemoteSend / _RemoteRecv ----
-
-Status remote_send_shape(ShapeContext& c) {
-  if (c.num_inputs() > 1) return c.invalid("takes at most one input, got {}", c.num_inputs());
-  return Status();
-}
-
-Status remote_recv_shape(ShapeContext& c) {
-  if (c.num_inputs() != 0) return c.invalid("takes no inputs, got {}", c.num_inputs());
-  c.add_output(c.attr<DType>("dtype"), c.attr<Shape>("shape"));
-  return Status();
-}
-
-TESSERA_REGISTER_OP(OpDef{"_RemoteSend", remote_send_shape, /*stateful=*/true, /*host_only=*/true});
-TESSERA_REGISTER_OP(OpDef{"_RemoteRecv", remote_recv_shape, /*stateful=*/true, /*host_only=*/true});
-
-// Hands its input (or, with none, a control token) to this task's exchange for the step.
-class RemoteSendOp final : public OpKernel {
- public:
-  explicit RemoteSendOp(const Node& node) : OpKernel(node), key_(node.attr<std::string>("key")) {}
-  bool is_expensive() const override { return false; }
-  void compute(OpKernelContext& ctx) override {
-    auto worker = worker_of(ctx);
-    if (!worker.ok()) return ctx.fail(worker.status());
-    Tensor value = ctx.num_inputs() == 1 ? ctx.input(0) : Tensor::scalar<bool>(true);
-    Status s = worker.value()->send(ctx.step_id(), key_, std::move(value));
-    if (!s.ok()) ctx.fail(s);
-  }
-
- private:
-  const std::string key_;
-};
-
-// Pulls its tensor from the producing task, holding no thread while it waits.
-class RemoteRecvOp final : public OpKernel {
- public:
-  explicit RemoteRecvOp(const Node& node)
-      : OpKernel(node), key_(node.attr<std::string>("key")), src_(node.attr<std::string>("src_task")),
-        dtype_(node.attr<DType>("dtype")), shape_(node.attr<Shape>("shape")) {}
-  bool is_async() const override { return true; }
-  bool is_expensive() const override { return false; }
-  void compute(OpKernelContext& ctx) override { ctx.fail(errors::internal("_RemoteRecv runs asynchronously only")); }
-
-  void compute_async(OpKernelContext& ctx, std::function<void()> done) override {
-    auto worker = worker_of(ctx);
-    if (!worker.ok()) {
-      ctx.fail(worker.status());
-      return done();
-    }
-    auto call = std::make_shared<Call>();
-    call->ctx = &ctx;
-    call->done = std::move(done);
-    call->op = this;
-    call->token = ctx.cancellation().register_callback([call](const Status& reason) { call->cancel(reason); });
-    if (call->token == CancellationManager::kInvalidToken) {
-      call->finish(ctx.cancellation().reason());
-      return;
-    }
-    auto canceller = worker.value()->recv(src_, ctx.step_id(), key_,
-                                          [call](StatusOr<Tensor> r) { call->finish(std::move(r)); });
-    call->set_canceller(std::move(canceller));
-  }
-
- private:
-  // One pull: finished by the reply, an error, or a cancellation, whichever comes first.
-  struct Call {
-    std::mutex mu;
-    bool finished = false;                                   // guarded by mu
-    bool cancelled = false;                                  // guarded by mu
-    Status cancel_reason;                                    // guarded by mu
-    std::function<void(const Status&)> canceller;            // guarded by mu
-    OpKernelContext* ctx = nullptr;
-    std::function<void()> done;
-    const RemoteRecvOp* op = nullptr;
-    CancellationManager::Token token = CancellationManager::kInvalidToken;
-
-    void cancel(const Status& reason) {
-      std::function<void(const Status&)> c;
-      {
-        std::lock_guard<std::mutex> l(mu);
-        if (finished || cancelled) return;
-        cancelled = true;
-        cancel_reason = reason;
-        c = canceller;
-      }
-      if (c) c(reason);  // finishes the pull with `reason`
-    }
-    void set_canceller(std::function<void(const Status&)> c) {
-      Status reason;
-      {
-        std::lock_guard<std::mutex> l(mu);
-        if (finished) return;
-        canceller = c;
-        if (!cancelled) return;
-        reason = cancel_reason;
-      }
-      c(reason);  // cancelled before the pull started
-    }
-    void finish(StatusOr<Tensor> r) {
-      {
-        std::lock_guard<std::mutex> l(mu);
-        if (finished) return;
-        finished = true;
-        canceller = nullptr;
-      }
-      if (token != CancellationManager::kInvalidToken) ctx->cancellation().deregister_callback(token);
-      if (!r.ok()) {
-        ctx->fail(r.status());
-      } else if (r.value().dtype() != op->dtype_ || !op->shape_.compatible_with(r.value().shape())) {
-        ctx->fail(errors::internal("received a {} tensor of shape {} for key '{}', expected {} {}",
-                                   dtype_name(r.value().dtype()), r.value().shape().to_string(), op->key_,
-                                   dtype_name(op->dtype_), op->shape_.to_string()));
-      } else {
-        ctx->set_output(0, std::move(r).value());
-      }
-      auto d = std::move(done);
-      d();
-    }
-  };
-
-  const std::string key_;
-  const std::string src_;
-  const DType dtype_;
-  const Shape shape_;
-};
-
-TESSERA_REGISTER_KERNEL("_RemoteSend", "CPU", RemoteSendOp);
-TESSERA_REGISTER_KERNEL("_RemoteRecv", "CPU", RemoteRecvOp);
 
 tessera::PlacementPolicy policy_from(const std::string& name) {
   if (name == "gpu_first") return tessera::PlacementPolicy::gpu_first;
@@ -215,61 +70,6 @@ tessera::PlacementPolicy policy_from(const std::string& name) {
 }
 
 }  // namespace
-
-// Threads for runs that may block for long: a run never waits for a thread (a new one starts
-// when none is idle, so runs that wait on each other cannot deadlock), and in steady state no
-// thread is created per run (idle threads wait for the next one; a thread idle for 10 s exits).
-// The threads share the queue's state, so the pool may be destroyed from one of its own runs.
-class ElasticThreads {
- public:
-  ElasticThreads() : core_(std::make_shared<Core>()) {}
-  ElasticThreads(const ElasticThreads&) = delete;
-  ElasticThreads& operator=(const ElasticThreads&) = delete;
-  ~ElasticThreads() {
-    std::lock_guard<std::mutex> l(core_->mu);
-    core_->stopping = true;  // idle threads leave; busy ones finish the queue first
-    core_->cv.notify_all();
-  }
-
-  void run(std::function<void()> fn) {
-    std::lock_guard<std::mutex> l(core_->mu);
-    core_->work.push_back(std::move(fn));
-    if (core_->idle >= static_cast<int>(core_->work.size())) {
-      core_->cv.notify_one();
-      return;
-    }
-    std::thread([core = core_] { loop(*core); }).detach();
-  }
-
- private:
-  struct Core {
-    std::mutex mu;
-    std::condition_variable cv;
-    std::deque<std::function<void()>> work;  // guarded by mu
-    int idle = 0;                            // guarded by mu
-    bool stopping = false;                   // guarded by mu
-  };
-  static void loop(Core& c) {
-    std::unique_lock<std::mutex> l(c.mu);
-    for (;;) {
-      if (!c.work.empty()) {
-        auto fn = std::move(c.work.front());
-        c.work.pop_front();
-        l.unlock();
-        fn();
-        fn = nullptr;  // destroyed outside the lock
-        l.lock();
-        continue;
-      }
-      if (c.stopping) return;
-      ++c.idle;
-      const bool woken = c.cv.wait_for(l, std::chrono::seconds(10), [&] { return c.stopping || !c.work.empty(); });
-      --c.idle;
-      if (!woken) return;  // idle too long
-    }
-  }
-  std::shared_ptr<Core> core_;
-};
 
 // A registered partition: its graph and the session that runs it.
 class WorkerGraph {
@@ -280,142 +80,6 @@ class WorkerGraph {
   std::vector<Operation> targets;
   std::unique_ptr<SessionImpl> session;
 };
-
-// ---- Helpers shared with the master ----
-
-TaskChannels::TaskChannels(train::ClusterSpec cluster, std::chrono::milliseconds rpc_timeout,
-                           std::shared_ptr<const Credentials> credentials, uint64_t max_tensor_bytes)
-    : cluster_(std::move(cluster)), rpc_timeout_(rpc_timeout), credentials_(std::move(credentials)),
-      max_tensor_bytes_(max_tensor_bytes) {}
-
-StatusOr<RpcChannel*> TaskChannels::get(const std::string& task) {
-  StatusOr<DeviceSpec> spec = DeviceSpec::parse(task);
-  if (!spec.ok()) return spec.status();
-  if (!spec.value().job || !spec.value().task) {
-    return errors::invalid_argument("'{}' does not name a task (/job:J/task:T)", task);
-  }
-  std::string address;
-  try {
-    address = cluster_.task_address(*spec.value().job, *spec.value().task);
-  } catch (const Error& e) {
-    return Status(e.code(), e.message());
-  }
-  std::lock_guard<std::mutex> l(mu_);
-  auto& channel = by_address_[address];
-  if (!channel) {
-    RpcChannelOptions options;
-    if (credentials_) {
-      StatusOr<RpcChannelOptions::Curve> curve = channel_curve(*credentials_, address);
-      if (!curve.ok()) {
-        by_address_.erase(address);
-        return curve.status().with_prefix(fmt::format("{}: ", task));
-      }
-      options.curve = std::move(curve).value();
-    }
-    const std::string host = address.substr(0, address.rfind(':'));
-    const std::string endpoint =
-        host == "localhost" ? "tcp://127.0.0.1" + address.substr(address.rfind(':')) : "tcp://" + address;
-    channel = std::make_unique<RpcChannel>(endpoint, std::move(options));
-  }
-  return channel.get();
-}
-
-StatusOr<Endpoint> find_tensor(const GraphImpl& graph, const std::string& name) {
-  const std::size_t colon = name.rfind(':');
-  const std::string node = colon == std::string::npos ? name : name.substr(0, colon);
-  Node* n = graph.find(node);
-  if (n == nullptr) return errors::invalid_argument("no op '{}'", node);
-  int index = 0;
-  if (colon != std::string::npos) {
-    try {
-      std::size_t used = 0;
-      index = std::stoi(name.substr(colon + 1), &used);
-      if (used != name.size() - colon - 1) index = -1;
-    } catch (const std::exception&) {
-      index = -1;
-    }
-  }
-  if (index < 0 || index >= static_cast<int>(n->output_dtypes.size())) {
-    return errors::invalid_argument("op '{}' has no output '{}'", node,
-                                    colon == std::string::npos ? std::string("0") : name.substr(colon + 1));
-  }
-  return Endpoint{n, index};
-}
-
-StatusOr<std::string> task_of_device(const std::string& device) {
-  StatusOr<DeviceSpec> spec = DeviceSpec::parse(device);
-  if (!spec.ok()) return spec.status();
-  if (!spec.value().job || !spec.value().task) {
-    return errors::invalid_argument("device '{}' does not name a job and task", device);
-  }
-  return fmt::format("/job:{}/replica:0/task:{}", *spec.value().job, *spec.value().task);
-}
-
-namespace {
-zmq::message_t serialize(const google::protobuf::Message& message) {
-  zmq::message_t frame(message.ByteSizeLong());
-  message.SerializeWithCachedSizesToArray(static_cast<uint8_t*>(frame.data()));
-  return frame;
-}
-std::atomic<uint64_t> next_request_id{1};
-}  // namespace
-
-RpcMessage make_call(const std::string& method, const google::protobuf::Message& body,
-                     std::vector<zmq::message_t> payload) {
-  RpcMessage m;
-  m.frames.reserve(payload.size() + 1);
-  m.frames.push_back(serialize(
-      wire::make_request_header(next_request_id.fetch_add(1, std::memory_order_relaxed), method, body)));
-  for (auto& f : payload) m.frames.push_back(std::move(f));
-  return m;
-}
-
-Status parse_reply(const StatusOr<RpcMessage>& reply, google::protobuf::Message* body) {
-  if (!reply.ok()) return reply.status();
-  const auto& frames = reply.value().frames;
-  if (frames.empty()) return errors::internal("an empty reply");
-  auto header = wire::parse_response_header(frames[0].data(), frames[0].size());
-  if (!header.ok()) return header.status();
-  Status st = wire::to_status(header.value().status());
-  if (!st.ok()) return st;
-  return wire::parse_body(header.value().body(), body);
-}
-
-void send_reply(const Responder& respond, uint64_t request_id, const Status& status,
-                const google::protobuf::Message* body, std::vector<zmq::message_t> payload) {
-  RpcMessage out;
-  out.frames.reserve(payload.size() + 1);
-  out.frames.push_back(serialize(wire::make_response_header(request_id, status, status.ok() ? body : nullptr)));
-  if (status.ok()) {
-    for (auto& f : payload) out.frames.push_back(std::move(f));
-  }
-  respond(std::move(out));
-}
-
-StatusOr<Tensor> tensor_from_frames(const wire::TensorMeta& meta, std::vector<zmq::message_t>& frames,
-                                    uint64_t max_bytes) {
-  const uint32_t index = meta.frame();
-  if (index == 0 || index >= frames.size()) {
-    return errors::invalid_argument("a tensor refers to frame {}, but the message has frames 1..{}", index,
-                                    frames.size() - 1);
-  }
-  TESSERA_RETURN_IF_ERROR(wire::validate_tensor_meta(meta, frames[index].size(), max_bytes));
-  auto dtype = wire::decode_dtype(meta.dtype());
-  if (!dtype.ok()) return dtype.status();
-  TESSERA_RETURN_IF_ERROR(wire::validate_tensor_content(dtype.value(), frames[index].data(), frames[index].size()));
-  std::vector<int64_t> dims(meta.dims().begin(), meta.dims().end());
-  Shape shape(dims);
-  return frame_to_tensor(std::move(frames[index]), dtype.value(), shape, dtype_size(dtype.value()));
-}
-
-StatusOr<wire::TensorMeta> tensor_to_frames(const Tensor& t, std::vector<zmq::message_t>* frames,
-                                            std::size_t first_frame) {
-  auto frame = tensor_frame(t);
-  if (!frame.ok()) return frame.status();
-  const auto index = static_cast<uint32_t>(first_frame + frames->size());
-  frames->push_back(std::move(frame).value());
-  return wire::encode_tensor_meta(t, index);
-}
 
 // ---- Worker ----
 

@@ -1,6 +1,6 @@
 // The worker service of a cluster task: runs the graph partitions a master registers with it, for
 // the steps the master starts, and exchanges the tensors that cross tasks directly with the other
-// tasks' workers. See Note [Worker] in transport/worker.cc.
+// tasks' workers. See Note [Worker] and Note [Remote exchange] in transport/worker.cc.
 //
 //   master -> worker   RegisterGraph(partition, signature) -> graph handle
 //                      RunGraph(handle, step id, feeds)    -> fetches (when the partition is done)
@@ -24,69 +24,19 @@
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
+#include <utility>
 
 #include "core/resource_mgr.h"
 #include "core/status.h"
 #include "tessera/cluster.h"
 #include "tessera/server.h"
 #include "transport/rpc.h"
+#include "transport/service_messages.h"
+#include "transport/service_names.h"
+#include "transport/task_channels.h"
 #include "transport/wire.h"
 
 namespace tessera::internal {
-
-struct Credentials;
-
-// The RpcChannels of one process to the tasks of a cluster, one per address, made on first use
-// and kept. With `credentials` (transport/security.h) every channel is a CURVE client with this
-// task's key pair, expecting the server key the cluster keys give for the task's address.
-// Thread-safe.
-class TaskChannels {
- public:
-  TaskChannels(train::ClusterSpec cluster, std::chrono::milliseconds rpc_timeout,
-               std::shared_ptr<const Credentials> credentials = nullptr,
-               uint64_t max_tensor_bytes = wire::kMaxTensorBytes);
-  // The channel of task "/job:J/replica:0/task:T" (or "/job:J/task:T"). InvalidArgument when the
-  // cluster has no such task; FailedPrecondition naming its address when the cluster keys have no
-  // key for it.
-  StatusOr<RpcChannel*> get(const std::string& task);
-  const train::ClusterSpec& cluster() const { return cluster_; }
-  std::chrono::milliseconds rpc_timeout() const { return rpc_timeout_; }
-  // The task's cap on a tensor received from a peer (ServerOptions::max_tensor_bytes).
-  uint64_t max_tensor_bytes() const { return max_tensor_bytes_; }
-
- private:
-  const train::ClusterSpec cluster_;
-  const std::chrono::milliseconds rpc_timeout_;
-  const std::shared_ptr<const Credentials> credentials_;  // null: plain TCP
-  const uint64_t max_tensor_bytes_;
-  std::mutex mu_;
-  std::map<std::string, std::unique_ptr<RpcChannel>> by_address_;  // guarded by mu_
-};
-
-// The output a tensor name ("node:index", or "node" for output 0) names in `graph`:
-// InvalidArgument when there is no such node, or the index is not a number or not one of its
-// outputs.
-StatusOr<Endpoint> find_tensor(const GraphImpl& graph, const std::string& name);
-
-// "/job:J/replica:0/task:T" for a device name or spec naming a job and task; InvalidArgument
-// otherwise.
-StatusOr<std::string> task_of_device(const std::string& device);
-
-// Encodes a call: frame 0 a RequestHeader around `body`, then `payload` frames.
-RpcMessage make_call(const std::string& method, const google::protobuf::Message& body,
-                     std::vector<zmq::message_t> payload = {});
-// The status of a reply (the RPC's, then the header's) and, when OK, its body parsed into `body`.
-Status parse_reply(const StatusOr<RpcMessage>& reply, google::protobuf::Message* body);
-// A reply: frame 0 a ResponseHeader with `status` (and `body` when OK), then `payload`.
-void send_reply(const Responder& respond, uint64_t request_id, const Status& status,
-                const google::protobuf::Message* body, std::vector<zmq::message_t> payload = {});
-// Tensors travelling as NamedTensor metadata plus frames: `frames` are the message's frames
-// (frame 0 the header). Validates every tensor against its frame.
-StatusOr<Tensor> tensor_from_frames(const wire::TensorMeta& meta, std::vector<zmq::message_t>& frames,
-                                    uint64_t max_bytes = wire::kMaxTensorBytes);
-// Appends `t` (a host tensor) as the next frame of `frames`; its metadata points there.
-StatusOr<wire::TensorMeta> tensor_to_frames(const Tensor& t, std::vector<zmq::message_t>* frames,
-                                            std::size_t first_frame);
 
 class WorkerGraph;
 class ElasticThreads;
@@ -159,5 +109,13 @@ class Worker : public std::enable_shared_from_this<Worker> {
 
 // The name under which the task's ResourceMgr holds the worker link the exchange kernels use.
 inline constexpr const char* kWorkerResource = "__tessera_worker";
+
+// What the exchange kernels (remote_exchange_ops.cc) find in the task's ResourceMgr.
+class WorkerLink final : public ResourceBase {
+ public:
+  explicit WorkerLink(std::weak_ptr<Worker> worker) : worker(std::move(worker)) {}
+  std::string debug_string() const override { return "the task's worker"; }
+  const std::weak_ptr<Worker> worker;
+};
 
 }  // namespace tessera::internal

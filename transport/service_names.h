@@ -1,0 +1,21 @@
+// Names the cluster services resolve in the messages they exchange: a tensor of a partition
+// ("node:index"), and the task a device name names. Shared by the master and the worker.
+#pragma once
+
+#include <string>
+
+#include "core/node.h"
+#include "core/status.h"
+
+namespace tessera::internal {
+
+// The output a tensor name ("node:index", or "node" for output 0) names in `graph`:
+// InvalidArgument when there is no such node, or the index is not a number or not one of its
+// outputs.
+StatusOr<Endpoint> find_tensor(const GraphImpl& graph, const std::string& name);
+
+// "/job:J/replica:0/task:T" for a device name or spec naming a job and task; InvalidArgument
+// otherwise.
+StatusOr<std::string> task_of_device(const std::string& device);
+
+}  // namespace tessera::internal
