@@ -1,10 +1,7 @@
 // Parameter-server training across processes, the TensorFlow 1 way (between-graph replication):
 // one `ps` task holds the variables, each `worker` task runs its own client graph with a
 // QueueRunner input pipeline and updates the shared variables on the ps.
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -19,9 +16,8 @@
 #include <fmt/format.h>
 
 #include "examples/examples.h"
+#include "tessera/server_process.h"
 #include "tessera/tessera.h"
-#include "tools/child_process.h"
-#include "tools/ports.h"
 
 namespace tessera::examples {
 
@@ -76,38 +72,31 @@ int ps_training(std::ostream& out, const std::string& tessera_binary, int worker
   fs::remove_all(checkpoints);
   fs::create_directories(checkpoints);
   // The cluster on free loopback ports; a port taken in between makes that task fail to start: retry.
-  std::vector<std::unique_ptr<tools::ChildProcess>> tasks;
+  // Each task's stderr (a master's placement table, warnings) goes on to this process's stderr.
+  std::vector<train::ServerProcess> tasks;
   std::vector<std::string> targets;
   std::string cluster_json;
+  std::string start_error;
   for (int attempt = 0; attempt < 3 && tasks.empty(); ++attempt) {
-    std::vector<std::string> addresses;
-    for (int i = 0; i <= workers; ++i) addresses.push_back(fmt::format("127.0.0.1:{}", tools::free_loopback_port()));
-    cluster_json = fmt::format("{{\"ps\": [\"{}\"], \"worker\": [", addresses[0]);
-    for (int i = 1; i <= workers; ++i) cluster_json += fmt::format("{}\"{}\"", i > 1 ? ", " : "", addresses[i]);
-    cluster_json += "]}";
-    bool started = true;
-    for (int i = 0; i <= workers && started; ++i) {
-      const std::string job = i == 0 ? "ps" : "worker";
-      const std::string index = std::to_string(i == 0 ? 0 : i - 1);
-      auto child = std::make_unique<tools::ChildProcess>(
-          std::vector<std::string>{tessera_binary, "server", "--cluster", cluster_json, "--job", job, "--task", index},
-          std::vector<std::string>{}, /*capture_stderr=*/false);
-      auto line = child->read_line(60s);
-      if (!line || line->find("listening on") == std::string::npos) {
-        started = false;
-        break;
+    try {
+      std::vector<std::string> addresses;
+      for (int i = 0; i <= workers; ++i) addresses.push_back(train::free_loopback_address());
+      cluster_json = fmt::format("{{\"ps\": [\"{}\"], \"worker\": [", addresses[0]);
+      for (int i = 1; i <= workers; ++i) cluster_json += fmt::format("{}\"{}\"", i > 1 ? ", " : "", addresses[i]);
+      cluster_json += "]}";
+      for (int i = 0; i <= workers; ++i) {
+        tasks.emplace_back(tessera_binary, cluster_json, i == 0 ? "ps" : "worker", i == 0 ? 0 : i - 1);
+        out << "started " << tasks.back().ready_line() << "  (pid " << tasks.back().pid() << ")\n";
+        if (i > 0) targets.push_back(tasks.back().target());
       }
-      out << "started " << *line << "  (pid " << child->pid() << ")\n";
-      if (i > 0) targets.push_back(fmt::format("tessera://{}", addresses[static_cast<std::size_t>(i)]));
-      tasks.push_back(std::move(child));
-    }
-    if (!started) {
+    } catch (const Error& e) {
+      start_error = e.what();
       tasks.clear();  // kills what started
       targets.clear();
     }
   }
   if (tasks.empty()) {
-    out << "ps_training: could not start the cluster's tasks\n";
+    out << "ps_training: could not start the cluster's tasks: " << start_error << "\n";
     return 1;
   }
   out << "cluster " << cluster_json << "\n";
@@ -177,18 +166,16 @@ int ps_training(std::ostream& out, const std::string& tessera_binary, int worker
 
     // The ps dies (kill -9) and comes back empty; the chief restores the latest checkpoint.
     auto latest = train::latest_checkpoint(checkpoints.string());
-    tasks[0]->signal(SIGKILL);
-    tasks[0]->wait_exit(10s);
-    tasks[0] = std::make_unique<tools::ChildProcess>(
-        std::vector<std::string>{tessera_binary, "server", "--cluster", cluster_json, "--job", "ps", "--task", "0"},
-        std::vector<std::string>{}, /*capture_stderr=*/false);
-    auto line = tasks[0]->read_line(60s);
-    if (!line || !latest) throw UnavailableError("the ps did not restart, or no checkpoint was written");
+    tasks[0].kill(SIGKILL);
+    tasks[0].wait(10s);
+    tasks[0] = train::ServerProcess(tessera_binary, cluster_json, "ps", 0);  // raises when it does not come back
+    const std::string& line = tasks[0].ready_line();
+    if (!latest) throw UnavailableError("no checkpoint was written");
     Client chief(targets[0], 0, /*log_placement=*/false);
     train::Saver restorer(chief.g, {chief.w, chief.b});
     restorer.restore(*chief.session, *latest);
     auto restored = chief.session->run({chief.w.value(), chief.b.value()});
-    out << fmt::format("killed the ps (kill -9) and restarted it ({}); restored {}: w = {:.3f}, b = {:.3f}\n", *line,
+    out << fmt::format("killed the ps (kill -9) and restarted it ({}); restored {}: w = {:.3f}, b = {:.3f}\n", line,
                        fs::path(*latest).filename().string(), restored[0].scalar<float>(), restored[1].scalar<float>());
     ok = ok && std::abs(restored[0].scalar<float>() - 3.0f) < 0.3f;
     chief.session->close();
@@ -198,9 +185,9 @@ int ps_training(std::ostream& out, const std::string& tessera_binary, int worker
     rc = 1;
   }
   fs::remove_all(checkpoints);
-  for (auto& t : tasks) t->signal(SIGTERM);
+  for (auto& t : tasks) t.kill(SIGTERM);
   for (auto& t : tasks) {
-    if (!t->wait_exit(5s)) out << "a task did not stop within 5 s of SIGTERM: killed\n";
+    if (!t.wait(5s)) out << "a task did not stop within 5 s of SIGTERM: killed\n";
   }
   return rc;
 }
