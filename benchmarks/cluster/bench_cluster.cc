@@ -18,12 +18,9 @@
 //                               the ps to worker 0 once a step and reaches neither the master's
 //                               client nor the master. bench_transport's transfer rows time the
 //                               RPC path alone; this is what a session adds to it.
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
+#include <tessera/server_process.h>
 #include <tessera/tessera.h>
 
 #include <atomic>
@@ -36,8 +33,6 @@
 #include <fmt/format.h>
 
 #include "common/bench_common.h"
-#include "tools/child_process.h"
-#include "tools/ports.h"
 #include "transport/transfer_bench.h"
 
 namespace {
@@ -50,30 +45,32 @@ using namespace std::chrono_literals;
 class Cluster {
  public:
   explicit Cluster(int workers) {
-    std::vector<std::string> addresses;
-    for (int i = 0; i <= workers; ++i) addresses.push_back(fmt::format("127.0.0.1:{}", tessera::tools::free_loopback_port()));
-    std::string json = fmt::format("{{\"ps\": [\"{}\"], \"worker\": [", addresses[0]);
-    for (int i = 1; i <= workers; ++i) json += fmt::format("{}\"{}\"", i > 1 ? ", " : "", addresses[i]);
-    json += "]}";
-    for (int i = 0; i <= workers; ++i) {
-      auto child = std::make_unique<tools::ChildProcess>(std::vector<std::string>{
-          TESSERA_CLI_PATH, "server", "--cluster", json, "--job", i == 0 ? "ps" : "worker", "--task",
-          std::to_string(i == 0 ? 0 : i - 1)});
-      auto line = child->read_line(60s);
-      ok = ok && line && line->find("listening") != std::string::npos;
-      children_.push_back(std::move(child));
-      if (i > 0) targets.push_back("tessera://" + addresses[static_cast<std::size_t>(i)]);
+    try {
+      std::vector<std::string> addresses;
+      for (int i = 0; i <= workers; ++i) addresses.push_back(train::free_loopback_address());
+      std::string json = fmt::format("{{\"ps\": [\"{}\"], \"worker\": [", addresses[0]);
+      for (int i = 1; i <= workers; ++i) json += fmt::format("{}\"{}\"", i > 1 ? ", " : "", addresses[i]);
+      json += "]}";
+      train::ServerProcessOptions options;
+      options.forward_stderr = false;  // the tasks' logs stay out of the benchmark's output
+      for (int i = 0; i <= workers; ++i) {
+        children_.emplace_back(TESSERA_CLI_PATH, json, i == 0 ? "ps" : "worker", i == 0 ? 0 : i - 1, options);
+        if (i > 0) targets.push_back(children_.back().target());
+      }
+    } catch (const Error& e) {
+      fmt::print(stderr, "bench_cluster: {}\n", e.what());
+      ok = false;  // the fixtures skip their benchmarks with an error
     }
   }
   ~Cluster() {
-    for (auto& c : children_) c->signal(SIGTERM);
-    for (auto& c : children_) c->wait_exit(5s);
+    for (auto& c : children_) c.kill(SIGTERM);
+    for (auto& c : children_) c.wait(5s);
   }
   bool ok = true;
   std::vector<std::string> targets;
 
  private:
-  std::vector<std::unique_ptr<tools::ChildProcess>> children_;
+  std::vector<train::ServerProcess> children_;
 };
 
 // The fixtures live for the whole program (Google Benchmark calls a benchmark function several
