@@ -18,17 +18,17 @@
 #include <gtest/gtest.h>
 #include <zmq.hpp>
 
+#include "host/child_process.h"
 #include "testing/test_util.h"
+#include "tessera/server_process.h"
 #include "tessera/tessera.h"
-#include "tools/child_process.h"
-#include "tools/ports.h"
 
 namespace tessera {
 namespace {
 
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
-using tools::ChildProcess;
+using internal::ChildProcess;
 
 
 // A cluster of `tessera server` processes: jobs -> task count, on free loopback ports.
@@ -39,7 +39,7 @@ class Cluster {
     for (std::size_t j = 0; j < jobs.size(); ++j) {
       json_ += (j ? ", \"" : "\"") + jobs[j].first + "\": [";
       for (int t = 0; t < jobs[j].second; ++t) {
-        const std::string address = "127.0.0.1:" + std::to_string(tessera::tools::free_loopback_port());
+        const std::string address = "127.0.0.1:" + std::to_string(tessera::train::free_loopback_port());
         addresses_[{jobs[j].first, t}] = address;
         json_ += (t ? ", \"" : "\"") + address + "\"";
       }

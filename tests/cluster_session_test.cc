@@ -21,8 +21,8 @@
 #include "core/device_factory.h"
 #include "device/sim_device.h"
 #include "testing/test_util.h"
+#include "tessera/server_process.h"
 #include "tessera/tessera.h"
-#include "tools/ports.h"
 
 namespace tessera {
 namespace {
@@ -33,7 +33,7 @@ using train::ClusterSpec;
 using train::Server;
 using train::ServerOptions;
 
-std::string loopback() { return tessera::tools::free_loopback_address(); }
+std::string loopback() { return tessera::train::free_loopback_address(); }
 
 // The deadline of calls between tasks and to the master: the default (10 s), which also leaves
 // sanitizer builds on a loaded machine time to register partitions. Tests of the bound itself

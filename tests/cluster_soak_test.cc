@@ -18,9 +18,9 @@
 
 #include <gtest/gtest.h>
 
+#include "host/child_process.h"
+#include "tessera/server_process.h"
 #include "tessera/tessera.h"
-#include "tools/child_process.h"
-#include "tools/ports.h"
 
 namespace tessera {
 namespace {
@@ -53,13 +53,13 @@ int soak_seconds() {
 }
 
 TEST(ClusterSoakTest, EightClientsTwoWorkersStayHealthy) {
-  const std::vector<std::string> addresses = {tools::free_loopback_address(), tools::free_loopback_address(),
-                                              tools::free_loopback_address()};
+  const std::vector<std::string> addresses = {train::free_loopback_address(), train::free_loopback_address(),
+                                              train::free_loopback_address()};
   const std::string cluster = "{\"ps\": [\"" + addresses[0] + "\"], \"worker\": [\"" + addresses[1] + "\", \"" +
                               addresses[2] + "\"]}";
-  std::vector<std::unique_ptr<tools::ChildProcess>> tasks;
+  std::vector<std::unique_ptr<internal::ChildProcess>> tasks;
   for (int i = 0; i < 3; ++i) {
-    tasks.push_back(std::make_unique<tools::ChildProcess>(std::vector<std::string>{
+    tasks.push_back(std::make_unique<internal::ChildProcess>(std::vector<std::string>{
         TESSERA_CLI_PATH, "server", "--cluster", cluster, "--job", i == 0 ? "ps" : "worker", "--task",
         std::to_string(i == 0 ? 0 : i - 1)}));
     auto line = tasks.back()->read_line(60s);

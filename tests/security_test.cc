@@ -24,10 +24,10 @@
 
 #include <gtest/gtest.h>
 
+#include "host/child_process.h"
 #include "testing/test_util.h"
+#include "tessera/server_process.h"
 #include "tessera/tessera.h"
-#include "tools/child_process.h"
-#include "tools/ports.h"
 #include "transport/rpc.h"
 #include "transport/security.h"
 
@@ -93,7 +93,7 @@ CurveKeyPair keygen(const std::string& prefix) {
   return keys;
 }
 
-std::string loopback() { return tessera::tools::free_loopback_address(); }
+std::string loopback() { return tessera::train::free_loopback_address(); }
 
 RpcMessage message(std::initializer_list<std::string_view> frames) {
   RpcMessage m;
@@ -609,7 +609,7 @@ TEST(SecureClusterTest, LocalServerWithKeys) {
 // ---- Secure by default ----
 
 TEST(SecureByDefaultTest, NonLoopbackAddressNeedsKeysOrInsecure) {
-  const std::string address = "0.0.0.0:" + std::to_string(tessera::tools::free_loopback_port());
+  const std::string address = "0.0.0.0:" + std::to_string(tessera::train::free_loopback_port());
   ClusterSpec cluster({{"worker", {address}}});
   try {
     Server server(cluster, "worker", 0);
@@ -620,7 +620,7 @@ TEST(SecureByDefaultTest, NonLoopbackAddressNeedsKeysOrInsecure) {
     EXPECT_TRUE(contains(e.what(), "key_file")) << e.what();
   }
   // A host name binds every interface: the same.
-  const std::string named = "tessera-test-host.invalid:" + std::to_string(tessera::tools::free_loopback_port());
+  const std::string named = "tessera-test-host.invalid:" + std::to_string(tessera::train::free_loopback_port());
   EXPECT_THROW_MSG(Server(ClusterSpec({{"worker", {named}}}), "worker", 0), FailedPreconditionError,
                    "without authentication");
 
@@ -630,7 +630,7 @@ TEST(SecureByDefaultTest, NonLoopbackAddressNeedsKeysOrInsecure) {
   ::testing::internal::CaptureStderr();
   for (int attempt = 0; attempt < 10 && !server; ++attempt) {
     try {
-      server.emplace(ClusterSpec({{"worker", {"0.0.0.0:" + std::to_string(tessera::tools::free_loopback_port())}}}), "worker", 0, insecure);
+      server.emplace(ClusterSpec({{"worker", {"0.0.0.0:" + std::to_string(tessera::train::free_loopback_port())}}}), "worker", 0, insecure);
     } catch (const UnavailableError&) {  // the port was taken meanwhile
     }
   }
@@ -646,7 +646,7 @@ TEST(SecureByDefaultTest, NonLoopbackAddressNeedsKeysOrInsecure) {
   EXPECT_EQ(::testing::internal::GetCapturedStderr(), "");
 
   // With keys a server serves every interface.
-  const std::string wide = "0.0.0.0:" + std::to_string(tessera::tools::free_loopback_port());
+  const std::string wide = "0.0.0.0:" + std::to_string(tessera::train::free_loopback_port());
   ClusterKeyFiles files({wide}, {});
   EXPECT_NO_THROW(Server(ClusterSpec({{"worker", {wide}}}), "worker", 0, secured(files, wide)));
 }
@@ -676,9 +676,9 @@ TEST(SecureServerProcessTest, ServesListedClientsAndLogsRefusals) {
   const std::string address = loopback();
   ClusterKeyFiles files({address}, {"alice", "mallory"}, {"mallory"});
   const std::string cluster_json = "{\"worker\": [\"" + address + "\"]}";
-  std::unique_ptr<tools::ChildProcess> child;
+  std::unique_ptr<ChildProcess> child;
   for (int attempt = 0; attempt < 20 && !child; ++attempt) {
-    child = std::make_unique<tools::ChildProcess>(std::vector<std::string>{
+    child = std::make_unique<ChildProcess>(std::vector<std::string>{
         TESSERA_CLI_PATH, "server", "--cluster", cluster_json, "--job", "worker", "--task", "0", "--keys",
         files.key_file.at(address), "--cluster-keys", files.cluster_keys});
     auto line = child->read_line(60s);

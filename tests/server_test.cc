@@ -30,9 +30,9 @@
 #include <gtest/gtest.h>
 
 #include "core/device.h"
+#include "host/child_process.h"
+#include "tessera/server_process.h"
 #include "testing/test_util.h"
-#include "tools/child_process.h"
-#include "tools/ports.h"
 #include "transport/rpc.h"
 #include "transport/server_impl.h"
 #include "transport/wire.h"
@@ -163,7 +163,7 @@ TEST(ServerTest, ServerOfATaskNamesDevicesAfterIt) {
   // Bound on a port that was just free; retried if someone else took it meanwhile.
   std::optional<Server> server;
   for (int attempt = 0; attempt < 10 && !server; ++attempt) {
-    ClusterSpec cluster({{"ps", {"127.0.0.1:1"}}, {"worker", {"127.0.0.1:2", "127.0.0.1:" + std::to_string(tessera::tools::free_loopback_port())}}});
+    ClusterSpec cluster({{"ps", {"127.0.0.1:1"}}, {"worker", {"127.0.0.1:2", "127.0.0.1:" + std::to_string(tessera::train::free_loopback_port())}}});
     try {
       server.emplace(cluster, "worker", 1);
     } catch (const UnavailableError&) {
@@ -495,7 +495,7 @@ TEST(ServerTest, ConcurrentCallsAndStopWithCallsInFlight) {
 
 #ifdef TESSERA_CLI_PATH
 
-using tessera::tools::ChildProcess;
+using tessera::internal::ChildProcess;
 
 // This process's environment without the variables that would tell a child its cluster, plus
 // `extra`.
@@ -523,7 +523,7 @@ struct Started {
 Started start_cli(const std::function<std::vector<std::string>(int)>& args_for,
                   const std::function<std::vector<std::string>(int)>& env_for) {
   for (int attempt = 0; attempt < 5; ++attempt) {
-    const int port = tessera::tools::free_loopback_port();
+    const int port = tessera::train::free_loopback_port();
     std::vector<std::string> args = {TESSERA_CLI_PATH, "server"};
     for (auto& a : args_for(port)) args.push_back(std::move(a));
     auto child = std::make_unique<ChildProcess>(args, env_for(port));
