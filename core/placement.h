@@ -5,7 +5,8 @@
 //   StatusOr<Placement> p = place_nodes(graph.nodes(), devices, opts);
 //   int d = p.value().device_of.at(node);       // index into `devices`
 //
-// Order of decisions (Note [Placement] in placement.cc):
+// Order of decisions (Note [Placement] in placement.cc; the cost policy: Note [Cost policy] in
+// placement_schedule.cc):
 //   1. hard constraints: explicit requests (full or partial specs), colocation groups (an op
 //      with the variable or queue it uses, `colocate_with` scopes), kernel availability, host-only
 //      ops (queues) on a host device. Incompatible requests inside one group raise
@@ -63,8 +64,8 @@ struct Placement {
   // One line per op whose request could not be honoured: "op (Type): requested '...', placed on ...".
   std::vector<std::string> soft_placements;
   // The cost model's makespan of the chosen placement, in seconds (simulated list schedule), with
-  // variable initialization discounted as running once (Note [Placement]); without initializers
-  // the same model as simulate_makespan's.
+  // variable initialization discounted as running once (Note [Init-only weighting] in
+  // placement_schedule.cc); without initializers the same model as simulate_makespan's.
   double estimated_makespan = 0;
 };
 
