@@ -63,11 +63,13 @@ int64_t next_step_id() {
 
 uint64_t endpoint_key(const Node* n, int index) { return (static_cast<uint64_t>(n->id) << 16) | index; }
 
-Node* checked_in_graph(const Output& o, const GraphImpl& g, const char* what) {
-  if (o.is_null()) throw InvalidArgumentError(fmt::format("{}: null Output", what));
+// The node of `o`, which must be an output of an op of `g` (InvalidArgument otherwise).
+StatusOr<Node*> checked_in_graph(const Output& o, const GraphImpl& g, const char* what) {
+  if (o.is_null()) return errors::invalid_argument("{}: null Output", what);
   Node* n = o.node();
-  if (n->graph != &g) {
-    throw InvalidArgumentError(fmt::format("{} '{}' is not an element of this session's graph", what, o.name()));
+  if (n->graph != &g) return errors::invalid_argument("{} '{}' is not an element of this session's graph", what, o.name());
+  if (o.index() < 0 || o.index() >= static_cast<int>(n->output_dtypes.size())) {
+    return errors::invalid_argument("{} '{}': op has no output {}", what, o.name(), o.index());
   }
   return n;
 }
@@ -208,28 +210,25 @@ StatusOr<std::shared_ptr<const StepPlan>> SessionImpl::get_plan(const std::vecto
   return plan;
 }
 
-std::vector<Tensor> SessionImpl::run(const std::vector<Output>& fetches, const FeedMap& feeds,
-                                     const std::vector<Operation>& targets, const RunOptions& options,
-                                     RunMetadata* metadata, int64_t step_id,
-                                     std::vector<TraceRecord>* records) {
+Status SessionImpl::run_step(const std::vector<Output>& fetches, const FeedMap& feeds,
+                             const std::vector<Operation>& targets, const RunOptions& options, RunMetadata* metadata,
+                             int64_t step_id, std::vector<TraceRecord>* records, std::vector<Tensor>* outputs) {
   // Signature: feeds (ordered by the map), fetches, targets -> cache key.
   std::vector<uint64_t> key;
   key.reserve(feeds.size() + fetches.size() + targets.size() + 2);
   std::vector<Endpoint> feed_eps;
   feed_eps.reserve(feeds.size());
   for (const auto& [out, value] : feeds) {
-    Node* n = checked_in_graph(out, g_, "feed");
-    if (out.index() < 0 || out.index() >= static_cast<int>(n->output_dtypes.size())) {
-      throw InvalidArgumentError(fmt::format("feed '{}': op has no output {}", out.name(), out.index()));
-    }
-    if (value.is_null()) throw InvalidArgumentError(fmt::format("feed '{}': null tensor", out.name()));
+    StatusOr<Node*> checked = checked_in_graph(out, g_, "feed");
+    if (!checked.ok()) return checked.status();
+    Node* n = checked.value();
+    if (value.is_null()) return errors::invalid_argument("feed '{}': null tensor", out.name());
     const DType want = n->output_dtypes[out.index()];
     const Shape& want_shape = n->output_shapes[out.index()];
     if (value.dtype() != want || !want_shape.compatible_with(value.shape())) {
-      throw InvalidArgumentError(fmt::format("{}: cannot feed a {} tensor of shape {} to '{}', which is {} {}",
-                                             n->debug_name(), dtype_name(value.dtype()),
-                                             value.shape().to_string(), out.name(), dtype_name(want),
-                                             want_shape.to_string()));
+      return errors::invalid_argument("{}: cannot feed a {} tensor of shape {} to '{}', which is {} {}",
+                                      n->debug_name(), dtype_name(value.dtype()), value.shape().to_string(),
+                                      out.name(), dtype_name(want), want_shape.to_string());
     }
     feed_eps.push_back({n, out.index()});
     key.push_back(endpoint_key(n, out.index()));
@@ -238,10 +237,9 @@ std::vector<Tensor> SessionImpl::run(const std::vector<Output>& fetches, const F
   std::vector<Endpoint> fetch_eps;
   fetch_eps.reserve(fetches.size());
   for (const auto& out : fetches) {
-    Node* n = checked_in_graph(out, g_, "fetch");
-    if (out.index() < 0 || out.index() >= static_cast<int>(n->output_dtypes.size())) {
-      throw InvalidArgumentError(fmt::format("fetch '{}': op has no output {}", out.name(), out.index()));
-    }
+    StatusOr<Node*> checked = checked_in_graph(out, g_, "fetch");
+    if (!checked.ok()) return checked.status();
+    Node* n = checked.value();
     fetch_eps.push_back({n, out.index()});
     key.push_back(endpoint_key(n, out.index()));
   }
@@ -249,20 +247,18 @@ std::vector<Tensor> SessionImpl::run(const std::vector<Output>& fetches, const F
   std::vector<const Node*> target_nodes;
   target_nodes.reserve(targets.size());
   for (const auto& op : targets) {
-    if (op.is_null()) throw InvalidArgumentError("target: null Operation");
+    if (op.is_null()) return errors::invalid_argument("target: null Operation");
     Node* n = op.node();
-    if (n->graph != &g_) {
-      throw InvalidArgumentError(fmt::format("target '{}' is not an element of this session's graph", n->name));
-    }
+    if (n->graph != &g_) return errors::invalid_argument("target '{}' is not an element of this session's graph", n->name);
     target_nodes.push_back(n);
     key.push_back(endpoint_key(n, 0));
   }
 
-  if (closed_.load(std::memory_order_acquire)) throw CancelledError("attempted to use a closed session");
+  if (closed_.load(std::memory_order_acquire)) return errors::cancelled("attempted to use a closed session");
   PlanCacheEntry& cached = tls_plan;
   if (cached.session_serial != serial_ || cached.graph_version != g_.version() || cached.key != key) {
     auto plan = get_plan(key, feed_eps, fetch_eps, target_nodes);
-    plan.status().raise();
+    if (!plan.ok()) return plan.status();
     cached.session_serial = serial_;
     cached.graph_version = plan.value()->host->graph_version;
     cached.key = key;
@@ -285,7 +281,7 @@ std::vector<Tensor> SessionImpl::run(const std::vector<Output>& fetches, const F
   RunShard& shard = shards_[this_thread_shard(kRunShards)];
   {
     std::lock_guard<std::mutex> l(shard.mu);
-    if (closed_.load(std::memory_order_seq_cst)) throw CancelledError("attempted to use a closed session");
+    if (closed_.load(std::memory_order_seq_cst)) return errors::cancelled("attempted to use a closed session");
     shard.runs.push_back(&rs);
   }
   Status status = multi ? multi->run(rs, ro) : rs.run();
@@ -310,11 +306,19 @@ std::vector<Tensor> SessionImpl::run(const std::vector<Output>& fetches, const F
     if (metadata != nullptr) metadata->trace_json = trace_to_json(spans, rs.start_us());
     if (records != nullptr) *records = std::move(spans);
   }
-  status.raise();
-  std::vector<Tensor> results;
-  results.reserve(fetches.size());
-  for (std::size_t f = 0; f < fetches.size(); ++f) results.push_back(rs.fetch(static_cast<int>(f)));
-  return results;
+  if (!status.ok()) return status;
+  outputs->clear();
+  outputs->reserve(fetches.size());
+  for (std::size_t f = 0; f < fetches.size(); ++f) outputs->push_back(rs.fetch(static_cast<int>(f)));
+  return status;
+}
+
+std::vector<Tensor> SessionImpl::run(const std::vector<Output>& fetches, const FeedMap& feeds,
+                                     const std::vector<Operation>& targets, const RunOptions& options,
+                                     RunMetadata* metadata) {
+  std::vector<Tensor> outputs;
+  run_step(fetches, feeds, targets, options, metadata, 0, nullptr, &outputs).raise();
+  return outputs;
 }
 
 SessionImpl::MultiStep::MultiStep(const StepPlan& sp, RunState::Options& host_options)

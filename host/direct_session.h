@@ -36,14 +36,14 @@ class SessionImpl final : public SessionBackend {
   // `step_id` 0: a fresh one. A cluster worker passes the master's, which keys the step's
   // cross-task exchange (transport/worker.h). A traced step's spans go to `metadata` as JSON and,
   // when `records` is given, to it as they are (now_micros() clock; a worker sends them on).
-  std::vector<Tensor> run(const std::vector<Output>& fetches, const FeedMap& feeds,
-                          const std::vector<Operation>& targets, const RunOptions& options, RunMetadata* metadata,
-                          int64_t step_id, std::vector<TraceRecord>* records);
+  // Internal callers (the cluster worker) use run_step; run() is the public edge, which throws.
+  [[nodiscard]] Status run_step(const std::vector<Output>& fetches, const FeedMap& feeds,
+                                const std::vector<Operation>& targets, const RunOptions& options,
+                                RunMetadata* metadata, int64_t step_id, std::vector<TraceRecord>* records,
+                                std::vector<Tensor>* outputs);
   std::vector<Tensor> run(const std::vector<Output>& fetches, const FeedMap& feeds,
                           const std::vector<Operation>& targets, const RunOptions& options,
-                          RunMetadata* metadata) override {
-    return run(fetches, feeds, targets, options, metadata, 0, nullptr);
-  }
+                          RunMetadata* metadata) override;
   void close() override;
   // Cancels the runs of step `step_id` in flight (a cluster step that failed on another task).
   void cancel_step(int64_t step_id, const Status& reason);

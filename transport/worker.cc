@@ -338,15 +338,10 @@ void Worker::run_graph(const wire::RequestHeader& header, RpcMessage request, co
     RunOptions options;
     options.timeout = std::chrono::milliseconds(r->timeout_ms());
     options.trace = r->trace();
-    Status st;
     std::vector<Tensor> outputs;
     std::vector<TraceRecord> spans;
-    try {
-      outputs = wg->session->run(wg->fetches, *feeds, wg->targets, options, nullptr, step_id,
-                                 options.trace ? &spans : nullptr);
-    } catch (...) {
-      st = status_from_current_exception();
-    }
+    Status st = wg->session->run_step(wg->fetches, *feeds, wg->targets, options, nullptr, step_id,
+                                      options.trace ? &spans : nullptr, &outputs);
     bool abort = false;
     {
       std::lock_guard<std::mutex> l(s->mu);

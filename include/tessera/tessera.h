@@ -16,6 +16,7 @@
 #include "tessera/queue.h"
 #include "tessera/saver.h"
 #include "tessera/server.h"
+#include "tessera/server_process.h"
 #include "tessera/session.h"
 #include "tessera/tensor.h"
 #include "tessera/train.h"
