@@ -1,0 +1,72 @@
+// A device's memory: Allocator keeps the statistics every device reports and wraps raw allocations
+// into Tensors; subclasses provide the raw memory (host here, CUDA and pinned in device/).
+//
+//   HostMemoryAllocator alloc("sim_memory");
+//   Tensor t = alloc.allocate_tensor(DType::Float32, Shape{2, 3}, "/device:SIM:0").value();
+//   alloc.stats().bytes_in_use;                    // 24 until the last handle to t goes
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <mutex>
+#include <string>
+
+#include "core/status.h"
+#include "tessera/tensor.h"
+
+namespace tessera::internal {
+
+struct AllocatorStats {
+  int64_t bytes_in_use = 0;        // requested bytes of live allocations
+  int64_t peak_bytes_in_use = 0;   // high-water mark of bytes_in_use
+  int64_t num_allocs = 0;          // allocations ever made
+  int64_t live_allocs = 0;         // allocations not yet freed
+};
+
+// A device's memory. Subclasses provide raw allocation; this class keeps the statistics and wraps
+// allocations into Tensors. Thread-safe.
+class Allocator {
+ public:
+  virtual ~Allocator() = default;
+  virtual std::string name() const = 0;
+
+  // `alignment` is a power of two (0 = Tensor::kAlignment). Zero bytes yield a valid, unique
+  // pointer. ResourceExhausted when the memory is not there.
+  StatusOr<void*> allocate(std::size_t bytes, std::size_t alignment = 0);
+  // `bytes` must be the size passed to allocate().
+  void deallocate(void* ptr, std::size_t bytes);
+  AllocatorStats stats() const;
+  // Bytes held from the system, in use or cached (a caching allocator holds more than it hands
+  // out); `stats().bytes_in_use` for allocators that cache nothing.
+  virtual int64_t bytes_reserved() const { return stats().bytes_in_use; }
+
+  // An uninitialized tensor whose buffer comes from this allocator and is freed through it when
+  // the last handle goes; Tensor::device() reports `device_name`. The allocator must outlive the
+  // tensor. InvalidArgument for a partial shape.
+  StatusOr<Tensor> allocate_tensor(DType dtype, const Shape& shape, const std::string& device_name);
+
+ protected:
+  virtual void* raw_allocate(std::size_t bytes, std::size_t alignment) = 0;  // nullptr = no memory
+  virtual void raw_deallocate(void* ptr, std::size_t bytes) = 0;
+
+ private:
+  mutable std::mutex mu_;
+  AllocatorStats stats_;  // guarded by mu_
+};
+
+// Host memory through aligned_alloc: the CPU device's memory and the simulated accelerator's.
+// Thread-safe.
+class HostMemoryAllocator final : public Allocator {
+ public:
+  explicit HostMemoryAllocator(std::string name) : name_(std::move(name)) {}
+  std::string name() const override { return name_; }
+
+ protected:
+  void* raw_allocate(std::size_t bytes, std::size_t alignment) override;
+  void raw_deallocate(void* ptr, std::size_t bytes) override;
+
+ private:
+  const std::string name_;
+};
+
+}  // namespace tessera::internal
