@@ -10,8 +10,11 @@
 //   s.launch([=](cudaStream_t raw) { my_kernel<<<blocks, threads, 0, raw>>>(...); });
 //   s.then([](Status st) { /* on the device's completion thread, once the kernel has run */ });
 //
-// See Note [CUDA streams] in device/cuda/cuda_device.cc, and Note [Devices and streams] in
-// core/device.cc for the model it implements.
+// See Note [CUDA streams] in device/cuda/cuda_stream.cc, and Note [Devices and streams] in
+// core/stream.cc for the model it implements. The definitions: cuda_stream.cc (CudaStream),
+// cuda_device.cc (CudaDevice and its copies), cuda_calibration.cc (measure_cost_profile),
+// cuda_completion_queue.{h,cc} and cuda_staging_threads.{h,cc} (the device's threads),
+// cuda_device_factory.cc (register_cuda_devices).
 #pragma once
 
 #include <condition_variable>
