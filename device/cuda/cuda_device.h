@@ -53,9 +53,8 @@ struct CudaDeviceOptions {
   std::size_t copy_piece_bytes = std::size_t{2} << 20;
   // Threads that copy pieces into staging (host to device, alongside the calling thread) and out
   // of it (device to host, instead of the completion thread): one thread's memcpy into pinned
-  // memory runs at a seventh of an H200's copy engine. -1: half the hardware threads, at most 8;
-  // 0: none. (On an H200 with 16 hardware threads, 256 MiB from pageable memory: 7.3 GB/s with
-  // none, 17 with 2, 29 with 4, 42 with 8, in 2 MiB pieces; the engine's pinned peak is 55.)
+  // memory falls far short of a GPU's copy engine (figures: benchmarks/README.md, "Figures behind
+  // the CUDA device's comments"). -1: half the hardware threads, at most 8; 0: none.
   int staging_threads = -1;
 };
 
