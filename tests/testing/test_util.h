@@ -2,7 +2,9 @@
 #pragma once
 
 #include <chrono>
+#include <cstdlib>
 #include <functional>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -34,6 +36,32 @@ void run_threads(int n, const std::function<void(int)>& body);
 // Polls `cond` every millisecond until it holds or `limit` passes; returns whether it held.
 bool wait_until(const std::function<bool()>& cond,
                 std::chrono::milliseconds limit = std::chrono::seconds(10));
+
+// Sets (or unsets, for nullopt) an environment variable for the scope's life.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, std::optional<std::string> value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    if (value) {
+      ::setenv(name, value->c_str(), 1);
+    } else {
+      ::unsetenv(name);
+    }
+  }
+  ~ScopedEnv() {
+    if (old_) {
+      ::setenv(name_, old_->c_str(), 1);
+    } else {
+      ::unsetenv(name_);
+    }
+  }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
 
 }  // namespace tessera::testing
 
