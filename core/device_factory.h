@@ -14,8 +14,8 @@
 //   StatusOr<std::vector<Device*>> devices = local_devices();   // CPU:0 first, then by priority
 //
 // The backends of this tree: CPU (priority 0, host/cpu_device.cc), SIM (100,
-// device/sim_device.cc: TESSERA_SIM_ACCELERATORS=N), GPU (200, device/cuda/cuda_device.cc, CUDA
-// builds only).
+// device/sim_device.cc: TESSERA_SIM_ACCELERATORS=N), GPU (200, device/cuda/cuda_device_factory.cc,
+// CUDA builds only).
 #pragma once
 
 #include <memory>

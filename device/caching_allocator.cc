@@ -28,7 +28,7 @@ namespace tessera::internal {
 // Reusing freed memory right away is safe on the GPU because of who frees: a device tensor's last
 // handle goes only after every stream operation using it has completed (kernels hold their inputs
 // until done; copies hold theirs until their stream passes them). See Note [CUDA streams] in
-// device/cuda/cuda_device.cc. All state is under one mutex; backing calls are made under it too,
+// device/cuda/cuda_stream.cc. All state is under one mutex; backing calls are made under it too,
 // which keeps the backing simple (it need not be thread-safe).
 
 namespace {

@@ -8,7 +8,7 @@
 //   sim->copy_to_device(host_tensor, sim->host_to_device_stream(),
 //                       [](StatusOr<Tensor> t) { /* t.value().device() is SIM:1's name */ });
 //
-// See Note [Devices and streams] in core/device.cc.
+// See Note [Devices and streams] in core/stream.cc.
 #pragma once
 
 #include <condition_variable>

@@ -14,7 +14,7 @@ namespace tessera::internal {
 
 // A stream of the CPU device: its runs go to ThreadPool::shared(), one at a time, and park
 // instead of blocking a pool thread when they reach a wait on an incomplete event (Note [Devices
-// and streams] in core/device.cc). The destructor drains. Thread-safe.
+// and streams] in core/stream.cc). The destructor drains. Thread-safe.
 class CpuStream final : public QueuedStream {
  public:
   explicit CpuStream(std::string name) : QueuedStream(std::move(name)) {}

@@ -1,5 +1,5 @@
 // Devices in isolation: registry, allocators, streams, events, the completion path, SIM copies and
-// TESSERA_SIM_ACCELERATORS. See Note [Devices and streams] in core/device.cc.
+// TESSERA_SIM_ACCELERATORS. See Note [Devices and streams] in core/stream.cc.
 #include <atomic>
 #include <cstdint>
 #include <cstdlib>

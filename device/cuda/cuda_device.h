@@ -95,7 +95,6 @@ class CudaStream final : public Stream {
 
  private:
   friend class CudaCompletionQueue;
-class CudaStagingThreads;
   struct Item {
     enum Kind { kLaunch, kWork, kRecord, kWait } kind;
     std::function<void(CUstream_st*)> launch;

@@ -16,7 +16,7 @@ namespace tessera::internal {
 // exactly as the CPU kernel does (same messages), allocates the outputs in GPU memory and launches
 // on compute stream 0; the kernel finishes through Stream::then, so `done` runs on the device's
 // completion thread once the GPU has run everything launched (Note [CUDA streams] in
-// cuda_device.cc). Device-side failures (an integer division by zero) come back through a flag
+// cuda_stream.cc). Device-side failures (an integer division by zero) come back through a flag
 // copied to pinned memory and read by GpuRun::finish before `done`. Launch errors fail the op,
 // not the stream. Inputs stay alive until `done` (the executor holds them), and GpuRun::keep_alive
 // holds temporaries, so no memory is reused while the GPU may still read it.

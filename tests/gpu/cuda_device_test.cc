@@ -1,5 +1,5 @@
 // The CUDA device in isolation (label gpu): registration, streams, events and the completion path
-// (Note [CUDA streams] in device/cuda/cuda_device.cc), copies through pinned staging from 1 byte
+// (Note [CUDA streams] in device/cuda/cuda_stream.cc), copies through pinned staging from 1 byte
 // to 64 MiB, and the caching allocator over cudaMalloc. Every test skips itself without a GPU,
 // except the one that checks what happens then.
 #include <atomic>
