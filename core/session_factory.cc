@@ -55,14 +55,6 @@ StatusOr<std::shared_ptr<SessionFactory>> SessionFactory::for_target(const std::
   return errors::invalid_argument("session target '{}': expected one of {}", target, known);
 }
 
-std::vector<std::string> SessionFactory::registered_prefixes() {
-  Factories& f = factories();
-  std::lock_guard<std::mutex> l(f.mu);
-  std::vector<std::string> out;
-  for (const auto& entry : f.by_prefix) out.push_back(entry.first);
-  return out;
-}
-
 SessionFactoryRegistrar::SessionFactoryRegistrar(std::initializer_list<const char*> prefixes,
                                                  std::shared_ptr<SessionFactory> factory) {
   for (const char* prefix : prefixes) {

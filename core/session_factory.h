@@ -44,8 +44,6 @@ class SessionFactory {
   [[nodiscard]] static Status register_factory(const std::string& prefix, std::shared_ptr<SessionFactory> factory);
   // The factory for `target`; InvalidArgument listing the registered prefixes when none serves it.
   static StatusOr<std::shared_ptr<SessionFactory>> for_target(const std::string& target);
-  // The registered prefixes, sorted.
-  static std::vector<std::string> registered_prefixes();
 };
 
 struct SessionFactoryRegistrar {

@@ -101,12 +101,14 @@ class TestKernel final : public OpKernel {
       }
     }
     base_->compute(ctx);
-    for (int i = 0; i < ctx.num_outputs() && ctx.status().ok(); ++i) {
-      Tensor& out = ctx.output(i);
-      if (out.is_null() || out.device() == device->name()) continue;
-      Tensor moved = ctx.allocate_temp(out.dtype(), out.shape());
-      if (out.bytes() > 0) std::memcpy(moved.raw_mutable_data(), out.raw_data(), out.bytes());
-      out = std::move(moved);
+    // A CPU kernel may hand back a host tensor (a constant's value): the TEST device's own copy.
+    auto into_device = [&ctx](const Tensor& t) {
+      Tensor copy = ctx.allocate_temp(t.dtype(), t.shape());
+      if (t.bytes() > 0) std::memcpy(copy.raw_mutable_data(), t.raw_data(), t.bytes());
+      return copy;
+    };
+    for (int i = 0; ctx.status().ok() && i < ctx.num_outputs(); ++i) {
+      if (!ctx.output(i).is_null() && ctx.output(i).device() != device->name()) ctx.output(i) = into_device(ctx.output(i));
     }
     ++test_kernel_runs;
     if (node().type == "Add") ++test_add_runs;
