@@ -86,8 +86,8 @@ RemoteSession::RemoteSession(Graph& graph, const std::string& target, const Sess
   }
   channel_ = std::make_unique<RpcChannel>(endpoint, std::move(channel_options));
   std::lock_guard<std::mutex> l(mu_);
-  const int total = graph_.impl().num_nodes();
-  auto nodes = graph_.impl().nodes();
+  auto nodes = graph_.impl().nodes();  // one snapshot: what is sent is what is counted as sent
+  const int total = static_cast<int>(nodes.size());
   auto def = wire::encode_graph(graph_.impl(), std::vector<const Node*>(nodes.begin(), nodes.end()));
   def.status().raise();
   pb::CreateSessionRequest request;
