@@ -3,14 +3,15 @@
 // last predecessor it was becomes ready. Cheap ready nodes run inline on the same thread (no
 // queueing, no wake-up: a chain of small ops costs one virtual call each); expensive ones go to
 // the inter-op pool, except that a thread with nothing cheap to do keeps one expensive node for
-// itself. `outstanding_` counts nodes that are ready or running; it is raised for new ready nodes
-// before they are dispatched, so it reaches zero exactly once, when the step is over.
+// itself; a node that makes exactly one cheap successor ready runs it next, without the stack.
+// `outstanding_` counts nodes that are ready or running; it is raised for new ready nodes before
+// they are dispatched, so it reaches zero exactly once, when the step is over.
 //
 // Note [Step state]
 // A step's per-node cost is kept to what the node needs. Kernels write their outputs straight into
 // the step's slots (OpKernelContext::Params::outputs), where consumers read them, so an output is
 // stored once. The step's counters are only consulted where a node has several predecessors or a
-// slot several uses (Plan::counted_nodes, counted_slots: a lone predecessor or consumer needs no
+// value several uses (Plan::counted_nodes, counted_slots: a lone predecessor or consumer needs no
 // atomic), so a step resets just those. A step that ran to completion has released every value
 // but its feeds and fetches (Plan::kept_slots), so only those are cleared for the next step; a
 // failed or cancelled step clears every slot.
@@ -93,6 +94,20 @@ std::vector<const Node*> prune_nodes(const std::vector<Endpoint>& feeds, const s
   return needed;
 }
 
+// Note [Slot reuse]
+// What a step writes is what ties it to the machine's memory: a slot is a 96-byte Tensor, and with
+// a slot per output a chain of 10,000 ops wrote 10,000 fresh slots per step, each read for
+// ownership and written back once the step's data outgrew the core's caches (benchmarks/README.md,
+// "executor_chain_10k and the machine"). So outputs whose lifetimes cannot overlap share a slot,
+// chosen when the plan is built: a node with one output that is read stores it in a slot one of
+// its predecessors released, the slot of a value that predecessor was the only reader of (one
+// use, not fetched). The predecessor resets that slot in complete() before it makes its
+// successors ready, and the node cannot start before, so the slot is empty when the node writes
+// it and the old value is never read again; a failed or aborted predecessor makes no successor
+// ready. A chain then alternates between two slots that stay in L1. Feeds, constants and values
+// with several uses keep a slot of their own. A synchronous node whose one output no one reads
+// writes it into a tensor of the running loop instead (PlanNode::discard_output).
+
 StatusOr<std::shared_ptr<const Plan>> build_plan(
     const GraphImpl& graph, const std::vector<Endpoint>& feeds, const std::vector<Endpoint>& fetches,
     const std::vector<const Node*>& targets,
@@ -173,17 +188,74 @@ StatusOr<std::shared_ptr<const Plan>> build_plan(
     return errors::invalid_argument("the graph has a cycle through op(s) {}", fmt::join(in_cycle, ", "));
   }
 
-  // Lay out the plan.
+  // Lay out the plan: each node's outputs, numbered in plan order, then where they are stored.
   const int n_nodes = static_cast<int>(order.size());
   plan->nodes.resize(n_nodes);
-  int slot = 0;
+  int num_outputs = 0;
   for (int i = 0; i < n_nodes; ++i) {
     index_of[order[i]] = i;
     auto& pn = plan->nodes[i];
     pn.node = order[i];
     pn.num_outputs = static_cast<int>(order[i]->output_dtypes.size());
-    pn.first_output_slot = slot;
-    slot += pn.num_outputs;
+    pn.first_output = num_outputs;
+    num_outputs += pn.num_outputs;
+  }
+  plan->output_dtypes.resize(num_outputs);
+  plan->output_uses.assign(num_outputs, 0);
+  for (const auto& pn : plan->nodes) {
+    for (int k = 0; k < pn.num_outputs; ++k) plan->output_dtypes[pn.first_output + k] = pn.node->output_dtypes[k];
+  }
+  // The node output an endpoint reads (-1: a feed or a hoisted constant).
+  auto output_of = [&](const Endpoint& e) {
+    if (fed.count(key(e.node, e.index)) || hoisted.count(e.node)) return -1;
+    return plan->nodes[index_of.at(e.node)].first_output + e.index;
+  };
+  std::vector<int> feed_uses(feeds.size(), 0);
+  auto use = [&](const Endpoint& e) {
+    auto it = fed.find(key(e.node, e.index));
+    if (it != fed.end()) {
+      ++feed_uses[it->second];
+    } else if (!hoisted.count(e.node)) {
+      ++plan->output_uses[output_of(e)];
+    }
+  };
+  for (const auto& pn : plan->nodes) {
+    for (const auto& in : pn.node->inputs) use(in);
+  }
+  for (const auto& f : fetches) use(f);
+
+  // Slots, in plan order (Note [Slot reuse]): a node with one output that is read takes a slot one
+  // of its predecessors released (the slot of a value that predecessor was the only reader of),
+  // else every output gets a fresh slot.
+  std::vector<std::vector<int>> preds(n_nodes);
+  for (int i = 0; i < n_nodes; ++i) {
+    for (const Node* s : succ[order[i]]) preds[index_of.at(s)].push_back(i);
+  }
+  std::vector<int> output_slot(num_outputs);
+  std::vector<std::vector<int>> released(n_nodes);
+  int slot = 0;
+  for (int i = 0; i < n_nodes; ++i) {
+    auto& pn = plan->nodes[i];
+    int reused = -1;
+    if (pn.num_outputs == 1 && plan->output_uses[pn.first_output] > 0) {
+      for (int p : preds[i]) {
+        if (released[p].empty()) continue;
+        reused = released[p].back();
+        released[p].pop_back();
+        break;
+      }
+    }
+    if (reused >= 0) {
+      pn.first_output_slot = reused;
+      output_slot[pn.first_output] = reused;
+    } else {
+      pn.first_output_slot = slot;
+      for (int k = 0; k < pn.num_outputs; ++k) output_slot[pn.first_output + k] = slot++;
+    }
+    for (const auto& in : pn.node->inputs) {
+      const int o = output_of(in);
+      if (o >= 0 && plan->output_uses[o] == 1) released[i].push_back(output_slot[o]);
+    }
   }
   for (std::size_t f = 0; f < feeds.size(); ++f) plan->feed_slots.push_back(slot++);
   plan->first_constant_slot = slot;  // the constants' slots come last (RunState::slot)
@@ -192,32 +264,27 @@ StatusOr<std::shared_ptr<const Plan>> build_plan(
     plan->constants.push_back({const_slot, n->attr<Tensor>("value")});
   }
   plan->num_slots = slot;
-  plan->slot_uses.assign(slot, 0);
-  plan->slot_dtypes.assign(slot, DType::Float32);
-  for (const auto& pn : plan->nodes) {
-    for (int k = 0; k < pn.num_outputs; ++k) plan->slot_dtypes[pn.first_output_slot + k] = pn.node->output_dtypes[k];
-  }
-  for (std::size_t f = 0; f < feeds.size(); ++f) {
-    plan->slot_dtypes[plan->feed_slots[f]] = feeds[f].node->output_dtypes[feeds[f].index];
-  }
-  for (const auto& [const_slot, value] : plan->constants) plan->slot_dtypes[const_slot] = value.dtype();
-  auto slot_of = [&](const Endpoint& e) {
+  // Where an endpoint's value is, and what its reader does with it.
+  auto input_of = [&](const Endpoint& e) -> PlanInput {
     auto it = fed.find(key(e.node, e.index));
-    if (it != fed.end()) return plan->feed_slots[it->second];
+    if (it != fed.end()) {
+      return {static_cast<uint32_t>(plan->feed_slots[it->second]),
+              feed_uses[it->second] > 1 ? PlanInput::kCounted : PlanInput::kLastUse};
+    }
     auto h = hoisted.find(e.node);
-    if (h != hoisted.end()) return h->second;
-    return plan->nodes[index_of.at(e.node)].first_output_slot + e.index;
+    if (h != hoisted.end()) {
+      return {static_cast<uint32_t>(h->second - plan->first_constant_slot), PlanInput::kPinned};
+    }
+    const int o = output_of(e);
+    return {static_cast<uint32_t>(output_slot[o]),
+            plan->output_uses[o] > 1 ? PlanInput::kCounted : PlanInput::kLastUse};
   };
   for (int i = 0; i < n_nodes; ++i) {
     auto& pn = plan->nodes[i];
     const Node* n = pn.node;
-    pn.first_input = static_cast<int>(plan->input_slots.size());
+    pn.first_input = static_cast<int>(plan->inputs.size());
     pn.num_inputs = static_cast<int>(n->inputs.size());
-    for (const auto& in : n->inputs) {
-      int s = slot_of(in);
-      plan->input_slots.push_back(s);
-      plan->slot_uses[s]++;
-    }
+    for (const auto& in : n->inputs) plan->inputs.push_back(input_of(in));
     pn.first_successor = static_cast<int>(plan->successors.size());
     for (const Node* s : succ[n]) plan->successors.push_back(index_of.at(s));
     pn.num_successors = static_cast<int>(plan->successors.size()) - pn.first_successor;
@@ -228,18 +295,26 @@ StatusOr<std::shared_ptr<const Plan>> build_plan(
     pn.kernel = kernel.value();
     pn.is_async = pn.kernel->is_async();
     pn.expensive = pn.kernel->is_expensive();
+    for (int k = 0; k < pn.num_outputs; ++k) {
+      if (plan->output_uses[pn.first_output + k] == 0) pn.some_output_unused = true;
+    }
+    pn.discard_output = !pn.is_async && pn.num_outputs == 1 && pn.some_output_unused;
   }
   for (const auto& f : fetches) {
-    int s = slot_of(f);
-    plan->fetch_slots.push_back(s);
-    plan->slot_uses[s]++;
+    const PlanInput in = input_of(f);
+    plan->fetch_slots.push_back(static_cast<int>(in.slot) +
+                                (in.release == PlanInput::kPinned ? plan->first_constant_slot : 0));
   }
-  for (const auto& [const_slot, value] : plan->constants) plan->slot_uses[const_slot] = Plan::kPinned;
   for (int i = 0; i < n_nodes; ++i) {
     if (plan->nodes[i].initial_pending > 1) plan->counted_nodes.push_back(i);
   }
-  for (int s = 0; s < plan->num_slots; ++s) {
-    if (plan->slot_uses[s] > 1) plan->counted_slots.push_back(s);
+  // A slot shared by several outputs holds at most one with two or more uses: an output hands its
+  // slot on only when it has one use, and only after that use.
+  for (int o = 0; o < num_outputs; ++o) {
+    if (plan->output_uses[o] > 1) plan->counted_slots.push_back({output_slot[o], plan->output_uses[o]});
+  }
+  for (std::size_t f = 0; f < feeds.size(); ++f) {
+    if (feed_uses[f] > 1) plan->counted_slots.push_back({plan->feed_slots[f], feed_uses[f]});
   }
   plan->kept_slots = plan->feed_slots;
   plan->kept_slots.insert(plan->kept_slots.end(), plan->fetch_slots.begin(), plan->fetch_slots.end());
@@ -297,13 +372,16 @@ void Plan::release_arrays(std::unique_ptr<StepArrays> a, bool completed) const {
   spares.arrays[k] = std::move(a);
 }
 
-RunState::RunState(const Options& options) : opt_(options), plan_(*options.plan) {
+RunState::RunState(const Options& options)
+    : opt_(options), plan_(*options.plan), nodes_(plan_.nodes.data()), inputs_(plan_.inputs.data()),
+      successors_(plan_.successors.data()), output_dtypes_(plan_.output_dtypes.data()),
+      constants_(plan_.constants.data()) {
   arrays_ = plan_.acquire_arrays();
   slots_ = arrays_->slots.get();
   pending_ = arrays_->pending.get();
   slot_uses_ = arrays_->slot_uses.get();
   for (int i : plan_.counted_nodes) pending_[i].store(plan_.nodes[i].initial_pending, std::memory_order_relaxed);
-  for (int s : plan_.counted_slots) slot_uses_[s].store(plan_.slot_uses[s], std::memory_order_relaxed);
+  for (const auto& [s, uses] : plan_.counted_slots) slot_uses_[s].store(uses, std::memory_order_relaxed);
   step_params_.resources = opt_.resources;
   step_params_.cancellation = &cancellation_;
   step_params_.step_id = opt_.step_id;
@@ -455,7 +533,7 @@ TESSERA_HOT_INLINE void RunState::finish_node(std::vector<int>* ready, std::vect
   // Dispatch: cheap nodes inline; expensive ones to the pool, keeping one if nothing is inline.
   int keep_expensive = -1;
   for (int r : *ready) {
-    const auto& pn = plan_.nodes[r];
+    const auto& pn = nodes_[r];
     if (!pn.expensive) {
       inline_stack->push_back(r);
     } else if (keep_expensive < 0 && inline_stack->empty()) {
@@ -483,58 +561,72 @@ void RunState::run_loop(std::vector<int>* stack_ptr) {
   // Everything this thread makes ready and keeps runs in this loop.
   std::vector<int>& stack = *stack_ptr;
   std::vector<int> ready;
+  Tensor discard;  // the output of a node that nobody reads (PlanNode::discard_output)
   while (!stack.empty()) {
-    const int i = stack.back();
+    int i = stack.back();
     stack.pop_back();
-    const PlanNode& pn = plan_.nodes[i];
-    ready.clear();
-    if (!aborted_.load(std::memory_order_acquire)) {
-      const int64_t start = opt_.trace ? now_micros() : 0;
-      if (pn.is_async) {
-        // The context and its inputs must outlive this frame: they live in one AsyncCall until
-        // the kernel calls done (whose closure, two pointers, needs no allocation of its own).
-        auto* call = new AsyncCall(pn.num_inputs, i, start);
-        for (int j = 0; j < pn.num_inputs; ++j) call->inputs[j] = slot(plan_.input_slots[pn.first_input + j]);
-        call->ctx.emplace(step_params_, pn.node, call->inputs, pn.num_inputs,
-                          plan_.slot_dtypes.data() + pn.first_output_slot, slots_ + pn.first_output_slot,
-                          pn.num_outputs);
-        bool threw = false;
-        try {
-          pn.kernel->compute_async(*call->ctx, [this, call] {
-            if (call->phase.exchange(AsyncCall::kDoneEarly, std::memory_order_acq_rel) == AsyncCall::kRunning) {
-              return;
-            }
-            hand_off([this, call] { on_async_done(call); });
-          });
-        } catch (...) {
-          // A kernel that throws before taking ownership of `done` never calls it.
-          call->ctx->fail(status_from_current_exception());
-          threw = true;
-        }
-        if (threw || call->phase.exchange(AsyncCall::kReturned, std::memory_order_acq_rel) == AsyncCall::kDoneEarly) {
-          if (opt_.trace && opt_.device == nullptr) trace_op(pn.node, start);
-          complete(i, *call->ctx, &ready);
-          delete call;
+    // Node i, then, while each node makes exactly one cheap successor ready, that successor: what
+    // finish_node would push and the stack would pop next, without either.
+    for (;;) {
+      const PlanNode& pn = nodes_[i];
+      ready.clear();
+      if (!aborted_.load(std::memory_order_acquire)) {
+        const int64_t start = opt_.trace ? now_micros() : 0;
+        if (pn.is_async) {
+          if (!run_async_node(i, start, &ready)) break;  // still waiting: outstanding_ counts it
         } else {
-          continue;  // still waiting: outstanding_ counts it until on_async_done
+          run_sync(i, start, &ready, &discard);
         }
-      } else {
-        run_sync(i, start, &ready);
       }
+      // This node is over; count the ones it made ready before anyone can run them. A node that
+      // makes exactly one successor ready leaves the count unchanged: no atomic needed.
+      const int64_t delta = static_cast<int64_t>(ready.size()) - 1;
+      if (delta != 0 && outstanding_.fetch_add(delta, std::memory_order_acq_rel) + delta == 0) {
+        done();  // `this` may be gone from here on
+        return;
+      }
+      if (delta == 0 && !nodes_[ready[0]].expensive) {
+        i = ready[0];
+        continue;
+      }
+      finish_node(&ready, &stack);
+      break;
     }
-    // This node is over; count the ones it made ready before anyone can run them. A node that
-    // makes exactly one successor ready leaves the count unchanged: no atomic needed.
-    const int64_t delta = static_cast<int64_t>(ready.size()) - 1;
-    if (delta != 0 && outstanding_.fetch_add(delta, std::memory_order_acq_rel) + delta == 0) {
-      done();  // `this` may be gone from here on
-      return;
-    }
-    finish_node(&ready, &stack);
   }
 }
 
-TESSERA_HOT_INLINE void RunState::run_sync(int i, int64_t start, std::vector<int>* ready) {
-  const PlanNode& pn = plan_.nodes[i];
+bool RunState::run_async_node(int i, int64_t start, std::vector<int>* ready) {
+  const PlanNode& pn = nodes_[i];
+  // The context and its inputs must outlive this frame: they live in one AsyncCall until the
+  // kernel calls done (whose closure, two pointers, needs no allocation of its own).
+  auto* call = new AsyncCall(pn.num_inputs, i, start);
+  for (int j = 0; j < pn.num_inputs; ++j) call->inputs[j] = input(inputs_[pn.first_input + j]);
+  call->ctx.emplace(step_params_, pn.node, call->inputs, pn.num_inputs, output_dtypes_ + pn.first_output,
+                    slots_ + pn.first_output_slot, pn.num_outputs);
+  bool threw = false;
+  try {
+    pn.kernel->compute_async(*call->ctx, [this, call] {
+      if (call->phase.exchange(AsyncCall::kDoneEarly, std::memory_order_acq_rel) == AsyncCall::kRunning) {
+        return;
+      }
+      hand_off([this, call] { on_async_done(call); });
+    });
+  } catch (...) {
+    // A kernel that throws before taking ownership of `done` never calls it.
+    call->ctx->fail(status_from_current_exception());
+    threw = true;
+  }
+  if (!threw && call->phase.exchange(AsyncCall::kReturned, std::memory_order_acq_rel) != AsyncCall::kDoneEarly) {
+    return false;  // on_async_done completes it
+  }
+  if (opt_.trace && opt_.device == nullptr) trace_op(pn.node, start);
+  complete(i, *call->ctx, slots_ + pn.first_output_slot, ready);
+  delete call;
+  return true;
+}
+
+TESSERA_HOT_INLINE void RunState::run_sync(int i, int64_t start, std::vector<int>* ready, Tensor* discard) {
+  const PlanNode& pn = nodes_[i];
   constexpr int kInlineInputs = 8;
   const Tensor* small[kInlineInputs];
   std::unique_ptr<const Tensor*[]> big;
@@ -543,18 +635,20 @@ TESSERA_HOT_INLINE void RunState::run_sync(int i, int64_t start, std::vector<int
     big = std::make_unique<const Tensor*[]>(pn.num_inputs);
     inputs = big.get();
   }
-  for (int j = 0; j < pn.num_inputs; ++j) inputs[j] = slot(plan_.input_slots[pn.first_input + j]);
-  // The kernel writes its outputs straight into the node's slots (see complete()).
-  OpKernelContext ctx(step_params_, pn.node, inputs, pn.num_inputs,
-                      plan_.slot_dtypes.data() + pn.first_output_slot, slots_ + pn.first_output_slot,
-                      pn.num_outputs);
+  for (int j = 0; j < pn.num_inputs; ++j) inputs[j] = input(inputs_[pn.first_input + j]);
+  // The kernel writes its outputs straight into the node's slots (see complete()), or an output
+  // no one reads into `discard`.
+  Tensor* outputs = pn.discard_output ? discard : slots_ + pn.first_output_slot;
+  OpKernelContext ctx(step_params_, pn.node, inputs, pn.num_inputs, output_dtypes_ + pn.first_output,
+                      outputs, pn.num_outputs);
   try {
     pn.kernel->compute(ctx);
   } catch (...) {
     ctx.fail(status_from_current_exception());
   }
   if (opt_.trace) trace_op(pn.node, start);
-  complete(i, ctx, ready);
+  complete(i, ctx, outputs, ready);
+  if (pn.discard_output) discard->reset();  // complete() did, unless the node failed
 }
 
 void RunState::on_async_done(AsyncCall* call) {
@@ -563,8 +657,8 @@ void RunState::on_async_done(AsyncCall* call) {
   std::vector<int> ready;
   // On a device the kernel traces itself, on its stream: the executor's span would only show
   // the wait.
-  if (opt_.trace && opt_.device == nullptr) trace_op(plan_.nodes[i].node, start);
-  complete(i, *call->ctx, &ready);
+  if (opt_.trace && opt_.device == nullptr) trace_op(nodes_[i].node, start);
+  complete(i, *call->ctx, slots_ + nodes_[i].first_output_slot, &ready);
   delete call;
   const int64_t delta = static_cast<int64_t>(ready.size()) - 1;
   if (delta != 0 && outstanding_.fetch_add(delta, std::memory_order_acq_rel) + delta == 0) {
@@ -576,34 +670,36 @@ void RunState::on_async_done(AsyncCall* call) {
   if (!stack.empty()) run_loop(&stack);
 }
 
-TESSERA_HOT_INLINE bool RunState::complete(int i, OpKernelContext& ctx, std::vector<int>* ready) {
-  const PlanNode& pn = plan_.nodes[i];
+TESSERA_HOT_INLINE bool RunState::complete(int i, OpKernelContext& ctx, Tensor* outputs, std::vector<int>* ready) {
+  const PlanNode& pn = nodes_[i];
   if (!ctx.status().ok()) [[unlikely]] {
     record_error(ctx.status());
     return false;
   }
-  // The outputs are already in their slots (the context writes there). A failed or aborted
-  // step leaves them: the step's arrays are cleared when it ends (Plan::release_arrays).
+  // The outputs are already in place (the context writes there). A failed or aborted step leaves
+  // them: the step's arrays are cleared when it ends (Plan::release_arrays).
   for (int k = 0; k < pn.num_outputs; ++k) {
-    const int s = pn.first_output_slot + k;
-    Tensor& t = slots_[s];
-    if (t.is_null() || t.dtype() != plan_.slot_dtypes[s]) [[unlikely]] {
-      fail_output(i, k);
+    Tensor& t = outputs[k];
+    if (t.is_null() || t.dtype() != output_dtypes_[pn.first_output + k]) [[unlikely]] {
+      fail_output(i, k, t);
       return false;
     }
-    if (plan_.slot_uses[s] == 0) t.reset();  // nobody reads it
+    if (pn.some_output_unused && plan_.output_uses[pn.first_output + k] == 0) t.reset();  // nobody reads it
   }
   if (aborted_.load(std::memory_order_acquire)) return false;
-  // A slot with one use and a successor with one predecessor involve no other thread.
+  // A value with one use and a successor with one predecessor involve no other thread. A slot is
+  // released before the successors start: one of them may store its output there (Note [Slot
+  // reuse]).
   for (int j = 0; j < pn.num_inputs; ++j) {
-    const int s = plan_.input_slots[pn.first_input + j];
-    const int uses = plan_.slot_uses[s];
-    if (uses == Plan::kPinned) continue;
-    if (uses == 1 || slot_uses_[s].fetch_sub(1, std::memory_order_acq_rel) == 1) slots_[s].reset();
+    const PlanInput in = inputs_[pn.first_input + j];
+    if (in.release == PlanInput::kPinned) continue;
+    if (in.release == PlanInput::kLastUse || slot_uses_[in.slot].fetch_sub(1, std::memory_order_acq_rel) == 1) {
+      slots_[in.slot].reset();
+    }
   }
   for (int k = 0; k < pn.num_successors; ++k) {
-    const int succ = plan_.successors[pn.first_successor + k];
-    if (plan_.nodes[succ].initial_pending == 1 ||
+    const int succ = successors_[pn.first_successor + k];
+    if (nodes_[succ].initial_pending == 1 ||
         pending_[succ].fetch_sub(1, std::memory_order_acq_rel) == 1) {
       ready->push_back(succ);
     }
@@ -611,13 +707,11 @@ TESSERA_HOT_INLINE bool RunState::complete(int i, OpKernelContext& ctx, std::vec
   return true;
 }
 
-void RunState::fail_output(int i, int k) {
-  const PlanNode& pn = plan_.nodes[i];
-  const int s = pn.first_output_slot + k;
-  const Tensor& t = slots_[s];
+void RunState::fail_output(int i, int k, const Tensor& t) {
+  const PlanNode& pn = nodes_[i];
   record_error(errors::internal("{}: kernel produced {} for output {} (expected {})", pn.node->debug_name(),
                                 t.is_null() ? "nothing" : dtype_name(t.dtype()), k,
-                                dtype_name(plan_.slot_dtypes[s])));
+                                dtype_name(output_dtypes_[pn.first_output + k])));
 }
 
 std::vector<TraceRecord> RunState::take_trace() {

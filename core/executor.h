@@ -32,15 +32,31 @@ using Runner = std::function<void(std::function<void()>)>;
 struct PlanNode {
   const Node* node = nullptr;  // Not owned.
   OpKernel* kernel = nullptr;  // Not owned: the session's kernel cache owns it.
-  int first_input = 0;         // into Plan::input_slots
+  int first_input = 0;         // into Plan::inputs
   int num_inputs = 0;
-  int first_output_slot = 0;   // slots [first_output_slot, first_output_slot + num_outputs)
+  int first_output = 0;        // into Plan::output_dtypes and output_uses
+  int first_output_slot = 0;   // stored in slots [first_output_slot, first_output_slot + num_outputs)
   int num_outputs = 0;
   int first_successor = 0;     // into Plan::successors
   int num_successors = 0;
   int initial_pending = 0;     // distinct predecessors in the plan
   bool is_async = false;
   bool expensive = false;
+  bool some_output_unused = false;  // an output no one reads: released as soon as it is made
+  // A synchronous node with one output that no one reads: the kernel writes it to a scratch
+  // tensor of the running loop, not to the step's slots (Note [Slot reuse]).
+  bool discard_output = false;
+};
+
+// One input of a node: the slot it reads, and what becomes of the value there after the read.
+struct PlanInput {
+  enum Release : uint32_t {
+    kLastUse = 0,  // the value's only use (not fetched): released after the read
+    kCounted = 1,  // one of several uses: the last one releases it (Plan::counted_slots)
+    kPinned = 2,   // a hoisted constant: never released
+  };
+  uint32_t slot;     // kPinned: the index into Plan::constants
+  uint32_t release;  // a Release (a plain word: no bit-field to unpack on the per-op path)
 };
 
 // The per-step arrays of a plan, reused across steps by each thread (allocating and constructing
@@ -52,27 +68,30 @@ struct StepArrays {
 };
 
 struct Plan {
-  static constexpr int kPinned = -1;  // slot_uses of a hoisted constant: never released
   std::vector<PlanNode> nodes;     // topological order
-  std::vector<int> input_slots;    // per node input: slot index
+  std::vector<PlanInput> inputs;   // per node input
   std::vector<int> successors;     // per node: plan indices of distinct successors
   std::vector<int> roots;          // nodes with no pending predecessors
-  int num_slots = 0;               // node outputs, one slot per feed, one per hoisted constant
+  // Per node output: the dtype its kernel must deliver, and its uses (consumers, +1 when fetched;
+  // 0: released as soon as it is made).
+  std::vector<DType> output_dtypes;
+  std::vector<int> output_uses;
+  // A step's slots: node outputs (outputs whose lifetimes cannot overlap share one, Note [Slot
+  // reuse] in executor.cc), then one per feed, then one per hoisted constant.
+  int num_slots = 0;
   std::vector<int> feed_slots;     // parallel to the signature's feeds
   std::vector<int> fetch_slots;    // parallel to the signature's fetches
-  std::vector<int> slot_uses;      // consumers per slot (+1 when fetched: never released early)
-  std::vector<DType> slot_dtypes;  // per slot, the dtype its producer must deliver
   // Hoisted Const ops: slot, value. Their slots are the last ones, [first_constant_slot,
   // num_slots), in this order; a step reads them in place (it neither copies them nor touches
   // their refcounts, a cache line every thread would share).
   std::vector<std::pair<int, Tensor>> constants;
   int first_constant_slot = 0;
   // The only entries of a step's counters that are ever read: nodes with two or more
-  // predecessors (pending) and slots with two or more uses (slot_uses). A node with one
-  // predecessor, or a slot with one use, involves no other thread and is never counted; so a
-  // step resets just these, not an array entry per node and per slot.
+  // predecessors (pending) and slots whose value has two or more uses (slot_uses; slot, uses). A
+  // node with one predecessor, or a value with one use, involves no other thread and is never
+  // counted; so a step resets just these, not an array entry per node and per slot.
   std::vector<int> counted_nodes;
-  std::vector<int> counted_slots;
+  std::vector<std::pair<int, int>> counted_slots;
   // The slots a step that ran to completion leaves set: feeds and fetches (every other value is
   // released by its last consumer, or never stored).
   std::vector<int> kept_slots;
@@ -146,11 +165,20 @@ class RunState final : public TraceSink {
     const int c = s - plan_.first_constant_slot;
     return c < 0 ? &slots_[s] : &plan_.constants[c].second;
   }
+  // The value an input reads.
+  const Tensor* input(PlanInput in) const {
+    return in.release == PlanInput::kPinned ? &constants_[in.slot].second : &slots_[in.slot];
+  }
   void process(int node_index);
   // Runs the nodes on `stack` and every cheap node they make ready, until the stack is empty
   // (or the step is over: `this` may then be gone).
   void run_loop(std::vector<int>* stack);
-  void run_sync(int node_index, int64_t start, std::vector<int>* ready);
+  // Runs a synchronous kernel and completes it. Its output goes to `discard` (null before and
+  // after) when no one reads it (PlanNode::discard_output).
+  void run_sync(int node_index, int64_t start, std::vector<int>* ready, Tensor* discard);
+  // Starts an async kernel; true when it finished before returning (it is then completed), false
+  // when on_async_done will complete it.
+  bool run_async_node(int node_index, int64_t start, std::vector<int>* ready);
   // An async kernel's call in flight: its context and inputs, and whether done() came before
   // compute_async returned (Note [Async kernels]).
   struct AsyncCall {
@@ -173,11 +201,11 @@ class RunState final : public TraceSink {
     std::optional<OpKernelContext> ctx;
   };
   void on_async_done(AsyncCall* call);
-  // Checks the outputs (the kernel wrote them into their slots), releases inputs, collects newly
-  // ready successors; returns false on error.
-  bool complete(int node_index, OpKernelContext& ctx, std::vector<int>* ready);
-  // complete()'s error for output k of node i: missing, or of the wrong dtype.
-  void fail_output(int node_index, int k);
+  // Checks the outputs (the kernel wrote them into `outputs`: their slots, or the discard
+  // tensor), releases inputs, collects newly ready successors; returns false on error.
+  bool complete(int node_index, OpKernelContext& ctx, Tensor* outputs, std::vector<int>* ready);
+  // complete()'s error for output k of node i, `t`: missing, or of the wrong dtype.
+  void fail_output(int node_index, int k, const Tensor& t);
   void record_error(const Status& s);
   // Dispatches the nodes a finished node made ready: cheap ones onto `inline_stack` (this thread
   // runs them next), expensive ones to the pool, keeping one if nothing cheap is left. Clears
@@ -189,6 +217,13 @@ class RunState final : public TraceSink {
 
   Options opt_;
   const Plan& plan_;
+  // The plan's arrays that every node reads (plan_'s, not owned), held here: one load each
+  // instead of two.
+  const PlanNode* const nodes_;
+  const PlanInput* const inputs_;
+  const int* const successors_;
+  const DType* const output_dtypes_;
+  const std::pair<int, Tensor>* const constants_;
   // The kernel context fields every node of this step shares (set once, copied per node).
   OpKernelContext::Params step_params_;
   std::unique_ptr<StepArrays> arrays_;
