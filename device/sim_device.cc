@@ -157,22 +157,28 @@ StatusOr<int> parse_sim_accelerator_count(const char* value) {
   return n;
 }
 
-Status register_sim_devices(int n, DeviceRegistry& registry, SimDeviceOptions options) {
-  if (n < 0 || n > kMaxSimDevices) {
+Status register_sim_devices(int n, DeviceRegistry& registry, SimDeviceOptions options, int first) {
+  if (first < 0 || first > kMaxSimDevices) {
+    return errors::invalid_argument("the first simulated accelerator's index must be from 0 to {}, got {}",
+                                    kMaxSimDevices, first);
+  }
+  if (n < 0 || n > kMaxSimDevices - first) {
     return errors::invalid_argument("number of simulated accelerators must be from 0 to {}, got {}",
-                                    kMaxSimDevices, n);
+                                    kMaxSimDevices - first, n);
   }
   if (options.num_compute_streams < 1) {
     return errors::invalid_argument("a simulated accelerator needs at least one compute stream, got {}",
                                     options.num_compute_streams);
   }
-  for (int i = 0; i < n; ++i) {
+  for (int i = first; i < first + n; ++i) {
     auto existing = registry.find_all("/device:SIM:" + std::to_string(i));
     if (existing.ok() && !existing.value().empty()) {
       return errors::already_exists("{} is already registered", existing.value().front()->name());
     }
   }
-  for (int i = 0; i < n; ++i) TESSERA_RETURN_IF_ERROR(registry.add(std::make_unique<SimDevice>(i, options)));
+  for (int i = first; i < first + n; ++i) {
+    TESSERA_RETURN_IF_ERROR(registry.add(std::make_unique<SimDevice>(i, options)));
+  }
   return Status::ok_status();
 }
 
@@ -211,11 +217,10 @@ std::vector<std::string> add_simulated_accelerators(int n) {
     throw InvalidArgumentError(fmt::format("add_simulated_accelerators: n must be from 1 to {} (this process has {}), got {}",
                                            kMaxSimDevices - have, have, n));
   }
+  internal::register_sim_devices(n, registry, {}, /*first=*/have).raise();
   std::vector<std::string> names;
   for (int i = have; i < have + n; ++i) {
-    auto device = std::make_unique<internal::SimDevice>(i);
-    names.push_back(device->name());
-    registry.add(std::move(device)).raise();
+    names.push_back(registry.find("/device:SIM:" + std::to_string(i)).value_or_raise()->name());
   }
   return names;
 }

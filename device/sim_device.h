@@ -94,9 +94,11 @@ class SimDevice final : public Device {
 // [0, kMaxSimDevices]; InvalidArgument naming the variable otherwise.
 inline constexpr int kMaxSimDevices = 64;
 StatusOr<int> parse_sim_accelerator_count(const char* value);
-// Registers /device:SIM:0..n-1 in `registry`. InvalidArgument for a bad n, AlreadyExists when one
-// is registered already (nothing is registered then).
-[[nodiscard]] Status register_sim_devices(int n, DeviceRegistry& registry, SimDeviceOptions options = {});
+// Registers /device:SIM:first..first+n-1 in `registry`. InvalidArgument for a bad n or first (at
+// most kMaxSimDevices in all), AlreadyExists when one is registered already (nothing is
+// registered then).
+[[nodiscard]] Status register_sim_devices(int n, DeviceRegistry& registry, SimDeviceOptions options = {},
+                                          int first = 0);
 // Reads TESSERA_SIM_ACCELERATORS and registers that many SIM devices; returns how many.
 StatusOr<int> register_sim_devices_from_env(DeviceRegistry& registry);
 

@@ -208,5 +208,24 @@ TEST(DeviceFactoryTest, MemoryStatsOfAnUnknownDeviceIsNotFound) {
   EXPECT_THROW(memory_stats("/device:"), InvalidArgumentError);
 }
 
+// The demo's way to get an accelerator on a machine without one: SIM devices after those already
+// there, listed like any other; a bad count is refused with nothing added.
+TEST(DeviceFactoryTest, AddSimulatedAcceleratorsAppendsListedDevices) {
+  auto sims = [] {
+    int n = 0;
+    for (const DeviceInfo& d : list_devices()) n += d.type == "SIM";
+    return n;
+  };
+  const int have = sims();
+  const std::vector<std::string> added = add_simulated_accelerators(2);
+  ASSERT_EQ(added.size(), 2u);
+  EXPECT_EQ(added[0], "/job:localhost/replica:0/task:0/device:SIM:" + std::to_string(have));
+  EXPECT_EQ(added[1], "/job:localhost/replica:0/task:0/device:SIM:" + std::to_string(have + 1));
+  EXPECT_EQ(sims(), have + 2);
+  EXPECT_THROW(add_simulated_accelerators(0), InvalidArgumentError);
+  EXPECT_THROW(add_simulated_accelerators(64), InvalidArgumentError);
+  EXPECT_EQ(sims(), have + 2);
+}
+
 }  // namespace
 }  // namespace tessera
