@@ -212,7 +212,8 @@ StatusOr<std::shared_ptr<const StepPlan>> SessionImpl::get_plan(const std::vecto
 
 Status SessionImpl::run_step(const std::vector<Output>& fetches, const FeedMap& feeds,
                              const std::vector<Operation>& targets, const RunOptions& options, RunMetadata* metadata,
-                             int64_t step_id, std::vector<TraceRecord>* records, std::vector<Tensor>* outputs) {
+                             int64_t step_id, std::vector<TraceRecord>* records, std::vector<Tensor>* outputs,
+                             Rendezvous* remote) {
   // Signature: feeds (ordered by the map), fetches, targets -> cache key.
   std::vector<uint64_t> key;
   key.reserve(feeds.size() + fetches.size() + targets.size() + 2);
@@ -273,8 +274,9 @@ Status SessionImpl::run_step(const std::vector<Output>& fetches, const FeedMap& 
   ro.step_id = step_id != 0 ? step_id : next_step_id();
   ro.timeout = options.timeout;
   ro.trace = options.trace;
+  ro.rendezvous = remote;
   std::unique_ptr<MultiStep> multi;  // only for a step that spans devices
-  if (!sp.devices.empty()) multi = std::make_unique<MultiStep>(sp, ro);
+  if (!sp.devices.empty()) multi = std::make_unique<MultiStep>(sp, ro, remote);
   RunState rs(ro);
   int i = 0;
   for (const auto& [out, value] : feeds) rs.set_feed(i++, value);
@@ -321,12 +323,13 @@ std::vector<Tensor> SessionImpl::run(const std::vector<Output>& fetches, const F
   return outputs;
 }
 
-SessionImpl::MultiStep::MultiStep(const StepPlan& sp, RunState::Options& host_options)
-    : rendezvous(sp.num_keys) {
+SessionImpl::MultiStep::MultiStep(const StepPlan& sp, RunState::Options& host_options, Rendezvous* remote)
+    : rendezvous(sp.num_keys, remote), remote(remote) {
   abort = [this](const Status& reason) {
     if (aborting.exchange(true)) return;
     root_cause = reason;
     rendezvous.abort(reason);
+    if (this->remote != nullptr) this->remote->abort(reason);  // ends this task's pulls too
     for (auto& part : parts) part->cancel(reason);
   };
   host_options.rendezvous = &rendezvous;

@@ -33,14 +33,15 @@ class SessionImpl final : public SessionBackend {
   SessionImpl(Graph& graph, SessionOptions options, ResourceMgr* shared);
   ~SessionImpl() override;
 
-  // `step_id` 0: a fresh one. A cluster worker passes the master's, which keys the step's
-  // cross-task exchange (transport/worker.h). A traced step's spans go to `metadata` as JSON and,
+  // `step_id` 0: a fresh one. A cluster worker passes the master's, and `remote`, the step's
+  // rendezvous with the other tasks (not owned; null outside a cluster step): the partition's
+  // _Send/_Recv graph nodes go through it. A traced step's spans go to `metadata` as JSON and,
   // when `records` is given, to it as they are (now_micros() clock; a worker sends them on).
   // Internal callers (the cluster worker) use run_step; run() is the public edge, which throws.
   [[nodiscard]] Status run_step(const std::vector<Output>& fetches, const FeedMap& feeds,
                                 const std::vector<Operation>& targets, const RunOptions& options,
                                 RunMetadata* metadata, int64_t step_id, std::vector<TraceRecord>* records,
-                                std::vector<Tensor>* outputs);
+                                std::vector<Tensor>* outputs, Rendezvous* remote = nullptr);
   std::vector<Tensor> run(const std::vector<Output>& fetches, const FeedMap& feeds,
                           const std::vector<Operation>& targets, const RunOptions& options,
                           RunMetadata* metadata) override;
@@ -64,13 +65,14 @@ class SessionImpl final : public SessionBackend {
   // The partitions of a step that spans devices: they share a rendezvous and fail together.
   struct MultiStep {
     // Makes the device partitions' run states and points the host's options at the rendezvous
-    // and `abort`.
-    MultiStep(const StepPlan& sp, RunState::Options& host_options);
+    // and `abort`. `remote`: the cluster step's rendezvous (may be null), aborted with the step.
+    MultiStep(const StepPlan& sp, RunState::Options& host_options, Rendezvous* remote);
     // Starts the device partitions, runs the host partition on this thread, then waits for the
     // others; the first failure among them.
     Status run(RunState& host, const RunState::Options& base);
 
-    Rendezvous rendezvous;
+    LocalRendezvous rendezvous;
+    Rendezvous* remote;
     std::vector<std::unique_ptr<RunState>> parts;
     std::function<void(const Status&)> abort;  // the first call aborts the step
     std::atomic<bool> aborting{false};

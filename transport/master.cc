@@ -15,6 +15,7 @@
 
 #include "core/device_name.h"
 #include "core/executor.h"
+#include "core/graph_partition.h"
 #include "core/placement.h"
 #include "host/direct_session.h"
 #include "tessera/errors.h"
@@ -44,13 +45,12 @@ namespace tessera::internal {
 // Note [Master steps]
 // ~~~~~~~~~~~~~~~~~~~
 // Partitions. Per step signature (feeds, fetches, targets), the master prunes the graph to what the
-// step needs and splits it by task. Each task's partition keeps its nodes (their device reduced to
-// "/device:TYPE:N"; see Note [Worker] in worker.cc for how the worker runs it) and gets:
-//   * a Placeholder "_feed/<node>_<i>" per fed tensor its nodes consume: the master sends every
-//     task the feeds it needs directly;
-//   * a _RemoteRecv per tensor it consumes from another task (and a bool token per control edge
-//     from another task), and a _RemoteSend per tensor another task consumes from it;
-//   * its share of the fetches and targets, and its _RemoteSends as targets.
+// step needs and splits it by task with the partitioner every session uses (Note [Graph
+// partition]): each task's partition keeps its nodes (their device reduced to "/device:TYPE:N";
+// Note [Worker] in worker.cc says how the worker runs it), a Placeholder per fed tensor it
+// consumes (the master sends every task the feeds it needs directly), a _Recv per tensor or
+// control edge it takes from another task and a _Send per one it gives, and its share of the
+// fetches and targets.
 // The partitions are registered once per signature; then a step is one RunGraph per task, all
 // started at once with the same step id, and the master waits for none of them on a thread: each
 // reply arrives on an RPC thread, and the last one answers the client.
@@ -58,7 +58,7 @@ namespace tessera::internal {
 // Failure. The first failure of a step (a kernel error, a deadline, a task that cannot be reached
 // or whose connection is lost) aborts the step on every other task of the step (CleanupGraph with
 // the reason), so nothing waits for a tensor that will never come. The step reports the root cause:
-// the first error that is not an echo of another task's failure (a _RemoteRecv that failed because
+// the first error that is not an echo of another task's failure (a _Recv that failed because
 // its producer did). Errors crossing tasks keep their code and message.
 //
 // Step ids are random 64-bit numbers (a per-process random base plus a counter), because several
@@ -80,38 +80,7 @@ int64_t new_step_id() {
   return id == 0 ? 1 : static_cast<int64_t>(id);
 }
 
-// "a/b" -> "a_b" style: a task name usable inside a node name ("/job:ps/replica:0/task:0" ->
-// "ps_0").
-std::string task_tag(const std::string& task) {
-  auto spec = DeviceSpec::parse(task);
-  if (!spec.ok() || !spec.value().job || !spec.value().task) return "task";
-  return fmt::format("{}_{}", *spec.value().job, *spec.value().task);
-}
-
 std::string tensor_name(const std::string& node, int index) { return fmt::format("{}:{}", node, index); }
-
-// Splits "node:3" / "^node".
-struct InputRef {
-  std::string node;
-  int index = 0;
-  bool control = false;
-};
-InputRef parse_input(const std::string& s) {
-  InputRef r;
-  if (!s.empty() && s[0] == '^') {
-    r.node = s.substr(1);
-    r.control = true;
-    return r;
-  }
-  const std::size_t colon = s.rfind(':');
-  if (colon == std::string::npos) {
-    r.node = s;
-    return r;
-  }
-  r.node = s.substr(0, colon);
-  r.index = std::stoi(s.substr(colon + 1));
-  return r;
-}
 
 }  // namespace
 
@@ -137,12 +106,6 @@ PlacementPolicy policy_of(const std::string& name) {
   if (name == "gpu_first") return PlacementPolicy::kGpuFirst;
   if (name == "cpu_only") return PlacementPolicy::kCpuOnly;
   return PlacementPolicy::kCost;
-}
-
-pb::AttrValue attr_s(const std::string& v) {
-  pb::AttrValue a;
-  a.set_s(v);
-  return a;
 }
 
 }  // namespace
@@ -429,108 +392,16 @@ StatusOr<std::shared_ptr<const MasterSession::Plan>> MasterSession::plan_for(con
   }
   // Only what the step needs is placed (so a task that is down fails only the steps that use it).
   TESSERA_RETURN_IF_ERROR(place_locked(needed));
-  std::unordered_map<std::string, int> fed;  // tensor name -> feed index
-  for (std::size_t i = 0; i < feed_eps.size(); ++i) fed[tensor_name(feed_eps[i].node->name, feed_eps[i].index)] = static_cast<int>(i);
-
-  auto task_of_node = [&](const Node* n) -> StatusOr<std::string> { return task_of_device(placement_.at(n)); };
-  auto whole = wire::encode_graph(graph_.impl());
-  if (!whole.ok()) return whole.status();
-
-  struct Building {
-    pb::GraphDef def;
-    std::vector<std::string> fetch, target, feed_names;
-    std::vector<int> feeds;
-    std::set<std::string> names;  // extra nodes added (recv, send, feed)
+  // One partition per task (Note [Graph partition]); each task's worker splits its own by device.
+  PartitionOptions popts;
+  popts.device_of = [&](const Node& n) { return placement_.at(&n); };
+  popts.partition_of = [](const std::string& device) {
+    auto task = task_of_device(device);  // every device came from a task's GetStatus
+    return task.ok() ? task.value() : device;
   };
-  std::map<std::string, Building> parts;
-  auto part = [&](const std::string& task) -> Building& {
-    Building& b = parts[task];
-    b.def.set_version(wire::kWireVersion);
-    return b;
-  };
-  auto add_node = [](Building& b, pb::NodeDef nd) {
-    if (b.names.insert(nd.name()).second) *b.def.add_node() = std::move(nd);
-  };
-
-  for (const pb::NodeDef& original : whole.value().node()) {
-    const Node* n = graph_.impl().find(original.name());
-    if (n == nullptr || !in_step.count(n)) continue;
-    auto task = task_of_node(n);
-    if (!task.ok()) return task.status().with_prefix(n->debug_name() + ": ");
-    auto spec = DeviceSpec::parse(placement_.at(n));
-    pb::NodeDef nd = original;
-    nd.set_device(fmt::format("/device:{}:{}", *spec.value().type, *spec.value().id));
-    nd.clear_colocate_with();
-    nd.clear_input();
-    Building& mine = part(task.value());
-    for (const std::string& in : original.input()) {
-      InputRef ref = parse_input(in);
-      const Node* p = graph_.impl().find(ref.node);
-      TESSERA_CHECK(p != nullptr);
-      if (!ref.control) {
-        const std::string tname = tensor_name(ref.node, ref.index);
-        auto f = fed.find(tname);
-        if (f != fed.end()) {
-          const std::string ph = fmt::format("_feed/{}_{}", ref.node, ref.index);
-          if (!mine.names.count(ph)) {
-            pb::NodeDef feed;
-            feed.set_name(ph);
-            feed.set_op("Placeholder");
-            feed.set_device("/device:CPU:0");
-            (*feed.mutable_attr())["dtype"].set_type(wire::encode_dtype(p->output_dtypes[ref.index]));
-            *(*feed.mutable_attr())["shape"].mutable_shape() = wire::encode_shape(p->output_shapes[ref.index]);
-            add_node(mine, std::move(feed));
-            mine.feeds.push_back(f->second);
-            mine.feed_names.push_back(ph + ":0");
-          }
-          nd.add_input(ph + ":0");
-          continue;
-        }
-      }
-      auto ptask = task_of_node(p);
-      if (!ptask.ok()) return ptask.status();
-      if (ptask.value() == task.value()) {
-        nd.add_input(in);
-        continue;
-      }
-      // Crosses tasks: a _RemoteSend on the producer's task, a _RemoteRecv here.
-      const std::string key = ref.control ? fmt::format("^{};{}", ref.node, task.value())
-                                          : fmt::format("{};{}", tensor_name(ref.node, ref.index), task.value());
-      const std::string recv_name = ref.control ? fmt::format("_crecv/{}", ref.node)
-                                                : fmt::format("_recv/{}_{}", ref.node, ref.index);
-      const std::string send_name = ref.control ? fmt::format("_csend/{}/{}", ref.node, task_tag(task.value()))
-                                                : fmt::format("_send/{}_{}/{}", ref.node, ref.index, task_tag(task.value()));
-      Building& theirs = part(ptask.value());
-      if (!theirs.names.count(send_name)) {
-        pb::NodeDef send;
-        send.set_name(send_name);
-        send.set_op("_RemoteSend");
-        send.set_device("/device:CPU:0");
-        send.add_input(ref.control ? "^" + ref.node : tensor_name(ref.node, ref.index));
-        (*send.mutable_attr())["key"] = attr_s(key);
-        add_node(theirs, std::move(send));
-        theirs.target.push_back(send_name);
-      }
-      if (!mine.names.count(recv_name)) {
-        pb::NodeDef recv;
-        recv.set_name(recv_name);
-        recv.set_op("_RemoteRecv");
-        recv.set_device("/device:CPU:0");
-        (*recv.mutable_attr())["key"] = attr_s(key);
-        (*recv.mutable_attr())["src_task"] = attr_s(ptask.value());
-        const DType dt = ref.control ? DType::Bool : p->output_dtypes[ref.index];
-        const Shape shape = ref.control ? Shape{} : p->output_shapes[ref.index];
-        (*recv.mutable_attr())["dtype"].set_type(wire::encode_dtype(dt));
-        *(*recv.mutable_attr())["shape"].mutable_shape() = wire::encode_shape(shape);
-        add_node(mine, std::move(recv));
-      }
-      nd.add_input(ref.control ? "^" + recv_name : recv_name + ":0");
-    }
-    // Data inputs must come before control inputs.
-    std::stable_partition(nd.mutable_input()->begin(), nd.mutable_input()->end(),
-                          [](const std::string& s) { return s.empty() || s[0] != '^'; });
-    add_node(mine, std::move(nd));
-  }
+  popts.transfer_device = [](const std::string& task) { return task + "/device:CPU:0"; };
+  auto parted = partition_step(graph_.impl(), needed, feed_eps, fetch_eps, target_nodes, popts);
+  if (!parted.ok()) return parted.status();
 
   auto plan = std::make_shared<Plan>();
   for (const Endpoint& f : feed_eps) {
@@ -538,51 +409,39 @@ StatusOr<std::shared_ptr<const MasterSession::Plan>> MasterSession::plan_for(con
     plan->feed_shapes.push_back(f.node->output_shapes[f.index]);
     plan->feed_ops.push_back(f.node->debug_name());
   }
-  std::map<std::string, int> part_index;
-  for (auto& [task, b] : parts) {
-    part_index[task] = static_cast<int>(plan->parts.size());
+  plan->fetch_from = parted.value().fetch_from;
+  for (GraphPartition& gp : parted.value().partitions) {
+    // A worker places by "/device:TYPE:N" within its task; the transfers and feeds run on its CPU.
+    for (Node* n : gp.nodes) {
+      if (n->origin == nullptr) {
+        n->requested_device = "/device:CPU:0";
+        continue;
+      }
+      auto spec = DeviceSpec::parse(placement_.at(n->origin));
+      if (!spec.ok() || !spec.value().type || !spec.value().id) {
+        return errors::internal("{}: placed on '{}', not a device named in full", n->debug_name(),
+                                placement_.at(n->origin));
+      }
+      n->requested_device = fmt::format("/device:{}:{}", *spec.value().type, *spec.value().id);
+      n->colocate_with.clear();
+    }
+    auto def = wire::encode_graph(graph_.impl(), std::vector<const Node*>(gp.nodes.begin(), gp.nodes.end()));
+    if (!def.ok()) return def.status().with_prefix(fmt::format("partition for task {}: ", gp.name));
     Part p;
-    p.task = task;
-    p.feeds = b.feeds;
-    p.feed_names = b.feed_names;
-    plan->parts.push_back(std::move(p));
-  }
-  for (const Endpoint& f : fetch_eps) {
-    const std::string name = tensor_name(f.node->name, f.index);
-    auto fi = fed.find(name);
-    if (fi != fed.end()) {
-      plan->fetch_from.emplace_back(-1, fi->second);
-      continue;
-    }
-    auto task = task_of_node(f.node);
-    if (!task.ok()) return task.status();
-    Building& b = parts.at(task.value());
-    auto pos = std::find(b.fetch.begin(), b.fetch.end(), name);
-    if (pos == b.fetch.end()) {
-      b.fetch.push_back(name);
-      pos = b.fetch.end() - 1;
-    }
-    plan->fetch_from.emplace_back(part_index.at(task.value()), static_cast<int>(pos - b.fetch.begin()));
-  }
-  for (const Node* t : target_nodes) {
-    auto task = task_of_node(t);
-    if (!task.ok()) return task.status();
-    parts.at(task.value()).target.push_back(t->name);
-  }
-
-  // Register every partition with its worker.
-  for (auto& p : plan->parts) {
-    Building& b = parts.at(p.task);
+    p.task = gp.name;
+    p.feeds = gp.feed_index;
+    for (const Endpoint& f : gp.feeds) p.feed_names.push_back(tensor_name(f.node->name, f.index));
     auto channel = channels_->get(p.task);
     if (!channel.ok()) return channel.status();
     p.channel = channel.value();
+    // Register the partition with its worker.
     pb::RegisterGraphRequest request;
     request.set_version(wire::kWireVersion);
     request.set_session_handle(handle_);
-    *request.mutable_graph() = std::move(b.def);
-    for (auto& f : b.feed_names) request.add_feed(f);
-    for (auto& f : b.fetch) request.add_fetch(f);
-    for (auto& t : b.target) request.add_target(t);
+    *request.mutable_graph() = std::move(def).value();
+    for (const std::string& f : p.feed_names) request.add_feed(f);
+    for (const Endpoint& f : gp.fetches) request.add_fetch(tensor_name(f.node->name, f.index));
+    for (const Node* t : gp.targets) request.add_target(t->name);
     *request.mutable_config() = config_;
     pb::RegisterGraphResponse response;
     Status st = parse_reply(p.channel->call_sync(make_call("RegisterGraph", request), channels_->rpc_timeout()),
@@ -590,6 +449,7 @@ StatusOr<std::shared_ptr<const MasterSession::Plan>> MasterSession::plan_for(con
     if (!st.ok()) return st.with_prefix(fmt::format("task {}: ", p.task));
     p.graph_handle = response.graph_handle();
     registered_.emplace_back(p.channel, p.graph_handle);
+    plan->parts.push_back(std::move(p));
   }
   std::unique_lock<std::shared_mutex> pl(plans_mu_);
   plans_[key] = plan;

@@ -134,10 +134,13 @@ const std::unordered_map<std::string_view, std::vector<AttrSpec>>& op_attrs() {
         {"QueueClose", {{"cancel_pending_enqueues", kKind<bool>}}},
         {"QueueSize", none}, {"QueueIsClosed", none},
         {"LimitEpochs", {{"num_epochs", kKind<int64_t>}}},
-        // transport/worker.cc: the exchange between the partitions of a cluster step
-        {"_RemoteSend", {{"key", kKind<std::string>}}},
-        {"_RemoteRecv",
-         {{"key", kKind<std::string>}, {"src_task", kKind<std::string>}, dtype, shape}},
+        // core/sendrecv_ops.cc: the exchange between the partitions of a cluster step
+        {"_Send",
+         {{"tensor_name", kKind<std::string>}, {"send_device", kKind<std::string>},
+          {"recv_device", kKind<std::string>}}},
+        {"_Recv",
+         {{"tensor_name", kKind<std::string>}, {"send_device", kKind<std::string>},
+          {"recv_device", kKind<std::string>}, dtype, shape}},
     };
     return t;
   }();

@@ -26,7 +26,9 @@ namespace tessera::internal {
 // (CPU, simulated accelerators, GPUs). Every partition of every session uses the task's one
 // ResourceMgr, so a variable or queue named V on this task is the same object for all sessions and
 // clients: between-graph replication, as in TensorFlow, and variables outlive sessions. Tensors
-// crossing tasks: Note [Remote exchange].
+// crossing tasks go through the step's rendezvous: Note [Remote rendezvous] in
+// distributed/rendezvous_mgr.cc; the worker carries its pulls as RecvTensor calls and serves the
+// RecvTensor calls of the other tasks from it.
 //
 // Threads. RegisterGraph, RecvTensor and CleanupGraph return at once. RunGraph starts a thread for
 // the run (a run may block for long, on a queue or on another task, and must never hold one of the
@@ -36,32 +38,9 @@ namespace tessera::internal {
 // and fails Unavailable as soon as the connection to that task is lost (a crash resets it; a hung
 // task misses heartbeats).
 
-// Note [Remote exchange]
-// ~~~~~~~~~~~~~~~~~~~~~~
-// Where a tensor produced on task A is consumed on task B, A's partition has a _RemoteSend (key K)
-// and B's a _RemoteRecv (key K, source A), the ops of remote_exchange_ops.cc; a control edge sends
-// a bool token. Keys are unique within a step. A _RemoteSend puts the tensor into A's exchange
-// under (step, K); B's _RemoteRecv pulls it with a RecvTensor call to A, which is answered as soon
-// as the tensor is there (before or after the call arrives: whichever comes second completes the
-// pair). So tensors go directly from producer to consumer, never through the master, and a big
-// tensor crosses as one raw frame referencing the producer's buffer (no copy on send; none on
-// receipt either: the frame becomes the tensor's buffer, Note [Zero-copy tensor frames] in
-// tensor_frames.cc).
-//
-// Step state. The exchange keeps, per step, the slots of keys sent but not yet pulled and pulls
-// not yet served. A step's state goes away once its run here has finished and every slot has been
-// pulled, so successful steps need no cleanup call. A failure anywhere aborts the step: the master
-// sends CleanupGraph(step, abort) to every task of the step, and a task whose own run failed aborts
-// it locally at once. Aborting fails every waiting and later exchange of the step with the reason
-// and cancels this task's pulls in flight (so a run blocked in a _RemoteRecv ends). The last 1024
-// aborted step ids are remembered, so an exchange that arrives after the abort fails at once
-// instead of waiting for a tensor that will never come.
-
 namespace {
 
 namespace pb = wire::pb;
-
-constexpr std::size_t kAbortedMemory = 1024;
 
 tessera::PlacementPolicy policy_from(const std::string& name) {
   if (name == "gpu_first") return tessera::PlacementPolicy::gpu_first;
@@ -84,62 +63,10 @@ class WorkerGraph {
 // ---- Worker ----
 
 Worker::Worker(std::string task_name, std::shared_ptr<TaskChannels> channels)
-    : task_name_(std::move(task_name)), channels_(std::move(channels)), threads_(std::make_unique<ElasticThreads>()) {}
+    : task_name_(std::move(task_name)), channels_(std::move(channels)), rendezvous_(task_name_, this),
+      threads_(std::make_unique<ElasticThreads>()) {}
 
 Worker::~Worker() = default;
-
-std::shared_ptr<Worker::StepState> Worker::step(int64_t step_id) {
-  std::lock_guard<std::mutex> l(mu_);
-  auto& s = steps_[step_id];
-  if (!s) {
-    s = std::make_shared<StepState>();
-    auto aborted = aborted_.find(step_id);
-    if (aborted != aborted_.end()) s->aborted = aborted->second;
-    if (stopped_) s->aborted = errors::cancelled("{} is stopping", task_name_);
-  }
-  return s;
-}
-
-void Worker::maybe_forget(int64_t step_id, const std::shared_ptr<StepState>& s) {
-  // Done here: no run, nothing waiting or unpulled, and the run has been (or, aborted, never will
-  // be). An exchange arriving later for an aborted step finds the abort in aborted_.
-  if (s->runs != 0 || !s->slots.empty() || (!s->ran && s->aborted.ok())) return;
-  std::lock_guard<std::mutex> l(mu_);
-  auto it = steps_.find(step_id);
-  if (it != steps_.end() && it->second == s) steps_.erase(it);
-}
-
-void Worker::abort_step(int64_t step_id, const Status& reason) {
-  std::shared_ptr<StepState> s;
-  {
-    std::lock_guard<std::mutex> l(mu_);
-    if (aborted_.emplace(step_id, reason).second) {
-      aborted_order_.push_back(step_id);
-      if (aborted_order_.size() > kAbortedMemory) {
-        aborted_.erase(aborted_order_.front());
-        aborted_order_.pop_front();
-      }
-    }
-    auto it = steps_.find(step_id);
-    if (it == steps_.end()) return;
-    s = it->second;
-  }
-  std::vector<std::function<void(const Status&)>> cancels;
-  std::vector<std::pair<Responder, uint64_t>> waiters;
-  {
-    std::lock_guard<std::mutex> l(s->mu);
-    if (!s->aborted.ok()) return;
-    s->aborted = reason;
-    for (auto& [key, slot] : s->slots) {
-      if (slot.waiting) waiters.emplace_back(slot.waiter, slot.waiter_request);
-    }
-    s->slots.clear();
-    cancels.swap(s->on_abort);
-    maybe_forget(step_id, s);
-  }
-  for (auto& [respond, id] : waiters) send_reply(respond, id, reason, nullptr);
-  for (auto& c : cancels) c(reason);
-}
 
 void Worker::reply_tensor(const Responder& respond, uint64_t request_id, const Tensor& t) {
   std::vector<zmq::message_t> frames;
@@ -151,57 +78,11 @@ void Worker::reply_tensor(const Responder& respond, uint64_t request_id, const T
   send_reply(respond, request_id, Status(), &response, std::move(frames));
 }
 
-Status Worker::send(int64_t step_id, const std::string& key, Tensor value) {
-  std::shared_ptr<StepState> s = step(step_id);
-  Responder waiter;
-  uint64_t waiter_request = 0;
-  {
-    std::lock_guard<std::mutex> l(s->mu);
-    if (!s->aborted.ok()) return s->aborted;
-    Slot& slot = s->slots[key];
-    if (slot.has_value) return errors::internal("key '{}' of step {} sent twice", key, step_id);
-    if (!slot.waiting) {
-      slot.has_value = true;
-      slot.value = std::move(value);
-      return Status();
-    }
-    waiter = std::move(slot.waiter);
-    waiter_request = slot.waiter_request;
-    s->slots.erase(key);
-    maybe_forget(step_id, s);
-  }
-  reply_tensor(waiter, waiter_request, value);
-  return Status();
-}
-
-std::function<void(const Status&)> Worker::recv(const std::string& src_task, int64_t step_id, const std::string& key,
-                                                RecvDone done) {
-  struct Once {
-    std::atomic<bool> fired{false};
-    RecvDone done;
-    void operator()(StatusOr<Tensor> r) {
-      if (!fired.exchange(true)) done(std::move(r));
-    }
-  };
-  auto once = std::make_shared<Once>();
-  once->done = std::move(done);
-  auto cancel = [once](const Status& reason) { (*once)(reason); };
-  StatusOr<RpcChannel*> channel = channels_->get(src_task);
+std::function<void()> Worker::pull(const std::string& task, int64_t step_id, const std::string& key, Done done) {
+  StatusOr<RpcChannel*> channel = channels_->get(task);
   if (!channel.ok()) {
-    (*once)(channel.status());
-    return cancel;
-  }
-  {
-    // This step's pulls end when it is aborted here.
-    std::shared_ptr<StepState> s = step(step_id);
-    std::lock_guard<std::mutex> l(s->mu);
-    if (!s->aborted.ok()) {
-      Status reason = s->aborted;
-      maybe_forget(step_id, s);
-      (*once)(reason);
-      return cancel;
-    }
-    s->on_abort.push_back(cancel);
+    done(channel.status());
+    return nullptr;
   }
   pb::RecvTensorRequest request;
   request.set_version(wire::kWireVersion);
@@ -209,19 +90,19 @@ std::function<void(const Status&)> Worker::recv(const std::string& src_task, int
   request.set_rendezvous_key(key);
   channel.value()->call_until_lost(
       make_call("RecvTensor", request), channels_->rpc_timeout(),
-      [once, src_task, key, max_bytes = channels_->max_tensor_bytes()](StatusOr<RpcMessage> reply) {
+      [done = std::move(done), task, max_bytes = channels_->max_tensor_bytes()](StatusOr<RpcMessage> reply) {
         pb::RecvTensorResponse response;
         Status st = parse_reply(reply, &response);
         if (!st.ok()) {
           // An error of the producing task (its step failed) arrives as is; a transport failure
           // names the task.
-          if (!reply.ok()) st = st.with_prefix(fmt::format("task {}: ", src_task));
-          return (*once)(st);
+          if (!reply.ok()) st = st.with_prefix(fmt::format("task {}: ", task));
+          return done(st);
         }
         auto frames = std::move(reply.value().frames);
-        (*once)(tensor_from_frames(response.tensor(), frames, max_bytes));
+        done(tensor_from_frames(response.tensor(), frames, max_bytes));
       });
-  return cancel;
+  return nullptr;  // the call runs to its reply or its lost connection; the pull has let go of it
 }
 
 void Worker::register_graph(const wire::RequestHeader& header, const Responder& respond) {
@@ -249,13 +130,6 @@ void Worker::register_graph(const wire::RequestHeader& header, const Responder& 
       Node* n = wg->graph.impl().find(name);
       if (n == nullptr) st = errors::invalid_argument("no target node '{}' in the partition", name);
       else wg->targets.emplace_back(n);
-    }
-    if (st.ok()) {
-      auto link = resources_.lookup_or_create<WorkerLink>(
-          kWorkerResource, [this]() -> StatusOr<std::shared_ptr<WorkerLink>> {
-            return std::make_shared<WorkerLink>(weak_from_this());
-          });
-      if (!link.ok()) st = link.status();
     }
     if (st.ok()) {
       SessionOptions options;
@@ -319,38 +193,23 @@ void Worker::run_graph(const wire::RequestHeader& header, RpcMessage request, co
     (*feeds)[wg->feeds[static_cast<std::size_t>(i)]] = std::move(t).value();
   }
   const int64_t step_id = r->step_id();
-  std::shared_ptr<StepState> s = step(step_id);
-  {
-    std::lock_guard<std::mutex> l(s->mu);
-    if (!s->aborted.ok()) {
-      maybe_forget(step_id, s);
-      return send_reply(respond, header.request_id(), s->aborted, nullptr);
-    }
-    ++s->runs;
-    // An abort also cancels the run itself (it may be blocked on a queue, not on an exchange).
-    s->on_abort.push_back([wg, step_id](const Status& reason) { wg->session->cancel_step(step_id, reason); });
-  }
+  // An abort also cancels the run itself (it may be blocked on a queue, not on an exchange).
+  Status begun = rendezvous_.begin_run(step_id, [wg, step_id](const Status& reason) { wg->session->cancel_step(step_id, reason); });
+  if (!begun.ok()) return send_reply(respond, header.request_id(), begun, nullptr);
+  std::shared_ptr<StepRendezvous> exchange = rendezvous_.find(step_id);
   {
     std::lock_guard<std::mutex> l(mu_);
     ++active_runs_;
   }
-  threads_->run([self = shared_from_this(), wg, r, feeds, s, step_id, respond, request_id = header.request_id()] {
+  threads_->run([self = shared_from_this(), wg, r, feeds, exchange, step_id, respond, request_id = header.request_id()] {
     RunOptions options;
     options.timeout = std::chrono::milliseconds(r->timeout_ms());
     options.trace = r->trace();
     std::vector<Tensor> outputs;
     std::vector<TraceRecord> spans;
     Status st = wg->session->run_step(wg->fetches, *feeds, wg->targets, options, nullptr, step_id,
-                                      options.trace ? &spans : nullptr, &outputs);
-    bool abort = false;
-    {
-      std::lock_guard<std::mutex> l(s->mu);
-      --s->runs;
-      s->ran = true;
-      abort = !st.ok() && s->aborted.ok();
-      if (!abort) self->maybe_forget(step_id, s);
-    }
-    if (abort) self->abort_step(step_id, st);
+                                      options.trace ? &spans : nullptr, &outputs, exchange.get());
+    self->rendezvous_.end_run(step_id, st);
     if (!st.ok()) {
       send_reply(respond, request_id, st, nullptr);
     } else {
@@ -388,33 +247,11 @@ void Worker::run_graph(const wire::RequestHeader& header, RpcMessage request, co
 void Worker::recv_tensor(const wire::RequestHeader& header, const Responder& respond) {
   auto r = wire::parse_body<pb::RecvTensorRequest>(header.body());
   if (!r.ok()) return send_reply(respond, header.request_id(), r.status(), nullptr);
-  const int64_t step_id = r.value().step_id();
-  const std::string& key = r.value().rendezvous_key();
-  std::shared_ptr<StepState> s = step(step_id);
-  Tensor value;
-  {
-    std::lock_guard<std::mutex> l(s->mu);
-    if (!s->aborted.ok()) {
-      maybe_forget(step_id, s);
-      return send_reply(respond, header.request_id(), s->aborted, nullptr);
-    }
-    Slot& slot = s->slots[key];
-    if (slot.waiting) {
-      return send_reply(respond, header.request_id(),
-                        errors::invalid_argument("{}: key '{}' of step {} pulled twice", task_name_, key, step_id),
-                        nullptr);
-    }
-    if (!slot.has_value) {
-      slot.waiting = true;
-      slot.waiter = respond;
-      slot.waiter_request = header.request_id();
-      return;
-    }
-    value = std::move(slot.value);
-    s->slots.erase(key);
-    maybe_forget(step_id, s);
-  }
-  reply_tensor(respond, header.request_id(), value);
+  rendezvous_.serve(r.value().step_id(), r.value().rendezvous_key(),
+                    [respond, request_id = header.request_id()](StatusOr<Tensor> t) {
+                      if (!t.ok()) return send_reply(respond, request_id, t.status(), nullptr);
+                      reply_tensor(respond, request_id, t.value());
+                    });
 }
 
 void Worker::cleanup_graph(const wire::RequestHeader& header, const Responder& respond) {
@@ -422,7 +259,7 @@ void Worker::cleanup_graph(const wire::RequestHeader& header, const Responder& r
   if (!r.ok()) return send_reply(respond, header.request_id(), r.status(), nullptr);
   Status reason = wire::to_status(r.value().abort());
   if (reason.ok()) reason = errors::aborted("step {} was cleaned up", r.value().step_id());
-  abort_step(r.value().step_id(), reason);
+  rendezvous_.abort_step(r.value().step_id(), reason);
   pb::CleanupGraphResponse response;
   response.set_version(wire::kWireVersion);
   send_reply(respond, header.request_id(), Status(), &response);
@@ -450,14 +287,12 @@ void Worker::deregister_graph(const wire::RequestHeader& header, const Responder
 void Worker::stop(std::chrono::milliseconds grace) {
   const Status reason = errors::cancelled("{} is stopping", task_name_);
   std::unordered_map<std::string, std::shared_ptr<WorkerGraph>> graphs;
-  std::vector<int64_t> steps;
   {
     std::lock_guard<std::mutex> l(mu_);
     stopped_ = true;
     graphs.swap(graphs_);
-    for (const auto& [id, s] : steps_) steps.push_back(id);
   }
-  for (int64_t id : steps) abort_step(id, reason);
+  rendezvous_.stop(reason);
   resources_.cancel_all(reason);  // wakes runs blocked on the task's queues
   // Closing a session cancels its runs and waits for them; they end quickly once cancelled.
   std::vector<std::thread> closers;

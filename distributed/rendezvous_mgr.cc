@@ -1,0 +1,267 @@
+// Note [Remote rendezvous]
+// ~~~~~~~~~~~~~~~~~~~~~~~~
+// Where a tensor produced on task A is consumed on task B, the master's partitions hold a _Send on
+// A and a _Recv on B under one name, "A's CPU;B's CPU;tensor" (Note [Graph partition]). The _Send
+// puts the tensor into A's step rendezvous under that name; the _Recv pulls it from A (the task of
+// the name's send device) through the TensorPuller, and A serves the pull as soon as the tensor is
+// there (before or after the pull arrives: whichever comes second completes the pair). So tensors
+// go directly from producer to consumer, never through the master.
+//
+// A step's state goes away once its runs here have finished and every slot has been pulled, so
+// successful steps need no cleanup call. A failure anywhere aborts the step: the master aborts it
+// on every task of the step, and a task whose own run failed aborts it here at once. Aborting
+// fails every waiting and later exchange of the step with the reason, cancels this task's pulls in
+// flight and its runs (a run may be blocked on a queue, not on an exchange). The last 1024 aborted
+// step ids are remembered, so an exchange that arrives after the abort fails at once instead of
+// waiting for a tensor that will never come.
+#include "distributed/rendezvous_mgr.h"
+
+#include <atomic>
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "core/device_name.h"
+
+namespace tessera::internal {
+namespace {
+
+constexpr std::size_t kAbortedMemory = 1024;
+
+// The task of a named key's send device: "/job:J/replica:0/task:T".
+StatusOr<std::string> source_task(const std::string& key) {
+  const std::size_t semi = key.find(';');
+  auto spec = DeviceSpec::parse(key.substr(0, semi));
+  if (semi == std::string::npos || !spec.ok() || !spec.value().job || !spec.value().task) {
+    return errors::internal("rendezvous key '{}' does not name a task's device first", key);
+  }
+  return fmt::format("/job:{}/replica:{}/task:{}", *spec.value().job, spec.value().replica.value_or(0),
+                     *spec.value().task);
+}
+
+// One pull from another task: finished by the tensor, an error, a cancellation or the step's
+// abort, whichever comes first.
+struct Pull {
+  std::mutex mu;
+  bool finished = false;                 // guarded by mu
+  std::function<void()> give_up;         // guarded by mu
+  Rendezvous::Callback done;
+  CancellationManager* cancellation = nullptr;
+  CancellationManager::Token token = CancellationManager::kInvalidToken;
+
+  void finish(StatusOr<Tensor> r) {
+    std::function<void()> release;
+    {
+      std::lock_guard<std::mutex> l(mu);
+      if (finished) return;
+      finished = true;
+      release = std::move(give_up);
+    }
+    if (token != CancellationManager::kInvalidToken) cancellation->deregister_callback(token);
+    if (release && !r.ok()) release();  // ended early: the transport can drop the call
+    auto d = std::move(done);
+    if (r.ok()) {
+      d(Status(), std::move(r).value());
+    } else {
+      d(r.status(), Tensor());
+    }
+  }
+  void set_give_up(std::function<void()> g) {
+    {
+      std::lock_guard<std::mutex> l(mu);
+      if (!finished) {
+        give_up = std::move(g);
+        return;
+      }
+    }
+    if (g) g();
+  }
+};
+
+}  // namespace
+
+// ---- StepRendezvous ----
+
+Status StepRendezvous::send(const RendezvousKey& key, Tensor value) {
+  if (key.slot >= 0) return errors::internal("rendezvous of step {}: slot keys belong to in-process plans", step_id_);
+  std::function<void(StatusOr<Tensor>)> waiter;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (!aborted_.ok()) return aborted_;
+    Slot& slot = slots_[key.name];
+    if (slot.has_value) return errors::internal("key {} of step {} sent twice", key.debug_string(), step_id_);
+    if (!slot.waiting) {
+      slot.has_value = true;
+      slot.value = std::move(value);
+      return Status();
+    }
+    waiter = std::move(slot.waiter);
+    slots_.erase(key.name);
+    mgr_->maybe_forget(this);
+  }
+  waiter(std::move(value));
+  return Status();
+}
+
+void StepRendezvous::recv_async(const RendezvousKey& key, CancellationManager* cancellation, Callback done) {
+  if (key.slot >= 0) {
+    return done(errors::internal("rendezvous of step {}: slot keys belong to in-process plans", step_id_), Tensor());
+  }
+  auto src = source_task(key.name);
+  if (!src.ok()) return done(src.status(), Tensor());
+  if (src.value() == mgr_->task()) {  // both ends on this task
+    return mgr_->serve(step_id_, key.name, [done = std::move(done)](StatusOr<Tensor> r) {
+      if (r.ok()) return done(Status(), std::move(r).value());
+      done(r.status(), Tensor());
+    });
+  }
+  auto pull = std::make_shared<Pull>();
+  pull->done = std::move(done);
+  pull->cancellation = cancellation;
+  if (cancellation != nullptr) {
+    pull->token = cancellation->register_callback([pull](const Status& reason) { pull->finish(reason); });
+    if (pull->token == CancellationManager::kInvalidToken) return pull->finish(cancellation->reason());
+  }
+  Status aborted;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (!aborted_.ok()) {
+      aborted = aborted_;
+      mgr_->maybe_forget(this);
+    } else {
+      on_abort_.push_back([pull](const Status& reason) { pull->finish(reason); });  // the step's abort ends it
+    }
+  }
+  if (!aborted.ok()) return pull->finish(aborted);
+  pull->set_give_up(mgr_->puller_->pull(src.value(), step_id_, key.name,
+                                        [pull](StatusOr<Tensor> r) { pull->finish(std::move(r)); }));
+}
+
+void StepRendezvous::abort(const Status& status) { mgr_->abort_step(step_id_, status); }
+
+// ---- RendezvousMgr ----
+
+RendezvousMgr::RendezvousMgr(std::string task, TensorPuller* puller) : task_(std::move(task)), puller_(puller) {}
+
+std::shared_ptr<StepRendezvous> RendezvousMgr::find(int64_t step_id) {
+  std::lock_guard<std::mutex> l(mu_);
+  auto& r = steps_[step_id];
+  if (!r) {
+    r.reset(new StepRendezvous(this, step_id));
+    auto aborted = aborted_.find(step_id);
+    if (aborted != aborted_.end()) r->aborted_ = aborted->second;
+    if (!stopped_.ok()) r->aborted_ = stopped_;
+  }
+  return r;
+}
+
+void RendezvousMgr::maybe_forget(StepRendezvous* r) {
+  // Done here: no run, nothing waiting or unpulled, and the run has been (or, aborted, never will
+  // be). An exchange arriving later for an aborted step finds the abort in aborted_.
+  if (r->runs_ != 0 || !r->slots_.empty() || (!r->ran_ && r->aborted_.ok())) return;
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = steps_.find(r->step_id_);
+  if (it != steps_.end() && it->second.get() == r) steps_.erase(it);
+}
+
+void RendezvousMgr::maybe_forget(const std::shared_ptr<StepRendezvous>& r) { maybe_forget(r.get()); }
+
+Status RendezvousMgr::begin_run(int64_t step_id, std::function<void(const Status&)> cancel) {
+  std::shared_ptr<StepRendezvous> r = find(step_id);
+  std::lock_guard<std::mutex> l(r->mu_);
+  if (!r->aborted_.ok()) {
+    maybe_forget(r);
+    return r->aborted_;
+  }
+  ++r->runs_;
+  r->on_abort_.push_back(std::move(cancel));
+  return Status();
+}
+
+void RendezvousMgr::end_run(int64_t step_id, const Status& status) {
+  std::shared_ptr<StepRendezvous> r = find(step_id);
+  bool abort = false;
+  {
+    std::lock_guard<std::mutex> l(r->mu_);
+    --r->runs_;
+    r->ran_ = true;
+    abort = !status.ok() && r->aborted_.ok();
+    if (!abort) maybe_forget(r);
+  }
+  if (abort) abort_step(step_id, status);
+}
+
+void RendezvousMgr::serve(int64_t step_id, const std::string& key, std::function<void(StatusOr<Tensor>)> done) {
+  std::shared_ptr<StepRendezvous> r = find(step_id);
+  StatusOr<Tensor> result = errors::internal("unset");
+  {
+    std::lock_guard<std::mutex> l(r->mu_);
+    if (!r->aborted_.ok()) {
+      result = r->aborted_;
+      maybe_forget(r);
+    } else {
+      StepRendezvous::Slot& slot = r->slots_[key];
+      if (slot.waiting) {
+        result = errors::invalid_argument("{}: key '{}' of step {} pulled twice", task_, key, step_id);
+      } else if (!slot.has_value) {
+        slot.waiting = true;
+        slot.waiter = std::move(done);
+        return;
+      } else {
+        result = std::move(slot.value);
+        r->slots_.erase(key);
+        maybe_forget(r);
+      }
+    }
+  }
+  done(std::move(result));
+}
+
+void RendezvousMgr::abort_step(int64_t step_id, const Status& reason) {
+  std::shared_ptr<StepRendezvous> r;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (aborted_.emplace(step_id, reason).second) {
+      aborted_order_.push_back(step_id);
+      if (aborted_order_.size() > kAbortedMemory) {
+        aborted_.erase(aborted_order_.front());
+        aborted_order_.pop_front();
+      }
+    }
+    auto it = steps_.find(step_id);
+    if (it == steps_.end()) return;
+    r = it->second;
+  }
+  std::vector<std::function<void(const Status&)>> cancels;
+  std::vector<std::function<void(StatusOr<Tensor>)>> waiters;
+  {
+    std::lock_guard<std::mutex> l(r->mu_);
+    if (!r->aborted_.ok()) return;
+    r->aborted_ = reason;
+    for (auto& [key, slot] : r->slots_) {
+      if (slot.waiting) waiters.push_back(std::move(slot.waiter));
+    }
+    r->slots_.clear();
+    cancels.swap(r->on_abort_);
+    maybe_forget(r);
+  }
+  for (auto& w : waiters) w(reason);
+  for (auto& c : cancels) c(reason);
+}
+
+void RendezvousMgr::stop(const Status& reason) {
+  std::vector<int64_t> steps;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    stopped_ = reason;
+    for (const auto& [id, r] : steps_) steps.push_back(id);
+  }
+  for (int64_t id : steps) abort_step(id, reason);
+}
+
+int RendezvousMgr::num_steps() {
+  std::lock_guard<std::mutex> l(mu_);
+  return static_cast<int>(steps_.size());
+}
+
+}  // namespace tessera::internal

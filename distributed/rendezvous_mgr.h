@@ -1,0 +1,111 @@
+// A cluster task's side of the exchange between tasks: per step, a Rendezvous (core/rendezvous.h)
+// whose named keys ("send_device;recv_device;tensor") are served to the tasks that pull them and
+// pulled from the tasks that hold them. Knows no transport: pulls go through a TensorPuller, which
+// the transport implements, and the transport hands the pulls it receives to serve().
+// See Note [Remote rendezvous] in rendezvous_mgr.cc.
+//
+//   RendezvousMgr mgr("/job:worker/replica:0/task:1", &puller);
+//   auto r = mgr.find(step_id);                   // what the step's _Send/_Recv nodes go through
+//   Status st = mgr.begin_run(step_id, cancel);   // ... runs the partition with r.get() ...
+//   mgr.end_run(step_id, run_status);
+//   mgr.serve(step_id, key, done);                // another task's pull (RecvTensor)
+//
+// Thread-safe.
+#pragma once
+
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "core/rendezvous.h"
+#include "core/status.h"
+
+namespace tessera::internal {
+
+// Reaches the other tasks' rendezvous.
+class TensorPuller {
+ public:
+  using Done = std::function<void(StatusOr<Tensor>)>;
+  virtual ~TensorPuller() = default;
+  // Asks task `task` for what its rendezvous holds under `key` in step `step_id`; `done` runs once,
+  // when the tensor arrives or the pull fails (a task lost is UnavailableError). Returns a function
+  // that gives up on the pull (then `done` may never run).
+  virtual std::function<void()> pull(const std::string& task, int64_t step_id, const std::string& key, Done done) = 0;
+};
+
+class RendezvousMgr;
+
+// One step's rendezvous on this task. Slot keys belong to in-process plans and are refused here.
+class StepRendezvous final : public Rendezvous {
+ public:
+  Status send(const RendezvousKey& key, Tensor value) override;
+  void recv_async(const RendezvousKey& key, CancellationManager* cancellation, Callback done) override;
+  // Aborts the step on this task (RendezvousMgr::abort_step).
+  void abort(const Status& status) override;
+
+ private:
+  friend class RendezvousMgr;
+  struct Slot {
+    bool has_value = false;
+    Tensor value;
+    bool waiting = false;
+    std::function<void(StatusOr<Tensor>)> waiter;  // a pull that came first
+  };
+  StepRendezvous(RendezvousMgr* mgr, int64_t step_id) : mgr_(mgr), step_id_(step_id) {}
+
+  RendezvousMgr* const mgr_;  // Not owned: outlives its steps.
+  const int64_t step_id_;
+  std::mutex mu_;
+  Status aborted_;                                   // guarded by mu_
+  std::unordered_map<std::string, Slot> slots_;      // guarded by mu_
+  int runs_ = 0;                                     // guarded by mu_: runs of the step here
+  bool ran_ = false;                                 // guarded by mu_
+  std::vector<std::function<void(const Status&)>> on_abort_;  // guarded by mu_
+};
+
+class RendezvousMgr {
+ public:
+  // `task`: this task ("/job:J/replica:0/task:T"); `puller`: not owned, outlives this.
+  RendezvousMgr(std::string task, TensorPuller* puller);
+  RendezvousMgr(const RendezvousMgr&) = delete;
+  RendezvousMgr& operator=(const RendezvousMgr&) = delete;
+
+  const std::string& task() const { return task_; }
+  // The step's rendezvous, made on first use (aborted from the start for a step aborted lately or
+  // after stop()).
+  std::shared_ptr<StepRendezvous> find(int64_t step_id);
+  // A run of the step starts here; `cancel` runs if the step is aborted before end_run. The abort
+  // status when the step is aborted already.
+  Status begin_run(int64_t step_id, std::function<void(const Status&)> cancel);
+  // The run ended with `status`; a failure aborts the step here (its pulls, its waiting servers).
+  void end_run(int64_t step_id, const Status& status);
+  // Another task pulls `key` of step `step_id`: `done` runs once, with the tensor as soon as it is
+  // sent here, or with the step's abort status.
+  void serve(int64_t step_id, const std::string& key, std::function<void(StatusOr<Tensor>)> done);
+  // Fails the step's waiting and later exchanges here with `reason` and cancels its runs and pulls.
+  void abort_step(int64_t step_id, const Status& reason);
+  // Aborts every step, and every later one, with `reason`.
+  void stop(const Status& reason);
+  // Steps with state here (for tests: a successful step leaves none).
+  int num_steps();
+
+ private:
+  friend class StepRendezvous;
+  // Drops the step's state once nothing refers to it (r->mu_ held).
+  void maybe_forget(const std::shared_ptr<StepRendezvous>& r);
+  void maybe_forget(StepRendezvous* r);
+
+  const std::string task_;
+  TensorPuller* const puller_;
+  std::mutex mu_;
+  Status stopped_;                                                         // guarded by mu_
+  std::unordered_map<int64_t, std::shared_ptr<StepRendezvous>> steps_;     // guarded by mu_
+  std::deque<int64_t> aborted_order_;                                      // guarded by mu_: oldest first
+  std::unordered_map<int64_t, Status> aborted_;                            // guarded by mu_
+};
+
+}  // namespace tessera::internal
