@@ -29,12 +29,12 @@ namespace tessera::internal {
 // Reaches the other tasks' rendezvous.
 class TensorPuller {
  public:
-  using Done = std::function<void(StatusOr<Tensor>)>;
+  using PullDone = std::function<void(StatusOr<Tensor>)>;
   virtual ~TensorPuller() = default;
   // Asks task `task` for what its rendezvous holds under `key` in step `step_id`; `done` runs once,
   // when the tensor arrives or the pull fails (a task lost is UnavailableError). Returns a function
   // that gives up on the pull (then `done` may never run).
-  virtual std::function<void()> pull(const std::string& task, int64_t step_id, const std::string& key, Done done) = 0;
+  virtual std::function<void()> pull(const std::string& task, int64_t step_id, const std::string& key, PullDone done) = 0;
 };
 
 class RendezvousMgr;

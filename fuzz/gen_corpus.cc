@@ -19,7 +19,7 @@
 #include <google/protobuf/io/zero_copy_stream_impl_lite.h>
 
 #include "fuzz/fuzz_util.h"
-#include "transport/wire.h"
+#include "distributed/wire.h"
 
 namespace {
 

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "fuzz/fuzz_util.h"
-#include "transport/wire.h"
+#include "distributed/wire.h"
 
 namespace {
 

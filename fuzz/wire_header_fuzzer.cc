@@ -13,7 +13,7 @@
 #include "core/executor.h"
 #include "fuzz/fuzz_util.h"
 #include "host/direct_session.h"
-#include "transport/wire.h"
+#include "distributed/wire.h"
 
 namespace {
 

@@ -15,7 +15,7 @@
 
 #include "fuzz/fuzz_util.h"
 #include "transport/rpc.h"
-#include "transport/wire.h"
+#include "distributed/wire.h"
 
 namespace {
 

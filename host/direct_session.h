@@ -19,6 +19,7 @@
 #include "core/placement.h"
 #include "core/resource_mgr.h"
 #include "core/session_factory.h"
+#include "core/trace_json.h"
 #include "host/thread_pool.h"
 #include "tessera/session.h"
 
@@ -114,9 +115,5 @@ class SessionImpl final : public SessionBackend {
   const uint64_t serial_;  // unique per session in this process (keys the per-thread plan cache)
 };
 
-// RunMetadata::trace_json of `records`: Chrome trace-event JSON, one complete ("X") event per
-// span with `ts` in microseconds since `origin_us` (their clock's value at the step's start), one
-// process per device and one thread per stream or executing thread, named by metadata events.
-std::string trace_to_json(std::vector<TraceRecord> records, int64_t origin_us);
 
 }  // namespace tessera::internal

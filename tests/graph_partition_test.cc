@@ -11,7 +11,7 @@
 #include "core/node.h"
 #include "core/status.h"
 #include "tests/testing/test_util.h"
-#include "transport/wire.h"
+#include "distributed/wire.h"
 
 namespace tessera::internal {
 namespace {

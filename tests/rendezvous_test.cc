@@ -85,9 +85,9 @@ class FakePuller final : public TensorPuller {
     std::string task;
     int64_t step = 0;
     std::string key;
-    Done done;
+    PullDone done;
   };
-  std::function<void()> pull(const std::string& task, int64_t step_id, const std::string& key, Done done) override {
+  std::function<void()> pull(const std::string& task, int64_t step_id, const std::string& key, PullDone done) override {
     std::lock_guard<std::mutex> l(mu);
     calls.push_back({task, step_id, key, std::move(done)});
     return [this] { gave_up.fetch_add(1); };

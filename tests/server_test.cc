@@ -34,8 +34,9 @@
 #include "tessera/server_process.h"
 #include "testing/test_util.h"
 #include "transport/rpc.h"
+#include "distributed/service_names.h"
 #include "transport/server_impl.h"
-#include "transport/wire.h"
+#include "distributed/wire.h"
 
 extern char** environ;
 

@@ -1,4 +1,4 @@
-// The wire format (transport/wire.h): tensor metadata and its validation, attrs, graphs (round trip,
+// The wire format (distributed/wire.h): tensor metadata and its validation, attrs, graphs (round trip,
 // sessions on decoded graphs, rejection of malformed GraphDefs), Status, headers, and decoding of
 // arbitrary bytes.
 #include <cstdlib>
@@ -17,7 +17,7 @@
 #include "host/direct_session.h"
 #include "core/op_registry.h"
 #include "tests/testing/test_util.h"
-#include "transport/wire.h"
+#include "distributed/wire.h"
 
 namespace tessera {
 namespace {

@@ -1,5 +1,7 @@
 #include "transport/remote_session.h"
 
+#include "transport/service_messages.h"
+
 
 #include <shared_mutex>
 
@@ -8,8 +10,8 @@
 #include "core/node.h"
 #include "tessera/errors.h"
 #include "transport/security.h"
-#include "transport/wire.h"
-#include "transport/worker.h"
+#include "distributed/wire.h"
+#include "distributed/worker.h"
 
 namespace tessera::internal {
 

@@ -1,6 +1,6 @@
 // The client side of Session(graph, "tessera://host:port"): the graph goes to the master of that
 // task (CreateSession, then ExtendSession for nodes added later), and each run is one RunStep call
-// carrying the feeds and bringing back the fetches. See Note [Master] in transport/master.cc.
+// carrying the feeds and bringing back the fetches. See Note [Master] in distributed/master.cc.
 //
 // Thread-safe: run() from any number of threads; close() from any thread.
 #pragma once

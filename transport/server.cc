@@ -1,10 +1,11 @@
 // train::Server: one task of a cluster, serving its peers over transport/rpc in the wire format of
-// transport/wire.proto.
+// distributed/wire.proto.
 #include "tessera/server.h"
 
 #include <arpa/inet.h>
 
 #include <climits>
+#include <optional>
 #include <utility>
 
 #include <fmt/format.h>
@@ -14,11 +15,13 @@
 #include "core/device_name.h"
 #include "core/logging.h"
 #include "tessera/errors.h"
-#include "transport/master.h"
+#include "distributed/master.h"
+#include "distributed/wire.h"
+#include "distributed/worker.h"
 #include "transport/security.h"
 #include "transport/server_impl.h"
-#include "transport/wire.h"
-#include "transport/worker.h"
+#include "transport/service_messages.h"
+#include "transport/task_channels.h"
 
 namespace tessera::internal {
 
@@ -27,8 +30,8 @@ namespace tessera::internal {
 // A Server is a task's RpcServer (transport/rpc.h) plus the services it dispatches to by the method
 // named in each request's wire header: GetStatus (the devices of this process, renamed from
 // /job:localhost/replica:0/task:0 to the task's own /job:J/replica:0/task:N, so a master can place
-// ops on them), the master service (transport/master.h) and the worker service
-// (transport/worker.h). An unknown method is answered Unimplemented, naming it. Each start() makes
+// ops on them), the master service (distributed/master.h) and the worker service
+// (distributed/worker.h). An unknown method is answered Unimplemented, naming it. Each start() makes
 // fresh services (a restarted task starts empty, as a restarted process would); stop() closes the
 // master's sessions and cancels the worker's runs before it closes the socket, and lets the replies
 // that says so go out first.
@@ -181,27 +184,125 @@ void reply(const Responder& respond, uint64_t request_id, const Status& status,
   respond(std::move(out));
 }
 
-pb::GetStatusResponse get_status(const ServiceState& state) {
-  pb::GetStatusResponse response;
-  response.set_version(wire::kWireVersion);
-  // The devices were made when the server started (local_devices() in its constructor).
-  StatusOr<std::vector<Device*>> devices = local_devices();
-  TESSERA_CHECK(devices.ok());
-  for (const Device* d : devices.value()) {
-    StatusOr<std::string> name = task_device_name(d->name(), state.job, state.task);
-    TESSERA_CHECK(name.ok());  // the registry holds full names only
-    pb::DeviceAttributes* attrs = response.add_device();
-    attrs->set_name(std::move(name).value());
-    attrs->set_type(d->type());
-    attrs->set_memory_limit(0);  // unknown: allocators have no fixed limit yet
-    const DeviceCostProfile& cost = d->cost_profile();
-    attrs->set_flops_per_second(cost.flops_per_second);
-    attrs->set_memory_bandwidth(cost.memory_bandwidth);
-    attrs->set_transfer_bandwidth(cost.transfer_bandwidth);
-    attrs->set_transfer_latency_seconds(cost.transfer_latency_seconds);
-    attrs->set_kernel_overhead_seconds(cost.kernel_overhead_seconds);
+// The `done` of a service call whose response carries no tensors: its reply to `respond`.
+template <class M>
+Done<M> replier(const Responder& respond, uint64_t request_id) {
+  return [respond, request_id](StatusOr<M> r) {
+    if (!r.ok()) return send_reply(respond, request_id, r.status(), nullptr);
+    send_reply(respond, request_id, Status(), &r.value());
+  };
+}
+
+// Appends `tensors` as frames, pointing `entries` (NamedTensor, one per tensor) at them.
+template <class Entries>
+Status tensors_to_frames(const std::vector<Tensor>& tensors, Entries* entries, std::vector<zmq::message_t>* frames) {
+  if (static_cast<std::size_t>(entries->size()) != tensors.size()) {
+    return errors::internal("a reply names {} tensors and carries {}", entries->size(), tensors.size());
   }
-  return response;
+  for (std::size_t i = 0; i < tensors.size(); ++i) {
+    auto meta = tensor_to_frames(tensors[i], frames, 1);
+    if (!meta.ok()) return meta.status();
+    *entries->Mutable(static_cast<int>(i))->mutable_meta() = meta.value();
+  }
+  return Status();
+}
+
+// The tensors `entries` (NamedTensor) point to among `request`'s frames; errors name the entry.
+template <class Entries>
+StatusOr<std::vector<Tensor>> tensors_from_frames(const Entries& entries, RpcMessage& request, uint64_t max_bytes,
+                                                  const char* what) {
+  std::vector<Tensor> out;
+  out.reserve(static_cast<std::size_t>(entries.size()));
+  for (const pb::NamedTensor& nt : entries) {
+    auto t = tensor_from_frames(nt.meta(), request.frames, max_bytes);
+    if (!t.ok()) return t.status().with_prefix(fmt::format("{} '{}': ", what, nt.name()));
+    out.push_back(std::move(t).value());
+  }
+  return out;
+}
+
+// Parses the body of `h` into M, or answers InvalidArgument and returns nullopt.
+template <class M>
+std::optional<M> body_of(const pb::RequestHeader& h, const Responder& respond) {
+  auto r = wire::parse_body<M>(h.body());
+  if (!r.ok()) {
+    send_reply(respond, h.request_id(), r.status(), nullptr);
+    return std::nullopt;
+  }
+  return std::move(r).value();
+}
+
+// Calls the task's master or worker for the request `h` (its tensors among `request`'s frames).
+// False for a method neither serves.
+bool call_service(const ServiceState& state, const pb::RequestHeader& h, RpcMessage& request,
+                  const Responder& respond) {
+  const std::string& m = h.method();
+  const uint64_t id = h.request_id();
+  if (m == "RunGraph") {
+    auto r = body_of<pb::RunGraphRequest>(h, respond);
+    if (!r) return true;
+    auto send = tensors_from_frames(r->send(), request, state.max_tensor_bytes, "feed");
+    if (!send.ok()) return send_reply(respond, id, send.status().with_prefix(state.worker->task_name() + ": "), nullptr), true;
+    state.worker->run_graph(*r, std::move(send).value(), [respond, id](StatusOr<RunGraphReply> reply) {
+      if (!reply.ok()) return send_reply(respond, id, reply.status(), nullptr);
+      std::vector<zmq::message_t> frames;
+      Status st = tensors_to_frames(reply.value().recv, reply.value().response.mutable_recv(), &frames);
+      if (!st.ok()) return send_reply(respond, id, st, nullptr);
+      send_reply(respond, id, Status(), &reply.value().response, std::move(frames));
+    });
+  } else if (m == "RecvTensor") {
+    auto r = body_of<pb::RecvTensorRequest>(h, respond);
+    if (!r) return true;
+    state.worker->recv_tensor(*r, [respond, id](StatusOr<Tensor> t) {
+      if (!t.ok()) return send_reply(respond, id, t.status(), nullptr);
+      std::vector<zmq::message_t> frames;
+      auto meta = tensor_to_frames(t.value(), &frames, 1);
+      if (!meta.ok()) return send_reply(respond, id, meta.status(), nullptr);
+      pb::RecvTensorResponse response;
+      response.set_version(wire::kWireVersion);
+      *response.mutable_tensor() = meta.value();
+      send_reply(respond, id, Status(), &response, std::move(frames));
+    });
+  } else if (m == "RunStep") {
+    auto r = body_of<pb::RunStepRequest>(h, respond);
+    if (!r) return true;
+    auto feed = tensors_from_frames(r->feed(), request, state.max_tensor_bytes, "feed");
+    if (!feed.ok()) return send_reply(respond, id, feed.status(), nullptr), true;
+    state.master->run_step(std::move(*r), std::move(feed).value(), [respond, id](StatusOr<RunStepReply> reply) {
+      if (!reply.ok()) return send_reply(respond, id, reply.status(), nullptr);
+      std::vector<zmq::message_t> frames;
+      Status st = tensors_to_frames(reply.value().tensor, reply.value().response.mutable_tensor(), &frames);
+      if (!st.ok()) return send_reply(respond, id, st, nullptr);
+      send_reply(respond, id, Status(), &reply.value().response, std::move(frames));
+    });
+  } else if (m == "RegisterGraph") {
+    if (auto r = body_of<pb::RegisterGraphRequest>(h, respond)) {
+      state.worker->register_graph(*r, replier<pb::RegisterGraphResponse>(respond, id));
+    }
+  } else if (m == "CleanupGraph") {
+    if (auto r = body_of<pb::CleanupGraphRequest>(h, respond)) {
+      state.worker->cleanup_graph(*r, replier<pb::CleanupGraphResponse>(respond, id));
+    }
+  } else if (m == "DeregisterGraph") {
+    if (auto r = body_of<pb::DeregisterGraphRequest>(h, respond)) {
+      state.worker->deregister_graph(*r, replier<pb::DeregisterGraphResponse>(respond, id));
+    }
+  } else if (m == "CreateSession") {
+    if (auto r = body_of<pb::CreateSessionRequest>(h, respond)) {
+      state.master->create_session(*r, replier<pb::CreateSessionResponse>(respond, id));
+    }
+  } else if (m == "ExtendSession") {
+    if (auto r = body_of<pb::ExtendSessionRequest>(h, respond)) {
+      state.master->extend_session(std::move(*r), replier<pb::ExtendSessionResponse>(respond, id));
+    }
+  } else if (m == "CloseSession") {
+    if (auto r = body_of<pb::CloseSessionRequest>(h, respond)) {
+      state.master->close_session(*r, replier<pb::CloseSessionResponse>(respond, id));
+    }
+  } else {
+    return false;
+  }
+  return true;
 }
 
 void dispatch(const ServiceState& state, RpcMessage request, const Responder& respond) {
@@ -225,25 +326,15 @@ void dispatch(const ServiceState& state, RpcMessage request, const Responder& re
   }
   const pb::RequestHeader& h = header.value();
   const std::string& m = h.method();
-  if (state.master && state.worker) {
-    if (m == "RunGraph") return state.worker->run_graph(h, std::move(request), respond);
-    if (m == "RecvTensor") return state.worker->recv_tensor(h, respond);
-    if (m == "RunStep") return state.master->run_step(h, std::move(request), respond);
-    if (m == "RegisterGraph") return state.worker->register_graph(h, respond);
-    if (m == "CleanupGraph") return state.worker->cleanup_graph(h, respond);
-    if (m == "DeregisterGraph") return state.worker->deregister_graph(h, respond);
-    if (m == "CreateSession") return state.master->create_session(h, respond);
-    if (m == "ExtendSession") return state.master->extend_session(h, respond);
-    if (m == "CloseSession") return state.master->close_session(h, respond);
-  }
-  if (h.method() == kGetStatus) {
+  if (state.master && state.worker && call_service(state, h, request, respond)) return;
+  if (m == kGetStatus) {
     pb::GetStatusRequest body;
     Status parsed = wire::parse_body(h.body(), &body);
     if (!parsed.ok()) {
       reply(respond, h.request_id(), parsed.with_prefix(state.task_name + ": GetStatus: "), nullptr);
       return;
     }
-    pb::GetStatusResponse response = get_status(state);
+    pb::GetStatusResponse response = local_status(state.job, state.task);
     reply(respond, h.request_id(), Status(), &response);
     return;
   }
@@ -270,16 +361,6 @@ StatusOr<std::string> server_bind_endpoint(std::string_view address) {
   return fmt::format("tcp://*:{}", port);
 }
 
-StatusOr<std::string> task_device_name(const std::string& local_name, const std::string& job, int task) {
-  StatusOr<DeviceSpec> spec = DeviceSpec::parse(local_name);
-  if (!spec.ok()) return spec.status();
-  DeviceSpec s = std::move(spec).value();
-  if (!s.type || !s.id) return errors::invalid_argument("'{}' is not a full device name", local_name);
-  s.job = job;
-  s.replica = 0;
-  s.task = task;
-  return s.to_string();
-}
 
 void serve_request(const ServiceState& state, RpcMessage request, const Responder& respond) {
   try {
@@ -296,6 +377,7 @@ std::shared_ptr<ServiceState> make_services(const train::ClusterSpec& cluster, c
   state->job = job;
   state->task = task;
   state->task_name = task_name(job, task);
+  state->max_tensor_bytes = static_cast<uint64_t>(options.max_tensor_bytes);
   const std::string full = fmt::format("/job:{}/replica:0/task:{}", job, task);
   auto channels = std::make_shared<TaskChannels>(cluster, options.rpc_timeout, std::move(credentials),
                                                  static_cast<uint64_t>(options.max_tensor_bytes));

@@ -22,11 +22,6 @@ namespace tessera::internal {
 // InvalidArgument for a string that is not host:port.
 StatusOr<std::string> server_bind_endpoint(std::string_view address);
 
-// `local_name`, a device of this process ("/job:localhost/replica:0/task:0/device:CPU:0"), as the
-// cluster knows it: "/job:<job>/replica:0/task:<task>/device:CPU:0". InvalidArgument when
-// `local_name` is not a device name.
-StatusOr<std::string> task_device_name(const std::string& local_name, const std::string& job, int task);
-
 class Master;
 class Worker;
 struct Credentials;
@@ -38,6 +33,7 @@ struct ServiceState {
   std::string job;
   int task = 0;
   std::string task_name;  // "/job:worker/task:1", for messages
+  uint64_t max_tensor_bytes = 0;  // the cap on a tensor a peer sends (ServerOptions::max_tensor_bytes)
   std::shared_ptr<Worker> worker;
   std::shared_ptr<Master> master;
 };

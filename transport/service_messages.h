@@ -16,7 +16,7 @@
 #include "core/status.h"
 #include "tessera/tensor.h"
 #include "transport/rpc.h"
-#include "transport/wire.h"
+#include "distributed/wire.h"
 
 namespace tessera::internal {
 

@@ -1,5 +1,5 @@
-// TaskChannels (task_channels.h): one RpcChannel per task address of the cluster, CURVE clients
-// when the task has keys.
+// TaskChannels (task_channels.h): one RemoteWorker (and RpcChannel) per task of the cluster, CURVE
+// clients when the task has keys.
 #include "transport/task_channels.h"
 
 #include <utility>
@@ -8,6 +8,7 @@
 
 #include "core/device_name.h"
 #include "tessera/errors.h"
+#include "transport/remote_worker.h"
 #include "transport/security.h"
 
 namespace tessera::internal {
@@ -17,7 +18,7 @@ TaskChannels::TaskChannels(train::ClusterSpec cluster, std::chrono::milliseconds
     : cluster_(std::move(cluster)), rpc_timeout_(rpc_timeout), credentials_(std::move(credentials)),
       max_tensor_bytes_(max_tensor_bytes) {}
 
-StatusOr<RpcChannel*> TaskChannels::get(const std::string& task) {
+StatusOr<WorkerInterface*> TaskChannels::get(const std::string& task) {
   StatusOr<DeviceSpec> spec = DeviceSpec::parse(task);
   if (!spec.ok()) return spec.status();
   if (!spec.value().job || !spec.value().task) {
@@ -29,14 +30,15 @@ StatusOr<RpcChannel*> TaskChannels::get(const std::string& task) {
   } catch (const Error& e) {
     return Status(e.code(), e.message());
   }
+  const std::string name = fmt::format("/job:{}/replica:0/task:{}", *spec.value().job, *spec.value().task);
   std::lock_guard<std::mutex> l(mu_);
-  auto& channel = by_address_[address];
-  if (!channel) {
+  auto& worker = by_task_[name];
+  if (!worker) {
     RpcChannelOptions options;
     if (credentials_) {
       StatusOr<RpcChannelOptions::Curve> curve = channel_curve(*credentials_, address);
       if (!curve.ok()) {
-        by_address_.erase(address);
+        by_task_.erase(name);
         return curve.status().with_prefix(fmt::format("{}: ", task));
       }
       options.curve = std::move(curve).value();
@@ -44,9 +46,10 @@ StatusOr<RpcChannel*> TaskChannels::get(const std::string& task) {
     const std::string host = address.substr(0, address.rfind(':'));
     const std::string endpoint =
         host == "localhost" ? "tcp://127.0.0.1" + address.substr(address.rfind(':')) : "tcp://" + address;
-    channel = std::make_unique<RpcChannel>(endpoint, std::move(options));
+    worker = std::make_unique<RemoteWorker>(name, std::make_unique<RpcChannel>(endpoint, std::move(options)),
+                                            rpc_timeout_, max_tensor_bytes_);
   }
-  return channel.get();
+  return worker.get();
 }
 
 }  // namespace tessera::internal

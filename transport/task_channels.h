@@ -1,8 +1,9 @@
-// The channels of a task (or client) to the tasks of its cluster, one per address, made on first
-// use and kept; shared by the master and the worker of a task.
+// The workers of a cluster as one task (or client) reaches them over ZeroMQ: the WorkerCache
+// (distributed/worker_interface.h) that the task's master and worker use, one RemoteWorker and
+// RpcChannel per task, made on first use and kept.
 //
 //   TaskChannels channels(cluster, std::chrono::seconds(10), credentials);
-//   StatusOr<RpcChannel*> c = channels.get("/job:ps/replica:0/task:0");
+//   StatusOr<WorkerInterface*> w = channels.get("/job:ps/replica:0/task:0");
 #pragma once
 
 #include <chrono>
@@ -13,29 +14,28 @@
 #include <string>
 
 #include "core/status.h"
+#include "distributed/worker_interface.h"
 #include "tessera/cluster.h"
 #include "transport/rpc.h"
-#include "transport/wire.h"
+#include "distributed/wire.h"
 
 namespace tessera::internal {
 
 struct Credentials;
 
-// The RpcChannels of one process to the tasks of a cluster, one per address, made on first use
-// and kept. With `credentials` (transport/security.h) every channel is a CURVE client with this
-// task's key pair, expecting the server key the cluster keys give for the task's address.
-// Thread-safe.
-class TaskChannels {
+// With `credentials` (transport/security.h) every channel is a CURVE client with this task's key
+// pair, expecting the server key the cluster keys give for the task's address. Thread-safe.
+class TaskChannels final : public WorkerCache {
  public:
   TaskChannels(train::ClusterSpec cluster, std::chrono::milliseconds rpc_timeout,
                std::shared_ptr<const Credentials> credentials = nullptr,
                uint64_t max_tensor_bytes = wire::kMaxTensorBytes);
-  // The channel of task "/job:J/replica:0/task:T" (or "/job:J/task:T"). InvalidArgument when the
+  // The worker of task "/job:J/replica:0/task:T" (or "/job:J/task:T"). InvalidArgument when the
   // cluster has no such task; FailedPrecondition naming its address when the cluster keys have no
   // key for it.
-  StatusOr<RpcChannel*> get(const std::string& task);
-  const train::ClusterSpec& cluster() const { return cluster_; }
-  std::chrono::milliseconds rpc_timeout() const { return rpc_timeout_; }
+  StatusOr<WorkerInterface*> get(const std::string& task) override;
+  const train::ClusterSpec& cluster() const override { return cluster_; }
+  std::chrono::milliseconds rpc_timeout() const override { return rpc_timeout_; }
   // The task's cap on a tensor received from a peer (ServerOptions::max_tensor_bytes).
   uint64_t max_tensor_bytes() const { return max_tensor_bytes_; }
 
@@ -45,7 +45,7 @@ class TaskChannels {
   const std::shared_ptr<const Credentials> credentials_;  // null: plain TCP
   const uint64_t max_tensor_bytes_;
   std::mutex mu_;
-  std::map<std::string, std::unique_ptr<RpcChannel>> by_address_;  // guarded by mu_
+  std::map<std::string, std::unique_ptr<WorkerInterface>> by_task_;  // guarded by mu_
 };
 
 }  // namespace tessera::internal

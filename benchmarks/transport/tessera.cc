@@ -36,7 +36,7 @@
 #include "common/bench_common.h"
 #include "transport/rpc.h"
 #include "transport/transfer_bench.h"
-#include "transport/wire.h"
+#include "distributed/wire.h"
 
 namespace transport_bench {
 namespace {

@@ -11,13 +11,13 @@
 //   local.target();                               // "tessera://127.0.0.1:40123"
 //
 // A server answers its peers' calls over ZeroMQ (transport/rpc.h) in tessera's wire format
-// (transport/wire.proto). It is both
+// (distributed/wire.proto). It is both
 //   * a master: Session(graph, server.target()) creates a session there; the master places the
 //     graph's ops over the devices of every task the graph names (ops with no job in their device
 //     request run on the master's own task), splits each step by task, and runs the pieces on the
-//     tasks' workers (Note [Master] in transport/master.cc);
+//     tasks' workers (Note [Master] in distributed/master.cc);
 //   * a worker: it runs the pieces masters register with it and exchanges the tensors that cross
-//     tasks directly with the other tasks' workers (Note [Worker] in transport/worker.cc).
+//     tasks directly with the other tasks' workers (Note [Worker] in distributed/worker.cc).
 // Variables and queues live on the task their ops are placed on, in one set per task shared by
 // every session and client (between-graph replication), and outlive the sessions. A task that is
 // down, dies or hangs makes the runs that need it fail with UnavailableError naming it (as soon

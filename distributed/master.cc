@@ -1,6 +1,6 @@
 // The master service: sessions on a cluster, placed over the devices of every task they use,
 // split into one partition per task, and run as steps on the tasks' workers.
-#include "transport/master.h"
+#include "distributed/master.h"
 
 #include <algorithm>
 #include <atomic>
@@ -17,7 +17,8 @@
 #include "core/executor.h"
 #include "core/graph_partition.h"
 #include "core/placement.h"
-#include "host/direct_session.h"
+#include "core/trace_json.h"
+#include "distributed/service_names.h"
 #include "tessera/errors.h"
 #include "tessera/graph.h"
 
@@ -97,6 +98,12 @@ std::string signature_key(const wire::pb::RunStepRequest& r) {
 
 namespace {
 
+// `st` naming the task it came from (once: a transport's error may name it already).
+Status naming_task(const Status& st, const std::string& task) {
+  const std::string prefix = fmt::format("task {}: ", task);
+  return st.message().rfind(prefix, 0) == 0 ? st : st.with_prefix(prefix);
+}
+
 bool is_echo(const Status& s) {
   const std::string& m = s.message();
   return m.rfind("_recv/", 0) == 0 || m.rfind("_crecv/", 0) == 0;
@@ -112,9 +119,9 @@ PlacementPolicy policy_of(const std::string& name) {
 
 class MasterSession : public std::enable_shared_from_this<MasterSession> {
  public:
-  MasterSession(std::string handle, std::string task, std::shared_ptr<TaskChannels> channels,
+  MasterSession(std::string handle, std::string task, std::shared_ptr<WorkerCache> workers,
                 pb::SessionConfig config)
-      : handle_(std::move(handle)), task_(std::move(task)), channels_(std::move(channels)),
+      : handle_(std::move(handle)), task_(std::move(task)), workers_(std::move(workers)),
         config_(std::move(config)) {}
 
   const std::string& handle() const { return handle_; }
@@ -162,7 +169,7 @@ class MasterSession : public std::enable_shared_from_this<MasterSession> {
     return std::exchange(unreported_, {});
   }
 
-  void run(const pb::RunStepRequest& r, RpcMessage request, const Responder& respond, uint64_t request_id);
+  void run(const pb::RunStepRequest& r, std::vector<Tensor> feed_values, Done<RunStepReply> respond);
   void close();
 
   // True when a plan for `key` is cached (the fast path: no thread needed). Never waits for a plan
@@ -175,7 +182,7 @@ class MasterSession : public std::enable_shared_from_this<MasterSession> {
  private:
   struct Part {
     std::string task;
-    RpcChannel* channel = nullptr;
+    WorkerInterface* worker = nullptr;
     std::string graph_handle;
     std::vector<int> feeds;           // step feed index per partition feed, in order
     std::vector<std::string> feed_names;
@@ -204,7 +211,7 @@ class MasterSession : public std::enable_shared_from_this<MasterSession> {
 
   const std::string handle_;
   const std::string task_;
-  const std::shared_ptr<TaskChannels> channels_;
+  const std::shared_ptr<WorkerCache> workers_;
   const pb::SessionConfig config_;
 
   std::mutex mu_;  // the graph, placement, plans
@@ -218,7 +225,7 @@ class MasterSession : public std::enable_shared_from_this<MasterSession> {
   std::mutex report_mu_;
   std::vector<std::pair<std::string, std::string>> unreported_;  // guarded by report_mu_: (node, device)
   std::atomic<bool> has_unreported_{false};
-  std::vector<std::pair<RpcChannel*, std::string>> registered_;  // (worker, graph handle)
+  std::vector<std::pair<WorkerInterface*, std::string>> registered_;  // (worker, graph handle)
   // Never held while calling another task: a step with a cached plan starts on a server thread.
   std::shared_mutex plans_mu_;
   std::unordered_map<std::string, std::shared_ptr<const Plan>> plans_;  // guarded by plans_mu_
@@ -232,8 +239,6 @@ class MasterSession : public std::enable_shared_from_this<MasterSession> {
 struct MasterSession::Step {
   int64_t id = 0;
   std::shared_ptr<const Plan> plan;
-  Responder respond;
-  uint64_t request_id = 0;
   std::vector<Tensor> feeds;
   std::mutex mu;
   int left = 0;                  // guarded by mu
@@ -245,6 +250,15 @@ struct MasterSession::Step {
   bool trace = false;
   int64_t start_us = 0;
   std::vector<TraceRecord> spans;
+
+  // Answers the client; the first answer wins (close() answers a step its workers then finish).
+  void answer(StatusOr<RunStepReply> reply) {
+    if (answered.exchange(true)) return;
+    auto r = std::move(respond);
+    r(std::move(reply));
+  }
+  Done<RunStepReply> respond;
+  std::atomic<bool> answered{false};
 };
 
 StatusOr<Endpoint> MasterSession::endpoint_locked(const std::string& name, const char* what) {
@@ -255,14 +269,14 @@ StatusOr<Endpoint> MasterSession::endpoint_locked(const std::string& name, const
 
 Status MasterSession::add_task_devices_locked(const std::string& task) {
   if (tasks_.count(task)) return Status();
-  auto channel = channels_->get(task);
-  if (!channel.ok()) return channel.status();
+  auto worker = workers_->get(task);
+  if (!worker.ok()) return worker.status();
   pb::GetStatusRequest request;
   request.set_version(wire::kWireVersion);
-  pb::GetStatusResponse response;
-  Status st = parse_reply(channel.value()->call_sync(make_call("GetStatus", request), channels_->rpc_timeout()),
-                          &response);
-  if (!st.ok()) return st.with_prefix(fmt::format("task {}: ", task));
+  auto status = call_and_wait<pb::GetStatusResponse>(
+      [&](Done<pb::GetStatusResponse> done) { worker.value()->get_status(request, std::move(done)); });
+  if (!status.ok()) return naming_task(status.status(), task);
+  const pb::GetStatusResponse& response = status.value();
   for (const pb::DeviceAttributes& d : response.device()) {
     PlacementDevice pd;
     pd.name = d.name();
@@ -308,7 +322,7 @@ Status MasterSession::place_locked(const std::vector<const Node*>& nodes) {
     }
     std::vector<int> indices;
     try {
-      indices = channels_->cluster().task_indices(job);
+      indices = workers_->cluster().task_indices(job);
     } catch (const Error& e) {
       return Status(e.code(), e.message()).with_prefix(n->debug_name() + ": ");
     }
@@ -431,9 +445,9 @@ StatusOr<std::shared_ptr<const MasterSession::Plan>> MasterSession::plan_for(con
     p.task = gp.name;
     p.feeds = gp.feed_index;
     for (const Endpoint& f : gp.feeds) p.feed_names.push_back(tensor_name(f.node->name, f.index));
-    auto channel = channels_->get(p.task);
-    if (!channel.ok()) return channel.status();
-    p.channel = channel.value();
+    auto worker = workers_->get(p.task);
+    if (!worker.ok()) return worker.status();
+    p.worker = worker.value();
     // Register the partition with its worker.
     pb::RegisterGraphRequest request;
     request.set_version(wire::kWireVersion);
@@ -443,12 +457,11 @@ StatusOr<std::shared_ptr<const MasterSession::Plan>> MasterSession::plan_for(con
     for (const Endpoint& f : gp.fetches) request.add_fetch(tensor_name(f.node->name, f.index));
     for (const Node* t : gp.targets) request.add_target(t->name);
     *request.mutable_config() = config_;
-    pb::RegisterGraphResponse response;
-    Status st = parse_reply(p.channel->call_sync(make_call("RegisterGraph", request), channels_->rpc_timeout()),
-                            &response);
-    if (!st.ok()) return st.with_prefix(fmt::format("task {}: ", p.task));
-    p.graph_handle = response.graph_handle();
-    registered_.emplace_back(p.channel, p.graph_handle);
+    auto registered = call_and_wait<pb::RegisterGraphResponse>(
+        [&](Done<pb::RegisterGraphResponse> done) { p.worker->register_graph(request, std::move(done)); });
+    if (!registered.ok()) return naming_task(registered.status(), p.task);
+    p.graph_handle = registered.value().graph_handle();
+    registered_.emplace_back(p.worker, p.graph_handle);
     plan->parts.push_back(std::move(p));
   }
   std::unique_lock<std::shared_mutex> pl(plans_mu_);
@@ -456,18 +469,14 @@ StatusOr<std::shared_ptr<const MasterSession::Plan>> MasterSession::plan_for(con
   return std::shared_ptr<const Plan>(plan);
 }
 
-void MasterSession::run(const pb::RunStepRequest& r, RpcMessage request, const Responder& respond,
-                        uint64_t request_id) {
+void MasterSession::run(const pb::RunStepRequest& r, std::vector<Tensor> feed_values, Done<RunStepReply> respond) {
   // The step is known to close() from here on, also while its plan is being built.
   auto step = std::make_shared<Step>();
   step->id = new_step_id();
-  step->respond = respond;
-  step->request_id = request_id;
+  step->respond = std::move(respond);
   {
     std::lock_guard<std::mutex> l(steps_mu_);
-    if (closed_flag_.load()) {
-      return send_reply(respond, request_id, errors::cancelled("attempted to use a closed session"), nullptr);
-    }
+    if (closed_flag_.load()) return step->answer(errors::cancelled("attempted to use a closed session"));
     steps_[step->id] = step;
   }
   auto fail = [&](const Status& st) {
@@ -475,17 +484,13 @@ void MasterSession::run(const pb::RunStepRequest& r, RpcMessage request, const R
       std::lock_guard<std::mutex> l(steps_mu_);
       steps_.erase(step->id);
     }
-    // Closed meanwhile: close() has answered Cancelled, and this error is only a consequence.
-    if (closed_flag_.load()) return;
-    send_reply(respond, request_id, st, nullptr);
+    step->answer(st);  // closed meanwhile: close() has answered Cancelled, and this is a consequence
   };
   std::vector<std::string> feeds, fetches(r.fetch().begin(), r.fetch().end()), targets(r.target().begin(), r.target().end());
-  std::vector<Tensor> feed_values;
-  for (const pb::NamedTensor& f : r.feed()) {
-    auto t = tensor_from_frames(f.meta(), request.frames, channels_->max_tensor_bytes());
-    if (!t.ok()) return fail(t.status().with_prefix(fmt::format("feed '{}': ", f.name())));
-    feeds.push_back(f.name());
-    feed_values.push_back(std::move(t).value());
+  for (const pb::NamedTensor& f : r.feed()) feeds.push_back(f.name());
+  if (feeds.size() != feed_values.size()) {
+    return fail(errors::invalid_argument("RunStep names {} feeds and carries {} tensors", feeds.size(),
+                                         feed_values.size()));
   }
   const std::string key = signature_key(r);
   auto plan = plan_for(key, feeds, fetches, targets);
@@ -522,23 +527,28 @@ void MasterSession::start(const std::shared_ptr<Step>& step, std::shared_ptr<con
       std::lock_guard<std::mutex> l(self->steps_mu_);
       self->steps_.erase(step->id);
     }
-    std::lock_guard<std::mutex> l(step->mu);
-    if (!step->error.ok()) return send_reply(step->respond, step->request_id, step->error, nullptr);
-    pb::RunStepResponse response;
-    response.set_version(wire::kWireVersion);
-    std::vector<zmq::message_t> frames;
-    for (const Tensor& t : step->fetched) {
-      auto meta = tensor_to_frames(t, &frames, 1);
-      if (!meta.ok()) return send_reply(step->respond, step->request_id, meta.status(), nullptr);
-      *response.add_tensor()->mutable_meta() = meta.value();
+    StatusOr<RunStepReply> answer = errors::internal("unset");
+    {
+      std::lock_guard<std::mutex> l(step->mu);
+      if (!step->error.ok()) {
+        answer = step->error;
+      } else {
+        RunStepReply reply;
+        reply.response.set_version(wire::kWireVersion);
+        for (Tensor& t : step->fetched) {
+          reply.response.add_tensor();
+          reply.tensor.push_back(std::move(t));
+        }
+        if (step->trace) reply.response.set_trace_json(trace_to_json(std::move(step->spans), step->start_us));
+        for (auto& [node, device] : self->take_unreported_placements()) {
+          pb::NodePlacement* p = reply.response.add_placement();
+          p->set_node(std::move(node));
+          p->set_device(std::move(device));
+        }
+        answer = std::move(reply);
+      }
     }
-    if (step->trace) response.set_trace_json(trace_to_json(std::move(step->spans), step->start_us));
-    for (auto& [node, device] : self->take_unreported_placements()) {
-      pb::NodePlacement* p = response.add_placement();
-      p->set_node(std::move(node));
-      p->set_device(std::move(device));
-    }
-    send_reply(step->respond, step->request_id, Status(), &response, std::move(frames));
+    step->answer(std::move(answer));
   };
   // Closed while the plan was being built: close() has answered (and finish() is then a no-op).
   if (plan->parts.empty() || step->aborted.load()) return finish();
@@ -550,25 +560,16 @@ void MasterSession::start(const std::shared_ptr<Step>& step, std::shared_ptr<con
     run.set_step_id(step->id);
     run.set_timeout_ms(r.timeout_ms());
     run.set_trace(r.trace());
-    std::vector<zmq::message_t> frames;
-    Status st;
+    std::vector<Tensor> send;
     for (std::size_t k = 0; k < part.feeds.size(); ++k) {
-      auto meta = tensor_to_frames(step->feeds[static_cast<std::size_t>(part.feeds[k])], &frames, 1);
-      if (!meta.ok()) {
-        st = meta.status();
-        break;
-      }
-      pb::NamedTensor* nt = run.add_send();
-      nt->set_name(part.feed_names[k]);
-      *nt->mutable_meta() = meta.value();
+      run.add_send()->set_name(part.feed_names[k]);
+      send.push_back(step->feeds[static_cast<std::size_t>(part.feeds[k])]);
     }
-    auto done = [self = shared_from_this(), step, pi, finish, sent_us = now_micros()](StatusOr<RpcMessage> reply) {
+    auto done = [self = shared_from_this(), step, pi, finish, sent_us = now_micros()](StatusOr<RunGraphReply> reply) {
       const Part& part = step->plan->parts[pi];
-      pb::RunGraphResponse response;
-      Status st = parse_reply(reply, &response);
-      if (!st.ok() && !reply.ok()) st = st.with_prefix(fmt::format("task {}: ", part.task));
+      Status st = reply.status();
       if (st.ok()) {
-        auto frames = std::move(reply.value().frames);
+        const pb::RunGraphResponse& response = reply.value().response;
         std::vector<TraceRecord> spans;
         if (step->trace) {
           spans = wire::decode_trace(response.trace());
@@ -581,14 +582,12 @@ void MasterSession::start(const std::shared_ptr<Step>& step, std::shared_ptr<con
         for (std::size_t i = 0; i < step->plan->fetch_from.size() && st.ok(); ++i) {
           const auto [from, pos] = step->plan->fetch_from[i];
           if (from != static_cast<int>(pi)) continue;
-          if (pos >= response.recv_size()) {
+          if (pos >= static_cast<int>(reply.value().recv.size())) {
             st = errors::internal("task {} returned {} tensors, fewer than the step fetches from it", part.task,
-                                  response.recv_size());
+                                  reply.value().recv.size());
             break;
           }
-          auto t = tensor_from_frames(response.recv(pos).meta(), frames, self->channels_->max_tensor_bytes());
-          if (!t.ok()) st = t.status().with_prefix(fmt::format("task {}: ", part.task));
-          else step->fetched[i] = std::move(t).value();
+          step->fetched[i] = reply.value().recv[static_cast<std::size_t>(pos)];
         }
       }
       bool last;
@@ -600,11 +599,7 @@ void MasterSession::start(const std::shared_ptr<Step>& step, std::shared_ptr<con
       if (!st.ok()) self->abort(step, st);
       if (last) finish();
     };
-    if (!st.ok()) {
-      done(st);
-      continue;
-    }
-    part.channel->call_until_lost(make_call("RunGraph", run, std::move(frames)), channels_->rpc_timeout(), done);
+    part.worker->run_graph(run, std::move(send), std::move(done));
   }
 }
 
@@ -620,14 +615,12 @@ void MasterSession::abort(const std::shared_ptr<Step>& step, const Status& reaso
   request.set_version(wire::kWireVersion);
   request.set_step_id(step->id);
   *request.mutable_abort() = wire::from_status(reason);
-  for (const Part& part : plan->parts) {
-    part.channel->call(make_call("CleanupGraph", request), channels_->rpc_timeout(), [](StatusOr<RpcMessage>) {});
-  }
+  for (const Part& part : plan->parts) part.worker->cleanup_graph(request, [](StatusOr<pb::CleanupGraphResponse>) {});
 }
 
 void MasterSession::close() {
   closed_flag_.store(true);
-  std::vector<std::pair<RpcChannel*, std::string>> registered;
+  std::vector<std::pair<WorkerInterface*, std::string>> registered;
   {
     std::lock_guard<std::mutex> l(mu_);
     closed_ = true;
@@ -644,49 +637,41 @@ void MasterSession::close() {
       std::lock_guard<std::mutex> l(s->mu);
       if (s->error.ok()) s->error = reason;
     }
-    // Answered now (the workers' replies, which follow, find the Responder used).
-    send_reply(s->respond, s->request_id, reason, nullptr);
+    s->answer(reason);  // now: the workers' replies, which follow, find the step answered
     abort(s, reason);
   }
   pb::DeregisterGraphRequest request;
   request.set_version(wire::kWireVersion);
-  for (auto& [channel, handle] : registered) {
+  for (auto& [worker, handle] : registered) {
     request.set_graph_handle(handle);
-    channel->call(make_call("DeregisterGraph", request), channels_->rpc_timeout(), [](StatusOr<RpcMessage>) {});
+    worker->deregister_graph(request, [](StatusOr<pb::DeregisterGraphResponse>) {});
   }
 }
 
 // ---- Master ----
 
-Master::Master(std::string task, std::shared_ptr<TaskChannels> channels)
-    : task_(std::move(task)), channels_(std::move(channels)) {}
+Master::Master(std::string task, std::shared_ptr<WorkerCache> workers)
+    : task_(std::move(task)), workers_(std::move(workers)) {}
 
 Master::~Master() { stop(); }
 
-std::shared_ptr<MasterSession> Master::find(const std::string& handle, const wire::RequestHeader& header,
-                                            const Responder& respond) {
-  {
-    std::lock_guard<std::mutex> l(mu_);
-    auto it = sessions_.find(handle);
-    if (it != sessions_.end()) return it->second;
-  }
-  send_reply(respond, header.request_id(),
-             errors::not_found("{}: no session '{}' (closed, or the task restarted)", task_, handle), nullptr);
-  return nullptr;
+StatusOr<std::shared_ptr<MasterSession>> Master::find(const std::string& handle) {
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = sessions_.find(handle);
+  if (it != sessions_.end()) return it->second;
+  return errors::not_found("{}: no session '{}' (closed, or the task restarted)", task_, handle);
 }
 
-void Master::create_session(const wire::RequestHeader& header, const Responder& respond) {
-  auto r = wire::parse_body<pb::CreateSessionRequest>(header.body());
-  if (!r.ok()) return send_reply(respond, header.request_id(), r.status(), nullptr);
+void Master::create_session(const pb::CreateSessionRequest& request, Done<pb::CreateSessionResponse> done) {
   std::string handle;
   {
     std::lock_guard<std::mutex> l(mu_);
-    if (stopped_) return send_reply(respond, header.request_id(), errors::cancelled("{} is stopping", task_), nullptr);
+    if (stopped_) return done(errors::cancelled("{} is stopping", task_));
     handle = fmt::format("{}/session/{}", task_, next_session_++);
   }
-  auto session = std::make_shared<MasterSession>(handle, task_, channels_, r.value().config());
-  auto version = session->extend(r.value().graph(), {}, 0, /*check_version=*/false);
-  if (!version.ok()) return send_reply(respond, header.request_id(), version.status(), nullptr);
+  auto session = std::make_shared<MasterSession>(handle, task_, workers_, request.config());
+  auto version = session->extend(request.graph(), {}, 0, /*check_version=*/false);
+  if (!version.ok()) return done(version.status());
   {
     std::lock_guard<std::mutex> l(mu_);
     sessions_[handle] = session;
@@ -695,63 +680,56 @@ void Master::create_session(const wire::RequestHeader& header, const Responder& 
   response.set_version(wire::kWireVersion);
   response.set_session_handle(handle);
   response.set_graph_version(version.value());
-  send_reply(respond, header.request_id(), Status(), &response);
+  done(std::move(response));
 }
 
-void Master::extend_session(const wire::RequestHeader& header, const Responder& respond) {
-  auto r = wire::parse_body<pb::ExtendSessionRequest>(header.body());
-  if (!r.ok()) return send_reply(respond, header.request_id(), r.status(), nullptr);
-  auto session = find(r.value().session_handle(), header, respond);
-  if (!session) return;
-  // Waits for a plan being built (which calls other tasks): not on a server thread.
-  std::thread([session, body = std::move(r).value(), respond, id = header.request_id()] {
+void Master::extend_session(pb::ExtendSessionRequest request, Done<pb::ExtendSessionResponse> done) {
+  auto session = find(request.session_handle());
+  if (!session.ok()) return done(session.status());
+  // Waits for a plan being built (which calls other tasks): not on the caller's thread.
+  std::thread([session = std::move(session).value(), body = std::move(request), done = std::move(done)] {
     auto version = session->extend(body.graph(), body.control_input(), body.current_graph_version(),
                                    /*check_version=*/true);
-    if (!version.ok()) return send_reply(respond, id, version.status(), nullptr);
+    if (!version.ok()) return done(version.status());
     pb::ExtendSessionResponse response;
     response.set_version(wire::kWireVersion);
     response.set_new_graph_version(version.value());
-    send_reply(respond, id, Status(), &response);
+    done(std::move(response));
   }).detach();
 }
 
-void Master::run_step(const wire::RequestHeader& header, RpcMessage request, const Responder& respond) {
-  auto r = wire::parse_body<pb::RunStepRequest>(header.body());
-  if (!r.ok()) return send_reply(respond, header.request_id(), r.status(), nullptr);
+void Master::run_step(pb::RunStepRequest request, std::vector<Tensor> feed, Done<RunStepReply> done) {
   {
     std::lock_guard<std::mutex> l(mu_);
-    if (stopped_) return send_reply(respond, header.request_id(), errors::cancelled("{} is stopping", task_), nullptr);
+    if (stopped_) return done(errors::cancelled("{} is stopping", task_));
   }
-  auto session = find(r.value().session_handle(), header, respond);
-  if (!session) return;
+  auto found = find(request.session_handle());
+  if (!found.ok()) return done(found.status());
+  std::shared_ptr<MasterSession> session = std::move(found).value();
   // With its plan cached, a step only sends RunGraphs: it starts right here. Building a plan calls
-  // other tasks (GetStatus, RegisterGraph) and waits for them: not on a server thread.
-  if (session->has_plan(signature_key(r.value()))) {
-    return session->run(r.value(), std::move(request), respond, header.request_id());
-  }
-  std::thread([session, body = std::move(r).value(), request = std::move(request), respond,
-               id = header.request_id()]() mutable { session->run(body, std::move(request), respond, id); })
-      .detach();
+  // other tasks (GetStatus, RegisterGraph) and waits for them: not on the caller's thread.
+  if (session->has_plan(signature_key(request))) return session->run(request, std::move(feed), std::move(done));
+  std::thread([session, body = std::move(request), feed = std::move(feed), done = std::move(done)]() mutable {
+    session->run(body, std::move(feed), std::move(done));
+  }).detach();
 }
 
-void Master::close_session(const wire::RequestHeader& header, const Responder& respond) {
-  auto r = wire::parse_body<pb::CloseSessionRequest>(header.body());
-  if (!r.ok()) return send_reply(respond, header.request_id(), r.status(), nullptr);
+void Master::close_session(const pb::CloseSessionRequest& request, Done<pb::CloseSessionResponse> done) {
   std::shared_ptr<MasterSession> session;
   {
     std::lock_guard<std::mutex> l(mu_);
-    auto it = sessions_.find(r.value().session_handle());
+    auto it = sessions_.find(request.session_handle());
     if (it != sessions_.end()) {
       session = std::move(it->second);
       sessions_.erase(it);
     }
   }
-  // close() waits for a plan being built (which calls other tasks): not on a server thread.
-  std::thread([session, respond, id = header.request_id()] {
+  // close() waits for a plan being built (which calls other tasks): not on the caller's thread.
+  std::thread([session, done = std::move(done)] {
     if (session) session->close();
     pb::CloseSessionResponse response;
     response.set_version(wire::kWireVersion);
-    send_reply(respond, id, Status(), &response);
+    done(std::move(response));
   }).detach();
 }
 

@@ -1,6 +1,6 @@
 // Names the cluster services resolve (service_names.h): a tensor of a partition, the task of a
 // device.
-#include "transport/service_names.h"
+#include "distributed/service_names.h"
 
 #include <exception>
 
@@ -39,6 +39,17 @@ StatusOr<std::string> task_of_device(const std::string& device) {
     return errors::invalid_argument("device '{}' does not name a job and task", device);
   }
   return fmt::format("/job:{}/replica:0/task:{}", *spec.value().job, *spec.value().task);
+}
+
+StatusOr<std::string> task_device_name(const std::string& local_name, const std::string& job, int task) {
+  StatusOr<DeviceSpec> spec = DeviceSpec::parse(local_name);
+  if (!spec.ok()) return spec.status();
+  DeviceSpec s = std::move(spec).value();
+  if (!s.type || !s.id) return errors::invalid_argument("'{}' is not a full device name", local_name);
+  s.job = job;
+  s.replica = 0;
+  s.task = task;
+  return s.to_string();
 }
 
 }  // namespace tessera::internal

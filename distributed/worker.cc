@@ -1,24 +1,25 @@
 // The worker service of a task (worker.h): registered partitions, their runs, and the per-step
 // exchange of tensors with the other tasks.
-#include "transport/worker.h"
+#include "distributed/worker.h"
 
 #include <thread>
 #include <utility>
 
 #include <fmt/format.h>
 
+#include "core/device_factory.h"
 #include "core/device_name.h"
+#include "distributed/elastic_threads.h"
+#include "distributed/service_names.h"
 #include "host/direct_session.h"
 #include "tessera/errors.h"
 #include "tessera/graph.h"
-#include "transport/elastic_threads.h"
-#include "transport/server_impl.h"
 
 namespace tessera::internal {
 
 // Note [Worker]
 // ~~~~~~~~~~~~~
-// A master splits each step signature of a session by task (transport/master.cc) and registers
+// A master splits each step signature of a session by task (distributed/master.cc) and registers
 // one partition per task with that task's worker: a GraphDef whose nodes carry their device as
 // "/device:TYPE:N" (the task part removed), plus the partition's signature (feeds, fetches,
 // targets). The worker decodes it into a Graph of its own and runs it with an ordinary SessionImpl,
@@ -34,9 +35,9 @@ namespace tessera::internal {
 // the run (a run may block for long, on a queue or on another task, and must never hold one of the
 // server's few handler threads: two tasks each running steps that wait on the other would
 // deadlock; ElasticThreads in elastic_threads.h keeps such threads for the next runs). A pull is a
-// call_until_lost on the RpcChannel to the source task: it waits as long as the producer needs,
-// and fails Unavailable as soon as the connection to that task is lost (a crash resets it; a hung
-// task misses heartbeats).
+// RecvTensor call to the source task's worker: it waits as long as the producer needs, and fails
+// Unavailable as soon as the transport loses that task (ZeroMQ's: a crash resets the connection; a
+// hung task misses heartbeats).
 
 namespace {
 
@@ -62,53 +63,56 @@ class WorkerGraph {
 
 // ---- Worker ----
 
-Worker::Worker(std::string task_name, std::shared_ptr<TaskChannels> channels)
-    : task_name_(std::move(task_name)), channels_(std::move(channels)), rendezvous_(task_name_, this),
+Worker::Worker(std::string task_name, std::shared_ptr<WorkerCache> peers)
+    : task_name_(std::move(task_name)), peers_(std::move(peers)), rendezvous_(task_name_, this),
       threads_(std::make_unique<ElasticThreads>()) {}
 
 Worker::~Worker() = default;
 
-void Worker::reply_tensor(const Responder& respond, uint64_t request_id, const Tensor& t) {
-  std::vector<zmq::message_t> frames;
-  auto meta = tensor_to_frames(t, &frames, 1);
-  if (!meta.ok()) return send_reply(respond, request_id, meta.status(), nullptr);
-  pb::RecvTensorResponse response;
+pb::GetStatusResponse local_status(const std::string& job, int task) {
+  pb::GetStatusResponse response;
   response.set_version(wire::kWireVersion);
-  *response.mutable_tensor() = meta.value();
-  send_reply(respond, request_id, Status(), &response, std::move(frames));
+  // The devices were made when the server started (local_devices() in its constructor).
+  StatusOr<std::vector<Device*>> devices = local_devices();
+  TESSERA_CHECK(devices.ok());
+  for (const Device* d : devices.value()) {
+    StatusOr<std::string> name = task_device_name(d->name(), job, task);
+    TESSERA_CHECK(name.ok());  // the registry holds full names only
+    pb::DeviceAttributes* attrs = response.add_device();
+    attrs->set_name(std::move(name).value());
+    attrs->set_type(d->type());
+    attrs->set_memory_limit(0);  // unknown: allocators have no fixed limit yet
+    const DeviceCostProfile& cost = d->cost_profile();
+    attrs->set_flops_per_second(cost.flops_per_second);
+    attrs->set_memory_bandwidth(cost.memory_bandwidth);
+    attrs->set_transfer_bandwidth(cost.transfer_bandwidth);
+    attrs->set_transfer_latency_seconds(cost.transfer_latency_seconds);
+    attrs->set_kernel_overhead_seconds(cost.kernel_overhead_seconds);
+  }
+  return response;
 }
 
-std::function<void()> Worker::pull(const std::string& task, int64_t step_id, const std::string& key, Done done) {
-  StatusOr<RpcChannel*> channel = channels_->get(task);
-  if (!channel.ok()) {
-    done(channel.status());
+void Worker::get_status(const pb::GetStatusRequest& request, Done<pb::GetStatusResponse> done) {
+  const StatusOr<DeviceSpec> task = DeviceSpec::parse(task_name_);  // "/job:J/replica:0/task:T"
+  TESSERA_CHECK(task.ok() && task.value().job && task.value().task);
+  done(local_status(*task.value().job, *task.value().task));
+}
+
+std::function<void()> Worker::pull(const std::string& task, int64_t step_id, const std::string& key, PullDone done) {
+  StatusOr<WorkerInterface*> peer = peers_->get(task);
+  if (!peer.ok()) {
+    done(peer.status());
     return nullptr;
   }
   pb::RecvTensorRequest request;
   request.set_version(wire::kWireVersion);
   request.set_step_id(step_id);
   request.set_rendezvous_key(key);
-  channel.value()->call_until_lost(
-      make_call("RecvTensor", request), channels_->rpc_timeout(),
-      [done = std::move(done), task, max_bytes = channels_->max_tensor_bytes()](StatusOr<RpcMessage> reply) {
-        pb::RecvTensorResponse response;
-        Status st = parse_reply(reply, &response);
-        if (!st.ok()) {
-          // An error of the producing task (its step failed) arrives as is; a transport failure
-          // names the task.
-          if (!reply.ok()) st = st.with_prefix(fmt::format("task {}: ", task));
-          return done(st);
-        }
-        auto frames = std::move(reply.value().frames);
-        done(tensor_from_frames(response.tensor(), frames, max_bytes));
-      });
-  return nullptr;  // the call runs to its reply or its lost connection; the pull has let go of it
+  peer.value()->recv_tensor(request, std::move(done));
+  return nullptr;  // the call runs to its reply or to losing the task; the pull has let go of it
 }
 
-void Worker::register_graph(const wire::RequestHeader& header, const Responder& respond) {
-  auto request = wire::parse_body<pb::RegisterGraphRequest>(header.body());
-  if (!request.ok()) return send_reply(respond, header.request_id(), request.status(), nullptr);
-  const pb::RegisterGraphRequest& r = request.value();
+void Worker::register_graph(const pb::RegisterGraphRequest& r, Done<pb::RegisterGraphResponse> done) {
   auto wg = std::make_shared<WorkerGraph>();
   Status st;
   try {
@@ -140,68 +144,51 @@ void Worker::register_graph(const wire::RequestHeader& header, const Responder& 
   } catch (...) {
     st = status_from_current_exception();
   }
-  if (!st.ok()) {
-    return send_reply(respond, header.request_id(), st.with_prefix(task_name_ + ": RegisterGraph: "), nullptr);
-  }
+  if (!st.ok()) return done(st.with_prefix(task_name_ + ": RegisterGraph: "));
   std::string handle;
   {
     std::lock_guard<std::mutex> l(mu_);
-    if (stopped_) {
-      return send_reply(respond, header.request_id(), errors::cancelled("{} is stopping", task_name_), nullptr);
-    }
+    if (stopped_) return done(errors::cancelled("{} is stopping", task_name_));
     handle = fmt::format("{}/graph/{}", task_name_, next_graph_++);
     graphs_[handle] = wg;
   }
   pb::RegisterGraphResponse response;
   response.set_version(wire::kWireVersion);
   response.set_graph_handle(handle);
-  send_reply(respond, header.request_id(), Status(), &response);
+  done(std::move(response));
 }
 
-void Worker::run_graph(const wire::RequestHeader& header, RpcMessage request, const Responder& respond) {
-  auto parsed = wire::parse_body<pb::RunGraphRequest>(header.body());
-  if (!parsed.ok()) return send_reply(respond, header.request_id(), parsed.status(), nullptr);
-  auto r = std::make_shared<pb::RunGraphRequest>(std::move(parsed).value());
+void Worker::run_graph(const pb::RunGraphRequest& request, std::vector<Tensor> send, Done<RunGraphReply> done) {
+  auto r = std::make_shared<pb::RunGraphRequest>(request);
   std::shared_ptr<WorkerGraph> wg;
   {
     std::lock_guard<std::mutex> l(mu_);
-    if (stopped_) {
-      return send_reply(respond, header.request_id(), errors::cancelled("{} is stopping", task_name_), nullptr);
-    }
+    if (stopped_) return done(errors::cancelled("{} is stopping", task_name_));
     auto it = graphs_.find(r->graph_handle());
     if (it != graphs_.end()) wg = it->second;
   }
   if (!wg) {
-    return send_reply(respond, header.request_id(),
-                      errors::not_found("{}: no registered graph '{}' (deregistered, or the task restarted)",
-                                        task_name_, r->graph_handle()),
-                      nullptr);
+    return done(errors::not_found("{}: no registered graph '{}' (deregistered, or the task restarted)", task_name_,
+                                  r->graph_handle()));
   }
-  if (r->send_size() != static_cast<int>(wg->feeds.size())) {
-    return send_reply(respond, header.request_id(),
-                      errors::invalid_argument("{}: RunGraph feeds {} tensors, the graph takes {}", task_name_,
-                                               r->send_size(), wg->feeds.size()),
-                      nullptr);
+  if (r->send_size() != static_cast<int>(wg->feeds.size()) || send.size() != wg->feeds.size()) {
+    return done(errors::invalid_argument("{}: RunGraph feeds {} tensors, the graph takes {}", task_name_,
+                                         r->send_size(), wg->feeds.size()));
   }
   auto feeds = std::make_shared<FeedMap>();
-  for (int i = 0; i < r->send_size(); ++i) {
-    auto t = tensor_from_frames(r->send(i).meta(), request.frames, channels_->max_tensor_bytes());
-    if (!t.ok()) {
-      return send_reply(respond, header.request_id(),
-                        t.status().with_prefix(fmt::format("{}: feed '{}': ", task_name_, r->send(i).name())), nullptr);
-    }
-    (*feeds)[wg->feeds[static_cast<std::size_t>(i)]] = std::move(t).value();
-  }
+  for (std::size_t i = 0; i < send.size(); ++i) (*feeds)[wg->feeds[i]] = std::move(send[i]);
   const int64_t step_id = r->step_id();
   // An abort also cancels the run itself (it may be blocked on a queue, not on an exchange).
-  Status begun = rendezvous_.begin_run(step_id, [wg, step_id](const Status& reason) { wg->session->cancel_step(step_id, reason); });
-  if (!begun.ok()) return send_reply(respond, header.request_id(), begun, nullptr);
+  Status begun = rendezvous_.begin_run(step_id, [wg, step_id](const Status& reason) {
+    wg->session->cancel_step(step_id, reason);
+  });
+  if (!begun.ok()) return done(begun);
   std::shared_ptr<StepRendezvous> exchange = rendezvous_.find(step_id);
   {
     std::lock_guard<std::mutex> l(mu_);
     ++active_runs_;
   }
-  threads_->run([self = shared_from_this(), wg, r, feeds, exchange, step_id, respond, request_id = header.request_id()] {
+  threads_->run([self = shared_from_this(), wg, r, feeds, exchange, step_id, done = std::move(done)] {
     RunOptions options;
     options.timeout = std::chrono::milliseconds(r->timeout_ms());
     options.trace = r->trace();
@@ -211,21 +198,12 @@ void Worker::run_graph(const wire::RequestHeader& header, RpcMessage request, co
                                       options.trace ? &spans : nullptr, &outputs, exchange.get());
     self->rendezvous_.end_run(step_id, st);
     if (!st.ok()) {
-      send_reply(respond, request_id, st, nullptr);
+      done(st);
     } else {
-      std::vector<zmq::message_t> frames;
-      pb::RunGraphResponse response;
-      response.set_version(wire::kWireVersion);
-      for (std::size_t i = 0; i < outputs.size() && st.ok(); ++i) {
-        auto meta = tensor_to_frames(outputs[i], &frames, 1);
-        if (!meta.ok()) {
-          st = meta.status();
-          break;
-        }
-        pb::NamedTensor* nt = response.add_recv();
-        nt->set_name(wg->fetches[i].name());
-        *nt->mutable_meta() = meta.value();
-      }
+      RunGraphReply reply;
+      reply.response.set_version(wire::kWireVersion);
+      for (std::size_t i = 0; i < outputs.size(); ++i) reply.response.add_recv()->set_name(wg->fetches[i].name());
+      reply.recv = std::move(outputs);
       if (options.trace) {
         // The partition ran on this process's devices: the trace names them as the cluster does
         // (task_device_name, as GetStatus reports them).
@@ -235,43 +213,33 @@ void Worker::run_graph(const wire::RequestHeader& header, RpcMessage request, co
           auto name = task_device_name(span.device, *task.value().job, *task.value().task);
           if (name.ok()) span.device = std::move(name).value();
         }
-        wire::encode_trace(spans, response.mutable_trace());
+        wire::encode_trace(spans, reply.response.mutable_trace());
       }
-      send_reply(respond, request_id, st, &response, std::move(frames));
+      done(std::move(reply));
     }
     std::lock_guard<std::mutex> l(self->mu_);
     if (--self->active_runs_ == 0) self->runs_cv_.notify_all();
   });
 }
 
-void Worker::recv_tensor(const wire::RequestHeader& header, const Responder& respond) {
-  auto r = wire::parse_body<pb::RecvTensorRequest>(header.body());
-  if (!r.ok()) return send_reply(respond, header.request_id(), r.status(), nullptr);
-  rendezvous_.serve(r.value().step_id(), r.value().rendezvous_key(),
-                    [respond, request_id = header.request_id()](StatusOr<Tensor> t) {
-                      if (!t.ok()) return send_reply(respond, request_id, t.status(), nullptr);
-                      reply_tensor(respond, request_id, t.value());
-                    });
+void Worker::recv_tensor(const pb::RecvTensorRequest& request, Done<Tensor> done) {
+  rendezvous_.serve(request.step_id(), request.rendezvous_key(), std::move(done));
 }
 
-void Worker::cleanup_graph(const wire::RequestHeader& header, const Responder& respond) {
-  auto r = wire::parse_body<pb::CleanupGraphRequest>(header.body());
-  if (!r.ok()) return send_reply(respond, header.request_id(), r.status(), nullptr);
-  Status reason = wire::to_status(r.value().abort());
-  if (reason.ok()) reason = errors::aborted("step {} was cleaned up", r.value().step_id());
-  rendezvous_.abort_step(r.value().step_id(), reason);
+void Worker::cleanup_graph(const pb::CleanupGraphRequest& request, Done<pb::CleanupGraphResponse> done) {
+  Status reason = wire::to_status(request.abort());
+  if (reason.ok()) reason = errors::aborted("step {} was cleaned up", request.step_id());
+  rendezvous_.abort_step(request.step_id(), reason);
   pb::CleanupGraphResponse response;
   response.set_version(wire::kWireVersion);
-  send_reply(respond, header.request_id(), Status(), &response);
+  done(std::move(response));
 }
 
-void Worker::deregister_graph(const wire::RequestHeader& header, const Responder& respond) {
-  auto r = wire::parse_body<pb::DeregisterGraphRequest>(header.body());
-  if (!r.ok()) return send_reply(respond, header.request_id(), r.status(), nullptr);
+void Worker::deregister_graph(const pb::DeregisterGraphRequest& request, Done<pb::DeregisterGraphResponse> done) {
   std::shared_ptr<WorkerGraph> wg;
   {
     std::lock_guard<std::mutex> l(mu_);
-    auto it = graphs_.find(r.value().graph_handle());
+    auto it = graphs_.find(request.graph_handle());
     if (it != graphs_.end()) {
       wg = std::move(it->second);
       graphs_.erase(it);
@@ -279,8 +247,8 @@ void Worker::deregister_graph(const wire::RequestHeader& header, const Responder
   }
   pb::DeregisterGraphResponse response;
   response.set_version(wire::kWireVersion);
-  send_reply(respond, header.request_id(), Status(), &response);
-  // The session closes (waiting for its runs) off the handler thread: a run may still need a while.
+  done(std::move(response));
+  // The session closes (waiting for its runs) off the caller's thread: a run may still need a while.
   if (wg) std::thread([wg] { wg->session->close(); }).detach();
 }
 

@@ -1,4 +1,4 @@
-// tessera's wire format: encoding and validating the messages of transport/wire.proto.
+// tessera's wire format: encoding and validating the messages of distributed/wire.proto.
 //
 //   // Sender: a RunStep feed travels as metadata in the body plus one raw frame of bytes.
 //   wire::NamedTensor* feed = request.add_feed();
@@ -12,7 +12,7 @@
 //
 // Note [Wire format]
 // ~~~~~~~~~~~~~~~~~~
-// Control messages and graphs are Protocol Buffers (proto3, transport/wire.proto); tensor bytes are
+// Control messages and graphs are Protocol Buffers (proto3, distributed/wire.proto); tensor bytes are
 // not. Why protobuf:
 //   * A schema: both ends agree on one file, and a message is self-describing enough to debug with
 //     `protoc --decode`.
@@ -54,7 +54,7 @@
 #include "core/op_kernel.h"
 #include "core/status.h"
 #include "tessera/tensor.h"
-#include "transport/wire.pb.h"
+#include "distributed/wire.pb.h"
 
 namespace google::protobuf {
 class Message;

@@ -1,5 +1,5 @@
-// Encoding and validation of tessera's wire messages: Note [Wire format] in transport/wire.h.
-#include "transport/wire.h"
+// Encoding and validation of tessera's wire messages: Note [Wire format] in distributed/wire.h.
+#include "distributed/wire.h"
 
 #include <algorithm>
 #include <charconv>
@@ -607,7 +607,7 @@ Status decode_graph(const GraphDef& def, GraphImpl* into, std::vector<Node*>* ad
     }
     auto spec = op_attrs().find(nd.op());
     if (spec == op_attrs().end()) {
-      return errors::unimplemented("node '{}': op '{}' cannot be received: transport/wire.cc does not "
+      return errors::unimplemented("node '{}': op '{}' cannot be received: distributed/wire.cc does not "
                                    "list its attrs", name, nd.op());
     }
     for (const auto& [key, value] : nd.attr()) {

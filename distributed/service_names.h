@@ -18,4 +18,9 @@ StatusOr<Endpoint> find_tensor(const GraphImpl& graph, const std::string& name);
 // otherwise.
 StatusOr<std::string> task_of_device(const std::string& device);
 
+// `local_name`, a device of this process ("/job:localhost/replica:0/task:0/device:CPU:0"), as the
+// cluster knows it: "/job:<job>/replica:0/task:<task>/device:CPU:0". InvalidArgument when
+// `local_name` is not a device name.
+StatusOr<std::string> task_device_name(const std::string& local_name, const std::string& job, int task);
+
 }  // namespace tessera::internal

@@ -1,0 +1,82 @@
+// The worker service of a cluster task: runs the graph partitions a master registers with it, for
+// the steps the master starts, and exchanges the tensors that cross tasks directly with the other
+// tasks' workers. See Note [Worker] in distributed/worker.cc and Note [Remote rendezvous] in
+// distributed/rendezvous_mgr.cc. Knows no transport: a transport's server calls it as a
+// WorkerInterface, and it reaches the other tasks through a WorkerCache.
+//
+//   master -> worker   GetStatus()                          -> the task's devices
+//                      RegisterGraph(partition, signature) -> graph handle
+//                      RunGraph(handle, step id, feeds)    -> fetches (when the partition is done)
+//                      CleanupGraph(step id, abort)        a step that failed elsewhere
+//                      DeregisterGraph(handle)
+//   worker -> worker   RecvTensor(step id, key)            -> the tensor a _Send put there
+//
+// Thread-safe. Calls never block the caller's thread for long: runs go to threads of their own and
+// RecvTensor replies when the tensor is there.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+
+#include "core/resource_mgr.h"
+#include "core/status.h"
+#include "distributed/rendezvous_mgr.h"
+#include "distributed/worker_interface.h"
+
+namespace tessera::internal {
+
+class WorkerGraph;
+class ElasticThreads;
+
+class Worker final : public WorkerInterface, public std::enable_shared_from_this<Worker>, private TensorPuller {
+ public:
+  // `task_name`: "/job:J/replica:0/task:T"; `peers`: the other tasks' workers.
+  Worker(std::string task_name, std::shared_ptr<WorkerCache> peers);
+  ~Worker() override;
+
+  void get_status(const wire::pb::GetStatusRequest& request, Done<wire::pb::GetStatusResponse> done) override;
+  void register_graph(const wire::pb::RegisterGraphRequest& request,
+                      Done<wire::pb::RegisterGraphResponse> done) override;
+  void run_graph(const wire::pb::RunGraphRequest& request, std::vector<Tensor> send,
+                 Done<RunGraphReply> done) override;
+  void recv_tensor(const wire::pb::RecvTensorRequest& request, Done<Tensor> done) override;
+  void cleanup_graph(const wire::pb::CleanupGraphRequest& request, Done<wire::pb::CleanupGraphResponse> done) override;
+  void deregister_graph(const wire::pb::DeregisterGraphRequest& request,
+                        Done<wire::pb::DeregisterGraphResponse> done) override;
+
+  // Cancels every run in flight (CancelledError) and every exchange, refuses new work, and waits up
+  // to `grace` for the runs to return.
+  void stop(std::chrono::milliseconds grace);
+
+  const std::string& task_name() const { return task_name_; }
+  ResourceMgr& resources() { return resources_; }
+
+ private:
+  // TensorPuller: a RecvTensor call to `task`'s worker.
+  std::function<void()> pull(const std::string& task, int64_t step_id, const std::string& key, PullDone done) override;
+
+  const std::string task_name_;
+  const std::shared_ptr<WorkerCache> peers_;
+  ResourceMgr resources_;
+  RendezvousMgr rendezvous_;
+
+  std::mutex mu_;
+  bool stopped_ = false;                                                  // guarded by mu_
+  uint64_t next_graph_ = 1;                                               // guarded by mu_
+  std::unordered_map<std::string, std::shared_ptr<WorkerGraph>> graphs_;  // guarded by mu_
+  int active_runs_ = 0;                                                   // guarded by mu_
+  std::condition_variable runs_cv_;
+  std::unique_ptr<ElasticThreads> threads_;  // runs RunGraphs (a run may block for long)
+};
+
+// GetStatus's answer for task (`job`, `task`): this process's devices under their cluster names,
+// with their cost profiles.
+wire::pb::GetStatusResponse local_status(const std::string& job, int task);
+
+}  // namespace tessera::internal
