@@ -32,13 +32,13 @@ std::string GraphImpl::unique_name_locked(const std::string& base) {
   return candidate;
 }
 
-Node* GraphImpl::add_node(NodeSpec spec) {
+StatusOr<Node*> GraphImpl::try_add_node(NodeSpec spec) {
   const OpDef* def = OpRegistry::global().find_op(spec.type);
-  if (def == nullptr) throw InvalidArgumentError(fmt::format("unknown op type '{}'", spec.type));
+  if (def == nullptr) return errors::invalid_argument("unknown op type '{}'", spec.type);
   std::string base = spec.name.empty() ? spec.type : spec.name;
   if (!name_scope_.empty()) base = name_scope_ + "/" + base;
   if (base.find(':') != std::string::npos) {
-    throw InvalidArgumentError(fmt::format("op name '{}' must not contain ':'", base));
+    return errors::invalid_argument("op name '{}' must not contain ':'", base);
   }
 
   std::vector<DType> in_dtypes;
@@ -47,17 +47,16 @@ Node* GraphImpl::add_node(NodeSpec spec) {
   for (std::size_t i = 0; i < spec.inputs.size(); ++i) {
     const Output& in = spec.inputs[i];
     if (in.is_null()) {
-      throw InvalidArgumentError(fmt::format("{} '{}': input {} is a null Output", spec.type, base, i));
+      return errors::invalid_argument("{} '{}': input {} is a null Output", spec.type, base, i);
     }
     Node* src = in.node();
     if (src->graph != this) {
-      throw InvalidArgumentError(fmt::format("{} '{}': input {} ('{}') belongs to another graph",
-                                             spec.type, base, i, in.name()));
+      return errors::invalid_argument("{} '{}': input {} ('{}') belongs to another graph", spec.type, base, i,
+                                      src->name);
     }
     if (in.index() < 0 || in.index() >= static_cast<int>(src->output_dtypes.size())) {
-      throw InvalidArgumentError(fmt::format("{} '{}': input {} refers to output {} of '{}', which has {}",
-                                             spec.type, base, i, in.index(), src->name,
-                                             src->output_dtypes.size()));
+      return errors::invalid_argument("{} '{}': input {} refers to output {} of '{}', which has {}", spec.type, base,
+                                      i, in.index(), src->name, src->output_dtypes.size());
     }
     in_dtypes.push_back(src->output_dtypes[in.index()]);
     in_shapes.push_back(src->output_shapes[in.index()]);
@@ -65,8 +64,7 @@ Node* GraphImpl::add_node(NodeSpec spec) {
   }
   for (const auto& dep : spec.extra_control_inputs) {
     if (dep.is_null() || dep.node()->graph != this) {
-      throw InvalidArgumentError(fmt::format("{} '{}': control input is null or from another graph",
-                                             spec.type, base));
+      return errors::invalid_argument("{} '{}': control input is null or from another graph", spec.type, base);
     }
   }
 
@@ -76,7 +74,15 @@ Node* GraphImpl::add_node(NodeSpec spec) {
   {
     // Shape inference sees the final name so its errors name the op.
     ShapeContext ctx(spec, node->name, std::move(in_dtypes), std::move(in_shapes));
-    if (def->shape_fn) def->shape_fn(ctx).raise();
+    if (def->shape_fn) {
+      Status shaped;
+      try {  // a shape function is plug-in code: whatever it throws becomes this op's error
+        shaped = def->shape_fn(ctx);
+      } catch (...) {
+        shaped = status_from_current_exception().with_prefix(fmt::format("{} '{}': ", spec.type, node->name));
+      }
+      if (!shaped.ok()) return shaped;
+    }
     node->output_dtypes = std::move(ctx.out_dtypes_);
     node->output_shapes = std::move(ctx.out_shapes_);
   }
@@ -100,6 +106,8 @@ Node* GraphImpl::add_node(NodeSpec spec) {
   nodes_.push_back(std::move(node));
   return raw;
 }
+
+Node* GraphImpl::add_node(NodeSpec spec) { return try_add_node(std::move(spec)).value_or_raise(); }
 
 Node* GraphImpl::find(const std::string& name) const {
   std::shared_lock<std::shared_mutex> lock(mu_);

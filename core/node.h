@@ -86,6 +86,9 @@ class GraphImpl {
 
   // Validates inputs (same graph, non-null), runs the op's shape function and adds the node with
   // the current scopes applied. Errors are InvalidArgumentError naming the op.
+  // Adds a node; InvalidArgument (naming the op) for an unknown type, a bad input or a shape
+  // function's complaint. add_node() is the same for the public API, raising the error.
+  StatusOr<Node*> try_add_node(NodeSpec spec);
   Node* add_node(NodeSpec spec);
 
   Node* find(const std::string& name) const;

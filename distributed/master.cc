@@ -136,13 +136,7 @@ class MasterSession : public std::enable_shared_from_this<MasterSession> {
       return errors::aborted("ExtendSession: the session's graph is at version {}, the client at {}", graph_version_,
                              current_version);
     }
-    Status st;
-    try {
-      st = wire::decode_graph(def, &graph_.impl());
-    } catch (...) {
-      st = status_from_current_exception();
-    }
-    if (!st.ok()) return st;
+    TESSERA_RETURN_IF_ERROR(wire::decode_graph(def, &graph_.impl()));
     if (!edges.empty()) {
       GraphImpl& g = graph_.impl();
       for (const pb::ControlEdge& e : edges) {
@@ -320,13 +314,12 @@ Status MasterSession::place_locked(const std::vector<const Node*>& nodes) {
       wanted.insert(fmt::format("/job:{}/replica:0/task:{}", job, *spec.value().task));
       continue;
     }
-    std::vector<int> indices;
-    try {
-      indices = workers_->cluster().task_indices(job);
-    } catch (const Error& e) {
-      return Status(e.code(), e.message()).with_prefix(n->debug_name() + ": ");
+    const std::vector<std::string> jobs = workers_->cluster().jobs();
+    if (std::find(jobs.begin(), jobs.end(), job) == jobs.end()) {
+      return errors::invalid_argument("{}: the cluster has no job '{}' (jobs: {})", n->debug_name(), job,
+                                      fmt::join(jobs, ", "));
     }
-    for (int t : indices) wanted.insert(fmt::format("/job:{}/replica:0/task:{}", job, t));
+    for (int t : workers_->cluster().task_indices(job)) wanted.insert(fmt::format("/job:{}/replica:0/task:{}", job, t));
   }
   if (fresh.empty()) return Status();
   for (const std::string& t : wanted) TESSERA_RETURN_IF_ERROR(add_task_devices_locked(t));

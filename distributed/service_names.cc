@@ -2,7 +2,7 @@
 // device.
 #include "distributed/service_names.h"
 
-#include <exception>
+#include <charconv>
 
 #include <fmt/format.h>
 
@@ -17,13 +17,10 @@ StatusOr<Endpoint> find_tensor(const GraphImpl& graph, const std::string& name) 
   if (n == nullptr) return errors::invalid_argument("no op '{}'", node);
   int index = 0;
   if (colon != std::string::npos) {
-    try {
-      std::size_t used = 0;
-      index = std::stoi(name.substr(colon + 1), &used);
-      if (used != name.size() - colon - 1) index = -1;
-    } catch (const std::exception&) {
-      index = -1;
-    }
+    const char* first = name.data() + colon + 1;
+    const char* last = name.data() + name.size();
+    auto [end, ec] = std::from_chars(first, last, index);
+    if (ec != std::errc() || end != last || first == last) index = -1;
   }
   if (index < 0 || index >= static_cast<int>(n->output_dtypes.size())) {
     return errors::invalid_argument("op '{}' has no output '{}'", node,

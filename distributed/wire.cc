@@ -749,14 +749,9 @@ Status decode_graph(const GraphDef& def, GraphImpl* into, std::vector<Node*>* ad
     for (const Ref& r : p.colocate) colocate.push_back(node_of(r));
     into->device_scope_ = nd.device();
     into->colocation_scope_ = std::move(colocate);
-    Node* node = nullptr;
-    try {
-      node = into->add_node(std::move(spec));
-    } catch (const Error& e) {
-      return Status(e.code(), e.message());
-    } catch (const std::exception& e) {
-      return errors::invalid_argument("node '{}' ({}): {}", nd.name(), nd.op(), e.what());
-    }
+    StatusOr<Node*> made_node = into->try_add_node(std::move(spec));
+    if (!made_node.ok()) return made_node.status();
+    Node* node = made_node.value();
     if (node->name != nd.name()) {
       // Another thread added a node of this name meanwhile.
       return errors::invalid_argument("duplicate name '{}': the graph already has a node of that name "

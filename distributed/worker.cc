@@ -114,35 +114,32 @@ std::function<void()> Worker::pull(const std::string& task, int64_t step_id, con
 
 void Worker::register_graph(const pb::RegisterGraphRequest& r, Done<pb::RegisterGraphResponse> done) {
   auto wg = std::make_shared<WorkerGraph>();
-  Status st;
-  try {
-    st = wire::decode_graph(r.graph(), &wg->graph.impl());
-    for (const std::string& name : r.feed()) {
-      if (!st.ok()) break;
-      auto ep = find_tensor(wg->graph.impl(), name);
-      if (!ep.ok()) st = ep.status().with_prefix(fmt::format("tensor '{}' of the partition: ", name));
-      else wg->feeds.emplace_back(ep.value().node, ep.value().index);
-    }
-    for (const std::string& name : r.fetch()) {
-      if (!st.ok()) break;
-      auto ep = find_tensor(wg->graph.impl(), name);
-      if (!ep.ok()) st = ep.status().with_prefix(fmt::format("tensor '{}' of the partition: ", name));
-      else wg->fetches.emplace_back(ep.value().node, ep.value().index);
-    }
-    for (const std::string& name : r.target()) {
-      if (!st.ok()) break;
-      Node* n = wg->graph.impl().find(name);
-      if (n == nullptr) st = errors::invalid_argument("no target node '{}' in the partition", name);
-      else wg->targets.emplace_back(n);
-    }
-    if (st.ok()) {
-      SessionOptions options;
-      options.allow_soft_placement = true;
-      options.placement_policy = policy_from(r.config().placement_policy());
-      wg->session = std::make_unique<SessionImpl>(wg->graph, options, &resources_);
-    }
-  } catch (...) {
-    st = status_from_current_exception();
+  Status st = wire::decode_graph(r.graph(), &wg->graph.impl());
+  for (const std::string& name : r.feed()) {
+    if (!st.ok()) break;
+    auto ep = find_tensor(wg->graph.impl(), name);
+    if (!ep.ok()) st = ep.status().with_prefix(fmt::format("tensor '{}' of the partition: ", name));
+    else wg->feeds.emplace_back(ep.value().node, ep.value().index);
+  }
+  for (const std::string& name : r.fetch()) {
+    if (!st.ok()) break;
+    auto ep = find_tensor(wg->graph.impl(), name);
+    if (!ep.ok()) st = ep.status().with_prefix(fmt::format("tensor '{}' of the partition: ", name));
+    else wg->fetches.emplace_back(ep.value().node, ep.value().index);
+  }
+  for (const std::string& name : r.target()) {
+    if (!st.ok()) break;
+    Node* n = wg->graph.impl().find(name);
+    if (n == nullptr) st = errors::invalid_argument("no target node '{}' in the partition", name);
+    else wg->targets.emplace_back(n);
+  }
+  if (st.ok()) {
+    SessionOptions options;
+    options.allow_soft_placement = true;
+    options.placement_policy = policy_from(r.config().placement_policy());
+    auto session = SessionImpl::make(wg->graph, options, &resources_);
+    if (session.ok()) wg->session = std::move(session).value();
+    else st = session.status();
   }
   if (!st.ok()) return done(st.with_prefix(task_name_ + ": RegisterGraph: "));
   std::string handle;

@@ -104,6 +104,14 @@ SessionImpl::SessionImpl(Graph& graph, SessionOptions options, ResourceMgr* shar
   for (Device* d : devices_) placement_devices_.push_back({d->name(), d->type(), d->cost_profile()});
 }
 
+StatusOr<std::unique_ptr<SessionImpl>> SessionImpl::make(Graph& graph, SessionOptions options, ResourceMgr* shared) {
+  if (options.inter_op_threads < 0) {
+    return errors::invalid_argument("inter_op_threads must be >= 0, got {}", options.inter_op_threads);
+  }
+  TESSERA_RETURN_IF_ERROR(local_devices().status());
+  return std::make_unique<SessionImpl>(graph, options, shared);  // cannot fail now
+}
+
 SessionImpl::~SessionImpl() {
   close();
   // The pool (when owned) drains and joins before kernels and resources go away.

@@ -32,6 +32,9 @@ class SessionImpl final : public SessionBackend {
   // instead of a ResourceMgr of its own: a cluster task's partitions all use the task's. close()
   // then leaves the shared resources alone.
   SessionImpl(Graph& graph, SessionOptions options, ResourceMgr* shared);
+  // The constructors raise bad options (the public Session's contract); internal callers make one
+  // here and get the error as a Status.
+  static StatusOr<std::unique_ptr<SessionImpl>> make(Graph& graph, SessionOptions options, ResourceMgr* shared);
   ~SessionImpl() override;
 
   // `step_id` 0: a fresh one. A cluster worker passes the master's, and `remote`, the step's

@@ -2,7 +2,9 @@
 // clients when the task has keys.
 #include "transport/task_channels.h"
 
+#include <algorithm>
 #include <utility>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -24,12 +26,16 @@ StatusOr<WorkerInterface*> TaskChannels::get(const std::string& task) {
   if (!spec.value().job || !spec.value().task) {
     return errors::invalid_argument("'{}' does not name a task (/job:J/task:T)", task);
   }
-  std::string address;
-  try {
-    address = cluster_.task_address(*spec.value().job, *spec.value().task);
-  } catch (const Error& e) {
-    return Status(e.code(), e.message());
+  const std::string& job = *spec.value().job;
+  const std::vector<std::string> jobs = cluster_.jobs();
+  if (std::find(jobs.begin(), jobs.end(), job) == jobs.end()) {
+    return errors::invalid_argument("no job '{}' in the cluster (jobs: {})", job, fmt::join(jobs, ", "));
   }
+  const std::vector<int> tasks = cluster_.task_indices(job);
+  if (std::find(tasks.begin(), tasks.end(), *spec.value().task) == tasks.end()) {
+    return errors::invalid_argument("no task {} in job '{}' (tasks: {})", *spec.value().task, job, fmt::join(tasks, ", "));
+  }
+  const std::string address = cluster_.task_address(job, *spec.value().task);  // there: cannot throw
   const std::string name = fmt::format("/job:{}/replica:0/task:{}", *spec.value().job, *spec.value().task);
   std::lock_guard<std::mutex> l(mu_);
   auto& worker = by_task_[name];
