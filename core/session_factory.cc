@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "core/node.h"
 #include "tessera/errors.h"
 
 namespace tessera::internal {
@@ -61,6 +62,23 @@ SessionFactoryRegistrar::SessionFactoryRegistrar(std::initializer_list<const cha
     Status st = SessionFactory::register_factory(prefix, factory);
     TESSERA_CHECK(st.ok());
   }
+}
+
+StatusOr<Node*> checked_output(const Output& o, const GraphImpl& g, const char* what) {
+  if (o.is_null()) return errors::invalid_argument("{}: null Output", what);
+  Node* n = o.node();
+  if (n->graph != &g) return errors::invalid_argument("{} '{}' is not an element of this session's graph", what, o.name());
+  if (o.index() < 0 || o.index() >= static_cast<int>(n->output_dtypes.size())) {
+    return errors::invalid_argument("{} '{}': op has no output {}", what, o.name(), o.index());
+  }
+  return n;
+}
+
+StatusOr<Node*> checked_target(const Operation& op, const GraphImpl& g) {
+  if (op.is_null()) return errors::invalid_argument("target: null Operation");
+  Node* n = op.node();
+  if (n->graph != &g) return errors::invalid_argument("target '{}' is not an element of this session's graph", n->name);
+  return n;
 }
 
 }  // namespace tessera::internal

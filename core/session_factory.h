@@ -30,6 +30,13 @@ class SessionBackend {
   virtual Graph& graph() const = 0;
 };
 
+// The checks every kind of session makes on a run's arguments. The node of `o`, which must name an
+// output of an op of `g`; InvalidArgument ("feed 'x:3': op has no output 3") otherwise. `what`:
+// "feed" or "fetch".
+StatusOr<Node*> checked_output(const Output& o, const GraphImpl& g, const char* what);
+// The node of target `op`, an op of `g`; InvalidArgument otherwise.
+StatusOr<Node*> checked_target(const Operation& op, const GraphImpl& g);
+
 // Makes the sessions of the targets it was registered for. Thread-safe.
 class SessionFactory {
  public:

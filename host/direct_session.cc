@@ -62,17 +62,6 @@ int64_t next_step_id() {
 
 uint64_t endpoint_key(const Node* n, int index) { return (static_cast<uint64_t>(n->id) << 16) | index; }
 
-// The node of `o`, which must be an output of an op of `g` (InvalidArgument otherwise).
-StatusOr<Node*> checked_in_graph(const Output& o, const GraphImpl& g, const char* what) {
-  if (o.is_null()) return errors::invalid_argument("{}: null Output", what);
-  Node* n = o.node();
-  if (n->graph != &g) return errors::invalid_argument("{} '{}' is not an element of this session's graph", what, o.name());
-  if (o.index() < 0 || o.index() >= static_cast<int>(n->output_dtypes.size())) {
-    return errors::invalid_argument("{} '{}': op has no output {}", what, o.name(), o.index());
-  }
-  return n;
-}
-
 }  // namespace
 
 std::size_t SessionImpl::KeyHash::operator()(const std::vector<uint64_t>& k) const noexcept {
@@ -227,7 +216,7 @@ Status SessionImpl::run_step(const std::vector<Output>& fetches, const FeedMap& 
   std::vector<Endpoint> feed_eps;
   feed_eps.reserve(feeds.size());
   for (const auto& [out, value] : feeds) {
-    StatusOr<Node*> checked = checked_in_graph(out, g_, "feed");
+    StatusOr<Node*> checked = checked_output(out, g_, "feed");
     if (!checked.ok()) return checked.status();
     Node* n = checked.value();
     if (value.is_null()) return errors::invalid_argument("feed '{}': null tensor", out.name());
@@ -245,7 +234,7 @@ Status SessionImpl::run_step(const std::vector<Output>& fetches, const FeedMap& 
   std::vector<Endpoint> fetch_eps;
   fetch_eps.reserve(fetches.size());
   for (const auto& out : fetches) {
-    StatusOr<Node*> checked = checked_in_graph(out, g_, "fetch");
+    StatusOr<Node*> checked = checked_output(out, g_, "fetch");
     if (!checked.ok()) return checked.status();
     Node* n = checked.value();
     fetch_eps.push_back({n, out.index()});
@@ -255,9 +244,9 @@ Status SessionImpl::run_step(const std::vector<Output>& fetches, const FeedMap& 
   std::vector<const Node*> target_nodes;
   target_nodes.reserve(targets.size());
   for (const auto& op : targets) {
-    if (op.is_null()) return errors::invalid_argument("target: null Operation");
-    Node* n = op.node();
-    if (n->graph != &g_) return errors::invalid_argument("target '{}' is not an element of this session's graph", n->name);
+    StatusOr<Node*> checked = checked_target(op, g_);
+    if (!checked.ok()) return checked.status();
+    Node* n = checked.value();
     target_nodes.push_back(n);
     key.push_back(endpoint_key(n, 0));
   }

@@ -45,15 +45,6 @@ const char* policy_name(PlacementPolicy p) {
   return "cost";
 }
 
-Node* node_in(const Graph& g, const Output& o, const char* what) {
-  if (o.is_null()) throw InvalidArgumentError(fmt::format("{}: null Output", what));
-  Node* n = o.node();
-  if (n->graph != &g.impl()) {
-    throw InvalidArgumentError(fmt::format("{} '{}' is not an element of this session's graph", what, o.name()));
-  }
-  return n;
-}
-
 }  // namespace
 
 namespace {
@@ -169,10 +160,7 @@ std::vector<Tensor> RemoteSession::run(const std::vector<Output>& fetches, const
   request.set_trace(options.trace);
   std::vector<zmq::message_t> frames;
   for (const auto& [out, value] : feeds) {
-    Node* n = node_in(graph_, out, "feed");
-    if (out.index() < 0 || out.index() >= static_cast<int>(n->output_dtypes.size())) {
-      throw InvalidArgumentError(fmt::format("feed '{}': op has no output {}", out.name(), out.index()));
-    }
+    checked_output(out, graph_.impl(), "feed").status().raise();
     if (value.is_null()) throw InvalidArgumentError(fmt::format("feed '{}': null tensor", out.name()));
     auto meta = tensor_to_frames(value, &frames, 1);
     meta.status().with_prefix(fmt::format("feed '{}': ", out.name())).raise();
@@ -181,17 +169,11 @@ std::vector<Tensor> RemoteSession::run(const std::vector<Output>& fetches, const
     *nt->mutable_meta() = meta.value();
   }
   for (const auto& f : fetches) {
-    Node* n = node_in(graph_, f, "fetch");
-    if (f.index() < 0 || f.index() >= static_cast<int>(n->output_dtypes.size())) {
-      throw InvalidArgumentError(fmt::format("fetch '{}': op has no output {}", f.name(), f.index()));
-    }
+    checked_output(f, graph_.impl(), "fetch").status().raise();
     request.add_fetch(f.name());
   }
   for (const auto& t : targets) {
-    if (t.is_null()) throw InvalidArgumentError("target: null Operation");
-    if (t.node()->graph != &graph_.impl()) {
-      throw InvalidArgumentError(fmt::format("target '{}' is not an element of this session's graph", t.name()));
-    }
+    checked_target(t, graph_.impl()).status().raise();
     request.add_target(t.name());
   }
   {

@@ -70,26 +70,21 @@ TESSERA_REGISTER_DEVICE_FACTORY("GPU", 200, CudaDeviceFactory);
 
 StatusOr<int> register_cuda_devices(DeviceRegistry& registry, CudaDeviceOptions options) {
   try {
-    int count = 0;
-    if (cudaGetDeviceCount(&count) != cudaSuccess) {
-      (void)cudaGetLastError();
-      count = 0;
-    }
-    for (int i = 0; i < count; ++i) {
-      auto existing = registry.find_all("/device:GPU:" + std::to_string(i));
+    auto gpus = create_cuda_devices(options);
+    if (!gpus.ok()) return gpus.status();
+    for (const auto& gpu : gpus.value()) {  // all or nothing
+      auto existing = registry.find_all(gpu->name());
       if (existing.ok() && !existing.value().empty()) {
         return errors::already_exists("{} is already registered", existing.value().front()->name());
       }
     }
-    auto gpus = create_cuda_devices(options);
-    if (!gpus.ok()) return gpus.status();
     int added = 0;
     for (auto& gpu : gpus.value()) {
       TESSERA_RETURN_IF_ERROR(registry.add(std::move(gpu)));
       ++added;
     }
     return added;
-  } catch (...) {
+  } catch (...) {  // the CUDA runtime and Thrust report some failures by throwing
     return status_from_current_exception();
   }
 }
