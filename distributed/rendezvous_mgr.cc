@@ -41,23 +41,31 @@ StatusOr<std::string> source_task(const std::string& key) {
 
 // One pull from another task: finished by the tensor, an error, a cancellation or the step's
 // abort, whichever comes first.
-struct Pull {
+struct Pull : std::enable_shared_from_this<Pull> {
   std::mutex mu;
   bool finished = false;                 // guarded by mu
   std::function<void()> give_up;         // guarded by mu
+  CancellationManager::Token token = CancellationManager::kInvalidToken;  // guarded by mu
   Rendezvous::Callback done;
   CancellationManager* cancellation = nullptr;
-  CancellationManager::Token token = CancellationManager::kInvalidToken;
 
+  // Registers with `cancellation` (set); false when it has fired already.
+  bool watch_cancellation() {
+    std::lock_guard<std::mutex> l(mu);  // a callback firing at once waits here, then finds `token`
+    token = cancellation->register_callback([self = shared_from_this()](const Status& reason) { self->finish(reason); });
+    return token != CancellationManager::kInvalidToken;
+  }
   void finish(StatusOr<Tensor> r) {
     std::function<void()> release;
+    CancellationManager::Token registered;
     {
       std::lock_guard<std::mutex> l(mu);
       if (finished) return;
       finished = true;
       release = std::move(give_up);
+      registered = token;
     }
-    if (token != CancellationManager::kInvalidToken) cancellation->deregister_callback(token);
+    if (registered != CancellationManager::kInvalidToken) cancellation->deregister_callback(registered);
     if (release && !r.ok()) release();  // ended early: the transport can drop the call
     auto d = std::move(done);
     if (r.ok()) {
@@ -118,10 +126,7 @@ void StepRendezvous::recv_async(const RendezvousKey& key, CancellationManager* c
   auto pull = std::make_shared<Pull>();
   pull->done = std::move(done);
   pull->cancellation = cancellation;
-  if (cancellation != nullptr) {
-    pull->token = cancellation->register_callback([pull](const Status& reason) { pull->finish(reason); });
-    if (pull->token == CancellationManager::kInvalidToken) return pull->finish(cancellation->reason());
-  }
+  if (cancellation != nullptr && !pull->watch_cancellation()) return pull->finish(cancellation->reason());
   Status aborted;
   {
     std::lock_guard<std::mutex> l(mu_);
