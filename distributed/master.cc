@@ -16,6 +16,7 @@
 #include "core/device_name.h"
 #include "core/executor.h"
 #include "core/graph_partition.h"
+#include "core/map_util.h"
 #include "core/placement.h"
 #include "core/trace_json.h"
 #include "distributed/service_names.h"
@@ -711,11 +712,7 @@ void Master::close_session(const pb::CloseSessionRequest& request, Done<pb::Clos
   std::shared_ptr<MasterSession> session;
   {
     std::lock_guard<std::mutex> l(mu_);
-    auto it = sessions_.find(request.session_handle());
-    if (it != sessions_.end()) {
-      session = std::move(it->second);
-      sessions_.erase(it);
-    }
+    session = take(sessions_, request.session_handle());
   }
   // close() waits for a plan being built (which calls other tasks): not on the caller's thread.
   std::thread([session, done = std::move(done)] {

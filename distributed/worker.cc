@@ -9,6 +9,7 @@
 
 #include "core/device_factory.h"
 #include "core/device_name.h"
+#include "core/map_util.h"
 #include "distributed/elastic_threads.h"
 #include "distributed/service_names.h"
 #include "host/direct_session.h"
@@ -236,11 +237,7 @@ void Worker::deregister_graph(const pb::DeregisterGraphRequest& request, Done<pb
   std::shared_ptr<WorkerGraph> wg;
   {
     std::lock_guard<std::mutex> l(mu_);
-    auto it = graphs_.find(request.graph_handle());
-    if (it != graphs_.end()) {
-      wg = std::move(it->second);
-      graphs_.erase(it);
-    }
+    wg = take(graphs_, request.graph_handle());
   }
   pb::DeregisterGraphResponse response;
   response.set_version(wire::kWireVersion);

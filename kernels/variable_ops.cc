@@ -53,24 +53,38 @@ class VariableOp : public VariableKernel {
   bool is_expensive() const override { return false; }
 };
 
-class AssignOp : public VariableKernel {
+// Base of Assign, AssignAdd and AssignSub: finds the variable, then update() runs under its lock
+// with the kernel's input.
+class VariableUpdateKernel : public VariableKernel {
  public:
   using VariableKernel::VariableKernel;
+  bool is_expensive() const override { return false; }
   void compute(OpKernelContext& ctx) override {
     auto var = variable(ctx, *node().resource);
     if (!var.ok()) return ctx.fail(var.status());
     VariableResource& v = *var.value();
-    const Tensor& value = ctx.input(0);
+    std::lock_guard<std::mutex> l(v.mu);
+    update(ctx, v, ctx.input(0));
+  }
+
+ protected:
+  virtual void update(OpKernelContext& ctx, VariableResource& v, const Tensor& input) = 0;
+};
+
+class AssignOp : public VariableUpdateKernel {
+ public:
+  using VariableUpdateKernel::VariableUpdateKernel;
+
+ protected:
+  void update(OpKernelContext& ctx, VariableResource& v, const Tensor& value) override {
     if (!v.shape().compatible_with(value.shape())) {
       return ctx.fail(ErrorCode::kInvalidArgument, "variable '{}' has shape {}, the value has shape {}",
                       v.name(), v.shape().to_string(), value.shape().to_string());
     }
-    std::lock_guard<std::mutex> l(v.mu);
     v.value = value;
     v.initialized = true;
     ctx.set_output(0, v.value);
   }
-  bool is_expensive() const override { return false; }
 };
 
 template <class T, bool kAdd>
@@ -79,15 +93,12 @@ void apply(T* out, const T* a, const T* b, int64_t n) {
 }
 
 template <bool kAdd>
-class AssignUpdateOp : public VariableKernel {
+class AssignUpdateOp : public VariableUpdateKernel {
  public:
-  using VariableKernel::VariableKernel;
-  void compute(OpKernelContext& ctx) override {
-    auto var = variable(ctx, *node().resource);
-    if (!var.ok()) return ctx.fail(var.status());
-    VariableResource& v = *var.value();
-    const Tensor& delta = ctx.input(0);
-    std::lock_guard<std::mutex> l(v.mu);
+  using VariableUpdateKernel::VariableUpdateKernel;
+
+ protected:
+  void update(OpKernelContext& ctx, VariableResource& v, const Tensor& delta) override {
     if (Status s = v.check_initialized(); !s.ok()) return ctx.fail(s);
     if (Status s = v.check_memory(memory_of(ctx), node().debug_name()); !s.ok()) return ctx.fail(s);
     if (delta.shape() != v.value.shape()) {

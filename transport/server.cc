@@ -5,6 +5,8 @@
 #include <arpa/inet.h>
 
 #include <climits>
+#include <functional>
+#include <map>
 #include <optional>
 #include <utility>
 
@@ -193,18 +195,23 @@ Done<M> replier(const Responder& respond, uint64_t request_id) {
   };
 }
 
-// Appends `tensors` as frames, pointing `entries` (NamedTensor, one per tensor) at them.
-template <class Entries>
-Status tensors_to_frames(const std::vector<Tensor>& tensors, Entries* entries, std::vector<zmq::message_t>* frames) {
+// Replies `response` with `tensors` as frames after it, pointing `entries` (one NamedTensor of the
+// response per tensor) at them.
+void reply_with_tensors(const Responder& respond, uint64_t request_id, google::protobuf::Message* response,
+                        google::protobuf::RepeatedPtrField<pb::NamedTensor>* entries,
+                        const std::vector<Tensor>& tensors) {
   if (static_cast<std::size_t>(entries->size()) != tensors.size()) {
-    return errors::internal("a reply names {} tensors and carries {}", entries->size(), tensors.size());
+    return send_reply(respond, request_id,
+                      errors::internal("a reply names {} tensors and carries {}", entries->size(), tensors.size()),
+                      nullptr);
   }
+  std::vector<zmq::message_t> frames;
   for (std::size_t i = 0; i < tensors.size(); ++i) {
-    auto meta = tensor_to_frames(tensors[i], frames, 1);
-    if (!meta.ok()) return meta.status();
+    auto meta = tensor_to_frames(tensors[i], &frames, 1);
+    if (!meta.ok()) return send_reply(respond, request_id, meta.status(), nullptr);
     *entries->Mutable(static_cast<int>(i))->mutable_meta() = meta.value();
   }
-  return Status();
+  send_reply(respond, request_id, Status(), response, std::move(frames));
 }
 
 // The tensors `entries` (NamedTensor) point to among `request`'s frames; errors name the entry.
@@ -232,6 +239,30 @@ std::optional<M> body_of(const pb::RequestHeader& h, const Responder& respond) {
   return std::move(r).value();
 }
 
+// A call whose reply is one message: parses the request's body, calls `method` of the service
+// `service_of` picks, and replies with what it answers.
+using ShortHandler = std::function<void(const ServiceState&, const pb::RequestHeader&, const Responder&)>;
+template <class Request, class Response, class Service>
+ShortHandler short_call(Service* (*service_of)(const ServiceState&),
+                        void (Service::*method)(const Request&, Done<Response>)) {
+  return [service_of, method](const ServiceState& state, const pb::RequestHeader& h, const Responder& respond) {
+    if (auto r = body_of<Request>(h, respond)) (service_of(state)->*method)(*r, replier<Response>(respond, h.request_id()));
+  };
+}
+Worker* worker_of(const ServiceState& state) { return state.worker.get(); }
+Master* master_of(const ServiceState& state) { return state.master.get(); }
+
+const std::map<std::string, ShortHandler>& short_methods() {
+  static const auto* table = new std::map<std::string, ShortHandler>{
+      {"RegisterGraph", short_call(worker_of, &Worker::register_graph)},
+      {"CleanupGraph", short_call(worker_of, &Worker::cleanup_graph)},
+      {"DeregisterGraph", short_call(worker_of, &Worker::deregister_graph)},
+      {"CreateSession", short_call(master_of, &Master::create_session)},
+      {"CloseSession", short_call(master_of, &Master::close_session)},
+  };
+  return *table;
+}
+
 // Calls the task's master or worker for the request `h` (its tensors among `request`'s frames).
 // False for a method neither serves.
 bool call_service(const ServiceState& state, const pb::RequestHeader& h, RpcMessage& request,
@@ -245,10 +276,8 @@ bool call_service(const ServiceState& state, const pb::RequestHeader& h, RpcMess
     if (!send.ok()) return send_reply(respond, id, send.status().with_prefix(state.worker->task_name() + ": "), nullptr), true;
     state.worker->run_graph(*r, std::move(send).value(), [respond, id](StatusOr<RunGraphReply> reply) {
       if (!reply.ok()) return send_reply(respond, id, reply.status(), nullptr);
-      std::vector<zmq::message_t> frames;
-      Status st = tensors_to_frames(reply.value().recv, reply.value().response.mutable_recv(), &frames);
-      if (!st.ok()) return send_reply(respond, id, st, nullptr);
-      send_reply(respond, id, Status(), &reply.value().response, std::move(frames));
+      RunGraphReply& out = reply.value();
+      reply_with_tensors(respond, id, &out.response, out.response.mutable_recv(), out.recv);
     });
   } else if (m == "RecvTensor") {
     auto r = body_of<pb::RecvTensorRequest>(h, respond);
@@ -263,6 +292,10 @@ bool call_service(const ServiceState& state, const pb::RequestHeader& h, RpcMess
       *response.mutable_tensor() = meta.value();
       send_reply(respond, id, Status(), &response, std::move(frames));
     });
+  } else if (m == "ExtendSession") {  // the master takes this request by value
+    if (auto r = body_of<pb::ExtendSessionRequest>(h, respond)) {
+      state.master->extend_session(std::move(*r), replier<pb::ExtendSessionResponse>(respond, id));
+    }
   } else if (m == "RunStep") {
     auto r = body_of<pb::RunStepRequest>(h, respond);
     if (!r) return true;
@@ -270,37 +303,13 @@ bool call_service(const ServiceState& state, const pb::RequestHeader& h, RpcMess
     if (!feed.ok()) return send_reply(respond, id, feed.status(), nullptr), true;
     state.master->run_step(std::move(*r), std::move(feed).value(), [respond, id](StatusOr<RunStepReply> reply) {
       if (!reply.ok()) return send_reply(respond, id, reply.status(), nullptr);
-      std::vector<zmq::message_t> frames;
-      Status st = tensors_to_frames(reply.value().tensor, reply.value().response.mutable_tensor(), &frames);
-      if (!st.ok()) return send_reply(respond, id, st, nullptr);
-      send_reply(respond, id, Status(), &reply.value().response, std::move(frames));
+      RunStepReply& out = reply.value();
+      reply_with_tensors(respond, id, &out.response, out.response.mutable_tensor(), out.tensor);
     });
-  } else if (m == "RegisterGraph") {
-    if (auto r = body_of<pb::RegisterGraphRequest>(h, respond)) {
-      state.worker->register_graph(*r, replier<pb::RegisterGraphResponse>(respond, id));
-    }
-  } else if (m == "CleanupGraph") {
-    if (auto r = body_of<pb::CleanupGraphRequest>(h, respond)) {
-      state.worker->cleanup_graph(*r, replier<pb::CleanupGraphResponse>(respond, id));
-    }
-  } else if (m == "DeregisterGraph") {
-    if (auto r = body_of<pb::DeregisterGraphRequest>(h, respond)) {
-      state.worker->deregister_graph(*r, replier<pb::DeregisterGraphResponse>(respond, id));
-    }
-  } else if (m == "CreateSession") {
-    if (auto r = body_of<pb::CreateSessionRequest>(h, respond)) {
-      state.master->create_session(*r, replier<pb::CreateSessionResponse>(respond, id));
-    }
-  } else if (m == "ExtendSession") {
-    if (auto r = body_of<pb::ExtendSessionRequest>(h, respond)) {
-      state.master->extend_session(std::move(*r), replier<pb::ExtendSessionResponse>(respond, id));
-    }
-  } else if (m == "CloseSession") {
-    if (auto r = body_of<pb::CloseSessionRequest>(h, respond)) {
-      state.master->close_session(*r, replier<pb::CloseSessionResponse>(respond, id));
-    }
   } else {
-    return false;
+    auto short_method = short_methods().find(m);
+    if (short_method == short_methods().end()) return false;
+    short_method->second(state, h, respond);
   }
   return true;
 }
