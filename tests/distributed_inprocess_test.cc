@@ -6,6 +6,7 @@
 // part with the root cause reported.
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "distributed/master.h"
@@ -25,14 +26,20 @@ class DirectWorkers final : public WorkerCache {
   StatusOr<WorkerInterface*> get(const std::string& task) override {
     auto it = workers_.find(task);
     if (it == workers_.end()) return errors::invalid_argument("no task {}", task);
-    ++calls_to[task];
+    std::lock_guard<std::mutex> l(mu_);
+    ++calls_to_[task];
     return it->second.get();
+  }
+  int calls_to(const std::string& task) {
+    std::lock_guard<std::mutex> l(mu_);
+    return calls_to_[task];
   }
   const train::ClusterSpec& cluster() const override { return cluster_; }
   std::chrono::milliseconds rpc_timeout() const override { return std::chrono::seconds(10); }
-  std::map<std::string, int> calls_to;  // written under the master's calls only
 
  private:
+  std::mutex mu_;
+  std::map<std::string, int> calls_to_;  // guarded by mu_: the master's and the workers' lookups
   const train::ClusterSpec cluster_;
   std::map<std::string, std::shared_ptr<Worker>> workers_;
 };
@@ -126,8 +133,8 @@ TEST_F(DistributedInProcessTest, AStepSpanningTwoTasksExchangesTensorsAndControl
   EXPECT_EQ(on(bumped.op().name()), kPs0);
   EXPECT_EQ(on(out.op().name()), kWorker0);
   EXPECT_EQ(on(total.op().name()), kWorker0);
-  EXPECT_GT(cache_->calls_to[kPs0], 0);
-  EXPECT_GT(cache_->calls_to[kWorker0], 0);
+  EXPECT_GT(cache_->calls_to(kPs0), 0);
+  EXPECT_GT(cache_->calls_to(kWorker0), 0);
 }
 
 TEST_F(DistributedInProcessTest, AFailureOnOneTaskAbortsTheOtherAndTheRootCauseIsReported) {
