@@ -37,6 +37,16 @@ std::string self_path() {
 }
 
 int run_demo(int steps, const std::string& trace_file) {
+  // One line saying where the demo can run: the GPUs when this build has the CUDA device and one
+  // is usable (a CUDA build without one says why, on stderr, as it starts).
+  std::vector<std::string> gpus;
+  for (const tessera::DeviceInfo& d : tessera::list_devices()) {
+    if (d.type == "GPU") gpus.push_back(d.name + " (" + d.description + ")");
+  }
+  std::cout << (gpus.empty() ? std::string("devices: no GPU in use: the host CPU")
+                             : fmt::format("devices: the host CPU and {}", fmt::join(gpus, ", ")))
+            << (TESSERA_WITH_CUDA ? "" : " (a CPU-only build: scripts/demo builds the CUDA device where nvcc is found)")
+            << "\n\n";
   std::cout << "== tessera demo 1/5: ten threads dequeue c = a + b through a QueueRunner ==\n";
   int rc = tessera::examples::queue_add(std::cout);
   std::cout << "\n== tessera demo 2/5: linear regression, 4 training threads on shared variables ==\n";
