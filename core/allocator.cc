@@ -3,6 +3,8 @@
 #include <cstdlib>
 #include <new>
 
+#include <fmt/format.h>
+
 #include "core/host_blocks.h"
 
 namespace tessera::internal {
@@ -28,10 +30,16 @@ StatusOr<void*> Allocator::allocate(std::size_t bytes, std::size_t alignment) {
   if ((alignment & (alignment - 1)) != 0) {
     return errors::invalid_argument("allocator {}: alignment {} is not a power of two", name(), alignment);
   }
-  void* p = raw_allocate(bytes, alignment);
-  if (p == nullptr) {
-    return errors::resource_exhausted("allocator {}: failed to allocate {} bytes", name(), bytes);
+  bool over_limit = false;
+  {
+    // The cap is checked, then the memory taken without the lock: allocations racing each other
+    // may pass it together, by at most their own sizes.
+    std::lock_guard<std::mutex> lock(mu_);
+    over_limit = limit_ > 0 && stats_.bytes_in_use + static_cast<int64_t>(bytes) > limit_;
   }
+  if (over_limit) return out_of_memory(bytes);
+  void* p = raw_allocate(bytes, alignment);
+  if (p == nullptr) return out_of_memory(bytes);
   std::lock_guard<std::mutex> lock(mu_);
   stats_.bytes_in_use += static_cast<int64_t>(bytes);
   if (stats_.bytes_in_use > stats_.peak_bytes_in_use) stats_.peak_bytes_in_use = stats_.bytes_in_use;
@@ -48,6 +56,25 @@ void Allocator::deallocate(void* ptr, std::size_t bytes) {
   --stats_.live_allocs;
 }
 
+Status Allocator::out_of_memory(std::size_t bytes) const {
+  const AllocatorStats now = stats();
+  const int64_t reserved = bytes_reserved();
+  const int64_t cap = limit();
+  return errors::resource_exhausted("out of memory in {}: {} bytes asked for, {} in use, {} reserved, {}", name(),
+                                    bytes, now.bytes_in_use, reserved,
+                                    cap > 0 ? fmt::format("limit {}", cap) : std::string("no limit set"));
+}
+
+void Allocator::set_limit(int64_t bytes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  limit_ = bytes < 0 ? 0 : bytes;
+}
+
+int64_t Allocator::limit() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return limit_;
+}
+
 AllocatorStats Allocator::stats() const {
   std::lock_guard<std::mutex> lock(mu_);
   return stats_;
@@ -61,7 +88,7 @@ StatusOr<Tensor> Allocator::allocate_tensor(DType dtype, const Shape& shape,
   }
   const std::size_t bytes = static_cast<std::size_t>(shape.num_elements()) * dtype_size(dtype);
   auto mem = allocate(bytes, Tensor::kAlignment);
-  if (!mem.ok()) return mem.status();
+  if (!mem.ok()) return mem.status().with_prefix(fmt::format("{}: ", device_name));
   auto* b = new AllocatorBuffer();
   b->data = mem.value();
   b->bytes = bytes;

@@ -39,10 +39,16 @@ class Allocator {
   // Bytes held from the system, in use or cached (a caching allocator holds more than it hands
   // out); `stats().bytes_in_use` for allocators that cache nothing.
   virtual int64_t bytes_reserved() const { return stats().bytes_in_use; }
+  // A cap on bytes_in_use (0 = none, the default): an allocation that would pass it fails
+  // ResourceExhausted as if the memory were not there. Lowering it below what is in use frees
+  // nothing; later allocations fail until enough is freed.
+  void set_limit(int64_t bytes);
+  int64_t limit() const;
 
   // An uninitialized tensor whose buffer comes from this allocator and is freed through it when
   // the last handle goes; Tensor::device() reports `device_name`. The allocator must outlive the
-  // tensor. InvalidArgument for a partial shape.
+  // tensor. InvalidArgument for a partial shape; ResourceExhausted naming `device_name`, the bytes
+  // asked for, in use, reserved and the limit when the memory is not there.
   StatusOr<Tensor> allocate_tensor(DType dtype, const Shape& shape, const std::string& device_name);
 
  protected:
@@ -50,8 +56,12 @@ class Allocator {
   virtual void raw_deallocate(void* ptr, std::size_t bytes) = 0;
 
  private:
+  // ResourceExhausted for `bytes` that could not be had, with the allocator's figures.
+  Status out_of_memory(std::size_t bytes) const;
+
   mutable std::mutex mu_;
   AllocatorStats stats_;  // guarded by mu_
+  int64_t limit_ = 0;     // guarded by mu_
 };
 
 // Host memory through aligned_alloc: the CPU device's memory and the simulated accelerator's.

@@ -3,6 +3,10 @@
 #include "core/device_factory.h"
 #include "tessera/device.h"
 
+#include <fmt/format.h>
+
+#include "tessera/errors.h"
+
 namespace tessera {
 
 std::vector<DeviceInfo> list_devices() {
@@ -29,8 +33,16 @@ MemoryStats memory_stats(const std::string& device) {
   out.in_use_bytes = stats.bytes_in_use;
   out.peak_bytes = stats.peak_bytes_in_use;
   out.reserved_bytes = d->allocator().bytes_reserved();
-  out.limit_bytes = d->memory_limit_bytes();
+  const int64_t cap = d->allocator().limit();
+  out.limit_bytes = cap > 0 ? cap : d->memory_limit_bytes();
   return out;
+}
+
+void set_memory_limit(const std::string& device, int64_t bytes) {
+  if (bytes < 0) throw InvalidArgumentError(fmt::format("set_memory_limit({}): bytes must be >= 0, got {}", device, bytes));
+  internal::local_devices().status().raise();
+  internal::Device* d = internal::DeviceRegistry::global().find(device).value_or_raise();
+  d->allocator().set_limit(bytes);
 }
 
 }  // namespace tessera

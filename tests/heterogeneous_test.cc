@@ -81,7 +81,9 @@ TEST(HeterogeneousTest, TwoSessionsWithDifferentPoliciesEachKeepTheirOwnPlacemen
   for (int round = 0; round < 2; ++round) {
     RunMetadata on_host, on_accel;
     const Tensor a = host.run({y}, feeds, {}, traced, &on_host).front();
-    if (round == 0) EXPECT_EQ(y.op().assigned_device(), kCpu);
+    if (round == 0) {
+      EXPECT_EQ(y.op().assigned_device(), kCpu);
+    }
     const Tensor b = accel.run({y}, feeds, {}, traced, &on_accel).front();
     EXPECT_TRUE(on_accelerator(y.op().assigned_device())) << y.op().assigned_device();  // the latest placement
     EXPECT_EQ(traced_device_of(on_host.trace_json, "y"), kCpu) << "round " << round;

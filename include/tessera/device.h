@@ -33,12 +33,19 @@ struct MemoryStats {
   int64_t in_use_bytes = 0;    // live allocations
   int64_t peak_bytes = 0;      // high-water mark of in_use_bytes
   int64_t reserved_bytes = 0;  // held from the system (a caching allocator's regions)
-  int64_t limit_bytes = 0;     // the device's memory (0 when unknown)
+  int64_t limit_bytes = 0;     // set_memory_limit's cap when set, else the device's memory (0: unknown)
 };
 
 // The memory of the device `device` names (full or partial: "/device:GPU:0", "/cpu:0").
 // NotFoundError when no device matches, InvalidArgumentError for a malformed name.
 MemoryStats memory_stats(const std::string& device);
+
+// Caps what this process allocates on `device` (as memory_stats names it) at `bytes`; 0 lifts the
+// cap. Past it an op fails with ResourceExhaustedError naming the op, the bytes asked for, in use
+// and reserved, as when the memory itself runs out (TensorFlow's per-process GPU memory limit).
+// Lowering the cap frees nothing already allocated. NotFoundError / InvalidArgumentError as
+// memory_stats; InvalidArgumentError for bytes < 0.
+void set_memory_limit(const std::string& device, int64_t bytes);
 
 // Adds `n` simulated accelerators (/device:SIM:k onward, after those already there) to this
 // process, for programs that want to exercise placement on a machine with no accelerator (as
