@@ -6,6 +6,8 @@
 //   BM_gpu_add_256MiB/raw_memcpy_d2d   cudaMemcpyAsync of 256 MiB within the GPU: the bandwidth an
 //                                      elementwise op can hope for (bytes read plus written)
 //   BM_gpu_matmul_4096/raw_cublas      cublasSgemm (default math mode, as tessera's MatMul)
+//   BM_gpu_chain_100/raw_cuda          the input up, 100 cublasSaxpy (x += 1 * ones) back to back on
+//                                      one stream, the result down, one cudaStreamSynchronize
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -173,8 +175,50 @@ void BM_gpu_matmul_4096(benchmark::State& state, const char* impl) {
   (void)cublasDestroy(handle);
 }
 
+void BM_gpu_chain_100(benchmark::State& state, const char* impl) {
+  tessera_bench::set_impl(state, impl);
+  if (!gpu_bench::require_gpu(state)) return;
+  constexpr int kN = gpu_bench::kChainWidth;
+  const std::size_t bytes = kN * sizeof(float);
+  std::vector<float> in(kN), ones(kN, 1.0f), out(kN);
+  for (int i = 0; i < kN; ++i) in[static_cast<std::size_t>(i)] = static_cast<float>(i);
+  DeviceBuffer dx(bytes);
+  DeviceBuffer done(bytes);
+  Stream stream;
+  if (dx.p == nullptr || done.p == nullptr) return state.SkipWithError("cudaMalloc failed");
+  if (!ok(state, cudaMemcpy(done.p, ones.data(), bytes, cudaMemcpyHostToDevice), "upload")) return;
+  cublasHandle_t handle = nullptr;
+  if (cublasCreate(&handle) != CUBLAS_STATUS_SUCCESS) return state.SkipWithError("cublasCreate failed");
+  (void)cublasSetStream(handle, stream.s);
+  const float alpha = 1.0f;
+  auto step = [&]() -> bool {
+    if (cudaMemcpyAsync(dx.p, in.data(), bytes, cudaMemcpyHostToDevice, stream.s) != cudaSuccess) return false;
+    for (int k = 0; k < gpu_bench::kChainOps; ++k) {
+      if (cublasSaxpy(handle, kN, &alpha, static_cast<const float*>(done.p), 1, static_cast<float*>(dx.p), 1) !=
+          CUBLAS_STATUS_SUCCESS) {
+        return false;
+      }
+    }
+    return cudaMemcpyAsync(out.data(), dx.p, bytes, cudaMemcpyDeviceToHost, stream.s) == cudaSuccess &&
+           cudaStreamSynchronize(stream.s) == cudaSuccess;
+  };
+  const bool checked = step() && out[kN - 1] == static_cast<float>(kN - 1 + gpu_bench::kChainOps);
+  if (tessera_bench::check(state, checked, "x0 + 100")) {
+    for (auto _ : state) {
+      if (!step()) {
+        state.SkipWithError("the chain failed");
+        break;
+      }
+    }
+    state.SetItemsProcessed(state.iterations() * gpu_bench::kChainOps);
+    state.counters["per_op"] = tessera_bench::per_unit(state, gpu_bench::kChainOps);
+  }
+  (void)cublasDestroy(handle);
+}
+
 }  // namespace
 
+BENCHMARK_CAPTURE(BM_gpu_chain_100, raw_cuda, "raw_cuda")->UseRealTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(BM_gpu_h2d_256MiB, raw_pinned, "raw_pinned")->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_gpu_h2d_256MiB, raw_pageable, "raw_pageable")->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_gpu_add_256MiB, raw_memcpy_d2d, "raw_memcpy_d2d")->UseRealTime()->Unit(benchmark::kMillisecond);

@@ -160,6 +160,41 @@ void BM_gpu_copy_sweep(benchmark::State& state) {
   state.SetLabel(to_device_direction ? "h2d" : "d2h");
 }
 
+// The chain as a session runs it: every op placed on the process's first GPU (the device factory's,
+// as a program's sessions get it), the input fed from and the output fetched to the host.
+void BM_gpu_chain_100(benchmark::State& state, const char* impl) {
+  tessera_bench::set_impl(state, impl);
+  if (!gpu_bench::require_gpu(state)) return;
+  std::string gpu;
+  for (const DeviceInfo& d : list_devices()) {
+    if (d.type == "GPU" && gpu.empty()) gpu = d.name;
+  }
+  if (gpu.empty()) return state.SkipWithError("no GPU among the process's devices");
+  constexpr int64_t kN = gpu_bench::kChainWidth;
+  Graph g;
+  auto x0 = ops::placeholder(g, DType::Float32, Shape{kN}, "x0");
+  Output x = x0;
+  {
+    auto scope = g.device(gpu);
+    auto one = ops::constant(g, filled(kN, 1.0f), "one");
+    for (int i = 0; i < gpu_bench::kChainOps; ++i) x = ops::add(x, one);
+  }
+  Session s(g);
+  Tensor in(DType::Float32, Shape{kN});
+  for (int64_t i = 0; i < kN; ++i) in.mutable_data<float>()[i] = static_cast<float>(i);
+  const Tensor out = s.run({x}, {{x0, in}}).front();
+  if (!tessera_bench::check(state, out.data<float>()[kN - 1] == static_cast<float>(kN - 1 + gpu_bench::kChainOps),
+                            "x0 + 100")) {
+    return;
+  }
+  for (auto _ : state) {
+    auto t = s.run({x}, {{x0, in}});
+    benchmark::DoNotOptimize(t);
+  }
+  state.SetItemsProcessed(state.iterations() * gpu_bench::kChainOps);
+  state.counters["per_op"] = tessera_bench::per_unit(state, gpu_bench::kChainOps);
+}
+
 }  // namespace
 
 BENCHMARK(BM_gpu_copy_sweep)
@@ -168,6 +203,7 @@ BENCHMARK(BM_gpu_copy_sweep)
     ->ArgsProduct({{1}, {0, 4, 8}, {2, 8}})
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_gpu_chain_100, tessera, "tessera")->UseRealTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(BM_gpu_h2d_256MiB, tessera, "tessera")->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_gpu_add_256MiB, tessera, "tessera")->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_gpu_matmul_4096, tessera, "tessera")->UseRealTime()->Unit(benchmark::kMillisecond);
