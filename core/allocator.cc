@@ -35,7 +35,7 @@ StatusOr<void*> Allocator::allocate(std::size_t bytes, std::size_t alignment) {
     // The cap is checked, then the memory taken without the lock: allocations racing each other
     // may pass it together, by at most their own sizes.
     std::lock_guard<std::mutex> lock(mu_);
-    over_limit = limit_ > 0 && stats_.bytes_in_use + static_cast<int64_t>(bytes) > limit_;
+    over_limit = stats_.limit_bytes > 0 && stats_.bytes_in_use + static_cast<int64_t>(bytes) > stats_.limit_bytes;
   }
   if (over_limit) return out_of_memory(bytes);
   void* p = raw_allocate(bytes, alignment);
@@ -59,7 +59,7 @@ void Allocator::deallocate(void* ptr, std::size_t bytes) {
 Status Allocator::out_of_memory(std::size_t bytes) const {
   const AllocatorStats now = stats();
   const int64_t reserved = bytes_reserved();
-  const int64_t cap = limit();
+  const int64_t cap = now.limit_bytes;
   return errors::resource_exhausted("out of memory in {}: {} bytes asked for, {} in use, {} reserved, {}", name(),
                                     bytes, now.bytes_in_use, reserved,
                                     cap > 0 ? fmt::format("limit {}", cap) : std::string("no limit set"));
@@ -67,12 +67,7 @@ Status Allocator::out_of_memory(std::size_t bytes) const {
 
 void Allocator::set_limit(int64_t bytes) {
   std::lock_guard<std::mutex> lock(mu_);
-  limit_ = bytes < 0 ? 0 : bytes;
-}
-
-int64_t Allocator::limit() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return limit_;
+  stats_.limit_bytes = bytes < 0 ? 0 : bytes;
 }
 
 AllocatorStats Allocator::stats() const {

@@ -21,6 +21,7 @@ struct AllocatorStats {
   int64_t peak_bytes_in_use = 0;   // high-water mark of bytes_in_use
   int64_t num_allocs = 0;          // allocations ever made
   int64_t live_allocs = 0;         // allocations not yet freed
+  int64_t limit_bytes = 0;         // set_limit's cap (0: none)
 };
 
 // A device's memory. Subclasses provide raw allocation; this class keeps the statistics and wraps
@@ -43,7 +44,6 @@ class Allocator {
   // ResourceExhausted as if the memory were not there. Lowering it below what is in use frees
   // nothing; later allocations fail until enough is freed.
   void set_limit(int64_t bytes);
-  int64_t limit() const;
 
   // An uninitialized tensor whose buffer comes from this allocator and is freed through it when
   // the last handle goes; Tensor::device() reports `device_name`. The allocator must outlive the
@@ -61,7 +61,6 @@ class Allocator {
 
   mutable std::mutex mu_;
   AllocatorStats stats_;  // guarded by mu_
-  int64_t limit_ = 0;     // guarded by mu_
 };
 
 // Host memory through aligned_alloc: the CPU device's memory and the simulated accelerator's.

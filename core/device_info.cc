@@ -33,8 +33,7 @@ MemoryStats memory_stats(const std::string& device) {
   out.in_use_bytes = stats.bytes_in_use;
   out.peak_bytes = stats.peak_bytes_in_use;
   out.reserved_bytes = d->allocator().bytes_reserved();
-  const int64_t cap = d->allocator().limit();
-  out.limit_bytes = cap > 0 ? cap : d->memory_limit_bytes();
+  out.limit_bytes = stats.limit_bytes > 0 ? stats.limit_bytes : d->memory_limit_bytes();
   return out;
 }
 

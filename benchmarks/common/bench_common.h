@@ -31,4 +31,10 @@ inline benchmark::Counter per_unit(const benchmark::State& state, double units) 
                             benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
 }
 
+// Reports `units` of work per iteration: items per second, and the per_op counter (per_unit).
+inline void report_per_op(benchmark::State& state, int64_t units) {
+  state.SetItemsProcessed(state.iterations() * units);
+  state.counters["per_op"] = per_unit(state, static_cast<double>(units));
+}
+
 }  // namespace tessera_bench

@@ -66,8 +66,7 @@ void BM_executor_wide_10k(benchmark::State& state, const char* impl) {
     g.wait_for_all();
   }
   benchmark::DoNotOptimize(out.data());
-  state.SetItemsProcessed(state.iterations() * n);
-  state.counters["per_op"] = tessera_bench::per_unit(state, n);
+  tessera_bench::report_per_op(state, n);
 }
 
 void BM_executor_chain_10k(benchmark::State& state, const char* impl) {
@@ -105,8 +104,7 @@ void BM_executor_chain_10k(benchmark::State& state, const char* impl) {
     g.wait_for_all();
   }
   benchmark::DoNotOptimize(result);
-  state.SetItemsProcessed(state.iterations() * n);
-  state.counters["per_op"] = tessera_bench::per_unit(state, n);
+  tessera_bench::report_per_op(state, n);
 }
 
 }  // namespace

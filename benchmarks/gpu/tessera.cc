@@ -191,8 +191,7 @@ void BM_gpu_chain_100(benchmark::State& state, const char* impl) {
     auto t = s.run({x}, {{x0, in}});
     benchmark::DoNotOptimize(t);
   }
-  state.SetItemsProcessed(state.iterations() * gpu_bench::kChainOps);
-  state.counters["per_op"] = tessera_bench::per_unit(state, gpu_bench::kChainOps);
+  tessera_bench::report_per_op(state, gpu_bench::kChainOps);
 }
 
 }  // namespace
