@@ -22,13 +22,14 @@ namespace pb = wire::pb;
 class DirectWorkers final : public WorkerCache {
  public:
   explicit DirectWorkers(train::ClusterSpec cluster) : cluster_(std::move(cluster)) {}
-  void add(const std::string& task, std::shared_ptr<Worker> w) { workers_[task] = std::move(w); }
+  // Not owned (the fixture owns the workers, which hold this cache: no cycle).
+  void add(const std::string& task, Worker* w) { workers_[task] = w; }
   StatusOr<WorkerInterface*> get(const std::string& task) override {
     auto it = workers_.find(task);
     if (it == workers_.end()) return errors::invalid_argument("no task {}", task);
     std::lock_guard<std::mutex> l(mu_);
     ++calls_to_[task];
-    return it->second.get();
+    return it->second;
   }
   int calls_to(const std::string& task) {
     std::lock_guard<std::mutex> l(mu_);
@@ -41,7 +42,7 @@ class DirectWorkers final : public WorkerCache {
   std::mutex mu_;
   std::map<std::string, int> calls_to_;  // guarded by mu_: the master's and the workers' lookups
   const train::ClusterSpec cluster_;
-  std::map<std::string, std::shared_ptr<Worker>> workers_;
+  std::map<std::string, Worker*> workers_;
 };
 
 const std::string kWorker0 = "/job:worker/replica:0/task:0";
@@ -54,8 +55,8 @@ class DistributedInProcessTest : public ::testing::Test {
         train::ClusterSpec({{"worker", {"localhost:1"}}, {"ps", {"localhost:2"}}}));
     worker_ = std::make_shared<Worker>(kWorker0, cache_);
     ps_ = std::make_shared<Worker>(kPs0, cache_);
-    cache_->add(kWorker0, worker_);
-    cache_->add(kPs0, ps_);
+    cache_->add(kWorker0, worker_.get());
+    cache_->add(kPs0, ps_.get());
     master_ = std::make_unique<Master>(kWorker0, cache_);
   }
   void TearDown() override {

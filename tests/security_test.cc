@@ -344,13 +344,13 @@ TEST(CurveRpcTest, UnlistedClientFailsFastIsCountedAndLoggedAndOthersAreStillSer
   EXPECT_EQ(reply.status().code(), ErrorCode::kUnavailable) << reply.status().to_string();
   EXPECT_TRUE(contains(reply.status().message(), "authentication with " + endpoint + " failed")) << reply.status().message();
   EXPECT_TRUE(contains(reply.status().message(), "refused this client's key")) << reply.status().message();
-  EXPECT_LT(took, 2s);  // not its 10 s deadline
+  EXPECT_LT(took, 5s);  // not its 10 s deadline (a margin for loaded, sanitized runs)
   EXPECT_GE(bad->stats().failed_handshakes, 1u);
 
   // Later calls on that channel fail at once, the same way.
   t0 = Clock::now();
   auto again = bad->call_sync(message({"again"}), 10s);
-  EXPECT_LT(Clock::now() - t0, 1s);
+  EXPECT_LT(Clock::now() - t0, 5s);  // not its deadline either
   EXPECT_EQ(again.status().code(), ErrorCode::kUnavailable);
   EXPECT_TRUE(contains(again.status().message(), "authentication")) << again.status().message();
   bad.reset();
@@ -383,7 +383,7 @@ TEST(CurveRpcTest, ClientWithoutKeysFailsAuthenticationFast) {
   RpcChannel plain(server.value()->endpoint());
   const auto t0 = Clock::now();
   auto reply = plain.call_sync(message({"hello"}), 10s);
-  EXPECT_LT(Clock::now() - t0, 2s);
+  EXPECT_LT(Clock::now() - t0, 5s);  // well before the 10 s deadline
   EXPECT_EQ(reply.status().code(), ErrorCode::kUnavailable) << reply.status().to_string();
   EXPECT_TRUE(contains(reply.status().message(), "authentication with " + server.value()->endpoint() + " failed"))
       << reply.status().message();
@@ -407,7 +407,7 @@ TEST(CurveRpcTest, ClientWithTheWrongServerKeyOrAPlainServerFailsFast) {
     RpcChannel channel(server.value()->endpoint(), curve_client(client_keys, impostor.public_key));
     const auto t0 = Clock::now();
     auto reply = channel.call_sync(message({"hello"}), 10s);
-    EXPECT_LT(Clock::now() - t0, 2s);
+    EXPECT_LT(Clock::now() - t0, 5s);  // well before the 10 s deadline
     EXPECT_EQ(reply.status().code(), ErrorCode::kUnavailable) << reply.status().to_string();
     EXPECT_TRUE(contains(reply.status().message(), "authentication")) << reply.status().message();
     EXPECT_TRUE(contains(reply.status().message(), "wrong key for the server")) << reply.status().message();
@@ -421,7 +421,7 @@ TEST(CurveRpcTest, ClientWithTheWrongServerKeyOrAPlainServerFailsFast) {
     RpcChannel channel(plain.value()->endpoint(), curve_client(client_keys, server_keys.public_key));
     const auto t0 = Clock::now();
     auto reply = channel.call_sync(message({"hello"}), 10s);
-    EXPECT_LT(Clock::now() - t0, 2s);
+    EXPECT_LT(Clock::now() - t0, 5s);  // well before the 10 s deadline
     EXPECT_EQ(reply.status().code(), ErrorCode::kUnavailable) << reply.status().to_string();
     EXPECT_TRUE(contains(reply.status().message(), "authentication")) << reply.status().message();
     EXPECT_EQ(plain.value()->stats().requests, 0u);
@@ -538,7 +538,7 @@ TEST(SecureClusterTest, SessionAcrossTwoTasksWithKeysAndARefusedClient) {
   } catch (const UnavailableError& e) {
     EXPECT_TRUE(contains(e.what(), "authentication with tcp://" + a0 + " failed")) << e.what();
   }
-  EXPECT_LT(Clock::now() - t0, 2s);
+  EXPECT_LT(Clock::now() - t0, 3500ms);  // before its 5 s rpc_timeout
   const std::string log = ::testing::internal::GetCapturedStderr();
   EXPECT_TRUE(contains(log, "its key " + files.keys.at("mallory").public_key + " is not in the cluster's keys"))
       << log;
@@ -548,7 +548,7 @@ TEST(SecureClusterTest, SessionAcrossTwoTasksWithKeysAndARefusedClient) {
   SessionOptions plain;
   plain.rpc_timeout = 5000ms;
   EXPECT_THROW_MSG(Session(g, w0.target(), plain), UnavailableError, "authentication");
-  EXPECT_LT(Clock::now() - t1, 2s);
+  EXPECT_LT(Clock::now() - t1, 3500ms);  // before its 5 s rpc_timeout
 
   // A client whose cluster keys do not list the target: a clear error before connecting.
   ClusterKeyFiles other({}, {"eve"});
