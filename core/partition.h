@@ -1,5 +1,6 @@
-// The partitioner: splits one step (feeds, fetches, targets) of a placed graph into one plan per
-// device, joined by _Send/_Recv pairs on every edge that crosses devices.
+// The in-process step planner: splits one step (feeds, fetches, targets) of a placed graph into
+// one plan per device with partition_step (core/graph_partition.h), joined by _Send/_Recv pairs
+// on every edge that crosses devices.
 //
 //   auto step = build_step_plan(graph, feeds, fetches, targets, device_of, kernel_for).value();
 //   // step->host runs on the host with the feeds and yields the fetches;
