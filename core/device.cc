@@ -45,6 +45,20 @@ StatusOr<Tensor> Device::allocate_tensor(DType dtype, const Shape& shape) {
   return allocator().allocate_tensor(dtype, shape, name_);
 }
 
+void Device::mark_failed(const Status& reason) {
+  std::lock_guard<std::mutex> l(failure_mu_);
+  if (failed_.load(std::memory_order_relaxed)) return;
+  failure_ = reason.ok() ? errors::internal("{} failed", name_) : reason;
+  failed_.store(true, std::memory_order_release);
+  TESSERA_LOG(kError, "{} is marked failed: {}", name_, failure_.to_string());
+}
+
+Status Device::health() const {
+  if (!failed_.load(std::memory_order_acquire)) return Status();
+  std::lock_guard<std::mutex> l(failure_mu_);
+  return failure_;
+}
+
 // ----- DeviceRegistry -----
 
 DeviceRegistry::~DeviceRegistry() {

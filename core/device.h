@@ -15,6 +15,7 @@
 // includes both so that a Device's user needs only this one.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -89,11 +90,21 @@ class Device {
   // allocator().allocate_tensor with this device's name.
   StatusOr<Tensor> allocate_tensor(DType dtype, const Shape& shape);
 
+  // A device whose work failed asynchronously (a CUDA fault, a stream in error: its later work is
+  // skipped) is failed for good: steps that need it fail at once with `reason`, which should name
+  // the op whose work the failure followed. The first reason wins; work on other devices goes on.
+  void mark_failed(const Status& reason);
+  // OK, or why the device failed. One atomic load while it is healthy.
+  Status health() const;
+
  private:
   const std::string type_;
   const int id_;
   const std::string name_;
   DeviceSpec spec_;
+  std::atomic<bool> failed_{false};
+  mutable std::mutex failure_mu_;
+  Status failure_;  // guarded by failure_mu_
 };
 
 // The devices of this process. Owns them; destroys them (draining their streams) in reverse

@@ -12,6 +12,8 @@
 // value) is copied into device memory on the stream.
 #include <cstring>
 
+#include <fmt/format.h>
+
 #include "core/executor.h"
 #include "core/op_kernel.h"
 #include "core/op_registry.h"
@@ -58,8 +60,13 @@ class SimKernel final : public OpKernel {
       }
       ctx.trace_on_stream(*device, stream, start);
     });
-    stream.then([&ctx, done = std::move(done)](Status s) {
-      if (!s.ok()) ctx.fail(s);
+    stream.then([&ctx, device, done = std::move(done)](Status s) {
+      if (!s.ok()) {
+        // The stream is in error (sticky, as a CUDA fault is): the device is done for, and the
+        // failure names this op, whose work it was found after.
+        device->mark_failed(s.with_prefix(fmt::format("{}, after {}: ", device->name(), ctx.node().debug_name())));
+        ctx.fail(s);
+      }
       done();
     });
   }

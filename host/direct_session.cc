@@ -272,7 +272,13 @@ Status SessionImpl::run_step(const std::vector<Output>& fetches, const FeedMap& 
   ro.trace = options.trace;
   ro.rendezvous = remote;
   std::unique_ptr<MultiStep> multi;  // only for a step that spans devices
-  if (!sp.devices.empty()) multi = std::make_unique<MultiStep>(sp, ro, remote);
+  if (!sp.devices.empty()) {
+    for (const auto& dp : sp.devices) {  // a failed device fails its steps at once (Device::health)
+      Status health = dp.device->health();
+      if (!health.ok()) return health;
+    }
+    multi = std::make_unique<MultiStep>(sp, ro, remote);
+  }
   RunState rs(ro);
   int i = 0;
   for (const auto& [out, value] : feeds) rs.set_feed(i++, value);

@@ -2,6 +2,8 @@
 
 #include <condition_variable>
 
+#include <fmt/format.h>
+
 #include "core/executor.h"
 #include "core/op_registry.h"
 #include "device/cuda/cuda_status.h"
@@ -108,9 +110,12 @@ void GpuOpKernel::compute_async(OpKernelContext& ctx, std::function<void()> done
     done();
     return;
   }
-  stream.then([&ctx, trace, finish = std::move(r.finish), keep = std::move(r.keep_alive),
+  stream.then([&ctx, gpu, trace, finish = std::move(r.finish), keep = std::move(r.keep_alive),
                done = std::move(done)](Status s) mutable {
     if (!s.ok()) {
+      // An asynchronous fault (the stream's event failed): the GPU is failed for good, and the
+      // reason names this op, whose launch the fault followed.
+      gpu->mark_failed(s.with_prefix(fmt::format("{}, after {}: ", gpu->name(), ctx.node().debug_name())));
       ctx.fail(s);
     } else if (finish) {
       try {
