@@ -246,7 +246,9 @@ template <class Request, class Response, class Service>
 ShortHandler short_call(Service* (*service_of)(const ServiceState&),
                         void (Service::*method)(const Request&, Done<Response>)) {
   return [service_of, method](const ServiceState& state, const pb::RequestHeader& h, const Responder& respond) {
-    if (auto r = body_of<Request>(h, respond)) (service_of(state)->*method)(*r, replier<Response>(respond, h.request_id()));
+    if (auto r = body_of<Request>(h, respond)) {
+      (service_of(state)->*method)(*r, replier<Response>(respond, h.request_id()));
+    }
   };
 }
 Worker* worker_of(const ServiceState& state) { return state.worker.get(); }
@@ -273,7 +275,10 @@ bool call_service(const ServiceState& state, const pb::RequestHeader& h, RpcMess
     auto r = body_of<pb::RunGraphRequest>(h, respond);
     if (!r) return true;
     auto send = tensors_from_frames(r->send(), request, state.max_tensor_bytes, "feed");
-    if (!send.ok()) return send_reply(respond, id, send.status().with_prefix(state.worker->task_name() + ": "), nullptr), true;
+    if (!send.ok()) {
+      send_reply(respond, id, send.status().with_prefix(state.worker->task_name() + ": "), nullptr);
+      return true;
+    }
     state.worker->run_graph(*r, std::move(send).value(), [respond, id](StatusOr<RunGraphReply> reply) {
       if (!reply.ok()) return send_reply(respond, id, reply.status(), nullptr);
       RunGraphReply& out = reply.value();
@@ -300,7 +305,10 @@ bool call_service(const ServiceState& state, const pb::RequestHeader& h, RpcMess
     auto r = body_of<pb::RunStepRequest>(h, respond);
     if (!r) return true;
     auto feed = tensors_from_frames(r->feed(), request, state.max_tensor_bytes, "feed");
-    if (!feed.ok()) return send_reply(respond, id, feed.status(), nullptr), true;
+    if (!feed.ok()) {
+      send_reply(respond, id, feed.status(), nullptr);
+      return true;
+    }
     state.master->run_step(std::move(*r), std::move(feed).value(), [respond, id](StatusOr<RunStepReply> reply) {
       if (!reply.ok()) return send_reply(respond, id, reply.status(), nullptr);
       RunStepReply& out = reply.value();
