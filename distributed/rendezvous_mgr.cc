@@ -169,18 +169,17 @@ void RendezvousMgr::maybe_forget(StepRendezvous* r) {
   if (it != steps_.end() && it->second.get() == r) steps_.erase(it);
 }
 
-void RendezvousMgr::maybe_forget(const std::shared_ptr<StepRendezvous>& r) { maybe_forget(r.get()); }
-
-Status RendezvousMgr::begin_run(int64_t step_id, std::function<void(const Status&)> cancel) {
+StatusOr<std::shared_ptr<StepRendezvous>> RendezvousMgr::begin_run(int64_t step_id,
+                                                                    std::function<void(const Status&)> cancel) {
   std::shared_ptr<StepRendezvous> r = find(step_id);
   std::lock_guard<std::mutex> l(r->mu_);
   if (!r->aborted_.ok()) {
-    maybe_forget(r);
+    maybe_forget(r.get());
     return r->aborted_;
   }
   ++r->runs_;
   r->on_abort_.push_back(std::move(cancel));
-  return Status();
+  return r;
 }
 
 void RendezvousMgr::end_run(int64_t step_id, const Status& status) {
@@ -191,7 +190,7 @@ void RendezvousMgr::end_run(int64_t step_id, const Status& status) {
     --r->runs_;
     r->ran_ = true;
     abort = !status.ok() && r->aborted_.ok();
-    if (!abort) maybe_forget(r);
+    if (!abort) maybe_forget(r.get());
   }
   if (abort) abort_step(step_id, status);
 }
@@ -203,7 +202,7 @@ void RendezvousMgr::serve(int64_t step_id, const std::string& key, std::function
     std::lock_guard<std::mutex> l(r->mu_);
     if (!r->aborted_.ok()) {
       result = r->aborted_;
-      maybe_forget(r);
+      maybe_forget(r.get());
     } else {
       StepRendezvous::Slot& slot = r->slots_[key];
       if (slot.waiting) {
@@ -215,7 +214,7 @@ void RendezvousMgr::serve(int64_t step_id, const std::string& key, std::function
       } else {
         result = std::move(slot.value);
         r->slots_.erase(key);
-        maybe_forget(r);
+        maybe_forget(r.get());
       }
     }
   }
@@ -248,7 +247,7 @@ void RendezvousMgr::abort_step(int64_t step_id, const Status& reason) {
     }
     r->slots_.clear();
     cancels.swap(r->on_abort_);
-    maybe_forget(r);
+    maybe_forget(r.get());
   }
   for (auto& w : waiters) w(reason);
   for (auto& c : cancels) c(reason);

@@ -5,8 +5,8 @@
 // See Note [Remote rendezvous] in rendezvous_mgr.cc.
 //
 //   RendezvousMgr mgr("/job:worker/replica:0/task:1", &puller);
-//   auto r = mgr.find(step_id);                   // what the step's _Send/_Recv nodes go through
-//   Status st = mgr.begin_run(step_id, cancel);   // ... runs the partition with r.get() ...
+//   auto r = mgr.begin_run(step_id, cancel);      // the step's rendezvous, or why it cannot run
+//   // ... runs the partition with r.value().get(), which its _Send/_Recv nodes go through ...
 //   mgr.end_run(step_id, run_status);
 //   mgr.serve(step_id, key, done);                // another task's pull (RecvTensor)
 //
@@ -78,9 +78,9 @@ class RendezvousMgr {
   // The step's rendezvous, made on first use (aborted from the start for a step aborted lately or
   // after stop()).
   std::shared_ptr<StepRendezvous> find(int64_t step_id);
-  // A run of the step starts here; `cancel` runs if the step is aborted before end_run. The abort
-  // status when the step is aborted already.
-  Status begin_run(int64_t step_id, std::function<void(const Status&)> cancel);
+  // A run of the step starts here; `cancel` runs if the step is aborted before end_run. The step's
+  // rendezvous, or the abort status when the step is aborted already.
+  StatusOr<std::shared_ptr<StepRendezvous>> begin_run(int64_t step_id, std::function<void(const Status&)> cancel);
   // The run ended with `status`; a failure aborts the step here (its pulls, its waiting servers).
   void end_run(int64_t step_id, const Status& status);
   // Another task pulls `key` of step `step_id`: `done` runs once, with the tensor as soon as it is
@@ -96,7 +96,6 @@ class RendezvousMgr {
  private:
   friend class StepRendezvous;
   // Drops the step's state once nothing refers to it (r->mu_ held).
-  void maybe_forget(const std::shared_ptr<StepRendezvous>& r);
   void maybe_forget(StepRendezvous* r);
 
   const std::string task_;

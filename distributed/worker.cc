@@ -177,11 +177,11 @@ void Worker::run_graph(const pb::RunGraphRequest& request, std::vector<Tensor> s
   for (std::size_t i = 0; i < send.size(); ++i) (*feeds)[wg->feeds[i]] = std::move(send[i]);
   const int64_t step_id = r->step_id();
   // An abort also cancels the run itself (it may be blocked on a queue, not on an exchange).
-  Status begun = rendezvous_.begin_run(step_id, [wg, step_id](const Status& reason) {
+  auto begun = rendezvous_.begin_run(step_id, [wg, step_id](const Status& reason) {
     wg->session->cancel_step(step_id, reason);
   });
-  if (!begun.ok()) return done(begun);
-  std::shared_ptr<StepRendezvous> exchange = rendezvous_.find(step_id);
+  if (!begun.ok()) return done(begun.status());
+  std::shared_ptr<StepRendezvous> exchange = std::move(begun).value();
   {
     std::lock_guard<std::mutex> l(mu_);
     ++active_runs_;

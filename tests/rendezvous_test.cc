@@ -183,7 +183,7 @@ TEST(RendezvousMgrTest, AbortFailsPullsServersAndRunsAndEveryLaterExchangeOfTheS
   EXPECT_EQ(late->status().message(), "ps died");
   EXPECT_EQ(mgr.find(11)->send(RendezvousKey::named(RendezvousKey::name_of(kHere, kPs, "b:0")), Tensor::scalar(1)).code(),
             ErrorCode::kAborted);
-  EXPECT_EQ(mgr.begin_run(11, [](const Status&) {}).code(), ErrorCode::kAborted);
+  EXPECT_EQ(mgr.begin_run(11, [](const Status&) {}).status().code(), ErrorCode::kAborted);
   mgr.end_run(11, errors::aborted("ps died"));
 }
 
@@ -197,7 +197,7 @@ TEST(RendezvousMgrTest, AFailedRunAbortsItsStepAndStopAbortsEveryLaterOne) {
   ASSERT_TRUE(served.has_value());
   EXPECT_EQ(served->status().code(), ErrorCode::kInvalidArgument);
   mgr.stop(errors::cancelled("stopping"));
-  EXPECT_EQ(mgr.begin_run(2, [](const Status&) {}).code(), ErrorCode::kCancelled);
+  EXPECT_EQ(mgr.begin_run(2, [](const Status&) {}).status().code(), ErrorCode::kCancelled);
 }
 
 TEST(RendezvousMgrTest, BothEndsOnThisTaskMeetHereAndASecondPullIsRefused) {
