@@ -73,15 +73,11 @@ std::size_t SessionImpl::KeyHash::operator()(const std::vector<uint64_t>& k) con
   return static_cast<std::size_t>(h);
 }
 
-SessionImpl::SessionImpl(Graph& graph, SessionOptions options) : SessionImpl(graph, options, nullptr) {}
-
 SessionImpl::SessionImpl(Graph& graph, SessionOptions options, ResourceMgr* shared)
     : graph_(graph), g_(graph.impl()), options_(options),
       resources_(shared != nullptr ? shared : &own_resources_),
       serial_(next_session_serial.fetch_add(1, std::memory_order_relaxed)) {
-  if (options_.inter_op_threads < 0) {
-    throw InvalidArgumentError(fmt::format("inter_op_threads must be >= 0, got {}", options_.inter_op_threads));
-  }
+  TESSERA_CHECK(options_.inter_op_threads >= 0);  // make() refuses it with the message
   if (options_.inter_op_threads > 0) {
     own_pool_ = std::make_unique<ThreadPool>(options_.inter_op_threads);
     pool_ = own_pool_.get();
@@ -89,7 +85,9 @@ SessionImpl::SessionImpl(Graph& graph, SessionOptions options, ResourceMgr* shar
     pool_ = &ThreadPool::shared();
   }
   runner_ = [pool = pool_](std::function<void()> fn) { pool->schedule(std::move(fn)); };
-  devices_ = local_devices().value_or_raise();  // the host CPU first
+  StatusOr<std::vector<Device*>> devices = local_devices();  // make() returned its error
+  TESSERA_CHECK(devices.ok());
+  devices_ = std::move(devices).value();  // the host CPU first
   for (Device* d : devices_) placement_devices_.push_back({d->name(), d->type(), d->cost_profile()});
 }
 
@@ -388,7 +386,7 @@ class DirectSessionFactory final : public SessionFactory {
  public:
   std::unique_ptr<SessionBackend> create(Graph& graph, const std::string& target,
                                          const SessionOptions& options) override {
-    return std::make_unique<SessionImpl>(graph, options);
+    return SessionImpl::make(graph, options, nullptr).value_or_raise();
   }
 };
 TESSERA_REGISTER_SESSION_FACTORY(DirectSessionFactory, "", "local");

@@ -27,14 +27,13 @@ namespace tessera::internal {
 
 class SessionImpl final : public SessionBackend {
  public:
-  SessionImpl(Graph& graph, SessionOptions options);
-  // A session whose variables and queues live in `shared` (not owned; must outlive the session)
-  // instead of a ResourceMgr of its own: a cluster task's partitions all use the task's. close()
-  // then leaves the shared resources alone.
-  SessionImpl(Graph& graph, SessionOptions options, ResourceMgr* shared);
-  // The constructors raise bad options (the public Session's contract); internal callers make one
-  // here and get the error as a Status.
+  // A session over `graph`; InvalidArgument for bad options, or the devices' error. With `shared`
+  // (not owned; must outlive the session) its variables and queues live there instead of in a
+  // ResourceMgr of its own: a cluster task's partitions all use the task's, and close() leaves
+  // them alone. The public Session raises the error (DirectSessionFactory).
   static StatusOr<std::unique_ptr<SessionImpl>> make(Graph& graph, SessionOptions options, ResourceMgr* shared);
+  // What make() builds once the options and devices are known good (checked again here).
+  SessionImpl(Graph& graph, SessionOptions options, ResourceMgr* shared);
   ~SessionImpl() override;
 
   // `step_id` 0: a fresh one. A cluster worker passes the master's, and `remote`, the step's

@@ -205,5 +205,13 @@ TEST(SessionTest, TargetsOtherThanLocalAndClusterAreInvalidArgument) {
   EXPECT_THROW(Session(g, "tessera://"), InvalidArgumentError);
 }
 
+TEST(SessionTest, NegativeInterOpThreadsIsInvalidArgumentNamingTheOption) {
+  Graph g;
+  ops::constant(g, 1.0f);
+  SessionOptions o;
+  o.inter_op_threads = -1;
+  EXPECT_THROW_MSG(Session(g, o), InvalidArgumentError, "inter_op_threads must be >= 0, got -1");
+}
+
 }  // namespace
 }  // namespace tessera
