@@ -16,6 +16,15 @@
 
 namespace tessera::internal {
 
+PlacementPolicy policy_of(tessera::PlacementPolicy policy) {
+  switch (policy) {
+    case tessera::PlacementPolicy::cost: return PlacementPolicy::kCost;
+    case tessera::PlacementPolicy::gpu_first: return PlacementPolicy::kGpuFirst;
+    case tessera::PlacementPolicy::cpu_only: return PlacementPolicy::kCpuOnly;
+  }
+  return PlacementPolicy::kCost;
+}
+
 // Note [Placement]
 // ~~~~~~~~~~~~~~~~
 // place_nodes assigns every node to one device in three steps.

@@ -32,10 +32,13 @@
 #include "core/device_name.h"
 #include "core/node.h"
 #include "core/status.h"
+#include "tessera/session.h"
 
 namespace tessera::internal {
 
 enum class PlacementPolicy { kCost, kGpuFirst, kCpuOnly };
+// The public SessionOptions::placement_policy as placement knows it.
+PlacementPolicy policy_of(tessera::PlacementPolicy policy);
 
 // What placement knows of a device.
 struct PlacementDevice {

@@ -110,12 +110,6 @@ bool is_echo(const Status& s) {
   return m.rfind("_recv/", 0) == 0 || m.rfind("_crecv/", 0) == 0;
 }
 
-PlacementPolicy policy_of(const std::string& name) {
-  if (name == "gpu_first") return PlacementPolicy::kGpuFirst;
-  if (name == "cpu_only") return PlacementPolicy::kCpuOnly;
-  return PlacementPolicy::kCost;
-}
-
 }  // namespace
 
 class MasterSession : public std::enable_shared_from_this<MasterSession> {
@@ -337,7 +331,7 @@ Status MasterSession::place_locked(const std::vector<const Node*>& nodes) {
   for (const auto& [node, device] : placement_) fixed[node] = index_of.at(device);
   PlacementOptions opts;
   opts.allow_soft_placement = config_.allow_soft_placement();
-  opts.policy = policy_of(config_.placement_policy());
+  opts.policy = policy_of(placement_policy_named(config_.placement_policy()));
   auto placed = place_nodes(fresh, devices_, opts, fixed);
   if (!placed.ok()) return placed.status();
   for (const std::string& line : placed.value().soft_placements) {

@@ -49,4 +49,10 @@ StatusOr<std::string> task_device_name(const std::string& local_name, const std:
   return s.to_string();
 }
 
+tessera::PlacementPolicy placement_policy_named(const std::string& name) {
+  if (name == "gpu_first") return tessera::PlacementPolicy::gpu_first;
+  if (name == "cpu_only") return tessera::PlacementPolicy::cpu_only;
+  return tessera::PlacementPolicy::cost;
+}
+
 }  // namespace tessera::internal

@@ -6,6 +6,7 @@
 
 #include "core/node.h"
 #include "core/status.h"
+#include "tessera/session.h"
 
 namespace tessera::internal {
 
@@ -22,5 +23,8 @@ StatusOr<std::string> task_of_device(const std::string& device);
 // cluster knows it: "/job:<job>/replica:0/task:<task>/device:CPU:0". InvalidArgument when
 // `local_name` is not a device name.
 StatusOr<std::string> task_device_name(const std::string& local_name, const std::string& job, int task);
+
+// SessionConfig.placement_policy ("cost", "gpu_first", "cpu_only"; anything else is cost).
+tessera::PlacementPolicy placement_policy_named(const std::string& name);
 
 }  // namespace tessera::internal

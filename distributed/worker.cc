@@ -40,17 +40,7 @@ namespace tessera::internal {
 // Unavailable as soon as the transport loses that task (ZeroMQ's: a crash resets the connection; a
 // hung task misses heartbeats).
 
-namespace {
-
 namespace pb = wire::pb;
-
-tessera::PlacementPolicy policy_from(const std::string& name) {
-  if (name == "gpu_first") return tessera::PlacementPolicy::gpu_first;
-  if (name == "cpu_only") return tessera::PlacementPolicy::cpu_only;
-  return tessera::PlacementPolicy::cost;
-}
-
-}  // namespace
 
 // A registered partition: its graph and the session that runs it.
 class WorkerGraph {
@@ -137,7 +127,7 @@ void Worker::register_graph(const pb::RegisterGraphRequest& r, Done<pb::Register
   if (st.ok()) {
     SessionOptions options;
     options.allow_soft_placement = true;
-    options.placement_policy = policy_from(r.config().placement_policy());
+    options.placement_policy = placement_policy_named(r.config().placement_policy());
     auto session = SessionImpl::make(wg->graph, options, &resources_);
     if (session.ok()) wg->session = std::move(session).value();
     else st = session.status();

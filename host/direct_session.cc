@@ -138,11 +138,7 @@ Status SessionImpl::place_new_nodes() {
   for (int id = placed_nodes_; id < total; ++id) fresh.push_back(g_.node_locked(id));
   PlacementOptions opts;
   opts.allow_soft_placement = options_.allow_soft_placement;
-  switch (options_.placement_policy) {
-    case tessera::PlacementPolicy::cost: opts.policy = internal::PlacementPolicy::kCost; break;
-    case tessera::PlacementPolicy::gpu_first: opts.policy = internal::PlacementPolicy::kGpuFirst; break;
-    case tessera::PlacementPolicy::cpu_only: opts.policy = internal::PlacementPolicy::kCpuOnly; break;
-  }
+  opts.policy = policy_of(options_.placement_policy);
   auto placed = place_nodes(fresh, placement_devices_, opts, placement_);
   if (!placed.ok()) return placed.status();
   for (const std::string& line : placed.value().soft_placements) {
