@@ -42,6 +42,17 @@ namespace tessera::internal {
 
 namespace pb = wire::pb;
 
+namespace {
+
+// "/job:J/replica:0/task:T" (the server's name for its own task) as a spec with a job and a task.
+DeviceSpec parse_task(const std::string& task) {
+  StatusOr<DeviceSpec> spec = DeviceSpec::parse(task);
+  TESSERA_CHECK(spec.ok() && spec.value().job && spec.value().task);
+  return std::move(spec).value();
+}
+
+}  // namespace
+
 // A registered partition: its graph and the session that runs it.
 class WorkerGraph {
  public:
@@ -55,8 +66,8 @@ class WorkerGraph {
 // ---- Worker ----
 
 Worker::Worker(std::string task_name, std::shared_ptr<WorkerCache> peers)
-    : task_name_(std::move(task_name)), peers_(std::move(peers)), rendezvous_(task_name_, this),
-      threads_(std::make_unique<ElasticThreads>()) {}
+    : task_name_(std::move(task_name)), task_(parse_task(task_name_)), peers_(std::move(peers)),
+      rendezvous_(task_name_, this), threads_(std::make_unique<ElasticThreads>()) {}
 
 Worker::~Worker() = default;
 
@@ -84,9 +95,7 @@ pb::GetStatusResponse local_status(const std::string& job, int task) {
 }
 
 void Worker::get_status(const pb::GetStatusRequest& request, Done<pb::GetStatusResponse> done) {
-  const StatusOr<DeviceSpec> task = DeviceSpec::parse(task_name_);  // "/job:J/replica:0/task:T"
-  TESSERA_CHECK(task.ok() && task.value().job && task.value().task);
-  done(local_status(*task.value().job, *task.value().task));
+  done(local_status(*task_.job, *task_.task));
 }
 
 std::function<void()> Worker::pull(const std::string& task, int64_t step_id, const std::string& key, PullDone done) {
@@ -195,10 +204,8 @@ void Worker::run_graph(const pb::RunGraphRequest& request, std::vector<Tensor> s
       if (options.trace) {
         // The partition ran on this process's devices: the trace names them as the cluster does
         // (task_device_name, as GetStatus reports them).
-        const StatusOr<DeviceSpec> task = DeviceSpec::parse(self->task_name_);  // "/job:J/replica:0/task:T"
-        TESSERA_CHECK(task.ok() && task.value().job && task.value().task);
         for (TraceRecord& span : spans) {
-          auto name = task_device_name(span.device, *task.value().job, *task.value().task);
+          auto name = task_device_name(span.device, *self->task_.job, *self->task_.task);
           if (name.ok()) span.device = std::move(name).value();
         }
         wire::encode_trace(spans, reply.response.mutable_trace());

@@ -24,6 +24,7 @@
 #include <string>
 #include <unordered_map>
 
+#include "core/device_name.h"
 #include "core/resource_mgr.h"
 #include "core/status.h"
 #include "distributed/rendezvous_mgr.h"
@@ -62,6 +63,7 @@ class Worker final : public WorkerInterface, public std::enable_shared_from_this
   std::function<void()> pull(const std::string& task, int64_t step_id, const std::string& key, PullDone done) override;
 
   const std::string task_name_;
+  const DeviceSpec task_;  // task_name_ parsed: its job and task index
   const std::shared_ptr<WorkerCache> peers_;
   ResourceMgr resources_;
   RendezvousMgr rendezvous_;
