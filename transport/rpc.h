@@ -149,7 +149,7 @@ struct RpcServerStats {
   uint64_t refused = 0;  // CURVE: connections refused (client key not allowed, or no CURVE at all)
   // Streamed frames (Note [Streamed frames] in rpc_stream.cc):
   uint64_t streamed_requests = 0;  // requests that arrived as a head and chunks, handed to the handler
-  uint64_t streamed_replies = 0;   // replies sent as a head and chunks
+  uint64_t streamed_replies = 0;   // replies sent as a head and chunks (counted as the head goes)
   uint64_t dropped_chunks = 0;     // chunks of no stream being received (refused, or dropped as stalled)
   uint64_t stalled_streams = 0;    // streamed requests dropped after stalled_stream_timeout without a chunk
 };

@@ -598,6 +598,9 @@ void RpcServerCore::send(Outgoing& out) {
       socket_.send(out.frames[i], i + 1 < out.frames.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
     }
     if (stream) {
+      // Counted before the chunks go: the caller may hold the whole reply (and read these stats)
+      // as soon as the last chunk leaves. A reply cut short below counts as dropped too.
+      streamed_replies_.fetch_add(1, std::memory_order_relaxed);
       // The chunks follow at once, in order (Note [Streamed frames]).
       for (zmq::message_t& chunk : stream->chunks) {
         zmq::message_t rid;
@@ -609,7 +612,6 @@ void RpcServerCore::send(Outgoing& out) {
         socket_.send(envelope_frame(kChunkMagic, id), zmq::send_flags::sndmore);
         socket_.send(chunk, zmq::send_flags::none);
       }
-      streamed_replies_.fetch_add(1, std::memory_order_relaxed);
     }
     replies_.fetch_add(1, std::memory_order_relaxed);
   } catch (const zmq::error_t&) {
