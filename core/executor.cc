@@ -389,6 +389,7 @@ RunState::RunState(const Options& options)
   step_params_.device = opt_.device;
   step_params_.rendezvous = opt_.rendezvous;
   step_params_.trace = opt_.trace ? this : nullptr;
+  step_params_.stream_work = this;
 }
 
 RunState::~RunState() {
@@ -488,7 +489,89 @@ void RunState::record_error(const Status& s) {
   cancel(s);
 }
 
+// Note [Stream-ordered kernels]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// On a device with streams (SIM, GPU) a kernel is done for the executor when its work is
+// enqueued, not when it has run: successors on the same stream follow it in stream order, so a
+// chain of device ops never goes back through the host between ops (TensorFlow's GPU device and
+// PyTorch work this way). Such a kernel tells the step through Params::stream_work (this RunState):
+// issued() names the stream, issued_then() adds a check that runs once the stream has passed the
+// work (a device-side error flag read back), and fail() reports an error the work itself found.
+// When every node is over, done() records one completion on each stream the step issued work
+// on and the step finishes only when those and the checks have completed: a step returns after
+// its device work has run (TensorFlow's sync-on-finish), so the tensors, cancellation manager and
+// trace the stream work may still use outlive it, and an error that work finds fails the very
+// step that issued it. A stream in error there marks its device failed, naming the last op
+// issued on it. The host waits for device work only where a host consumer needs the data: a
+// _Recv's copy to host memory first waits on an event of the source's compute stream (Note
+// [Send and Recv]).
+
+void RunState::issued(Device& device, Stream& stream, const Node& node) {
+  std::lock_guard<std::mutex> l(stream_mu_);
+  any_stream_work_.store(true, std::memory_order_relaxed);
+  for (IssuedStream& is : issued_streams_) {
+    if (is.stream == &stream) {
+      is.last = &node;
+      return;
+    }
+  }
+  issued_streams_.push_back(IssuedStream{&device, &stream, &node});
+}
+
+void RunState::issued_then(Device& device, Stream& stream, const Node& node, std::function<Status(Status)> check) {
+  issued(device, stream, node);
+  stream_waits_.fetch_add(1, std::memory_order_acq_rel);
+  stream.then([this, &device, &node, check = std::move(check)](Status s) {
+    Status checked = check(s);
+    if (!s.ok()) {
+      device_fault(device, node, s);
+    } else if (!checked.ok()) {
+      fail(checked.with_prefix(node.debug_name() + ": "));
+    }
+    stream_work_over(/*on_completion_thread=*/true);
+  });
+}
+
+void RunState::fail(const Status& s) {
+  if (!s.ok()) record_error(s);
+}
+
+void RunState::device_fault(Device& device, const Node& node, const Status& s) {
+  // The stream is in error (sticky, as a CUDA fault is): the device is done for.
+  const Status named = s.with_prefix(fmt::format("{}, after {}: ", device.name(), node.debug_name()));
+  device.mark_failed(named);
+  record_error(named);
+}
+
 void RunState::done() {
+  if (any_stream_work_.load(std::memory_order_relaxed)) {
+    std::vector<IssuedStream> streams;
+    {
+      std::lock_guard<std::mutex> l(stream_mu_);
+      streams.swap(issued_streams_);
+    }
+    stream_waits_.fetch_add(static_cast<int64_t>(streams.size()), std::memory_order_acq_rel);
+    for (const IssuedStream& is : streams) {
+      is.stream->then([this, is](Status s) {
+        if (!s.ok()) device_fault(*is.device, *is.last, s);
+        stream_work_over(/*on_completion_thread=*/true);
+      });
+    }
+  }
+  stream_work_over(/*on_completion_thread=*/false);
+}
+
+void RunState::stream_work_over(bool on_completion_thread) {
+  if (stream_waits_.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+  if (on_completion_thread && on_done_) {
+    // The session's continuation does not run on a device's completion thread.
+    (*opt_.runner)([this] { finish(); });
+    return;
+  }
+  finish();
+}
+
+void RunState::finish() {
   if (on_done_) {
     Status status;
     {

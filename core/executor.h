@@ -120,7 +120,7 @@ StatusOr<std::shared_ptr<const Plan>> build_plan(
 
 // One step of one plan (one partition of a step, when the step spans devices). Create, then call
 // run() (or run_async()); it is over when every started op has finished.
-class RunState final : public TraceSink {
+class RunState final : public TraceSink, public StreamWork {
  public:
   struct Options {
     const Plan* plan = nullptr;      // Not owned.
@@ -156,6 +156,10 @@ class RunState final : public TraceSink {
   void cancel(const Status& reason);
   std::vector<TraceRecord> take_trace();
   void add(TraceRecord record) override;  // TraceSink
+  // StreamWork (Note [Stream-ordered kernels] in executor.cc).
+  void issued(Device& device, Stream& stream, const Node& node) override;
+  void issued_then(Device& device, Stream& stream, const Node& node, std::function<Status(Status)> check) override;
+  void fail(const Status& s) override;
   int64_t start_us() const { return start_us_; }
   int64_t step_id() const { return opt_.step_id; }
 
@@ -211,7 +215,15 @@ class RunState final : public TraceSink {
   // runs them next), expensive ones to the pool, keeping one if nothing cheap is left. Clears
   // `ready`. (The caller has already counted them in outstanding_.)
   void finish_node(std::vector<int>* ready, std::vector<int>* inline_stack);
+  // Every node is over: waits (without blocking) for the device work the step issued, then
+  // finish()es.
   void done();
+  // One stream-ordered wait is over (the executor's own counts as one); the last one finishes.
+  void stream_work_over(bool on_completion_thread);
+  // Reports the step's status: run() returns, or run_async's callback runs.
+  void finish();
+  // A stream in error, found after `node`: the device is failed for good, and so is the step.
+  void device_fault(Device& device, const Node& node, const Status& s);
   void start();
   void trace_op(const Node* node, int64_t start_us);
 
@@ -245,6 +257,20 @@ class RunState final : public TraceSink {
   Status status_;                               // guarded by mu_
   bool caller_waiting_ = false;                 // guarded by mu_
   std::deque<std::function<void()>> inbox_;     // guarded by mu_
+
+  // Streams that stream-ordered kernels of this step issued work on, with the last op issued
+  // on each (what a fault found at the step's end is named after).
+  struct IssuedStream {
+    Device* device;
+    Stream* stream;
+    const Node* last;
+  };
+  std::atomic<bool> any_stream_work_{false};
+  std::mutex stream_mu_;
+  std::vector<IssuedStream> issued_streams_;  // guarded by stream_mu_
+  // issued_then checks in flight and, once every node is over, the step's final waits on its
+  // streams, plus one held until done(): the step finishes when it reaches zero.
+  std::atomic<int64_t> stream_waits_{1};
 
   int64_t start_us_ = 0;
   std::mutex trace_mu_;

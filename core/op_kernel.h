@@ -41,6 +41,27 @@ class TraceSink {
   virtual void add(TraceRecord record) = 0;
 };
 
+// The step side of stream-ordered kernels (Note [Stream-ordered kernels] in core/executor.cc): a
+// kernel on a device with streams may enqueue its work and call `done` at once, before the work
+// has run; its successors on the same stream then follow it in stream order. The step is over
+// only when the device work it issued has run, and a failure that work finds later fails the step.
+// The executor's RunState implements it. Thread-safe.
+class StreamWork {
+ public:
+  virtual ~StreamWork() = default;
+  // `node` enqueued work on `stream` of `device`: the step ends after the stream has run it. A
+  // fault the stream reports then marks the device failed, naming the last op issued on it.
+  virtual void issued(Device& device, Stream& stream, const Node& node) = 0;
+  // As issued(), and `check` runs once the stream has run the work (on the completion thread, or
+  // at once on a stream in error, with its status); its error fails the step. `check` must not
+  // block.
+  virtual void issued_then(Device& device, Stream& stream, const Node& node, std::function<Status(Status)> check) = 0;
+  // A failure of an op's work found after its kernel was done (on the stream): fails the step.
+  // `s` names the op (as OpKernelContext::status() does). Callable until the stream has run the
+  // work.
+  virtual void fail(const Status& s) = 0;
+};
+
 class OpKernelContext {
  public:
   struct Params {
@@ -60,6 +81,9 @@ class OpKernelContext {
     Rendezvous* rendezvous = nullptr;
     // Non-null when the step is traced.
     TraceSink* trace = nullptr;
+    // Non-null when a kernel may finish at enqueue (Note [Stream-ordered kernels]); null (the
+    // kernel test harness, a direct compute()) means `done` must wait for the device work.
+    StreamWork* stream_work = nullptr;
     // Where the outputs go: the caller's array of the node's outputs, all null to begin with (the
     // executor passes the step's slots, so an output is stored once, where its consumers read
     // it). Null: the context keeps them. Not owned.
@@ -108,6 +132,10 @@ class OpKernelContext {
   Device* device() const { return p_.device; }
   Rendezvous* rendezvous() const { return p_.rendezvous; }
   TraceSink* trace() const { return p_.trace; }
+  StreamWork* stream_work() const { return p_.stream_work; }
+  // What this context was made with (the node's own fields included), e.g. to make a context for
+  // stream work that outlives this one.
+  const Params& params() const { return p_; }
   // When the step is traced: reports a span of this node from `start_us` (now_micros()) to now on
   // `stream` of `device`, under `category` (the op's type when null). A kernel on a stream or a
   // copy on a copy stream traces itself this way.

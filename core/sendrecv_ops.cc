@@ -2,7 +2,8 @@
 // ~~~~~~~~~~~~~~~~~~~~
 // A _Recv waits on the step's Rendezvous holding no thread (it is an async kernel), then moves
 // the tensor into its partition's memory on the copy streams: host to device on the destination's
-// host_to_device stream, device to host on the source's device_to_host stream, device to device
+// host_to_device stream, device to host on the source's device_to_host stream (after an event of
+// the source's compute streams: the producer may still be queued there), device to device
 // through host memory. Both streams are separate from the compute streams, so copies overlap
 // compute. A _Recv from another task receives into host memory (it runs on the task's CPU) and
 // checks that what arrived is the dtype and shape the master said it would be.
@@ -109,6 +110,13 @@ class RecvOp final : public OpKernel {
       return done();
     }
     Stream& stream = src_->device_to_host_stream();
+    // The producer may only be queued (Note [Stream-ordered kernels] in executor.cc): the copy
+    // waits for what the compute streams hold now, its producer included.
+    for (int i = 0; i < src_->num_compute_streams(); ++i) {
+      Event produced;
+      (void)src_->compute_stream(i).record(produced);  // fresh: cannot fail
+      (void)stream.wait(produced);                     // recorded: cannot fail
+    }
     const int64_t start = ctx.trace() != nullptr ? now_micros() : 0;
     src_->copy_to_host(t, stream, [this, &ctx, &stream, start, done = std::move(done), then_to](StatusOr<Tensor> r) mutable {
       ctx.trace_on_stream(*src_, stream, start, "copy");

@@ -157,6 +157,21 @@ void QueuedStream::push(Item item) {
 
 void QueuedStream::enqueue(std::function<void()> work) { push(Item{Item::kWork, std::move(work), std::nullopt}); }
 
+bool QueuedStream::enqueue_unless_closed(std::function<void()>& work) {
+  bool schedule = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (closed_) return false;
+    items_.push_back(Item{Item::kWork, std::move(work), std::nullopt});
+    if (!running_ && !blocked_) {
+      running_ = true;
+      schedule = true;
+    }
+  }
+  if (schedule) schedule_run();
+  return true;
+}
+
 Status QueuedStream::record(Event& event) {
   TESSERA_RETURN_IF_ERROR(event.mark_recorded());
   push(Item{Item::kRecord, nullptr, event});

@@ -82,6 +82,9 @@ class QueuedStream : public Stream {
   explicit QueuedStream(std::string name) : name_(std::move(name)) {}
   const std::string& name() const override { return name_; }
   void enqueue(std::function<void()> work) override;
+  // As enqueue(), but false (and `work` not taken) once the stream is shut down, where enqueue()
+  // drops the work.
+  [[nodiscard]] bool enqueue_unless_closed(std::function<void()>& work);
   [[nodiscard]] Status record(Event& event) override;
   [[nodiscard]] Status wait(const Event& event) override;
 

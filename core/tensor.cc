@@ -270,6 +270,16 @@ void buffer_free(TensorBuffer* b) noexcept {
   }
 }
 
+Tensor unowned_view(const Tensor& t) {
+  if (t.is_null()) return Tensor();
+  auto* b = new TensorBuffer();
+  b->data = const_cast<void*>(t.raw_data());
+  b->bytes = t.bytes();
+  b->device = t.device();
+  b->release = [](TensorBuffer* self) { delete self; };
+  return adopt_buffer(b, t.dtype(), t.shape());
+}
+
 }  // namespace internal
 
 // ---- Tensor ----

@@ -7,4 +7,10 @@ namespace tessera::internal {
 
 inline constexpr const char* kHostDeviceName = "/job:localhost/replica:0/task:0/device:CPU:0";
 
+// A tensor over `t`'s memory that does not keep it alive: stream work runs on views, so its
+// memory goes back to the device allocator when the last real handle goes, and stream order alone
+// keeps the memory valid until the work has run (Note [Stream-ordered memory] in
+// device/sim_kernels.cc). Same dtype, shape and device. Null for a null tensor.
+Tensor unowned_view(const Tensor& t);
+
 }  // namespace tessera::internal

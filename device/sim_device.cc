@@ -1,5 +1,6 @@
 #include "device/sim_device.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cstdlib>
 #include <cstring>
@@ -9,10 +10,87 @@
 
 #include "core/device_factory.h"
 #include "core/tensor_buffer.h"
+#include "device/caching_allocator.h"
 #include "tessera/device.h"
 #include "tessera/errors.h"
 
 namespace tessera::internal {
+
+// ----- SimMemory -----
+
+namespace {
+
+thread_local bool tls_sim_stream_thread = false;
+
+constexpr std::size_t kSimChunkAlignment = 256;
+
+// Host regions for the SIM pool.
+class HostRegions final : public CachingAllocatorBacking {
+ public:
+  StatusOr<void*> allocate(std::size_t bytes) override {
+    void* p = std::aligned_alloc(kSimChunkAlignment, bytes);  // bytes: a multiple of 2 MiB
+    if (p == nullptr) return errors::resource_exhausted("host memory: no {} bytes", bytes);
+    return p;
+  }
+  void deallocate(void* ptr, std::size_t) override { std::free(ptr); }
+};
+
+std::size_t round_up(std::size_t x, std::size_t m) { return (x + m - 1) / m * m; }
+
+}  // namespace
+
+SimMemory::SimMemory(std::string name)
+    : name_(std::move(name)), pool_(std::make_unique<CachingAllocator>(name_ + "/pool", std::make_unique<HostRegions>())) {}
+
+SimMemory::~SimMemory() {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& [p, bytes] : heap_) std::free(p);  // only after a leak elsewhere: tensors outlived the device
+}
+
+void SimMemory::mark_stream_thread() { tls_sim_stream_thread = true; }
+
+void SimMemory::set_free_stream(QueuedStream* stream) {
+  std::lock_guard<std::mutex> lock(mu_);
+  free_stream_ = stream;
+}
+
+int64_t SimMemory::bytes_reserved() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return pool_->bytes_reserved() + heap_bytes_;
+}
+
+void* SimMemory::raw_allocate(std::size_t bytes, std::size_t alignment) {
+  if (!tls_sim_stream_thread) {
+    auto p = pool_->allocate(bytes, alignment);
+    return p.ok() ? p.value() : nullptr;
+  }
+  const std::size_t align = std::max(alignment, kSimChunkAlignment);
+  void* p = std::aligned_alloc(align, round_up(std::max<std::size_t>(bytes, 1), align));
+  if (p == nullptr) return nullptr;
+  std::lock_guard<std::mutex> lock(mu_);
+  heap_.emplace(p, bytes);
+  heap_bytes_ += static_cast<int64_t>(bytes);
+  return p;
+}
+
+void SimMemory::raw_deallocate(void* ptr, std::size_t bytes) {
+  std::function<void()> release;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = heap_.find(ptr);
+    if (it == heap_.end()) {
+      // Pool memory: reusable at once by work enqueued from now on (stream order).
+      pool_->deallocate(ptr, bytes);
+      return;
+    }
+    heap_.erase(it);
+    heap_bytes_ -= static_cast<int64_t>(bytes);
+    // Heap memory: freed after everything already queued, which may still read it.
+    release = [ptr] { std::free(ptr); };
+    if (free_stream_ != nullptr && free_stream_->enqueue_unless_closed(release)) return;
+  }
+  release();
+}
 
 // ----- SimStream -----
 
@@ -35,6 +113,7 @@ void SimStream::schedule_run() {
 }
 
 void SimStream::loop() {
+  SimMemory::mark_stream_thread();
   while (true) {
     {
       std::unique_lock<std::mutex> lock(mu_);
@@ -56,6 +135,7 @@ SimDevice::SimDevice(int id, SimDeviceOptions options)
   }
   h2d_ = std::make_unique<SimStream>(name() + "/stream:host_to_device");
   d2h_ = std::make_unique<SimStream>(name() + "/stream:device_to_host");
+  allocator_.set_free_stream(compute_.front().get());
 }
 
 SimDevice::~SimDevice() {
@@ -63,6 +143,8 @@ SimDevice::~SimDevice() {
   // have drained); work enqueued on a stream already gone is dropped (Note [Devices and streams]).
   h2d_.reset();
   d2h_.reset();
+  for (auto& stream : compute_) (void)stream->synchronize();
+  allocator_.set_free_stream(nullptr);  // what is freed from here on goes at once
   compute_.clear();
 }
 
@@ -99,16 +181,28 @@ void SimDevice::copy(const Tensor& src, bool to_device, Stream& stream,
     Tensor tensor;
   };
   auto result = std::make_shared<Result>();
-  stream.enqueue([this, src, to_device, result] {
+  Tensor target;
+  if (to_device) {
+    // The target is taken now, in enqueue order (Note [Stream-ordered memory] in sim_kernels.cc):
+    // memory freed a moment ago may still be read by queued compute work, so the copy waits for
+    // the compute streams to pass this point before it writes.
+    auto t = allocate_tensor(src.dtype(), src.shape());
+    if (!t.ok()) {
+      done(t.status());
+      return;
+    }
+    target = std::move(t).value();
+    for (auto& compute : compute_) {
+      Event reused;
+      (void)compute->record(reused);  // fresh: cannot fail
+      (void)stream.wait(reused);      // recorded: cannot fail
+    }
+  }
+  stream.enqueue([this, src, to_device, result, target = std::move(target)]() mutable {
     simulate_transfer(src.bytes());
     Tensor dst;
     if (to_device) {
-      auto t = allocate_tensor(src.dtype(), src.shape());
-      if (!t.ok()) {
-        result->status = t.status();
-        return;
-      }
-      dst = std::move(t).value();
+      dst = std::move(target);
     } else {
       try {
         dst = Tensor(src.dtype(), src.shape());
@@ -121,8 +215,11 @@ void SimDevice::copy(const Tensor& src, bool to_device, Stream& stream,
     result->tensor = std::move(dst);
   });
   // The event behind then() orders the write of *result above before the read below.
-  stream.then([result, done = std::move(done)](Status s) {
+  stream.then([this, result, to_device, done = std::move(done)](Status s) {
     if (!s.ok()) {
+      // The copy stream is in error (a fault on it, or on the compute stream it waited for): the
+      // device is done for, as after a kernel's fault.
+      mark_failed(s.with_prefix(fmt::format("{}, in a copy {} the device: ", name(), to_device ? "to" : "from")));
       done(s);
     } else if (!result->status.ok()) {
       done(result->status);

@@ -15,6 +15,7 @@
 #include <memory>
 #include <mutex>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "core/device.h"
@@ -59,6 +60,38 @@ class SimStream final : public QueuedStream {
   std::thread thread_;          // last: starts after the fields above exist
 };
 
+// The SIM device's memory (Note [Stream-ordered memory] in device/sim_kernels.cc): host memory
+// handed out the way the GPU's is. What is allocated in enqueue order (kernel outputs, copy
+// targets) comes from a CachingAllocator over host regions and is reused at once, so only stream
+// order keeps a freed block from being overwritten while queued work still reads it, exactly as on
+// the GPU. What stream work allocates itself (a kernel whose output shapes are known only once it
+// runs) is fresh heap memory, freed in stream order: after everything already queued on the
+// compute stream. Thread-safe.
+class SimMemory final : public Allocator {
+ public:
+  explicit SimMemory(std::string name);
+  ~SimMemory() override;
+  std::string name() const override { return name_; }
+  int64_t bytes_reserved() const override;
+  // Frees of stream-allocated memory go onto `stream` from now on (nullptr: at once, for teardown
+  // once the streams have drained).
+  void set_free_stream(QueuedStream* stream);
+  // Marks the calling thread as one that runs SIM stream work (its allocations are fresh heap).
+  static void mark_stream_thread();
+
+ protected:
+  void* raw_allocate(std::size_t bytes, std::size_t alignment) override;
+  void raw_deallocate(void* ptr, std::size_t bytes) override;
+
+ private:
+  const std::string name_;
+  std::unique_ptr<Allocator> pool_;  // a CachingAllocator
+  mutable std::mutex mu_;
+  std::unordered_map<void*, std::size_t> heap_;  // stream-allocated blocks; guarded by mu_
+  int64_t heap_bytes_ = 0;                       // guarded by mu_
+  QueuedStream* free_stream_ = nullptr;          // guarded by mu_
+};
+
 // Thread-safe.
 class SimDevice final : public Device {
  public:
@@ -84,7 +117,7 @@ class SimDevice final : public Device {
   void simulate_transfer(std::size_t bytes) const;
 
   const SimDeviceOptions options_;
-  HostMemoryAllocator allocator_;
+  SimMemory allocator_;
   std::vector<std::unique_ptr<SimStream>> compute_;
   std::unique_ptr<SimStream> h2d_;
   std::unique_ptr<SimStream> d2h_;

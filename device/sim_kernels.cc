@@ -2,14 +2,36 @@
 // the SIM device's compute stream (Note [SIM kernels]).
 //
 // Note [SIM kernels]
-// A SIM kernel is asynchronous: it enqueues the CPU kernel on the device's compute stream and
-// finishes through the stream's completion path (Stream::then), exactly as a CUDA kernel launch
-// finishes through its stream, so the executor, the copy streams and the events see the same
-// protocol as on a GPU. Inputs must already be in the device's memory: an input that is not is
-// an InternalError naming the op (a missing transfer in the partition), which the tests rely on to
-// prove that every cross-device edge carries a copy. Outputs are allocated in device memory by
-// OpKernelContext::allocate_output; an output a CPU kernel made in host memory (a constant's
-// value) is copied into device memory on the stream.
+// A SIM kernel is asynchronous and runs the op's CPU kernel as work on the device's compute
+// stream, so the executor, the copy streams and the events see the same protocol as on a GPU.
+// Inputs must already be in the device's memory: an input that is not is an InternalError naming
+// the op (a missing transfer in the partition), which the tests rely on to prove that every
+// cross-device edge carries a copy.
+//
+// Most ops are stream-ordered (Note [Stream-ordered kernels] in core/executor.cc), as a GPU
+// kernel is: a stateless op whose shape function gives every output shape from the input shapes
+// gets its outputs allocated in device memory on the host, at enqueue time; the CPU kernel then
+// runs on the stream over views of the inputs and outputs (it writes host memory, whose results
+// are copied into the outputs), and the kernel is done as soon as the work is enqueued. An error
+// the CPU kernel finds there fails the step (StreamWork::fail), not the device. Stateful ops
+// (variables: their updates must be seen in stream order and under their locks), asynchronous
+// ones and ops whose output shapes depend on input values run the whole kernel on the stream and
+// are done only once the stream has run it, as before.
+//
+// Note [Stream-ordered memory]
+// Stream-ordered kernels hold no handle on their memory while their work is queued: the executor
+// releases an op's inputs as soon as its consumers are enqueued, and the allocator may hand that
+// memory out again at once. That is safe by three rules, the same on SIM and on the GPU:
+// 1. device memory is taken on the host in enqueue order and every kernel runs on compute stream
+//    0, so a block's next user is queued after its last reader;
+// 2. a copy into device memory (on the host-to-device stream) first waits on an event of the
+//    compute streams recorded after its target was taken; a copy out of device memory first waits
+//    on one recorded when it is asked for (so it sees its producer), and holds its source until
+//    it is done;
+// 3. memory allocated from inside stream work (a kernel that runs whole on the stream) is fresh,
+//    and is freed in stream order (SimMemory; on the GPU, kernels never allocate on the stream).
+// tests/stream_order_test.cc checks it with guard patterns: a block freed while a slow kernel
+// still reads it and reused at once must never be overwritten before that kernel has run.
 #include <cstring>
 
 #include <fmt/format.h>
@@ -17,15 +39,36 @@
 #include "core/executor.h"
 #include "core/op_kernel.h"
 #include "core/op_registry.h"
+#include "core/tensor_buffer.h"
 
 namespace tessera::internal {
 namespace {
 
+// What stream work needs after the kernel is done: views of the inputs and outputs, and the
+// step's context fields (their owners outlive the step's stream work).
+struct StreamCall {
+  OpKernelContext::Params params;
+  std::vector<Tensor> inputs;  // unowned views
+  std::vector<const Tensor*> input_ptrs;
+  std::vector<Tensor> outputs;  // unowned views of the preallocated outputs
+};
+
 class SimKernel final : public OpKernel {
  public:
-  explicit SimKernel(std::unique_ptr<OpKernel> base) : OpKernel(base->node()), base_(std::move(base)) {}
+  explicit SimKernel(std::unique_ptr<OpKernel> base) : OpKernel(base->node()), base_(std::move(base)) {
+    const OpDef* def = OpRegistry::global().find_op(node().type);
+    stream_ordered_ = def != nullptr && def->shape_fn && !def->stateful && !def->host_only &&
+                      node().resource == nullptr && !base_->is_async();
+    if (stream_ordered_) {
+      def_ = def;
+      spec_.type = node().type;
+      spec_.name = node().name;
+      spec_.attrs = node().attrs;
+    }
+  }
 
   bool is_async() const override { return true; }
+  bool is_expensive() const override { return false; }  // the host side only enqueues
   void compute(OpKernelContext& ctx) override { ctx.fail(errors::internal("SIM kernels run asynchronously only")); }
 
   void compute_async(OpKernelContext& ctx, std::function<void()> done) override {
@@ -44,13 +87,113 @@ class SimKernel final : public OpKernel {
       }
     }
     Stream& stream = device->compute_stream(0);
-    stream.enqueue([this, &ctx, device, &stream] {
+    if (stream_ordered_ && ctx.stream_work() != nullptr) {
+      std::vector<Shape> shapes;
+      if (output_shapes(ctx, &shapes)) return issue(ctx, *device, stream, shapes, std::move(done));
+    }
+    run_whole(ctx, *device, stream, std::move(done));
+  }
+
+ private:
+  // The output shapes the op's shape function gives for these inputs; false when one is not
+  // fully defined or the function refuses them (the CPU kernel then says why, as on the host).
+  bool output_shapes(const OpKernelContext& ctx, std::vector<Shape>* shapes) const {
+    std::vector<DType> dtypes;
+    std::vector<Shape> in_shapes;
+    dtypes.reserve(ctx.num_inputs());
+    in_shapes.reserve(ctx.num_inputs());
+    for (int i = 0; i < ctx.num_inputs(); ++i) {
+      dtypes.push_back(ctx.input(i).dtype());
+      in_shapes.push_back(ctx.input(i).shape());
+    }
+    ShapeContext sc(spec_, node().name, std::move(dtypes), std::move(in_shapes));
+    Status s;
+    try {
+      s = def_->shape_fn(sc);
+    } catch (...) {
+      return false;
+    }
+    if (!s.ok() || static_cast<int>(sc.out_shapes_.size()) != ctx.num_outputs()) return false;
+    for (int i = 0; i < ctx.num_outputs(); ++i) {
+      if (!sc.out_shapes_[i].fully_defined() || sc.out_dtypes_[i] != node().output_dtypes[i]) return false;
+    }
+    *shapes = std::move(sc.out_shapes_);
+    return true;
+  }
+
+  // Stream-ordered: outputs taken now, the CPU kernel queued over views, done at once.
+  void issue(OpKernelContext& ctx, Device& device, Stream& stream, const std::vector<Shape>& shapes,
+             std::function<void()> done) {
+    auto call = std::make_unique<StreamCall>();
+    try {
+      for (int i = 0; i < ctx.num_outputs(); ++i) call->outputs.push_back(unowned_view(ctx.allocate_output(i, shapes[i])));
+    } catch (...) {
+      ctx.fail(status_from_current_exception());  // out of device memory
+      done();
+      return;
+    }
+    for (int i = 0; i < ctx.num_inputs(); ++i) call->inputs.push_back(unowned_view(ctx.input(i)));
+    for (const Tensor& t : call->inputs) call->input_ptrs.push_back(&t);
+    call->params = ctx.params();
+    StreamWork* work = ctx.stream_work();
+    const int64_t start = ctx.trace() != nullptr ? now_micros() : 0;
+    stream.enqueue([this, call = std::shared_ptr<StreamCall>(std::move(call)), work, &device, &stream, start] {
+      run_on_stream(*call, *work);
+      if (call->params.trace != nullptr) {
+        TraceRecord r;
+        r.name = node().name;
+        r.category = node().type;
+        r.device = device.name();
+        r.lane = stream.name();
+        r.start_us = start;
+        r.end_us = now_micros();
+        call->params.trace->add(std::move(r));
+      }
+    });
+    work->issued(device, stream, node());
+    done();
+  }
+
+  // Runs the CPU kernel on host memory and copies its results into the preallocated outputs.
+  void run_on_stream(StreamCall& call, StreamWork& work) const {
+    OpKernelContext::Params p = call.params;
+    p.device = nullptr;  // the CPU kernel's own allocations are host memory
+    p.inputs = call.input_ptrs.data();
+    p.outputs = nullptr;
+    p.stream_work = nullptr;
+    p.trace = nullptr;
+    OpKernelContext c(p);
+    try {
+      base_->compute(c);
+    } catch (...) {
+      c.fail(status_from_current_exception());
+    }
+    if (!c.status().ok()) return work.fail(c.status());
+    for (int i = 0; i < c.num_outputs(); ++i) {
+      const Tensor& got = c.output(i);
+      Tensor& out = call.outputs[i];
+      if (got.is_null() || got.dtype() != out.dtype() || got.shape() != out.shape()) {
+        return work.fail(errors::internal("{}: output {} is {} {}, its shape function said {} {}", node().debug_name(), i,
+                                          got.is_null() ? "null" : dtype_name(got.dtype()),
+                                          got.is_null() ? "" : got.shape().to_string(), dtype_name(out.dtype()),
+                                          out.shape().to_string()));
+      }
+      if (out.bytes() > 0 && got.raw_data() != out.raw_data()) {
+        std::memcpy(out.raw_mutable_data(), got.raw_data(), out.bytes());
+      }
+    }
+  }
+
+  // The whole kernel on the stream; done once the stream has run it.
+  void run_whole(OpKernelContext& ctx, Device& device, Stream& stream, std::function<void()> done) {
+    Device* dev = &device;
+    stream.enqueue([this, &ctx, dev, &stream] {
       const int64_t start = ctx.trace() != nullptr ? now_micros() : 0;
       try {
         base_->compute(ctx);
         for (int i = 0; i < ctx.num_outputs() && ctx.status().ok(); ++i) {
           Tensor& out = ctx.output(i);
-          if (out.is_null() || out.device() == device->name()) continue;
+          if (out.is_null() || out.device() == dev->name()) continue;
           Tensor moved = ctx.allocate_temp(out.dtype(), out.shape());
           if (out.bytes() > 0) std::memcpy(moved.raw_mutable_data(), out.raw_data(), out.bytes());
           out = std::move(moved);
@@ -58,21 +201,23 @@ class SimKernel final : public OpKernel {
       } catch (...) {
         ctx.fail(status_from_current_exception());
       }
-      ctx.trace_on_stream(*device, stream, start);
+      ctx.trace_on_stream(*dev, stream, start);
     });
-    stream.then([&ctx, device, done = std::move(done)](Status s) {
+    stream.then([&ctx, dev, done = std::move(done)](Status s) {
       if (!s.ok()) {
         // The stream is in error (sticky, as a CUDA fault is): the device is done for, and the
         // failure names this op, whose work it was found after.
-        device->mark_failed(s.with_prefix(fmt::format("{}, after {}: ", device->name(), ctx.node().debug_name())));
+        dev->mark_failed(s.with_prefix(fmt::format("{}, after {}: ", dev->name(), ctx.node().debug_name())));
         ctx.fail(s);
       }
       done();
     });
   }
 
- private:
   std::unique_ptr<OpKernel> base_;
+  bool stream_ordered_ = false;
+  const OpDef* def_ = nullptr;  // when stream_ordered_
+  NodeSpec spec_;               // what the shape function reads (type, name, attrs)
 };
 
 struct RegisterSimKernels {

@@ -23,8 +23,11 @@ TEST(DeviceFaultTest, AFaultFailsTheOpNamingItThenEveryLaterStepOnTheDeviceAtOnc
   auto p = ops::placeholder(g, DType::Float32, Shape{4}, "p");
   Output doubled, squared;
   {
+    // Its input made on the device: the fault is found by the step's drain of the compute stream
+    // (Note [Stream-ordered kernels]), after `doubled`, not by a copy waiting on that stream.
     auto scope = g.device(sim);
-    doubled = ops::add(p, p, "doubled");
+    auto on_device = ops::constant(g, Tensor::vector<float>({0.5f, 1, 1.5f, 2}));
+    doubled = ops::add(on_device, on_device, "doubled");
   }
   {
     auto scope = g.device("/device:CPU:0");
@@ -32,7 +35,7 @@ TEST(DeviceFaultTest, AFaultFailsTheOpNamingItThenEveryLaterStepOnTheDeviceAtOnc
   }
   const Tensor x = Tensor::vector<float>({1, 2, 3, 4});
   Session s(g);
-  EXPECT_EQ(s.run({doubled}, {{p, x}})[0].to_vector<float>(), (std::vector<float>{2, 4, 6, 8}));
+  EXPECT_EQ(s.run({doubled}, {{p, x}})[0].to_vector<float>(), (std::vector<float>{1, 2, 3, 4}));
   ASSERT_TRUE(device->health().ok());
 
   // The fault: a work item that fails puts the compute stream in error, as a CUDA fault does.
@@ -64,6 +67,35 @@ TEST(DeviceFaultTest, AFaultFailsTheOpNamingItThenEveryLaterStepOnTheDeviceAtOnc
   EXPECT_EQ(s.run({squared}, {{p, x}})[0].to_vector<float>(), (std::vector<float>{1, 4, 9, 16}));
   Session fresh(g);
   EXPECT_EQ(fresh.run({squared}, {{p, x}})[0].to_vector<float>(), (std::vector<float>{1, 4, 9, 16}));
+}
+
+// A fault found by a copy (a feed's copy to the device waits for the compute stream, which is in
+// error) fails the step with the fault and marks the device failed too.
+TEST(DeviceFaultTest, AFaultFoundByACopyFailsTheStepAndTheDevice) {
+  const std::string sim = add_simulated_accelerators(1).front();
+  internal::Device* device = internal::DeviceRegistry::global().find(sim).value();
+  Graph g;
+  auto p = ops::placeholder(g, DType::Float32, Shape{4}, "p");
+  Output doubled;
+  {
+    auto scope = g.device(sim);
+    doubled = ops::add(p, p, "doubled");
+  }
+  const Tensor x = Tensor::vector<float>({1, 2, 3, 4});
+  Session s(g);
+  EXPECT_EQ(s.run({doubled}, {{p, x}})[0].to_vector<float>(), (std::vector<float>{2, 4, 6, 8}));
+  device->compute_stream(0).enqueue([] { throw std::runtime_error("simulated illegal memory access"); });
+  try {
+    s.run({doubled}, {{p, x}});
+    ADD_FAILURE() << "the step after the fault succeeded";
+  } catch (const Error& e) {
+    EXPECT_THAT(std::string(e.what()), HasSubstr("simulated illegal memory access"));
+  }
+  const Status failed = device->health();
+  ASSERT_FALSE(failed.ok());
+  EXPECT_THAT(failed.message(), HasSubstr(sim + ", in a copy to the device"));
+  EXPECT_THAT(failed.message(), HasSubstr("simulated illegal memory access"));
+  EXPECT_THROW(s.run({doubled}, {{p, x}}), Error);
 }
 
 }  // namespace
