@@ -35,9 +35,9 @@ namespace tessera::internal {
 // * Errors: a launch that throws, a failed CUDA call and a failed waited-on event put the stream in
 //   error (sticky): later launches and host work are skipped, events complete with the error. GPU
 //   work already issued runs on.
-// * Memory: a device tensor's last handle goes only after every GPU operation using it completed
-//   (kernels keep inputs, temporaries and replaced values until their then(); copies keep source
-//   and target until theirs), so the caching allocator may hand freed memory out again at once.
+// * Memory: kernels hold nothing once launched; the caching allocator reuses freed memory at once,
+//   safe by stream order (Note [Stream-ordered memory] in device/sim_kernels.cc). On a stream in
+//   error, events complete only after cudaStreamSynchronize: error paths release nothing early.
 // * Teardown drains each stream (queue issued, every record delivered), stops the completion
 //   thread, then destroys streams, events, cuBLAS, the staging pool and the memory.
 
@@ -134,8 +134,12 @@ void CudaStream::issue() {
         if (error.ok()) {
           issue_record(*item.event);
         } else {
+          // A stream in error: GPU work issued before the error may still run, so nothing the
+          // event's callbacks release (inputs, staging buffers, copy targets) is released before
+          // the stream has drained (a faulted context returns at once).
           Event event = *item.event;
           device_.post([this, event, error]() mutable {
+            (void)cudaStreamSynchronize(stream_);
             event.complete(error);
             delivered();
           });

@@ -125,8 +125,8 @@ class BinaryGpuOp final : public GpuOpKernel {
     void* po = out.raw_mutable_data();
     const bool check_zero = kOp == gpu::BinaryKind::kDiv && !dtype_is_floating(a.dtype());
     if (!check_zero) {
-      r.launch([&ctx, kind, geometry, elem, pa, pb, po, n](cudaStream_t s) {
-        check_launch(ctx, gpu::launch_binary(kOp, elem, kind, geometry, pa, pb, po, n, nullptr, s), binary_name(kOp));
+      r.launch([check = r.launch_check, kind, geometry, elem, pa, pb, po, n](cudaStream_t s) {
+        check->check(gpu::launch_binary(kOp, elem, kind, geometry, pa, pb, po, n, nullptr, s), binary_name(kOp));
       });
       return;
     }
@@ -138,17 +138,17 @@ class BinaryGpuOp final : public GpuOpKernel {
     auto readback = std::make_shared<PinnedStagingPool::Buffer>(std::move(staged).value());
     int* flag_ptr = flag.mutable_data<int32_t>();
     r.keep_alive.push_back(flag);
-    r.launch([&ctx, kind, geometry, elem, pa, pb, po, n, flag_ptr, readback](cudaStream_t s) {
+    r.launch([check = r.launch_check, kind, geometry, elem, pa, pb, po, n, flag_ptr, readback](cudaStream_t s) {
       cudaError_t e = cudaMemsetAsync(flag_ptr, 0, sizeof(int), s);
       if (e == cudaSuccess) e = gpu::launch_binary(kOp, elem, kind, geometry, pa, pb, po, n, flag_ptr, s);
       if (e == cudaSuccess) e = cudaMemcpyAsync(readback->data(), flag_ptr, sizeof(int), cudaMemcpyDeviceToHost, s);
-      check_launch(ctx, e, "Div");
+      check->check(e, "Div");
     });
-    r.finish = [&ctx, readback] {
+    r.finish = [readback]() -> Status {
       int zero = 0;
       std::memcpy(&zero, readback->data(), sizeof(int));
       readback->release();
-      if (zero != 0) ctx.fail(ErrorCode::kInvalidArgument, "integer division by zero");
+      return zero != 0 ? errors::invalid_argument("integer division by zero") : Status();
     };
   }
 };
@@ -168,8 +168,8 @@ class UnaryGpuOp final : public GpuOpKernel {
     Tensor& out = ctx.allocate_output(0, x.shape());
     const int64_t n = out.num_elements();
     if (n == 0) return;
-    r.launch([&ctx, elem = gpu_elem(x.dtype()), px = x.raw_data(), po = out.raw_mutable_data(), n](cudaStream_t s) {
-      check_launch(ctx, gpu::launch_unary(kOp, elem, px, po, n, s), "unary op");
+    r.launch([check = r.launch_check, elem = gpu_elem(x.dtype()), px = x.raw_data(), po = out.raw_mutable_data(), n](cudaStream_t s) {
+      check->check(gpu::launch_unary(kOp, elem, px, po, n, s), "unary op");
     });
   }
 };
@@ -191,8 +191,8 @@ class CastGpuOp final : public GpuOpKernel {
     Tensor& out = ctx.allocate_output(0, x.shape());
     const int64_t n = out.num_elements();
     if (n == 0) return;
-    r.launch([&ctx, from = gpu_elem(x.dtype()), to = gpu_elem(to_), px = x.raw_data(), po = out.raw_mutable_data(),
-              n](cudaStream_t s) { check_launch(ctx, gpu::launch_cast(from, to, px, po, n, s), "Cast"); });
+    r.launch([check = r.launch_check, from = gpu_elem(x.dtype()), to = gpu_elem(to_), px = x.raw_data(), po = out.raw_mutable_data(),
+              n](cudaStream_t s) { check->check(gpu::launch_cast(from, to, px, po, n, s), "Cast"); });
   }
 
  private:
@@ -226,8 +226,8 @@ class MatMulGpuOp final : public GpuOpKernel {
     if (m == 0 || n == 0) return;
     void* pc = out.raw_mutable_data();
     if (k == 0) {  // an empty sum; BLAS also rejects a leading dimension of 0
-      r.launch([&ctx, pc, bytes = out.bytes()](cudaStream_t s) {
-        check_launch(ctx, cudaMemsetAsync(pc, 0, bytes, s), "MatMul");
+      r.launch([check = r.launch_check, pc, bytes = out.bytes()](cudaStream_t s) {
+        check->check(cudaMemsetAsync(pc, 0, bytes, s), "MatMul");
       });
       return;
     }
@@ -236,8 +236,8 @@ class MatMulGpuOp final : public GpuOpKernel {
     const bool ta = transpose_a_;
     const bool tb = transpose_b_;
     if (!floating) {
-      r.launch([&ctx, elem = gpu_elem(a.dtype()), pa, pb, pc, m, k, n, ta, tb](cudaStream_t s) {
-        check_launch(ctx, gpu::launch_integer_matmul(elem, pa, pb, pc, m, k, n, ta, tb, s), "MatMul");
+      r.launch([check = r.launch_check, elem = gpu_elem(a.dtype()), pa, pb, pc, m, k, n, ta, tb](cudaStream_t s) {
+        check->check(gpu::launch_integer_matmul(elem, pa, pb, pc, m, k, n, ta, tb, s), "MatMul");
       });
       return;
     }
@@ -245,7 +245,7 @@ class MatMulGpuOp final : public GpuOpKernel {
     const auto ldb = static_cast<int>(b.shape().dim(1));
     const bool f32 = a.dtype() == DType::Float32;
     CudaDevice* device = &r.device;
-    r.launch([&ctx, device, f32, pa, pb, pc, m, k, n, ta, tb, lda, ldb](cudaStream_t s) {
+    r.launch([check = r.launch_check, device, f32, pa, pb, pc, m, k, n, ta, tb, lda, ldb](cudaStream_t s) {
       // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: cuBLAS sees each stored
       // row-major matrix as its transpose, so the operands swap and the transposes stay.
       const cublasOperation_t op_b = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -267,7 +267,7 @@ class MatMulGpuOp final : public GpuOpKernel {
                                          static_cast<const double*>(pa), lda, &zero, static_cast<double*>(pc), in),
                              "cublasDgemm");
       });
-      if (!st.ok()) ctx.fail(st);
+      check->report(st);
     });
   }
 
@@ -350,8 +350,8 @@ class ReductionGpuOp final : public GpuOpKernel {
       scratch = t.raw_mutable_data();
       r.keep_alive.push_back(std::move(t));
     }
-    r.launch([&ctx, g, elem, px = x.raw_data(), po = out.raw_mutable_data(), scratch, sms](cudaStream_t s) {
-      check_launch(ctx, gpu::launch_reduce(kOp, elem, g, px, po, scratch, sms, s), "reduction");
+    r.launch([check = r.launch_check, g, elem, px = x.raw_data(), po = out.raw_mutable_data(), scratch, sms](cudaStream_t s) {
+      check->check(gpu::launch_reduce(kOp, elem, g, px, po, scratch, sms, s), "reduction");
     });
   }
 
@@ -391,11 +391,11 @@ class RandomGpuOp final : public GpuOpKernel {
     const uint64_t first = next_block_.fetch_add(static_cast<uint64_t>((n + per_block - 1) / per_block),
                                                  std::memory_order_relaxed);
     if (n == 0) return;
-    r.launch([&ctx, elem = gpu_elem(out.dtype()), po = out.raw_mutable_data(), n, key = key_, first,
+    r.launch([check = r.launch_check, elem = gpu_elem(out.dtype()), po = out.raw_mutable_data(), n, key = key_, first,
               mean = mean_, stddev = stddev_](cudaStream_t s) {
       const cudaError_t e = kNormal ? gpu::launch_random_normal(elem, po, n, key, first, mean, stddev, s)
                                     : gpu::launch_random_uniform(elem, po, n, key, first, s);
-      check_launch(ctx, e, kNormal ? "RandomNormal" : "RandomUniform");
+      check->check(e, kNormal ? "RandomNormal" : "RandomUniform");
     });
   }
 

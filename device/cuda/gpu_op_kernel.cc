@@ -12,19 +12,48 @@ namespace tessera::internal {
 
 // Note [GPU kernels]
 // ~~~~~~~~~~~~~~~~~~
-// A GPU kernel is asynchronous, like a SIM kernel (Note [SIM kernels] in device/sim_kernels.cc):
-// compute_async checks that every input is in the GPU's memory (an input that is not is an
-// InternalError naming the op: a missing transfer), then run() checks shapes and dtypes on the host
-// exactly as the CPU kernel does (same messages), allocates the outputs in GPU memory and launches
-// on compute stream 0; the kernel finishes through Stream::then, so `done` runs on the device's
-// completion thread once the GPU has run everything launched (Note [CUDA streams] in
-// cuda_stream.cc). Device-side failures (an integer division by zero) come back through a flag
-// copied to pinned memory and read by GpuRun::finish before `done`. Launch errors fail the op,
-// not the stream. Inputs stay alive until `done` (the executor holds them), and GpuRun::keep_alive
-// holds temporaries, so no memory is reused while the GPU may still read it.
+// A GPU kernel is asynchronous and stream-ordered (Note [Stream-ordered kernels] in
+// core/executor.cc): compute_async checks that every input is in the GPU's memory (an input that is
+// not is an InternalError naming the op: a missing transfer), then run() checks shapes and dtypes
+// on the host exactly as the CPU kernel does (same messages), allocates the outputs in GPU memory
+// and launches on compute stream 0, and the kernel is done as soon as it has launched: successors
+// follow on the stream, and the host waits only where a host consumer needs the data. Launch
+// errors fail the op (GpuLaunchCheck); device-side failures (an integer division by zero) come
+// back through a flag copied to pinned memory and read by GpuRun::finish once the stream has run
+// it, failing the step. Nothing is kept alive past the launch: stream order keeps freed memory
+// from reuse (Note [Stream-ordered memory] in device/sim_kernels.cc). Without a StreamWork (a
+// kernel run outside a step) the kernel is done only when the stream has run its work.
 //
 // Given no device (the kernel test harness runs every registered kernel on host tensors that way),
 // a GPU kernel runs the op's CPU kernel: OpKernelContext's device nullptr means the host CPU.
+
+void GpuLaunchCheck::check(cudaError_t error, std::string_view what) {
+  if (error != cudaSuccess) report(cuda_error(error, what));
+}
+
+void GpuLaunchCheck::report(const Status& s) {
+  if (s.ok()) return;
+  StreamWork* work = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (work_ == nullptr) {
+      if (status_.ok()) status_ = s;
+      return;
+    }
+    work = work_;
+  }
+  work->fail(s.with_prefix(node_.debug_name() + ": "));
+}
+
+Status GpuLaunchCheck::status() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return status_;
+}
+
+void GpuLaunchCheck::hand_over(StreamWork* work) {
+  std::lock_guard<std::mutex> lock(mu_);
+  work_ = work;
+}
 
 gpu::Elem gpu_elem(DType dtype) {
   switch (dtype) {
@@ -35,10 +64,6 @@ gpu::Elem gpu_elem(DType dtype) {
     case DType::Bool: return gpu::Elem::kBool;
   }
   return gpu::Elem::kBool;
-}
-
-void check_launch(OpKernelContext& ctx, cudaError_t error, std::string_view what) {
-  if (error != cudaSuccess) ctx.fail(cuda_error(error, what));
 }
 
 void GpuOpKernel::compute(OpKernelContext& ctx) {
@@ -97,16 +122,48 @@ void GpuOpKernel::compute_async(OpKernelContext& ctx, std::function<void()> done
   }
   const int64_t start = ctx.trace() != nullptr ? now_micros() : 0;
   CudaStream& stream = gpu->cuda_compute_stream(0);
-  GpuRun r{*gpu, stream};
+  GpuRun r{*gpu, stream, std::make_shared<GpuLaunchCheck>(node())};
   try {
     run(ctx, r);
   } catch (...) {
     ctx.fail(status_from_current_exception());
   }
+  if (Status launched = r.launch_check->status(); !launched.ok()) ctx.fail(launched);
   auto trace = [&ctx, gpu, &stream, start] { ctx.trace_on_stream(*gpu, stream, start); };
   if (!r.launched) {  // nothing on the GPU (an error, an empty output, a shared buffer)
-    if (r.finish && ctx.status().ok()) r.finish();
+    if (r.finish && ctx.status().ok()) ctx.fail(r.finish());
     trace();
+    done();
+    return;
+  }
+  if (StreamWork* work = ctx.stream_work(); work != nullptr) {
+    // Stream-ordered: done now. What the launched work finds later fails the step.
+    r.launch_check->hand_over(work);
+    TraceSink* sink = ctx.trace();
+    if (r.finish || sink != nullptr) {
+      work->issued_then(*gpu, stream, node(),
+                        [this, finish = std::move(r.finish), sink, gpu, &stream, start](Status s) -> Status {
+                          if (sink != nullptr) {
+                            TraceRecord record;
+                            record.name = node().name;
+                            record.category = node().type;
+                            record.device = gpu->name();
+                            record.lane = stream.name();
+                            record.start_us = start;
+                            record.end_us = now_micros();
+                            sink->add(std::move(record));
+                          }
+                          if (!s.ok() || !finish) return Status();
+                          try {
+                            return finish();
+                          } catch (...) {
+                            return status_from_current_exception();
+                          }
+                        });
+    } else {
+      work->issued(*gpu, stream, node());
+    }
+    r.keep_alive.clear();
     done();
     return;
   }
@@ -119,7 +176,7 @@ void GpuOpKernel::compute_async(OpKernelContext& ctx, std::function<void()> done
       ctx.fail(s);
     } else if (finish) {
       try {
-        finish();
+        ctx.fail(finish());
       } catch (...) {
         ctx.fail(status_from_current_exception());
       }

@@ -1,13 +1,13 @@
 // The base of the GPU op kernels (device type "GPU"): asynchronous kernels that check their
 // inputs on the host, allocate outputs in GPU memory, launch on the device's compute stream and
-// finish through the stream's completion path (Note [GPU kernels] in gpu_op_kernel.cc).
+// are done once launched, stream-ordered (Note [GPU kernels] in gpu_op_kernel.cc).
 //
 //   class NegGpuOp final : public GpuOpKernel {
 //     using GpuOpKernel::GpuOpKernel;
 //     void run(OpKernelContext& ctx, GpuRun& r) override {
 //       Tensor& y = ctx.allocate_output(0, ctx.input(0).shape());
-//       r.launch([&ctx, x = ctx.input(0).raw_data(), p = y.raw_mutable_data(), n = y.num_elements()](
-//                    cudaStream_t s) { check_launch(ctx, gpu::launch_unary(..., s), "Neg"); });
+//       r.launch([check = r.launch_check, x = ctx.input(0).raw_data(), p = y.raw_mutable_data(),
+//                 n = y.num_elements()](cudaStream_t s) { check->check(gpu::launch_unary(..., s), "Neg"); });
 //     }
 //   };
 #pragma once
@@ -26,15 +26,41 @@
 
 namespace tessera::internal {
 
+// The launch errors of one kernel run. A launch normally runs at once, inside run(), and its error
+// fails the op; a launch queued behind a wait runs after the kernel is done for the executor, and
+// its error then fails the step (StreamWork::fail). Thread-safe.
+class GpuLaunchCheck {
+ public:
+  explicit GpuLaunchCheck(const Node& node) : node_(node) {}
+  // Records the CUDA error of a launch (nothing when cudaSuccess).
+  void check(cudaError_t error, std::string_view what);
+  // Records a failed launch's status (nothing when OK): a cuBLAS call's.
+  void report(const Status& s);
+  // The first error recorded so far (before hand_over).
+  Status status() const;
+  // Errors from now on go to `work`, naming the op.
+  void hand_over(StreamWork* work);
+
+ private:
+  const Node& node_;
+  mutable std::mutex mu_;
+  Status status_;               // guarded by mu_
+  StreamWork* work_ = nullptr;  // guarded by mu_
+};
+
 // What a GPU kernel's run() issues. Thread-compatible (one run at a time).
 struct GpuRun {
   CudaDevice& device;  // Not owned.
   CudaStream& stream;  // Not owned.
+  // Launched functions report their CUDA errors here (capture it by value, never the context:
+  // launched work may run after the kernel is done).
+  std::shared_ptr<GpuLaunchCheck> launch_check;
   bool launched = false;
-  // Runs once the launched work has completed without error, before the kernel is done, on the
-  // completion thread (reads back device flags).
-  std::function<void()> finish;
-  // Device tensors that must live until the launched work has run (temporaries, replaced values).
+  // Runs once the launched work has completed without error, on the completion thread (reads
+  // back device flags); its error fails the op (or, once the kernel is done, the step).
+  std::function<Status()> finish;
+  // Device tensors that must live until the launched work has been issued (temporaries, replaced
+  // values); stream order keeps their memory from reuse after that.
   std::vector<Tensor> keep_alive;
 
   void launch(std::function<void(cudaStream_t)> fn) {
@@ -42,9 +68,6 @@ struct GpuRun {
     stream.launch(std::move(fn));
   }
 };
-
-// Fails `ctx` with the CUDA error of a launch (nothing when cudaSuccess).
-void check_launch(OpKernelContext& ctx, cudaError_t error, std::string_view what);
 gpu::Elem gpu_elem(DType dtype);
 
 // Thread-safe as far as run() is: the base keeps only the lazily made CPU kernel.

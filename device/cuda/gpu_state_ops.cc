@@ -177,9 +177,8 @@ class AssignUpdateGpuOp final : public VariableGpuKernel {
     v.value = out;
     ctx.set_output(0, v.value);
     if (n == 0) return;
-    r.launch([&ctx, elem = gpu_elem(out.dtype()), pv, pd, po, n](cudaStream_t s) {
-      check_launch(ctx,
-                   gpu::launch_binary(kAdd ? gpu::BinaryKind::kAdd : gpu::BinaryKind::kSub, elem,
+    r.launch([check = r.launch_check, elem = gpu_elem(out.dtype()), pv, pd, po, n](cudaStream_t s) {
+      check->check(gpu::launch_binary(kAdd ? gpu::BinaryKind::kAdd : gpu::BinaryKind::kSub, elem,
                                       gpu::BroadcastKind::kSame, gpu::BroadcastGeometry{}, pv, pd, po, n, nullptr, s),
                    kAdd ? "AssignAdd" : "AssignSub");
     });
