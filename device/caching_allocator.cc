@@ -25,10 +25,10 @@ namespace tessera::internal {
 //   covers Tensor::kAlignment; a larger alignment is met by over-allocating and handing out an
 //   aligned pointer inside the chunk (the chunk is found again through a pointer map).
 //
-// Reusing freed memory right away is safe on the GPU because of who frees: a device tensor's last
-// handle goes only after every stream operation using it has completed (kernels hold their inputs
-// until done; copies hold theirs until their stream passes them). See Note [CUDA streams] in
-// device/cuda/cuda_stream.cc. All state is under one mutex; backing calls are made under it too,
+// Reusing freed memory right away is safe because allocation follows stream order: kernels take
+// memory on the host in enqueue order and all run on one compute stream, and a copy into device
+// memory waits on that stream after taking its target (Note [Stream-ordered memory] in
+// device/sim_kernels.cc; the SIM device uses this allocator over host regions). All state is under one mutex; backing calls are made under it too,
 // which keeps the backing simple (it need not be thread-safe).
 
 namespace {
