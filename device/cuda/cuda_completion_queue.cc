@@ -16,9 +16,12 @@ CudaCompletionQueue::CudaCompletionQueue(int ordinal, int num_streams)
 
 CudaCompletionQueue::~CudaCompletionQueue() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    std::unique_lock<std::mutex> lock(mu_);
+    // The streams have drained, so their host functions are due; a faulted context never runs
+    // them (nor any later), hence the bound.
+    cv_.wait_for(lock, std::chrono::seconds(2), [&] { return wakes_in_flight_ == 0; });
     stop_ = true;
-    cv_.notify_one();
+    cv_.notify_all();
   }
   thread_.join();
 }
@@ -33,9 +36,29 @@ void CudaCompletionQueue::add(CudaStream* stream, int index, CUevent_st* cuda_ev
   std::lock_guard<std::mutex> lock(mu_);
   pending_[static_cast<std::size_t>(index)].push_back(Pending{stream, cuda_event, std::move(event)});
   ++num_pending_;
-  ++records_added_;
-  last_activity_ = std::chrono::steady_clock::now();
   cv_.notify_one();
+}
+
+bool CudaCompletionQueue::wake_after(CUstream_st* stream) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++wakes_in_flight_;
+  }
+  if (cudaLaunchHostFunc(stream, &CudaCompletionQueue::host_wake, this) == cudaSuccess) return true;
+  (void)cudaGetLastError();
+  std::lock_guard<std::mutex> lock(mu_);
+  --wakes_in_flight_;
+  cv_.notify_all();
+  return false;
+}
+
+void CudaCompletionQueue::host_wake(void* self) {
+  auto* q = static_cast<CudaCompletionQueue*>(self);
+  // The last touch of *q: the destructor waits for wakes_in_flight_ under mu_.
+  std::lock_guard<std::mutex> lock(q->mu_);
+  ++q->wakes_;
+  --q->wakes_in_flight_;
+  q->cv_.notify_all();
 }
 
 void CudaCompletionQueue::loop() {
@@ -43,17 +66,16 @@ void CudaCompletionQueue::loop() {
   // Sleeps of this thread end within a microsecond of their time, not Linux's default 50 us
   // slack (which was most of a 256 MiB add's overhead on an H200).
   (void)prctl(PR_SET_TIMERSLACK, 1000UL, 0UL, 0UL, 0UL);
-  // While records are pending: after activity (a completion, a new record), spin on
-  // cudaEventQuery for kSpin, so that kernels of up to a millisecond complete with microseconds
-  // of latency; then sleep between polls, twice as long each time up to kMaxSleep (a long kernel
-  // costs some twenty thousand cheap wake-ups a second, and at most kMaxSleep of latency).
-  using Clock = std::chrono::steady_clock;
-  constexpr auto kSpin = std::chrono::microseconds(1000);
-  constexpr auto kMinSleep = std::chrono::microseconds(10);
-  constexpr auto kMaxSleep = std::chrono::microseconds(50);
-  auto sleep = kMinSleep;
+  // While records are pending the thread sleeps until a host function enqueued after a record
+  // runs (wake_after), a task is posted, or kFallbackPoll passes: the GPU's progress wakes it, so
+  // an idle or busy GPU costs no core. The fallback poll finds completions whose host function
+  // never runs (a faulted context runs none) or could not be enqueued.
+  constexpr auto kFallbackPoll = std::chrono::milliseconds(2);
   std::unique_lock<std::mutex> lock(mu_);
   while (true) {
+    // Taken before polling: a host function that runs after the poll changes it, so the wait
+    // below cannot miss its wake-up.
+    const uint64_t wakes_seen = wakes_;
     std::deque<std::function<void()>> tasks;
     tasks.swap(tasks_);
     std::vector<Done> done;
@@ -78,25 +100,14 @@ void CudaCompletionQueue::loop() {
       for (Done& d : done) deliver(d);
       done.clear();
       lock.lock();
-      last_activity_ = Clock::now();
-      sleep = kMinSleep;
       continue;
     }
     if (num_pending_ > 0) {
-      if (Clock::now() - last_activity_ < kSpin) {
-        lock.unlock();
-        std::this_thread::yield();
-        lock.lock();
-      } else {
-        const uint64_t added = records_added_;
-        cv_.wait_for(lock, sleep, [&] { return !tasks_.empty() || records_added_ != added; });
-        sleep = std::min(sleep * 2, kMaxSleep);
-      }
+      cv_.wait_for(lock, kFallbackPoll, [&] { return !tasks_.empty() || wakes_ != wakes_seen; });
       continue;
     }
     if (stop_) return;
     cv_.wait(lock, [&] { return !tasks_.empty() || num_pending_ > 0 || stop_; });
-    sleep = kMinSleep;
   }
 }
 

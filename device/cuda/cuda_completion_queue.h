@@ -15,6 +15,7 @@
 #include "core/stream.h"
 
 struct CUevent_st;
+struct CUstream_st;
 
 namespace tessera::internal {
 
@@ -33,6 +34,11 @@ class CudaCompletionQueue {
   // `cuda_event` was recorded on `stream` after everything `event` stands for.
   void add(CudaStream* stream, int index, CUevent_st* cuda_event, Event event);
 
+  // Enqueues on `stream`, after a record, a host function that wakes this thread when the GPU
+  // gets there: the thread sleeps while the GPU works instead of polling. False when CUDA refused
+  // it (the thread then finds the completion by its fallback poll).
+  bool wake_after(CUstream_st* stream);
+
  private:
   struct Pending {
     CudaStream* stream;  // Not owned.
@@ -46,6 +52,7 @@ class CudaCompletionQueue {
 
   void loop();
   static void deliver(Done& d);
+  static void host_wake(void* self);  // a CUDA host function: no CUDA calls in it
 
   const int ordinal_;
   std::mutex mu_;
@@ -53,8 +60,8 @@ class CudaCompletionQueue {
   std::deque<std::function<void()>> tasks_;     // guarded by mu_
   std::vector<std::deque<Pending>> pending_;    // by stream index, in record order; guarded by mu_
   int64_t num_pending_ = 0;                     // guarded by mu_
-  uint64_t records_added_ = 0;                  // guarded by mu_
-  std::chrono::steady_clock::time_point last_activity_;  // guarded by mu_
+  uint64_t wakes_ = 0;                          // host functions run; guarded by mu_
+  int64_t wakes_in_flight_ = 0;                 // host functions enqueued, not yet run; guarded by mu_
   bool stop_ = false;                           // guarded by mu_
   std::thread thread_;                          // last: starts after the fields above exist
 };

@@ -16,14 +16,13 @@ namespace tessera::internal {
 // * GPU work (kernels, cudaMemcpyAsync, cuBLAS) goes in through launch(fn): a host-side queue in
 //   front of the CUDA stream hands fn the raw stream in order. Normally the queue is empty and fn
 //   runs at once on the caller's thread, which only launches (it never waits for the GPU).
-// * record(e) issues cudaEventRecord of a pooled CUDA event. The device's completion thread polls
-//   the pending CUDA events of every stream in order (cudaEventQuery, with a short backoff while
-//   the GPU is busy) and completes the tessera Event on that thread, with the stream's status or
-//   the CUDA error. then(done) is a record, so `done` runs on the completion thread, a thread of
-//   ours: it may launch more GPU work (the executor's continuations do), which a host function
-//   run by cudaLaunchHostFunc must not, and no thread ever blocks on the GPU. Polling rather than
-//   a host function per record also keeps the GPU from stalling at every record, and it notices a
-//   failed context, where host functions are never called.
+// * record(e) issues cudaEventRecord of a pooled CUDA event, then a host function that only wakes
+//   the device's completion thread (which sleeps otherwise: no core spins for the GPU). That
+//   thread queries the pending events of every stream in order (cudaEventQuery; a 2 ms fallback
+//   poll finds what a faulted context, which runs no host function, completed) and completes the
+//   tessera Event there, with the stream's status or the CUDA error. then(done) is a record, so
+//   `done` runs on that thread, ours: it may launch GPU work, which a host function must not.
+//   Records are few: stream-ordered kernels record nothing of their own.
 // * wait(e) parks the host-side queue until `e` completes (whichever device recorded it: SIM, CPU
 //   or another GPU), then issues what came after it. A tessera Event carries no CUDA handle, so a
 //   wait costs a round trip through the host (~ the polling latency) instead of a
@@ -220,6 +219,7 @@ void CudaStream::issue_record(const Event& event) {
     return fail(cuda_error(e, fmt::format("cudaEventRecord on {}", name_)));
   }
   device_.completions_->add(this, index_, cuda_event.value(), event);
+  (void)device_.completions_->wake_after(stream_);
 }
 
 void CudaStream::delivered() {
