@@ -7,6 +7,12 @@
 //   BM_gpu_chain_100/<impl>       100 dependent tiny elementwise ops (x += 1 over 16 float32), fed
 //                                 from and fetched to the host: per_op = time per step / 100, what
 //                                 an op costs when the math is nothing (a host round trip or not)
+//   BM_gpu_mlp_step/<impl>        a three-layer MLP forward step (batch 256, 1024 wide: MatMul,
+//                                 bias add, ReLU per layer, then the sum of the output fetched to
+//                                 the host): what a small real graph costs per step
+//   BM_gpu_reduce_sum_256MiB/<impl>  the sum of 64 Mi float32 already on the GPU, fetched to the
+//                                 host; bytes_per_second counts the 256 MiB read (the goal is
+//                                 against BM_gpu_add_256MiB/raw_memcpy_d2d's bandwidth)
 //
 // Counters: bytes_per_second (traffic), or flops (a rate) for MatMul. Every iteration waits for
 // the GPU: tessera through its completion path (the kernel's `done`), raw CUDA through
@@ -14,7 +20,9 @@
 #pragma once
 
 #include <cstddef>
+#include <cmath>
 #include <cstdint>
+#include <vector>
 
 #include <benchmark/benchmark.h>
 
@@ -36,6 +44,47 @@ inline float matmul_c(int64_t i, int64_t j) {
   for (int64_t k = 0; k < kMatMulN; ++k) sum += matmul_a(i, k) * matmul_b(k, j);
   return sum;
 }
+
+// The MLP: x (kMlpBatch x kMlpWidth) with entries 0..2, weights with one 1 in every 64 entries of a
+// column, biases -2..2: every value along the way is a small integer (exact in float32), so a
+// step's result can be checked against mlp_reference_sum().
+inline constexpr int64_t kMlpBatch = 256;
+inline constexpr int64_t kMlpWidth = 1024;
+inline constexpr int kMlpLayers = 3;
+inline float mlp_x(int64_t b, int64_t k) { return static_cast<float>((b + 3 * k) % 3); }
+inline float mlp_w(int layer, int64_t k, int64_t j) { return (k + j + layer) % 64 == 0 ? 1.0f : 0.0f; }
+inline float mlp_bias(int layer, int64_t j) { return static_cast<float>((j + layer) % 5 - 2); }
+// The sum of the last layer's output, computed on the host in double (exact).
+inline double mlp_reference_sum() {
+  std::vector<double> h(static_cast<std::size_t>(kMlpBatch * kMlpWidth));
+  for (int64_t b = 0; b < kMlpBatch; ++b) {
+    for (int64_t k = 0; k < kMlpWidth; ++k) h[static_cast<std::size_t>(b * kMlpWidth + k)] = mlp_x(b, k);
+  }
+  for (int layer = 0; layer < kMlpLayers; ++layer) {
+    std::vector<double> next(h.size());
+    for (int64_t b = 0; b < kMlpBatch; ++b) {
+      for (int64_t j = 0; j < kMlpWidth; ++j) {
+        double v = mlp_bias(layer, j);
+        for (int64_t k = (64 - (j + layer) % 64) % 64; k < kMlpWidth; k += 64) {
+          v += h[static_cast<std::size_t>(b * kMlpWidth + k)];  // mlp_w(layer, k, j) == 1 exactly here
+        }
+        next[static_cast<std::size_t>(b * kMlpWidth + j)] = layer + 1 < kMlpLayers && v < 0 ? 0 : v;
+      }
+    }
+    h.swap(next);
+  }
+  double sum = 0;
+  for (double v : h) sum += v;
+  return sum;
+}
+// True when `got` is `want` within float32 summation error.
+inline bool mlp_sum_ok(double got, double want) { return std::abs(got - want) <= 1e-5 * std::abs(want) + 1; }
+
+inline constexpr int64_t kReduceElements = int64_t{64} << 20;  // 256 MiB of float32
+inline float reduce_x(int64_t i) { return static_cast<float>(i % 7 - 3); }
+// Periods of 7 sum to 0; kReduceElements % 7 == 4 leaves -3 - 2 - 1 + 0. Every partial sum any
+// order makes is a small integer, so the result is exact.
+inline constexpr float kReduceSum = -6.0f;
 
 // True when a GPU is usable; otherwise skips the benchmark with an error and returns false.
 bool require_gpu(benchmark::State& state);

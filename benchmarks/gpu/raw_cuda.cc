@@ -8,8 +8,14 @@
 //   BM_gpu_matmul_4096/raw_cublas      cublasSgemm (default math mode, as tessera's MatMul)
 //   BM_gpu_chain_100/raw_cuda          the input up, 100 cublasSaxpy (x += 1 * ones) back to back on
 //                                      one stream, the result down, one cudaStreamSynchronize
+//   BM_gpu_mlp_step/raw_cuda           per layer cublasSgemm, a hand-written bias add and ReLU
+//                                      (the ops tessera runs, unfused), then a hand-written sum,
+//                                      4 bytes down, one cudaStreamSynchronize
+//   BM_gpu_reduce_sum_256MiB/raw_cuda  a hand-written two-pass sum (float4 loads), 4 bytes down
 #include <cstdlib>
 #include <cstring>
+#include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -18,6 +24,7 @@
 
 #include "common/bench_common.h"
 #include "gpu/gpu_bench.h"
+#include "gpu/raw_kernels.h"
 
 namespace gpu_bench {
 
@@ -215,8 +222,111 @@ void BM_gpu_chain_100(benchmark::State& state, const char* impl) {
   (void)cublasDestroy(handle);
 }
 
+// Uploads rows x cols of f(i, j) into a new device buffer.
+bool upload(benchmark::State& state, DeviceBuffer& dst, int64_t rows, int64_t cols,
+            const std::function<float(int64_t, int64_t)>& f) {
+  std::vector<float> host(static_cast<std::size_t>(rows * cols));
+  for (int64_t i = 0; i < rows; ++i) {
+    for (int64_t j = 0; j < cols; ++j) host[static_cast<std::size_t>(i * cols + j)] = f(i, j);
+  }
+  if (dst.p == nullptr) {
+    state.SkipWithError("cudaMalloc failed");
+    return false;
+  }
+  return ok(state, cudaMemcpy(dst.p, host.data(), host.size() * sizeof(float), cudaMemcpyHostToDevice), "upload");
+}
+
+void BM_gpu_mlp_step(benchmark::State& state, const char* impl) {
+  tessera_bench::set_impl(state, impl);
+  if (!gpu_bench::require_gpu(state)) return;
+  constexpr int64_t kB = gpu_bench::kMlpBatch;
+  constexpr int64_t kW = gpu_bench::kMlpWidth;
+  constexpr int kL = gpu_bench::kMlpLayers;
+  const std::size_t act_bytes = kB * kW * sizeof(float);
+  DeviceBuffer x(act_bytes), pre(act_bytes), h0(act_bytes), h1(act_bytes);
+  DeviceBuffer partial(raw_kernels::kSumBlocks * sizeof(float)), out(sizeof(float));
+  std::vector<std::unique_ptr<DeviceBuffer>> w, b;
+  if (!upload(state, x, kB, kW, gpu_bench::mlp_x)) return;
+  for (int l = 0; l < kL; ++l) {
+    w.push_back(std::make_unique<DeviceBuffer>(kW * kW * sizeof(float)));
+    b.push_back(std::make_unique<DeviceBuffer>(kW * sizeof(float)));
+    if (!upload(state, *w.back(), kW, kW, [l](int64_t k, int64_t j) { return gpu_bench::mlp_w(l, k, j); }) ||
+        !upload(state, *b.back(), 1, kW, [l](int64_t, int64_t j) { return gpu_bench::mlp_bias(l, j); })) {
+      return;
+    }
+  }
+  if (pre.p == nullptr || h0.p == nullptr || h1.p == nullptr || partial.p == nullptr || out.p == nullptr) {
+    return state.SkipWithError("cudaMalloc failed");
+  }
+  Stream stream;
+  cublasHandle_t handle = nullptr;
+  if (cublasCreate(&handle) != CUBLAS_STATUS_SUCCESS) return state.SkipWithError("cublasCreate failed");
+  (void)cublasSetStream(handle, stream.s);
+  float result = 0;
+  auto step = [&]() -> bool {
+    const float one = 1.0f, zero = 0.0f;
+    const float* in = static_cast<const float*>(x.p);
+    float* hs[2] = {static_cast<float*>(h0.p), static_cast<float*>(h1.p)};
+    for (int l = 0; l < kL; ++l) {
+      // Row-major pre = in (kB x kW) * w (kW x kW): column-major pre^T = w^T in^T.
+      if (cublasSgemm(handle, CUBLAS_OP_N, CUBLAS_OP_N, kW, kB, kW, &one, static_cast<const float*>(w[l]->p), kW, in,
+                      kW, &zero, static_cast<float*>(pre.p), kW) != CUBLAS_STATUS_SUCCESS) {
+        return false;
+      }
+      float* h = hs[l % 2];
+      if (raw_kernels::bias_add(static_cast<const float*>(pre.p), static_cast<const float*>(b[l]->p), h, kB, kW,
+                                /*relu=*/false, stream.s) != cudaSuccess) {
+        return false;
+      }
+      if (l + 1 < kL && raw_kernels::relu(h, h, kB * kW, stream.s) != cudaSuccess) return false;
+      in = h;
+    }
+    return raw_kernels::sum(in, kB * kW, static_cast<float*>(partial.p), static_cast<float*>(out.p), stream.s) ==
+               cudaSuccess &&
+           cudaMemcpyAsync(&result, out.p, sizeof(float), cudaMemcpyDeviceToHost, stream.s) == cudaSuccess &&
+           cudaStreamSynchronize(stream.s) == cudaSuccess;
+  };
+  if (tessera_bench::check(state, step() && gpu_bench::mlp_sum_ok(result, gpu_bench::mlp_reference_sum()),
+                           "the MLP's sum")) {
+    for (auto _ : state) {
+      if (!step()) {
+        state.SkipWithError("the step failed");
+        break;
+      }
+    }
+  }
+  (void)cublasDestroy(handle);
+}
+
+void BM_gpu_reduce_sum_256MiB(benchmark::State& state, const char* impl) {
+  tessera_bench::set_impl(state, impl);
+  if (!gpu_bench::require_gpu(state)) return;
+  constexpr int64_t kN = gpu_bench::kReduceElements;
+  DeviceBuffer x(kN * sizeof(float)), partial(raw_kernels::kSumBlocks * sizeof(float)), out(sizeof(float));
+  if (!upload(state, x, 1, kN, [](int64_t, int64_t i) { return gpu_bench::reduce_x(i); })) return;
+  if (partial.p == nullptr || out.p == nullptr) return state.SkipWithError("cudaMalloc failed");
+  Stream stream;
+  float result = 0;
+  auto step = [&]() -> bool {
+    return raw_kernels::sum(static_cast<const float*>(x.p), kN, static_cast<float*>(partial.p),
+                            static_cast<float*>(out.p), stream.s) == cudaSuccess &&
+           cudaMemcpyAsync(&result, out.p, sizeof(float), cudaMemcpyDeviceToHost, stream.s) == cudaSuccess &&
+           cudaStreamSynchronize(stream.s) == cudaSuccess;
+  };
+  if (!tessera_bench::check(state, step() && result == gpu_bench::kReduceSum, "the sum")) return;
+  for (auto _ : state) {
+    if (!step()) {
+      state.SkipWithError("the sum failed");
+      break;
+    }
+  }
+  state.SetBytesProcessed(state.iterations() * kN * static_cast<int64_t>(sizeof(float)));
+}
+
 }  // namespace
 
+BENCHMARK_CAPTURE(BM_gpu_mlp_step, raw_cuda, "raw_cuda")->UseRealTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_gpu_reduce_sum_256MiB, raw_cuda, "raw_cuda")->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_gpu_chain_100, raw_cuda, "raw_cuda")->UseRealTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(BM_gpu_h2d_256MiB, raw_pinned, "raw_pinned")->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_gpu_h2d_256MiB, raw_pageable, "raw_pageable")->UseRealTime()->Unit(benchmark::kMillisecond);

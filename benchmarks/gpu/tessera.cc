@@ -4,6 +4,7 @@
 // gpu_bench.h for the workloads.
 #include <tessera/tessera.h>
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -194,8 +195,84 @@ void BM_gpu_chain_100(benchmark::State& state, const char* impl) {
   tessera_bench::report_per_op(state, gpu_bench::kChainOps);
 }
 
+// The process's first GPU (the device factory's, as a program's sessions get it), "" when none.
+std::string first_gpu() {
+  for (const DeviceInfo& d : list_devices()) {
+    if (d.type == "GPU") return d.name;
+  }
+  return "";
+}
+
+Tensor matrix_of(int64_t rows, int64_t cols, const std::function<float(int64_t, int64_t)>& f) {
+  Tensor t(DType::Float32, Shape{rows, cols});
+  float* p = t.mutable_data<float>();
+  for (int64_t i = 0; i < rows; ++i) {
+    for (int64_t j = 0; j < cols; ++j) p[i * cols + j] = f(i, j);
+  }
+  return t;
+}
+
+// The MLP step as a session runs it: every op on the GPU, the sum fetched to the host.
+void BM_gpu_mlp_step(benchmark::State& state, const char* impl) {
+  tessera_bench::set_impl(state, impl);
+  if (!gpu_bench::require_gpu(state)) return;
+  const std::string gpu = first_gpu();
+  if (gpu.empty()) return state.SkipWithError("no GPU among the process's devices");
+  constexpr int64_t kB = gpu_bench::kMlpBatch;
+  constexpr int64_t kW = gpu_bench::kMlpWidth;
+  Graph g;
+  Output sum;
+  {
+    auto scope = g.device(gpu);
+    Output h = ops::constant(g, matrix_of(kB, kW, gpu_bench::mlp_x), "x");
+    for (int layer = 0; layer < gpu_bench::kMlpLayers; ++layer) {
+      auto w = ops::constant(g, matrix_of(kW, kW, [layer](int64_t k, int64_t j) { return gpu_bench::mlp_w(layer, k, j); }));
+      Tensor bias(DType::Float32, Shape{kW});
+      for (int64_t j = 0; j < kW; ++j) bias.mutable_data<float>()[j] = gpu_bench::mlp_bias(layer, j);
+      h = ops::add(ops::matmul(h, w), ops::constant(g, bias));
+      if (layer + 1 < gpu_bench::kMlpLayers) h = ops::relu(h);
+    }
+    sum = ops::reduce_sum(h, {}, false, "sum");
+  }
+  Session s(g);
+  const double got = s.run(sum).scalar<float>();
+  if (!tessera_bench::check(state, gpu_bench::mlp_sum_ok(got, gpu_bench::mlp_reference_sum()), "the MLP's sum")) {
+    return;
+  }
+  for (auto _ : state) {
+    auto t = s.run(sum);
+    benchmark::DoNotOptimize(t);
+  }
+}
+
+// The sum of 256 MiB on the GPU (a constant, copied there once), fetched to the host.
+void BM_gpu_reduce_sum_256MiB(benchmark::State& state, const char* impl) {
+  tessera_bench::set_impl(state, impl);
+  if (!gpu_bench::require_gpu(state)) return;
+  const std::string gpu = first_gpu();
+  if (gpu.empty()) return state.SkipWithError("no GPU among the process's devices");
+  Tensor x(DType::Float32, Shape{gpu_bench::kReduceElements});
+  float* p = x.mutable_data<float>();
+  for (int64_t i = 0; i < gpu_bench::kReduceElements; ++i) p[i] = gpu_bench::reduce_x(i);
+  Graph g;
+  Output sum;
+  {
+    auto scope = g.device(gpu);
+    sum = ops::reduce_sum(ops::constant(g, x, "x"), {}, false, "sum");
+  }
+  Session s(g);
+  if (!tessera_bench::check(state, s.run(sum).scalar<float>() == gpu_bench::kReduceSum, "the sum")) return;
+  for (auto _ : state) {
+    auto t = s.run(sum);
+    benchmark::DoNotOptimize(t);
+  }
+  state.SetBytesProcessed(state.iterations() * gpu_bench::kReduceElements * static_cast<int64_t>(sizeof(float)));
+}
+
 }  // namespace
 
+BENCHMARK_CAPTURE(BM_gpu_mlp_step, tessera, "tessera")->UseRealTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_gpu_reduce_sum_256MiB, tessera, "tessera")->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_gpu_copy_sweep)
     ->ArgNames({"d2h", "threads", "piece_mib"})
     ->ArgsProduct({{0}, {0, 4, 8, 12}, {1, 2, 4}})
