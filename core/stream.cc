@@ -46,6 +46,8 @@ struct Event::State {
   bool completed = false;  // guarded by mu
   Status status;           // guarded by mu
   std::vector<std::function<void(Status)>> callbacks;  // guarded by mu
+  const void* native_owner = nullptr;  // guarded by mu; cleared on completion
+  void* native = nullptr;              // guarded by mu
 };
 
 Event::Event() : state_(std::make_shared<State>()) {}
@@ -101,12 +103,28 @@ Status Event::mark_recorded() {
   return Status::ok_status();
 }
 
+void Event::set_native(const void* owner, void* handle) {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  if (state_->completed) return;
+  state_->native_owner = owner;
+  state_->native = handle;
+}
+
+bool Event::with_native(const void* owner, const std::function<void(void*)>& fn) const {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  if (state_->completed || state_->native_owner != owner || owner == nullptr) return false;
+  fn(state_->native);
+  return true;
+}
+
 void Event::complete(const Status& status) {
   std::vector<std::function<void(Status)>> callbacks;
   {
     std::lock_guard<std::mutex> lock(state_->mu);
     if (state_->completed) return;
     state_->completed = true;
+    state_->native_owner = nullptr;  // the handle may be recorded again from now on
+    state_->native = nullptr;
     state_->status = status;
     callbacks.swap(state_->callbacks);
     state_->cv.notify_all();

@@ -46,6 +46,14 @@ class Event {
   // was), then completes it and runs the callbacks.
   [[nodiscard]] Status mark_recorded();
   void complete(const Status& status);
+  // For Stream implementations whose device can wait on its own events without the host (CUDA's
+  // cudaStreamWaitEvent): the recording stream attaches its device's handle (`owner` names the
+  // device) until the event completes; nothing when it already has.
+  void set_native(const void* owner, void* handle);
+  // Calls fn(handle) under the event's lock, so the handle stays the one recorded here, when the
+  // event has not completed and carries a handle of `owner`; false otherwise (completed: nothing to
+  // wait for; no handle: wait through the host).
+  bool with_native(const void* owner, const std::function<void(void*)>& fn) const;
 
  private:
   struct State;

@@ -294,6 +294,27 @@ TEST(EventTest, RecordingTwiceAndWaitingOnAnUnrecordedEventFail) {
   EXPECT_TRUE(inline_fired);
 }
 
+// A native handle (a device's own event, for waits on the device) is seen only by its owner and
+// only until the event completes, when the device may record it again.
+TEST(EventTest, ANativeHandleIsVisibleToItsOwnerUntilTheEventCompletes) {
+  Event e;
+  ASSERT_TRUE(e.mark_recorded().ok());
+  int owner = 0, other = 0, handle = 0;
+  void* seen = nullptr;
+  EXPECT_FALSE(e.with_native(&owner, [&](void* h) { seen = h; }));  // none attached yet
+  e.set_native(&owner, &handle);
+  EXPECT_FALSE(e.with_native(&other, [&](void* h) { seen = h; }));
+  EXPECT_EQ(seen, nullptr);
+  EXPECT_TRUE(e.with_native(&owner, [&](void* h) { seen = h; }));
+  EXPECT_EQ(seen, &handle);
+  e.complete(Status::ok_status());
+  seen = nullptr;
+  EXPECT_FALSE(e.with_native(&owner, [&](void* h) { seen = h; }));
+  EXPECT_EQ(seen, nullptr);
+  e.set_native(&owner, &handle);  // after completion: ignored
+  EXPECT_FALSE(e.with_native(&owner, [&](void* h) { seen = h; }));
+}
+
 TEST(EventTest, OrdersWorkAcrossStreams) {
   SimDevice sim(0, SimDeviceOptions{.num_compute_streams = 2});
   CpuDevice cpu;

@@ -114,10 +114,11 @@ void CudaCompletionQueue::loop() {
 void CudaCompletionQueue::deliver(Done& d) {
   CudaStream* stream = d.pending.stream;
   if (!d.status.ok()) stream->set_error(d.status);
-  stream->device().give_event(d.pending.cuda_event);
   // A record's status is the stream's when the record was issued (an error then is never
-  // issued: it completes at once), so only a failure seen on the GPU can change it.
+  // issued: it completes at once), so only a failure seen on the GPU can change it. Completed
+  // before the CUDA event goes back to the pool: until then a stream may wait on it natively.
   d.pending.event.complete(d.status);
+  stream->device().give_event(d.pending.cuda_event);
   stream->delivered();
 }
 

@@ -23,11 +23,10 @@ namespace tessera::internal {
 //   tessera Event there, with the stream's status or the CUDA error. then(done) is a record, so
 //   `done` runs on that thread, ours: it may launch GPU work, which a host function must not.
 //   Records are few: stream-ordered kernels record nothing of their own.
-// * wait(e) parks the host-side queue until `e` completes (whichever device recorded it: SIM, CPU
-//   or another GPU), then issues what came after it. A tessera Event carries no CUDA handle, so a
-//   wait costs a round trip through the host (~ the polling latency) instead of a
-//   cudaStreamWaitEvent; giving Event a native-handle slot would let same-process GPU streams wait
-//   on the GPU.
+// * wait(e) on an event this GPU recorded is a cudaStreamWaitEvent on the CUDA event the record
+//   attached to `e` (Event::set_native; the event goes back to the pool only after `e`
+//   completes), so copies wait for kernels on the GPU. An event of another device (SIM, CPU,
+//   another GPU) parks the host-side queue until `e` completes, then issues what came after it.
 // * enqueue(work) records a marker and parks; when the marker completes, `work` runs on the
 //   completion thread and the queue resumes. Host work thus sees every earlier GPU result, later
 //   GPU work waits for it, and it may call CUDA.
@@ -116,6 +115,14 @@ void CudaStream::issue() {
           const Status s = event.status();
           if (!s.ok() && error_.ok()) error_ = s.with_prefix("waited-on event failed: ");
           break;
+        }
+        // An event of this GPU: the GPU waits for it, the host does not.
+        cudaError_t native_error = cudaSuccess;
+        if (event.with_native(&device_, [&](void* handle) {
+              native_error = cudaStreamWaitEvent(stream_, static_cast<cudaEvent_t>(handle), 0);
+            })) {
+          if (native_error == cudaSuccess) break;
+          (void)cudaGetLastError();  // not sticky: wait through the host instead
         }
         // Park until the event completes; resume on the completion thread (the event may complete
         // on any thread, inside anyone's callback: resuming there could issue GPU work from a
@@ -218,6 +225,8 @@ void CudaStream::issue_record(const Event& event) {
     device_.give_event(cuda_event.value());
     return fail(cuda_error(e, fmt::format("cudaEventRecord on {}", name_)));
   }
+  Event recorded = event;
+  recorded.set_native(&device_, cuda_event.value());  // before the completion thread can see it
   device_.completions_->add(this, index_, cuda_event.value(), event);
   (void)device_.completions_->wake_after(stream_);
 }
