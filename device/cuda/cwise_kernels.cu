@@ -5,8 +5,10 @@
 //
 // Contiguous cases (same shapes, one side a single value) are grid-stride loops over 16-byte
 // vectors when every stepped pointer is 16-byte aligned (device tensors are: chunks are 256-byte
-// aligned), with a scalar tail; the general broadcast walks the output index through the merged
-// dims and per-input strides, in 32-bit index arithmetic when the output is below 2^31 elements.
+// aligned), with a scalar tail. A matrix with a vector broadcast over its rows or columns (a bias
+// add) runs rows on the grid's y dimension and columns on its threads, with no division per
+// element; any other broadcast walks the output index through the merged dims and per-input
+// strides, in 32-bit index arithmetic when the output is below 2^31 elements.
 #include <cmath>
 
 #include "device/cuda/gpu_common.cuh"
@@ -96,7 +98,92 @@ __global__ void general_binary(const T* __restrict__ a, const T* __restrict__ b,
   }
 }
 
+// A rows x cols output where one input is the whole (contiguous) matrix and the other a vector,
+// indexed by column (kByColumn: a bias, broadcast over rows) or by row (broadcast over columns).
+// Rows go to blockIdx.y, columns to the x threads: no division or remainder per element, and the
+// columns are read as 16-byte vectors when `vectorized` (cols a multiple of the vector width, the
+// pointers 16-byte aligned). kMatrixIsA: the matrix is the op's first operand.
+template <class Fn, class T, bool kMatrixIsA, bool kByColumn>
+__global__ void matrix_vector_binary(const T* __restrict__ m, const T* __restrict__ v, T* __restrict__ out,
+                                     int64_t rows, int64_t cols, int* zero, bool vectorized) {
+  constexpr int N = 16 / sizeof(T);
+  const int64_t start = global_thread();
+  const int64_t step = grid_threads();
+  for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
+    const T* mrow = m + r * cols;
+    T* orow = out + r * cols;
+    const T vr = kByColumn ? T{} : v[r];
+    int64_t tail = 0;
+    if (vectorized) {
+      using V = Vec<T, N>;
+      const int64_t nv = cols / N;
+      for (int64_t i = start; i < nv; i += step) {
+        const V vm = reinterpret_cast<const V*>(mrow)[i];
+        V vv{};
+        if constexpr (kByColumn) vv = reinterpret_cast<const V*>(v)[i];
+        V vo;
+#pragma unroll
+        for (int j = 0; j < N; ++j) {
+          const T y = kByColumn ? vv.v[j] : vr;
+          vo.v[j] = kMatrixIsA ? Fn::apply(vm.v[j], y, zero) : Fn::apply(y, vm.v[j], zero);
+        }
+        reinterpret_cast<V*>(orow)[i] = vo;
+      }
+      tail = nv * N;
+    }
+    for (int64_t c = tail + start; c < cols; c += step) {
+      const T y = kByColumn ? v[c] : vr;
+      orow[c] = kMatrixIsA ? Fn::apply(mrow[c], y, zero) : Fn::apply(y, mrow[c], zero);
+    }
+  }
+}
+
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+// Which matrix-vector form a general broadcast is, if any (Note at matrix_vector_binary).
+enum class MatrixVector { kNone, kBiasB, kBiasA, kRowB, kRowA };
+MatrixVector matrix_vector_form(const BroadcastGeometry& g) {
+  if (g.rank != 2 || g.dims[1] < 32) return MatrixVector::kNone;  // short rows leave threads idle
+  const int64_t cols = g.dims[1];
+  const bool a_matrix = g.a_strides[0] == cols && g.a_strides[1] == 1;
+  const bool b_matrix = g.b_strides[0] == cols && g.b_strides[1] == 1;
+  if (a_matrix && g.b_strides[0] == 0 && g.b_strides[1] == 1) return MatrixVector::kBiasB;
+  if (b_matrix && g.a_strides[0] == 0 && g.a_strides[1] == 1) return MatrixVector::kBiasA;
+  if (a_matrix && g.b_strides[0] == 1 && g.b_strides[1] == 0) return MatrixVector::kRowB;
+  if (b_matrix && g.a_strides[0] == 1 && g.a_strides[1] == 0) return MatrixVector::kRowA;
+  return MatrixVector::kNone;
+}
+
+template <class Fn, class T>
+void launch_matrix_vector(MatrixVector form, const BroadcastGeometry& g, const T* a, const T* b, T* out, int* zero,
+                          cudaStream_t stream) {
+  constexpr int N = 16 / sizeof(T);
+  const int64_t rows = g.dims[0];
+  const int64_t cols = g.dims[1];
+  const bool a_matrix = form == MatrixVector::kBiasB || form == MatrixVector::kRowB;
+  const bool by_column = form == MatrixVector::kBiasB || form == MatrixVector::kBiasA;
+  const T* m = a_matrix ? a : b;
+  const T* v = a_matrix ? b : a;
+  const bool vectorized = cols % N == 0 && aligned16(m) && aligned16(out) && (!by_column || aligned16(v));
+  const int64_t per_row = vectorized ? cols / N : cols;
+  const dim3 grid(blocks_for(per_row, kThreads), static_cast<unsigned int>(rows < 65535 ? rows : 65535));
+  switch (form) {
+    case MatrixVector::kBiasB:
+      matrix_vector_binary<Fn, T, true, true><<<grid, kThreads, 0, stream>>>(m, v, out, rows, cols, zero, vectorized);
+      break;
+    case MatrixVector::kBiasA:
+      matrix_vector_binary<Fn, T, false, true><<<grid, kThreads, 0, stream>>>(m, v, out, rows, cols, zero, vectorized);
+      break;
+    case MatrixVector::kRowB:
+      matrix_vector_binary<Fn, T, true, false><<<grid, kThreads, 0, stream>>>(m, v, out, rows, cols, zero, vectorized);
+      break;
+    case MatrixVector::kRowA:
+      matrix_vector_binary<Fn, T, false, false><<<grid, kThreads, 0, stream>>>(m, v, out, rows, cols, zero, vectorized);
+      break;
+    case MatrixVector::kNone:
+      break;
+  }
+}
 
 template <class Fn>
 cudaError_t binary(Elem elem, BroadcastKind kind, const BroadcastGeometry& g, const void* a, const void* b,
@@ -125,7 +212,9 @@ cudaError_t binary(Elem elem, BroadcastKind kind, const BroadcastGeometry& g, co
           contiguous_binary<Fn, T, true, false><<<blocks, kThreads, 0, stream>>>(pa, pb, po, n, zero, vectorized);
           break;
         case BroadcastKind::kGeneral:
-          if (n < (int64_t{1} << 31)) {
+          if (const MatrixVector form = matrix_vector_form(g); form != MatrixVector::kNone) {
+            launch_matrix_vector<Fn, T>(form, g, pa, pb, po, zero, stream);
+          } else if (n < (int64_t{1} << 31)) {
             general_binary<Fn, T, uint32_t><<<blocks_for(n, kThreads), kThreads, 0, stream>>>(
                 pa, pb, po, static_cast<uint32_t>(n), g, zero);
           } else {

@@ -344,6 +344,8 @@ class ReductionGpuOp final : public GpuOpKernel {
     }
     const gpu::Elem elem = gpu_elem(x.dtype());
     const int sms = r.device.multiprocessor_count();
+    // The scratch size of a whole reduction is CUB's for the current device: make it this one.
+    if (Status s = r.device.make_current(); !s.ok()) return ctx.fail(s);
     void* scratch = nullptr;
     if (const std::size_t bytes = gpu::reduce_scratch_bytes(elem, g, sms); bytes > 0) {
       Tensor t = ctx.allocate_temp(DType::Int64, Shape{static_cast<int64_t>((bytes + 7) / 8)});

@@ -16,7 +16,12 @@
 // few long columns); a second kernel then combines each output's slices (and divides for Mean).
 // Like CUB's segmented reduction (one block per segment), a unit is handled by one group; unlike
 // it, segments need not be contiguous, so no transpose is needed for reductions over outer axes.
+// A whole contiguous input (a full reduction) goes to CUB's DeviceReduce instead: vectorized loads
+// and no index arithmetic per element; its temporary storage is the op's scratch.
 #include <cstdint>
+#include <limits>
+
+#include <cub/device/device_reduce.cuh>
 
 #include "device/cuda/gpu_common.cuh"
 
@@ -27,6 +32,7 @@ template <class T>
 struct SumOp {
   using A = typename std::conditional_t<std::is_integral_v<T>, std::make_unsigned<T>, std::type_identity<T>>::type;
   __device__ static A identity() { return A{0}; }
+  static A host_identity() { return A{0}; }
   __device__ static A combine(A acc, A x) { return acc + x; }
 };
 
@@ -44,9 +50,38 @@ struct MaxOp {
       return INT64_MIN;
     }
   }
-  // `x != x` is the NaN test: once NaN, the accumulator stays NaN.
+  static A host_identity() {
+    if constexpr (std::is_floating_point_v<T>) {
+      return -std::numeric_limits<T>::infinity();
+    } else {
+      return std::numeric_limits<T>::min();
+    }
+  }
+  // `x != x` is the NaN test: once NaN, the accumulator stays NaN (whichever side holds it).
   __device__ static A combine(A acc, A x) { return (x > acc || x != x) ? x : acc; }
 };
+
+// Op::combine as CUB's reduction functor.
+template <class Op>
+struct CubCombine {
+  __device__ __forceinline__ typename Op::A operator()(const typename Op::A& acc, const typename Op::A& x) const {
+    return Op::combine(acc, x);
+  }
+};
+
+// A whole contiguous input folded into one value: CUB's device-wide reduction (vectorized loads,
+// one pass plus a tiny second one), into `out`; Mean then divides in place (finalize).
+bool whole_contiguous(const ReduceGeometry& g) {
+  return g.out_count == 1 && g.outer_rank == 0 && g.inner_stride == 1 && g.inner == g.count && g.count > 0;
+}
+
+template <class Op>
+cudaError_t cub_reduce(void* scratch, std::size_t* bytes, const void* in, void* out, int64_t count,
+                       cudaStream_t stream) {
+  using A = typename Op::A;
+  return cub::DeviceReduce::Reduce(scratch, *bytes, static_cast<const A*>(in), static_cast<A*>(out), count,
+                                   CubCombine<Op>{}, Op::host_identity(), stream);
+}
 
 // Input offset of output element o: its index decomposed over the kept runs.
 __device__ __forceinline__ int64_t kept_offset(const ReduceGeometry& g, int64_t o) {
@@ -180,6 +215,16 @@ cudaError_t run(const ReduceGeometry& g, const Plan& p, const void* in, void* ou
                 cudaStream_t stream) {
   using A = typename Op::A;
   static_assert(sizeof(A) == sizeof(T));
+  if (whole_contiguous(g)) {
+    std::size_t bytes = 0;
+    if (cudaError_t e = cub_reduce<Op>(nullptr, &bytes, in, out, g.count, stream); e != cudaSuccess) return e;
+    if (bytes > 0 && scratch == nullptr) return cudaErrorInvalidValue;
+    if (cudaError_t e = cub_reduce<Op>(scratch, &bytes, in, out, g.count, stream); e != cudaSuccess) return e;
+    if constexpr (kMean) {
+      finalize<Op, T, true><<<1, kThreads, 0, stream>>>(static_cast<A*>(out), static_cast<T*>(out), 1, 1, g.count);
+    }
+    return cudaGetLastError();
+  }
   A* partials = p.slices > 1 ? static_cast<A*>(scratch) : static_cast<A*>(out);
   const int64_t slice_len = (g.count + p.slices - 1) / p.slices;
   const int64_t units = g.out_count * p.slices;
@@ -201,6 +246,22 @@ cudaError_t run(const ReduceGeometry& g, const Plan& p, const void* in, void* ou
 }  // namespace
 
 std::size_t reduce_scratch_bytes(Elem elem, const ReduceGeometry& geometry, int sm_count) {
+  if (whole_contiguous(geometry)) {
+    // CUB's temporary storage for this count (the calling thread's current device is the one the
+    // reduction will run on).
+    std::size_t bytes = 0;
+    (void)visit_elem(elem, [&](auto type) -> cudaError_t {
+      using T = decltype(type);
+      if constexpr (!std::is_same_v<T, bool>) {
+        std::size_t sum = 0, max = 0;
+        (void)cub_reduce<SumOp<T>>(nullptr, &sum, nullptr, nullptr, geometry.count, nullptr);
+        (void)cub_reduce<MaxOp<T>>(nullptr, &max, nullptr, nullptr, geometry.count, nullptr);
+        bytes = sum > max ? sum : max;
+      }
+      return cudaSuccess;
+    });
+    return bytes;
+  }
   const Plan p = make_plan(geometry, sm_count);
   if (p.slices <= 1) return 0;
   return static_cast<std::size_t>(p.slices * geometry.out_count) * elem_size(elem);
@@ -210,7 +271,7 @@ cudaError_t launch_reduce(ReduceKind op, Elem elem, const ReduceGeometry& geomet
                           void* scratch, int sm_count, cudaStream_t stream) {
   if (geometry.out_count <= 0) return cudaSuccess;
   const Plan p = make_plan(geometry, sm_count);
-  if (p.slices > 1 && scratch == nullptr) return cudaErrorInvalidValue;
+  if (!whole_contiguous(geometry) && p.slices > 1 && scratch == nullptr) return cudaErrorInvalidValue;
   return visit_elem(elem, [&](auto type) -> cudaError_t {
     using T = decltype(type);
     if constexpr (std::is_same_v<T, bool>) {

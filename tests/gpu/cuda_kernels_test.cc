@@ -135,6 +135,10 @@ TEST_F(CudaKernelsTest, BinaryOpsWithBroadcasting) {
       {Shape{33, 1}, Shape{33, 17}}, {Shape{0, 3}, Shape{3}},       {Shape{2, 0}, Shape{1}},
       {Shape{1 << 20}, Shape{1 << 20}}, {Shape{(1 << 20) + 3}, Shape{}}, {Shape{}, Shape{1027}},
       {Shape{1000, 1}, Shape{1, 1001}}, {Shape{3, 1, 1}, Shape{1, 1}},
+      // A matrix and a vector over its rows or columns (cwise_kernels.cu's matrix_vector_binary),
+      // with and without 16-byte vectors, the matrix on either side.
+      {Shape{5, 128}, Shape{128}}, {Shape{128}, Shape{5, 128}}, {Shape{64, 100}, Shape{64, 1}},
+      {Shape{3, 1}, Shape{3, 67}}, {Shape{2, 70000, 40}, Shape{40}},
   };
   RandomInputs rng;
   for (const auto& op : kBinaryOps) {
