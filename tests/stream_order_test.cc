@@ -200,5 +200,33 @@ TEST(StreamOrderTest, VariableReadsAreSnapshotsUnderConcurrentAssignAdd) {
   EXPECT_EQ(final_value.data<float>()[kN - 1], static_cast<float>(kUpdates));
 }
 
+// Memory that stream work allocates itself (a kernel run whole on the stream) is fresh heap memory
+// freed in stream order: dropped on the host while later work on the stream still reads it, it
+// stays valid for that work (AddressSanitizer reports the read otherwise).
+TEST(StreamOrderTest, MemoryAllocatedOnTheStreamIsFreedInStreamOrder) {
+  internal::Stream& stream = sim()->compute_stream(0);
+  auto holder = std::make_shared<Tensor>();
+  std::promise<void> dropped;
+  auto dropped_future = dropped.get_future().share();
+  std::atomic<float> read{0};
+  float* raw = nullptr;
+  std::promise<float*> allocated;
+  stream.enqueue([&, holder] {
+    *holder = sim()->allocate_tensor(DType::Float32, Shape{1024}).value();
+    float* p = holder->mutable_data<float>();
+    for (int i = 0; i < 1024; ++i) p[i] = 7.0f;
+    allocated.set_value(p);
+  });
+  stream.enqueue([dropped_future] { (void)dropped_future.wait_for(30s); });
+  stream.enqueue([&] { read = raw[1023]; });
+  auto f = allocated.get_future();
+  ASSERT_EQ(f.wait_for(30s), std::future_status::ready);
+  raw = f.get();  // read by the third item, which has not run: the second waits for `dropped`
+  holder->reset();  // the last handle: the free goes onto the stream, after the read
+  dropped.set_value();
+  ASSERT_TRUE(stream.synchronize(30s).ok());
+  EXPECT_EQ(read.load(), 7.0f);
+}
+
 }  // namespace
 }  // namespace tessera
