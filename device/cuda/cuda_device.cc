@@ -101,7 +101,7 @@ DeviceCostProfile cuda_cost_profile(int multiprocessor_count) {
   p.memory_bandwidth = 3e12;            // HBM3
   p.transfer_bandwidth = 20e9;          // staged PCIe copies
   p.transfer_latency_seconds = 15e-6;   // a launch, a record and the completion poll
-  p.kernel_overhead_seconds = 8e-6;     // a launch plus the completion poll
+  p.kernel_overhead_seconds = 8e-6;     // a launch; measure_cost_profile measures launches' pace
   return p;
 }
 

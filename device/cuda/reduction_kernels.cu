@@ -16,12 +16,16 @@
 // few long columns); a second kernel then combines each output's slices (and divides for Mean).
 // Like CUB's segmented reduction (one block per segment), a unit is handled by one group; unlike
 // it, segments need not be contiguous, so no transpose is needed for reductions over outer axes.
-// A whole contiguous input (a full reduction) goes to CUB's DeviceReduce instead: vectorized loads
-// and no index arithmetic per element; its temporary storage is the op's scratch.
+// A whole contiguous input (a full reduction) goes to CUB's DeviceReduce instead, and many long
+// contiguous rows to its DeviceSegmentedReduce: vectorized loads and no index arithmetic per
+// element; CUB's temporary storage is the op's scratch.
 #include <cstdint>
 #include <limits>
 
 #include <cub/device/device_reduce.cuh>
+#include <cub/device/device_segmented_reduce.cuh>
+#include <thrust/iterator/counting_iterator.h>
+#include <thrust/iterator/transform_iterator.h>
 
 #include "device/cuda/gpu_common.cuh"
 
@@ -81,6 +85,44 @@ cudaError_t cub_reduce(void* scratch, std::size_t* bytes, const void* in, void* 
   using A = typename Op::A;
   return cub::DeviceReduce::Reduce(scratch, *bytes, static_cast<const A*>(in), static_cast<A*>(out), count,
                                    CubCombine<Op>{}, Op::host_identity(), stream);
+}
+
+// Many long contiguous rows, each folded into one value: CUB's segmented reduction (a block per
+// row, vectorized loads). Fewer rows than the GPU has room for, or short rows, stay with the
+// groups and slices of Note [GPU reductions].
+bool contiguous_rows(const ReduceGeometry& g, int sm_count) {
+  return g.outer_rank == 0 && g.inner_stride == 1 && g.kept_rank == 1 && g.kept_strides[0] == g.inner &&
+         g.inner >= 1024 && g.out_count >= 2 * static_cast<int64_t>(sm_count > 0 ? sm_count : 1);
+}
+
+struct RowStart {
+  int64_t row;
+  __host__ __device__ int64_t operator()(int64_t i) const { return i * row; }
+};
+
+template <class Op>
+cudaError_t cub_segmented_reduce(void* scratch, std::size_t* bytes, const void* in, void* out,
+                                 const ReduceGeometry& g, cudaStream_t stream) {
+  using A = typename Op::A;
+  auto begins = thrust::make_transform_iterator(thrust::make_counting_iterator<int64_t>(0), RowStart{g.inner});
+  auto ends = thrust::make_transform_iterator(thrust::make_counting_iterator<int64_t>(1), RowStart{g.inner});
+  return cub::DeviceSegmentedReduce::Reduce(scratch, *bytes, static_cast<const A*>(in), static_cast<A*>(out),
+                                            g.out_count, begins, ends, CubCombine<Op>{}, Op::host_identity(),
+                                            stream);
+}
+
+// The bytes of CUB's temporary storage for `g` (the larger of Sum's and Max's: one size serves).
+template <class T>
+std::size_t cub_scratch_bytes(const ReduceGeometry& g, bool rows) {
+  std::size_t sum = 0, max = 0;
+  if (rows) {
+    (void)cub_segmented_reduce<SumOp<T>>(nullptr, &sum, nullptr, nullptr, g, nullptr);
+    (void)cub_segmented_reduce<MaxOp<T>>(nullptr, &max, nullptr, nullptr, g, nullptr);
+  } else {
+    (void)cub_reduce<SumOp<T>>(nullptr, &sum, nullptr, nullptr, g.count, nullptr);
+    (void)cub_reduce<MaxOp<T>>(nullptr, &max, nullptr, nullptr, g.count, nullptr);
+  }
+  return sum > max ? sum : max;
 }
 
 // Input offset of output element o: its index decomposed over the kept runs.
@@ -211,17 +253,23 @@ Plan make_plan(const ReduceGeometry& g, int sm_count) {
 std::size_t elem_size(Elem elem) { return elem == Elem::kF64 || elem == Elem::kI64 ? 8 : 4; }
 
 template <class Op, class T, bool kMean>
-cudaError_t run(const ReduceGeometry& g, const Plan& p, const void* in, void* out, void* scratch,
+cudaError_t run(const ReduceGeometry& g, const Plan& p, const void* in, void* out, void* scratch, int sm_count,
                 cudaStream_t stream) {
   using A = typename Op::A;
   static_assert(sizeof(A) == sizeof(T));
-  if (whole_contiguous(g)) {
+  const bool whole = whole_contiguous(g);
+  if (whole || contiguous_rows(g, sm_count)) {
+    auto reduce = [&](void* temp, std::size_t* bytes) {
+      return whole ? cub_reduce<Op>(temp, bytes, in, out, g.count, stream)
+                   : cub_segmented_reduce<Op>(temp, bytes, in, out, g, stream);
+    };
     std::size_t bytes = 0;
-    if (cudaError_t e = cub_reduce<Op>(nullptr, &bytes, in, out, g.count, stream); e != cudaSuccess) return e;
+    if (cudaError_t e = reduce(nullptr, &bytes); e != cudaSuccess) return e;
     if (bytes > 0 && scratch == nullptr) return cudaErrorInvalidValue;
-    if (cudaError_t e = cub_reduce<Op>(scratch, &bytes, in, out, g.count, stream); e != cudaSuccess) return e;
-    if constexpr (kMean) {
-      finalize<Op, T, true><<<1, kThreads, 0, stream>>>(static_cast<A*>(out), static_cast<T*>(out), 1, 1, g.count);
+    if (cudaError_t e = reduce(scratch, &bytes); e != cudaSuccess) return e;
+    if constexpr (kMean) {  // in place: each output divided by the count
+      finalize<Op, T, true><<<blocks_for(g.out_count, kThreads), kThreads, 0, stream>>>(
+          static_cast<A*>(out), static_cast<T*>(out), g.out_count, 1, g.count);
     }
     return cudaGetLastError();
   }
@@ -246,18 +294,14 @@ cudaError_t run(const ReduceGeometry& g, const Plan& p, const void* in, void* ou
 }  // namespace
 
 std::size_t reduce_scratch_bytes(Elem elem, const ReduceGeometry& geometry, int sm_count) {
-  if (whole_contiguous(geometry)) {
-    // CUB's temporary storage for this count (the calling thread's current device is the one the
-    // reduction will run on).
+  const bool whole = whole_contiguous(geometry);
+  if (whole || contiguous_rows(geometry, sm_count)) {
+    // CUB's temporary storage (the calling thread's current device is the one the reduction will
+    // run on).
     std::size_t bytes = 0;
     (void)visit_elem(elem, [&](auto type) -> cudaError_t {
       using T = decltype(type);
-      if constexpr (!std::is_same_v<T, bool>) {
-        std::size_t sum = 0, max = 0;
-        (void)cub_reduce<SumOp<T>>(nullptr, &sum, nullptr, nullptr, geometry.count, nullptr);
-        (void)cub_reduce<MaxOp<T>>(nullptr, &max, nullptr, nullptr, geometry.count, nullptr);
-        bytes = sum > max ? sum : max;
-      }
+      if constexpr (!std::is_same_v<T, bool>) bytes = cub_scratch_bytes<T>(geometry, !whole);
       return cudaSuccess;
     });
     return bytes;
@@ -271,16 +315,18 @@ cudaError_t launch_reduce(ReduceKind op, Elem elem, const ReduceGeometry& geomet
                           void* scratch, int sm_count, cudaStream_t stream) {
   if (geometry.out_count <= 0) return cudaSuccess;
   const Plan p = make_plan(geometry, sm_count);
-  if (!whole_contiguous(geometry) && p.slices > 1 && scratch == nullptr) return cudaErrorInvalidValue;
+  if (!whole_contiguous(geometry) && !contiguous_rows(geometry, sm_count) && p.slices > 1 && scratch == nullptr) {
+    return cudaErrorInvalidValue;
+  }
   return visit_elem(elem, [&](auto type) -> cudaError_t {
     using T = decltype(type);
     if constexpr (std::is_same_v<T, bool>) {
       return cudaErrorInvalidValue;
     } else {
       switch (op) {
-        case ReduceKind::kSum: return run<SumOp<T>, T, false>(geometry, p, in, out, scratch, stream);
-        case ReduceKind::kMean: return run<SumOp<T>, T, true>(geometry, p, in, out, scratch, stream);
-        case ReduceKind::kMax: return run<MaxOp<T>, T, false>(geometry, p, in, out, scratch, stream);
+        case ReduceKind::kSum: return run<SumOp<T>, T, false>(geometry, p, in, out, scratch, sm_count, stream);
+        case ReduceKind::kMean: return run<SumOp<T>, T, true>(geometry, p, in, out, scratch, sm_count, stream);
+        case ReduceKind::kMax: return run<MaxOp<T>, T, false>(geometry, p, in, out, scratch, sm_count, stream);
       }
       return cudaErrorInvalidValue;
     }

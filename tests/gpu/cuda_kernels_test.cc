@@ -341,6 +341,8 @@ TEST_F(CudaKernelsTest, ReductionsOverAnyAxes) {
       {Shape{1 << 20}, {}},   {Shape{1000, 1000}, {0}},     {Shape{1000, 1000}, {1}},  {Shape{100000, 7}, {0}},
       {Shape{7, 100000}, {1}}, {Shape{64, 3, 5000}, {0, 2}}, {Shape{5, 40, 6, 30}, {1, 3}},
       {Shape{3, 300, 2, 400}, {0, 2}}, {Shape{20000, 3}, {1}},
+      // Many long contiguous rows: CUB's segmented reduction (rows of a multiple of 4 and not).
+      {Shape{300, 2048}, {1}}, {Shape{600, 1101}, {-1}},
   };
   RandomInputs rng;
   for (const auto& op : kReductions) {
