@@ -55,7 +55,7 @@ class CalibrationTest : public ::testing::Test {
 
   // A cache file with known numbers (no "host": valid on any machine).
   void write_cache(double flops, double bandwidth) {
-    write_text(file_, "{\"version\": 1, \"cpu\": {\"flops_per_second\": " + std::to_string(flops) +
+    write_text(file_, "{\"version\": 2, \"cpu\": {\"flops_per_second\": " + std::to_string(flops) +
                           ", \"memory_bandwidth\": " + std::to_string(bandwidth) +
                           ", \"kernel_overhead_seconds\": 2e-6}}");
   }
@@ -246,10 +246,20 @@ TEST_F(CalibrationTest, AGpuCacheOfAnotherHostOrCorruptIsMeasuredAgain) {
     return gpu_defaults();
   };
   const fs::path gpu_file = dir_ / "calibration.gpu0.json";
-  write_text(gpu_file, R"({"version": 1, "host": "elsewhere", "gpu": {"name": "g", "flops_per_second": 1,
+  write_text(gpu_file, R"({"version": 2, "host": "elsewhere", "gpu": {"name": "g", "flops_per_second": 1,
     "memory_bandwidth": 1, "transfer_bandwidth": 1, "transfer_latency_seconds": 1, "kernel_overhead_seconds": 1}})");
   calibrate_gpu_profile(0, "g", gpu_defaults(), measure);
   EXPECT_EQ(measured, 1);
+  // A cache of the format before launch overheads were measured: measured again.
+  const std::string fresh = read_text(gpu_file);
+  std::string old_format = fresh;
+  const auto at = old_format.find("\"version\": 2");
+  ASSERT_NE(at, std::string::npos) << fresh;
+  old_format.replace(at, std::string("\"version\": 2").size(), "\"version\": 1");
+  write_text(gpu_file, old_format);
+  calibrate_gpu_profile(0, "g", gpu_defaults(), measure);
+  EXPECT_EQ(measured, 2);
+  measured = 1;
   write_text(gpu_file, "{not json");
   calibrate_gpu_profile(0, "g", gpu_defaults(), measure);
   EXPECT_EQ(measured, 2);
