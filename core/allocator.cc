@@ -25,7 +25,7 @@ void release_allocator_buffer(TensorBuffer* b) {
 
 }  // namespace
 
-StatusOr<void*> Allocator::allocate(std::size_t bytes, std::size_t alignment) {
+StatusOr<void*> Allocator::allocate(std::size_t bytes, std::size_t alignment, Stream* stream) {
   if (alignment == 0) alignment = Tensor::kAlignment;
   if ((alignment & (alignment - 1)) != 0) {
     return errors::invalid_argument("allocator {}: alignment {} is not a power of two", name(), alignment);
@@ -38,7 +38,7 @@ StatusOr<void*> Allocator::allocate(std::size_t bytes, std::size_t alignment) {
     over_limit = stats_.limit_bytes > 0 && stats_.bytes_in_use + static_cast<int64_t>(bytes) > stats_.limit_bytes;
   }
   if (over_limit) return out_of_memory(bytes);
-  void* p = raw_allocate(bytes, alignment);
+  void* p = raw_allocate_for(bytes, alignment, stream);
   if (p == nullptr) return out_of_memory(bytes);
   std::lock_guard<std::mutex> lock(mu_);
   stats_.bytes_in_use += static_cast<int64_t>(bytes);
@@ -75,14 +75,14 @@ AllocatorStats Allocator::stats() const {
   return stats_;
 }
 
-StatusOr<Tensor> Allocator::allocate_tensor(DType dtype, const Shape& shape,
-                                            const std::string& device_name) {
+StatusOr<Tensor> Allocator::allocate_tensor(DType dtype, const Shape& shape, const std::string& device_name,
+                                            Stream* stream) {
   if (!shape.fully_defined()) {
     return errors::invalid_argument("cannot allocate a tensor of partial shape {} on {}",
                                     shape.to_string(), device_name);
   }
   const std::size_t bytes = static_cast<std::size_t>(shape.num_elements()) * dtype_size(dtype);
-  auto mem = allocate(bytes, Tensor::kAlignment);
+  auto mem = allocate(bytes, Tensor::kAlignment, stream);
   if (!mem.ok()) return mem.status().with_prefix(fmt::format("{}: ", device_name));
   auto* b = new AllocatorBuffer();
   b->data = mem.value();

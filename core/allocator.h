@@ -16,6 +16,8 @@
 
 namespace tessera::internal {
 
+class Stream;
+
 struct AllocatorStats {
   int64_t bytes_in_use = 0;        // requested bytes of live allocations
   int64_t peak_bytes_in_use = 0;   // high-water mark of bytes_in_use
@@ -32,10 +34,20 @@ class Allocator {
   virtual std::string name() const = 0;
 
   // `alignment` is a power of two (0 = Tensor::kAlignment). Zero bytes yield a valid, unique
-  // pointer. ResourceExhausted when the memory is not there.
-  StatusOr<void*> allocate(std::size_t bytes, std::size_t alignment = 0);
+  // pointer. ResourceExhausted when the memory is not there. `stream`: the stream whose work uses
+  // the memory (Note [Stream-ordered memory] in device/sim_kernels.cc; Device::allocate_tensor
+  // names the compute stream when its caller names none). Allocators of memory without streams
+  // ignore it.
+  StatusOr<void*> allocate(std::size_t bytes, std::size_t alignment = 0, Stream* stream = nullptr);
   // `bytes` must be the size passed to allocate().
   void deallocate(void* ptr, std::size_t bytes);
+  // Work on `stream` uses the allocation at `ptr` besides the stream it was allocated for: once
+  // freed, it is reused only after `stream` has passed the free. Nothing for memory without
+  // streams.
+  virtual void record_stream(void* ptr, Stream* stream) {
+    (void)ptr;
+    (void)stream;
+  }
   AllocatorStats stats() const;
   // Bytes held from the system, in use or cached (a caching allocator holds more than it hands
   // out); `stats().bytes_in_use` for allocators that cache nothing.
@@ -49,10 +61,16 @@ class Allocator {
   // the last handle goes; Tensor::device() reports `device_name`. The allocator must outlive the
   // tensor. InvalidArgument for a partial shape; ResourceExhausted naming `device_name`, the bytes
   // asked for, in use, reserved and the limit when the memory is not there.
-  StatusOr<Tensor> allocate_tensor(DType dtype, const Shape& shape, const std::string& device_name);
+  StatusOr<Tensor> allocate_tensor(DType dtype, const Shape& shape, const std::string& device_name,
+                                   Stream* stream = nullptr);
 
  protected:
   virtual void* raw_allocate(std::size_t bytes, std::size_t alignment) = 0;  // nullptr = no memory
+  // For `stream`'s work; allocators with streams override it.
+  virtual void* raw_allocate_for(std::size_t bytes, std::size_t alignment, Stream* stream) {
+    (void)stream;
+    return raw_allocate(bytes, alignment);
+  }
   virtual void raw_deallocate(void* ptr, std::size_t bytes) = 0;
 
  private:

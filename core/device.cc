@@ -41,8 +41,18 @@ bool Device::has_kernel(const std::string& op_type) const {
   return OpRegistry::global().has_kernel(op_type, type_);
 }
 
-StatusOr<Tensor> Device::allocate_tensor(DType dtype, const Shape& shape) {
-  return allocator().allocate_tensor(dtype, shape, name_);
+namespace {
+// The stream an allocation is for: nullptr means compute stream 0, where every kernel runs.
+Stream* stream_tag(Device& device, Stream* stream) { return stream != nullptr ? stream : &device.compute_stream(0); }
+}  // namespace
+
+void Device::record_stream(const Tensor& t, Stream& stream) {
+  if (t.is_null() || t.device() != name_) return;
+  allocator().record_stream(const_cast<void*>(t.raw_data()), stream_tag(*this, &stream));
+}
+
+StatusOr<Tensor> Device::allocate_tensor(DType dtype, const Shape& shape, Stream* stream) {
+  return allocator().allocate_tensor(dtype, shape, name_, stream_tag(*this, stream));
 }
 
 void Device::mark_failed(const Status& reason) {

@@ -87,8 +87,13 @@ class Device {
 
   // True when a kernel for `op_type` is registered for this device's type.
   bool has_kernel(const std::string& op_type) const;
-  // allocator().allocate_tensor with this device's name.
-  StatusOr<Tensor> allocate_tensor(DType dtype, const Shape& shape);
+  // allocator().allocate_tensor with this device's name, for work on `stream` (nullptr: compute
+  // stream 0, which every kernel runs on). See Note [Stream-ordered memory] in
+  // device/sim_kernels.cc.
+  StatusOr<Tensor> allocate_tensor(DType dtype, const Shape& shape, Stream* stream = nullptr);
+  // Work on `stream` uses `t` (a tensor in this device's memory) besides the stream it was
+  // allocated for: freed, its memory is reused only after `stream` has passed the free.
+  void record_stream(const Tensor& t, Stream& stream);
 
   // A device whose work failed asynchronously (a CUDA fault, a stream in error: its later work is
   // skipped) is failed for good: steps that need it fail at once with `reason`, which should name

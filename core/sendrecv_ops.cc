@@ -140,6 +140,9 @@ class RecvOp final : public OpKernel {
       if (!r.ok()) {
         ctx.fail(r.status());
       } else {
+        // Taken for the copy stream, read by kernels on the compute stream from now on: freed, it
+        // waits for that stream too (Note [Stream-ordered memory] in device/sim_kernels.cc).
+        dst_->record_stream(r.value(), dst_->compute_stream(0));
         ctx.set_output(0, std::move(r).value());
       }
       done();

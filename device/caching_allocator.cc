@@ -1,9 +1,13 @@
 #include "device/caching_allocator.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
+#include <memory>
+#include <vector>
 
 #include "core/logging.h"
+#include "core/stream.h"
 
 namespace tessera::internal {
 
@@ -25,11 +29,14 @@ namespace tessera::internal {
 //   covers Tensor::kAlignment; a larger alignment is met by over-allocating and handing out an
 //   aligned pointer inside the chunk (the chunk is found again through a pointer map).
 //
-// Reusing freed memory right away is safe because allocation follows stream order: kernels take
-// memory on the host in enqueue order and all run on one compute stream, and a copy into device
-// memory waits on that stream after taking its target (Note [Stream-ordered memory] in
-// device/sim_kernels.cc; the SIM device uses this allocator over host regions). All state is under one mutex; backing calls are made under it too,
-// which keeps the backing simple (it need not be thread-safe).
+// * Memory is cached per stream, as PyTorch's allocator does: a chunk belongs to the stream it was
+//   allocated for (nullptr: none named), and only allocations for that stream take it,
+//   so a freed chunk is reused at once, behind every queued use, by stream order alone. A chunk
+//   another stream used too (record_stream) waits, pending, until an event recorded on each such
+//   stream at its free has completed. Neighbours merge only within one stream's cache. See Note
+//   [Stream-ordered memory] in device/sim_kernels.cc (the SIM device uses this allocator too).
+// All state is under one mutex; backing calls are made under it too, which keeps the backing
+// simple (it need not be thread-safe). Events are recorded outside it.
 
 namespace {
 
@@ -53,6 +60,9 @@ CachingAllocator::~CachingAllocator() {
     TESSERA_LOG(kWarning, "allocator {} destroyed with {} allocations ({} bytes) still in use", name_, live_.size(),
                 static_cast<long long>(stats_.bytes_in_use));
   }
+  // Pending chunks wait on events of streams that must have drained before now (a device destroys
+  // its streams first); a callback still to come would find the allocator gone.
+  TESSERA_CHECK(stats_.pending_chunks == 0);
   for (auto& region : regions_) {
     for (Chunk* c = region->first; c != nullptr;) {
       Chunk* next = c->next;
@@ -67,6 +77,10 @@ CachingAllocator::~CachingAllocator() {
 }
 
 void* CachingAllocator::raw_allocate(std::size_t bytes, std::size_t alignment) {
+  return raw_allocate_for(bytes, alignment, nullptr);
+}
+
+void* CachingAllocator::raw_allocate_for(std::size_t bytes, std::size_t alignment, Stream* stream) {
   // What the chunk must hold: the bytes, plus room to align inside it when asked for more than
   // every chunk has anyway.
   std::size_t want = bytes;
@@ -74,7 +88,7 @@ void* CachingAllocator::raw_allocate(std::size_t bytes, std::size_t alignment) {
   const std::size_t size = std::max(round_up(want, options_.chunk_alignment), options_.chunk_alignment);
   if (size < bytes) return nullptr;  // overflow
   std::lock_guard<std::mutex> lock(mu_);
-  auto taken = take_chunk(size);
+  auto taken = take_chunk(size, stream);
   if (!taken.ok()) {
     last_backing_error_ = taken.status();
     return nullptr;
@@ -90,43 +104,88 @@ void* CachingAllocator::raw_allocate(std::size_t bytes, std::size_t alignment) {
   return user;
 }
 
-void CachingAllocator::raw_deallocate(void* ptr, std::size_t) {
+void CachingAllocator::record_stream(void* ptr, Stream* stream) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = live_.find(ptr);
-  if (it == live_.end()) {
-    TESSERA_LOG(kError, "allocator {} asked to free {}, which it did not allocate", name_, fmt::ptr(ptr));
-    std::abort();
-  }
+  if (it == live_.end()) return;  // not ours (a view of host memory), or already freed
   Chunk* chunk = it->second;
-  live_.erase(it);
-  chunk->in_use = false;
-  stats_.bytes_in_use -= static_cast<int64_t>(chunk->size);
-  if (chunk->prev != nullptr && !chunk->prev->in_use) {
-    free_.erase(chunk->prev);
-    chunk = merge(chunk->prev, chunk);
-  }
-  if (chunk->next != nullptr && !chunk->next->in_use) {
-    free_.erase(chunk->next);
-    chunk = merge(chunk, chunk->next);
-  }
-  free_.insert(chunk);
+  if (stream == nullptr || stream == chunk->stream) return;  // no stream: nothing to wait for
+  if (std::find(chunk->uses.begin(), chunk->uses.end(), stream) == chunk->uses.end()) chunk->uses.push_back(stream);
 }
 
-StatusOr<CachingAllocator::Chunk*> CachingAllocator::take_chunk(std::size_t size) {
+void CachingAllocator::raw_deallocate(void* ptr, std::size_t) {
+  std::vector<Stream*> uses;
+  Chunk* chunk = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = live_.find(ptr);
+    if (it == live_.end()) {
+      TESSERA_LOG(kError, "allocator {} asked to free {}, which it did not allocate", name_, fmt::ptr(ptr));
+      std::abort();
+    }
+    chunk = it->second;
+    live_.erase(it);
+    chunk->in_use = false;
+    stats_.bytes_in_use -= static_cast<int64_t>(chunk->size);
+    if (chunk->uses.empty()) {
+      // Used on its own stream only: work enqueued there from now on comes after every use.
+      cache(chunk);
+      return;
+    }
+    // Other streams may still have queued work on it: cached again once each has passed this
+    // point (Note [Stream-ordered memory] in device/sim_kernels.cc).
+    uses.swap(chunk->uses);
+    chunk->pending = true;
+    ++stats_.pending_chunks;
+    stats_.bytes_pending += static_cast<int64_t>(chunk->size);
+  }
+  // Outside the lock: an event may complete at once, and its callback takes the lock.
+  auto left = std::make_shared<std::atomic<int>>(static_cast<int>(uses.size()));
+  for (Stream* use : uses) {
+    Event passed;
+    Status recorded = use->record(passed);  // a fresh event: cannot fail
+    TESSERA_CHECK(recorded.ok());
+    passed.on_completed([this, chunk, left](Status) {
+      // On error too: a stream in error runs nothing more, so nothing queued there reads it.
+      if (left->fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+      std::lock_guard<std::mutex> lock(mu_);
+      chunk->pending = false;
+      --stats_.pending_chunks;
+      stats_.bytes_pending -= static_cast<int64_t>(chunk->size);
+      cache(chunk);
+    });
+  }
+}
+
+void CachingAllocator::cache(Chunk* chunk) {
+  FreeSet& pool = free_[chunk->stream];
+  if (chunk->prev != nullptr && is_free(chunk->prev) && chunk->prev->stream == chunk->stream) {
+    pool.erase(chunk->prev);
+    chunk = merge(chunk->prev, chunk);
+  }
+  if (chunk->next != nullptr && is_free(chunk->next) && chunk->next->stream == chunk->stream) {
+    pool.erase(chunk->next);
+    chunk = merge(chunk, chunk->next);
+  }
+  pool.insert(chunk);
+}
+
+StatusOr<CachingAllocator::Chunk*> CachingAllocator::take_chunk(std::size_t size, Stream* stream) {
   Chunk probe;
   probe.size = size;
   Chunk* chunk = nullptr;
-  auto it = free_.lower_bound(&probe);
-  if (it != free_.end()) {
+  FreeSet& pool = free_[stream];
+  auto it = pool.lower_bound(&probe);
+  if (it != pool.end()) {
     chunk = *it;
-    free_.erase(it);
+    pool.erase(it);
     ++stats_.cache_hits;
   } else {
-    auto grown = grow(size);
+    auto grown = grow(size, stream);
     if (!grown.ok()) {
       // Out of backing memory: hand back whatever is cached whole, and try once more.
       if (release_unused_regions() == 0) return grown.status();
-      grown = grow(size);
+      grown = grow(size, stream);
       if (!grown.ok()) return grown.status();
     }
     chunk = grown.value();
@@ -136,7 +195,7 @@ StatusOr<CachingAllocator::Chunk*> CachingAllocator::take_chunk(std::size_t size
   return chunk;
 }
 
-StatusOr<CachingAllocator::Chunk*> CachingAllocator::grow(std::size_t size) {
+StatusOr<CachingAllocator::Chunk*> CachingAllocator::grow(std::size_t size, Stream* stream) {
   const std::size_t region_size = round_up(size, options_.region_granularity);
   if (region_size < size) return errors::resource_exhausted("allocator {}: {} bytes is too large", name_, size);
   if (options_.max_reserved_bytes > 0 &&
@@ -158,6 +217,7 @@ StatusOr<CachingAllocator::Chunk*> CachingAllocator::grow(std::size_t size) {
   auto* chunk = new Chunk();
   chunk->ptr = region->base;
   chunk->size = region_size;
+  chunk->stream = stream;
   chunk->region = region.get();
   region->first = chunk;
   regions_.push_back(std::move(region));
@@ -175,14 +235,15 @@ void CachingAllocator::split(Chunk* chunk, std::size_t size) {
   tail->ptr = chunk->ptr + size;
   tail->size = rest;
   tail->region = chunk->region;
+  tail->stream = chunk->stream;
   tail->prev = chunk;
   tail->next = chunk->next;
   if (chunk->next != nullptr) chunk->next->prev = tail;
   chunk->next = tail;
   chunk->size = size;
-  // The tail's right neighbour cannot be free: it would have been merged with this chunk when
-  // either was freed.
-  free_.insert(tail);
+  // The tail's right neighbour is not a free chunk of the same stream: it would have been merged
+  // with this chunk when either was cached.
+  free_[tail->stream].insert(tail);
 }
 
 CachingAllocator::Chunk* CachingAllocator::merge(Chunk* left, Chunk* right) {
@@ -198,11 +259,11 @@ std::size_t CachingAllocator::release_unused_regions() {
   for (auto it = regions_.begin(); it != regions_.end();) {
     Region* region = it->get();
     Chunk* only = region->first;
-    if (only->in_use || only->size != region->size) {
+    if (!is_free(only) || only->size != region->size) {
       ++it;
       continue;
     }
-    free_.erase(only);
+    free_[only->stream].erase(only);
     delete only;
     backing_->deallocate(region->base, region->size);
     released += region->size;
@@ -222,7 +283,9 @@ std::size_t CachingAllocator::empty_cache() {
 CachingAllocatorStats CachingAllocator::caching_stats() const {
   std::lock_guard<std::mutex> lock(mu_);
   CachingAllocatorStats s = stats_;
-  s.largest_free_chunk = free_.empty() ? 0 : static_cast<int64_t>((*free_.rbegin())->size);
+  for (const auto& [stream, pool] : free_) {
+    if (!pool.empty()) s.largest_free_chunk = std::max(s.largest_free_chunk, static_cast<int64_t>((*pool.rbegin())->size));
+  }
   return s;
 }
 

@@ -16,6 +16,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -65,13 +66,18 @@ struct CachingAllocatorStats {
   int64_t num_backing_frees = 0;    // regions returned to the backing, ever
   int64_t num_backing_failures = 0; // backing allocations that failed
   int64_t largest_free_chunk = 0;   // bytes of the largest cached chunk
+  int64_t pending_chunks = 0;       // freed chunks waiting for other streams to pass their free
+  int64_t bytes_pending = 0;        // their bytes
 };
 
 // An Allocator over a CachingAllocatorBacking (Note [Caching allocator]). Allocations are served
-// best-fit from cached chunks; when none fits, a new region of round_up(bytes, granularity) is
-// taken from the backing; when the backing fails, cached regions with nothing in use are
-// returned and the backing is tried once more before ResourceExhausted. Tensors allocated here
-// must not outlive the allocator. Thread-safe.
+// best-fit from the chunks cached for their stream; when none fits, a new region of
+// round_up(bytes, granularity) is taken from the backing; when the backing fails, cached regions
+// with nothing in use are returned and the backing is tried once more before ResourceExhausted.
+// A chunk another stream used too (record_stream) is cached again only once that stream has
+// passed its free. Tensors allocated here must not outlive the allocator, and the streams named
+// must outlive their pending chunks (a device drains its streams before its memory goes).
+// Thread-safe.
 class CachingAllocator final : public Allocator {
  public:
   CachingAllocator(std::string name, std::unique_ptr<CachingAllocatorBacking> backing,
@@ -83,6 +89,7 @@ class CachingAllocator final : public Allocator {
   CachingAllocator& operator=(const CachingAllocator&) = delete;
 
   std::string name() const override { return name_; }
+  void record_stream(void* ptr, Stream* stream) override;
 
   // Returns every region with nothing in use to the backing; the bytes returned.
   std::size_t empty_cache();
@@ -95,6 +102,7 @@ class CachingAllocator final : public Allocator {
 
  protected:
   void* raw_allocate(std::size_t bytes, std::size_t alignment) override;
+  void* raw_allocate_for(std::size_t bytes, std::size_t alignment, Stream* stream) override;
   void raw_deallocate(void* ptr, std::size_t bytes) override;
 
  private:
@@ -103,6 +111,9 @@ class CachingAllocator final : public Allocator {
     char* ptr = nullptr;
     std::size_t size = 0;
     bool in_use = false;
+    bool pending = false;     // freed, waiting for the streams in `uses` to pass the free
+    Stream* stream = nullptr;  // the stream it is cached for (nullptr: none named)
+    std::vector<Stream*> uses;  // other streams that used it while in use
     Chunk* prev = nullptr;  // neighbours in the region, by address
     Chunk* next = nullptr;
     Region* region = nullptr;
@@ -119,17 +130,21 @@ class CachingAllocator final : public Allocator {
     }
   };
 
-  StatusOr<Chunk*> take_chunk(std::size_t size);   // mu_ held
-  StatusOr<Chunk*> grow(std::size_t size);         // mu_ held: a new region, as one free chunk
+  using FreeSet = std::set<Chunk*, BySizeThenAddress>;
+  StatusOr<Chunk*> take_chunk(std::size_t size, Stream* stream);  // mu_ held
+  StatusOr<Chunk*> grow(std::size_t size, Stream* stream);  // mu_ held: a new region, as one free chunk
   std::size_t release_unused_regions();            // mu_ held
-  void split(Chunk* chunk, std::size_t size);      // mu_ held: chunk is not in free_
-  Chunk* merge(Chunk* left, Chunk* right);         // mu_ held: neither is in free_
+  void split(Chunk* chunk, std::size_t size);      // mu_ held: chunk is not in a free set
+  Chunk* merge(Chunk* left, Chunk* right);         // mu_ held: neither is in a free set
+  // Caches a chunk that is neither in use nor pending, merged with free neighbours of its stream.
+  void cache(Chunk* chunk);                        // mu_ held
+  bool is_free(const Chunk* c) const { return !c->in_use && !c->pending; }
 
   const std::string name_;
   const CachingAllocatorOptions options_;
   mutable std::mutex mu_;
   std::unique_ptr<CachingAllocatorBacking> backing_;  // guarded by mu_
-  std::set<Chunk*, BySizeThenAddress> free_;          // guarded by mu_
+  std::map<Stream*, FreeSet> free_;                   // cached chunks by stream; guarded by mu_
   std::unordered_map<const void*, Chunk*> live_;      // user pointer -> chunk; guarded by mu_
   std::vector<std::unique_ptr<Region>> regions_;      // guarded by mu_
   CachingAllocatorStats stats_;                       // guarded by mu_

@@ -59,9 +59,21 @@ int64_t SimMemory::bytes_reserved() const {
   return pool_->bytes_reserved() + heap_bytes_;
 }
 
+void SimMemory::record_stream(void* ptr, Stream* stream) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (heap_.count(ptr) != 0) return;  // freed in stream order anyway
+  }
+  pool_->record_stream(ptr, stream);
+}
+
 void* SimMemory::raw_allocate(std::size_t bytes, std::size_t alignment) {
+  return raw_allocate_for(bytes, alignment, nullptr);
+}
+
+void* SimMemory::raw_allocate_for(std::size_t bytes, std::size_t alignment, Stream* stream) {
   if (!tls_sim_stream_thread) {
-    auto p = pool_->allocate(bytes, alignment);
+    auto p = pool_->allocate(bytes, alignment, stream);
     return p.ok() ? p.value() : nullptr;
   }
   const std::size_t align = std::max(alignment, kSimChunkAlignment);
@@ -183,20 +195,15 @@ void SimDevice::copy(const Tensor& src, bool to_device, Stream& stream,
   auto result = std::make_shared<Result>();
   Tensor target;
   if (to_device) {
-    // The target is taken now, in enqueue order (Note [Stream-ordered memory] in sim_kernels.cc):
-    // memory freed a moment ago may still be read by queued compute work, so the copy waits for
-    // the compute streams to pass this point before it writes.
-    auto t = allocate_tensor(src.dtype(), src.shape());
+    // The target is taken now, in enqueue order, from the copy stream's own cache (Note
+    // [Stream-ordered memory] in sim_kernels.cc): whatever used that memory before is queued
+    // ahead on this stream, or has passed it on the others.
+    auto t = allocate_tensor(src.dtype(), src.shape(), &stream);
     if (!t.ok()) {
       done(t.status());
       return;
     }
     target = std::move(t).value();
-    for (auto& compute : compute_) {
-      Event reused;
-      (void)compute->record(reused);  // fresh: cannot fail
-      (void)stream.wait(reused);      // recorded: cannot fail
-    }
   }
   stream.enqueue([this, src, to_device, result, target = std::move(target)]() mutable {
     simulate_transfer(src.bytes());

@@ -62,9 +62,9 @@ class SimStream final : public QueuedStream {
 
 // The SIM device's memory (Note [Stream-ordered memory] in device/sim_kernels.cc): host memory
 // handed out the way the GPU's is. What is allocated in enqueue order (kernel outputs, copy
-// targets) comes from a CachingAllocator over host regions and is reused at once, so only stream
-// order keeps a freed block from being overwritten while queued work still reads it, exactly as on
-// the GPU. What stream work allocates itself (a kernel whose output shapes are known only once it
+// targets) comes from a CachingAllocator over host regions, cached per stream and reused at once,
+// so only stream order (and record_stream) keeps a freed block from being overwritten while
+// queued work still reads it, exactly as on the GPU. What stream work allocates itself (a kernel whose output shapes are known only once it
 // runs) is fresh heap memory, freed in stream order: after everything already queued on the
 // compute stream. Thread-safe.
 class SimMemory final : public Allocator {
@@ -73,6 +73,7 @@ class SimMemory final : public Allocator {
   ~SimMemory() override;
   std::string name() const override { return name_; }
   int64_t bytes_reserved() const override;
+  void record_stream(void* ptr, Stream* stream) override;
   // Frees of stream-allocated memory go onto `stream` from now on (nullptr: at once, for teardown
   // once the streams have drained).
   void set_free_stream(QueuedStream* stream);
@@ -81,6 +82,7 @@ class SimMemory final : public Allocator {
 
  protected:
   void* raw_allocate(std::size_t bytes, std::size_t alignment) override;
+  void* raw_allocate_for(std::size_t bytes, std::size_t alignment, Stream* stream) override;
   void raw_deallocate(void* ptr, std::size_t bytes) override;
 
  private:

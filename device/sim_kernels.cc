@@ -2,6 +2,7 @@
 // the SIM device's compute stream (Note [SIM kernels]).
 //
 // Note [SIM kernels]
+// ~~~~~~~~~~~~~~~~~~
 // A SIM kernel is asynchronous and runs the op's CPU kernel as work on the device's compute
 // stream, so the executor, the copy streams and the events see the same protocol as on a GPU.
 // Inputs must already be in the device's memory: an input that is not is an InternalError naming
@@ -17,18 +18,23 @@
 // (variables: their updates must be seen in stream order and under their locks), asynchronous
 // ones and ops whose output shapes depend on input values run the whole kernel on the stream and
 // are done only once the stream has run it, as before.
-//
+
 // Note [Stream-ordered memory]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // Stream-ordered kernels hold no handle on their memory while their work is queued: the executor
 // releases an op's inputs as soon as its consumers are enqueued, and the allocator may hand that
-// memory out again at once. That is safe by three rules, the same on SIM and on the GPU:
-// 1. device memory is taken on the host in enqueue order and every kernel runs on compute stream
-//    0, so a block's next user is queued after its last reader;
-// 2. a copy into device memory (on the host-to-device stream) first waits on an event of the
-//    compute streams recorded after its target was taken; a copy out of device memory first waits
-//    on one recorded when it is asked for (so it sees its producer), and holds its source until
-//    it is done;
-// 3. memory allocated from inside stream work (a kernel that runs whole on the stream) is fresh,
+// memory out again at once. That is safe by four rules, the same on SIM and on the GPU (PyTorch's
+// caching allocator works this way):
+// 1. device memory is taken on the host, in enqueue order, for a stream (kernels: compute stream
+//    0, which they all run on; a copy's target: its copy stream), and the caching allocator hands
+//    a freed block only to later allocations for that same stream: stream order puts the new
+//    user behind every queued use;
+// 2. a block used on another stream too is recorded (Device::record_stream: a _Recv's copy target,
+//    which compute kernels read next; a GPU Const's cached value): freed, it is cached again only
+//    after an event recorded on that stream at the free has completed;
+// 3. a copy out of device memory waits on an event of the compute streams recorded when it is
+//    asked for (so it sees its producer) and holds its source until it is done;
+// 4. memory allocated from inside stream work (a kernel that runs whole on the stream) is fresh,
 //    and is freed in stream order (SimMemory; on the GPU, kernels never allocate on the stream).
 // tests/stream_order_test.cc checks it with guard patterns: a block freed while a slow kernel
 // still reads it and reused at once must never be overwritten before that kernel has run.

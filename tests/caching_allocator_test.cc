@@ -5,6 +5,7 @@
 #include <atomic>
 #include <cstdint>
 #include <cstring>
+#include <future>
 #include <memory>
 #include <mutex>
 #include <random>
@@ -14,6 +15,7 @@
 #include <gtest/gtest.h>
 
 #include "device/caching_allocator.h"
+#include "device/sim_device.h"
 #include "tests/testing/counting_backing.h"
 #include "tests/testing/test_util.h"
 
@@ -317,6 +319,57 @@ TEST(CachingAllocatorTest, ManyThreadsAllocateAndFreeConcurrently) {
     EXPECT_EQ(f.allocator->empty_cache(), static_cast<std::size_t>(s.bytes_reserved));
     EXPECT_EQ(f.allocator->caching_stats().num_regions, 0);
   }
+}
+
+}  // namespace
+}  // namespace tessera::internal
+
+namespace tessera::internal {
+namespace {
+
+// Per-stream caches (Note [Caching allocator]): a chunk freed on one stream is not handed to
+// another stream's allocations, and one that another stream used too waits for it.
+TEST(CachingAllocatorStreamTest, EachStreamReusesOnlyItsOwnChunks) {
+  Fixture f;
+  SimStream a("a"), b("b");
+  void* pa = f.allocator->allocate(kMiB, 0, &a).value();
+  f.allocator->deallocate(pa, kMiB);
+  void* pb = f.allocator->allocate(kMiB, 0, &b).value();
+  EXPECT_NE(pb, pa) << "a's cached chunk went to b";
+  f.allocator->deallocate(pb, kMiB);
+  for (int i = 0; i < 3; ++i) {
+    void* again_a = f.allocator->allocate(kMiB, 0, &a).value();
+    void* again_b = f.allocator->allocate(kMiB, 0, &b).value();
+    EXPECT_EQ(again_a, pa);
+    EXPECT_EQ(again_b, pb);
+    f.allocator->deallocate(again_a, kMiB);
+    f.allocator->deallocate(again_b, kMiB);
+  }
+  EXPECT_EQ(f.backing_allocs(), 2);
+}
+
+TEST(CachingAllocatorStreamTest, AChunkUsedOnAnotherStreamIsReusedOnlyOnceThatStreamPassedItsFree) {
+  Fixture f;
+  SimStream a("a"), b("b");
+  void* p = f.allocator->allocate(kMiB, 0, &a).value();
+  f.allocator->record_stream(p, &a);  // its own stream: nothing to wait for
+  f.allocator->record_stream(p, &b);
+  f.allocator->record_stream(p, &b);  // once is enough
+  std::promise<void> release;
+  auto released = release.get_future().share();
+  b.enqueue([released] { (void)released.wait_for(std::chrono::seconds(30)); });  // b's queued "reader"
+  f.allocator->deallocate(p, kMiB);
+  EXPECT_EQ(f.allocator->caching_stats().pending_chunks, 1);
+  EXPECT_EQ(f.allocator->caching_stats().bytes_pending, static_cast<int64_t>(kMiB));
+  void* q = f.allocator->allocate(kMiB, 0, &a).value();
+  EXPECT_NE(q, p) << "reused while b may still read it";
+  release.set_value();
+  ASSERT_TRUE(b.synchronize(std::chrono::seconds(30)).ok());
+  EXPECT_EQ(f.allocator->caching_stats().pending_chunks, 0);
+  void* r = f.allocator->allocate(kMiB, 0, &a).value();
+  EXPECT_EQ(r, p) << "cached again once b passed the free";
+  f.allocator->deallocate(q, kMiB);
+  f.allocator->deallocate(r, kMiB);
 }
 
 }  // namespace

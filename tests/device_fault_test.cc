@@ -69,8 +69,8 @@ TEST(DeviceFaultTest, AFaultFailsTheOpNamingItThenEveryLaterStepOnTheDeviceAtOnc
   EXPECT_EQ(fresh.run({squared}, {{p, x}})[0].to_vector<float>(), (std::vector<float>{1, 4, 9, 16}));
 }
 
-// A fault found by a copy (a feed's copy to the device waits for the compute stream, which is in
-// error) fails the step with the fault and marks the device failed too.
+// A fault on a copy stream (found by the next copy: a feed's copy to the device) fails the step
+// with the fault and marks the device failed too.
 TEST(DeviceFaultTest, AFaultFoundByACopyFailsTheStepAndTheDevice) {
   const std::string sim = add_simulated_accelerators(1).front();
   internal::Device* device = internal::DeviceRegistry::global().find(sim).value();
@@ -84,7 +84,7 @@ TEST(DeviceFaultTest, AFaultFoundByACopyFailsTheStepAndTheDevice) {
   const Tensor x = Tensor::vector<float>({1, 2, 3, 4});
   Session s(g);
   EXPECT_EQ(s.run({doubled}, {{p, x}})[0].to_vector<float>(), (std::vector<float>{2, 4, 6, 8}));
-  device->compute_stream(0).enqueue([] { throw std::runtime_error("simulated illegal memory access"); });
+  device->host_to_device_stream().enqueue([] { throw std::runtime_error("simulated illegal memory access"); });
   try {
     s.run({doubled}, {{p, x}});
     ADD_FAILURE() << "the step after the fault succeeded";

@@ -244,7 +244,9 @@ void CudaDevice::copy_to_device(const Tensor& host, Stream& stream, std::functio
                                   kHostDeviceName, host.device()));
     return;
   }
-  auto dst = allocate_tensor(host.dtype(), host.shape());
+  // From the copy stream's own cache: whatever used that memory before is queued ahead on this
+  // stream, or has passed it on the others (Note [Stream-ordered memory] in device/sim_kernels.cc).
+  auto dst = allocate_tensor(host.dtype(), host.shape(), &stream);
   if (!dst.ok()) {
     done(dst.status());
     return;
@@ -252,14 +254,6 @@ void CudaDevice::copy_to_device(const Tensor& host, Stream& stream, std::functio
   auto state = std::make_shared<CopyState>();
   state->src = host;
   state->dst = std::move(dst).value();
-  // The target was taken just now, in enqueue order: memory freed a moment ago may still be read
-  // by queued kernels, so the copy waits for the compute streams to pass this point (Note
-  // [Stream-ordered memory] in device/sim_kernels.cc).
-  for (int i = 0; i < num_compute_streams(); ++i) {
-    Event reused;
-    (void)compute_stream(i).record(reused);  // fresh: cannot fail
-    (void)cs->wait(reused);                  // recorded: cannot fail
-  }
   // The pieces, staged by whichever thread takes each next: this one and, for a copy of several
   // pieces, the staging threads. Each piece's transfer starts as soon as it is staged, while
   // other pieces are still being staged. The source is a host tensor, immutable, so the staging

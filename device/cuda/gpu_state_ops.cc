@@ -53,7 +53,10 @@ class ConstGpuOp final : public GpuOpKernel {
         std::lock_guard<std::mutex> l(mu_);
         Entry& e = entries_[gpu];
         e.copying = false;
-        if (copied.ok()) e.value = copied.value();
+        if (copied.ok()) {
+          e.value = copied.value();
+          gpu->record_stream(e.value, gpu->compute_stream(0));  // read by kernels from now on
+        }
         waiters.swap(e.waiters);
       }
       for (Waiter& w : waiters) {
