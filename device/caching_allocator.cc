@@ -33,8 +33,10 @@ namespace tessera::internal {
 //   allocated for (nullptr: none named), and only allocations for that stream take it,
 //   so a freed chunk is reused at once, behind every queued use, by stream order alone. A chunk
 //   another stream used too (record_stream) waits, pending, until an event recorded on each such
-//   stream at its free has completed. Neighbours merge only within one stream's cache. See Note
-//   [Stream-ordered memory] in device/sim_kernels.cc (the SIM device uses this allocator too).
+//   stream at its free has completed. Neighbours merge only within one stream's cache. Out of
+//   backing memory, an allocation borrows a chunk cached for another stream: the borrower waits
+//   on an event of the owner recorded then (stream order, no host wait). See Note [Stream-ordered
+//   memory] in device/sim_kernels.cc (the SIM device uses this allocator too).
 // All state is under one mutex; backing calls are made under it too, which keeps the backing
 // simple (it need not be thread-safe). Events are recorded outside it.
 
@@ -182,17 +184,44 @@ StatusOr<CachingAllocator::Chunk*> CachingAllocator::take_chunk(std::size_t size
     ++stats_.cache_hits;
   } else {
     auto grown = grow(size, stream);
-    if (!grown.ok()) {
-      // Out of backing memory: hand back whatever is cached whole, and try once more.
-      if (release_unused_regions() == 0) return grown.status();
+    if (!grown.ok() && release_unused_regions() > 0) {
+      // Out of backing memory: whatever was cached whole went back; try once more.
       grown = grow(size, stream);
-      if (!grown.ok()) return grown.status();
+    }
+    if (!grown.ok()) {
+      // Still none: lend this stream a chunk cached for another one, in stream order.
+      chunk = lend(size, stream);
+      if (chunk == nullptr) return grown.status();
+      return chunk;
     }
     chunk = grown.value();
   }
   split(chunk, size);
   chunk->in_use = true;
   return chunk;
+}
+
+CachingAllocator::Chunk* CachingAllocator::lend(std::size_t size, Stream* stream) {
+  if (stream == nullptr) return nullptr;  // no stream to order the reuse on
+  Chunk probe;
+  probe.size = size;
+  Chunk* best = nullptr;
+  for (auto& [owner, pool] : free_) {
+    if (owner == nullptr || owner == stream) continue;
+    auto it = pool.lower_bound(&probe);
+    if (it != pool.end() && (best == nullptr || (*it)->size < best->size)) best = *it;
+  }
+  if (best == nullptr) return nullptr;
+  // Every use of the chunk on its stream was enqueued before its free, so an event recorded
+  // there now covers them; the borrowing stream's later work waits for it.
+  Event passed;
+  if (!best->stream->record(passed).ok() || !stream->wait(passed).ok()) return nullptr;
+  free_[best->stream].erase(best);
+  split(best, size);  // the rest stays cached for the owner
+  best->stream = stream;
+  best->in_use = true;
+  ++stats_.lent_chunks;
+  return best;
 }
 
 StatusOr<CachingAllocator::Chunk*> CachingAllocator::grow(std::size_t size, Stream* stream) {

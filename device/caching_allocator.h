@@ -66,6 +66,7 @@ struct CachingAllocatorStats {
   int64_t num_backing_frees = 0;    // regions returned to the backing, ever
   int64_t num_backing_failures = 0; // backing allocations that failed
   int64_t largest_free_chunk = 0;   // bytes of the largest cached chunk
+  int64_t lent_chunks = 0;          // chunks of one stream's cache lent to another (out of memory)
   int64_t pending_chunks = 0;       // freed chunks waiting for other streams to pass their free
   int64_t bytes_pending = 0;        // their bytes
 };
@@ -136,6 +137,9 @@ class CachingAllocator final : public Allocator {
   std::size_t release_unused_regions();            // mu_ held
   void split(Chunk* chunk, std::size_t size);      // mu_ held: chunk is not in a free set
   Chunk* merge(Chunk* left, Chunk* right);         // mu_ held: neither is in a free set
+  // Out of memory: the best-fitting chunk cached for another stream, now `stream`'s (in use),
+  // which waits on an event of the owner; nullptr when there is none.
+  Chunk* lend(std::size_t size, Stream* stream);   // mu_ held
   // Caches a chunk that is neither in use nor pending, merged with free neighbours of its stream.
   void cache(Chunk* chunk);                        // mu_ held
   bool is_free(const Chunk* c) const { return !c->in_use && !c->pending; }

@@ -24,15 +24,21 @@ thread_local bool tls_sim_stream_thread = false;
 
 constexpr std::size_t kSimChunkAlignment = 256;
 
-// Host regions for the SIM pool.
+// Host regions for the SIM pool. A region goes back (empty_cache, or the pool out of memory)
+// only once every stream of the device has passed that point: queued work may still use its
+// chunks, as cudaFree waits for the GPU.
 class HostRegions final : public CachingAllocatorBacking {
  public:
+  explicit HostRegions(SimMemory& memory) : memory_(memory) {}
   StatusOr<void*> allocate(std::size_t bytes) override {
     void* p = std::aligned_alloc(kSimChunkAlignment, bytes);  // bytes: a multiple of 2 MiB
     if (p == nullptr) return errors::resource_exhausted("host memory: no {} bytes", bytes);
     return p;
   }
-  void deallocate(void* ptr, std::size_t) override { std::free(ptr); }
+  void deallocate(void* ptr, std::size_t) override { memory_.free_after_streams(ptr); }
+
+ private:
+  SimMemory& memory_;
 };
 
 std::size_t round_up(std::size_t x, std::size_t m) { return (x + m - 1) / m * m; }
@@ -40,23 +46,45 @@ std::size_t round_up(std::size_t x, std::size_t m) { return (x + m - 1) / m * m;
 }  // namespace
 
 SimMemory::SimMemory(std::string name)
-    : name_(std::move(name)), pool_(std::make_unique<CachingAllocator>(name_ + "/pool", std::make_unique<HostRegions>())) {}
+    : name_(std::move(name)),
+      pool_(std::make_unique<CachingAllocator>(name_ + "/pool", std::make_unique<HostRegions>(*this))) {}
 
 SimMemory::~SimMemory() {
+  pool_.reset();  // first: its regions go back through free_after_streams, which takes mu_
   std::lock_guard<std::mutex> lock(mu_);
   for (auto& [p, bytes] : heap_) std::free(p);  // only after a leak elsewhere: tensors outlived the device
 }
 
 void SimMemory::mark_stream_thread() { tls_sim_stream_thread = true; }
 
-void SimMemory::set_free_stream(QueuedStream* stream) {
+void SimMemory::set_streams(QueuedStream* free_stream, std::vector<QueuedStream*> all) {
   std::lock_guard<std::mutex> lock(mu_);
-  free_stream_ = stream;
+  free_stream_ = free_stream;
+  streams_ = std::move(all);
+}
+
+void SimMemory::free_after_streams(void* region) {
+  std::vector<QueuedStream*> streams;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    streams = streams_;
+  }
+  if (streams.empty()) return std::free(region);  // teardown: the streams have drained
+  auto left = std::make_shared<std::atomic<int>>(static_cast<int>(streams.size()));
+  for (QueuedStream* stream : streams) {
+    Event passed;
+    (void)stream->record(passed);  // fresh: cannot fail (a closed stream completes it at once)
+    passed.on_completed([region, left](Status) {
+      if (left->fetch_sub(1, std::memory_order_acq_rel) == 1) std::free(region);
+    });
+  }
 }
 
 int64_t SimMemory::bytes_reserved() const {
+  // The pool's lock is never taken under mu_ (the pool calls free_after_streams under its own).
+  const int64_t pool = pool_->bytes_reserved();
   std::lock_guard<std::mutex> lock(mu_);
-  return pool_->bytes_reserved() + heap_bytes_;
+  return pool + heap_bytes_;
 }
 
 void SimMemory::record_stream(void* ptr, Stream* stream) {
@@ -90,18 +118,17 @@ void SimMemory::raw_deallocate(void* ptr, std::size_t bytes) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = heap_.find(ptr);
-    if (it == heap_.end()) {
-      // Pool memory: reusable at once by work enqueued from now on (stream order).
-      pool_->deallocate(ptr, bytes);
-      return;
+    if (it != heap_.end()) {
+      heap_.erase(it);
+      heap_bytes_ -= static_cast<int64_t>(bytes);
+      // Heap memory: freed after everything already queued, which may still read it.
+      release = [ptr] { std::free(ptr); };
+      if (free_stream_ != nullptr && free_stream_->enqueue_unless_closed(release)) return;
     }
-    heap_.erase(it);
-    heap_bytes_ -= static_cast<int64_t>(bytes);
-    // Heap memory: freed after everything already queued, which may still read it.
-    release = [ptr] { std::free(ptr); };
-    if (free_stream_ != nullptr && free_stream_->enqueue_unless_closed(release)) return;
   }
-  release();
+  if (release) return release();
+  // Pool memory (outside mu_: the pool's lock is never taken under it), cached for its stream.
+  pool_->deallocate(ptr, bytes);
 }
 
 // ----- SimStream -----
@@ -147,16 +174,23 @@ SimDevice::SimDevice(int id, SimDeviceOptions options)
   }
   h2d_ = std::make_unique<SimStream>(name() + "/stream:host_to_device");
   d2h_ = std::make_unique<SimStream>(name() + "/stream:device_to_host");
-  allocator_.set_free_stream(compute_.front().get());
+  std::vector<QueuedStream*> all;
+  for (auto& c : compute_) all.push_back(c.get());
+  all.push_back(h2d_.get());
+  all.push_back(d2h_.get());
+  allocator_.set_streams(compute_.front().get(), std::move(all));
 }
 
 SimDevice::~SimDevice() {
-  // Each stream drains as it goes (its waits end: the streams they wait on are still draining or
-  // have drained); work enqueued on a stream already gone is dropped (Note [Devices and streams]).
+  // Drain every stream while all still exist (a wait on another stream ends: that one drains
+  // too), then let memory go at once from here on, then stop the threads. Work enqueued on a
+  // stream already gone is dropped (Note [Devices and streams]).
+  for (auto& stream : compute_) (void)stream->synchronize();
+  (void)h2d_->synchronize();
+  (void)d2h_->synchronize();
+  allocator_.set_streams(nullptr, {});
   h2d_.reset();
   d2h_.reset();
-  for (auto& stream : compute_) (void)stream->synchronize();
-  allocator_.set_free_stream(nullptr);  // what is freed from here on goes at once
   compute_.clear();
 }
 

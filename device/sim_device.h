@@ -74,9 +74,12 @@ class SimMemory final : public Allocator {
   std::string name() const override { return name_; }
   int64_t bytes_reserved() const override;
   void record_stream(void* ptr, Stream* stream) override;
-  // Frees of stream-allocated memory go onto `stream` from now on (nullptr: at once, for teardown
-  // once the streams have drained).
-  void set_free_stream(QueuedStream* stream);
+  // Frees of stream-allocated memory go onto `free_stream` from now on, and regions the pool gives
+  // back wait for every stream in `all` (nullptr and none: at once, for teardown once the streams
+  // have drained).
+  void set_streams(QueuedStream* free_stream, std::vector<QueuedStream*> all);
+  // Frees a region of the pool once every stream has passed this point.
+  void free_after_streams(void* region);
   // Marks the calling thread as one that runs SIM stream work (its allocations are fresh heap).
   static void mark_stream_thread();
 
@@ -92,6 +95,7 @@ class SimMemory final : public Allocator {
   std::unordered_map<void*, std::size_t> heap_;  // stream-allocated blocks; guarded by mu_
   int64_t heap_bytes_ = 0;                       // guarded by mu_
   QueuedStream* free_stream_ = nullptr;          // guarded by mu_
+  std::vector<QueuedStream*> streams_;           // guarded by mu_
 };
 
 // Thread-safe.

@@ -10,6 +10,7 @@
 #include <mutex>
 #include <random>
 #include <set>
+#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -370,6 +371,40 @@ TEST(CachingAllocatorStreamTest, AChunkUsedOnAnotherStreamIsReusedOnlyOnceThatSt
   EXPECT_EQ(r, p) << "cached again once b passed the free";
   f.allocator->deallocate(q, kMiB);
   f.allocator->deallocate(r, kMiB);
+}
+
+// Out of backing memory, a stream borrows a chunk cached for another one; its later work waits
+// until the owner has passed the point where the chunk was lent (no host wait).
+TEST(CachingAllocatorStreamTest, OutOfMemoryAStreamBorrowsAnotherStreamsChunkInStreamOrder) {
+  Fixture f;
+  f.log->capacity = 2 * kMiB;  // one region
+  SimStream owner("owner"), borrower("borrower");
+  void* kept = f.allocator->allocate(kMiB, 0, &owner).value();  // keeps the region from going back
+  void* p = f.allocator->allocate(kMiB, 0, &owner).value();
+  std::promise<void> release;
+  auto released = release.get_future().share();
+  owner.enqueue([released] { (void)released.wait_for(std::chrono::seconds(30)); });  // a queued use of p
+  f.allocator->deallocate(p, kMiB);
+  void* q = f.allocator->allocate(kMiB, 0, &borrower).value();
+  EXPECT_EQ(q, p);
+  EXPECT_EQ(f.allocator->caching_stats().lent_chunks, 1);
+  EXPECT_EQ(f.backing_allocs(), 1);
+  std::atomic<bool> ran{false};
+  borrower.enqueue([&] { ran = true; });
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_FALSE(ran.load()) << "the borrower's work ran before the owner passed the loan";
+  release.set_value();
+  ASSERT_TRUE(borrower.synchronize(std::chrono::seconds(30)).ok());
+  EXPECT_TRUE(ran.load());
+  f.allocator->deallocate(q, kMiB);
+  // Now the borrower's: cached for it, and reused by it without another loan.
+  void* r = f.allocator->allocate(kMiB, 0, &borrower).value();
+  EXPECT_EQ(r, p);
+  EXPECT_EQ(f.allocator->caching_stats().lent_chunks, 1);
+  // Nothing cached, no room, and no stream named to order a loan on: out of memory.
+  EXPECT_FALSE(f.allocator->allocate(kMiB, 0, nullptr).ok());
+  f.allocator->deallocate(r, kMiB);
+  f.allocator->deallocate(kept, kMiB);
 }
 
 }  // namespace
