@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <numeric>
+#include <string_view>
 #include <utility>
 
 #include <fmt/format.h>
@@ -52,8 +53,9 @@ PlacementPolicy policy_of(tessera::PlacementPolicy policy) {
 //    * kCpuOnly: the first host candidate. An explicit request for an accelerator counts as
 //      unsatisfiable (step 2) when a host device could run the group; a group no host device
 //      can run goes to its first candidate.
-//    * kGpuFirst: TensorFlow's rule: the first GPU candidate, else the first other accelerator,
-//      else the host.
+//    * kGpuFirst: TensorFlow's rule, over every GPU: a GPU candidate, else another accelerator,
+//      else the host; with several GPUs of one task, the one HEFT says finishes the group first,
+//      so independent branches spread over them (TensorFlow puts all on GPU:0).
 //    * kCost: a cost model, HEFT-like list scheduling, a safety net and a greedy search: Note
 //      [Cost policy] in placement_schedule.cc.
 
@@ -162,6 +164,39 @@ int first_accelerator(const std::vector<PlacementDevice>& devices, const DeviceB
   });
   if (gpu >= 0) return gpu;
   return accel >= 0 ? accel : c.first();
+}
+
+// "/job:worker/replica:0/task:1" of a full device name.
+std::string_view task_of(const std::string& name) {
+  const auto at = name.find("/device:");
+  return std::string_view(name).substr(0, at == std::string::npos ? name.size() : at);
+}
+
+// The devices kGpuFirst chooses among for a group: the accelerators of first_accelerator's kind
+// (GPUs, else other accelerators) in its task, so parallel work spreads over every GPU of a
+// machine; the first candidate alone when no accelerator can run the group.
+DeviceBits preferred_accelerators(const std::vector<PlacementDevice>& devices, const DeviceBits& c) {
+  const int first = first_accelerator(devices, c);
+  DeviceBits out(static_cast<int>(devices.size()), false);
+  if (devices[first].is_host()) {
+    out.set(first);
+    return out;
+  }
+  const std::string_view task = task_of(devices[first].name);
+  c.for_each([&](int d) {
+    if (devices[d].type == devices[first].type && task_of(devices[d].name) == task) out.set(d);
+  });
+  return out;
+}
+
+// kGpuFirst's assignment: each undecided group on one of its preferred accelerators, by HEFT's
+// earliest finish among them (Note [Cost policy]), so independent branches spread over the GPUs
+// and a chain stays on one.
+void spread_over_accelerators(const Problem& p, const Groups& gr, const std::vector<PlacementDevice>& devices,
+                              const std::vector<DeviceBits>& cand, std::vector<int>& gdev) {
+  std::vector<DeviceBits> preferred(cand.size());
+  for (std::size_t g = 0; g < cand.size(); ++g) preferred[g] = preferred_accelerators(devices, cand[g]);
+  heft(p, gr, preferred, gdev);
 }
 
 }  // namespace
@@ -405,9 +440,7 @@ StatusOr<Placement> place_nodes(const std::vector<const Node*>& nodes, const std
       makespan = sim.run(dev);
       break;
     case PlacementPolicy::kGpuFirst:
-      for (int g = 0; g < gr.count; ++g) {
-        if (gdev[g] < 0) gdev[g] = first_accelerator(devices, cand[g]);
-      }
+      spread_over_accelerators(p, gr, devices, cand, gdev);
       expand(gr, gdev, dev);
       makespan = sim.run(dev);
       break;
@@ -422,10 +455,8 @@ StatusOr<Placement> place_nodes(const std::vector<const Node*>& nodes, const std
       }
       heft(p, gr, cand, heft_dev);
       std::vector<int> host_dev = gdev, accel_dev = gdev;
-      for (int g : movable) {
-        host_dev[g] = first_host(is_host, cand[g]);
-        accel_dev[g] = first_accelerator(devices, cand[g]);
-      }
+      for (int g : movable) host_dev[g] = first_host(is_host, cand[g]);
+      spread_over_accelerators(p, gr, devices, cand, accel_dev);  // the kGpuFirst assignment
       // The best of the three (ties keep the earlier one), then the greedy passes.
       std::vector<std::vector<int>*> starts = {&heft_dev, &host_dev, &accel_dev};
       std::vector<double> spans;

@@ -159,6 +159,27 @@ TEST(HeterogeneousTest, GpuFirstPutsEveryOpWithAKernelOnAnAccelerator) {
   EXPECT_EQ(s.run(q.dequeue()[0]).to_vector<float>(), (std::vector<float>{11, 22}));
 }
 
+// With several accelerators, gpu_first spreads independent branches over them (a step then
+// spans both, with its copies), and the results are the CPU's.
+TEST(HeterogeneousTest, GpuFirstSpreadsIndependentBranchesOverTheAccelerators) {
+  Graph g;
+  auto a = ops::placeholder(g, DType::Float32, {128, 128}, "a");
+  auto b = ops::placeholder(g, DType::Float32, {128, 128}, "b");
+  auto left = ops::matmul(a, a, false, false, "left");
+  auto right = ops::matmul(b, b, false, false, "right");
+  const FeedMap feeds{{a, Tensor::matrix<float>(iota_floats(128 * 128, 0.25f), 128, 128)},
+                      {b, Tensor::matrix<float>(iota_floats(128 * 128, 0.5f), 128, 128)}};
+  Session accel(g, with_policy(PlacementPolicy::gpu_first));
+  auto out = accel.run({left, right}, feeds);
+  EXPECT_TRUE(on_accelerator(left.op().assigned_device())) << left.op().assigned_device();
+  EXPECT_TRUE(on_accelerator(right.op().assigned_device())) << right.op().assigned_device();
+  EXPECT_NE(left.op().assigned_device(), right.op().assigned_device());
+  Session host(g, with_policy(PlacementPolicy::cpu_only));
+  auto want = host.run({left, right}, feeds);
+  testing::expect_same(out[0], want[0], 1e-4);
+  testing::expect_same(out[1], want[1], 1e-4);
+}
+
 TEST(HeterogeneousTest, WithoutSoftPlacementAnUnknownDeviceIsAnError) {
   Graph g;
   Output y;

@@ -3,6 +3,7 @@
 // and the cost policy's safety net against both baselines.
 #include <algorithm>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -665,6 +666,38 @@ TEST_F(PlacementTest, GpuFirstPolicy) {
   devices_ = {cpu_device(), sim_device(0), gpu_device(0)};
   p = place(g);
   EXPECT_EQ(device(g, p, "tiny"), kLocal + "GPU:0");
+}
+
+// Several GPUs (issue: GPU breadth): gpu_first and cost spread independent branches over every
+// GPU, and a chain stays on one (its transfers would cost more than it gains).
+TEST_F(PlacementTest, IndependentBranchesSpreadOverEveryGpuAndAChainStaysOnOne) {
+  devices_ = {cpu_device(), gpu_device(0), gpu_device(1), gpu_device(2), gpu_device(3)};
+  Graph branches;
+  for (int i = 0; i < 4; ++i) {
+    const std::string n = std::to_string(i);
+    ops::matmul(matrix(branches, 1024, 1024, "a" + n), matrix(branches, 1024, 1024, "b" + n), false, false,
+                "branch" + n);
+  }
+  Graph chain_graph;
+  auto c = matrix(chain_graph, 1024, 1024, "c");
+  Output chain = c;
+  for (int i = 0; i < 3; ++i) chain = ops::matmul(chain, c, false, false, "chain" + std::to_string(i));
+  for (auto policy : {PlacementPolicy::kGpuFirst, PlacementPolicy::kCost}) {
+    SCOPED_TRACE(policy == PlacementPolicy::kGpuFirst ? "gpu_first" : "cost");
+    options_.policy = policy;
+    Placement p = place(branches);
+    std::set<std::string> used;
+    for (int i = 0; i < 4; ++i) {
+      const std::string d = device(branches, p, "branch" + std::to_string(i));
+      EXPECT_NE(d.find("/device:GPU:"), std::string::npos) << d;
+      used.insert(d);
+    }
+    EXPECT_EQ(used.size(), 4u) << "four independent MatMuls on " << used.size() << " GPUs";
+    p = place(chain_graph);
+    EXPECT_NE(device(chain_graph, p, "chain0").find("/device:GPU:"), std::string::npos);
+    EXPECT_EQ(device(chain_graph, p, "chain1"), device(chain_graph, p, "chain0"));
+    EXPECT_EQ(device(chain_graph, p, "chain2"), device(chain_graph, p, "chain0"));
+  }
 }
 
 TEST_F(PlacementTest, PlaceholdersGoToTheHostUnlessRequested) {
