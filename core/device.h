@@ -84,6 +84,22 @@ class Device {
                               std::function<void(StatusOr<Tensor>)> done) = 0;
   virtual void copy_to_host(const Tensor& on_device, Stream& stream,
                             std::function<void(StatusOr<Tensor>)> done) = 0;
+  // Whether this device copies from `peer`'s memory directly (peer to peer), not through host
+  // memory. Default: no.
+  virtual bool can_copy_from_peer(const Device& peer) const {
+    (void)peer;
+    return false;
+  }
+  // Enqueue on `stream` (one of this device's) a copy of `src`, a tensor in `peer`'s memory, into
+  // this device's memory; only when can_copy_from_peer(peer). `done` as copy_to_device. Order
+  // after `peer`'s work through events.
+  virtual void copy_from_peer(const Tensor& src, Device& peer, Stream& stream,
+                              std::function<void(StatusOr<Tensor>)> done) {
+    (void)src;
+    (void)peer;
+    (void)stream;
+    done(errors::unimplemented("{} copies from no peer", name_));
+  }
 
   // True when a kernel for `op_type` is registered for this device's type.
   bool has_kernel(const std::string& op_type) const;

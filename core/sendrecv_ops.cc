@@ -3,8 +3,9 @@
 // A _Recv waits on the step's Rendezvous holding no thread (it is an async kernel), then moves
 // the tensor into its partition's memory on the copy streams: host to device on the destination's
 // host_to_device stream, device to host on the source's device_to_host stream (after an event of
-// the source's compute streams: the producer may still be queued there), device to device
-// through host memory. Both streams are separate from the compute streams, so copies overlap
+// the source's compute streams: the producer may still be queued there), device to device peer to
+// peer on the destination's host_to_device stream where the devices allow it (after the same
+// event), else through host memory. Both streams are separate from the compute streams, so copies overlap
 // compute. A _Recv from another task receives into host memory (it runs on the task's CPU) and
 // checks that what arrived is the dtype and shape the master said it would be.
 #include "core/sendrecv_ops.h"
@@ -97,9 +98,38 @@ class RecvOp final : public OpKernel {
       to_host(ctx, std::move(t), std::move(done), nullptr);
     } else if (on_host) {  // host -> device
       to_device(ctx, std::move(t), std::move(done));
+    } else if (src_ != nullptr && t.device() == src_->name() && dst_->can_copy_from_peer(*src_)) {
+      from_peer(ctx, std::move(t), std::move(done));  // device -> device, peer to peer
     } else {  // device -> device, through host memory
       to_host(ctx, std::move(t), std::move(done), dst_);
     }
+  }
+
+  // Waits (on `stream`) for what the source's compute streams hold now, the producer included:
+  // it may only be queued there (Note [Stream-ordered kernels] in executor.cc).
+  void after_source_compute(Stream& stream) const {
+    for (int i = 0; i < src_->num_compute_streams(); ++i) {
+      Event produced;
+      (void)src_->compute_stream(i).record(produced);  // fresh: cannot fail
+      (void)stream.wait(produced);                     // recorded: cannot fail
+    }
+  }
+
+  // Copies `t` from src_'s memory into dst_'s directly, on dst_'s host-to-device stream.
+  void from_peer(OpKernelContext& ctx, Tensor t, Done done) const {
+    Stream& stream = dst_->host_to_device_stream();
+    after_source_compute(stream);
+    const int64_t start = ctx.trace() != nullptr ? now_micros() : 0;
+    dst_->copy_from_peer(t, *src_, stream, [this, &ctx, &stream, start, done = std::move(done)](StatusOr<Tensor> r) {
+      ctx.trace_on_stream(*dst_, stream, start, "copy");
+      if (!r.ok()) {
+        ctx.fail(r.status());
+      } else {
+        dst_->record_stream(r.value(), dst_->compute_stream(0));  // read by kernels from now on
+        ctx.set_output(0, std::move(r).value());
+      }
+      done();
+    });
   }
 
   // Copies `t` from src_ into host memory; then on to `then_to` when set.
@@ -110,13 +140,7 @@ class RecvOp final : public OpKernel {
       return done();
     }
     Stream& stream = src_->device_to_host_stream();
-    // The producer may only be queued (Note [Stream-ordered kernels] in executor.cc): the copy
-    // waits for what the compute streams hold now, its producer included.
-    for (int i = 0; i < src_->num_compute_streams(); ++i) {
-      Event produced;
-      (void)src_->compute_stream(i).record(produced);  // fresh: cannot fail
-      (void)stream.wait(produced);                     // recorded: cannot fail
-    }
+    after_source_compute(stream);
     const int64_t start = ctx.trace() != nullptr ? now_micros() : 0;
     src_->copy_to_host(t, stream, [this, &ctx, &stream, start, done = std::move(done), then_to](StatusOr<Tensor> r) mutable {
       ctx.trace_on_stream(*src_, stream, start, "copy");

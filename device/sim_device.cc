@@ -207,18 +207,23 @@ void SimDevice::simulate_transfer(std::size_t bytes) const {
   if (seconds > 0) std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
 }
 
-void SimDevice::copy(const Tensor& src, bool to_device, Stream& stream,
+void SimDevice::copy(const Tensor& src, CopyKind kind, Stream& stream,
                      std::function<void(StatusOr<Tensor>)> done) {
+  const bool to_device = kind != CopyKind::kToHost;
+  const char* what = kind == CopyKind::kToDevice ? "copy_to_device"
+                     : kind == CopyKind::kToHost ? "copy_to_host"
+                                                 : "copy_from_peer";
   if (src.is_null()) {
     done(errors::invalid_argument("{}: cannot copy a null tensor", name()));
     return;
   }
   const std::string where = src.device();
-  const std::string want = to_device ? std::string(kHostDeviceName) : name();
-  if (where != want) {
-    done(errors::invalid_argument("{}: {} expects a tensor in {}, got one in {}", name(),
-                                  to_device ? "copy_to_device" : "copy_to_host", want, where));
-    return;
+  if (kind != CopyKind::kFromPeer) {
+    const std::string want = to_device ? std::string(kHostDeviceName) : name();
+    if (where != want) {
+      done(errors::invalid_argument("{}: {} expects a tensor in {}, got one in {}", name(), what, want, where));
+      return;
+    }
   }
   // The copy reports its own failure through `done` rather than throwing, which would put the copy
   // stream in error for every later copy.
@@ -272,12 +277,21 @@ void SimDevice::copy(const Tensor& src, bool to_device, Stream& stream,
 
 void SimDevice::copy_to_device(const Tensor& host, Stream& stream,
                                std::function<void(StatusOr<Tensor>)> done) {
-  copy(host, /*to_device=*/true, stream, std::move(done));
+  copy(host, CopyKind::kToDevice, stream, std::move(done));
 }
 
 void SimDevice::copy_to_host(const Tensor& on_device, Stream& stream,
                              std::function<void(StatusOr<Tensor>)> done) {
-  copy(on_device, /*to_device=*/false, stream, std::move(done));
+  copy(on_device, CopyKind::kToHost, stream, std::move(done));
+}
+
+void SimDevice::copy_from_peer(const Tensor& src, Device& peer, Stream& stream,
+                               std::function<void(StatusOr<Tensor>)> done) {
+  if (!can_copy_from_peer(peer) || src.device() != peer.name()) {
+    done(errors::invalid_argument("{}: copy_from_peer of a tensor in {} from {}", name(), src.device(), peer.name()));
+    return;
+  }
+  copy(src, CopyKind::kFromPeer, stream, std::move(done));
 }
 
 // ----- Registration -----

@@ -117,9 +117,14 @@ class SimDevice final : public Device {
                       std::function<void(StatusOr<Tensor>)> done) override;
   void copy_to_host(const Tensor& on_device, Stream& stream,
                     std::function<void(StatusOr<Tensor>)> done) override;
+  // Another SIM device's memory is host memory too: copied directly, as GPUs copy peer to peer.
+  bool can_copy_from_peer(const Device& peer) const override { return peer.type() == "SIM" && &peer != this; }
+  void copy_from_peer(const Tensor& src, Device& peer, Stream& stream,
+                      std::function<void(StatusOr<Tensor>)> done) override;
 
  private:
-  void copy(const Tensor& src, bool to_device, Stream& stream, std::function<void(StatusOr<Tensor>)> done);
+  enum class CopyKind { kToDevice, kToHost, kFromPeer };
+  void copy(const Tensor& src, CopyKind kind, Stream& stream, std::function<void(StatusOr<Tensor>)> done);
   void simulate_transfer(std::size_t bytes) const;
 
   const SimDeviceOptions options_;

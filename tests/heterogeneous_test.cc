@@ -331,6 +331,47 @@ TEST(HeterogeneousTest, TraceShowsKernelsOnStreamsAndCopiesOnCopyStreams) {
   EXPECT_TRUE(d2h_copy) << md.trace_json;
 }
 
+// A tensor from one accelerator to another that can reach its memory goes peer to peer: one copy,
+// on the destination's host-to-device stream, none through host memory.
+TEST(HeterogeneousTest, CopiesBetweenAcceleratorsGoPeerToPeer) {
+  Graph g;
+  auto x = ops::placeholder(g, DType::Float32, {64, 64}, "x");
+  Output y, z;
+  {
+    auto scope = g.device("/device:SIM:0");
+    y = ops::matmul(x, x, false, false, "on_sim0");
+  }
+  {
+    auto scope = g.device("/device:SIM:1");
+    z = ops::add(y, y, "on_sim1");
+  }
+  Session s(g);
+  RunOptions ro;
+  ro.trace = true;
+  RunMetadata md;
+  const Tensor xv = Tensor::matrix<float>(iota_floats(64 * 64, 1.0f), 64, 64);
+  auto out = s.run({z}, {{x, xv}}, {}, ro, &md);
+  Session host(g, with_policy(PlacementPolicy::cpu_only));
+  testing::expect_same(out[0], host.run({z}, {{x, xv}})[0], 1e-5);
+  auto trace = nlohmann::json::parse(md.trace_json);
+  std::map<int, std::string> process;
+  std::map<std::pair<int, int>, std::string> lane;
+  for (const auto& e : trace["traceEvents"]) {
+    if (e["ph"] == "M" && e["name"] == "process_name") process[e["pid"]] = e["args"]["name"];
+    if (e["ph"] == "M" && e["name"] == "thread_name") lane[{e["pid"], e["tid"]}] = e["args"]["name"];
+  }
+  int sim0_to_host = 0, into_sim1 = 0;
+  for (const auto& e : trace["traceEvents"]) {
+    if (e["ph"] != "X" || e["cat"] != "copy") continue;
+    const std::string dev = process[e["pid"]];
+    const std::string on = lane[{e["pid"], e["tid"]}];
+    if (dev == kSim0 && on.find("device_to_host") != std::string::npos) ++sim0_to_host;
+    if (dev == kSim1 && on.find("host_to_device") != std::string::npos) ++into_sim1;
+  }
+  EXPECT_EQ(sim0_to_host, 0) << "y went through host memory\n" << md.trace_json;
+  EXPECT_EQ(into_sim1, 1) << md.trace_json;
+}
+
 TEST(HeterogeneousTest, LogDevicePlacementPrintsTheTableWithEstimates) {
   Graph g;
   Output y;

@@ -309,6 +309,51 @@ void CudaDevice::copy_to_device(const Tensor& host, Stream& stream, std::functio
   cs->then([state, done = std::move(done)](Status s) { state->deliver(s, done); });
 }
 
+bool CudaDevice::can_copy_from_peer(const Device& peer) const {
+  const auto* gpu = dynamic_cast<const CudaDevice*>(&peer);
+  if (gpu == nullptr || gpu == this) return false;
+  std::lock_guard<std::mutex> lock(peers_mu_);
+  auto it = peers_.find(gpu->ordinal_);
+  if (it != peers_.end()) return it->second;
+  int can = 0;
+  bool usable = make_current().ok() && cudaDeviceCanAccessPeer(&can, ordinal_, gpu->ordinal_) == cudaSuccess && can;
+  if (usable) {
+    const cudaError_t e = cudaDeviceEnablePeerAccess(gpu->ordinal_, 0);
+    usable = e == cudaSuccess || e == cudaErrorPeerAccessAlreadyEnabled;
+  }
+  (void)cudaGetLastError();
+  peers_[gpu->ordinal_] = usable;
+  return usable;
+}
+
+void CudaDevice::copy_from_peer(const Tensor& src, Device& peer, Stream& stream,
+                                std::function<void(StatusOr<Tensor>)> done) {
+  CudaStream* cs = as_cuda_stream(stream);
+  const auto* gpu = dynamic_cast<const CudaDevice*>(&peer);
+  if (cs == nullptr || gpu == nullptr || !can_copy_from_peer(peer) || src.is_null() || src.device() != peer.name()) {
+    done(errors::invalid_argument("{}: copy_from_peer of a tensor in {} from {} on stream {}", name(),
+                                  src.is_null() ? "nothing" : src.device(), peer.name(), stream.name()));
+    return;
+  }
+  // Taken for the copy stream (Note [Stream-ordered memory] in device/sim_kernels.cc).
+  auto dst = allocate_tensor(src.dtype(), src.shape(), &stream);
+  if (!dst.ok()) {
+    done(dst.status());
+    return;
+  }
+  auto state = std::make_shared<CopyState>();
+  state->src = src;  // both held until the copy has run
+  state->dst = std::move(dst).value();
+  if (src.bytes() > 0) {
+    cs->launch([state, to = ordinal_, from = gpu->ordinal_](CUstream_st* s) {
+      const cudaError_t e = cudaMemcpyPeerAsync(state->dst.raw_mutable_data(), to, state->src.raw_data(), from,
+                                                state->src.bytes(), s);
+      if (e != cudaSuccess) state->fail(cuda_error(e, "cudaMemcpyPeerAsync"));
+    });
+  }
+  cs->then([state, done = std::move(done)](Status s) { state->deliver(s, done); });
+}
+
 void CudaDevice::copy_to_host(const Tensor& on_device, Stream& stream, std::function<void(StatusOr<Tensor>)> done) {
   CudaStream* cs = as_cuda_stream(stream);
   if (cs == nullptr) {

@@ -21,6 +21,7 @@
 #include <cstddef>
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -171,6 +172,11 @@ class CudaDevice final : public Device {
   // stream; ResourceExhausted when memory runs out; the CUDA error when a transfer fails.
   void copy_to_device(const Tensor& host, Stream& stream, std::function<void(StatusOr<Tensor>)> done) override;
   void copy_to_host(const Tensor& on_device, Stream& stream, std::function<void(StatusOr<Tensor>)> done) override;
+  // Another GPU whose memory this one can reach (cudaDeviceCanAccessPeer; peer access enabled on
+  // first use): copies go peer to peer, one cudaMemcpyPeerAsync on `stream`.
+  bool can_copy_from_peer(const Device& peer) const override;
+  void copy_from_peer(const Tensor& src, Device& peer, Stream& stream,
+                      std::function<void(StatusOr<Tensor>)> done) override;
 
   int ordinal() const { return ordinal_; }
   const std::string& gpu_name() const { return gpu_name_; }  // "NVIDIA H200"
@@ -211,6 +217,8 @@ class CudaDevice final : public Device {
   std::vector<CUevent_st*> free_events_;  // guarded by events_mu_
   std::mutex cublas_mu_;
   cublasContext* cublas_ = nullptr;  // guarded by cublas_mu_; created on first use
+  mutable std::mutex peers_mu_;
+  mutable std::map<int, bool> peers_;  // ordinal -> peer access usable; guarded by peers_mu_
 };
 
 // Registers every usable GPU as /device:GPU:<ordinal> in `registry`; returns how many. With no GPU

@@ -9,6 +9,12 @@
 
 namespace tessera::internal {
 
+namespace {
+// The owner tag of the CUDA events attached to tessera Events (Event::set_native): one for every
+// GPU of the process, since a stream may wait on any GPU's event.
+const char kCudaEventOwner = 0;
+}  // namespace
+
 // Note [CUDA streams]
 // ~~~~~~~~~~~~~~~~~~~
 // CudaStream implements Note [Devices and streams] (core/stream.cc) over a CUDA stream:
@@ -23,10 +29,10 @@ namespace tessera::internal {
 //   tessera Event there, with the stream's status or the CUDA error. then(done) is a record, so
 //   `done` runs on that thread, ours: it may launch GPU work, which a host function must not.
 //   Records are few: stream-ordered kernels record nothing of their own.
-// * wait(e) on an event this GPU recorded is a cudaStreamWaitEvent on the CUDA event the record
-//   attached to `e` (Event::set_native; the event goes back to the pool only after `e`
-//   completes), so copies wait for kernels on the GPU. An event of another device (SIM, CPU,
-//   another GPU) parks the host-side queue until `e` completes, then issues what came after it.
+// * wait(e) on an event a GPU recorded (this one or another) is a cudaStreamWaitEvent on the CUDA
+//   event the record attached to `e` (Event::set_native; the event goes back to its pool only
+//   after `e` completes), so copies wait for kernels on the GPU. An event of another kind of
+//   device (SIM, CPU) parks the host-side queue until `e` completes, then issues what follows.
 // * enqueue(work) records a marker and parks; when the marker completes, `work` runs on the
 //   completion thread and the queue resumes. Host work thus sees every earlier GPU result, later
 //   GPU work waits for it, and it may call CUDA.
@@ -116,9 +122,10 @@ void CudaStream::issue() {
           if (!s.ok() && error_.ok()) error_ = s.with_prefix("waited-on event failed: ");
           break;
         }
-        // An event of this GPU: the GPU waits for it, the host does not.
+        // An event of a GPU (this one or another: cudaStreamWaitEvent takes either): the GPU waits
+        // for it, the host does not.
         cudaError_t native_error = cudaSuccess;
-        if (event.with_native(&device_, [&](void* handle) {
+        if (event.with_native(&kCudaEventOwner, [&](void* handle) {
               native_error = cudaStreamWaitEvent(stream_, static_cast<cudaEvent_t>(handle), 0);
             })) {
           if (native_error == cudaSuccess) break;
@@ -226,7 +233,7 @@ void CudaStream::issue_record(const Event& event) {
     return fail(cuda_error(e, fmt::format("cudaEventRecord on {}", name_)));
   }
   Event recorded = event;
-  recorded.set_native(&device_, cuda_event.value());  // before the completion thread can see it
+  recorded.set_native(&kCudaEventOwner, cuda_event.value());  // before the completion thread sees it
   device_.completions_->add(this, index_, cuda_event.value(), event);
   (void)device_.completions_->wake_after(stream_);
 }

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <future>
 #include <memory>
 #include <mutex>
 #include <random>
@@ -485,6 +486,39 @@ TEST_F(CudaDeviceTest, OutOfDeviceMemoryIsResourceExhausted) {
   auto small = d->allocate_tensor(DType::Float32, Shape{1024});
   ASSERT_TRUE(small.ok());
   EXPECT_TRUE(to_host(*d, small.value()).ok());
+}
+
+}  // namespace
+}  // namespace tessera::internal
+
+namespace tessera::internal {
+namespace {
+
+// Two GPUs that reach each other's memory copy peer to peer: the bytes arrive, on the
+// destination's copy stream, without host memory.
+TEST(CudaPeerTest, ATensorCopiesFromOneGpuToAnotherPeerToPeer) {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count < 2) {
+    (void)cudaGetLastError();
+    GTEST_SKIP() << "needs two GPUs";
+  }
+  auto a = CudaDevice::create(0);
+  auto b = CudaDevice::create(1);
+  ASSERT_TRUE(a.ok() && b.ok());
+  if (!b.value()->can_copy_from_peer(*a.value())) GTEST_SKIP() << "GPU 1 cannot reach GPU 0's memory";
+  Tensor host(DType::Float32, Shape{1 << 20});
+  for (int64_t i = 0; i < host.num_elements(); ++i) host.mutable_data<float>()[i] = static_cast<float>(i % 977);
+  auto on_a = tessera::testing::copy_to_device_now(*a.value(), host);
+  ASSERT_TRUE(on_a.ok()) << on_a.status().to_string();
+  std::promise<StatusOr<Tensor>> got;
+  b.value()->copy_from_peer(on_a.value(), *a.value(), b.value()->host_to_device_stream(),
+                            [&](StatusOr<Tensor> t) { got.set_value(std::move(t)); });
+  auto on_b = got.get_future().get();
+  ASSERT_TRUE(on_b.ok()) << on_b.status().to_string();
+  EXPECT_EQ(on_b.value().device(), b.value()->name());
+  auto back = tessera::testing::copy_to_host_now(*b.value(), on_b.value());
+  ASSERT_TRUE(back.ok());
+  EXPECT_TRUE(back.value().equals(host));
 }
 
 }  // namespace
