@@ -36,7 +36,8 @@ struct RunMetadata {
 // How the placement pass chooses a device for the ops no request or colocation pins:
 //   cost       a cost model (FLOPs and bytes per op, per-device throughput, transfer cost per
 //              edge) and list scheduling by earliest finish time; tiny ops stay on the host;
-//   gpu_first  TensorFlow's rule: an accelerator whenever it has a kernel for the op;
+//   gpu_first  TensorFlow's rule: an accelerator whenever it has a kernel for the op (with
+//              several GPUs, the one that finishes it first, so independent branches spread);
 //   cpu_only   the host CPU (requests for accelerators are soft-placed there).
 enum class PlacementPolicy { cost, gpu_first, cpu_only };
 
