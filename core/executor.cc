@@ -390,6 +390,7 @@ RunState::RunState(const Options& options)
   step_params_.rendezvous = opt_.rendezvous;
   step_params_.trace = opt_.trace ? this : nullptr;
   step_params_.stream_work = this;
+  step_params_.allow_tf32 = opt_.allow_tf32;
 }
 
 RunState::~RunState() {

@@ -136,6 +136,7 @@ class RunState final : public TraceSink, public StreamWork {
     // Called once, with the reason, when this partition fails or is cancelled (so the session
     // can abort the step's other partitions). May be null. Not owned.
     const std::function<void(const Status&)>* on_abort = nullptr;
+    bool allow_tf32 = false;  // SessionOptions::allow_tf32, for the kernels
   };
   explicit RunState(const Options& options);
   ~RunState() override;

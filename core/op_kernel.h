@@ -84,6 +84,8 @@ class OpKernelContext {
     // Non-null when a kernel may finish at enqueue (Note [Stream-ordered kernels]); null (the
     // kernel test harness, a direct compute()) means `done` must wait for the device work.
     StreamWork* stream_work = nullptr;
+    // SessionOptions::allow_tf32: float32 MatMuls may use TF32 tensor cores.
+    bool allow_tf32 = false;
     // Where the outputs go: the caller's array of the node's outputs, all null to begin with (the
     // executor passes the step's slots, so an output is stored once, where its consumers read
     // it). Null: the context keeps them. Not owned.
@@ -133,6 +135,7 @@ class OpKernelContext {
   Rendezvous* rendezvous() const { return p_.rendezvous; }
   TraceSink* trace() const { return p_.trace; }
   StreamWork* stream_work() const { return p_.stream_work; }
+  bool allow_tf32() const { return p_.allow_tf32; }
   // What this context was made with (the node's own fields included), e.g. to make a context for
   // stream work that outlives this one.
   const Params& params() const { return p_; }

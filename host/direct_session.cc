@@ -265,6 +265,7 @@ Status SessionImpl::run_step(const std::vector<Output>& fetches, const FeedMap& 
   ro.timeout = options.timeout;
   ro.trace = options.trace;
   ro.rendezvous = remote;
+  ro.allow_tf32 = options_.allow_tf32;
   std::unique_ptr<MultiStep> multi;  // only for a step that spans devices
   if (!sp.devices.empty()) {
     for (const auto& dp : sp.devices) {  // a failed device fails its steps at once (Device::health)

@@ -54,6 +54,7 @@ DeviceCostProfile CudaDevice::measure_cost_profile() {
         cudaMemsetAsync(a, 0x3c, bytes, stream) == cudaSuccess) {  // every float 0.0115
       const double t = best_of(3, [&] {
         return with_cublas(stream, [&](cublasContext* h) -> Status {
+                 (void)cublasSetMathMode(h, CUBLAS_DEFAULT_MATH);  // full float32, as a session's default
                  const float one = 1, zero = 0;
                  const auto* m = static_cast<const float*>(a);
                  const cublasStatus_t st = cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &one, m, n, m, n, &zero,

@@ -245,7 +245,8 @@ class MatMulGpuOp final : public GpuOpKernel {
     const auto ldb = static_cast<int>(b.shape().dim(1));
     const bool f32 = a.dtype() == DType::Float32;
     CudaDevice* device = &r.device;
-    r.launch([check = r.launch_check, device, f32, pa, pb, pc, m, k, n, ta, tb, lda, ldb](cudaStream_t s) {
+    const bool tf32 = ctx.allow_tf32();
+    r.launch([check = r.launch_check, device, f32, tf32, pa, pb, pc, m, k, n, ta, tb, lda, ldb](cudaStream_t s) {
       // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: cuBLAS sees each stored
       // row-major matrix as its transpose, so the operands swap and the transposes stay.
       const cublasOperation_t op_b = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -254,6 +255,10 @@ class MatMulGpuOp final : public GpuOpKernel {
       const int ik = static_cast<int>(k);
       const int in = static_cast<int>(n);
       Status st = device->with_cublas(s, [&](cublasContext* handle) -> Status {
+        // The handle is shared: each call sets its session's mode (SessionOptions::allow_tf32).
+        const cublasStatus_t mode =
+            cublasSetMathMode(handle, f32 && tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH);
+        if (mode != CUBLAS_STATUS_SUCCESS) return cublas_status(mode, "cublasSetMathMode");
         if (f32) {
           const float one = 1.0f;
           const float zero = 0.0f;

@@ -46,6 +46,10 @@ struct SessionOptions {
   bool allow_soft_placement = true;
   int inter_op_threads = 0;  // 0 = the process-wide pool, one thread per hardware thread
   PlacementPolicy placement_policy = PlacementPolicy::cost;
+  // Lets float32 MatMuls on a GPU use TF32 tensor cores (10-bit mantissa products, float32
+  // accumulation): several times faster, less exact. TensorFlow 1's default: off, full float32.
+  // Nothing changes on the CPU.
+  bool allow_tf32 = false;
   // Sessions on a cluster target: the deadline of each call to the master that should be quick
   // (creating, extending, closing the session). A run itself may take as long as it needs (bound
   // it with RunOptions::timeout); it fails with UnavailableError as soon as the connection to the
