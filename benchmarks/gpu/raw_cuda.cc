@@ -6,6 +6,7 @@
 //   BM_gpu_add_256MiB/raw_memcpy_d2d   cudaMemcpyAsync of 256 MiB within the GPU: the bandwidth an
 //                                      elementwise op can hope for (bytes read plus written)
 //   BM_gpu_matmul_4096/raw_cublas      cublasSgemm (default math mode, as tessera's MatMul)
+//   BM_gpu_matmul_4096_tf32/raw_cublas cublasSgemm in CUBLAS_TF32_TENSOR_OP_MATH mode
 //   BM_gpu_chain_100/raw_cuda          the input up, 100 cublasSaxpy (x += 1 * ones) back to back on
 //                                      one stream, the result down, one cudaStreamSynchronize
 //   BM_gpu_mlp_step/raw_cuda           per layer cublasSgemm, a hand-written bias add and ReLU
@@ -131,7 +132,8 @@ void BM_gpu_add_256MiB(benchmark::State& state, const char* impl) {
   state.SetBytesProcessed(state.iterations() * 2 * static_cast<int64_t>(bytes));  // read + written
 }
 
-void BM_gpu_matmul_4096(benchmark::State& state, const char* impl) {
+// cublasSgemm in the default math mode (full float32) or TF32 tensor-op mode.
+void matmul_4096(benchmark::State& state, const char* impl, bool tf32) {
   tessera_bench::set_impl(state, impl);
   if (!gpu_bench::require_gpu(state)) return;
   constexpr int kN = gpu_bench::kMatMulN;
@@ -156,6 +158,7 @@ void BM_gpu_matmul_4096(benchmark::State& state, const char* impl) {
   cublasHandle_t handle = nullptr;
   if (cublasCreate(&handle) != CUBLAS_STATUS_SUCCESS) return state.SkipWithError("cublasCreate failed");
   (void)cublasSetStream(handle, stream.s);
+  (void)cublasSetMathMode(handle, tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH);
   const float one = 1.0f;
   const float zero = 0.0f;
   // Row-major C = A B as column-major C^T = B^T A^T.
@@ -181,6 +184,9 @@ void BM_gpu_matmul_4096(benchmark::State& state, const char* impl) {
   }
   (void)cublasDestroy(handle);
 }
+
+void BM_gpu_matmul_4096(benchmark::State& state, const char* impl) { matmul_4096(state, impl, false); }
+void BM_gpu_matmul_4096_tf32(benchmark::State& state, const char* impl) { matmul_4096(state, impl, true); }
 
 void BM_gpu_chain_100(benchmark::State& state, const char* impl) {
   tessera_bench::set_impl(state, impl);
@@ -331,4 +337,5 @@ BENCHMARK_CAPTURE(BM_gpu_chain_100, raw_cuda, "raw_cuda")->UseRealTime()->Unit(b
 BENCHMARK_CAPTURE(BM_gpu_h2d_256MiB, raw_pinned, "raw_pinned")->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_gpu_h2d_256MiB, raw_pageable, "raw_pageable")->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_gpu_add_256MiB, raw_memcpy_d2d, "raw_memcpy_d2d")->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_gpu_matmul_4096_tf32, raw_cublas, "raw_cublas")->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_gpu_matmul_4096, raw_cublas, "raw_cublas")->UseRealTime()->Unit(benchmark::kMillisecond);

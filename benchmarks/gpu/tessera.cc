@@ -269,8 +269,40 @@ void BM_gpu_reduce_sum_256MiB(benchmark::State& state, const char* impl) {
   state.SetBytesProcessed(state.iterations() * gpu_bench::kReduceElements * static_cast<int64_t>(sizeof(float)));
 }
 
+// The 4096 x 4096 MatMul as a session with allow_tf32 runs it: the inputs constants on the GPU
+// (copied there once), the MatMul run as a target (the step waits for the GPU, nothing fetched).
+void BM_gpu_matmul_4096_tf32(benchmark::State& state, const char* impl) {
+  tessera_bench::set_impl(state, impl);
+  if (!gpu_bench::require_gpu(state)) return;
+  const std::string gpu = first_gpu();
+  if (gpu.empty()) return state.SkipWithError("no GPU among the process's devices");
+  constexpr int64_t kN = gpu_bench::kMatMulN;
+  Graph g;
+  Output c;
+  {
+    auto scope = g.device(gpu);
+    c = ops::matmul(ops::constant(g, matrix_of(kN, kN, gpu_bench::matmul_a)),
+                    ops::constant(g, matrix_of(kN, kN, gpu_bench::matmul_b)), false, false, "c");
+  }
+  SessionOptions options;
+  options.allow_tf32 = true;
+  Session s(g, options);
+  const Tensor out = s.run(c);  // small integers: exact in TF32 too
+  bool ok = true;
+  for (int64_t probe = 0; ok && probe < 16; ++probe) {
+    const int64_t i = (probe * 977) % kN;
+    const int64_t j = (probe * 1231 + 5) % kN;
+    ok = out.data<float>()[i * kN + j] == gpu_bench::matmul_c(i, j);
+  }
+  if (!tessera_bench::check(state, ok, "C = A B at 16 probes")) return;
+  for (auto _ : state) s.run(c.op());
+  state.counters["flops"] =
+      benchmark::Counter(gpu_bench::kMatMulFlops, benchmark::Counter::kIsIterationInvariantRate);
+}
+
 }  // namespace
 
+BENCHMARK_CAPTURE(BM_gpu_matmul_4096_tf32, tessera, "tessera")->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_gpu_mlp_step, tessera, "tessera")->UseRealTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(BM_gpu_reduce_sum_256MiB, tessera, "tessera")->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_gpu_copy_sweep)
