@@ -1,6 +1,7 @@
 // Helpers of the gpu workload (benchmarks/gpu/): sizes, the GPU (or a skip), the checked inputs.
 //
 //   BM_gpu_h2d_256MiB/<impl>      256 MiB from host memory into GPU memory, waited for
+//   BM_gpu_d2h_256MiB/<impl>      256 MiB from GPU memory back into host memory, waited for
 //   BM_gpu_add_256MiB/<impl>      c = a + b over 64 Mi float32 (768 MiB of traffic); the baseline
 //                                 is the device's own bandwidth: a cudaMemcpy of 256 MiB within it
 //   BM_gpu_matmul_4096/<impl>     4096 x 4096 float32 MatMul (2 * 4096^3 flops)

@@ -3,6 +3,7 @@
 //
 //   BM_gpu_h2d_256MiB/raw_pinned       cudaMemcpyAsync from page-locked memory (the copy engine's peak)
 //   BM_gpu_h2d_256MiB/raw_pageable     cudaMemcpyAsync from ordinary memory (what a naive copy gets)
+//   BM_gpu_d2h_256MiB/raw_pinned       cudaMemcpyAsync into page-locked memory (the peak back)
 //   BM_gpu_add_256MiB/raw_memcpy_d2d   cudaMemcpyAsync of 256 MiB within the GPU: the bandwidth an
 //                                      elementwise op can hope for (bytes read plus written)
 //   BM_gpu_matmul_4096/raw_cublas      cublasSgemm (default math mode, as tessera's MatMul)
@@ -107,6 +108,35 @@ void BM_gpu_h2d_256MiB(benchmark::State& state, const char* impl) {
   tessera_bench::set_impl(state, impl);
   if (!gpu_bench::require_gpu(state)) return;
   h2d(state, std::string(impl) == "raw_pinned");
+}
+
+// 256 MiB from GPU memory into page-locked host memory: the copy engine's device-to-host peak.
+void BM_gpu_d2h_256MiB(benchmark::State& state, const char* impl) {
+  tessera_bench::set_impl(state, impl);
+  if (!gpu_bench::require_gpu(state)) return;
+  const std::size_t bytes = gpu_bench::kCopyBytes;
+  void* host = nullptr;
+  if (!ok(state, cudaHostAlloc(&host, bytes, cudaHostAllocDefault), "cudaHostAlloc")) return;
+  {
+    DeviceBuffer dev(bytes);
+    Stream stream;
+    if (dev.p == nullptr) {
+      state.SkipWithError("cudaMalloc failed");
+    } else if (ok(state, cudaMemset(dev.p, 0x5a, bytes), "cudaMemset") &&
+               ok(state, cudaMemcpyAsync(host, dev.p, bytes, cudaMemcpyDeviceToHost, stream.s), "copy") &&
+               ok(state, cudaStreamSynchronize(stream.s), "sync") &&
+               tessera_bench::check(state,
+                                    static_cast<unsigned char*>(host)[0] == 0x5a &&
+                                        static_cast<unsigned char*>(host)[bytes - 1] == 0x5a,
+                                    "bytes arrived")) {
+      for (auto _ : state) {
+        (void)cudaMemcpyAsync(host, dev.p, bytes, cudaMemcpyDeviceToHost, stream.s);
+        if (!ok(state, cudaStreamSynchronize(stream.s), "cudaMemcpyAsync")) break;
+      }
+      state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(bytes));
+    }
+  }
+  (void)cudaFreeHost(host);
 }
 
 void BM_gpu_add_256MiB(benchmark::State& state, const char* impl) {
@@ -336,6 +366,7 @@ BENCHMARK_CAPTURE(BM_gpu_reduce_sum_256MiB, raw_cuda, "raw_cuda")->UseRealTime()
 BENCHMARK_CAPTURE(BM_gpu_chain_100, raw_cuda, "raw_cuda")->UseRealTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(BM_gpu_h2d_256MiB, raw_pinned, "raw_pinned")->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_gpu_h2d_256MiB, raw_pageable, "raw_pageable")->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_gpu_d2h_256MiB, raw_pinned, "raw_pinned")->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_gpu_add_256MiB, raw_memcpy_d2d, "raw_memcpy_d2d")->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_gpu_matmul_4096_tf32, raw_cublas, "raw_cublas")->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_gpu_matmul_4096, raw_cublas, "raw_cublas")->UseRealTime()->Unit(benchmark::kMillisecond);

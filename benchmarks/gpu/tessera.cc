@@ -72,6 +72,26 @@ void BM_gpu_h2d_256MiB(benchmark::State& state, const char* impl) {
   state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(gpu_bench::kCopyBytes));
 }
 
+// 256 MiB back to the host through the device's copy path (a fetch's copy: a fresh host tensor).
+void BM_gpu_d2h_256MiB(benchmark::State& state, const char* impl) {
+  tessera_bench::set_impl(state, impl);
+  CudaDevice* gpu = the_gpu();
+  if (gpu == nullptr) return state.SkipWithError("no usable GPU");
+  const auto n = static_cast<int64_t>(gpu_bench::kCopyBytes / sizeof(float));
+  Tensor host(DType::Float32, Shape{n});
+  float* p = host.mutable_data<float>();
+  for (int64_t i = 0; i < n; ++i) p[i] = static_cast<float>(i % 1000003);
+  auto on_gpu = to_device(*gpu, host);
+  auto back = on_gpu.ok() ? to_host(*gpu, on_gpu.value()) : on_gpu;
+  if (!tessera_bench::check(state, back.ok() && back.value().equals(host), "256 MiB round trip")) return;
+  for (auto _ : state) {
+    auto t = to_host(*gpu, on_gpu.value());
+    if (!t.ok()) return state.SkipWithError(t.status().to_string().c_str());
+    benchmark::DoNotOptimize(t);
+  }
+  state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(gpu_bench::kCopyBytes));
+}
+
 void BM_gpu_add_256MiB(benchmark::State& state, const char* impl) {
   tessera_bench::set_impl(state, impl);
   CudaDevice* gpu = the_gpu();
@@ -312,6 +332,7 @@ BENCHMARK(BM_gpu_copy_sweep)
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_gpu_chain_100, tessera, "tessera")->UseRealTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_gpu_d2h_256MiB, tessera, "tessera")->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_gpu_h2d_256MiB, tessera, "tessera")->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_gpu_add_256MiB, tessera, "tessera")->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_gpu_matmul_4096, tessera, "tessera")->UseRealTime()->Unit(benchmark::kMillisecond);
