@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include <fmt/format.h>
+
 #include "core/logging.h"
 #include "core/op_registry.h"
 
@@ -61,6 +63,12 @@ void Device::mark_failed(const Status& reason) {
   failure_ = reason.ok() ? errors::internal("{} failed", name_) : reason;
   failed_.store(true, std::memory_order_release);
   TESSERA_LOG(kError, "{} is marked failed: {}", name_, failure_.to_string());
+}
+
+Status Device::fail_after(const std::string& op, const Status& error) {
+  Status reason = error.with_prefix(fmt::format("{}, after {}: ", name_, op));
+  mark_failed(reason);
+  return reason;
 }
 
 Status Device::health() const {

@@ -115,6 +115,9 @@ class Device {
   // skipped) is failed for good: steps that need it fail at once with `reason`, which should name
   // the op whose work the failure followed. The first reason wins; work on other devices goes on.
   void mark_failed(const Status& reason);
+  // mark_failed with `error`, a stream's, found after the work of op `op` ("name (Type)"): the
+  // reason is "<device>, after <op>: <error>", which it returns.
+  Status fail_after(const std::string& op, const Status& error);
   // OK, or why the device failed. One atomic load while it is healthy.
   Status health() const;
 

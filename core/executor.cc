@@ -46,17 +46,21 @@ int64_t now_micros() {
       .count();
 }
 
-void OpKernelContext::trace_on_stream(const Device& device, const Stream& stream, int64_t start_us,
-                                      const char* category) const {
-  if (p_.trace == nullptr) return;
+void trace_stream_span(TraceSink& sink, const Node& node, const Device& device, const Stream& stream,
+                       int64_t start_us, const char* category) {
   TraceRecord r;
-  r.name = p_.node->name;
-  r.category = category != nullptr ? category : p_.node->type;
+  r.name = node.name;
+  r.category = category != nullptr ? category : node.type;
   r.device = device.name();
   r.lane = stream.name();
   r.start_us = start_us;
   r.end_us = now_micros();
-  p_.trace->add(std::move(r));
+  sink.add(std::move(r));
+}
+
+void OpKernelContext::trace_on_stream(const Device& device, const Stream& stream, int64_t start_us,
+                                      const char* category) const {
+  if (p_.trace != nullptr) trace_stream_span(*p_.trace, *p_.node, device, stream, start_us, category);
 }
 
 // ---- Plan ----
@@ -539,9 +543,7 @@ void RunState::fail(const Status& s) {
 
 void RunState::device_fault(Device& device, const Node& node, const Status& s) {
   // The stream is in error (sticky, as a CUDA fault is): the device is done for.
-  const Status named = s.with_prefix(fmt::format("{}, after {}: ", device.name(), node.debug_name()));
-  device.mark_failed(named);
-  record_error(named);
+  record_error(device.fail_after(node.debug_name(), s));
 }
 
 void RunState::done() {

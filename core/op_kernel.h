@@ -62,6 +62,12 @@ class StreamWork {
   virtual void fail(const Status& s) = 0;
 };
 
+// Reports to `sink` a span of `node` from `start_us` (now_micros()) to now on `stream` of
+// `device`, under `category` (the op's type when null): how work on a stream traces itself, also
+// after its kernel's context is gone.
+void trace_stream_span(TraceSink& sink, const Node& node, const Device& device, const Stream& stream,
+                       int64_t start_us, const char* category = nullptr);
+
 class OpKernelContext {
  public:
   struct Params {

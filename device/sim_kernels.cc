@@ -40,8 +40,6 @@
 // still reads it and reused at once must never be overwritten before that kernel has run.
 #include <cstring>
 
-#include <fmt/format.h>
-
 #include "core/executor.h"
 #include "core/op_kernel.h"
 #include "core/op_registry.h"
@@ -63,8 +61,8 @@ class SimKernel final : public OpKernel {
  public:
   explicit SimKernel(std::unique_ptr<OpKernel> base) : OpKernel(base->node()), base_(std::move(base)) {
     const OpDef* def = OpRegistry::global().find_op(node().type);
-    stream_ordered_ = def != nullptr && def->shape_fn && !def->stateful && !def->host_only &&
-                      node().resource == nullptr && !base_->is_async();
+    stream_ordered_ = def != nullptr && def->shape_fn && !def->stateful && node().resource == nullptr &&
+                      !base_->is_async();
     if (stream_ordered_) {
       def_ = def;
       spec_.type = node().type;
@@ -145,16 +143,7 @@ class SimKernel final : public OpKernel {
     const int64_t start = ctx.trace() != nullptr ? now_micros() : 0;
     stream.enqueue([this, call = std::shared_ptr<StreamCall>(std::move(call)), work, &device, &stream, start] {
       run_on_stream(*call, *work);
-      if (call->params.trace != nullptr) {
-        TraceRecord r;
-        r.name = node().name;
-        r.category = node().type;
-        r.device = device.name();
-        r.lane = stream.name();
-        r.start_us = start;
-        r.end_us = now_micros();
-        call->params.trace->add(std::move(r));
-      }
+      if (call->params.trace != nullptr) trace_stream_span(*call->params.trace, node(), device, stream, start);
     });
     work->issued(device, stream, node());
     done();
@@ -213,7 +202,7 @@ class SimKernel final : public OpKernel {
       if (!s.ok()) {
         // The stream is in error (sticky, as a CUDA fault is): the device is done for, and the
         // failure names this op, whose work it was found after.
-        dev->mark_failed(s.with_prefix(fmt::format("{}, after {}: ", dev->name(), ctx.node().debug_name())));
+        dev->fail_after(ctx.node().debug_name(), s).ignore();  // the op fails with the stream's own error
         ctx.fail(s);
       }
       done();

@@ -90,6 +90,19 @@ struct CopyState {
   }
 };
 
+// A copy of `src` into `device`'s memory: its target taken for `stream`, from that stream's own
+// cache (whatever used the memory before is queued ahead on the stream or has passed it on the
+// others: Note [Stream-ordered memory] in device/sim_kernels.cc). Source and target are held until
+// the copy has run.
+StatusOr<std::shared_ptr<CopyState>> copy_into(CudaDevice& device, const Tensor& src, Stream& stream) {
+  auto dst = device.allocate_tensor(src.dtype(), src.shape(), &stream);
+  if (!dst.ok()) return dst.status();
+  auto state = std::make_shared<CopyState>();
+  state->src = src;
+  state->dst = std::move(dst).value();
+  return state;
+}
+
 }  // namespace
 
 // ----- CudaDevice -----
@@ -244,16 +257,12 @@ void CudaDevice::copy_to_device(const Tensor& host, Stream& stream, std::functio
                                   kHostDeviceName, host.device()));
     return;
   }
-  // From the copy stream's own cache: whatever used that memory before is queued ahead on this
-  // stream, or has passed it on the others (Note [Stream-ordered memory] in device/sim_kernels.cc).
-  auto dst = allocate_tensor(host.dtype(), host.shape(), &stream);
-  if (!dst.ok()) {
-    done(dst.status());
+  auto copy = copy_into(*this, host, stream);
+  if (!copy.ok()) {
+    done(copy.status());
     return;
   }
-  auto state = std::make_shared<CopyState>();
-  state->src = host;
-  state->dst = std::move(dst).value();
+  std::shared_ptr<CopyState> state = std::move(copy).value();
   // The pieces, staged by whichever thread takes each next: this one and, for a copy of several
   // pieces, the staging threads. Each piece's transfer starts as soon as it is staged, while
   // other pieces are still being staged. The source is a host tensor, immutable, so the staging
@@ -335,15 +344,12 @@ void CudaDevice::copy_from_peer(const Tensor& src, Device& peer, Stream& stream,
                                   src.is_null() ? "nothing" : src.device(), peer.name(), stream.name()));
     return;
   }
-  // Taken for the copy stream (Note [Stream-ordered memory] in device/sim_kernels.cc).
-  auto dst = allocate_tensor(src.dtype(), src.shape(), &stream);
-  if (!dst.ok()) {
-    done(dst.status());
+  auto copy = copy_into(*this, src, stream);
+  if (!copy.ok()) {
+    done(copy.status());
     return;
   }
-  auto state = std::make_shared<CopyState>();
-  state->src = src;  // both held until the copy has run
-  state->dst = std::move(dst).value();
+  std::shared_ptr<CopyState> state = std::move(copy).value();
   if (src.bytes() > 0) {
     cs->launch([state, to = ordinal_, from = gpu->ordinal_](CUstream_st* s) {
       const cudaError_t e = cudaMemcpyPeerAsync(state->dst.raw_mutable_data(), to, state->src.raw_data(), from,

@@ -2,8 +2,6 @@
 
 #include <condition_variable>
 
-#include <fmt/format.h>
-
 #include "core/executor.h"
 #include "core/op_registry.h"
 #include "device/cuda/cuda_status.h"
@@ -143,16 +141,7 @@ void GpuOpKernel::compute_async(OpKernelContext& ctx, std::function<void()> done
     if (r.finish || sink != nullptr) {
       work->issued_then(*gpu, stream, node(),
                         [this, finish = std::move(r.finish), sink, gpu, &stream, start](Status s) -> Status {
-                          if (sink != nullptr) {
-                            TraceRecord record;
-                            record.name = node().name;
-                            record.category = node().type;
-                            record.device = gpu->name();
-                            record.lane = stream.name();
-                            record.start_us = start;
-                            record.end_us = now_micros();
-                            sink->add(std::move(record));
-                          }
+                          if (sink != nullptr) trace_stream_span(*sink, node(), *gpu, stream, start);
                           if (!s.ok() || !finish) return Status();
                           try {
                             return finish();
@@ -172,7 +161,7 @@ void GpuOpKernel::compute_async(OpKernelContext& ctx, std::function<void()> done
     if (!s.ok()) {
       // An asynchronous fault (the stream's event failed): the GPU is failed for good, and the
       // reason names this op, whose launch the fault followed.
-      gpu->mark_failed(s.with_prefix(fmt::format("{}, after {}: ", gpu->name(), ctx.node().debug_name())));
+      gpu->fail_after(ctx.node().debug_name(), s).ignore();  // the op fails with the stream's own error
       ctx.fail(s);
     } else if (finish) {
       try {
