@@ -53,15 +53,33 @@ bool on_accelerator(const std::string& device) {
   return device.find("/device:SIM:") != std::string::npos || device.find("/device:GPU:") != std::string::npos;
 }
 
-// The device a traced step ran op `name` on (the trace's process of its span), "" when absent.
-std::string traced_device_of(const std::string& trace_json, const std::string& name) {
+// A traced step's spans ("X" events), with the device (the trace's process) and lane (its
+// thread: a stream's name, or an executing thread) each ran on.
+struct TracedSpan {
+  std::string name, category, device, lane;
+  int64_t dur = 0;
+};
+std::vector<TracedSpan> traced_spans(const std::string& trace_json) {
   auto trace = nlohmann::json::parse(trace_json);
   std::map<int, std::string> process;
+  std::map<std::pair<int, int>, std::string> lane;
   for (const auto& e : trace["traceEvents"]) {
     if (e["ph"] == "M" && e["name"] == "process_name") process[e["pid"]] = e["args"]["name"];
+    if (e["ph"] == "M" && e["name"] == "thread_name") lane[{e["pid"], e["tid"]}] = e["args"]["name"];
   }
+  std::vector<TracedSpan> spans;
   for (const auto& e : trace["traceEvents"]) {
-    if (e["ph"] == "X" && e["name"] == name) return process[e["pid"]];
+    if (e["ph"] != "X") continue;
+    spans.push_back(TracedSpan{e["name"], e["cat"], process[e["pid"]], lane[{e["pid"], e["tid"]}],
+                               e["dur"].get<int64_t>()});
+  }
+  return spans;
+}
+
+// The device a traced step ran op `name` on, "" when absent.
+std::string traced_device_of(const std::string& trace_json, const std::string& name) {
+  for (const TracedSpan& span : traced_spans(trace_json)) {
+    if (span.name == name) return span.device;
   }
   return "";
 }
@@ -309,22 +327,13 @@ TEST(HeterogeneousTest, TraceShowsKernelsOnStreamsAndCopiesOnCopyStreams) {
   ro.trace = true;
   RunMetadata md;
   s.run({z}, {{x, Tensor::matrix<float>(iota_floats(64 * 64, 1.0f), 64, 64)}}, {}, ro, &md);
-  auto trace = nlohmann::json::parse(md.trace_json);
-  std::map<int, std::string> process;
-  std::map<std::pair<int, int>, std::string> lane;
-  for (const auto& e : trace["traceEvents"]) {
-    if (e["ph"] == "M" && e["name"] == "process_name") process[e["pid"]] = e["args"]["name"];
-    if (e["ph"] == "M" && e["name"] == "thread_name") lane[{e["pid"], e["tid"]}] = e["args"]["name"];
-  }
   bool matmul_on_stream = false, h2d_copy = false, d2h_copy = false;
-  for (const auto& e : trace["traceEvents"]) {
-    if (e["ph"] != "X") continue;
-    const std::string dev = process[e["pid"]];
-    const std::string on = lane[{e["pid"], e["tid"]}];
-    EXPECT_GE(e["dur"].get<int64_t>(), 0);
-    if (e["cat"] == "MatMul" && dev == kSim0 && on.find("stream:compute") != std::string::npos) matmul_on_stream = true;
-    if (e["cat"] == "copy" && on.find("host_to_device") != std::string::npos) h2d_copy = true;
-    if (e["cat"] == "copy" && on.find("device_to_host") != std::string::npos) d2h_copy = true;
+  for (const TracedSpan& span : traced_spans(md.trace_json)) {
+    EXPECT_GE(span.dur, 0);
+    const auto on = [&](const char* lane) { return span.lane.find(lane) != std::string::npos; };
+    if (span.category == "MatMul" && span.device == kSim0 && on("stream:compute")) matmul_on_stream = true;
+    if (span.category == "copy" && on("host_to_device")) h2d_copy = true;
+    if (span.category == "copy" && on("device_to_host")) d2h_copy = true;
   }
   EXPECT_TRUE(matmul_on_stream) << md.trace_json;
   EXPECT_TRUE(h2d_copy) << md.trace_json;
@@ -353,20 +362,11 @@ TEST(HeterogeneousTest, CopiesBetweenAcceleratorsGoPeerToPeer) {
   auto out = s.run({z}, {{x, xv}}, {}, ro, &md);
   Session host(g, with_policy(PlacementPolicy::cpu_only));
   testing::expect_same(out[0], host.run({z}, {{x, xv}})[0], 1e-5);
-  auto trace = nlohmann::json::parse(md.trace_json);
-  std::map<int, std::string> process;
-  std::map<std::pair<int, int>, std::string> lane;
-  for (const auto& e : trace["traceEvents"]) {
-    if (e["ph"] == "M" && e["name"] == "process_name") process[e["pid"]] = e["args"]["name"];
-    if (e["ph"] == "M" && e["name"] == "thread_name") lane[{e["pid"], e["tid"]}] = e["args"]["name"];
-  }
   int sim0_to_host = 0, into_sim1 = 0;
-  for (const auto& e : trace["traceEvents"]) {
-    if (e["ph"] != "X" || e["cat"] != "copy") continue;
-    const std::string dev = process[e["pid"]];
-    const std::string on = lane[{e["pid"], e["tid"]}];
-    if (dev == kSim0 && on.find("device_to_host") != std::string::npos) ++sim0_to_host;
-    if (dev == kSim1 && on.find("host_to_device") != std::string::npos) ++into_sim1;
+  for (const TracedSpan& span : traced_spans(md.trace_json)) {
+    if (span.category != "copy") continue;
+    if (span.device == kSim0 && span.lane.find("device_to_host") != std::string::npos) ++sim0_to_host;
+    if (span.device == kSim1 && span.lane.find("host_to_device") != std::string::npos) ++into_sim1;
   }
   EXPECT_EQ(sim0_to_host, 0) << "y went through host memory\n" << md.trace_json;
   EXPECT_EQ(into_sim1, 1) << md.trace_json;

@@ -53,17 +53,26 @@ Tensor filled(int64_t n, float value) {
   return t;
 }
 
+// 256 MiB of a pattern on the host and its copy on the GPU, checked by a round trip; false (the
+// benchmark skipped) when that fails.
+bool copy_pair(benchmark::State& state, CudaDevice& gpu, Tensor* host, Tensor* on_gpu) {
+  const auto n = static_cast<int64_t>(gpu_bench::kCopyBytes / sizeof(float));
+  *host = Tensor(DType::Float32, Shape{n});
+  float* p = host->mutable_data<float>();
+  for (int64_t i = 0; i < n; ++i) p[i] = static_cast<float>(i % 1000003);
+  auto up = to_device(gpu, *host);
+  auto back = up.ok() ? to_host(gpu, up.value()) : up;
+  if (!tessera_bench::check(state, back.ok() && back.value().equals(*host), "256 MiB round trip")) return false;
+  *on_gpu = std::move(up).value();
+  return true;
+}
+
 void BM_gpu_h2d_256MiB(benchmark::State& state, const char* impl) {
   tessera_bench::set_impl(state, impl);
   CudaDevice* gpu = the_gpu();
   if (gpu == nullptr) return state.SkipWithError("no usable GPU");
-  const auto n = static_cast<int64_t>(gpu_bench::kCopyBytes / sizeof(float));
-  Tensor host(DType::Float32, Shape{n});
-  float* p = host.mutable_data<float>();
-  for (int64_t i = 0; i < n; ++i) p[i] = static_cast<float>(i % 1000003);
-  auto on_gpu = to_device(*gpu, host);
-  auto back = on_gpu.ok() ? to_host(*gpu, on_gpu.value()) : on_gpu;
-  if (!tessera_bench::check(state, back.ok() && back.value().equals(host), "256 MiB round trip")) return;
+  Tensor host, on_gpu;
+  if (!copy_pair(state, *gpu, &host, &on_gpu)) return;
   for (auto _ : state) {
     auto t = to_device(*gpu, host);
     if (!t.ok()) return state.SkipWithError(t.status().to_string().c_str());
@@ -77,15 +86,10 @@ void BM_gpu_d2h_256MiB(benchmark::State& state, const char* impl) {
   tessera_bench::set_impl(state, impl);
   CudaDevice* gpu = the_gpu();
   if (gpu == nullptr) return state.SkipWithError("no usable GPU");
-  const auto n = static_cast<int64_t>(gpu_bench::kCopyBytes / sizeof(float));
-  Tensor host(DType::Float32, Shape{n});
-  float* p = host.mutable_data<float>();
-  for (int64_t i = 0; i < n; ++i) p[i] = static_cast<float>(i % 1000003);
-  auto on_gpu = to_device(*gpu, host);
-  auto back = on_gpu.ok() ? to_host(*gpu, on_gpu.value()) : on_gpu;
-  if (!tessera_bench::check(state, back.ok() && back.value().equals(host), "256 MiB round trip")) return;
+  Tensor host, on_gpu;
+  if (!copy_pair(state, *gpu, &host, &on_gpu)) return;
   for (auto _ : state) {
-    auto t = to_host(*gpu, on_gpu.value());
+    auto t = to_host(*gpu, on_gpu);
     if (!t.ok()) return state.SkipWithError(t.status().to_string().c_str());
     benchmark::DoNotOptimize(t);
   }
@@ -165,15 +169,10 @@ void BM_gpu_copy_sweep(benchmark::State& state) {
   auto created = CudaDevice::create(0, options);
   if (!created.ok()) return state.SkipWithError(created.status().to_string().c_str());
   CudaDevice& gpu = *created.value();
-  const auto n = static_cast<int64_t>(gpu_bench::kCopyBytes / sizeof(float));
-  Tensor host = filled(n, 0.0f);
-  float* p = host.mutable_data<float>();
-  for (int64_t i = 0; i < n; ++i) p[i] = static_cast<float>(i % 1000003);
-  auto on_gpu = to_device(gpu, host);
-  auto back = on_gpu.ok() ? to_host(gpu, on_gpu.value()) : on_gpu;
-  if (!tessera_bench::check(state, back.ok() && back.value().equals(host), "256 MiB round trip")) return;
+  Tensor host, on_gpu;
+  if (!copy_pair(state, gpu, &host, &on_gpu)) return;
   for (auto _ : state) {
-    auto t = to_device_direction ? to_device(gpu, host) : to_host(gpu, on_gpu.value());
+    auto t = to_device_direction ? to_device(gpu, host) : to_host(gpu, on_gpu);
     if (!t.ok()) return state.SkipWithError(t.status().to_string().c_str());
     benchmark::DoNotOptimize(t);
   }
@@ -181,15 +180,20 @@ void BM_gpu_copy_sweep(benchmark::State& state) {
   state.SetLabel(to_device_direction ? "h2d" : "d2h");
 }
 
+// The process's first GPU (the device factory's, as a program's sessions get it), "" when none.
+std::string first_gpu() {
+  for (const DeviceInfo& d : list_devices()) {
+    if (d.type == "GPU") return d.name;
+  }
+  return "";
+}
+
 // The chain as a session runs it: every op placed on the process's first GPU (the device factory's,
 // as a program's sessions get it), the input fed from and the output fetched to the host.
 void BM_gpu_chain_100(benchmark::State& state, const char* impl) {
   tessera_bench::set_impl(state, impl);
   if (!gpu_bench::require_gpu(state)) return;
-  std::string gpu;
-  for (const DeviceInfo& d : list_devices()) {
-    if (d.type == "GPU" && gpu.empty()) gpu = d.name;
-  }
+  const std::string gpu = first_gpu();
   if (gpu.empty()) return state.SkipWithError("no GPU among the process's devices");
   constexpr int64_t kN = gpu_bench::kChainWidth;
   Graph g;
@@ -213,14 +217,6 @@ void BM_gpu_chain_100(benchmark::State& state, const char* impl) {
     benchmark::DoNotOptimize(t);
   }
   tessera_bench::report_per_op(state, gpu_bench::kChainOps);
-}
-
-// The process's first GPU (the device factory's, as a program's sessions get it), "" when none.
-std::string first_gpu() {
-  for (const DeviceInfo& d : list_devices()) {
-    if (d.type == "GPU") return d.name;
-  }
-  return "";
 }
 
 Tensor matrix_of(int64_t rows, int64_t cols, const std::function<float(int64_t, int64_t)>& f) {
