@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include "core/half.h"
 #include "core/host_blocks.h"
 #include "core/status.h"
 #include "core/tensor_buffer.h"
@@ -22,6 +23,8 @@ std::string_view dtype_name(DType dtype) {
     case DType::Int32: return "int32";
     case DType::Int64: return "int64";
     case DType::Bool: return "bool";
+    case DType::Float16: return "float16";
+    case DType::BFloat16: return "bfloat16";
   }
   return "invalid";
 }
@@ -35,6 +38,8 @@ inline std::size_t size_of(DType dtype) {
     case DType::Int32: return 4;
     case DType::Int64: return 8;
     case DType::Bool: return 1;
+    case DType::Float16: return 2;
+    case DType::BFloat16: return 2;
   }
   return 0;
 }
@@ -42,7 +47,10 @@ inline std::size_t size_of(DType dtype) {
 
 std::size_t dtype_size(DType dtype) { return size_of(dtype); }
 
-bool dtype_is_floating(DType dtype) { return dtype == DType::Float32 || dtype == DType::Float64; }
+bool dtype_is_floating(DType dtype) {
+  return dtype == DType::Float32 || dtype == DType::Float64 || dtype == DType::Float16 ||
+         dtype == DType::BFloat16;
+}
 
 std::ostream& operator<<(std::ostream& os, DType dtype) { return os << dtype_name(dtype); }
 
@@ -375,6 +383,8 @@ std::string Tensor::debug_string(int max_entries) const {
       case DType::Int32: os << static_cast<const int32_t*>(buf_->data)[i]; break;
       case DType::Int64: os << static_cast<const int64_t*>(buf_->data)[i]; break;
       case DType::Bool: os << (static_cast<const bool*>(buf_->data)[i] ? "true" : "false"); break;
+      case DType::Float16: os << static_cast<const internal::float16_t*>(buf_->data)[i].to_float(); break;
+      case DType::BFloat16: os << static_cast<const internal::bfloat16_t*>(buf_->data)[i].to_float(); break;
     }
   }
   if (n < num_elements_) os << ", ...";

@@ -34,6 +34,8 @@ static_assert(pb::DT_DOUBLE == static_cast<int>(DType::Float64));
 static_assert(pb::DT_INT32 == static_cast<int>(DType::Int32));
 static_assert(pb::DT_INT64 == static_cast<int>(DType::Int64));
 static_assert(pb::DT_BOOL == static_cast<int>(DType::Bool));
+static_assert(pb::DT_BFLOAT16 == static_cast<int>(DType::BFloat16));
+static_assert(pb::DT_HALF == static_cast<int>(DType::Float16));
 
 namespace {
 
@@ -174,10 +176,13 @@ StatusOr<DType> decode_dtype(int value) {
     case DType::Int32:
     case DType::Int64:
     case DType::Bool:
+    case DType::BFloat16:
+    case DType::Float16:
       return static_cast<DType>(value);
   }
   return errors::invalid_argument(
-      "unknown dtype {} (tessera knows float32=1, float64=2, int32=3, int64=9, bool=10)", value);
+      "unknown dtype {} (tessera knows float32=1, float64=2, int32=3, int64=9, bool=10, "
+      "bfloat16=14, float16=19)", value);
 }
 
 ShapeProto encode_shape(const Shape& shape) {

@@ -139,7 +139,8 @@ class ByteReader {
 };
 
 std::optional<DType> dtype_from_u32(uint32_t v) {
-  for (DType d : {DType::Float32, DType::Float64, DType::Int32, DType::Int64, DType::Bool}) {
+  for (DType d : {DType::Float32, DType::Float64, DType::Int32, DType::Int64, DType::Bool,
+                  DType::BFloat16, DType::Float16}) {
     if (static_cast<uint32_t>(d) == v) return d;
   }
   return std::nullopt;

@@ -1,13 +1,15 @@
-// CPU kernel for Cast between any two of the five dtypes.
+// CPU kernel for Cast between any two of the seven dtypes.
 //
 // Conversions follow C++ except where C++ leaves them undefined: to bool is `x != 0` (NaN is
 // true), from bool gives 0 or 1, and floating point to integer truncates toward zero but saturates
 // at the integer's range, NaN giving 0 (TensorFlow inherits whatever the hardware does there).
-// Integer narrowing wraps (two's complement, defined since C++20).
+// Integer narrowing wraps (two's complement, defined since C++20). float16 and bfloat16 convert
+// through float32: to them, the value is first made a float32 (float64 and int64 round there).
 #include <cstdint>
 #include <limits>
 #include <type_traits>
 
+#include "core/half.h"
 #include "core/op_kernel.h"
 #include "core/op_registry.h"
 
@@ -16,7 +18,11 @@ namespace {
 
 template <class To, class From>
 To convert(From x) {
-  if constexpr (std::is_same_v<To, bool>) {
+  if constexpr (is_16bit_float<From>) {
+    return convert<To>(x.to_float());
+  } else if constexpr (is_16bit_float<To>) {
+    return To(static_cast<float>(x));
+  } else if constexpr (std::is_same_v<To, bool>) {
     return x != From{0};
   } else if constexpr (std::is_floating_point_v<From> && std::is_integral_v<To>) {
     // Compared in double, where every bound below is exact: 2^31, 2^63, -2^31 - 1 and -2^63 are.
@@ -47,6 +53,8 @@ void visit_dtype(DType dtype, Fn&& fn) {
     case DType::Int32: return fn(int32_t{});
     case DType::Int64: return fn(int64_t{});
     case DType::Bool: return fn(bool{});
+    case DType::Float16: return fn(float16_t{});
+    case DType::BFloat16: return fn(bfloat16_t{});
   }
 }
 

@@ -11,6 +11,7 @@
 #include <type_traits>
 
 #include "core/broadcast.h"
+#include "core/half.h"
 #include "core/op_kernel.h"
 #include "core/op_registry.h"
 
@@ -108,6 +109,8 @@ class BinaryOp : public OpKernel {
       case DType::Float64: return run<double>(ctx, a, b);
       case DType::Int32: return run<int32_t>(ctx, a, b);
       case DType::Int64: return run<int64_t>(ctx, a, b);
+      case DType::Float16: return run<float16_t>(ctx, a, b);
+      case DType::BFloat16: return run<bfloat16_t>(ctx, a, b);
       case DType::Bool: break;
     }
     ctx.fail(ErrorCode::kInvalidArgument, "unsupported dtype {}", dtype_name(a.dtype()));
@@ -182,7 +185,7 @@ class BinaryOp : public OpKernel {
   }
 };
 
-// ---- Unary functors: apply(x); kFloatingOnly ops exist for float32 and float64 only ----
+// ---- Unary functors: apply(x); kFloatingOnly ops exist for the floating point dtypes only ----
 
 struct NegFn {
   static constexpr bool kFloatingOnly = false;
@@ -220,7 +223,8 @@ struct SigmoidFn {
 
 template <class Fn, class T>
 void unary_loop(T* __restrict out, const T* __restrict x, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) out[i] = Fn::apply(x[i]);
+  using C = Accumulate<T>;  // float for the 16-bit floats (std::exp has no overload for them)
+  for (int64_t i = 0; i < n; ++i) out[i] = static_cast<T>(Fn::apply(static_cast<C>(x[i])));
 }
 
 // out = Fn::apply(x) elementwise. Thread-safe: compute() keeps no state between runs.
@@ -240,6 +244,8 @@ class UnaryOp : public OpKernel {
       case DType::Int64:
         if constexpr (!Fn::kFloatingOnly) return run<int64_t>(ctx, x);
         break;
+      case DType::Float16: return run<float16_t>(ctx, x);
+      case DType::BFloat16: return run<bfloat16_t>(ctx, x);
       case DType::Bool: break;
     }
     ctx.fail(ErrorCode::kInvalidArgument, "unsupported dtype {}", dtype_name(x.dtype()));

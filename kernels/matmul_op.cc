@@ -1,6 +1,7 @@
 // CPU kernel for MatMul: C = op(A) * op(B), op = transpose or not. float32 and float64 go to
 // OpenBLAS; int32 and int64 (which BLAS lacks) use a blocked loop whose integer products and
-// sums wrap around on overflow.
+// sums wrap around on overflow. float16 and bfloat16 are widened to float32 for sgemm (float32
+// accumulation, as cuBLAS's float32 compute type) and each result is rounded back once.
 #include <cblas.h>
 
 #include <algorithm>
@@ -10,6 +11,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "core/half.h"
 #include "core/op_kernel.h"
 #include "core/op_registry.h"
 #include "core/shape_util.h"
@@ -80,6 +82,8 @@ class MatMulOp : public OpKernel {
       case DType::Float32:
       case DType::Float64:
         return blas_matmul(ctx, a, b, out, m, k, n);
+      case DType::Float16: return widened_matmul<float16_t>(ctx, a, b, out, m, k, n);
+      case DType::BFloat16: return widened_matmul<bfloat16_t>(ctx, a, b, out, m, k, n);
       case DType::Int32:
         return integer_matmul(a.data<int32_t>(), b.data<int32_t>(), out.mutable_data<int32_t>(), m,
                               k, n, transpose_a_, transpose_b_);
@@ -103,6 +107,23 @@ class MatMulOp : public OpKernel {
   }
 
  private:
+  template <class T>
+  void widened_matmul(OpKernelContext& ctx, const Tensor& a, const Tensor& b, Tensor& out, int64_t m,
+                      int64_t k, int64_t n) const {
+    auto widen = [](const Tensor& t) {
+      Tensor wide(DType::Float32, t.shape());
+      const T* in = t.data<T>();
+      float* w = wide.mutable_data<float>();
+      for (int64_t i = 0; i < t.num_elements(); ++i) w[i] = in[i].to_float();
+      return wide;
+    };
+    Tensor c(DType::Float32, out.shape());
+    blas_matmul(ctx, widen(a), widen(b), c, m, k, n);
+    const float* pc = c.data<float>();
+    T* po = out.mutable_data<T>();
+    for (int64_t i = 0; i < m * n; ++i) po[i] = T(pc[i]);
+  }
+
   void blas_matmul(OpKernelContext& ctx, const Tensor& a, const Tensor& b, Tensor& out, int64_t m,
                    int64_t k, int64_t n) const {
     const int64_t lda = a.shape().dim(1);
@@ -117,7 +138,7 @@ class MatMulOp : public OpKernel {
     const auto im = static_cast<blasint>(m);
     const auto ik = static_cast<blasint>(k);
     const auto in = static_cast<blasint>(n);
-    if (a.dtype() == DType::Float32) {
+    if (out.dtype() == DType::Float32) {
       cblas_sgemm(CblasRowMajor, op_a, op_b, im, in, ik, 1.0f, a.data<float>(),
                   static_cast<blasint>(lda), b.data<float>(), static_cast<blasint>(ldb), 0.0f,
                   out.mutable_data<float>(), in);

@@ -5,14 +5,17 @@
 // input into a row of output (a vectorized loop), a reduced one folds a row into one value (a
 // vectorized multi-lane reduction). The common cases (all axes; leading or trailing axes) are thus
 // one or two plain loops with no special casing. Integer sums wrap around on overflow; the mean of
-// integers is the sum divided by the count, truncated toward zero; Max propagates NaN.
+// integers is the sum divided by the count, truncated toward zero; Max propagates NaN. float16 and
+// bfloat16 are widened to float32, reduced there, and each result is rounded once.
 #include <algorithm>
 #include <array>
 #include <cstdint>
 #include <limits>
 #include <type_traits>
+#include <vector>
 
 #include "core/broadcast.h"
+#include "core/half.h"
 #include "core/op_kernel.h"
 #include "core/op_registry.h"
 
@@ -95,6 +98,8 @@ class ReductionOp : public OpKernel {
       case DType::Float64: return run<double>(ctx, x);
       case DType::Int32: return run<int32_t>(ctx, x);
       case DType::Int64: return run<int64_t>(ctx, x);
+      case DType::Float16: return run<float16_t>(ctx, x);
+      case DType::BFloat16: return run<bfloat16_t>(ctx, x);
       case DType::Bool: break;
     }
     ctx.fail(ErrorCode::kInvalidArgument, "unsupported dtype {}", dtype_name(x.dtype()));
@@ -134,20 +139,40 @@ class ReductionOp : public OpKernel {
                       in_shape.to_string());
     }
     T* po = out.mutable_data<T>();
-    using A = typename R::template Acc<T>;  // same size; signed and unsigned views may alias
-    A* acc = reinterpret_cast<A*>(po);
-    std::fill(acc, acc + out_n, R::template identity<A>());
-    if (count > 0) accumulate(reinterpret_cast<const A*>(x.data<T>()), acc, layout.dims, layout.reduced, layout.rank);
-    if constexpr (R::kIsMean && std::is_integral_v<T>) {
-      // Divided in int64: the count of an int32 tensor may not fit in an int32.
-      for (int64_t i = 0; i < out_n; ++i) {
-        po[i] = static_cast<T>(static_cast<int64_t>(po[i]) / count);
+    if constexpr (is_16bit_float<T>) {
+      run_widened(x.data<T>(), po, layout, x.num_elements(), out_n);
+    } else {
+      using A = typename R::template Acc<T>;  // same size; signed and unsigned views may alias
+      A* acc = reinterpret_cast<A*>(po);
+      std::fill(acc, acc + out_n, R::template identity<A>());
+      if (count > 0) accumulate(reinterpret_cast<const A*>(x.data<T>()), acc, layout.dims, layout.reduced, layout.rank);
+      if constexpr (R::kIsMean && std::is_integral_v<T>) {
+        // Divided in int64: the count of an int32 tensor may not fit in an int32.
+        for (int64_t i = 0; i < out_n; ++i) {
+          po[i] = static_cast<T>(static_cast<int64_t>(po[i]) / count);
+        }
+      } else if constexpr (R::kIsMean) {
+        // count == 0 here gives 0 / 0 = NaN, as in TensorFlow.
+        const T divisor = static_cast<T>(count);
+        for (int64_t i = 0; i < out_n; ++i) po[i] /= divisor;
       }
-    } else if constexpr (R::kIsMean) {
-      // count == 0 here gives 0 / 0 = NaN, as in TensorFlow.
-      const T divisor = static_cast<T>(count);
-      for (int64_t i = 0; i < out_n; ++i) po[i] /= divisor;
     }
+  }
+
+  // The 16-bit floats: the input widened to float32, reduced with float32 accumulators, and each
+  // result rounded back once.
+  template <class T>
+  static void run_widened(const T* in, T* po, const ReductionLayout& layout, int64_t in_n,
+                          int64_t out_n) {
+    const int64_t count = layout.count;
+    std::vector<float> acc(static_cast<std::size_t>(out_n), R::template identity<float>());
+    if (count > 0) {
+      std::vector<float> wide(static_cast<std::size_t>(in_n));
+      for (std::size_t i = 0; i < wide.size(); ++i) wide[i] = in[i].to_float();
+      accumulate(wide.data(), acc.data(), layout.dims, layout.reduced, layout.rank);
+    }
+    const float divisor = R::kIsMean ? static_cast<float>(count) : 1.0f;  // 0 / 0 = NaN, as float
+    for (int64_t i = 0; i < out_n; ++i) po[i] = T(R::kIsMean ? acc[i] / divisor : acc[i]);
   }
 
   // Folds the whole input (merged into `rank` runs, `reduced` marking which fold away) into `out`.

@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include "core/device.h"
+#include "core/half.h"
 #include "core/op_kernel.h"
 #include "core/op_registry.h"
 #include "core/tensor_buffer.h"
@@ -113,6 +114,8 @@ class AssignUpdateOp : public VariableUpdateKernel {
       case DType::Float64: apply<double, kAdd>(out.mutable_data<double>(), v.value.data<double>(), delta.data<double>(), n); break;
       case DType::Int32: apply<int32_t, kAdd>(out.mutable_data<int32_t>(), v.value.data<int32_t>(), delta.data<int32_t>(), n); break;
       case DType::Int64: apply<int64_t, kAdd>(out.mutable_data<int64_t>(), v.value.data<int64_t>(), delta.data<int64_t>(), n); break;
+      case DType::Float16: apply<float16_t, kAdd>(out.mutable_data<float16_t>(), v.value.data<float16_t>(), delta.data<float16_t>(), n); break;
+      case DType::BFloat16: apply<bfloat16_t, kAdd>(out.mutable_data<bfloat16_t>(), v.value.data<bfloat16_t>(), delta.data<bfloat16_t>(), n); break;
       case DType::Bool: return ctx.fail(ErrorCode::kInvalidArgument, "arithmetic update of a bool variable");
     }
     v.value = std::move(out);

@@ -15,6 +15,7 @@
 #include <set>
 #include <thread>
 
+#include "core/half.h"
 #include "tests/testing/test_util.h"
 
 namespace tessera {
@@ -252,7 +253,8 @@ TEST(QueueTest, HighDimension) {
 
 TEST(QueueTest, AllDtypesRoundTrip) {
   Graph g;
-  std::vector<DType> dtypes{DType::Float32, DType::Float64, DType::Int32, DType::Int64, DType::Bool};
+  std::vector<DType> dtypes{DType::Float32, DType::Float64, DType::Int32, DType::Int64, DType::Bool,
+                            DType::Float16, DType::BFloat16};
   FIFOQueue q(g, 32, dtypes, std::vector<Shape>(dtypes.size(), Shape{4, 8}));
   std::mt19937 rng(3);
   std::vector<Tensor> inputs;
@@ -274,6 +276,14 @@ TEST(QueueTest, AllDtypesRoundTrip) {
         t = Tensor::from_vector<bool>(b, shape);
         break;
       }
+      case DType::Float16:
+        t = Tensor::from_vector<internal::float16_t>(
+            std::vector<internal::float16_t>(base.begin(), base.end()), shape);
+        break;
+      case DType::BFloat16:
+        t = Tensor::from_vector<internal::bfloat16_t>(
+            std::vector<internal::bfloat16_t>(base.begin(), base.end()), shape);
+        break;
     }
     inputs.push_back(t);
     consts.push_back(ops::constant(g, t));

@@ -15,6 +15,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "core/half.h"
 #include "core/crc32c.h"
 #include "tests/testing/test_util.h"
 
@@ -57,9 +58,13 @@ std::vector<Tensor> sample_values(int seed) {
       Tensor::from_vector<float>({}, Shape{0}),
       Tensor::from_vector<int64_t>({}, Shape{2, 0}),
       Tensor::scalar<bool>(seed % 2 == 0),
+      Tensor::vector<internal::float16_t>({internal::float16_t(0.5f + static_cast<float>(seed)),
+                                           internal::float16_t(-65504.0f)}),
+      Tensor::vector<internal::bfloat16_t>({internal::bfloat16_t(1e30f), internal::bfloat16_t(-3.0f * static_cast<float>(seed))}),
   };
 }
-const std::vector<std::string> kNames = {"f32", "layer/f64", "i32", "i64", "flags", "empty", "empty2d", "flag"};
+const std::vector<std::string> kNames = {"f32", "layer/f64", "i32", "i64", "flags", "empty", "empty2d", "flag",
+                                         "f16", "bf16"};
 
 // A graph of one variable per sample value (initialized to sample_values(0)) and an op per
 // variable that sets it to sample_values(seed).
@@ -530,7 +535,7 @@ TEST_F(SaverCorruptionTest, EveryFlippedByteIsRefusedNamingTheRegion) {
   }
   expect_unchanged();
   // The last tensor's data in particular: with a streaming restore, the others would be assigned.
-  EXPECT_EQ(l.entries.back().name, "flag");
+  EXPECT_EQ(l.entries.back().name, kNames.back());
   saver_.restore(*session_, saved_);  // the good file still restores
   expect_tensors_eq(model_->values(*session_), sample_values(1));
 }

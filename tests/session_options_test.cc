@@ -40,7 +40,9 @@ TEST(SessionOptionsTest, AllowTf32IsOffByDefaultAndReachesEveryKernel) {
   EXPECT_FALSE(SessionOptions{}.allow_tf32);
   auto& registry = internal::DeviceRegistry::global();
   auto sims = registry.find_all("/device:SIM:*");
-  if (!sims.ok() || sims.value().empty()) ASSERT_TRUE(internal::register_sim_devices(1, registry).ok());
+  if (!sims.ok() || sims.value().empty()) {
+    ASSERT_TRUE(internal::register_sim_devices(1, registry).ok());
+  }
   Graph g;
   auto on_host = probe(g, "on_host");
   Output on_sim;

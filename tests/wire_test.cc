@@ -26,7 +26,8 @@ namespace wire = internal::wire;
 namespace pb = ::tessera::wire;
 using google::protobuf::util::MessageDifferencer;
 
-const std::vector<DType> kAllDtypes = {DType::Float32, DType::Float64, DType::Int32, DType::Int64, DType::Bool};
+const std::vector<DType> kAllDtypes = {DType::Float32, DType::Float64, DType::Int32, DType::Int64, DType::Bool,
+                                       DType::Float16, DType::BFloat16};
 
 // A tensor of `shape` whose bytes are a pattern (0/1 for bools).
 Tensor patterned(DType dtype, const Shape& shape) {

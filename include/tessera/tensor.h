@@ -26,11 +26,14 @@
 
 namespace tessera {
 
-enum class DType : int { Float32 = 1, Float64 = 2, Int32 = 3, Int64 = 9, Bool = 10 };
+// The values are TensorFlow's DataType numbers. Float16 (IEEE binary16) and BFloat16 have no host
+// element type in this API: make and read them through ops::cast. Their arithmetic is float32
+// rounded back, with float32 accumulation in reductions and matmul.
+enum class DType : int { Float32 = 1, Float64 = 2, Int32 = 3, Int64 = 9, Bool = 10, BFloat16 = 14, Float16 = 19 };
 
 std::string_view dtype_name(DType dtype);  // "float32", ...
 std::size_t dtype_size(DType dtype);
-bool dtype_is_floating(DType dtype);
+bool dtype_is_floating(DType dtype);  // float32, float64, float16, bfloat16
 std::ostream& operator<<(std::ostream& os, DType dtype);
 
 template <class T>

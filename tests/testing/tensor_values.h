@@ -12,12 +12,15 @@
 #include <string>
 #include <vector>
 
+#include "core/half.h"
 #include "tessera/tessera.h"
 
 namespace tessera::testing {
 
-inline constexpr DType kNumericDTypes[] = {DType::Float32, DType::Float64, DType::Int32, DType::Int64};
-inline constexpr DType kAllDTypes[] = {DType::Float32, DType::Float64, DType::Int32, DType::Int64, DType::Bool};
+inline constexpr DType kNumericDTypes[] = {DType::Float32, DType::Float64, DType::Int32, DType::Int64,
+                                           DType::Float16, DType::BFloat16};
+inline constexpr DType kAllDTypes[] = {DType::Float32, DType::Float64, DType::Int32, DType::Int64, DType::Bool,
+                                       DType::Float16, DType::BFloat16};
 
 // Calls fn(T{}) with the C++ type of `dtype`.
 template <class Fn>
@@ -28,6 +31,8 @@ void visit_dtype(DType dtype, Fn&& fn) {
     case DType::Int32: return fn(int32_t{});
     case DType::Int64: return fn(int64_t{});
     case DType::Bool: return fn(bool{});
+    case DType::Float16: return fn(internal::float16_t{});
+    case DType::BFloat16: return fn(internal::bfloat16_t{});
   }
 }
 
@@ -100,8 +105,16 @@ inline std::string describe(DType dtype, const std::vector<Shape>& shapes) {
 }
 
 // The normalised squared error a floating point output may have: `f32` for float32, 1e-24 for
-// float64.
-inline double nmse_tolerance(DType dtype, double f32 = 1e-10) { return dtype == DType::Float32 ? f32 : 1e-24; }
+// float64; for the 16-bit floats, whose results are rounded once from float32, a few times their
+// unit roundoff squared (2^-22 for float16, 2^-16 for bfloat16), or `f32` where that is larger.
+inline double nmse_tolerance(DType dtype, double f32 = 1e-10) {
+  switch (dtype) {
+    case DType::Float64: return 1e-24;
+    case DType::Float16: return f32 > 1e-6 ? f32 : 1e-6;
+    case DType::BFloat16: return f32 > 6e-5 ? f32 : 6e-5;
+    default: return f32;
+  }
+}
 
 // How far `got` is from `want`, element by element: the normalised squared error over the finite
 // elements of `want` (the squared error itself where they are all zero), and the elements where
