@@ -9,7 +9,12 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <mutex>
+#include <optional>
+#include <unordered_map>
+#include <unordered_set>
+#include <utility>
 #include <vector>
 
 namespace tessera::internal {
@@ -67,7 +72,124 @@ void* map_block(std::size_t size) {
   return reinterpret_cast<void*>(aligned);
 }
 
+// Note [Pinned host blocks]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~
+// A copy engine reads and writes only page-locked host memory asynchronously. From pageable memory
+// a copy goes through pinned staging buffers (device/pinned_staging.h), at the cost of a CPU
+// memcpy of every byte, which then bounds the copy's rate rather than the copy engine does. So a
+// device copy of a tensor in a large block pins the block itself
+// (cudaHostRegister) and copies straight from or into it: a fed tensor, and the host tensor a
+// fetch lands in. Pinning costs about as much as touching the pages once, so it is kept:
+//   * a pinned block stays pinned while it waits in the block cache, so the next tensor of its
+//     size class (the next step's fetch, a refilled batch) is pinned already: in a loop, a steady
+//     state pins nothing;
+//   * blocks are unpinned when they are unmapped (over the cache's limit, idle, flushed), by the
+//     pinner that pinned them;
+//   * pinned bytes are bounded (set_pinned_host_limit, a quarter of physical memory by default:
+//     page-locked memory cannot be swapped); past the bound a copy stages as before.
+// Small tensors (< kLargeHostBlockMin, from malloc) share pages with other allocations, which
+// cannot be registered twice, and stage cheaply: they are never pinned. TensorFlow uses a pinned
+// allocator for the host side of its own copies; pinning the caller's block instead also covers
+// the tensors a user feeds.
+
+uint64_t default_pinned_limit() {
+  if (const char* env = std::getenv("TESSERA_PINNED_HOST_MB"); env != nullptr && *env != '\0') {
+    char* end = nullptr;
+    const unsigned long long mb = std::strtoull(env, &end, 10);
+    if (end != nullptr && *end == '\0') return static_cast<uint64_t>(mb) << 20;
+  }
+  const long pages = ::sysconf(_SC_PHYS_PAGES);
+  const long page = ::sysconf(_SC_PAGESIZE);
+  return pages > 0 && page > 0 ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(page) / 4 : 0;
+}
+
+// The pinned blocks and the pinner. Thread-safe; the pinner's calls run without the lock.
+class PinnedBlocks {
+ public:
+  HostBlockPinner set_pinner(HostBlockPinner pinner) {
+    std::lock_guard<std::mutex> l(mu_);
+    return std::exchange(pinner_, pinner);
+  }
+
+  bool pin(void* block, std::size_t size) {
+    HostBlockPinner pinner;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      if (pinned_.count(block)) return true;
+      if (pinner_.pin == nullptr || pinning_.count(block)) return false;
+      if (stats_.pinned_bytes + size > stats_.limit_bytes) {
+        ++stats_.refused;
+        return false;
+      }
+      pinner = pinner_;
+      pinning_.insert(block);
+      stats_.pinned_bytes += size;  // reserved while the pinner runs
+    }
+    const bool ok = pinner.pin(block, size);
+    std::lock_guard<std::mutex> l(mu_);
+    pinning_.erase(block);
+    if (!ok) {
+      stats_.pinned_bytes -= size;
+      ++stats_.failures;
+      return false;
+    }
+    pinned_.emplace(block, Pinned{size, pinner.unpin});
+    ++stats_.pins;
+    ++stats_.pinned_blocks;
+    return true;
+  }
+
+  bool pinned(const void* block) {
+    std::lock_guard<std::mutex> l(mu_);
+    return pinned_.count(const_cast<void*>(block)) > 0;
+  }
+
+  // Before `block` is unmapped: unpins it if it is pinned.
+  void forget(void* block) {
+    Pinned p{};
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      auto it = pinned_.find(block);
+      if (it == pinned_.end()) return;
+      p = it->second;
+      pinned_.erase(it);
+      stats_.pinned_bytes -= p.size;
+      --stats_.pinned_blocks;
+      ++stats_.unpins;
+    }
+    if (p.unpin != nullptr) p.unpin(block, p.size);
+  }
+
+  HostBlockPinStats stats() {
+    std::lock_guard<std::mutex> l(mu_);
+    return stats_;
+  }
+
+  uint64_t set_limit(uint64_t bytes) {
+    std::lock_guard<std::mutex> l(mu_);
+    return std::exchange(stats_.limit_bytes, bytes);
+  }
+
+ private:
+  struct Pinned {
+    std::size_t size;
+    void (*unpin)(void*, std::size_t);
+  };
+  std::mutex mu_;
+  HostBlockPinner pinner_;                        // guarded by mu_
+  std::unordered_map<void*, Pinned> pinned_;      // guarded by mu_
+  std::unordered_set<void*> pinning_;             // guarded by mu_: pins in progress
+  HostBlockPinStats stats_{.limit_bytes = default_pinned_limit()};  // guarded by mu_
+};
+
+// Leaked, as the cache below: blocks are unmapped (and unpinned) until the very end.
+PinnedBlocks& pinned_blocks() {
+  static PinnedBlocks* p = new PinnedBlocks();
+  return *p;
+}
+
 void unmap_block(void* block, std::size_t size) {
+  pinned_blocks().forget(block);
   if (kSanitized) {
     std::free(block);
   } else {
@@ -116,10 +238,27 @@ class BlockCache {
       trim_locked(Clock::now(), &drop);
     }
     unmap_all(drop);
-    if (found != nullptr) return found;
-    if (void* p = map_block(size)) return p;
-    release_all();
-    return map_block(size);
+    if (found == nullptr) found = map_block(size);
+    if (found == nullptr) {
+      release_all();
+      found = map_block(size);
+    }
+    if (found != nullptr) {
+      std::lock_guard<std::mutex> l(mu_);
+      live_.emplace(reinterpret_cast<std::uintptr_t>(found), size);
+    }
+    return found;
+  }
+
+  // The block in use that holds [data, data + bytes), with its size.
+  std::optional<Cached> find_live(const void* data, std::size_t bytes) {
+    const auto begin = reinterpret_cast<std::uintptr_t>(data);
+    std::lock_guard<std::mutex> l(mu_);
+    auto it = live_.upper_bound(begin);
+    if (it == live_.begin()) return std::nullopt;
+    --it;
+    if (begin + bytes > it->first + it->second) return std::nullopt;
+    return Cached{reinterpret_cast<void*>(it->first), it->second, {}};
   }
 
   void free(void* block, std::size_t bytes) {
@@ -127,6 +266,7 @@ class BlockCache {
     std::vector<Cached> drop;
     {
       std::lock_guard<std::mutex> l(mu_);
+      live_.erase(reinterpret_cast<std::uintptr_t>(block));
       if (size <= limit_) {
         cached_.push_back(Cached{block, size, Clock::now()});
         cached_bytes_ += size;
@@ -188,6 +328,7 @@ class BlockCache {
   }
 
   std::mutex mu_;
+  std::map<std::uintptr_t, std::size_t> live_;  // guarded by mu_: blocks in use, by address
   std::vector<Cached> cached_;  // guarded by mu_; oldest first
   uint64_t cached_bytes_ = 0;   // guarded by mu_
   uint64_t limit_ = default_limit();
@@ -213,6 +354,24 @@ HostBlockCacheStats host_block_cache_stats() { return cache().stats(); }
 void release_host_block_cache() { cache().release_all(); }
 
 uint64_t set_host_block_cache_limit(uint64_t bytes) { return cache().set_limit(bytes); }
+
+HostBlockPinner set_host_block_pinner(HostBlockPinner pinner) { return pinned_blocks().set_pinner(pinner); }
+
+bool pin_host_memory(const void* data, std::size_t bytes) {
+  if (data == nullptr || bytes == 0) return false;
+  const std::optional<Cached> block = cache().find_live(data, bytes);
+  return block.has_value() && pinned_blocks().pin(block->block, block->size);
+}
+
+bool host_memory_pinned(const void* data, std::size_t bytes) {
+  if (data == nullptr || bytes == 0) return false;
+  const std::optional<Cached> block = cache().find_live(data, bytes);
+  return block.has_value() && pinned_blocks().pinned(block->block);
+}
+
+HostBlockPinStats host_block_pin_stats() { return pinned_blocks().stats(); }
+
+uint64_t set_pinned_host_limit(uint64_t bytes) { return pinned_blocks().set_limit(bytes); }
 
 // Note [Malloc settings for transport]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~

@@ -45,6 +45,41 @@ void release_host_block_cache();
 // allocation.
 uint64_t set_host_block_cache_limit(uint64_t bytes);
 
+// ---- Page-locked ("pinned") blocks, for device copies (Note [Pinned host blocks]) ----
+
+// How blocks are page-locked: the CUDA device installs cudaHostRegister / cudaHostUnregister,
+// tests a fake. Both are called without any lock held, from any thread; pin returns whether the
+// block is now pinned. Plain function pointers: they must outlive every block (static storage).
+struct HostBlockPinner {
+  bool (*pin)(void* block, std::size_t size) = nullptr;
+  void (*unpin)(void* block, std::size_t size) = nullptr;
+};
+// Installs `pinner` for blocks pinned from now on (blocks pinned before are unpinned by the pinner
+// that pinned them); returns the previous one. An empty pinner turns pinning off.
+HostBlockPinner set_host_block_pinner(HostBlockPinner pinner);
+// Pins the block in use that holds [data, data + bytes), unless it already is. True when it is
+// pinned on return; false when the memory is not in one block in use (malloc'd memory, say), no
+// pinner is installed, the pinner failed, another thread is pinning the block right now, or the
+// pinned total would pass the limit. A pinned block stays pinned while it is in use and while it
+// waits in the cache; it is unpinned when it is unmapped. The block must stay in use meanwhile.
+bool pin_host_memory(const void* data, std::size_t bytes);
+// Whether [data, data + bytes) lies in a pinned block in use.
+bool host_memory_pinned(const void* data, std::size_t bytes);
+
+struct HostBlockPinStats {
+  uint64_t pinned_bytes = 0;   // held pinned now (in use and cached)
+  uint64_t pinned_blocks = 0;
+  uint64_t pins = 0;           // blocks pinned, ever
+  uint64_t unpins = 0;         // blocks unpinned, ever
+  uint64_t refused = 0;        // pins refused for the limit
+  uint64_t failures = 0;       // pins the pinner failed
+  uint64_t limit_bytes = 0;
+};
+HostBlockPinStats host_block_pin_stats();
+// Sets the bound on pinned bytes (blocks already pinned stay); returns the old one. The default is
+// TESSERA_PINNED_HOST_MB if set, else a quarter of physical memory.
+uint64_t set_pinned_host_limit(uint64_t bytes);
+
 // glibc's malloc settings for a process that receives large messages (Note [Malloc settings for
 // transport] in host_blocks.cc). The transport applies them once, when it makes its first socket.
 struct MallocTuning {

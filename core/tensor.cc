@@ -278,6 +278,11 @@ void buffer_free(TensorBuffer* b) noexcept {
   }
 }
 
+bool pin_host_tensor(const Tensor& t) {
+  if (t.is_null() || t.bytes() == 0 || t.device() != kHostDeviceName) return false;
+  return pin_host_memory(t.raw_data(), t.bytes());
+}
+
 Tensor unowned_view(const Tensor& t) {
   if (t.is_null()) return Tensor();
   auto* b = new TensorBuffer();

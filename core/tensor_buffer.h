@@ -13,4 +13,9 @@ inline constexpr const char* kHostDeviceName = "/job:localhost/replica:0/task:0/
 // device/sim_kernels.cc). Same dtype, shape and device. Null for a null tensor.
 Tensor unowned_view(const Tensor& t);
 
+// Page-locks the memory of host tensor `t` for a device copy, when it is in a large host block
+// (a MiB and more; Note [Pinned host blocks] in core/host_blocks.cc). True when its bytes are
+// pinned on return (now or before): a device copies them directly, without staging.
+bool pin_host_tensor(const Tensor& t);
+
 }  // namespace tessera::internal

@@ -244,7 +244,8 @@ void SimDevice::copy(const Tensor& src, CopyKind kind, Stream& stream,
     }
     target = std::move(t).value();
   }
-  stream.enqueue([this, src, to_device, result, target = std::move(target)]() mutable {
+  if (kind == CopyKind::kToDevice) count_host_side(pin_host_tensor(src), direct_to_device_);
+  stream.enqueue([this, src, kind, to_device, result, target = std::move(target)]() mutable {
     simulate_transfer(src.bytes());
     Tensor dst;
     if (to_device) {
@@ -256,6 +257,7 @@ void SimDevice::copy(const Tensor& src, CopyKind kind, Stream& stream,
         result->status = status_from_current_exception();
         return;
       }
+      if (kind == CopyKind::kToHost) count_host_side(pin_host_tensor(dst), direct_to_host_);
     }
     if (src.bytes() > 0) std::memcpy(dst.raw_mutable_data(), src.raw_data(), src.bytes());
     result->tensor = std::move(dst);
@@ -273,6 +275,14 @@ void SimDevice::copy(const Tensor& src, CopyKind kind, Stream& stream,
       done(std::move(result->tensor));
     }
   });
+}
+
+void SimDevice::count_host_side(bool pinned, std::atomic<int64_t>& direct) {
+  (pinned ? direct : staged_).fetch_add(1, std::memory_order_relaxed);
+}
+
+SimDevice::TransferStats SimDevice::transfer_stats() const {
+  return TransferStats{direct_to_device_.load(), direct_to_host_.load(), staged_.load()};
 }
 
 void SimDevice::copy_to_device(const Tensor& host, Stream& stream,

@@ -11,7 +11,9 @@
 // See Note [Devices and streams] in core/stream.cc.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
+#include <cstdint>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -113,10 +115,19 @@ class SimDevice final : public Device {
   Stream& device_to_host_stream() override { return *d2h_; }
   // The copy runs as work on `stream` into a fresh buffer of the target memory; `done` runs on the
   // stream's thread. InvalidArgument (through `done`) for a null tensor or one in the wrong memory.
+  // The host side is pinned where the GPU's would be (Note [Pinned host blocks] in
+  // core/host_blocks.cc: a large block, a pinner installed) and counted in transfer_stats(): the
+  // copy itself is a memcpy either way.
   void copy_to_device(const Tensor& host, Stream& stream,
                       std::function<void(StatusOr<Tensor>)> done) override;
   void copy_to_host(const Tensor& on_device, Stream& stream,
                     std::function<void(StatusOr<Tensor>)> done) override;
+  struct TransferStats {
+    int64_t direct_to_device = 0;  // copies from a pinned host tensor
+    int64_t direct_to_host = 0;    // copies into a pinned host tensor
+    int64_t staged = 0;            // host copies whose host side is not pinned
+  };
+  TransferStats transfer_stats() const;
   // Another SIM device's memory is host memory too: copied directly, as GPUs copy peer to peer.
   bool can_copy_from_peer(const Device& peer) const override { return peer.type() == "SIM" && &peer != this; }
   void copy_from_peer(const Tensor& src, Device& peer, Stream& stream,
@@ -126,8 +137,12 @@ class SimDevice final : public Device {
   enum class CopyKind { kToDevice, kToHost, kFromPeer };
   void copy(const Tensor& src, CopyKind kind, Stream& stream, std::function<void(StatusOr<Tensor>)> done);
   void simulate_transfer(std::size_t bytes) const;
+  void count_host_side(bool pinned, std::atomic<int64_t>& direct);
 
   const SimDeviceOptions options_;
+  std::atomic<int64_t> direct_to_device_{0};
+  std::atomic<int64_t> direct_to_host_{0};
+  std::atomic<int64_t> staged_{0};
   SimMemory allocator_;
   std::vector<std::unique_ptr<SimStream>> compute_;
   std::unique_ptr<SimStream> h2d_;

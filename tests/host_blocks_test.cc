@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <mutex>
 #include <random>
 #include <string>
 #include <thread>
@@ -19,7 +20,9 @@
 
 #include <gtest/gtest.h>
 
+#include "core/tensor_buffer.h"
 #include "tessera/tensor.h"
+#include "testing/fake_pinner.h"
 #include "testing/test_util.h"
 #include "transport/rpc_stream.h"
 
@@ -129,6 +132,97 @@ TEST_F(HostBlocksTest, TensorsOfAMiBAndMoreLiveInCachedBlocks) {
   const HostBlockCacheStats after = host_block_cache_stats();
   EXPECT_EQ(after.allocations - before.allocations, 2u);
   EXPECT_EQ(after.reused - before.reused, 1u);
+}
+
+// ---- Pinning (Note [Pinned host blocks]) ----
+
+using tessera::testing::FakePinner;
+
+// Installs the fake pinner (with a 64 MiB limit) for one test; the cache is emptied after it, which
+// unpins what it pinned.
+class PinnedBlocksTest : public HostBlocksTest {
+ protected:
+  FakePinner::Scope pinning_{64 * kMiB};
+};
+
+TEST_F(PinnedBlocksTest, ALargeTensorIsPinnedOnceAndStaysPinnedThroughTheCache) {
+  const void* data = nullptr;
+  {
+    Tensor t(DType::Float32, Shape{1 << 20});  // 4 MiB: one large block
+    data = t.raw_data();
+    EXPECT_FALSE(host_memory_pinned(t.raw_data(), t.bytes()));
+    EXPECT_TRUE(pin_host_tensor(t));
+    EXPECT_TRUE(pin_host_tensor(t)) << "already pinned";
+    EXPECT_TRUE(host_memory_pinned(t.raw_data(), t.bytes()));
+    ASSERT_EQ(FakePinner::pins(), 1u);
+    // The whole block is pinned: it starts before the data (the buffer's header) and holds it all.
+    const auto [block, size] = FakePinner::pinned[0];
+    EXPECT_LE(static_cast<const char*>(block), static_cast<const char*>(data));
+    EXPECT_GE(static_cast<const char*>(block) + size, static_cast<const char*>(data) + t.bytes());
+    // A view of part of it is in the same pinned block.
+    EXPECT_TRUE(host_memory_pinned(static_cast<const char*>(data) + 4096, 4096));
+  }
+  EXPECT_EQ(host_block_pin_stats().pinned_blocks, 1u) << "cached blocks stay pinned";
+  {
+    Tensor again(DType::Float32, Shape{1 << 20});  // the cached block
+    EXPECT_EQ(again.raw_data(), data);
+    EXPECT_TRUE(host_memory_pinned(again.raw_data(), again.bytes()));
+    EXPECT_TRUE(pin_host_tensor(again));
+  }
+  EXPECT_EQ(FakePinner::pins(), 1u) << "a steady state pins nothing";
+  EXPECT_EQ(FakePinner::unpins(), 0u);
+  release_host_block_cache();
+  ASSERT_EQ(FakePinner::unpins(), 1u) << "unpinned when unmapped";
+  EXPECT_EQ(FakePinner::unpinned[0], FakePinner::pinned[0]);
+  EXPECT_EQ(host_block_pin_stats().pinned_bytes, 0u);
+}
+
+TEST_F(PinnedBlocksTest, SmallTensorsAndForeignMemoryAreNeverPinned) {
+  Tensor small(DType::Float32, Shape{1000});  // malloc's: shares pages with other allocations
+  EXPECT_FALSE(pin_host_tensor(small));
+  std::vector<char> heap(4 * kMiB);
+  EXPECT_FALSE(pin_host_memory(heap.data(), heap.size()));
+  Tensor big(DType::Float32, Shape{1 << 20});
+  // A range running past the end of its block is not in one block.
+  EXPECT_FALSE(pin_host_memory(big.raw_data(), 64 * kMiB));
+  EXPECT_EQ(FakePinner::pins(), 0u);
+}
+
+TEST_F(PinnedBlocksTest, TheLimitAndAFailingPinnerLeaveMemoryUnpinned) {
+  set_pinned_host_limit(5 * kMiB);
+  Tensor a(DType::Float32, Shape{1 << 20});  // a 4 MiB block
+  Tensor b(DType::Float32, Shape{1 << 20});
+  EXPECT_TRUE(pin_host_tensor(a));
+  EXPECT_FALSE(pin_host_tensor(b)) << "8 MiB would pass the 5 MiB limit";
+  EXPECT_EQ(host_block_pin_stats().refused, 1u);
+  set_pinned_host_limit(64 * kMiB);
+  FakePinner::fail = true;
+  EXPECT_FALSE(pin_host_tensor(b));
+  EXPECT_EQ(host_block_pin_stats().failures, 1u);
+  EXPECT_FALSE(host_memory_pinned(b.raw_data(), b.bytes()));
+  FakePinner::fail = false;
+  EXPECT_TRUE(pin_host_tensor(b));
+  // Without a pinner nothing is pinned (and what was pinned stays so until unmapped).
+  set_host_block_pinner({});
+  Tensor c(DType::Float32, Shape{3 << 20});
+  EXPECT_FALSE(pin_host_tensor(c));
+  EXPECT_TRUE(host_memory_pinned(a.raw_data(), a.bytes()));
+}
+
+TEST_F(PinnedBlocksTest, ConcurrentPinsOfOneBlockPinItOnce) {
+  Tensor t(DType::Float32, Shape{1 << 20});
+  std::vector<std::thread> threads;
+  std::atomic<int> pinned_now{0};
+  for (int i = 0; i < 8; ++i) {
+    threads.emplace_back([&] {
+      // A thread may find another one pinning and get false; afterwards everyone sees it pinned.
+      if (pin_host_tensor(t)) pinned_now.fetch_add(1);
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_GE(pinned_now.load(), 1);
+  EXPECT_EQ(FakePinner::pins(), 1u);
+  EXPECT_TRUE(pin_host_tensor(t));
 }
 
 TEST_F(HostBlocksTest, ManyThreadsAllocateWriteAndFree) {

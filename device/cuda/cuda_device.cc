@@ -11,6 +11,7 @@
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
+#include "core/host_blocks.h"
 #include "core/tensor_buffer.h"
 #include "device/cuda/cuda_completion_queue.h"
 #include "device/cuda/cuda_staging_threads.h"
@@ -63,6 +64,18 @@ class CudaHostBacking final : public StagingBacking {
   }
   void deallocate(void* ptr, std::size_t) override { (void)cudaFreeHost(ptr); }
 };
+
+// Pins large host blocks for direct copies (Note [Pinned host blocks] in core/host_blocks.cc):
+// registered portable, so every GPU of the process copies from them directly.
+bool cuda_pin_host_block(void* block, std::size_t size) {
+  if (cudaHostRegister(block, size, cudaHostRegisterPortable) == cudaSuccess) return true;
+  (void)cudaGetLastError();
+  return false;
+}
+void cuda_unpin_host_block(void* block, std::size_t) {
+  // Fails harmlessly at exit, once the runtime has unloaded.
+  if (cudaHostUnregister(block) != cudaSuccess) (void)cudaGetLastError();
+}
 
 // The state of one copy, shared by its pieces' launches and completions.
 struct CopyState {
@@ -133,6 +146,7 @@ StatusOr<std::unique_ptr<CudaDevice>> CudaDevice::create(int ordinal, CudaDevice
   TESSERA_RETURN_IF_ERROR(cuda_status(cudaFree(nullptr), "creating the CUDA context"));
 
   std::unique_ptr<CudaDevice> d(new CudaDevice(ordinal, options));
+  if (options.pin_host_blocks) set_host_block_pinner({&cuda_pin_host_block, &cuda_unpin_host_block});
   d->gpu_name_ = prop.name;
   d->multiprocessors_ = prop.multiProcessorCount;
   d->total_memory_ = prop.totalGlobalMem;
@@ -263,6 +277,16 @@ void CudaDevice::copy_to_device(const Tensor& host, Stream& stream, std::functio
     return;
   }
   std::shared_ptr<CopyState> state = std::move(copy).value();
+  if (pin_host_tensor(host)) {  // one copy straight from the caller's pinned block
+    state->src = host;          // held until the copy has run
+    cs->launch([state](CUstream_st* s) {
+      const cudaError_t e = cudaMemcpyAsync(state->dst.raw_mutable_data(), state->src.raw_data(), state->src.bytes(),
+                                            cudaMemcpyHostToDevice, s);
+      if (e != cudaSuccess) state->fail(cuda_error(e, "cudaMemcpyAsync host to device"));
+    });
+    cs->then([state, done = std::move(done)](Status s) { state->deliver(s, done); });
+    return;
+  }
   // The pieces, staged by whichever thread takes each next: this one and, for a copy of several
   // pieces, the staging threads. Each piece's transfer starts as soon as it is staged, while
   // other pieces are still being staged. The source is a host tensor, immutable, so the staging
@@ -382,6 +406,15 @@ void CudaDevice::copy_to_host(const Tensor& on_device, Stream& stream, std::func
     state->dst = Tensor(on_device.dtype(), on_device.shape());
   } catch (...) {
     done(status_from_current_exception());
+    return;
+  }
+  if (pin_host_tensor(state->dst)) {  // one copy straight into a pinned block
+    cs->launch([state](CUstream_st* s) {
+      const cudaError_t e = cudaMemcpyAsync(state->dst.raw_mutable_data(), state->src.raw_data(), state->src.bytes(),
+                                            cudaMemcpyDeviceToHost, s);
+      if (e != cudaSuccess) state->fail(cuda_error(e, "cudaMemcpyAsync device to host"));
+    });
+    cs->then([state, done = std::move(done)](Status s) { state->deliver(s, done); });
     return;
   }
   // Each piece lands in a staging buffer; once it has (a then() on the completion thread), a staging

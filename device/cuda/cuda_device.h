@@ -57,6 +57,9 @@ struct CudaDeviceOptions {
   // memory falls far short of a GPU's copy engine (figures: benchmarks/README.md, "Figures behind
   // the CUDA device's comments"). -1: half the hardware threads, at most 8; 0: none.
   int staging_threads = -1;
+  // Copies of host tensors in large blocks (a MiB and more) pin the block and go straight to or
+  // from it (Note [Pinned host blocks] in core/host_blocks.cc); false: every copy stages.
+  bool pin_host_blocks = true;
 };
 
 // A CUDA stream with tessera's Stream semantics (Note [CUDA streams]). GPU work is issued with
@@ -146,7 +149,8 @@ class CudaDevice final : public Device {
   void set_cost_profile(const DeviceCostProfile& profile) { cost_profile_ = profile; }
   // Measures this GPU (a few hundred milliseconds, most of it cuBLAS's start): a 2048^3 float32
   // MatMul through cuBLAS, a 64 MiB copy within the GPU (bytes read plus written), a 32 MiB
-  // copy_to_device from pageable memory and the median time of a 4-byte one (the latency). Fields
+  // copy_to_device (its block pinned by a first, untimed copy) and the median time of a 4-byte one
+  // (the latency). Fields
   // it cannot measure keep their current value. For calibrate_gpu_profile; call it while the
   // device is otherwise idle.
   DeviceCostProfile measure_cost_profile();
@@ -163,7 +167,10 @@ class CudaDevice final : public Device {
   // `stream` as one of this device's CUDA streams; nullptr when it is not.
   CudaStream* as_cuda_stream(Stream& stream);
 
-  // The copy is cut into pieces staged through pinned buffers, each a cudaMemcpyAsync on `stream`
+  // A host tensor in a pinned block (or one it pins: options.pin_host_blocks) is copied with one
+  // cudaMemcpyAsync on `stream`, straight from or into its memory; copy_to_host's result is then a
+  // fresh large block, pinned. Otherwise the copy is cut into pieces staged through pinned
+  // buffers, each a cudaMemcpyAsync on `stream`
   // (one of this device's streams); the host-side memcpy into staging happens on the calling
   // thread and the staging threads (copy_to_device returns once every piece is staged and issued),
   // the one out of staging on the staging threads (the completion thread where there are none).
