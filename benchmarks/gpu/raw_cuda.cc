@@ -8,6 +8,8 @@
 //                                      elementwise op can hope for (bytes read plus written)
 //   BM_gpu_matmul_4096/raw_cublas      cublasSgemm (default math mode, as tessera's MatMul)
 //   BM_gpu_matmul_4096_tf32/raw_cublas cublasSgemm in CUBLAS_TF32_TENSOR_OP_MATH mode
+//   BM_gpu_matmul_4096_fp16/raw_cublas cublasGemmEx on float16 (bfloat16 for _bf16) inputs and
+//   BM_gpu_matmul_4096_bf16/raw_cublas output, CUBLAS_COMPUTE_32F (as tessera's MatMul of them)
 //   BM_gpu_chain_100/raw_cuda          the input up, 100 cublasSaxpy (x += 1 * ones) back to back on
 //                                      one stream, the result down, one cudaStreamSynchronize
 //   BM_gpu_mlp_step/raw_cuda           per layer cublasSgemm, a hand-written bias add and ReLU
@@ -25,6 +27,7 @@
 #include <cuda_runtime_api.h>
 
 #include "common/bench_common.h"
+#include "core/half.h"
 #include "gpu/gpu_bench.h"
 #include "gpu/raw_kernels.h"
 
@@ -215,8 +218,68 @@ void matmul_4096(benchmark::State& state, const char* impl, bool tf32) {
   (void)cublasDestroy(handle);
 }
 
+// cublasGemmEx over 16-bit floats (T: tessera's float16_t or bfloat16_t, bit-identical to CUDA's),
+// float32 compute. The inputs are small integers, exact in both; each result is the exact float32
+// sum rounded once to T, which the probes check bit for bit.
+template <class T>
+void matmul_4096_16bit(benchmark::State& state, const char* impl, cudaDataType_t type) {
+  tessera_bench::set_impl(state, impl);
+  if (!gpu_bench::require_gpu(state)) return;
+  constexpr int kN = gpu_bench::kMatMulN;
+  const std::size_t bytes = std::size_t{kN} * kN * sizeof(T);
+  std::vector<T> a(std::size_t{kN} * kN);
+  std::vector<T> b(std::size_t{kN} * kN);
+  for (int64_t i = 0; i < kN; ++i) {
+    for (int64_t j = 0; j < kN; ++j) {
+      a[static_cast<std::size_t>(i * kN + j)] = T(gpu_bench::matmul_a(i, j));
+      b[static_cast<std::size_t>(i * kN + j)] = T(gpu_bench::matmul_b(i, j));
+    }
+  }
+  DeviceBuffer da(bytes);
+  DeviceBuffer db(bytes);
+  DeviceBuffer dc(bytes);
+  Stream stream;
+  if (da.p == nullptr || db.p == nullptr || dc.p == nullptr) return state.SkipWithError("cudaMalloc failed");
+  if (!ok(state, cudaMemcpy(da.p, a.data(), bytes, cudaMemcpyHostToDevice), "upload") ||
+      !ok(state, cudaMemcpy(db.p, b.data(), bytes, cudaMemcpyHostToDevice), "upload")) {
+    return;
+  }
+  cublasHandle_t handle = nullptr;
+  if (cublasCreate(&handle) != CUBLAS_STATUS_SUCCESS) return state.SkipWithError("cublasCreate failed");
+  (void)cublasSetStream(handle, stream.s);
+  const float one = 1.0f;
+  const float zero = 0.0f;
+  auto gemm = [&] {  // row-major C = A B as column-major C^T = B^T A^T
+    return cublasGemmEx(handle, CUBLAS_OP_N, CUBLAS_OP_N, kN, kN, kN, &one, db.p, type, kN, da.p, type, kN, &zero,
+                        dc.p, type, kN, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+  };
+  bool checked = gemm() == CUBLAS_STATUS_SUCCESS && cudaStreamSynchronize(stream.s) == cudaSuccess;
+  std::vector<T> c(std::size_t{kN} * kN);
+  checked = checked && cudaMemcpy(c.data(), dc.p, bytes, cudaMemcpyDeviceToHost) == cudaSuccess;
+  for (int64_t probe = 0; checked && probe < 16; ++probe) {
+    const int64_t i = (probe * 977) % kN;
+    const int64_t j = (probe * 1231 + 5) % kN;
+    checked = c[static_cast<std::size_t>(i * kN + j)].bits == T(gpu_bench::matmul_c(i, j)).bits;
+  }
+  if (tessera_bench::check(state, checked, "C = A B rounded once, at 16 probes")) {
+    for (auto _ : state) {
+      (void)gemm();
+      if (!ok(state, cudaStreamSynchronize(stream.s), "cublasGemmEx")) break;
+    }
+    state.counters["flops"] =
+        benchmark::Counter(gpu_bench::kMatMulFlops, benchmark::Counter::kIsIterationInvariantRate);
+  }
+  (void)cublasDestroy(handle);
+}
+
 void BM_gpu_matmul_4096(benchmark::State& state, const char* impl) { matmul_4096(state, impl, false); }
 void BM_gpu_matmul_4096_tf32(benchmark::State& state, const char* impl) { matmul_4096(state, impl, true); }
+void BM_gpu_matmul_4096_fp16(benchmark::State& state, const char* impl) {
+  matmul_4096_16bit<tessera::internal::float16_t>(state, impl, CUDA_R_16F);
+}
+void BM_gpu_matmul_4096_bf16(benchmark::State& state, const char* impl) {
+  matmul_4096_16bit<tessera::internal::bfloat16_t>(state, impl, CUDA_R_16BF);
+}
 
 void BM_gpu_chain_100(benchmark::State& state, const char* impl) {
   tessera_bench::set_impl(state, impl);
@@ -369,4 +432,6 @@ BENCHMARK_CAPTURE(BM_gpu_h2d_256MiB, raw_pageable, "raw_pageable")->UseRealTime(
 BENCHMARK_CAPTURE(BM_gpu_d2h_256MiB, raw_pinned, "raw_pinned")->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_gpu_add_256MiB, raw_memcpy_d2d, "raw_memcpy_d2d")->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_gpu_matmul_4096_tf32, raw_cublas, "raw_cublas")->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_gpu_matmul_4096_fp16, raw_cublas, "raw_cublas")->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_gpu_matmul_4096_bf16, raw_cublas, "raw_cublas")->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_gpu_matmul_4096, raw_cublas, "raw_cublas")->UseRealTime()->Unit(benchmark::kMillisecond);

@@ -1,5 +1,6 @@
-// Workload gpu, impl tessera: the CUDA device's copy path (pinned staging, pieces pipelined with
-// the host-side memcpy) and GPU kernels run as the executor runs them (OpKernelContext, async, done
+// Workload gpu, impl tessera: the CUDA device's copy path (a large host tensor's block pinned and
+// copied directly, Note [Pinned host blocks]; smaller ones through pinned staging, pieces pipelined
+// with the host-side memcpy) and GPU kernels run as the executor runs them (OpKernelContext, async, done
 // through the completion thread; tests/testing/kernel_runner.h, as the GPU suites run them). See
 // gpu_bench.h for the workloads.
 #include <tessera/tessera.h>
@@ -9,6 +10,7 @@
 #include <vector>
 
 #include "common/bench_common.h"
+#include "core/half.h"
 #include "core/op_kernel.h"
 #include "core/op_registry.h"
 #include "device/cuda/cuda_device.h"
@@ -316,8 +318,56 @@ void BM_gpu_matmul_4096_tf32(benchmark::State& state, const char* impl) {
       benchmark::Counter(gpu_bench::kMatMulFlops, benchmark::Counter::kIsIterationInvariantRate);
 }
 
+// The 4096 x 4096 MatMul of 16-bit floats (T: float16_t or bfloat16_t) as a session runs it: the
+// inputs constants on the GPU, the MatMul run as a target. Each probed result is the exact sum
+// rounded once to T (float32 accumulation), bit for bit.
+template <class T>
+void matmul_4096_16bit(benchmark::State& state, const char* impl) {
+  tessera_bench::set_impl(state, impl);
+  if (!gpu_bench::require_gpu(state)) return;
+  const std::string gpu = first_gpu();
+  if (gpu.empty()) return state.SkipWithError("no GPU among the process's devices");
+  constexpr int64_t kN = gpu_bench::kMatMulN;
+  auto matrix = [](const std::function<float(int64_t, int64_t)>& f) {
+    Tensor t(dtype_of<T>, Shape{kN, kN});
+    T* p = t.mutable_data<T>();
+    for (int64_t i = 0; i < kN; ++i) {
+      for (int64_t j = 0; j < kN; ++j) p[i * kN + j] = T(f(i, j));
+    }
+    return t;
+  };
+  Graph g;
+  Output c;
+  {
+    auto scope = g.device(gpu);
+    c = ops::matmul(ops::constant(g, matrix(gpu_bench::matmul_a)), ops::constant(g, matrix(gpu_bench::matmul_b)),
+                    false, false, "c");
+  }
+  Session s(g);
+  const Tensor out = s.run(c);
+  bool ok = out.dtype() == dtype_of<T>;
+  for (int64_t probe = 0; ok && probe < 16; ++probe) {
+    const int64_t i = (probe * 977) % kN;
+    const int64_t j = (probe * 1231 + 5) % kN;
+    ok = out.data<T>()[i * kN + j].bits == T(gpu_bench::matmul_c(i, j)).bits;
+  }
+  if (!tessera_bench::check(state, ok, "C = A B rounded once, at 16 probes")) return;
+  for (auto _ : state) s.run(c.op());
+  state.counters["flops"] =
+      benchmark::Counter(gpu_bench::kMatMulFlops, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+void BM_gpu_matmul_4096_fp16(benchmark::State& state, const char* impl) {
+  matmul_4096_16bit<internal::float16_t>(state, impl);
+}
+void BM_gpu_matmul_4096_bf16(benchmark::State& state, const char* impl) {
+  matmul_4096_16bit<internal::bfloat16_t>(state, impl);
+}
+
 }  // namespace
 
+BENCHMARK_CAPTURE(BM_gpu_matmul_4096_fp16, tessera, "tessera")->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_gpu_matmul_4096_bf16, tessera, "tessera")->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_gpu_matmul_4096_tf32, tessera, "tessera")->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_gpu_mlp_step, tessera, "tessera")->UseRealTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(BM_gpu_reduce_sum_256MiB, tessera, "tessera")->UseRealTime()->Unit(benchmark::kMillisecond);
