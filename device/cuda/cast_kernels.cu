@@ -1,7 +1,9 @@
-// CUDA kernel for Cast between any two of the five dtypes, converting exactly as
+// CUDA kernel for Cast between any two of the seven dtypes, converting exactly as
 // kernels/cast_op.cc does: to bool is `x != 0` (NaN is true), from bool gives 0 or 1, floating
 // point to integer truncates toward zero but saturates at the integer's range (NaN gives 0), and
-// integer narrowing wraps (two's complement).
+// integer narrowing wraps (two's complement). float16 and bfloat16 convert through float32: from
+// them, the float32 value converts; to them, the value is first made a float32 (float64 and int64
+// round there), then rounded once more to 16 bits, as on the CPU.
 #include <cstdint>
 
 #include "device/cuda/gpu_common.cuh"
@@ -21,7 +23,11 @@ template <> struct IntLimits<int64_t> {
 
 template <class To, class From>
 __device__ __forceinline__ To convert(From x) {
-  if constexpr (std::is_same_v<To, bool>) {
+  if constexpr (is_16bit_float<From>) {
+    return convert<To>(widen(x));
+  } else if constexpr (is_16bit_float<To>) {
+    return narrow<To>(static_cast<float>(x));
+  } else if constexpr (std::is_same_v<To, bool>) {
     return x != From{0};
   } else if constexpr (std::is_floating_point_v<From> && std::is_integral_v<To>) {
     // Compared in double, where every bound is exact: 2^31, 2^63, -2^31 - 1 and -2^63 are.

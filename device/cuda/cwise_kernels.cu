@@ -1,7 +1,8 @@
 // CUDA kernels for the elementwise ops, with the semantics of kernels/cwise_ops.cc: NumPy
 // broadcasting; integer +, -, *, negation and squaring wrap around; integer division truncates,
 // MIN / -1 wraps to MIN and x / 0 raises a device flag (the op then fails); Maximum and Minimum
-// return NaN when either input is.
+// return NaN when either input is. float16 and bfloat16 compute each element in float32 and round
+// the result once (to nearest even), as the CPU kernels do.
 //
 // Contiguous cases (same shapes, one side a single value) are grid-stride loops over 16-byte
 // vectors when every stepped pointer is 16-byte aligned (device tensors are: chunks are 256-byte
@@ -47,6 +48,13 @@ struct MinimumFn {
   template <class T> __device__ static T apply(T a, T b, int*) { return (a < b || a != a) ? a : b; }
 };
 
+// Fn on two stored values: computed in Accumulate<T>, then stored as T (one rounding for the
+// 16-bit floats; nothing to do for the others).
+template <class Fn, class T>
+__device__ __forceinline__ T apply_binary(T a, T b, int* zero) {
+  return narrow<T>(Fn::apply(widen(a), widen(b), zero));
+}
+
 // out[i] = f(a[i or 0], b[i or 0]): kAStep / kBStep say whether each input advances.
 template <class Fn, class T, bool kAStep, bool kBStep>
 __global__ void contiguous_binary(const T* __restrict__ a, const T* __restrict__ b, T* __restrict__ out,
@@ -68,14 +76,14 @@ __global__ void contiguous_binary(const T* __restrict__ a, const T* __restrict__
       V vo;
 #pragma unroll
       for (int j = 0; j < N; ++j) {
-        vo.v[j] = Fn::apply(kAStep ? va.v[j] : a0, kBStep ? vb.v[j] : b0, zero);
+        vo.v[j] = apply_binary<Fn>(kAStep ? va.v[j] : a0, kBStep ? vb.v[j] : b0, zero);
       }
       reinterpret_cast<V*>(out)[i] = vo;
     }
     tail = nv * N;
   }
   for (int64_t i = tail + start; i < n; i += step) {
-    out[i] = Fn::apply(kAStep ? a[i] : a0, kBStep ? b[i] : b0, zero);
+    out[i] = apply_binary<Fn>(kAStep ? a[i] : a0, kBStep ? b[i] : b0, zero);
   }
 }
 
@@ -94,7 +102,7 @@ __global__ void general_binary(const T* __restrict__ a, const T* __restrict__ b,
       ia += index * static_cast<I>(g.a_strides[d]);
       ib += index * static_cast<I>(g.b_strides[d]);
     }
-    out[i] = Fn::apply(a[ia], b[ib], zero);
+    out[i] = apply_binary<Fn>(a[ia], b[ib], zero);
   }
 }
 
@@ -125,7 +133,7 @@ __global__ void matrix_vector_binary(const T* __restrict__ m, const T* __restric
 #pragma unroll
         for (int j = 0; j < N; ++j) {
           const T y = kByColumn ? vv.v[j] : vr;
-          vo.v[j] = kMatrixIsA ? Fn::apply(vm.v[j], y, zero) : Fn::apply(y, vm.v[j], zero);
+          vo.v[j] = kMatrixIsA ? apply_binary<Fn>(vm.v[j], y, zero) : apply_binary<Fn>(y, vm.v[j], zero);
         }
         reinterpret_cast<V*>(orow)[i] = vo;
       }
@@ -133,7 +141,7 @@ __global__ void matrix_vector_binary(const T* __restrict__ m, const T* __restric
     }
     for (int64_t c = tail + start; c < cols; c += step) {
       const T y = kByColumn ? v[c] : vr;
-      orow[c] = kMatrixIsA ? Fn::apply(mrow[c], y, zero) : Fn::apply(y, mrow[c], zero);
+      orow[c] = kMatrixIsA ? apply_binary<Fn>(mrow[c], y, zero) : apply_binary<Fn>(y, mrow[c], zero);
     }
   }
 }
@@ -227,7 +235,7 @@ cudaError_t binary(Elem elem, BroadcastKind kind, const BroadcastGeometry& g, co
   });
 }
 
-// ---- Unary functors: apply(x); kFloatingOnly ops exist for float32 and float64 only ----
+// ---- Unary functors: apply(x); kFloatingOnly ops exist for the floating point types only ----
 
 struct NegFn {
   static constexpr bool kFloatingOnly = false;
@@ -271,6 +279,12 @@ struct SigmoidFn {
   template <class T> __device__ static T apply(T x) { return T{1} / (T{1} + ExpFn::apply(-x)); }
 };
 
+// Fn on a stored value, computed and stored as apply_binary does.
+template <class Fn, class T>
+__device__ __forceinline__ T apply_unary(T x) {
+  return narrow<T>(Fn::apply(widen(x)));
+}
+
 template <class Fn, class T>
 __global__ void unary_kernel(const T* __restrict__ x, T* __restrict__ out, int64_t n, bool vectorized) {
   constexpr int N = 16 / sizeof(T);
@@ -284,19 +298,19 @@ __global__ void unary_kernel(const T* __restrict__ x, T* __restrict__ out, int64
       const V vx = reinterpret_cast<const V*>(x)[i];
       V vo;
 #pragma unroll
-      for (int j = 0; j < N; ++j) vo.v[j] = Fn::apply(vx.v[j]);
+      for (int j = 0; j < N; ++j) vo.v[j] = apply_unary<Fn>(vx.v[j]);
       reinterpret_cast<V*>(out)[i] = vo;
     }
     tail = nv * N;
   }
-  for (int64_t i = tail + start; i < n; i += step) out[i] = Fn::apply(x[i]);
+  for (int64_t i = tail + start; i < n; i += step) out[i] = apply_unary<Fn>(x[i]);
 }
 
 template <class Fn>
 cudaError_t unary(Elem elem, const void* x, void* out, int64_t n, cudaStream_t stream) {
   return visit_elem(elem, [&](auto type) -> cudaError_t {
     using T = decltype(type);
-    if constexpr (std::is_same_v<T, bool> || (Fn::kFloatingOnly && !std::is_floating_point_v<T>)) {
+    if constexpr (std::is_same_v<T, bool> || (Fn::kFloatingOnly && !is_floating<T>)) {
       return cudaErrorInvalidValue;
     } else {
       constexpr int N = 16 / sizeof(T);

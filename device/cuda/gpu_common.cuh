@@ -4,6 +4,8 @@
 #include <cstdint>
 #include <type_traits>
 
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include "device/cuda/gpu_launch.h"
@@ -55,6 +57,41 @@ __device__ __forceinline__ T wrapping_mul(T a, T b) {
   }
 }
 
+// ---- The 16-bit floats: stored as __half / __nv_bfloat16, computed in float32 ----
+
+template <class T>
+inline constexpr bool is_16bit_float = std::is_same_v<T, __half> || std::is_same_v<T, __nv_bfloat16>;
+template <class T>
+inline constexpr bool is_floating = std::is_floating_point_v<T> || is_16bit_float<T>;
+
+// The type a kernel computes and accumulates T in: float for the 16-bit floats, else T.
+template <class T>
+using Accumulate = std::conditional_t<is_16bit_float<T>, float, T>;
+
+// x as its computation type (exact).
+template <class T>
+__host__ __device__ __forceinline__ Accumulate<T> widen(T x) {
+  if constexpr (std::is_same_v<T, __half>) {
+    return __half2float(x);
+  } else if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    return __bfloat162float(x);
+  } else {
+    return x;
+  }
+}
+
+// A computed value stored as T: the one rounding (to nearest even) of a 16-bit float's result.
+template <class T>
+__host__ __device__ __forceinline__ T narrow(Accumulate<T> x) {
+  if constexpr (std::is_same_v<T, __half>) {
+    return __float2half_rn(x);
+  } else if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    return __float2bfloat16_rn(x);
+  } else {
+    return x;
+  }
+}
+
 // Calls fn(T{}) with the C++ type of `elem` (host code: picks the kernel to launch).
 template <class Fn>
 cudaError_t visit_elem(Elem elem, Fn&& fn) {
@@ -64,6 +101,8 @@ cudaError_t visit_elem(Elem elem, Fn&& fn) {
     case Elem::kI32: return fn(int32_t{});
     case Elem::kI64: return fn(int64_t{});
     case Elem::kBool: return fn(bool{});
+    case Elem::kF16: return fn(__half{});
+    case Elem::kBF16: return fn(__nv_bfloat16{});
   }
   return cudaErrorInvalidValue;
 }

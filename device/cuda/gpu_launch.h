@@ -18,7 +18,9 @@ namespace tessera::internal::gpu {
 
 inline constexpr int kMaxDims = 8;
 
-enum class Elem : int { kF32, kF64, kI32, kI64, kBool };
+// The element types: kF16 and kBF16 are IEEE binary16 and bfloat16 (__half, __nv_bfloat16 on the
+// device; the bits of core/half.h's float16_t and bfloat16_t), computed in float32 and rounded once.
+enum class Elem : int { kF32, kF64, kI32, kI64, kBool, kF16, kBF16 };
 
 // ---- Elementwise (cwise_kernels.cu) ----
 
@@ -78,13 +80,15 @@ struct ReduceGeometry {
 // Scratch bytes launch_reduce needs for this geometry on a device with `sm_count` SMs.
 std::size_t reduce_scratch_bytes(Elem elem, const ReduceGeometry& geometry, int sm_count);
 // out[0, out_count) = the reduction; out_count > 0. Mean of integers needs count > 0, Max too.
+// The 16-bit floats accumulate in float32 and each result is rounded once.
 // `scratch` holds reduce_scratch_bytes(...) bytes of device memory (may be null when that is 0).
 cudaError_t launch_reduce(ReduceKind op, Elem elem, const ReduceGeometry& geometry, const void* in, void* out,
                           void* scratch, int sm_count, cudaStream_t stream);
 
 // ---- Random (random_kernels.cu): Philox4x32-10 as kernels/random_ops.cc ----
 
-// out[0, n) from blocks first_block, first_block + 1, ... of the stream keyed by `key`.
+// out[0, n) from blocks first_block, first_block + 1, ... of the stream keyed by `key`. kF32 and
+// kF64 only (the ops have no 16-bit form).
 cudaError_t launch_random_uniform(Elem elem, void* out, int64_t n, uint64_t key, uint64_t first_block,
                                   cudaStream_t stream);
 cudaError_t launch_random_normal(Elem elem, void* out, int64_t n, uint64_t key, uint64_t first_block,

@@ -201,8 +201,64 @@ class CastGpuOp final : public GpuOpKernel {
 
 // ---- MatMul ----
 
-// out = op(a) * op(b): cuBLAS for float32 and float64, a tiled kernel for integers. Thread-safe
-// (cuBLAS calls are serialized by the device).
+// A row-major c[m,n] = op(a)[m,k] * op(b)[k,n] of a floating point dtype, its dims checked to fit
+// cuBLAS's int.
+struct Gemm {
+  DType dtype;
+  bool ta;
+  bool tb;
+  int m;
+  int k;
+  int n;
+  int lda;
+  int ldb;
+  const void* a;
+  const void* b;
+  void* c;
+};
+
+// The cuBLAS math mode of a product. float32 may use TF32 tensor cores (SessionOptions::allow_tf32);
+// the 16-bit floats use tensor cores with float32 accumulation, and reductions across a split k
+// stay in float32 too (cuBLAS may otherwise add partial sums in the 16-bit output type), so each
+// result is rounded once, as the CPU kernel rounds sgemm's.
+cublasMath_t math_mode(DType dtype, bool tf32) {
+  if (dtype == DType::Float32) return tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH;
+  if (dtype == DType::Float64) return CUBLAS_DEFAULT_MATH;
+  return static_cast<cublasMath_t>(CUBLAS_DEFAULT_MATH | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION);
+}
+
+// Runs `g` on `handle` (already on the launch stream): Sgemm, Dgemm, or for the 16-bit floats
+// GemmEx with 16-bit inputs and output and float32 compute.
+Status run_gemm(cublasContext* handle, const Gemm& g, bool tf32) {
+  // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: cuBLAS sees each stored
+  // row-major matrix as its transpose, so the operands swap and the transposes stay.
+  const cublasOperation_t op_b = g.tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t op_a = g.ta ? CUBLAS_OP_T : CUBLAS_OP_N;
+  // The handle is shared: each call sets its own mode.
+  const cublasStatus_t mode = cublasSetMathMode(handle, math_mode(g.dtype, tf32));
+  if (mode != CUBLAS_STATUS_SUCCESS) return cublas_status(mode, "cublasSetMathMode");
+  if (g.dtype == DType::Float64) {
+    const double one = 1.0;
+    const double zero = 0.0;
+    return cublas_status(cublasDgemm(handle, op_b, op_a, g.n, g.m, g.k, &one, static_cast<const double*>(g.b), g.ldb,
+                                     static_cast<const double*>(g.a), g.lda, &zero, static_cast<double*>(g.c), g.n),
+                         "cublasDgemm");
+  }
+  const float one = 1.0f;
+  const float zero = 0.0f;
+  if (g.dtype == DType::Float32) {
+    return cublas_status(cublasSgemm(handle, op_b, op_a, g.n, g.m, g.k, &one, static_cast<const float*>(g.b), g.ldb,
+                                     static_cast<const float*>(g.a), g.lda, &zero, static_cast<float*>(g.c), g.n),
+                         "cublasSgemm");
+  }
+  const cudaDataType_t type = g.dtype == DType::Float16 ? CUDA_R_16F : CUDA_R_16BF;
+  return cublas_status(cublasGemmEx(handle, op_b, op_a, g.n, g.m, g.k, &one, g.b, type, g.ldb, g.a, type, g.lda, &zero,
+                                    g.c, type, g.n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                       "cublasGemmEx");
+}
+
+// out = op(a) * op(b): cuBLAS for the floating point dtypes, a tiled kernel for integers.
+// Thread-safe (cuBLAS calls are serialized by the device).
 class MatMulGpuOp final : public GpuOpKernel {
  public:
   explicit MatMulGpuOp(const Node& n)
@@ -241,38 +297,12 @@ class MatMulGpuOp final : public GpuOpKernel {
       });
       return;
     }
-    const auto lda = static_cast<int>(a.shape().dim(1));
-    const auto ldb = static_cast<int>(b.shape().dim(1));
-    const bool f32 = a.dtype() == DType::Float32;
+    const Gemm gemm{.dtype = a.dtype(), .ta = ta, .tb = tb, .m = static_cast<int>(m), .k = static_cast<int>(k),
+                    .n = static_cast<int>(n), .lda = static_cast<int>(a.shape().dim(1)),
+                    .ldb = static_cast<int>(b.shape().dim(1)), .a = pa, .b = pb, .c = pc};
     CudaDevice* device = &r.device;
-    const bool tf32 = ctx.allow_tf32();
-    r.launch([check = r.launch_check, device, f32, tf32, pa, pb, pc, m, k, n, ta, tb, lda, ldb](cudaStream_t s) {
-      // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: cuBLAS sees each stored
-      // row-major matrix as its transpose, so the operands swap and the transposes stay.
-      const cublasOperation_t op_b = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
-      const cublasOperation_t op_a = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
-      const int im = static_cast<int>(m);
-      const int ik = static_cast<int>(k);
-      const int in = static_cast<int>(n);
-      Status st = device->with_cublas(s, [&](cublasContext* handle) -> Status {
-        // The handle is shared: each call sets its session's mode (SessionOptions::allow_tf32).
-        const cublasStatus_t mode =
-            cublasSetMathMode(handle, f32 && tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH);
-        if (mode != CUBLAS_STATUS_SUCCESS) return cublas_status(mode, "cublasSetMathMode");
-        if (f32) {
-          const float one = 1.0f;
-          const float zero = 0.0f;
-          return cublas_status(cublasSgemm(handle, op_b, op_a, in, im, ik, &one, static_cast<const float*>(pb), ldb,
-                                           static_cast<const float*>(pa), lda, &zero, static_cast<float*>(pc), in),
-                               "cublasSgemm");
-        }
-        const double one = 1.0;
-        const double zero = 0.0;
-        return cublas_status(cublasDgemm(handle, op_b, op_a, in, im, ik, &one, static_cast<const double*>(pb), ldb,
-                                         static_cast<const double*>(pa), lda, &zero, static_cast<double*>(pc), in),
-                             "cublasDgemm");
-      });
-      check->report(st);
+    r.launch([check = r.launch_check, device, gemm, tf32 = ctx.allow_tf32()](cudaStream_t s) {
+      check->report(device->with_cublas(s, [&](cublasContext* handle) { return run_gemm(handle, gemm, tf32); }));
     });
   }
 
@@ -392,7 +422,8 @@ class RandomGpuOp final : public GpuOpKernel {
     Tensor& out = ctx.allocate_output(0, node().attr<Shape>("shape"));
     const int64_t n = out.num_elements();
     const int64_t per_block = out.dtype() == DType::Float32 ? 4 : 2;
-    if (!dtype_is_floating(out.dtype())) {
+    // As the op's shape function: the Philox streams exist for float32 and float64 only.
+    if (out.dtype() != DType::Float32 && out.dtype() != DType::Float64) {
       return ctx.fail(ErrorCode::kInvalidArgument, "unsupported dtype {}", dtype_name(out.dtype()));
     }
     const uint64_t first = next_block_.fetch_add(static_cast<uint64_t>((n + per_block - 1) / per_block),

@@ -60,6 +60,8 @@ gpu::Elem gpu_elem(DType dtype) {
     case DType::Int32: return gpu::Elem::kI32;
     case DType::Int64: return gpu::Elem::kI64;
     case DType::Bool: return gpu::Elem::kBool;
+    case DType::Float16: return gpu::Elem::kF16;
+    case DType::BFloat16: return gpu::Elem::kBF16;
   }
   return gpu::Elem::kBool;
 }

@@ -1,7 +1,8 @@
 // CUDA kernels for the reductions Sum, Mean and Max over any set of axes, with the semantics of
 // kernels/reduction_ops.cc: integer sums wrap around (they accumulate in the unsigned type), the
 // mean of integers is the sum divided by the count truncated toward zero, the mean of floating
-// point values divides in the value type, and Max propagates NaN.
+// point values divides in the accumulation type, and Max propagates NaN. float16 and bfloat16 are
+// widened to float32 as they are read, accumulated there, and each result is rounded once.
 //
 // Note [GPU reductions]
 // The op kernel merges the input's dims into runs of kept and reduced dims (ReduceGeometry). Each
@@ -18,7 +19,10 @@
 // it, segments need not be contiguous, so no transpose is needed for reductions over outer axes.
 // A whole contiguous input (a full reduction) goes to CUB's DeviceReduce instead, and many long
 // contiguous rows to its DeviceSegmentedReduce: vectorized loads and no index arithmetic per
-// element; CUB's temporary storage is the op's scratch.
+// element; CUB's temporary storage is the op's scratch. The results go straight into the output
+// when it holds them as they are; the slices' partial results, and every float32 result of a
+// 16-bit reduction, go to the scratch instead (ahead of CUB's storage), from which a last kernel
+// (finalize) combines and rounds them into the output (Layout).
 #include <cstdint>
 #include <limits>
 
@@ -32,9 +36,11 @@
 namespace tessera::internal::gpu {
 namespace {
 
+// Integers accumulate in their unsigned type (wrapping), the 16-bit floats in float32.
 template <class T>
 struct SumOp {
-  using A = typename std::conditional_t<std::is_integral_v<T>, std::make_unsigned<T>, std::type_identity<T>>::type;
+  using A = typename std::conditional_t<std::is_integral_v<T>, std::make_unsigned<T>,
+                                        std::type_identity<Accumulate<T>>>::type;
   __device__ static A identity() { return A{0}; }
   static A host_identity() { return A{0}; }
   __device__ static A combine(A acc, A x) { return acc + x; }
@@ -42,28 +48,53 @@ struct SumOp {
 
 template <class T>
 struct MaxOp {
-  using A = T;
+  using A = Accumulate<T>;
   __device__ static A identity() {
-    if constexpr (std::is_same_v<T, float>) {
+    if constexpr (std::is_same_v<A, float>) {
       return __int_as_float(static_cast<int>(0xff800000u));  // -inf
-    } else if constexpr (std::is_same_v<T, double>) {
+    } else if constexpr (std::is_same_v<A, double>) {
       return __longlong_as_double(static_cast<long long>(0xfff0000000000000ull));  // -inf
-    } else if constexpr (std::is_same_v<T, int32_t>) {
+    } else if constexpr (std::is_same_v<A, int32_t>) {
       return INT32_MIN;
     } else {
       return INT64_MIN;
     }
   }
   static A host_identity() {
-    if constexpr (std::is_floating_point_v<T>) {
-      return -std::numeric_limits<T>::infinity();
+    if constexpr (std::is_floating_point_v<A>) {
+      return -std::numeric_limits<A>::infinity();
     } else {
-      return std::numeric_limits<T>::min();
+      return std::numeric_limits<A>::min();
     }
   }
   // `x != x` is the NaN test: once NaN, the accumulator stays NaN (whichever side holds it).
   __device__ static A combine(A acc, A x) { return (x > acc || x != x) ? x : acc; }
 };
+
+// An input element as the accumulator type A: widened (the 16-bit floats) or the same bits seen
+// unsigned (integer sums); floats as they are.
+template <class A, class T>
+__host__ __device__ __forceinline__ A load(T x) {
+  return static_cast<A>(widen(x));
+}
+
+// load as a functor, for CUB's input iterator.
+template <class A, class T>
+struct Load {
+  __host__ __device__ A operator()(T x) const { return load<A>(x); }
+};
+
+// The input as CUB reads it: the buffer itself where T is stored as A (same size: signed and
+// unsigned views may alias), else each element loaded as it is read (the 16-bit floats).
+template <class Op, class T>
+auto cub_input(const void* in) {
+  using A = typename Op::A;
+  if constexpr (sizeof(A) == sizeof(T)) {
+    return static_cast<const A*>(in);
+  } else {
+    return thrust::make_transform_iterator(static_cast<const T*>(in), Load<A, T>{});
+  }
+}
 
 // Op::combine as CUB's reduction functor.
 template <class Op>
@@ -74,17 +105,16 @@ struct CubCombine {
 };
 
 // A whole contiguous input folded into one value: CUB's device-wide reduction (vectorized loads,
-// one pass plus a tiny second one), into `out`; Mean then divides in place (finalize).
+// one pass plus a tiny second one).
 bool whole_contiguous(const ReduceGeometry& g) {
   return g.out_count == 1 && g.outer_rank == 0 && g.inner_stride == 1 && g.inner == g.count && g.count > 0;
 }
 
-template <class Op>
-cudaError_t cub_reduce(void* scratch, std::size_t* bytes, const void* in, void* out, int64_t count,
+template <class Op, class T>
+cudaError_t cub_reduce(void* scratch, std::size_t* bytes, const void* in, typename Op::A* out, int64_t count,
                        cudaStream_t stream) {
-  using A = typename Op::A;
-  return cub::DeviceReduce::Reduce(scratch, *bytes, static_cast<const A*>(in), static_cast<A*>(out), count,
-                                   CubCombine<Op>{}, Op::host_identity(), stream);
+  return cub::DeviceReduce::Reduce(scratch, *bytes, cub_input<Op, T>(in), out, count, CubCombine<Op>{},
+                                   Op::host_identity(), stream);
 }
 
 // Many long contiguous rows, each folded into one value: CUB's segmented reduction (a block per
@@ -100,15 +130,13 @@ struct RowStart {
   __host__ __device__ int64_t operator()(int64_t i) const { return i * row; }
 };
 
-template <class Op>
-cudaError_t cub_segmented_reduce(void* scratch, std::size_t* bytes, const void* in, void* out,
+template <class Op, class T>
+cudaError_t cub_segmented_reduce(void* scratch, std::size_t* bytes, const void* in, typename Op::A* out,
                                  const ReduceGeometry& g, cudaStream_t stream) {
-  using A = typename Op::A;
   auto begins = thrust::make_transform_iterator(thrust::make_counting_iterator<int64_t>(0), RowStart{g.inner});
   auto ends = thrust::make_transform_iterator(thrust::make_counting_iterator<int64_t>(1), RowStart{g.inner});
-  return cub::DeviceSegmentedReduce::Reduce(scratch, *bytes, static_cast<const A*>(in), static_cast<A*>(out),
-                                            g.out_count, begins, ends, CubCombine<Op>{}, Op::host_identity(),
-                                            stream);
+  return cub::DeviceSegmentedReduce::Reduce(scratch, *bytes, cub_input<Op, T>(in), out, g.out_count, begins, ends,
+                                            CubCombine<Op>{}, Op::host_identity(), stream);
 }
 
 // The bytes of CUB's temporary storage for `g` (the larger of Sum's and Max's: one size serves).
@@ -116,11 +144,11 @@ template <class T>
 std::size_t cub_scratch_bytes(const ReduceGeometry& g, bool rows) {
   std::size_t sum = 0, max = 0;
   if (rows) {
-    (void)cub_segmented_reduce<SumOp<T>>(nullptr, &sum, nullptr, nullptr, g, nullptr);
-    (void)cub_segmented_reduce<MaxOp<T>>(nullptr, &max, nullptr, nullptr, g, nullptr);
+    (void)cub_segmented_reduce<SumOp<T>, T>(nullptr, &sum, nullptr, nullptr, g, nullptr);
+    (void)cub_segmented_reduce<MaxOp<T>, T>(nullptr, &max, nullptr, nullptr, g, nullptr);
   } else {
-    (void)cub_reduce<SumOp<T>>(nullptr, &sum, nullptr, nullptr, g.count, nullptr);
-    (void)cub_reduce<MaxOp<T>>(nullptr, &max, nullptr, nullptr, g.count, nullptr);
+    (void)cub_reduce<SumOp<T>, T>(nullptr, &sum, nullptr, nullptr, g.count, nullptr);
+    (void)cub_reduce<MaxOp<T>, T>(nullptr, &max, nullptr, nullptr, g.count, nullptr);
   }
   return sum > max ? sum : max;
 }
@@ -150,9 +178,9 @@ __device__ __forceinline__ int64_t reduced_offset(const ReduceGeometry& g, int64
   return offset;
 }
 
-template <class Op>
-__device__ __forceinline__ typename Op::A fold(const typename Op::A* in, const ReduceGeometry& g, int64_t unit,
-                                               int64_t slice_len, int lane, int group) {
+template <class Op, class T>
+__device__ __forceinline__ typename Op::A fold(const T* in, const ReduceGeometry& g, int64_t unit, int64_t slice_len,
+                                               int lane, int group) {
   using A = typename Op::A;
   const int64_t o = unit % g.out_count;
   const int64_t s = unit / g.out_count;
@@ -160,15 +188,17 @@ __device__ __forceinline__ typename Op::A fold(const typename Op::A* in, const R
   const int64_t begin = s * slice_len;
   const int64_t end = begin + slice_len < g.count ? begin + slice_len : g.count;
   A acc = Op::identity();
-  for (int64_t r = begin + lane; r < end; r += group) acc = Op::combine(acc, in[base + reduced_offset(g, r)]);
+  for (int64_t r = begin + lane; r < end; r += group) {
+    acc = Op::combine(acc, load<A>(in[base + reduced_offset(g, r)]));
+  }
   return acc;
 }
 
 // Groups of `group` threads (a power of two up to 32) per unit, several groups per warp. The loop
 // bound is the same for a whole warp, so every lane takes part in every shuffle.
-template <class Op>
-__global__ void reduce_groups(const typename Op::A* __restrict__ in, typename Op::A* out, ReduceGeometry g,
-                              int group, int64_t units, int64_t slice_len) {
+template <class Op, class T>
+__global__ void reduce_groups(const T* __restrict__ in, typename Op::A* out, ReduceGeometry g, int group,
+                              int64_t units, int64_t slice_len) {
   using A = typename Op::A;
   const int lane = static_cast<int>(threadIdx.x) & (group - 1);
   const int groups_per_warp = 32 / group;
@@ -186,9 +216,9 @@ __global__ void reduce_groups(const typename Op::A* __restrict__ in, typename Op
 }
 
 // One unit per block (blockDim.x threads, a multiple of 32): warp shuffles, then shared memory.
-template <class Op>
-__global__ void reduce_blocks(const typename Op::A* __restrict__ in, typename Op::A* out, ReduceGeometry g,
-                              int64_t units, int64_t slice_len) {
+template <class Op, class T>
+__global__ void reduce_blocks(const T* __restrict__ in, typename Op::A* out, ReduceGeometry g, int64_t units,
+                              int64_t slice_len) {
   using A = typename Op::A;
   __shared__ A warp_results[32];
   const int lane = static_cast<int>(threadIdx.x) & 31;
@@ -208,21 +238,29 @@ __global__ void reduce_blocks(const typename Op::A* __restrict__ in, typename Op
   }
 }
 
-// out[o] = the combination of the slices' partial results, divided by the count for Mean. May run
-// in place (partials == out, one slice): each thread reads its element before writing it.
+// An output element from its accumulated value: integers back to T (unsigned to signed: the two's
+// complement value) and, for Mean, divided by the count truncating toward zero; floating point
+// divided in A for Mean (count 0: 0 / 0 = NaN, as the CPU kernel), then stored as T (the one
+// rounding of a 16-bit float).
+template <class T, bool kMean, class A>
+__device__ __forceinline__ T finish(A acc, int64_t count) {
+  if constexpr (std::is_integral_v<T>) {
+    const T v = static_cast<T>(acc);
+    return kMean ? static_cast<T>(static_cast<int64_t>(v) / count) : v;
+  } else {
+    return narrow<T>(kMean ? acc / static_cast<A>(count) : acc);
+  }
+}
+
+// out[o] = the combination of the slices' partial results, finished. May run in place (partials
+// == out, one slice, A the size of T): each thread reads its element before writing it.
 template <class Op, class T, bool kMean>
 __global__ void finalize(const typename Op::A* partials, T* out, int64_t out_count, int64_t slices, int64_t count) {
   using A = typename Op::A;
   for (int64_t o = global_thread(); o < out_count; o += grid_threads()) {
     A acc = partials[o];
     for (int64_t s = 1; s < slices; ++s) acc = Op::combine(acc, partials[s * out_count + o]);
-    T v = static_cast<T>(acc);  // unsigned to signed: the two's complement value (wraps)
-    if constexpr (kMean && std::is_integral_v<T>) {
-      v = static_cast<T>(static_cast<int64_t>(v) / count);
-    } else if constexpr (kMean) {
-      v = v / static_cast<T>(count);  // count 0: 0 / 0 = NaN, as the CPU kernel
-    }
-    out[o] = v;
+    out[o] = finish<T, kMean>(acc, count);
   }
 }
 
@@ -250,43 +288,73 @@ Plan make_plan(const ReduceGeometry& g, int sm_count) {
   return p;
 }
 
-std::size_t elem_size(Elem elem) { return elem == Elem::kF64 || elem == Elem::kI64 ? 8 : 4; }
+// Where a reduction's results go (Note [GPU reductions]): CUB or the groups fold the input into
+// `slices` results per output element (one with CUB), straight into the output when it holds them
+// as they are (one slice, A the size of T), else into the scratch, ahead of CUB's storage.
+struct Layout {
+  bool cub = false;    // CUB folds the input (else the groups, by `plan`)
+  bool whole = false;  // CUB's device-wide reduction (else its segmented one), when cub
+  Plan plan;
+  bool direct = true;             // the results are written into the output
+  std::size_t results_bytes = 0;  // the results' scratch bytes (a multiple of 256) when !direct
+};
 
-template <class Op, class T, bool kMean>
-cudaError_t run(const ReduceGeometry& g, const Plan& p, const void* in, void* out, void* scratch, int sm_count,
-                cudaStream_t stream) {
-  using A = typename Op::A;
-  static_assert(sizeof(A) == sizeof(T));
-  const bool whole = whole_contiguous(g);
-  if (whole || contiguous_rows(g, sm_count)) {
-    auto reduce = [&](void* temp, std::size_t* bytes) {
-      return whole ? cub_reduce<Op>(temp, bytes, in, out, g.count, stream)
-                   : cub_segmented_reduce<Op>(temp, bytes, in, out, g, stream);
-    };
-    std::size_t bytes = 0;
-    if (cudaError_t e = reduce(nullptr, &bytes); e != cudaSuccess) return e;
-    if (bytes > 0 && scratch == nullptr) return cudaErrorInvalidValue;
-    if (cudaError_t e = reduce(scratch, &bytes); e != cudaSuccess) return e;
-    if constexpr (kMean) {  // in place: each output divided by the count
-      finalize<Op, T, true><<<blocks_for(g.out_count, kThreads), kThreads, 0, stream>>>(
-          static_cast<A*>(out), static_cast<T*>(out), g.out_count, 1, g.count);
-    }
-    return cudaGetLastError();
+template <class T>
+Layout make_layout(const ReduceGeometry& g, int sm_count) {
+  Layout l;
+  l.whole = whole_contiguous(g);
+  l.cub = l.whole || contiguous_rows(g, sm_count);
+  if (!l.cub) l.plan = make_plan(g, sm_count);
+  l.direct = l.plan.slices == 1 && sizeof(Accumulate<T>) == sizeof(T);
+  if (!l.direct) {
+    const auto bytes = static_cast<std::size_t>(l.plan.slices * g.out_count) * sizeof(Accumulate<T>);
+    l.results_bytes = (bytes + 255) / 256 * 256;  // CUB's storage after them stays aligned
   }
-  A* partials = p.slices > 1 ? static_cast<A*>(scratch) : static_cast<A*>(out);
+  return l;
+}
+
+// CUB folds the input into `results`, with `temp` (null when CUB needs none) as its storage.
+template <class Op, class T>
+cudaError_t cub_fold(const ReduceGeometry& g, bool whole, const void* in, typename Op::A* results, void* temp,
+                     cudaStream_t stream) {
+  auto reduce = [&](void* storage, std::size_t* bytes) {
+    return whole ? cub_reduce<Op, T>(storage, bytes, in, results, g.count, stream)
+                 : cub_segmented_reduce<Op, T>(storage, bytes, in, results, g, stream);
+  };
+  std::size_t bytes = 0;
+  if (cudaError_t e = reduce(nullptr, &bytes); e != cudaSuccess) return e;
+  if (bytes > 0 && temp == nullptr) return cudaErrorInvalidValue;
+  return reduce(temp, &bytes);
+}
+
+// The groups fold the input into `results`: p.slices partial results per output element.
+template <class Op, class T>
+cudaError_t group_fold(const ReduceGeometry& g, const Plan& p, const void* in, typename Op::A* results,
+                       cudaStream_t stream) {
   const int64_t slice_len = (g.count + p.slices - 1) / p.slices;
   const int64_t units = g.out_count * p.slices;
-  const A* input = static_cast<const A*>(in);  // same size; signed and unsigned views may alias
+  const T* input = static_cast<const T*>(in);
   if (p.group > 32) {
-    reduce_blocks<Op><<<blocks_for(units, 1), p.group, 0, stream>>>(input, partials, g, units, slice_len);
+    reduce_blocks<Op><<<blocks_for(units, 1), p.group, 0, stream>>>(input, results, g, units, slice_len);
   } else {
-    reduce_groups<Op><<<blocks_for(units * p.group, kThreads), kThreads, 0, stream>>>(input, partials, g, p.group,
+    reduce_groups<Op><<<blocks_for(units * p.group, kThreads), kThreads, 0, stream>>>(input, results, g, p.group,
                                                                                       units, slice_len);
   }
-  if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
-  if (p.slices > 1 || kMean) {
+  return cudaGetLastError();
+}
+
+template <class Op, class T, bool kMean>
+cudaError_t run(const ReduceGeometry& g, const Layout& l, const void* in, void* out, void* scratch,
+                cudaStream_t stream) {
+  using A = typename Op::A;
+  A* results = static_cast<A*>(l.direct ? out : scratch);
+  void* temp = scratch == nullptr ? nullptr : static_cast<char*>(scratch) + l.results_bytes;
+  const cudaError_t e = l.cub ? cub_fold<Op, T>(g, l.whole, in, results, temp, stream)
+                              : group_fold<Op, T>(g, l.plan, in, results, stream);
+  if (e != cudaSuccess) return e;
+  if (!l.direct || kMean) {
     finalize<Op, T, kMean><<<blocks_for(g.out_count, kThreads), kThreads, 0, stream>>>(
-        partials, static_cast<T*>(out), g.out_count, p.slices, g.count);
+        results, static_cast<T*>(out), g.out_count, l.plan.slices, g.count);
   }
   return cudaGetLastError();
 }
@@ -294,39 +362,34 @@ cudaError_t run(const ReduceGeometry& g, const Plan& p, const void* in, void* ou
 }  // namespace
 
 std::size_t reduce_scratch_bytes(Elem elem, const ReduceGeometry& geometry, int sm_count) {
-  const bool whole = whole_contiguous(geometry);
-  if (whole || contiguous_rows(geometry, sm_count)) {
-    // CUB's temporary storage (the calling thread's current device is the one the reduction will
-    // run on).
-    std::size_t bytes = 0;
-    (void)visit_elem(elem, [&](auto type) -> cudaError_t {
-      using T = decltype(type);
-      if constexpr (!std::is_same_v<T, bool>) bytes = cub_scratch_bytes<T>(geometry, !whole);
-      return cudaSuccess;
-    });
-    return bytes;
-  }
-  const Plan p = make_plan(geometry, sm_count);
-  if (p.slices <= 1) return 0;
-  return static_cast<std::size_t>(p.slices * geometry.out_count) * elem_size(elem);
+  std::size_t bytes = 0;
+  (void)visit_elem(elem, [&](auto type) -> cudaError_t {
+    using T = decltype(type);
+    if constexpr (!std::is_same_v<T, bool>) {
+      const Layout l = make_layout<T>(geometry, sm_count);
+      // CUB's temporary storage (the calling thread's current device is the one the reduction
+      // will run on).
+      bytes = l.results_bytes + (l.cub ? cub_scratch_bytes<T>(geometry, !l.whole) : 0);
+    }
+    return cudaSuccess;
+  });
+  return bytes;
 }
 
 cudaError_t launch_reduce(ReduceKind op, Elem elem, const ReduceGeometry& geometry, const void* in, void* out,
                           void* scratch, int sm_count, cudaStream_t stream) {
   if (geometry.out_count <= 0) return cudaSuccess;
-  const Plan p = make_plan(geometry, sm_count);
-  if (!whole_contiguous(geometry) && !contiguous_rows(geometry, sm_count) && p.slices > 1 && scratch == nullptr) {
-    return cudaErrorInvalidValue;
-  }
   return visit_elem(elem, [&](auto type) -> cudaError_t {
     using T = decltype(type);
     if constexpr (std::is_same_v<T, bool>) {
       return cudaErrorInvalidValue;
     } else {
+      const Layout l = make_layout<T>(geometry, sm_count);
+      if (l.results_bytes > 0 && scratch == nullptr) return cudaErrorInvalidValue;
       switch (op) {
-        case ReduceKind::kSum: return run<SumOp<T>, T, false>(geometry, p, in, out, scratch, sm_count, stream);
-        case ReduceKind::kMean: return run<SumOp<T>, T, true>(geometry, p, in, out, scratch, sm_count, stream);
-        case ReduceKind::kMax: return run<MaxOp<T>, T, false>(geometry, p, in, out, scratch, sm_count, stream);
+        case ReduceKind::kSum: return run<SumOp<T>, T, false>(geometry, l, in, out, scratch, stream);
+        case ReduceKind::kMean: return run<SumOp<T>, T, true>(geometry, l, in, out, scratch, stream);
+        case ReduceKind::kMax: return run<MaxOp<T>, T, false>(geometry, l, in, out, scratch, stream);
       }
       return cudaErrorInvalidValue;
     }

@@ -38,6 +38,8 @@ using tessera::testing::Range;
 using tessera::testing::tensor_of;
 using tessera::testing::values_of;
 
+constexpr DType kFloatingDTypes[] = {DType::Float32, DType::Float64, DType::Float16, DType::BFloat16};
+
 class CudaKernelsTest : public ::testing::Test {
  protected:
   void SetUp() override { TESSERA_REQUIRE_GPU(gpu_); }
@@ -213,7 +215,8 @@ TEST_F(CudaKernelsTest, IntegerArithmeticWrapsAround) {
 
 TEST_F(CudaKernelsTest, MaximumAndMinimumPropagateNaN) {
   const double nan = std::numeric_limits<double>::quiet_NaN();
-  for (DType dtype : {DType::Float32, DType::Float64}) {
+  for (DType dtype : kFloatingDTypes) {
+    SCOPED_TRACE(dtype_name(dtype));
     Graph g;
     Tensor a = tensor_of(dtype, Shape{3}, {nan, 1, 2});
     Tensor b = tensor_of(dtype, Shape{3}, {1, nan, 3});
@@ -253,7 +256,7 @@ TEST_F(CudaKernelsTest, UnaryOps) {
 TEST_F(CudaKernelsTest, UnaryOpsAtTheEdgesOfTheirDomain) {
   const double nan = std::numeric_limits<double>::quiet_NaN();
   const double inf = std::numeric_limits<double>::infinity();
-  for (DType dtype : {DType::Float32, DType::Float64}) {
+  for (DType dtype : kFloatingDTypes) {
     Graph g;
     Tensor x = tensor_of(dtype, Shape{6}, {-1000, 0, -1, nan, inf, -inf});
     for (const auto& op : kUnaryOps) {
@@ -298,6 +301,21 @@ TEST_F(CudaKernelsTest, MatMul) {
         }
       }
     }
+  }
+}
+
+// cuBLAS accumulates float16 and bfloat16 products in float32: a row of 4096 ones times its
+// transpose is 4096, where a 16-bit accumulator stops growing at 2048 (float16) or 256 (bfloat16).
+TEST_F(CudaKernelsTest, SixteenBitMatMulAccumulatesInFloat32) {
+  for (DType dtype : {DType::Float16, DType::BFloat16}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    Tensor row = tensor_of(dtype, Shape{1, 4096}, std::vector<double>(4096, 1.0));
+    Graph g;
+    auto gpu = kernel(ops::matmul(feed(g, row), feed(g, row), false, true), "GPU");
+    ASSERT_TRUE(gpu);
+    KernelRun got = run_gpu(*gpu, {row, row});
+    ASSERT_TRUE(got.status.ok()) << got.status.to_string();
+    EXPECT_EQ(values_of(got.outputs[0]), std::vector<double>{4096.0});
   }
 }
 
@@ -394,6 +412,47 @@ TEST_F(CudaKernelsTest, ReduceMaxPropagatesNaN) {
   Tensor big = tensor_of(DType::Float64, Shape{1 << 20}, std::vector<double>(1 << 20, -3.0));
   big.mutable_data<double>()[777777] = nan;
   check_op(ops::reduce_max(feed(g, big)), {big});
+  for (DType dtype : {DType::Float16, DType::BFloat16}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    std::vector<double> values(80, 1.0);
+    values[3] = nan;
+    Tensor h = tensor_of(dtype, Shape{2, 40}, values);
+    check_op(ops::reduce_max(feed(g, h), {1}), {h});
+    check_op(ops::reduce_max(feed(g, h), {0}), {h});
+    check_op(ops::reduce_max(feed(g, h)), {h});
+  }
+}
+
+// float16 and bfloat16 accumulate in float32: 4096 ones sum to 4096 (and their mean is 1), where a
+// 16-bit accumulator stops growing at 2048 (float16) or 256 (bfloat16). The shapes take each path
+// of Note [GPU reductions]: CUB's whole reduction, a block per row, columns in slices, and CUB's
+// segmented reduction.
+TEST_F(CudaKernelsTest, SixteenBitReductionsAccumulateInFloat32) {
+  struct Case {
+    Shape in;
+    std::vector<int> axes;
+  };
+  const std::vector<Case> cases = {
+      {Shape{4096}, {}}, {Shape{3, 4096}, {1}}, {Shape{4096, 5}, {0}}, {Shape{600, 4096}, {1}}};
+  struct Expected {
+    ReductionCase op;
+    double value;
+  };
+  const Expected expected[] = {{{"Sum", ops::reduce_sum}, 4096}, {{"Mean", ops::reduce_mean}, 1}};
+  for (DType dtype : {DType::Float16, DType::BFloat16}) {
+    for (const auto& c : cases) {
+      Tensor ones = tensor_of(dtype, c.in, std::vector<double>(static_cast<std::size_t>(c.in.num_elements()), 1.0));
+      for (const auto& [op, want] : expected) {
+        SCOPED_TRACE(std::string(op.type) + " " + describe(dtype, {c.in}));
+        Graph g;
+        auto gpu = kernel(op.build(feed(g, ones), c.axes, false, ""), "GPU");
+        ASSERT_TRUE(gpu);
+        KernelRun got = run_gpu(*gpu, {ones});
+        ASSERT_TRUE(got.status.ok()) << got.status.to_string();
+        for (double v : values_of(got.outputs[0])) ASSERT_EQ(v, want);
+      }
+    }
+  }
 }
 
 // ---- Cast ----
@@ -421,8 +480,11 @@ TEST_F(CudaKernelsTest, CastBetweenAllDTypes) {
 TEST_F(CudaKernelsTest, CastFromFloatingPointSaturates) {
   const double nan = std::numeric_limits<double>::quiet_NaN();
   const double inf = std::numeric_limits<double>::infinity();
-  for (DType from : {DType::Float32, DType::Float64}) {
+  for (DType from : kFloatingDTypes) {
+    SCOPED_TRACE(dtype_name(from));
     Graph g;
+    // In float16, 1e10, -1e30 and the int32 bounds are already infinities; in bfloat16 the bounds
+    // round to +-2^31.
     Tensor x = tensor_of(from, Shape{8}, {1e10, -1e10, nan, -3.9, inf, -1e30, 2147483647.0, -2147483649.0});
     for (DType to : {DType::Int32, DType::Int64, DType::Bool}) check_op(ops::cast(feed(g, x), to), {x});
   }
