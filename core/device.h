@@ -32,6 +32,14 @@
 
 namespace tessera::internal {
 
+class StreamWork;  // core/op_kernel.h
+
+// The body of one piece of stream work a kernel issued, which a captured partition issues again
+// with the same buffers (Note [Captured partitions] in core/captured_partition.cc): `native` is
+// the raw stream to issue on (a cudaStream_t being captured into a CUDA graph; nullptr on SIM,
+// whose work runs on its stream's thread), `work` the step that replays it (failures go there).
+using ReplayableWork = std::function<void(void* native, StreamWork& work)>;
+
 // What placement needs to know about a device's speed. Rates are per second; "transfer" is
 // between this device's memory and host memory (each direction), modelled as
 // latency + bytes / bandwidth.
@@ -99,6 +107,29 @@ class Device {
     (void)peer;
     (void)stream;
     done(errors::unimplemented("{} copies from no peer", name_));
+  }
+
+  // ---- Captured work (Note [Captured partitions] in core/captured_partition.cc) ----
+  // Work recorded from kernels, made one launchable unit: a CUDA graph on a GPU, one stream work
+  // item on SIM. Unimplemented on devices that cannot replay work.
+  class Graph {
+   public:
+    virtual ~Graph() = default;
+    // Enqueues the whole recorded work on `stream`, in recording order; failures go to `work`.
+    virtual void launch(Stream& stream, StreamWork& work) = 0;
+  };
+  virtual bool supports_graphs() const { return false; }
+  virtual StatusOr<std::unique_ptr<Graph>> make_graph(std::vector<ReplayableWork> bodies) {
+    (void)bodies;
+    return errors::unimplemented("{} cannot replay recorded work", name_);
+  }
+  // Enqueues on `stream` a copy of `src` into `dst`, both in this device's memory, of the same
+  // size. Both must stay valid until the stream has run it (stream-ordered memory keeps them).
+  virtual Status copy_within(const Tensor& src, const Tensor& dst, Stream& stream) {
+    (void)src;
+    (void)dst;
+    (void)stream;
+    return errors::unimplemented("{} has no copy within its memory", name_);
   }
 
   // True when a kernel for `op_type` is registered for this device's type.

@@ -325,6 +325,44 @@ StatusOr<std::shared_ptr<const Plan>> build_plan(
   return std::shared_ptr<const Plan>(std::move(plan));
 }
 
+std::shared_ptr<const Plan> plan_variant(const Plan& plan, const std::vector<OpKernel*>& kernels,
+                                         const std::vector<std::pair<int, int>>& edges) {
+  auto v = std::make_shared<Plan>(plan);
+  v->serial = next_plan_serial.fetch_add(1, std::memory_order_relaxed);
+  const int n = static_cast<int>(v->nodes.size());
+  for (int i = 0; i < n && i < static_cast<int>(kernels.size()); ++i) {
+    if (kernels[i] == nullptr) continue;
+    PlanNode& pn = v->nodes[i];
+    pn.kernel = kernels[i];
+    pn.is_async = pn.kernel->is_async();
+    pn.expensive = pn.kernel->is_expensive();
+    pn.discard_output = !pn.is_async && pn.num_outputs == 1 && pn.some_output_unused;
+  }
+  std::vector<std::vector<int>> succ(static_cast<std::size_t>(n));
+  for (int i = 0; i < n; ++i) {
+    const PlanNode& pn = plan.nodes[i];
+    succ[i].assign(plan.successors.begin() + pn.first_successor,
+                   plan.successors.begin() + pn.first_successor + pn.num_successors);
+  }
+  for (const auto& [from, to] : edges) {
+    if (std::find(succ[from].begin(), succ[from].end(), to) != succ[from].end()) continue;
+    succ[from].push_back(to);
+    ++v->nodes[to].initial_pending;
+  }
+  v->successors.clear();
+  v->roots.clear();
+  v->counted_nodes.clear();
+  for (int i = 0; i < n; ++i) {
+    PlanNode& pn = v->nodes[i];
+    pn.first_successor = static_cast<int>(v->successors.size());
+    pn.num_successors = static_cast<int>(succ[i].size());
+    v->successors.insert(v->successors.end(), succ[i].begin(), succ[i].end());
+    if (pn.initial_pending == 0) v->roots.push_back(i);
+    if (pn.initial_pending > 1) v->counted_nodes.push_back(i);
+  }
+  return v;
+}
+
 // ---- RunState ----
 
 namespace {
@@ -524,6 +562,7 @@ void RunState::issued(Device& device, Stream& stream, const Node& node) {
 }
 
 void RunState::issued_then(Device& device, Stream& stream, const Node& node, std::function<Status(Status)> check) {
+  if (opt_.capture != nullptr) opt_.capture->unreplayable(node, "its work is checked on the host");
   issued(device, stream, node);
   stream_waits_.fetch_add(1, std::memory_order_acq_rel);
   stream.then([this, &device, &node, check = std::move(check)](Status s) {
@@ -762,6 +801,7 @@ TESSERA_HOT_INLINE bool RunState::complete(int i, OpKernelContext& ctx, Tensor* 
     record_error(ctx.status());
     return false;
   }
+  if (opt_.capture != nullptr) [[unlikely]] capture_completed(i, ctx, outputs);
   // The outputs are already in place (the context writes there). A failed or aborted step leaves
   // them: the step's arrays are cleared when it ends (Plan::release_arrays).
   for (int k = 0; k < pn.num_outputs; ++k) {
@@ -791,6 +831,13 @@ TESSERA_HOT_INLINE bool RunState::complete(int i, OpKernelContext& ctx, Tensor* 
     }
   }
   return true;
+}
+
+void RunState::capture_completed(int i, const OpKernelContext& ctx, const Tensor* outputs) {
+  const PlanNode& pn = nodes_[i];
+  std::vector<const Tensor*> inputs(static_cast<std::size_t>(pn.num_inputs));
+  for (int j = 0; j < pn.num_inputs; ++j) inputs[j] = &ctx.input(j);
+  opt_.capture->completed(i, inputs.data(), pn.num_inputs, outputs, pn.num_outputs);
 }
 
 void RunState::fail_output(int i, int k, const Tensor& t) {

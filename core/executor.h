@@ -106,6 +106,13 @@ struct Plan {
   void release_arrays(std::unique_ptr<StepArrays> arrays, bool completed) const;
 };
 
+// A copy of `plan` computing the same values (slots, feeds, fetches) with other kernels and more
+// order: kernels[i], when non-null, replaces node i's kernel, and each (from, to) of `edges` makes
+// node `to` wait for node `from` too (neither may make a cycle). A new serial. For a partition
+// replayed from its capture (core/captured_partition.h).
+std::shared_ptr<const Plan> plan_variant(const Plan& plan, const std::vector<OpKernel*>& kernels,
+                                         const std::vector<std::pair<int, int>>& edges);
+
 // The nodes the fetches and targets need (a fed output cuts its edge), in discovery order.
 std::vector<const Node*> prune_nodes(const std::vector<Endpoint>& feeds, const std::vector<Endpoint>& fetches,
                                      const std::vector<const Node*>& targets);
@@ -117,6 +124,14 @@ StatusOr<std::shared_ptr<const Plan>> build_plan(
     const GraphImpl& graph, const std::vector<Endpoint>& feeds, const std::vector<Endpoint>& fetches,
     const std::vector<const Node*>& targets,
     const std::function<StatusOr<OpKernel*>(const Node&)>& make_kernel);
+
+// A step being captured (Note [Captured partitions] in core/captured_partition.cc): the kernels'
+// recorder, told also of every node as it completes, with its inputs and outputs. Thread-safe.
+class StepCapture : public StreamRecorder {
+ public:
+  virtual void completed(int node_index, const Tensor* const* inputs, int num_inputs, const Tensor* outputs,
+                         int num_outputs) = 0;
+};
 
 // One step of one plan (one partition of a step, when the step spans devices). Create, then call
 // run() (or run_async()); it is over when every started op has finished.
@@ -137,6 +152,8 @@ class RunState final : public TraceSink, public StreamWork {
     // can abort the step's other partitions). May be null. Not owned.
     const std::function<void(const Status&)>* on_abort = nullptr;
     bool allow_tf32 = false;  // SessionOptions::allow_tf32, for the kernels
+    // Non-null when this step is captured (a device partition's, untraced). Not owned.
+    StepCapture* capture = nullptr;
   };
   explicit RunState(const Options& options);
   ~RunState() override;
@@ -161,6 +178,7 @@ class RunState final : public TraceSink, public StreamWork {
   void issued(Device& device, Stream& stream, const Node& node) override;
   void issued_then(Device& device, Stream& stream, const Node& node, std::function<Status(Status)> check) override;
   void fail(const Status& s) override;
+  StreamRecorder* recorder() override { return opt_.capture; }
   int64_t start_us() const { return start_us_; }
   int64_t step_id() const { return opt_.step_id; }
 
@@ -209,6 +227,8 @@ class RunState final : public TraceSink, public StreamWork {
   // Checks the outputs (the kernel wrote them into `outputs`: their slots, or the discard
   // tensor), releases inputs, collects newly ready successors; returns false on error.
   bool complete(int node_index, OpKernelContext& ctx, Tensor* outputs, std::vector<int>* ready);
+  // Tells the capture (opt_.capture) that node i completed with `outputs`.
+  void capture_completed(int node_index, const OpKernelContext& ctx, const Tensor* outputs);
   // complete()'s error for output k of node i, `t`: missing, or of the wrong dtype.
   void fail_output(int node_index, int k, const Tensor& t);
   void record_error(const Status& s);

@@ -41,6 +41,20 @@ class TraceSink {
   virtual void add(TraceRecord record) = 0;
 };
 
+// What a kernel tells a step that is being captured. Thread-safe.
+class StreamRecorder {
+ public:
+  virtual ~StreamRecorder() = default;
+  // `node` issued `body` on its device's compute stream 0 (after issuing it as usual).
+  virtual void record(const Node& node, ReplayableWork body) = 0;
+  // Device memory the recorded work uses besides the node's inputs and outputs (temporaries):
+  // the capture keeps it for the replays.
+  virtual void retain(const Tensor& t) = 0;
+  // `node`'s work cannot be replayed (it ran on the host, or its result needs a host-side check):
+  // the partition is not captured.
+  virtual void unreplayable(const Node& node, const char* why) = 0;
+};
+
 // The step side of stream-ordered kernels (Note [Stream-ordered kernels] in core/executor.cc): a
 // kernel on a device with streams may enqueue its work and call `done` at once, before the work
 // has run; its successors on the same stream then follow it in stream order. The step is over
@@ -60,6 +74,8 @@ class StreamWork {
   // `s` names the op (as OpKernelContext::status() does). Callable until the stream has run the
   // work.
   virtual void fail(const Status& s) = 0;
+  // Non-null while the step is being captured: kernels record their stream work there.
+  virtual StreamRecorder* recorder() { return nullptr; }
 };
 
 // Reports to `sink` a span of `node` from `start_us` (now_micros()) to now on `stream` of

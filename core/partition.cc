@@ -32,7 +32,8 @@ StatusOr<Tensor> copy_to_device_now(Device& device, const Tensor& t) {
 StatusOr<std::shared_ptr<const StepPlan>> build_step_plan(const GraphImpl& graph, const std::vector<Endpoint>& feeds,
                                                           const std::vector<Endpoint>& fetches,
                                                           const std::vector<const Node*>& targets,
-                                                          const DeviceOf& device_of, const KernelFor& kernel_for) {
+                                                          const DeviceOf& device_of, const KernelFor& kernel_for,
+                                                          bool capture_partitions) {
   auto step = std::make_shared<StepPlan>();
   const std::vector<const Node*> needed = prune_nodes(feeds, fetches, targets);
   std::unordered_map<std::string, Device*> device_named{{kHostDeviceName, nullptr}};
@@ -93,7 +94,9 @@ StatusOr<std::shared_ptr<const StepPlan>> build_step_plan(const GraphImpl& graph
     if (device == nullptr) {
       step->host = std::move(plan).value();
     } else {
-      step->devices.push_back({device, std::move(plan).value()});
+      StepPlan::DevicePart dp{device, std::move(plan).value(), nullptr};
+      if (capture_partitions) dp.captured = CapturedPartition::make(*dp.plan, *device);
+      step->devices.push_back(std::move(dp));
     }
   }
   step->nodes = std::move(ps.nodes);

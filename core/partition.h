@@ -13,6 +13,7 @@
 #include <memory>
 #include <vector>
 
+#include "core/captured_partition.h"
 #include "core/device.h"
 #include "core/executor.h"
 #include "core/node.h"
@@ -27,6 +28,9 @@ struct StepPlan {
   struct DevicePart {
     Device* device = nullptr;  // Not owned.
     std::shared_ptr<const Plan> plan;
+    // Its capture and replays, when it may be captured and the session wants it
+    // (SessionOptions::cuda_graphs; Note [Captured partitions]). Null otherwise.
+    std::shared_ptr<CapturedPartition> captured;
   };
   std::vector<DevicePart> devices;  // empty when the whole step runs on the host
   int num_keys = 0;                 // rendezvous keys (one per transfer)
@@ -47,6 +51,7 @@ using KernelFor = std::function<StatusOr<OpKernel*>(const Node& node, Device* de
 StatusOr<std::shared_ptr<const StepPlan>> build_step_plan(const GraphImpl& graph, const std::vector<Endpoint>& feeds,
                                                           const std::vector<Endpoint>& fetches,
                                                           const std::vector<const Node*>& targets,
-                                                          const DeviceOf& device_of, const KernelFor& kernel_for);
+                                                          const DeviceOf& device_of, const KernelFor& kernel_for,
+                                                          bool capture_partitions = false);
 
 }  // namespace tessera::internal

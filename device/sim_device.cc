@@ -285,6 +285,37 @@ SimDevice::TransferStats SimDevice::transfer_stats() const {
   return TransferStats{direct_to_device_.load(), direct_to_host_.load(), staged_.load()};
 }
 
+namespace {
+class SimGraph final : public Device::Graph {
+ public:
+  explicit SimGraph(std::vector<ReplayableWork> bodies) : bodies_(std::move(bodies)) {}
+  void launch(Stream& stream, StreamWork& work) override {
+    // The graph outlives its launches (its partition's plan does), the step its work.
+    stream.enqueue([this, &work] {
+      for (const ReplayableWork& body : bodies_) body(nullptr, work);
+    });
+  }
+
+ private:
+  const std::vector<ReplayableWork> bodies_;
+};
+}  // namespace
+
+StatusOr<std::unique_ptr<Device::Graph>> SimDevice::make_graph(std::vector<ReplayableWork> bodies) {
+  return std::unique_ptr<Graph>(std::make_unique<SimGraph>(std::move(bodies)));
+}
+
+Status SimDevice::copy_within(const Tensor& src, const Tensor& dst, Stream& stream) {
+  if (src.device() != name() || dst.device() != name() || src.bytes() != dst.bytes()) {
+    return errors::invalid_argument("{}: copy_within of {} bytes in {} into {} bytes in {}", name(), src.bytes(),
+                                    src.device(), dst.bytes(), dst.device());
+  }
+  stream.enqueue([from = unowned_view(src), to = unowned_view(dst)]() mutable {
+    if (from.bytes() > 0) std::memcpy(to.raw_mutable_data(), from.raw_data(), from.bytes());
+  });
+  return Status();
+}
+
 void SimDevice::copy_to_device(const Tensor& host, Stream& stream,
                                std::function<void(StatusOr<Tensor>)> done) {
   copy(host, CopyKind::kToDevice, stream, std::move(done));

@@ -122,6 +122,11 @@ class SimDevice final : public Device {
                       std::function<void(StatusOr<Tensor>)> done) override;
   void copy_to_host(const Tensor& on_device, Stream& stream,
                     std::function<void(StatusOr<Tensor>)> done) override;
+  // Replays are one work item on the stream running the recorded bodies in order (Note [Captured
+  // partitions] in core/captured_partition.cc); copy_within is a memcpy on the stream.
+  bool supports_graphs() const override { return true; }
+  StatusOr<std::unique_ptr<Graph>> make_graph(std::vector<ReplayableWork> bodies) override;
+  Status copy_within(const Tensor& src, const Tensor& dst, Stream& stream) override;
   struct TransferStats {
     int64_t direct_to_device = 0;  // copies from a pinned host tensor
     int64_t direct_to_host = 0;    // copies into a pinned host tensor

@@ -141,12 +141,32 @@ class SimKernel final : public OpKernel {
     call->params = ctx.params();
     StreamWork* work = ctx.stream_work();
     const int64_t start = ctx.trace() != nullptr ? now_micros() : 0;
-    stream.enqueue([this, call = std::shared_ptr<StreamCall>(std::move(call)), work, &device, &stream, start] {
+    std::shared_ptr<StreamCall> shared(std::move(call));
+    stream.enqueue([this, call = shared, work, &device, &stream, start] {
       run_on_stream(*call, *work);
       if (call->params.trace != nullptr) trace_stream_span(*call->params.trace, node(), device, stream, start);
     });
+    if (StreamRecorder* recorder = work->recorder(); recorder != nullptr) {
+      recorder->record(node(), [this, replay = replayable(*shared)](void*, StreamWork& w) { run_on_stream(*replay, w); });
+    }
     work->issued(device, stream, node());
     done();
+  }
+
+  // `call` for replays (Note [Captured partitions] in core/captured_partition.cc): the same
+  // buffers, none of its step's state (the captured step is gone by then).
+  static std::shared_ptr<StreamCall> replayable(const StreamCall& call) {
+    static CancellationManager never_cancelled;
+    auto replay = std::make_shared<StreamCall>();
+    replay->params.node = call.params.node;
+    replay->params.output_dtypes = call.params.output_dtypes;
+    replay->params.num_inputs = call.params.num_inputs;
+    replay->params.cancellation = &never_cancelled;
+    replay->params.allow_tf32 = call.params.allow_tf32;
+    replay->inputs = call.inputs;
+    replay->outputs = call.outputs;
+    for (const Tensor& t : replay->inputs) replay->input_ptrs.push_back(&t);
+    return replay;
   }
 
   // Runs the CPU kernel on host memory and copies its results into the preallocated outputs.
@@ -181,6 +201,9 @@ class SimKernel final : public OpKernel {
 
   // The whole kernel on the stream; done once the stream has run it.
   void run_whole(OpKernelContext& ctx, Device& device, Stream& stream, std::function<void()> done) {
+    if (StreamWork* work = ctx.stream_work(); work != nullptr && work->recorder() != nullptr) {
+      work->recorder()->unreplayable(node(), "runs whole on its stream (state, or shapes known only as it runs)");
+    }
     Device* dev = &device;
     stream.enqueue([this, &ctx, dev, &stream] {
       const int64_t start = ctx.trace() != nullptr ? now_micros() : 0;

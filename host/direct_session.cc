@@ -189,7 +189,7 @@ StatusOr<std::shared_ptr<const StepPlan>> SessionImpl::get_plan(const std::vecto
       return d == 0 ? nullptr : devices_[static_cast<std::size_t>(d)];
     };
     plan = build_step_plan(g_, feeds, fetches, targets, device_of,
-                           [this](const Node& n, Device* d) { return kernel_for(n, d); });
+                           [this](const Node& n, Device* d) { return kernel_for(n, d); }, options_.cuda_graphs);
   }
   if (!plan.ok()) return plan;
   std::unique_lock<std::shared_mutex> l(plans_mu_);
@@ -284,6 +284,7 @@ Status SessionImpl::run_step(const std::vector<Output>& fetches, const FeedMap& 
     shard.runs.push_back(&rs);
   }
   Status status = multi ? multi->run(rs, ro) : rs.run();
+  if (multi) multi->end_captures();
   {
     std::lock_guard<std::mutex> l(shard.mu);
     auto it = std::find(shard.runs.begin(), shard.runs.end(), &rs);
@@ -337,7 +338,21 @@ SessionImpl::MultiStep::MultiStep(const StepPlan& sp, RunState::Options& host_op
     po.plan = dp.plan.get();
     po.device = dp.device;
     po.timeout = std::chrono::milliseconds(0);
+    captured.push_back(dp.captured.get());
+    capture_steps.push_back({});
+    if (dp.captured != nullptr) {  // Note [Captured partitions] in core/captured_partition.cc
+      capture_steps.back() = dp.captured->begin(host_options.trace);
+      po.plan = capture_steps.back().plan;
+      po.capture = capture_steps.back().capture;
+    }
     parts.push_back(std::make_unique<RunState>(po));
+  }
+  part_status.resize(parts.size());
+}
+
+void SessionImpl::MultiStep::end_captures() {
+  for (std::size_t i = 0; i < parts.size(); ++i) {
+    if (captured[i] != nullptr) captured[i]->end(capture_steps[i], part_status[i]);
   }
 }
 
@@ -353,9 +368,10 @@ Status SessionImpl::MultiStep::run(RunState& host, const RunState::Options& base
     Status first_error;
   } pending;
   pending.left = static_cast<int>(parts.size());
-  for (auto& part : parts) {
-    part->run_async([&pending](Status s) {
+  for (std::size_t i = 0; i < parts.size(); ++i) {
+    parts[i]->run_async([this, i, &pending](Status s) {
       std::lock_guard<std::mutex> l(pending.mu);
+      part_status[i] = s;
       if (!s.ok() && pending.first_error.ok()) pending.first_error = s;
       if (--pending.left == 0) pending.cv.notify_all();
     });

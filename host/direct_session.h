@@ -74,9 +74,16 @@ class SessionImpl final : public SessionBackend {
     // others; the first failure among them.
     Status run(RunState& host, const RunState::Options& base);
 
+    // Gives each captured partition its step's outcome (after run(), the parts still alive).
+    void end_captures();
+
     LocalRendezvous rendezvous;
     Rendezvous* remote;
     std::vector<std::unique_ptr<RunState>> parts;
+    // Per part: its captured partition (or null) and how this step runs it; its outcome.
+    std::vector<CapturedPartition*> captured;
+    std::vector<CapturedPartition::Step> capture_steps;
+    std::vector<Status> part_status;
     std::function<void(const Status&)> abort;  // the first call aborts the step
     std::atomic<bool> aborting{false};
     Status root_cause;  // the first failure: written once, by whoever set `aborting`

@@ -12,6 +12,7 @@
 #include <cuda_runtime_api.h>
 
 #include "core/host_blocks.h"
+#include "core/op_kernel.h"
 #include "core/tensor_buffer.h"
 #include "device/cuda/cuda_completion_queue.h"
 #include "device/cuda/cuda_staging_threads.h"
@@ -340,6 +341,97 @@ void CudaDevice::copy_to_device(const Tensor& host, Stream& stream, std::functio
     pieces->cv.wait(lock, [&] { return pieces->issued == pieces->count; });
   }
   cs->then([state, done = std::move(done)](Status s) { state->deliver(s, done); });
+}
+
+namespace {
+
+// The StreamWork of a graph's capture: the first failure a body reports while it is issued.
+class CaptureWork final : public StreamWork {
+ public:
+  void issued(Device&, Stream&, const Node&) override {}
+  void issued_then(Device&, Stream&, const Node&, std::function<Status(Status)>) override {}
+  void fail(const Status& s) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (status_.ok()) status_ = s;
+  }
+  Status status() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return status_;
+  }
+
+ private:
+  std::mutex mu_;
+  Status status_;
+};
+
+class CudaGraph final : public Device::Graph {
+ public:
+  CudaGraph(CudaDevice& device, cudaGraph_t graph, cudaGraphExec_t exec) : device_(device), graph_(graph), exec_(exec) {}
+  ~CudaGraph() override {
+    (void)device_.make_current();
+    (void)cudaGraphExecDestroy(exec_);
+    (void)cudaGraphDestroy(graph_);
+  }
+  void launch(Stream& stream, StreamWork& work) override {
+    CudaStream* cs = device_.as_cuda_stream(stream);
+    if (cs == nullptr) return work.fail(errors::internal("{}: a graph launched on a foreign stream", device_.name()));
+    cs->launch([exec = exec_, &work](CUstream_st* s) {
+      const cudaError_t e = cudaGraphLaunch(exec, s);
+      if (e != cudaSuccess) work.fail(cuda_error(e, "cudaGraphLaunch"));
+    });
+  }
+
+ private:
+  CudaDevice& device_;
+  const cudaGraph_t graph_;
+  const cudaGraphExec_t exec_;
+};
+
+}  // namespace
+
+StatusOr<std::unique_ptr<Device::Graph>> CudaDevice::make_graph(std::vector<ReplayableWork> bodies) {
+  TESSERA_RETURN_IF_ERROR(make_current());
+  cudaStream_t stream = nullptr;
+  TESSERA_RETURN_IF_ERROR(cuda_status(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate"));
+  CaptureWork work;
+  cudaGraph_t graph = nullptr;
+  cudaError_t e = cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal);
+  if (e == cudaSuccess) {
+    for (const ReplayableWork& body : bodies) body(stream, work);
+    e = cudaStreamEndCapture(stream, &graph);
+  }
+  (void)cudaStreamDestroy(stream);
+  if (e != cudaSuccess || graph == nullptr) {
+    (void)cudaGetLastError();
+    if (graph != nullptr) (void)cudaGraphDestroy(graph);
+    return cuda_error(e, "capturing a CUDA graph");
+  }
+  if (Status issued = work.status(); !issued.ok()) {
+    (void)cudaGraphDestroy(graph);
+    return issued;
+  }
+  cudaGraphExec_t exec = nullptr;
+  e = cudaGraphInstantiate(&exec, graph, 0);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    (void)cudaGraphDestroy(graph);
+    return cuda_error(e, "cudaGraphInstantiate");
+  }
+  return std::unique_ptr<Graph>(std::make_unique<CudaGraph>(*this, graph, exec));
+}
+
+Status CudaDevice::copy_within(const Tensor& src, const Tensor& dst, Stream& stream) {
+  CudaStream* cs = as_cuda_stream(stream);
+  if (cs == nullptr || src.device() != name() || dst.device() != name() || src.bytes() != dst.bytes()) {
+    return errors::invalid_argument("{}: copy_within of {} bytes in {} into {} bytes in {}", name(), src.bytes(),
+                                    src.device(), dst.bytes(), dst.device());
+  }
+  if (src.bytes() == 0) return Status();
+  cs->launch([from = src.raw_data(), to = const_cast<void*>(dst.raw_data()), n = src.bytes()](CUstream_st* s) {
+    // Two live allocations of this GPU, of equal size: the call has nothing to refuse.
+    (void)cudaMemcpyAsync(to, from, n, cudaMemcpyDeviceToDevice, s);
+  });
+  return Status();
 }
 
 bool CudaDevice::can_copy_from_peer(const Device& peer) const {

@@ -185,6 +185,15 @@ class CudaDevice final : public Device {
   void copy_from_peer(const Tensor& src, Device& peer, Stream& stream,
                       std::function<void(StatusOr<Tensor>)> done) override;
 
+  // A CUDA graph of the recorded bodies (Note [Captured partitions] in
+  // core/captured_partition.cc): each is issued once on a private stream under
+  // cudaStreamBeginCapture (thread-local mode: other threads' work is unaffected), then the graph
+  // is instantiated; a launch is one cudaGraphLaunch on the stream. copy_within is a
+  // cudaMemcpyAsync within the GPU.
+  bool supports_graphs() const override { return true; }
+  StatusOr<std::unique_ptr<Graph>> make_graph(std::vector<ReplayableWork> bodies) override;
+  Status copy_within(const Tensor& src, const Tensor& dst, Stream& stream) override;
+
   int ordinal() const { return ordinal_; }
   const std::string& gpu_name() const { return gpu_name_; }  // "NVIDIA H200"
   int64_t memory_limit_bytes() const override { return static_cast<int64_t>(total_memory_); }

@@ -123,6 +123,10 @@ void GpuOpKernel::compute_async(OpKernelContext& ctx, std::function<void()> done
   const int64_t start = ctx.trace() != nullptr ? now_micros() : 0;
   CudaStream& stream = gpu->cuda_compute_stream(0);
   GpuRun r{*gpu, stream, std::make_shared<GpuLaunchCheck>(node())};
+  if (StreamWork* work = ctx.stream_work(); work != nullptr) {
+    r.recorder = work->recorder();
+    r.node = &node();
+  }
   try {
     run(ctx, r);
   } catch (...) {
@@ -153,6 +157,9 @@ void GpuOpKernel::compute_async(OpKernelContext& ctx, std::function<void()> done
                         });
     } else {
       work->issued(*gpu, stream, node());
+    }
+    if (r.recorder != nullptr) {
+      for (const Tensor& t : r.keep_alive) r.recorder->retain(t);  // the replays use them too
     }
     r.keep_alive.clear();
     done();

@@ -63,8 +63,20 @@ struct GpuRun {
   // values); stream order keeps their memory from reuse after that.
   std::vector<Tensor> keep_alive;
 
+  // Set while the step is captured (Note [Captured partitions] in core/captured_partition.cc):
+  // launches are recorded there too, under `node`.
+  StreamRecorder* recorder = nullptr;
+  const Node* node = nullptr;
+
   void launch(std::function<void(cudaStream_t)> fn) {
     launched = true;
+    if (recorder != nullptr) {
+      // Issued again into the graph, its errors go to the StreamWork of that issue.
+      recorder->record(*node, [fn, check = launch_check](void* native, StreamWork& work) {
+        check->hand_over(&work);
+        fn(static_cast<cudaStream_t>(native));
+      });
+    }
     stream.launch(std::move(fn));
   }
 };

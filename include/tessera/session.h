@@ -50,6 +50,13 @@ struct SessionOptions {
   // accumulation): several times faster, less exact. TensorFlow 1's default: off, full float32.
   // Nothing changes on the CPU.
   bool allow_tf32 = false;
+  // Replays a step's device partition from a capture of its stream work where that is safe: a
+  // CUDA graph on a GPU (one launch per step instead of one per op), one stream work item on the
+  // simulated accelerator. Safe means: static shapes, no stateful op (variables, random ops,
+  // queues) and no op that runs on the host or checks its result there (integer division) in the
+  // partition. The first untraced step is captured, later steps replay; results are those of
+  // eager execution. The capture keeps the memory of the partition's tensors for the session.
+  bool cuda_graphs = true;
   // Sessions on a cluster target: the deadline of each call to the master that should be quick
   // (creating, extending, closing the session). A run itself may take as long as it needs (bound
   // it with RunOptions::timeout); it fails with UnavailableError as soon as the connection to the

@@ -1,0 +1,303 @@
+#include "core/captured_partition.h"
+
+#include <unordered_map>
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "core/logging.h"
+#include "core/op_registry.h"
+
+namespace tessera::internal {
+
+// Note [Captured partitions]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A step of many small device ops costs a launch per op on the host, however little the device
+// does (gpu_chain_100). CUDA graphs remove that: the work is issued once into a graph, and a step
+// launches the graph. As PyTorch's CUDA graphs do, the capture fixes every address:
+//   * Capture: the first untraced step of a partition that may be captured (static shapes, no
+//     state: CapturedPartition::make) runs as usual, and its kernels also record the body of
+//     each piece of stream work they issue (StreamRecorder::record), with the buffers it uses.
+//     The capture keeps every tensor the step made on the device, so no other work ever gets
+//     that memory. A kernel that ran on the host, checked its work there (issued_then) or made an
+//     output without recorded work leaves the partition eager for good.
+//   * The device makes the bodies one launchable unit (Device::make_graph): a CUDA graph,
+//     captured by issuing every body on a private stream; on SIM, one stream work item.
+//   * Replay: the step runs a variant of the plan (plan_variant). Each _Recv still receives the
+//     step's input, then copies it into the buffer the capture read (on the compute stream); every
+//     other op waits for all the _Recvs, and the first to run launches the graph; each op's
+//     outputs are the capture's buffers, which the _Sends hand on as usual.
+// One step replays at a time (the buffers are shared): a step that finds the graph in use runs
+// eagerly, as does a traced one's capture. The memory stays with the session's plan, as a CUDA
+// graph's private pool stays with the graph. Results equal eager execution's: the same kernels,
+// in the same stream order, over the same values.
+
+// The step being captured: what its kernels record and what each node made.
+class Recording final : public StepCapture {
+ public:
+  Recording(const Plan& plan, const std::vector<bool>& inner, const Device& device)
+      : inner_(inner), device_(device), recorded_(plan.nodes.size(), false), outputs_(plan.nodes.size()) {
+    for (std::size_t i = 0; i < plan.nodes.size(); ++i) {
+      const Node* n = plan.nodes[i].node;
+      nodes_.push_back(n);
+      index_.emplace(n, static_cast<int>(i));
+      // Kernels belong to the graph's nodes, which partitions copy: they record under the original.
+      if (n->origin != nullptr) index_.emplace(n->origin, static_cast<int>(i));
+    }
+  }
+
+  void record(const Node& node, ReplayableWork body) override {
+    std::lock_guard<std::mutex> l(mu_);
+    auto it = index_.find(&node);
+    if (it == index_.end()) return set_why_locked(node, "recorded work but is not in the partition");
+    recorded_[it->second] = true;
+    bodies_.push_back(std::move(body));
+  }
+
+  void retain(const Tensor& t) override {
+    std::lock_guard<std::mutex> l(mu_);
+    retained_.push_back(t);
+  }
+
+  void unreplayable(const Node& node, const char* why) override {
+    std::lock_guard<std::mutex> l(mu_);
+    set_why_locked(node, why);
+  }
+
+  void completed(int i, const Tensor* const* inputs, int num_inputs, const Tensor* outputs, int num_outputs) override {
+    std::lock_guard<std::mutex> l(mu_);
+    auto& kept = outputs_[static_cast<std::size_t>(i)];
+    kept.assign(outputs, outputs + num_outputs);
+    if (!inner_[static_cast<std::size_t>(i)]) return;
+    const Node* node = nodes_[static_cast<std::size_t>(i)];
+    for (const Tensor& t : kept) {
+      if (t.is_null() || t.bytes() == 0) continue;
+      if (t.device() != device_.name()) return set_why_locked(*node, "an output is not in the device's memory");
+      // Work it did not record made this output, unless it is an input's buffer (Identity,
+      // Reshape), which the replay fills.
+      bool aliases_input = false;
+      for (int j = 0; j < num_inputs && !aliases_input; ++j) {
+        aliases_input = !inputs[j]->is_null() && inputs[j]->bytes() > 0 && inputs[j]->raw_data() == t.raw_data();
+      }
+      if (!recorded_[static_cast<std::size_t>(i)] && !aliases_input) {
+        return set_why_locked(*node, "made an output without recorded work");
+      }
+    }
+  }
+
+  // Read once the step is over.
+  std::string why() const { return why_; }
+  std::vector<ReplayableWork>& bodies() { return bodies_; }
+  std::vector<Tensor>& retained() { return retained_; }
+  std::vector<std::vector<Tensor>>& outputs() { return outputs_; }
+
+ private:
+  void set_why_locked(const Node& node, const char* why) {
+    if (why_.empty()) why_ = fmt::format("{}: {}", node.debug_name(), why);
+  }
+
+  const std::vector<bool>& inner_;
+  const Device& device_;
+  std::vector<const Node*> nodes_;  // by plan index
+  std::unordered_map<const Node*, int> index_;
+  std::mutex mu_;
+  std::vector<bool> recorded_;                  // guarded by mu_
+  std::vector<ReplayableWork> bodies_;          // guarded by mu_
+  std::vector<Tensor> retained_;                // guarded by mu_
+  std::vector<std::vector<Tensor>> outputs_;    // guarded by mu_
+  std::string why_;                             // guarded by mu_
+};
+
+// An op of a replayed partition: its outputs are the capture's buffers; the first one of a step
+// to run launches the graph that fills them.
+class CapturedPartition::SkipKernel final : public OpKernel {
+ public:
+  SkipKernel(const Node& node, CapturedPartition& owner, std::vector<Tensor> outputs)
+      : OpKernel(node), owner_(owner), outputs_(std::move(outputs)) {}
+  bool is_expensive() const override { return false; }
+  void compute(OpKernelContext& ctx) override {
+    owner_.launch_once(ctx);
+    for (int k = 0; k < ctx.num_outputs(); ++k) ctx.set_output(k, outputs_[static_cast<std::size_t>(k)]);
+  }
+
+ private:
+  CapturedPartition& owner_;
+  const std::vector<Tensor> outputs_;
+};
+
+// A _Recv of a replayed partition: receives as usual, then copies the value into the buffer the
+// capture read, on the compute stream (where the graph's launch follows).
+class CapturedPartition::InputKernel final : public OpKernel {
+ public:
+  InputKernel(const Node& node, OpKernel& recv, Device& device, Tensor target)
+      : OpKernel(node), recv_(recv), device_(device), target_(std::move(target)) {}
+  bool is_async() const override { return true; }
+  bool is_expensive() const override { return false; }
+  void compute(OpKernelContext& ctx) override { recv_.compute(ctx); }
+  void compute_async(OpKernelContext& ctx, std::function<void()> done) override {
+    recv_.compute_async(ctx, [this, &ctx, done = std::move(done)] {
+      if (ctx.status().ok() && !target_.is_null()) copy_in(ctx);
+      done();
+    });
+  }
+
+ private:
+  void copy_in(OpKernelContext& ctx) {
+    const Tensor& got = ctx.output(0);
+    if (got.dtype() != target_.dtype() || got.shape() != target_.shape()) {
+      return ctx.fail(errors::internal("received {} {} for a partition captured with {} {}", dtype_name(got.dtype()),
+                                       got.shape().to_string(), dtype_name(target_.dtype()),
+                                       target_.shape().to_string()));
+    }
+    Stream& stream = device_.compute_stream(0);
+    if (Status s = device_.copy_within(got, target_, stream); !s.ok()) return ctx.fail(s);
+    ctx.stream_work()->issued(device_, stream, node());
+  }
+
+  OpKernel& recv_;
+  Device& device_;
+  const Tensor target_;
+};
+
+std::unique_ptr<CapturedPartition> CapturedPartition::make(const Plan& plan, Device& device) {
+  if (!device.supports_graphs()) return nullptr;
+  std::vector<int> inputs;
+  int inner = 0;
+  for (std::size_t i = 0; i < plan.nodes.size(); ++i) {
+    const PlanNode& pn = plan.nodes[i];
+    const Node& n = *pn.node;
+    for (const Shape& s : n.output_shapes) {
+      if (!s.fully_defined()) return nullptr;
+    }
+    if (n.type == "_Recv") {
+      if (pn.initial_pending != 0) return nullptr;
+      inputs.push_back(static_cast<int>(i));
+      continue;
+    }
+    if (n.type == "_Send") continue;
+    const OpDef* def = OpRegistry::global().find_op(n.type);
+    if (def == nullptr || def->stateful || def->host_only || n.resource != nullptr) return nullptr;
+    ++inner;
+  }
+  if (inner == 0) return nullptr;
+  return std::unique_ptr<CapturedPartition>(new CapturedPartition(plan, device, std::move(inputs)));
+}
+
+CapturedPartition::CapturedPartition(const Plan& plan, Device& device, std::vector<int> inputs)
+    : plan_(plan), device_(device), inputs_(std::move(inputs)), inner_(plan.nodes.size(), false) {
+  for (std::size_t i = 0; i < plan.nodes.size(); ++i) {
+    const std::string& type = plan.nodes[i].node->type;
+    inner_[i] = type != "_Recv" && type != "_Send";
+  }
+}
+
+CapturedPartition::~CapturedPartition() = default;
+
+CapturedPartition::Step CapturedPartition::begin(bool traced) {
+  std::lock_guard<std::mutex> l(mu_);
+  if (busy_ || state_ == State::kNever || state_ == State::kCapturing) return Step{Mode::kEager, &plan_, nullptr};
+  if (state_ == State::kWarming) {
+    if (traced) return Step{Mode::kEager, &plan_, nullptr};
+    state_ = State::kCapturing;
+    busy_ = true;
+    recording_ = std::make_unique<Recording>(plan_, inner_, device_);
+    return Step{Mode::kCapture, &plan_, recording_.get()};
+  }
+  busy_ = true;
+  {
+    std::lock_guard<std::mutex> launch(launch_mu_);
+    launched_ = false;
+  }
+  ++replays_;
+  return Step{Mode::kReplay, replay_plan_.get(), nullptr};
+}
+
+void CapturedPartition::end(const Step& step, const Status& status) {
+  if (step.mode == Mode::kEager) return;
+  if (step.mode == Mode::kReplay) {
+    std::lock_guard<std::mutex> l(mu_);
+    busy_ = false;
+    return;
+  }
+  // The capture's recorded work may report to its step (still alive) while the graph is made.
+  Status made = status.ok() ? finish_capture(*recording_)
+                            : Status(status.code(), "the captured step failed: " + status.message());
+  std::lock_guard<std::mutex> l(mu_);
+  recording_.reset();
+  busy_ = false;
+  if (made.ok()) {
+    state_ = State::kReady;
+    return;
+  }
+  state_ = State::kNever;
+  why_not_ = made.message();
+  graph_.reset();
+  retained_.clear();
+  outputs_.clear();
+  input_targets_.clear();
+  TESSERA_LOG(kInfo, "{}: a partition of {} nodes runs eagerly: {}", device_.name(), plan_.nodes.size(), why_not_);
+}
+
+Status CapturedPartition::finish_capture(Recording& rec) {
+  if (!rec.why().empty()) return errors::failed_precondition("{}", rec.why());
+  if (rec.bodies().empty()) return errors::failed_precondition("no stream work to replay");
+  auto graph = device_.make_graph(rec.bodies());
+  if (!graph.ok()) return graph.status();
+  graph_ = std::move(graph).value();
+  retained_ = std::move(rec.retained());
+  outputs_ = std::move(rec.outputs());
+  for (const auto& outs : outputs_) retained_.insert(retained_.end(), outs.begin(), outs.end());
+  std::vector<OpKernel*> kernels(plan_.nodes.size(), nullptr);
+  std::vector<std::pair<int, int>> edges;
+  for (int in : inputs_) {
+    const std::vector<Tensor>& got = outputs_[static_cast<std::size_t>(in)];
+    Tensor target = !got.empty() && got[0].device() == device_.name() && got[0].bytes() > 0 ? got[0] : Tensor();
+    const PlanNode& pn = plan_.nodes[static_cast<std::size_t>(in)];
+    kernels_.push_back(std::make_unique<InputKernel>(*pn.node, *pn.kernel, device_, target));
+    kernels[static_cast<std::size_t>(in)] = kernels_.back().get();
+    input_targets_.push_back(std::move(target));
+  }
+  for (std::size_t i = 0; i < plan_.nodes.size(); ++i) {
+    if (!inner_[i]) continue;
+    kernels_.push_back(std::make_unique<SkipKernel>(*plan_.nodes[i].node, *this, outputs_[i]));
+    kernels[i] = kernels_.back().get();
+    for (int in : inputs_) edges.emplace_back(in, static_cast<int>(i));
+  }
+  replay_plan_ = plan_variant(plan_, kernels, edges);
+  return Status();
+}
+
+void CapturedPartition::launch_once(OpKernelContext& ctx) {
+  std::lock_guard<std::mutex> l(launch_mu_);
+  if (launched_) return;
+  launched_ = true;
+  StreamWork* work = ctx.stream_work();
+  Stream& stream = device_.compute_stream(0);
+  const int64_t start = ctx.trace() != nullptr ? now_micros() : 0;
+  graph_->launch(stream, *work);
+  if (TraceSink* sink = ctx.trace(); sink != nullptr) {
+    work->issued_then(device_, stream, ctx.node(), [sink, &node = ctx.node(), this, &stream, start](Status) {
+      trace_stream_span(*sink, node, device_, stream, start, "graph");
+      return Status();
+    });
+  } else {
+    work->issued(device_, stream, ctx.node());
+  }
+}
+
+bool CapturedPartition::replaying() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return state_ == State::kReady;
+}
+
+std::string CapturedPartition::why_not() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return why_not_;
+}
+
+int64_t CapturedPartition::replays() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return replays_;
+}
+
+}  // namespace tessera::internal

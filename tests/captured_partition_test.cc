@@ -1,0 +1,284 @@
+// SessionOptions::cuda_graphs on the simulated accelerator (Note [Captured partitions] in
+// core/captured_partition.cc): a device partition with static shapes and no state is captured on
+// its first untraced step and replayed after, with the results of eager execution; what is unsafe
+// to replay stays eager. A replayed step's trace shows one "graph" span on the device's compute
+// stream where an eager one shows a span per op.
+#include <cmath>
+#include <future>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "core/device.h"
+#include "device/sim_device.h"
+#include "tessera/tessera.h"
+#include "tests/testing/test_util.h"
+
+namespace tessera {
+namespace {
+
+class SimEnvironment : public ::testing::Environment {
+ public:
+  void SetUp() override {
+    auto& registry = internal::DeviceRegistry::global();
+    auto existing = registry.find_all("/device:SIM:*");
+    if (!existing.ok() || existing.value().empty()) internal::register_sim_devices(1, registry).raise();
+  }
+};
+const auto* const kSimEnvironment = ::testing::AddGlobalTestEnvironment(new SimEnvironment);
+
+constexpr const char* kSim = "/device:SIM:0";
+
+// Spans on the SIM device's compute stream of a traced step: (category, count).
+struct StreamSpans {
+  int graph = 0;  // replays
+  int ops = 0;    // kernels run one by one
+};
+StreamSpans sim_stream_spans(const std::string& trace_json) {
+  auto trace = nlohmann::json::parse(trace_json);
+  std::map<std::pair<int, int>, std::string> lane;
+  for (const auto& e : trace["traceEvents"]) {
+    if (e["ph"] == "M" && e["name"] == "thread_name") lane[{e["pid"], e["tid"]}] = e["args"]["name"];
+  }
+  StreamSpans s;
+  for (const auto& e : trace["traceEvents"]) {
+    if (e["ph"] != "X") continue;
+    const std::string& where = lane[{e["pid"], e["tid"]}];
+    if (where.find("SIM:0") == std::string::npos || where.find("compute") == std::string::npos) continue;
+    if (e["cat"] == "graph") {
+      ++s.graph;
+    } else if (e["cat"] != "copy") {
+      ++s.ops;
+    }
+  }
+  return s;
+}
+
+Tensor ramp(int64_t n, float start) {
+  std::vector<float> v(static_cast<std::size_t>(n));
+  for (int64_t i = 0; i < n; ++i) v[static_cast<std::size_t>(i)] = start + 0.25f * static_cast<float>(i % 17);
+  return Tensor::vector<float>(v);
+}
+
+// x -> 50 dependent ops on SIM (adds of a constant and multiplies), fetched to the host.
+struct Chain {
+  Graph g;
+  Output x, y;
+  explicit Chain(int64_t n = 16) {
+    x = ops::placeholder(g, DType::Float32, Shape{n}, "x");
+    auto scope = g.device(kSim);
+    Output one = ops::constant(g, ramp(n, 1.0f), "one");
+    y = x;
+    for (int i = 0; i < 25; ++i) y = ops::mul(ops::add(y, one), ops::constant(g, 0.5f));
+  }
+  // The same on the host, for reference.
+  static std::vector<float> expected(const Tensor& in) {
+    std::vector<float> v = in.to_vector<float>();
+    const std::vector<float> one = ramp(static_cast<int64_t>(v.size()), 1.0f).to_vector<float>();
+    for (int i = 0; i < 25; ++i) {
+      for (std::size_t k = 0; k < v.size(); ++k) v[k] = (v[k] + one[k]) * 0.5f;
+    }
+    return v;
+  }
+};
+
+RunOptions traced() {
+  RunOptions o;
+  o.trace = true;
+  return o;
+}
+
+TEST(CapturedPartitionTest, ReplaysGiveEagerResultsAndOneLaunchPerStep) {
+  Chain c;
+  Session s(c.g);  // cuda_graphs is on by default
+  for (int step = 0; step < 6; ++step) {
+    Tensor in = ramp(16, static_cast<float>(step) - 3.0f);
+    RunMetadata md;
+    // Steps 0 (the capture) and 2 onwards traced; step 1 replays untraced.
+    Tensor out = step == 1 ? s.run({c.y}, {{c.x, in}}).front()
+                           : s.run({c.y}, {{c.x, in}}, {}, step == 0 ? RunOptions{} : traced(), &md).front();
+    EXPECT_EQ(out.to_vector<float>(), Chain::expected(in)) << "step " << step;
+    if (step >= 2) {
+      const StreamSpans spans = sim_stream_spans(md.trace_json);
+      EXPECT_EQ(spans.graph, 1) << "step " << step;
+      EXPECT_EQ(spans.ops, 0) << "step " << step << ": no op ran on its own";
+    }
+  }
+}
+
+TEST(CapturedPartitionTest, OffRunsEveryOpEveryStep) {
+  Chain c;
+  SessionOptions options;
+  options.cuda_graphs = false;
+  Session s(c.g, options);
+  for (int step = 0; step < 3; ++step) {
+    Tensor in = ramp(16, static_cast<float>(step));
+    RunMetadata md;
+    Tensor out = s.run({c.y}, {{c.x, in}}, {}, traced(), &md).front();
+    EXPECT_EQ(out.to_vector<float>(), Chain::expected(in));
+    const StreamSpans spans = sim_stream_spans(md.trace_json);
+    EXPECT_EQ(spans.graph, 0);
+    EXPECT_EQ(spans.ops, 50);
+  }
+}
+
+TEST(CapturedPartitionTest, ATracedFirstStepIsNotCapturedTheNextUntracedOneIs) {
+  Chain c;
+  Session s(c.g);
+  RunMetadata md;
+  s.run({c.y}, {{c.x, ramp(16, 0)}}, {}, traced(), &md);
+  EXPECT_EQ(sim_stream_spans(md.trace_json).ops, 50);
+  s.run({c.y}, {{c.x, ramp(16, 1)}}, {}, traced(), &md);
+  EXPECT_EQ(sim_stream_spans(md.trace_json).graph, 0) << "still warming up: traced steps run eagerly";
+  s.run({c.y}, {{c.x, ramp(16, 2)}});  // captured
+  Tensor in = ramp(16, 3);
+  Tensor out = s.run({c.y}, {{c.x, in}}, {}, traced(), &md).front();
+  EXPECT_EQ(sim_stream_spans(md.trace_json).graph, 1);
+  EXPECT_EQ(out.to_vector<float>(), Chain::expected(in));
+}
+
+// A small MLP layer with two inputs, a MatMul, a broadcast and a reduction, and two outputs.
+TEST(CapturedPartitionTest, ManyInputsAndOutputsMatchEagerExecution) {
+  Graph g;
+  Output x = ops::placeholder(g, DType::Float32, Shape{8, 32}, "x");
+  Output w = ops::placeholder(g, DType::Float32, Shape{32, 16}, "w");
+  Output h, total;
+  {
+    auto scope = g.device(kSim);
+    Output b = ops::constant(g, ramp(16, -1.0f), "b");
+    h = ops::relu(ops::add(ops::matmul(x, w), b));
+    total = ops::reduce_sum(ops::tanh(h), {1});
+  }
+  SessionOptions eager_options;
+  eager_options.cuda_graphs = false;
+  Session graphs(g);
+  Session eager(g, eager_options);
+  for (int step = 0; step < 5; ++step) {
+    std::vector<float> xv(8 * 32), wv(32 * 16);
+    for (std::size_t i = 0; i < xv.size(); ++i) xv[i] = std::sin(0.37f * static_cast<float>(i + step));
+    for (std::size_t i = 0; i < wv.size(); ++i) wv[i] = std::cos(0.11f * static_cast<float>(i * (step + 1)));
+    const FeedMap feeds{{x, Tensor::matrix<float>(xv, 8, 32)}, {w, Tensor::matrix<float>(wv, 32, 16)}};
+    RunMetadata md;
+    auto got = graphs.run({h, total}, feeds, {}, step == 0 ? RunOptions{} : traced(), &md);
+    auto want = eager.run({h, total}, feeds);
+    EXPECT_TRUE(got[0].equals(want[0])) << "step " << step;
+    EXPECT_TRUE(got[1].equals(want[1])) << "step " << step;
+    if (step > 0) {
+      EXPECT_EQ(sim_stream_spans(md.trace_json).graph, 1) << "step " << step;
+    }
+  }
+}
+
+// A replayed kernel's failure fails its step, and the next step replays fine.
+TEST(CapturedPartitionTest, AFailureInAReplayFailsThatStepOnly) {
+  Graph g;
+  Output a = ops::placeholder(g, DType::Int32, Shape{4}, "a");
+  Output b = ops::placeholder(g, DType::Int32, Shape{4}, "b");
+  Output q;
+  {
+    auto scope = g.device(kSim);
+    q = ops::add(ops::div(a, b), ops::constant(g, Tensor::vector<int32_t>({1, 1, 1, 1})));
+  }
+  Session s(g);
+  const Tensor num = Tensor::vector<int32_t>({8, 9, -7, 100});
+  const Tensor den = Tensor::vector<int32_t>({2, 3, 2, 10});
+  for (int step = 0; step < 2; ++step) {
+    EXPECT_EQ(s.run({q}, {{a, num}, {b, den}}).front().to_vector<int32_t>(), (std::vector<int32_t>{5, 4, -2, 11}));
+  }
+  try {
+    s.run({q}, {{a, num}, {b, Tensor::vector<int32_t>({2, 0, 1, 1})}});
+    ADD_FAILURE() << "a division by zero ran";
+  } catch (const InvalidArgumentError& e) {
+    EXPECT_NE(std::string(e.what()).find("division by zero"), std::string::npos) << e.what();
+  }
+  RunMetadata md;
+  auto out = s.run({q}, {{a, num}, {b, den}}, {}, traced(), &md);
+  EXPECT_EQ(out.front().to_vector<int32_t>(), (std::vector<int32_t>{5, 4, -2, 11}));
+  EXPECT_EQ(sim_stream_spans(md.trace_json).graph, 1) << "still replayed";
+}
+
+// State and shapes that change are not replayed: those partitions run every op every step.
+TEST(CapturedPartitionTest, VariablesAndPartialShapesStayEager) {
+  {
+    Graph g;
+    Output x = ops::placeholder(g, DType::Float32, Shape{4}, "x");
+    Output y;
+    Variable v;
+    {
+      auto scope = g.device(kSim);
+      v = Variable(g, Tensor::vector<float>({1, 2, 3, 4}), "captured_v");
+      y = ops::add(v.assign_add(x), ops::constant(g, 1.0f));
+    }
+    Session s(g);
+    s.run({}, {}, {v.initializer()});
+    for (int step = 1; step <= 3; ++step) {
+      RunMetadata md;
+      Tensor out = s.run({y}, {{x, Tensor::vector<float>({1, 1, 1, 1})}}, {}, traced(), &md).front();
+      EXPECT_EQ(out.to_vector<float>()[0], 2.0f + static_cast<float>(step));
+      EXPECT_EQ(sim_stream_spans(md.trace_json).graph, 0);
+    }
+  }
+  {
+    Graph g;
+    Output x = ops::placeholder(g, DType::Float32, Shape{-1}, "x");
+    Output y;
+    {
+      auto scope = g.device(kSim);
+      y = ops::square(x);
+    }
+    Session s(g);
+    for (int64_t n : {3, 5, 5, 2}) {
+      RunMetadata md;
+      Tensor out = s.run({y}, {{x, ramp(n, 1.0f)}}, {}, traced(), &md).front();
+      EXPECT_EQ(out.num_elements(), n);
+      EXPECT_EQ(out.to_vector<float>()[0], 1.0f);
+      EXPECT_EQ(sim_stream_spans(md.trace_json).graph, 0);
+    }
+  }
+}
+
+// A replay is enqueued like any stream work: while the compute stream is held, the step waits for
+// it (its fetch follows the graph), and it finishes with the right result once released.
+TEST(CapturedPartitionTest, AReplayWaitsForTheStreamItIsEnqueuedOn) {
+  Chain c;
+  Session s(c.g);
+  s.run({c.y}, {{c.x, ramp(16, 0)}});  // the capture
+  auto* sim = internal::DeviceRegistry::global().find(kSim).value_or_raise();
+  std::promise<void> release;
+  auto released = release.get_future().share();
+  sim->compute_stream(0).enqueue([released] { (void)released.wait_for(std::chrono::seconds(30)); });
+  Tensor in = ramp(16, 7);
+  auto result = std::async(std::launch::async, [&] { return s.run({c.y}, {{c.x, in}}).front(); });
+  EXPECT_EQ(result.wait_for(std::chrono::milliseconds(100)), std::future_status::timeout);
+  release.set_value();
+  ASSERT_EQ(result.wait_for(std::chrono::seconds(30)), std::future_status::ready);
+  EXPECT_EQ(result.get().to_vector<float>(), Chain::expected(in));
+}
+
+// Steps from many threads at once: one replays at a time, the others run eagerly; every result
+// is its own input's.
+TEST(CapturedPartitionTest, ConcurrentStepsEachGetTheirOwnResult) {
+  Chain c;
+  Session s(c.g);
+  s.run({c.y}, {{c.x, ramp(16, 0)}});  // the capture
+  constexpr int kThreads = 6;
+  constexpr int kSteps = 40;
+  std::vector<std::future<int>> wrong;
+  for (int t = 0; t < kThreads; ++t) {
+    wrong.push_back(std::async(std::launch::async, [&s, &c, t] {
+      int bad = 0;
+      for (int i = 0; i < kSteps; ++i) {
+        Tensor in = ramp(16, static_cast<float>(t * 100 + i));
+        if (s.run({c.y}, {{c.x, in}}).front().to_vector<float>() != Chain::expected(in)) ++bad;
+      }
+      return bad;
+    }));
+  }
+  for (auto& f : wrong) EXPECT_EQ(f.get(), 0);
+}
+
+}  // namespace
+}  // namespace tessera
