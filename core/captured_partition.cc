@@ -1,5 +1,7 @@
 #include "core/captured_partition.h"
 
+#include <algorithm>
+#include <cstdlib>
 #include <unordered_map>
 #include <utility>
 
@@ -28,9 +30,23 @@ namespace tessera::internal {
 //     other op waits for all the _Recvs, and the first to run launches the graph; each op's
 //     outputs are the capture's buffers, which the _Sends hand on as usual.
 // One step replays at a time (the buffers are shared): a step that finds the graph in use runs
-// eagerly, as does a traced one's capture. The memory stays with the session's plan, as a CUDA
-// graph's private pool stays with the graph. Results equal eager execution's: the same kernels,
-// in the same stream order, over the same values.
+// eagerly. A traced step is never the capture (its kernels check their spans on the host). The
+// memory stays with the session's plan, as a CUDA graph's private pool stays with the graph; a
+// capture that would keep more than TESSERA_CAPTURE_MAX_MB (256 by default) is dropped. Results
+// equal eager execution's: the same kernels, in the same stream order, over the same values.
+
+// The most device memory one capture keeps (every tensor of the captured step, none reused: a
+// partition of large tensors is bound by the device's throughput, not by launches, and gains
+// little from a replay): TESSERA_CAPTURE_MAX_MB, 256 by default, read as each plan is built.
+static std::size_t max_captured_bytes() {
+  std::size_t mb = 256;
+  if (const char* env = std::getenv("TESSERA_CAPTURE_MAX_MB"); env != nullptr && *env != '\0') {
+    char* end = nullptr;
+    const unsigned long long v = std::strtoull(env, &end, 10);
+    if (end != nullptr && *end == '\0') mb = static_cast<std::size_t>(v);
+  }
+  return mb << 20;
+}
 
 // The step being captured: what its kernels record and what each node made.
 class Recording final : public StepCapture {
@@ -184,7 +200,8 @@ std::unique_ptr<CapturedPartition> CapturedPartition::make(const Plan& plan, Dev
 }
 
 CapturedPartition::CapturedPartition(const Plan& plan, Device& device, std::vector<int> inputs)
-    : plan_(plan), device_(device), inputs_(std::move(inputs)), inner_(plan.nodes.size(), false) {
+    : plan_(plan), device_(device), inputs_(std::move(inputs)), inner_(plan.nodes.size(), false),
+      max_bytes_(max_captured_bytes()) {
   for (std::size_t i = 0; i < plan.nodes.size(); ++i) {
     const std::string& type = plan.nodes[i].node->type;
     inner_[i] = type != "_Recv" && type != "_Send";
@@ -241,12 +258,23 @@ void CapturedPartition::end(const Step& step, const Status& status) {
 Status CapturedPartition::finish_capture(Recording& rec) {
   if (!rec.why().empty()) return errors::failed_precondition("{}", rec.why());
   if (rec.bodies().empty()) return errors::failed_precondition("no stream work to replay");
-  auto graph = device_.make_graph(rec.bodies());
-  if (!graph.ok()) return graph.status();
-  graph_ = std::move(graph).value();
   retained_ = std::move(rec.retained());
   outputs_ = std::move(rec.outputs());
   for (const auto& outs : outputs_) retained_.insert(retained_.end(), outs.begin(), outs.end());
+  std::unordered_map<const void*, std::size_t> buffers;  // distinct buffers, by address
+  for (const Tensor& t : retained_) {
+    if (!t.is_null() && t.device() == device_.name()) buffers[t.raw_data()] = std::max(buffers[t.raw_data()], t.bytes());
+  }
+  std::size_t kept = 0;
+  for (const auto& [address, bytes] : buffers) kept += bytes;
+  if (kept > max_bytes_) {
+    return errors::resource_exhausted("the capture would keep {} bytes of device memory, over the bound of {} MiB "
+                                      "(TESSERA_CAPTURE_MAX_MB)",
+                                      kept, max_bytes_ >> 20);
+  }
+  auto graph = device_.make_graph(rec.bodies());
+  if (!graph.ok()) return graph.status();
+  graph_ = std::move(graph).value();
   std::vector<OpKernel*> kernels(plan_.nodes.size(), nullptr);
   std::vector<std::pair<int, int>> edges;
   for (int in : inputs_) {

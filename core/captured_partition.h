@@ -8,6 +8,7 @@
 //   captured->end(step, status);                                         // while it is alive
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -63,6 +64,7 @@ class CapturedPartition {
   Device& device_;
   const std::vector<int> inputs_;  // plan indices of the _Recv nodes
   std::vector<bool> inner_;        // per plan node: neither a _Recv nor a _Send
+  const std::size_t max_bytes_;    // the most device memory a capture may keep
 
   mutable std::mutex mu_;
   enum class State { kWarming, kCapturing, kReady, kNever } state_ = State::kWarming;  // guarded by mu_

@@ -4,6 +4,7 @@
 // to replay stays eager. A replayed step's trace shows one "graph" span on the device's compute
 // stream where an eager one shows a span per op.
 #include <cmath>
+#include <cstdlib>
 #include <future>
 #include <string>
 #include <thread>
@@ -256,6 +257,24 @@ TEST(CapturedPartitionTest, AReplayWaitsForTheStreamItIsEnqueuedOn) {
   release.set_value();
   ASSERT_EQ(result.wait_for(std::chrono::seconds(30)), std::future_status::ready);
   EXPECT_EQ(result.get().to_vector<float>(), Chain::expected(in));
+}
+
+// A capture that would keep more device memory than TESSERA_CAPTURE_MAX_MB is dropped: the
+// partition runs eagerly, with the same results.
+TEST(CapturedPartitionTest, ACaptureOverTheMemoryBoundIsDropped) {
+  ASSERT_EQ(setenv("TESSERA_CAPTURE_MAX_MB", "0", 1), 0);
+  Chain c;
+  Session s(c.g);
+  for (int step = 0; step < 3; ++step) {
+    Tensor in = ramp(16, static_cast<float>(step));
+    RunMetadata md;
+    Tensor out = s.run({c.y}, {{c.x, in}}, {}, step == 0 ? RunOptions{} : traced(), &md).front();
+    EXPECT_EQ(out.to_vector<float>(), Chain::expected(in));
+    if (step > 0) {
+      EXPECT_EQ(sim_stream_spans(md.trace_json).graph, 0);
+    }
+  }
+  ASSERT_EQ(unsetenv("TESSERA_CAPTURE_MAX_MB"), 0);
 }
 
 // Steps from many threads at once: one replays at a time, the others run eagerly; every result

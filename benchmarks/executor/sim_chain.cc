@@ -1,5 +1,6 @@
-// Workload sim_chain_100, impls tessera (on a simulated accelerator) and cpu (the same chain on the
-// host). See the function's comment.
+// Workload sim_chain_100, impls tessera (on a simulated accelerator, its partition replayed from a
+// capture: SessionOptions::cuda_graphs), tessera_eager (the same, every op issued on its own) and
+// cpu (the same chain on the host). See the function's comment.
 #include <tessera/tessera.h>
 
 #include <string>
@@ -19,7 +20,8 @@ void BM_sim_chain_100(benchmark::State& state, const char* impl) {
   constexpr int kChain = 100;
   constexpr int64_t kWidth = 16;
   std::string device = "/device:CPU:0";
-  if (std::string(impl) == "tessera") {
+  const bool eager = std::string(impl) == "tessera_eager";
+  if (std::string(impl) == "tessera" || eager) {
     device.clear();
     for (const DeviceInfo& d : list_devices()) {
       if (d.type == "SIM" && device.empty()) device = d.name;
@@ -36,7 +38,9 @@ void BM_sim_chain_100(benchmark::State& state, const char* impl) {
     auto one = ops::constant(g, ones, "one");
     for (int i = 0; i < kChain; ++i) x = ops::add(x, one);
   }
-  Session s(g);
+  SessionOptions options;
+  options.cuda_graphs = !eager;
+  Session s(g, options);
   Tensor in(DType::Float32, Shape{kWidth});
   for (int64_t i = 0; i < kWidth; ++i) in.mutable_data<float>()[i] = static_cast<float>(i);
   const Tensor out = s.run({x}, {{x0, in}}).front();
@@ -56,4 +60,5 @@ void BM_sim_chain_100(benchmark::State& state, const char* impl) {
 
 // Both impls in one registration list: interleaved repetitions compare them side by side.
 BENCHMARK_CAPTURE(BM_sim_chain_100, tessera, "tessera")->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK_CAPTURE(BM_sim_chain_100, tessera_eager, "tessera_eager")->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK_CAPTURE(BM_sim_chain_100, cpu, "cpu")->Unit(benchmark::kMicrosecond)->UseRealTime();

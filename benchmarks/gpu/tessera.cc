@@ -190,7 +190,8 @@ std::string first_gpu() {
   return "";
 }
 
-// The chain as a session runs it: every op placed on the process's first GPU (the device factory's,
+// The chain as a session runs it (impl tessera: replayed as a CUDA graph; tessera_eager: every op
+// launched on its own): every op placed on the process's first GPU (the device factory's,
 // as a program's sessions get it), the input fed from and the output fetched to the host.
 void BM_gpu_chain_100(benchmark::State& state, const char* impl) {
   tessera_bench::set_impl(state, impl);
@@ -206,7 +207,9 @@ void BM_gpu_chain_100(benchmark::State& state, const char* impl) {
     auto one = ops::constant(g, filled(kN, 1.0f), "one");
     for (int i = 0; i < gpu_bench::kChainOps; ++i) x = ops::add(x, one);
   }
-  Session s(g);
+  SessionOptions options;
+  options.cuda_graphs = std::string(impl) != "tessera_eager";  // tessera: replayed as a CUDA graph
+  Session s(g, options);
   Tensor in(DType::Float32, Shape{kN});
   for (int64_t i = 0; i < kN; ++i) in.mutable_data<float>()[i] = static_cast<float>(i);
   const Tensor out = s.run({x}, {{x0, in}}).front();
@@ -378,6 +381,7 @@ BENCHMARK(BM_gpu_copy_sweep)
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_gpu_chain_100, tessera, "tessera")->UseRealTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_gpu_chain_100, tessera_eager, "tessera_eager")->UseRealTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(BM_gpu_d2h_256MiB, tessera, "tessera")->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_gpu_h2d_256MiB, tessera, "tessera")->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_gpu_add_256MiB, tessera, "tessera")->UseRealTime()->Unit(benchmark::kMillisecond);
