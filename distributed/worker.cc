@@ -138,6 +138,7 @@ void Worker::register_graph(const pb::RegisterGraphRequest& r, Done<pb::Register
     options.allow_soft_placement = true;
     options.placement_policy = placement_policy_named(r.config().placement_policy());
     options.allow_tf32 = r.config().allow_tf32();
+    options.cuda_graphs = !r.config().disable_cuda_graphs();
     auto session = SessionImpl::make(wg->graph, options, &resources_);
     if (session.ok()) wg->session = std::move(session).value();
     else st = session.status();

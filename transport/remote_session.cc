@@ -92,6 +92,7 @@ RemoteSession::RemoteSession(Graph& graph, const std::string& target, const Sess
   config->set_inter_op_threads(options.inter_op_threads);
   config->set_placement_policy(policy_name(options.placement_policy));
   config->set_allow_tf32(options.allow_tf32);
+  config->set_disable_cuda_graphs(!options.cuda_graphs);
   pb::CreateSessionResponse response;
   parse_reply(channel_->call_sync(make_call("CreateSession", request), rpc_timeout_), &response)
       .with_prefix(fmt::format("creating a session on {}: ", target_))

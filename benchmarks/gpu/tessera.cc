@@ -5,6 +5,7 @@
 // gpu_bench.h for the workloads.
 #include <tessera/tessera.h>
 
+#include <cmath>
 #include <functional>
 #include <string>
 #include <vector>
@@ -367,8 +368,49 @@ void BM_gpu_matmul_4096_bf16(benchmark::State& state, const char* impl) {
   matmul_4096_16bit<internal::bfloat16_t>(state, impl);
 }
 
+// Data parallelism in one process, as TF1 users wrote it: a forward step of two towers (three
+// 2048-wide MatMul + ReLU layers over half of a 4096-row batch each, the halves constants on their
+// GPU), the towers' sums added on the first GPU and fetched. impl tessera: tower i on GPU i;
+// one_gpu: both towers on GPU 0. Skipped with fewer than two GPUs.
+void BM_gpu_two_tower(benchmark::State& state, const char* impl) {
+  tessera_bench::set_impl(state, impl);
+  if (!gpu_bench::require_gpu(state)) return;
+  std::vector<std::string> gpus;
+  for (const DeviceInfo& d : list_devices()) {
+    if (d.type == "GPU") gpus.push_back(d.name);
+  }
+  if (gpus.size() < 2) return state.SkipWithError("fewer than two GPUs");
+  const bool spread = std::string(impl) == "tessera";
+  constexpr int64_t kRows = 2048, kWidth = 2048;
+  auto small = [](int64_t i, int64_t j) { return static_cast<float>((i * 7 + j * 3) % 5 - 2) / 64.0f; };
+  Graph g;
+  std::vector<Output> sums;
+  for (int tower = 0; tower < 2; ++tower) {
+    auto scope = g.device(gpus[spread ? static_cast<std::size_t>(tower) : 0]);
+    Output h = ops::constant(g, matrix_of(kRows, kWidth, small));
+    for (int layer = 0; layer < 3; ++layer) {
+      h = ops::relu(ops::matmul(h, ops::constant(g, matrix_of(kWidth, kWidth, small))));
+    }
+    sums.push_back(ops::reduce_sum(h));
+  }
+  Output total;
+  {
+    auto scope = g.device(gpus[0]);
+    total = ops::add(sums[0], sums[1]);
+  }
+  Session s(g);
+  const float first = s.run(total).scalar<float>();
+  if (!tessera_bench::check(state, std::isfinite(first) && s.run(total).scalar<float>() == first,
+                            "the same finite sum on every step")) {
+    return;
+  }
+  for (auto _ : state) benchmark::DoNotOptimize(s.run(total));
+}
+
 }  // namespace
 
+BENCHMARK_CAPTURE(BM_gpu_two_tower, tessera, "tessera")->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_gpu_two_tower, one_gpu, "one_gpu")->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_gpu_matmul_4096_fp16, tessera, "tessera")->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_gpu_matmul_4096_bf16, tessera, "tessera")->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_gpu_matmul_4096_tf32, tessera, "tessera")->UseRealTime()->Unit(benchmark::kMillisecond);
