@@ -67,6 +67,18 @@ StatusOr<Node*> GraphImpl::try_add_node(NodeSpec spec) {
       return errors::invalid_argument("{} '{}': control input is null or from another graph", spec.type, base);
     }
   }
+  // A DType attr must name a dtype (DType(77) has no size, name or kernel).
+  for (const auto& [attr, value] : spec.attrs) {
+    std::vector<DType> dtypes;
+    if (const auto* d = std::get_if<DType>(&value)) dtypes.push_back(*d);
+    if (const auto* ds = std::get_if<std::vector<DType>>(&value)) dtypes = *ds;
+    for (DType d : dtypes) {
+      if (!dtype_is_valid(d)) {
+        return errors::invalid_argument("{} '{}': attr {} is not a dtype ({})", spec.type, base, attr,
+                                        static_cast<int>(d));
+      }
+    }
+  }
 
   std::unique_lock<std::shared_mutex> lock(mu_);
   auto node = std::make_unique<Node>();

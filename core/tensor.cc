@@ -1,7 +1,9 @@
 #include "tessera/tensor.h"
 
+#include <array>
 #include <atomic>
 #include <cstdlib>
+#include <limits>
 #include <new>
 #include <sstream>
 
@@ -47,6 +49,8 @@ inline std::size_t size_of(DType dtype) {
 
 std::size_t dtype_size(DType dtype) { return size_of(dtype); }
 
+bool dtype_is_valid(DType dtype) { return size_of(dtype) != 0; }
+
 bool dtype_is_floating(DType dtype) {
   return dtype == DType::Float32 || dtype == DType::Float64 || dtype == DType::Float16 ||
          dtype == DType::BFloat16;
@@ -66,6 +70,22 @@ void check_rank(std::size_t rank) {
 void check_dim(int64_t d) {
   if (d < -1) throw InvalidArgumentError(fmt::format("invalid dimension {} (use -1 for unknown)", d));
 }
+// The product of the known dims `dims[0, rank)` must fit an int64 (as TensorFlow's TensorShape
+// checks): else the element count wraps, to a small number or to 0, and every size derived from
+// it is wrong. A zero dim makes any product fit.
+void check_size(const std::array<int64_t, Shape::kMaxRank>& dims, int rank) {
+  int64_t n = 1;
+  bool overflow = false;
+  for (int i = 0; i < rank; ++i) {
+    if (dims[i] == 0) return;
+    if (dims[i] > 0) overflow = overflow || __builtin_mul_overflow(n, dims[i], &n);
+  }
+  if (overflow) {
+    std::string s = "[";
+    for (int i = 0; i < rank; ++i) s += (i ? "," : "") + (dims[i] < 0 ? std::string("?") : std::to_string(dims[i]));
+    throw InvalidArgumentError(fmt::format("shape {}] has more than 2^63 - 1 elements", s));
+  }
+}
 }  // namespace
 
 Shape::Shape(std::initializer_list<int64_t> dims) {
@@ -74,6 +94,7 @@ Shape::Shape(std::initializer_list<int64_t> dims) {
     check_dim(d);
     dims_[rank_++] = d;
   }
+  check_size(dims_, rank_);
 }
 
 Shape::Shape(const std::vector<int64_t>& dims) {
@@ -82,6 +103,7 @@ Shape::Shape(const std::vector<int64_t>& dims) {
     check_dim(d);
     dims_[rank_++] = d;
   }
+  check_size(dims_, rank_);
 }
 
 Shape Shape::unknown() {
@@ -128,6 +150,9 @@ bool Shape::compatible_with(const Shape& o) const {
 void Shape::set_dim(int i, int64_t value) {
   check_dim(value);
   if (rank_ < 0 || i < 0 || i >= rank_) throw InvalidArgumentError("set_dim: index out of range");
+  std::array<int64_t, kMaxRank> dims = dims_;
+  dims[i] = value;
+  check_size(dims, rank_);
   dims_[i] = value;
 }
 
@@ -135,6 +160,9 @@ void Shape::append(int64_t value) {
   check_dim(value);
   if (rank_ < 0) throw InvalidArgumentError("append to a shape of unknown rank");
   check_rank(static_cast<std::size_t>(rank_) + 1);
+  std::array<int64_t, kMaxRank> dims = dims_;
+  dims[rank_] = value;
+  check_size(dims, rank_ + 1);
   dims_[rank_++] = value;
 }
 
@@ -309,11 +337,20 @@ Tensor internal::adopt_buffer(TensorBuffer* buf, DType dtype, const Shape& shape
 }
 
 Tensor::Tensor(DType dtype, const Shape& shape) : dtype_(dtype), shape_(shape) {
+  if (!dtype_is_valid(dtype)) {
+    throw InvalidArgumentError(fmt::format("cannot allocate a tensor of invalid dtype {}", static_cast<int>(dtype)));
+  }
   num_elements_ = shape.num_elements();  // -1 when not fully defined
   if (num_elements_ < 0) {
     throw InvalidArgumentError("cannot allocate a tensor of partial shape " + shape.to_string());
   }
-  buf_ = internal::allocate_buffer(static_cast<std::size_t>(num_elements_) * size_of(dtype));
+  std::size_t bytes = 0;
+  if (__builtin_mul_overflow(static_cast<std::size_t>(num_elements_), size_of(dtype), &bytes) ||
+      bytes > static_cast<std::size_t>(std::numeric_limits<int64_t>::max())) {
+    throw InvalidArgumentError(fmt::format("a {} tensor of shape {} needs more than 2^63 - 1 bytes",
+                                           dtype_name(dtype), shape.to_string()));
+  }
+  buf_ = internal::allocate_buffer(bytes);
 }
 
 Tensor Tensor::zeros(DType dtype, const Shape& shape) {

@@ -331,7 +331,9 @@ Status MasterSession::place_locked(const std::vector<const Node*>& nodes) {
   for (const auto& [node, device] : placement_) fixed[node] = index_of.at(device);
   PlacementOptions opts;
   opts.allow_soft_placement = config_.allow_soft_placement();
-  opts.policy = policy_of(placement_policy_named(config_.placement_policy()));
+  // create_session refused an unknown name: the config's policy is one of the three.
+  const auto named = placement_policy_named(config_.placement_policy());
+  opts.policy = policy_of(named.ok() ? named.value() : tessera::PlacementPolicy::cost);
   auto placed = place_nodes(fresh, devices_, opts, fixed);
   if (!placed.ok()) return placed.status();
   for (const std::string& line : placed.value().soft_placements) {
@@ -651,6 +653,9 @@ StatusOr<std::shared_ptr<MasterSession>> Master::find(const std::string& handle)
 }
 
 void Master::create_session(const pb::CreateSessionRequest& request, Done<pb::CreateSessionResponse> done) {
+  if (auto policy = placement_policy_named(request.config().placement_policy()); !policy.ok()) {
+    return done(policy.status().with_prefix("CreateSession: "));
+  }
   std::string handle;
   {
     std::lock_guard<std::mutex> l(mu_);

@@ -49,10 +49,13 @@ StatusOr<std::string> task_device_name(const std::string& local_name, const std:
   return s.to_string();
 }
 
-tessera::PlacementPolicy placement_policy_named(const std::string& name) {
+StatusOr<tessera::PlacementPolicy> placement_policy_named(const std::string& name) {
+  if (name.empty() || name == "cost") return tessera::PlacementPolicy::cost;
   if (name == "gpu_first") return tessera::PlacementPolicy::gpu_first;
   if (name == "cpu_only") return tessera::PlacementPolicy::cpu_only;
-  return tessera::PlacementPolicy::cost;
+  constexpr std::size_t kShown = 40;
+  return errors::invalid_argument("unknown placement policy '{}{}' (cost, gpu_first or cpu_only)",
+                                  name.substr(0, kShown), name.size() > kShown ? "..." : "");
 }
 
 }  // namespace tessera::internal

@@ -24,7 +24,8 @@ StatusOr<std::string> task_of_device(const std::string& device);
 // `local_name` is not a device name.
 StatusOr<std::string> task_device_name(const std::string& local_name, const std::string& job, int task);
 
-// SessionConfig.placement_policy ("cost", "gpu_first", "cpu_only"; anything else is cost).
-tessera::PlacementPolicy placement_policy_named(const std::string& name);
+// SessionConfig.placement_policy: "cost" (or "", the default), "gpu_first", "cpu_only"; anything
+// else is InvalidArgument naming it (a prefix of it, when long).
+StatusOr<tessera::PlacementPolicy> placement_policy_named(const std::string& name);
 
 }  // namespace tessera::internal

@@ -133,10 +133,12 @@ void Worker::register_graph(const pb::RegisterGraphRequest& r, Done<pb::Register
     if (n == nullptr) st = errors::invalid_argument("no target node '{}' in the partition", name);
     else wg->targets.emplace_back(n);
   }
+  auto policy = placement_policy_named(r.config().placement_policy());
+  if (st.ok() && !policy.ok()) st = policy.status();
   if (st.ok()) {
     SessionOptions options;
     options.allow_soft_placement = true;
-    options.placement_policy = placement_policy_named(r.config().placement_policy());
+    options.placement_policy = policy.value();
     options.allow_tf32 = r.config().allow_tf32();
     options.cuda_graphs = !r.config().disable_cuda_graphs();
     auto session = SessionImpl::make(wg->graph, options, &resources_);

@@ -142,6 +142,22 @@ TEST(ServerTest, TaskDeviceNamesCarryTheJobAndTask) {
   EXPECT_FALSE(task_device_name("not a device", "ps", 0).ok());
 }
 
+// A SessionConfig's placement policy crosses the wire as a string: an unknown one is refused
+// (master and worker both parse it here), with at most a short prefix of it quoted.
+TEST(ServerTest, PlacementPolicyNamesAreTheThreeOrRefused) {
+  EXPECT_EQ(placement_policy_named("").value(), PlacementPolicy::cost);
+  EXPECT_EQ(placement_policy_named("cost").value(), PlacementPolicy::cost);
+  EXPECT_EQ(placement_policy_named("gpu_first").value(), PlacementPolicy::gpu_first);
+  EXPECT_EQ(placement_policy_named("cpu_only").value(), PlacementPolicy::cpu_only);
+  auto bogus = placement_policy_named("fastest");
+  ASSERT_FALSE(bogus.ok());
+  EXPECT_EQ(bogus.status().code(), ErrorCode::kInvalidArgument);
+  EXPECT_NE(bogus.status().message().find("'fastest'"), std::string::npos) << bogus.status().message();
+  auto huge = placement_policy_named(std::string(1 << 20, 'x'));
+  ASSERT_FALSE(huge.ok());
+  EXPECT_LT(huge.status().message().size(), 200u) << "the name is quoted by a prefix only";
+}
+
 TEST(ServerTest, LocalServerServesItsDevices) {
   Server server = Server::create_local_server();
   const std::string target = server.target();

@@ -38,6 +38,60 @@ TEST(ShapeTest, RejectsBadDimsAndRanks) {
   EXPECT_THROW((Shape{1, 1, 1, 1, 1, 1, 1, 1, 1}), InvalidArgumentError);
 }
 
+// Element counts that do not fit an int64 are refused where the shape is made: they used to wrap
+// (to 4 elements, or to 0) and every size derived from them was wrong.
+TEST(ShapeTest, ElementCountsThatOverflowAreRefused) {
+  constexpr int64_t kBig = int64_t{1} << 62;
+  EXPECT_THROW((Shape{kBig + 1, 4}), InvalidArgumentError);
+  EXPECT_THROW((Shape{int64_t{1} << 40, int64_t{1} << 40}), InvalidArgumentError);
+  EXPECT_THROW(Shape(std::vector<int64_t>{kBig, 2}), InvalidArgumentError);
+  EXPECT_THROW((Shape{-1, kBig, 4}), InvalidArgumentError) << "the known dims alone overflow";
+  try {
+    Shape{kBig + 1, 4};
+  } catch (const InvalidArgumentError& e) {
+    EXPECT_NE(std::string(e.what()).find("[4611686018427387905,4]"), std::string::npos) << e.what();
+  }
+  // A zero dim makes any product fit; the largest count that fits is fine.
+  EXPECT_EQ((Shape{0, kBig, kBig}).num_elements(), 0);
+  EXPECT_EQ((Shape{kBig, 1}).num_elements(), kBig);
+  Shape s{kBig, 1};
+  EXPECT_THROW(s.set_dim(1, 2), InvalidArgumentError);
+  EXPECT_EQ(s.dim(1), 1) << "unchanged after the refusal";
+  EXPECT_THROW(s.append(4), InvalidArgumentError);
+  EXPECT_EQ(s.rank(), 2);
+}
+
+TEST(TensorTest, SizesThatOverflowOrInvalidDTypesAreRefused) {
+  EXPECT_THROW(Tensor::zeros(DType::Float32, Shape{int64_t{1} << 62, 2}), InvalidArgumentError)
+      << "2^63 elements fit no byte count";
+  EXPECT_THROW(Tensor(DType::Float64, Shape{int64_t{1} << 61, 3}), InvalidArgumentError)
+      << "3 * 2^61 elements fit, 8 bytes each do not";
+  EXPECT_THROW(Tensor(static_cast<DType>(77), Shape{2}), InvalidArgumentError);
+  EXPECT_FALSE(dtype_is_valid(static_cast<DType>(77)));
+  EXPECT_TRUE(dtype_is_valid(DType::BFloat16));
+}
+
+TEST(TensorTest, OpsRefuseInvalidDTypesAndShapesThatOverflowNamingTheOp) {
+  Graph g;
+  Output x = ops::placeholder(g, DType::Float32, Shape{2}, "x");
+  try {
+    ops::cast(x, static_cast<DType>(77), "bad_cast");
+    ADD_FAILURE() << "cast to DType(77) was accepted";
+  } catch (const InvalidArgumentError& e) {
+    EXPECT_NE(std::string(e.what()).find("bad_cast"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(ops::placeholder(g, static_cast<DType>(77)), InvalidArgumentError);
+  // Broadcasting [2^40, 1] with [1, 2^40] would make 2^80 elements.
+  Output a = ops::placeholder(g, DType::Float32, Shape{int64_t{1} << 40, 1}, "a");
+  Output b = ops::placeholder(g, DType::Float32, Shape{1, int64_t{1} << 40}, "b");
+  try {
+    ops::add(a, b, "too_big");
+    ADD_FAILURE() << "a 2^80-element broadcast was accepted";
+  } catch (const InvalidArgumentError& e) {
+    EXPECT_NE(std::string(e.what()).find("too_big"), std::string::npos) << e.what();
+  }
+}
+
 TEST(TensorTest, FactoriesAndAccessors) {
   auto s = Tensor::scalar(2.5f);
   EXPECT_EQ(s.dtype(), DType::Float32);

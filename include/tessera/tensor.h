@@ -34,6 +34,7 @@ enum class DType : int { Float32 = 1, Float64 = 2, Int32 = 3, Int64 = 9, Bool = 
 std::string_view dtype_name(DType dtype);  // "float32", ...
 std::size_t dtype_size(DType dtype);
 bool dtype_is_floating(DType dtype);  // float32, float64, float16, bfloat16
+bool dtype_is_valid(DType dtype);     // one of the enumerators (DType(77) is not)
 std::ostream& operator<<(std::ostream& os, DType dtype);
 
 template <class T>
