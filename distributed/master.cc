@@ -373,7 +373,10 @@ StatusOr<std::shared_ptr<const MasterSession::Plan>> MasterSession::plan_for(con
   }
   std::vector<Endpoint> feed_eps, fetch_eps;
   std::vector<const Node*> target_nodes;
+  std::unordered_set<std::string> fed;
   for (const auto& f : feeds) {
+    // One value per tensor (a client's FeedMap cannot repeat one; a request could).
+    if (!fed.insert(f).second) return errors::invalid_argument("feed '{}' is listed twice", f.substr(0, 200));
     auto ep = endpoint_locked(f, "feed");
     if (!ep.ok()) return ep.status();
     feed_eps.push_back(ep.value());

@@ -57,6 +57,48 @@ TEST(ClusterSessionTest, LocalServerRunsFeedsAndFetches) {
   EXPECT_EQ(s.run(d, {{a, Tensor::vector<float>({0, 0})}}).to_vector<float>(), (std::vector<float>{20, 40}));
 }
 
+// A tensor fetched twice comes back twice, as in-process; a fed tensor fetched twice too.
+TEST(ClusterSessionTest, ATensorFetchedTwiceComesBackTwice) {
+  Server server = Server::create_local_server();
+  Graph g;
+  auto a = ops::placeholder(g, DType::Float32, Shape{3}, "a");
+  auto c = ops::add(a, ops::constant(g, Tensor::vector<float>({1, 2, 3})), "c");
+  Session s(g, server.target());
+  const FeedMap feeds{{a, Tensor::vector<float>({10, 20, 30})}};
+  auto out = s.run({c, c, a, c, a}, feeds);
+  ASSERT_EQ(out.size(), 5u);
+  for (int i : {0, 1, 3}) EXPECT_EQ(out[i].to_vector<float>(), (std::vector<float>{11, 22, 33})) << i;
+  for (int i : {2, 4}) EXPECT_EQ(out[i].to_vector<float>(), (std::vector<float>{10, 20, 30})) << i;
+  Session local(g);
+  auto want = local.run({c, c, a, c, a}, feeds);
+  for (std::size_t i = 0; i < out.size(); ++i) EXPECT_TRUE(out[i].equals(want[i])) << i;
+}
+
+// The same across tasks: the tensor is made on the other task, fetched twice, with its input fed
+// twice over (once per name, which is the one feed).
+TEST(ClusterSessionTest, ATensorOfAnotherTaskFetchedTwiceComesBackTwice) {
+  ClusterSpec cluster({{"local", {loopback(), loopback()}}});
+  Server t0(cluster, "local", 0, quick());
+  Server t1(cluster, "local", 1, quick());
+  Graph g;
+  auto a = ops::placeholder(g, DType::Float32, Shape{3}, "a");
+  Output c, d;
+  {
+    auto scope = g.device("/job:local/task:1");
+    c = ops::add(a, ops::constant(g, Tensor::vector<float>({1, 2, 3})), "c");
+    d = ops::mul(c, c, "d");
+  }
+  Session s(g, t0.target());
+  const FeedMap feeds{{a, Tensor::vector<float>({10, 20, 30})}};
+  auto out = s.run({c, d, c, d, a}, feeds);
+  ASSERT_EQ(out.size(), 5u);
+  EXPECT_EQ(out[0].to_vector<float>(), (std::vector<float>{11, 22, 33}));
+  EXPECT_EQ(out[2].to_vector<float>(), (std::vector<float>{11, 22, 33}));
+  EXPECT_EQ(out[1].to_vector<float>(), (std::vector<float>{121, 484, 1089}));
+  EXPECT_EQ(out[3].to_vector<float>(), (std::vector<float>{121, 484, 1089}));
+  EXPECT_EQ(out[4].to_vector<float>(), (std::vector<float>{10, 20, 30}));
+}
+
 // The seed's example, made correct: two tasks of job "local", ops on both, ten threads running y.
 TEST(ClusterSessionTest, SeedExampleTwoTasksTenThreads) {
   ClusterSpec cluster({{"local", {loopback(), loopback()}}});

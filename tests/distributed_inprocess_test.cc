@@ -101,6 +101,31 @@ class DistributedInProcessTest : public ::testing::Test {
   std::unique_ptr<Master> master_;
 };
 
+// A request may list a fetch twice (answered twice) but not a feed: a second value for one tensor
+// is refused by name, not misread as a frame of the wrong size.
+TEST_F(DistributedInProcessTest, AFetchListedTwiceIsAnsweredTwiceAndAFeedListedTwiceIsRefused) {
+  Graph g;
+  auto p = ops::placeholder(g, DType::Float32, Shape{3}, "p");
+  Output y;
+  {
+    auto scope = g.device("/job:ps/task:0");
+    y = ops::add(p, p, "y");
+  }
+  const std::string handle = create(g);
+  ASSERT_FALSE(handle.empty());
+  const Tensor value = Tensor::vector<float>({1, 2, 3});
+  auto twice = run(handle, {{"p:0", value}}, {"y:0", "y:0", "p:0", "y:0"});
+  ASSERT_TRUE(twice.ok()) << twice.status().to_string();
+  ASSERT_EQ(twice.value().tensor.size(), 4u);
+  for (int i : {0, 1, 3}) EXPECT_EQ(twice.value().tensor[i].to_vector<float>(), (std::vector<float>{2, 4, 6})) << i;
+  EXPECT_EQ(twice.value().tensor[2].to_vector<float>(), (std::vector<float>{1, 2, 3}));
+  auto fed_twice = run(handle, {{"p:0", value}, {"p:0", value}}, {"y:0"});
+  ASSERT_FALSE(fed_twice.ok());
+  EXPECT_EQ(fed_twice.status().code(), ErrorCode::kInvalidArgument);
+  EXPECT_NE(fed_twice.status().message().find("feed 'p:0' is listed twice"), std::string::npos)
+      << fed_twice.status().to_string();
+}
+
 TEST_F(DistributedInProcessTest, AStepSpanningTwoTasksExchangesTensorsAndControlThroughTheRendezvous) {
   Graph g;
   Variable v;
