@@ -10,6 +10,7 @@
 #include <atomic>
 #include <bit>
 #include <cerrno>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -456,6 +457,47 @@ void write_index_file(const fs::path& dir, const std::string& latest, const std:
   write_file_atomically(index_file_path(dir).string(), {text});
 }
 
+// Why the saver must not delete `path` as an old checkpoint of directory `dir` ("" when it may):
+// it must be a regular file (not a link) directly in `dir`, other than the index file, that starts
+// with the checkpoint magic.
+std::string why_not_deletable(const fs::path& dir, const std::string& path) {
+  std::error_code ec;
+  const fs::path p(path);
+  const fs::path here = fs::weakly_canonical(dir.empty() ? fs::path(".") : dir, ec);
+  const fs::path its = fs::weakly_canonical(p.parent_path().empty() ? fs::path(".") : p.parent_path(), ec);
+  if (ec || here != its) return fmt::format("it is not in the saver's directory '{}'", dir.string());
+  if (p.filename() == kIndexFileName) return "it is the directory's index file";
+  const fs::file_status status = fs::symlink_status(p, ec);
+  if (ec || !fs::is_regular_file(status)) return "it is not a regular file";
+  FileDescriptor fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK));
+  char magic[sizeof(kMagic)] = {};
+  if (fd.get() < 0 || ::pread(fd.get(), magic, sizeof(magic), 0) != static_cast<ssize_t>(sizeof(magic)) ||
+      std::memcmp(magic, kMagic, sizeof(kMagic)) != 0) {
+    return "it is not a checkpoint file";
+  }
+  return "";
+}
+
+// Removes the temporary files that saves of processes no longer running left in `dir` (a process
+// killed mid-save, SIGXFSZ under `ulimit -f`): "<name>.tmp-<pid>-<n>" whose pid does not exist.
+void remove_stale_temporaries(const fs::path& dir) {
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir.empty() ? fs::path(".") : dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    const std::size_t at = name.rfind(".tmp-");
+    if (at == std::string::npos) continue;
+    unsigned long pid = 0, n = 0;
+    char extra = 0;
+    if (std::sscanf(name.c_str() + at, ".tmp-%lu-%lu%c", &pid, &n, &extra) != 2 || pid == 0) continue;
+    if (static_cast<pid_t>(pid) == ::getpid()) continue;  // this process's own saves are in flight
+    if (::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;  // alive, or not ours to ask
+    std::error_code removed;
+    if (fs::is_regular_file(entry.symlink_status(removed)) && fs::remove(entry.path(), removed)) {
+      TESSERA_LOG(kInfo, "Saver: removed '{}', left by a save of process {} that did not finish", entry.path().string(), pid);
+    }
+  }
+}
+
 }  // namespace
 
 // ---- Saver ----
@@ -578,10 +620,15 @@ std::string Saver::save(Session& session, const std::string& save_path_prefix, s
   }
 
   std::lock_guard<std::mutex> lock(st.mu);
+  remove_stale_temporaries(dir);
   const std::vector<Tensor> values = session.run(st.values);
+  const bool existed = fs::exists(file, ec);
   write_checkpoint_file(path, st.names, values);
 
   // Bookkeeping: this checkpoint becomes the newest (saving to the same path again moves it).
+  // Undone, with the new file, if the index cannot be written: no file is left unlisted.
+  const std::vector<State::Kept> last_before = st.last;
+  const auto next_keep_before = st.next_keep_time;
   const int max_to_keep = st.options.max_to_keep;
   std::vector<std::string> to_delete;
   if (max_to_keep > 0) {
@@ -603,9 +650,20 @@ std::string Saver::save(Session& session, const std::string& save_path_prefix, s
   } else {
     all.push_back(path);
   }
-  write_index_file(dir, path, all);
+  try {
+    write_index_file(dir, path, all);
+  } catch (...) {
+    st.last = last_before;
+    st.next_keep_time = next_keep_before;
+    if (!existed) fs::remove(file, ec);
+    throw;
+  }
   for (const auto& old : to_delete) {
-    if (!fs::remove(old, ec) && ec) {
+    // Only a checkpoint file of this directory: the list may come from recover_last_checkpoints,
+    // whose paths come from an index file anyone may have written.
+    if (std::string why = why_not_deletable(dir, old); !why.empty()) {
+      TESSERA_LOG(kWarning, "Saver: not deleting old checkpoint '{}': {}", old, why);
+    } else if (!fs::remove(old, ec) && ec) {
       TESSERA_LOG(kWarning, "Saver: cannot delete old checkpoint '{}': {}", old, ec.message());
     }
   }

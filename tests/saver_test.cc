@@ -1,6 +1,7 @@
 // train::Saver: checkpoints round-trip every dtype and shape, restore into fresh graphs and
 // sessions, keep max_to_keep files and the index file, and refuse corrupted files before assigning
 // anything (Note [Checkpoint format] in host/saver.cc).
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -681,6 +682,70 @@ TEST_F(SaverTest, SaveErrors) {
   EXPECT_THROW(saver.save(s, path("checkpoint")), InvalidArgumentError);
   EXPECT_TRUE(files_in(dir_).empty());
   EXPECT_EQ(saver.save(s, path("model")), path("model"));
+}
+
+// An index file is input like any other: paths it names outside the saver's directory, links and
+// files that are not checkpoints are never deleted by max_to_keep (they used to be).
+TEST_F(SaverTest, MaxToKeepDeletesOnlyCheckpointFilesOfItsDirectory) {
+  Graph g;
+  Variable v(g, Tensor::scalar(1.0f), "v");
+  Saver saver(g, {}, SaverOptions{.max_to_keep = 1});
+  Session s(g);
+  s.run(v.initializer());
+  const fs::path elsewhere = dir_ / "elsewhere";
+  fs::create_directories(elsewhere);
+  const std::string outside = (elsewhere / "precious").string();
+  write_bytes(outside, "not yours");
+  const std::string victim = path("notes.txt");
+  write_bytes(victim, "not a checkpoint");
+  const std::string genuine = saver.save(s, path("old"));  // a real checkpoint of this directory
+  fs::create_symlink(genuine, path("link"));
+  saver.recover_last_checkpoints({outside, victim, path("link"), path("../" + dir_.filename().string() + "/old")});
+  saver.save(s, path("model"), 1);
+  EXPECT_TRUE(fs::exists(outside)) << "outside the directory";
+  EXPECT_TRUE(fs::exists(victim)) << "not a checkpoint";
+  EXPECT_TRUE(fs::is_symlink(path("link"))) << "a link";
+  EXPECT_FALSE(fs::exists(genuine)) << "a checkpoint of the directory (named through ..) is deleted";
+  EXPECT_TRUE(fs::exists(path("model-1")));
+}
+
+// A save whose index cannot be written leaves no file behind, and its bookkeeping unchanged.
+TEST_F(SaverTest, ASaveThatFailsAtTheIndexLeavesNoFile) {
+  Graph g;
+  Variable v(g, Tensor::scalar(1.0f), "v");
+  Saver saver(g);
+  Session s(g);
+  s.run(v.initializer());
+  fs::create_directories(dir_ / "checkpoint");  // the index file cannot replace a directory
+  EXPECT_THROW(saver.save(s, path("model"), 7), Error);
+  EXPECT_EQ(files_in(dir_), (std::set<std::string>{"checkpoint"}));
+  EXPECT_TRUE(saver.last_checkpoints().empty());
+  fs::remove(dir_ / "checkpoint");
+  EXPECT_EQ(saver.save(s, path("model"), 8), path("model-8"));
+  EXPECT_EQ(saver.last_checkpoints(), std::vector<std::string>{path("model-8")});
+}
+
+// Temporary files of saves killed midway (their process gone) are cleaned up by the next save;
+// those of live processes are not.
+TEST_F(SaverTest, TemporariesOfSavesThatDiedAreRemoved) {
+  const pid_t child = ::fork();
+  if (child == 0) ::_exit(0);
+  ASSERT_GT(child, 0);
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);  // gone: its pid names no process now
+  const std::string stale = path(fmt::format("model.tmp-{}-3", child));
+  const std::string mine = path(fmt::format("model.tmp-{}-999", ::getpid()));
+  const std::string not_a_temp = path("model.tmp-notes");
+  for (const auto& f : {stale, mine, not_a_temp}) write_bytes(f, "partial");
+  Graph g;
+  Variable v(g, Tensor::scalar(1.0f), "v");
+  Saver saver(g);
+  Session s(g);
+  s.run(v.initializer());
+  saver.save(s, path("model"));
+  EXPECT_FALSE(fs::exists(stale));
+  EXPECT_TRUE(fs::exists(mine)) << "this process is alive";
+  EXPECT_TRUE(fs::exists(not_a_temp));
 }
 
 TEST_F(SaverTest, SaverOpsIgnoreTheScopesOfTheBuildingCode) {

@@ -68,9 +68,13 @@ class Saver {
   // "<prefix>" without a step) and returns that path. The file is replaced atomically: a reader (or
   // a crash) sees the old file or the new one, never a part. Then updates the directory's
   // "checkpoint" index file and deletes the checkpoints beyond max_to_keep that this Saver wrote.
+  // Only checkpoint files directly in the prefix's directory are ever deleted (a path from
+  // recover_last_checkpoints that is elsewhere, a link or not a checkpoint is logged and kept).
   // The prefix's directory must exist (NotFoundError); an uninitialized variable raises
-  // FailedPreconditionError naming it; a failed write raises the error of its errno (NotFound,
-  // PermissionDenied, ResourceExhausted, ...) and leaves no file behind.
+  // FailedPreconditionError naming it; a failed write (the checkpoint's or the index's) raises the
+  // error of its errno (NotFound, PermissionDenied, ResourceExhausted, ...) and leaves no file
+  // behind. Temporary files that saves of processes no longer running left in the directory (a
+  // save killed midway) are removed first.
   std::string save(Session& session, const std::string& save_path_prefix,
                    std::optional<int64_t> global_step = std::nullopt);
 
