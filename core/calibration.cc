@@ -17,6 +17,8 @@
 #include <cblas.h>
 #include <nlohmann/json.hpp>
 
+#include "core/file_util.h"
+
 namespace tessera::internal {
 
 namespace {
@@ -61,12 +63,12 @@ std::string host_name() {
 // unreadable, corrupt, another version).
 std::optional<nlohmann::json> read_json_file(const std::string& path) {
   if (path.empty()) return std::nullopt;
-  std::ifstream in(path);
-  if (!in) return std::nullopt;
-  std::stringstream text;
-  text << in.rdbuf();
-  nlohmann::json j = nlohmann::json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object()) return std::nullopt;
+  StatusOr<std::string> text = read_small_file(path, "calibration cache", std::size_t{1} << 20);
+  if (!text.ok()) return std::nullopt;
+  StatusOr<nlohmann::json> parsed = parse_json_bounded(text.value(), "calibration cache");
+  if (!parsed.ok()) return std::nullopt;
+  nlohmann::json j = std::move(parsed).value();
+  if (!j.is_object()) return std::nullopt;
   if (auto v = j.find("version"); v == j.end() || !v->is_number_integer() || v->get<int>() != kFormatVersion) {
     return std::nullopt;
   }

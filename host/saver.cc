@@ -25,6 +25,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/crc32c.h"
+#include "core/file_util.h"
 #include "core/logging.h"
 #include "core/node.h"
 #include "tessera/errors.h"
@@ -730,15 +731,19 @@ std::optional<CheckpointState> get_checkpoint_state(const std::string& checkpoin
   const fs::path file = index_file_path(dir);
   std::error_code ec;
   if (!fs::exists(file, ec)) return std::nullopt;
-  std::ifstream in(file, std::ios::binary);
-  std::stringstream text;
-  if (in.is_open()) text << in.rdbuf();
-  if (!in.is_open() || in.bad()) throw UnknownError(fmt::format("cannot read the checkpoint index '{}'", file.string()));
-  const auto j = nlohmann::json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
   auto malformed = [&](const std::string& what) {
     return DataLossError(fmt::format("checkpoint index '{}': {}", file.string(), what));
   };
-  if (j.is_discarded()) throw malformed("not valid JSON");
+  // Bounded: an index lists a few paths, and anyone may have written the file.
+  constexpr std::size_t kMaxIndexBytes = std::size_t{16} << 20;
+  StatusOr<std::string> text = internal::read_small_file(file.string(), "checkpoint index", kMaxIndexBytes);
+  if (!text.ok()) {
+    if (text.status().code() == ErrorCode::kInvalidArgument) throw malformed(text.status().message());
+    text.status().raise();
+  }
+  StatusOr<nlohmann::json> parsed = internal::parse_json_bounded(text.value(), "it");
+  if (!parsed.ok()) throw malformed(parsed.status().message());
+  const nlohmann::json& j = parsed.value();
   if (!j.is_object()) throw malformed("not a JSON object");
   auto latest = j.find("model_checkpoint_path");
   if (latest == j.end() || !latest->is_string()) throw malformed("no string \"model_checkpoint_path\"");

@@ -122,15 +122,7 @@ void install_stop_handlers() {
 tessera::train::ClusterSpec read_cluster(const std::string& arg) {
   const std::size_t first = arg.find_first_not_of(" \t\r\n");
   if (first != std::string::npos && arg[first] == '{') return tessera::train::ClusterSpec::from_json(arg);
-  std::ifstream in(arg);
-  if (!in) {
-    throw tessera::NotFoundError(fmt::format("cannot read the cluster file '{}': {} (--cluster takes a JSON file "
-                                             "or inline JSON such as '{{\"worker\": [\"host:2222\"]}}')",
-                                             arg, std::strerror(errno)));
-  }
-  std::ostringstream text;
-  text << in.rdbuf();
-  return tessera::train::ClusterSpec::from_json(text.str());
+  return tessera::train::ClusterSpec::from_file(arg);  // bounded, never blocking on a FIFO
 }
 
 // Runs one task of a cluster until SIGINT or SIGTERM. The task comes from the flags, or from the

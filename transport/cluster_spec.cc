@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "core/file_util.h"
 #include "core/status.h"
 #include "tessera/cluster.h"
 #include "tessera/errors.h"
@@ -146,10 +147,20 @@ std::string_view type_name(const Json& j) {
 
 // Parses `text`; InvalidArgument (prefixed by `what`) for malformed JSON or a key repeated in one
 // object, which nlohmann::json would otherwise keep silently (the last one wins).
+// Bounded too: a cluster is a few levels deep and a few hundred kilobytes at most, and a file of
+// a million '[' would otherwise cost gigabytes (core/file_util.h).
+constexpr std::size_t kMaxClusterJsonBytes = std::size_t{16} << 20;
+constexpr int kMaxClusterJsonDepth = 16;
+struct TooDeep {};
+
 StatusOr<Json> parse_json(std::string_view text, std::string_view what) {
+  if (text.size() > kMaxClusterJsonBytes) {
+    return errors::invalid_argument("{} is too large ({} bytes; at most {})", what, text.size(), kMaxClusterJsonBytes);
+  }
   std::vector<std::set<std::string>> keys;  // one set per object being parsed
   std::optional<std::string> duplicate;
-  Json::parser_callback_t watch = [&](int, Json::parse_event_t event, Json& parsed) {
+  Json::parser_callback_t watch = [&](int depth, Json::parse_event_t event, Json& parsed) {
+    if (depth > kMaxClusterJsonDepth) throw TooDeep{};
     if (event == Json::parse_event_t::object_start) {
       keys.emplace_back();
     } else if (event == Json::parse_event_t::object_end) {
@@ -163,6 +174,8 @@ StatusOr<Json> parse_json(std::string_view text, std::string_view what) {
   Json j;
   try {
     j = Json::parse(text.begin(), text.end(), watch);
+  } catch (const TooDeep&) {
+    return errors::invalid_argument("{} nests deeper than {} levels", what, kMaxClusterJsonDepth);
   } catch (const Json::exception& e) {
     // "[json.exception.parse_error.101] parse error at ..." -> "parse error at ..."
     std::string_view why = e.what();
@@ -480,6 +493,20 @@ ClusterSpec ClusterSpec::from_json(std::string_view json) {
   auto parsed = parse_json(json, "cluster JSON");
   if (!parsed.ok()) parsed.status().raise();
   auto jobs = parse_cluster(parsed.value(), "cluster JSON");
+  if (!jobs.ok()) jobs.status().raise();
+  return ClusterSpec(SparseTag{}, std::move(jobs).value());
+}
+
+ClusterSpec ClusterSpec::from_file(const std::string& path) {
+  auto text = internal::read_small_file(path, "cluster file", kMaxClusterJsonBytes);
+  if (!text.ok()) {
+    Status(text.status().code(), text.status().message() +
+                                     " (a cluster file holds JSON such as {\"worker\": [\"host:2222\"]})")
+        .raise();
+  }
+  auto parsed = parse_json(text.value(), fmt::format("cluster file {}", internal::quoted_prefix(path)));
+  if (!parsed.ok()) parsed.status().raise();
+  auto jobs = parse_cluster(parsed.value(), "cluster file");
   if (!jobs.ok()) jobs.status().raise();
   return ClusterSpec(SparseTag{}, std::move(jobs).value());
 }

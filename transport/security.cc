@@ -14,6 +14,8 @@
 #include <nlohmann/json.hpp>
 #include <zmq.h>
 
+#include "core/file_util.h"
+
 namespace tessera::internal {
 
 namespace {
@@ -21,62 +23,6 @@ namespace {
 constexpr std::size_t kKeyFileMaxBytes = 64 * 1024;
 constexpr std::size_t kClusterKeysMaxBytes = 16 * 1024 * 1024;
 
-// The error for a failed open/read/write of `path`, by errno.
-Status file_error(int err, std::string_view what, const std::string& path) {
-  const std::string message = fmt::format("cannot {} '{}': {}", what, path, std::strerror(err));
-  switch (err) {
-    case ENOENT:
-    case ENOTDIR:
-      return errors::not_found("{}", message);
-    case EACCES:
-    case EPERM:
-    case EROFS:
-      return Status(ErrorCode::kPermissionDenied, message);
-    case EEXIST:
-      return errors::already_exists("{}", message);
-    default:
-      return errors::internal("{}", message);
-  }
-}
-
-// Reads a whole file of at most `limit` bytes; `st` receives its stat.
-StatusOr<std::string> read_file(const std::string& path, std::string_view kind, std::size_t limit,
-                                struct stat* st) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    const int err = errno;
-    if (err == ENOENT) return errors::not_found("{} '{}' does not exist", kind, path);
-    return file_error(err, fmt::format("read the {}", kind), path);
-  }
-  std::string text;
-  Status status;
-  if (::fstat(fd, st) != 0) {
-    status = file_error(errno, fmt::format("read the {}", kind), path);
-  } else if (!S_ISREG(st->st_mode)) {
-    status = errors::invalid_argument("{} '{}' is not a regular file", kind, path);
-  } else if (static_cast<std::size_t>(st->st_size) > limit) {
-    status = errors::invalid_argument("{} '{}' is too large ({} bytes; at most {})", kind, path, st->st_size, limit);
-  } else {
-    char buf[4096];
-    for (;;) {
-      const ssize_t n = ::read(fd, buf, sizeof buf);
-      if (n == 0) break;
-      if (n < 0) {
-        if (errno == EINTR) continue;
-        status = file_error(errno, fmt::format("read the {}", kind), path);
-        break;
-      }
-      text.append(buf, static_cast<std::size_t>(n));
-      if (text.size() > limit) {
-        status = errors::invalid_argument("{} '{}' is too large (more than {} bytes)", kind, path, limit);
-        break;
-      }
-    }
-  }
-  ::close(fd);
-  if (!status.ok()) return status;
-  return text;
-}
 
 // Writes `content` to `path` with `mode` (an existing file is replaced only when `force`).
 Status write_file(const std::string& path, std::string_view content, mode_t mode, bool force) {
@@ -175,7 +121,7 @@ Status write_key_pair_files(const std::string& prefix, const CurveKeyPair& keys,
 
 StatusOr<CurveKeyPair> load_key_pair(const std::string& path) {
   struct stat st;
-  StatusOr<std::string> text = read_file(path, "key file", kKeyFileMaxBytes, &st);
+  StatusOr<std::string> text = read_small_file(path, "key file", kKeyFileMaxBytes, &st);
   if (!text.ok()) {
     if (text.status().code() == ErrorCode::kNotFound) {
       return errors::not_found("{} (make one with `tessera keygen --out PREFIX`)", text.status().message());
@@ -188,7 +134,8 @@ StatusOr<CurveKeyPair> load_key_pair(const std::string& path) {
                               "chmod 600 '{}'",
                               path, st.st_mode & 07777, path));
   }
-  const nlohmann::json json = nlohmann::json::parse(text.value(), nullptr, /*allow_exceptions=*/false);
+  StatusOr<nlohmann::json> parsed = parse_json_bounded(text.value(), "key file");
+  const nlohmann::json json = parsed.ok() ? std::move(parsed).value() : nlohmann::json(nlohmann::json::value_t::discarded);
   if (json.is_discarded()) {
     return errors::invalid_argument("key file '{}' is not JSON (expected {{\"public\": \"<Z85>\", \"secret\": \"<Z85>\"}}, "
                                     "as `tessera keygen` writes)",
@@ -235,7 +182,7 @@ const std::string* ClusterKeys::server_key(const std::string& address) const {
 
 StatusOr<ClusterKeys> load_cluster_keys(const std::string& path) {
   struct stat st;
-  StatusOr<std::string> text = read_file(path, "cluster keys file", kClusterKeysMaxBytes, &st);
+  StatusOr<std::string> text = read_small_file(path, "cluster keys file", kClusterKeysMaxBytes, &st);
   if (!text.ok()) return text.status();
   ClusterKeys keys;
   keys.file = path;

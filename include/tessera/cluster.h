@@ -51,6 +51,10 @@ class ClusterSpec {
   // addresses or a sparse object {"0": "h:p", "3": "h:q"}. Malformed JSON, wrong types, duplicate
   // keys or invalid names/addresses raise InvalidArgumentError.
   static ClusterSpec from_json(std::string_view json);
+  // from_json of the file at `path`: a regular file of at most 16 MiB, opened without blocking (a
+  // FIFO or a device is InvalidArgumentError, not waited on or read to exhaustion); a missing file
+  // is NotFoundError.
+  static ClusterSpec from_file(const std::string& path);
   // The cluster of resolve_cluster_from_env(), without this process's task.
   static ClusterSpec from_env();
 
