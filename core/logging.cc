@@ -155,4 +155,20 @@ LogSink set_log_sink(LogSink sink) {
   return sink;
 }
 
+bool LogRateLimit::admit(Clock::time_point now, uint64_t* skipped) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (written_ == 0 || now - window_start_ >= window_) {
+    window_start_ = now;
+    written_ = 0;
+  }
+  if (written_ >= burst_) {
+    ++skipped_;
+    return false;
+  }
+  ++written_;
+  *skipped = skipped_;
+  skipped_ = 0;
+  return true;
+}
+
 }  // namespace tessera::internal

@@ -15,7 +15,10 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
+#include <cstdint>
 #include <functional>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -69,6 +72,40 @@ void log_format(LogLevel level, fmt::format_string<Args...> f, Args&&... args) {
 // tests.
 using LogSink = std::function<void(LogLevel level, std::string_view text)>;
 LogSink set_log_sink(LogSink sink);
+
+// A bound on how often one kind of event is logged (refused connections, soft placements): at
+// most `burst` messages per `window`; the others are counted, and the next message written says
+// how many were skipped. Events that anyone can cause by the thousand (a peer with fresh keys,
+// sessions that each place around a missing device) then cost a few lines. Thread-safe.
+class LogRateLimit {
+ public:
+  using Clock = std::chrono::steady_clock;
+  explicit LogRateLimit(Clock::duration window = std::chrono::seconds(10), int burst = 5)
+      : window_(window), burst_(burst) {}
+  // Whether a message may be written at `now`; when it may, *skipped receives (and the limit
+  // forgets) the count of messages dropped since the last one written.
+  bool admit(Clock::time_point now, uint64_t* skipped);
+  bool admit(uint64_t* skipped) { return admit(Clock::now(), skipped); }
+
+ private:
+  const Clock::duration window_;
+  const int burst_;
+  std::mutex mu_;
+  Clock::time_point window_start_{};  // guarded by mu_
+  int written_ = 0;                   // guarded by mu_: in the current window
+  uint64_t skipped_ = 0;              // guarded by mu_: since the last message written
+};
+
+// log_format through `limit`: the message, with " (N more like it skipped)" when some were.
+template <class... Args>
+void log_limited(LogRateLimit& limit, LogLevel level, fmt::format_string<Args...> f, Args&&... args) {
+  if (!log_enabled(level)) return;
+  uint64_t skipped = 0;
+  if (!limit.admit(&skipped)) return;
+  std::string message = fmt::format(f, std::forward<Args>(args)...);
+  if (skipped > 0) message += fmt::format(" ({} more like it skipped)", skipped);
+  log_message(level, message);
+}
 
 }  // namespace tessera::internal
 

@@ -142,7 +142,9 @@ Status SessionImpl::place_new_nodes() {
   auto placed = place_nodes(fresh, placement_devices_, opts, placement_);
   if (!placed.ok()) return placed.status();
   for (const std::string& line : placed.value().soft_placements) {
-    TESSERA_LOG(kInfo, "soft placement: {}", line);
+    // Every session of a graph that asks for a missing device says the same: a few lines per 10 s.
+    static LogRateLimit soft_placements(std::chrono::seconds(10), 20);
+    log_limited(soft_placements, LogLevel::kInfo, "soft placement: {}", line);
   }
   for (const Node* n : fresh) {
     const int d = placed.value().device_of.at(n);

@@ -87,6 +87,60 @@ TEST_F(LoggingTest, EveryLineOfAMessageHasThePrefix) {
   EXPECT_EQ(got[1].text, "tessera: \n");
 }
 
+// One kind of event a thousand times costs `burst` lines per window; the next line written says how
+// many were skipped.
+TEST(LogRateLimitTest, AdmitsABurstPerWindowAndCountsTheRest) {
+  LogRateLimit limit(std::chrono::seconds(10), 3);
+  const auto t0 = LogRateLimit::Clock::now();
+  uint64_t skipped = 99;
+  int admitted = 0;
+  for (int i = 0; i < 1000; ++i) {
+    if (limit.admit(t0 + std::chrono::milliseconds(i), &skipped)) {
+      ++admitted;
+      EXPECT_EQ(skipped, 0u);
+    }
+  }
+  EXPECT_EQ(admitted, 3);
+  ASSERT_TRUE(limit.admit(t0 + std::chrono::seconds(11), &skipped));
+  EXPECT_EQ(skipped, 997u);
+  ASSERT_TRUE(limit.admit(t0 + std::chrono::seconds(12), &skipped));
+  EXPECT_EQ(skipped, 0u) << "the count is reported once";
+}
+
+TEST_F(LoggingTest, LimitedMessagesSayHowManyWereSkipped) {
+  set_log_level(LogLevel::kInfo);
+  LogRateLimit limit(std::chrono::hours(1), 2);
+  for (int i = 0; i < 50; ++i) log_limited(limit, LogLevel::kWarning, "refused {}", i);
+  auto got = lines();
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_EQ(got[0].text, "tessera: refused 0\n");
+  EXPECT_EQ(got[1].text, "tessera: refused 1\n");
+  // Below the threshold nothing is counted or formatted.
+  set_log_level(LogLevel::kError);
+  log_limited(limit, LogLevel::kWarning, "dropped {}", counted());
+  EXPECT_EQ(lines().size(), 2u);
+}
+
+// A thousand sessions of a graph that asks for a device this process lacks used to print a
+// thousand soft-placement lines: the kind is rate-limited.
+TEST_F(LoggingTest, SoftPlacementLinesOfManySessionsAreRateLimited) {
+  set_log_level(LogLevel::kInfo);
+  Graph g;
+  Output y;
+  {
+    auto scope = g.device("/device:GPU:7");
+    y = ops::square(ops::constant(g, 3.0f), "on_a_missing_gpu");
+  }
+  for (int i = 0; i < 200; ++i) {
+    Session s(g);
+    ASSERT_EQ(s.run(y).scalar<float>(), 9.0f);
+  }
+  int soft = 0;
+  for (const auto& line : lines()) soft += line.text.find("soft placement") != std::string::npos ? 1 : 0;
+  EXPECT_GE(soft, 1) << "the first sessions say where the op went";
+  EXPECT_LE(soft, 21) << "at most a burst per window (20), and one more if the window turned";
+}
+
 TEST(LogLevelTest, ParsesNamesInAnyCaseAndTensorFlowNumbers) {
   EXPECT_EQ(parse_log_level("debug"), LogLevel::kDebug);
   EXPECT_EQ(parse_log_level("INFO"), LogLevel::kInfo);

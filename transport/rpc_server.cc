@@ -120,8 +120,8 @@ class RpcServerCore : public std::enable_shared_from_this<RpcServerCore> {
   // and reads monitor_'s handshake failures.
   bool serve_zap();
   void read_monitor();
-  // Counts a refused connection and logs `line` (rate-limited per `source`).
-  void refused(const std::string& source, std::string line);
+  // Counts a refused connection and logs `line` (a few per 10 s: refusal_log_).
+  void refused(const std::string& line);
   void receive_one(zmq::message_t routing_id, std::vector<zmq::message_t>* parts);
   // The head and the chunks of a streamed request (Note [Streamed frames] in rpc_stream.cc).
   void receive_head(zmq::message_t routing_id, uint64_t id, std::vector<zmq::message_t>* parts);
@@ -146,11 +146,7 @@ class RpcServerCore : public std::enable_shared_from_this<RpcServerCore> {
   zmq::socket_t monitor_;  // CURVE: PAIR receiving socket_'s handshake failures; I/O thread only
   zmq::socket_t zap_;      // CURVE: the ZAP handler's REP socket; I/O thread only
   std::set<std::string> allowed_keys_;  // CURVE: the allowed client keys, 32 bytes each
-  struct Logged {
-    std::chrono::steady_clock::time_point at;
-    uint64_t suppressed = 0;
-  };
-  std::map<std::string, Logged> refusal_log_;  // I/O thread only: when each source was last logged
+  LogRateLimit refusal_log_;  // refusals logged: a few per 10 s, the rest counted
   // Streamed requests being received, by routing id and call id (I/O thread only).
   struct Assembling {
     zmq::message_t routing_id;
@@ -368,9 +364,7 @@ bool RpcServerCore::serve_zap() {
         // A callback's failure does not stop the server.
       }
     }
-    refused(peer + " " + key, fmt::format("refused a connection from {}: its key {} is not in the "
-                                          "cluster's keys",
-                                          peer, key));
+    refused(fmt::format("refused a connection from {}: its key {} is not in the cluster's keys", peer, key));
   }
   return true;
 }
@@ -379,31 +373,21 @@ void RpcServerCore::read_monitor() {
   while (std::optional<MonitorEvent> e = next_event(monitor_)) {
     if (e->id != ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL) continue;
     if (e->value == ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH) {
-      refused("mismatch", fmt::format("refused a connection on {}: the peer does not use CURVE keys "
-                                      "(a client or task started without them)",
-                                      endpoint_));
+      refused(fmt::format("refused a connection on {}: the peer does not use CURVE keys "
+                          "(a client or task started without them)",
+                          endpoint_));
     } else if (e->value == ZMQ_PROTOCOL_ERROR_ZMTP_CRYPTOGRAPHIC) {
-      refused("cryptographic", fmt::format("refused a connection on {}: the peer does not have this "
-                                           "server's public key (its cluster keys list another key for this "
-                                           "address)",
-                                           endpoint_));
+      refused(fmt::format("refused a connection on {}: the peer does not have this server's public key "
+                          "(its cluster keys list another key for this address)",
+                          endpoint_));
     }
   }
 }
 
-void RpcServerCore::refused(const std::string& source, std::string line) {
+void RpcServerCore::refused(const std::string& line) {
   refused_.fetch_add(1, std::memory_order_relaxed);
-  const auto now = std::chrono::steady_clock::now();
-  if (refusal_log_.size() > 4096) refusal_log_.clear();  // bounded, whatever a peer does
-  auto [it, fresh] = refusal_log_.try_emplace(source);
-  Logged& logged = it->second;
-  if (!fresh && now - logged.at < std::chrono::seconds(10)) {
-    ++logged.suppressed;
-    return;
-  }
-  if (logged.suppressed > 0) line += fmt::format(" ({} more like it since the last such line)", logged.suppressed);
-  TESSERA_LOG(kWarning, "{}", line);
-  logged = Logged{now, 0};
+  // One limit for every refusal: a peer that makes fresh keys or addresses is one kind of event.
+  log_limited(refusal_log_, LogLevel::kWarning, "{}", line);
 }
 
 namespace {
