@@ -115,9 +115,9 @@ bool is_echo(const Status& s) {
 class MasterSession : public std::enable_shared_from_this<MasterSession> {
  public:
   MasterSession(std::string handle, std::string task, std::shared_ptr<WorkerCache> workers,
-                pb::SessionConfig config)
+                pb::SessionConfig config, int64_t max_graph_nodes)
       : handle_(std::move(handle)), task_(std::move(task)), workers_(std::move(workers)),
-        config_(std::move(config)) {}
+        config_(std::move(config)), max_graph_nodes_(max_graph_nodes) {}
 
   const std::string& handle() const { return handle_; }
 
@@ -131,7 +131,7 @@ class MasterSession : public std::enable_shared_from_this<MasterSession> {
       return errors::aborted("ExtendSession: the session's graph is at version {}, the client at {}", graph_version_,
                              current_version);
     }
-    TESSERA_RETURN_IF_ERROR(wire::decode_graph(def, &graph_.impl()));
+    TESSERA_RETURN_IF_ERROR(wire::decode_graph(def, &graph_.impl(), nullptr, max_graph_nodes_));
     if (!edges.empty()) {
       GraphImpl& g = graph_.impl();
       for (const pb::ControlEdge& e : edges) {
@@ -202,6 +202,7 @@ class MasterSession : public std::enable_shared_from_this<MasterSession> {
   const std::string task_;
   const std::shared_ptr<WorkerCache> workers_;
   const pb::SessionConfig config_;
+  const int64_t max_graph_nodes_;
 
   std::mutex mu_;  // the graph, placement, plans
   Graph graph_;
@@ -643,8 +644,8 @@ void MasterSession::close() {
 
 // ---- Master ----
 
-Master::Master(std::string task, std::shared_ptr<WorkerCache> workers)
-    : task_(std::move(task)), workers_(std::move(workers)) {}
+Master::Master(std::string task, std::shared_ptr<WorkerCache> workers, int64_t max_graph_nodes)
+    : task_(std::move(task)), workers_(std::move(workers)), max_graph_nodes_(max_graph_nodes) {}
 
 Master::~Master() { stop(); }
 
@@ -665,7 +666,7 @@ void Master::create_session(const pb::CreateSessionRequest& request, Done<pb::Cr
     if (stopped_) return done(errors::cancelled("{} is stopping", task_));
     handle = fmt::format("{}/session/{}", task_, next_session_++);
   }
-  auto session = std::make_shared<MasterSession>(handle, task_, workers_, request.config());
+  auto session = std::make_shared<MasterSession>(handle, task_, workers_, request.config(), max_graph_nodes_);
   auto version = session->extend(request.graph(), {}, 0, /*check_version=*/false);
   if (!version.ok()) return done(version.status());
   {

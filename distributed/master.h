@@ -32,7 +32,8 @@ struct RunStepReply {
 class Master {
  public:
   // `task`: this task's name, "/job:J/replica:0/task:T"; unconstrained ops are placed on it.
-  Master(std::string task, std::shared_ptr<WorkerCache> workers);
+  // `max_graph_nodes`: the most nodes a session's graph may have (ResourceExhausted past it).
+  Master(std::string task, std::shared_ptr<WorkerCache> workers, int64_t max_graph_nodes = wire::kDefaultMaxGraphNodes);
   ~Master();
 
   void create_session(const wire::pb::CreateSessionRequest& request, Done<wire::pb::CreateSessionResponse> done);
@@ -50,6 +51,7 @@ class Master {
 
   const std::string task_;
   const std::shared_ptr<WorkerCache> workers_;
+  const int64_t max_graph_nodes_;
   std::mutex mu_;
   bool stopped_ = false;                                                      // guarded by mu_
   uint64_t next_session_ = 1;                                                 // guarded by mu_

@@ -582,10 +582,15 @@ Status parse_data_input(const std::string& input, std::string* name, int* index)
 
 }  // namespace
 
-Status decode_graph(const GraphDef& def, GraphImpl* into, std::vector<Node*>* added) {
+Status decode_graph(const GraphDef& def, GraphImpl* into, std::vector<Node*>* added, int64_t max_nodes) {
   if (into == nullptr) return errors::invalid_argument("decode_graph: null graph");
   TESSERA_RETURN_IF_ERROR(check_version(def.version(), "GraphDef"));
   const int n = def.node_size();
+  if (static_cast<int64_t>(into->num_nodes()) + n > max_nodes) {
+    return errors::resource_exhausted("a graph of {} nodes (adding {}) exceeds the limit of {} nodes "
+                                      "(ServerOptions::max_graph_nodes)",
+                                      static_cast<int64_t>(into->num_nodes()) + n, n, max_nodes);
+  }
   std::vector<PendingNode> pending(static_cast<std::size_t>(n));
   std::unordered_map<std::string_view, int> local;
   local.reserve(static_cast<std::size_t>(n));

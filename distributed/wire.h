@@ -149,7 +149,11 @@ StatusOr<GraphDef> encode_graph(const GraphImpl& graph);
 // no device inherits its resource's request, as add_node does for graphs built by the API (so
 // decode(encode(g)) reproduces g). Uses `into`'s scopes (restored before returning), so like any
 // graph building it must not run while another thread builds `into`.
-Status decode_graph(const GraphDef& def, GraphImpl* into, std::vector<Node*>* added = nullptr);
+// The most nodes a decoded graph may reach (ServerOptions::max_graph_nodes' default).
+inline constexpr int64_t kDefaultMaxGraphNodes = 1'000'000;
+// ResourceExhausted, before anything is decoded, when `into` would pass `max_nodes` nodes.
+Status decode_graph(const GraphDef& def, GraphImpl* into, std::vector<Node*>* added = nullptr,
+                    int64_t max_nodes = kDefaultMaxGraphNodes);
 
 // ---- Status ----
 

@@ -65,8 +65,9 @@ class WorkerGraph {
 
 // ---- Worker ----
 
-Worker::Worker(std::string task_name, std::shared_ptr<WorkerCache> peers)
-    : task_name_(std::move(task_name)), task_(parse_task(task_name_)), peers_(std::move(peers)),
+Worker::Worker(std::string task_name, std::shared_ptr<WorkerCache> peers, int64_t max_graph_nodes)
+    : task_name_(std::move(task_name)), task_(parse_task(task_name_)), max_graph_nodes_(max_graph_nodes),
+      peers_(std::move(peers)),
       rendezvous_(task_name_, this), threads_(std::make_unique<ElasticThreads>()) {}
 
 Worker::~Worker() = default;
@@ -114,7 +115,7 @@ std::function<void()> Worker::pull(const std::string& task, int64_t step_id, con
 
 void Worker::register_graph(const pb::RegisterGraphRequest& r, Done<pb::RegisterGraphResponse> done) {
   auto wg = std::make_shared<WorkerGraph>();
-  Status st = wire::decode_graph(r.graph(), &wg->graph.impl());
+  Status st = wire::decode_graph(r.graph(), &wg->graph.impl(), nullptr, max_graph_nodes_);
   for (const std::string& name : r.feed()) {
     if (!st.ok()) break;
     auto ep = find_tensor(wg->graph.impl(), name);

@@ -38,7 +38,8 @@ class ElasticThreads;
 class Worker final : public WorkerInterface, public std::enable_shared_from_this<Worker>, private TensorPuller {
  public:
   // `task_name`: "/job:J/replica:0/task:T"; `peers`: the other tasks' workers.
-  Worker(std::string task_name, std::shared_ptr<WorkerCache> peers);
+  // `max_graph_nodes`: the most nodes a registered graph may have (ResourceExhausted past it).
+  Worker(std::string task_name, std::shared_ptr<WorkerCache> peers, int64_t max_graph_nodes = wire::kDefaultMaxGraphNodes);
   ~Worker() override;
 
   void get_status(const wire::pb::GetStatusRequest& request, Done<wire::pb::GetStatusResponse> done) override;
@@ -64,6 +65,7 @@ class Worker final : public WorkerInterface, public std::enable_shared_from_this
 
   const std::string task_name_;
   const DeviceSpec task_;  // task_name_ parsed: its job and task index
+  const int64_t max_graph_nodes_;
   const std::shared_ptr<WorkerCache> peers_;
   ResourceMgr resources_;
   RendezvousMgr rendezvous_;

@@ -126,6 +126,30 @@ TEST_F(DistributedInProcessTest, AFetchListedTwiceIsAnsweredTwiceAndAFeedListedT
       << fed_twice.status().to_string();
 }
 
+// Graphs are bounded in nodes (ServerOptions::max_graph_nodes): a CreateSession or ExtendSession
+// that would pass the limit is refused, naming it, before its nodes are built.
+TEST_F(DistributedInProcessTest, GraphsPastTheNodeLimitAreRefused) {
+  Master small(kWorker0, cache_, /*max_graph_nodes=*/10);
+  auto create = [&](Graph& g) {
+    pb::CreateSessionRequest request;
+    request.set_version(wire::kWireVersion);
+    *request.mutable_graph() = wire::encode_graph(g.impl()).value();
+    return call_and_wait<pb::CreateSessionResponse>(
+        [&](Done<pb::CreateSessionResponse> done) { small.create_session(request, std::move(done)); });
+  };
+  Graph big;
+  Output x = ops::constant(big, 1.0f);
+  for (int i = 0; i < 20; ++i) x = ops::add(x, x);
+  auto refused = create(big);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), ErrorCode::kResourceExhausted);
+  EXPECT_NE(refused.status().message().find("limit of 10 nodes"), std::string::npos) << refused.status().to_string();
+  Graph fits;
+  ops::add(ops::constant(fits, 1.0f), ops::constant(fits, 2.0f));
+  EXPECT_TRUE(create(fits).ok());
+  small.stop();
+}
+
 TEST_F(DistributedInProcessTest, AStepSpanningTwoTasksExchangesTensorsAndControlThroughTheRendezvous) {
   Graph g;
   Variable v;

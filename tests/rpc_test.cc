@@ -568,6 +568,29 @@ TEST(RpcTest, OversizedRequestIsRefusedAndServerServesTheNextCall) {
   EXPECT_EQ(strings(r.value()), std::vector<std::string>{"small"});
 }
 
+// A request of very many (empty) frames: refused with an error naming the limit, the frames past
+// it dropped as they arrive; the server serves the next call.
+TEST(RpcTest, ARequestOfTooManyFramesIsRefusedNamingTheLimit) {
+  RpcServerOptions options;
+  options.max_frames = 1000;
+  auto server = start_or_die(echo, options);
+  ASSERT_TRUE(server);
+  RpcChannel channel(server->endpoint());
+  RpcMessage many;
+  for (int i = 0; i < 200000; ++i) many.frames.push_back(string_frame(""));
+  auto r = channel.call_sync(std::move(many), 10s);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), ErrorCode::kResourceExhausted) << r.status().to_string();
+  EXPECT_NE(r.status().message().find("limit of 1000 frames"), std::string::npos) << r.status().to_string();
+  EXPECT_EQ(server->stats().oversized, 1u);
+  EXPECT_EQ(server->stats().requests, 0u) << "the handler never saw it";
+  RpcMessage fits;
+  for (int i = 0; i < 1000; ++i) fits.frames.push_back(string_frame("f"));
+  r = channel.call_sync(std::move(fits), 10s);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_EQ(r.value().frames.size(), 1000u);
+}
+
 TEST(RpcTest, HandlerErrorsReachTheCaller) {
   auto server = start_or_die([](RpcMessage req, Responder respond) {
     const std::string what = req.frames[0].to_string();

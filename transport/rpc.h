@@ -116,6 +116,11 @@ struct RpcServerOptions {
   // (ZMQ_MAXMSGSIZE, per frame: the caller's channel reconnects and its call meets its deadline); a
   // request whose frames add up to more is refused with ResourceExhausted. -1: no limit.
   int64_t max_message_bytes = -1;
+  // Most frames one request may have (a RunStep carries a frame per tensor): past it the rest of
+  // the request is received and dropped as it arrives, so a request of millions of empty frames
+  // costs no more memory than this many, and the call is refused with ResourceExhausted naming the
+  // limit. Streamed requests count their frames the same way.
+  int64_t max_frames = 65536;
   // ZMTP heartbeats: a client silent this long after a ping is dropped (kill -9, cable pulled).
   std::chrono::milliseconds heartbeat_interval{1000};
   std::chrono::milliseconds heartbeat_timeout{3000};

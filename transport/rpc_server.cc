@@ -123,6 +123,11 @@ class RpcServerCore : public std::enable_shared_from_this<RpcServerCore> {
   // Counts a refused connection and logs `line` (a few per 10 s: refusal_log_).
   void refused(const std::string& line);
   void receive_one(zmq::message_t routing_id, std::vector<zmq::message_t>* parts);
+  // The most parts a message may have (options_.max_frames and the envelope's).
+  std::size_t max_parts() const;
+  // A message of `total` parts, past max_parts(): refused (when it is a call) with
+  // ResourceExhausted; `parts` holds its first parts.
+  void too_many_frames(zmq::message_t routing_id, const std::vector<zmq::message_t>& parts, std::size_t total);
   // The head and the chunks of a streamed request (Note [Streamed frames] in rpc_stream.cc).
   void receive_head(zmq::message_t routing_id, uint64_t id, std::vector<zmq::message_t>* parts);
   void receive_chunk(const zmq::message_t& routing_id, uint64_t id, const zmq::message_t& chunk);
@@ -308,7 +313,12 @@ void RpcServerCore::run_io() {
           more = false;
           break;
         }
-        recv_rest(socket_, routing_id, &parts);
+        // +2: the envelope and (streamed) the descriptor are not the request's frames.
+        const std::size_t dropped = recv_rest_bounded(socket_, routing_id, &parts, max_parts());
+        if (dropped > 0) {
+          too_many_frames(std::move(routing_id), parts, parts.size() + dropped);
+          continue;
+        }
         receive_one(std::move(routing_id), &parts);
       }
     }
@@ -397,6 +407,22 @@ std::string assembly_key(const zmq::message_t& routing_id, uint64_t id) {
   return key;
 }
 }  // namespace
+
+std::size_t RpcServerCore::max_parts() const {
+  return options_.max_frames < 0 ? std::numeric_limits<std::size_t>::max()
+                                 : static_cast<std::size_t>(options_.max_frames) + 2;
+}
+
+void RpcServerCore::too_many_frames(zmq::message_t routing_id, const std::vector<zmq::message_t>& parts,
+                                    std::size_t total) {
+  oversized_.fetch_add(1, std::memory_order_relaxed);
+  const auto envelope = parts.empty() ? std::nullopt : parse_envelope(parts[0]);
+  if (!envelope || envelope->first == Envelope::kChunk) return;  // no call to answer
+  refuse(std::move(routing_id), envelope->second,
+         errors::resource_exhausted("request of {} frames exceeds the server's limit of {} frames "
+                                    "(RpcServerOptions::max_frames)",
+                                    total, options_.max_frames));
+}
 
 void RpcServerCore::receive_one(zmq::message_t routing_id, std::vector<zmq::message_t>* parts) {
   // parts: [call-id][header][payload...], [head envelope][descriptor][header][payload...] or

@@ -103,6 +103,7 @@ RpcServerOptions rpc_options(const train::ServerOptions& options, const Credenti
   rpc.handler_threads = options.handler_threads;
   rpc.run_inline = never_blocks;
   rpc.max_message_bytes = options.max_message_bytes;
+  rpc.max_frames = options.max_frames_per_request;
   if (credentials != nullptr) rpc.curve = server_curve(*credentials);
   return rpc;
 }
@@ -150,6 +151,11 @@ void validate(const train::ServerOptions& options) {
   if (options.handler_threads < 0) {
     throw InvalidArgumentError(
         fmt::format("ServerOptions.handler_threads must be >= 0, got {}", options.handler_threads));
+  }
+  if (options.max_frames_per_request <= 0 || options.max_graph_nodes <= 0) {
+    throw InvalidArgumentError(fmt::format("ServerOptions.max_frames_per_request and max_graph_nodes must be > 0, "
+                                           "got {} and {}",
+                                           options.max_frames_per_request, options.max_graph_nodes));
   }
   if (options.max_message_bytes != -1 && options.max_message_bytes <= 0) {
     throw InvalidArgumentError(fmt::format("ServerOptions.max_message_bytes must be > 0 or -1 (no limit), got {}",
@@ -398,8 +404,8 @@ std::shared_ptr<ServiceState> make_services(const train::ClusterSpec& cluster, c
   const std::string full = fmt::format("/job:{}/replica:0/task:{}", job, task);
   auto channels = std::make_shared<TaskChannels>(cluster, options.rpc_timeout, std::move(credentials),
                                                  static_cast<uint64_t>(options.max_tensor_bytes));
-  state->worker = std::make_shared<Worker>(full, channels);
-  state->master = std::make_shared<Master>(full, channels);
+  state->worker = std::make_shared<Worker>(full, channels, options.max_graph_nodes);
+  state->master = std::make_shared<Master>(full, channels, options.max_graph_nodes);
   return state;
 }
 

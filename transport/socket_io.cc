@@ -55,6 +55,24 @@ void recv_rest(zmq::socket_t& socket, const zmq::message_t& first, std::vector<z
   }
 }
 
+std::size_t recv_rest_bounded(zmq::socket_t& socket, const zmq::message_t& first, std::vector<zmq::message_t>* parts,
+                              std::size_t max_parts) {
+  parts->clear();
+  std::size_t dropped = 0;
+  bool more = first.more();
+  zmq::message_t scratch;
+  while (more) {
+    zmq::message_t& m = parts->size() < max_parts ? parts->emplace_back() : scratch;
+    if (!socket.recv(m, zmq::recv_flags::dontwait)) {
+      if (&m != &scratch) parts->pop_back();
+      break;
+    }
+    more = m.more();
+    if (&m == &scratch) ++dropped;
+  }
+  return dropped;
+}
+
 Status zmq_address_error(const char* what, const std::string& address, const zmq::error_t& e) {
   switch (e.num()) {
     case EADDRINUSE:

@@ -40,6 +40,10 @@ bool poll_io(pollfd* fds, int n, long timeout_ms);
 // Reads the rest of a multipart message whose first frame is `first` (parts of one message arrive
 // together, so this never waits).
 void recv_rest(zmq::socket_t& socket, const zmq::message_t& first, std::vector<zmq::message_t>* parts);
+// As recv_rest, keeping at most `max_parts` parts: the rest of the message is received and
+// dropped one part at a time (memory stays that of the parts kept). Returns how many were dropped.
+std::size_t recv_rest_bounded(zmq::socket_t& socket, const zmq::message_t& first, std::vector<zmq::message_t>* parts,
+                              std::size_t max_parts);
 
 // Names a libzmq error for a bind or connect failure.
 Status zmq_address_error(const char* what, const std::string& address, const zmq::error_t& e);

@@ -60,6 +60,14 @@ struct ServerOptions {
   // fetch returned by a worker), in bytes: larger ones are refused with ResourceExhaustedError
   // naming the size, checked against the metadata before anything is allocated. Must be > 0.
   int64_t max_tensor_bytes = 1LL << 32;
+  // Most frames one request may have (a RunStep carries one per tensor): the rest of a larger
+  // request is dropped as it arrives and the call refused with ResourceExhaustedError, so a request
+  // of millions of empty frames costs no more memory than this many. Must be > 0.
+  int64_t max_frames_per_request = 65536;
+  // Most nodes a session's graph (master) or a registered partition (worker) may have: a larger
+  // CreateSession, ExtendSession or RegisterGraph is refused with ResourceExhaustedError naming the
+  // limit, before its nodes are built. Must be > 0.
+  int64_t max_graph_nodes = 1'000'000;
   // CURVE keys (include/tessera/security.h): with security.key_file the server encrypts its
   // traffic and admits only the keys of security.cluster_keys_file. Without it, start() refuses an
   // address other hosts can reach (FailedPreconditionError) unless security.insecure is set.
