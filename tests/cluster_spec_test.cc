@@ -52,6 +52,32 @@ static_assert(std::is_constructible_v<ClusterSpec, ClusterSpec::DenseJobs>);
 static_assert(!std::is_constructible_v<ClusterSpec, std::map<std::string, std::map<long, std::string>>>);
 static_assert(!std::is_constructible_v<ClusterSpec, std::map<std::string, std::string>>);
 
+// Addresses that would misbehave later are refused where the spec is made: a port with a leading
+// zero (printed and matched in keys files as written), two tasks on one address (the second
+// server could never bind), and a huge host name is quoted by a prefix only.
+TEST(ClusterSpecTest, LeadingZeroPortsSharedAddressesAndHugeHostsAreRefused) {
+  try {
+    ClusterSpec({{"worker", {"localhost:0023001"}}});
+    ADD_FAILURE() << "a port with a leading zero was accepted";
+  } catch (const InvalidArgumentError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("leading zero (write 23001)"));
+  }
+  try {
+    ClusterSpec({{"worker", {"localhost:2222"}}, {"ps", {"localhost:2222"}}});
+    ADD_FAILURE() << "two tasks on one address were accepted";
+  } catch (const InvalidArgumentError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("have the same address \"localhost:2222\""));
+  }
+  EXPECT_NO_THROW(ClusterSpec({{"worker", {"localhost:2222", "localhost:2223"}}}));
+  const std::string huge = std::string(3 << 20, 'h') + "!:2222";
+  try {
+    ClusterSpec({{"worker", {huge}}});
+    ADD_FAILURE() << "a 3 MB host was accepted";
+  } catch (const InvalidArgumentError& e) {
+    EXPECT_LT(std::string(e.what()).size(), 1000u) << "the host is not echoed whole";
+  }
+}
+
 TEST(ClusterSpecTest, BracedListIsTheDenseForm) {
   ClusterSpec spec({{"ps", {"ps0:2222"}}, {"worker", {"w0:2222", "w1:2222"}}});
   EXPECT_THAT(spec.jobs(), ElementsAre("ps", "worker"));

@@ -155,6 +155,15 @@ TEST(KeyFileTest, KeygenWritesAPrivateKeyFileAndAPublicOneThatLoadBack) {
 
   // A directory that does not exist.
   EXPECT_EQ(write_key_pair_files(dir.file("no/such/dir/k"), keys, false).code(), ErrorCode::kNotFound);
+  // A directory as the prefix ("out/" would write the hidden out/.key): refused, nothing written.
+  const std::string as_dir = dir.file("keys_dir");
+  fs::create_directories(as_dir);
+  for (const std::string& prefix : {as_dir, as_dir + "/"}) {
+    Status refused = write_key_pair_files(prefix, keys, false);
+    EXPECT_EQ(refused.code(), ErrorCode::kInvalidArgument) << refused.to_string();
+    EXPECT_TRUE(contains(refused.message(), "is a directory")) << refused.message();
+  }
+  EXPECT_FALSE(fs::exists(as_dir + "/.key"));
 }
 
 TEST(KeyFileTest, LoadingABadKeyFileSaysWhatIsWrong) {

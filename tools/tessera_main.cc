@@ -223,7 +223,15 @@ int main(int argc, char** argv) {
                                          "The cluster: a JSON file, or inline JSON such as "
                                          "'{\"worker\": [\"127.0.0.1:2222\", \"127.0.0.1:2223\"]}'");
   auto* job_opt = server->add_option("--job", job_arg, "This task's job name");
-  auto* task_opt = server->add_option("--task", task_arg, "This task's index in its job")->check(CLI::NonNegativeNumber);
+  // A whole number >= 0, said so (CLI::NonNegativeNumber prints the range of a double).
+  const CLI::Validator task_index(
+      [](std::string& value) -> std::string {
+        const bool digits = !value.empty() && value.size() <= 9 &&
+                            value.find_first_not_of("0123456789") == std::string::npos;
+        return digits ? std::string() : "'" + value.substr(0, 40) + "' is not a task index (a whole number >= 0)";
+      },
+      "INDEX");
+  auto* task_opt = server->add_option("--task", task_arg, "This task's index in its job")->check(task_index);
   tessera::train::SecurityOptions security;
   server->add_option("--keys", security.key_file,
                      "This task's key pair (`tessera keygen --out PREFIX` writes PREFIX.key): encrypt all traffic "
@@ -241,6 +249,13 @@ int main(int argc, char** argv) {
   keygen->add_option("--out", keygen_out, "Path prefix of the two files")->required();
   keygen->add_flag("--force", keygen_force, "Replace existing files");
 
+  // An unknown option before any command: CLI11 would only say that a command is required.
+  if (argc > 1 && argv[1][0] == '-' && std::string(argv[1]) != "--help" && std::string(argv[1]) != "-h" &&
+      std::string(argv[1]) != "--version") {
+    std::cerr << "tessera: unknown option '" << std::string(argv[1]).substr(0, 80)
+              << "' (commands: demo, devices, server, keygen; `tessera --help` lists them)\n";
+    return 106;  // CLI11's code for an argument it does not know
+  }
   CLI11_PARSE(app, argc, argv);
   try {
     if (*demo) return run_demo(steps, trace_file);

@@ -3,6 +3,7 @@
 #include <charconv>
 #include <cstdlib>
 #include <limits>
+#include <map>
 #include <optional>
 #include <set>
 
@@ -69,7 +70,7 @@ std::string address_problem(std::string_view addr) {
     port = rest.substr(1);
     if (host.empty() || host.find(':') == std::string_view::npos ||
         !std::all_of(host.begin(), host.end(), [](char c) { return is_hex(c) || c == ':' || c == '.'; })) {
-      return fmt::format("'{}' is not an IPv6 address", host);
+      return fmt::format("{} is not an IPv6 address", internal::quoted_prefix(host, 64));
     }
   } else {
     std::size_t colon = addr.rfind(':');
@@ -77,23 +78,38 @@ std::string address_problem(std::string_view addr) {
     host = addr.substr(0, colon);
     port = addr.substr(colon + 1);
     if (host.empty()) return "no host before ':'";
+    if (host.size() > 253) return fmt::format("the host has {} characters (a DNS name has at most 253)", host.size());
     if (host.find(':') != std::string_view::npos &&
         std::all_of(host.begin(), host.end(), [](char c) { return is_hex(c) || c == ':' || c == '.'; })) {
       return "an IPv6 host needs brackets, as in [::1]:2222";
     }
     if (!std::all_of(host.begin(), host.end(),
                      [](char c) { return is_alpha(c) || is_digit(c) || c == '.' || c == '-' || c == '_'; })) {
-      return fmt::format("host '{}' has characters other than letters, digits, '.', '-' and '_'", host);
+      return fmt::format("host {} has characters other than letters, digits, '.', '-' and '_'",
+                         internal::quoted_prefix(host, 64));
     }
   }
   int p = 0;
   if (!parse_digits(port, &p) || p < 1 || p > 65535) {
-    return fmt::format("port '{}' is not a number from 1 to 65535", port);
+    return fmt::format("port {} is not a number from 1 to 65535", internal::quoted_prefix(port, 16));
   }
+  // "0023001" would work, and be printed and matched (in keys files) as written, not as 23001.
+  if (port[0] == '0') return fmt::format("port '{}' has a leading zero (write {})", port, p);
   return "";
 }
 
 Status validate_jobs(const ClusterSpec::SparseJobs& jobs) {
+  std::map<std::string_view, std::pair<std::string_view, int>> task_at;  // address -> (job, task)
+  for (const auto& [name, tasks] : jobs) {
+    for (const auto& [index, addr] : tasks) {
+      auto [it, fresh] = task_at.try_emplace(addr, name, index);
+      if (!fresh) {
+        // Two servers cannot listen on one address: the second task could never start.
+        return errors::invalid_argument("tasks {}:{} and {}:{} have the same address {}", it->second.first,
+                                        it->second.second, name, index, quote(addr));
+      }
+    }
+  }
   for (const auto& [name, tasks] : jobs) {
     TESSERA_RETURN_IF_ERROR(validate_job_name(name));
     for (const auto& [index, addr] : tasks) {

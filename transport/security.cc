@@ -104,6 +104,13 @@ StatusOr<CurveKeyPair> generate_curve_key_pair() {
 
 Status write_key_pair_files(const std::string& prefix, const CurveKeyPair& keys, bool force) {
   if (prefix.empty()) return errors::invalid_argument("the key files need a path prefix (--out PREFIX)");
+  struct stat st {};
+  if (prefix.back() == '/' || (::stat(prefix.c_str(), &st) == 0 && S_ISDIR(st.st_mode))) {
+    // "dir/" would write the hidden files dir/.key and dir/.pub.
+    return errors::invalid_argument("{} is a directory: the prefix names the files (PREFIX.key and PREFIX.pub), "
+                                    "as in --out {}/task0",
+                                    quoted_prefix(prefix), prefix.back() == '/' ? prefix.substr(0, prefix.size() - 1) : prefix);
+  }
   if (!is_z85_key(keys.public_key) || !is_z85_key(keys.secret_key)) {
     return errors::invalid_argument("not a CURVE key pair: the keys must be 40-character Z85 text");
   }
