@@ -11,6 +11,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <system_error>
 #include <thread>
 #include <utility>
 
@@ -22,7 +23,11 @@ namespace tessera::internal {
 // The threads share the queue's state, so the pool may be destroyed from one of its own runs.
 class ElasticThreads {
  public:
-  ElasticThreads() : core_(std::make_shared<Core>()) {}
+  // Starts a thread running `body` (detached); throws std::system_error when it cannot.
+  using Spawn = std::function<void(std::function<void()> body)>;
+  static void spawn_thread(std::function<void()> body) { std::thread(std::move(body)).detach(); }
+
+  explicit ElasticThreads(Spawn spawn = &spawn_thread) : core_(std::make_shared<Core>()), spawn_(std::move(spawn)) {}
   ElasticThreads(const ElasticThreads&) = delete;
   ElasticThreads& operator=(const ElasticThreads&) = delete;
   ~ElasticThreads() {
@@ -31,14 +36,23 @@ class ElasticThreads {
     core_->cv.notify_all();
   }
 
-  void run(std::function<void()> fn) {
+  // Runs `fn` on an idle thread or a new one. False, with `fn` not run (and destroyed), when no
+  // thread can be made (the process's thread or memory limit): the caller answers with an error.
+  [[nodiscard]] bool run(std::function<void()> fn) {
     std::lock_guard<std::mutex> l(core_->mu);
     core_->work.push_back(std::move(fn));
     if (core_->idle >= static_cast<int>(core_->work.size())) {
       core_->cv.notify_one();
-      return;
+      return true;
     }
-    std::thread([core = core_] { loop(*core); }).detach();
+    try {
+      spawn_([core = core_] { loop(*core); });
+    } catch (const std::system_error&) {
+      // Not left queued: the busy threads may be blocked for as long as their runs (a queue).
+      core_->work.pop_back();
+      return false;
+    }
+    return true;
   }
 
  private:
@@ -69,6 +83,7 @@ class ElasticThreads {
     }
   }
   std::shared_ptr<Core> core_;
+  const Spawn spawn_;
 };
 
 }  // namespace tessera::internal

@@ -190,7 +190,9 @@ void Worker::run_graph(const pb::RunGraphRequest& request, std::vector<Tensor> s
     std::lock_guard<std::mutex> l(mu_);
     ++active_runs_;
   }
-  threads_->run([self = shared_from_this(), wg, r, feeds, exchange, step_id, done = std::move(done)] {
+  auto reply = std::make_shared<Done<RunGraphReply>>(std::move(done));
+  const bool started = threads_->run([self = shared_from_this(), wg, r, feeds, exchange, step_id, reply] {
+    Done<RunGraphReply>& done = *reply;
     RunOptions options;
     options.timeout = std::chrono::milliseconds(r->timeout_ms());
     options.trace = r->trace();
@@ -220,6 +222,15 @@ void Worker::run_graph(const pb::RunGraphRequest& request, std::vector<Tensor> s
     std::lock_guard<std::mutex> l(self->mu_);
     if (--self->active_runs_ == 0) self->runs_cv_.notify_all();
   });
+  if (!started) {  // no thread could be made: an error reply, the run undone
+    const Status refused = errors::resource_exhausted("{}: no thread for the run (the process's thread limit)", task_name_);
+    rendezvous_.end_run(step_id, refused);
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      if (--active_runs_ == 0) runs_cv_.notify_all();
+    }
+    (*reply)(refused);
+  }
 }
 
 void Worker::recv_tensor(const pb::RecvTensorRequest& request, Done<Tensor> done) {
@@ -260,7 +271,13 @@ void Worker::stop(std::chrono::milliseconds grace) {
   resources_.cancel_all(reason);  // wakes runs blocked on the task's queues
   // Closing a session cancels its runs and waits for them; they end quickly once cancelled.
   std::vector<std::thread> closers;
-  for (auto& [handle, wg] : graphs) closers.emplace_back([wg = wg] { wg->session->close(); });
+  for (auto& [handle, wg] : graphs) {
+    try {
+      closers.emplace_back([wg = wg] { wg->session->close(); });
+    } catch (const std::system_error&) {
+      wg->session->close();  // no thread to spare: this one closes it (stop must complete)
+    }
+  }
   for (auto& t : closers) t.join();
   std::unique_lock<std::mutex> l(mu_);
   runs_cv_.wait_for(l, grace, [&] { return active_runs_ == 0; });
