@@ -236,9 +236,15 @@ void CapturedPartition::end(const Step& step, const Status& status) {
     busy_ = false;
     return;
   }
+  if (!status.ok()) {  // the step failed (a bad feed, a cancelled run): capture the next one
+    std::lock_guard<std::mutex> l(mu_);
+    recording_.reset();
+    busy_ = false;
+    state_ = State::kWarming;
+    return;
+  }
   // The capture's recorded work may report to its step (still alive) while the graph is made.
-  Status made = status.ok() ? finish_capture(*recording_)
-                            : Status(status.code(), "the captured step failed: " + status.message());
+  Status made = finish_capture(*recording_);
   std::lock_guard<std::mutex> l(mu_);
   recording_.reset();
   busy_ = false;

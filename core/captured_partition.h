@@ -45,8 +45,9 @@ class CapturedPartition {
   // capturing or replaying runs eagerly (one replay at a time: it reuses the capture's buffers).
   Step begin(bool traced);
   // After the step, its RunState still alive (a capture's recorded work reports to it while the
-  // graph is made). A capture that succeeded becomes the replay; any failure leaves the
-  // partition eager for good. `why_not()` says why.
+  // graph is made). Must follow every begin(). A capture whose step failed is tried again on the
+  // next step; one that succeeded becomes the replay; one that cannot be replayed leaves the
+  // partition eager for good (`why_not()` says why).
   void end(const Step& step, const Status& status);
 
   bool replaying() const;

@@ -352,7 +352,16 @@ SessionImpl::MultiStep::MultiStep(const StepPlan& sp, RunState::Options& host_op
   part_status.resize(parts.size());
 }
 
+SessionImpl::MultiStep::~MultiStep() {
+  if (ended) return;
+  for (Status& s : part_status) {
+    if (!ran) s = errors::cancelled("the step did not run");
+  }
+  end_captures();
+}
+
 void SessionImpl::MultiStep::end_captures() {
+  ended = true;
   for (std::size_t i = 0; i < parts.size(); ++i) {
     if (captured[i] != nullptr) captured[i]->end(capture_steps[i], part_status[i]);
   }
@@ -370,6 +379,7 @@ Status SessionImpl::MultiStep::run(RunState& host, const RunState::Options& base
     Status first_error;
   } pending;
   pending.left = static_cast<int>(parts.size());
+  ran = true;
   for (std::size_t i = 0; i < parts.size(); ++i) {
     parts[i]->run_async([this, i, &pending](Status s) {
       std::lock_guard<std::mutex> l(pending.mu);

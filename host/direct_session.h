@@ -74,8 +74,10 @@ class SessionImpl final : public SessionBackend {
     // others; the first failure among them.
     Status run(RunState& host, const RunState::Options& base);
 
-    // Gives each captured partition its step's outcome (after run(), the parts still alive).
+    // Gives each captured partition its step's outcome (after run(), the parts still alive). The
+    // destructor does it for a step that never ran (its captures are then tried again).
     void end_captures();
+    ~MultiStep();
 
     LocalRendezvous rendezvous;
     Rendezvous* remote;
@@ -84,6 +86,8 @@ class SessionImpl final : public SessionBackend {
     std::vector<CapturedPartition*> captured;
     std::vector<CapturedPartition::Step> capture_steps;
     std::vector<Status> part_status;
+    bool ran = false;
+    bool ended = false;
     std::function<void(const Status&)> abort;  // the first call aborts the step
     std::atomic<bool> aborting{false};
     Status root_cause;  // the first failure: written once, by whoever set `aborting`

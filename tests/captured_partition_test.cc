@@ -199,6 +199,14 @@ TEST(CapturedPartitionTest, AFailureInAReplayFailsThatStepOnly) {
   auto out = s.run({q}, {{a, num}, {b, den}}, {}, traced(), &md);
   EXPECT_EQ(out.front().to_vector<int32_t>(), (std::vector<int32_t>{5, 4, -2, 11}));
   EXPECT_EQ(sim_stream_spans(md.trace_json).graph, 1) << "still replayed";
+
+  // A first step that fails is not the end of capturing: the next good step is captured.
+  Session fresh(g);
+  EXPECT_THROW(fresh.run({q}, {{a, num}, {b, Tensor::vector<int32_t>({0, 1, 1, 1})}}), InvalidArgumentError);
+  fresh.run({q}, {{a, num}, {b, den}});  // captured
+  out = fresh.run({q}, {{a, num}, {b, den}}, {}, traced(), &md);
+  EXPECT_EQ(out.front().to_vector<int32_t>(), (std::vector<int32_t>{5, 4, -2, 11}));
+  EXPECT_EQ(sim_stream_spans(md.trace_json).graph, 1) << "captured after the failed step";
 }
 
 // State and shapes that change are not replayed: those partitions run every op every step.
