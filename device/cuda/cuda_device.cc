@@ -117,6 +117,27 @@ StatusOr<std::shared_ptr<CopyState>> copy_into(CudaDevice& device, const Tensor&
   return state;
 }
 
+// The whole of state->src into state->dst as one copy on `stream` (`copy` issues it, `what` names
+// it in errors); `done` gets the result once the stream has run it. Nothing is issued for 0 bytes.
+template <class Copy>
+void copy_whole(CudaStream& stream, std::shared_ptr<CopyState> state, const char* what, Copy copy,
+                std::function<void(StatusOr<Tensor>)> done) {
+  if (state->src.bytes() > 0) {
+    stream.launch([state, what, copy](CUstream_st* s) {
+      const cudaError_t e = copy(*state, s);
+      if (e != cudaSuccess) state->fail(cuda_error(e, what));
+    });
+  }
+  stream.then([state, done = std::move(done)](Status s) { state->deliver(s, done); });
+}
+
+// cudaMemcpyAsync of the whole tensor, `kind` host-to-device or device-to-host.
+auto memcpy_whole(cudaMemcpyKind kind) {
+  return [kind](CopyState& c, CUstream_st* s) {
+    return cudaMemcpyAsync(c.dst.raw_mutable_data(), c.src.raw_data(), c.src.bytes(), kind, s);
+  };
+}
+
 }  // namespace
 
 // ----- CudaDevice -----
@@ -279,14 +300,8 @@ void CudaDevice::copy_to_device(const Tensor& host, Stream& stream, std::functio
   }
   std::shared_ptr<CopyState> state = std::move(copy).value();
   if (pin_host_tensor(host)) {  // one copy straight from the caller's pinned block
-    state->src = host;          // held until the copy has run
-    cs->launch([state](CUstream_st* s) {
-      const cudaError_t e = cudaMemcpyAsync(state->dst.raw_mutable_data(), state->src.raw_data(), state->src.bytes(),
-                                            cudaMemcpyHostToDevice, s);
-      if (e != cudaSuccess) state->fail(cuda_error(e, "cudaMemcpyAsync host to device"));
-    });
-    cs->then([state, done = std::move(done)](Status s) { state->deliver(s, done); });
-    return;
+    return copy_whole(*cs, std::move(state), "cudaMemcpyAsync host to device", memcpy_whole(cudaMemcpyHostToDevice),
+                      std::move(done));
   }
   // The pieces, staged by whichever thread takes each next: this one and, for a copy of several
   // pieces, the staging threads. Each piece's transfer starts as soon as it is staged, while
@@ -465,15 +480,11 @@ void CudaDevice::copy_from_peer(const Tensor& src, Device& peer, Stream& stream,
     done(copy.status());
     return;
   }
-  std::shared_ptr<CopyState> state = std::move(copy).value();
-  if (src.bytes() > 0) {
-    cs->launch([state, to = ordinal_, from = gpu->ordinal_](CUstream_st* s) {
-      const cudaError_t e = cudaMemcpyPeerAsync(state->dst.raw_mutable_data(), to, state->src.raw_data(), from,
-                                                state->src.bytes(), s);
-      if (e != cudaSuccess) state->fail(cuda_error(e, "cudaMemcpyPeerAsync"));
-    });
-  }
-  cs->then([state, done = std::move(done)](Status s) { state->deliver(s, done); });
+  copy_whole(*cs, std::move(copy).value(), "cudaMemcpyPeerAsync",
+             [to = ordinal_, from = gpu->ordinal_](CopyState& c, CUstream_st* s) {
+               return cudaMemcpyPeerAsync(c.dst.raw_mutable_data(), to, c.src.raw_data(), from, c.src.bytes(), s);
+             },
+             std::move(done));
 }
 
 void CudaDevice::copy_to_host(const Tensor& on_device, Stream& stream, std::function<void(StatusOr<Tensor>)> done) {
@@ -501,13 +512,8 @@ void CudaDevice::copy_to_host(const Tensor& on_device, Stream& stream, std::func
     return;
   }
   if (pin_host_tensor(state->dst)) {  // one copy straight into a pinned block
-    cs->launch([state](CUstream_st* s) {
-      const cudaError_t e = cudaMemcpyAsync(state->dst.raw_mutable_data(), state->src.raw_data(), state->src.bytes(),
-                                            cudaMemcpyDeviceToHost, s);
-      if (e != cudaSuccess) state->fail(cuda_error(e, "cudaMemcpyAsync device to host"));
-    });
-    cs->then([state, done = std::move(done)](Status s) { state->deliver(s, done); });
-    return;
+    return copy_whole(*cs, std::move(state), "cudaMemcpyAsync device to host", memcpy_whole(cudaMemcpyDeviceToHost),
+                      std::move(done));
   }
   // Each piece lands in a staging buffer; once it has (a then() on the completion thread), a staging
   // thread (or, without them, the completion thread) copies it out into the tensor, while later
