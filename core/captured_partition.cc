@@ -1,12 +1,12 @@
 #include "core/captured_partition.h"
 
 #include <algorithm>
-#include <cstdlib>
 #include <unordered_map>
 #include <utility>
 
 #include <fmt/format.h>
 
+#include "core/env_util.h"
 #include "core/logging.h"
 #include "core/op_registry.h"
 
@@ -39,13 +39,7 @@ namespace tessera::internal {
 // partition of large tensors is bound by the device's throughput, not by launches, and gains
 // little from a replay): TESSERA_CAPTURE_MAX_MB, 256 by default, read as each plan is built.
 static std::size_t max_captured_bytes() {
-  std::size_t mb = 256;
-  if (const char* env = std::getenv("TESSERA_CAPTURE_MAX_MB"); env != nullptr && *env != '\0') {
-    char* end = nullptr;
-    const unsigned long long v = std::strtoull(env, &end, 10);
-    if (end != nullptr && *end == '\0') mb = static_cast<std::size_t>(v);
-  }
-  return mb << 20;
+  return static_cast<std::size_t>(env_mebibytes("TESSERA_CAPTURE_MAX_MB").value_or(uint64_t{256} << 20));
 }
 
 // The step being captured: what its kernels record and what each node made.

@@ -17,6 +17,8 @@
 #include <utility>
 #include <vector>
 
+#include "core/env_util.h"
+
 namespace tessera::internal {
 
 // Note [Large host blocks]
@@ -92,15 +94,14 @@ void* map_block(std::size_t size) {
 // allocator for the host side of its own copies; pinning the caller's block instead also covers
 // the tensors a user feeds.
 
-uint64_t default_pinned_limit() {
-  if (const char* env = std::getenv("TESSERA_PINNED_HOST_MB"); env != nullptr && *env != '\0') {
-    char* end = nullptr;
-    const unsigned long long mb = std::strtoull(env, &end, 10);
-    if (end != nullptr && *end == '\0') return static_cast<uint64_t>(mb) << 20;
-  }
+uint64_t physical_memory_bytes() {
   const long pages = ::sysconf(_SC_PHYS_PAGES);
   const long page = ::sysconf(_SC_PAGESIZE);
-  return pages > 0 && page > 0 ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(page) / 4 : 0;
+  return pages > 0 && page > 0 ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(page) : 0;
+}
+
+uint64_t default_pinned_limit() {
+  return env_mebibytes("TESSERA_PINNED_HOST_MB").value_or(physical_memory_bytes() / 4);
 }
 
 // The pinned blocks and the pinner. Thread-safe; the pinner's calls run without the lock.
@@ -199,15 +200,8 @@ void unmap_block(void* block, std::size_t size) {
 
 uint64_t default_limit() {
   if (kSanitized) return 0;
-  if (const char* env = std::getenv("TESSERA_HOST_BLOCK_CACHE_MB"); env != nullptr && *env != '\0') {
-    char* end = nullptr;
-    const unsigned long long mb = std::strtoull(env, &end, 10);
-    if (end != nullptr && *end == '\0') return static_cast<uint64_t>(mb) << 20;
-  }
-  const long pages = ::sysconf(_SC_PHYS_PAGES);
-  const long page = ::sysconf(_SC_PAGESIZE);
-  const uint64_t physical = pages > 0 && page > 0 ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(page) : 0;
-  return std::min<uint64_t>(uint64_t{1} << 30, physical / 8);
+  return env_mebibytes("TESSERA_HOST_BLOCK_CACHE_MB")
+      .value_or(std::min<uint64_t>(uint64_t{1} << 30, physical_memory_bytes() / 8));
 }
 
 struct Cached {
