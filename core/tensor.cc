@@ -6,6 +6,7 @@
 #include <limits>
 #include <new>
 #include <sstream>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -150,20 +151,22 @@ bool Shape::compatible_with(const Shape& o) const {
 void Shape::set_dim(int i, int64_t value) {
   check_dim(value);
   if (rank_ < 0 || i < 0 || i >= rank_) throw InvalidArgumentError("set_dim: index out of range");
-  std::array<int64_t, kMaxRank> dims = dims_;
-  dims[i] = value;
-  check_size(dims, rank_);
-  dims_[i] = value;
+  const int64_t old = std::exchange(dims_[i], value);
+  try {
+    check_size(dims_, rank_);
+  } catch (...) {
+    dims_[i] = old;  // unchanged after a refusal
+    throw;
+  }
 }
 
 void Shape::append(int64_t value) {
   check_dim(value);
   if (rank_ < 0) throw InvalidArgumentError("append to a shape of unknown rank");
   check_rank(static_cast<std::size_t>(rank_) + 1);
-  std::array<int64_t, kMaxRank> dims = dims_;
-  dims[rank_] = value;
-  check_size(dims, rank_ + 1);
-  dims_[rank_++] = value;
+  dims_[rank_] = value;         // past the rank: not part of the shape unless it passes
+  check_size(dims_, rank_ + 1);
+  ++rank_;
 }
 
 Shape Shape::sub_shape(int begin, int end) const {
@@ -307,7 +310,9 @@ void buffer_free(TensorBuffer* b) noexcept {
 }
 
 bool pin_host_tensor(const Tensor& t) {
-  if (t.is_null() || t.bytes() == 0 || t.device() != kHostDeviceName) return false;
+  // Smaller tensors are malloc's (or small views), and stage cheaply: no lock, no lookup for them
+  // on every copy.
+  if (t.is_null() || t.bytes() + kHeader < kLargeHostBlockMin || t.device() != kHostDeviceName) return false;
   return pin_host_memory(t.raw_data(), t.bytes());
 }
 
