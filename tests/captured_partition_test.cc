@@ -11,51 +11,21 @@
 #include <vector>
 
 #include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
-
-#include "core/device.h"
-#include "device/sim_device.h"
 #include "tessera/tessera.h"
+#include "tests/testing/sim_device.h"
 #include "tests/testing/test_util.h"
+#include "tests/testing/traced_spans.h"
 
 namespace tessera {
 namespace {
 
-class SimEnvironment : public ::testing::Environment {
- public:
-  void SetUp() override {
-    auto& registry = internal::DeviceRegistry::global();
-    auto existing = registry.find_all("/device:SIM:*");
-    if (!existing.ok() || existing.value().empty()) internal::register_sim_devices(1, registry).raise();
-  }
-};
-const auto* const kSimEnvironment = ::testing::AddGlobalTestEnvironment(new SimEnvironment);
+const auto* const kSimEnvironment = ::testing::AddGlobalTestEnvironment(new testing::SimEnvironment);
 
 constexpr const char* kSim = "/device:SIM:0";
 
-// Spans on the SIM device's compute stream of a traced step: (category, count).
-struct StreamSpans {
-  int graph = 0;  // replays
-  int ops = 0;    // kernels run one by one
-};
-StreamSpans sim_stream_spans(const std::string& trace_json) {
-  auto trace = nlohmann::json::parse(trace_json);
-  std::map<std::pair<int, int>, std::string> lane;
-  for (const auto& e : trace["traceEvents"]) {
-    if (e["ph"] == "M" && e["name"] == "thread_name") lane[{e["pid"], e["tid"]}] = e["args"]["name"];
-  }
-  StreamSpans s;
-  for (const auto& e : trace["traceEvents"]) {
-    if (e["ph"] != "X") continue;
-    const std::string& where = lane[{e["pid"], e["tid"]}];
-    if (where.find("SIM:0") == std::string::npos || where.find("compute") == std::string::npos) continue;
-    if (e["cat"] == "graph") {
-      ++s.graph;
-    } else if (e["cat"] != "copy") {
-      ++s.ops;
-    }
-  }
-  return s;
+// Spans on the SIM device's compute stream of a traced step: graph launches and ops one by one.
+testing::ComputeSpans sim_stream_spans(const std::string& trace_json) {
+  return testing::compute_stream_spans(trace_json, "SIM:0");
 }
 
 Tensor ramp(int64_t n, float start) {
@@ -103,7 +73,7 @@ TEST(CapturedPartitionTest, ReplaysGiveEagerResultsAndOneLaunchPerStep) {
                            : s.run({c.y}, {{c.x, in}}, {}, step == 0 ? RunOptions{} : traced(), &md).front();
     EXPECT_EQ(out.to_vector<float>(), Chain::expected(in)) << "step " << step;
     if (step >= 2) {
-      const StreamSpans spans = sim_stream_spans(md.trace_json);
+      const testing::ComputeSpans spans = sim_stream_spans(md.trace_json);
       EXPECT_EQ(spans.graph, 1) << "step " << step;
       EXPECT_EQ(spans.ops, 0) << "step " << step << ": no op ran on its own";
     }
@@ -120,7 +90,7 @@ TEST(CapturedPartitionTest, OffRunsEveryOpEveryStep) {
     RunMetadata md;
     Tensor out = s.run({c.y}, {{c.x, in}}, {}, traced(), &md).front();
     EXPECT_EQ(out.to_vector<float>(), Chain::expected(in));
-    const StreamSpans spans = sim_stream_spans(md.trace_json);
+    const testing::ComputeSpans spans = sim_stream_spans(md.trace_json);
     EXPECT_EQ(spans.graph, 0);
     EXPECT_EQ(spans.ops, 50);
   }

@@ -11,10 +11,9 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
-#include "core/device.h"
 #include "core/half.h"
-#include "device/sim_device.h"
 #include "tessera/tessera.h"
+#include "tests/testing/sim_device.h"
 #include "tests/testing/test_util.h"
 
 namespace tessera {
@@ -149,16 +148,7 @@ TEST(HalfTest, ArithmeticIsFloat32RoundedOnce) {
 
 // ---- Through a session ----
 
-// This suite's accelerator: /device:SIM:0 of the process, registered before any session places an op.
-class SimEnvironment : public ::testing::Environment {
- public:
-  void SetUp() override {
-    auto& registry = internal::DeviceRegistry::global();
-    auto existing = registry.find_all("/device:SIM:*");
-    if (!existing.ok() || existing.value().empty()) internal::register_sim_devices(1, registry).raise();
-  }
-};
-const auto* const kSimEnvironment = ::testing::AddGlobalTestEnvironment(new SimEnvironment);
+const auto* const kSimEnvironment = ::testing::AddGlobalTestEnvironment(new testing::SimEnvironment);
 
 // The math runs on the CPU and on the simulated accelerator (whose kernels are the CPU's, run on
 // its streams over device memory).

@@ -7,11 +7,10 @@
 #include <random>
 #include <thread>
 
-#include <nlohmann/json.hpp>
-
 #include "core/device.h"
 #include "device/sim_device.h"
 #include "tests/testing/tensor_expect.h"
+#include "tests/testing/traced_spans.h"
 #include "tests/testing/test_util.h"
 
 namespace tessera {
@@ -53,28 +52,8 @@ bool on_accelerator(const std::string& device) {
   return device.find("/device:SIM:") != std::string::npos || device.find("/device:GPU:") != std::string::npos;
 }
 
-// A traced step's spans ("X" events), with the device (the trace's process) and lane (its
-// thread: a stream's name, or an executing thread) each ran on.
-struct TracedSpan {
-  std::string name, category, device, lane;
-  int64_t dur = 0;
-};
-std::vector<TracedSpan> traced_spans(const std::string& trace_json) {
-  auto trace = nlohmann::json::parse(trace_json);
-  std::map<int, std::string> process;
-  std::map<std::pair<int, int>, std::string> lane;
-  for (const auto& e : trace["traceEvents"]) {
-    if (e["ph"] == "M" && e["name"] == "process_name") process[e["pid"]] = e["args"]["name"];
-    if (e["ph"] == "M" && e["name"] == "thread_name") lane[{e["pid"], e["tid"]}] = e["args"]["name"];
-  }
-  std::vector<TracedSpan> spans;
-  for (const auto& e : trace["traceEvents"]) {
-    if (e["ph"] != "X") continue;
-    spans.push_back(TracedSpan{e["name"], e["cat"], process[e["pid"]], lane[{e["pid"], e["tid"]}],
-                               e["dur"].get<int64_t>()});
-  }
-  return spans;
-}
+using testing::traced_spans;
+using testing::TracedSpan;
 
 // The device a traced step ran op `name` on, "" when absent.
 std::string traced_device_of(const std::string& trace_json, const std::string& name) {

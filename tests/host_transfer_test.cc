@@ -8,12 +8,11 @@
 
 #include <gtest/gtest.h>
 
-#include "core/device.h"
 #include "core/host_blocks.h"
 #include "core/tensor_buffer.h"
-#include "device/sim_device.h"
 #include "tessera/tessera.h"
 #include "tests/testing/fake_pinner.h"
+#include "tests/testing/sim_device.h"
 #include "tests/testing/test_util.h"
 
 namespace tessera {
@@ -23,15 +22,7 @@ using testing::FakePinner;
 
 constexpr std::size_t kMiB = std::size_t{1} << 20;
 
-internal::SimDevice* sim() {
-  static internal::SimDevice* device = [] {
-    auto& registry = internal::DeviceRegistry::global();
-    auto existing = registry.find_all("/device:SIM:*");
-    if (!existing.ok() || existing.value().empty()) internal::register_sim_devices(1, registry).raise();
-    return dynamic_cast<internal::SimDevice*>(registry.find("/device:SIM:0").value_or_raise());
-  }();
-  return device;
-}
+internal::SimDevice* sim() { return testing::sim_device(); }
 
 class HostTransferTest : public ::testing::Test {
  protected:

@@ -6,11 +6,10 @@
 #include <vector>
 
 #include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
-
 #include "core/half.h"
 #include "core/host_blocks.h"
 #include "tessera/tessera.h"
+#include "tests/testing/traced_spans.h"
 
 namespace tessera {
 namespace {
@@ -26,27 +25,6 @@ std::string first_gpu() {
 #define REQUIRE_SESSION_GPU(name) \
   const std::string name = first_gpu(); \
   if (name.empty()) GTEST_SKIP() << "no usable GPU: nothing to test"
-
-// Spans of a traced step on the GPU's compute stream: graph launches, and ops run one by one.
-std::pair<int, int> compute_spans(const std::string& trace_json) {
-  auto trace = nlohmann::json::parse(trace_json);
-  std::map<std::pair<int, int>, std::string> lane;
-  for (const auto& e : trace["traceEvents"]) {
-    if (e["ph"] == "M" && e["name"] == "thread_name") lane[{e["pid"], e["tid"]}] = e["args"]["name"];
-  }
-  int graphs = 0, ops = 0;
-  for (const auto& e : trace["traceEvents"]) {
-    if (e["ph"] != "X") continue;
-    const std::string& where = lane[{e["pid"], e["tid"]}];
-    if (where.find("GPU") == std::string::npos || where.find("compute") == std::string::npos) continue;
-    if (e["cat"] == "graph") {
-      ++graphs;
-    } else if (e["cat"] != "copy") {
-      ++ops;
-    }
-  }
-  return {graphs, ops};
-}
 
 TEST(CudaSessionTest, AReplayedChainEqualsEagerExecution) {
   REQUIRE_SESSION_GPU(gpu);
@@ -74,7 +52,7 @@ TEST(CudaSessionTest, AReplayedChainEqualsEagerExecution) {
     Tensor want = eager.run({y}, feeds).front();
     EXPECT_TRUE(got.equals(want)) << "step " << step << ": " << got.debug_string() << " vs " << want.debug_string();
     if (step > 0) {
-      EXPECT_EQ(compute_spans(md.trace_json).first, 1) << "step " << step << " replays one CUDA graph";
+      EXPECT_EQ(testing::compute_stream_spans(md.trace_json, "GPU").graph, 1) << "step " << step << " replays one CUDA graph";
     }
   }
 }
