@@ -21,6 +21,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include <cublas_v2.h>
@@ -165,66 +166,15 @@ void BM_gpu_add_256MiB(benchmark::State& state, const char* impl) {
   state.SetBytesProcessed(state.iterations() * 2 * static_cast<int64_t>(bytes));  // read + written
 }
 
-// cublasSgemm in the default math mode (full float32) or TF32 tensor-op mode.
-void matmul_4096(benchmark::State& state, const char* impl, bool tf32) {
-  tessera_bench::set_impl(state, impl);
-  if (!gpu_bench::require_gpu(state)) return;
-  constexpr int kN = gpu_bench::kMatMulN;
-  const std::size_t bytes = std::size_t{kN} * kN * sizeof(float);
-  std::vector<float> a(std::size_t{kN} * kN);
-  std::vector<float> b(std::size_t{kN} * kN);
-  for (int64_t i = 0; i < kN; ++i) {
-    for (int64_t j = 0; j < kN; ++j) {
-      a[static_cast<std::size_t>(i * kN + j)] = gpu_bench::matmul_a(i, j);
-      b[static_cast<std::size_t>(i * kN + j)] = gpu_bench::matmul_b(i, j);
-    }
-  }
-  DeviceBuffer da(bytes);
-  DeviceBuffer db(bytes);
-  DeviceBuffer dc(bytes);
-  Stream stream;
-  if (da.p == nullptr || db.p == nullptr || dc.p == nullptr) return state.SkipWithError("cudaMalloc failed");
-  if (!ok(state, cudaMemcpy(da.p, a.data(), bytes, cudaMemcpyHostToDevice), "upload") ||
-      !ok(state, cudaMemcpy(db.p, b.data(), bytes, cudaMemcpyHostToDevice), "upload")) {
-    return;
-  }
-  cublasHandle_t handle = nullptr;
-  if (cublasCreate(&handle) != CUBLAS_STATUS_SUCCESS) return state.SkipWithError("cublasCreate failed");
-  (void)cublasSetStream(handle, stream.s);
-  (void)cublasSetMathMode(handle, tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH);
-  const float one = 1.0f;
-  const float zero = 0.0f;
-  // Row-major C = A B as column-major C^T = B^T A^T.
-  auto gemm = [&] {
-    return cublasSgemm(handle, CUBLAS_OP_N, CUBLAS_OP_N, kN, kN, kN, &one, static_cast<const float*>(db.p), kN,
-                       static_cast<const float*>(da.p), kN, &zero, static_cast<float*>(dc.p), kN);
-  };
-  bool checked = gemm() == CUBLAS_STATUS_SUCCESS && cudaStreamSynchronize(stream.s) == cudaSuccess;
-  std::vector<float> c(std::size_t{kN} * kN);
-  checked = checked && cudaMemcpy(c.data(), dc.p, bytes, cudaMemcpyDeviceToHost) == cudaSuccess;
-  for (int64_t probe = 0; checked && probe < 16; ++probe) {
-    const int64_t i = (probe * 977) % kN;
-    const int64_t j = (probe * 1231 + 5) % kN;
-    checked = c[static_cast<std::size_t>(i * kN + j)] == gpu_bench::matmul_c(i, j);
-  }
-  if (tessera_bench::check(state, checked, "C = A B at 16 probes")) {
-    for (auto _ : state) {
-      (void)gemm();
-      if (!ok(state, cudaStreamSynchronize(stream.s), "cublasSgemm")) break;
-    }
-    state.counters["flops"] =
-        benchmark::Counter(gpu_bench::kMatMulFlops, benchmark::Counter::kIsIterationInvariantRate);
-  }
-  (void)cublasDestroy(handle);
-}
-
-// cublasGemmEx over 16-bit floats (T: tessera's float16_t or bfloat16_t, bit-identical to CUDA's),
-// float32 compute. The inputs are small integers, exact in both; each result is the exact float32
-// sum rounded once to T, which the probes check bit for bit.
+// The 4096 x 4096 MatMul in element type T on cuBLAS: float (cublasSgemm in `mode`: the default,
+// full float32, or TF32 tensor ops) or a 16-bit float (T: tessera's float16_t or bfloat16_t,
+// bit-identical to CUDA's; cublasGemmEx, float32 compute). The inputs are small integers, exact in
+// every type; each probed result is the exact float32 sum rounded once to T, checked bit for bit.
 template <class T>
-void matmul_4096_16bit(benchmark::State& state, const char* impl, cudaDataType_t type) {
+void matmul_4096(benchmark::State& state, const char* impl, cublasMath_t mode = CUBLAS_DEFAULT_MATH) {
   tessera_bench::set_impl(state, impl);
   if (!gpu_bench::require_gpu(state)) return;
+  constexpr bool kFloat = std::is_same_v<T, float>;
   constexpr int kN = gpu_bench::kMatMulN;
   const std::size_t bytes = std::size_t{kN} * kN * sizeof(T);
   std::vector<T> a(std::size_t{kN} * kN);
@@ -247,11 +197,19 @@ void matmul_4096_16bit(benchmark::State& state, const char* impl, cudaDataType_t
   cublasHandle_t handle = nullptr;
   if (cublasCreate(&handle) != CUBLAS_STATUS_SUCCESS) return state.SkipWithError("cublasCreate failed");
   (void)cublasSetStream(handle, stream.s);
+  (void)cublasSetMathMode(handle, mode);
   const float one = 1.0f;
   const float zero = 0.0f;
-  auto gemm = [&] {  // row-major C = A B as column-major C^T = B^T A^T
-    return cublasGemmEx(handle, CUBLAS_OP_N, CUBLAS_OP_N, kN, kN, kN, &one, db.p, type, kN, da.p, type, kN, &zero,
-                        dc.p, type, kN, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+  // Row-major C = A B as column-major C^T = B^T A^T.
+  auto gemm = [&] {
+    if constexpr (kFloat) {
+      return cublasSgemm(handle, CUBLAS_OP_N, CUBLAS_OP_N, kN, kN, kN, &one, static_cast<const float*>(db.p), kN,
+                         static_cast<const float*>(da.p), kN, &zero, static_cast<float*>(dc.p), kN);
+    } else {
+      constexpr cudaDataType_t type = std::is_same_v<T, tessera::internal::float16_t> ? CUDA_R_16F : CUDA_R_16BF;
+      return cublasGemmEx(handle, CUBLAS_OP_N, CUBLAS_OP_N, kN, kN, kN, &one, db.p, type, kN, da.p, type, kN, &zero,
+                          dc.p, type, kN, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    }
   };
   bool checked = gemm() == CUBLAS_STATUS_SUCCESS && cudaStreamSynchronize(stream.s) == cudaSuccess;
   std::vector<T> c(std::size_t{kN} * kN);
@@ -259,12 +217,18 @@ void matmul_4096_16bit(benchmark::State& state, const char* impl, cudaDataType_t
   for (int64_t probe = 0; checked && probe < 16; ++probe) {
     const int64_t i = (probe * 977) % kN;
     const int64_t j = (probe * 1231 + 5) % kN;
-    checked = c[static_cast<std::size_t>(i * kN + j)].bits == T(gpu_bench::matmul_c(i, j)).bits;
+    const T got = c[static_cast<std::size_t>(i * kN + j)];
+    const T want = T(gpu_bench::matmul_c(i, j));
+    if constexpr (kFloat) {
+      checked = got == want;
+    } else {
+      checked = got.bits == want.bits;
+    }
   }
-  if (tessera_bench::check(state, checked, "C = A B rounded once, at 16 probes")) {
+  if (tessera_bench::check(state, checked, kFloat ? "C = A B at 16 probes" : "C = A B rounded once, at 16 probes")) {
     for (auto _ : state) {
       (void)gemm();
-      if (!ok(state, cudaStreamSynchronize(stream.s), "cublasGemmEx")) break;
+      if (!ok(state, cudaStreamSynchronize(stream.s), kFloat ? "cublasSgemm" : "cublasGemmEx")) break;
     }
     state.counters["flops"] =
         benchmark::Counter(gpu_bench::kMatMulFlops, benchmark::Counter::kIsIterationInvariantRate);
@@ -272,13 +236,15 @@ void matmul_4096_16bit(benchmark::State& state, const char* impl, cudaDataType_t
   (void)cublasDestroy(handle);
 }
 
-void BM_gpu_matmul_4096(benchmark::State& state, const char* impl) { matmul_4096(state, impl, false); }
-void BM_gpu_matmul_4096_tf32(benchmark::State& state, const char* impl) { matmul_4096(state, impl, true); }
+void BM_gpu_matmul_4096(benchmark::State& state, const char* impl) { matmul_4096<float>(state, impl); }
+void BM_gpu_matmul_4096_tf32(benchmark::State& state, const char* impl) {
+  matmul_4096<float>(state, impl, CUBLAS_TF32_TENSOR_OP_MATH);
+}
 void BM_gpu_matmul_4096_fp16(benchmark::State& state, const char* impl) {
-  matmul_4096_16bit<tessera::internal::float16_t>(state, impl, CUDA_R_16F);
+  matmul_4096<tessera::internal::float16_t>(state, impl);
 }
 void BM_gpu_matmul_4096_bf16(benchmark::State& state, const char* impl) {
-  matmul_4096_16bit<tessera::internal::bfloat16_t>(state, impl, CUDA_R_16BF);
+  matmul_4096<tessera::internal::bfloat16_t>(state, impl);
 }
 
 void BM_gpu_chain_100(benchmark::State& state, const char* impl) {

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <functional>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "common/bench_common.h"
@@ -70,34 +71,24 @@ bool copy_pair(benchmark::State& state, CudaDevice& gpu, Tensor* host, Tensor* o
   return true;
 }
 
-void BM_gpu_h2d_256MiB(benchmark::State& state, const char* impl) {
+// 256 MiB through the device's copy path, host to device (a feed's copy) or back to the host (a
+// fetch's copy: a fresh host tensor).
+void copy_256MiB(benchmark::State& state, const char* impl, bool to_gpu) {
   tessera_bench::set_impl(state, impl);
   CudaDevice* gpu = the_gpu();
   if (gpu == nullptr) return state.SkipWithError("no usable GPU");
   Tensor host, on_gpu;
   if (!copy_pair(state, *gpu, &host, &on_gpu)) return;
   for (auto _ : state) {
-    auto t = to_device(*gpu, host);
+    auto t = to_gpu ? to_device(*gpu, host) : to_host(*gpu, on_gpu);
     if (!t.ok()) return state.SkipWithError(t.status().to_string().c_str());
     benchmark::DoNotOptimize(t);
   }
   state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(gpu_bench::kCopyBytes));
 }
 
-// 256 MiB back to the host through the device's copy path (a fetch's copy: a fresh host tensor).
-void BM_gpu_d2h_256MiB(benchmark::State& state, const char* impl) {
-  tessera_bench::set_impl(state, impl);
-  CudaDevice* gpu = the_gpu();
-  if (gpu == nullptr) return state.SkipWithError("no usable GPU");
-  Tensor host, on_gpu;
-  if (!copy_pair(state, *gpu, &host, &on_gpu)) return;
-  for (auto _ : state) {
-    auto t = to_host(*gpu, on_gpu);
-    if (!t.ok()) return state.SkipWithError(t.status().to_string().c_str());
-    benchmark::DoNotOptimize(t);
-  }
-  state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(gpu_bench::kCopyBytes));
-}
+void BM_gpu_h2d_256MiB(benchmark::State& state, const char* impl) { copy_256MiB(state, impl, true); }
+void BM_gpu_d2h_256MiB(benchmark::State& state, const char* impl) { copy_256MiB(state, impl, false); }
 
 void BM_gpu_add_256MiB(benchmark::State& state, const char* impl) {
   tessera_bench::set_impl(state, impl);
@@ -291,46 +282,18 @@ void BM_gpu_reduce_sum_256MiB(benchmark::State& state, const char* impl) {
   state.SetBytesProcessed(state.iterations() * gpu_bench::kReduceElements * static_cast<int64_t>(sizeof(float)));
 }
 
-// The 4096 x 4096 MatMul as a session with allow_tf32 runs it: the inputs constants on the GPU
+// The 4096 x 4096 MatMul in element type T as a session runs it: the inputs constants on the GPU
 // (copied there once), the MatMul run as a target (the step waits for the GPU, nothing fetched).
-void BM_gpu_matmul_4096_tf32(benchmark::State& state, const char* impl) {
-  tessera_bench::set_impl(state, impl);
-  if (!gpu_bench::require_gpu(state)) return;
-  const std::string gpu = first_gpu();
-  if (gpu.empty()) return state.SkipWithError("no GPU among the process's devices");
-  constexpr int64_t kN = gpu_bench::kMatMulN;
-  Graph g;
-  Output c;
-  {
-    auto scope = g.device(gpu);
-    c = ops::matmul(ops::constant(g, matrix_of(kN, kN, gpu_bench::matmul_a)),
-                    ops::constant(g, matrix_of(kN, kN, gpu_bench::matmul_b)), false, false, "c");
-  }
-  SessionOptions options;
-  options.allow_tf32 = true;
-  Session s(g, options);
-  const Tensor out = s.run(c);  // small integers: exact in TF32 too
-  bool ok = true;
-  for (int64_t probe = 0; ok && probe < 16; ++probe) {
-    const int64_t i = (probe * 977) % kN;
-    const int64_t j = (probe * 1231 + 5) % kN;
-    ok = out.data<float>()[i * kN + j] == gpu_bench::matmul_c(i, j);
-  }
-  if (!tessera_bench::check(state, ok, "C = A B at 16 probes")) return;
-  for (auto _ : state) s.run(c.op());
-  state.counters["flops"] =
-      benchmark::Counter(gpu_bench::kMatMulFlops, benchmark::Counter::kIsIterationInvariantRate);
-}
-
-// The 4096 x 4096 MatMul of 16-bit floats (T: float16_t or bfloat16_t) as a session runs it: the
-// inputs constants on the GPU, the MatMul run as a target. Each probed result is the exact sum
-// rounded once to T (float32 accumulation), bit for bit.
+// float with allow_tf32 (TF32 tensor cores), or a 16-bit float (T: float16_t or bfloat16_t, float32
+// accumulation). The inputs are small integers, exact in every type; each probed result is the
+// exact sum rounded once to T, bit for bit.
 template <class T>
-void matmul_4096_16bit(benchmark::State& state, const char* impl) {
+void session_matmul_4096(benchmark::State& state, const char* impl) {
   tessera_bench::set_impl(state, impl);
   if (!gpu_bench::require_gpu(state)) return;
   const std::string gpu = first_gpu();
   if (gpu.empty()) return state.SkipWithError("no GPU among the process's devices");
+  constexpr bool kFloat = std::is_same_v<T, float>;
   constexpr int64_t kN = gpu_bench::kMatMulN;
   auto matrix = [](const std::function<float(int64_t, int64_t)>& f) {
     Tensor t(dtype_of<T>, Shape{kN, kN});
@@ -347,25 +310,34 @@ void matmul_4096_16bit(benchmark::State& state, const char* impl) {
     c = ops::matmul(ops::constant(g, matrix(gpu_bench::matmul_a)), ops::constant(g, matrix(gpu_bench::matmul_b)),
                     false, false, "c");
   }
-  Session s(g);
+  SessionOptions options;
+  options.allow_tf32 = kFloat;
+  Session s(g, options);
   const Tensor out = s.run(c);
   bool ok = out.dtype() == dtype_of<T>;
   for (int64_t probe = 0; ok && probe < 16; ++probe) {
     const int64_t i = (probe * 977) % kN;
     const int64_t j = (probe * 1231 + 5) % kN;
-    ok = out.data<T>()[i * kN + j].bits == T(gpu_bench::matmul_c(i, j)).bits;
+    const T got = out.data<T>()[i * kN + j];
+    const T want = T(gpu_bench::matmul_c(i, j));
+    if constexpr (kFloat) {
+      ok = got == want;
+    } else {
+      ok = got.bits == want.bits;
+    }
   }
-  if (!tessera_bench::check(state, ok, "C = A B rounded once, at 16 probes")) return;
+  if (!tessera_bench::check(state, ok, kFloat ? "C = A B at 16 probes" : "C = A B rounded once, at 16 probes")) return;
   for (auto _ : state) s.run(c.op());
   state.counters["flops"] =
       benchmark::Counter(gpu_bench::kMatMulFlops, benchmark::Counter::kIsIterationInvariantRate);
 }
 
+void BM_gpu_matmul_4096_tf32(benchmark::State& state, const char* impl) { session_matmul_4096<float>(state, impl); }
 void BM_gpu_matmul_4096_fp16(benchmark::State& state, const char* impl) {
-  matmul_4096_16bit<internal::float16_t>(state, impl);
+  session_matmul_4096<internal::float16_t>(state, impl);
 }
 void BM_gpu_matmul_4096_bf16(benchmark::State& state, const char* impl) {
-  matmul_4096_16bit<internal::bfloat16_t>(state, impl);
+  session_matmul_4096<internal::bfloat16_t>(state, impl);
 }
 
 // Data parallelism in one process, as TF1 users wrote it: a forward step of two towers (three
