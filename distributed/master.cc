@@ -15,6 +15,7 @@
 
 #include "core/device_name.h"
 #include "core/executor.h"
+#include "core/file_util.h"
 #include "core/graph_partition.h"
 #include "core/map_util.h"
 #include "core/placement.h"
@@ -377,7 +378,7 @@ StatusOr<std::shared_ptr<const MasterSession::Plan>> MasterSession::plan_for(con
   std::unordered_set<std::string> fed;
   for (const auto& f : feeds) {
     // One value per tensor (a client's FeedMap cannot repeat one; a request could).
-    if (!fed.insert(f).second) return errors::invalid_argument("feed '{}' is listed twice", f.substr(0, 200));
+    if (!fed.insert(f).second) return errors::invalid_argument("feed {} is listed twice", quoted_prefix(f));
     auto ep = endpoint_locked(f, "feed");
     if (!ep.ok()) return ep.status();
     feed_eps.push_back(ep.value());

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "core/device_name.h"
+#include "core/file_util.h"
 
 namespace tessera::internal {
 
@@ -53,9 +54,7 @@ StatusOr<tessera::PlacementPolicy> placement_policy_named(const std::string& nam
   if (name.empty() || name == "cost") return tessera::PlacementPolicy::cost;
   if (name == "gpu_first") return tessera::PlacementPolicy::gpu_first;
   if (name == "cpu_only") return tessera::PlacementPolicy::cpu_only;
-  constexpr std::size_t kShown = 40;
-  return errors::invalid_argument("unknown placement policy '{}{}' (cost, gpu_first or cpu_only)",
-                                  name.substr(0, kShown), name.size() > kShown ? "..." : "");
+  return errors::invalid_argument("unknown placement policy {} (cost, gpu_first or cpu_only)", quoted_prefix(name, 40));
 }
 
 }  // namespace tessera::internal
