@@ -374,7 +374,7 @@ uint64_t this_thread_id() {
 namespace {
 // Each thread keeps the arrays of its last few steps as spares, by plan: a thread that runs the
 // same plans again reuses them without allocating and without touching anything another thread
-// touches (Note [Session fast path] in host/direct_session.cc). A thread runs one step at a
+// touches (Note [Session fast path] in core/direct_session.cc). A thread runs one step at a
 // time, so a plan's spare is free whenever the thread starts a step of it.
 struct SpareArrays {
   static constexpr int kPlans = 4;

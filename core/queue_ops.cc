@@ -3,7 +3,7 @@
 // "QueueIsClosed", and "LimitEpochs" for input pipelines), and the public tessera::FIFOQueue.
 //
 // The "FIFOQueue" node only describes the queue (attrs capacity, component_types, shapes,
-// shared_name); the queue itself is a per-session resource (host/fifo_queue.h) that the first op
+// shared_name); the queue itself is a per-session resource (kernels/fifo_queue.h) that the first op
 // to run creates. Every other queue op names the queue node as its NodeSpec::resource, which
 // places it with the queue, and finds the queue by shared_name, or by the queue node's name.
 // Dtypes are checked when the graph is built, shapes too when the queue has them.

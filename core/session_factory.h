@@ -1,6 +1,6 @@
 // Kinds of session plug in here: the public tessera::Session forwards to a SessionBackend that the
 // factory registered for its target makes (TensorFlow's SessionFactory is the model). The
-// in-process session registers "" and "local" (host/direct_session.cc); the cluster session
+// in-process session registers "" and "local" (core/direct_session.cc); the cluster session
 // registers "tessera://" and "grpc://" (transport/remote_session.cc). Core names neither.
 //
 //   class MySessionFactory final : public SessionFactory { ... };

@@ -12,7 +12,7 @@
 #include "core/map_util.h"
 #include "distributed/elastic_threads.h"
 #include "distributed/service_names.h"
-#include "host/direct_session.h"
+#include "core/direct_session.h"
 #include "tessera/errors.h"
 #include "tessera/graph.h"
 

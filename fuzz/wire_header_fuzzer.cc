@@ -12,7 +12,7 @@
 
 #include "core/executor.h"
 #include "fuzz/fuzz_util.h"
-#include "host/direct_session.h"
+#include "core/direct_session.h"
 #include "distributed/wire.h"
 
 namespace {

@@ -8,7 +8,7 @@
 
 #include "core/calibration.h"
 #include "core/device_factory.h"
-#include "host/thread_pool.h"
+#include "core/thread_pool.h"
 
 namespace tessera::internal {
 

@@ -3,7 +3,7 @@
 // Enqueue, dequeue and close are asynchronous (Note [Async kernels] in core/executor.cc): they
 // hand an attempt to the queue resource and return; the queue calls back, from whichever thread
 // completes, cancels or closes, and the callback calls `done` (never under the queue's lock, see
-// Note [Queue attempts] in host/fifo_queue.cc). The step's CancellationManager is passed along,
+// Note [Queue attempts] in kernels/fifo_queue.cc). The step's CancellationManager is passed along,
 // so a run timeout or a session close ends a wait with its reason.
 #include <atomic>
 
@@ -11,7 +11,7 @@
 
 #include "core/op_kernel.h"
 #include "core/op_registry.h"
-#include "host/fifo_queue.h"
+#include "kernels/fifo_queue.h"
 
 namespace tessera::internal {
 namespace {

@@ -17,7 +17,7 @@
 #include "core/tensor_buffer.h"
 #include "device/sim_device.h"
 #include "host/cpu_device.h"
-#include "host/thread_pool.h"
+#include "core/thread_pool.h"
 #include "tests/testing/test_util.h"
 
 namespace tessera::internal {

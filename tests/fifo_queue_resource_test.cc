@@ -11,7 +11,7 @@
 #include <gtest/gtest.h>
 
 #include "core/cancellation.h"
-#include "host/fifo_queue.h"
+#include "kernels/fifo_queue.h"
 #include "tests/testing/test_util.h"
 
 namespace tessera::internal {

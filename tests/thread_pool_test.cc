@@ -2,7 +2,7 @@
 // closures scheduled from pool threads; destruction drains what was scheduled.
 #include <atomic>
 
-#include "host/thread_pool.h"
+#include "core/thread_pool.h"
 #include "tests/testing/test_util.h"
 
 namespace tessera::internal {

@@ -14,7 +14,7 @@
 
 #include "core/executor.h"
 #include "core/node.h"
-#include "host/direct_session.h"
+#include "core/direct_session.h"
 #include "core/op_registry.h"
 #include "tests/testing/test_util.h"
 #include "distributed/wire.h"

@@ -12,7 +12,7 @@ namespace tessera::internal {
 
 // Helpers of copy_to_device and copy_to_host: run the closures they are given (each stages pieces
 // of one copy until none are left, or copies one piece out of staging), first come first served.
-// Threads of their own rather than host/thread_pool.h's: each makes the GPU current once, as the
+// Threads of their own rather than core/thread_pool.h's: each makes the GPU current once, as the
 // launches it issues need. The destructor runs what is queued, then joins. Thread-safe.
 class CudaStagingThreads {
  public:

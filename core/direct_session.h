@@ -20,7 +20,7 @@
 #include "core/resource_mgr.h"
 #include "core/session_factory.h"
 #include "core/trace_json.h"
-#include "host/thread_pool.h"
+#include "core/thread_pool.h"
 #include "tessera/session.h"
 
 namespace tessera::internal {

@@ -1,4 +1,4 @@
-#include "host/direct_session.h"
+#include "core/direct_session.h"
 
 #include <algorithm>
 #include <cstdio>

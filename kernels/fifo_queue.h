@@ -1,5 +1,5 @@
 // The state behind tessera::FIFOQueue: a bounded FIFO of tuples of tensors, and the ordered lists
-// of enqueue and dequeue attempts waiting on it. See Note [Queue attempts] in host/fifo_queue.cc.
+// of enqueue and dequeue attempts waiting on it. See Note [Queue attempts] in kernels/fifo_queue.cc.
 //
 //   auto q = std::make_shared<FIFOQueueResource>("q", /*capacity=*/2,
 //                                                std::vector<DType>{DType::Float32},

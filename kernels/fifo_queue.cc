@@ -1,4 +1,4 @@
-#include "host/fifo_queue.h"
+#include "kernels/fifo_queue.h"
 
 #include <algorithm>
 #include <cstring>
