@@ -13,6 +13,7 @@
 #include "core/op_registry.h"
 #include "core/session_factory.h"
 #include "core/tensor_buffer.h"
+#include "core/timer.h"
 
 namespace tessera {
 namespace internal {
@@ -44,6 +45,16 @@ struct PlanCacheEntry {
   const StepPlan* plan = nullptr;
 };
 thread_local PlanCacheEntry tls_plan;
+
+// Cancellations in progress on this thread that hold a lock an asynchronous step's completion
+// takes (a shard's, or an expiring step's): a step that ends inside one completes on the pool.
+thread_local int cancelling_depth = 0;
+struct Cancelling {
+  Cancelling() { ++cancelling_depth; }
+  ~Cancelling() { --cancelling_depth; }
+  Cancelling(const Cancelling&) = delete;
+  Cancelling& operator=(const Cancelling&) = delete;
+};
 
 int this_thread_shard(int shards) {
   thread_local int shard = next_shard.fetch_add(1, std::memory_order_relaxed);
@@ -111,6 +122,7 @@ void SessionImpl::close() {
   // closed_ or is found here.
   closed_.store(true, std::memory_order_seq_cst);
   for (RunShard& shard : shards_) {
+    Cancelling scope;
     std::lock_guard<std::mutex> l(shard.mu);
     for (RunState* rs : shard.runs) rs->cancel(reason);
   }
@@ -123,6 +135,7 @@ void SessionImpl::close() {
 
 void SessionImpl::cancel_step(int64_t step_id, const Status& reason) {
   for (RunShard& shard : shards_) {
+    Cancelling scope;
     std::lock_guard<std::mutex> l(shard.mu);
     for (RunState* rs : shard.runs) {
       if (rs->step_id() == step_id) rs->cancel(reason);
@@ -202,10 +215,9 @@ StatusOr<std::shared_ptr<const StepPlan>> SessionImpl::get_plan(const std::vecto
   return plan;
 }
 
-Status SessionImpl::run_step(const std::vector<Output>& fetches, const FeedMap& feeds,
-                             const std::vector<Operation>& targets, const RunOptions& options, RunMetadata* metadata,
-                             int64_t step_id, std::vector<TraceRecord>* records, std::vector<Tensor>* outputs,
-                             Rendezvous* remote) {
+Status SessionImpl::prepare_step(const std::vector<Output>& fetches, const FeedMap& feeds,
+                                 const std::vector<Operation>& targets, const RunOptions& options, int64_t step_id,
+                                 Rendezvous* remote, const StepPlan** plan_out, RunState::Options* ro) {
   // Signature: feeds (ordered by the map), fetches, targets -> cache key.
   std::vector<uint64_t> key;
   key.reserve(feeds.size() + fetches.size() + targets.size() + 2);
@@ -258,47 +270,47 @@ Status SessionImpl::run_step(const std::vector<Output>& fetches, const FeedMap& 
     cached.plan = plan.value().get();
   }
   const StepPlan& sp = *cached.plan;
+  for (const auto& dp : sp.devices) {  // a failed device fails its steps at once (Device::health)
+    Status health = dp.device->health();
+    if (!health.ok()) return health;
+  }
+  *plan_out = &sp;
+  ro->plan = sp.host.get();
+  ro->runner = &runner_;
+  ro->resources = resources_;
+  ro->step_id = step_id != 0 ? step_id : next_step_id();
+  ro->timeout = options.timeout;
+  ro->trace = options.trace;
+  ro->rendezvous = remote;
+  ro->allow_tf32 = options_.allow_tf32;
+  return Status();
+}
 
-  RunState::Options ro;
-  ro.plan = sp.host.get();
-  ro.runner = &runner_;
-  ro.resources = resources_;
-  ro.step_id = step_id != 0 ? step_id : next_step_id();
-  ro.timeout = options.timeout;
-  ro.trace = options.trace;
-  ro.rendezvous = remote;
-  ro.allow_tf32 = options_.allow_tf32;
-  std::unique_ptr<MultiStep> multi;  // only for a step that spans devices
-  if (!sp.devices.empty()) {
-    for (const auto& dp : sp.devices) {  // a failed device fails its steps at once (Device::health)
-      Status health = dp.device->health();
-      if (!health.ok()) return health;
-    }
-    multi = std::make_unique<MultiStep>(sp, ro, remote);
-  }
-  RunState rs(ro);
-  int i = 0;
-  for (const auto& [out, value] : feeds) rs.set_feed(i++, value);
-  RunShard& shard = shards_[this_thread_shard(kRunShards)];
-  {
-    std::lock_guard<std::mutex> l(shard.mu);
-    if (closed_.load(std::memory_order_seq_cst)) return errors::cancelled("attempted to use a closed session");
-    shard.runs.push_back(&rs);
-  }
-  Status status = multi ? multi->run(rs, ro) : rs.run();
-  if (multi) multi->end_captures();
-  {
-    std::lock_guard<std::mutex> l(shard.mu);
-    auto it = std::find(shard.runs.begin(), shard.runs.end(), &rs);
-    *it = shard.runs.back();
-    shard.runs.pop_back();
-    if (shard.runs.empty() && closed_.load(std::memory_order_relaxed)) shard.cv.notify_all();
-  }
+bool SessionImpl::register_run(RunState* rs, int shard) {
+  RunShard& s = shards_[shard];
+  std::lock_guard<std::mutex> l(s.mu);
+  if (closed_.load(std::memory_order_seq_cst)) return false;
+  s.runs.push_back(rs);
+  return true;
+}
+
+void SessionImpl::unregister_run(RunState* rs, int shard) {
+  RunShard& s = shards_[shard];
+  std::lock_guard<std::mutex> l(s.mu);
+  auto it = std::find(s.runs.begin(), s.runs.end(), rs);
+  *it = s.runs.back();
+  s.runs.pop_back();
+  if (s.runs.empty() && closed_.load(std::memory_order_relaxed)) s.cv.notify_all();
+}
+
+Status SessionImpl::finish_step(Status status, RunState& rs, MultiStep* multi, bool trace, RunMetadata* metadata,
+                                std::vector<TraceRecord>* records, std::size_t num_fetches,
+                                std::vector<Tensor>* outputs) {
   // The other partitions' failures are echoes of the first one (an aborted rendezvous, a
   // cancellation): the step reports the root cause. (Read after leaving the shard: a close()
   // writes it while holding the shard's lock; every other writer finished before the step did.)
   if (multi && !status.ok() && multi->aborting.load()) status = multi->root_cause;
-  if ((metadata != nullptr || records != nullptr) && options.trace) {
+  if ((metadata != nullptr || records != nullptr) && trace) {
     std::vector<TraceRecord> spans = rs.take_trace();
     if (multi) {
       for (auto& part : multi->parts) {
@@ -310,9 +322,176 @@ Status SessionImpl::run_step(const std::vector<Output>& fetches, const FeedMap& 
   }
   if (!status.ok()) return status;
   outputs->clear();
-  outputs->reserve(fetches.size());
-  for (std::size_t f = 0; f < fetches.size(); ++f) outputs->push_back(rs.fetch(static_cast<int>(f)));
+  outputs->reserve(num_fetches);
+  for (std::size_t f = 0; f < num_fetches; ++f) outputs->push_back(rs.fetch(static_cast<int>(f)));
   return status;
+}
+
+Status SessionImpl::run_step(const std::vector<Output>& fetches, const FeedMap& feeds,
+                             const std::vector<Operation>& targets, const RunOptions& options, RunMetadata* metadata,
+                             int64_t step_id, std::vector<TraceRecord>* records, std::vector<Tensor>* outputs,
+                             Rendezvous* remote) {
+  const StepPlan* sp = nullptr;
+  RunState::Options ro;
+  Status prepared = prepare_step(fetches, feeds, targets, options, step_id, remote, &sp, &ro);
+  if (!prepared.ok()) return prepared;
+  std::unique_ptr<MultiStep> multi;  // only for a step that spans devices
+  if (!sp->devices.empty()) multi = std::make_unique<MultiStep>(*sp, ro, remote);
+  RunState rs(ro);
+  int i = 0;
+  for (const auto& [out, value] : feeds) rs.set_feed(i++, value);
+  const int shard = this_thread_shard(kRunShards);
+  if (!register_run(&rs, shard)) return errors::cancelled("attempted to use a closed session");
+  Status status = multi ? multi->run(rs, ro) : rs.run();
+  if (multi) multi->end_captures();
+  unregister_run(&rs, shard);
+  return finish_step(std::move(status), rs, multi.get(), options.trace, metadata, records, fetches.size(), outputs);
+}
+
+// Note [Asynchronous steps]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~
+// run_step_async is the cluster worker's way to run a partition: a step blocked on a queue or on
+// another task holds no thread (Issue: 3,000 blocked remote dequeues once held 3,015 threads). The
+// step is prepared and started on the session's pool; from then on it lives in an AsyncStep that
+// its parts' completions own: the host partition and each device partition run with
+// RunState::run_async, and the last one to finish completes the step. The run's timeout is a
+// TimerQueue entry (core/timer.h) that cancels the step with DeadlineExceeded, as run() does
+// while it waits; the entry is removed when the step ends first. The timer holds the step weakly,
+// takes it under the step's lock, and cancels outside that lock. The step completes (unregisters,
+// fetches, calls `done`) on the thread that ends its last part, except inside a cancellation that
+// holds a lock the completion takes (close() and cancel_step() cancel under their shard's lock,
+// an expiry makes the completion wait): then on the pool.
+struct SessionImpl::AsyncStep : std::enable_shared_from_this<SessionImpl::AsyncStep> {
+  SessionImpl* session = nullptr;
+  std::unique_ptr<MultiStep> multi;
+  std::unique_ptr<RunState> rs;
+  RunState::Options ro;
+  int shard = 0;
+  std::size_t num_fetches = 0;
+  bool trace = false;
+  bool want_records = false;
+  StepDone done;
+
+  std::mutex mu;
+  bool finished = false;                  // guarded by mu
+  std::optional<TimerQueue::Id> timer;    // guarded by mu
+  bool expiring = false;                  // guarded by mu: expire() is cancelling the parts
+  std::condition_variable expired_cv;     // signalled when `expiring` clears
+  int parts_left = 0;                     // guarded by mu: partitions (host included) still running
+  Status first_error;                     // guarded by mu: of the device partitions
+
+  void part_done(int part, Status s);
+  void complete(Status host_status);
+  void expire();
+};
+
+void SessionImpl::AsyncStep::part_done(int part, Status s) {
+  Status host_status;
+  {
+    std::lock_guard<std::mutex> l(mu);
+    if (part >= 0) {
+      multi->part_status[static_cast<std::size_t>(part)] = s;
+      if (!s.ok() && first_error.ok()) first_error = s;
+    } else {
+      host_status = s;
+      if (!s.ok()) first_error = s;  // the host's own failure comes first, as in MultiStep::run
+    }
+    if (--parts_left > 0) return;
+    finished = true;
+    host_status = first_error;
+  }
+  if (cancelling_depth == 0) return complete(std::move(host_status));
+  // Inside a cancellation that holds a lock the completion takes: on the pool instead.
+  session->runner_([self = shared_from_this(), st = std::move(host_status)]() mutable { self->complete(std::move(st)); });
+}
+
+void SessionImpl::AsyncStep::complete(Status status) {
+  std::optional<TimerQueue::Id> armed;
+  {
+    std::unique_lock<std::mutex> l(mu);
+    expired_cv.wait(l, [&] { return !expiring; });  // an expiry in progress still uses the parts
+    armed = timer;
+    timer.reset();
+  }
+  if (armed) TimerQueue::global().cancel(*armed);
+  if (multi) multi->end_captures();
+  session->unregister_run(rs.get(), shard);
+  std::vector<Tensor> outputs;
+  std::vector<TraceRecord> records;
+  status = session->finish_step(std::move(status), *rs, multi.get(), trace, nullptr, want_records ? &records : nullptr,
+                                num_fetches, &outputs);
+  // The parts use the session's plans and kernels: they go before `done`, after which the session
+  // may be destroyed.
+  rs.reset();
+  multi.reset();
+  auto d = std::move(done);
+  d(std::move(status), std::move(outputs), std::move(records));
+}
+
+void SessionImpl::AsyncStep::expire() {
+  {
+    std::lock_guard<std::mutex> l(mu);
+    if (finished) return;
+    timer.reset();
+    expiring = true;
+  }
+  const Status reason(ErrorCode::kDeadlineExceeded,
+                      fmt::format("the run exceeded its timeout of {} ms", ro.timeout.count()));
+  {
+    Cancelling scope;  // a completion waits for `expiring` to clear: not on this thread
+    if (multi) multi->abort(reason);
+    rs->cancel(reason);
+  }
+  std::lock_guard<std::mutex> l(mu);
+  expiring = false;
+  expired_cv.notify_all();
+}
+
+void SessionImpl::run_step_async(std::vector<Output> fetches, FeedMap feeds, std::vector<Operation> targets,
+                                 const RunOptions& options, int64_t step_id, bool want_records, Rendezvous* remote,
+                                 StepDone done) {
+  runner_([this, fetches = std::move(fetches), feeds = std::move(feeds), targets = std::move(targets), options,
+           step_id, want_records, remote, done = std::move(done)]() mutable {
+    auto step = std::make_shared<AsyncStep>();
+    step->session = this;
+    const StepPlan* sp = nullptr;
+    Status prepared = prepare_step(fetches, feeds, targets, options, step_id, remote, &sp, &step->ro);
+    if (!prepared.ok()) return done(std::move(prepared), {}, {});
+    if (!sp->devices.empty()) step->multi = std::make_unique<MultiStep>(*sp, step->ro, remote);
+    step->rs = std::make_unique<RunState>(step->ro);
+    int i = 0;
+    for (const auto& [out, value] : feeds) step->rs->set_feed(i++, value);
+    step->shard = this_thread_shard(kRunShards);
+    step->num_fetches = fetches.size();
+    step->trace = options.trace;
+    step->want_records = want_records;
+    step->done = std::move(done);
+    if (!register_run(step->rs.get(), step->shard)) {
+      auto d = std::move(step->done);
+      return d(errors::cancelled("attempted to use a closed session"), {}, {});
+    }
+    step->parts_left = 1 + (step->multi ? static_cast<int>(step->multi->parts.size()) : 0);
+    if (options.timeout.count() > 0) {
+      auto armed = TimerQueue::global().schedule(TimerQueue::Clock::now() + options.timeout,
+                                                 [weak = std::weak_ptr<AsyncStep>(step)] {
+                                                   if (auto s = weak.lock()) s->expire();
+                                                 });
+      if (!armed.ok()) {
+        unregister_run(step->rs.get(), step->shard);
+        auto d = std::move(step->done);
+        return d(armed.status(), {}, {});
+      }
+      std::lock_guard<std::mutex> l(step->mu);
+      step->timer = armed.value();
+    }
+    if (step->multi) {
+      step->multi->ran = true;
+      for (std::size_t p = 0; p < step->multi->parts.size(); ++p) {
+        step->multi->parts[p]->run_async([step, p](Status s) { step->part_done(static_cast<int>(p), std::move(s)); });
+      }
+    }
+    step->rs->run_async([step](Status s) { step->part_done(-1, std::move(s)); });
+  });
 }
 
 std::vector<Tensor> SessionImpl::run(const std::vector<Output>& fetches, const FeedMap& feeds,

@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <shared_mutex>
@@ -45,6 +46,14 @@ class SessionImpl final : public SessionBackend {
                                 const std::vector<Operation>& targets, const RunOptions& options,
                                 RunMetadata* metadata, int64_t step_id, std::vector<TraceRecord>* records,
                                 std::vector<Tensor>* outputs, Rendezvous* remote = nullptr);
+  // run_step without holding a thread while the step waits (Note [Asynchronous steps]): the step is
+  // prepared and started on the session's pool and `done` runs once, on whichever thread ends it,
+  // with the status, the fetched tensors and (`want_records`, a traced step) the spans. The
+  // session must stay alive until `done` has run (the cluster worker's `done` owns its partition).
+  using StepDone = std::function<void(Status, std::vector<Tensor>, std::vector<TraceRecord>)>;
+  void run_step_async(std::vector<Output> fetches, FeedMap feeds, std::vector<Operation> targets,
+                      const RunOptions& options, int64_t step_id, bool want_records, Rendezvous* remote,
+                      StepDone done);
   std::vector<Tensor> run(const std::vector<Output>& fetches, const FeedMap& feeds,
                           const std::vector<Operation>& targets, const RunOptions& options,
                           RunMetadata* metadata) override;
@@ -63,6 +72,19 @@ class SessionImpl final : public SessionBackend {
                                                      const std::vector<Endpoint>& fetches,
                                                      const std::vector<const Node*>& targets);
   StatusOr<OpKernel*> kernel_for(const Node& node, Device* device);
+  struct MultiStep;
+  struct AsyncStep;
+  // Checks the step's feeds, fetches and targets, finds (or makes) its plan and fills the host
+  // partition's options: what run_step and run_step_async share before the step starts.
+  Status prepare_step(const std::vector<Output>& fetches, const FeedMap& feeds, const std::vector<Operation>& targets,
+                      const RunOptions& options, int64_t step_id, Rendezvous* remote, const StepPlan** plan,
+                      RunState::Options* ro);
+  // A step in flight, for close() and cancel_step(): false (not registered) once closed.
+  bool register_run(RunState* rs, int shard);
+  void unregister_run(RunState* rs, int shard);
+  // After the step's partitions ended with `status`: the root cause, the trace and the fetches.
+  Status finish_step(Status status, RunState& rs, MultiStep* multi, bool trace, RunMetadata* metadata,
+                     std::vector<TraceRecord>* records, std::size_t num_fetches, std::vector<Tensor>* outputs);
   // Places the graph's nodes that this session has not placed yet. Under the graph's lock.
   Status place_new_nodes();
   // The partitions of a step that spans devices: they share a rendezvous and fail together.

@@ -10,7 +10,6 @@
 #include "core/device_factory.h"
 #include "core/device_name.h"
 #include "core/map_util.h"
-#include "distributed/elastic_threads.h"
 #include "distributed/service_names.h"
 #include "core/direct_session.h"
 #include "tessera/errors.h"
@@ -32,13 +31,13 @@ namespace tessera::internal {
 // distributed/rendezvous_mgr.cc; the worker carries its pulls as RecvTensor calls and serves the
 // RecvTensor calls of the other tasks from it.
 //
-// Threads. RegisterGraph, RecvTensor and CleanupGraph return at once. RunGraph starts a thread for
-// the run (a run may block for long, on a queue or on another task, and must never hold one of the
-// server's few handler threads: two tasks each running steps that wait on the other would
-// deadlock; ElasticThreads in elastic_threads.h keeps such threads for the next runs). A pull is a
-// RecvTensor call to the source task's worker: it waits as long as the producer needs, and fails
-// Unavailable as soon as the transport loses that task (ZeroMQ's: a crash resets the connection; a
-// hung task misses heartbeats).
+// Threads. Every call returns at once. RunGraph runs the partition with run_step_async (Note
+// [Asynchronous steps] in core/direct_session.cc): a run blocked on a queue or on another task
+// holds no thread, neither one of the server's few handler threads (two tasks each running steps
+// that wait on the other would deadlock) nor one of its own, so blocked runs cost memory only. A
+// pull is a RecvTensor call to the source task's worker: it waits as long as the producer needs,
+// and fails Unavailable as soon as the transport loses that task (ZeroMQ's: a crash resets the
+// connection; a hung task misses heartbeats).
 
 namespace pb = wire::pb;
 
@@ -68,7 +67,7 @@ class WorkerGraph {
 Worker::Worker(std::string task_name, std::shared_ptr<WorkerCache> peers, int64_t max_graph_nodes)
     : task_name_(std::move(task_name)), task_(parse_task(task_name_)), max_graph_nodes_(max_graph_nodes),
       peers_(std::move(peers)),
-      rendezvous_(task_name_, this), threads_(std::make_unique<ElasticThreads>()) {}
+      rendezvous_(task_name_, this) {}
 
 Worker::~Worker() = default;
 
@@ -161,7 +160,7 @@ void Worker::register_graph(const pb::RegisterGraphRequest& r, Done<pb::Register
 }
 
 void Worker::run_graph(const pb::RunGraphRequest& request, std::vector<Tensor> send, Done<RunGraphReply> done) {
-  auto r = std::make_shared<pb::RunGraphRequest>(request);
+  const pb::RunGraphRequest* r = &request;
   std::shared_ptr<WorkerGraph> wg;
   {
     std::lock_guard<std::mutex> l(mu_);
@@ -177,8 +176,8 @@ void Worker::run_graph(const pb::RunGraphRequest& request, std::vector<Tensor> s
     return done(errors::invalid_argument("{}: RunGraph feeds {} tensors, the graph takes {}", task_name_,
                                          r->send_size(), wg->feeds.size()));
   }
-  auto feeds = std::make_shared<FeedMap>();
-  for (std::size_t i = 0; i < send.size(); ++i) (*feeds)[wg->feeds[i]] = std::move(send[i]);
+  FeedMap feeds;
+  for (std::size_t i = 0; i < send.size(); ++i) feeds[wg->feeds[i]] = std::move(send[i]);
   const int64_t step_id = r->step_id();
   // An abort also cancels the run itself (it may be blocked on a queue, not on an exchange).
   auto begun = rendezvous_.begin_run(step_id, [wg, step_id](const Status& reason) {
@@ -190,47 +189,36 @@ void Worker::run_graph(const pb::RunGraphRequest& request, std::vector<Tensor> s
     std::lock_guard<std::mutex> l(mu_);
     ++active_runs_;
   }
-  auto reply = std::make_shared<Done<RunGraphReply>>(std::move(done));
-  const bool started = threads_->run([self = shared_from_this(), wg, r, feeds, exchange, step_id, reply] {
-    Done<RunGraphReply>& done = *reply;
-    RunOptions options;
-    options.timeout = std::chrono::milliseconds(r->timeout_ms());
-    options.trace = r->trace();
-    std::vector<Tensor> outputs;
-    std::vector<TraceRecord> spans;
-    Status st = wg->session->run_step(wg->fetches, *feeds, wg->targets, options, nullptr, step_id,
-                                      options.trace ? &spans : nullptr, &outputs, exchange.get());
-    self->rendezvous_.end_run(step_id, st);
-    if (!st.ok()) {
-      done(st);
-    } else {
-      RunGraphReply reply;
-      reply.response.set_version(wire::kWireVersion);
-      for (std::size_t i = 0; i < outputs.size(); ++i) reply.response.add_recv()->set_name(wg->fetches[i].name());
-      reply.recv = std::move(outputs);
-      if (options.trace) {
-        // The partition ran on this process's devices: the trace names them as the cluster does
-        // (task_device_name, as GetStatus reports them).
-        for (TraceRecord& span : spans) {
-          auto name = task_device_name(span.device, *self->task_.job, *self->task_.task);
-          if (name.ok()) span.device = std::move(name).value();
+  RunOptions options;
+  options.timeout = std::chrono::milliseconds(r->timeout_ms());
+  options.trace = r->trace();
+  // Asynchronous: the run holds no thread while it waits (Note [Worker]).
+  wg->session->run_step_async(
+      wg->fetches, std::move(feeds), wg->targets, options, step_id, options.trace, exchange.get(),
+      [self = shared_from_this(), wg, exchange, step_id, done = std::move(done)](
+          Status st, std::vector<Tensor> outputs, std::vector<TraceRecord> spans) {
+        self->rendezvous_.end_run(step_id, st);
+        if (!st.ok()) {
+          done(st);
+        } else {
+          RunGraphReply reply;
+          reply.response.set_version(wire::kWireVersion);
+          for (std::size_t i = 0; i < outputs.size(); ++i) reply.response.add_recv()->set_name(wg->fetches[i].name());
+          reply.recv = std::move(outputs);
+          if (!spans.empty()) {
+            // The partition ran on this process's devices: the trace names them as the cluster does
+            // (task_device_name, as GetStatus reports them).
+            for (TraceRecord& span : spans) {
+              auto name = task_device_name(span.device, *self->task_.job, *self->task_.task);
+              if (name.ok()) span.device = std::move(name).value();
+            }
+            wire::encode_trace(spans, reply.response.mutable_trace());
+          }
+          done(std::move(reply));
         }
-        wire::encode_trace(spans, reply.response.mutable_trace());
-      }
-      done(std::move(reply));
-    }
-    std::lock_guard<std::mutex> l(self->mu_);
-    if (--self->active_runs_ == 0) self->runs_cv_.notify_all();
-  });
-  if (!started) {  // no thread could be made: an error reply, the run undone
-    const Status refused = errors::resource_exhausted("{}: no thread for the run (the process's thread limit)", task_name_);
-    rendezvous_.end_run(step_id, refused);
-    {
-      std::lock_guard<std::mutex> l(mu_);
-      if (--active_runs_ == 0) runs_cv_.notify_all();
-    }
-    (*reply)(refused);
-  }
+        std::lock_guard<std::mutex> l(self->mu_);
+        if (--self->active_runs_ == 0) self->runs_cv_.notify_all();
+      });
 }
 
 void Worker::recv_tensor(const pb::RecvTensorRequest& request, Done<Tensor> done) {

@@ -33,7 +33,6 @@
 namespace tessera::internal {
 
 class WorkerGraph;
-class ElasticThreads;
 
 class Worker final : public WorkerInterface, public std::enable_shared_from_this<Worker>, private TensorPuller {
  public:
@@ -76,7 +75,6 @@ class Worker final : public WorkerInterface, public std::enable_shared_from_this
   std::unordered_map<std::string, std::shared_ptr<WorkerGraph>> graphs_;  // guarded by mu_
   int active_runs_ = 0;                                                   // guarded by mu_
   std::condition_variable runs_cv_;
-  std::unique_ptr<ElasticThreads> threads_;  // runs RunGraphs (a run may block for long)
 };
 
 // GetStatus's answer for task (`job`, `task`): this process's devices under their cluster names,

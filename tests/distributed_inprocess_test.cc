@@ -13,7 +13,6 @@
 #include <system_error>
 #include <thread>
 
-#include "distributed/elastic_threads.h"
 #include "distributed/master.h"
 #include "distributed/worker.h"
 #include "tests/testing/test_util.h"
@@ -153,33 +152,6 @@ TEST_F(DistributedInProcessTest, GraphsPastTheNodeLimitAreRefused) {
   ops::add(ops::constant(fits, 1.0f), ops::constant(fits, 2.0f));
   EXPECT_TRUE(create(fits).ok());
   small.stop();
-}
-
-// A run needs a thread of its own; when none can be made (the process's thread limit) the caller
-// gets an error, the work is not left queued behind runs that may block for long, and threads
-// that exist go on serving.
-TEST(ElasticThreadsTest, AThreadThatCannotBeMadeIsAFalseReturnNotACrash) {
-  std::atomic<bool> fail{false};
-  ElasticThreads threads([&fail](std::function<void()> body) {
-    if (fail.load()) throw std::system_error(std::make_error_code(std::errc::resource_unavailable_try_again));
-    std::thread(std::move(body)).detach();
-  });
-  std::promise<void> ran;
-  ASSERT_TRUE(threads.run([&ran] { ran.set_value(); }));
-  ASSERT_EQ(ran.get_future().wait_for(std::chrono::seconds(10)), std::future_status::ready);
-  // The one thread is busy now: another run needs a new thread, which cannot be made.
-  std::promise<void> release;
-  std::shared_future<void> released = release.get_future().share();
-  ASSERT_TRUE(threads.run([released] { released.wait(); }));
-  fail = true;
-  bool ran_refused = false;
-  EXPECT_FALSE(threads.run([&ran_refused] { ran_refused = true; }));
-  release.set_value();
-  fail = false;
-  std::promise<void> later;
-  ASSERT_TRUE(threads.run([&later] { later.set_value(); }));
-  ASSERT_EQ(later.get_future().wait_for(std::chrono::seconds(10)), std::future_status::ready);
-  EXPECT_FALSE(ran_refused) << "refused work is dropped, not run later";
 }
 
 TEST_F(DistributedInProcessTest, AStepSpanningTwoTasksExchangesTensorsAndControlThroughTheRendezvous) {
