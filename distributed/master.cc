@@ -4,9 +4,12 @@
 
 #include <algorithm>
 #include <atomic>
+#include <deque>
+#include <functional>
 #include <random>
 #include <set>
 #include <shared_mutex>
+#include <system_error>
 #include <thread>
 #include <unordered_set>
 #include <utility>
@@ -17,7 +20,6 @@
 #include "core/executor.h"
 #include "core/file_util.h"
 #include "core/graph_partition.h"
-#include "core/map_util.h"
 #include "core/placement.h"
 #include "core/trace_json.h"
 #include "distributed/service_names.h"
@@ -159,7 +161,11 @@ class MasterSession : public std::enable_shared_from_this<MasterSession> {
     return std::exchange(unreported_, {});
   }
 
-  void run(const pb::RunStepRequest& r, std::vector<Tensor> feed_values, Done<RunStepReply> respond);
+  // Runs step `step_id` (new_step_id()) of the signature `r` names.
+  void run(const pb::RunStepRequest& r, std::vector<Tensor> feed_values, Done<RunStepReply> respond, int64_t step_id);
+  // Ends step `step_id` with `reason` (its client is gone): answered now, aborted on its tasks. A
+  // step not begun yet ends as soon as run() begins it (the last 1024 such ids are remembered).
+  void cancel_step(int64_t step_id, const Status& reason);
   void close();
 
   // True when a plan for `key` is cached (the fast path: no thread needed). Never waits for a plan
@@ -224,6 +230,8 @@ class MasterSession : public std::enable_shared_from_this<MasterSession> {
   std::atomic<bool> closed_flag_{false};  // closed_, readable without mu_
   std::mutex steps_mu_;
   std::unordered_map<int64_t, std::shared_ptr<Step>> steps_;  // guarded by steps_mu_: in flight
+  std::unordered_map<int64_t, Status> cancelled_early_;       // guarded by steps_mu_ (cancel_step)
+  std::deque<int64_t> cancelled_early_order_;                 // guarded by steps_mu_: oldest first
 };
 
 // One step in flight.
@@ -464,14 +472,20 @@ StatusOr<std::shared_ptr<const MasterSession::Plan>> MasterSession::plan_for(con
   return std::shared_ptr<const Plan>(plan);
 }
 
-void MasterSession::run(const pb::RunStepRequest& r, std::vector<Tensor> feed_values, Done<RunStepReply> respond) {
+void MasterSession::run(const pb::RunStepRequest& r, std::vector<Tensor> feed_values, Done<RunStepReply> respond,
+                        int64_t step_id) {
   // The step is known to close() from here on, also while its plan is being built.
   auto step = std::make_shared<Step>();
-  step->id = new_step_id();
+  step->id = step_id;
   step->respond = std::move(respond);
   {
     std::lock_guard<std::mutex> l(steps_mu_);
     if (closed_flag_.load()) return step->answer(errors::cancelled("attempted to use a closed session"));
+    if (auto early = cancelled_early_.find(step_id); early != cancelled_early_.end()) {
+      Status reason = std::move(early->second);
+      cancelled_early_.erase(early);
+      return step->answer(reason);
+    }
     steps_[step->id] = step;
   }
   auto fail = [&](const Status& st) {
@@ -613,6 +627,33 @@ void MasterSession::abort(const std::shared_ptr<Step>& step, const Status& reaso
   for (const Part& part : plan->parts) part.worker->cleanup_graph(request, [](StatusOr<pb::CleanupGraphResponse>) {});
 }
 
+void MasterSession::cancel_step(int64_t step_id, const Status& reason) {
+  std::shared_ptr<Step> step;
+  {
+    std::lock_guard<std::mutex> l(steps_mu_);
+    auto it = steps_.find(step_id);
+    if (it == steps_.end()) {
+      // Not begun (its plan is being looked up on another thread), or over (then never begun
+      // again: the entry only costs room until it is pushed out).
+      if (cancelled_early_.emplace(step_id, reason).second) {
+        cancelled_early_order_.push_back(step_id);
+        if (cancelled_early_order_.size() > 1024) {
+          cancelled_early_.erase(cancelled_early_order_.front());
+          cancelled_early_order_.pop_front();
+        }
+      }
+      return;
+    }
+    step = it->second;
+  }
+  {
+    std::lock_guard<std::mutex> l(step->mu);
+    if (step->error.ok()) step->error = reason;
+  }
+  step->answer(reason);
+  abort(step, reason);
+}
+
 void MasterSession::close() {
   closed_flag_.store(true);
   std::vector<std::pair<WorkerInterface*, std::string>> registered;
@@ -645,16 +686,195 @@ void MasterSession::close() {
 
 // ---- Master ----
 
-Master::Master(std::string task, std::shared_ptr<WorkerCache> workers, int64_t max_graph_nodes)
-    : task_(std::move(task)), workers_(std::move(workers)), max_graph_nodes_(max_graph_nodes) {}
+// Note [Idle sessions]
+// ~~~~~~~~~~~~~~~~~~~~
+// A client that vanishes without closing its sessions (a killed process, a lost laptop) would leave
+// them, their graphs and their workers' partitions here for good. As TensorFlow's master does, a
+// session that has had no call in flight (RunStep, ExtendSession) for `session_idle_timeout` is
+// closed by the path CloseSession takes (MasterSession::close(): partitions deregistered, off the
+// caller's thread). A call in flight is never cut short, however long it waits (a dequeue may block
+// for hours): the count of calls in flight sits beside the session in sessions_, so looking a
+// session up and counting its call happen under one lock, and a session taken out with no call in
+// flight can get none. Its clock restarts when its last call ends (a call ends when its `done` is
+// called, or destroyed uncalled).
+//
+// No thread per session, and no polling: one check is armed on the process's timer
+// (core/timer.h) for the earliest moment a session can have been idle for the timeout, and each
+// check arms the next; none is armed while no session is idle. Checks are at least min(timeout/8,
+// 1 s) apart, since each scans every session. A session becoming idle arms one if none is armed,
+// which is also how a check the timer refused (ResourceExhausted) is tried again.
+//
+// The check runs on the timer's thread, so it only takes the idle sessions out; a thread of its own
+// closes them (inline when no thread can be had: an idle session has no plan being built, and its
+// workers are told asynchronously). The timer and the calls' `done`s reach the Master through a
+// Link that outlives it: the destructor nulls it (waiting for a check or a call ending under way).
+//
+// Later calls naming a closed handle fail with NotFound saying why (the last 1024 are remembered);
+// CloseSession of one succeeds, as CloseSession of an unknown handle always has: a client that
+// calls close() at the end of its work is not told off for having been slow. max_sessions bounds
+// the sessions open at once, counting those being created.
 
-Master::~Master() { stop(); }
+struct Master::Link {
+  std::shared_mutex mu;
+  Master* master = nullptr;  // guarded by mu: null once the Master is being destroyed
+};
 
-StatusOr<std::shared_ptr<MasterSession>> Master::find(const std::string& handle) {
+struct Master::CallEnd {
+  CallEnd(std::shared_ptr<Link> link, std::string handle) : link(std::move(link)), handle(std::move(handle)) {}
+  ~CallEnd() { end(); }
+  CallEnd(const CallEnd&) = delete;
+  CallEnd& operator=(const CallEnd&) = delete;
+  void end() {
+    if (ended.exchange(true)) return;
+    std::shared_lock<std::shared_mutex> l(link->mu);
+    if (link->master != nullptr) link->master->end_call(handle);
+  }
+  const std::shared_ptr<Link> link;
+  const std::string handle;
+  std::atomic<bool> ended{false};
+};
+
+namespace {
+
+// Closes `sessions` off the caller's thread (close() waits for a plan being built, which calls other
+// tasks), then calls `then`; inline when no thread can be started.
+void close_off_thread(std::vector<std::shared_ptr<MasterSession>> sessions, std::function<void()> then) {
+  struct Job {
+    std::vector<std::shared_ptr<MasterSession>> sessions;
+    std::function<void()> then;
+    void operator()() {
+      for (auto& s : sessions) s->close();
+      sessions.clear();
+      if (then) then();
+    }
+  };
+  // Shared: when std::thread throws, the copy it was given is gone and this one does the work.
+  auto job = std::make_shared<Job>(Job{std::move(sessions), std::move(then)});
+  try {
+    std::thread([job] { (*job)(); }).detach();
+  } catch (const std::system_error&) {
+    (*job)();
+  }
+}
+
+double seconds(std::chrono::steady_clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+}  // namespace
+
+Master::Master(std::string task, std::shared_ptr<WorkerCache> workers, int64_t max_graph_nodes,
+               std::chrono::milliseconds session_idle_timeout, int64_t max_sessions)
+    : task_(std::move(task)), workers_(std::move(workers)), max_graph_nodes_(max_graph_nodes),
+      // A century is never: longer ones would overflow the clock's deadlines.
+      idle_timeout_(std::min<std::chrono::milliseconds>(session_idle_timeout, std::chrono::hours(24 * 365 * 100))),
+      max_sessions_(max_sessions), link_(std::make_shared<Link>()) {
+  link_->master = this;
+}
+
+Master::~Master() {
+  stop();
+  std::unique_lock<std::shared_mutex> l(link_->mu);  // waits for a check or a call ending under way
+  link_->master = nullptr;
+}
+
+std::size_t Master::num_sessions() {
+  std::lock_guard<std::mutex> l(mu_);
+  return sessions_.size();
+}
+
+StatusOr<std::shared_ptr<MasterSession>> Master::not_found_locked(const std::string& handle) {
+  auto it = reclaimed_.find(handle);
+  if (it != reclaimed_.end()) {
+    return errors::not_found("{}: session '{}' was closed after being idle for {:.1f} s (over "
+                             "ServerOptions::session_idle_timeout, {:g} s); open a new session",
+                             task_, handle, seconds(it->second), seconds(idle_timeout_));
+  }
+  return errors::not_found("{}: no session '{}' (closed, or the task restarted)", task_, handle);
+}
+
+template <class R>
+StatusOr<std::shared_ptr<MasterSession>> Master::begin_call(const std::string& handle, Done<R>* done) {
+  std::shared_ptr<MasterSession> session;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (stopped_) return errors::cancelled("{} is stopping", task_);
+    auto it = sessions_.find(handle);
+    if (it == sessions_.end()) return not_found_locked(handle);
+    ++it->second.in_flight;
+    session = it->second.session;
+  }
+  auto call = std::make_shared<CallEnd>(link_, handle);
+  *done = [call, inner = std::move(*done)](StatusOr<R> r) {
+    call->end();
+    inner(std::move(r));
+  };
+  return session;
+}
+
+void Master::end_call(const std::string& handle) {
   std::lock_guard<std::mutex> l(mu_);
   auto it = sessions_.find(handle);
-  if (it != sessions_.end()) return it->second;
-  return errors::not_found("{}: no session '{}' (closed, or the task restarted)", task_, handle);
+  if (it == sessions_.end() || --it->second.in_flight > 0) return;  // closed meanwhile, or still busy
+  it->second.idle_since = Clock::now();
+  arm_locked(it->second.idle_since + idle_timeout_);
+}
+
+void Master::arm_locked(Clock::time_point deadline) {
+  if (check_ || stopped_ || idle_timeout_.count() == 0) return;
+  // A check scans every session: not more often than this, whatever the deadlines.
+  const Clock::duration gap = std::min<Clock::duration>(idle_timeout_ / 8, std::chrono::seconds(1));
+  deadline = std::max(deadline, Clock::now() + gap);
+  auto id = TimerQueue::global().schedule(deadline, [w = std::weak_ptr<Link>(link_)] {
+    auto link = w.lock();
+    if (!link) return;
+    std::vector<std::shared_ptr<MasterSession>> idle;
+    {
+      std::shared_lock<std::shared_mutex> l(link->mu);
+      if (link->master == nullptr) return;
+      idle = link->master->take_idle();
+    }
+    if (!idle.empty()) close_off_thread(std::move(idle), nullptr);
+  });
+  if (!id.ok()) {
+    log_limited(timer_log_, LogLevel::kWarning, "{}: idle sessions go unchecked until the next session activity: {}",
+                task_, id.status().message());
+    return;
+  }
+  check_ = id.value();
+}
+
+std::vector<std::shared_ptr<MasterSession>> Master::take_idle() {
+  std::vector<std::shared_ptr<MasterSession>> idle;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    check_.reset();  // this one has fired
+    if (stopped_) return idle;
+    const Clock::time_point now = Clock::now();
+    std::optional<Clock::time_point> next;
+    for (auto it = sessions_.begin(); it != sessions_.end();) {
+      Entry& e = it->second;
+      const Clock::time_point deadline = e.idle_since + idle_timeout_;
+      if (e.in_flight > 0 || deadline > now) {
+        if (e.in_flight == 0 && (!next || deadline < *next)) next = deadline;
+        ++it;
+        continue;
+      }
+      reclaimed_[it->first] = now - e.idle_since;
+      reclaimed_order_.push_back(it->first);
+      if (reclaimed_order_.size() > kRememberedReclaimed) {
+        reclaimed_.erase(reclaimed_order_.front());
+        reclaimed_order_.pop_front();
+      }
+      idle.push_back(std::move(e.session));
+      it = sessions_.erase(it);
+    }
+    if (next) arm_locked(*next);
+  }
+  if (!idle.empty()) {
+    log_limited(sweep_log_, LogLevel::kInfo, "{} closed {} session{} idle for over {:g} s "
+                "(ServerOptions::session_idle_timeout)", task_, idle.size(), idle.size() == 1 ? "" : "s",
+                seconds(idle_timeout_));
+  }
+  return idle;
 }
 
 void Master::create_session(const pb::CreateSessionRequest& request, Done<pb::CreateSessionResponse> done) {
@@ -665,14 +885,31 @@ void Master::create_session(const pb::CreateSessionRequest& request, Done<pb::Cr
   {
     std::lock_guard<std::mutex> l(mu_);
     if (stopped_) return done(errors::cancelled("{} is stopping", task_));
+    if (static_cast<int64_t>(sessions_.size()) + creating_ >= max_sessions_) {
+      return done(errors::resource_exhausted("CreateSession: task {} has {} open sessions "
+                                             "(ServerOptions::max_sessions); close some first",
+                                             task_, max_sessions_));
+    }
+    ++creating_;  // the slot is held while the graph is built
     handle = fmt::format("{}/session/{}", task_, next_session_++);
   }
   auto session = std::make_shared<MasterSession>(handle, task_, workers_, request.config(), max_graph_nodes_);
   auto version = session->extend(request.graph(), {}, 0, /*check_version=*/false);
-  if (!version.ok()) return done(version.status());
+  bool stopped;
   {
     std::lock_guard<std::mutex> l(mu_);
-    sessions_[handle] = session;
+    --creating_;
+    stopped = stopped_;
+    if (version.ok() && !stopped) {
+      const Clock::time_point now = Clock::now();
+      sessions_[handle] = Entry{session, 0, now};
+      arm_locked(now + idle_timeout_);
+    }
+  }
+  if (!version.ok()) return done(version.status());
+  if (stopped) {
+    session->close();  // nothing registered yet: closing does not wait
+    return done(errors::cancelled("{} is stopping", task_));
   }
   pb::CreateSessionResponse response;
   response.set_version(wire::kWireVersion);
@@ -682,7 +919,7 @@ void Master::create_session(const pb::CreateSessionRequest& request, Done<pb::Cr
 }
 
 void Master::extend_session(pb::ExtendSessionRequest request, Done<pb::ExtendSessionResponse> done) {
-  auto session = find(request.session_handle());
+  auto session = begin_call(request.session_handle(), &done);
   if (!session.ok()) return done(session.status());
   // Waits for a plan being built (which calls other tasks): not on the caller's thread.
   std::thread([session = std::move(session).value(), body = std::move(request), done = std::move(done)] {
@@ -696,45 +933,61 @@ void Master::extend_session(pb::ExtendSessionRequest request, Done<pb::ExtendSes
   }).detach();
 }
 
-void Master::run_step(pb::RunStepRequest request, std::vector<Tensor> feed, Done<RunStepReply> done) {
-  {
-    std::lock_guard<std::mutex> l(mu_);
-    if (stopped_) return done(errors::cancelled("{} is stopping", task_));
+Master::CancelStep Master::run_step(pb::RunStepRequest request, std::vector<Tensor> feed, Done<RunStepReply> done) {
+  auto found = begin_call(request.session_handle(), &done);
+  if (!found.ok()) {
+    done(found.status());
+    return nullptr;
   }
-  auto found = find(request.session_handle());
-  if (!found.ok()) return done(found.status());
   std::shared_ptr<MasterSession> session = std::move(found).value();
+  const int64_t step_id = new_step_id();
+  CancelStep cancel = [weak = std::weak_ptr<MasterSession>(session), step_id](const Status& reason) {
+    if (auto s = weak.lock()) s->cancel_step(step_id, reason);
+  };
   // With its plan cached, a step only sends RunGraphs: it starts right here. Building a plan calls
   // other tasks (GetStatus, RegisterGraph) and waits for them: not on the caller's thread.
-  if (session->has_plan(signature_key(request))) return session->run(request, std::move(feed), std::move(done));
-  std::thread([session, body = std::move(request), feed = std::move(feed), done = std::move(done)]() mutable {
-    session->run(body, std::move(feed), std::move(done));
+  if (session->has_plan(signature_key(request))) {
+    session->run(request, std::move(feed), std::move(done), step_id);
+    return cancel;
+  }
+  std::thread([session, body = std::move(request), feed = std::move(feed), done = std::move(done), step_id]() mutable {
+    session->run(body, std::move(feed), std::move(done), step_id);
   }).detach();
+  return cancel;
 }
 
 void Master::close_session(const pb::CloseSessionRequest& request, Done<pb::CloseSessionResponse> done) {
   std::shared_ptr<MasterSession> session;
   {
     std::lock_guard<std::mutex> l(mu_);
-    session = take(sessions_, request.session_handle());
+    auto it = sessions_.find(request.session_handle());
+    if (it != sessions_.end()) {
+      session = std::move(it->second.session);
+      sessions_.erase(it);
+    }
+    // A handle closed for being idle: closed already (Note [Idle sessions]), and now forgotten.
+    reclaimed_.erase(request.session_handle());
   }
-  // close() waits for a plan being built (which calls other tasks): not on the caller's thread.
-  std::thread([session, done = std::move(done)] {
-    if (session) session->close();
+  auto respond = [done = std::move(done)] {
     pb::CloseSessionResponse response;
     response.set_version(wire::kWireVersion);
     done(std::move(response));
-  }).detach();
+  };
+  if (!session) return respond();
+  close_off_thread({std::move(session)}, std::move(respond));
 }
 
 void Master::stop() {
-  std::unordered_map<std::string, std::shared_ptr<MasterSession>> sessions;
+  std::unordered_map<std::string, Entry> sessions;
+  std::optional<TimerQueue::Id> check;
   {
     std::lock_guard<std::mutex> l(mu_);
     stopped_ = true;
     sessions.swap(sessions_);
+    check = std::exchange(check_, std::nullopt);
   }
-  for (auto& [handle, s] : sessions) s->close();
+  if (check) TimerQueue::global().cancel(*check);
+  for (auto& [handle, e] : sessions) e.session->close();
 }
 
 }  // namespace tessera::internal

@@ -11,12 +11,19 @@
 // whichever thread finishes the call).
 #pragma once
 
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
+#include "core/logging.h"
+#include "core/timer.h"
 #include "distributed/wire.h"
 #include "distributed/worker_interface.h"
 
@@ -31,31 +38,75 @@ struct RunStepReply {
 
 class Master {
  public:
+  static constexpr std::chrono::milliseconds kDefaultSessionIdleTimeout{3'600'000};
+  static constexpr int64_t kDefaultMaxSessions = 10'000;
+  // Reclaimed handles remembered for their NotFound message (older ones get the ordinary one).
+  static constexpr std::size_t kRememberedReclaimed = 1024;
+
   // `task`: this task's name, "/job:J/replica:0/task:T"; unconstrained ops are placed on it.
   // `max_graph_nodes`: the most nodes a session's graph may have (ResourceExhausted past it).
-  Master(std::string task, std::shared_ptr<WorkerCache> workers, int64_t max_graph_nodes = wire::kDefaultMaxGraphNodes);
-  ~Master();
+  // `session_idle_timeout`: a session with no call in flight and none started for this long is
+  // closed (Note [Idle sessions] in master.cc); 0: never. `max_sessions` (> 0): the most sessions
+  // open at once (CreateSession is ResourceExhausted past it).
+  Master(std::string task, std::shared_ptr<WorkerCache> workers, int64_t max_graph_nodes = wire::kDefaultMaxGraphNodes,
+         std::chrono::milliseconds session_idle_timeout = kDefaultSessionIdleTimeout,
+         int64_t max_sessions = kDefaultMaxSessions);
+  ~Master();  // stop()
 
   void create_session(const wire::pb::CreateSessionRequest& request, Done<wire::pb::CreateSessionResponse> done);
   void extend_session(wire::pb::ExtendSessionRequest request, Done<wire::pb::ExtendSessionResponse> done);
-  // `feed`: one tensor per request.feed() entry.
-  void run_step(wire::pb::RunStepRequest request, std::vector<Tensor> feed, Done<RunStepReply> done);
+  // `feed`: one tensor per request.feed() entry. Returns what ends the step early (its client is
+  // gone: answered with the reason, aborted on its tasks; nothing once it is over), or null when
+  // `done` has run already.
+  using CancelStep = std::function<void(const Status&)>;
+  CancelStep run_step(wire::pb::RunStepRequest request, std::vector<Tensor> feed, Done<RunStepReply> done);
   void close_session(const wire::pb::CloseSessionRequest& request, Done<wire::pb::CloseSessionResponse> done);
 
   // Closes every session: their runs in flight fail with CancelledError.
   void stop();
 
+  // Sessions open now (for tests).
+  std::size_t num_sessions();
+
  private:
-  // The session `handle`, or NotFound.
-  StatusOr<std::shared_ptr<MasterSession>> find(const std::string& handle);
+  using Clock = std::chrono::steady_clock;
+  struct Entry {
+    std::shared_ptr<MasterSession> session;
+    int in_flight = 0;             // RunStep and ExtendSession calls not answered yet
+    Clock::time_point idle_since;  // when the last call ended (or the session was made)
+  };
+  struct Link;     // what the timer and the calls in flight reach the Master through
+  struct CallEnd;  // ends a call in flight once
+
+  // The session `handle`, or NotFound (saying so when the idle timeout closed it), counting a call
+  // in flight on the session until `*done` (which this wraps) is called or destroyed uncalled.
+  template <class R>
+  StatusOr<std::shared_ptr<MasterSession>> begin_call(const std::string& handle, Done<R>* done);
+  void end_call(const std::string& handle);
+  // Arms the idle check for `deadline` (or a little later) unless one is armed.
+  void arm_locked(Clock::time_point deadline);
+  // The check, on the timer's thread: takes the idle sessions out (to be closed by the caller) and
+  // arms the next check.
+  std::vector<std::shared_ptr<MasterSession>> take_idle();
+  StatusOr<std::shared_ptr<MasterSession>> not_found_locked(const std::string& handle);
 
   const std::string task_;
   const std::shared_ptr<WorkerCache> workers_;
   const int64_t max_graph_nodes_;
+  const std::chrono::milliseconds idle_timeout_;
+  const int64_t max_sessions_;
+  const std::shared_ptr<Link> link_;
   std::mutex mu_;
-  bool stopped_ = false;                                                      // guarded by mu_
-  uint64_t next_session_ = 1;                                                 // guarded by mu_
-  std::unordered_map<std::string, std::shared_ptr<MasterSession>> sessions_;  // guarded by mu_
+  bool stopped_ = false;                             // guarded by mu_
+  uint64_t next_session_ = 1;                        // guarded by mu_
+  int64_t creating_ = 0;                             // guarded by mu_: slots held by CreateSessions
+  std::unordered_map<std::string, Entry> sessions_;  // guarded by mu_
+  std::optional<TimerQueue::Id> check_;              // guarded by mu_: the armed idle check
+  // Handles the idle timeout closed (the most recent kRememberedReclaimed) and how long each had
+  // been idle; guarded by mu_.
+  std::unordered_map<std::string, Clock::duration> reclaimed_;
+  std::deque<std::string> reclaimed_order_;
+  LogRateLimit sweep_log_, timer_log_;
 };
 
 }  // namespace tessera::internal

@@ -14,6 +14,12 @@
 // flight and its runs (a run may be blocked on a queue, not on an exchange). The last 1024 aborted
 // step ids are remembered, so an exchange that arrives after the abort fails at once instead of
 // waiting for a tensor that will never come.
+//
+// Pulls for a step that has no run here wait start_timeout (60 s) for one to begin (the master
+// starts every task's run at once, so a real step's pulls wait milliseconds), then fail
+// Unavailable and the step is forgotten: a pull for a step that never comes (bogus, or of a
+// master that died) costs nothing after that. A pull's caller may also give up earlier
+// (serve()'s give-up: its deadline passed, its connection is gone).
 #include "distributed/rendezvous_mgr.h"
 
 #include <atomic>
@@ -118,10 +124,11 @@ void StepRendezvous::recv_async(const RendezvousKey& key, CancellationManager* c
   auto src = source_task(key.name);
   if (!src.ok()) return done(src.status(), Tensor());
   if (src.value() == mgr_->task()) {  // both ends on this task
-    return mgr_->serve(step_id_, key.name, [done = std::move(done)](StatusOr<Tensor> r) {
+    mgr_->serve(step_id_, key.name, [done = std::move(done)](StatusOr<Tensor> r) {
       if (r.ok()) return done(Status(), std::move(r).value());
       done(r.status(), Tensor());
     });
+    return;
   }
   auto pull = std::make_shared<Pull>();
   pull->done = std::move(done);
@@ -146,7 +153,26 @@ void StepRendezvous::abort(const Status& status) { mgr_->abort_step(step_id_, st
 
 // ---- RendezvousMgr ----
 
-RendezvousMgr::RendezvousMgr(std::string task, TensorPuller* puller) : task_(std::move(task)), puller_(puller) {}
+RendezvousMgr::RendezvousMgr(std::string task, TensorPuller* puller, std::chrono::milliseconds start_timeout)
+    : task_(std::move(task)), puller_(puller), start_timeout_(start_timeout), live_(std::make_shared<Liveness>()) {
+  live_->mgr = this;
+}
+
+RendezvousMgr::~RendezvousMgr() {
+  {
+    std::lock_guard<std::mutex> l(live_->mu);  // waits for a timer callback in progress
+    live_->mgr = nullptr;
+  }
+  std::vector<std::shared_ptr<StepRendezvous>> steps;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    for (auto& [id, r] : steps_) steps.push_back(r);
+  }
+  for (auto& r : steps) {
+    std::lock_guard<std::mutex> rl(r->mu_);
+    if (r->start_timer_) TimerQueue::global().cancel(*r->start_timer_);
+  }
+}
 
 std::shared_ptr<StepRendezvous> RendezvousMgr::find(int64_t step_id) {
   std::lock_guard<std::mutex> l(mu_);
@@ -160,10 +186,12 @@ std::shared_ptr<StepRendezvous> RendezvousMgr::find(int64_t step_id) {
   return r;
 }
 
-void RendezvousMgr::maybe_forget(StepRendezvous* r) {
+void RendezvousMgr::maybe_forget(StepRendezvous* r, bool unstarted) {
   // Done here: no run, nothing waiting or unpulled, and the run has been (or, aborted, never will
-  // be). An exchange arriving later for an aborted step finds the abort in aborted_.
-  if (r->runs_ != 0 || !r->slots_.empty() || (!r->ran_ && r->aborted_.ok())) return;
+  // be; or, `unstarted`, its pulls gave up before it began: a run that comes later starts afresh).
+  // An exchange arriving later for an aborted step finds the abort in aborted_.
+  if (r->runs_ != 0 || !r->slots_.empty()) return;
+  if (!r->ran_ && r->aborted_.ok() && !(unstarted && r->on_abort_.empty())) return;
   std::lock_guard<std::mutex> l(mu_);
   auto it = steps_.find(r->step_id_);
   if (it != steps_.end() && it->second.get() == r) steps_.erase(it);
@@ -176,6 +204,10 @@ StatusOr<std::shared_ptr<StepRendezvous>> RendezvousMgr::begin_run(int64_t step_
   if (!r->aborted_.ok()) {
     maybe_forget(r.get());
     return r->aborted_;
+  }
+  if (r->start_timer_) {  // the pulls that came first now wait for this run
+    TimerQueue::global().cancel(*r->start_timer_);
+    r->start_timer_.reset();
   }
   ++r->runs_;
   r->on_abort_.push_back(std::move(cancel));
@@ -195,7 +227,8 @@ void RendezvousMgr::end_run(int64_t step_id, const Status& status) {
   if (abort) abort_step(step_id, status);
 }
 
-void RendezvousMgr::serve(int64_t step_id, const std::string& key, std::function<void(StatusOr<Tensor>)> done) {
+RendezvousMgr::GiveUp RendezvousMgr::serve(int64_t step_id, const std::string& key,
+                                           std::function<void(StatusOr<Tensor>)> done) {
   std::shared_ptr<StepRendezvous> r = find(step_id);
   StatusOr<Tensor> result = errors::internal("unset");
   {
@@ -210,7 +243,30 @@ void RendezvousMgr::serve(int64_t step_id, const std::string& key, std::function
       } else if (!slot.has_value) {
         slot.waiting = true;
         slot.waiter = std::move(done);
-        return;
+        slot.waiter_id = next_waiter_.fetch_add(1, std::memory_order_relaxed);
+        if (r->runs_ == 0 && !r->ran_ && !r->start_timer_) {
+          // No run of the step here yet: it has start_timeout_ to begin (Note [Remote rendezvous]).
+          auto armed = TimerQueue::global().schedule(TimerQueue::Clock::now() + start_timeout_,
+                                                     [live = live_, step_id] {
+                                                       std::lock_guard<std::mutex> l(live->mu);
+                                                       if (live->mgr != nullptr) live->mgr->expire_unstarted(step_id);
+                                                     });
+          if (armed.ok()) r->start_timer_ = armed.value();  // else: it waits as before, for the step or an abort
+        }
+        return [live = live_, r, key, id = slot.waiter_id](const Status& reason) {
+          std::function<void(StatusOr<Tensor>)> waiter;
+          {
+            std::lock_guard<std::mutex> l(live->mu);
+            if (live->mgr == nullptr) return;
+            std::lock_guard<std::mutex> rl(r->mu_);
+            auto it = r->slots_.find(key);
+            if (it == r->slots_.end() || !it->second.waiting || it->second.waiter_id != id) return;  // served
+            waiter = std::move(it->second.waiter);
+            r->slots_.erase(it);
+            live->mgr->maybe_forget(r.get(), /*unstarted=*/true);
+          }
+          waiter(reason);
+        };
       } else {
         result = std::move(slot.value);
         r->slots_.erase(key);
@@ -219,6 +275,35 @@ void RendezvousMgr::serve(int64_t step_id, const std::string& key, std::function
     }
   }
   done(std::move(result));
+  return [](const Status&) {};
+}
+
+void RendezvousMgr::expire_unstarted(int64_t step_id) {
+  std::shared_ptr<StepRendezvous> r;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    auto it = steps_.find(step_id);
+    if (it == steps_.end()) return;
+    r = it->second;
+  }
+  std::vector<std::function<void(StatusOr<Tensor>)>> waiters;
+  {
+    std::lock_guard<std::mutex> l(r->mu_);
+    r->start_timer_.reset();
+    if (r->runs_ != 0 || r->ran_) return;
+    for (auto it = r->slots_.begin(); it != r->slots_.end();) {
+      if (it->second.waiting) {
+        waiters.push_back(std::move(it->second.waiter));
+        it = r->slots_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    maybe_forget(r.get(), /*unstarted=*/true);
+  }
+  const Status reason = errors::unavailable("{}: step {} did not start on this task within {} ms of a pull of it",
+                                            task_, step_id, start_timeout_.count());
+  for (auto& w : waiters) w(reason);
 }
 
 void RendezvousMgr::abort_step(int64_t step_id, const Status& reason) {

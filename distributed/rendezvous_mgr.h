@@ -8,21 +8,26 @@
 //   auto r = mgr.begin_run(step_id, cancel);      // the step's rendezvous, or why it cannot run
 //   // ... runs the partition with r.value().get(), which its _Send/_Recv nodes go through ...
 //   mgr.end_run(step_id, run_status);
-//   mgr.serve(step_id, key, done);                // another task's pull (RecvTensor)
+//   auto give_up = mgr.serve(step_id, key, done); // another task's pull (RecvTensor)
+//   give_up(errors::deadline_exceeded(...));      // its caller's deadline passed: `done` fails now
 //
 // Thread-safe.
 #pragma once
 
+#include <atomic>
+#include <chrono>
 #include <deque>
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
 #include "core/rendezvous.h"
 #include "core/status.h"
+#include "core/timer.h"
 
 namespace tessera::internal {
 
@@ -54,6 +59,7 @@ class StepRendezvous final : public Rendezvous {
     Tensor value;
     bool waiting = false;
     std::function<void(StatusOr<Tensor>)> waiter;  // a pull that came first
+    uint64_t waiter_id = 0;                        // which serve() the waiter is (its give-up's)
   };
   StepRendezvous(RendezvousMgr* mgr, int64_t step_id) : mgr_(mgr), step_id_(step_id) {}
 
@@ -65,12 +71,17 @@ class StepRendezvous final : public Rendezvous {
   int runs_ = 0;                                     // guarded by mu_: runs of the step here
   bool ran_ = false;                                 // guarded by mu_
   std::vector<std::function<void(const Status&)>> on_abort_;  // guarded by mu_
+  std::optional<TimerQueue::Id> start_timer_;  // guarded by mu_: pulls came before any run (serve())
 };
 
 class RendezvousMgr {
  public:
   // `task`: this task ("/job:J/replica:0/task:T"); `puller`: not owned, outlives this.
-  RendezvousMgr(std::string task, TensorPuller* puller);
+  // `start_timeout`: how long pulls of a step that has no run on this task wait for one to begin
+  // before they fail (a step that never comes: a bogus or stale RecvTensor).
+  static constexpr std::chrono::milliseconds kDefaultStartTimeout{60000};
+  RendezvousMgr(std::string task, TensorPuller* puller, std::chrono::milliseconds start_timeout = kDefaultStartTimeout);
+  ~RendezvousMgr();
   RendezvousMgr(const RendezvousMgr&) = delete;
   RendezvousMgr& operator=(const RendezvousMgr&) = delete;
 
@@ -84,8 +95,12 @@ class RendezvousMgr {
   // The run ended with `status`; a failure aborts the step here (its pulls, its waiting servers).
   void end_run(int64_t step_id, const Status& status);
   // Another task pulls `key` of step `step_id`: `done` runs once, with the tensor as soon as it is
-  // sent here, or with the step's abort status.
-  void serve(int64_t step_id, const std::string& key, std::function<void(StatusOr<Tensor>)> done);
+  // sent here, or with the step's abort status, or UnavailableError when no run of the step has
+  // begun here within the start timeout. Returns a give-up: calling it with a reason before the
+  // pull is served fails `done` with that reason at once and drops the pull (its caller's deadline
+  // passed, or its connection is gone); later calls, or calls after `done` ran, do nothing.
+  using GiveUp = std::function<void(const Status&)>;
+  GiveUp serve(int64_t step_id, const std::string& key, std::function<void(StatusOr<Tensor>)> done);
   // Fails the step's waiting and later exchanges here with `reason` and cancels its runs and pulls.
   void abort_step(int64_t step_id, const Status& reason);
   // Aborts every step, and every later one, with `reason`.
@@ -95,11 +110,22 @@ class RendezvousMgr {
 
  private:
   friend class StepRendezvous;
-  // Drops the step's state once nothing refers to it (r->mu_ held).
-  void maybe_forget(StepRendezvous* r);
+  // Drops the step's state once nothing refers to it (r->mu_ held); `unstarted`: also a step that
+  // has not run here, once its pulls gave up.
+  void maybe_forget(StepRendezvous* r, bool unstarted = false);
+  // The start timeout of step `step_id` passed: fails its waiting pulls if no run has begun.
+  void expire_unstarted(int64_t step_id);
+  // Lets a timer callback reach this manager only while it lives.
+  struct Liveness {
+    std::mutex mu;
+    RendezvousMgr* mgr;  // guarded by mu; null once destroyed
+  };
 
   const std::string task_;
   TensorPuller* const puller_;
+  const std::chrono::milliseconds start_timeout_;
+  const std::shared_ptr<Liveness> live_;
+  std::atomic<uint64_t> next_waiter_{1};
   std::mutex mu_;
   Status stopped_;                                                         // guarded by mu_
   std::unordered_map<int64_t, std::shared_ptr<StepRendezvous>> steps_;     // guarded by mu_

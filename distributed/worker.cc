@@ -64,10 +64,10 @@ class WorkerGraph {
 
 // ---- Worker ----
 
-Worker::Worker(std::string task_name, std::shared_ptr<WorkerCache> peers, int64_t max_graph_nodes)
+Worker::Worker(std::string task_name, std::shared_ptr<WorkerCache> peers, int64_t max_graph_nodes,
+               std::chrono::milliseconds step_start_timeout)
     : task_name_(std::move(task_name)), task_(parse_task(task_name_)), max_graph_nodes_(max_graph_nodes),
-      peers_(std::move(peers)),
-      rendezvous_(task_name_, this) {}
+      peers_(std::move(peers)), rendezvous_(task_name_, this, step_start_timeout) {}
 
 Worker::~Worker() = default;
 
@@ -222,7 +222,11 @@ void Worker::run_graph(const pb::RunGraphRequest& request, std::vector<Tensor> s
 }
 
 void Worker::recv_tensor(const pb::RecvTensorRequest& request, Done<Tensor> done) {
-  rendezvous_.serve(request.step_id(), request.rendezvous_key(), std::move(done));
+  serve_recv_tensor(request, std::move(done));
+}
+
+RendezvousMgr::GiveUp Worker::serve_recv_tensor(const pb::RecvTensorRequest& request, Done<Tensor> done) {
+  return rendezvous_.serve(request.step_id(), request.rendezvous_key(), std::move(done));
 }
 
 void Worker::cleanup_graph(const pb::CleanupGraphRequest& request, Done<pb::CleanupGraphResponse> done) {

@@ -38,7 +38,9 @@ class Worker final : public WorkerInterface, public std::enable_shared_from_this
  public:
   // `task_name`: "/job:J/replica:0/task:T"; `peers`: the other tasks' workers.
   // `max_graph_nodes`: the most nodes a registered graph may have (ResourceExhausted past it).
-  Worker(std::string task_name, std::shared_ptr<WorkerCache> peers, int64_t max_graph_nodes = wire::kDefaultMaxGraphNodes);
+  // `step_start_timeout`: how long pulls of a step wait for its run to begin here (RendezvousMgr).
+  Worker(std::string task_name, std::shared_ptr<WorkerCache> peers, int64_t max_graph_nodes = wire::kDefaultMaxGraphNodes,
+         std::chrono::milliseconds step_start_timeout = RendezvousMgr::kDefaultStartTimeout);
   ~Worker() override;
 
   void get_status(const wire::pb::GetStatusRequest& request, Done<wire::pb::GetStatusResponse> done) override;
@@ -47,6 +49,9 @@ class Worker final : public WorkerInterface, public std::enable_shared_from_this
   void run_graph(const wire::pb::RunGraphRequest& request, std::vector<Tensor> send,
                  Done<RunGraphReply> done) override;
   void recv_tensor(const wire::pb::RecvTensorRequest& request, Done<Tensor> done) override;
+  // recv_tensor, plus a give-up for a transport that learns the caller has stopped waiting (its
+  // deadline, its connection lost): RendezvousMgr::serve.
+  RendezvousMgr::GiveUp serve_recv_tensor(const wire::pb::RecvTensorRequest& request, Done<Tensor> done);
   void cleanup_graph(const wire::pb::CleanupGraphRequest& request, Done<wire::pb::CleanupGraphResponse> done) override;
   void deregister_graph(const wire::pb::DeregisterGraphRequest& request,
                         Done<wire::pb::DeregisterGraphResponse> done) override;

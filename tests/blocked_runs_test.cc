@@ -3,9 +3,12 @@
 // in core/direct_session.cc) and a real `tessera server` process with hundreds of remote runs
 // blocked on a queue, whose threads are counted. Every wait is bounded.
 #include <dirent.h>
+#include <signal.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cstdio>
+#include <cstdlib>
 #include <chrono>
 #include <future>
 #include <memory>
@@ -17,6 +20,7 @@
 #include <gtest/gtest.h>
 
 #include "core/direct_session.h"
+#include "host/child_process.h"
 #include "core/timer.h"
 #include "testing/sim_device.h"
 #include "testing/test_util.h"
@@ -339,6 +343,63 @@ TEST(BlockedRemoteRunsTest, HundredsOfBlockedRemoteDequeuesAddNoServerThreads) {
   ASSERT_TRUE(tessera::testing::wait_until([&] { return finished.load() == kBlocked; }, 60s));
   for (auto& c : clients) c.join();
   EXPECT_EQ(total.load(), expected);
+}
+
+
+// Run by the next test as a child process: a client whose run blocks on task's queue "q"
+// until the process is killed.
+TEST(BlockedRemoteRunsTest, DISABLED_BlockedDequeueClient) {
+  const char* target = std::getenv("TESSERA_BLOCKED_CLIENT_TARGET");
+  ASSERT_NE(target, nullptr);
+  Graph g;
+  FIFOQueue q(g, 10, {DType::Float32}, {Shape{}}, "q");
+  auto deq = q.dequeue()[0];
+  Session s(g, target);
+  std::printf("blocked-client: dequeuing\n");
+  std::fflush(stdout);
+  s.run(deq);  // blocks: the test kills this process
+  std::printf("blocked-client: dequeued\n");
+}
+
+// A client killed while its step waits on a queue takes the step with it (Note [Lost callers] in
+// transport/rpc_server.cc): the server ends the step, the worker's dequeue leaves the queue, and
+// the next element goes to a live client. Were the dead client's dequeue still waiting, it would
+// take the element (it waits first) and the live client's run would time out.
+TEST(BlockedRemoteRunsTest, AKilledClientsBlockedStepEndsAndTakesNothing) {
+  const std::string address = train::free_loopback_address();
+  const std::string cluster = "{\"worker\": [\"" + address + "\"]}";
+  train::ServerProcess server(TESSERA_CLI_PATH, cluster, "worker", 0);
+  std::vector<std::string> env;
+  for (char** e = environ; *e != nullptr; ++e) env.emplace_back(*e);
+  env.push_back("TESSERA_BLOCKED_CLIENT_TARGET=tessera://" + address);
+  for (int round = 0; round < 3; ++round) {
+    internal::ChildProcess client({"/proc/self/exe", "--gtest_also_run_disabled_tests",
+                                   "--gtest_filter=BlockedRemoteRunsTest.DISABLED_BlockedDequeueClient"},
+                                  env);
+    bool dequeuing = false;
+    for (auto until = Clock::now() + 30s; !dequeuing && Clock::now() < until;) {
+      auto line = client.read_line(30s);
+      if (!line) break;
+      dequeuing = line->find("blocked-client: dequeuing") != std::string::npos;
+    }
+    ASSERT_TRUE(dequeuing) << "the client did not start";
+    std::this_thread::sleep_for(500ms);  // its RunStep reaches the server and blocks there
+    client.signal(SIGKILL);
+    ASSERT_TRUE(client.wait_exit(10s).has_value());
+  }
+  Graph g;
+  FIFOQueue q(g, 10, {DType::Float32}, {Shape{}}, "q");
+  auto value = ops::placeholder(g, DType::Float32, Shape{}, "value");
+  auto enq = q.enqueue({value});
+  auto deq = q.dequeue()[0];
+  Session s(g, "tessera://" + address);
+  RunOptions ro;
+  ro.timeout = 10s;
+  for (int i = 0; i < 3; ++i) {
+    s.run({}, {{value, Tensor::scalar(static_cast<float>(i))}}, {enq});
+    EXPECT_EQ(s.run({deq}, {}, {}, ro)[0].scalar<float>(), static_cast<float>(i))
+        << "element " << i << " went to a killed client's step";
+  }
 }
 
 }  // namespace

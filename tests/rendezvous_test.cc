@@ -2,10 +2,12 @@
 // distributed layer's RendezvousMgr (a task's per-step exchange with the others, Note [Remote
 // rendezvous]) against a TensorPuller the test drives.
 #include <atomic>
+#include <chrono>
 #include <map>
 #include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "core/rendezvous.h"
@@ -247,6 +249,88 @@ TEST(RendezvousMgrTest, ConcurrentStepsExchangeEveryTensorExactlyOnce) {
   EXPECT_EQ(delivered.load(), n);
   EXPECT_EQ(sum.load(), n * (n - 1) / 2);
   EXPECT_EQ(mgr.num_steps(), 0);
+}
+
+
+// A pull for a step that has no run here waits the start timeout, then fails Unavailable and the
+// step's state goes (a RecvTensor for a step that never comes costs nothing after that).
+TEST(RendezvousMgrTest, PullsOfAStepThatNeverStartsFailAfterTheStartTimeoutAndLeaveNoState) {
+  FakePuller puller;
+  RendezvousMgr mgr(kTask, &puller, std::chrono::milliseconds(100));
+  constexpr int kSteps = 2000;
+  std::atomic<int> unavailable{0}, other{0};
+  for (int step = 1; step <= kSteps; ++step) {
+    mgr.serve(step, RendezvousKey::name_of(kHere, kPs, "x:0"), [&](StatusOr<Tensor> t) {
+      (t.status().code() == ErrorCode::kUnavailable ? unavailable : other)++;
+    });
+  }
+  EXPECT_EQ(mgr.num_steps(), kSteps);
+  ASSERT_TRUE(tessera::testing::wait_until([&] { return unavailable.load() + other.load() == kSteps; },
+                                           std::chrono::seconds(20)));
+  EXPECT_EQ(other.load(), 0);
+  EXPECT_EQ(mgr.num_steps(), 0);
+}
+
+// A run that begins before the start timeout keeps the pulls that came first waiting as long as
+// it needs: only steps that never start are dropped.
+TEST(RendezvousMgrTest, APullWaitsPastTheStartTimeoutOnceTheStepsRunBegan) {
+  FakePuller puller;
+  RendezvousMgr mgr(kTask, &puller, std::chrono::milliseconds(100));
+  const std::string key = RendezvousKey::name_of(kHere, kPs, "late:0");
+  Got got;
+  mgr.serve(9, key, [&](StatusOr<Tensor> t) { got(t.status(), t.ok() ? t.value() : Tensor()); });
+  ASSERT_TRUE(mgr.begin_run(9, [](const Status&) {}).ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(400));
+  EXPECT_EQ(got.count(), 0);
+  ASSERT_TRUE(mgr.find(9)->send(RendezvousKey::named(key), Tensor::scalar(42)).ok());
+  ASSERT_EQ(got.count(), 1);
+  EXPECT_TRUE(got.status.ok()) << got.status.to_string();
+  EXPECT_EQ(got.value.scalar<int32_t>(), 42);
+  mgr.end_run(9, Status());
+  EXPECT_EQ(mgr.num_steps(), 0);
+}
+
+// serve()'s give-up (the caller's deadline, its connection lost) fails the pull at once, once, and
+// frees it; after the pull was served it does nothing.
+TEST(RendezvousMgrTest, AGiveUpEndsAWaitingPullOnceAndNothingAfterItWasServed) {
+  FakePuller puller;
+  RendezvousMgr mgr(kTask, &puller);
+  const std::string key = RendezvousKey::name_of(kHere, kPs, "g:0");
+  Got waiting;
+  auto give_up = mgr.serve(3, key, [&](StatusOr<Tensor> t) { waiting(t.status(), Tensor()); });
+  EXPECT_EQ(mgr.num_steps(), 1);
+  give_up(errors::deadline_exceeded("the caller's deadline passed"));
+  ASSERT_EQ(waiting.count(), 1);
+  EXPECT_EQ(waiting.status.code(), ErrorCode::kDeadlineExceeded);
+  EXPECT_EQ(mgr.num_steps(), 0);
+  give_up(errors::unavailable("again"));
+  EXPECT_EQ(waiting.count(), 1);
+
+  // The same key pulled again, then served: the first pull's give-up leaves the second alone.
+  Got second;
+  auto second_give_up = mgr.serve(3, key, [&](StatusOr<Tensor> t) { second(t.status(), t.ok() ? t.value() : Tensor()); });
+  give_up(errors::unavailable("stale"));
+  EXPECT_EQ(second.count(), 0);
+  ASSERT_TRUE(mgr.begin_run(3, [](const Status&) {}).ok());
+  ASSERT_TRUE(mgr.find(3)->send(RendezvousKey::named(key), Tensor::scalar(5)).ok());
+  ASSERT_EQ(second.count(), 1);
+  EXPECT_EQ(second.value.scalar<int32_t>(), 5);
+  second_give_up(errors::unavailable("too late"));
+  EXPECT_EQ(second.count(), 1);
+  mgr.end_run(3, Status());
+  EXPECT_EQ(mgr.num_steps(), 0);
+}
+
+// A manager destroyed with a start timer armed is never reached by it.
+TEST(RendezvousMgrTest, DestroyedWithPullsWaitingTheTimerDoesNotReachIt) {
+  FakePuller puller;
+  std::atomic<int> calls{0};
+  {
+    RendezvousMgr mgr(kTask, &puller, std::chrono::milliseconds(50));
+    mgr.serve(1, RendezvousKey::name_of(kHere, kPs, "d:0"), [&](StatusOr<Tensor>) { calls++; });
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_EQ(calls.load(), 0);
 }
 
 }  // namespace

@@ -1048,4 +1048,51 @@ TEST(RpcStreamTest, MalformedStreamedRepliesFailTheirCallsAndTheChannelGoesOn) {
 }
 
 }  // namespace
+
+// Responder::on_lost (Note [Lost callers]): a call left unanswered when its caller's connection
+// closes runs its on_lost function; an answered call's does not run; a call from a caller that
+// stays connected is untouched. Callers come and go on one server, so descriptors are reused.
+TEST(RpcTest, OnLostRunsForTheUnansweredCallsOfAClosedConnectionOnly) {
+  std::mutex mu;
+  std::vector<Responder> held;  // the unanswered calls, kept so their slots live
+  std::atomic<int> lost_unanswered{0}, lost_answered{0}, lost_staying{0};
+  auto server = start_or_die([&](RpcMessage req, Responder respond) {
+    const std::string kind = req.frames[0].to_string();
+    if (kind == "answer") {
+      respond.on_lost([&] { lost_answered++; });
+      respond(RpcMessage{});
+      return;
+    }
+    respond.on_lost([&, kind] { (kind == "stay" ? lost_staying : lost_unanswered)++; });
+    std::lock_guard<std::mutex> l(mu);
+    held.push_back(respond);
+  });
+  ASSERT_TRUE(server);
+  RpcChannel staying(server->endpoint());
+  std::atomic<bool> staying_done{false};
+  staying.call_until_lost(message({"stay"}), 5s, [&](StatusOr<RpcMessage>) { staying_done = true; });
+  constexpr int kLeaving = 20;
+  for (int round = 0; round < kLeaving; ++round) {
+    auto leaving = std::make_unique<RpcChannel>(server->endpoint());
+    ASSERT_TRUE(leaving->call_sync(message({"answer"}), 5s).ok());
+    leaving->call_until_lost(message({"wait"}), 5s, [](StatusOr<RpcMessage>) {});
+    ASSERT_TRUE(tessera::testing::wait_until(
+        [&] {
+          std::lock_guard<std::mutex> l(mu);
+          return static_cast<int>(held.size()) == round + 2;  // the staying call, and this one
+        },
+        10s));
+    leaving.reset();  // closes the connection
+    ASSERT_TRUE(tessera::testing::wait_until([&] { return lost_unanswered.load() == round + 1; }, 10s))
+        << "round " << round << ": " << lost_unanswered.load();
+  }
+  std::this_thread::sleep_for(200ms);
+  EXPECT_EQ(lost_unanswered.load(), kLeaving);
+  EXPECT_EQ(lost_answered.load(), 0);
+  EXPECT_EQ(lost_staying.load(), 0);
+  EXPECT_FALSE(staying_done.load());
+  EXPECT_EQ(server->stats().calls_of_lost_peers, static_cast<uint64_t>(kLeaving));
+  EXPECT_GE(server->stats().lost_peers, static_cast<uint64_t>(kLeaving));
+}
+
 }  // namespace tessera::internal

@@ -34,6 +34,7 @@
 #include "tessera/server_process.h"
 #include "testing/test_util.h"
 #include "transport/rpc.h"
+#include "transport/service_messages.h"
 #include "distributed/service_names.h"
 #include "transport/server_impl.h"
 #include "distributed/wire.h"
@@ -662,4 +663,27 @@ TEST(ServerProcessTest, ErrorsExitWithStatus2) {
 #endif  // TESSERA_CLI_PATH
 
 }  // namespace
+
+// A RecvTensor whose caller set a deadline (RequestHeader.deadline_ms) ends then, with
+// DeadlineExceeded, instead of waiting for a step that never comes (issue 21, class 3).
+TEST(ServerTest, ARecvTensorEndsAtItsCallersDeadline) {
+  Server server = Server::create_local_server();
+  const std::string target = server.target();
+  internal::RpcChannel channel("tcp://" + target.substr(target.find("://") + 3));
+  internal::wire::pb::RecvTensorRequest request;
+  request.set_version(internal::wire::kWireVersion);
+  request.set_step_id(987654321);
+  request.set_rendezvous_key("/job:localhost/replica:0/task:0/device:CPU:0;/job:other/replica:0/task:0/device:CPU:0;x:0");
+  internal::RpcMessage call;
+  const std::string header = internal::wire::make_request_header(1, "RecvTensor", request, 300).SerializeAsString();
+  call.frames.emplace_back(header.data(), header.size());
+  const auto t0 = std::chrono::steady_clock::now();
+  auto reply = channel.call_sync(std::move(call), std::chrono::seconds(20));
+  internal::wire::pb::RecvTensorResponse response;
+  const Status st = internal::parse_reply(reply, &response);
+  EXPECT_EQ(st.code(), ErrorCode::kDeadlineExceeded) << st.to_string();
+  EXPECT_NE(st.message().find("300 ms"), std::string::npos) << st.to_string();
+  EXPECT_GE(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(300));
+}
+
 }  // namespace tessera::internal

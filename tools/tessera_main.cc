@@ -7,7 +7,11 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <iostream>
@@ -128,7 +132,7 @@ tessera::train::ClusterSpec read_cluster(const std::string& arg) {
 // Runs one task of a cluster until SIGINT or SIGTERM. The task comes from the flags, or from the
 // environment (TF_CONFIG, then Slurm) for what the flags leave out.
 int run_server(const std::optional<std::string>& cluster_arg, const std::optional<std::string>& job_arg,
-               const std::optional<int>& task_arg, const tessera::train::SecurityOptions& security) {
+               const std::optional<int>& task_arg, const tessera::train::ServerOptions& options) {
   try {
     if (job_arg.has_value() != task_arg.has_value()) {
       throw tessera::InvalidArgumentError("--job and --task go together: give both or neither");
@@ -157,8 +161,6 @@ int run_server(const std::optional<std::string>& cluster_arg, const std::optiona
       }
     }
     install_stop_handlers();
-    tessera::train::ServerOptions options;
-    options.security = security;
     tessera::train::Server server(std::move(*cluster), job, task, options);
     std::cout << "tessera server: /job:" << job << "/task:" << task << " listening on " << server.target()
               << std::endl;  // flushed: a launcher may be waiting for this line
@@ -241,6 +243,39 @@ int main(int argc, char** argv) {
                      "(the key its server presents) or a client's name");
   server->add_flag("--insecure", security.insecure,
                    "Serve an address other hosts can reach without keys (unauthenticated, unencrypted)");
+  // The master's bounds on the sessions clients leave open (ServerOptions::session_idle_timeout and
+  // max_sessions), each refused with what it must be.
+  const tessera::train::ServerOptions server_defaults;
+  double idle_timeout_s = std::chrono::duration<double>(server_defaults.session_idle_timeout).count();
+  const CLI::Validator idle_seconds(
+      [](std::string& value) -> std::string {
+        char* end = nullptr;
+        errno = 0;
+        const double s = value.empty() ? -1 : std::strtod(value.c_str(), &end);
+        const bool ok = errno == 0 && end != nullptr && *end == '\0' && std::isfinite(s) && s >= 0 && s <= 1e9;
+        return ok ? std::string()
+                  : "'" + value.substr(0, 40) + "' is not a number of seconds (0 to 1e9, such as 3600 or 0.5; 0: never)";
+      },
+      "SECONDS");
+  server->add_option("--session-idle-timeout", idle_timeout_s,
+                     "Close a session after SECONDS with no run or extend in flight (a client gone without closing "
+                     "it; a run in flight is never cut short); 0: never")
+      ->check(idle_seconds)
+      ->capture_default_str();
+  int64_t max_sessions = server_defaults.max_sessions;
+  const CLI::Validator session_count(
+      [](std::string& value) -> std::string {
+        const bool digits = !value.empty() && value.size() <= 18 &&
+                            value.find_first_not_of("0123456789") == std::string::npos &&
+                            value.find_first_not_of('0') != std::string::npos;
+        return digits ? std::string() : "'" + value.substr(0, 40) + "' is not a session count (a whole number > 0)";
+      },
+      "N");
+  server->add_option("--max-sessions", max_sessions,
+                     "Most sessions open at once on this task's master: creating one more fails with "
+                     "ResourceExhausted")
+      ->check(session_count)
+      ->capture_default_str();
   auto* keygen = app.add_subcommand(
       "keygen", "Make a CURVE key pair for a task or client of an authenticated cluster: PREFIX.key (JSON, mode "
                 "0600) and PREFIX.pub (the public key, for the cluster keys file)");
@@ -265,8 +300,12 @@ int main(int argc, char** argv) {
         using T = std::decay_t<decltype(value)>;
         return o->count() > 0 ? std::optional<T>(value) : std::nullopt;
       };
-      return run_server(given(cluster_opt, cluster_arg), given(job_opt, job_arg), given(task_opt, task_arg),
-                        security);
+      tessera::train::ServerOptions options;
+      options.security = security;
+      // Rounded up: a positive timeout never becomes 0, which means never.
+      options.session_idle_timeout = std::chrono::milliseconds(static_cast<int64_t>(std::ceil(idle_timeout_s * 1000)));
+      options.max_sessions = max_sessions;
+      return run_server(given(cluster_opt, cluster_arg), given(job_opt, job_arg), given(task_opt, task_arg), options);
     }
     if (*keygen) return run_keygen(keygen_out, keygen_force);
   } catch (const tessera::Error& e) {

@@ -96,6 +96,11 @@ class Responder {
   bool operator()(RpcMessage reply) const;
   // Replies with an error: the caller's StatusOr carries `status` (code and message).
   bool fail(const Status& status) const;
+  // Runs `fn` once, on the server's I/O thread, if the caller's connection is lost before the reply
+  // is given (the caller was killed, or silent past heartbeat_timeout): a long call (a pull, a
+  // blocked step) then ends and frees what it holds. At once when the connection is known lost
+  // already; never after the reply. One `fn` per call (a second replaces the first).
+  void on_lost(std::function<void()> fn) const;
 
  private:
   friend class RpcServerCore;
@@ -157,6 +162,8 @@ struct RpcServerStats {
   uint64_t streamed_replies = 0;   // replies sent as a head and chunks (counted as the head goes)
   uint64_t dropped_chunks = 0;     // chunks of no stream being received (refused, or dropped as stalled)
   uint64_t stalled_streams = 0;    // streamed requests dropped after stalled_stream_timeout without a chunk
+  uint64_t lost_peers = 0;         // connections that closed (Responder::on_lost)
+  uint64_t calls_of_lost_peers = 0;  // calls ended by their connection's loss (their on_lost ran)
 };
 
 // A bound ROUTER socket serving requests with `handler`. Thread-safe: stop(), endpoint() and stats()

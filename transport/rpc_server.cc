@@ -10,12 +10,15 @@
 #include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <optional>
 #include <set>
 #include <string>
 #include <thread>
+#include <unordered_map>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -84,9 +87,13 @@ struct ReplySlot {
   zmq::message_t routing_id;
   zmq::message_t call_id;
   std::atomic<bool> replied{false};
+  // Responder::on_lost: the caller's routing id, and what to run when its connection closes.
+  std::string peer;
+  std::atomic<bool> watched{false};  // in core->watched_ (written under core->watch_mu_)
+  std::function<void()> on_lost;     // guarded by core->watch_mu_
 
   ReplySlot(std::shared_ptr<RpcServerCore> c, zmq::message_t r, zmq::message_t id)
-      : core(std::move(c)), routing_id(std::move(r)), call_id(std::move(id)) {}
+      : core(std::move(c)), routing_id(std::move(r)), call_id(std::move(id)), peer(routing_id.to_string()) {}
   ~ReplySlot();
 };
 
@@ -100,6 +107,9 @@ class RpcServerCore : public std::enable_shared_from_this<RpcServerCore> {
   void start_threads();
   void stop(std::chrono::milliseconds flush);
   bool reply(ReplySlot& slot, const Status& status, std::vector<zmq::message_t> frames);
+  // Responder::on_lost, and its undoing once the call is over.
+  void watch(ReplySlot& slot, std::function<void()> fn);
+  void unwatch(ReplySlot& slot);
   const std::string& endpoint() const { return endpoint_; }
   RpcServerStats stats() const;
 
@@ -120,6 +130,10 @@ class RpcServerCore : public std::enable_shared_from_this<RpcServerCore> {
   // and reads monitor_'s handshake failures.
   bool serve_zap();
   void read_monitor();
+  // Note [Lost callers]: learns the connection of a routing id seen for the first time, and runs
+  // the on_lost functions of the calls of a connection that closed.
+  void track_peer(zmq::message_t& routing_id);
+  void peer_lost(const std::string& peer);
   // Counts a refused connection and logs `line` (a few per 10 s: refusal_log_).
   void refused(const std::string& line);
   void receive_one(zmq::message_t routing_id, std::vector<zmq::message_t>* parts);
@@ -158,6 +172,18 @@ class RpcServerCore : public std::enable_shared_from_this<RpcServerCore> {
     Assembly assembly;
   };
   std::map<std::string, Assembling> assembling_;
+  // Note [Lost callers] (I/O thread only): per file descriptor, its connection (accepted, and its
+  // routing id once a message named it); and the routing ids so attributed.
+  std::unordered_map<int, std::optional<std::string>> connections_;
+  std::unordered_set<std::string> known_peers_;
+  // Calls with an on_lost function, by routing id; routing ids lately lost (the last 4096), so an
+  // on_lost registered after the loss runs at once.
+  std::mutex watch_mu_;
+  std::unordered_map<std::string, std::unordered_set<ReplySlot*>> watched_;  // guarded by watch_mu_
+  std::unordered_set<std::string> lost_;                                      // guarded by watch_mu_
+  std::deque<std::string> lost_order_;                                        // guarded by watch_mu_
+  std::atomic<uint64_t> lost_peers_{0};
+  std::atomic<uint64_t> calls_of_lost_peers_{0};
   const int wake_fd_;
   std::thread io_thread_;
   std::vector<std::thread> workers_;
@@ -191,6 +217,12 @@ ReplySlot::~ReplySlot() {
   if (!replied.load(std::memory_order_acquire)) {
     core->reply(*this, errors::internal("the server's handler dropped its Responder without replying"), {});
   }
+  if (watched.load(std::memory_order_acquire)) core->unwatch(*this);
+}
+
+void Responder::on_lost(std::function<void()> fn) const {
+  TESSERA_CHECK(slot_ != nullptr);
+  slot_->core->watch(*slot_, std::move(fn));
 }
 
 bool Responder::operator()(RpcMessage reply) const {
@@ -241,14 +273,15 @@ Status RpcServerCore::bind(const std::string& address) {
       // (run_io) is what keeps clients from being admitted unchecked.
       const int enforce = 1;
       zmq_setsockopt(socket_.handle(), 93, &enforce, sizeof enforce);
-      if (zmq_socket_monitor(socket_.handle(), "inproc://tessera-server-monitor",
-                             ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL) != 0) {
-        throw zmq::error_t();
-      }
-      monitor_ = zmq::socket_t(context_, zmq::socket_type::pair);
-      monitor_.set(zmq::sockopt::linger, 0);
-      monitor_.connect("inproc://tessera-server-monitor");
     }
+    // Connections accepted and closed (Note [Lost callers]); CURVE: handshake failures too.
+    const int events = ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_DISCONNECTED |
+                       (options_.curve ? ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL : 0);
+    if (zmq_socket_monitor(socket_.handle(), "inproc://tessera-server-monitor", events) != 0) throw zmq::error_t();
+    monitor_ = zmq::socket_t(context_, zmq::socket_type::pair);
+    monitor_.set(zmq::sockopt::linger, 0);
+    monitor_.set(zmq::sockopt::rcvhwm, 100000);  // room for a burst of connections between reads
+    monitor_.connect("inproc://tessera-server-monitor");
     socket_.bind(address);
     endpoint_ = socket_.get(zmq::sockopt::last_endpoint);
   } catch (const zmq::error_t& e) {
@@ -281,11 +314,10 @@ void RpcServerCore::run_io() {
   const bool curve = options_.curve.has_value();
   pollfd items[4] = {{socket_.get(zmq::sockopt::fd), POLLIN, 0},
                      {wake_fd_, POLLIN, 0},
-                     {curve ? zap_.get(zmq::sockopt::fd) : -1, POLLIN, 0},
-                     {curve ? monitor_.get(zmq::sockopt::fd) : -1, POLLIN, 0}};
-  // Without CURVE there is no ZAP handler and no monitor: two items.
-  const int num_items = curve ? 4 : 2;
-  if (curve) read_monitor();
+                     {curve ? zap_.get(zmq::sockopt::fd) : -1, POLLIN, 0},  // poll(2) skips a negative fd
+                     {monitor_.get(zmq::sockopt::fd), POLLIN, 0}};
+  const int num_items = 4;
+  read_monitor();
   bool look_socket = true;  // requests may be left unread: look again without sleeping
   bool look_zap = curve;    // the same for ZAP requests
   std::vector<zmq::message_t> parts;
@@ -300,10 +332,10 @@ void RpcServerCore::run_io() {
     }
     if (!assembling_.empty()) drop_stalled_streams();
     if (items[1].revents & POLLIN) drain_wake_fd(wake_fd_);
-    if (curve) {
-      if (look_zap || (items[2].revents & POLLIN)) look_zap = serve_zap();
-      if (items[3].revents & POLLIN) read_monitor();
-    }
+    if (curve && (look_zap || (items[2].revents & POLLIN))) look_zap = serve_zap();
+    // The monitor's fd, like the others, signals commands: read it every turn (a recv that finds
+    // nothing costs little), so a closed connection's calls end promptly.
+    read_monitor();
     bool more = false;
     if (look_socket || (items[0].revents & POLLIN)) {
       more = true;  // unless a recv finds nothing within the batch
@@ -319,6 +351,7 @@ void RpcServerCore::run_io() {
           too_many_frames(std::move(routing_id), parts, parts.size() + dropped);
           continue;
         }
+        track_peer(routing_id);
         receive_one(std::move(routing_id), &parts);
       }
     }
@@ -335,10 +368,8 @@ void RpcServerCore::run_io() {
     batch.clear();
     look_socket = more;
   }
-  if (options_.curve) {
-    zmq_socket_monitor(socket_.handle(), nullptr, 0);
-    monitor_.close();
-  }
+  zmq_socket_monitor(socket_.handle(), nullptr, 0);
+  monitor_.close();
   socket_.set(zmq::sockopt::linger, close_linger_ms_.load());
   socket_.close();
   // After the ROUTER: no handshake can start once it is closed (and ZMQ_ZAP_ENFORCE_DOMAIN refuses
@@ -381,6 +412,18 @@ bool RpcServerCore::serve_zap() {
 
 void RpcServerCore::read_monitor() {
   while (std::optional<MonitorEvent> e = next_event(monitor_)) {
+    if (e->id == ZMQ_EVENT_ACCEPTED || e->id == ZMQ_EVENT_DISCONNECTED) {
+      // Either way the descriptor's previous connection is closed (an ACCEPTED after a
+      // DISCONNECTED the monitor dropped: it was full).
+      auto it = connections_.find(static_cast<int>(e->value));
+      if (it != connections_.end()) {
+        std::optional<std::string> peer = std::move(it->second);
+        connections_.erase(it);
+        if (peer) peer_lost(*peer);
+      }
+      if (e->id == ZMQ_EVENT_ACCEPTED) connections_.emplace(static_cast<int>(e->value), std::nullopt);
+      continue;
+    }
     if (e->id != ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL) continue;
     if (e->value == ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH) {
       refused(fmt::format("refused a connection on {}: the peer does not use CURVE keys "
@@ -392,6 +435,90 @@ void RpcServerCore::read_monitor() {
                           endpoint_));
     }
   }
+}
+
+// Note [Lost callers]
+// ~~~~~~~~~~~~~~~~~~~
+// A call that may wait long (a pull of a step that never comes, a step blocked on a queue) must
+// end when its caller is gone, or the server keeps its memory forever. A ROUTER names callers by
+// routing id and says nothing when one's connection closes (ZMQ_ROUTER_NOTIFY is a draft option
+// that Debian's libzmq lacks), so the server pairs two things it can see: the socket monitor
+// reports each connection accepted and closed with its file descriptor, in order, and every
+// message carries the descriptor it was read from (ZMQ_SRCFD). A descriptor holds one connection
+// at a time. The first message of a routing id names its descriptor's connection, after the
+// monitor was read (the connection's ACCEPTED was emitted before its first message, so it is
+// there by then); the descriptor's next ACCEPTED or DISCONNECTED means that connection closed, and
+// the on_lost function of each of its calls still unanswered runs (Responder::on_lost). Events
+// the monitor drops (it holds 1000) make a loss seen late, never a live caller seen lost: a name
+// replaced, or closed, is always of a connection that is gone. Heartbeats close a silent
+// connection after heartbeat_timeout. The last 4096 lost routing ids are kept, so a call
+// registered after its caller left ends at once (libzmq never reuses a routing id it made).
+void RpcServerCore::track_peer(zmq::message_t& routing_id) {
+  if (routing_id.size() == 0) return;
+  std::string peer = routing_id.to_string();
+  if (known_peers_.count(peer) != 0) return;
+  // -1 (EINVAL) for a message libzmq made itself (a ZMTP 1.0 peer's, garbage): not tracked.
+  const int fd = zmq_msg_get(routing_id.handle(), ZMQ_SRCFD);
+  if (fd < 0) return;
+  read_monitor();
+  std::optional<std::string>& named = connections_[fd];
+  if (named) peer_lost(*named);  // a connection gone whose close the monitor dropped
+  named = peer;
+  known_peers_.insert(std::move(peer));
+}
+
+void RpcServerCore::peer_lost(const std::string& peer) {
+  known_peers_.erase(peer);
+  lost_peers_.fetch_add(1, std::memory_order_relaxed);
+  std::vector<std::function<void()>> fns;
+  {
+    std::lock_guard<std::mutex> l(watch_mu_);
+    if (lost_.insert(peer).second) {
+      lost_order_.push_back(peer);
+      if (lost_order_.size() > 4096) {
+        lost_.erase(lost_order_.front());
+        lost_order_.pop_front();
+      }
+    }
+    auto it = watched_.find(peer);
+    if (it == watched_.end()) return;
+    for (ReplySlot* slot : it->second) {
+      fns.push_back(std::move(slot->on_lost));
+      slot->watched.store(false, std::memory_order_release);
+    }
+    watched_.erase(it);
+  }
+  calls_of_lost_peers_.fetch_add(fns.size(), std::memory_order_relaxed);
+  for (auto& fn : fns) {
+    if (fn) fn();
+  }
+}
+
+void RpcServerCore::watch(ReplySlot& slot, std::function<void()> fn) {
+  {
+    std::lock_guard<std::mutex> l(watch_mu_);
+    if (slot.replied.load(std::memory_order_acquire)) return;
+    if (lost_.count(slot.peer) == 0) {
+      slot.on_lost = std::move(fn);
+      watched_[slot.peer].insert(&slot);
+      slot.watched.store(true, std::memory_order_release);
+      return;
+    }
+  }
+  calls_of_lost_peers_.fetch_add(1, std::memory_order_relaxed);
+  if (fn) fn();  // its caller is gone already
+}
+
+void RpcServerCore::unwatch(ReplySlot& slot) {
+  std::function<void()> dropped;  // destroyed outside the lock
+  std::lock_guard<std::mutex> l(watch_mu_);
+  if (!slot.watched.load(std::memory_order_acquire)) return;
+  slot.watched.store(false, std::memory_order_release);
+  dropped = std::move(slot.on_lost);
+  auto it = watched_.find(slot.peer);
+  if (it == watched_.end()) return;
+  it->second.erase(&slot);
+  if (it->second.empty()) watched_.erase(it);
 }
 
 void RpcServerCore::refused(const std::string& line) {
@@ -561,6 +688,7 @@ void RpcServerCore::run_worker() {
 
 bool RpcServerCore::reply(ReplySlot& slot, const Status& status, std::vector<zmq::message_t> frames) {
   if (slot.replied.exchange(true, std::memory_order_acq_rel)) return false;  // not the first
+  if (slot.watched.load(std::memory_order_acquire)) unwatch(slot);
   bool wake = false;
   {
     std::lock_guard<std::mutex> l(out_mu_);
@@ -705,6 +833,8 @@ RpcServerStats RpcServerCore::stats() const {
   s.streamed_replies = streamed_replies_.load(std::memory_order_relaxed);
   s.dropped_chunks = dropped_chunks_.load(std::memory_order_relaxed);
   s.stalled_streams = stalled_streams_.load(std::memory_order_relaxed);
+  s.lost_peers = lost_peers_.load(std::memory_order_relaxed);
+  s.calls_of_lost_peers = calls_of_lost_peers_.load(std::memory_order_relaxed);
   return s;
 }
 

@@ -7,6 +7,7 @@
 #include <climits>
 #include <functional>
 #include <map>
+#include <mutex>
 #include <optional>
 #include <utility>
 
@@ -16,6 +17,7 @@
 #include "core/device_factory.h"
 #include "core/device_name.h"
 #include "core/logging.h"
+#include "core/timer.h"
 #include "tessera/errors.h"
 #include "distributed/master.h"
 #include "distributed/wire.h"
@@ -84,8 +86,8 @@ namespace pb = wire::pb;
 constexpr const char* kGetStatus = "GetStatus";
 
 // The methods whose handlers never block: answered at once (GetStatus, CleanupGraph), when the
-// tensor is there (RecvTensor), or handed to threads of their own (RunGraph; RunStep, whose plan is
-// built elsewhere when it is not cached). They run on the server's I/O thread.
+// tensor is there (RecvTensor), or handed to other threads (RunGraph: the partition's session pool;
+// RunStep, whose plan is built elsewhere when it is not cached). They run on the server's I/O thread.
 bool never_blocks(const RpcMessage& request) {
   if (request.frames.empty()) return false;
   const zmq::message_t& frame = request.frames[0];
@@ -164,6 +166,13 @@ void validate(const train::ServerOptions& options) {
   if (options.max_tensor_bytes <= 0) {
     throw InvalidArgumentError(
         fmt::format("ServerOptions.max_tensor_bytes must be > 0, got {}", options.max_tensor_bytes));
+  }
+  if (options.session_idle_timeout.count() < 0) {
+    throw InvalidArgumentError(fmt::format("ServerOptions.session_idle_timeout must be >= 0 (0: never), got {} ms",
+                                           options.session_idle_timeout.count()));
+  }
+  if (options.max_sessions <= 0) {
+    throw InvalidArgumentError(fmt::format("ServerOptions.max_sessions must be > 0, got {}", options.max_sessions));
   }
   check_security_options(options.security, "ServerOptions.security").raise();
 }
@@ -293,7 +302,23 @@ bool call_service(const ServiceState& state, const pb::RequestHeader& h, RpcMess
   } else if (m == "RecvTensor") {
     auto r = body_of<pb::RecvTensorRequest>(h, respond);
     if (!r) return true;
-    state.worker->recv_tensor(*r, [respond, id](StatusOr<Tensor> t) {
+    // A caller that sets a deadline stops waiting then: so does the pull (its memory comes back).
+    struct PullDeadline {
+      std::mutex mu;
+      bool served = false;                 // guarded by mu
+      std::optional<TimerQueue::Id> timer;  // guarded by mu
+    };
+    auto deadline = h.deadline_ms() > 0 ? std::make_shared<PullDeadline>() : nullptr;
+    auto give_up = state.worker->serve_recv_tensor(*r, [respond, id, deadline](StatusOr<Tensor> t) {
+      if (deadline) {
+        std::optional<TimerQueue::Id> timer;
+        {
+          std::lock_guard<std::mutex> l(deadline->mu);
+          deadline->served = true;
+          timer = deadline->timer;
+        }
+        if (timer) TimerQueue::global().cancel(*timer);
+      }
       if (!t.ok()) return send_reply(respond, id, t.status(), nullptr);
       std::vector<zmq::message_t> frames;
       auto meta = tensor_to_frames(t.value(), &frames, 1);
@@ -303,6 +328,18 @@ bool call_service(const ServiceState& state, const pb::RequestHeader& h, RpcMess
       *response.mutable_tensor() = meta.value();
       send_reply(respond, id, Status(), &response, std::move(frames));
     });
+    // A caller that is gone (killed, or silent past the heartbeat timeout) no longer waits either.
+    respond.on_lost([give_up] { give_up(errors::unavailable("RecvTensor: the caller's connection was lost")); });
+    if (deadline) {
+      std::lock_guard<std::mutex> l(deadline->mu);
+      if (!deadline->served) {
+        auto armed = TimerQueue::global().schedule(
+            TimerQueue::Clock::now() + std::chrono::milliseconds(h.deadline_ms()), [give_up, ms = h.deadline_ms()] {
+              give_up(errors::deadline_exceeded("RecvTensor: the caller's deadline of {} ms passed", ms));
+            });
+        if (armed.ok()) deadline->timer = armed.value();
+      }
+    }
   } else if (m == "ExtendSession") {  // the master takes this request by value
     if (auto r = body_of<pb::ExtendSessionRequest>(h, respond)) {
       state.master->extend_session(std::move(*r), replier<pb::ExtendSessionResponse>(respond, id));
@@ -315,11 +352,17 @@ bool call_service(const ServiceState& state, const pb::RequestHeader& h, RpcMess
       send_reply(respond, id, feed.status(), nullptr);
       return true;
     }
-    state.master->run_step(std::move(*r), std::move(feed).value(), [respond, id](StatusOr<RunStepReply> reply) {
+    auto reply = [respond, id](StatusOr<RunStepReply> reply) {
       if (!reply.ok()) return send_reply(respond, id, reply.status(), nullptr);
       RunStepReply& out = reply.value();
       reply_with_tensors(respond, id, &out.response, out.response.mutable_tensor(), out.tensor);
-    });
+    };
+    auto cancel = state.master->run_step(std::move(*r), std::move(feed).value(), std::move(reply));
+    // A client that is gone (killed, or silent past the heartbeat timeout) waits for no step: the
+    // step ends and its tasks drop it (a run blocked on a queue included).
+    if (cancel) {
+      respond.on_lost([cancel] { cancel(errors::cancelled("RunStep: the client's connection was lost")); });
+    }
   } else {
     auto short_method = short_methods().find(m);
     if (short_method == short_methods().end()) return false;
@@ -405,7 +448,8 @@ std::shared_ptr<ServiceState> make_services(const train::ClusterSpec& cluster, c
   auto channels = std::make_shared<TaskChannels>(cluster, options.rpc_timeout, std::move(credentials),
                                                  static_cast<uint64_t>(options.max_tensor_bytes));
   state->worker = std::make_shared<Worker>(full, channels, options.max_graph_nodes);
-  state->master = std::make_shared<Master>(full, channels, options.max_graph_nodes);
+  state->master = std::make_shared<Master>(full, channels, options.max_graph_nodes, options.session_idle_timeout,
+                                           options.max_sessions);
   return state;
 }
 

@@ -68,6 +68,17 @@ struct ServerOptions {
   // CreateSession, ExtendSession or RegisterGraph is refused with ResourceExhaustedError naming the
   // limit, before its nodes are built. Must be > 0.
   int64_t max_graph_nodes = 1'000'000;
+  // How long a session on this master may go without a RunStep or ExtendSession before it is
+  // closed as CloseSession would close it (its partitions dropped on every task): the sessions of a
+  // client that vanished without closing them. A session with a call in flight (a run blocked on a
+  // queue for hours) is never closed; its clock restarts when its last call ends. Later calls naming
+  // a closed session fail with NotFoundError saying so (CloseSession succeeds). 0: never. Must be
+  // >= 0.
+  std::chrono::milliseconds session_idle_timeout{3'600'000};
+  // Most sessions open on this master at once: CreateSession past it fails with
+  // ResourceExhaustedError naming the limit, and closing (or the idle timeout's closing) a session
+  // frees a slot. Must be > 0.
+  int64_t max_sessions = 10'000;
   // CURVE keys (include/tessera/security.h): with security.key_file the server encrypts its
   // traffic and admits only the keys of security.cluster_keys_file. Without it, start() refuses an
   // address other hosts can reach (FailedPreconditionError) unless security.insecure is set.
