@@ -437,6 +437,40 @@ void slurm_seeds() {
   for (const auto& [name, text] : texts) write("slurm_hostlist", name, text);
 }
 
+// ---- frame_limit ----
+
+// The input of frame_limit_fuzzer.cc: `frames` frames sent (1..4096), a limit of 1..frames+2,
+// flags (1: DEALER -> ROUTER, 2: large frames) and the pool of frame sizes and bytes.
+std::string frame_input(unsigned frames, unsigned limit, uint8_t flags, std::string_view pool) {
+  if (frames < 1 || frames > 4096 || limit < 1 || limit > frames + 2) {
+    throw std::runtime_error("frame_limit seed out of range");
+  }
+  const unsigned n = frames - 1;
+  const unsigned l = limit - 1;
+  std::string out;
+  out.push_back(static_cast<char>(n & 0xff));
+  out.push_back(static_cast<char>(n >> 8));
+  out.push_back(static_cast<char>(l & 0xff));
+  out.push_back(static_cast<char>(l >> 8));
+  out.push_back(static_cast<char>(flags));
+  out += pool;
+  return out;
+}
+
+void frame_seeds() {
+  constexpr uint8_t kRouter = 1;
+  constexpr uint8_t kLarge = 2;
+  // A call as a client sends it (header, body, a tensor frame) to a server that keeps them all.
+  write("frame_limit", "router_call.bin", frame_input(3, 5, kRouter, "\x20\x40\x10request"));
+  write("frame_limit", "pair_single_frame.bin", frame_input(1, 1, 0, "x"));
+  // Exactly as many frames after the first as the limit, and one more than it.
+  write("frame_limit", "pair_at_limit.bin", frame_input(9, 8, 0, "abcdefgh"));
+  write("frame_limit", "router_one_over.bin", frame_input(9, 8, kRouter, std::string("\x00\x01\x02", 3)));
+  // Most of a long message dropped; large frames, some of them dropped.
+  write("frame_limit", "router_many_dropped.bin", frame_input(4096, 1, kRouter, std::string("\x00\x05", 2)));
+  write("frame_limit", "pair_large_frames.bin", frame_input(40, 16, kLarge, "\xff\x01\x80"));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -451,6 +485,7 @@ int main(int argc, char** argv) {
     tensor_seeds();
     cluster_seeds();
     slurm_seeds();
+    frame_seeds();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "fuzz_gen_corpus: %s\n", e.what());
     return 1;
