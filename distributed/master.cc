@@ -20,6 +20,7 @@
 #include "core/executor.h"
 #include "core/file_util.h"
 #include "core/graph_partition.h"
+#include "core/memory_release.h"
 #include "core/placement.h"
 #include "core/trace_json.h"
 #include "distributed/service_names.h"
@@ -745,6 +746,7 @@ void close_off_thread(std::vector<std::shared_ptr<MasterSession>> sessions, std:
     void operator()() {
       for (auto& s : sessions) s->close();
       sessions.clear();
+      request_memory_release();  // what the sessions held goes back to the system
       if (then) then();
     }
   };

@@ -192,6 +192,10 @@ void RendezvousMgr::maybe_forget(StepRendezvous* r, bool unstarted) {
   // An exchange arriving later for an aborted step finds the abort in aborted_.
   if (r->runs_ != 0 || !r->slots_.empty()) return;
   if (!r->ran_ && r->aborted_.ok() && !(unstarted && r->on_abort_.empty())) return;
+  if (r->start_timer_) {  // its pulls are gone: so goes their start timeout (and what it holds)
+    TimerQueue::global().cancel(*r->start_timer_);
+    r->start_timer_.reset();
+  }
   std::lock_guard<std::mutex> l(mu_);
   auto it = steps_.find(r->step_id_);
   if (it != steps_.end() && it->second.get() == r) steps_.erase(it);

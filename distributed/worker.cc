@@ -2,6 +2,7 @@
 // exchange of tensors with the other tasks.
 #include "distributed/worker.h"
 
+#include <system_error>
 #include <thread>
 #include <utility>
 
@@ -10,6 +11,7 @@
 #include "core/device_factory.h"
 #include "core/device_name.h"
 #include "core/map_util.h"
+#include "core/memory_release.h"
 #include "distributed/service_names.h"
 #include "core/direct_session.h"
 #include "tessera/errors.h"
@@ -247,8 +249,19 @@ void Worker::deregister_graph(const pb::DeregisterGraphRequest& request, Done<pb
   pb::DeregisterGraphResponse response;
   response.set_version(wire::kWireVersion);
   done(std::move(response));
-  // The session closes (waiting for its runs) off the caller's thread: a run may still need a while.
-  if (wg) std::thread([wg] { wg->session->close(); }).detach();
+  // The session closes (waiting for its runs) off the caller's thread: a run may still need a while
+  // (on this one when no thread can be had). Then what it held goes back to the system.
+  if (!wg) return;
+  auto close = [wg]() mutable {
+    wg->session->close();
+    wg.reset();
+    request_memory_release();
+  };
+  try {
+    std::thread(close).detach();
+  } catch (const std::system_error&) {
+    close();
+  }
 }
 
 void Worker::stop(std::chrono::milliseconds grace) {

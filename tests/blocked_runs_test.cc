@@ -34,18 +34,7 @@ using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 using internal::SessionImpl;
 using internal::TimerQueue;
-
-int threads_of(pid_t pid) {
-  const std::string dir = "/proc/" + std::to_string(pid) + "/task";
-  DIR* d = ::opendir(dir.c_str());
-  if (d == nullptr) return -1;
-  int n = 0;
-  while (dirent* e = ::readdir(d)) {
-    if (e->d_name[0] != '.') ++n;
-  }
-  ::closedir(d);
-  return n;
-}
+using tessera::testing::threads_of;
 
 // ---- TimerQueue ----
 

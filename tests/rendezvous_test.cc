@@ -297,12 +297,15 @@ TEST(RendezvousMgrTest, AGiveUpEndsAWaitingPullOnceAndNothingAfterItWasServed) {
   RendezvousMgr mgr(kTask, &puller);
   const std::string key = RendezvousKey::name_of(kHere, kPs, "g:0");
   Got waiting;
+  const std::size_t timers_before = TimerQueue::global().pending();
   auto give_up = mgr.serve(3, key, [&](StatusOr<Tensor> t) { waiting(t.status(), Tensor()); });
+  EXPECT_EQ(TimerQueue::global().pending(), timers_before + 1);
   EXPECT_EQ(mgr.num_steps(), 1);
   give_up(errors::deadline_exceeded("the caller's deadline passed"));
   ASSERT_EQ(waiting.count(), 1);
   EXPECT_EQ(waiting.status.code(), ErrorCode::kDeadlineExceeded);
   EXPECT_EQ(mgr.num_steps(), 0);
+  EXPECT_EQ(TimerQueue::global().pending(), timers_before) << "the step's start timeout went with it";
   give_up(errors::unavailable("again"));
   EXPECT_EQ(waiting.count(), 1);
 

@@ -1,5 +1,10 @@
 #include "tests/testing/test_util.h"
 
+#include <dirent.h>
+
+#include <cstdlib>
+#include <fstream>
+
 namespace tessera::testing {
 
 void run_threads(int n, const std::function<void(int)>& body) {
@@ -16,6 +21,35 @@ bool wait_until(const std::function<bool()>& cond, std::chrono::milliseconds lim
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   return cond();
+}
+
+namespace {
+
+// Entries of a /proc directory, without "." and "..".
+int count_entries(const std::string& dir) {
+  DIR* d = ::opendir(dir.c_str());
+  if (d == nullptr) return -1;
+  int n = 0;
+  while (dirent* e = ::readdir(d)) {
+    if (e->d_name[0] != '.') ++n;
+  }
+  ::closedir(d);
+  return n;
+}
+
+}  // namespace
+
+int threads_of(int pid) { return count_entries("/proc/" + std::to_string(pid) + "/task"); }
+
+int open_fds(int pid) { return count_entries("/proc/" + std::to_string(pid) + "/fd"); }
+
+long rss_kib(int pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::strtol(line.c_str() + 6, nullptr, 10);
+  }
+  return -1;
 }
 
 }  // namespace tessera::testing

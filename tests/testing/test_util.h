@@ -63,6 +63,12 @@ class ScopedEnv {
   std::optional<std::string> old_;
 };
 
+// A process's threads, open file descriptors and resident memory (KiB), from /proc; -1 when it
+// cannot be read (the process is gone).
+int threads_of(int pid);
+int open_fds(int pid);
+long rss_kib(int pid);
+
 }  // namespace tessera::testing
 
 // Asserts that `stmt` throws `Type` and that its message contains `substring`.
