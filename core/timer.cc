@@ -61,8 +61,9 @@ void TimerQueue::loop() {
       continue;
     }
     auto first = due_.begin();
-    if (Clock::now() < first->first.first) {
-      cv_.wait_until(l, first->first.first);
+    const Clock::time_point at = first->first.first;  // a copy: cancel() may erase the entry while we wait
+    if (Clock::now() < at) {
+      cv_.wait_until(l, at);
       continue;
     }
     std::function<void()> fn = std::move(first->second);
