@@ -761,6 +761,21 @@ void close_off_thread(std::vector<std::shared_ptr<MasterSession>> sessions, std:
 
 double seconds(std::chrono::steady_clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
+// Runs `fn` on a detached thread of its own; false (and `fn` not run) when the process cannot make
+// one (its thread limit): the caller answers with an error instead of terminating.
+bool start_thread(std::function<void()> fn) {
+  try {
+    std::thread(std::move(fn)).detach();
+    return true;
+  } catch (const std::system_error&) {
+    return false;
+  }
+}
+
+Status no_thread(const std::string& task, const char* call) {
+  return errors::resource_exhausted("{}: {}: no thread for the call (the process's thread limit)", task, call);
+}
+
 }  // namespace
 
 Master::Master(std::string task, std::shared_ptr<WorkerCache> workers, int64_t max_graph_nodes,
@@ -924,15 +939,17 @@ void Master::extend_session(pb::ExtendSessionRequest request, Done<pb::ExtendSes
   auto session = begin_call(request.session_handle(), &done);
   if (!session.ok()) return done(session.status());
   // Waits for a plan being built (which calls other tasks): not on the caller's thread.
-  std::thread([session = std::move(session).value(), body = std::move(request), done = std::move(done)] {
+  auto reply = std::make_shared<Done<pb::ExtendSessionResponse>>(std::move(done));
+  const bool started = start_thread([session = std::move(session).value(), body = std::move(request), reply] {
     auto version = session->extend(body.graph(), body.control_input(), body.current_graph_version(),
                                    /*check_version=*/true);
-    if (!version.ok()) return done(version.status());
+    if (!version.ok()) return (*reply)(version.status());
     pb::ExtendSessionResponse response;
     response.set_version(wire::kWireVersion);
     response.set_new_graph_version(version.value());
-    done(std::move(response));
-  }).detach();
+    (*reply)(std::move(response));
+  });
+  if (!started) (*reply)(no_thread(task_, "ExtendSession"));
 }
 
 Master::CancelStep Master::run_step(pb::RunStepRequest request, std::vector<Tensor> feed, Done<RunStepReply> done) {
@@ -952,9 +969,15 @@ Master::CancelStep Master::run_step(pb::RunStepRequest request, std::vector<Tens
     session->run(request, std::move(feed), std::move(done), step_id);
     return cancel;
   }
-  std::thread([session, body = std::move(request), feed = std::move(feed), done = std::move(done), step_id]() mutable {
-    session->run(body, std::move(feed), std::move(done), step_id);
-  }).detach();
+  auto reply = std::make_shared<Done<RunStepReply>>(std::move(done));
+  const bool started =
+      start_thread([session, body = std::move(request), feed = std::move(feed), reply, step_id]() mutable {
+        session->run(body, std::move(feed), std::move(*reply), step_id);
+      });
+  if (!started) {
+    (*reply)(no_thread(task_, "RunStep"));
+    return nullptr;
+  }
   return cancel;
 }
 
