@@ -15,11 +15,11 @@
 // step ids are remembered, so an exchange that arrives after the abort fails at once instead of
 // waiting for a tensor that will never come.
 //
-// Pulls for a step that has no run here wait start_timeout (60 s) for one to begin (the master
-// starts every task's run at once, so a real step's pulls wait milliseconds), then fail
-// Unavailable and the step is forgotten: a pull for a step that never comes (bogus, or of a
-// master that died) costs nothing after that. A pull's caller may also give up earlier
-// (serve()'s give-up: its deadline passed, its connection is gone).
+// Pulls for a step that has no run here wait start_timeout (ServerOptions::step_start_timeout,
+// 60 s) for one to begin (the master starts every task's run at once, so a real step's pulls wait
+// milliseconds), then fail Unavailable and the step is forgotten: a pull for a step that never
+// comes (bogus, or of a master that died) costs nothing after that. A pull's caller may also give
+// up earlier (serve()'s give-up: its deadline passed, its connection is gone).
 #include "distributed/rendezvous_mgr.h"
 
 #include <atomic>

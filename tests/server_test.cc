@@ -686,4 +686,29 @@ TEST(ServerTest, ARecvTensorEndsAtItsCallersDeadline) {
   EXPECT_GE(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(300));
 }
 
+
+// A RecvTensor for a step that never starts on the task fails after ServerOptions::
+// step_start_timeout, whether or not its caller set a deadline; a bad value is refused.
+TEST(ServerTest, ARecvTensorForAStepThatNeverStartsEndsAtTheStepStartTimeout) {
+  train::ServerOptions bad;
+  bad.step_start_timeout = std::chrono::milliseconds(0);
+  EXPECT_THROW(Server::create_local_server(bad), InvalidArgumentError);
+  train::ServerOptions options;
+  options.step_start_timeout = std::chrono::milliseconds(300);
+  Server server = Server::create_local_server(options);
+  const std::string target = server.target();
+  internal::RpcChannel channel("tcp://" + target.substr(target.find("://") + 3));
+  internal::wire::pb::RecvTensorRequest request;
+  request.set_version(internal::wire::kWireVersion);
+  request.set_step_id(123456789);
+  request.set_rendezvous_key("/job:localhost/replica:0/task:0/device:CPU:0;/job:other/replica:0/task:0/device:CPU:0;x:0");
+  const auto t0 = std::chrono::steady_clock::now();
+  auto reply = channel.call_sync(internal::make_call("RecvTensor", request), std::chrono::seconds(20));
+  internal::wire::pb::RecvTensorResponse response;
+  const Status st = internal::parse_reply(reply, &response);
+  EXPECT_EQ(st.code(), ErrorCode::kUnavailable) << st.to_string();
+  EXPECT_NE(st.message().find("did not start on this task within 300 ms"), std::string::npos) << st.to_string();
+  EXPECT_GE(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(300));
+}
+
 }  // namespace tessera::internal

@@ -171,6 +171,10 @@ void validate(const train::ServerOptions& options) {
     throw InvalidArgumentError(fmt::format("ServerOptions.session_idle_timeout must be >= 0 (0: never), got {} ms",
                                            options.session_idle_timeout.count()));
   }
+  if (options.step_start_timeout.count() <= 0) {
+    throw InvalidArgumentError(fmt::format("ServerOptions.step_start_timeout must be > 0, got {} ms",
+                                           options.step_start_timeout.count()));
+  }
   if (options.max_sessions <= 0) {
     throw InvalidArgumentError(fmt::format("ServerOptions.max_sessions must be > 0, got {}", options.max_sessions));
   }
@@ -447,7 +451,7 @@ std::shared_ptr<ServiceState> make_services(const train::ClusterSpec& cluster, c
   const std::string full = fmt::format("/job:{}/replica:0/task:{}", job, task);
   auto channels = std::make_shared<TaskChannels>(cluster, options.rpc_timeout, std::move(credentials),
                                                  static_cast<uint64_t>(options.max_tensor_bytes));
-  state->worker = std::make_shared<Worker>(full, channels, options.max_graph_nodes);
+  state->worker = std::make_shared<Worker>(full, channels, options.max_graph_nodes, options.step_start_timeout);
   state->master = std::make_shared<Master>(full, channels, options.max_graph_nodes, options.session_idle_timeout,
                                            options.max_sessions);
   return state;

@@ -79,6 +79,12 @@ struct ServerOptions {
   // ResourceExhaustedError naming the limit, and closing (or the idle timeout's closing) a session
   // frees a slot. Must be > 0.
   int64_t max_sessions = 10'000;
+  // How long a tensor pull from another task (RecvTensor) for a step that has not started on this
+  // task waits for it to start before it fails with UnavailableError: a pull for a step that never
+  // comes (bogus, or of a master that died) holds memory no longer than this. A real step's pulls
+  // wait milliseconds (its master starts every task's part at once), and once the step has started
+  // here they wait as long as its producers need. Must be > 0.
+  std::chrono::milliseconds step_start_timeout{60'000};
   // CURVE keys (include/tessera/security.h): with security.key_file the server encrypts its
   // traffic and admits only the keys of security.cluster_keys_file. Without it, start() refuses an
   // address other hosts can reach (FailedPreconditionError) unless security.insecure is set.
