@@ -664,28 +664,34 @@ TEST(ServerProcessTest, ErrorsExitWithStatus2) {
 
 }  // namespace
 
-// A RecvTensor whose caller set a deadline (RequestHeader.deadline_ms) ends then, with
-// DeadlineExceeded, instead of waiting for a step that never comes (issue 21, class 3).
-TEST(ServerTest, ARecvTensorEndsAtItsCallersDeadline) {
-  Server server = Server::create_local_server();
+// A RecvTensor to `server`'s worker for step `step_id`, which never starts there, with
+// RequestHeader.deadline_ms `deadline_ms` (0: none); its status.
+Status recv_for_a_step_that_never_comes(const Server& server, int64_t step_id, int64_t deadline_ms) {
   const std::string target = server.target();
   internal::RpcChannel channel("tcp://" + target.substr(target.find("://") + 3));
   internal::wire::pb::RecvTensorRequest request;
   request.set_version(internal::wire::kWireVersion);
-  request.set_step_id(987654321);
+  request.set_step_id(step_id);
   request.set_rendezvous_key("/job:localhost/replica:0/task:0/device:CPU:0;/job:other/replica:0/task:0/device:CPU:0;x:0");
   internal::RpcMessage call;
-  const std::string header = internal::wire::make_request_header(1, "RecvTensor", request, 300).SerializeAsString();
+  const std::string header =
+      internal::wire::make_request_header(1, "RecvTensor", request, deadline_ms).SerializeAsString();
   call.frames.emplace_back(header.data(), header.size());
-  const auto t0 = std::chrono::steady_clock::now();
   auto reply = channel.call_sync(std::move(call), std::chrono::seconds(20));
   internal::wire::pb::RecvTensorResponse response;
-  const Status st = internal::parse_reply(reply, &response);
+  return internal::parse_reply(reply, &response);
+}
+
+// A RecvTensor whose caller set a deadline (RequestHeader.deadline_ms) ends then, with
+// DeadlineExceeded, instead of waiting for a step that never comes (issue 21, class 3).
+TEST(ServerTest, ARecvTensorEndsAtItsCallersDeadline) {
+  Server server = Server::create_local_server();
+  const auto t0 = std::chrono::steady_clock::now();
+  const Status st = recv_for_a_step_that_never_comes(server, 987654321, 300);
   EXPECT_EQ(st.code(), ErrorCode::kDeadlineExceeded) << st.to_string();
   EXPECT_NE(st.message().find("300 ms"), std::string::npos) << st.to_string();
   EXPECT_GE(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(300));
 }
-
 
 // A RecvTensor for a step that never starts on the task fails after ServerOptions::
 // step_start_timeout, whether or not its caller set a deadline; a bad value is refused.
@@ -696,16 +702,8 @@ TEST(ServerTest, ARecvTensorForAStepThatNeverStartsEndsAtTheStepStartTimeout) {
   train::ServerOptions options;
   options.step_start_timeout = std::chrono::milliseconds(300);
   Server server = Server::create_local_server(options);
-  const std::string target = server.target();
-  internal::RpcChannel channel("tcp://" + target.substr(target.find("://") + 3));
-  internal::wire::pb::RecvTensorRequest request;
-  request.set_version(internal::wire::kWireVersion);
-  request.set_step_id(123456789);
-  request.set_rendezvous_key("/job:localhost/replica:0/task:0/device:CPU:0;/job:other/replica:0/task:0/device:CPU:0;x:0");
   const auto t0 = std::chrono::steady_clock::now();
-  auto reply = channel.call_sync(internal::make_call("RecvTensor", request), std::chrono::seconds(20));
-  internal::wire::pb::RecvTensorResponse response;
-  const Status st = internal::parse_reply(reply, &response);
+  const Status st = recv_for_a_step_that_never_comes(server, 123456789, 0);
   EXPECT_EQ(st.code(), ErrorCode::kUnavailable) << st.to_string();
   EXPECT_NE(st.message().find("did not start on this task within 300 ms"), std::string::npos) << st.to_string();
   EXPECT_GE(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(300));
