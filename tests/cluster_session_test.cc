@@ -57,6 +57,37 @@ TEST(ClusterSessionTest, LocalServerRunsFeedsAndFetches) {
   EXPECT_EQ(s.run(d, {{a, Tensor::vector<float>({0, 0})}}).to_vector<float>(), (std::vector<float>{20, 40}));
 }
 
+// A process's sessions on one master share one connection (and its I/O thread), as TF's clients
+// share a gRPC channel: 600 sessions (a channel each would need 1,800 ZeroMQ sockets, past a
+// context's 1,023) open, run and close, and the process holds no more threads or descriptors for
+// them. Once the last is gone, the next session connects afresh.
+TEST(ClusterSessionTest, SessionsOfAProcessShareOneConnectionToTheirMaster) {
+  Server server = Server::create_local_server();
+  Graph g;
+  auto a = ops::placeholder(g, DType::Float32, Shape{}, "a");
+  auto c = ops::add(a, ops::constant(g, Tensor::scalar<float>(1)), "c");
+  const int pid = static_cast<int>(::getpid());
+  {
+    Session first(g, server.target());
+    ASSERT_EQ(first.run(c, {{a, Tensor::scalar<float>(1)}}).scalar<float>(), 2.0f);
+    const int threads = testing::threads_of(pid);
+    const int fds = testing::open_fds(pid);
+    std::vector<std::unique_ptr<Session>> sessions;
+    for (int i = 0; i < 600; ++i) {
+      sessions.push_back(std::make_unique<Session>(g, server.target()));
+      ASSERT_EQ(sessions.back()->run(c, {{a, Tensor::scalar<float>(static_cast<float>(i))}}).scalar<float>(),
+                static_cast<float>(i + 1))
+          << "session " << i;
+    }
+    EXPECT_LE(testing::threads_of(pid), threads + 4);
+    EXPECT_LE(testing::open_fds(pid), fds + 4);
+    sessions.clear();
+    EXPECT_EQ(first.run(c, {{a, Tensor::scalar<float>(7)}}).scalar<float>(), 8.0f);
+  }
+  Session again(g, server.target());
+  EXPECT_EQ(again.run(c, {{a, Tensor::scalar<float>(9)}}).scalar<float>(), 10.0f);
+}
+
 // A tensor fetched twice comes back twice, as in-process; a fed tensor fetched twice too.
 TEST(ClusterSessionTest, ATensorFetchedTwiceComesBackTwice) {
   Server server = Server::create_local_server();

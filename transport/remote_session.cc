@@ -3,6 +3,7 @@
 #include "transport/service_messages.h"
 
 
+#include <map>
 #include <shared_mutex>
 
 #include <fmt/format.h>
@@ -45,6 +46,30 @@ const char* policy_name(PlacementPolicy p) {
   return "cost";
 }
 
+// Sessions share one channel per (master, key pair), as TensorFlow's clients share one gRPC
+// channel per target: a channel is three ZeroMQ sockets, an I/O thread and a heartbeat, of which a
+// process could hold only a few hundred (its ZeroMQ context has 1023 sockets), while a session is
+// only a handle on the master. A channel lives while a session holds it; the next session made
+// after the last one let go connects afresh.
+std::shared_ptr<RpcChannel> shared_channel(const std::string& endpoint, RpcChannelOptions options) {
+  struct Cache {
+    std::mutex mu;
+    std::map<std::string, std::weak_ptr<RpcChannel>> by_key;  // guarded by mu
+  };
+  static Cache* cache = new Cache();  // leaked: sessions in static objects may outlive statics
+  std::string key = endpoint;
+  if (options.curve) {
+    key += '\n' + options.curve->public_key + '\n' + options.curve->secret_key + '\n' + options.curve->server_key;
+  }
+  std::lock_guard<std::mutex> l(cache->mu);
+  std::erase_if(cache->by_key, [](const auto& entry) { return entry.second.expired(); });
+  std::weak_ptr<RpcChannel>& slot = cache->by_key[key];
+  if (std::shared_ptr<RpcChannel> channel = slot.lock()) return channel;
+  auto channel = std::make_shared<RpcChannel>(endpoint, std::move(options));
+  slot = channel;
+  return channel;
+}
+
 }  // namespace
 
 namespace {
@@ -77,7 +102,7 @@ RemoteSession::RemoteSession(Graph& graph, const std::string& target, const Sess
     curve.status().with_prefix(fmt::format("session on {}: ", target_)).raise();
     channel_options.curve = std::move(curve).value();
   }
-  channel_ = std::make_unique<RpcChannel>(endpoint, std::move(channel_options));
+  channel_ = shared_channel(endpoint, std::move(channel_options));
   std::lock_guard<std::mutex> l(mu_);
   auto nodes = graph_.impl().nodes();  // one snapshot: what is sent is what is counted as sent
   const int total = static_cast<int>(nodes.size());

@@ -1,6 +1,6 @@
 // The client side of Session(graph, "tessera://host:port"): the graph goes to the master of that
 // task (CreateSession, then ExtendSession for nodes added later), and each run is one RunStep call
-// carrying the feeds and bringing back the fetches. See Note [Master] in distributed/master.cc.
+// carrying the feeds and bringing back the fetches. See Note [Master] in distributed/master_session.cc.
 //
 // Thread-safe: run() from any number of threads; close() from any thread.
 #pragma once
@@ -40,7 +40,7 @@ class RemoteSession final : public SessionBackend {
   Graph& graph_;  // Not owned.
   const std::string target_;
   const std::chrono::milliseconds rpc_timeout_;
-  std::unique_ptr<RpcChannel> channel_;
+  std::shared_ptr<RpcChannel> channel_;  // shared by the process's sessions on this master
   std::string handle_;
 
   std::mutex mu_;
