@@ -376,17 +376,20 @@ uint64_t set_pinned_host_limit(uint64_t bytes) { return pinned_blocks().set_limi
 // at 128 KiB and follows the largest mmapped block freed, and it trims a heap whose free top exceeds
 // twice that. The next chunks fault their pages in again: 745-1,343 minor page faults per 16 MiB
 // transfer on loopback (benchmarks/transport/chunk_probe.cc, `streamed`), 89% of the receiver's
-// faults in `perf record -e page-faults`. glibc's adaptive policy ends, once a block of 32 MiB has
-// been freed, at an mmap threshold of 32 MiB and a trim threshold of 64 MiB; with those from the
-// start (kTransportMmapThreshold, kTransportTrimThreshold: a chunk, or any unstreamed frame, comes
-// from a heap, and a heap keeps up to 64 MiB free at its top) the probe's faults fall to 7-77 per
-// transfer. So the transport sets these two (mallopt) when it makes its first socket, unless
+// faults in `perf record -e page-faults`. With an mmap threshold of 32 MiB (glibc's adaptive
+// ceiling) and a trim threshold of 8 MiB from the start (kTransportMmapThreshold,
+// kTransportTrimThreshold: a chunk, or any unstreamed frame, comes from a heap, and a heap keeps up
+// to 8 MiB free at its top) the probe's faults fall to 0-114 per transfer; 64 MiB (the adaptive
+// policy's end) gives 0-58, 4 MiB up to 618, 2 MiB 328-1,266. A larger top is not free: malloc_trim
+// cuts only the main heap's, so each thread's arena would keep that much resident after a burst
+// (a server that reclaimed 10,000 sessions: 33 MiB resident at 64 MiB, 20 MiB at 8 MiB, idle 14).
+// So the transport sets these two (mallopt) when it makes its first socket, unless
 //   * TESSERA_MALLOC_TUNING=0 (opt out);
 //   * the user chose malloc settings of their own (MALLOC_MMAP_THRESHOLD_, MALLOC_TRIM_THRESHOLD_,
 //     MALLOC_TOP_PAD_ or a glibc.malloc tunable in GLIBC_TUNABLES): theirs stand;
 //   * the C library is not glibc, or a sanitizer replaces malloc.
-// The cost is the adapted policy's: blocks under 32 MiB come from the heaps, and each malloc arena
-// may keep up to 64 MiB of freed memory at its top rather than return it. (Setting the thresholds
+// The cost: blocks under 32 MiB come from the heaps, and each malloc arena may keep up to 8 MiB of
+// freed memory at its top rather than return it. (Setting the thresholds
 // also stops glibc adapting them further, which it would not do past these values anyway.) MPI
 // libraries go further for the same reason: Open MPI and MVAPICH turn trimming off. Tensors of a
 // MiB and more do not come from malloc at all (Note [Large host blocks]).

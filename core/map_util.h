@@ -15,4 +15,12 @@ typename Map::mapped_type take(Map& map, const typename Map::key_type& key) {
   return value;
 }
 
+// Gives back the bucket array of an unordered container that a burst grew and that is now mostly
+// empty (erasing never shrinks it): rehashes it to fit once it holds under 1/16 of its buckets.
+// Rehashing to fit leaves room for 16x as many before the next shrink, so the cost is amortized.
+template <class Map>
+void shrink_if_sparse(Map& map) {
+  if (map.bucket_count() > 1024 && map.size() < map.bucket_count() / 16) map.rehash(0);
+}
+
 }  // namespace tessera::internal

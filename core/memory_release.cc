@@ -18,7 +18,7 @@ std::atomic<bool> release_scheduled{false};
 
 bool release_memory_now() {
 #if defined(__GLIBC__)
-  malloc_trim(0);  // every arena: whole free pages go back (madvise), the heaps' tops are cut
+  malloc_trim(0);  // every arena: whole free pages go back (madvise); the main heap's top is cut
   return true;
 #else
   return false;

@@ -2,6 +2,8 @@
 
 #include <system_error>
 
+#include "core/map_util.h"
+
 namespace tessera::internal {
 
 TimerQueue& TimerQueue::global() {
@@ -45,6 +47,7 @@ bool TimerQueue::cancel(Id id) {
   dropped = std::move(entry->second);
   due_.erase(entry);
   deadline_of_.erase(it);
+  shrink_if_sparse(deadline_of_);
   return true;
 }
 
@@ -69,6 +72,7 @@ void TimerQueue::loop() {
     std::function<void()> fn = std::move(first->second);
     deadline_of_.erase(first->first.second);
     due_.erase(first);
+    shrink_if_sparse(deadline_of_);
     l.unlock();
     fn();
     fn = nullptr;  // destroyed outside the lock

@@ -28,6 +28,7 @@
 #include <fmt/format.h>
 
 #include "core/device_name.h"
+#include "core/map_util.h"
 
 namespace tessera::internal {
 namespace {
@@ -198,7 +199,10 @@ void RendezvousMgr::maybe_forget(StepRendezvous* r, bool unstarted) {
   }
   std::lock_guard<std::mutex> l(mu_);
   auto it = steps_.find(r->step_id_);
-  if (it != steps_.end() && it->second.get() == r) steps_.erase(it);
+  if (it != steps_.end() && it->second.get() == r) {
+    steps_.erase(it);
+    shrink_if_sparse(steps_);
+  }
 }
 
 StatusOr<std::shared_ptr<StepRendezvous>> RendezvousMgr::begin_run(int64_t step_id,

@@ -17,11 +17,14 @@
 #include <thread>
 #include <vector>
 
+#include <unordered_map>
+
 #include <gtest/gtest.h>
 
 #include "core/direct_session.h"
-#include "host/child_process.h"
+#include "core/map_util.h"
 #include "core/timer.h"
+#include "host/child_process.h"
 #include "testing/sim_device.h"
 #include "testing/test_util.h"
 #include "tessera/server_process.h"
@@ -37,6 +40,28 @@ using internal::TimerQueue;
 using tessera::testing::threads_of;
 
 // ---- TimerQueue ----
+
+// The timer's and the rendezvous' maps give back the buckets a burst grew (erasing never does):
+// once under 1/16 full they are rehashed to fit; small maps are left alone.
+TEST(ShrinkIfSparseTest, GivesBackTheBucketsOfABurstOnlyOnceMostlyEmpty) {
+  std::unordered_map<int64_t, int> map;
+  for (int64_t i = 0; i < 100'000; ++i) map.emplace(i, 0);
+  const std::size_t grown = map.bucket_count();
+  ASSERT_GE(grown, 100'000u);
+  for (int64_t i = 0; i < 80'000; ++i) map.erase(i);
+  internal::shrink_if_sparse(map);  // 20,000 left: over 1/16 of the buckets, kept
+  EXPECT_EQ(map.bucket_count(), grown);
+  for (int64_t i = 80'000; i < 99'990; ++i) map.erase(i);
+  internal::shrink_if_sparse(map);
+  EXPECT_LT(map.bucket_count(), 1'000u);
+  EXPECT_EQ(map.size(), 10u);
+  for (int64_t i = 99'990; i < 100'000; ++i) EXPECT_EQ(map.count(i), 1u) << i;
+  std::unordered_map<int64_t, int> small;
+  small.reserve(500);
+  const std::size_t buckets = small.bucket_count();
+  internal::shrink_if_sparse(small);  // empty, but small: not worth a rehash
+  EXPECT_EQ(small.bucket_count(), buckets);
+}
 
 TEST(TimerQueueTest, RunsFunctionsInDeadlineOrderNotSchedulingOrder) {
   TimerQueue timer;

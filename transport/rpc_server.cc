@@ -25,6 +25,7 @@
 #include <fmt/format.h>
 
 #include "core/logging.h"
+#include "core/memory_release.h"
 #include "transport/curve_keys.h"
 #include "transport/rpc_envelope.h"
 #include "transport/rpc_stream.h"
@@ -211,6 +212,8 @@ class RpcServerCore : public std::enable_shared_from_this<RpcServerCore> {
 
 namespace {
 thread_local const void* tls_io_owner = nullptr;  // the core whose I/O thread this is
+// Replies the I/O thread's batch keeps room for between turns (more is a burst's, let go).
+constexpr std::size_t kKeptReplies = 1024;
 }  // namespace
 
 ReplySlot::~ReplySlot() {
@@ -366,6 +369,9 @@ void RpcServerCore::run_io() {
     // what is left and tells whether one is waiting.
     if (!batch.empty() && !more) more = (socket_.get(zmq::sockopt::events) & ZMQ_POLLIN) != 0;
     batch.clear();
+    // A burst (the calls of a lost caller ending at once: tens of thousands) grows the batch, and
+    // the swap hands its capacity on to the outbox: let a burst's arrays go.
+    if (batch.capacity() > kKeptReplies) std::vector<Outgoing>().swap(batch);
     look_socket = more;
   }
   zmq_socket_monitor(socket_.handle(), nullptr, 0);
@@ -492,6 +498,7 @@ void RpcServerCore::peer_lost(const std::string& peer) {
   for (auto& fn : fns) {
     if (fn) fn();
   }
+  request_memory_release();  // what the calls held (thousands, for a flood) goes back to the system
 }
 
 void RpcServerCore::watch(ReplySlot& slot, std::function<void()> fn) {
