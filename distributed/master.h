@@ -1,6 +1,6 @@
-// The master service of a cluster task: the sessions clients open on this task's target. See
-// Note [Master] in distributed/master.cc. Knows no transport: a transport's server calls it, and
-// it reaches the tasks' workers through a WorkerCache.
+// The master service of a cluster task: the sessions clients open on this task's target (Note
+// [Master] in distributed/master_session.cc). Knows no transport: a transport's server calls it,
+// and it reaches the tasks' workers through a WorkerCache.
 //
 //   client -> master   CreateSession(graph, config) -> handle
 //                      ExtendSession(handle, new nodes, new control inputs)
@@ -24,17 +24,11 @@
 
 #include "core/logging.h"
 #include "core/timer.h"
+#include "distributed/master_session.h"
 #include "distributed/wire.h"
 #include "distributed/worker_interface.h"
 
 namespace tessera::internal {
-
-class MasterSession;
-
-struct RunStepReply {
-  wire::pb::RunStepResponse response;
-  std::vector<Tensor> tensor;  // one per response.tensor() entry: the fetches, in order
-};
 
 class Master {
  public:
@@ -102,10 +96,19 @@ class Master {
   int64_t creating_ = 0;                             // guarded by mu_: slots held by CreateSessions
   std::unordered_map<std::string, Entry> sessions_;  // guarded by mu_
   std::optional<TimerQueue::Id> check_;              // guarded by mu_: the armed idle check
-  // Handles the idle timeout closed (the most recent kRememberedReclaimed) and how long each had
-  // been idle; guarded by mu_.
-  std::unordered_map<std::string, Clock::duration> reclaimed_;
-  std::deque<std::string> reclaimed_order_;
+  // The sessions the idle timeout closed (the most recent kRememberedReclaimed): each one's number
+  // (its handle is "<task>/session/<number>"; 0: an empty place) and how long it had been idle. A
+  // ring allocated once, so that what a sweep remembers allocates nothing amid the memory the
+  // sweep frees (small blocks left there would keep their pages resident); guarded by mu_.
+  struct Reclaimed {
+    uint64_t number = 0;
+    Clock::duration idle{};
+  };
+  std::vector<Reclaimed> reclaimed_;
+  std::size_t reclaimed_next_ = 0;  // guarded by mu_: the place the next one takes
+  // The number in a handle of this master's sessions; 0 when it is not one.
+  uint64_t session_number(const std::string& handle) const;
+  Reclaimed* find_reclaimed_locked(const std::string& handle);
   LogRateLimit sweep_log_, timer_log_;
 };
 

@@ -15,7 +15,7 @@
 //   * a master: Session(graph, server.target()) creates a session there; the master places the
 //     graph's ops over the devices of every task the graph names (ops with no job in their device
 //     request run on the master's own task), splits each step by task, and runs the pieces on the
-//     tasks' workers (Note [Master] in distributed/master.cc);
+//     tasks' workers (Note [Master] in distributed/master_session.cc);
 //   * a worker: it runs the pieces masters register with it and exchanges the tensors that cross
 //     tasks directly with the other tasks' workers (Note [Worker] in distributed/worker.cc).
 // Variables and queues live on the task their ops are placed on, in one set per task shared by
