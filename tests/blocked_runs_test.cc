@@ -164,6 +164,10 @@ std::shared_ptr<AsyncResult> start_async(SessionImpl& session, std::vector<Outpu
   return r;
 }
 
+// A dequeue from an empty queue that nothing fills: a step that fetches it waits until its
+// deadline or a close.
+Output blocking_dequeue(Graph& g) { return FIFOQueue(g, 2, {DType::Float32}, {Shape{}}, "q").dequeue()[0]; }
+
 TEST(AsyncStepTest, BlockedStepsHoldNoThreadAndFinishWhenTheQueueFills) {
   Graph g;
   FIFOQueue q(g, 1000, {DType::Float32}, {Shape{}}, "q");
@@ -208,8 +212,7 @@ TEST(AsyncStepTest, BlockedStepsHoldNoThreadAndFinishWhenTheQueueFills) {
 
 TEST(AsyncStepTest, TheTimeoutEndsABlockedStepWithDeadlineExceeded) {
   Graph g;
-  FIFOQueue q(g, 2, {DType::Float32}, {Shape{}}, "q");
-  auto deq = q.dequeue()[0];
+  auto deq = blocking_dequeue(g);
   auto session = SessionImpl::make(g, SessionOptions{}, nullptr);
   ASSERT_TRUE(session.ok());
   RunOptions ro;
@@ -254,8 +257,7 @@ TEST(AsyncStepTest, BadInputIsTheStepsErrorNotACrash) {
 
 TEST(AsyncStepTest, CloseCancelsEveryBlockedStepAndReturns) {
   Graph g;
-  FIFOQueue q(g, 2, {DType::Float32}, {Shape{}}, "q");
-  auto deq = q.dequeue()[0];
+  auto deq = blocking_dequeue(g);
   auto session = SessionImpl::make(g, SessionOptions{}, nullptr);
   ASSERT_TRUE(session.ok());
   std::vector<std::shared_ptr<AsyncResult>> results;

@@ -36,21 +36,17 @@ void write_text(const fs::path& p, const std::string& text) {
 }
 
 // Each test gets its own folder (ctest runs tests in parallel processes) and a clean environment.
-class CalibrationTest : public ::testing::Test {
+class CalibrationTest : public tessera::testing::TempDirTest {
  protected:
+  CalibrationTest() : TempDirTest("tessera_calibration") {}
   void SetUp() override {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = fs::temp_directory_path() /
-           ("tessera_calibration_" + std::to_string(::getpid()) + "_" + info->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
+    TempDirTest::SetUp();
     file_ = dir_ / "calibration.json";
     file_env_.emplace("TESSERA_CALIBRATION_FILE", file_.string());
   }
   void TearDown() override {
     file_env_.reset();
-    std::error_code ec;
-    fs::remove_all(dir_, ec);
+    TempDirTest::TearDown();
   }
 
   // A cache file with known numbers (no "host": valid on any machine).
@@ -60,7 +56,7 @@ class CalibrationTest : public ::testing::Test {
                           ", \"kernel_overhead_seconds\": 2e-6}}");
   }
 
-  fs::path dir_, file_;
+  fs::path file_;
   ScopedEnv calibrate_{"TESSERA_CALIBRATE", std::nullopt};
   ScopedEnv flops_{"TESSERA_CPU_FLOPS", std::nullopt};
   ScopedEnv bandwidth_{"TESSERA_CPU_MEMORY_BANDWIDTH", std::nullopt};

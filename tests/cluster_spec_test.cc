@@ -15,6 +15,7 @@
 
 #include "tessera/tessera.h"
 #include "transport/hostlist.h"
+#include "tests/testing/test_util.h"
 
 namespace tessera::train {
 
@@ -28,20 +29,7 @@ using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using Strings = std::vector<std::string>;
 
-// Runs f, which must throw E; returns the message (empty, with a test failure, otherwise).
-template <class E, class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const E& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "threw the wrong error: " << e.what();
-    return "";
-  }
-  ADD_FAILURE() << "did not throw";
-  return "";
-}
+using tessera::testing::error_of;
 
 // ---- Construction ----
 

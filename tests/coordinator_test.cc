@@ -1,7 +1,6 @@
 // train::Coordinator, black-box: the behaviours of TensorFlow's coordinator_test.py.
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <memory>
 #include <mutex>
 #include <sstream>
@@ -10,6 +9,7 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/testing/latch.h"
 #include "tests/testing/test_util.h"
 
 namespace tessera::train {
@@ -17,37 +17,29 @@ namespace {
 
 using namespace std::chrono_literals;
 
-// A one-shot event, like Python's threading.Event. Shared by pointer so detached threads may
-// outlive the test body.
-class Event {
- public:
-  void set() {
-    std::lock_guard<std::mutex> l(mu_);
-    set_ = true;
-    cv_.notify_all();
-  }
-  bool wait(std::chrono::milliseconds limit = 10s) {
-    std::unique_lock<std::mutex> l(mu_);
-    return cv_.wait_for(l, limit, [&] { return set_; });
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool set_ = false;
-};
+// Latches stand for Python's threading.Event; shared by pointer so detached threads may outlive
+// the test body.
+using tessera::testing::Latch;
 
 // TensorFlow's RaiseOnEvent: waits for `wait_for`, raises `ex` and reports it to the
 // coordinator, then sets `then` (if any).
-void raise_on_event(Coordinator& coord, std::shared_ptr<Event> wait_for, std::shared_ptr<Event> then,
+void raise_on_event(Coordinator& coord, std::shared_ptr<Latch> wait_for, std::shared_ptr<Latch> then,
                     std::exception_ptr ex) {
   try {
-    wait_for->wait();
+    wait_for->wait(10s);
     std::rethrow_exception(ex);
   } catch (...) {
     coord.request_stop(std::current_exception());
   }
-  if (then) then->set();
+  if (then) then->open();
+}
+
+// Starts a thread (into `threads`) that raises `ex` and reports it to `coord`: RaiseOnEvent with
+// its event set at once.
+void raise_in_thread(Coordinator& coord, std::vector<std::thread>& threads, std::exception_ptr ex) {
+  auto ev = std::make_shared<Latch>();
+  threads.emplace_back(raise_on_event, std::ref(coord), ev, nullptr, std::move(ex));
+  ev->open();
 }
 
 std::string message_of(const std::exception_ptr& ex) {
@@ -125,7 +117,7 @@ TEST(CoordinatorTest, JoinOfNothingReturns) {
 
 TEST(CoordinatorTest, JoinGraceExpiresListsTheThreadsStillRunning) {
   Coordinator coord;
-  auto release = std::make_shared<Event>();
+  auto release = std::make_shared<Latch>();
   auto ended = std::make_shared<std::atomic<int>>(0);
   std::vector<std::thread> threads;
   threads.emplace_back([&coord] { coord.wait_for_stop(); });  // ends on the stop
@@ -147,7 +139,7 @@ TEST(CoordinatorTest, JoinGraceExpiresListsTheThreadsStillRunning) {
   EXPECT_LT(std::chrono::steady_clock::now() - start, 5s);
   EXPECT_TRUE(threads.empty());
   // The straggler was left running, owned by a detached joiner; let it end.
-  release->set();
+  release->open();
   EXPECT_TRUE(tessera::testing::wait_until([&] { return ended->load() == 1; }));
 }
 
@@ -165,34 +157,28 @@ TEST(CoordinatorTest, JoinWithoutGraceExpiry) {
 
 TEST(CoordinatorTest, JoinRaisesTheFirstReportedException) {
   Coordinator coord;
-  auto ev1 = std::make_shared<Event>();
-  auto ev2 = std::make_shared<Event>();
+  auto ev1 = std::make_shared<Latch>();
+  auto ev2 = std::make_shared<Latch>();
   std::vector<std::thread> threads;
   threads.emplace_back(raise_on_event, std::ref(coord), ev1, ev2,
                        std::make_exception_ptr(std::runtime_error("First")));
   threads.emplace_back(raise_on_event, std::ref(coord), ev2, nullptr,
                        std::make_exception_ptr(std::runtime_error("Too many")));
-  ev1->set();
+  ev1->open();
   EXPECT_THROW_MSG(coord.join(threads), std::runtime_error, "First");
 }
 
 TEST(CoordinatorTest, JoinRaisesTypedTesseraErrors) {
   Coordinator coord;
-  auto ev = std::make_shared<Event>();
   std::vector<std::thread> threads;
-  threads.emplace_back(raise_on_event, std::ref(coord), ev, nullptr,
-                       std::make_exception_ptr(InvalidArgumentError("bad input")));
-  ev->set();
+  raise_in_thread(coord, threads, std::make_exception_ptr(InvalidArgumentError("bad input")));
   EXPECT_THROW_MSG(coord.join(threads), InvalidArgumentError, "bad input");
 }
 
 TEST(CoordinatorTest, JoinIgnoresOutOfRange) {
   Coordinator coord;
-  auto ev = std::make_shared<Event>();
   std::vector<std::thread> threads;
-  threads.emplace_back(raise_on_event, std::ref(coord), ev, nullptr,
-                       std::make_exception_ptr(OutOfRangeError("end of input")));
-  ev->set();
+  raise_in_thread(coord, threads, std::make_exception_ptr(OutOfRangeError("end of input")));
   coord.join(threads);
   EXPECT_TRUE(coord.should_stop());  // it still requested a stop
 }
@@ -235,7 +221,7 @@ TEST(CoordinatorTest, StopOnExceptionInThreads) {
 
 TEST(CoordinatorTest, KeptExceptionTakesPriorityOverStragglers) {
   Coordinator coord;
-  auto release = std::make_shared<Event>();
+  auto release = std::make_shared<Latch>();
   auto ended = std::make_shared<std::atomic<bool>>(false);
   std::vector<std::thread> threads;
   threads.emplace_back([release, ended] {
@@ -244,22 +230,18 @@ TEST(CoordinatorTest, KeptExceptionTakesPriorityOverStragglers) {
   });
   coord.request_stop(std::make_exception_ptr(DataLossError("corrupt record")));
   EXPECT_THROW_MSG(coord.join(threads, 20ms), DataLossError, "corrupt record");
-  release->set();
+  release->open();
   EXPECT_TRUE(tessera::testing::wait_until([&] { return ended->load(); }));
 }
 
 TEST(CoordinatorTest, ClearStopClearsTheExceptionToo) {
   Coordinator coord;
-  auto ev = std::make_shared<Event>();
   std::vector<std::thread> threads;
-  threads.emplace_back(raise_on_event, std::ref(coord), ev, nullptr,
-                       std::make_exception_ptr(std::runtime_error("First")));
-  ev->set();
+  raise_in_thread(coord, threads, std::make_exception_ptr(std::runtime_error("First")));
   EXPECT_THROW_MSG(coord.join(threads), std::runtime_error, "First");
   coord.clear_stop();
   EXPECT_FALSE(coord.should_stop());
-  threads.emplace_back(raise_on_event, std::ref(coord), ev, nullptr,
-                       std::make_exception_ptr(std::runtime_error("Second")));
+  raise_in_thread(coord, threads, std::make_exception_ptr(std::runtime_error("Second")));
   EXPECT_THROW_MSG(coord.join(threads), std::runtime_error, "Second");
 }
 
@@ -282,13 +264,13 @@ TEST(CoordinatorTest, ConcurrentReportsKeepExactlyOneOfThem) {
   for (int n : tessera::testing::kThreadCounts) {
     SCOPED_TRACE(n);
     Coordinator coord;
-    auto go = std::make_shared<Event>();
+    auto go = std::make_shared<Latch>();
     std::vector<std::thread> threads;
     for (int i = 0; i < n; ++i) {
       threads.emplace_back(raise_on_event, std::ref(coord), go, nullptr,
                            std::make_exception_ptr(std::runtime_error("error " + std::to_string(i))));
     }
-    go->set();
+    go->open();
     try {
       coord.join(threads);
       ADD_FAILURE() << "join should raise";

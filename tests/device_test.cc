@@ -18,6 +18,7 @@
 #include "device/sim_device.h"
 #include "host/cpu_device.h"
 #include "core/thread_pool.h"
+#include "tests/testing/latch.h"
 #include "tests/testing/test_util.h"
 
 namespace tessera::internal {
@@ -30,25 +31,10 @@ using tessera::testing::wait_until;
 constexpr const char* kSim0 = "/job:localhost/replica:0/task:0/device:SIM:0";
 constexpr const char* kSim1 = "/job:localhost/replica:0/task:0/device:SIM:1";
 
-// A gate that stream work blocks on (to simulate long-running work whose end the test decides).
-class Gate {
- public:
-  void open() {
-    std::lock_guard<std::mutex> lock(mu_);
-    open_ = true;
-    cv_.notify_all();
-  }
-  // Bounded: a broken test fails instead of hanging.
-  void pass() {
-    std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait_for(lock, std::chrono::seconds(10), [&] { return open_; });
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool open_ = false;
-};
+// A gate that stream work waits on (to simulate long-running work whose end the test decides),
+// for at most 10 s: a broken test fails instead of hanging.
+using Gate = tessera::testing::Latch;
+constexpr auto kGateLimit = std::chrono::seconds(10);
 
 // Collects the result of an asynchronous copy.
 class CopyResult {
@@ -246,7 +232,7 @@ TEST_P(StreamKindTest, ThenFiresAfterPriorWorkWithoutBlockingTheCaller) {
   std::atomic<bool> work_done_when_fired{false};
   std::thread::id callback_thread;
   stream().enqueue([&] {
-    gate.pass();  // slow work: runs until the test opens the gate
+    gate.wait(kGateLimit);  // slow work: runs until the test opens the gate
     work_done = true;
   });
   stream().then([&](Status s) {
@@ -352,7 +338,7 @@ TEST(EventTest, ErrorTravelsToTheWaitingStream) {
 TEST(EventTest, CpuStreamsWaitingOnAnEventDoNotHoldPoolThreads) {
   SimDevice sim(0);
   Gate gate;
-  sim.compute_stream().enqueue([&] { gate.pass(); });
+  sim.compute_stream().enqueue([&] { gate.wait(kGateLimit); });
   Event e;
   ASSERT_TRUE(sim.compute_stream().record(e).ok());
   // More waiting CPU streams than pool threads: if a wait held a pool thread, none would be left.

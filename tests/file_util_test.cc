@@ -21,19 +21,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
-class FileUtilTest : public ::testing::Test {
+class FileUtilTest : public tessera::testing::TempDirTest {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("tessera_file_util_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override {
-    std::error_code ec;
-    fs::remove_all(dir_, ec);
-  }
+  FileUtilTest() : TempDirTest("tessera_file_util") {}
   std::string write(const std::string& name, const std::string& text) {
     const fs::path p = dir_ / name;
     std::ofstream(p, std::ios::binary) << text;
@@ -44,7 +34,6 @@ class FileUtilTest : public ::testing::Test {
     EXPECT_EQ(::mkfifo(p.c_str(), 0600), 0);
     return p.string();
   }
-  fs::path dir_;
 };
 
 TEST_F(FileUtilTest, ReadsRegularFilesWithinTheLimitAndRefusesTheRest) {

@@ -468,13 +468,7 @@ TEST(KernelsTest, MatMulIsExpensiveByItsMultiplyAdds) {
 
 // ---- Reductions ----
 
-using ReduceFn = Output (*)(Output, std::vector<int>, bool, std::string);
-struct ReductionCase {
-  const char* type;
-  ReduceFn build;
-};
-const ReductionCase kReductions[] = {
-    {"Sum", ops::reduce_sum}, {"Mean", ops::reduce_mean}, {"Max", ops::reduce_max}};
+using tessera::testing::kReductions;
 
 // Folds every input element into the output element its kept indices name.
 std::vector<double> reduction_reference(const std::string& type, bool integral, const Shape& in,

@@ -52,6 +52,13 @@ Output matrix(Graph& g, int64_t rows, int64_t cols, const std::string& name) {
   return ops::placeholder(g, DType::Float32, Shape{rows, cols}, name);
 }
 
+// Adds an op "a" (Add) that requests `device`; its input, the constant "one", requests none.
+void add_requesting(Graph& g, const std::string& device) {
+  auto one = ops::constant(g, 1.0f, "one");
+  auto s = g.device(device);
+  ops::add(one, one, "a");
+}
+
 class PlacementTest : public ::testing::Test {
  protected:
   PlacementTest() {
@@ -239,11 +246,7 @@ TEST(PlacementDeviceSpecTest, CompatibleWith) {
 
 TEST_F(PlacementTest, ExplicitRequestIsHonoured) {
   Graph g;
-  auto one = ops::constant(g, 1.0f, "one");
-  {
-    auto s = g.device("/device:SIM:1");
-    ops::add(one, one, "a");  // tiny: the cost policy alone would keep it on the CPU
-  }
+  add_requesting(g, "/device:SIM:1");  // tiny: the cost policy alone would keep it on the CPU
   Placement p = place(g);
   EXPECT_EQ(device(g, p, "a"), kLocal + "SIM:1");
   EXPECT_TRUE(p.soft_placements.empty());
@@ -432,11 +435,7 @@ TEST_F(PlacementTest, NoDeviceRunsEveryOpOfTheGroup) {
 
 TEST_F(PlacementTest, SoftPlacementFallsBackAndIsRecorded) {
   Graph g;
-  auto one = ops::constant(g, 1.0f, "one");
-  {
-    auto s = g.device("/device:GPU:0");
-    ops::add(one, one, "a");
-  }
+  add_requesting(g, "/device:GPU:0");
   Placement p = place(g);
   EXPECT_EQ(device(g, p, "a"), kLocal + "CPU:0");
   EXPECT_THAT(p.soft_placements, ElementsAre("a (Add): requested '/device:GPU:0', placed on " + kLocal + "CPU:0"));
@@ -446,11 +445,7 @@ TEST_F(PlacementTest, SoftPlacementKeepsTheTaskItCan) {
   const std::string task1 = "/job:localhost/replica:0/task:1/device:";
   devices_ = {cpu_device(), sim_device(0), cpu_device(task1), sim_device(0, task1)};
   Graph g;
-  auto one = ops::constant(g, 1.0f, "one");
-  {
-    auto s = g.device("/job:localhost/task:1/device:GPU:0");
-    ops::add(one, one, "a");
-  }
+  add_requesting(g, "/job:localhost/task:1/device:GPU:0");
   Placement p = place(g);
   EXPECT_THAT(device(g, p, "a"), HasSubstr("/task:1/"));
   ASSERT_EQ(p.soft_placements.size(), 1u);
@@ -460,11 +455,7 @@ TEST_F(PlacementTest, SoftPlacementKeepsTheTaskItCan) {
 TEST_F(PlacementTest, WithoutSoftPlacementTheErrorListsTheDevices) {
   options_.allow_soft_placement = false;
   Graph g;
-  auto one = ops::constant(g, 1.0f, "one");
-  {
-    auto s = g.device("/device:GPU:0");
-    ops::add(one, one, "a");
-  }
+  add_requesting(g, "/device:GPU:0");
   EXPECT_THAT(place_error(g),
               AllOf(HasSubstr("a (Add): cannot assign a device for the op: requested '/device:GPU:0', "
                               "available devices: [" +
@@ -474,11 +465,7 @@ TEST_F(PlacementTest, WithoutSoftPlacementTheErrorListsTheDevices) {
 
 TEST_F(PlacementTest, UnknownDeviceType) {
   Graph g;
-  auto one = ops::constant(g, 1.0f, "one");
-  {
-    auto s = g.device("/device:TPU:3");
-    ops::add(one, one, "a");
-  }
+  add_requesting(g, "/device:TPU:3");
   options_.allow_soft_placement = false;
   EXPECT_THAT(place_error(g), AllOf(HasSubstr("requested '/device:TPU:3'"), HasSubstr("no device matches")));
   options_.allow_soft_placement = true;
@@ -491,11 +478,7 @@ TEST_F(PlacementTest, UnknownJob) {
   // After TestUnknownDevice: the job does not exist.
   options_.allow_soft_placement = false;
   Graph g;
-  auto one = ops::constant(g, 1.0f, "one");
-  {
-    auto s = g.device("/job:foo");
-    ops::add(one, one, "a");
-  }
+  add_requesting(g, "/job:foo");
   EXPECT_THAT(place_error(g), HasSubstr("requested '/job:foo'"));
 }
 

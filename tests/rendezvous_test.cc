@@ -103,9 +103,14 @@ const std::string kTask = "/job:worker/replica:0/task:1";
 const std::string kHere = kTask + "/device:CPU:0";
 const std::string kPs = "/job:ps/replica:0/task:0/device:CPU:0";
 
-TEST(RendezvousMgrTest, ASendIsServedWhicheverComesFirstAndASuccessfulStepLeavesNoState) {
+// The manager of task kTask over a FakePuller the test drives, with the default start timeout.
+class RendezvousMgrTest : public ::testing::Test {
+ protected:
   FakePuller puller;
-  RendezvousMgr mgr(kTask, &puller);
+  RendezvousMgr mgr{kTask, &puller};
+};
+
+TEST_F(RendezvousMgrTest, ASendIsServedWhicheverComesFirstAndASuccessfulStepLeavesNoState) {
   const std::string k1 = RendezvousKey::name_of(kHere, kPs, "a:0"), k2 = RendezvousKey::name_of(kHere, kPs, "b:0");
   ASSERT_TRUE(mgr.begin_run(5, [](const Status&) {}).ok());
   auto r = mgr.find(5);
@@ -125,9 +130,7 @@ TEST(RendezvousMgrTest, ASendIsServedWhicheverComesFirstAndASuccessfulStepLeaves
   EXPECT_EQ(mgr.num_steps(), 0);
 }
 
-TEST(RendezvousMgrTest, AKeyFromAnotherTaskIsPulledFromThatTask) {
-  FakePuller puller;
-  RendezvousMgr mgr(kTask, &puller);
+TEST_F(RendezvousMgrTest, AKeyFromAnotherTaskIsPulledFromThatTask) {
   const std::string key = RendezvousKey::name_of(kPs, kHere, "v:0");
   Got got;
   mgr.find(9)->recv_async(RendezvousKey::named(key), nullptr, into(got));
@@ -144,9 +147,7 @@ TEST(RendezvousMgrTest, AKeyFromAnotherTaskIsPulledFromThatTask) {
   EXPECT_EQ(got.count(), 1);
 }
 
-TEST(RendezvousMgrTest, ACancelledRunEndsItsPullAndALateReplyIsDropped) {
-  FakePuller puller;
-  RendezvousMgr mgr(kTask, &puller);
+TEST_F(RendezvousMgrTest, ACancelledRunEndsItsPullAndALateReplyIsDropped) {
   CancellationManager cm;
   Got got;
   mgr.find(3)->recv_async(RendezvousKey::named(RendezvousKey::name_of(kPs, kHere, "v:0")), &cm, into(got));
@@ -164,9 +165,7 @@ TEST(RendezvousMgrTest, ACancelledRunEndsItsPullAndALateReplyIsDropped) {
   EXPECT_EQ(puller.calls.size(), 1u);
 }
 
-TEST(RendezvousMgrTest, AbortFailsPullsServersAndRunsAndEveryLaterExchangeOfTheStep) {
-  FakePuller puller;
-  RendezvousMgr mgr(kTask, &puller);
+TEST_F(RendezvousMgrTest, AbortFailsPullsServersAndRunsAndEveryLaterExchangeOfTheStep) {
   Status run_cancelled;
   ASSERT_TRUE(mgr.begin_run(11, [&](const Status& s) { run_cancelled = s; }).ok());
   Got pulled;
@@ -189,9 +188,7 @@ TEST(RendezvousMgrTest, AbortFailsPullsServersAndRunsAndEveryLaterExchangeOfTheS
   mgr.end_run(11, errors::aborted("ps died"));
 }
 
-TEST(RendezvousMgrTest, AFailedRunAbortsItsStepAndStopAbortsEveryLaterOne) {
-  FakePuller puller;
-  RendezvousMgr mgr(kTask, &puller);
+TEST_F(RendezvousMgrTest, AFailedRunAbortsItsStepAndStopAbortsEveryLaterOne) {
   ASSERT_TRUE(mgr.begin_run(1, [](const Status&) {}).ok());
   std::optional<StatusOr<Tensor>> served;
   mgr.serve(1, RendezvousKey::name_of(kHere, kPs, "a:0"), [&](StatusOr<Tensor> t) { served = std::move(t); });
@@ -202,9 +199,7 @@ TEST(RendezvousMgrTest, AFailedRunAbortsItsStepAndStopAbortsEveryLaterOne) {
   EXPECT_EQ(mgr.begin_run(2, [](const Status&) {}).status().code(), ErrorCode::kCancelled);
 }
 
-TEST(RendezvousMgrTest, BothEndsOnThisTaskMeetHereAndASecondPullIsRefused) {
-  FakePuller puller;
-  RendezvousMgr mgr(kTask, &puller);
+TEST_F(RendezvousMgrTest, BothEndsOnThisTaskMeetHereAndASecondPullIsRefused) {
   const std::string key = RendezvousKey::name_of(kHere, kTask + "/device:CPU:0", "t:0");
   Got got;
   mgr.find(4)->recv_async(RendezvousKey::named(key), nullptr, into(got));
@@ -218,9 +213,7 @@ TEST(RendezvousMgrTest, BothEndsOnThisTaskMeetHereAndASecondPullIsRefused) {
   EXPECT_EQ(got.value.scalar<int32_t>(), 5);
 }
 
-TEST(RendezvousMgrTest, ConcurrentStepsExchangeEveryTensorExactlyOnce) {
-  FakePuller puller;
-  RendezvousMgr mgr(kTask, &puller);
+TEST_F(RendezvousMgrTest, ConcurrentStepsExchangeEveryTensorExactlyOnce) {
   constexpr int kSteps = 64, kKeys = 16;
   std::atomic<int64_t> sum{0};
   std::atomic<int> delivered{0};
@@ -254,47 +247,43 @@ TEST(RendezvousMgrTest, ConcurrentStepsExchangeEveryTensorExactlyOnce) {
 
 // A pull for a step that has no run here waits the start timeout, then fails Unavailable and the
 // step's state goes (a RecvTensor for a step that never comes costs nothing after that).
-TEST(RendezvousMgrTest, PullsOfAStepThatNeverStartsFailAfterTheStartTimeoutAndLeaveNoState) {
-  FakePuller puller;
-  RendezvousMgr mgr(kTask, &puller, std::chrono::milliseconds(100));
+TEST_F(RendezvousMgrTest, PullsOfAStepThatNeverStartsFailAfterTheStartTimeoutAndLeaveNoState) {
+  RendezvousMgr timed(kTask, &puller, std::chrono::milliseconds(100));  // a short start timeout
   constexpr int kSteps = 2000;
   std::atomic<int> unavailable{0}, other{0};
   for (int step = 1; step <= kSteps; ++step) {
-    mgr.serve(step, RendezvousKey::name_of(kHere, kPs, "x:0"), [&](StatusOr<Tensor> t) {
+    timed.serve(step, RendezvousKey::name_of(kHere, kPs, "x:0"), [&](StatusOr<Tensor> t) {
       (t.status().code() == ErrorCode::kUnavailable ? unavailable : other)++;
     });
   }
-  EXPECT_EQ(mgr.num_steps(), kSteps);
+  EXPECT_EQ(timed.num_steps(), kSteps);
   ASSERT_TRUE(tessera::testing::wait_until([&] { return unavailable.load() + other.load() == kSteps; },
                                            std::chrono::seconds(20)));
   EXPECT_EQ(other.load(), 0);
-  EXPECT_EQ(mgr.num_steps(), 0);
+  EXPECT_EQ(timed.num_steps(), 0);
 }
 
 // A run that begins before the start timeout keeps the pulls that came first waiting as long as
 // it needs: only steps that never start are dropped.
-TEST(RendezvousMgrTest, APullWaitsPastTheStartTimeoutOnceTheStepsRunBegan) {
-  FakePuller puller;
-  RendezvousMgr mgr(kTask, &puller, std::chrono::milliseconds(100));
+TEST_F(RendezvousMgrTest, APullWaitsPastTheStartTimeoutOnceTheStepsRunBegan) {
+  RendezvousMgr timed(kTask, &puller, std::chrono::milliseconds(100));  // a short start timeout
   const std::string key = RendezvousKey::name_of(kHere, kPs, "late:0");
   Got got;
-  mgr.serve(9, key, [&](StatusOr<Tensor> t) { got(t.status(), t.ok() ? t.value() : Tensor()); });
-  ASSERT_TRUE(mgr.begin_run(9, [](const Status&) {}).ok());
+  timed.serve(9, key, [&](StatusOr<Tensor> t) { got(t.status(), t.ok() ? t.value() : Tensor()); });
+  ASSERT_TRUE(timed.begin_run(9, [](const Status&) {}).ok());
   std::this_thread::sleep_for(std::chrono::milliseconds(400));
   EXPECT_EQ(got.count(), 0);
-  ASSERT_TRUE(mgr.find(9)->send(RendezvousKey::named(key), Tensor::scalar(42)).ok());
+  ASSERT_TRUE(timed.find(9)->send(RendezvousKey::named(key), Tensor::scalar(42)).ok());
   ASSERT_EQ(got.count(), 1);
   EXPECT_TRUE(got.status.ok()) << got.status.to_string();
   EXPECT_EQ(got.value.scalar<int32_t>(), 42);
-  mgr.end_run(9, Status());
-  EXPECT_EQ(mgr.num_steps(), 0);
+  timed.end_run(9, Status());
+  EXPECT_EQ(timed.num_steps(), 0);
 }
 
 // serve()'s give-up (the caller's deadline, its connection lost) fails the pull at once, once, and
 // frees it; after the pull was served it does nothing.
-TEST(RendezvousMgrTest, AGiveUpEndsAWaitingPullOnceAndNothingAfterItWasServed) {
-  FakePuller puller;
-  RendezvousMgr mgr(kTask, &puller);
+TEST_F(RendezvousMgrTest, AGiveUpEndsAWaitingPullOnceAndNothingAfterItWasServed) {
   const std::string key = RendezvousKey::name_of(kHere, kPs, "g:0");
   Got waiting;
   const std::size_t timers_before = TimerQueue::global().pending();
@@ -325,12 +314,11 @@ TEST(RendezvousMgrTest, AGiveUpEndsAWaitingPullOnceAndNothingAfterItWasServed) {
 }
 
 // A manager destroyed with a start timer armed is never reached by it.
-TEST(RendezvousMgrTest, DestroyedWithPullsWaitingTheTimerDoesNotReachIt) {
-  FakePuller puller;
+TEST_F(RendezvousMgrTest, DestroyedWithPullsWaitingTheTimerDoesNotReachIt) {
   std::atomic<int> calls{0};
   {
-    RendezvousMgr mgr(kTask, &puller, std::chrono::milliseconds(50));
-    mgr.serve(1, RendezvousKey::name_of(kHere, kPs, "d:0"), [&](StatusOr<Tensor>) { calls++; });
+    RendezvousMgr doomed(kTask, &puller, std::chrono::milliseconds(50));
+    doomed.serve(1, RendezvousKey::name_of(kHere, kPs, "d:0"), [&](StatusOr<Tensor>) { calls++; });
   }
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
   EXPECT_EQ(calls.load(), 0);

@@ -512,11 +512,7 @@ TEST(RpcTest, GarbageIsCountedAndDoesNotStopTheServer) {
   send_parts({"TRP1", "header", "payload"}), ++garbage;              // short call-id
   std::mt19937 rng(42);
   for (int i = 0; i < 100; ++i) {
-    std::vector<std::string> parts(1 + rng() % 4);
-    for (auto& p : parts) {
-      p.resize(rng() % 40);
-      for (auto& c : p) c = static_cast<char>(rng());
-    }
+    std::vector<std::string> parts = tessera::testing::random_parts(rng, 40);
     if (parts[0].size() == 12 && parts[0].compare(0, 4, "TRP1") == 0) parts[0][0] = 'x';
     send_parts(parts), ++garbage;
   }

@@ -150,21 +150,10 @@ void reseal_index(std::string& b, const Layout& l) {
 void reseal_header(std::string& b) { put_le32(b, 32, internal::crc32c::value(b.data(), 32)); }
 
 // Each test gets its own folder (ctest runs tests in parallel processes), removed at the end.
-class SaverTest : public ::testing::Test {
+class SaverTest : public tessera::testing::TempDirTest {
  protected:
-  void SetUp() override {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = fs::temp_directory_path() / ("tessera_saver_" + std::to_string(::getpid()) + "_" + info->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override {
-    std::error_code ec;
-    fs::remove_all(dir_, ec);
-  }
+  SaverTest() : TempDirTest("tessera_saver") {}
   std::string path(const std::string& name) const { return (dir_ / name).string(); }
-
-  fs::path dir_;
 };
 
 // ---- CRC-32C ----

@@ -27,16 +27,9 @@ namespace {
 using namespace std::chrono_literals;
 namespace fs = std::filesystem;
 
-class TrainServerProcessTest : public ::testing::Test {
+class TrainServerProcessTest : public tessera::testing::TempDirTest {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("tessera_server_process_test_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
+  TrainServerProcessTest() : TempDirTest("tessera_server_process_test") {}
 
   // An executable /bin/sh script with `body`, standing in for the tessera binary; its arguments
   // are `server --cluster C --job J --task N ...`.
@@ -51,7 +44,6 @@ class TrainServerProcessTest : public ::testing::Test {
   }
   static constexpr const char* kReady = "echo \"tessera server: /job:$5/task:$7 listening on tessera://127.0.0.1:1\"";
 
-  fs::path dir_;
   int scripts_ = 0;
 };
 

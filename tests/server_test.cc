@@ -420,11 +420,7 @@ TEST(ServerTest, GarbageAndTruncatedFramesLeaveItServing) {
   send_parts({call_id(3), ""});                                   // empty header
   std::mt19937 rng(4);
   for (int i = 0; i < 200; ++i) {
-    std::vector<std::string> parts(1 + rng() % 4);
-    for (auto& p : parts) {
-      p.resize(rng() % 64);
-      for (auto& c : p) c = static_cast<char>(rng());
-    }
+    std::vector<std::string> parts = tessera::testing::random_parts(rng, 64);
     if (i % 2 == 0) parts.insert(parts.begin(), call_id(static_cast<uint8_t>(10 + i % 100)));  // reaches the handler
     send_parts(parts);
   }
@@ -572,15 +568,22 @@ void expect_clean_exit(ChildProcess& child, int signo) {
   EXPECT_NE(child.rest_of_stdout().find("tessera server: stopped"), std::string::npos);
 }
 
-TEST(ServerProcessTest, ServesGetStatusAndStopsOnSigterm) {
-  Started s = start_cli(worker_args, no_env);
-  ASSERT_TRUE(s.child);
-  EXPECT_EQ(s.line, "tessera server: /job:worker/task:0 listening on tessera://127.0.0.1:" + std::to_string(s.port));
+// The started server is /job:`job`/task:0: its first line says so, GetStatus lists the task's
+// devices, and it stops cleanly on SIGTERM.
+void expect_serves_task_until_sigterm(Started& s, const std::string& job) {
+  EXPECT_EQ(s.line,
+            "tessera server: /job:" + job + "/task:0 listening on tessera://127.0.0.1:" + std::to_string(s.port));
   RpcChannel channel("tcp://127.0.0.1:" + std::to_string(s.port));
   auto status = get_status(channel, 10s);
   ASSERT_TRUE(status.ok()) << status.status().to_string();
-  expect_task_devices(status.value(), "worker", 0);
+  expect_task_devices(status.value(), job, 0);
   expect_clean_exit(*s.child, SIGTERM);
+}
+
+TEST(ServerProcessTest, ServesGetStatusAndStopsOnSigterm) {
+  Started s = start_cli(worker_args, no_env);
+  ASSERT_TRUE(s.child);
+  expect_serves_task_until_sigterm(s, "worker");
 }
 
 TEST(ServerProcessTest, StopsOnSigint) {
@@ -614,12 +617,7 @@ TEST(ServerProcessTest, TakesItsTaskFromTfConfig) {
                                             std::to_string(port) + "\"]}, \"task\": {\"type\": \"ps\", \"index\": 0}}"});
                         });
   ASSERT_TRUE(s.child);
-  EXPECT_EQ(s.line, "tessera server: /job:ps/task:0 listening on tessera://127.0.0.1:" + std::to_string(s.port));
-  RpcChannel channel("tcp://127.0.0.1:" + std::to_string(s.port));
-  auto status = get_status(channel, 10s);
-  ASSERT_TRUE(status.ok()) << status.status().to_string();
-  expect_task_devices(status.value(), "ps", 0);
-  expect_clean_exit(*s.child, SIGTERM);
+  expect_serves_task_until_sigterm(s, "ps");
 }
 
 TEST(ServerProcessTest, ErrorsExitWithStatus2) {

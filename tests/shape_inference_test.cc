@@ -20,7 +20,7 @@ using UnaryFn = Output (*)(Output, std::string);
 
 struct NamedBinary {
   const char* type;
-  BinaryFn fn;
+  BinaryFn build;
 };
 const NamedBinary kBinaryOps[] = {
     {"Add", ops::add}, {"Sub", ops::sub},         {"Mul", ops::mul},
@@ -29,7 +29,7 @@ const NamedBinary kBinaryOps[] = {
 
 struct NamedUnary {
   const char* type;
-  UnaryFn fn;
+  UnaryFn build;
   bool floating_only;
 };
 const NamedUnary kUnaryOps[] = {
@@ -40,16 +40,7 @@ const NamedUnary kUnaryOps[] = {
 
 // The message of the InvalidArgumentError `build` raises ("" and a test failure when none).
 std::string build_error(const std::function<void()>& build) {
-  try {
-    build();
-  } catch (const InvalidArgumentError& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "expected InvalidArgumentError, got: " << e.what();
-    return "";
-  }
-  ADD_FAILURE() << "expected InvalidArgumentError, got none";
-  return "";
+  return tessera::testing::error_of<InvalidArgumentError>(build);
 }
 
 Output input(Graph& g, DType dtype, Shape shape) { return ops::placeholder(g, dtype, shape); }
@@ -80,7 +71,7 @@ TEST(ShapeInferenceTest, BinaryOpsBroadcast) {
       for (const auto& c : cases) {
         SCOPED_TRACE(::testing::Message() << op.type << " " << dtype << " " << c.a << " " << c.b);
         Graph g;
-        Output y = op.fn(input(g, dtype, c.a), input(g, dtype, c.b), "");
+        Output y = op.build(input(g, dtype, c.a), input(g, dtype, c.b), "");
         EXPECT_EQ(y.op().type(), op.type);
         EXPECT_EQ(y.dtype(), dtype);
         EXPECT_EQ(y.shape(), c.out);
@@ -100,7 +91,7 @@ TEST(ShapeInferenceTest, BinaryOpsRejectIncompatibleShapes) {
       Output x = input(g, DType::Float32, a);
       Output y = input(g, DType::Float32, b);
       ops::placeholder(g, DType::Float32, Shape{}, "first");  // so the failing op becomes first_1
-      std::string message = build_error([&] { op.fn(x, y, "first"); });
+      std::string message = build_error([&] { op.build(x, y, "first"); });
       EXPECT_THAT(message, HasSubstr(fmt::format("first_1 ({}): incompatible shapes {} and {}",
                                                  op.type, a.to_string(), b.to_string())))
           << op.type;
@@ -112,12 +103,12 @@ TEST(ShapeInferenceTest, BinaryOpsRejectMixedDtypesAndBool) {
   for (const auto& op : kBinaryOps) {
     Graph g;
     std::string mixed = build_error([&] {
-      op.fn(input(g, DType::Float32, Shape{2}), input(g, DType::Int32, Shape{2}), "mixed");
+      op.build(input(g, DType::Float32, Shape{2}), input(g, DType::Int32, Shape{2}), "mixed");
     });
     EXPECT_THAT(mixed, AllOf(HasSubstr(fmt::format("mixed ({})", op.type)), HasSubstr("float32"),
                              HasSubstr("int32")));
     std::string boolean = build_error(
-        [&] { op.fn(input(g, DType::Bool, Shape{2}), input(g, DType::Bool, Shape{2}), "flags"); });
+        [&] { op.build(input(g, DType::Bool, Shape{2}), input(g, DType::Bool, Shape{2}), "flags"); });
     EXPECT_THAT(boolean, AllOf(HasSubstr(fmt::format("flags ({})", op.type)), HasSubstr("bool")));
   }
 }
@@ -130,13 +121,13 @@ TEST(ShapeInferenceTest, UnaryOps) {
       const bool accepted = dtype != DType::Bool && (dtype_is_floating(dtype) || !op.floating_only);
       Output x = input(g, dtype, Shape{-1, 3});
       if (accepted) {
-        Output y = op.fn(x, "");
+        Output y = op.build(x, "");
         EXPECT_EQ(y.op().type(), op.type);
         EXPECT_EQ(y.dtype(), dtype);
         EXPECT_EQ(y.shape(), (Shape{-1, 3}));
-        EXPECT_EQ(op.fn(input(g, dtype, Shape::unknown()), "").shape(), Shape::unknown());
+        EXPECT_EQ(op.build(input(g, dtype, Shape::unknown()), "").shape(), Shape::unknown());
       } else {
-        std::string message = build_error([&] { op.fn(x, "u"); });
+        std::string message = build_error([&] { op.build(x, "u"); });
         EXPECT_THAT(message, AllOf(HasSubstr(fmt::format("u ({})", op.type)),
                                    HasSubstr(std::string(dtype_name(dtype)))));
       }
@@ -206,13 +197,7 @@ TEST(ShapeInferenceTest, MatMulErrors) {
               AllOf(HasSubstr("mb (MatMul)"), HasSubstr("bool")));
 }
 
-using ReduceFn = Output (*)(Output, std::vector<int>, bool, std::string);
-struct NamedReduction {
-  const char* type;
-  ReduceFn fn;
-};
-const NamedReduction kReductions[] = {
-    {"Sum", ops::reduce_sum}, {"Mean", ops::reduce_mean}, {"Max", ops::reduce_max}};
+using tessera::testing::kReductions;
 
 TEST(ShapeInferenceTest, Reductions) {
   struct Case {
@@ -241,7 +226,7 @@ TEST(ShapeInferenceTest, Reductions) {
         SCOPED_TRACE(::testing::Message() << op.type << " " << dtype << " " << c.in << " "
                                           << ::testing::PrintToString(c.axes) << c.keep_dims);
         Graph g;
-        Output y = op.fn(input(g, dtype, c.in), c.axes, c.keep_dims, "");
+        Output y = op.build(input(g, dtype, c.in), c.axes, c.keep_dims, "");
         EXPECT_EQ(y.op().type(), op.type);
         EXPECT_EQ(y.dtype(), dtype);
         EXPECT_EQ(y.shape(), c.out);
@@ -254,13 +239,13 @@ TEST(ShapeInferenceTest, ReductionErrors) {
   for (const auto& op : kReductions) {
     Graph g;
     Output x = input(g, DType::Float32, Shape{2, 3});
-    EXPECT_THAT(build_error([&] { op.fn(x, {2}, false, "r"); }),
+    EXPECT_THAT(build_error([&] { op.build(x, {2}, false, "r"); }),
                 AllOf(HasSubstr(fmt::format("r ({})", op.type)),
                       HasSubstr("axis 2 is out of range"), HasSubstr("[2,3]")));
-    EXPECT_THAT(build_error([&] { op.fn(x, {-3}, false, "r"); }),
+    EXPECT_THAT(build_error([&] { op.build(x, {-3}, false, "r"); }),
                 HasSubstr("axis -3 is out of range"));
-    EXPECT_THAT(build_error([&] { op.fn(x, {1, -1}, false, "r"); }), HasSubstr("listed twice"));
-    EXPECT_THAT(build_error([&] { op.fn(input(g, DType::Bool, Shape{2}), {}, false, "rb"); }),
+    EXPECT_THAT(build_error([&] { op.build(x, {1, -1}, false, "r"); }), HasSubstr("listed twice"));
+    EXPECT_THAT(build_error([&] { op.build(input(g, DType::Bool, Shape{2}), {}, false, "rb"); }),
                 AllOf(HasSubstr(fmt::format("rb ({})", op.type)), HasSubstr("bool")));
   }
 }

@@ -6,7 +6,6 @@
 #pragma once
 
 #include <chrono>
-#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
@@ -20,31 +19,9 @@
 #include "core/op_kernel.h"
 #include "core/resource_mgr.h"
 #include "tessera/tessera.h"
+#include "tests/testing/latch.h"
 
 namespace tessera::testing {
-
-// A one-shot latch with a bounded wait, for callbacks that arrive on other threads.
-class Latch {
- public:
-  void open() {
-    std::lock_guard<std::mutex> lock(mu_);
-    open_ = true;
-    cv_.notify_all();
-  }
-  bool wait(std::chrono::milliseconds limit = std::chrono::seconds(60)) {
-    std::unique_lock<std::mutex> lock(mu_);
-    return cv_.wait_for(lock, limit, [&] { return open_; });
-  }
-  bool is_open() {
-    std::lock_guard<std::mutex> lock(mu_);
-    return open_;
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool open_ = false;
-};
 
 // The result of an asynchronous copy that `start` begins (passing it the callback), waited for up
 // to `limit`; DeadlineExceeded after that (the late callback is then harmless).

@@ -1,6 +1,7 @@
 #include "tests/testing/test_util.h"
 
 #include <dirent.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <fstream>
@@ -50,6 +51,28 @@ long rss_kib(int pid) {
     if (line.rfind("VmRSS:", 0) == 0) return std::strtol(line.c_str() + 6, nullptr, 10);
   }
   return -1;
+}
+
+void TempDirTest::SetUp() {
+  dir_ = std::filesystem::temp_directory_path() /
+         (prefix_ + "_" + std::to_string(::getpid()) + "_" +
+          ::testing::UnitTest::GetInstance()->current_test_info()->name());
+  std::filesystem::remove_all(dir_);
+  std::filesystem::create_directories(dir_);
+}
+
+void TempDirTest::TearDown() {
+  std::error_code ec;
+  std::filesystem::remove_all(dir_, ec);
+}
+
+std::vector<std::string> random_parts(std::mt19937& rng, std::size_t max_size) {
+  std::vector<std::string> parts(1 + rng() % 4);
+  for (auto& p : parts) {
+    p.resize(rng() % max_size);
+    for (auto& c : p) c = static_cast<char>(rng());
+  }
+  return parts;
 }
 
 }  // namespace tessera::testing

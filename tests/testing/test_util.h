@@ -3,8 +3,11 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <exception>
+#include <filesystem>
 #include <functional>
 #include <optional>
+#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -68,6 +71,47 @@ class ScopedEnv {
 int threads_of(int pid);
 int open_fds(int pid);
 long rss_kib(int pid);
+
+// A fixture that gives each test a fresh folder of its own, `dir_` (ctest runs tests in parallel
+// processes): <temp>/<prefix>_<pid>_<test name>, removed with what it holds after the test.
+class TempDirTest : public ::testing::Test {
+ protected:
+  explicit TempDirTest(std::string prefix) : prefix_(std::move(prefix)) {}
+  void SetUp() override;
+  void TearDown() override;
+
+  std::filesystem::path dir_;
+
+ private:
+  std::string prefix_;
+};
+
+// The message of the `E` that `f` throws; "" and a test failure when it throws something else or
+// nothing.
+template <class E, class F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const E& e) {
+    return e.what();
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "threw the wrong error: " << e.what();
+    return "";
+  }
+  ADD_FAILURE() << "did not throw";
+  return "";
+}
+
+// Garbage for a transport: 1 to 4 message parts of random bytes, each shorter than `max_size`.
+std::vector<std::string> random_parts(std::mt19937& rng, std::size_t max_size);
+
+// The reduction ops, by op type (the kernel and shape inference suites cover each).
+struct NamedReduction {
+  const char* type;
+  Output (*build)(Output, std::vector<int> axes, bool keep_dims, std::string name);
+};
+inline const NamedReduction kReductions[] = {
+    {"Sum", ops::reduce_sum}, {"Mean", ops::reduce_mean}, {"Max", ops::reduce_max}};
 
 }  // namespace tessera::testing
 
