@@ -2,6 +2,7 @@
 // close or a deadline calls start_cancel(), which runs every callback once.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <mutex>
@@ -30,7 +31,8 @@ class CancellationManager {
 
  private:
   mutable std::mutex mu_;
-  bool cancelled_ = false;  // guarded by mu_
+  // Written under mu_ (after reason_), read without it: is_cancelled() is on every step's path.
+  std::atomic<bool> cancelled_{false};
   Status reason_;           // guarded by mu_
   Token next_ = 0;
   std::unordered_map<Token, Callback> callbacks_;  // guarded by mu_

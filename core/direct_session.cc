@@ -35,6 +35,15 @@ std::atomic<int> next_shard{0};
 std::atomic<int64_t> next_step_block{0};
 constexpr int64_t kStepBlock = 1 << 16;
 
+// A step's signature as prepare_step reads it, in vectors a thread reuses: a step whose plan is
+// cached allocates nothing for it (prepare_step never runs inside another on one thread).
+struct SignatureScratch {
+  std::vector<uint64_t> key;
+  std::vector<Endpoint> feeds;
+  std::vector<Endpoint> fetches;
+  std::vector<const Node*> targets;
+};
+
 // A thread's last plan. `plan` is not owned: it is valid while the session with `session_serial`
 // lives (the session keeps every plan it made), and serials are never reused, so a stale entry
 // is never dereferenced. Holding no reference also means the cache keeps no memory alive.
@@ -43,6 +52,7 @@ struct PlanCacheEntry {
   uint64_t graph_version = 0;
   std::vector<uint64_t> key;
   const StepPlan* plan = nullptr;
+  SignatureScratch signature;  // beside the cache: one thread-local lookup per step
 };
 thread_local PlanCacheEntry tls_plan;
 
@@ -219,10 +229,16 @@ Status SessionImpl::prepare_step(const std::vector<Output>& fetches, const FeedM
                                  const std::vector<Operation>& targets, const RunOptions& options, int64_t step_id,
                                  Rendezvous* remote, const StepPlan** plan_out, RunState::Options* ro) {
   // Signature: feeds (ordered by the map), fetches, targets -> cache key.
-  std::vector<uint64_t> key;
-  key.reserve(feeds.size() + fetches.size() + targets.size() + 2);
-  std::vector<Endpoint> feed_eps;
-  feed_eps.reserve(feeds.size());
+  PlanCacheEntry& cached = tls_plan;
+  SignatureScratch& sig = cached.signature;
+  std::vector<uint64_t>& key = sig.key;
+  std::vector<Endpoint>& feed_eps = sig.feeds;
+  std::vector<Endpoint>& fetch_eps = sig.fetches;
+  std::vector<const Node*>& target_nodes = sig.targets;
+  key.clear();
+  feed_eps.clear();
+  fetch_eps.clear();
+  target_nodes.clear();
   for (const auto& [out, value] : feeds) {
     StatusOr<Node*> checked = checked_output(out, g_, "feed");
     if (!checked.ok()) return checked.status();
@@ -239,8 +255,6 @@ Status SessionImpl::prepare_step(const std::vector<Output>& fetches, const FeedM
     key.push_back(endpoint_key(n, out.index()));
   }
   key.push_back(kSeparator);
-  std::vector<Endpoint> fetch_eps;
-  fetch_eps.reserve(fetches.size());
   for (const auto& out : fetches) {
     StatusOr<Node*> checked = checked_output(out, g_, "fetch");
     if (!checked.ok()) return checked.status();
@@ -249,8 +263,6 @@ Status SessionImpl::prepare_step(const std::vector<Output>& fetches, const FeedM
     key.push_back(endpoint_key(n, out.index()));
   }
   key.push_back(kSeparator);
-  std::vector<const Node*> target_nodes;
-  target_nodes.reserve(targets.size());
   for (const auto& op : targets) {
     StatusOr<Node*> checked = checked_target(op, g_);
     if (!checked.ok()) return checked.status();
@@ -260,7 +272,6 @@ Status SessionImpl::prepare_step(const std::vector<Output>& fetches, const FeedM
   }
 
   if (closed_.load(std::memory_order_acquire)) return errors::cancelled("attempted to use a closed session");
-  PlanCacheEntry& cached = tls_plan;
   if (cached.session_serial != serial_ || cached.graph_version != g_.version() || cached.key != key) {
     auto plan = get_plan(key, feed_eps, fetch_eps, target_nodes);
     if (!plan.ok()) return plan.status();

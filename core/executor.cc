@@ -437,14 +437,9 @@ RunState::RunState(const Options& options)
 
 RunState::~RunState() {
   // A step that finished without an abort ran every node through complete(), which released
-  // every value but the feeds and fetches (Plan::kept_slots). done_ is written under mu_ by the
+  // every value but the feeds and fetches (Plan::kept_slots). done_ is written (under mu_) by the
   // thread that finished the step, which happens before the owner destroys this object.
-  bool completed;
-  {
-    std::lock_guard<std::mutex> l(mu_);
-    completed = done_;
-  }
-  completed = completed && !aborted_.load(std::memory_order_acquire);
+  const bool completed = done_.load(std::memory_order_acquire) && !aborted_.load(std::memory_order_acquire);
   plan_.release_arrays(std::move(arrays_), completed);
 }
 
@@ -477,7 +472,8 @@ Status RunState::run() {
   std::unique_lock<std::mutex> l(mu_);
   caller_waiting_ = true;
   const bool has_deadline = opt_.timeout.count() > 0;
-  const auto deadline = std::chrono::steady_clock::now() + opt_.timeout;
+  const auto deadline = has_deadline ? std::chrono::steady_clock::now() + opt_.timeout
+                                     : std::chrono::steady_clock::time_point{};
   bool timed_out = false;
   while (!done_) {
     if (!inbox_.empty()) {
@@ -619,7 +615,7 @@ void RunState::finish() {
     {
       std::lock_guard<std::mutex> l(mu_);
       if (status_.ok() && cancellation_.is_cancelled()) status_ = cancellation_.reason();
-      done_ = true;
+      done_.store(true, std::memory_order_release);
       status = status_;
     }
     auto on_done = std::move(on_done_);
@@ -628,7 +624,7 @@ void RunState::finish() {
   }
   std::lock_guard<std::mutex> l(mu_);
   if (status_.ok() && cancellation_.is_cancelled()) status_ = cancellation_.reason();
-  done_ = true;
+  done_.store(true, std::memory_order_release);
   // Notified under the lock: the waiter may destroy this object as soon as it sees done_.
   cv_.notify_all();
 }

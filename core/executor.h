@@ -274,7 +274,7 @@ class RunState final : public TraceSink, public StreamWork {
 
   std::mutex mu_;
   std::condition_variable cv_;
-  bool done_ = false;                           // guarded by mu_
+  std::atomic<bool> done_{false};               // written under mu_; read without it by the destructor
   Status status_;                               // guarded by mu_
   bool caller_waiting_ = false;                 // guarded by mu_
   std::deque<std::function<void()>> inbox_;     // guarded by mu_

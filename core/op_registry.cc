@@ -89,7 +89,7 @@ bool OpKernel::is_expensive() const {
 
 CancellationManager::Token CancellationManager::register_callback(Callback cb) {
   std::lock_guard<std::mutex> l(mu_);
-  if (cancelled_) return kInvalidToken;
+  if (cancelled_.load(std::memory_order_relaxed)) return kInvalidToken;
   Token t = next_++;
   callbacks_.emplace(t, std::move(cb));
   return t;
@@ -104,18 +104,15 @@ void CancellationManager::start_cancel(Status reason) {
   std::unordered_map<Token, Callback> cbs;
   {
     std::lock_guard<std::mutex> l(mu_);
-    if (cancelled_) return;
-    cancelled_ = true;
+    if (cancelled_.load(std::memory_order_relaxed)) return;
     reason_ = reason;
+    cancelled_.store(true, std::memory_order_release);
     cbs.swap(callbacks_);
   }
   for (auto& [t, cb] : cbs) cb(reason);
 }
 
-bool CancellationManager::is_cancelled() const {
-  std::lock_guard<std::mutex> l(mu_);
-  return cancelled_;
-}
+bool CancellationManager::is_cancelled() const { return cancelled_.load(std::memory_order_acquire); }
 
 Status CancellationManager::reason() const {
   std::lock_guard<std::mutex> l(mu_);
