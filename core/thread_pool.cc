@@ -1,6 +1,7 @@
 #include "core/thread_pool.h"
 
 #include <algorithm>
+#include <system_error>
 
 namespace tessera::internal {
 
@@ -97,6 +98,21 @@ void ThreadPool::worker_loop(int index) {
     sleepers_.fetch_sub(1, std::memory_order_seq_cst);
     if (stopping_ && pending_.load(std::memory_order_seq_cst) == 0) return;
   }
+}
+
+bool try_run_detached(std::function<void()> fn) {
+  try {
+    std::thread(std::move(fn)).detach();
+    return true;
+  } catch (const std::system_error&) {
+    return false;
+  }
+}
+
+void run_detached_or_inline(std::function<void()> fn) {
+  // Shared: when std::thread throws, the copy it was given is gone and this one does the work.
+  auto shared = std::make_shared<std::function<void()>>(std::move(fn));
+  if (!try_run_detached([shared] { (*shared)(); })) (*shared)();
 }
 
 }  // namespace tessera::internal

@@ -53,4 +53,13 @@ class ThreadPool {
   bool stopping_ = false;             // guarded by wake_mu_
 };
 
+// Work that must not hold up its caller (closing a session waits for its runs) on a detached
+// thread of its own. A process at its thread limit makes std::thread throw, which must not
+// terminate a server:
+// Runs `fn` on a detached thread; false (and `fn` not run) when no thread can be made, so that the
+// caller answers with an error instead.
+bool try_run_detached(std::function<void()> fn);
+// Runs `fn` on a detached thread, or on the caller's thread when no thread can be made.
+void run_detached_or_inline(std::function<void()> fn);
+
 }  // namespace tessera::internal

@@ -5,29 +5,17 @@
 #include <algorithm>
 #include <atomic>
 #include <charconv>
-#include <deque>
 #include <functional>
-#include <random>
-#include <set>
 #include <shared_mutex>
-#include <system_error>
-#include <thread>
-#include <unordered_set>
 #include <utility>
 
 #include <fmt/format.h>
 
-#include "core/device_name.h"
-#include "core/executor.h"
-#include "core/file_util.h"
-#include "core/graph_partition.h"
 #include "core/map_util.h"
 #include "core/memory_release.h"
-#include "core/placement.h"
-#include "core/trace_json.h"
+#include "core/thread_pool.h"
 #include "distributed/service_names.h"
 #include "tessera/errors.h"
-#include "tessera/graph.h"
 
 namespace tessera::internal {
 
@@ -88,37 +76,15 @@ namespace {
 // Closes `sessions` off the caller's thread (close() waits for a plan being built, which calls other
 // tasks), then calls `then`; inline when no thread can be started.
 void close_off_thread(std::vector<std::shared_ptr<MasterSession>> sessions, std::function<void()> then) {
-  struct Job {
-    std::vector<std::shared_ptr<MasterSession>> sessions;
-    std::function<void()> then;
-    void operator()() {
-      for (auto& s : sessions) s->close();
-      sessions.clear();
-      request_memory_release();  // what the sessions held goes back to the system
-      if (then) then();
-    }
-  };
-  // Shared: when std::thread throws, the copy it was given is gone and this one does the work.
-  auto job = std::make_shared<Job>(Job{std::move(sessions), std::move(then)});
-  try {
-    std::thread([job] { (*job)(); }).detach();
-  } catch (const std::system_error&) {
-    (*job)();
-  }
+  run_detached_or_inline([sessions = std::move(sessions), then = std::move(then)]() mutable {
+    for (auto& s : sessions) s->close();
+    sessions.clear();
+    request_memory_release();  // what the sessions held goes back to the system
+    if (then) then();
+  });
 }
 
 double seconds(std::chrono::steady_clock::duration d) { return std::chrono::duration<double>(d).count(); }
-
-// Runs `fn` on a detached thread of its own; false (and `fn` not run) when the process cannot make
-// one (its thread limit): the caller answers with an error instead of terminating.
-bool start_thread(std::function<void()> fn) {
-  try {
-    std::thread(std::move(fn)).detach();
-    return true;
-  } catch (const std::system_error&) {
-    return false;
-  }
-}
 
 Status no_thread(const std::string& task, const char* call) {
   return errors::resource_exhausted("{}: {}: no thread for the call (the process's thread limit)", task, call);
@@ -302,7 +268,7 @@ void Master::extend_session(pb::ExtendSessionRequest request, Done<pb::ExtendSes
   if (!session.ok()) return done(session.status());
   // Waits for a plan being built (which calls other tasks): not on the caller's thread.
   auto reply = std::make_shared<Done<pb::ExtendSessionResponse>>(std::move(done));
-  const bool started = start_thread([session = std::move(session).value(), body = std::move(request), reply] {
+  const bool started = try_run_detached([session = std::move(session).value(), body = std::move(request), reply] {
     auto version = session->extend(body.graph(), body.control_input(), body.current_graph_version(),
                                    /*check_version=*/true);
     if (!version.ok()) return (*reply)(version.status());
@@ -333,7 +299,7 @@ Master::CancelStep Master::run_step(pb::RunStepRequest request, std::vector<Tens
   }
   auto reply = std::make_shared<Done<RunStepReply>>(std::move(done));
   const bool started =
-      start_thread([session, body = std::move(request), feed = std::move(feed), reply, step_id]() mutable {
+      try_run_detached([session, body = std::move(request), feed = std::move(feed), reply, step_id]() mutable {
         session->run(body, std::move(feed), std::move(*reply), step_id);
       });
   if (!started) {

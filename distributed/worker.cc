@@ -12,6 +12,7 @@
 #include "core/device_name.h"
 #include "core/map_util.h"
 #include "core/memory_release.h"
+#include "core/thread_pool.h"
 #include "distributed/service_names.h"
 #include "core/direct_session.h"
 #include "tessera/errors.h"
@@ -252,16 +253,11 @@ void Worker::deregister_graph(const pb::DeregisterGraphRequest& request, Done<pb
   // The session closes (waiting for its runs) off the caller's thread: a run may still need a while
   // (on this one when no thread can be had). Then what it held goes back to the system.
   if (!wg) return;
-  auto close = [wg]() mutable {
+  run_detached_or_inline([wg]() mutable {
     wg->session->close();
     wg.reset();
     request_memory_release();
-  };
-  try {
-    std::thread(close).detach();
-  } catch (const std::system_error&) {
-    close();
-  }
+  });
 }
 
 void Worker::stop(std::chrono::milliseconds grace) {

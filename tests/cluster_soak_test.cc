@@ -51,12 +51,6 @@ int env_int(const char* name, int fallback) {
   return v > 0 ? v : fallback;
 }
 
-int soak_seconds() {
-  const char* s = std::getenv("TESSERA_SOAK_SECONDS");
-  const int v = s != nullptr ? std::atoi(s) : 60;
-  return v > 0 ? v : 60;
-}
-
 TEST(ClusterSoakTest, EightClientsTwoWorkersStayHealthy) {
   const std::vector<std::string> addresses = {train::free_loopback_address(), train::free_loopback_address(),
                                               train::free_loopback_address()};
@@ -101,7 +95,7 @@ TEST(ClusterSoakTest, EightClientsTwoWorkersStayHealthy) {
   }
   clients[0]->s->run(clients[0]->counter.initializer());
 
-  const int seconds = soak_seconds();
+  const int seconds = env_int("TESSERA_SOAK_SECONDS", 60);
   std::atomic<bool> stop{false};
   std::atomic<int64_t> runs{0}, errors{0};
   std::vector<std::thread> threads;
