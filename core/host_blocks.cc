@@ -12,6 +12,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <thread>
 #include <unordered_map>
 #include <unordered_set>
 #include <utility>
@@ -369,30 +370,33 @@ uint64_t set_pinned_host_limit(uint64_t bytes) { return pinned_blocks().set_limi
 
 // Note [Malloc settings for transport]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
-// libzmq mallocs every message it receives over 8 KiB (its receive buffer; the option to grow it,
-// ZMQ_IN_BATCH_SIZE, is draft API and not in Debian's libzmq) and the receiver frees it once read:
-// for a streamed 16 MiB tensor that is sixteen 1 MiB chunks per transfer (Note [Streamed frames]).
-// glibc's defaults then give memory back to the kernel between transfers: its mmap threshold starts
-// at 128 KiB and follows the largest mmapped block freed, and it trims a heap whose free top exceeds
-// twice that. The next chunks fault their pages in again: 745-1,343 minor page faults per 16 MiB
-// transfer on loopback (benchmarks/transport/chunk_probe.cc, `streamed`), 89% of the receiver's
-// faults in `perf record -e page-faults`. With an mmap threshold of 32 MiB (glibc's adaptive
-// ceiling) and a trim threshold of 8 MiB from the start (kTransportMmapThreshold,
-// kTransportTrimThreshold: a chunk, or any unstreamed frame, comes from a heap, and a heap keeps up
-// to 8 MiB free at its top) the probe's faults fall to 0-114 per transfer; 64 MiB (the adaptive
-// policy's end) gives 0-58, 4 MiB up to 618, 2 MiB 328-1,266. A larger top is not free: malloc_trim
-// cuts only the main heap's, so each thread's arena would keep that much resident after a burst
-// (a server that reclaimed 10,000 sessions: 33 MiB resident at 64 MiB, 20 MiB at 8 MiB, idle 14).
-// So the transport sets these two (mallopt) when it makes its first socket, unless
+// libzmq mallocs every message it receives over 8 KiB and frees it once read: a streamed 16 MiB
+// tensor is sixteen 1 MiB chunks per transfer (Note [Streamed frames]). glibc's defaults give that
+// memory back between transfers (its mmap threshold starts at 128 KiB, and it trims a heap whose
+// free top exceeds twice that), so the next chunks fault their pages in again: 745-1,343 minor
+// faults per 16 MiB transfer on loopback (benchmarks/transport/chunk_probe.cc, `streamed`), 89% of
+// the receiver's faults. With an mmap threshold of 32 MiB (glibc's adaptive ceiling) and a trim
+// threshold of 8 MiB from the start (kTransportMmapThreshold, kTransportTrimThreshold) the probe's
+// faults fall to 0-114; 64 MiB gives 0-58, 4 MiB up to 618, 2 MiB 328-1,266. A larger top is not
+// free: malloc_trim cuts only the main heap's top, so each arena keeps that much after a burst.
+// Arenas: glibc makes up to 8 per core, one per thread as threads appear, and a burst served by
+// many threads leaves each arena's pages pinned by the few blocks that outlive it. The soak's
+// server (tests/cluster_soak_test.cc, six rounds of 10,000 vanished sessions, beside a build) kept
+// 21.8-22.9 MiB after each round with max(2, cores) arenas, and 31-46 MiB, still growing, with
+// glibc's default (idle 20.4 and 22.5). With two cores, two threads malloc at once at most.
+// So the transport sets these (mallopt) when it makes its first socket, unless
 //   * TESSERA_MALLOC_TUNING=0 (opt out);
 //   * the user chose malloc settings of their own (MALLOC_MMAP_THRESHOLD_, MALLOC_TRIM_THRESHOLD_,
-//     MALLOC_TOP_PAD_ or a glibc.malloc tunable in GLIBC_TUNABLES): theirs stand;
+//     MALLOC_TOP_PAD_, MALLOC_ARENA_MAX or a glibc.malloc tunable in GLIBC_TUNABLES): theirs stand;
 //   * the C library is not glibc, or a sanitizer replaces malloc.
-// The cost: blocks under 32 MiB come from the heaps, and each malloc arena may keep up to 8 MiB of
-// freed memory at its top rather than return it. (Setting the thresholds
-// also stops glibc adapting them further, which it would not do past these values anyway.) MPI
-// libraries go further for the same reason: Open MPI and MVAPICH turn trimming off. Tensors of a
-// MiB and more do not come from malloc at all (Note [Large host blocks]).
+// Setting the thresholds stops glibc adapting them further, which it would not do past these
+// values anyway; arenas made before the first socket stay. MPI libraries go further for the same
+// reason: Open MPI and MVAPICH turn trimming off. Tensors of a MiB and more do not come from
+// malloc at all (Note [Large host blocks]).
+
+std::size_t transport_arena_max() {
+  return std::max<std::size_t>(2, std::thread::hardware_concurrency());
+}
 
 MallocTuning decide_malloc_tuning(const std::function<const char*(const char*)>& getenv) {
   MallocTuning t;
@@ -409,7 +413,7 @@ MallocTuning decide_malloc_tuning(const std::function<const char*(const char*)>&
     t.reason = "TESSERA_MALLOC_TUNING=0";
     return t;
   }
-  for (const char* name : {"MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_TOP_PAD_"}) {
+  for (const char* name : {"MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_TOP_PAD_", "MALLOC_ARENA_MAX"}) {
     if (const char* v = getenv(name); v != nullptr) {
       t.reason = std::string(name) + " is set";
       return t;
@@ -422,6 +426,7 @@ MallocTuning decide_malloc_tuning(const std::function<const char*(const char*)>&
   t.applied = true;
   t.mmap_threshold = kTransportMmapThreshold;
   t.trim_threshold = kTransportTrimThreshold;
+  t.arena_max = transport_arena_max();
   return t;
 #endif
 }
@@ -431,8 +436,9 @@ const MallocTuning& tune_malloc_for_transport() {
     MallocTuning t = decide_malloc_tuning([](const char* name) -> const char* { return std::getenv(name); });
 #if defined(__GLIBC__)
     if (t.applied && (mallopt(M_MMAP_THRESHOLD, static_cast<int>(t.mmap_threshold)) != 1 ||
-                      mallopt(M_TRIM_THRESHOLD, static_cast<int>(t.trim_threshold)) != 1)) {
-      t = MallocTuning{false, "mallopt refused the settings", 0, 0};
+                      mallopt(M_TRIM_THRESHOLD, static_cast<int>(t.trim_threshold)) != 1 ||
+                      mallopt(M_ARENA_MAX, static_cast<int>(t.arena_max)) != 1)) {
+      t = MallocTuning{false, "mallopt refused the settings", 0, 0, 0};
     }
 #endif
     return t;

@@ -87,12 +87,15 @@ struct MallocTuning {
   std::string reason;               // why not, when not applied
   std::size_t mmap_threshold = 0;   // M_MMAP_THRESHOLD set, bytes (0: left alone)
   std::size_t trim_threshold = 0;   // M_TRIM_THRESHOLD set, bytes (0: left alone)
+  std::size_t arena_max = 0;        // M_ARENA_MAX set (0: left alone)
 };
 // glibc's largest adaptive mmap threshold, set from the start, and a trim threshold that keeps a
 // streamed transfer's chunks in the heap without holding a burst's memory for good (Note [Malloc
 // settings for transport]).
 inline constexpr std::size_t kTransportMmapThreshold = std::size_t{32} << 20;
 inline constexpr std::size_t kTransportTrimThreshold = std::size_t{8} << 20;
+// The arenas a transport process shares: max(2, cores).
+std::size_t transport_arena_max();
 // What tune_malloc_for_transport would do with this environment (`getenv` looks a name up; nullptr
 // when unset), without doing it.
 MallocTuning decide_malloc_tuning(const std::function<const char*(const char*)>& getenv);

@@ -351,11 +351,7 @@ void MasterSession::run(const pb::RunStepRequest& r, std::vector<Tensor> feed_va
   {
     std::lock_guard<std::mutex> l(steps_mu_);
     if (closed_flag_.load()) return step->answer(errors::cancelled("attempted to use a closed session"));
-    if (auto early = cancelled_early_.find(step_id); early != cancelled_early_.end()) {
-      Status reason = std::move(early->second);
-      cancelled_early_.erase(early);
-      return step->answer(reason);
-    }
+    if (Status early = cancelled_early_.take(step_id); !early.ok()) return step->answer(early);
     steps_[step->id] = step;
   }
   auto fail = [&](const Status& st) {
@@ -505,13 +501,7 @@ void MasterSession::cancel_step(int64_t step_id, const Status& reason) {
     if (it == steps_.end()) {
       // Not begun (its plan is being looked up on another thread), or over (then never begun
       // again: the entry only costs room until it is pushed out).
-      if (cancelled_early_.emplace(step_id, reason).second) {
-        cancelled_early_order_.push_back(step_id);
-        if (cancelled_early_order_.size() > 1024) {
-          cancelled_early_.erase(cancelled_early_order_.front());
-          cancelled_early_order_.pop_front();
-        }
-      }
+      cancelled_early_.remember(step_id, same_reason(&cancelled_reason_, reason));
       return;
     }
     step = it->second;

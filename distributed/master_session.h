@@ -13,7 +13,6 @@
 
 #include <atomic>
 #include <cstdint>
-#include <deque>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -24,6 +23,7 @@
 #include <vector>
 
 #include "core/placement.h"
+#include "core/recent_memo.h"
 #include "distributed/wire.h"
 #include "distributed/worker_interface.h"
 #include "tessera/graph.h"
@@ -156,8 +156,9 @@ class MasterSession : public std::enable_shared_from_this<MasterSession> {
   std::atomic<bool> closed_flag_{false};  // closed_, readable without mu_
   std::mutex steps_mu_;
   std::unordered_map<int64_t, std::shared_ptr<Step>> steps_;  // guarded by steps_mu_: in flight
-  std::unordered_map<int64_t, Status> cancelled_early_;       // guarded by steps_mu_ (cancel_step)
-  std::deque<int64_t> cancelled_early_order_;                 // guarded by steps_mu_: oldest first
+  // Steps cancelled before they began (cancel_step), the latest 1024; and the latest reason kept.
+  RecentMemo<int64_t, Status> cancelled_early_{1024};  // guarded by steps_mu_
+  Status cancelled_reason_;                            // guarded by steps_mu_
 };
 
 }  // namespace tessera::internal

@@ -12,8 +12,8 @@
 // on every task of the step, and a task whose own run failed aborts it here at once. Aborting
 // fails every waiting and later exchange of the step with the reason, cancels this task's pulls in
 // flight and its runs (a run may be blocked on a queue, not on an exchange). The last 1024 aborted
-// step ids are remembered, so an exchange that arrives after the abort fails at once instead of
-// waiting for a tensor that will never come.
+// step ids are remembered (Note [Memory of things past]), so an exchange that arrives after the
+// abort fails at once instead of waiting for a tensor that will never come.
 //
 // Pulls for a step that has no run here wait start_timeout (ServerOptions::step_start_timeout,
 // 60 s) for one to begin (the master starts every task's run at once, so a real step's pulls wait
@@ -155,7 +155,8 @@ void StepRendezvous::abort(const Status& status) { mgr_->abort_step(step_id_, st
 // ---- RendezvousMgr ----
 
 RendezvousMgr::RendezvousMgr(std::string task, TensorPuller* puller, std::chrono::milliseconds start_timeout)
-    : task_(std::move(task)), puller_(puller), start_timeout_(start_timeout), live_(std::make_shared<Liveness>()) {
+    : task_(std::move(task)), puller_(puller), start_timeout_(start_timeout), live_(std::make_shared<Liveness>()),
+      aborted_(kAbortedMemory) {
   live_->mgr = this;
 }
 
@@ -180,8 +181,7 @@ std::shared_ptr<StepRendezvous> RendezvousMgr::find(int64_t step_id) {
   auto& r = steps_[step_id];
   if (!r) {
     r.reset(new StepRendezvous(this, step_id));
-    auto aborted = aborted_.find(step_id);
-    if (aborted != aborted_.end()) r->aborted_ = aborted->second;
+    if (const Status* aborted = aborted_.find(step_id)) r->aborted_ = *aborted;
     if (!stopped_.ok()) r->aborted_ = stopped_;
   }
   return r;
@@ -318,13 +318,7 @@ void RendezvousMgr::abort_step(int64_t step_id, const Status& reason) {
   std::shared_ptr<StepRendezvous> r;
   {
     std::lock_guard<std::mutex> l(mu_);
-    if (aborted_.emplace(step_id, reason).second) {
-      aborted_order_.push_back(step_id);
-      if (aborted_order_.size() > kAbortedMemory) {
-        aborted_.erase(aborted_order_.front());
-        aborted_order_.pop_front();
-      }
-    }
+    aborted_.remember(step_id, same_reason(&aborted_reason_, reason));
     auto it = steps_.find(step_id);
     if (it == steps_.end()) return;
     r = it->second;

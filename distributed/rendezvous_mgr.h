@@ -16,7 +16,6 @@
 
 #include <atomic>
 #include <chrono>
-#include <deque>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -25,6 +24,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/recent_memo.h"
 #include "core/rendezvous.h"
 #include "core/status.h"
 #include "core/timer.h"
@@ -129,8 +129,8 @@ class RendezvousMgr {
   std::mutex mu_;
   Status stopped_;                                                         // guarded by mu_
   std::unordered_map<int64_t, std::shared_ptr<StepRendezvous>> steps_;     // guarded by mu_
-  std::deque<int64_t> aborted_order_;                                      // guarded by mu_: oldest first
-  std::unordered_map<int64_t, Status> aborted_;                            // guarded by mu_
+  RecentMemo<int64_t, Status> aborted_;                                    // guarded by mu_: the latest 1024
+  Status aborted_reason_;                                                  // guarded by mu_: the latest kept
 };
 
 }  // namespace tessera::internal

@@ -246,6 +246,7 @@ void Worker::deregister_graph(const pb::DeregisterGraphRequest& request, Done<pb
   {
     std::lock_guard<std::mutex> l(mu_);
     wg = take(graphs_, request.graph_handle());
+    shrink_if_sparse(graphs_);
   }
   pb::DeregisterGraphResponse response;
   response.set_version(wire::kWireVersion);

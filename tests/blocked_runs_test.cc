@@ -1,4 +1,5 @@
-// Runs that wait hold no thread (issue 21, class 2): the process's timer (core/timer.h), the
+// Runs that wait hold no thread (issue 21, class 2), and what a server remembers of past runs stays
+// bounded and packed (RecentMemo): the process's timer (core/timer.h), the
 // in-process session's asynchronous steps (SessionImpl::run_step_async, Note [Asynchronous steps]
 // in core/direct_session.cc) and a real `tessera server` process with hundreds of remote runs
 // blocked on a queue, whose threads are counted. Every wait is bounded.
@@ -11,6 +12,7 @@
 #include <cstdlib>
 #include <chrono>
 #include <future>
+#include <memory_resource>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -23,6 +25,7 @@
 
 #include "core/direct_session.h"
 #include "core/map_util.h"
+#include "core/recent_memo.h"
 #include "core/timer.h"
 #include "host/child_process.h"
 #include "testing/sim_device.h"
@@ -61,6 +64,101 @@ TEST(ShrinkIfSparseTest, GivesBackTheBucketsOfABurstOnlyOnceMostlyEmpty) {
   const std::size_t buckets = small.bucket_count();
   internal::shrink_if_sparse(small);  // empty, but small: not worth a rehash
   EXPECT_EQ(small.bucket_count(), buckets);
+}
+
+// ---- RecentMemo (Note [Memory of things past]) ----
+
+TEST(RecentMemoTest, RemembersTheLatestKeysAndForgetsTheOldestFirst) {
+  internal::RecentMemo<int64_t, std::string> memo(3);
+  EXPECT_TRUE(memo.remember(1, "one"));
+  EXPECT_TRUE(memo.remember(2, "two"));
+  EXPECT_FALSE(memo.remember(2, "again")) << "a key remembered already keeps its value";
+  EXPECT_TRUE(memo.remember(3, "three"));
+  ASSERT_NE(memo.find(2), nullptr);
+  EXPECT_EQ(*memo.find(2), "two");
+  EXPECT_TRUE(memo.remember(4, "four"));  // full: 1 goes
+  EXPECT_EQ(memo.find(1), nullptr);
+  EXPECT_EQ(memo.size(), 3u);
+  EXPECT_EQ(memo.take(3), "three");
+  EXPECT_EQ(memo.find(3), nullptr);
+  EXPECT_EQ(memo.take(3), "") << "a key not remembered gives a default value";
+  EXPECT_EQ(memo.size(), 2u);
+}
+
+// A key taken and remembered again lives in its new slot: its old slot coming round forgets
+// nothing, and each remembered key stays for `capacity` rememberings after its latest.
+TEST(RecentMemoTest, AKeyRememberedAgainIsNotForgottenByItsOldSlot) {
+  internal::RecentMemo<std::string, int> memo(3);
+  memo.remember("a", 1);  // slots: a b c
+  memo.remember("b", 2);
+  memo.remember("c", 3);
+  EXPECT_EQ(memo.take("b"), 2);
+  memo.remember("b", 20);  // into a's slot: a goes
+  EXPECT_EQ(memo.find("a"), nullptr);
+  memo.remember("d", 4);  // into b's old slot: b stays
+  ASSERT_NE(memo.find("b"), nullptr);
+  EXPECT_EQ(*memo.find("b"), 20);
+  memo.remember("e", 5);  // c's slot
+  EXPECT_EQ(memo.find("c"), nullptr);
+  memo.remember("f", 6);  // b's new slot
+  EXPECT_EQ(memo.find("b"), nullptr);
+  EXPECT_EQ(memo.size(), 3u);
+  for (const char* k : {"d", "e", "f"}) EXPECT_NE(memo.find(k), nullptr) << k;
+}
+
+// Counts what a memory resource is asked for; the memo's pool takes its chunks from the default.
+class CountingResource : public std::pmr::memory_resource {
+ public:
+  int allocations = 0;
+  std::size_t live = 0;
+
+ private:
+  void* do_allocate(std::size_t bytes, std::size_t align) override {
+    ++allocations;
+    live += bytes;
+    return std::pmr::new_delete_resource()->allocate(bytes, align);
+  }
+  void do_deallocate(void* p, std::size_t bytes, std::size_t align) override {
+    live -= bytes;
+    std::pmr::new_delete_resource()->deallocate(p, bytes, align);
+  }
+  bool do_is_equal(const std::pmr::memory_resource& other) const noexcept override { return this == &other; }
+};
+
+// 100,000 steps aborted through a memo of 1024 cost a few chunks, allocated while it fills and
+// reused after: not a block per entry scattered through the heap. Repeated reasons share one copy.
+TEST(RecentMemoTest, EntriesComeFromAPoolAllocatedWhileTheMemoFills) {
+  CountingResource counting;
+  std::pmr::memory_resource* previous = std::pmr::set_default_resource(&counting);
+  {
+    internal::RecentMemo<int64_t, Status> memo(1024);
+    Status kept;
+    for (int64_t step = 0; step < 1024; ++step) {
+      memo.remember(step, internal::same_reason(&kept, errors::cancelled("the client's connection was lost")));
+    }
+    const int filling = counting.allocations;
+    const std::size_t filled = counting.live;
+    EXPECT_GT(filling, 0) << "entries come from the memo's pool, which draws on the default resource";
+    EXPECT_LT(filling, 64) << "a block per entry";
+    for (int64_t step = 1024; step < 100'000; ++step) {
+      memo.remember(step, internal::same_reason(&kept, errors::cancelled("the client's connection was lost")));
+    }
+    EXPECT_EQ(counting.allocations, filling) << "forgotten entries' room is reused";
+    EXPECT_EQ(counting.live, filled);
+    EXPECT_EQ(memo.size(), 1024u);
+    ASSERT_NE(memo.find(99'999), nullptr);
+    EXPECT_EQ(memo.find(100'000 - 1025), nullptr);
+    // One message for them all: each entry's Status is the one kept.
+    EXPECT_EQ(&memo.find(99'999)->message(), &memo.find(98'976)->message());
+    EXPECT_EQ(memo.find(99'999)->code(), ErrorCode::kCancelled);
+    // Another reason is kept anew.
+    memo.remember(200'000, internal::same_reason(&kept, errors::aborted("step 7 was cleaned up")));
+    EXPECT_EQ(memo.find(200'000)->message(), "step 7 was cleaned up");
+    EXPECT_NE(&memo.find(200'000)->message(), &memo.find(99'999)->message());
+    EXPECT_EQ(memo.find(99'999)->message(), "the client's connection was lost");
+  }
+  EXPECT_EQ(counting.live, 0u) << "the memo gives its pool back when destroyed";
+  std::pmr::set_default_resource(previous);
 }
 
 TEST(TimerQueueTest, RunsFunctionsInDeadlineOrderNotSchedulingOrder) {

@@ -390,12 +390,14 @@ TEST(ClusterSoakTest, VanishedClientsLeaveNothingBehind) {
               "client %d runs, %d failures\n",
               after.c_str(), idle_rss, fresh_rss, peak_rss, normal_runs.load(), normal_failures.load());
   // Resident memory: what a round took (25x idle at its peak) goes back, all but a part that stops
-  // growing. Measured on a 2-core VM: idle 20-22 MiB (fresh 16), rounds 25-27, 27-29, 27-31 MiB,
-  // and seven rounds 27, 29, 30, 28, 29, 30, 31 MiB, peak 530 MiB; malloc's arenas keep pages that
-  // a few long-lived blocks share with what a burst freed (one arena instead of sixteen keeps as
-  // much). Not the "within 10% of idle".
+  // growing. Measured on a 2-core VM: idle 19.7-20.4 MiB (fresh 16.3), six rounds 21.8, 22.2, 22.4,
+  // 22.6, 22.9, 22.7 MiB (+7% to +13%), peak 528 MiB. The rest is malloc's: pages that the few
+  // hundred blocks made since the burst (a new session's, a cache's) share with what the burst
+  // freed: malloc_info counted 1.8 MiB in use against 1.5 at idle, in 2.6 MiB more of resident
+  // pages. Before the memos (Note [Memory of things past]), the cache release and shared arenas
+  // (Note [Malloc settings for transport]): +23% to +40%. Not yet the "within 10%".
   for (int r = 0; r < rounds; ++r) {
-    EXPECT_LE(settled[r], idle_rss + idle_rss / 2) << "round " << r + 1 << " kept resident memory";
+    EXPECT_LE(settled[r], idle_rss + idle_rss / 4) << "round " << r + 1 << " kept resident memory";
   }
   EXPECT_LE(settled.back(), settled[1] + settled[1] / 10) << "resident memory grew after round 2";
   EXPECT_EQ(normal_failures.load(), 0);

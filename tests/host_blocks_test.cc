@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
@@ -276,6 +277,8 @@ TEST(MallocTuningTest, AppliedByDefaultAndNotWhenTheUserOptsOutOrChoseTheirOwn) 
   EXPECT_TRUE(plain.applied) << plain.reason;
   EXPECT_EQ(plain.mmap_threshold, kTransportMmapThreshold);
   EXPECT_EQ(plain.trim_threshold, kTransportTrimThreshold);
+  EXPECT_EQ(plain.arena_max, transport_arena_max());
+  EXPECT_GE(plain.arena_max, 2u);
   EXPECT_TRUE(decide_malloc_tuning(env_of({{"TESSERA_MALLOC_TUNING", "1"}})).applied);
   EXPECT_TRUE(decide_malloc_tuning(env_of({{"GLIBC_TUNABLES", "glibc.pthread.rseq=0"}})).applied);
 
@@ -284,6 +287,7 @@ TEST(MallocTuningTest, AppliedByDefaultAndNotWhenTheUserOptsOutOrChoseTheirOwn) 
       {"MALLOC_MMAP_THRESHOLD_", "131072"},
       {"MALLOC_TRIM_THRESHOLD_", "0"},
       {"MALLOC_TOP_PAD_", "0"},
+      {"MALLOC_ARENA_MAX", "8"},
       {"GLIBC_TUNABLES", "glibc.pthread.rseq=0:glibc.malloc.trim_threshold=1"},
   };
   for (const auto& var : refusals) {
@@ -291,6 +295,7 @@ TEST(MallocTuningTest, AppliedByDefaultAndNotWhenTheUserOptsOutOrChoseTheirOwn) 
     EXPECT_FALSE(t.applied) << var.first;
     EXPECT_EQ(t.mmap_threshold, 0u) << var.first;
     EXPECT_EQ(t.trim_threshold, 0u) << var.first;
+    EXPECT_EQ(t.arena_max, 0u) << var.first;
     EXPECT_NE(t.reason.find(var.first), std::string::npos) << var.first << ": " << t.reason;
   }
 }
@@ -313,6 +318,37 @@ TEST(MallocTuningTest, AMallocUnderTheThresholdComesFromTheHeapAndStaysThere) {
   EXPECT_GE(held.uordblks, before.uordblks + kBytes);
   std::free(const_cast<char*>(p));
   EXPECT_EQ(mallinfo2().arena, held.arena) << "the heap was trimmed";
+}
+
+// Threads share the transport's arenas: sixteen threads that malloc at once make no more heaps than
+// transport_arena_max() (glibc's default makes one per thread, up to 8 per core). malloc_info
+// lists the heaps; this test runs in a process of its own.
+TEST(MallocTuningTest, ThreadsShareAtMostTheTransportsArenas) {
+  const MallocTuning& t = tune_malloc_for_transport();
+  if (!t.applied) GTEST_SKIP() << "not applied here: " << t.reason;
+  if (t.arena_max >= 16) GTEST_SKIP() << "16 threads fit in " << t.arena_max << " arenas anyway";
+  std::atomic<int> ready{0};
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 16; ++i) {
+    threads.emplace_back([&] {
+      ready++;
+      while (ready.load() < 16) std::this_thread::yield();  // all of them malloc together
+      for (int k = 0; k < 1000; ++k) std::free(std::malloc(64 + k));
+    });
+  }
+  for (auto& th : threads) th.join();
+  char* text = nullptr;
+  std::size_t size = 0;
+  FILE* out = open_memstream(&text, &size);
+  ASSERT_NE(out, nullptr);
+  ASSERT_EQ(malloc_info(0, out), 0);
+  std::fclose(out);
+  const std::string info(text, size);
+  std::free(text);
+  int heaps = 0;
+  for (std::size_t at = info.find("<heap nr="); at != std::string::npos; at = info.find("<heap nr=", at + 1)) ++heaps;
+  EXPECT_GE(heaps, 1);
+  EXPECT_LE(heaps, static_cast<int>(t.arena_max)) << info.substr(0, 400);
 }
 #elif !defined(__GLIBC__) || defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
 TEST(MallocTuningTest, NotAppliedWithoutGlibcOrUnderASanitizer) {

@@ -26,6 +26,7 @@
 
 #include "core/logging.h"
 #include "core/memory_release.h"
+#include "core/recent_memo.h"
 #include "transport/curve_keys.h"
 #include "transport/rpc_envelope.h"
 #include "transport/rpc_stream.h"
@@ -181,8 +182,7 @@ class RpcServerCore : public std::enable_shared_from_this<RpcServerCore> {
   // on_lost registered after the loss runs at once.
   std::mutex watch_mu_;
   std::unordered_map<std::string, std::unordered_set<ReplySlot*>> watched_;  // guarded by watch_mu_
-  std::unordered_set<std::string> lost_;                                      // guarded by watch_mu_
-  std::deque<std::string> lost_order_;                                        // guarded by watch_mu_
+  RecentMemo<std::string, bool> lost_{4096};                                  // guarded by watch_mu_
   std::atomic<uint64_t> lost_peers_{0};
   std::atomic<uint64_t> calls_of_lost_peers_{0};
   const int wake_fd_;
@@ -213,7 +213,7 @@ class RpcServerCore : public std::enable_shared_from_this<RpcServerCore> {
 namespace {
 thread_local const void* tls_io_owner = nullptr;  // the core whose I/O thread this is
 // Replies the I/O thread's batch keeps room for between turns (more is a burst's, let go).
-constexpr std::size_t kKeptReplies = 1024;
+constexpr std::size_t kKeptReplies = 128;
 }  // namespace
 
 ReplySlot::~ReplySlot() {
@@ -479,13 +479,7 @@ void RpcServerCore::peer_lost(const std::string& peer) {
   std::vector<std::function<void()>> fns;
   {
     std::lock_guard<std::mutex> l(watch_mu_);
-    if (lost_.insert(peer).second) {
-      lost_order_.push_back(peer);
-      if (lost_order_.size() > 4096) {
-        lost_.erase(lost_order_.front());
-        lost_order_.pop_front();
-      }
-    }
+    lost_.remember(peer, true);
     auto it = watched_.find(peer);
     if (it == watched_.end()) return;
     for (ReplySlot* slot : it->second) {
@@ -505,7 +499,7 @@ void RpcServerCore::watch(ReplySlot& slot, std::function<void()> fn) {
   {
     std::lock_guard<std::mutex> l(watch_mu_);
     if (slot.replied.load(std::memory_order_acquire)) return;
-    if (lost_.count(slot.peer) == 0) {
+    if (lost_.find(slot.peer) == nullptr) {
       slot.on_lost = std::move(fn);
       watched_[slot.peer].insert(&slot);
       slot.watched.store(true, std::memory_order_release);
