@@ -17,7 +17,9 @@
 // the CPU kernel finds there fails the step (StreamWork::fail), not the device. Stateful ops
 // (variables: their updates must be seen in stream order and under their locks), asynchronous
 // ones and ops whose output shapes depend on input values run the whole kernel on the stream and
-// are done only once the stream has run it, as before.
+// are done only once the stream has run it, as before. Ops that only relabel their input's buffer
+// (Reshape, ExpandDims, Squeeze) run their CPU kernel at once on the host instead, touching no
+// data: the output shares the device buffer, as on a GPU, and stream order still covers it.
 
 // Note [Stream-ordered memory]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -237,6 +239,42 @@ class SimKernel final : public OpKernel {
   const OpDef* def_ = nullptr;  // when stream_ordered_
   NodeSpec spec_;               // what the shape function reads (type, name, attrs)
 };
+
+// A CPU kernel that only relabels its input's buffer, run on the host over the device tensors
+// (Note [SIM kernels]): the output is a view of the input in SIM memory. Thread-safe as the CPU
+// kernel is.
+class SimRelabelKernel final : public OpKernel {
+ public:
+  explicit SimRelabelKernel(const Node& n) : OpKernel(n) {
+    base_ = OpRegistry::global().create_kernel(n, "CPU").value_or_raise();
+  }
+  bool is_expensive() const override { return false; }
+  void compute(OpKernelContext& ctx) override {
+    Device* device = ctx.device();
+    if (device == nullptr || device->type() != "SIM") {
+      return ctx.fail(errors::internal("a SIM kernel must run on a SIM device"));
+    }
+    for (int i = 0; i < ctx.num_inputs(); ++i) {
+      if (ctx.input(i).device() != device->name()) {
+        return ctx.fail(errors::internal("input {} is in the memory of {}, not of {} (missing transfer)", i,
+                                         ctx.input(i).device(), device->name()));
+      }
+    }
+    base_->compute(ctx);
+    for (int i = 0; i < ctx.num_outputs() && ctx.status().ok(); ++i) {
+      if (ctx.output(i).device() != device->name()) {
+        ctx.fail(errors::internal("output {} is not a view of an input in {}", i, device->name()));
+      }
+    }
+  }
+
+ private:
+  std::unique_ptr<OpKernel> base_;
+};
+
+TESSERA_REGISTER_KERNEL("Reshape", "SIM", SimRelabelKernel);
+TESSERA_REGISTER_KERNEL("ExpandDims", "SIM", SimRelabelKernel);
+TESSERA_REGISTER_KERNEL("Squeeze", "SIM", SimRelabelKernel);
 
 struct RegisterSimKernels {
   RegisterSimKernels() {

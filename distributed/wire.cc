@@ -122,6 +122,18 @@ const std::unordered_map<std::string_view, std::vector<AttrSpec>>& op_attrs() {
         {"RandomUniform", {shape, dtype, seed}},
         {"RandomNormal", {shape, dtype, seed, {"mean", kKind<double>}, {"stddev", kKind<double>}}},
         {"RandomShuffle", {seed}},
+        // core/shape_ops.cc
+        {"Reshape", {{"shape", kKind<std::vector<int64_t>>}}},
+        {"Transpose", {{"perm", kKind<std::vector<int64_t>>}}},
+        {"ConcatV2", {{"axis", kKind<int64_t>}}},
+        {"Split", {{"num_split", kKind<int64_t>}, {"axis", kKind<int64_t>}}},
+        {"Slice", {{"begin", kKind<std::vector<int64_t>>}, {"size", kKind<std::vector<int64_t>>}}},
+        {"ExpandDims", {{"axis", kKind<int64_t>}}},
+        {"Squeeze", {{"axes", kKind<std::vector<int64_t>>}}},
+        {"Tile", {{"multiples", kKind<std::vector<int64_t>>}}},
+        {"Pad", {{"paddings", kKind<std::vector<int64_t>>}}},
+        {"Fill", {shape, {"value", kKind<Tensor>}}},
+        {"ZerosLike", none}, {"OnesLike", none}, {"Shape", none}, {"Size", none},
         // core/variable_ops.cc
         {"VariableV2", {dtype, shape}},
         {"Assign", assign}, {"AssignAdd", assign}, {"AssignSub", assign},

@@ -94,4 +94,29 @@ cudaError_t launch_random_uniform(Elem elem, void* out, int64_t n, uint64_t key,
 cudaError_t launch_random_normal(Elem elem, void* out, int64_t n, uint64_t key, uint64_t first_block,
                                  double mean, double stddev, cudaStream_t stream);
 
+// ---- Shape ops (shape_kernels.cu) ----
+
+inline constexpr int kMaxCopyDims = 2 * kMaxDims;
+
+// A copy as nested loops over dims (outermost first): element (i_0, ..., i_{rank-1}) goes from
+// src[sum i_d * src_strides[d]] to dst[sum i_d * dst_strides[d]], strides in elements, the
+// pointers already at the copy's offsets: core/shape_ops.h's StridedCopy once simplified.
+struct CopyGeometry {
+  int rank = 0;
+  int64_t dims[kMaxCopyDims] = {};
+  int64_t dst_strides[kMaxCopyDims] = {};
+  int64_t src_strides[kMaxCopyDims] = {};
+};
+
+// The copy of `geometry`'s elements of `elem_bytes` bytes (1, 2, 4 or 8: any dtype); n of them.
+cudaError_t launch_strided_copy(int elem_bytes, const CopyGeometry& geometry, const void* src, void* dst, int64_t n,
+                                cudaStream_t stream);
+// out[0, n) = the value whose bits are the low `elem_bytes` bytes of `bits`.
+cudaError_t launch_fill(int elem_bytes, uint64_t bits, void* out, int64_t n, cudaStream_t stream);
+// int32 out[0, n) = values.v[0, n), n <= kMaxDims: Shape's dims, written on the stream.
+struct Int32Values {
+  int32_t v[kMaxDims] = {};
+};
+cudaError_t launch_write_int32(const Int32Values& values, int n, void* out, cudaStream_t stream);
+
 }  // namespace tessera::internal::gpu

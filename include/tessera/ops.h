@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tessera/graph.h"
@@ -56,6 +57,29 @@ Output reduce_max(Output x, std::vector<int> axes = {}, bool keep_dims = false, 
 
 Output identity(Output x, std::string name = "");
 Output cast(Output x, DType dtype, std::string name = "");
+
+// Shape ops, any dtype. Arguments are checked when the graph is built as far as the input's shape
+// is known there, else when the op runs (InvalidArgumentError naming the op either way); negative
+// axes count from the end. reshape, expand_dims and squeeze share the input's buffer.
+Output reshape(Output x, std::vector<int64_t> shape, std::string name = "");  // one -1 is inferred
+Output transpose(Output x, std::vector<int> perm = {}, std::string name = "");  // {} = reverse dims
+Output concat(std::vector<Output> values, int axis, std::string name = "");
+// `num` equal pieces along `axis` (which it must divide).
+std::vector<Output> split(Output x, int num, int axis, std::string name = "");
+// x[begin[i] : begin[i] + size[i]] in every dim i; size -1 = to the end.
+Output slice(Output x, std::vector<int64_t> begin, std::vector<int64_t> size, std::string name = "");
+Output expand_dims(Output x, int axis, std::string name = "");  // axis in [-rank - 1, rank]
+// Removes the size-1 dims `axes` (each must be 1); {} = every size-1 dim.
+Output squeeze(Output x, std::vector<int> axes = {}, std::string name = "");
+Output tile(Output x, std::vector<int64_t> multiples, std::string name = "");
+// Zeros (false) around x: (before, after) per dim.
+Output pad(Output x, std::vector<std::pair<int64_t, int64_t>> paddings, std::string name = "");
+// A tensor of `shape` (fully defined), every element the scalar `value`, of its dtype.
+Output fill(Graph& g, Shape shape, Tensor value, std::string name = "");
+Output zeros_like(Output x, std::string name = "");
+Output ones_like(Output x, std::string name = "");  // bool: true
+Output shape(Output x, std::string name = "");      // int32 [rank]
+Output size(Output x, std::string name = "");       // int32 scalar: the number of elements
 
 // Random ops draw new values on every run. seed = 0 picks a random seed; a nonzero seed makes the
 // sequence of values over runs of one session reproducible (Philox4x32-10).

@@ -1,0 +1,415 @@
+// CPU kernels of the shape ops: Reshape, ExpandDims and Squeeze (the input's buffer, relabelled),
+// Transpose, ConcatV2, Split, Slice, Tile, Pad (copies), Fill, ZerosLike, OnesLike, Shape and Size.
+//
+// Every dtype: the copies move elements by their size alone (1, 2, 4 or 8 bytes). Each kernel
+// checks its input's shape with the arithmetic the op's shape function used at graph-build time
+// (core/shape_ops.h, same messages), and walks the StridedCopy it makes: nested loops whose
+// innermost run is one memcpy when both sides are contiguous there, and whose two loops of a
+// transpose go in 32 x 32 blocks, so that neither side leaves the cache between uses. An op that
+// would copy its input unchanged (a slice of all of it, multiples all 1, no padding, one piece)
+// shares its buffer instead, as TensorFlow's kernels do.
+#include "core/shape_ops.h"
+
+#include <algorithm>
+#include <array>
+#include <climits>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "core/half.h"
+#include "core/op_kernel.h"
+#include "core/op_registry.h"
+
+namespace tessera::internal {
+namespace {
+
+// n elements of kSize bytes, dst and src stepping by their strides (in elements).
+template <std::size_t kSize>
+void copy_run(char* __restrict dst, int64_t dst_stride, const char* __restrict src, int64_t src_stride, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) std::memcpy(dst + i * dst_stride * kSize, src + i * src_stride * kSize, kSize);
+}
+
+// dst[r * dst_row + c] = src[r + c * src_col] for r < rows, c < cols (a transpose), in square
+// blocks: the block's rows of src stay in cache while its columns are written.
+template <std::size_t kSize>
+void copy_blocked(char* __restrict dst, int64_t dst_row, const char* __restrict src, int64_t src_col, int64_t rows,
+                  int64_t cols) {
+  constexpr int64_t kBlock = 32;
+  for (int64_t r0 = 0; r0 < rows; r0 += kBlock) {
+    const int64_t r1 = std::min(rows, r0 + kBlock);
+    for (int64_t c0 = 0; c0 < cols; c0 += kBlock) {
+      const int64_t c1 = std::min(cols, c0 + kBlock);
+      for (int64_t r = r0; r < r1; ++r) {
+        for (int64_t c = c0; c < c1; ++c)
+          std::memcpy(dst + (r * dst_row + c) * kSize, src + (r + c * src_col) * kSize, kSize);
+      }
+    }
+  }
+}
+
+// Calls fn(dst_offset, src_offset) for every index of the loops `loops` of `c` (outermost first):
+// an odometer carries both offsets along.
+template <class Fn>
+void for_each_offset(const StridedCopy& c, const std::vector<int>& loops, Fn&& fn) {
+  const int m = static_cast<int>(loops.size());
+  int64_t total = 1;
+  for (int l : loops) total *= c.dims[static_cast<std::size_t>(l)];
+  std::array<int64_t, StridedCopy::kMaxDims> index{};
+  int64_t dst_off = 0;
+  int64_t src_off = 0;
+  for (int64_t i = 0; i < total; ++i) {
+    fn(dst_off, src_off);
+    for (int k = m - 1; k >= 0; --k) {
+      const auto l = static_cast<std::size_t>(loops[static_cast<std::size_t>(k)]);
+      dst_off += c.dst_strides[l];
+      src_off += c.src_strides[l];
+      if (++index[static_cast<std::size_t>(k)] < c.dims[l]) break;
+      dst_off -= c.dst_strides[l] * c.dims[l];
+      src_off -= c.src_strides[l] * c.dims[l];
+      index[static_cast<std::size_t>(k)] = 0;
+    }
+  }
+}
+
+// Performs `c` between buffers of elements of `elem` bytes. The innermost loop is one memcpy when
+// both sides are contiguous along it; when only the destination is and an outer loop reads
+// contiguously (a transpose), those two loops go in blocks.
+void strided_copy(void* dst, const void* src, std::size_t elem, StridedCopy c) {
+  c.simplify();
+  if (c.num_elements() == 0) return;
+  char* d = static_cast<char*>(dst) + c.dst_offset * static_cast<int64_t>(elem);
+  const char* s = static_cast<const char*>(src) + c.src_offset * static_cast<int64_t>(elem);
+  if (c.rank == 0) {
+    std::memcpy(d, s, elem);
+    return;
+  }
+  const int inner = c.rank - 1;
+  const int64_t n = c.dims[static_cast<std::size_t>(inner)];
+  const int64_t ds = c.dst_strides[static_cast<std::size_t>(inner)];
+  const int64_t ss = c.src_strides[static_cast<std::size_t>(inner)];
+  const auto bytes = static_cast<int64_t>(elem);
+  int across = -1;  // an outer loop that reads contiguously
+  for (int k = 0; k < inner && ds == 1 && ss != 1; ++k) {
+    if (c.src_strides[static_cast<std::size_t>(k)] == 1) across = k;
+  }
+  std::vector<int> loops;
+  for (int k = 0; k < inner; ++k) {
+    if (k != across) loops.push_back(k);
+  }
+  if (across >= 0) {
+    const auto a = static_cast<std::size_t>(across);
+    const int64_t rows = c.dims[a];
+    const int64_t dst_row = c.dst_strides[a];
+    for_each_offset(c, loops, [&](int64_t dst_off, int64_t src_off) {
+      char* to = d + dst_off * bytes;
+      const char* from = s + src_off * bytes;
+      switch (elem) {
+        case 1: return copy_blocked<1>(to, dst_row, from, ss, rows, n);
+        case 2: return copy_blocked<2>(to, dst_row, from, ss, rows, n);
+        case 4: return copy_blocked<4>(to, dst_row, from, ss, rows, n);
+        default: return copy_blocked<8>(to, dst_row, from, ss, rows, n);
+      }
+    });
+    return;
+  }
+  for_each_offset(c, loops, [&](int64_t dst_off, int64_t src_off) {
+    char* to = d + dst_off * bytes;
+    const char* from = s + src_off * bytes;
+    if (ds == 1 && ss == 1) {
+      std::memcpy(to, from, static_cast<std::size_t>(n * bytes));
+      return;
+    }
+    switch (elem) {
+      case 1: return copy_run<1>(to, ds, from, ss, n);
+      case 2: return copy_run<2>(to, ds, from, ss, n);
+      case 4: return copy_run<4>(to, ds, from, ss, n);
+      default: return copy_run<8>(to, ds, from, ss, n);
+    }
+  });
+}
+
+// Every element of `out` set to the `elem` bytes at `value`.
+void fill_bytes(Tensor& out, const void* value, std::size_t elem) {
+  char* p = static_cast<char*>(out.raw_mutable_data());
+  const int64_t n = out.num_elements();
+  const auto* v = static_cast<const unsigned char*>(value);
+  bool all_same_byte = true;
+  for (std::size_t i = 1; i < elem; ++i) all_same_byte = all_same_byte && v[i] == v[0];
+  if (all_same_byte) {  // zeros, bools, and whatever else is one repeated byte
+    std::memset(p, v[0], out.bytes());
+    return;
+  }
+  switch (elem) {
+    case 2: return copy_run<2>(p, 1, static_cast<const char*>(value), 0, n);
+    case 4: return copy_run<4>(p, 1, static_cast<const char*>(value), 0, n);
+    default: return copy_run<8>(p, 1, static_cast<const char*>(value), 0, n);
+  }
+}
+
+// A view of input 0 with the shape `shape_of` gives (Reshape, ExpandDims, Squeeze): no data moves.
+// Thread-safe: compute() keeps no state between runs.
+template <class Derived>
+class RelabelOp : public OpKernel {
+ public:
+  using OpKernel::OpKernel;
+  void compute(OpKernelContext& ctx) override {
+    const Tensor& x = ctx.input(0);
+    auto shape = static_cast<const Derived*>(this)->shape_of(x.shape());
+    if (!shape.ok()) return ctx.fail(shape.status());
+    ctx.set_output(0, x.reshaped(shape.value()));
+  }
+  bool is_expensive() const override { return false; }
+};
+
+class ReshapeOp final : public RelabelOp<ReshapeOp> {
+ public:
+  explicit ReshapeOp(const Node& n) : RelabelOp(n), shape_(n.attr<std::vector<int64_t>>("shape")) {}
+  StatusOr<Shape> shape_of(const Shape& in) const { return reshape_shape(in, shape_); }
+
+ private:
+  const std::vector<int64_t> shape_;
+};
+
+class ExpandDimsOp final : public RelabelOp<ExpandDimsOp> {
+ public:
+  explicit ExpandDimsOp(const Node& n) : RelabelOp(n), axis_(n.attr<int64_t>("axis")) {}
+  StatusOr<Shape> shape_of(const Shape& in) const { return expand_dims_shape(in, axis_); }
+
+ private:
+  const int64_t axis_;
+};
+
+class SqueezeOp final : public RelabelOp<SqueezeOp> {
+ public:
+  explicit SqueezeOp(const Node& n) : RelabelOp(n), axes_(n.attr<std::vector<int64_t>>("axes")) {}
+  StatusOr<Shape> shape_of(const Shape& in) const { return squeeze_shape(in, axes_); }
+
+ private:
+  const std::vector<int64_t> axes_;
+};
+
+// out = transpose(x, perm). Thread-safe.
+class TransposeOp final : public OpKernel {
+ public:
+  explicit TransposeOp(const Node& n) : OpKernel(n), perm_(n.attr<std::vector<int64_t>>("perm")) {}
+  void compute(OpKernelContext& ctx) override {
+    const Tensor& x = ctx.input(0);
+    auto perm = transpose_perm(perm_, x.shape().rank());
+    if (!perm.ok()) return ctx.fail(perm.status());
+    const StridedCopy c = transpose_copy(x.shape(), perm.value());
+    std::vector<int64_t> dims(c.dims.begin(), c.dims.begin() + c.rank);
+    Tensor& out = ctx.allocate_output(0, Shape(dims));
+    strided_copy(out.raw_mutable_data(), x.raw_data(), dtype_size(x.dtype()), c);
+  }
+
+ private:
+  const std::vector<int64_t> perm_;
+};
+
+// out = concat(inputs, axis): each input's rows copied into their columns of the output's rows.
+// Thread-safe.
+class ConcatOp final : public OpKernel {
+ public:
+  explicit ConcatOp(const Node& n) : OpKernel(n), axis_(n.attr<int64_t>("axis")) {}
+  void compute(OpKernelContext& ctx) override {
+    std::vector<Shape> shapes;
+    for (int k = 0; k < ctx.num_inputs(); ++k) shapes.push_back(ctx.input(k).shape());
+    auto shape = concat_shape(shapes, axis_);
+    if (!shape.ok()) return ctx.fail(shape.status());
+    const Shape& out_shape = shape.value();
+    if (ctx.num_inputs() == 1) return ctx.set_output(0, ctx.input(0));
+    const int axis = resolve_axis(axis_, out_shape.rank(), "").value();
+    Tensor& out = ctx.allocate_output(0, out_shape);
+    const int64_t outer = out_shape.sub_shape(0, axis).num_elements();
+    const int64_t total = out_shape.sub_shape(axis).num_elements();
+    const std::size_t elem = dtype_size(out.dtype());
+    int64_t offset = 0;
+    for (int k = 0; k < ctx.num_inputs(); ++k) {
+      const Tensor& in = ctx.input(k);
+      const int64_t width = in.shape().sub_shape(axis).num_elements();
+      strided_copy(out.raw_mutable_data(), in.raw_data(), elem, rows_copy(outer, width, total, offset, true));
+      offset += width;
+    }
+  }
+
+ private:
+  const int64_t axis_;
+};
+
+// outputs = split(x, num, axis): each output's rows copied from its columns of the input's rows.
+// Thread-safe.
+class SplitOp final : public OpKernel {
+ public:
+  explicit SplitOp(const Node& n) : OpKernel(n), num_(n.attr<int64_t>("num_split")), axis_(n.attr<int64_t>("axis")) {}
+  void compute(OpKernelContext& ctx) override {
+    const Tensor& x = ctx.input(0);
+    auto shape = split_shape(x.shape(), num_, axis_);
+    if (!shape.ok()) return ctx.fail(shape.status());
+    if (num_ == 1) return ctx.set_output(0, x);
+    const Shape& piece = shape.value();
+    const int axis = resolve_axis(axis_, piece.rank(), "").value();
+    const int64_t outer = piece.sub_shape(0, axis).num_elements();
+    const int64_t width = piece.sub_shape(axis).num_elements();
+    const std::size_t elem = dtype_size(x.dtype());
+    for (int k = 0; k < ctx.num_outputs(); ++k) {
+      Tensor& out = ctx.allocate_output(k, piece);
+      strided_copy(out.raw_mutable_data(), x.raw_data(), elem, rows_copy(outer, width, width * num_, k * width, false));
+    }
+  }
+
+ private:
+  const int64_t num_;
+  const int64_t axis_;
+};
+
+// out = x[begin : begin + size]. Thread-safe.
+class SliceOp final : public OpKernel {
+ public:
+  explicit SliceOp(const Node& n)
+      : OpKernel(n), begin_(n.attr<std::vector<int64_t>>("begin")), size_(n.attr<std::vector<int64_t>>("size")) {}
+  void compute(OpKernelContext& ctx) override {
+    const Tensor& x = ctx.input(0);
+    auto shape = slice_shape(x.shape(), begin_, size_);
+    if (!shape.ok()) return ctx.fail(shape.status());
+    if (shape.value() == x.shape()) return ctx.set_output(0, x);  // all of it: begin is 0
+    Tensor& out = ctx.allocate_output(0, shape.value());
+    strided_copy(out.raw_mutable_data(), x.raw_data(), dtype_size(x.dtype()),
+                 slice_copy(x.shape(), begin_, out.shape()));
+  }
+
+ private:
+  const std::vector<int64_t> begin_;
+  const std::vector<int64_t> size_;
+};
+
+// out = tile(x, multiples). Thread-safe.
+class TileOp final : public OpKernel {
+ public:
+  explicit TileOp(const Node& n) : OpKernel(n), multiples_(n.attr<std::vector<int64_t>>("multiples")) {}
+  void compute(OpKernelContext& ctx) override {
+    const Tensor& x = ctx.input(0);
+    auto shape = tile_shape(x.shape(), multiples_);
+    if (!shape.ok()) return ctx.fail(shape.status());
+    if (shape.value() == x.shape()) return ctx.set_output(0, x);  // every multiple 1 (or nothing to copy)
+    Tensor& out = ctx.allocate_output(0, shape.value());
+    strided_copy(out.raw_mutable_data(), x.raw_data(), dtype_size(x.dtype()), tile_copy(x.shape(), multiples_));
+  }
+
+ private:
+  const std::vector<int64_t> multiples_;
+};
+
+// out = x with zeros around it. Zero bits are 0, +0.0 and false in every dtype. Thread-safe.
+class PadOp final : public OpKernel {
+ public:
+  explicit PadOp(const Node& n) : OpKernel(n), paddings_(n.attr<std::vector<int64_t>>("paddings")) {}
+  void compute(OpKernelContext& ctx) override {
+    const Tensor& x = ctx.input(0);
+    auto shape = pad_shape(x.shape(), paddings_);
+    if (!shape.ok()) return ctx.fail(shape.status());
+    if (shape.value() == x.shape()) return ctx.set_output(0, x);  // no padding
+    Tensor& out = ctx.allocate_output(0, shape.value());
+    if (out.bytes() > 0) std::memset(out.raw_mutable_data(), 0, out.bytes());
+    strided_copy(out.raw_mutable_data(), x.raw_data(), dtype_size(x.dtype()),
+                 pad_copy(x.shape(), paddings_, out.shape()));
+  }
+
+ private:
+  const std::vector<int64_t> paddings_;
+};
+
+// The "shape" attr filled with the scalar "value" attr. Thread-safe.
+class FillOp final : public OpKernel {
+ public:
+  explicit FillOp(const Node& n) : OpKernel(n), shape_(n.attr<Shape>("shape")), value_(n.attr<Tensor>("value")) {}
+  void compute(OpKernelContext& ctx) override {
+    Tensor& out = ctx.allocate_output(0, shape_);
+    fill_bytes(out, value_.raw_data(), dtype_size(value_.dtype()));
+  }
+
+ private:
+  const Shape shape_;
+  const Tensor value_;
+};
+
+// The one of a dtype, as its bits.
+uint64_t one_bits(DType dtype) {
+  uint64_t bits = 0;
+  auto put = [&bits](auto v) { std::memcpy(&bits, &v, sizeof(v)); };
+  switch (dtype) {
+    case DType::Float32: put(1.0f); break;
+    case DType::Float64: put(1.0); break;
+    case DType::Int32: put(int32_t{1}); break;
+    case DType::Int64: put(int64_t{1}); break;
+    case DType::Bool: put(true); break;
+    case DType::Float16: put(float16_t(1.0f)); break;
+    case DType::BFloat16: put(bfloat16_t(1.0f)); break;
+  }
+  return bits;
+}
+
+// Zeros (kOne false) or ones of input 0's dtype and shape. Thread-safe.
+template <bool kOne>
+class FillLikeOp final : public OpKernel {
+ public:
+  using OpKernel::OpKernel;
+  void compute(OpKernelContext& ctx) override {
+    const Tensor& x = ctx.input(0);
+    Tensor& out = ctx.allocate_output(0, x.shape());
+    const uint64_t bits = kOne ? one_bits(x.dtype()) : 0;
+    fill_bytes(out, &bits, dtype_size(x.dtype()));
+  }
+};
+
+// The dims of input 0 (its data is not read). Thread-safe.
+class ShapeOp final : public OpKernel {
+ public:
+  using OpKernel::OpKernel;
+  void compute(OpKernelContext& ctx) override {
+    const Shape& in = ctx.input(0).shape();
+    Tensor& out = ctx.allocate_output(0, Shape{in.rank()});
+    int32_t* p = out.mutable_data<int32_t>();
+    for (int d = 0; d < in.rank(); ++d) {
+      if (in.dim(d) > INT32_MAX) {
+        return ctx.fail(ErrorCode::kInvalidArgument, "dimension {} of shape {} does not fit the int32 output", d,
+                        in.to_string());
+      }
+      p[d] = static_cast<int32_t>(in.dim(d));
+    }
+  }
+  bool is_expensive() const override { return false; }
+};
+
+// The element count of input 0. Thread-safe.
+class SizeOp final : public OpKernel {
+ public:
+  using OpKernel::OpKernel;
+  void compute(OpKernelContext& ctx) override {
+    const Tensor& x = ctx.input(0);
+    if (x.num_elements() > INT32_MAX) {
+      return ctx.fail(ErrorCode::kInvalidArgument, "shape {} has {} elements, more than the int32 output holds",
+                      x.shape().to_string(), x.num_elements());
+    }
+    ctx.allocate_output(0, Shape{}).mutable_data<int32_t>()[0] = static_cast<int32_t>(x.num_elements());
+  }
+  bool is_expensive() const override { return false; }
+};
+
+TESSERA_REGISTER_KERNEL("Reshape", "CPU", ReshapeOp);
+TESSERA_REGISTER_KERNEL("ExpandDims", "CPU", ExpandDimsOp);
+TESSERA_REGISTER_KERNEL("Squeeze", "CPU", SqueezeOp);
+TESSERA_REGISTER_KERNEL("Transpose", "CPU", TransposeOp);
+TESSERA_REGISTER_KERNEL("ConcatV2", "CPU", ConcatOp);
+TESSERA_REGISTER_KERNEL("Split", "CPU", SplitOp);
+TESSERA_REGISTER_KERNEL("Slice", "CPU", SliceOp);
+TESSERA_REGISTER_KERNEL("Tile", "CPU", TileOp);
+TESSERA_REGISTER_KERNEL("Pad", "CPU", PadOp);
+TESSERA_REGISTER_KERNEL("Fill", "CPU", FillOp);
+TESSERA_REGISTER_KERNEL("ZerosLike", "CPU", FillLikeOp<false>);
+TESSERA_REGISTER_KERNEL("OnesLike", "CPU", FillLikeOp<true>);
+TESSERA_REGISTER_KERNEL("Shape", "CPU", ShapeOp);
+TESSERA_REGISTER_KERNEL("Size", "CPU", SizeOp);
+
+}  // namespace
+}  // namespace tessera::internal

@@ -1,0 +1,190 @@
+// The GPU kernels of the shape ops against their CPU kernels (label gpu), in the manner of
+// cuda_kernels_test.cc: each op built in a Graph, its "CPU" kernel run on host inputs and its
+// "GPU" kernel on the same inputs copied to the GPU; outputs must be equal (every dtype moves
+// bit for bit), failures the same code and message, inputs left as they were, and the relabelling
+// ops must share the input's device buffer. Skips without a GPU.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/op_registry.h"
+#include "tessera/tessera.h"
+#include "tests/gpu/gpu_test_util.h"
+#include "tests/testing/tensor_expect.h"
+#include "tests/testing/tensor_values.h"
+
+namespace tessera::internal {
+namespace {
+
+using gpu_testing::KernelRun;
+using gpu_testing::run_kernel_on;
+using gpu_testing::to_device;
+using gpu_testing::to_host;
+using tessera::testing::expect_same;
+using tessera::testing::feed;
+using tessera::testing::kAllDTypes;
+using tessera::testing::RandomInputs;
+using tessera::testing::Range;
+
+class CudaShapeKernelsTest : public ::testing::Test {
+ protected:
+  void SetUp() override { TESSERA_REQUIRE_GPU(gpu_); }
+
+  std::unique_ptr<OpKernel> kernel(const Output& y, const char* device_type) {
+    auto k = OpRegistry::global().create_kernel(*y.node(), device_type);
+    EXPECT_TRUE(k.ok()) << k.status().to_string();
+    return k.ok() ? std::move(k).value() : nullptr;
+  }
+
+  // Runs the GPU kernel of `y` on device copies of `inputs`, with its outputs copied back.
+  KernelRun run_gpu(const Output& y, const std::vector<Tensor>& inputs, std::vector<Tensor>* device_inputs = nullptr,
+                    std::vector<Tensor>* device_outputs = nullptr) {
+    auto gpu = kernel(y, "GPU");
+    std::vector<Tensor> on_device;
+    for (const Tensor& t : inputs) {
+      auto d = to_device(*gpu_, t);
+      EXPECT_TRUE(d.ok()) << d.status().to_string();
+      on_device.push_back(d.ok() ? d.value() : Tensor());
+    }
+    KernelRun r = run_kernel_on(*gpu, on_device, gpu_);
+    if (device_outputs != nullptr) *device_outputs = r.outputs;
+    for (Tensor& t : r.outputs) {
+      if (t.is_null()) continue;
+      EXPECT_EQ(t.device(), gpu_->name()) << "a GPU kernel's output is in GPU memory";
+      auto h = to_host(*gpu_, t);
+      EXPECT_TRUE(h.ok()) << h.status().to_string();
+      t = h.ok() ? h.value() : Tensor();
+    }
+    for (std::size_t i = 0; i < inputs.size(); ++i) {
+      auto back = to_host(*gpu_, on_device[i]);
+      EXPECT_TRUE(back.ok() && back.value().equals(inputs[i])) << "the GPU kernel changed input " << i;
+    }
+    if (device_inputs != nullptr) *device_inputs = std::move(on_device);
+    return r;
+  }
+
+  // The op of `y`: GPU against CPU, every output bit for bit.
+  void check_op(const Output& y, const std::vector<Tensor>& inputs) {
+    auto cpu = kernel(y, "CPU");
+    ASSERT_TRUE(cpu);
+    KernelRun want = run_kernel_on(*cpu, inputs, nullptr);
+    KernelRun got = run_gpu(y, inputs);
+    ASSERT_TRUE(want.status.ok()) << want.status.to_string();
+    ASSERT_TRUE(got.status.ok()) << got.status.to_string();
+    ASSERT_EQ(got.outputs.size(), want.outputs.size());
+    for (std::size_t i = 0; i < want.outputs.size(); ++i) {
+      ASSERT_EQ(got.outputs[i].shape(), want.outputs[i].shape()) << "output " << i;
+      EXPECT_TRUE(got.outputs[i].equals(want.outputs[i])) << "output " << i;
+    }
+  }
+
+  void check_op_fails(const Output& y, const std::vector<Tensor>& inputs, const std::string& substring) {
+    auto cpu = kernel(y, "CPU");
+    ASSERT_TRUE(cpu);
+    KernelRun want = run_kernel_on(*cpu, inputs, nullptr);
+    KernelRun got = run_gpu(y, inputs);
+    EXPECT_EQ(want.status.code(), ErrorCode::kInvalidArgument) << want.status.to_string();
+    EXPECT_EQ(got.status.code(), want.status.code()) << got.status.to_string();
+    EXPECT_EQ(got.status.message(), want.status.message());
+    EXPECT_NE(got.status.message().find(substring), std::string::npos) << got.status.to_string();
+  }
+
+  CudaDevice* gpu_ = nullptr;
+};
+
+Tensor random(DType dtype, const Shape& shape) {
+  static RandomInputs rng;
+  return rng.tensor(dtype, shape, dtype_is_floating(dtype) ? Range{-4, 4} : Range{-1000, 1000});
+}
+
+TEST_F(CudaShapeKernelsTest, DataMovingOpsEveryDType) {
+  for (DType dtype : kAllDTypes) {
+    SCOPED_TRACE(dtype_name(dtype));
+    const Tensor x = random(dtype, Shape{3, 4, 5});
+    const Tensor y = random(dtype, Shape{3, 2, 5});
+    Graph g;
+    auto px = feed(g, x);
+    auto py = feed(g, y);
+    for (const std::vector<int>& perm : {std::vector<int>{}, {0, 2, 1}, {2, 0, 1}, {1, 0, 2}})
+      check_op(ops::transpose(px, perm), {x});
+    check_op(ops::concat({px, py, px}, 1), {x, y, x});
+    check_op(ops::concat({px, px}, -1), {x, x});
+    check_op(ops::concat({px, px}, 0), {x, x});
+    for (int axis : {0, 1, 2}) {
+      const int num = axis == 0 ? 3 : (axis == 1 ? 2 : 5);
+      auto pieces = ops::split(px, num, axis);
+      check_op(pieces[0], {x});
+    }
+    check_op(ops::slice(px, {1, 0, 2}, {-1, 3, 2}), {x});
+    check_op(ops::slice(px, {0, 0, 0}, {-1, -1, -1}), {x});
+    check_op(ops::tile(px, {2, 1, 3}), {x});
+    check_op(ops::tile(px, {1, 1, 1}), {x});
+    check_op(ops::pad(px, {{1, 0}, {0, 2}, {3, 1}}), {x});
+    check_op(ops::zeros_like(px), {x});
+    check_op(ops::ones_like(px), {x});
+    check_op(ops::shape(px), {x});
+    check_op(ops::size(px), {x});
+  }
+}
+
+TEST_F(CudaShapeKernelsTest, LargeAndEmptyTensors) {
+  const Tensor big = random(DType::Float32, Shape{513, 1031});
+  const Tensor empty(DType::Float32, Shape{0, 7});
+  Graph g;
+  auto pb = feed(g, big);
+  auto pe = feed(g, empty);
+  check_op(ops::transpose(pb), {big});
+  check_op(ops::tile(pb, {3, 2}), {big});
+  check_op(ops::pad(pb, {{7, 9}, {0, 33}}), {big});
+  check_op(ops::slice(pb, {100, 3}, {400, 1000}), {big});
+  check_op(ops::transpose(pe), {empty});
+  check_op(ops::pad(pe, {{1, 1}, {0, 0}}), {empty});
+  check_op(ops::concat({pe, pe}, 0), {empty, empty});
+  check_op(ops::zeros_like(pe), {empty});
+  check_op(ops::shape(pe), {empty});
+}
+
+TEST_F(CudaShapeKernelsTest, FillEveryDType) {
+  for (DType dtype : kAllDTypes) {
+    SCOPED_TRACE(dtype_name(dtype));
+    Graph g;
+    check_op(ops::fill(g, {3, 67}, tessera::testing::tensor_of(dtype, Shape{}, {1})), {});
+  }
+}
+
+TEST_F(CudaShapeKernelsTest, RelabellingSharesTheDeviceBuffer) {
+  const Tensor x = random(DType::Float64, Shape{2, 6});
+  Graph g;
+  auto px = feed(g, x);
+  for (const Output& y : {ops::reshape(px, {3, -1}), ops::expand_dims(px, 1), ops::squeeze(ops::expand_dims(px, 0))}) {
+    SCOPED_TRACE(y.op().type());
+    std::vector<Tensor> inputs, outputs;
+    KernelRun r = run_gpu(y, {x}, &inputs, &outputs);
+    ASSERT_TRUE(r.status.ok()) << r.status.to_string();
+    EXPECT_EQ(outputs[0].raw_data(), inputs[0].raw_data());
+    EXPECT_TRUE(r.finished_inline) << "nothing to launch";
+  }
+  check_op(ops::reshape(px, {4, -1}), {x});
+}
+
+TEST_F(CudaShapeKernelsTest, ErrorsAreTheCpuKernels) {
+  Graph g;
+  auto x = ops::placeholder(g, DType::Float32, Shape::unknown(), "x");
+  const Tensor t = Tensor::zeros(DType::Float32, Shape{2, 3});
+  check_op_fails(ops::reshape(x, {4}), {t}, "cannot reshape");
+  check_op_fails(ops::transpose(x, {0, 1, 2}), {t}, "has 3 entries");
+  check_op_fails(ops::concat({x, x}, 2), {t, t}, "out of range");
+  check_op_fails(ops::split(x, 2, 1)[0], {t}, "does not split evenly");
+  check_op_fails(ops::slice(x, {1, 1}, {2, 1}), {t}, "out of range");
+  check_op_fails(ops::squeeze(x, {0}), {t}, "cannot squeeze");
+  check_op_fails(ops::tile(x, {2}), {t}, "multiples");
+  check_op_fails(ops::pad(x, {{1, 1}}), {t}, "paddings");
+  check_op_fails(ops::shape(x), {Tensor(DType::Float32, Shape{0, 3000000000})}, "does not fit the int32 output");
+}
+
+}  // namespace
+}  // namespace tessera::internal
