@@ -152,6 +152,8 @@ TESSERA_REGISTER_OP(OpDef{"MatMul", matmul_shape});
 TESSERA_REGISTER_OP(OpDef{"Sum", reduction_shape});
 TESSERA_REGISTER_OP(OpDef{"Mean", reduction_shape});
 TESSERA_REGISTER_OP(OpDef{"Max", reduction_shape});
+TESSERA_REGISTER_OP(OpDef{"Min", reduction_shape});
+TESSERA_REGISTER_OP(OpDef{"Prod", reduction_shape});
 TESSERA_REGISTER_OP(OpDef{"Cast", cast_shape});
 // Random ops are stateful: each keeps its position in its random stream for the life of a session,
 // so they must never be deduplicated or constant-folded.
@@ -247,6 +249,12 @@ Output reduce_mean(Output x, std::vector<int> axes, bool keep_dims, std::string 
 }
 Output reduce_max(Output x, std::vector<int> axes, bool keep_dims, std::string name) {
   return reduction("reduce_max", "Max", x, axes, keep_dims, std::move(name));
+}
+Output reduce_min(Output x, std::vector<int> axes, bool keep_dims, std::string name) {
+  return reduction("reduce_min", "Min", x, axes, keep_dims, std::move(name));
+}
+Output reduce_prod(Output x, std::vector<int> axes, bool keep_dims, std::string name) {
+  return reduction("reduce_prod", "Prod", x, axes, keep_dims, std::move(name));
 }
 
 Output cast(Output x, DType dtype, std::string name) {

@@ -1,12 +1,14 @@
-// CPU kernels for the reductions Sum, Mean and Max over a set of axes.
+// CPU kernels for the reductions Sum, Mean, Max, Min and Prod over a set of axes.
 //
 // The input's dims are merged into alternating runs of kept and reduced dims, and the input is
 // read once, in memory order, as rows of the innermost run: a kept innermost run folds a row of
 // input into a row of output (a vectorized loop), a reduced one folds a row into one value (a
 // vectorized multi-lane reduction). The common cases (all axes; leading or trailing axes) are thus
-// one or two plain loops with no special casing. Integer sums wrap around on overflow; the mean of
-// integers is the sum divided by the count, truncated toward zero; Max propagates NaN. float16 and
-// bfloat16 are widened to float32, reduced there, and each result is rounded once.
+// one or two plain loops with no special casing. Integer sums and products wrap around on
+// overflow; the mean of integers is the sum divided by the count, truncated toward zero; Max and
+// Min propagate NaN; the minimum of nothing is +inf (the largest integer) and the product 1, as in
+// TensorFlow. float16 and bfloat16 are widened to float32, reduced there, and each result is
+// rounded once.
 #include <algorithm>
 #include <array>
 #include <cstdint>
@@ -56,6 +58,30 @@ struct MaxReducer {
   }
   // `x != x` is the NaN test: once NaN, the accumulator stays NaN. A select, so it vectorizes.
   template <class T> static T combine(T acc, T x) { return (x > acc || x != x) ? x : acc; }
+};
+
+struct MinReducer {
+  static constexpr bool kIsMean = false;
+  template <class T>
+  using Acc = T;
+  static constexpr bool kNeedsElements = false;  // TensorFlow: +inf, or the largest integer
+  template <class T> static T identity() {
+    if constexpr (std::is_floating_point_v<T>) {
+      return std::numeric_limits<T>::infinity();
+    } else {
+      return std::numeric_limits<T>::max();
+    }
+  }
+  template <class T> static T combine(T acc, T x) { return (x < acc || x != x) ? x : acc; }
+};
+
+struct ProdReducer {
+  static constexpr bool kIsMean = false;
+  static constexpr bool kNeedsElements = false;
+  template <class T>
+  using Acc = typename SumReducer::template Acc<T>;  // integers wrap in the unsigned type
+  template <class A> static A identity() { return A{1}; }
+  template <class A> static A combine(A acc, A x) { return acc * x; }
 };
 
 // Folds x[0, n) into one value. Independent lanes let the compiler vectorize a reduction it may
@@ -220,6 +246,8 @@ class ReductionOp : public OpKernel {
 TESSERA_REGISTER_KERNEL("Sum", "CPU", ReductionOp<SumReducer>);
 TESSERA_REGISTER_KERNEL("Mean", "CPU", ReductionOp<MeanReducer>);
 TESSERA_REGISTER_KERNEL("Max", "CPU", ReductionOp<MaxReducer>);
+TESSERA_REGISTER_KERNEL("Min", "CPU", ReductionOp<MinReducer>);
+TESSERA_REGISTER_KERNEL("Prod", "CPU", ReductionOp<ProdReducer>);
 
 }  // namespace
 }  // namespace tessera::internal

@@ -59,7 +59,7 @@ cudaError_t launch_integer_matmul(Elem elem, const void* a, const void* b, void*
 
 // ---- Reductions (reduction_kernels.cu) ----
 
-enum class ReduceKind : int { kSum, kMean, kMax };
+enum class ReduceKind : int { kSum, kMean, kMax, kMin, kProd };
 
 // The input as runs of dims (adjacent dims of one kind merged, size-1 dims dropped): the kept runs
 // and the reduced runs, each with its input stride, outermost first; the innermost reduced run is
@@ -79,7 +79,8 @@ struct ReduceGeometry {
 
 // Scratch bytes launch_reduce needs for this geometry on a device with `sm_count` SMs.
 std::size_t reduce_scratch_bytes(Elem elem, const ReduceGeometry& geometry, int sm_count);
-// out[0, out_count) = the reduction; out_count > 0. Mean of integers needs count > 0, Max too.
+// out[0, out_count) = the reduction; out_count > 0. Mean of integers needs count > 0, Max too
+// (Min and Prod of nothing give their identity: +inf or the largest integer, 1).
 // The 16-bit floats accumulate in float32 and each result is rounded once.
 // `scratch` holds reduce_scratch_bytes(...) bytes of device memory (may be null when that is 0).
 cudaError_t launch_reduce(ReduceKind op, Elem elem, const ReduceGeometry& geometry, const void* in, void* out,
@@ -118,5 +119,43 @@ struct Int32Values {
   int32_t v[kMaxDims] = {};
 };
 cudaError_t launch_write_int32(const Int32Values& values, int n, void* out, cudaStream_t stream);
+
+// ---- Comparisons, logical and selection ops (select_kernels.cu) ----
+
+enum class CompareKind : int { kEqual, kNotEqual, kLess, kLessEqual, kGreater, kGreaterEqual, kLogicalAnd, kLogicalOr };
+
+// Up to three inputs broadcast onto the output: merged dims, outermost first, and each input's
+// element stride along them (0 where broadcast); core/select_ops.h's Broadcast3. Rank 0: one element.
+struct SelectGeometry {
+  int rank = 0;
+  int64_t dims[kMaxDims] = {};
+  int64_t strides[3][kMaxDims] = {};
+};
+
+// bool out[0, n) = op(a, b) (inputs 0 and 1 of `geometry`); kLogical* take kBool only.
+cudaError_t launch_compare(CompareKind op, Elem elem, const SelectGeometry& geometry, const void* a, const void* b,
+                           bool* out, int64_t n, cudaStream_t stream);
+cudaError_t launch_logical_not(const bool* x, bool* out, int64_t n, cudaStream_t stream);
+// out[0, n) = cond ? x : y, elements of `elem_bytes` bytes (1, 2, 4 or 8: any dtype).
+cudaError_t launch_select(int elem_bytes, const SelectGeometry& geometry, const bool* cond, const void* x,
+                          const void* y, void* out, int64_t n, cudaStream_t stream);
+// out[o, i, :] = params[o, indices[i], :] for o < outer, i < m, rows of `inner` elements of
+// `elem_bytes` bytes. An index outside [0, limit) zeroes its row and records, in bad[0] (a device
+// int64, set to INT64_MAX before), the least such position i, then bad[1] = indices[bad[0]].
+cudaError_t launch_gather(int elem_bytes, bool int64_indices, const void* params, const void* indices, void* out,
+                          int64_t outer, int64_t limit, int64_t m, int64_t inner, int64_t* bad, cudaStream_t stream);
+// float out[n, depth] = indices[i] == d ? on : off.
+cudaError_t launch_one_hot(bool int64_indices, const void* indices, float* out, int64_t n, int64_t depth, float on,
+                           float off, cudaStream_t stream);
+// int64 out[o, j] = the first k < n where x[o, k, j] is the largest (smallest) value; NaN wins.
+cudaError_t launch_arg_reduce(bool max, Elem elem, const void* x, int64_t* out, int64_t outer, int64_t n,
+                              int64_t inner, cudaStream_t stream);
+// out[0, n) = the sum of `count` inputs (1 <= count <= kMaxAddN); out may be one of them.
+inline constexpr int kMaxAddN = 32;
+struct AddNInputs {
+  const void* p[kMaxAddN] = {};
+  int count = 0;
+};
+cudaError_t launch_add_n(Elem elem, const AddNInputs& inputs, void* out, int64_t n, cudaStream_t stream);
 
 }  // namespace tessera::internal::gpu

@@ -1,5 +1,5 @@
 // GPU kernels (device type "GPU") of the math ops: Add Sub Mul Div Maximum Minimum, Neg Relu
-// Square Exp Log Sqrt Tanh Sigmoid, Cast, MatMul, Sum Mean Max, RandomUniform RandomNormal. Each
+// Square Exp Log Sqrt Tanh Sigmoid, Cast, MatMul, Sum Mean Max Min Prod, RandomUniform RandomNormal. Each
 // checks its inputs as its CPU kernel does (kernels/*.cc, same messages), then launches the CUDA
 // kernels of gpu_launch.h or cuBLAS (Note [GPU kernels] in gpu_op_kernel.cc).
 #include <atomic>
@@ -475,6 +475,8 @@ TESSERA_REGISTER_KERNEL("MatMul", "GPU", MatMulGpuOp);
 TESSERA_REGISTER_KERNEL("Sum", "GPU", ReductionGpuOp<ReduceKind::kSum>);
 TESSERA_REGISTER_KERNEL("Mean", "GPU", ReductionGpuOp<ReduceKind::kMean>);
 TESSERA_REGISTER_KERNEL("Max", "GPU", ReductionGpuOp<ReduceKind::kMax>);
+TESSERA_REGISTER_KERNEL("Min", "GPU", ReductionGpuOp<ReduceKind::kMin>);
+TESSERA_REGISTER_KERNEL("Prod", "GPU", ReductionGpuOp<ReduceKind::kProd>);
 TESSERA_REGISTER_KERNEL("RandomUniform", "GPU", RandomGpuOp<false>);
 TESSERA_REGISTER_KERNEL("RandomNormal", "GPU", RandomGpuOp<true>);
 

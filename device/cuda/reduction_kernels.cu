@@ -1,7 +1,8 @@
-// CUDA kernels for the reductions Sum, Mean and Max over any set of axes, with the semantics of
+// CUDA kernels for the reductions Sum, Mean, Max, Min and Prod over any set of axes, with the semantics of
 // kernels/reduction_ops.cc: integer sums wrap around (they accumulate in the unsigned type), the
 // mean of integers is the sum divided by the count truncated toward zero, the mean of floating
-// point values divides in the accumulation type, and Max propagates NaN. float16 and bfloat16 are
+// point values divides in the accumulation type, Max and Min propagate NaN, integer products wrap
+// (the unsigned type, as sums), and the minimum (product) of nothing is +inf or INT_MAX (1). float16 and bfloat16 are
 // widened to float32 as they are read, accumulated there, and each result is rounded once.
 //
 // Note [GPU reductions]
@@ -69,6 +70,38 @@ struct MaxOp {
   }
   // `x != x` is the NaN test: once NaN, the accumulator stays NaN (whichever side holds it).
   __device__ static A combine(A acc, A x) { return (x > acc || x != x) ? x : acc; }
+};
+
+template <class T>
+struct MinOp {
+  using A = Accumulate<T>;
+  __device__ static A identity() {
+    if constexpr (std::is_same_v<A, float>) {
+      return __int_as_float(0x7f800000);  // +inf
+    } else if constexpr (std::is_same_v<A, double>) {
+      return __longlong_as_double(0x7ff0000000000000ll);  // +inf
+    } else if constexpr (std::is_same_v<A, int32_t>) {
+      return INT32_MAX;
+    } else {
+      return INT64_MAX;
+    }
+  }
+  static A host_identity() {
+    if constexpr (std::is_floating_point_v<A>) {
+      return std::numeric_limits<A>::infinity();
+    } else {
+      return std::numeric_limits<A>::max();
+    }
+  }
+  __device__ static A combine(A acc, A x) { return (x < acc || x != x) ? x : acc; }
+};
+
+template <class T>
+struct ProdOp {
+  using A = typename SumOp<T>::A;
+  __device__ static A identity() { return A{1}; }
+  static A host_identity() { return A{1}; }
+  __device__ static A combine(A acc, A x) { return acc * x; }
 };
 
 // An input element as the accumulator type A: widened (the 16-bit floats) or the same bits seen
@@ -139,18 +172,26 @@ cudaError_t cub_segmented_reduce(void* scratch, std::size_t* bytes, const void* 
                                             CubCombine<Op>{}, Op::host_identity(), stream);
 }
 
-// The bytes of CUB's temporary storage for `g` (the larger of Sum's and Max's: one size serves).
+// The bytes of CUB's temporary storage for `g` of `Op`.
+template <class Op, class T>
+std::size_t cub_op_scratch_bytes(const ReduceGeometry& g, bool rows) {
+  std::size_t bytes = 0;
+  if (rows) {
+    (void)cub_segmented_reduce<Op, T>(nullptr, &bytes, nullptr, nullptr, g, nullptr);
+  } else {
+    (void)cub_reduce<Op, T>(nullptr, &bytes, nullptr, nullptr, g.count, nullptr);
+  }
+  return bytes;
+}
+
+// The largest of every op's (one size serves them all).
 template <class T>
 std::size_t cub_scratch_bytes(const ReduceGeometry& g, bool rows) {
-  std::size_t sum = 0, max = 0;
-  if (rows) {
-    (void)cub_segmented_reduce<SumOp<T>, T>(nullptr, &sum, nullptr, nullptr, g, nullptr);
-    (void)cub_segmented_reduce<MaxOp<T>, T>(nullptr, &max, nullptr, nullptr, g, nullptr);
-  } else {
-    (void)cub_reduce<SumOp<T>, T>(nullptr, &sum, nullptr, nullptr, g.count, nullptr);
-    (void)cub_reduce<MaxOp<T>, T>(nullptr, &max, nullptr, nullptr, g.count, nullptr);
-  }
-  return sum > max ? sum : max;
+  const std::size_t sizes[] = {cub_op_scratch_bytes<SumOp<T>, T>(g, rows), cub_op_scratch_bytes<MaxOp<T>, T>(g, rows),
+                               cub_op_scratch_bytes<MinOp<T>, T>(g, rows), cub_op_scratch_bytes<ProdOp<T>, T>(g, rows)};
+  std::size_t most = 0;
+  for (std::size_t b : sizes) most = b > most ? b : most;
+  return most;
 }
 
 // Input offset of output element o: its index decomposed over the kept runs.
@@ -390,6 +431,8 @@ cudaError_t launch_reduce(ReduceKind op, Elem elem, const ReduceGeometry& geomet
         case ReduceKind::kSum: return run<SumOp<T>, T, false>(geometry, l, in, out, scratch, stream);
         case ReduceKind::kMean: return run<SumOp<T>, T, true>(geometry, l, in, out, scratch, stream);
         case ReduceKind::kMax: return run<MaxOp<T>, T, false>(geometry, l, in, out, scratch, stream);
+        case ReduceKind::kMin: return run<MinOp<T>, T, false>(geometry, l, in, out, scratch, stream);
+        case ReduceKind::kProd: return run<ProdOp<T>, T, false>(geometry, l, in, out, scratch, stream);
       }
       return cudaErrorInvalidValue;
     }

@@ -54,6 +54,9 @@ Output matmul(Output a, Output b, bool transpose_a = false, bool transpose_b = f
 Output reduce_sum(Output x, std::vector<int> axes = {}, bool keep_dims = false, std::string name = "");
 Output reduce_mean(Output x, std::vector<int> axes = {}, bool keep_dims = false, std::string name = "");
 Output reduce_max(Output x, std::vector<int> axes = {}, bool keep_dims = false, std::string name = "");
+// The minimum of nothing is +inf (the dtype's largest value for integers), the product of nothing 1.
+Output reduce_min(Output x, std::vector<int> axes = {}, bool keep_dims = false, std::string name = "");
+Output reduce_prod(Output x, std::vector<int> axes = {}, bool keep_dims = false, std::string name = "");
 
 Output identity(Output x, std::string name = "");
 Output cast(Output x, DType dtype, std::string name = "");
@@ -80,6 +83,32 @@ Output zeros_like(Output x, std::string name = "");
 Output ones_like(Output x, std::string name = "");  // bool: true
 Output shape(Output x, std::string name = "");      // int32 [rank]
 Output size(Output x, std::string name = "");       // int32 scalar: the number of elements
+
+// Comparisons (bool output, NumPy broadcasting, same-dtype inputs; equal and not_equal take bool too).
+Output equal(Output a, Output b, std::string name = "");
+Output not_equal(Output a, Output b, std::string name = "");
+Output less(Output a, Output b, std::string name = "");
+Output less_equal(Output a, Output b, std::string name = "");
+Output greater(Output a, Output b, std::string name = "");
+Output greater_equal(Output a, Output b, std::string name = "");
+// Logical ops on bool tensors (binary ones broadcast).
+Output logical_and(Output a, Output b, std::string name = "");
+Output logical_or(Output a, Output b, std::string name = "");
+Output logical_not(Output x, std::string name = "");
+// Elementwise cond ? x : y, broadcasting among all three (TensorFlow's where_v2); cond is bool.
+Output where(Output cond, Output x, Output y, std::string name = "");
+// params' slices along `axis` picked by `indices` (int32 or int64): the output's shape is
+// params.shape[:axis] + indices.shape + params.shape[axis + 1:]. An index outside
+// [0, params.shape[axis]) raises InvalidArgumentError naming the op and the index when it runs.
+Output gather(Output params, Output indices, int axis = 0, std::string name = "");
+// float32 indices.shape + [depth]: `on` where the last index equals the position, else `off` (an
+// index outside [0, depth) gives a row of `off`).
+Output one_hot(Output indices, int depth, float on = 1, float off = 0, std::string name = "");
+// The int64 position of the largest (smallest) value along `axis`; ties pick the first.
+Output argmax(Output x, int axis, std::string name = "");
+Output argmin(Output x, int axis, std::string name = "");
+// The elementwise sum of tensors of one shape and dtype.
+Output add_n(std::vector<Output> inputs, std::string name = "");
 
 // Random ops draw new values on every run. seed = 0 picks a random seed; a nonzero seed makes the
 // sequence of values over runs of one session reproducible (Philox4x32-10).

@@ -1,0 +1,49 @@
+// The shape arithmetic of the selection ops (SelectV2, GatherV2, OneHot, ArgMax/ArgMin) and the
+// three-way broadcast the comparisons and SelectV2 walk, shared by their definitions
+// (core/select_ops.cc, at graph-build time, on partial shapes) and their kernels
+// (kernels/select_ops.cc, device/cuda/gpu_select_ops.cc, on concrete shapes), so that a check gives
+// the same message wherever it is made. Errors are InvalidArgument without the op's name (callers
+// prefix it); an unknown dim or rank is left for the kernel to check.
+//
+//   gather_shape(Shape{5, 3}, Shape{2, 4}, 0);       // [2,4,3]
+//   auto b = Broadcast3::make(cond, x, y);            // in a kernel: out[i] from in[k][offset(k, i)]
+#pragma once
+
+#include <array>
+#include <cstdint>
+
+#include "core/status.h"
+#include "tessera/tensor.h"
+
+namespace tessera::internal {
+
+// GatherV2: params.shape[:axis] + indices.shape + params.shape[axis + 1:]; params of rank >= 1.
+StatusOr<Shape> gather_shape(const Shape& params, const Shape& indices, int64_t axis);
+// ArgMax/ArgMin: `in` without `axis`, whose size must not be 0.
+StatusOr<Shape> arg_reduce_shape(const Shape& in, int64_t axis);
+// OneHot (axis -1): indices.shape + [depth], depth >= 0.
+StatusOr<Shape> one_hot_shape(const Shape& indices, int64_t depth);
+
+// NumPy broadcasting of up to three concrete shapes (a comparison passes Shape{} as the third):
+// the output shape, and each input's element stride along every output dim (0 where broadcast),
+// size-1 output dims dropped. InvalidArgument "incompatible shapes ..." when they do not broadcast.
+// Thread safety: an immutable value once made.
+struct Broadcast3 {
+  Shape out;
+  int rank = 0;  // of the merged dims below (0: one element, or none)
+  std::array<int64_t, Shape::kMaxRank> dims{};
+  std::array<std::array<int64_t, Shape::kMaxRank>, 3> strides{};
+
+  static StatusOr<Broadcast3> make(const Shape& a, const Shape& b, const Shape& c);
+  // The offset of output element i in input k.
+  int64_t offset(int k, int64_t i) const {
+    int64_t off = 0;
+    for (int d = rank - 1; d >= 0; --d) {
+      off += (i % dims[d]) * strides[k][d];
+      i /= dims[d];
+    }
+    return off;
+  }
+};
+
+}  // namespace tessera::internal

@@ -1,0 +1,353 @@
+// CPU kernels for the comparisons (Equal NotEqual Less LessEqual Greater GreaterEqual), the logical
+// ops (LogicalAnd LogicalOr LogicalNot), SelectV2, GatherV2, OneHot, ArgMax, ArgMin and AddN.
+//
+// Broadcasting ops walk core/select_ops.h's Broadcast3 (contiguous loops when every input is the
+// output's shape or a single value). The 16-bit floats compare as floats; NaN compares unequal to
+// everything (so NaN != NaN is true). GatherV2 moves whole rows of bytes (every dtype) and checks
+// every index first: one outside [0, N) fails the op naming it, as TensorFlow does. ArgMax/ArgMin
+// pick the first of equal values; a NaN counts as the extreme (the first NaN wins), as numpy.
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+
+#include "core/half.h"
+#include "core/op_kernel.h"
+#include "core/op_registry.h"
+#include "core/select_ops.h"
+#include "core/shape_ops.h"
+
+namespace tessera::internal {
+namespace {
+
+template <class T>
+auto wide(T x) {
+  if constexpr (is_16bit_float<T>) {
+    return x.to_float();
+  } else {
+    return x;
+  }
+}
+
+struct EqualFn {
+  template <class T> static bool apply(T a, T b) { return wide(a) == wide(b); }
+};
+struct NotEqualFn {
+  template <class T> static bool apply(T a, T b) { return wide(a) != wide(b); }
+};
+struct LessFn {
+  template <class T> static bool apply(T a, T b) { return wide(a) < wide(b); }
+};
+struct LessEqualFn {
+  template <class T> static bool apply(T a, T b) { return wide(a) <= wide(b); }
+};
+struct GreaterFn {
+  template <class T> static bool apply(T a, T b) { return wide(a) > wide(b); }
+};
+struct GreaterEqualFn {
+  template <class T> static bool apply(T a, T b) { return wide(a) >= wide(b); }
+};
+struct LogicalAndFn {
+  template <class T> static bool apply(T a, T b) { return a && b; }
+};
+struct LogicalOrFn {
+  template <class T> static bool apply(T a, T b) { return a || b; }
+};
+
+// out[i] = Fn::apply(a[.], b[.]) with broadcasting. `Out` is bool for the comparisons.
+template <class Fn, class T>
+void broadcast_binary(const Broadcast3& p, const T* pa, const T* pb, bool* po) {
+  const int64_t n = p.out.num_elements();
+  if (p.rank <= 1) {
+    const int64_t sa = p.rank == 0 ? 0 : p.strides[0][0];
+    const int64_t sb = p.rank == 0 ? 0 : p.strides[1][0];
+    for (int64_t i = 0; i < n; ++i) po[i] = Fn::apply(pa[i * sa], pb[i * sb]);
+    return;
+  }
+  for (int64_t i = 0; i < n; ++i) po[i] = Fn::apply(pa[p.offset(0, i)], pb[p.offset(1, i)]);
+}
+
+// A comparison (kOrdering: numbers only) or a logical op (kLogical: bool only). Thread-safe:
+// compute() keeps no state between runs.
+template <class Fn, bool kOrdering, bool kLogical>
+class CompareOp : public OpKernel {
+ public:
+  using OpKernel::OpKernel;
+
+  void compute(OpKernelContext& ctx) override {
+    const Tensor& a = ctx.input(0);
+    const Tensor& b = ctx.input(1);
+    if (a.dtype() != b.dtype()) {
+      return ctx.fail(ErrorCode::kInvalidArgument, "inputs must have the same dtype, got {} and {}",
+                      dtype_name(a.dtype()), dtype_name(b.dtype()));
+    }
+    auto plan = Broadcast3::make(a.shape(), b.shape(), Shape{});
+    if (!plan.ok()) return ctx.fail(plan.status());
+    const bool ok_dtype = kLogical ? a.dtype() == DType::Bool : !(kOrdering && a.dtype() == DType::Bool);
+    if (!ok_dtype) return ctx.fail(ErrorCode::kInvalidArgument, "unsupported dtype {}", dtype_name(a.dtype()));
+    Tensor& out = ctx.allocate_output(0, plan.value().out);
+    if (out.num_elements() == 0) return;
+    bool* po = out.mutable_data<bool>();
+    switch (a.dtype()) {
+      case DType::Float32: return broadcast_binary<Fn>(plan.value(), a.data<float>(), b.data<float>(), po);
+      case DType::Float64: return broadcast_binary<Fn>(plan.value(), a.data<double>(), b.data<double>(), po);
+      case DType::Int32: return broadcast_binary<Fn>(plan.value(), a.data<int32_t>(), b.data<int32_t>(), po);
+      case DType::Int64: return broadcast_binary<Fn>(plan.value(), a.data<int64_t>(), b.data<int64_t>(), po);
+      case DType::Bool: return broadcast_binary<Fn>(plan.value(), a.data<bool>(), b.data<bool>(), po);
+      case DType::Float16:
+        return broadcast_binary<Fn>(plan.value(), a.data<float16_t>(), b.data<float16_t>(), po);
+      case DType::BFloat16:
+        return broadcast_binary<Fn>(plan.value(), a.data<bfloat16_t>(), b.data<bfloat16_t>(), po);
+    }
+  }
+};
+
+// Thread-safe: compute() keeps no state between runs.
+class LogicalNotOp : public OpKernel {
+ public:
+  using OpKernel::OpKernel;
+  void compute(OpKernelContext& ctx) override {
+    const Tensor& x = ctx.input(0);
+    if (x.dtype() != DType::Bool) {
+      return ctx.fail(ErrorCode::kInvalidArgument, "unsupported dtype {}", dtype_name(x.dtype()));
+    }
+    Tensor& out = ctx.allocate_output(0, x.shape());
+    const bool* px = x.data<bool>();
+    bool* po = out.mutable_data<bool>();
+    for (int64_t i = 0; i < x.num_elements(); ++i) po[i] = !px[i];
+  }
+};
+
+// out = cond ? x : y, broadcasting among the three; moves elements as bytes (every dtype).
+// Thread-safe: compute() keeps no state between runs.
+class SelectOp : public OpKernel {
+ public:
+  using OpKernel::OpKernel;
+  void compute(OpKernelContext& ctx) override {
+    const Tensor& c = ctx.input(0);
+    const Tensor& x = ctx.input(1);
+    const Tensor& y = ctx.input(2);
+    if (c.dtype() != DType::Bool || x.dtype() != y.dtype()) {
+      return ctx.fail(ErrorCode::kInvalidArgument, "cond must be bool and x, y of one dtype, got {}, {} and {}",
+                      dtype_name(c.dtype()), dtype_name(x.dtype()), dtype_name(y.dtype()));
+    }
+    auto made = Broadcast3::make(c.shape(), x.shape(), y.shape());
+    if (!made.ok()) {
+      return ctx.fail(ErrorCode::kInvalidArgument, "incompatible shapes {}, {} and {}", c.shape().to_string(),
+                      x.shape().to_string(), y.shape().to_string());
+    }
+    const Broadcast3& p = made.value();
+    Tensor& out = ctx.allocate_output(0, p.out);
+    const int64_t n = out.num_elements();
+    if (n == 0) return;
+    const std::size_t size = dtype_size(x.dtype());
+    const bool* pc = c.data<bool>();
+    const auto* px = static_cast<const char*>(x.raw_data());
+    const auto* py = static_cast<const char*>(y.raw_data());
+    auto* po = static_cast<char*>(out.raw_mutable_data());
+    for (int64_t i = 0; i < n; ++i) {
+      const bool pick = pc[p.offset(0, i)];
+      const char* src = pick ? px + p.offset(1, i) * size : py + p.offset(2, i) * size;
+      std::memcpy(po + i * size, src, size);
+    }
+  }
+};
+
+// The index values as int64, whatever their dtype (int32 or int64).
+int64_t index_at(const Tensor& t, int64_t i) {
+  return t.dtype() == DType::Int32 ? int64_t{t.data<int32_t>()[i]} : t.data<int64_t>()[i];
+}
+
+// out[outer, m, inner] = params[outer, indices[m], inner]. Thread-safe.
+class GatherOp : public OpKernel {
+ public:
+  explicit GatherOp(const Node& n) : OpKernel(n), axis_(n.attr<int64_t>("axis")) {}
+  void compute(OpKernelContext& ctx) override {
+    const Tensor& params = ctx.input(0);
+    const Tensor& indices = ctx.input(1);
+    if (indices.dtype() != DType::Int32 && indices.dtype() != DType::Int64) {
+      return ctx.fail(ErrorCode::kInvalidArgument, "indices must be int32 or int64, got {}",
+                      dtype_name(indices.dtype()));
+    }
+    auto shape = gather_shape(params.shape(), indices.shape(), axis_);
+    if (!shape.ok()) return ctx.fail(shape.status());
+    const int axis = static_cast<int>(axis_ < 0 ? axis_ + params.shape().rank() : axis_);
+    int64_t outer = 1, inner = 1;
+    for (int d = 0; d < axis; ++d) outer *= params.shape().dim(d);
+    for (int d = axis + 1; d < params.shape().rank(); ++d) inner *= params.shape().dim(d);
+    const int64_t limit = params.shape().dim(axis);
+    const int64_t m = indices.num_elements();
+    for (int64_t i = 0; i < m; ++i) {
+      const int64_t v = index_at(indices, i);
+      if (v < 0 || v >= limit) {
+        return ctx.fail(ErrorCode::kInvalidArgument, "indices[{}] = {} is not in [0, {})", i, v, limit);
+      }
+    }
+    Tensor& out = ctx.allocate_output(0, shape.value());
+    if (out.num_elements() == 0) return;
+    const std::size_t row = static_cast<std::size_t>(inner) * dtype_size(params.dtype());
+    const auto* pp = static_cast<const char*>(params.raw_data());
+    auto* po = static_cast<char*>(out.raw_mutable_data());
+    for (int64_t o = 0; o < outer; ++o) {
+      for (int64_t i = 0; i < m; ++i) {
+        std::memcpy(po + (o * m + i) * row, pp + (o * limit + index_at(indices, i)) * row, row);
+      }
+    }
+  }
+
+ private:
+  const int64_t axis_;
+};
+
+// float32 out[..., d] = indices[...] == d ? on : off. Thread-safe.
+class OneHotOp : public OpKernel {
+ public:
+  explicit OneHotOp(const Node& n)
+      : OpKernel(n), depth_(n.attr<int64_t>("depth")), on_(static_cast<float>(n.attr<double>("on_value"))),
+        off_(static_cast<float>(n.attr<double>("off_value"))) {}
+  void compute(OpKernelContext& ctx) override {
+    const Tensor& indices = ctx.input(0);
+    if (indices.dtype() != DType::Int32 && indices.dtype() != DType::Int64) {
+      return ctx.fail(ErrorCode::kInvalidArgument, "indices must be int32 or int64, got {}",
+                      dtype_name(indices.dtype()));
+    }
+    auto shape = one_hot_shape(indices.shape(), depth_);
+    if (!shape.ok()) return ctx.fail(shape.status());
+    Tensor& out = ctx.allocate_output(0, shape.value());
+    float* po = out.mutable_data<float>();
+    for (int64_t i = 0; i < indices.num_elements(); ++i) {
+      const int64_t v = index_at(indices, i);
+      for (int64_t d = 0; d < depth_; ++d) po[i * depth_ + d] = v == d ? on_ : off_;
+    }
+  }
+
+ private:
+  const int64_t depth_;
+  const float on_;
+  const float off_;
+};
+
+// int64 out[outer, inner] = the first position along `axis` of the extreme value. Thread-safe.
+template <bool kMax>
+class ArgOp : public OpKernel {
+ public:
+  explicit ArgOp(const Node& n) : OpKernel(n), axis_(n.attr<int64_t>("axis")) {}
+  void compute(OpKernelContext& ctx) override {
+    const Tensor& x = ctx.input(0);
+    switch (x.dtype()) {
+      case DType::Float32: return run<float>(ctx, x);
+      case DType::Float64: return run<double>(ctx, x);
+      case DType::Int32: return run<int32_t>(ctx, x);
+      case DType::Int64: return run<int64_t>(ctx, x);
+      case DType::Float16: return run<float16_t>(ctx, x);
+      case DType::BFloat16: return run<bfloat16_t>(ctx, x);
+      case DType::Bool: break;
+    }
+    ctx.fail(ErrorCode::kInvalidArgument, "unsupported dtype {}", dtype_name(x.dtype()));
+  }
+
+ private:
+  template <class T>
+  void run(OpKernelContext& ctx, const Tensor& x) {
+    auto shape = arg_reduce_shape(x.shape(), axis_);
+    if (!shape.ok()) return ctx.fail(shape.status());
+    const int axis = static_cast<int>(axis_ < 0 ? axis_ + x.shape().rank() : axis_);
+    int64_t outer = 1, inner = 1;
+    for (int d = 0; d < axis; ++d) outer *= x.shape().dim(d);
+    for (int d = axis + 1; d < x.shape().rank(); ++d) inner *= x.shape().dim(d);
+    const int64_t n = x.shape().dim(axis);
+    Tensor& out = ctx.allocate_output(0, shape.value());
+    const T* px = x.data<T>();
+    int64_t* po = out.mutable_data<int64_t>();
+    for (int64_t o = 0; o < outer; ++o) {
+      for (int64_t j = 0; j < inner; ++j) {
+        const T* base = px + o * n * inner + j;
+        auto best = wide(base[0]);
+        int64_t at = 0;
+        for (int64_t k = 1; k < n && best == best; ++k) {
+          const auto v = wide(base[k * inner]);
+          if (v != v || (kMax ? v > best : v < best)) {
+            best = v;
+            at = k;
+          }
+        }
+        po[o * inner + j] = at;
+      }
+    }
+  }
+
+  const int64_t axis_;
+};
+
+// out = the sum of the inputs, one shape and dtype; integers wrap. Thread-safe.
+class AddNOp : public OpKernel {
+ public:
+  using OpKernel::OpKernel;
+  void compute(OpKernelContext& ctx) override {
+    const Tensor& first = ctx.input(0);
+    for (int k = 1; k < ctx.num_inputs(); ++k) {
+      const Tensor& t = ctx.input(k);
+      if (t.dtype() != first.dtype() || t.shape() != first.shape()) {
+        return ctx.fail(ErrorCode::kInvalidArgument,
+                        "inputs must have one shape and dtype: input 0 is {} {}, input {} is {} {}",
+                        dtype_name(first.dtype()), first.shape().to_string(), k, dtype_name(t.dtype()),
+                        t.shape().to_string());
+      }
+    }
+    switch (first.dtype()) {
+      case DType::Float32: return run<float>(ctx);
+      case DType::Float64: return run<double>(ctx);
+      case DType::Int32: return run<int32_t>(ctx);
+      case DType::Int64: return run<int64_t>(ctx);
+      case DType::Float16: return run<float16_t>(ctx);
+      case DType::BFloat16: return run<bfloat16_t>(ctx);
+      case DType::Bool: break;
+    }
+    ctx.fail(ErrorCode::kInvalidArgument, "unsupported dtype {}", dtype_name(first.dtype()));
+  }
+
+ private:
+  // The 16-bit floats add in float32 and round once; integers add in the unsigned type (wrap).
+  template <class T>
+  void run(OpKernelContext& ctx) {
+    Tensor& out = ctx.allocate_output(0, ctx.input(0).shape());
+    const int64_t n = out.num_elements();
+    using A = std::conditional_t<is_16bit_float<T>, float,
+                                 typename std::conditional_t<std::is_integral_v<T>, std::make_unsigned<T>,
+                                                             std::type_identity<T>>::type>;
+    T* po = out.mutable_data<T>();
+    for (int64_t i = 0; i < n; ++i) {
+      A acc = static_cast<A>(wide(ctx.input(0).data<T>()[i]));
+      for (int k = 1; k < ctx.num_inputs(); ++k) acc += static_cast<A>(wide(ctx.input(k).data<T>()[i]));
+      po[i] = static_cast<T>(acc);
+    }
+  }
+};
+
+using EqualOp = CompareOp<EqualFn, false, false>;
+using NotEqualOp = CompareOp<NotEqualFn, false, false>;
+using LessOp = CompareOp<LessFn, true, false>;
+using LessEqualOp = CompareOp<LessEqualFn, true, false>;
+using GreaterOp = CompareOp<GreaterFn, true, false>;
+using GreaterEqualOp = CompareOp<GreaterEqualFn, true, false>;
+using LogicalAndOp = CompareOp<LogicalAndFn, false, true>;
+using LogicalOrOp = CompareOp<LogicalOrFn, false, true>;
+
+TESSERA_REGISTER_KERNEL("Equal", "CPU", EqualOp);
+TESSERA_REGISTER_KERNEL("NotEqual", "CPU", NotEqualOp);
+TESSERA_REGISTER_KERNEL("Less", "CPU", LessOp);
+TESSERA_REGISTER_KERNEL("LessEqual", "CPU", LessEqualOp);
+TESSERA_REGISTER_KERNEL("Greater", "CPU", GreaterOp);
+TESSERA_REGISTER_KERNEL("GreaterEqual", "CPU", GreaterEqualOp);
+TESSERA_REGISTER_KERNEL("LogicalAnd", "CPU", LogicalAndOp);
+TESSERA_REGISTER_KERNEL("LogicalOr", "CPU", LogicalOrOp);
+TESSERA_REGISTER_KERNEL("LogicalNot", "CPU", LogicalNotOp);
+TESSERA_REGISTER_KERNEL("SelectV2", "CPU", SelectOp);
+TESSERA_REGISTER_KERNEL("GatherV2", "CPU", GatherOp);
+TESSERA_REGISTER_KERNEL("OneHot", "CPU", OneHotOp);
+TESSERA_REGISTER_KERNEL("ArgMax", "CPU", ArgOp<true>);
+TESSERA_REGISTER_KERNEL("ArgMin", "CPU", ArgOp<false>);
+TESSERA_REGISTER_KERNEL("AddN", "CPU", AddNOp);
+
+}  // namespace
+}  // namespace tessera::internal
