@@ -35,6 +35,22 @@ StatusOr<Shape> gather_shape(const Shape& params, const Shape& indices, int64_t 
   return checked_shape(dims);
 }
 
+StatusOr<GatherGeometry> gather_geometry(const Tensor& params, const Tensor& indices, int64_t axis) {
+  if (indices.dtype() != DType::Int32 && indices.dtype() != DType::Int64) {
+    return errors::invalid_argument("indices must be int32 or int64, got {}", dtype_name(indices.dtype()));
+  }
+  auto shape = gather_shape(params.shape(), indices.shape(), axis);
+  if (!shape.ok()) return shape.status();
+  GatherGeometry g;
+  g.out = std::move(shape).value();
+  const int a = static_cast<int>(axis < 0 ? axis + params.shape().rank() : axis);
+  for (int d = 0; d < a; ++d) g.outer *= params.shape().dim(d);
+  for (int d = a + 1; d < params.shape().rank(); ++d) g.inner *= params.shape().dim(d);
+  g.limit = params.shape().dim(a);
+  g.m = indices.num_elements();
+  return g;
+}
+
 StatusOr<Shape> arg_reduce_shape(const Shape& in, int64_t axis) {
   if (in.unknown_rank()) return Shape::unknown();
   if (in.rank() == 0) return errors::invalid_argument("the input must be at least a vector, got shape []");

@@ -19,6 +19,17 @@ namespace tessera::internal {
 
 // GatherV2: params.shape[:axis] + indices.shape + params.shape[axis + 1:]; params of rank >= 1.
 StatusOr<Shape> gather_shape(const Shape& params, const Shape& indices, int64_t axis);
+// A GatherV2 kernel's view of its inputs: out[outer, m, inner] = params[outer, indices[m], inner],
+// every index to be in [0, limit). Checks the indices' dtype (Int32 or Int64) and the shapes
+// (gather_shape), for the CPU and GPU kernels alike.
+struct GatherGeometry {
+  Shape out;
+  int64_t outer = 1;
+  int64_t limit = 0;
+  int64_t m = 0;  // the number of indices
+  int64_t inner = 1;
+};
+StatusOr<GatherGeometry> gather_geometry(const Tensor& params, const Tensor& indices, int64_t axis);
 // ArgMax/ArgMin: `in` without `axis`, whose size must not be 0.
 StatusOr<Shape> arg_reduce_shape(const Shape& in, int64_t axis);
 // OneHot (axis -1): indices.shape + [depth], depth >= 0.

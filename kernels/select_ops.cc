@@ -165,25 +165,17 @@ class GatherOp : public OpKernel {
   void compute(OpKernelContext& ctx) override {
     const Tensor& params = ctx.input(0);
     const Tensor& indices = ctx.input(1);
-    if (indices.dtype() != DType::Int32 && indices.dtype() != DType::Int64) {
-      return ctx.fail(ErrorCode::kInvalidArgument, "indices must be int32 or int64, got {}",
-                      dtype_name(indices.dtype()));
-    }
-    auto shape = gather_shape(params.shape(), indices.shape(), axis_);
-    if (!shape.ok()) return ctx.fail(shape.status());
-    const int axis = static_cast<int>(axis_ < 0 ? axis_ + params.shape().rank() : axis_);
-    int64_t outer = 1, inner = 1;
-    for (int d = 0; d < axis; ++d) outer *= params.shape().dim(d);
-    for (int d = axis + 1; d < params.shape().rank(); ++d) inner *= params.shape().dim(d);
-    const int64_t limit = params.shape().dim(axis);
-    const int64_t m = indices.num_elements();
+    auto geometry = gather_geometry(params, indices, axis_);
+    if (!geometry.ok()) return ctx.fail(geometry.status());
+    const GatherGeometry& g = geometry.value();
+    const int64_t outer = g.outer, limit = g.limit, m = g.m, inner = g.inner;
     for (int64_t i = 0; i < m; ++i) {
       const int64_t v = index_at(indices, i);
       if (v < 0 || v >= limit) {
         return ctx.fail(ErrorCode::kInvalidArgument, "indices[{}] = {} is not in [0, {})", i, v, limit);
       }
     }
-    Tensor& out = ctx.allocate_output(0, shape.value());
+    Tensor& out = ctx.allocate_output(0, g.out);
     if (out.num_elements() == 0) return;
     const std::size_t row = static_cast<std::size_t>(inner) * dtype_size(params.dtype());
     const auto* pp = static_cast<const char*>(params.raw_data());
