@@ -17,6 +17,16 @@ Node* checked_node(const Output& o, const char* what) {
   return o.node();
 }
 
+Node* add_op_node(const char* what, NodeSpec spec, std::vector<Output> inputs) {
+  Node* first = checked_node(inputs.front(), what);
+  spec.inputs = std::move(inputs);
+  return first->graph->add_node(std::move(spec));
+}
+
+Output add_op(const char* what, NodeSpec spec, std::vector<Output> inputs) {
+  return Output(add_op_node(what, std::move(spec), std::move(inputs)), 0);
+}
+
 GraphImpl::GraphImpl() = default;
 
 std::string GraphImpl::unique_name_locked(const std::string& base) {

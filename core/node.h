@@ -137,5 +137,9 @@ class GraphImpl {
 
 // The node behind a handle, or InvalidArgumentError for a null handle.
 Node* checked_node(const Output& o, const char* what);
+// How the builders of tessera::ops make a node: `spec` over `inputs`, added to the graph of the
+// first input (checked_node(inputs[0], what)). add_op returns the node's first output.
+Node* add_op_node(const char* what, NodeSpec spec, std::vector<Output> inputs);
+Output add_op(const char* what, NodeSpec spec, std::vector<Output> inputs);
 
 }  // namespace tessera::internal

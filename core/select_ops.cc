@@ -243,15 +243,10 @@ TESSERA_REGISTER_OP(OpDef{"AddN", add_n_fn});
 
 namespace ops {
 
+using internal::add_op;
 using internal::NodeSpec;
 
 namespace {
-
-Output add_op(const char* what, NodeSpec spec, std::vector<Output> inputs) {
-  internal::Node* first = internal::checked_node(inputs.front(), what);
-  spec.inputs = std::move(inputs);
-  return Output(first->graph->add_node(std::move(spec)), 0);
-}
 
 Output binary(const char* what, const char* type, Output a, Output b, std::string name) {
   return add_op(what, NodeSpec{type, std::move(name)}, {a, b});

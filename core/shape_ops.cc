@@ -587,20 +587,10 @@ TESSERA_REGISTER_OP(OpDef{"Size", size_fn});
 
 namespace ops {
 
+using internal::add_op;
 using internal::NodeSpec;
 
 namespace {
-
-// Adds a node of `spec` over `inputs` to the graph of the first input.
-internal::Node* add_node(const char* what, NodeSpec spec, std::vector<Output> inputs) {
-  internal::Node* first = internal::checked_node(inputs.front(), what);
-  spec.inputs = std::move(inputs);
-  return first->graph->add_node(std::move(spec));
-}
-
-Output add_op(const char* what, NodeSpec spec, std::vector<Output> inputs) {
-  return Output(add_node(what, std::move(spec), std::move(inputs)), 0);
-}
 
 NodeSpec spec_with(const char* type, std::string name, const char* attr, internal::AttrValue value) {
   NodeSpec spec{type, std::move(name)};
@@ -627,7 +617,7 @@ Output concat(std::vector<Output> values, int axis, std::string name) {
 std::vector<Output> split(Output x, int num, int axis, std::string name) {
   NodeSpec spec = spec_with("Split", std::move(name), "axis", int64_t{axis});
   spec.attrs["num_split"] = int64_t{num};
-  internal::Node* n = add_node("split", std::move(spec), {x});
+  internal::Node* n = internal::add_op_node("split", std::move(spec), {x});
   std::vector<Output> outputs;
   for (int k = 0; k < static_cast<int>(n->output_dtypes.size()); ++k) outputs.emplace_back(n, k);
   return outputs;
