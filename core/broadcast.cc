@@ -100,6 +100,30 @@ StatusOr<std::vector<bool>> reduction_mask(const std::vector<int64_t>& axes, int
   return mask;
 }
 
+StatusOr<std::vector<bool>> sum_to_shape_mask(const Shape& from, const Shape& to) {
+  if (from.unknown_rank() || to.unknown_rank()) return std::vector<bool>();
+  auto mismatch = [&] {
+    return errors::invalid_argument("shape {} does not broadcast from {}", from.to_string(), to.to_string());
+  };
+  const int lead = from.rank() - to.rank();
+  if (lead < 0) return mismatch();
+  std::vector<bool> mask(static_cast<std::size_t>(from.rank()), false);
+  for (int i = 0; i < from.rank(); ++i) {
+    if (i < lead) {
+      mask[i] = true;
+      continue;
+    }
+    const int64_t f = from.dim(i);
+    const int64_t t = to.dim(i - lead);
+    if (t == 1) {
+      mask[i] = f != 1;
+    } else if (f >= 0 && t >= 0 && f != t) {
+      return mismatch();
+    }
+  }
+  return mask;
+}
+
 ReductionLayout reduction_layout(const Shape& in, const std::vector<bool>& mask, bool keep_dims) {
   ReductionLayout l;
   for (int i = 0; i < in.rank(); ++i) {

@@ -96,6 +96,13 @@ void BroadcastPlan::for_each_row(Fn&& fn) const {
 // twice.
 StatusOr<std::vector<bool>> reduction_mask(const std::vector<int64_t>& axes, int rank);
 
+// Which dims of `from` a sum must remove to undo a broadcast to it from `to` (the gradient of a
+// broadcast input, core/gradients.h): the leading dims `to` lacks and the dims where `to` has 1
+// and `from` has more. Shapes may be partial (an unknown dim of `to` is taken to match); an
+// unknown rank gives an empty mask. InvalidArgument "shape [2,3] does not broadcast from [4]"
+// when `to` could not have been broadcast to `from`.
+StatusOr<std::vector<bool>> sum_to_shape_mask(const Shape& from, const Shape& to);
+
 // A reduction of `in` by `mask` (from reduction_mask), as every device's kernel walks it: the
 // output shape, and the input merged into runs (size-1 dims skipped, since they move no offset;
 // adjacent dims of the same kind multiplied together).

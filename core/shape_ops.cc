@@ -257,6 +257,14 @@ StatusOr<Shape> expand_dims_shape(const Shape& in, int64_t axis) {
   return checked_shape(dims);
 }
 
+StatusOr<Shape> reshape_to_shape(const Shape& in, const Shape& to) {
+  if (in.fully_defined() && to.fully_defined() && in.num_elements() != to.num_elements()) {
+    return errors::invalid_argument("cannot reshape {} elements ({}) to {}", in.num_elements(), in.to_string(),
+                                    to.to_string());
+  }
+  return to;
+}
+
 StatusOr<Shape> squeeze_shape(const Shape& in, const std::vector<int64_t>& axes) {
   if (in.unknown_rank()) return Shape::unknown();
   const int rank = in.rank();

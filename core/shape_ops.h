@@ -57,6 +57,9 @@ StatusOr<Shape> expand_dims_shape(const Shape& in, int64_t axis);
 // then makes the rank unknown).
 StatusOr<Shape> squeeze_shape(const Shape& in, const std::vector<int64_t>& axes);
 
+// ReshapeToShapeOf (core/gradients.h): `to`, when it has as many elements as `in`.
+StatusOr<Shape> reshape_to_shape(const Shape& in, const Shape& to);
+
 // Tile: each dim times its multiple (>= 0).
 StatusOr<Shape> tile_shape(const Shape& in, const std::vector<int64_t>& multiples);
 

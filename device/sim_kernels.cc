@@ -18,8 +18,8 @@
 // (variables: their updates must be seen in stream order and under their locks), asynchronous
 // ones and ops whose output shapes depend on input values run the whole kernel on the stream and
 // are done only once the stream has run it, as before. Ops that only relabel their input's buffer
-// (Reshape, ExpandDims, Squeeze) run their CPU kernel at once on the host instead, touching no
-// data: the output shares the device buffer, as on a GPU, and stream order still covers it.
+// (Reshape, ExpandDims, Squeeze, ReshapeToShapeOf) run their CPU kernel at once on the host
+// instead, touching no data: the output shares the device buffer, as on a GPU, and stream order still covers it.
 
 // Note [Stream-ordered memory]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -275,6 +275,7 @@ class SimRelabelKernel final : public OpKernel {
 TESSERA_REGISTER_KERNEL("Reshape", "SIM", SimRelabelKernel);
 TESSERA_REGISTER_KERNEL("ExpandDims", "SIM", SimRelabelKernel);
 TESSERA_REGISTER_KERNEL("Squeeze", "SIM", SimRelabelKernel);
+TESSERA_REGISTER_KERNEL("ReshapeToShapeOf", "SIM", SimRelabelKernel);
 
 struct RegisterSimKernels {
   RegisterSimKernels() {

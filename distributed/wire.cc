@@ -143,6 +143,8 @@ const std::unordered_map<std::string_view, std::vector<AttrSpec>>& op_attrs() {
          {{"axis", kKind<int64_t>}, {"depth", kKind<int64_t>}, {"on_value", kKind<double>},
           {"off_value", kKind<double>}}},
         {"ArgMax", {{"axis", kKind<int64_t>}}}, {"ArgMin", {{"axis", kKind<int64_t>}}},
+        // core/gradients.cc
+        {"SumToShapeOf", none}, {"ReshapeToShapeOf", none},
         // core/variable_ops.cc
         {"VariableV2", {dtype, shape}},
         {"Assign", assign}, {"AssignAdd", assign}, {"AssignSub", assign},

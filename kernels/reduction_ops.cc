@@ -109,13 +109,15 @@ void fold_row(T* __restrict out, const T* __restrict x, int64_t n) {
 }
 
 // Reduces input 0 over the "axes" attr with reducer R, keeping size-1 dims for the reduced axes
-// when "keep_dims" is set. Thread-safe: compute() keeps no state between runs.
+// when "keep_dims" is set. SumToShapeOf (a gradient's sum back to its input's shape,
+// core/gradients.h) is the sum over the axes sum_to_shape_mask finds, with input 1's shape.
+// Thread-safe: compute() keeps no state between runs.
 template <class R>
 class ReductionOp : public OpKernel {
  public:
   explicit ReductionOp(const Node& n)
-      : OpKernel(n), axes_(n.attr<std::vector<int64_t>>("axes")),
-        keep_dims_(n.attr<bool>("keep_dims")) {}
+      : OpKernel(n), to_shape_of_(n.type == "SumToShapeOf"),
+        axes_(n.attr_or<std::vector<int64_t>>("axes", {})), keep_dims_(n.attr_or<bool>("keep_dims", false)) {}
 
   void compute(OpKernelContext& ctx) override {
     const Tensor& x = ctx.input(0);
@@ -144,12 +146,16 @@ class ReductionOp : public OpKernel {
   void run(OpKernelContext& ctx, const Tensor& x) {
     const Shape& in_shape = x.shape();
     // The rank may have been unknown when the graph was built: the axes are checked here.
-    auto mask_or = reduction_mask(axes_, in_shape.rank());
+    auto mask_or = to_shape_of_ ? sum_to_shape_mask(in_shape, ctx.input(1).shape()) : reduction_mask(axes_, in_shape.rank());
     if (!mask_or.ok()) {
       return ctx.fail(ErrorCode::kInvalidArgument, "{} (input shape {})",
                       mask_or.status().message(), in_shape.to_string());
     }
-    const ReductionLayout layout = reduction_layout(in_shape, mask_or.value(), keep_dims_);
+    ReductionLayout layout = reduction_layout(in_shape, mask_or.value(), keep_dims_ || to_shape_of_);
+    if (to_shape_of_) {
+      if (layout.count == 1) return ctx.set_output(0, x.reshaped(ctx.input(1).shape()));  // nothing to sum
+      layout.out_shape = ctx.input(1).shape();  // the kept dims, without the leading ones
+    }
     const int64_t count = layout.count;
     Tensor& out = ctx.allocate_output(0, layout.out_shape);
     const int64_t out_n = out.num_elements();
@@ -239,11 +245,13 @@ class ReductionOp : public OpKernel {
     }
   }
 
+  const bool to_shape_of_;
   const std::vector<int64_t> axes_;
   const bool keep_dims_;
 };
 
 TESSERA_REGISTER_KERNEL("Sum", "CPU", ReductionOp<SumReducer>);
+TESSERA_REGISTER_KERNEL("SumToShapeOf", "CPU", ReductionOp<SumReducer>);
 TESSERA_REGISTER_KERNEL("Mean", "CPU", ReductionOp<MeanReducer>);
 TESSERA_REGISTER_KERNEL("Max", "CPU", ReductionOp<MaxReducer>);
 TESSERA_REGISTER_KERNEL("Min", "CPU", ReductionOp<MinReducer>);

@@ -189,6 +189,18 @@ class SqueezeOp final : public RelabelOp<SqueezeOp> {
   const std::vector<int64_t> axes_;
 };
 
+// ReshapeToShapeOf(y, x): y's buffer with x's shape. Thread-safe.
+class ReshapeToShapeOfOp final : public OpKernel {
+ public:
+  using OpKernel::OpKernel;
+  void compute(OpKernelContext& ctx) override {
+    auto shape = reshape_to_shape(ctx.input(0).shape(), ctx.input(1).shape());
+    if (!shape.ok()) return ctx.fail(shape.status());
+    ctx.set_output(0, ctx.input(0).reshaped(shape.value()));
+  }
+  bool is_expensive() const override { return false; }
+};
+
 // out = transpose(x, perm). Thread-safe.
 class TransposeOp final : public OpKernel {
  public:
@@ -399,6 +411,7 @@ class SizeOp final : public OpKernel {
 TESSERA_REGISTER_KERNEL("Reshape", "CPU", ReshapeOp);
 TESSERA_REGISTER_KERNEL("ExpandDims", "CPU", ExpandDimsOp);
 TESSERA_REGISTER_KERNEL("Squeeze", "CPU", SqueezeOp);
+TESSERA_REGISTER_KERNEL("ReshapeToShapeOf", "CPU", ReshapeToShapeOfOp);
 TESSERA_REGISTER_KERNEL("Transpose", "CPU", TransposeOp);
 TESSERA_REGISTER_KERNEL("ConcatV2", "CPU", ConcatOp);
 TESSERA_REGISTER_KERNEL("Split", "CPU", SplitOp);

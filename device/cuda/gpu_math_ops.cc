@@ -320,19 +320,24 @@ template <gpu::ReduceKind kOp>
 class ReductionGpuOp final : public GpuOpKernel {
  public:
   explicit ReductionGpuOp(const Node& n)
-      : GpuOpKernel(n), axes_(n.attr<std::vector<int64_t>>("axes")), keep_dims_(n.attr<bool>("keep_dims")) {}
+      : GpuOpKernel(n), to_shape_of_(n.type == "SumToShapeOf"),
+        axes_(n.attr_or<std::vector<int64_t>>("axes", {})), keep_dims_(n.attr_or<bool>("keep_dims", false)) {}
 
  protected:
   void run(OpKernelContext& ctx, GpuRun& r) override {
     const Tensor& x = ctx.input(0);
     if (x.dtype() == DType::Bool) return ctx.fail(ErrorCode::kInvalidArgument, "unsupported dtype {}", "bool");
     const Shape& in_shape = x.shape();
-    auto mask_or = reduction_mask(axes_, in_shape.rank());
+    auto mask_or = to_shape_of_ ? sum_to_shape_mask(in_shape, ctx.input(1).shape()) : reduction_mask(axes_, in_shape.rank());
     if (!mask_or.ok()) {
       return ctx.fail(ErrorCode::kInvalidArgument, "{} (input shape {})", mask_or.status().message(),
                       in_shape.to_string());
     }
-    const ReductionLayout layout = reduction_layout(in_shape, mask_or.value(), keep_dims_);
+    ReductionLayout layout = reduction_layout(in_shape, mask_or.value(), keep_dims_ || to_shape_of_);
+    if (to_shape_of_) {
+      if (layout.count == 1) return ctx.set_output(0, x.reshaped(ctx.input(1).shape()));  // nothing to sum
+      layout.out_shape = ctx.input(1).shape();
+    }
     const int64_t count = layout.count;
     const auto& dims = layout.dims;
     const auto& reduced = layout.reduced;
@@ -393,6 +398,7 @@ class ReductionGpuOp final : public GpuOpKernel {
   }
 
  private:
+  const bool to_shape_of_;  // SumToShapeOf (core/gradients.h): the axes from input 1's shape
   const std::vector<int64_t> axes_;
   const bool keep_dims_;
 };
@@ -473,6 +479,7 @@ TESSERA_REGISTER_KERNEL("Sigmoid", "GPU", SigmoidGpuOp);
 TESSERA_REGISTER_KERNEL("Cast", "GPU", CastGpuOp);
 TESSERA_REGISTER_KERNEL("MatMul", "GPU", MatMulGpuOp);
 TESSERA_REGISTER_KERNEL("Sum", "GPU", ReductionGpuOp<ReduceKind::kSum>);
+TESSERA_REGISTER_KERNEL("SumToShapeOf", "GPU", ReductionGpuOp<ReduceKind::kSum>);
 TESSERA_REGISTER_KERNEL("Mean", "GPU", ReductionGpuOp<ReduceKind::kMean>);
 TESSERA_REGISTER_KERNEL("Max", "GPU", ReductionGpuOp<ReduceKind::kMax>);
 TESSERA_REGISTER_KERNEL("Min", "GPU", ReductionGpuOp<ReduceKind::kMin>);

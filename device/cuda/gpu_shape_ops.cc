@@ -72,6 +72,20 @@ class ExpandDimsGpuOp final : public RelabelGpuOp<ExpandDimsGpuOp> {
   const int64_t axis_;
 };
 
+// ReshapeToShapeOf(y, x): y's buffer with x's shape; only x's shape is read.
+class ReshapeToShapeOfGpuOp final : public GpuOpKernel {
+ public:
+  using GpuOpKernel::GpuOpKernel;
+
+ protected:
+  bool needs_inputs_on_device() const override { return false; }
+  void run(OpKernelContext& ctx, GpuRun&) override {
+    auto shape = reshape_to_shape(ctx.input(0).shape(), ctx.input(1).shape());
+    if (!shape.ok()) return ctx.fail(shape.status());
+    ctx.set_output(0, ctx.input(0).reshaped(shape.value()));
+  }
+};
+
 class SqueezeGpuOp final : public RelabelGpuOp<SqueezeGpuOp> {
  public:
   explicit SqueezeGpuOp(const Node& n) : RelabelGpuOp(n), axes_(n.attr<std::vector<int64_t>>("axes")) {}
@@ -331,6 +345,7 @@ class SizeGpuOp final : public GpuOpKernel {
 
 TESSERA_REGISTER_KERNEL("Reshape", "GPU", ReshapeGpuOp);
 TESSERA_REGISTER_KERNEL("ExpandDims", "GPU", ExpandDimsGpuOp);
+TESSERA_REGISTER_KERNEL("ReshapeToShapeOf", "GPU", ReshapeToShapeOfGpuOp);
 TESSERA_REGISTER_KERNEL("Squeeze", "GPU", SqueezeGpuOp);
 TESSERA_REGISTER_KERNEL("Transpose", "GPU", TransposeGpuOp);
 TESSERA_REGISTER_KERNEL("ConcatV2", "GPU", ConcatGpuOp);

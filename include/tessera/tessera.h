@@ -11,6 +11,7 @@
 #include "tessera/config.h"
 #include "tessera/device.h"
 #include "tessera/errors.h"
+#include "tessera/gradients.h"
 #include "tessera/graph.h"
 #include "tessera/ops.h"
 #include "tessera/queue.h"
