@@ -280,12 +280,16 @@ Status SessionImpl::prepare_step(const std::vector<Output>& fetches, const FeedM
     cached.key = key;
     cached.plan = plan.value().get();
   }
-  const StepPlan& sp = *cached.plan;
+  *plan_out = cached.plan;
+  return step_options(*cached.plan, options, step_id, remote, ro);
+}
+
+Status SessionImpl::step_options(const StepPlan& sp, const RunOptions& options, int64_t step_id, Rendezvous* remote,
+                                 RunState::Options* ro) {
   for (const auto& dp : sp.devices) {  // a failed device fails its steps at once (Device::health)
     Status health = dp.device->health();
     if (!health.ok()) return health;
   }
-  *plan_out = &sp;
   ro->plan = sp.host.get();
   ro->runner = &runner_;
   ro->resources = resources_;
@@ -346,17 +350,121 @@ Status SessionImpl::run_step(const std::vector<Output>& fetches, const FeedMap& 
   RunState::Options ro;
   Status prepared = prepare_step(fetches, feeds, targets, options, step_id, remote, &sp, &ro);
   if (!prepared.ok()) return prepared;
+  auto set_feeds = [&feeds](RunState& rs) {
+    int i = 0;
+    for (const auto& [out, value] : feeds) rs.set_feed(i++, value);
+  };
+  return run_prepared(*sp, ro, set_feeds, options, metadata, records, fetches.size(), outputs, remote);
+}
+
+template <class SetFeeds>
+Status SessionImpl::run_prepared(const StepPlan& sp, RunState::Options& ro, SetFeeds&& set_feeds,
+                                 const RunOptions& options, RunMetadata* metadata, std::vector<TraceRecord>* records,
+                                 std::size_t num_fetches, std::vector<Tensor>* outputs, Rendezvous* remote) {
   std::unique_ptr<MultiStep> multi;  // only for a step that spans devices
-  if (!sp->devices.empty()) multi = std::make_unique<MultiStep>(*sp, ro, remote);
+  if (!sp.devices.empty()) multi = std::make_unique<MultiStep>(sp, ro, remote);
   RunState rs(ro);
-  int i = 0;
-  for (const auto& [out, value] : feeds) rs.set_feed(i++, value);
+  set_feeds(rs);
   const int shard = this_thread_shard(kRunShards);
   if (!register_run(&rs, shard)) return errors::cancelled("attempted to use a closed session");
   Status status = multi ? multi->run(rs, ro) : rs.run();
   if (multi) multi->end_captures();
   unregister_run(&rs, shard);
-  return finish_step(std::move(status), rs, multi.get(), options.trace, metadata, records, fetches.size(), outputs);
+  return finish_step(std::move(status), rs, multi.get(), options.trace, metadata, records, num_fetches, outputs);
+}
+
+// Note [Callables]
+// ~~~~~~~~~~~~~~~~
+// A callable is run() with the signature's work done once: its feeds, fetches and targets are
+// checked and keyed when it is made, and it keeps the plan it found (plans live as long as their
+// session, so a raw pointer stays valid). A call checks only the values fed and whether the graph
+// changed since that plan was made (then it asks for the plan again, as run() would). The plan
+// and the graph version it was made at change together, as one Entry: a call never pairs a new
+// version with an old plan.
+class SessionImpl::DirectCallable final : public CallableBackend {
+ public:
+  DirectCallable(SessionImpl& s, const std::vector<Output>& fetches, const std::vector<Output>& feeds,
+                 const std::vector<Operation>& targets)
+      : s_(s), num_fetches_(fetches.size()) {
+    for (const Output& o : feeds) {
+      feeds_.push_back({o.node(), o.index()});
+      key_.push_back(endpoint_key(o.node(), o.index()));
+    }
+    key_.push_back(kSeparator);
+    for (const Output& o : fetches) {
+      fetches_.push_back({o.node(), o.index()});
+      key_.push_back(endpoint_key(o.node(), o.index()));
+    }
+    key_.push_back(kSeparator);
+    for (const Operation& op : targets) {
+      targets_.push_back(op.node());
+      key_.push_back(endpoint_key(op.node(), 0));
+    }
+    plan().status().raise();  // a signature that cannot be planned (placed) fails now
+  }
+
+  std::vector<Tensor> call(const std::vector<Tensor>& values) override {
+    check_feed_count(feeds_.size(), values).raise();
+    for (std::size_t i = 0; i < values.size(); ++i) check_feed(feeds_[i], values[i]).raise();
+    if (s_.closed_.load(std::memory_order_acquire)) throw CancelledError("attempted to use a closed session");
+    auto sp = plan();
+    sp.status().raise();
+    RunState::Options ro;
+    s_.step_options(*sp.value(), RunOptions{}, 0, nullptr, &ro).raise();
+    std::vector<Tensor> outputs;
+    auto set_feeds = [&values](RunState& rs) {
+      for (std::size_t i = 0; i < values.size(); ++i) rs.set_feed(static_cast<int>(i), values[i]);
+    };
+    s_.run_prepared(*sp.value(), ro, set_feeds, RunOptions{}, nullptr, nullptr, num_fetches_, &outputs, nullptr)
+        .raise();
+    return outputs;
+  }
+
+ private:
+  struct Entry {
+    const StepPlan* plan;
+    uint64_t graph_version;
+  };
+
+  StatusOr<const StepPlan*> plan() {
+    const Entry* e = current_.load(std::memory_order_acquire);
+    if (e != nullptr && e->graph_version == s_.g_.version()) return e->plan;
+    auto made = s_.get_plan(key_, feeds_, fetches_, targets_);
+    if (!made.ok()) return made.status();
+    std::lock_guard<std::mutex> l(mu_);
+    entries_.push_back(std::make_unique<Entry>(Entry{made.value().get(), made.value()->host->graph_version}));
+    current_.store(entries_.back().get(), std::memory_order_release);
+    return made.value().get();
+  }
+
+  static Status check_feed(const Endpoint& e, const Tensor& value) {
+    const DType want = e.node->output_dtypes[static_cast<std::size_t>(e.index)];
+    const Shape& want_shape = e.node->output_shapes[static_cast<std::size_t>(e.index)];
+    if (value.dtype() != want || !want_shape.compatible_with(value.shape())) {
+      return errors::invalid_argument("{}: cannot feed a {} tensor of shape {} to '{}:{}', which is {} {}",
+                                      e.node->debug_name(), dtype_name(value.dtype()), value.shape().to_string(),
+                                      e.node->name, e.index, dtype_name(want), want_shape.to_string());
+    }
+    return Status();
+  }
+
+  SessionImpl& s_;
+  const std::size_t num_fetches_;
+  std::vector<uint64_t> key_;
+  std::vector<Endpoint> feeds_;
+  std::vector<Endpoint> fetches_;
+  std::vector<const Node*> targets_;
+  std::atomic<const Entry*> current_{nullptr};
+  std::mutex mu_;
+  std::vector<std::unique_ptr<Entry>> entries_;  // guarded by mu_; every entry made, so none dangles
+};
+
+std::shared_ptr<CallableBackend> SessionImpl::make_callable(const std::vector<Output>& fetches,
+                                                            const std::vector<Output>& feeds,
+                                                            const std::vector<Operation>& targets) {
+  check_callable_signature(g_, fetches, feeds, targets).raise();
+  if (closed_.load(std::memory_order_acquire)) throw CancelledError("attempted to use a closed session");
+  return std::make_shared<DirectCallable>(*this, fetches, feeds, targets);
 }
 
 // Note [Asynchronous steps]

@@ -57,6 +57,9 @@ class SessionImpl final : public SessionBackend {
   std::vector<Tensor> run(const std::vector<Output>& fetches, const FeedMap& feeds,
                           const std::vector<Operation>& targets, const RunOptions& options,
                           RunMetadata* metadata) override;
+  // A callable that keeps its signature's checked endpoints and plan (Note [Callables]).
+  std::shared_ptr<CallableBackend> make_callable(const std::vector<Output>& fetches, const std::vector<Output>& feeds,
+                                                 const std::vector<Operation>& targets) override;
   void close() override;
   // Cancels the runs of step `step_id` in flight (a cluster step that failed on another task).
   void cancel_step(int64_t step_id, const Status& reason);
@@ -74,6 +77,15 @@ class SessionImpl final : public SessionBackend {
   StatusOr<OpKernel*> kernel_for(const Node& node, Device* device);
   struct MultiStep;
   struct AsyncStep;
+  class DirectCallable;
+  // The step's options for plan `sp`, once its devices are known healthy.
+  Status step_options(const StepPlan& sp, const RunOptions& options, int64_t step_id, Rendezvous* remote,
+                      RunState::Options* ro);
+  // Runs a prepared step whose feeds `set_feeds(rs)` sets, in the plan's order.
+  template <class SetFeeds>
+  Status run_prepared(const StepPlan& sp, RunState::Options& ro, SetFeeds&& set_feeds, const RunOptions& options,
+                      RunMetadata* metadata, std::vector<TraceRecord>* records, std::size_t num_fetches,
+                      std::vector<Tensor>* outputs, Rendezvous* remote);
   // Checks the step's feeds, fetches and targets, finds (or makes) its plan and fills the host
   // partition's options: what run_step and run_step_async share before the step starts.
   Status prepare_step(const std::vector<Output>& fetches, const FeedMap& feeds, const std::vector<Operation>& targets,

@@ -81,6 +81,60 @@ StatusOr<Node*> checked_target(const Operation& op, const GraphImpl& g) {
   return n;
 }
 
+Status check_callable_signature(const GraphImpl& g, const std::vector<Output>& fetches,
+                                const std::vector<Output>& feeds, const std::vector<Operation>& targets) {
+  for (const Output& o : fetches) TESSERA_RETURN_IF_ERROR(checked_output(o, g, "fetch").status());
+  for (std::size_t i = 0; i < feeds.size(); ++i) {
+    TESSERA_RETURN_IF_ERROR(checked_output(feeds[i], g, "feed").status());
+    for (std::size_t j = 0; j < i; ++j) {
+      if (feeds[j] == feeds[i]) return errors::invalid_argument("feed '{}' is listed twice", feeds[i].name());
+    }
+  }
+  for (const Operation& op : targets) TESSERA_RETURN_IF_ERROR(checked_target(op, g).status());
+  return Status();
+}
+
+Status check_feed_count(std::size_t feeds, const std::vector<Tensor>& values) {
+  if (values.size() != feeds) {
+    return errors::invalid_argument("the callable has {} feeds, it was called with {} values", feeds, values.size());
+  }
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    if (values[i].is_null()) return errors::invalid_argument("the callable's feed {} is a null tensor", i);
+  }
+  return Status();
+}
+
+namespace {
+
+// The default callable: run() with the values in a FeedMap.
+class RunCallable final : public CallableBackend {
+ public:
+  RunCallable(SessionBackend& session, std::vector<Output> fetches, std::vector<Output> feeds,
+              std::vector<Operation> targets)
+      : session_(session), fetches_(std::move(fetches)), feeds_(std::move(feeds)), targets_(std::move(targets)) {}
+  std::vector<Tensor> call(const std::vector<Tensor>& values) override {
+    check_feed_count(feeds_.size(), values).raise();
+    FeedMap feeds;
+    for (std::size_t i = 0; i < values.size(); ++i) feeds.emplace(feeds_[i], values[i]);
+    return session_.run(fetches_, feeds, targets_, RunOptions{}, nullptr);
+  }
+
+ private:
+  SessionBackend& session_;
+  const std::vector<Output> fetches_;
+  const std::vector<Output> feeds_;
+  const std::vector<Operation> targets_;
+};
+
+}  // namespace
+
+std::shared_ptr<CallableBackend> SessionBackend::make_callable(const std::vector<Output>& fetches,
+                                                               const std::vector<Output>& feeds,
+                                                               const std::vector<Operation>& targets) {
+  check_callable_signature(graph().impl(), fetches, feeds, targets).raise();
+  return std::make_shared<RunCallable>(*this, fetches, feeds, targets);
+}
+
 }  // namespace tessera::internal
 
 // ---- Session: the public edge ----
@@ -129,6 +183,17 @@ std::vector<Tensor> Session::run(const std::vector<Output>& fetches, const FeedM
 }
 
 void Session::run(Operation target, const FeedMap& feeds) { run({}, feeds, {target}, RunOptions{}, nullptr); }
+
+Callable Session::make_callable(const std::vector<Output>& fetches, const std::vector<Output>& feeds,
+                               const std::vector<Operation>& targets) {
+  if (!impl_) throw FailedPreconditionError("use of a moved-from Session");
+  return Callable(impl_->make_callable(fetches, feeds, targets));
+}
+
+std::vector<Tensor> Callable::operator()(const std::vector<Tensor>& feed_values) const {
+  if (!impl_) throw FailedPreconditionError("use of a default-constructed Callable");
+  return impl_->call(feed_values);
+}
 
 void Session::close() {
   if (!impl_) throw FailedPreconditionError("use of a moved-from Session");

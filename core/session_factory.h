@@ -18,6 +18,13 @@
 
 namespace tessera::internal {
 
+// What a tessera::Callable runs. Thread-safe. The public edge: call() throws.
+class CallableBackend {
+ public:
+  virtual ~CallableBackend() = default;
+  virtual std::vector<Tensor> call(const std::vector<Tensor>& feed_values) = 0;
+};
+
 // One session of some kind. The public edge: methods throw tessera's typed errors. Thread-safe:
 // run() from any number of threads, close() from any thread.
 class SessionBackend {
@@ -26,9 +33,22 @@ class SessionBackend {
   virtual std::vector<Tensor> run(const std::vector<Output>& fetches, const FeedMap& feeds,
                                   const std::vector<Operation>& targets, const RunOptions& options,
                                   RunMetadata* metadata) = 0;
+  // A callable of one signature. This default checks the signature once and then calls run() with
+  // a FeedMap; a session kind with a faster path overrides it.
+  virtual std::shared_ptr<CallableBackend> make_callable(const std::vector<Output>& fetches,
+                                                         const std::vector<Output>& feeds,
+                                                         const std::vector<Operation>& targets);
   virtual void close() = 0;
   virtual Graph& graph() const = 0;
 };
+
+// make_callable's checks of a signature, which every kind shares: each output and target of the
+// session's graph, no feed listed twice. InvalidArgument otherwise.
+Status check_callable_signature(const GraphImpl& g, const std::vector<Output>& fetches,
+                                const std::vector<Output>& feeds, const std::vector<Operation>& targets);
+// The values fed to a callable: as many as its feeds, each not null (InvalidArgument otherwise;
+// dtypes and shapes are the run's to check).
+Status check_feed_count(std::size_t feeds, const std::vector<Tensor>& values);
 
 // The checks every kind of session makes on a run's arguments. The node of `o`, which must name an
 // output of an op of `g`; InvalidArgument ("feed 'x:3': op has no output 3") otherwise. `what`:

@@ -54,11 +54,12 @@ using internal::NodeSpec;
 struct Variable::State {
   Node* var = nullptr;       // Not owned.
   Node* init = nullptr;      // the initializer (Assign). Not owned.
+  bool trainable = true;
 };
 
 namespace {
 
-std::shared_ptr<const Variable::State> make_variable(Output initial_value, std::string name) {
+std::shared_ptr<const Variable::State> make_variable(Output initial_value, std::string name, bool trainable) {
   Node* iv = internal::checked_node(initial_value, "Variable initial value");
   internal::GraphImpl& g = *iv->graph;
   NodeSpec spec{"VariableV2", name.empty() ? std::string("Variable") : std::move(name)};
@@ -71,6 +72,7 @@ std::shared_ptr<const Variable::State> make_variable(Output initial_value, std::
   g.control_scope_ = saved_control;
   auto state = std::make_shared<Variable::State>();
   state->var = var;
+  state->trainable = trainable;
   {
     GraphScope colocate = g.owner->colocate_with(Operation(var));
     NodeSpec assign{"Assign", var->name + "/Assign"};
@@ -87,7 +89,7 @@ std::shared_ptr<const Variable::State> make_variable(Output initial_value, std::
 
 }  // namespace
 
-Variable::Variable(Graph& g, Tensor initial_value, std::string name) {
+Variable::Variable(Graph& g, Tensor initial_value, std::string name, bool trainable) {
   if (initial_value.is_null()) throw InvalidArgumentError("Variable: null initial value");
   std::string base = name.empty() ? std::string("Variable") : name;
   Output init;
@@ -96,11 +98,11 @@ Variable::Variable(Graph& g, Tensor initial_value, std::string name) {
     GraphScope scope = g.name_scope(base);
     init = ops::constant(g, std::move(initial_value), "initial_value");
   }
-  state_ = make_variable(init, std::move(base));
+  state_ = make_variable(init, std::move(base), trainable);
 }
 
-Variable::Variable(Output initial_value, std::string name)
-    : state_(make_variable(initial_value, std::move(name))) {}
+Variable::Variable(Output initial_value, std::string name, bool trainable)
+    : state_(make_variable(initial_value, std::move(name), trainable)) {}
 
 namespace {
 const Variable::State& checked_state(const std::shared_ptr<const Variable::State>& s) {
@@ -113,6 +115,7 @@ Output Variable::value() const { return Output(checked_state(state_).var, 0); }
 Operation Variable::op() const { return Operation(checked_state(state_).var); }
 Operation Variable::initializer() const { return Operation(checked_state(state_).init); }
 const std::string& Variable::name() const { return checked_state(state_).var->name; }
+bool Variable::trainable() const { return checked_state(state_).trainable; }
 DType Variable::dtype() const { return checked_state(state_).var->output_dtypes[0]; }
 Shape Variable::shape() const { return checked_state(state_).var->output_shapes[0]; }
 
@@ -136,6 +139,14 @@ std::vector<Variable> global_variables(Graph& g) {
   std::lock_guard<std::mutex> l(impl.collections_mu_);
   for (const auto& p : impl.collections_[internal::kVariablesCollection]) {
     out.emplace_back(std::static_pointer_cast<const Variable::State>(p));
+  }
+  return out;
+}
+
+std::vector<Variable> trainable_variables(Graph& g) {
+  std::vector<Variable> out;
+  for (Variable& v : global_variables(g)) {
+    if (v.trainable()) out.push_back(std::move(v));
   }
   return out;
 }

@@ -4,6 +4,8 @@
 //   BM_session_run_add/tessera            one thread calling run
 //   BM_session_run_add_8threads/tessera   8 threads calling run on one shared session; the reported
 //                                         time is wall time / total runs (inverse throughput)
+//   BM_session_callable_add/tessera       one thread calling a Callable of the same signature
+//                                         (Session::make_callable, issue 22's goal: <= 100 ns)
 #include <tessera/tessera.h>
 
 #include <memory>
@@ -52,9 +54,24 @@ void BM_session_run_add_8threads(benchmark::State& state, const char* impl) {
   BM_session_run_add(state, impl);
 }
 
+void BM_session_callable_add(benchmark::State& state, const char* impl) {
+  tessera_bench::set_impl(state, impl);
+  AddGraph& ag = shared_add_graph();
+  Callable f = ag.s->make_callable({ag.c});
+  const bool ok = ag.ok && f()[0].scalar<float>() == 3.0f;
+  if (!tessera_bench::check(state, ok, "callable: c = 1 + 2 != 3")) return;
+  for (auto _ : state) {
+    auto t = f();
+    benchmark::DoNotOptimize(t);
+  }
+  state.SetItemsProcessed(state.iterations());
+  state.counters["per_run"] = tessera_bench::per_unit(state, 1);
+}
+
 }  // namespace
 
 BENCHMARK_CAPTURE(BM_session_run_add, tessera, "tessera")->UseRealTime();
+BENCHMARK_CAPTURE(BM_session_callable_add, tessera, "tessera")->UseRealTime();
 BENCHMARK_CAPTURE(BM_session_run_add_8threads, tessera, "tessera")
     ->Threads(8)
     ->UseRealTime();

@@ -70,7 +70,25 @@ struct SessionOptions {
 
 namespace internal {
 class SessionBackend;
-}
+class CallableBackend;
+}  // namespace internal
+
+// A handle that runs one signature (fetches, feeds, targets) of a session, as TF's
+// Session.make_callable: the feeds, fetches and targets are checked and the step's plan found
+// when it is made, so a call only checks the values fed (their number, dtypes and shapes) and runs
+// the step. Copyable (copies share the signature); safe from any number of threads; valid while
+// its session lives and is open (a call on a closed session raises CancelledError). Ops added to
+// the graph later are picked up as run() would.
+class Callable {
+ public:
+  Callable() = default;
+  explicit Callable(std::shared_ptr<internal::CallableBackend> impl) : impl_(std::move(impl)) {}
+  // `feed_values[i]` feeds the i-th feed of the signature; returns the fetches' values.
+  std::vector<Tensor> operator()(const std::vector<Tensor>& feed_values = {}) const;
+
+ private:
+  std::shared_ptr<internal::CallableBackend> impl_;
+};
 
 class Session {
  public:
@@ -94,6 +112,10 @@ class Session {
                           const std::vector<Operation>& targets, const RunOptions& options,
                           RunMetadata* metadata);
   void run(Operation target, const FeedMap& feeds = {});
+
+  // TF's make_callable: see Callable. The feeds must be distinct; errors as run() would raise.
+  Callable make_callable(const std::vector<Output>& fetches, const std::vector<Output>& feeds = {},
+                         const std::vector<Operation>& targets = {});
 
   void close();
   Graph& graph() const;

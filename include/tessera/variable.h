@@ -23,8 +23,10 @@ namespace tessera {
 class Variable {
  public:
   Variable() = default;
-  Variable(Graph& g, Tensor initial_value, std::string name = "");
-  Variable(Output initial_value, std::string name = "");
+  // `trainable`: whether optimizers update it by default (trainable_variables); optimizer slots
+  // and global_step are not.
+  Variable(Graph& g, Tensor initial_value, std::string name = "", bool trainable = true);
+  Variable(Output initial_value, std::string name = "", bool trainable = true);
 
   Output value() const;  // a read of the current value
   operator Output() const { return value(); }  // NOLINT: TensorFlow lets a variable stand for its value
@@ -34,6 +36,7 @@ class Variable {
   Operation initializer() const;
   Operation op() const;                   // the variable node
   const std::string& name() const;
+  bool trainable() const;
   DType dtype() const;
   Shape shape() const;
 
@@ -50,5 +53,7 @@ class Variable {
 Operation global_variables_initializer(Graph& g);
 // The variables created so far in `g`, in creation order.
 std::vector<Variable> global_variables(Graph& g);
+// Those of them made with trainable = true.
+std::vector<Variable> trainable_variables(Graph& g);
 
 }  // namespace tessera
