@@ -5,12 +5,12 @@
 #include <atomic>
 #include <climits>
 #include <cstring>
-#include <random>
 
 #include <cublas_v2.h>
 
 #include "core/broadcast.h"
 #include "core/op_registry.h"
+#include "core/random_seed.h"
 #include "core/shape_util.h"
 #include "device/cuda/cuda_status.h"
 #include "device/cuda/gpu_op_kernel.h"
@@ -405,13 +405,6 @@ class ReductionGpuOp final : public GpuOpKernel {
 
 // ---- Random ----
 
-uint64_t seed_of(const Node& n) {
-  const auto seed = static_cast<uint64_t>(n.attr<int64_t>("seed"));
-  if (seed != 0) return seed;
-  std::random_device device;
-  return (uint64_t{device()} << 32) | device();
-}
-
 // Note [Random streams] in kernels/random_ops.cc, on the GPU: the same key, the same atomic block
 // reservation, the same blocks to values. Thread-safe: reserve is one atomic add.
 template <bool kNormal>
@@ -419,7 +412,7 @@ class RandomGpuOp final : public GpuOpKernel {
  public:
   explicit RandomGpuOp(const Node& n)
       : GpuOpKernel(n),
-        key_(seed_of(n)),
+        key_(random_key(n)),
         mean_(kNormal ? n.attr<double>("mean") : 0.0),
         stddev_(kNormal ? n.attr<double>("stddev") : 1.0) {}
 
