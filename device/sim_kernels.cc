@@ -276,6 +276,7 @@ TESSERA_REGISTER_KERNEL("Reshape", "SIM", SimRelabelKernel);
 TESSERA_REGISTER_KERNEL("ExpandDims", "SIM", SimRelabelKernel);
 TESSERA_REGISTER_KERNEL("Squeeze", "SIM", SimRelabelKernel);
 TESSERA_REGISTER_KERNEL("ReshapeToShapeOf", "SIM", SimRelabelKernel);
+TESSERA_REGISTER_KERNEL("StopGradient", "SIM", SimRelabelKernel);  // core/nn_ops.cc: Identity's kernel
 
 struct RegisterSimKernels {
   RegisterSimKernels() {

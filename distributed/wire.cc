@@ -145,6 +145,13 @@ const std::unordered_map<std::string_view, std::vector<AttrSpec>>& op_attrs() {
         {"ArgMax", {{"axis", kKind<int64_t>}}}, {"ArgMin", {{"axis", kKind<int64_t>}}},
         // core/gradients.cc
         {"SumToShapeOf", none}, {"ReshapeToShapeOf", none},
+        // core/nn_ops.cc
+        {"Softmax", none}, {"LogSoftmax", none}, {"SparseSoftmaxCrossEntropyWithLogits", none},
+        {"SoftmaxCrossEntropyWithLogits", none}, {"BiasAdd", none}, {"BiasAddGrad", none}, {"L2Loss", none},
+        {"Dropout", {{"keep_prob", kKind<double>}, seed}},
+        {"TruncatedNormal", {shape, dtype, seed}},
+        {"StopGradient", none}, {"ReluGrad", none}, {"TanhGrad", none}, {"SigmoidGrad", none}, {"SqrtGrad", none},
+        {"GatherGrad", {{"axis", kKind<int64_t>}}},
         // core/variable_ops.cc
         {"VariableV2", {dtype, shape}},
         {"Assign", assign}, {"AssignAdd", assign}, {"AssignSub", assign},

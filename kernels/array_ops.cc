@@ -1,4 +1,4 @@
-// CPU kernels: Const, Placeholder, Identity, NoOp.
+// CPU kernels: Const, Placeholder, Identity (and StopGradient, which is Identity to the kernels), NoOp.
 #include "core/op_kernel.h"
 #include "core/op_registry.h"
 
@@ -44,6 +44,7 @@ class NoOpKernel : public OpKernel {
 TESSERA_REGISTER_KERNEL("Const", "CPU", ConstOp);
 TESSERA_REGISTER_KERNEL("Placeholder", "CPU", PlaceholderOp);
 TESSERA_REGISTER_KERNEL("Identity", "CPU", IdentityOp);
+TESSERA_REGISTER_KERNEL("StopGradient", "CPU", IdentityOp);  // core/nn_ops.cc
 TESSERA_REGISTER_KERNEL("NoOp", "CPU", NoOpKernel);
 
 }  // namespace

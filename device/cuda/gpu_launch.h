@@ -158,4 +158,44 @@ struct AddNInputs {
 };
 cudaError_t launch_add_n(Elem elem, const AddNInputs& inputs, void* out, int64_t n, cudaStream_t stream);
 
+// ---- Neural-network ops (nn_kernels.cu): floating point elems unless said otherwise ----
+
+// y[rows, cols] = softmax (log: log_softmax) of each row of x, one block per row (rows > 0).
+cudaError_t launch_softmax(bool log, Elem elem, const void* x, void* y, int64_t rows, int64_t cols,
+                           cudaStream_t stream);
+// SoftmaxCrossEntropyWithLogits, one block per row: loss[rows], backprop[rows, cols]; labels as
+// the logits.
+cudaError_t launch_xent(Elem elem, const void* labels, const void* logits, void* loss, void* backprop, int64_t rows,
+                        int64_t cols, cudaStream_t stream);
+// SparseSoftmaxCrossEntropyWithLogits: int32 or int64 labels[rows]. A label outside [0, cols)
+// makes its row NaN and records, in bad[0] (a device int64, set to INT64_MAX before), the least
+// such row, then bad[1] = labels[bad[0]].
+cudaError_t launch_sparse_xent(Elem elem, bool int64_labels, const void* labels, const void* logits, void* loss,
+                               void* backprop, int64_t rows, int64_t cols, int64_t* bad, cudaStream_t stream);
+// out[r, c] = value[r, c] + bias[c] (any number elem); n = rows * cols > 0.
+cudaError_t launch_bias_add(Elem elem, const void* value, const void* bias, void* out, int64_t n, int64_t cols,
+                            cudaStream_t stream);
+// out[c] = sum over r of dy[r, c] (any number elem); cols > 0.
+cudaError_t launch_bias_add_grad(Elem elem, const void* dy, void* out, int64_t rows, int64_t cols, cudaStream_t stream);
+// out[0] = sum(x^2) / 2, summed in float64: per-block sums into `scratch` (kL2LossBlocks doubles
+// of device memory), then one block.
+inline constexpr int kL2LossBlocks = 256;
+cudaError_t launch_l2_loss(Elem elem, const void* x, void* out, int64_t n, double* scratch, cudaStream_t stream);
+// out[0, n) = the gradient kernel of (a, b): ReluGrad (gradients, features; any number elem),
+// TanhGrad, SigmoidGrad, SqrtGrad (y, dy).
+enum class GradKind : int { kRelu, kTanh, kSigmoid, kSqrt };
+cudaError_t launch_elementwise_grad(GradKind op, Elem elem, const void* a, const void* b, void* out, int64_t n,
+                                    cudaStream_t stream);
+// out[outer, limit, inner] = zeros, then += dy[o, i, :] at row indices[i] (atomically; any number
+// elem). Bad indices are skipped and reported in bad as launch_gather does (m > 0).
+cudaError_t launch_gather_grad(Elem elem, bool int64_indices, const void* dy, const void* indices, void* out,
+                               int64_t outer, int64_t limit, int64_t m, int64_t inner, int64_t* bad, cudaStream_t stream);
+// Dropout as kernels/nn_ops.cc: mask[i] = scale where uniform_float(word i of block first + i / 4)
+// < keep_prob, else 0; y = x * mask. n > 0.
+cudaError_t launch_dropout(Elem elem, const void* x, void* y, void* mask, int64_t n, float keep_prob, double scale,
+                           uint64_t key, uint64_t first_block, cudaStream_t stream);
+// TruncatedNormal as kernels/nn_ops.cc, one thread per group of 4 floats or 2 doubles (kF32, kF64).
+cudaError_t launch_truncated_normal(Elem elem, void* out, int64_t n, uint64_t key, uint64_t first_block,
+                                    cudaStream_t stream);
+
 }  // namespace tessera::internal::gpu

@@ -189,6 +189,7 @@ class AssignUpdateGpuOp final : public VariableGpuKernel {
 };
 
 TESSERA_REGISTER_KERNEL("Identity", "GPU", IdentityGpuOp);
+TESSERA_REGISTER_KERNEL("StopGradient", "GPU", IdentityGpuOp);  // core/nn_ops.cc
 TESSERA_REGISTER_KERNEL("Const", "GPU", ConstGpuOp);
 TESSERA_REGISTER_KERNEL("VariableV2", "GPU", VariableGpuOp);
 TESSERA_REGISTER_KERNEL("Assign", "GPU", AssignGpuOp);

@@ -110,6 +110,31 @@ Output argmin(Output x, int axis, std::string name = "");
 // The elementwise sum of tensors of one shape and dtype.
 Output add_n(std::vector<Output> inputs, std::string name = "");
 
+// Neural-network ops, TensorFlow's semantics. Floating point inputs unless said otherwise; the
+// class (channel) axis is the last one.
+// softmax(x) = exp(x - max) / sum(exp(x - max)) along the last axis (rank >= 1); log_softmax its log.
+Output softmax(Output logits, std::string name = "");
+Output log_softmax(Output logits, std::string name = "");
+// The per-example loss [batch] of int32/int64 labels [batch] against logits [batch, classes]. A
+// label outside [0, classes) raises InvalidArgumentError naming the op and the label when it runs.
+// The op's output 1 is the gradient with respect to the logits (softmax - one_hot(labels)).
+Output sparse_softmax_cross_entropy_with_logits(Output labels, Output logits, std::string name = "");
+// The same for label distributions [batch, classes] (logits' shape and dtype); output 1 is
+// softmax - labels.
+Output softmax_cross_entropy_with_logits(Output labels, Output logits, std::string name = "");
+// value (rank >= 2, any number dtype) + bias [C] along the last dim of value (NHWC).
+Output bias_add(Output value, Output bias, std::string name = "");
+// sum(x^2) / 2, a scalar.
+Output l2_loss(Output x, std::string name = "");
+// x * mask, the mask (the op's output 1) 1/keep_prob with probability keep_prob, else 0;
+// keep_prob in (0, 1] (else InvalidArgumentError). A new mask every run; seeds as the random ops'.
+Output dropout(Output x, float keep_prob, uint64_t seed = 0, std::string name = "");
+// Normal values (mean 0, stddev 1) with those beyond 2 redrawn; seeds as the random ops'.
+Output truncated_normal(Graph& g, Shape shape, DType dtype = DType::Float32, uint64_t seed = 0,
+                        std::string name = "");
+// x itself (its buffer, on every device); gradients do not flow through it.
+Output stop_gradient(Output x, std::string name = "");
+
 // Random ops draw new values on every run. seed = 0 picks a random seed; a nonzero seed makes the
 // sequence of values over runs of one session reproducible (Philox4x32-10).
 Output random_uniform(Graph& g, Shape shape, DType dtype = DType::Float32, uint64_t seed = 0,

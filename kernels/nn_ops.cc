@@ -1,0 +1,482 @@
+// CPU kernels for the neural-network ops: Softmax, LogSoftmax, SparseSoftmaxCrossEntropyWithLogits,
+// SoftmaxCrossEntropyWithLogits, BiasAdd, BiasAddGrad, L2Loss, Dropout, TruncatedNormal, and the
+// gradient kernels ReluGrad, TanhGrad, SigmoidGrad, SqrtGrad and GatherGrad. (StopGradient is
+// Identity's kernel: kernels/array_ops.cc.)
+//
+// The softmax family works row by row over the last axis, subtracting the row's maximum before
+// exp so that large logits neither overflow nor lose the small ones: softmax = exp(x - max) / sum,
+// log_softmax = x - max - log(sum), and the cross entropies' loss sum(labels * (log(sum) -
+// (x - max))) with backprop softmax - labels. The 16-bit floats compute in float32 and round each
+// result once; L2Loss accumulates in float64. Every loop runs over contiguous memory. Dropout and
+// TruncatedNormal draw from the Philox stream of Note [Random streams] (kernels/random_ops.cc).
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <type_traits>
+#include <vector>
+
+#include "core/half.h"
+#include "core/nn_ops.h"
+#include "core/op_kernel.h"
+#include "core/op_registry.h"
+#include "core/select_ops.h"
+#include "kernels/random_stream.h"
+
+namespace tessera::internal {
+namespace {
+
+// Calls fn(T{}) with the C++ type of a floating point dtype; false for the others.
+template <class Fn>
+bool visit_floating(DType dtype, Fn&& fn) {
+  switch (dtype) {
+    case DType::Float32: fn(float{}); return true;
+    case DType::Float64: fn(double{}); return true;
+    case DType::Float16: fn(float16_t{}); return true;
+    case DType::BFloat16: fn(bfloat16_t{}); return true;
+    default: return false;
+  }
+}
+
+// The same for every number dtype (the integers too); false for bool.
+template <class Fn>
+bool visit_number(DType dtype, Fn&& fn) {
+  if (dtype == DType::Int32) return fn(int32_t{}), true;
+  if (dtype == DType::Int64) return fn(int64_t{}), true;
+  return visit_floating(dtype, fn);
+}
+
+void fail_dtype(OpKernelContext& ctx, DType dtype) {
+  ctx.fail(ErrorCode::kInvalidArgument, "unsupported dtype {}", dtype_name(dtype));
+}
+
+// x in the type it is computed in (exact).
+template <class T>
+Accumulate<T> up(T x) {
+  return static_cast<Accumulate<T>>(x);
+}
+
+// a + b, integers wrapping around as the elementwise kernels' do.
+template <class A>
+A add(A a, A b) {
+  if constexpr (std::is_integral_v<A>) {
+    using U = std::make_unsigned_t<A>;
+    return static_cast<A>(static_cast<U>(a) + static_cast<U>(b));
+  } else {
+    return a + b;
+  }
+}
+
+// A row's maximum and sum(exp(x - max)) (max -inf and sum 0 for an empty row). A NaN is skipped by
+// the maximum and makes the sum NaN, so the row's results are NaN, as TensorFlow's.
+template <class T>
+struct RowStats {
+  Accumulate<T> max;
+  Accumulate<T> sum = 0;
+};
+template <class T>
+Accumulate<T> row_max(const T* x, int64_t n) {
+  auto m = -std::numeric_limits<Accumulate<T>>::infinity();
+  for (int64_t j = 0; j < n; ++j) m = up(x[j]) > m ? up(x[j]) : m;
+  return m;
+}
+template <class T>
+RowStats<T> row_stats(const T* x, int64_t n) {
+  RowStats<T> s;
+  s.max = row_max(x, n);
+  for (int64_t j = 0; j < n; ++j) s.sum += std::exp(up(x[j]) - s.max);
+  return s;
+}
+
+template <bool kLog, class T>
+void softmax_rows(const T* x, T* y, int64_t rows, int64_t cols) {
+  using A = Accumulate<T>;
+  for (int64_t r = 0; r < rows; ++r) {
+    const T* xr = x + r * cols;
+    T* yr = y + r * cols;
+    if constexpr (!kLog && std::is_same_v<T, A>) {  // one exp per element: kept in y, then scaled
+      const A m = row_max(xr, cols);
+      A sum = 0;
+      for (int64_t j = 0; j < cols; ++j) {
+        yr[j] = std::exp(xr[j] - m);
+        sum += yr[j];
+      }
+      const A inv = A{1} / sum;
+      for (int64_t j = 0; j < cols; ++j) yr[j] *= inv;
+      continue;
+    }
+    const RowStats<T> s = row_stats(xr, cols);
+    if constexpr (kLog) {
+      const A log_sum = std::log(s.sum);
+      for (int64_t j = 0; j < cols; ++j) yr[j] = static_cast<T>(up(xr[j]) - s.max - log_sum);
+    } else {
+      const A inv = A{1} / s.sum;
+      for (int64_t j = 0; j < cols; ++j) yr[j] = static_cast<T>(std::exp(up(xr[j]) - s.max) * inv);
+    }
+  }
+}
+
+// Softmax and LogSoftmax over the last axis. Thread-safe: compute() keeps no state.
+template <bool kLog>
+class SoftmaxOp : public OpKernel {
+ public:
+  using OpKernel::OpKernel;
+  void compute(OpKernelContext& ctx) override {
+    const Tensor& x = ctx.input(0);
+    if (Status s = softmax_check(x.shape()); !s.ok()) return ctx.fail(s);
+    Tensor& y = ctx.allocate_output(0, x.shape());
+    const RowView v = rows_of(x.shape());
+    const bool ok = visit_floating(x.dtype(), [&](auto type) {
+      using T = decltype(type);
+      softmax_rows<kLog>(x.data<T>(), y.mutable_data<T>(), v.rows, v.cols);
+    });
+    if (!ok) fail_dtype(ctx, x.dtype());
+  }
+};
+
+// The index values as int64, whatever their dtype (int32 or int64).
+int64_t index_at(const Tensor& t, int64_t i) {
+  return t.dtype() == DType::Int32 ? int64_t{t.data<int32_t>()[i]} : t.data<int64_t>()[i];
+}
+
+// SparseSoftmaxCrossEntropyWithLogits: loss [batch], backprop [batch, classes]. Every label is
+// checked before anything is computed. Thread-safe: compute() keeps no state.
+class SparseXentOp : public OpKernel {
+ public:
+  using OpKernel::OpKernel;
+  void compute(OpKernelContext& ctx) override {
+    const Tensor& labels = ctx.input(0);
+    const Tensor& logits = ctx.input(1);
+    if (labels.dtype() != DType::Int32 && labels.dtype() != DType::Int64) {
+      return ctx.fail(ErrorCode::kInvalidArgument, "labels must be int32 or int64, got {}", dtype_name(labels.dtype()));
+    }
+    auto shape = sparse_xent_shape(labels.shape(), logits.shape());
+    if (!shape.ok()) return ctx.fail(shape.status());
+    const int64_t batch = shape.value().dim(0);
+    const int64_t classes = shape.value().dim(1);
+    for (int64_t i = 0; i < batch; ++i) {
+      const int64_t k = index_at(labels, i);
+      if (k < 0 || k >= classes) {
+        return ctx.fail(errors::invalid_argument("{}", label_out_of_range(i, k, classes)));
+      }
+    }
+    Tensor& loss = ctx.allocate_output(0, Shape{batch});
+    Tensor& backprop = ctx.allocate_output(1, shape.value());
+    const bool ok = visit_floating(logits.dtype(), [&](auto type) {
+      using T = decltype(type);
+      using A = Accumulate<T>;
+      const T* pl = logits.data<T>();
+      T* pb = backprop.mutable_data<T>();
+      T* loss_out = loss.mutable_data<T>();
+      for (int64_t r = 0; r < batch; ++r) {
+        const T* lr = pl + r * classes;
+        T* br = pb + r * classes;
+        const RowStats<T> s = row_stats(lr, classes);
+        const int64_t k = index_at(labels, r);
+        for (int64_t j = 0; j < classes; ++j) {
+          br[j] = static_cast<T>(std::exp(up(lr[j]) - s.max) / s.sum - (j == k ? A{1} : A{0}));
+        }
+        loss_out[r] = static_cast<T>(std::log(s.sum) - (up(lr[k]) - s.max));
+      }
+    });
+    if (!ok) fail_dtype(ctx, logits.dtype());
+  }
+};
+
+// SoftmaxCrossEntropyWithLogits: loss [batch], backprop [batch, classes]. Thread-safe.
+class XentOp : public OpKernel {
+ public:
+  using OpKernel::OpKernel;
+  void compute(OpKernelContext& ctx) override {
+    const Tensor& labels = ctx.input(0);
+    const Tensor& logits = ctx.input(1);
+    if (labels.dtype() != logits.dtype()) {
+      return ctx.fail(ErrorCode::kInvalidArgument, "inputs 0 and 1 must have the same dtype, got {} and {}",
+                      dtype_name(labels.dtype()), dtype_name(logits.dtype()));
+    }
+    auto shape = xent_shape(labels.shape(), logits.shape());
+    if (!shape.ok()) return ctx.fail(shape.status());
+    const int64_t batch = shape.value().dim(0);
+    const int64_t classes = shape.value().dim(1);
+    Tensor& loss = ctx.allocate_output(0, Shape{batch});
+    Tensor& backprop = ctx.allocate_output(1, shape.value());
+    const bool ok = visit_floating(logits.dtype(), [&](auto type) {
+      using T = decltype(type);
+      using A = Accumulate<T>;
+      const T* pl = logits.data<T>();
+      const T* py = labels.data<T>();
+      T* pb = backprop.mutable_data<T>();
+      T* loss_out = loss.mutable_data<T>();
+      for (int64_t r = 0; r < batch; ++r) {
+        const T* lr = pl + r * classes;
+        const T* yr = py + r * classes;
+        T* br = pb + r * classes;
+        const RowStats<T> s = row_stats(lr, classes);
+        const A log_sum = std::log(s.sum);
+        A total = 0;
+        for (int64_t j = 0; j < classes; ++j) {
+          const A shifted = up(lr[j]) - s.max;
+          br[j] = static_cast<T>(std::exp(shifted) / s.sum - up(yr[j]));
+          total += up(yr[j]) * (log_sum - shifted);
+        }
+        loss_out[r] = static_cast<T>(total);
+      }
+    });
+    if (!ok) fail_dtype(ctx, logits.dtype());
+  }
+};
+
+// value + bias along the last dim. Thread-safe: compute() keeps no state.
+class BiasAddOp : public OpKernel {
+ public:
+  using OpKernel::OpKernel;
+  void compute(OpKernelContext& ctx) override {
+    const Tensor& value = ctx.input(0);
+    const Tensor& bias = ctx.input(1);
+    if (value.dtype() != bias.dtype()) {
+      return ctx.fail(ErrorCode::kInvalidArgument, "inputs 0 and 1 must have the same dtype, got {} and {}",
+                      dtype_name(value.dtype()), dtype_name(bias.dtype()));
+    }
+    auto shape = bias_add_shape(value.shape(), bias.shape());
+    if (!shape.ok()) return ctx.fail(shape.status());
+    Tensor& out = ctx.allocate_output(0, shape.value());
+    const RowView v = rows_of(value.shape());
+    const bool ok = visit_number(value.dtype(), [&](auto type) {
+      using T = decltype(type);
+      const T* px = value.data<T>();
+      const T* pb = bias.data<T>();
+      T* po = out.mutable_data<T>();
+      for (int64_t r = 0; r < v.rows; ++r) {
+        for (int64_t c = 0; c < v.cols; ++c) po[r * v.cols + c] = static_cast<T>(add(up(px[r * v.cols + c]), up(pb[c])));
+      }
+    });
+    if (!ok) fail_dtype(ctx, value.dtype());
+  }
+};
+
+// dy summed over all but the last axis, in the computation type. Thread-safe.
+class BiasAddGradOp : public OpKernel {
+ public:
+  using OpKernel::OpKernel;
+  void compute(OpKernelContext& ctx) override {
+    const Tensor& dy = ctx.input(0);
+    auto shape = bias_add_grad_shape(dy.shape());
+    if (!shape.ok()) return ctx.fail(shape.status());
+    Tensor& out = ctx.allocate_output(0, shape.value());
+    const RowView v = rows_of(dy.shape());
+    const bool ok = visit_number(dy.dtype(), [&](auto type) {
+      using T = decltype(type);
+      const T* pd = dy.data<T>();
+      std::vector<Accumulate<T>> sums(static_cast<std::size_t>(v.cols), Accumulate<T>{0});
+      for (int64_t r = 0; r < v.rows; ++r) {
+        for (int64_t c = 0; c < v.cols; ++c) sums[c] = add(sums[c], up(pd[r * v.cols + c]));
+      }
+      T* po = out.mutable_data<T>();
+      for (int64_t c = 0; c < shape.value().dim(0); ++c) po[c] = static_cast<T>(sums[c]);
+    });
+    if (!ok) fail_dtype(ctx, dy.dtype());
+  }
+};
+
+// sum(x^2) / 2, accumulated in float64. Thread-safe.
+class L2LossOp : public OpKernel {
+ public:
+  using OpKernel::OpKernel;
+  void compute(OpKernelContext& ctx) override {
+    const Tensor& x = ctx.input(0);
+    Tensor& out = ctx.allocate_output(0, Shape{});
+    const bool ok = visit_floating(x.dtype(), [&](auto type) {
+      using T = decltype(type);
+      const T* px = x.data<T>();
+      double sum = 0;
+      for (int64_t i = 0; i < x.num_elements(); ++i) {
+        const auto v = static_cast<double>(up(px[i]));
+        sum += v * v;
+      }
+      out.mutable_data<T>()[0] = static_cast<T>(sum / 2);
+    });
+    if (!ok) fail_dtype(ctx, x.dtype());
+  }
+};
+
+// ---- Elementwise gradients: apply(a, b) in the computation type ----
+
+struct ReluGradFn {  // (gradients, features)
+  template <class A> static A apply(A dy, A x) { return x > A{0} ? dy : A{0}; }
+};
+struct TanhGradFn {  // (y, dy)
+  template <class A> static A apply(A y, A dy) { return dy * (A{1} - y * y); }
+};
+struct SigmoidGradFn {  // (y, dy)
+  template <class A> static A apply(A y, A dy) { return dy * y * (A{1} - y); }
+};
+struct SqrtGradFn {  // (y, dy)
+  template <class A> static A apply(A y, A dy) { return dy * A{0.5} / y; }
+};
+
+// out = Fn::apply(a, b) over two inputs of one dtype and shape (numbers, or kFloating: floating
+// point only). Thread-safe.
+template <class Fn, bool kFloating>
+class ElementwiseGradOp : public OpKernel {
+ public:
+  using OpKernel::OpKernel;
+  void compute(OpKernelContext& ctx) override {
+    const Tensor& a = ctx.input(0);
+    const Tensor& b = ctx.input(1);
+    if (a.dtype() != b.dtype()) {
+      return ctx.fail(ErrorCode::kInvalidArgument, "inputs 0 and 1 must have the same dtype, got {} and {}",
+                      dtype_name(a.dtype()), dtype_name(b.dtype()));
+    }
+    if (a.shape() != b.shape()) {
+      return ctx.fail(ErrorCode::kInvalidArgument, "inputs must have one shape, got {} and {}", a.shape().to_string(),
+                      b.shape().to_string());
+    }
+    Tensor& out = ctx.allocate_output(0, a.shape());
+    auto run = [&](auto type) {
+      using T = decltype(type);
+      const T* pa = a.data<T>();
+      const T* pb = b.data<T>();
+      T* po = out.mutable_data<T>();
+      for (int64_t i = 0; i < a.num_elements(); ++i) po[i] = static_cast<T>(Fn::apply(up(pa[i]), up(pb[i])));
+    };
+    bool ok;
+    if constexpr (kFloating) {
+      ok = visit_floating(a.dtype(), run);
+    } else {
+      ok = visit_number(a.dtype(), run);
+    }
+    if (!ok) fail_dtype(ctx, a.dtype());
+  }
+};
+
+// params' shape of zeros, dy's slices added at `indices` along `axis` (repeats accumulate, in
+// order). Every index is checked first, as GatherV2 does. Thread-safe.
+class GatherGradOp : public OpKernel {
+ public:
+  explicit GatherGradOp(const Node& n) : OpKernel(n), axis_(n.attr<int64_t>("axis")) {}
+  void compute(OpKernelContext& ctx) override {
+    const Tensor& dy = ctx.input(0);
+    const Tensor& indices = ctx.input(1);
+    const Tensor& params = ctx.input(2);
+    if (dy.dtype() != params.dtype()) {
+      return ctx.fail(ErrorCode::kInvalidArgument, "inputs 0 and 2 must have the same dtype, got {} and {}",
+                      dtype_name(dy.dtype()), dtype_name(params.dtype()));
+    }
+    auto geometry = gather_geometry(params, indices, axis_);
+    if (!geometry.ok()) return ctx.fail(geometry.status());
+    if (Status s = gather_grad_check(dy.shape(), indices.shape(), params.shape(), axis_); !s.ok()) return ctx.fail(s);
+    const GatherGeometry& g = geometry.value();
+    for (int64_t i = 0; i < g.m; ++i) {
+      const int64_t v = index_at(indices, i);
+      if (v < 0 || v >= g.limit) {
+        return ctx.fail(ErrorCode::kInvalidArgument, "indices[{}] = {} is not in [0, {})", i, v, g.limit);
+      }
+    }
+    Tensor& out = ctx.allocate_output(0, params.shape());
+    const bool ok = visit_number(dy.dtype(), [&](auto type) {
+      using T = decltype(type);
+      const T* pd = dy.data<T>();
+      T* po = out.mutable_data<T>();
+      for (int64_t e = 0; e < out.num_elements(); ++e) po[e] = T{0};
+      for (int64_t o = 0; o < g.outer; ++o) {
+        for (int64_t i = 0; i < g.m; ++i) {
+          const T* src = pd + (o * g.m + i) * g.inner;
+          T* dst = po + (o * g.limit + index_at(indices, i)) * g.inner;
+          for (int64_t j = 0; j < g.inner; ++j) dst[j] = static_cast<T>(add(up(dst[j]), up(src[j])));
+        }
+      }
+    });
+    if (!ok) fail_dtype(ctx, dy.dtype());
+  }
+
+ private:
+  const int64_t axis_;
+};
+
+// y = x * mask, mask 1/keep_prob where the element's uniform draw (one float per Philox word) is
+// below keep_prob, else 0. Thread-safe, as RandomOpBase.
+class DropoutOp : public RandomOpBase {
+ public:
+  explicit DropoutOp(const Node& n) : RandomOpBase(n), keep_prob_(n.attr<double>("keep_prob")) {}
+  void compute(OpKernelContext& ctx) override {
+    const Tensor& x = ctx.input(0);
+    Tensor& y = ctx.allocate_output(0, x.shape());
+    Tensor& mask = ctx.allocate_output(1, x.shape());
+    const int64_t n = x.num_elements();
+    const uint64_t first = reserve(static_cast<uint64_t>((n + 3) / 4));
+    const auto keep = static_cast<float>(keep_prob_);
+    const bool ok = visit_floating(x.dtype(), [&](auto type) {
+      using T = decltype(type);
+      const auto scale = static_cast<T>(1.0 / keep_prob_);
+      const T* px = x.data<T>();
+      T* py = y.mutable_data<T>();
+      T* pm = mask.mutable_data<T>();
+      for (int64_t i = 0; i < n; i += 4) {
+        const Philox4x32::Block b = philox_(first + static_cast<uint64_t>(i / 4));
+        for (int64_t k = 0; k < 4 && i + k < n; ++k) {
+          const T m = uniform_float(b[k]) < keep ? scale : T{0};
+          pm[i + k] = m;
+          py[i + k] = static_cast<T>(up(px[i + k]) * up(m));
+        }
+      }
+    });
+    if (!ok) fail_dtype(ctx, x.dtype());
+  }
+
+ private:
+  const double keep_prob_;
+};
+
+// Standard normals with those of magnitude 2 or more redrawn (TensorFlow's rule). Group g of
+// kValuesPerBlock values takes, in order, the accepted normals of block first + g, then of the same
+// block redrawn (Philox4x32's `redraw`) until the group is full: each group's values are a function
+// of its block alone, as on the GPU. Thread-safe, as RandomOpBase.
+class TruncatedNormalOp : public RandomOpBase {
+ public:
+  using RandomOpBase::RandomOpBase;
+  void compute(OpKernelContext& ctx) override {
+    Tensor& out = ctx.allocate_output(0, node().attr<Shape>("shape"));
+    if (out.dtype() == DType::Float32) return generate(out.mutable_data<float>(), out.num_elements());
+    generate(out.mutable_data<double>(), out.num_elements());
+  }
+
+ private:
+  template <class T>
+  void generate(T* out, int64_t n) {
+    constexpr int64_t kPerBlock = kValuesPerBlock<T>;
+    const int64_t groups = (n + kPerBlock - 1) / kPerBlock;
+    const uint64_t first = reserve(static_cast<uint64_t>(groups));
+    for (int64_t g = 0; g < groups; ++g) {
+      const int64_t want = std::min(kPerBlock, n - g * kPerBlock);
+      int64_t filled = 0;
+      for (uint32_t redraw = 0; filled < want; ++redraw) {
+        for (T z : block_normals<T>(philox_(first + static_cast<uint64_t>(g), redraw))) {
+          if (filled < want && std::abs(z) < T{2}) out[g * kPerBlock + filled++] = z;
+        }
+      }
+    }
+  }
+};
+
+using ReluGradOp = ElementwiseGradOp<ReluGradFn, false>;
+using TanhGradOp = ElementwiseGradOp<TanhGradFn, true>;
+using SigmoidGradOp = ElementwiseGradOp<SigmoidGradFn, true>;
+using SqrtGradOp = ElementwiseGradOp<SqrtGradFn, true>;
+
+TESSERA_REGISTER_KERNEL("Softmax", "CPU", SoftmaxOp<false>);
+TESSERA_REGISTER_KERNEL("LogSoftmax", "CPU", SoftmaxOp<true>);
+TESSERA_REGISTER_KERNEL("SparseSoftmaxCrossEntropyWithLogits", "CPU", SparseXentOp);
+TESSERA_REGISTER_KERNEL("SoftmaxCrossEntropyWithLogits", "CPU", XentOp);
+TESSERA_REGISTER_KERNEL("BiasAdd", "CPU", BiasAddOp);
+TESSERA_REGISTER_KERNEL("BiasAddGrad", "CPU", BiasAddGradOp);
+TESSERA_REGISTER_KERNEL("L2Loss", "CPU", L2LossOp);
+TESSERA_REGISTER_KERNEL("ReluGrad", "CPU", ReluGradOp);
+TESSERA_REGISTER_KERNEL("TanhGrad", "CPU", TanhGradOp);
+TESSERA_REGISTER_KERNEL("SigmoidGrad", "CPU", SigmoidGradOp);
+TESSERA_REGISTER_KERNEL("SqrtGrad", "CPU", SqrtGradOp);
+TESSERA_REGISTER_KERNEL("GatherGrad", "CPU", GatherGradOp);
+TESSERA_REGISTER_KERNEL("Dropout", "CPU", DropoutOp);
+TESSERA_REGISTER_KERNEL("TruncatedNormal", "CPU", TruncatedNormalOp);
+
+}  // namespace
+}  // namespace tessera::internal
