@@ -4,7 +4,9 @@
 // SigmoidGrad, SqrtGrad and GatherGrad. Shapes and dtypes are inferred here, when the graph is
 // built, with the arithmetic of core/nn_ops.h that the kernels repeat on concrete shapes. The
 // cross entropies have TensorFlow's two outputs (loss, backprop) and Dropout two (y, mask): their
-// gradients read the second.
+// gradients read the second. The gradient functions of these ops, and of Relu, Tanh, Sigmoid, Sqrt
+// and GatherV2 (whose gradient kernels are here), follow TensorFlow's nn_grad.py, math_grad.py and
+// array_grad.py (GatherV2's gradient is dense here: GatherGrad, not IndexedSlices).
 #include "core/nn_ops.h"
 
 #include <fmt/format.h>
@@ -14,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/gradients.h"
 #include "core/node.h"
 #include "core/op_registry.h"
 #include "core/select_ops.h"
@@ -283,6 +286,59 @@ TESSERA_REGISTER_OP(OpDef{"TanhGrad", elementwise_grad_fn<true>});
 TESSERA_REGISTER_OP(OpDef{"SigmoidGrad", elementwise_grad_fn<true>});
 TESSERA_REGISTER_OP(OpDef{"SqrtGrad", elementwise_grad_fn<true>});
 TESSERA_REGISTER_OP(OpDef{"GatherGrad", gather_grad_fn});
+
+// ---- Gradients ----
+
+using Grads = std::vector<Output>;
+
+// The gradient of softmax's output y for dy flowing into it: (dy - sum(dy * y)) * y along the
+// last axis.
+Output softmax_backward(Output y, Output dy) {
+  return ops::mul(ops::sub(dy, ops::reduce_sum(ops::mul(dy, y), {-1}, /*keep_dims=*/true)), y);
+}
+
+// The cross entropies' gradient with respect to the logits: the loss's gradient times the
+// backprop, plus, where a gradient flows into the backprop (a second derivative), that gradient
+// through the softmax the backprop holds.
+Output xent_logits_grad(const GradContext& c) {
+  Output g = ops::mul(ops::expand_dims(c.grad(0), -1), c.output(1));
+  if (c.has_grad(1)) g = ops::add(g, softmax_backward(ops::softmax(c.input(1)), c.grad(1)));
+  return g;
+}
+
+TESSERA_REGISTER_GRADIENT("Softmax", [](const GradContext& c) -> Grads {
+  return {softmax_backward(c.output(0), c.grad(0))};
+});
+TESSERA_REGISTER_GRADIENT("LogSoftmax", [](const GradContext& c) -> Grads {
+  // dx = dy - exp(y) * sum(dy) along the last axis.
+  const Output dy = c.grad(0);
+  return {ops::sub(dy, ops::mul(ops::exp(c.output(0)), ops::reduce_sum(dy, {-1}, /*keep_dims=*/true)))};
+});
+TESSERA_REGISTER_GRADIENT("SparseSoftmaxCrossEntropyWithLogits", [](const GradContext& c) -> Grads {
+  return {Output(), xent_logits_grad(c)};  // labels are indices
+});
+TESSERA_REGISTER_GRADIENT("SoftmaxCrossEntropyWithLogits", [](const GradContext& c) -> Grads {
+  // d loss / d labels = -log_softmax(logits); d backprop / d labels = -1.
+  Output labels = ops::mul(ops::expand_dims(c.grad(0), -1), ops::neg(ops::log_softmax(c.input(1))));
+  if (c.has_grad(1)) labels = ops::sub(labels, c.grad(1));
+  return {labels, xent_logits_grad(c)};
+});
+TESSERA_REGISTER_GRADIENT("BiasAdd", [](const GradContext& c) -> Grads {
+  return {c.grad(0), bias_add_grad(c.grad(0))};
+});
+TESSERA_REGISTER_GRADIENT("L2Loss", [](const GradContext& c) -> Grads { return {ops::mul(c.input(0), c.grad(0))}; });
+TESSERA_REGISTER_GRADIENT("Dropout", [](const GradContext& c) -> Grads { return {ops::mul(c.grad(0), c.output(1))}; });
+TESSERA_REGISTER_GRADIENT("Relu", [](const GradContext& c) -> Grads { return {relu_grad(c.grad(0), c.output(0))}; });
+TESSERA_REGISTER_GRADIENT("Tanh", [](const GradContext& c) -> Grads { return {tanh_grad(c.output(0), c.grad(0))}; });
+TESSERA_REGISTER_GRADIENT("Sigmoid", [](const GradContext& c) -> Grads {
+  return {sigmoid_grad(c.output(0), c.grad(0))};
+});
+TESSERA_REGISTER_GRADIENT("Sqrt", [](const GradContext& c) -> Grads { return {sqrt_grad(c.output(0), c.grad(0))}; });
+TESSERA_REGISTER_GRADIENT("GatherV2", [](const GradContext& c) -> Grads {
+  return {gather_grad(c.grad(0), c.input(1), c.input(0), c.node().attr<int64_t>("axis")), Output()};
+});
+TESSERA_NOT_DIFFERENTIABLE("StopGradient");
+TESSERA_NOT_DIFFERENTIABLE("TruncatedNormal");
 
 }  // namespace
 
