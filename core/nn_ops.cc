@@ -47,8 +47,9 @@ StatusOr<Shape> sparse_xent_shape(const Shape& labels, const Shape& logits) {
   Shape out = logits.unknown_rank() ? Shape{-1, -1} : logits;
   const int64_t batch = labels.unknown_rank() ? -1 : labels.dim(0);
   if (batch >= 0 && out.dim(0) >= 0 && batch != out.dim(0)) {
-    return errors::invalid_argument("logits and labels must have the same first dimension, got logits shape {} and labels shape {}",
-                                    logits.to_string(), labels.to_string());
+    return errors::invalid_argument(
+        "logits and labels must have the same first dimension, got logits shape {} and labels shape {}",
+        logits.to_string(), labels.to_string());
   }
   if (out.dim(0) < 0) out.set_dim(0, batch);
   if (out.dim(0) > 0 && out.dim(1) == 0) {

@@ -41,9 +41,11 @@ bool visit_floating(DType dtype, Fn&& fn) {
 // The same for every number dtype (the integers too); false for bool.
 template <class Fn>
 bool visit_number(DType dtype, Fn&& fn) {
-  if (dtype == DType::Int32) return fn(int32_t{}), true;
-  if (dtype == DType::Int64) return fn(int64_t{}), true;
-  return visit_floating(dtype, fn);
+  switch (dtype) {
+    case DType::Int32: fn(int32_t{}); return true;
+    case DType::Int64: fn(int64_t{}); return true;
+    default: return visit_floating(dtype, fn);
+  }
 }
 
 void fail_dtype(OpKernelContext& ctx, DType dtype) {
@@ -103,15 +105,15 @@ void softmax_rows(const T* x, T* y, int64_t rows, int64_t cols) {
       }
       const A inv = A{1} / sum;
       for (int64_t j = 0; j < cols; ++j) yr[j] *= inv;
-      continue;
-    }
-    const RowStats<T> s = row_stats(xr, cols);
-    if constexpr (kLog) {
-      const A log_sum = std::log(s.sum);
-      for (int64_t j = 0; j < cols; ++j) yr[j] = static_cast<T>(up(xr[j]) - s.max - log_sum);
     } else {
-      const A inv = A{1} / s.sum;
-      for (int64_t j = 0; j < cols; ++j) yr[j] = static_cast<T>(std::exp(up(xr[j]) - s.max) * inv);
+      const RowStats<T> s = row_stats(xr, cols);
+      if constexpr (kLog) {
+        const A log_sum = std::log(s.sum);
+        for (int64_t j = 0; j < cols; ++j) yr[j] = static_cast<T>(up(xr[j]) - s.max - log_sum);
+      } else {
+        const A inv = A{1} / s.sum;
+        for (int64_t j = 0; j < cols; ++j) yr[j] = static_cast<T>(std::exp(up(xr[j]) - s.max) * inv);
+      }
     }
   }
 }
@@ -247,7 +249,9 @@ class BiasAddOp : public OpKernel {
       const T* pb = bias.data<T>();
       T* po = out.mutable_data<T>();
       for (int64_t r = 0; r < v.rows; ++r) {
-        for (int64_t c = 0; c < v.cols; ++c) po[r * v.cols + c] = static_cast<T>(add(up(px[r * v.cols + c]), up(pb[c])));
+        const T* xr = px + r * v.cols;
+        T* out_row = po + r * v.cols;
+        for (int64_t c = 0; c < v.cols; ++c) out_row[c] = static_cast<T>(add(up(xr[c]), up(pb[c])));
       }
     });
     if (!ok) fail_dtype(ctx, value.dtype());

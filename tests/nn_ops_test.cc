@@ -334,7 +334,8 @@ TEST_P(NnOpsTest, SparseXentChecksShapesWhenItRuns) {
   expect_run_fails({T(DType::Int32, {3}, {0, 0, 0}), F32({2, 3}, V(6, 0))}, xent,
                    "logits and labels must have the same first dimension, got logits shape [2,3] and labels shape [3]");
   expect_run_fails({T(DType::Int32, {2}, {0, 0}), F32({2}, {1, 2})}, xent, "logits must be 2-D, got shape [2]");
-  expect_run_fails({T(DType::Int32, {2, 1}, {0, 0}), F32({2, 2}, V(4, 0))}, xent, "labels must be 1-D, got shape [2,1]");
+  expect_run_fails({T(DType::Int32, {2, 1}, {0, 0}), F32({2, 2}, V(4, 0))}, xent,
+                   "labels must be 1-D, got shape [2,1]");
   expect_run_fails({T(DType::Int32, {2}, {0, 0}), F32({2, 0}, {})}, xent,
                    "must have at least one class, got logits shape [2,0]");
 }
@@ -342,14 +343,23 @@ TEST_P(NnOpsTest, SparseXentChecksShapesWhenItRuns) {
 TEST(NnOpsBuildTest, SparseXentChecksItsInputs) {
   Graph g;
   auto logits = ops::placeholder(g, DType::Float32, {2, 3});
-  expect_build_fails([&] { ops::sparse_softmax_cross_entropy_with_logits(ops::placeholder(g, DType::Int32, {3}), logits, "x"); },
-                     "x (SparseSoftmaxCrossEntropyWithLogits): ", "same first dimension");
-  expect_build_fails([&] { ops::sparse_softmax_cross_entropy_with_logits(ops::placeholder(g, DType::Float32, {2}), logits, "x"); },
-                     "x (SparseSoftmaxCrossEntropyWithLogits): ", "labels must be int32 or int64, got float32");
-  expect_build_fails([&] { ops::sparse_softmax_cross_entropy_with_logits(ops::placeholder(g, DType::Int32, {2, 1}), logits, "x"); },
-                     "x (SparseSoftmaxCrossEntropyWithLogits): ", "labels must be 1-D, got shape [2,1]");
-  expect_build_fails([&] { ops::sparse_softmax_cross_entropy_with_logits(ops::placeholder(g, DType::Int32, {2}), ops::placeholder(g, DType::Float32, {2}), "x"); },
-                     "x (SparseSoftmaxCrossEntropyWithLogits): ", "logits must be 2-D, got shape [2]");
+  expect_build_fails(
+      [&] { ops::sparse_softmax_cross_entropy_with_logits(ops::placeholder(g, DType::Int32, {3}), logits, "x"); },
+      "x (SparseSoftmaxCrossEntropyWithLogits): ", "same first dimension");
+  expect_build_fails(
+      [&] { ops::sparse_softmax_cross_entropy_with_logits(ops::placeholder(g, DType::Float32, {2}), logits, "x"); },
+      "x (SparseSoftmaxCrossEntropyWithLogits): ", "labels must be int32 or int64, got float32");
+  expect_build_fails(
+      [&] {
+        ops::sparse_softmax_cross_entropy_with_logits(ops::placeholder(g, DType::Int32, {2, 1}), logits, "x");
+      },
+      "x (SparseSoftmaxCrossEntropyWithLogits): ", "labels must be 1-D, got shape [2,1]");
+  expect_build_fails(
+      [&] {
+        ops::sparse_softmax_cross_entropy_with_logits(ops::placeholder(g, DType::Int32, {2}),
+                                                      ops::placeholder(g, DType::Float32, {2}), "x");
+      },
+      "x (SparseSoftmaxCrossEntropyWithLogits): ", "logits must be 2-D, got shape [2]");
   // The batch is taken from the labels when the logits do not know it.
   auto loss = ops::sparse_softmax_cross_entropy_with_logits(ops::placeholder(g, DType::Int64, {4}),
                                                             ops::placeholder(g, DType::Float32, {-1, 3}));
@@ -411,12 +421,21 @@ TEST_P(NnOpsTest, XentChecksShapesWhenItRuns) {
 TEST(NnOpsBuildTest, XentChecksItsInputs) {
   Graph g;
   auto logits = ops::placeholder(g, DType::Float32, {2, 3});
-  expect_build_fails([&] { ops::softmax_cross_entropy_with_logits(ops::placeholder(g, DType::Float32, {2, 4}), logits, "x"); },
-                     "x (SoftmaxCrossEntropyWithLogits): ", "must have the same shape, got logits [2,3] and labels [2,4]");
-  expect_build_fails([&] { ops::softmax_cross_entropy_with_logits(ops::placeholder(g, DType::Float64, {2, 3}), logits, "x"); },
-                     "x (SoftmaxCrossEntropyWithLogits): ", "same dtype, got float64 and float32");
-  expect_build_fails([&] { ops::softmax_cross_entropy_with_logits(ops::placeholder(g, DType::Float32, {2, 3, 1}), logits, "x"); },
-                     "x (SoftmaxCrossEntropyWithLogits): ", "must be 2-D, got shape [2,3,1]");
+  expect_build_fails(
+      [&] {
+        ops::softmax_cross_entropy_with_logits(ops::placeholder(g, DType::Float32, {2, 4}), logits, "x");
+      },
+      "x (SoftmaxCrossEntropyWithLogits): ", "must have the same shape, got logits [2,3] and labels [2,4]");
+  expect_build_fails(
+      [&] {
+        ops::softmax_cross_entropy_with_logits(ops::placeholder(g, DType::Float64, {2, 3}), logits, "x");
+      },
+      "x (SoftmaxCrossEntropyWithLogits): ", "same dtype, got float64 and float32");
+  expect_build_fails(
+      [&] {
+        ops::softmax_cross_entropy_with_logits(ops::placeholder(g, DType::Float32, {2, 3, 1}), logits, "x");
+      },
+      "x (SoftmaxCrossEntropyWithLogits): ", "must be 2-D, got shape [2,3,1]");
   auto merged = ops::softmax_cross_entropy_with_logits(ops::placeholder(g, DType::Float32, {-1, 3}),
                                                        ops::placeholder(g, DType::Float32, {5, -1}));
   EXPECT_EQ(merged.shape(), (Shape{5}));
@@ -459,7 +478,8 @@ TEST_P(NnOpsTest, BiasAddEmpty) {
   // testEmpty's shapes.
   for (const Dims& dims : std::vector<Dims>{{2, 0}, {0, 2}, {4, 3, 0, 3}, {4, 3, 3, 0}}) {
     SCOPED_TRACE(Shape(dims).to_string());
-    Tensor y = apply({F32(dims, {}), F32({dims.back()}, V(dims.back(), 1))}, [](auto v) { return ops::bias_add(v[0], v[1]); });
+    Tensor y =
+        apply({F32(dims, {}), F32({dims.back()}, V(dims.back(), 1))}, [](auto v) { return ops::bias_add(v[0], v[1]); });
     EXPECT_EQ(y.shape(), Shape(dims));
   }
 }
@@ -477,14 +497,24 @@ TEST(NnOpsBuildTest, BiasAddChecksItsInputs) {
   Graph g;
   auto v2 = ops::placeholder(g, DType::Float32, {2});
   expect_build_fails([&] { ops::bias_add(v2, v2, "b"); }, "b (BiasAdd): ", "value must be at least 2-D, got shape [2]");
-  expect_build_fails([&] { ops::bias_add(ops::placeholder(g, DType::Float32, {2, 2}), ops::placeholder(g, DType::Float32, {1, 2}), "b"); },
-                     "b (BiasAdd): ", "bias must be 1-D, got shape [1,2]");
-  expect_build_fails([&] { ops::bias_add(ops::placeholder(g, DType::Float32, {4, 3}), ops::placeholder(g, DType::Float32, {4}), "b"); },
-                     "b (BiasAdd): ", "bias of shape [4] must match the last dimension of value of shape [4,3]");
-  expect_build_fails([&] { ops::bias_add(ops::placeholder(g, DType::Float32, {4, 3}), ops::placeholder(g, DType::Int32, {3}), "b"); },
-                     "b (BiasAdd): ", "same dtype, got float32 and int32");
-  EXPECT_EQ(ops::bias_add(ops::placeholder(g, DType::Float32, {2, -1}), ops::placeholder(g, DType::Float32, {5})).shape(),
-            (Shape{2, 5}));
+  expect_build_fails(
+      [&] {
+        ops::bias_add(ops::placeholder(g, DType::Float32, {2, 2}), ops::placeholder(g, DType::Float32, {1, 2}), "b");
+      },
+      "b (BiasAdd): ", "bias must be 1-D, got shape [1,2]");
+  expect_build_fails(
+      [&] {
+        ops::bias_add(ops::placeholder(g, DType::Float32, {4, 3}), ops::placeholder(g, DType::Float32, {4}), "b");
+      },
+      "b (BiasAdd): ", "bias of shape [4] must match the last dimension of value of shape [4,3]");
+  expect_build_fails(
+      [&] {
+        ops::bias_add(ops::placeholder(g, DType::Float32, {4, 3}), ops::placeholder(g, DType::Int32, {3}), "b");
+      },
+      "b (BiasAdd): ", "same dtype, got float32 and int32");
+  EXPECT_EQ(
+      ops::bias_add(ops::placeholder(g, DType::Float32, {2, -1}), ops::placeholder(g, DType::Float32, {5})).shape(),
+      (Shape{2, 5}));
 }
 
 TEST_P(NnOpsTest, BiasAddGradSumsAllButTheLastAxis) {
@@ -706,10 +736,14 @@ TEST_P(NnOpsTest, ElementwiseGradientKernelsCheckShapes) {
   expect_run_fails({F32({2}, {1, 2}), F32({3}, {1, 2, 3})}, [](auto v) { return internal::tanh_grad(v[0], v[1], "g"); },
                    "inputs must have one shape, got [2] and [3]");
   Graph g;
-  expect_build_fails([&] { internal::sigmoid_grad(ops::placeholder(g, DType::Float32, {2}), ops::placeholder(g, DType::Float32, {3}), "g"); },
-                     "g (SigmoidGrad): ", "inputs must have one shape, got [2] and [3]");
-  expect_build_fails([&] { internal::sqrt_grad(ops::placeholder(g, DType::Int32, {2}), ops::placeholder(g, DType::Int32, {2}), "g"); },
-                     "g (SqrtGrad): ", "must be floating point, got int32");
+  expect_build_fails(
+      [&] {
+        internal::sigmoid_grad(ops::placeholder(g, DType::Float32, {2}), ops::placeholder(g, DType::Float32, {3}), "g");
+      },
+      "g (SigmoidGrad): ", "inputs must have one shape, got [2] and [3]");
+  expect_build_fails(
+      [&] { internal::sqrt_grad(ops::placeholder(g, DType::Int32, {2}), ops::placeholder(g, DType::Int32, {2}), "g"); },
+      "g (SqrtGrad): ", "must be floating point, got int32");
 }
 
 // dy's slices added into zeros of params' shape at indices along axis: the reference.
@@ -769,8 +803,11 @@ TEST(NnOpsBuildTest, GatherGradHasParamsShape) {
   auto dx = internal::gather_grad(ops::placeholder(g, DType::Float32, {4, 3}), indices, params, 0);
   EXPECT_EQ(dx.shape(), (Shape{5, 3}));
   EXPECT_EQ(dx.node()->attr<int64_t>("axis"), 0);
-  expect_build_fails([&] { internal::gather_grad(ops::placeholder(g, DType::Float32, {4, 2}), indices, params, 0, "gg"); },
-                     "gg (GatherGrad): ", "dy of shape [4,2] is not the shape [4,3]");
+  expect_build_fails(
+      [&] {
+        internal::gather_grad(ops::placeholder(g, DType::Float32, {4, 2}), indices, params, 0, "gg");
+      },
+      "gg (GatherGrad): ", "dy of shape [4,2] is not the shape [4,3]");
   expect_build_fails([&] { internal::gather_grad(params, ops::placeholder(g, DType::Float32, {4}), params, 0, "gg"); },
                      "gg (GatherGrad): ", "indices must be int32 or int64, got float32");
 }
@@ -887,7 +924,8 @@ TEST_P(NnGradientTest, DropoutGradientIsTheMaskOfTheSameRun) {
   }
   auto dx = gradients({ops::reduce_sum(y)}, {x})[0];
   Session s(g);
-  auto out = s.run({dx, y.op().output(1)}, {{x, Tensor::from_vector<float>(std::vector<float>(200, 2.0f), Shape{200})}});
+  auto out =
+      s.run({dx, y.op().output(1)}, {{x, Tensor::from_vector<float>(std::vector<float>(200, 2.0f), Shape{200})}});
   EXPECT_TRUE(out[0].equals(out[1])) << "d sum(x * mask) / dx = mask";
   const V mask = values_of(out[1]);
   EXPECT_NE(std::count(mask.begin(), mask.end(), 0.0), 0);

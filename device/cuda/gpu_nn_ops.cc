@@ -105,7 +105,9 @@ class SparseXentGpuOp final : public GpuOpKernel {
               pl = labels.raw_data(), px = logits.raw_data(), ploss = loss.raw_mutable_data(),
               pb = backprop.raw_mutable_data(), batch, classes, report = report.value()](cudaStream_t s) {
       cudaError_t e = report->reset(s);
-      if (e == cudaSuccess) e = gpu::launch_sparse_xent(elem, wide, pl, px, ploss, pb, batch, classes, report->device, s);
+      if (e == cudaSuccess) {
+        e = gpu::launch_sparse_xent(elem, wide, pl, px, ploss, pb, batch, classes, report->device, s);
+      }
       if (e == cudaSuccess) e = report->read_back(s);
       check->check(e, "SparseSoftmaxCrossEntropyWithLogits");
     });

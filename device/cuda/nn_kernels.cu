@@ -198,8 +198,11 @@ __device__ __forceinline__ A grad_of(A a, A b) {
 }
 
 template <GradKind kOp, class T>
-__global__ void elementwise_grad_kernel(const T* __restrict__ a, const T* __restrict__ b, T* __restrict__ out, int64_t n) {
-  for (int64_t e = global_thread(); e < n; e += grid_threads()) out[e] = narrow<T>(grad_of<kOp>(widen(a[e]), widen(b[e])));
+__global__ void elementwise_grad_kernel(const T* __restrict__ a, const T* __restrict__ b, T* __restrict__ out,
+                                        int64_t n) {
+  for (int64_t e = global_thread(); e < n; e += grid_threads()) {
+    out[e] = narrow<T>(grad_of<kOp>(widen(a[e]), widen(b[e])));
+  }
 }
 
 // atomicAdd for every number elem; int64 wraps through the unsigned add.
@@ -300,7 +303,8 @@ unsigned int row_blocks(int64_t rows) { return static_cast<unsigned int>(rows < 
 
 }  // namespace
 
-cudaError_t launch_softmax(bool log, Elem elem, const void* x, void* y, int64_t rows, int64_t cols, cudaStream_t stream) {
+cudaError_t launch_softmax(bool log, Elem elem, const void* x, void* y, int64_t rows, int64_t cols,
+                           cudaStream_t stream) {
   return visit_floating(elem, [&](auto type) -> cudaError_t {
     using T = decltype(type);
     const auto* px = static_cast<const T*>(x);
@@ -354,7 +358,8 @@ cudaError_t launch_bias_add(Elem elem, const void* value, const void* bias, void
   });
 }
 
-cudaError_t launch_bias_add_grad(Elem elem, const void* dy, void* out, int64_t rows, int64_t cols, cudaStream_t stream) {
+cudaError_t launch_bias_add_grad(Elem elem, const void* dy, void* out, int64_t rows, int64_t cols,
+                                 cudaStream_t stream) {
   return visit_number(elem, [&](auto type) -> cudaError_t {
     using T = decltype(type);
     const dim3 block(kWarp, kRowLanes);
@@ -387,7 +392,9 @@ cudaError_t launch_elementwise_grad(GradKind op, Elem elem, const void* a, const
     }
     if constexpr (is_floating<T>) {
       switch (op) {
-        case GradKind::kTanh: elementwise_grad_kernel<GradKind::kTanh><<<blocks, kThreads, 0, stream>>>(pa, pb, po, n); break;
+        case GradKind::kTanh:
+          elementwise_grad_kernel<GradKind::kTanh><<<blocks, kThreads, 0, stream>>>(pa, pb, po, n);
+          break;
         case GradKind::kSigmoid:
           elementwise_grad_kernel<GradKind::kSigmoid><<<blocks, kThreads, 0, stream>>>(pa, pb, po, n);
           break;
@@ -401,12 +408,14 @@ cudaError_t launch_elementwise_grad(GradKind op, Elem elem, const void* a, const
 }
 
 cudaError_t launch_gather_grad(Elem elem, bool int64_indices, const void* dy, const void* indices, void* out,
-                               int64_t outer, int64_t limit, int64_t m, int64_t inner, int64_t* bad, cudaStream_t stream) {
+                               int64_t outer, int64_t limit, int64_t m, int64_t inner, int64_t* bad,
+                               cudaStream_t stream) {
   return visit_number(elem, [&](auto type) -> cudaError_t {
     using T = decltype(type);
     const int64_t out_bytes = outer * limit * inner * static_cast<int64_t>(sizeof(T));
     if (out_bytes > 0) {
-      if (const cudaError_t e = cudaMemsetAsync(out, 0, static_cast<std::size_t>(out_bytes), stream); e != cudaSuccess) {
+      if (const cudaError_t e = cudaMemsetAsync(out, 0, static_cast<std::size_t>(out_bytes), stream);
+          e != cudaSuccess) {
         return e;
       }
     }

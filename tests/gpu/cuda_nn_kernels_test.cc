@@ -172,13 +172,15 @@ TEST_F(CudaNnKernelsTest, ErrorsAreTheCpuKernels) {
   auto x = ops::placeholder(g, DType::Float32, Shape::unknown(), "x");
   auto l = ops::placeholder(g, DType::Int32, Shape::unknown(), "l");
   const Tensor logits = Tensor::zeros(DType::Float32, Shape{4, 3});
-  check_op_fails(ops::sparse_softmax_cross_entropy_with_logits(l, x), {tensor_of(DType::Int32, Shape{4}, {0, 3, 1, -1}), logits},
-                 "received a label value of 3 (labels[1])");
+  check_op_fails(ops::sparse_softmax_cross_entropy_with_logits(l, x),
+                 {tensor_of(DType::Int32, Shape{4}, {0, 3, 1, -1}), logits}, "received a label value of 3 (labels[1])");
   check_op_fails(ops::softmax(x), {Tensor::scalar(1.0f)}, "at least 1 dimension");
   check_op_fails(ops::softmax_cross_entropy_with_logits(x, x), {logits, Tensor::zeros(DType::Float32, Shape{4, 2})},
                  "must have the same shape");
-  check_op_fails(ops::bias_add(x, x), {logits, Tensor::zeros(DType::Float32, Shape{4})}, "must match the last dimension");
-  check_op_fails(gather_grad(x, l, x, 0), {Tensor::zeros(DType::Float32, Shape{2, 3}), tensor_of(DType::Int32, Shape{2}, {1, 9}), logits},
+  check_op_fails(ops::bias_add(x, x), {logits, Tensor::zeros(DType::Float32, Shape{4})},
+                 "must match the last dimension");
+  check_op_fails(gather_grad(x, l, x, 0),
+                 {Tensor::zeros(DType::Float32, Shape{2, 3}), tensor_of(DType::Int32, Shape{2}, {1, 9}), logits},
                  "indices[1] = 9 is not in [0, 4)");
 }
 
