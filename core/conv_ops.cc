@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <climits>
 #include <initializer_list>
 #include <string>
 #include <utility>
@@ -124,6 +125,18 @@ StatusOr<Window2D> WindowAttrs::pool(const Shape& input) const {
   Window2D w{.batch = i[0], .in_h = i[1], .in_w = i[2], .in_c = i[3], .k_h = ksize[1], .k_w = ksize[2], .out_c = i[3]};
   TESSERA_RETURN_IF_ERROR(place_window(w, strides, padding));
   return w;
+}
+
+int64_t Window2D::chunk_rows(int64_t max_bytes, int64_t elem_bytes) const {
+  const int64_t row_bytes = std::max<int64_t>(patch_size() * elem_bytes, 1);
+  return std::clamp<int64_t>(max_bytes / row_bytes, 1, std::max<int64_t>(std::min<int64_t>(out_pixels(), INT_MAX), 1));
+}
+
+Status Window2D::check_gemm_dims() const {
+  for (int64_t d : {patch_size(), out_c}) {
+    if (d > INT_MAX) return errors::invalid_argument("dimension {} is too large for BLAS", d);
+  }
+  return Status();
 }
 
 Status expect_shape(const Shape& got, const Shape& want, const char* what) {

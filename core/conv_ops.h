@@ -51,6 +51,11 @@ struct Window2D {
   int64_t out_pixels() const { return batch * out_h * out_w; }
   // A 1x1 window with stride 1: the input itself is the im2col matrix.
   bool pointwise() const { return k_h == 1 && k_w == 1 && stride_h == 1 && stride_w == 1; }
+  // How many rows of patches of `elem_bytes` each fit `max_bytes`: at least one, at most every
+  // row, and within BLAS's int (Note [Convolution as im2col and GEMM] in kernels/conv_ops.cc).
+  int64_t chunk_rows(int64_t max_bytes, int64_t elem_bytes) const;
+  // InvalidArgument "dimension D is too large for BLAS" unless patch_size() and out_c fit an int.
+  Status check_gemm_dims() const;
 };
 
 // A window op's attrs as its node keeps them: "strides", "padding" and, for pools, "ksize".

@@ -102,14 +102,6 @@ void col2im_add(const Window2D& w, const T* patches, int64_t row0, int64_t rows,
   });
 }
 
-// How many output rows one chunk of patches holds: kPatchBytes of them, at least one, at most
-// every row (and BLAS's int).
-template <class T>
-int64_t chunk_rows(const Window2D& w) {
-  const int64_t fit = kPatchBytes / static_cast<int64_t>(w.patch_size() * sizeof(T));
-  return std::clamp<int64_t>(fit, 1, std::min<int64_t>(w.out_pixels(), INT_MAX));
-}
-
 // Calls fn(row0, rows) for the chunks of `chunk` output rows.
 template <class F>
 void for_each_chunk(const Window2D& w, int64_t chunk, F fn) {
@@ -125,19 +117,11 @@ const T* patches_of(const Window2D& w, const T* x, int64_t row0, int64_t rows, s
   return scratch.data();
 }
 
-// BLAS takes int dims: K and O (chunks keep M's share small).
-Status check_blas_dims(const Window2D& w) {
-  for (int64_t d : {w.patch_size(), w.out_c}) {
-    if (d > INT_MAX) return errors::invalid_argument("dimension {} is too large for BLAS", d);
-  }
-  return Status();
-}
-
 template <class T>
 void conv2d(const Window2D& w, const T* x, const T* f, T* out) {
   const int64_t k = w.patch_size();
   const int64_t o = w.out_c;
-  const int64_t chunk = chunk_rows<T>(w);
+  const int64_t chunk = w.chunk_rows(kPatchBytes, sizeof(T));
   std::vector<T> scratch(w.pointwise() ? 0 : static_cast<std::size_t>(chunk * k));
   for_each_chunk(w, chunk, [&](int64_t row0, int64_t rows) {
     gemm(false, false, rows, o, k, patches_of(w, x, row0, rows, scratch), k, f, o, T{0}, out + row0 * o, o);
@@ -148,7 +132,7 @@ template <class T>
 void conv2d_backprop_input(const Window2D& w, const T* f, const T* dy, T* dx) {
   const int64_t k = w.patch_size();
   const int64_t o = w.out_c;
-  const int64_t chunk = chunk_rows<T>(w);
+  const int64_t chunk = w.chunk_rows(kPatchBytes, sizeof(T));
   if (w.pointwise()) {  // the patches' gradient is dx itself
     for_each_chunk(w, chunk, [&](int64_t row0, int64_t rows) {
       gemm(false, true, rows, k, o, dy + row0 * o, o, f, o, T{0}, dx + row0 * k, k);
@@ -167,7 +151,7 @@ template <class T>
 void conv2d_backprop_filter(const Window2D& w, const T* x, const T* dy, T* df) {
   const int64_t k = w.patch_size();
   const int64_t o = w.out_c;
-  const int64_t chunk = chunk_rows<T>(w);
+  const int64_t chunk = w.chunk_rows(kPatchBytes, sizeof(T));
   std::vector<T> scratch(w.pointwise() ? 0 : static_cast<std::size_t>(chunk * k));
   for_each_chunk(w, chunk, [&](int64_t row0, int64_t rows) {
     const T beta = row0 == 0 ? T{0} : T{1};  // the first chunk overwrites, the others accumulate
@@ -194,7 +178,7 @@ class ConvOp final : public OpKernel {
     if (kKind != ConvKind::kForward) {
       if (Status s = expect_shape(ctx.input(2).shape(), w.out_shape(), "out_backprop"); !s.ok()) return ctx.fail(s);
     }
-    if (Status s = check_blas_dims(w); !s.ok()) return ctx.fail(s);
+    if (Status s = w.check_gemm_dims(); !s.ok()) return ctx.fail(s);
     const Shape out_shape = kKind == ConvKind::kForward ? w.out_shape()
                             : kKind == ConvKind::kBackpropInput ? x.shape()
                                                                 : f.shape();
