@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/gradients.h"
 #include "core/op_registry.h"
 #include "core/shape_ops.h"
 #include "tessera/ops.h"
@@ -265,6 +266,60 @@ Output avg_pool_grad(Output orig_input, Output grad, std::vector<int64_t> ksize,
                 {orig_input, grad});
 }
 
+namespace {
+
+// ---- Gradients (TensorFlow's nn_grad.py) ----
+// Each gradient op reads strides, padding and ksize from the forward node; the forward op's input
+// or filter goes in as the tensor whose shape the result takes (core/conv_ops.h).
+
+using Grads = std::vector<Output>;
+
+const std::vector<int64_t>& attr_list(const GradContext& c, const char* name) {
+  return c.node().attr<std::vector<int64_t>>(name);
+}
+const std::string& padding_of(const GradContext& c) { return c.node().attr<std::string>("padding"); }
+// A list attr as the public builders take it (its values came from ints).
+std::vector<int> ints(const std::vector<int64_t>& v) { return std::vector<int>(v.begin(), v.end()); }
+
+TESSERA_REGISTER_GRADIENT("Conv2D", [](const GradContext& c) -> Grads {
+  const auto& strides = attr_list(c, "strides");
+  return {conv2d_backprop_input(c.input(0), c.input(1), c.grad(0), strides, padding_of(c)),
+          conv2d_backprop_filter(c.input(0), c.input(1), c.grad(0), strides, padding_of(c))};
+});
+
+TESSERA_REGISTER_GRADIENT("MaxPool", [](const GradContext& c) -> Grads {
+  return {max_pool_grad(c.input(0), c.output(0), c.grad(0), attr_list(c, "ksize"), attr_list(c, "strides"),
+                        padding_of(c))};
+});
+
+TESSERA_REGISTER_GRADIENT("AvgPool", [](const GradContext& c) -> Grads {
+  return {avg_pool_grad(c.input(0), c.grad(0), attr_list(c, "ksize"), attr_list(c, "strides"), padding_of(c))};
+});
+
+// The gradient ops are linear in their gradient input, so the second derivatives are the other
+// products of the same convolution (the input or filter read for its shape gets none).
+// MaxPoolGrad has none (TF's MaxPoolGradGrad is not here): tessera::gradients names it.
+TESSERA_REGISTER_GRADIENT("Conv2DBackpropInput", [](const GradContext& c) -> Grads {
+  // dx = conv_input_backprop(f, dy): d/df as a filter gradient with dx's gradient as the input,
+  // d/d dy the forward convolution of that gradient.
+  const auto& strides = attr_list(c, "strides");
+  return {Output(), conv2d_backprop_filter(c.grad(0), c.input(1), c.input(2), strides, padding_of(c)),
+          ops::conv2d(c.grad(0), c.input(1), ints(strides), padding_of(c))};
+});
+
+TESSERA_REGISTER_GRADIENT("Conv2DBackpropFilter", [](const GradContext& c) -> Grads {
+  // df = conv_filter_backprop(x, dy): d/dx as an input gradient with df's gradient as the filter,
+  // d/d dy the forward convolution of x with it.
+  const auto& strides = attr_list(c, "strides");
+  return {conv2d_backprop_input(c.input(0), c.grad(0), c.input(2), strides, padding_of(c)), Output(),
+          ops::conv2d(c.input(0), c.grad(0), ints(strides), padding_of(c))};
+});
+
+TESSERA_REGISTER_GRADIENT("AvgPoolGrad", [](const GradContext& c) -> Grads {
+  return {Output(), ops::avg_pool(c.grad(0), ints(attr_list(c, "ksize")), ints(attr_list(c, "strides")), padding_of(c))};
+});
+
+}  // namespace
 }  // namespace internal
 
 namespace ops {
