@@ -15,8 +15,8 @@
 #include <vector>
 
 #include "core/gradients.h"
+#include "core/op_kernel.h"
 #include "core/op_registry.h"
-#include "core/shape_ops.h"
 #include "tessera/ops.h"
 
 namespace tessera {
@@ -108,11 +108,16 @@ StatusOr<Window2D> WindowAttrs::conv2d(const Shape& input, const Shape& filter) 
     return errors::invalid_argument("the filter's height and width must be positive, got shape {}", filter.to_string());
   }
   if (i[3] >= 0 && k[2] >= 0 && i[3] != k[2]) {
-    return errors::invalid_argument("the filter's in channels ({}) must equal the input's ({}): filter shape {}, input "
-                                    "shape {}",
+    return errors::invalid_argument("the filter's in channels ({}) must equal the input's ({}): filter shape {}, "
+                                    "input shape {}",
                                     k[2], i[3], filter.to_string(), input.to_string());
   }
-  Window2D w{.batch = i[0], .in_h = i[1], .in_w = i[2], .in_c = i[3] >= 0 ? i[3] : k[2], .k_h = k[0], .k_w = k[1],
+  Window2D w{.batch = i[0],
+             .in_h = i[1],
+             .in_w = i[2],
+             .in_c = i[3] >= 0 ? i[3] : k[2],
+             .k_h = k[0],
+             .k_w = k[1],
              .out_c = k[3]};
   TESSERA_RETURN_IF_ERROR(place_window(w, strides, padding));
   return w;
@@ -151,6 +156,45 @@ Status expect_shape(const Shape& got, const Shape& want, const char* what) {
 
 namespace {
 
+Status expect_float(DType dtype) {
+  if (dtype == DType::Float32 || dtype == DType::Float64) return Status();
+  return errors::invalid_argument("unsupported dtype {}", dtype_name(dtype));
+}
+
+}  // namespace
+
+StatusOr<WindowPlan> plan_conv(ConvKind kind, const WindowAttrs& attrs, const OpKernelContext& ctx) {
+  const Shape& x = ctx.input(0).shape();
+  const Shape& f = ctx.input(1).shape();
+  auto w = attrs.conv2d(x, f);
+  if (!w.ok()) return w.status();
+  if (kind != ConvKind::kForward) {
+    TESSERA_RETURN_IF_ERROR(expect_shape(ctx.input(2).shape(), w.value().out_shape(), "out_backprop"));
+  }
+  TESSERA_RETURN_IF_ERROR(w.value().check_gemm_dims());
+  TESSERA_RETURN_IF_ERROR(expect_float(ctx.input(0).dtype()));
+  const Shape out = kind == ConvKind::kForward ? w.value().out_shape() : kind == ConvKind::kBackpropInput ? x : f;
+  return WindowPlan{w.value(), out};
+}
+
+StatusOr<WindowPlan> plan_pool(PoolKind kind, const WindowAttrs& attrs, const OpKernelContext& ctx) {
+  const Shape& x = ctx.input(0).shape();
+  auto w = attrs.pool(x);
+  if (!w.ok()) return w.status();
+  const Shape out = w.value().out_shape();
+  if (kind == PoolKind::kMaxGrad) {
+    TESSERA_RETURN_IF_ERROR(expect_shape(ctx.input(1).shape(), out, "orig_output"));
+    TESSERA_RETURN_IF_ERROR(expect_shape(ctx.input(2).shape(), out, "grad"));
+  } else if (kind == PoolKind::kAvgGrad) {
+    TESSERA_RETURN_IF_ERROR(expect_shape(ctx.input(1).shape(), out, "grad"));
+  }
+  TESSERA_RETURN_IF_ERROR(expect_float(ctx.input(0).dtype()));
+  const bool grad = kind == PoolKind::kMaxGrad || kind == PoolKind::kAvgGrad;
+  return WindowPlan{w.value(), grad ? x : out};
+}
+
+namespace {
+
 // The dtypes the kernels compute in (BLAS's).
 Status expect_floats(const ShapeContext& c) {
   for (int i = 0; i < c.num_inputs(); ++i) {
@@ -185,9 +229,7 @@ Status forward_fn(ShapeContext& c) {
   TESSERA_RETURN_IF_ERROR(expect_inputs(c, kConv ? 2 : 1));
   auto w = window_of(c, kConv);
   if (!w.ok()) return w.status();
-  auto out = checked_shape(w.value().out_shape().dims());
-  if (!out.ok()) return c.invalid("{}", out.status().message());
-  c.add_output(c.input_dtype(0), out.value());
+  c.add_output(c.input_dtype(0), w.value().out_shape());
   return Status();
 }
 
@@ -210,15 +252,18 @@ Status gradient_shape(ShapeContext& c, bool conv, int num_inputs, int result,
 TESSERA_REGISTER_OP(OpDef{"Conv2D", forward_fn<true>});
 TESSERA_REGISTER_OP(OpDef{"MaxPool", forward_fn<false>});
 TESSERA_REGISTER_OP(OpDef{"AvgPool", forward_fn<false>});
-TESSERA_REGISTER_OP(OpDef{"Conv2DBackpropInput",
-                          [](ShapeContext& c) { return gradient_shape(c, true, 3, 0, {{2, "out_backprop"}}); }});
-TESSERA_REGISTER_OP(OpDef{"Conv2DBackpropFilter",
-                          [](ShapeContext& c) { return gradient_shape(c, true, 3, 1, {{2, "out_backprop"}}); }});
+TESSERA_REGISTER_OP(OpDef{"Conv2DBackpropInput", [](ShapeContext& c) {
+                            return gradient_shape(c, true, 3, 0, {{2, "out_backprop"}});
+                          }});
+TESSERA_REGISTER_OP(OpDef{"Conv2DBackpropFilter", [](ShapeContext& c) {
+                            return gradient_shape(c, true, 3, 1, {{2, "out_backprop"}});
+                          }});
 TESSERA_REGISTER_OP(OpDef{"MaxPoolGrad", [](ShapeContext& c) {
                             return gradient_shape(c, false, 3, 0, {{1, "orig_output"}, {2, "grad"}});
                           }});
-TESSERA_REGISTER_OP(OpDef{"AvgPoolGrad",
-                          [](ShapeContext& c) { return gradient_shape(c, false, 2, 0, {{1, "grad"}}); }});
+TESSERA_REGISTER_OP(OpDef{"AvgPoolGrad", [](ShapeContext& c) {
+                            return gradient_shape(c, false, 2, 0, {{1, "grad"}});
+                          }});
 
 NodeSpec conv_spec(const char* type, std::string name, std::vector<int64_t> strides, std::string padding) {
   NodeSpec spec{type, std::move(name)};
@@ -288,8 +333,8 @@ TESSERA_REGISTER_GRADIENT("Conv2D", [](const GradContext& c) -> Grads {
 });
 
 TESSERA_REGISTER_GRADIENT("MaxPool", [](const GradContext& c) -> Grads {
-  return {max_pool_grad(c.input(0), c.output(0), c.grad(0), attr_list(c, "ksize"), attr_list(c, "strides"),
-                        padding_of(c))};
+  return {
+      max_pool_grad(c.input(0), c.output(0), c.grad(0), attr_list(c, "ksize"), attr_list(c, "strides"), padding_of(c))};
 });
 
 TESSERA_REGISTER_GRADIENT("AvgPool", [](const GradContext& c) -> Grads {
@@ -316,7 +361,8 @@ TESSERA_REGISTER_GRADIENT("Conv2DBackpropFilter", [](const GradContext& c) -> Gr
 });
 
 TESSERA_REGISTER_GRADIENT("AvgPoolGrad", [](const GradContext& c) -> Grads {
-  return {Output(), ops::avg_pool(c.grad(0), ints(attr_list(c, "ksize")), ints(attr_list(c, "strides")), padding_of(c))};
+  return {Output(),
+          ops::avg_pool(c.grad(0), ints(attr_list(c, "ksize")), ints(attr_list(c, "strides")), padding_of(c))};
 });
 
 }  // namespace
@@ -326,22 +372,21 @@ namespace ops {
 
 Output conv2d(Output input, Output filter, std::vector<int> strides, std::string padding, std::string name) {
   return internal::add_op("conv2d",
-                          internal::conv_spec("Conv2D", std::move(name), internal::wide(strides),
-                                                std::move(padding)),
+                          internal::conv_spec("Conv2D", std::move(name), internal::wide(strides), std::move(padding)),
                           {input, filter});
 }
 
 Output max_pool(Output x, std::vector<int> ksize, std::vector<int> strides, std::string padding, std::string name) {
   return internal::add_op("max_pool",
                           internal::pool_spec("MaxPool", std::move(name), internal::wide(ksize),
-                                                internal::wide(strides), std::move(padding)),
+                                              internal::wide(strides), std::move(padding)),
                           {x});
 }
 
 Output avg_pool(Output x, std::vector<int> ksize, std::vector<int> strides, std::string padding, std::string name) {
   return internal::add_op("avg_pool",
                           internal::pool_spec("AvgPool", std::move(name), internal::wide(ksize),
-                                                internal::wide(strides), std::move(padding)),
+                                              internal::wide(strides), std::move(padding)),
                           {x});
 }
 

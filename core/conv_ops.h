@@ -24,6 +24,8 @@
 
 namespace tessera::internal {
 
+class OpKernelContext;
+
 // One window op over an NHWC input, every dim -1 where unknown (shape inference). A pool's window
 // is ksize's and its output keeps the input's channels (out_c == in_c). Thread safety: a value.
 struct Window2D {
@@ -73,6 +75,21 @@ struct WindowAttrs {
   // MaxPool and AvgPool of `input` (NHWC): ksize as strides (4 entries, batch and channel 1).
   StatusOr<Window2D> pool(const Shape& input) const;
 };
+
+// Which convolution a kernel computes: Conv2D, or its gradient with respect to the input or the
+// filter; which pool, or its gradient.
+enum class ConvKind { kForward, kBackpropInput, kBackpropFilter };
+enum class PoolKind { kMax, kAvg, kMaxGrad, kAvgGrad };
+
+// What a kernel checks before it computes (its inputs' shapes, known for sure only now, and
+// dtype), the same on every device: the window, and the output's shape (the window's output, or
+// the forward op's input or filter for a gradient).
+struct WindowPlan {
+  Window2D window;
+  Shape out;
+};
+StatusOr<WindowPlan> plan_conv(ConvKind kind, const WindowAttrs& attrs, const OpKernelContext& ctx);
+StatusOr<WindowPlan> plan_pool(PoolKind kind, const WindowAttrs& attrs, const OpKernelContext& ctx);
 
 // InvalidArgument "<what> has shape S, expected W" unless `got` and `want` may be the same shape
 // (unknown dims match anything): a gradient op's check of its incoming gradient's shape.

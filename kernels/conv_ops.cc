@@ -19,6 +19,8 @@
 // largest element of a window in row-major order (a NaN there wins only as the first element);
 // AvgPool divides by the number of the window's elements inside the input. Gradients are summed
 // where windows overlap, in output order.
+#include "core/conv_ops.h"
+
 #include <cblas.h>
 
 #include <algorithm>
@@ -27,7 +29,6 @@
 #include <cstring>
 #include <vector>
 
-#include "core/conv_ops.h"
 #include "core/op_kernel.h"
 #include "core/op_registry.h"
 
@@ -37,15 +38,15 @@ namespace {
 // The most bytes of patches one chunk holds.
 constexpr int64_t kPatchBytes = int64_t{4} << 20;
 
-// Row-major c[m, n] = alpha * op(a)[m, k] * op(b)[k, n] + beta * c, every dim in BLAS's int range.
-void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
-          int64_t ldb, float beta, float* c, int64_t ldc) {
+// Row-major c[m, n] = op(a)[m, k] * op(b)[k, n] + beta * c, every dim in BLAS's int range.
+void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb,
+          float beta, float* c, int64_t ldc) {
   cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, static_cast<blasint>(m),
               static_cast<blasint>(n), static_cast<blasint>(k), 1.0f, a, static_cast<blasint>(lda), b,
               static_cast<blasint>(ldb), beta, c, static_cast<blasint>(ldc));
 }
-void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const double* a, int64_t lda, const double* b,
-          int64_t ldb, double beta, double* c, int64_t ldc) {
+void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const double* a, int64_t lda, const double* b, int64_t ldb,
+          double beta, double* c, int64_t ldc) {
   cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, static_cast<blasint>(m),
               static_cast<blasint>(n), static_cast<blasint>(k), 1.0, a, static_cast<blasint>(lda), b,
               static_cast<blasint>(ldb), beta, c, static_cast<blasint>(ldc));
@@ -159,8 +160,6 @@ void conv2d_backprop_filter(const Window2D& w, const T* x, const T* dy, T* df) {
   });
 }
 
-enum class ConvKind { kForward, kBackpropInput, kBackpropFilter };
-
 // Conv2D (input, filter), Conv2DBackpropInput (input, filter, out_backprop: input read for its
 // shape) and Conv2DBackpropFilter (input, filter, out_backprop: filter read for its shape).
 // Thread-safe: compute() keeps no state between runs (OpenBLAS may be called from several threads).
@@ -170,28 +169,18 @@ class ConvOp final : public OpKernel {
   explicit ConvOp(const Node& n) : OpKernel(n), attrs_(WindowAttrs::of(n.attrs)) {}
 
   void compute(OpKernelContext& ctx) override {
-    const Tensor& x = ctx.input(0);
-    const Tensor& f = ctx.input(1);
-    auto window = attrs_.conv2d(x.shape(), f.shape());
-    if (!window.ok()) return ctx.fail(window.status());
-    const Window2D& w = window.value();
-    if (kKind != ConvKind::kForward) {
-      if (Status s = expect_shape(ctx.input(2).shape(), w.out_shape(), "out_backprop"); !s.ok()) return ctx.fail(s);
-    }
-    if (Status s = w.check_gemm_dims(); !s.ok()) return ctx.fail(s);
-    const Shape out_shape = kKind == ConvKind::kForward ? w.out_shape()
-                            : kKind == ConvKind::kBackpropInput ? x.shape()
-                                                                : f.shape();
-    Tensor& out = ctx.allocate_output(0, out_shape);
+    auto plan = plan_conv(kKind, attrs_, ctx);
+    if (!plan.ok()) return ctx.fail(plan.status());
+    const Window2D& w = plan.value().window;
+    Tensor& out = ctx.allocate_output(0, plan.value().out);
     if (out.num_elements() == 0) return;
     // No products to sum (no input channels, or, for the filter, no output positions): zeros.
     if (w.patch_size() == 0 || w.out_pixels() == 0 || w.out_c == 0) {
       std::memset(out.raw_mutable_data(), 0, out.bytes());
       return;
     }
-    if (x.dtype() == DType::Float32) return run<float>(w, ctx, out);
-    if (x.dtype() == DType::Float64) return run<double>(w, ctx, out);
-    ctx.fail(ErrorCode::kInvalidArgument, "unsupported dtype {}", dtype_name(x.dtype()));
+    if (out.dtype() == DType::Float32) return run<float>(w, ctx, out);
+    run<double>(w, ctx, out);
   }
 
   // Each output element is a sum of K products: never cheap enough to run inline.
@@ -248,8 +237,6 @@ int64_t argmax_of(const Window2D& w, const T* x, int64_t base, int64_t h0, int64
   return best;
 }
 
-enum class PoolKind { kMax, kAvg, kMaxGrad, kAvgGrad };
-
 template <PoolKind kKind, class T>
 void pool(const Window2D& w, const T* x, const T* grad, T* out) {
   const bool is_grad = kKind == PoolKind::kMaxGrad || kKind == PoolKind::kAvgGrad;
@@ -282,28 +269,20 @@ class PoolOp final : public OpKernel {
   explicit PoolOp(const Node& n) : OpKernel(n), attrs_(WindowAttrs::of(n.attrs)) {}
 
   void compute(OpKernelContext& ctx) override {
-    const Tensor& x = ctx.input(0);
-    auto window = attrs_.pool(x.shape());
-    if (!window.ok()) return ctx.fail(window.status());
-    const Window2D& w = window.value();
-    if constexpr (kKind == PoolKind::kMaxGrad) {
-      if (Status s = expect_shape(ctx.input(1).shape(), w.out_shape(), "orig_output"); !s.ok()) return ctx.fail(s);
-    }
-    const int grad_input = kKind == PoolKind::kMaxGrad ? 2 : 1;
-    const bool is_grad = kKind == PoolKind::kMaxGrad || kKind == PoolKind::kAvgGrad;
-    if (is_grad) {
-      if (Status s = expect_shape(ctx.input(grad_input).shape(), w.out_shape(), "grad"); !s.ok()) return ctx.fail(s);
-    }
-    Tensor& out = ctx.allocate_output(0, is_grad ? x.shape() : w.out_shape());
+    auto plan = plan_pool(kKind, attrs_, ctx);
+    if (!plan.ok()) return ctx.fail(plan.status());
+    Tensor& out = ctx.allocate_output(0, plan.value().out);
     if (out.num_elements() == 0) return;
-    const Tensor* grad = is_grad ? &ctx.input(grad_input) : nullptr;
+    const Tensor& x = ctx.input(0);
+    const Tensor* grad = kKind == PoolKind::kMaxGrad   ? &ctx.input(2)
+                         : kKind == PoolKind::kAvgGrad ? &ctx.input(1)
+                                                       : nullptr;
     if (x.dtype() == DType::Float32) {
-      return pool<kKind>(w, x.data<float>(), grad ? grad->data<float>() : nullptr, out.mutable_data<float>());
+      return pool<kKind>(plan.value().window, x.data<float>(), grad ? grad->data<float>() : nullptr,
+                         out.mutable_data<float>());
     }
-    if (x.dtype() == DType::Float64) {
-      return pool<kKind>(w, x.data<double>(), grad ? grad->data<double>() : nullptr, out.mutable_data<double>());
-    }
-    ctx.fail(ErrorCode::kInvalidArgument, "unsupported dtype {}", dtype_name(x.dtype()));
+    pool<kKind>(plan.value().window, x.data<double>(), grad ? grad->data<double>() : nullptr,
+                out.mutable_data<double>());
   }
 
  private:

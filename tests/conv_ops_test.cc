@@ -4,6 +4,8 @@
 // references below (plain loops over every output and window element), the gradient ops against
 // the same references, empty tensors, and every error case, at graph-build time where the shapes
 // are known and at run time where they are not (InvalidArgumentError naming the op either way).
+#include "core/conv_ops.h"
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -14,7 +16,6 @@
 #include <utility>
 #include <vector>
 
-#include "core/conv_ops.h"
 #include "core/node.h"
 #include "tests/testing/gradient_checker.h"
 #include "tests/testing/sim_device.h"
@@ -27,10 +28,10 @@ namespace {
 
 using testing::error_of;
 using testing::expect_values;
+using ::testing::HasSubstr;
 using testing::Range;
 using testing::tensor_of;
 using testing::values_of;
-using ::testing::HasSubstr;
 
 const auto* const kSimEnvironment = ::testing::AddGlobalTestEnvironment(new testing::SimEnvironment);
 
@@ -39,11 +40,11 @@ using Dims = std::vector<int64_t>;
 // ---- References: TF's window arithmetic and the sums written out, independent of the kernels ----
 
 struct Geometry {
-  int64_t n, h, w, c;    // input NHWC
-  int64_t kh, kw, o;     // window (and, for a convolution, the filter's out channels)
-  int64_t sh, sw;        // strides
-  int64_t oh, ow;        // output size
-  int64_t top, left;     // padding before
+  int64_t n, h, w, c;  // input NHWC
+  int64_t kh, kw, o;   // window (and, for a convolution, the filter's out channels)
+  int64_t sh, sw;      // strides
+  int64_t oh, ow;      // output size
+  int64_t top, left;   // padding before
 };
 
 // TF's output size and padding before for one dim.
@@ -61,11 +62,15 @@ Geometry geometry(const Dims& in, int64_t kh, int64_t kw, int64_t o, int64_t sh,
   return g;
 }
 
-int64_t x_index(const Geometry& g, int64_t n, int64_t h, int64_t w, int64_t c) { return ((n * g.h + h) * g.w + w) * g.c + c; }
+int64_t x_index(const Geometry& g, int64_t n, int64_t h, int64_t w, int64_t c) {
+  return ((n * g.h + h) * g.w + w) * g.c + c;
+}
 int64_t y_index(const Geometry& g, int64_t n, int64_t oh, int64_t ow, int64_t o) {
   return ((n * g.oh + oh) * g.ow + ow) * g.o + o;
 }
-int64_t f_index(const Geometry& g, int64_t i, int64_t j, int64_t c, int64_t o) { return ((i * g.kw + j) * g.c + c) * g.o + o; }
+int64_t f_index(const Geometry& g, int64_t i, int64_t j, int64_t c, int64_t o) {
+  return ((i * g.kw + j) * g.c + c) * g.o + o;
+}
 
 // Calls fn(n, oh, ow, o, h, w, i, j) for every output element and every window position (i, j) of
 // it inside the input (h, w): the seven nested loops every reference below is made of (o runs over
@@ -87,7 +92,8 @@ void each_window_element(const Geometry& g, F fn) {
 std::vector<double> ref_conv(const Geometry& g, const std::vector<double>& x, const std::vector<double>& f) {
   std::vector<double> y(static_cast<std::size_t>(g.n * g.oh * g.ow * g.o), 0.0);
   each_window_element(g, [&](int64_t n, int64_t oh, int64_t ow, int64_t o, int64_t h, int64_t w, int64_t i, int64_t j) {
-    for (int64_t c = 0; c < g.c; ++c) y[y_index(g, n, oh, ow, o)] += x[x_index(g, n, h, w, c)] * f[f_index(g, i, j, c, o)];
+    for (int64_t c = 0; c < g.c; ++c)
+      y[y_index(g, n, oh, ow, o)] += x[x_index(g, n, h, w, c)] * f[f_index(g, i, j, c, o)];
   });
   return y;
 }
@@ -96,7 +102,8 @@ std::vector<double> ref_conv_backprop_input(const Geometry& g, const std::vector
                                             const std::vector<double>& dy) {
   std::vector<double> dx(static_cast<std::size_t>(g.n * g.h * g.w * g.c), 0.0);
   each_window_element(g, [&](int64_t n, int64_t oh, int64_t ow, int64_t o, int64_t h, int64_t w, int64_t i, int64_t j) {
-    for (int64_t c = 0; c < g.c; ++c) dx[x_index(g, n, h, w, c)] += dy[y_index(g, n, oh, ow, o)] * f[f_index(g, i, j, c, o)];
+    for (int64_t c = 0; c < g.c; ++c)
+      dx[x_index(g, n, h, w, c)] += dy[y_index(g, n, oh, ow, o)] * f[f_index(g, i, j, c, o)];
   });
   return dx;
 }
@@ -105,7 +112,8 @@ std::vector<double> ref_conv_backprop_filter(const Geometry& g, const std::vecto
                                              const std::vector<double>& dy) {
   std::vector<double> df(static_cast<std::size_t>(g.kh * g.kw * g.c * g.o), 0.0);
   each_window_element(g, [&](int64_t n, int64_t oh, int64_t ow, int64_t o, int64_t h, int64_t w, int64_t i, int64_t j) {
-    for (int64_t c = 0; c < g.c; ++c) df[f_index(g, i, j, c, o)] += x[x_index(g, n, h, w, c)] * dy[y_index(g, n, oh, ow, o)];
+    for (int64_t c = 0; c < g.c; ++c)
+      df[f_index(g, i, j, c, o)] += x[x_index(g, n, h, w, c)] * dy[y_index(g, n, oh, ow, o)];
   });
   return df;
 }
@@ -239,8 +247,9 @@ class ConvOpsTest : public ::testing::TestWithParam<std::string> {
                    const std::vector<double>& expected, const Dims& out) {
     for (DType dtype : kFloatDTypes) {
       SCOPED_TRACE(dtype_name(dtype));
-      Tensor y = apply({iota(dtype, in), iota(dtype, filter)},
-                       [&](const std::vector<Output>& x) { return ops::conv2d(x[0], x[1], {1, sh, sw, 1}, padding); });
+      Tensor y = apply({iota(dtype, in), iota(dtype, filter)}, [&](const std::vector<Output>& x) {
+        return ops::conv2d(x[0], x[1], {1, sh, sw, 1}, padding);
+      });
       expect_values(y, dtype, Shape(out), expected);
     }
   }
@@ -277,8 +286,8 @@ TEST_P(ConvOpsTest, Conv2D2x2Filter) {
 }
 
 TEST_P(ConvOpsTest, Conv2D1x2Filter) {
-  verify_conv({1, 2, 3, 3}, {1, 2, 3, 3}, 1, 1, "VALID",
-              {231, 252, 273, 384, 423, 462, 690, 765, 840, 843, 936, 1029}, {1, 2, 2, 3});
+  verify_conv({1, 2, 3, 3}, {1, 2, 3, 3}, 1, 1, "VALID", {231, 252, 273, 384, 423, 462, 690, 765, 840, 843, 936, 1029},
+              {1, 2, 2, 3});
 }
 
 TEST_P(ConvOpsTest, Conv2D2x2FilterStride2) {
@@ -406,8 +415,9 @@ TEST_P(ConvOpsTest, LargeConvolutionsSpanSeveralChunks) {
   const Tensor f = random(DType::Float32, {3, 3, 64, 8});
   const Tensor dy = random(DType::Float32, {g.n, g.oh, g.ow, g.o});
   const auto strides = window(1, 1);
-  expect_values(apply({x, f}, [&](const std::vector<Output>& in) { return ops::conv2d(in[0], in[1], strides, "SAME"); }),
-                DType::Float32, Shape{2, 40, 40, 8}, ref_conv(g, values_of(x), values_of(f)));
+  expect_values(
+      apply({x, f}, [&](const std::vector<Output>& in) { return ops::conv2d(in[0], in[1], strides, "SAME"); }),
+      DType::Float32, Shape{2, 40, 40, 8}, ref_conv(g, values_of(x), values_of(f)));
   expect_values(apply({x, f, dy},
                       [&](const std::vector<Output>& in) {
                         return internal::conv2d_backprop_input(in[0], in[1], in[2], window64(1, 1), "SAME");
@@ -446,7 +456,8 @@ TEST_P(ConvOpsTest, PoolsMatchTheReference) {
         const auto ksize = window(k.kh, k.kw);
         const auto strides = window(k.sh, k.sw);
         Tensor y = apply({x}, [&](const std::vector<Output>& in) {
-          return max ? ops::max_pool(in[0], ksize, strides, k.padding) : ops::avg_pool(in[0], ksize, strides, k.padding);
+          return max ? ops::max_pool(in[0], ksize, strides, k.padding)
+                     : ops::avg_pool(in[0], ksize, strides, k.padding);
         });
         const std::vector<double> want = ref_pool(g, values_of(x), max);
         expect_values(y, dtype, Shape{g.n, g.oh, g.ow, g.c}, want);
@@ -484,8 +495,10 @@ TEST_P(ConvOpsTest, ShapesKnownOnlyAtRunTime) {
       {x, f}, [](const std::vector<Output>& in) { return ops::conv2d(in[0], in[1], window(2, 2), "SAME"); }, true);
   expect_values(y, DType::Float64, Shape{2, 3, 3, 4}, ref_conv(g, values_of(x), values_of(f)));
   Tensor p = apply(
-      {x}, [](const std::vector<Output>& in) { return ops::max_pool(in[0], window(3, 2), window(2, 2), "SAME"); }, true);
-  expect_values(p, DType::Float64, Shape{2, 3, 3, 3}, ref_pool(geometry({2, 6, 5, 3}, 3, 2, 3, 2, 2, "SAME"), values_of(x), true));
+      {x}, [](const std::vector<Output>& in) { return ops::max_pool(in[0], window(3, 2), window(2, 2), "SAME"); },
+      true);
+  expect_values(p, DType::Float64, Shape{2, 3, 3, 3},
+                ref_pool(geometry({2, 6, 5, 3}, 3, 2, 3, 2, 2, "SAME"), values_of(x), true));
 }
 
 TEST_P(ConvOpsTest, EmptyTensors) {
@@ -493,9 +506,11 @@ TEST_P(ConvOpsTest, EmptyTensors) {
     SCOPED_TRACE(Shape(in).to_string());
     const Tensor x(DType::Float32, Shape(in));
     const Tensor f = random(DType::Float32, {2, 2, 3, 5});
-    Tensor y = apply({x, f}, [](const std::vector<Output>& i) { return ops::conv2d(i[0], i[1], window(1, 1), "SAME"); });
+    Tensor y =
+        apply({x, f}, [](const std::vector<Output>& i) { return ops::conv2d(i[0], i[1], window(1, 1), "SAME"); });
     EXPECT_EQ(y.shape(), Shape({in[0], in[1], 4, 5}));
-    Tensor p = apply({x}, [](const std::vector<Output>& i) { return ops::avg_pool(i[0], window(2, 2), window(1, 1), "SAME"); });
+    Tensor p = apply(
+        {x}, [](const std::vector<Output>& i) { return ops::avg_pool(i[0], window(2, 2), window(1, 1), "SAME"); });
     EXPECT_EQ(p.shape(), Shape(in));
   }
   // No input channels: every sum is empty.
@@ -551,8 +566,10 @@ class ConvGradientTest : public ConvOpsTest {
 
 // Small cases: pointwise, VALID, SAME with strides, rectangular windows, kernel smaller than the stride.
 const ConvCase kGradientCases[] = {
-    {{2, 3, 3, 2}, 1, 1, 2, 1, 1, "VALID"}, {{1, 4, 4, 2}, 2, 2, 3, 1, 1, "VALID"},
-    {{1, 5, 4, 2}, 3, 3, 2, 2, 2, "SAME"},  {{1, 4, 5, 2}, 2, 3, 2, 3, 2, "SAME"},
+    {{2, 3, 3, 2}, 1, 1, 2, 1, 1, "VALID"},
+    {{1, 4, 4, 2}, 2, 2, 3, 1, 1, "VALID"},
+    {{1, 5, 4, 2}, 3, 3, 2, 2, 2, "SAME"},
+    {{1, 4, 5, 2}, 2, 3, 2, 3, 2, "SAME"},
 };
 
 TEST_P(ConvGradientTest, Conv2DBothInputs) {
@@ -574,8 +591,8 @@ TEST_P(ConvGradientTest, Pools) {
                             {{2, 3, 4, 1}, 2, 3, 1, 1, "SAME"}};
   for (const PoolCase& k : cases) {
     for (bool max : {true, false}) {
-      SCOPED_TRACE(fmt::format("{} {} {}x{} stride {}x{} {}", max ? "max" : "avg", Shape(k.in).to_string(), k.kh,
-                               k.kw, k.sh, k.sw, k.padding));
+      SCOPED_TRACE(fmt::format("{} {} {}x{} stride {}x{} {}", max ? "max" : "avg", Shape(k.in).to_string(), k.kh, k.kw,
+                               k.sh, k.sw, k.padding));
       EXPECT_LT(gradient_error({distinct(k.in, 7)}, {0},
                                [&](const std::vector<Output>& in) {
                                  const auto ksize = window(k.kh, k.kw);
@@ -633,27 +650,33 @@ TEST(ConvOpsBuildTest, MaxPoolGradHasNoGradient) {
 TEST_P(ConvOpsTest, RunTimeErrorsNameTheOp) {
   const Tensor x = random(DType::Float32, {1, 4, 4, 3});
   const Tensor f = random(DType::Float32, {2, 2, 2, 1});
-  expect_run_fails({x, f}, [](const std::vector<Output>& i) { return ops::conv2d(i[0], i[1], window(1, 1), "SAME"); },
-                   "the filter's in channels (2) must equal the input's (3)");
-  expect_run_fails({random(DType::Float32, {4, 4, 3}), f},
-                   [](const std::vector<Output>& i) { return ops::conv2d(i[0], i[1], window(1, 1), "SAME"); },
-                   "the input (NHWC) must be 4-D, got shape [4,4,3]");
-  expect_run_fails({x, random(DType::Float32, {5, 2, 3, 1})},
-                   [](const std::vector<Output>& i) { return ops::conv2d(i[0], i[1], window(1, 1), "VALID"); },
-                   "the window's height 5 is larger than the input's 4 (VALID padding)");
-  expect_run_fails({x}, [](const std::vector<Output>& i) { return ops::max_pool(i[0], window(2, 5), window(1, 1), "VALID"); },
-                   "the window's width 5 is larger than the input's 4 (VALID padding)");
+  expect_run_fails(
+      {x, f}, [](const std::vector<Output>& i) { return ops::conv2d(i[0], i[1], window(1, 1), "SAME"); },
+      "the filter's in channels (2) must equal the input's (3)");
+  expect_run_fails(
+      {random(DType::Float32, {4, 4, 3}), f},
+      [](const std::vector<Output>& i) { return ops::conv2d(i[0], i[1], window(1, 1), "SAME"); },
+      "the input (NHWC) must be 4-D, got shape [4,4,3]");
+  expect_run_fails(
+      {x, random(DType::Float32, {5, 2, 3, 1})},
+      [](const std::vector<Output>& i) { return ops::conv2d(i[0], i[1], window(1, 1), "VALID"); },
+      "the window's height 5 is larger than the input's 4 (VALID padding)");
+  expect_run_fails(
+      {x}, [](const std::vector<Output>& i) { return ops::max_pool(i[0], window(2, 5), window(1, 1), "VALID"); },
+      "the window's width 5 is larger than the input's 4 (VALID padding)");
   const Tensor f3 = random(DType::Float32, {2, 2, 3, 1});
-  expect_run_fails({x, f3, random(DType::Float32, {1, 3, 3, 2})},
-                   [](const std::vector<Output>& i) {
-                     return internal::conv2d_backprop_filter(i[0], i[1], i[2], window64(1, 1), "VALID");
-                   },
-                   "out_backprop has shape [1,3,3,2], expected [1,3,3,1]");
-  expect_run_fails({x, random(DType::Float32, {1, 2, 2, 3})},
-                   [](const std::vector<Output>& i) {
-                     return internal::avg_pool_grad(i[0], i[1], window64(2, 2), window64(1, 1), "VALID");
-                   },
-                   "grad has shape [1,2,2,3], expected [1,3,3,3]");
+  expect_run_fails(
+      {x, f3, random(DType::Float32, {1, 3, 3, 2})},
+      [](const std::vector<Output>& i) {
+        return internal::conv2d_backprop_filter(i[0], i[1], i[2], window64(1, 1), "VALID");
+      },
+      "out_backprop has shape [1,3,3,2], expected [1,3,3,1]");
+  expect_run_fails(
+      {x, random(DType::Float32, {1, 2, 2, 3})},
+      [](const std::vector<Output>& i) {
+        return internal::avg_pool_grad(i[0], i[1], window64(2, 2), window64(1, 1), "VALID");
+      },
+      "grad has shape [1,2,2,3], expected [1,3,3,3]");
 }
 
 // ---- Errors when the graph is built (TF's testShapeFunctionEdgeCases, testOpEdgeCases) ----
@@ -699,31 +722,37 @@ TEST(ConvOpsBuildTest, Conv2DErrors) {
                      "the filter's in channels (2) must equal the input's (3): filter shape [4,4,2,2], input shape "
                      "[32,20,20,3]");
   // Illegal strides.
-  expect_build_fails(conv(x, Shape{1, 1, 3, 1}, {2, 1, 1, 1}, "SAME"), "conv (Conv2D): ",
-                     "strides in the batch and depth dimensions must be 1, got [2,1,1,1]");
-  expect_build_fails(conv(x, Shape{1, 1, 3, 1}, {1, 1, 1, 2}, "SAME"), "conv (Conv2D): ",
-                     "strides in the batch and depth dimensions must be 1, got [1,1,1,2]");
-  expect_build_fails(conv(x, Shape{1, 1, 3, 1}, {1, 1}, "SAME"), "conv (Conv2D): ",
-                     "strides must have 4 elements [1, height, width, 1], got [1,1]");
-  expect_build_fails(conv(x, Shape{1, 1, 3, 1}, {1, 0, 1, 1}, "SAME"), "conv (Conv2D): ",
-                     "strides must be positive, got [1,0,1,1]");
+  expect_build_fails(conv(x, Shape{1, 1, 3, 1}, {2, 1, 1, 1}, "SAME"),
+                     "conv (Conv2D): ", "strides in the batch and depth dimensions must be 1, got [2,1,1,1]");
+  expect_build_fails(conv(x, Shape{1, 1, 3, 1}, {1, 1, 1, 2}, "SAME"),
+                     "conv (Conv2D): ", "strides in the batch and depth dimensions must be 1, got [1,1,1,2]");
+  expect_build_fails(conv(x, Shape{1, 1, 3, 1}, {1, 1}, "SAME"),
+                     "conv (Conv2D): ", "strides must have 4 elements [1, height, width, 1], got [1,1]");
+  expect_build_fails(conv(x, Shape{1, 1, 3, 1}, {1, 0, 1, 1}, "SAME"),
+                     "conv (Conv2D): ", "strides must be positive, got [1,0,1,1]");
   // Filter larger than input.
-  expect_build_fails(conv(x, Shape{20, 21, 3, 2}, {1, 1, 1, 1}, "VALID"), "conv (Conv2D): ",
-                     "the window's width 21 is larger than the input's 20 (VALID padding)");
-  expect_build_fails(conv(x, Shape{21, 20, 3, 2}, {1, 1, 1, 1}, "VALID"), "conv (Conv2D): ",
-                     "the window's height 21 is larger than the input's 20 (VALID padding)");
-  expect_build_fails(conv(x, Shape{0, 2, 3, 2}, {1, 1, 1, 1}, "SAME"), "conv (Conv2D): ",
-                     "the filter's height and width must be positive, got shape [0,2,3,2]");
+  expect_build_fails(conv(x, Shape{20, 21, 3, 2}, {1, 1, 1, 1}, "VALID"),
+                     "conv (Conv2D): ", "the window's width 21 is larger than the input's 20 (VALID padding)");
+  expect_build_fails(conv(x, Shape{21, 20, 3, 2}, {1, 1, 1, 1}, "VALID"),
+                     "conv (Conv2D): ", "the window's height 21 is larger than the input's 20 (VALID padding)");
+  expect_build_fails(conv(x, Shape{0, 2, 3, 2}, {1, 1, 1, 1}, "SAME"),
+                     "conv (Conv2D): ", "the filter's height and width must be positive, got shape [0,2,3,2]");
   // Unknown padding, even with unknown shapes.
-  expect_build_fails(conv(unknown, Shape::unknown(), {1, 1, 1, 1}, "FULL"), "conv (Conv2D): ",
-                     "padding must be \"SAME\" or \"VALID\", got \"FULL\"");
+  expect_build_fails(conv(unknown, Shape::unknown(), {1, 1, 1, 1}, "FULL"),
+                     "conv (Conv2D): ", "padding must be \"SAME\" or \"VALID\", got \"FULL\"");
   // Dtypes.
   auto xi = ops::placeholder(g, DType::Int32, Shape{1, 2, 2, 1});
-  expect_build_fails([&] { ops::conv2d(xi, xi, {1, 1, 1, 1}, "SAME", "conv"); }, "conv (Conv2D): ",
-                     "input 0 must be float32 or float64, got int32");
+  expect_build_fails(
+      [&] {
+        ops::conv2d(xi, xi, {1, 1, 1, 1}, "SAME", "conv");
+      },
+      "conv (Conv2D): ", "input 0 must be float32 or float64, got int32");
   auto xd = ops::placeholder(g, DType::Float64, Shape{1, 2, 2, 3});
-  expect_build_fails([&] { ops::conv2d(xd, ops::placeholder(g, DType::Float32), {1, 1, 1, 1}, "SAME", "conv"); },
-                     "conv (Conv2D): ", "inputs must have one dtype: input 0 is float64, input 1 is float32");
+  expect_build_fails(
+      [&] {
+        ops::conv2d(xd, ops::placeholder(g, DType::Float32), {1, 1, 1, 1}, "SAME", "conv");
+      },
+      "conv (Conv2D): ", "inputs must have one dtype: input 0 is float64, input 1 is float32");
 }
 
 TEST(ConvOpsBuildTest, PoolErrors) {
@@ -736,8 +765,8 @@ TEST(ConvOpsBuildTest, PoolErrors) {
         max ? ops::max_pool(in, ksize, strides, padding, "pool") : ops::avg_pool(in, ksize, strides, padding, "pool");
       };
     };
-    expect_build_fails(pool(ops::placeholder(g, DType::Float32, Shape{1, 3}), {1, 1, 1, 1}, {1, 1, 1, 1}, "SAME"),
-                       type, "the input (NHWC) must be 4-D, got shape [1,3]");
+    expect_build_fails(pool(ops::placeholder(g, DType::Float32, Shape{1, 3}), {1, 1, 1, 1}, {1, 1, 1, 1}, "SAME"), type,
+                       "the input (NHWC) must be 4-D, got shape [1,3]");
     expect_build_fails(pool(x, {1, 1, 1, 1}, {2, 1, 1, 1}, "SAME"), type,
                        "strides in the batch and depth dimensions must be 1, got [2,1,1,1]");
     expect_build_fails(pool(x, {2, 1, 1, 1}, {1, 1, 1, 1}, "SAME"), type,
@@ -764,17 +793,32 @@ TEST(ConvOpsBuildTest, GradientOpErrors) {
   auto x = ops::placeholder(g, DType::Float32, Shape{1, 4, 4, 3});
   auto f = ops::placeholder(g, DType::Float32, Shape{2, 2, 3, 5});
   auto dy = ops::placeholder(g, DType::Float32, Shape{1, 3, 3, 4});
-  expect_build_fails([&] { internal::conv2d_backprop_input(x, f, dy, {1, 1, 1, 1}, "VALID", "grad"); },
-                     "grad (Conv2DBackpropInput): ", "out_backprop has shape [1,3,3,4], expected [1,3,3,5]");
-  expect_build_fails([&] { internal::conv2d_backprop_filter(x, f, dy, {1, 1, 1, 1}, "VALID", "grad"); },
-                     "grad (Conv2DBackpropFilter): ", "out_backprop has shape [1,3,3,4], expected [1,3,3,5]");
-  expect_build_fails([&] { internal::max_pool_grad(x, dy, dy, {1, 2, 2, 1}, {1, 1, 1, 1}, "VALID", "grad"); },
-                     "grad (MaxPoolGrad): ", "orig_output has shape [1,3,3,4], expected [1,3,3,3]");
+  expect_build_fails(
+      [&] {
+        internal::conv2d_backprop_input(x, f, dy, {1, 1, 1, 1}, "VALID", "grad");
+      },
+      "grad (Conv2DBackpropInput): ", "out_backprop has shape [1,3,3,4], expected [1,3,3,5]");
+  expect_build_fails(
+      [&] {
+        internal::conv2d_backprop_filter(x, f, dy, {1, 1, 1, 1}, "VALID", "grad");
+      },
+      "grad (Conv2DBackpropFilter): ", "out_backprop has shape [1,3,3,4], expected [1,3,3,5]");
+  expect_build_fails(
+      [&] {
+        internal::max_pool_grad(x, dy, dy, {1, 2, 2, 1}, {1, 1, 1, 1}, "VALID", "grad");
+      },
+      "grad (MaxPoolGrad): ", "orig_output has shape [1,3,3,4], expected [1,3,3,3]");
   auto y = ops::max_pool(x, {1, 2, 2, 1}, {1, 1, 1, 1}, "VALID");
-  expect_build_fails([&] { internal::max_pool_grad(x, y, dy, {1, 2, 2, 1}, {1, 1, 1, 1}, "VALID", "grad"); },
-                     "grad (MaxPoolGrad): ", "grad has shape [1,3,3,4], expected [1,3,3,3]");
-  expect_build_fails([&] { internal::avg_pool_grad(x, dy, {1, 2, 2, 1}, {1, 1, 1, 1}, "VALID", "grad"); },
-                     "grad (AvgPoolGrad): ", "grad has shape [1,3,3,4], expected [1,3,3,3]");
+  expect_build_fails(
+      [&] {
+        internal::max_pool_grad(x, y, dy, {1, 2, 2, 1}, {1, 1, 1, 1}, "VALID", "grad");
+      },
+      "grad (MaxPoolGrad): ", "grad has shape [1,3,3,4], expected [1,3,3,3]");
+  expect_build_fails(
+      [&] {
+        internal::avg_pool_grad(x, dy, {1, 2, 2, 1}, {1, 1, 1, 1}, "VALID", "grad");
+      },
+      "grad (AvgPoolGrad): ", "grad has shape [1,3,3,4], expected [1,3,3,3]");
 }
 
 // Each op keeps its arguments as attributes, for gradient functions to read.
@@ -802,8 +846,8 @@ TEST(ConvOpsClusterTest, EveryOpRunsOnAServer) {
   const Tensor fv = iota(DType::Float32, {2, 2, 3, 3});
   auto x = ops::placeholder(g, DType::Float32, xv.shape());
   auto f = ops::placeholder(g, DType::Float32, fv.shape());
-  auto y = ops::conv2d(x, f, {1, 2, 2, 1}, "SAME");                    // testConv2D2x2FilterStride2Same
-  auto mp = ops::max_pool(x, {1, 2, 2, 1}, {1, 2, 2, 1}, "SAME");      // testMaxPoolSamePadding
+  auto y = ops::conv2d(x, f, {1, 2, 2, 1}, "SAME");                // testConv2D2x2FilterStride2Same
+  auto mp = ops::max_pool(x, {1, 2, 2, 1}, {1, 2, 2, 1}, "SAME");  // testMaxPoolSamePadding
   auto ap = ops::avg_pool(x, {1, 2, 2, 1}, {1, 2, 2, 1}, "VALID");
   auto dx = internal::conv2d_backprop_input(x, f, y, {1, 2, 2, 1}, "SAME");
   auto df = internal::conv2d_backprop_filter(x, f, y, {1, 2, 2, 1}, "SAME");

@@ -20,8 +20,8 @@ struct Covering {
 };
 __device__ __forceinline__ Covering covering(int64_t i, int64_t k, int64_t stride, int64_t pad, int64_t out) {
   // Output o covers i when o * stride - pad <= i < o * stride - pad + k.
-  const int64_t hi = i + pad;           // o * stride <= hi
-  const int64_t lo = hi - k + 1;        // o * stride >= lo
+  const int64_t hi = i + pad;     // o * stride <= hi
+  const int64_t lo = hi - k + 1;  // o * stride >= lo
   const int64_t first = lo <= 0 ? 0 : (lo + stride - 1) / stride;
   const int64_t last = min(hi / stride, out - 1);
   return {first, last};

@@ -5,9 +5,10 @@
 // convolutions are Note [Convolution as im2col and GEMM] (kernels/conv_ops.cc): im2col and col2im
 // kernels (conv_kernels.cu) around cuBLAS, chunk after chunk on the one stream, one scratch buffer
 // for every chunk (stream order keeps a chunk from overwriting the one before while it is in use).
-#include <cublas_v2.h>
-
+#include <algorithm>
 #include <cstdint>
+
+#include <cublas_v2.h>
 
 #include "core/conv_ops.h"
 #include "core/op_registry.h"
@@ -22,9 +23,19 @@ namespace {
 constexpr int64_t kPatchBytes = int64_t{64} << 20;
 
 gpu::ConvGeometry conv_geometry(const Window2D& w) {
-  return gpu::ConvGeometry{.batch = w.batch, .in_h = w.in_h, .in_w = w.in_w, .in_c = w.in_c, .k_h = w.k_h,
-                           .k_w = w.k_w, .out_c = w.out_c, .stride_h = w.stride_h, .stride_w = w.stride_w,
-                           .out_h = w.out_h, .out_w = w.out_w, .pad_top = w.pad_top, .pad_left = w.pad_left};
+  return gpu::ConvGeometry{.batch = w.batch,
+                           .in_h = w.in_h,
+                           .in_w = w.in_w,
+                           .in_c = w.in_c,
+                           .k_h = w.k_h,
+                           .k_w = w.k_w,
+                           .out_c = w.out_c,
+                           .stride_h = w.stride_h,
+                           .stride_w = w.stride_w,
+                           .out_h = w.out_h,
+                           .out_w = w.out_w,
+                           .pad_top = w.pad_top,
+                           .pad_left = w.pad_left};
 }
 
 // Row-major c[m, n] = op(a)[m, k] * op(b)[k, n] + beta * c on `handle` (already on the stream), every
@@ -45,8 +56,8 @@ Status gemm(cublasContext* handle, DType dtype, bool tf32, bool ta, bool tb, int
   if (dtype == DType::Float64) {
     const double one = 1.0;
     return cublas_status(cublasDgemm(handle, op_b, op_a, in, im, ik, &one, static_cast<const double*>(b),
-                                     static_cast<int>(ldb), static_cast<const double*>(a), static_cast<int>(lda),
-                                     &beta, static_cast<double*>(c), static_cast<int>(ldc)),
+                                     static_cast<int>(ldb), static_cast<const double*>(a), static_cast<int>(lda), &beta,
+                                     static_cast<double*>(c), static_cast<int>(ldc)),
                          "cublasDgemm");
   }
   const float one = 1.0f;
@@ -57,18 +68,16 @@ Status gemm(cublasContext* handle, DType dtype, bool tf32, bool ta, bool tb, int
                        "cublasSgemm");
 }
 
-enum class ConvKind { kForward, kBackpropInput, kBackpropFilter };
-
 // What one convolution launch needs after run() returns: plain values and device pointers.
 struct ConvLaunch {
   Window2D w;
   DType dtype;
   bool tf32;
-  int64_t chunk;     // output rows per chunk
-  const void* x;     // the input (forward, filter gradient)
-  const void* f;     // the filter (forward, input gradient)
-  const void* dy;    // the output's gradient (gradients)
-  void* patches;     // chunk * K scratch; null for a pointwise window where the input is its own
+  int64_t chunk;   // output rows per chunk
+  const void* x;   // the input (forward, filter gradient)
+  const void* f;   // the filter (forward, input gradient)
+  const void* dy;  // the output's gradient (gradients)
+  void* patches;   // chunk * K scratch; null for a pointwise window where the input is its own
   void* out;
 };
 
@@ -85,7 +94,8 @@ Status run_chunks(cublasContext* handle, cudaStream_t s, const ConvLaunch& l) {
   auto at = [bytes](const void* p, int64_t elements) { return static_cast<const char*>(p) + elements * bytes; };
   auto at_mut = [bytes](void* p, int64_t elements) { return static_cast<char*>(p) + elements * bytes; };
   if (kKind == ConvKind::kBackpropInput && !w.pointwise()) {
-    if (cudaError_t e = cudaMemsetAsync(l.out, 0, static_cast<std::size_t>(w.batch * w.in_h * w.in_w * w.in_c * bytes), s);
+    if (cudaError_t e =
+            cudaMemsetAsync(l.out, 0, static_cast<std::size_t>(w.batch * w.in_h * w.in_w * w.in_c * bytes), s);
         e != cudaSuccess) {
       return cuda_error(e, "Conv2DBackpropInput");
     }
@@ -130,22 +140,11 @@ class ConvGpuOp final : public GpuOpKernel {
 
  protected:
   void run(OpKernelContext& ctx, GpuRun& r) override {
+    auto plan = plan_conv(kKind, attrs_, ctx);
+    if (!plan.ok()) return ctx.fail(plan.status());
+    const Window2D& w = plan.value().window;
     const Tensor& x = ctx.input(0);
-    const Tensor& f = ctx.input(1);
-    auto window = attrs_.conv2d(x.shape(), f.shape());
-    if (!window.ok()) return ctx.fail(window.status());
-    const Window2D& w = window.value();
-    if (kKind != ConvKind::kForward) {
-      if (Status s = expect_shape(ctx.input(2).shape(), w.out_shape(), "out_backprop"); !s.ok()) return ctx.fail(s);
-    }
-    if (Status s = w.check_gemm_dims(); !s.ok()) return ctx.fail(s);
-    if (x.dtype() != DType::Float32 && x.dtype() != DType::Float64) {
-      return ctx.fail(ErrorCode::kInvalidArgument, "unsupported dtype {}", dtype_name(x.dtype()));
-    }
-    const Shape out_shape = kKind == ConvKind::kForward ? w.out_shape()
-                            : kKind == ConvKind::kBackpropInput ? x.shape()
-                                                                : f.shape();
-    Tensor& out = ctx.allocate_output(0, out_shape);
+    Tensor& out = ctx.allocate_output(0, plan.value().out);
     if (out.num_elements() == 0) return;
     void* po = out.raw_mutable_data();
     // No products to sum (no input channels, or no output positions): zeros.
@@ -155,10 +154,15 @@ class ConvGpuOp final : public GpuOpKernel {
       });
       return;
     }
-    ConvLaunch l{.w = w, .dtype = x.dtype(), .tf32 = ctx.allow_tf32(),
-                 .chunk = w.chunk_rows(kPatchBytes, static_cast<int64_t>(dtype_size(x.dtype()))), .x = x.raw_data(),
-                 .f = f.raw_data(), .dy = kKind == ConvKind::kForward ? nullptr : ctx.input(2).raw_data(),
-                 .patches = nullptr, .out = po};
+    ConvLaunch l{.w = w,
+                 .dtype = x.dtype(),
+                 .tf32 = ctx.allow_tf32(),
+                 .chunk = w.chunk_rows(kPatchBytes, static_cast<int64_t>(dtype_size(x.dtype()))),
+                 .x = x.raw_data(),
+                 .f = ctx.input(1).raw_data(),
+                 .dy = kKind == ConvKind::kForward ? nullptr : ctx.input(2).raw_data(),
+                 .patches = nullptr,
+                 .out = po};
     if (!w.pointwise()) {
       Tensor scratch = ctx.allocate_temp(x.dtype(), Shape{l.chunk * w.patch_size()});
       l.patches = scratch.raw_mutable_data();
@@ -174,8 +178,6 @@ class ConvGpuOp final : public GpuOpKernel {
   const WindowAttrs attrs_;
 };
 
-enum class PoolKind { kMax, kAvg, kMaxGrad, kAvgGrad };
-
 // MaxPool and AvgPool (input), MaxPoolGrad (orig_input, orig_output, grad) and AvgPoolGrad
 // (orig_input: read for its shape, grad). Thread-safe: run() keeps no state between runs.
 template <PoolKind kKind>
@@ -185,22 +187,14 @@ class PoolGpuOp final : public GpuOpKernel {
 
  protected:
   void run(OpKernelContext& ctx, GpuRun& r) override {
+    auto plan = plan_pool(kKind, attrs_, ctx);
+    if (!plan.ok()) return ctx.fail(plan.status());
+    const Window2D& w = plan.value().window;
     const Tensor& x = ctx.input(0);
-    auto window = attrs_.pool(x.shape());
-    if (!window.ok()) return ctx.fail(window.status());
-    const Window2D& w = window.value();
-    if constexpr (kKind == PoolKind::kMaxGrad) {
-      if (Status s = expect_shape(ctx.input(1).shape(), w.out_shape(), "orig_output"); !s.ok()) return ctx.fail(s);
-    }
-    constexpr bool kGrad = kKind == PoolKind::kMaxGrad || kKind == PoolKind::kAvgGrad;
-    const Tensor* dy = kGrad ? &ctx.input(kKind == PoolKind::kMaxGrad ? 2 : 1) : nullptr;
-    if (kGrad) {
-      if (Status s = expect_shape(dy->shape(), w.out_shape(), "grad"); !s.ok()) return ctx.fail(s);
-    }
-    if (x.dtype() != DType::Float32 && x.dtype() != DType::Float64) {
-      return ctx.fail(ErrorCode::kInvalidArgument, "unsupported dtype {}", dtype_name(x.dtype()));
-    }
-    Tensor& out = ctx.allocate_output(0, kGrad ? x.shape() : w.out_shape());
+    const Tensor* dy = kKind == PoolKind::kMaxGrad   ? &ctx.input(2)
+                       : kKind == PoolKind::kAvgGrad ? &ctx.input(1)
+                                                     : nullptr;
+    Tensor& out = ctx.allocate_output(0, plan.value().out);
     if (out.num_elements() == 0) return;
     int64_t* argmax = nullptr;
     if (kKind == PoolKind::kMaxGrad) {
@@ -211,11 +205,14 @@ class PoolGpuOp final : public GpuOpKernel {
     r.launch([check = r.launch_check, g = conv_geometry(w), elem = gpu_elem(x.dtype()), px = x.raw_data(),
               pdy = dy ? dy->raw_data() : nullptr, argmax, po = out.raw_mutable_data()](cudaStream_t s) {
       switch (kKind) {
-        case PoolKind::kMax: return check->check(gpu::launch_pool(true, elem, g, px, po, s), "MaxPool");
-        case PoolKind::kAvg: return check->check(gpu::launch_pool(false, elem, g, px, po, s), "AvgPool");
+        case PoolKind::kMax:
+          return check->check(gpu::launch_pool(true, elem, g, px, po, s), "MaxPool");
+        case PoolKind::kAvg:
+          return check->check(gpu::launch_pool(false, elem, g, px, po, s), "AvgPool");
         case PoolKind::kMaxGrad:
           return check->check(gpu::launch_max_pool_grad(elem, g, px, pdy, argmax, po, s), "MaxPoolGrad");
-        case PoolKind::kAvgGrad: return check->check(gpu::launch_avg_pool_grad(elem, g, pdy, po, s), "AvgPoolGrad");
+        case PoolKind::kAvgGrad:
+          return check->check(gpu::launch_avg_pool_grad(elem, g, pdy, po, s), "AvgPoolGrad");
       }
     });
   }
