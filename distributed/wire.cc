@@ -106,6 +106,8 @@ const std::unordered_map<std::string_view, std::vector<AttrSpec>>& op_attrs() {
     const std::vector<AttrSpec> reduction{{"axes", kKind<std::vector<int64_t>>}, {"keep_dims", kKind<bool>}};
     const std::vector<AttrSpec> assign{{"_initializer", kKind<bool>, /*required=*/false}};
     const std::vector<AttrSpec> dequeue_n{{"n", kKind<int64_t>}};
+    const std::vector<AttrSpec> conv{{"strides", kKind<std::vector<int64_t>>}, {"padding", kKind<std::string>}};
+    const std::vector<AttrSpec> pool{{"ksize", kKind<std::vector<int64_t>>}, conv[0], conv[1]};
     auto* t = new std::unordered_map<std::string_view, std::vector<AttrSpec>>{
         // core/array_ops.cc
         {"Const", {{"value", kKind<Tensor>}}},
@@ -152,6 +154,9 @@ const std::unordered_map<std::string_view, std::vector<AttrSpec>>& op_attrs() {
         {"TruncatedNormal", {shape, dtype, seed}},
         {"StopGradient", none}, {"ReluGrad", none}, {"TanhGrad", none}, {"SigmoidGrad", none}, {"SqrtGrad", none},
         {"GatherGrad", {{"axis", kKind<int64_t>}}},
+        // core/conv_ops.cc
+        {"Conv2D", conv}, {"Conv2DBackpropInput", conv}, {"Conv2DBackpropFilter", conv},
+        {"MaxPool", pool}, {"AvgPool", pool}, {"MaxPoolGrad", pool}, {"AvgPoolGrad", pool},
         // core/variable_ops.cc
         {"VariableV2", {dtype, shape}},
         {"Assign", assign}, {"AssignAdd", assign}, {"AssignSub", assign},

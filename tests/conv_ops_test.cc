@@ -1,0 +1,877 @@
+// Convolution and pooling through the public API (a Graph, a Session), on the CPU and on a
+// simulated accelerator: TensorFlow's cases from conv_ops_test.py and pooling_ops_test.py with
+// their documented values, random inputs of many shapes, strides and paddings against the naive
+// references below (plain loops over every output and window element), the gradient ops against
+// the same references, empty tensors, and every error case, at graph-build time where the shapes
+// are known and at run time where they are not (InvalidArgumentError naming the op either way).
+#include "core/conv_ops.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "core/node.h"
+#include "tests/testing/gradient_checker.h"
+#include "tests/testing/sim_device.h"
+#include "tests/testing/tensor_expect.h"
+#include "tests/testing/tensor_values.h"
+#include "tests/testing/test_util.h"
+
+namespace tessera {
+namespace {
+
+using testing::error_of;
+using testing::expect_values;
+using ::testing::HasSubstr;
+using testing::Range;
+using testing::tensor_of;
+using testing::values_of;
+
+const auto* const kSimEnvironment = ::testing::AddGlobalTestEnvironment(new testing::SimEnvironment);
+
+using Dims = std::vector<int64_t>;
+
+// ---- References: TF's window arithmetic and the sums written out, independent of the kernels ----
+
+struct Geometry {
+  int64_t n, h, w, c;  // input NHWC
+  int64_t kh, kw, o;   // window (and, for a convolution, the filter's out channels)
+  int64_t sh, sw;      // strides
+  int64_t oh, ow;      // output size
+  int64_t top, left;   // padding before
+};
+
+// TF's output size and padding before for one dim.
+std::pair<int64_t, int64_t> out_and_pad(int64_t in, int64_t k, int64_t s, const std::string& padding) {
+  if (padding == "VALID") return {(in - k) / s + 1, 0};
+  const int64_t out = (in + s - 1) / s;
+  return {out, std::max<int64_t>((out - 1) * s + k - in, 0) / 2};
+}
+
+Geometry geometry(const Dims& in, int64_t kh, int64_t kw, int64_t o, int64_t sh, int64_t sw,
+                  const std::string& padding) {
+  Geometry g{in[0], in[1], in[2], in[3], kh, kw, o, sh, sw, 0, 0, 0, 0};
+  std::tie(g.oh, g.top) = out_and_pad(g.h, kh, sh, padding);
+  std::tie(g.ow, g.left) = out_and_pad(g.w, kw, sw, padding);
+  return g;
+}
+
+int64_t x_index(const Geometry& g, int64_t n, int64_t h, int64_t w, int64_t c) {
+  return ((n * g.h + h) * g.w + w) * g.c + c;
+}
+int64_t y_index(const Geometry& g, int64_t n, int64_t oh, int64_t ow, int64_t o) {
+  return ((n * g.oh + oh) * g.ow + ow) * g.o + o;
+}
+int64_t f_index(const Geometry& g, int64_t i, int64_t j, int64_t c, int64_t o) {
+  return ((i * g.kw + j) * g.c + c) * g.o + o;
+}
+
+// Calls fn(n, oh, ow, o, h, w, i, j) for every output element and every window position (i, j) of
+// it inside the input (h, w): the seven nested loops every reference below is made of (o runs over
+// the filter's out channels; a pool passes its channel as o, with g.o == g.c).
+template <class F>
+void each_window_element(const Geometry& g, F fn) {
+  for (int64_t n = 0; n < g.n; ++n)
+    for (int64_t oh = 0; oh < g.oh; ++oh)
+      for (int64_t ow = 0; ow < g.ow; ++ow)
+        for (int64_t o = 0; o < g.o; ++o)
+          for (int64_t i = 0; i < g.kh; ++i)
+            for (int64_t j = 0; j < g.kw; ++j) {
+              const int64_t h = oh * g.sh - g.top + i;
+              const int64_t w = ow * g.sw - g.left + j;
+              if (h >= 0 && h < g.h && w >= 0 && w < g.w) fn(n, oh, ow, o, h, w, i, j);
+            }
+}
+
+std::vector<double> ref_conv(const Geometry& g, const std::vector<double>& x, const std::vector<double>& f) {
+  std::vector<double> y(static_cast<std::size_t>(g.n * g.oh * g.ow * g.o), 0.0);
+  each_window_element(g, [&](int64_t n, int64_t oh, int64_t ow, int64_t o, int64_t h, int64_t w, int64_t i, int64_t j) {
+    for (int64_t c = 0; c < g.c; ++c)
+      y[y_index(g, n, oh, ow, o)] += x[x_index(g, n, h, w, c)] * f[f_index(g, i, j, c, o)];
+  });
+  return y;
+}
+
+std::vector<double> ref_conv_backprop_input(const Geometry& g, const std::vector<double>& f,
+                                            const std::vector<double>& dy) {
+  std::vector<double> dx(static_cast<std::size_t>(g.n * g.h * g.w * g.c), 0.0);
+  each_window_element(g, [&](int64_t n, int64_t oh, int64_t ow, int64_t o, int64_t h, int64_t w, int64_t i, int64_t j) {
+    for (int64_t c = 0; c < g.c; ++c)
+      dx[x_index(g, n, h, w, c)] += dy[y_index(g, n, oh, ow, o)] * f[f_index(g, i, j, c, o)];
+  });
+  return dx;
+}
+
+std::vector<double> ref_conv_backprop_filter(const Geometry& g, const std::vector<double>& x,
+                                             const std::vector<double>& dy) {
+  std::vector<double> df(static_cast<std::size_t>(g.kh * g.kw * g.c * g.o), 0.0);
+  each_window_element(g, [&](int64_t n, int64_t oh, int64_t ow, int64_t o, int64_t h, int64_t w, int64_t i, int64_t j) {
+    for (int64_t c = 0; c < g.c; ++c)
+      df[f_index(g, i, j, c, o)] += x[x_index(g, n, h, w, c)] * dy[y_index(g, n, oh, ow, o)];
+  });
+  return df;
+}
+
+// For each pooled element: its window's input indices inside the input, in row-major order.
+std::vector<std::vector<int64_t>> pool_windows(const Geometry& g) {
+  std::vector<std::vector<int64_t>> windows(static_cast<std::size_t>(g.n * g.oh * g.ow * g.c));
+  each_window_element(g, [&](int64_t n, int64_t oh, int64_t ow, int64_t c, int64_t h, int64_t w, int64_t, int64_t) {
+    windows[y_index(g, n, oh, ow, c)].push_back(x_index(g, n, h, w, c));
+  });
+  return windows;
+}
+
+// The first largest element of each window (TF's CPU rule).
+int64_t ref_argmax(const std::vector<int64_t>& window, const std::vector<double>& x) {
+  int64_t best = window.front();
+  for (int64_t i : window) {
+    if (x[i] > x[best]) best = i;
+  }
+  return best;
+}
+
+std::vector<double> ref_pool(const Geometry& g, const std::vector<double>& x, bool max) {
+  std::vector<double> y;
+  for (const auto& window : pool_windows(g)) {
+    double sum = 0;
+    for (int64_t i : window) sum += x[i];
+    y.push_back(max ? x[ref_argmax(window, x)] : sum / static_cast<double>(window.size()));
+  }
+  return y;
+}
+
+std::vector<double> ref_pool_grad(const Geometry& g, const std::vector<double>& x, const std::vector<double>& dy,
+                                  bool max) {
+  std::vector<double> dx(x.size(), 0.0);
+  const auto windows = pool_windows(g);
+  for (std::size_t k = 0; k < windows.size(); ++k) {
+    if (max) {
+      dx[ref_argmax(windows[k], x)] += dy[k];
+    } else {
+      for (int64_t i : windows[k]) dx[i] += dy[k] / static_cast<double>(windows[k].size());
+    }
+  }
+  return dx;
+}
+
+int64_t count(const Dims& dims) {
+  int64_t n = 1;
+  for (int64_t d : dims) n *= d;
+  return n;
+}
+
+// Values 1, 2, 3, ... (TF's _VerifyValues inputs).
+Tensor iota(DType dtype, const Dims& dims) {
+  std::vector<double> v(static_cast<std::size_t>(count(dims)));
+  for (std::size_t i = 0; i < v.size(); ++i) v[i] = static_cast<double>(i + 1);
+  return tensor_of(dtype, Shape(dims), v);
+}
+
+Tensor random(DType dtype, const Dims& dims) {
+  static testing::RandomInputs rng;
+  return rng.tensor(dtype, Shape(dims), Range{-1, 1});
+}
+
+constexpr DType kFloatDTypes[] = {DType::Float32, DType::Float64};
+
+std::vector<int> window(int64_t h, int64_t w) { return {1, static_cast<int>(h), static_cast<int>(w), 1}; }
+std::vector<int64_t> window64(int64_t h, int64_t w) { return {1, h, w, 1}; }
+
+// ---- Running on each device ----
+
+// Runs each graph's ops on the device the test is instantiated for: "CPU", or "SIM" (placeholders
+// stay on the host, so inputs cross to the device and outputs back, as a GPU's would).
+class ConvOpsTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  GraphScope on_device(Graph& g) { return g.device(GetParam() == "CPU" ? "/device:CPU:0" : "/device:SIM:0"); }
+
+  // Fetches `y` twice (on SIM the second step replays the captured partition), checks it ran on
+  // the device under test and gave the same result both times.
+  Tensor run(Output y, const FeedMap& feeds) {
+    Session s(y.op().graph());
+    Tensor first = s.run(y, feeds);
+    Tensor second = s.run(y, feeds);
+    EXPECT_THAT(y.op().assigned_device(), HasSubstr("/device:" + GetParam() + ":0")) << y.name();
+    EXPECT_TRUE(first.equals(second)) << y.name() << ": the second step differs";
+    return first;
+  }
+
+  // Builds op(placeholders of `inputs`) on the device and runs it on `inputs`. The placeholders
+  // have the inputs' shapes unless `unknown_shapes`, which leaves every check to the kernel.
+  template <class F>
+  Tensor apply(const std::vector<Tensor>& inputs, F op, bool unknown_shapes = false) {
+    Graph g;
+    std::vector<Output> xs;
+    FeedMap feeds;
+    for (const Tensor& t : inputs) {
+      xs.push_back(ops::placeholder(g, t.dtype(), unknown_shapes ? Shape::unknown() : t.shape()));
+      feeds[xs.back()] = t;
+    }
+    Output y;
+    {
+      auto scope = on_device(g);
+      y = op(xs);
+    }
+    return run(y, feeds);
+  }
+
+  // As apply with unknown shapes, expecting InvalidArgumentError naming the op and saying `detail`.
+  template <class F>
+  void expect_run_fails(const std::vector<Tensor>& inputs, F op, const std::string& detail) {
+    Graph g;
+    std::vector<Output> xs;
+    FeedMap feeds;
+    for (const Tensor& t : inputs) {
+      xs.push_back(ops::placeholder(g, t.dtype()));
+      feeds[xs.back()] = t;
+    }
+    Output y;
+    {
+      auto scope = on_device(g);
+      y = op(xs);
+    }
+    Session s(g);
+    const std::string message = error_of<InvalidArgumentError>([&] { s.run(y, feeds); });
+    EXPECT_THAT(message, HasSubstr(y.op().name() + " (" + y.op().type() + "): "));
+    EXPECT_THAT(message, HasSubstr(detail));
+  }
+
+  // conv2d of `in` and `filter` dims, values 1, 2, ... (TF's _VerifyValues), against TF's values.
+  void verify_conv(const Dims& in, const Dims& filter, int sh, int sw, const std::string& padding,
+                   const std::vector<double>& expected, const Dims& out) {
+    for (DType dtype : kFloatDTypes) {
+      SCOPED_TRACE(dtype_name(dtype));
+      Tensor y = apply({iota(dtype, in), iota(dtype, filter)}, [&](const std::vector<Output>& x) {
+        return ops::conv2d(x[0], x[1], {1, sh, sw, 1}, padding);
+      });
+      expect_values(y, dtype, Shape(out), expected);
+    }
+  }
+
+  void verify_pool(bool max, const Dims& in, const std::vector<int>& ksize, const std::vector<int>& strides,
+                   const std::string& padding, const std::vector<double>& expected, const Dims& out) {
+    for (DType dtype : kFloatDTypes) {
+      SCOPED_TRACE(dtype_name(dtype));
+      Tensor y = apply({iota(dtype, in)}, [&](const std::vector<Output>& x) {
+        return max ? ops::max_pool(x[0], ksize, strides, padding) : ops::avg_pool(x[0], ksize, strides, padding);
+      });
+      expect_values(y, dtype, Shape(out), expected);
+    }
+  }
+};
+
+// Expects building to throw InvalidArgumentError naming `op` ("name (Type)") and saying `detail`.
+template <class F>
+void expect_build_fails(F build, const std::string& op, const std::string& detail) {
+  const std::string message = error_of<InvalidArgumentError>(build);
+  EXPECT_THAT(message, HasSubstr(op));
+  EXPECT_THAT(message, HasSubstr(detail));
+}
+
+// ---- TensorFlow's conv_ops_test.py ----
+
+TEST_P(ConvOpsTest, Conv2D1x1Filter) {
+  verify_conv({1, 2, 3, 3}, {1, 1, 3, 3}, 1, 1, "VALID",
+              {30, 36, 42, 66, 81, 96, 102, 126, 150, 138, 171, 204, 174, 216, 258, 210, 261, 312}, {1, 2, 3, 3});
+}
+
+TEST_P(ConvOpsTest, Conv2D2x2Filter) {
+  verify_conv({1, 2, 3, 3}, {2, 2, 3, 3}, 1, 1, "VALID", {2271, 2367, 2463, 2901, 3033, 3165}, {1, 1, 2, 3});
+}
+
+TEST_P(ConvOpsTest, Conv2D1x2Filter) {
+  verify_conv({1, 2, 3, 3}, {1, 2, 3, 3}, 1, 1, "VALID", {231, 252, 273, 384, 423, 462, 690, 765, 840, 843, 936, 1029},
+              {1, 2, 2, 3});
+}
+
+TEST_P(ConvOpsTest, Conv2D2x2FilterStride2) {
+  verify_conv({1, 2, 3, 3}, {2, 2, 3, 3}, 2, 2, "VALID", {2271, 2367, 2463}, {1, 1, 1, 3});
+}
+
+TEST_P(ConvOpsTest, Conv2D2x2FilterStride2Same) {
+  verify_conv({1, 2, 3, 3}, {2, 2, 3, 3}, 2, 2, "SAME", {2271, 2367, 2463, 1230, 1305, 1380}, {1, 1, 2, 3});
+}
+
+TEST_P(ConvOpsTest, Conv2DKernelSmallerThanStrideValid) {
+  verify_conv({1, 7, 7, 1}, {2, 2, 1, 1}, 3, 3, "VALID", {65, 95, 275, 305}, {1, 2, 2, 1});
+}
+
+TEST_P(ConvOpsTest, Conv2DKernelSmallerThanStrideSame) {
+  verify_conv({1, 3, 3, 1}, {1, 1, 1, 1}, 2, 2, "SAME", {1, 3, 7, 9}, {1, 2, 2, 1});
+  verify_conv({1, 4, 4, 1}, {1, 1, 1, 1}, 2, 2, "SAME", {1, 3, 9, 11}, {1, 2, 2, 1});
+  verify_conv({1, 4, 4, 1}, {2, 2, 1, 1}, 3, 3, "SAME", {44, 28, 41, 16}, {1, 2, 2, 1});
+}
+
+// ---- TensorFlow's pooling_ops_test.py ----
+
+TEST_P(ConvOpsTest, AvgPoolValidPadding) {
+  verify_pool(false, {1, 3, 3, 3}, {1, 2, 2, 1}, {1, 2, 2, 1}, "VALID", {7, 8, 9}, {1, 1, 1, 3});
+}
+
+TEST_P(ConvOpsTest, AvgPoolSamePadding) {
+  verify_pool(false, {1, 2, 4, 3}, {1, 2, 2, 1}, {1, 2, 2, 1}, "SAME", {8.5, 9.5, 10.5, 14.5, 15.5, 16.5},
+              {1, 1, 2, 3});
+  // testAvgPoolSamePaddingNonSquareWindow, testAvgPoolSamePaddingPacket4: padding is not counted.
+  verify_pool(false, {1, 2, 2, 1}, {1, 1, 2, 1}, {1, 1, 1, 1}, "SAME", {1.5, 2, 3.5, 4}, {1, 2, 2, 1});
+  verify_pool(false, {1, 4, 4, 4}, {1, 3, 3, 1}, {1, 2, 2, 1}, "SAME",
+              {21, 22, 23, 24, 27, 28, 29, 30, 45, 46, 47, 48, 51, 52, 53, 54}, {1, 2, 2, 4});
+}
+
+TEST_P(ConvOpsTest, MaxPoolValidPadding) {
+  verify_pool(true, {1, 3, 3, 3}, {1, 2, 2, 1}, {1, 2, 2, 1}, "VALID", {13, 14, 15}, {1, 1, 1, 3});
+  // testMaxPoolValidPaddingUnevenStride
+  verify_pool(true, {1, 4, 4, 1}, {1, 2, 2, 1}, {1, 1, 2, 1}, "VALID", {6, 8, 10, 12, 14, 16}, {1, 3, 2, 1});
+  verify_pool(true, {1, 4, 4, 1}, {1, 2, 2, 1}, {1, 2, 1, 1}, "VALID", {6, 7, 8, 14, 15, 16}, {1, 2, 3, 1});
+}
+
+TEST_P(ConvOpsTest, MaxPoolSamePadding) {
+  verify_pool(true, {1, 2, 3, 3}, {1, 2, 2, 1}, {1, 2, 2, 1}, "SAME", {13, 14, 15, 16, 17, 18}, {1, 1, 2, 3});
+  // testMaxPoolSamePaddingNonSquareWindow
+  verify_pool(true, {1, 2, 2, 1}, {1, 1, 2, 1}, {1, 1, 1, 1}, "SAME", {2, 2, 4, 4}, {1, 2, 2, 1});
+}
+
+// ---- Random inputs against the references ----
+
+struct ConvCase {
+  Dims in;
+  int64_t kh, kw, o, sh, sw;
+  std::string padding;
+};
+
+// Pointwise, rectangular, strided, kernel smaller than the stride, window larger than the input
+// (SAME), odd padding, several images.
+const ConvCase kConvCases[] = {
+    {{2, 5, 5, 3}, 1, 1, 4, 1, 1, "VALID"}, {{2, 5, 5, 3}, 1, 1, 4, 1, 1, "SAME"},
+    {{1, 6, 7, 2}, 3, 2, 5, 1, 1, "VALID"}, {{1, 6, 7, 2}, 3, 2, 5, 1, 1, "SAME"},
+    {{3, 8, 9, 4}, 3, 3, 2, 2, 3, "SAME"},  {{3, 8, 9, 4}, 3, 3, 2, 2, 3, "VALID"},
+    {{1, 7, 7, 1}, 2, 2, 3, 3, 3, "SAME"},  {{2, 4, 4, 2}, 1, 1, 3, 2, 2, "SAME"},
+    {{1, 2, 3, 2}, 4, 5, 2, 1, 1, "SAME"},  {{2, 5, 6, 3}, 4, 2, 3, 2, 1, "SAME"},
+};
+
+Geometry geometry(const ConvCase& k) { return geometry(k.in, k.kh, k.kw, k.o, k.sh, k.sw, k.padding); }
+
+TEST_P(ConvOpsTest, Conv2DMatchesTheReference) {
+  for (DType dtype : kFloatDTypes) {
+    for (const ConvCase& k : kConvCases) {
+      SCOPED_TRACE(fmt::format("{} {} {}x{} stride {}x{} {}", dtype_name(dtype), Shape(k.in).to_string(), k.kh, k.kw,
+                               k.sh, k.sw, k.padding));
+      const Geometry g = geometry(k);
+      const Tensor x = random(dtype, k.in);
+      const Tensor f = random(dtype, {k.kh, k.kw, g.c, k.o});
+      Tensor y = apply({x, f}, [&](const std::vector<Output>& in) {
+        return ops::conv2d(in[0], in[1], window(k.sh, k.sw), k.padding);
+      });
+      expect_values(y, dtype, Shape{g.n, g.oh, g.ow, g.o}, ref_conv(g, values_of(x), values_of(f)));
+    }
+  }
+}
+
+TEST_P(ConvOpsTest, Conv2DBackpropInputMatchesTheReference) {
+  for (DType dtype : kFloatDTypes) {
+    for (const ConvCase& k : kConvCases) {
+      SCOPED_TRACE(fmt::format("{} {} {}x{} stride {}x{} {}", dtype_name(dtype), Shape(k.in).to_string(), k.kh, k.kw,
+                               k.sh, k.sw, k.padding));
+      const Geometry g = geometry(k);
+      const Tensor x = random(dtype, k.in);
+      const Tensor f = random(dtype, {k.kh, k.kw, g.c, k.o});
+      const Tensor dy = random(dtype, {g.n, g.oh, g.ow, g.o});
+      Tensor dx = apply({x, f, dy}, [&](const std::vector<Output>& in) {
+        return internal::conv2d_backprop_input(in[0], in[1], in[2], window64(k.sh, k.sw), k.padding);
+      });
+      expect_values(dx, dtype, Shape(k.in), ref_conv_backprop_input(g, values_of(f), values_of(dy)));
+    }
+  }
+}
+
+TEST_P(ConvOpsTest, Conv2DBackpropFilterMatchesTheReference) {
+  for (DType dtype : kFloatDTypes) {
+    for (const ConvCase& k : kConvCases) {
+      SCOPED_TRACE(fmt::format("{} {} {}x{} stride {}x{} {}", dtype_name(dtype), Shape(k.in).to_string(), k.kh, k.kw,
+                               k.sh, k.sw, k.padding));
+      const Geometry g = geometry(k);
+      const Tensor x = random(dtype, k.in);
+      const Tensor f = random(dtype, {k.kh, k.kw, g.c, k.o});
+      const Tensor dy = random(dtype, {g.n, g.oh, g.ow, g.o});
+      Tensor df = apply({x, f, dy}, [&](const std::vector<Output>& in) {
+        return internal::conv2d_backprop_filter(in[0], in[1], in[2], window64(k.sh, k.sw), k.padding);
+      });
+      expect_values(df, dtype, f.shape(), ref_conv_backprop_filter(g, values_of(x), values_of(dy)));
+    }
+  }
+}
+
+// Patches larger than one chunk (4 MiB): the output is made in several BLAS calls, and the filter's
+// gradient accumulated over them.
+TEST_P(ConvOpsTest, LargeConvolutionsSpanSeveralChunks) {
+  const ConvCase k{{2, 40, 40, 64}, 3, 3, 8, 1, 1, "SAME"};  // 3200 rows of 576 floats: 7 MiB
+  const Geometry g = geometry(k);
+  const Tensor x = random(DType::Float32, k.in);
+  const Tensor f = random(DType::Float32, {3, 3, 64, 8});
+  const Tensor dy = random(DType::Float32, {g.n, g.oh, g.ow, g.o});
+  const auto strides = window(1, 1);
+  expect_values(
+      apply({x, f}, [&](const std::vector<Output>& in) { return ops::conv2d(in[0], in[1], strides, "SAME"); }),
+      DType::Float32, Shape{2, 40, 40, 8}, ref_conv(g, values_of(x), values_of(f)));
+  expect_values(apply({x, f, dy},
+                      [&](const std::vector<Output>& in) {
+                        return internal::conv2d_backprop_input(in[0], in[1], in[2], window64(1, 1), "SAME");
+                      }),
+                DType::Float32, x.shape(), ref_conv_backprop_input(g, values_of(f), values_of(dy)));
+  expect_values(apply({x, f, dy},
+                      [&](const std::vector<Output>& in) {
+                        return internal::conv2d_backprop_filter(in[0], in[1], in[2], window64(1, 1), "SAME");
+                      }),
+                DType::Float32, f.shape(), ref_conv_backprop_filter(g, values_of(x), values_of(dy)));
+}
+
+struct PoolCase {
+  Dims in;
+  int64_t kh, kw, sh, sw;
+  std::string padding;
+};
+
+const PoolCase kPoolCases[] = {
+    {{2, 5, 5, 3}, 2, 2, 2, 2, "VALID"}, {{2, 5, 5, 3}, 2, 2, 2, 2, "SAME"}, {{1, 6, 7, 2}, 3, 3, 1, 1, "SAME"},
+    {{1, 6, 7, 2}, 3, 2, 2, 1, "VALID"}, {{3, 7, 7, 1}, 2, 2, 3, 3, "SAME"}, {{1, 2, 3, 4}, 4, 5, 1, 2, "SAME"},
+    {{2, 4, 4, 2}, 1, 1, 1, 1, "VALID"},
+};
+
+Geometry geometry(const PoolCase& k) { return geometry(k.in, k.kh, k.kw, k.in[3], k.sh, k.sw, k.padding); }
+
+TEST_P(ConvOpsTest, PoolsMatchTheReference) {
+  for (DType dtype : kFloatDTypes) {
+    for (const PoolCase& k : kPoolCases) {
+      for (bool max : {true, false}) {
+        SCOPED_TRACE(fmt::format("{} {} {} {}x{} stride {}x{} {}", max ? "max" : "avg", dtype_name(dtype),
+                                 Shape(k.in).to_string(), k.kh, k.kw, k.sh, k.sw, k.padding));
+        const Geometry g = geometry(k);
+        const Tensor x = random(dtype, k.in);
+        const Tensor dy = random(dtype, {g.n, g.oh, g.ow, g.c});
+        const auto ksize = window(k.kh, k.kw);
+        const auto strides = window(k.sh, k.sw);
+        Tensor y = apply({x}, [&](const std::vector<Output>& in) {
+          return max ? ops::max_pool(in[0], ksize, strides, k.padding)
+                     : ops::avg_pool(in[0], ksize, strides, k.padding);
+        });
+        const std::vector<double> want = ref_pool(g, values_of(x), max);
+        expect_values(y, dtype, Shape{g.n, g.oh, g.ow, g.c}, want);
+        Tensor dx = apply({x, tensor_of(dtype, y.shape(), want), dy}, [&](const std::vector<Output>& in) {
+          const auto ks = window64(k.kh, k.kw);
+          const auto ss = window64(k.sh, k.sw);
+          return max ? internal::max_pool_grad(in[0], in[1], in[2], ks, ss, k.padding)
+                     : internal::avg_pool_grad(in[0], in[2], ks, ss, k.padding);
+        });
+        expect_values(dx, dtype, x.shape(), ref_pool_grad(g, values_of(x), values_of(dy), max));
+      }
+    }
+  }
+}
+
+// Equal values: each window's gradient goes to its first element (row-major), summed where
+// windows overlap.
+TEST_P(ConvOpsTest, MaxPoolGradGoesToTheFirstMaximum) {
+  const Tensor x = tensor_of(DType::Float32, Shape{1, 3, 3, 1}, std::vector<double>(9, 5.0));
+  const Tensor y = tensor_of(DType::Float32, Shape{1, 2, 2, 1}, std::vector<double>(4, 5.0));
+  const Tensor dy = tensor_of(DType::Float32, Shape{1, 2, 2, 1}, {1, 10, 100, 1000});
+  Tensor dx = apply({x, y, dy}, [](const std::vector<Output>& in) {
+    return internal::max_pool_grad(in[0], in[1], in[2], window64(2, 2), window64(1, 1), "VALID");
+  });
+  // Windows start at (0,0), (0,1), (1,0), (1,1): each one's own first element.
+  expect_values(dx, DType::Float32, x.shape(), {1, 10, 0, 100, 1000, 0, 0, 0, 0});
+}
+
+// The shapes unknown when the graph is built: the kernels find the same arithmetic.
+TEST_P(ConvOpsTest, ShapesKnownOnlyAtRunTime) {
+  const Tensor x = random(DType::Float64, {2, 6, 5, 3});
+  const Tensor f = random(DType::Float64, {3, 2, 3, 4});
+  const Geometry g = geometry({2, 6, 5, 3}, 3, 2, 4, 2, 2, "SAME");
+  Tensor y = apply(
+      {x, f}, [](const std::vector<Output>& in) { return ops::conv2d(in[0], in[1], window(2, 2), "SAME"); }, true);
+  expect_values(y, DType::Float64, Shape{2, 3, 3, 4}, ref_conv(g, values_of(x), values_of(f)));
+  Tensor p = apply(
+      {x}, [](const std::vector<Output>& in) { return ops::max_pool(in[0], window(3, 2), window(2, 2), "SAME"); },
+      true);
+  expect_values(p, DType::Float64, Shape{2, 3, 3, 3},
+                ref_pool(geometry({2, 6, 5, 3}, 3, 2, 3, 2, 2, "SAME"), values_of(x), true));
+}
+
+TEST_P(ConvOpsTest, EmptyTensors) {
+  for (const Dims& in : {Dims{0, 4, 4, 3}, Dims{2, 0, 4, 3}}) {
+    SCOPED_TRACE(Shape(in).to_string());
+    const Tensor x(DType::Float32, Shape(in));
+    const Tensor f = random(DType::Float32, {2, 2, 3, 5});
+    Tensor y =
+        apply({x, f}, [](const std::vector<Output>& i) { return ops::conv2d(i[0], i[1], window(1, 1), "SAME"); });
+    EXPECT_EQ(y.shape(), Shape({in[0], in[1], 4, 5}));
+    Tensor p = apply(
+        {x}, [](const std::vector<Output>& i) { return ops::avg_pool(i[0], window(2, 2), window(1, 1), "SAME"); });
+    EXPECT_EQ(p.shape(), Shape(in));
+  }
+  // No input channels: every sum is empty.
+  const Tensor x(DType::Float32, Shape{1, 3, 3, 0});
+  const Tensor f(DType::Float32, Shape{2, 2, 0, 2});
+  Tensor y = apply({x, f}, [](const std::vector<Output>& i) { return ops::conv2d(i[0], i[1], window(1, 1), "VALID"); });
+  expect_values(y, DType::Float32, Shape{1, 2, 2, 2}, std::vector<double>(8, 0.0));
+  // No output channels: the input's gradient is zeros.
+  const Tensor x2 = random(DType::Float32, {1, 3, 3, 2});
+  const Tensor f2(DType::Float32, Shape{2, 2, 2, 0});
+  const Tensor dy2(DType::Float32, Shape{1, 2, 2, 0});
+  Tensor dx = apply({x2, f2, dy2}, [](const std::vector<Output>& i) {
+    return internal::conv2d_backprop_input(i[0], i[1], i[2], window64(1, 1), "VALID");
+  });
+  expect_values(dx, DType::Float32, x2.shape(), std::vector<double>(18, 0.0));
+}
+
+// ---- Gradients, checked numerically (TF's gradient_checker: float64 central differences) ----
+
+constexpr double kGradientTolerance = 1e-6;
+
+// Values 0.05 apart in a shuffled order: no two elements of a window are within the checker's
+// step of each other, so each window's maximum stays where it is while the checker moves one.
+Tensor distinct(const Dims& dims, uint64_t seed) {
+  std::vector<double> v(static_cast<std::size_t>(count(dims)));
+  for (std::size_t i = 0; i < v.size(); ++i) v[i] = 0.05 * (static_cast<double>(i) - static_cast<double>(v.size()) / 2);
+  std::shuffle(v.begin(), v.end(), std::mt19937_64(seed));
+  return tensor_of(DType::Float64, Shape(dims), v);
+}
+
+class ConvGradientTest : public ConvOpsTest {
+ protected:
+  // The largest Jacobian error of build(placeholders fed `values`) with respect to the inputs
+  // `checked` (the others are only fed), the ops and their gradients on the device under test.
+  template <class F>
+  double gradient_error(const std::vector<Tensor>& values, const std::vector<std::size_t>& checked, F build) {
+    Graph g;
+    auto scope = on_device(g);
+    std::vector<Output> in;
+    std::vector<std::pair<Output, Tensor>> xs;
+    FeedMap others;
+    for (std::size_t i = 0; i < values.size(); ++i) {
+      in.push_back(ops::placeholder(g, DType::Float64, values[i].shape()));
+      if (std::find(checked.begin(), checked.end(), i) != checked.end()) {
+        xs.emplace_back(in.back(), values[i]);
+      } else {
+        others[in.back()] = values[i];
+      }
+    }
+    return testing::max_gradient_error(g, xs, build(in), 1e-3, others);
+  }
+};
+
+// Small cases: pointwise, VALID, SAME with strides, rectangular windows, kernel smaller than the stride.
+const ConvCase kGradientCases[] = {
+    {{2, 3, 3, 2}, 1, 1, 2, 1, 1, "VALID"},
+    {{1, 4, 4, 2}, 2, 2, 3, 1, 1, "VALID"},
+    {{1, 5, 4, 2}, 3, 3, 2, 2, 2, "SAME"},
+    {{1, 4, 5, 2}, 2, 3, 2, 3, 2, "SAME"},
+};
+
+TEST_P(ConvGradientTest, Conv2DBothInputs) {
+  for (const ConvCase& k : kGradientCases) {
+    SCOPED_TRACE(fmt::format("{} {}x{} stride {}x{} {}", Shape(k.in).to_string(), k.kh, k.kw, k.sh, k.sw, k.padding));
+    const Tensor x = random(DType::Float64, k.in);
+    const Tensor f = random(DType::Float64, {k.kh, k.kw, k.in[3], k.o});
+    EXPECT_LT(gradient_error({x, f}, {0, 1},
+                             [&](const std::vector<Output>& in) {
+                               return ops::conv2d(in[0], in[1], window(k.sh, k.sw), k.padding);
+                             }),
+              kGradientTolerance);
+  }
+}
+
+TEST_P(ConvGradientTest, Pools) {
+  const PoolCase cases[] = {{{1, 4, 4, 2}, 2, 2, 2, 2, "VALID"},
+                            {{1, 5, 4, 2}, 3, 3, 2, 2, "SAME"},  // overlapping windows, padding
+                            {{2, 3, 4, 1}, 2, 3, 1, 1, "SAME"}};
+  for (const PoolCase& k : cases) {
+    for (bool max : {true, false}) {
+      SCOPED_TRACE(fmt::format("{} {} {}x{} stride {}x{} {}", max ? "max" : "avg", Shape(k.in).to_string(), k.kh, k.kw,
+                               k.sh, k.sw, k.padding));
+      EXPECT_LT(gradient_error({distinct(k.in, 7)}, {0},
+                               [&](const std::vector<Output>& in) {
+                                 const auto ksize = window(k.kh, k.kw);
+                                 const auto strides = window(k.sh, k.sw);
+                                 return max ? ops::max_pool(in[0], ksize, strides, k.padding)
+                                            : ops::avg_pool(in[0], ksize, strides, k.padding);
+                               }),
+                kGradientTolerance);
+    }
+  }
+}
+
+// The gradient ops' own gradients (of their inputs other than the one read for its shape).
+TEST_P(ConvGradientTest, SecondOrder) {
+  for (const ConvCase& k : kGradientCases) {
+    SCOPED_TRACE(fmt::format("{} {}x{} stride {}x{} {}", Shape(k.in).to_string(), k.kh, k.kw, k.sh, k.sw, k.padding));
+    const Geometry g = geometry(k);
+    const Tensor x = random(DType::Float64, k.in);
+    const Tensor f = random(DType::Float64, {k.kh, k.kw, g.c, k.o});
+    const Tensor dy = random(DType::Float64, {g.n, g.oh, g.ow, g.o});
+    const auto strides = window64(k.sh, k.sw);
+    EXPECT_LT(gradient_error({x, f, dy}, {1, 2},
+                             [&](const std::vector<Output>& in) {
+                               return internal::conv2d_backprop_input(in[0], in[1], in[2], strides, k.padding);
+                             }),
+              kGradientTolerance);
+    EXPECT_LT(gradient_error({x, f, dy}, {0, 2},
+                             [&](const std::vector<Output>& in) {
+                               return internal::conv2d_backprop_filter(in[0], in[1], in[2], strides, k.padding);
+                             }),
+              kGradientTolerance);
+  }
+  const Tensor x = random(DType::Float64, {1, 5, 4, 2});
+  const Tensor dy = random(DType::Float64, {1, 3, 2, 2});
+  EXPECT_LT(gradient_error({x, dy}, {1},
+                           [](const std::vector<Output>& in) {
+                             return internal::avg_pool_grad(in[0], in[1], window64(3, 3), window64(2, 2), "SAME");
+                           }),
+            kGradientTolerance);
+}
+
+// TF's MaxPoolGradGrad is not here: asking for it names the op.
+TEST(ConvOpsBuildTest, MaxPoolGradHasNoGradient) {
+  Graph g;
+  auto x = ops::placeholder(g, DType::Float64, Shape{1, 4, 4, 1});
+  auto y = ops::max_pool(x, {1, 2, 2, 1}, {1, 2, 2, 1}, "VALID");
+  auto dx = gradients({y}, {x})[0];
+  const std::string message = error_of<InvalidArgumentError>([&] { gradients({dx}, {x}); });
+  EXPECT_THAT(message, HasSubstr("(MaxPoolGrad)"));
+  EXPECT_THAT(message, HasSubstr("no gradient"));
+}
+
+// ---- Errors at run time (shapes unknown when built) ----
+
+TEST_P(ConvOpsTest, RunTimeErrorsNameTheOp) {
+  const Tensor x = random(DType::Float32, {1, 4, 4, 3});
+  const Tensor f = random(DType::Float32, {2, 2, 2, 1});
+  expect_run_fails(
+      {x, f}, [](const std::vector<Output>& i) { return ops::conv2d(i[0], i[1], window(1, 1), "SAME"); },
+      "the filter's in channels (2) must equal the input's (3)");
+  expect_run_fails(
+      {random(DType::Float32, {4, 4, 3}), f},
+      [](const std::vector<Output>& i) { return ops::conv2d(i[0], i[1], window(1, 1), "SAME"); },
+      "the input (NHWC) must be 4-D, got shape [4,4,3]");
+  expect_run_fails(
+      {x, random(DType::Float32, {5, 2, 3, 1})},
+      [](const std::vector<Output>& i) { return ops::conv2d(i[0], i[1], window(1, 1), "VALID"); },
+      "the window's height 5 is larger than the input's 4 (VALID padding)");
+  expect_run_fails(
+      {x}, [](const std::vector<Output>& i) { return ops::max_pool(i[0], window(2, 5), window(1, 1), "VALID"); },
+      "the window's width 5 is larger than the input's 4 (VALID padding)");
+  const Tensor f3 = random(DType::Float32, {2, 2, 3, 1});
+  expect_run_fails(
+      {x, f3, random(DType::Float32, {1, 3, 3, 2})},
+      [](const std::vector<Output>& i) {
+        return internal::conv2d_backprop_filter(i[0], i[1], i[2], window64(1, 1), "VALID");
+      },
+      "out_backprop has shape [1,3,3,2], expected [1,3,3,1]");
+  expect_run_fails(
+      {x, random(DType::Float32, {1, 2, 2, 3})},
+      [](const std::vector<Output>& i) {
+        return internal::avg_pool_grad(i[0], i[1], window64(2, 2), window64(1, 1), "VALID");
+      },
+      "grad has shape [1,2,2,3], expected [1,3,3,3]");
+}
+
+// ---- Errors when the graph is built (TF's testShapeFunctionEdgeCases, testOpEdgeCases) ----
+
+TEST(ConvOpsBuildTest, ShapeInference) {
+  Graph g;
+  auto unknown = ops::placeholder(g, DType::Float32);
+  // All shapes unknown: four unknown dims.
+  EXPECT_EQ(ops::conv2d(unknown, unknown, {1, 1, 1, 1}, "SAME").shape().to_string(), "[?,?,?,?]");
+  EXPECT_EQ(ops::max_pool(unknown, {1, 1, 1, 1}, {1, 1, 1, 1}, "SAME").shape().to_string(), "[?,?,?,?]");
+  // What is known carries through.
+  auto x = ops::placeholder(g, DType::Float32, Shape{-1, 20, -1, 3});
+  auto f = ops::placeholder(g, DType::Float32, Shape{3, 3, 3, 8});
+  EXPECT_EQ(ops::conv2d(x, f, {1, 2, 2, 1}, "SAME").shape().to_string(), "[?,10,?,8]");
+  EXPECT_EQ(ops::conv2d(x, f, {1, 2, 2, 1}, "VALID").shape().to_string(), "[?,9,?,8]");
+  EXPECT_EQ(ops::conv2d(x, unknown, {1, 2, 2, 1}, "SAME").shape().to_string(), "[?,10,?,?]");
+  EXPECT_EQ(ops::avg_pool(x, {1, 3, 3, 1}, {1, 3, 1, 1}, "VALID").shape().to_string(), "[?,6,?,3]");
+  // SAME allows a window larger than the input.
+  auto small = ops::placeholder(g, DType::Float64, Shape{1, 2, 2, 1});
+  EXPECT_EQ(ops::max_pool(small, {1, 3, 3, 1}, {1, 1, 1, 1}, "SAME").shape(), Shape({1, 2, 2, 1}));
+  EXPECT_EQ(ops::max_pool(small, {1, 3, 3, 1}, {1, 1, 1, 1}, "SAME").dtype(), DType::Float64);
+  // The gradient ops have their reference input's shape.
+  auto y = ops::conv2d(x, f, {1, 1, 1, 1}, "SAME");
+  EXPECT_EQ(internal::conv2d_backprop_input(x, f, y, {1, 1, 1, 1}, "SAME").shape().to_string(), "[?,20,?,3]");
+  EXPECT_EQ(internal::conv2d_backprop_filter(x, f, y, {1, 1, 1, 1}, "SAME").shape(), Shape({3, 3, 3, 8}));
+}
+
+TEST(ConvOpsBuildTest, Conv2DErrors) {
+  Graph g;
+  auto x = ops::placeholder(g, DType::Float32, Shape{32, 20, 20, 3});
+  auto unknown = ops::placeholder(g, DType::Float32);
+  const auto conv = [&](Output in, Shape filter, std::vector<int> strides, std::string padding) {
+    auto f = ops::placeholder(g, DType::Float32, std::move(filter));
+    return [=] { ops::conv2d(in, f, strides, padding, "conv"); };
+  };
+  // Incorrect input and filter shapes.
+  expect_build_fails(conv(ops::placeholder(g, DType::Float32, Shape{1, 3}), Shape::unknown(), {1, 1, 1, 1}, "SAME"),
+                     "conv (Conv2D): ", "the input (NHWC) must be 4-D, got shape [1,3]");
+  expect_build_fails(conv(unknown, Shape{1, 3}, {1, 1, 1, 1}, "SAME"), "conv (Conv2D): ",
+                     "the filter (height, width, in channels, out channels) must be 4-D, got shape [1,3]");
+  // Depth mismatch.
+  expect_build_fails(conv(x, Shape{4, 4, 2, 2}, {1, 1, 1, 1}, "SAME"), "conv (Conv2D): ",
+                     "the filter's in channels (2) must equal the input's (3): filter shape [4,4,2,2], input shape "
+                     "[32,20,20,3]");
+  // Illegal strides.
+  expect_build_fails(conv(x, Shape{1, 1, 3, 1}, {2, 1, 1, 1}, "SAME"),
+                     "conv (Conv2D): ", "strides in the batch and depth dimensions must be 1, got [2,1,1,1]");
+  expect_build_fails(conv(x, Shape{1, 1, 3, 1}, {1, 1, 1, 2}, "SAME"),
+                     "conv (Conv2D): ", "strides in the batch and depth dimensions must be 1, got [1,1,1,2]");
+  expect_build_fails(conv(x, Shape{1, 1, 3, 1}, {1, 1}, "SAME"),
+                     "conv (Conv2D): ", "strides must have 4 elements [1, height, width, 1], got [1,1]");
+  expect_build_fails(conv(x, Shape{1, 1, 3, 1}, {1, 0, 1, 1}, "SAME"),
+                     "conv (Conv2D): ", "strides must be positive, got [1,0,1,1]");
+  // Filter larger than input.
+  expect_build_fails(conv(x, Shape{20, 21, 3, 2}, {1, 1, 1, 1}, "VALID"),
+                     "conv (Conv2D): ", "the window's width 21 is larger than the input's 20 (VALID padding)");
+  expect_build_fails(conv(x, Shape{21, 20, 3, 2}, {1, 1, 1, 1}, "VALID"),
+                     "conv (Conv2D): ", "the window's height 21 is larger than the input's 20 (VALID padding)");
+  expect_build_fails(conv(x, Shape{0, 2, 3, 2}, {1, 1, 1, 1}, "SAME"),
+                     "conv (Conv2D): ", "the filter's height and width must be positive, got shape [0,2,3,2]");
+  // Unknown padding, even with unknown shapes.
+  expect_build_fails(conv(unknown, Shape::unknown(), {1, 1, 1, 1}, "FULL"),
+                     "conv (Conv2D): ", "padding must be \"SAME\" or \"VALID\", got \"FULL\"");
+  // Dtypes.
+  auto xi = ops::placeholder(g, DType::Int32, Shape{1, 2, 2, 1});
+  expect_build_fails(
+      [&] {
+        ops::conv2d(xi, xi, {1, 1, 1, 1}, "SAME", "conv");
+      },
+      "conv (Conv2D): ", "input 0 must be float32 or float64, got int32");
+  auto xd = ops::placeholder(g, DType::Float64, Shape{1, 2, 2, 3});
+  expect_build_fails(
+      [&] {
+        ops::conv2d(xd, ops::placeholder(g, DType::Float32), {1, 1, 1, 1}, "SAME", "conv");
+      },
+      "conv (Conv2D): ", "inputs must have one dtype: input 0 is float64, input 1 is float32");
+}
+
+TEST(ConvOpsBuildTest, PoolErrors) {
+  Graph g;
+  auto x = ops::placeholder(g, DType::Float32, Shape{32, 20, 20, 3});
+  for (bool max : {true, false}) {
+    const std::string type = max ? "pool (MaxPool): " : "pool (AvgPool): ";
+    const auto pool = [&](Output in, std::vector<int> ksize, std::vector<int> strides, std::string padding) {
+      return [=] {
+        max ? ops::max_pool(in, ksize, strides, padding, "pool") : ops::avg_pool(in, ksize, strides, padding, "pool");
+      };
+    };
+    expect_build_fails(pool(ops::placeholder(g, DType::Float32, Shape{1, 3}), {1, 1, 1, 1}, {1, 1, 1, 1}, "SAME"), type,
+                       "the input (NHWC) must be 4-D, got shape [1,3]");
+    expect_build_fails(pool(x, {1, 1, 1, 1}, {2, 1, 1, 1}, "SAME"), type,
+                       "strides in the batch and depth dimensions must be 1, got [2,1,1,1]");
+    expect_build_fails(pool(x, {2, 1, 1, 1}, {1, 1, 1, 1}, "SAME"), type,
+                       "ksize in the batch and depth dimensions must be 1, got [2,1,1,1]");
+    expect_build_fails(pool(x, {1, 1, 1, 3}, {1, 1, 1, 1}, "SAME"), type,
+                       "ksize in the batch and depth dimensions must be 1, got [1,1,1,3]");
+    expect_build_fails(pool(x, {1, 2, 2}, {1, 1, 1, 1}, "SAME"), type,
+                       "ksize must have 4 elements [1, height, width, 1], got [1,2,2]");
+    expect_build_fails(pool(x, {1, 0, 2, 1}, {1, 1, 1, 1}, "SAME"), type, "ksize must be positive, got [1,0,2,1]");
+    expect_build_fails(pool(x, {1, 20, 21, 1}, {1, 1, 1, 1}, "VALID"), type,
+                       "the window's width 21 is larger than the input's 20 (VALID padding)");
+    expect_build_fails(pool(x, {1, 21, 20, 1}, {1, 1, 1, 1}, "VALID"), type,
+                       "the window's height 21 is larger than the input's 20 (VALID padding)");
+    expect_build_fails(pool(x, {1, 2, 2, 1}, {1, 1, 1, 1}, "same"), type,
+                       "padding must be \"SAME\" or \"VALID\", got \"same\"");
+    auto xi = ops::placeholder(g, DType::Int64, Shape{1, 2, 2, 1});
+    expect_build_fails(pool(xi, {1, 1, 1, 1}, {1, 1, 1, 1}, "SAME"), type,
+                       "input 0 must be float32 or float64, got int64");
+  }
+}
+
+TEST(ConvOpsBuildTest, GradientOpErrors) {
+  Graph g;
+  auto x = ops::placeholder(g, DType::Float32, Shape{1, 4, 4, 3});
+  auto f = ops::placeholder(g, DType::Float32, Shape{2, 2, 3, 5});
+  auto dy = ops::placeholder(g, DType::Float32, Shape{1, 3, 3, 4});
+  expect_build_fails(
+      [&] {
+        internal::conv2d_backprop_input(x, f, dy, {1, 1, 1, 1}, "VALID", "grad");
+      },
+      "grad (Conv2DBackpropInput): ", "out_backprop has shape [1,3,3,4], expected [1,3,3,5]");
+  expect_build_fails(
+      [&] {
+        internal::conv2d_backprop_filter(x, f, dy, {1, 1, 1, 1}, "VALID", "grad");
+      },
+      "grad (Conv2DBackpropFilter): ", "out_backprop has shape [1,3,3,4], expected [1,3,3,5]");
+  expect_build_fails(
+      [&] {
+        internal::max_pool_grad(x, dy, dy, {1, 2, 2, 1}, {1, 1, 1, 1}, "VALID", "grad");
+      },
+      "grad (MaxPoolGrad): ", "orig_output has shape [1,3,3,4], expected [1,3,3,3]");
+  auto y = ops::max_pool(x, {1, 2, 2, 1}, {1, 1, 1, 1}, "VALID");
+  expect_build_fails(
+      [&] {
+        internal::max_pool_grad(x, y, dy, {1, 2, 2, 1}, {1, 1, 1, 1}, "VALID", "grad");
+      },
+      "grad (MaxPoolGrad): ", "grad has shape [1,3,3,4], expected [1,3,3,3]");
+  expect_build_fails(
+      [&] {
+        internal::avg_pool_grad(x, dy, {1, 2, 2, 1}, {1, 1, 1, 1}, "VALID", "grad");
+      },
+      "grad (AvgPoolGrad): ", "grad has shape [1,3,3,4], expected [1,3,3,3]");
+}
+
+// Each op keeps its arguments as attributes, for gradient functions to read.
+TEST(ConvOpsBuildTest, OpsKeepTheirArgumentsAsAttributes) {
+  Graph g;
+  auto x = ops::placeholder(g, DType::Float32, Shape{1, 4, 4, 3});
+  auto f = ops::placeholder(g, DType::Float32, Shape{2, 2, 3, 5});
+  auto c = ops::conv2d(x, f, {1, 2, 1, 1}, "SAME");
+  EXPECT_EQ(c.op().type(), "Conv2D");
+  EXPECT_EQ(c.node()->attr<Dims>("strides"), (Dims{1, 2, 1, 1}));
+  EXPECT_EQ(c.node()->attr<std::string>("padding"), "SAME");
+  auto p = ops::avg_pool(x, {1, 3, 2, 1}, {1, 1, 2, 1}, "VALID");
+  EXPECT_EQ(p.op().type(), "AvgPool");
+  EXPECT_EQ(p.node()->attr<Dims>("ksize"), (Dims{1, 3, 2, 1}));
+  EXPECT_EQ(p.node()->attr<Dims>("strides"), (Dims{1, 1, 2, 1}));
+  EXPECT_EQ(p.node()->attr<std::string>("padding"), "VALID");
+  EXPECT_EQ(ops::max_pool(x, {1, 1, 1, 1}, {1, 1, 1, 1}, "SAME").op().type(), "MaxPool");
+}
+
+// Through a server: every op and its attrs cross the wire to the task that runs them.
+TEST(ConvOpsClusterTest, EveryOpRunsOnAServer) {
+  train::Server server = train::Server::create_local_server();
+  Graph g;
+  const Tensor xv = iota(DType::Float32, {1, 2, 3, 3});
+  const Tensor fv = iota(DType::Float32, {2, 2, 3, 3});
+  auto x = ops::placeholder(g, DType::Float32, xv.shape());
+  auto f = ops::placeholder(g, DType::Float32, fv.shape());
+  auto y = ops::conv2d(x, f, {1, 2, 2, 1}, "SAME");                // testConv2D2x2FilterStride2Same
+  auto mp = ops::max_pool(x, {1, 2, 2, 1}, {1, 2, 2, 1}, "SAME");  // testMaxPoolSamePadding
+  auto ap = ops::avg_pool(x, {1, 2, 2, 1}, {1, 2, 2, 1}, "VALID");
+  auto dx = internal::conv2d_backprop_input(x, f, y, {1, 2, 2, 1}, "SAME");
+  auto df = internal::conv2d_backprop_filter(x, f, y, {1, 2, 2, 1}, "SAME");
+  auto dmp = internal::max_pool_grad(x, mp, mp, {1, 2, 2, 1}, {1, 2, 2, 1}, "SAME");
+  auto dap = internal::avg_pool_grad(x, ap, {1, 2, 2, 1}, {1, 2, 2, 1}, "VALID");
+  Session s(g, server.target());
+  auto out = s.run({y, mp, ap, dx, df, dmp, dap}, {{x, xv}, {f, fv}});
+  expect_values(out[0], DType::Float32, Shape{1, 1, 2, 3}, {2271, 2367, 2463, 1230, 1305, 1380});
+  expect_values(out[1], DType::Float32, Shape{1, 1, 2, 3}, {13, 14, 15, 16, 17, 18});
+  const Geometry conv = geometry({1, 2, 3, 3}, 2, 2, 3, 2, 2, "SAME");
+  const Geometry avg = geometry({1, 2, 3, 3}, 2, 2, 3, 2, 2, "VALID");
+  const Geometry max = geometry({1, 2, 3, 3}, 2, 2, 3, 2, 2, "SAME");
+  expect_values(out[2], DType::Float32, Shape{1, 1, 1, 3}, ref_pool(avg, values_of(xv), false));
+  expect_values(out[3], DType::Float32, xv.shape(), ref_conv_backprop_input(conv, values_of(fv), values_of(out[0])));
+  expect_values(out[4], DType::Float32, fv.shape(), ref_conv_backprop_filter(conv, values_of(xv), values_of(out[0])));
+  expect_values(out[5], DType::Float32, xv.shape(), ref_pool_grad(max, values_of(xv), values_of(out[1]), true));
+  expect_values(out[6], DType::Float32, xv.shape(), ref_pool_grad(avg, values_of(xv), values_of(out[2]), false));
+}
+
+INSTANTIATE_TEST_SUITE_P(Devices, ConvOpsTest, ::testing::Values("CPU", "SIM"),
+                         [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
+INSTANTIATE_TEST_SUITE_P(Devices, ConvGradientTest, ::testing::Values("CPU", "SIM"),
+                         [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
+
+}  // namespace
+}  // namespace tessera
