@@ -27,7 +27,11 @@
 
 #include <fmt/format.h>
 
+#include <memory>
+#include <mutex>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "core/node.h"
 #include "core/op_registry.h"
@@ -229,12 +233,12 @@ Status ApplyVariables::lock(OpKernelContext& ctx, const std::string& memory, Loc
     l.vars.push_back(slot.value());
   }
   for (VariableResource* v : l.vars) l.locks.emplace_back(v->mu, std::defer_lock);
+  static_assert(training::kMaxApplySlots == 2, "the switch below locks at most 3 variables");
   switch (l.locks.size()) {
     case 1: l.locks[0].lock(); break;
     case 2: std::lock(l.locks[0], l.locks[1]); break;
     default: std::lock(l.locks[0], l.locks[1], l.locks[2]); break;
   }
-  static_assert(training::kMaxApplySlots == 2, "the switch above locks at most 3 variables");
   TESSERA_RETURN_IF_ERROR(check_locked(ctx, memory, l));
   *out = std::move(l);
   return Status();

@@ -5,6 +5,9 @@
 // the 16-bit floats in float32 with one rounding per stored value.
 #include <cstdint>
 #include <mutex>
+#include <type_traits>
+#include <utility>
+#include <vector>
 
 #include "core/half.h"
 #include "core/op_kernel.h"
