@@ -33,6 +33,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/gradients.h"
 #include "core/node.h"
 #include "core/op_registry.h"
 #include "tessera/ops.h"
@@ -139,6 +140,14 @@ TESSERA_REGISTER_OP(OpDef{"ApplyAdagrad", apply_shape, /*stateful=*/true});
 TESSERA_REGISTER_OP(OpDef{"ApplyRMSProp", apply_shape, /*stateful=*/true});
 // A host kernel (as TensorFlow's): its variable is placed on the host with it.
 TESSERA_REGISTER_OP(OpDef{"CountUpTo", count_up_to_shape, /*stateful=*/true, /*host_only=*/true});
+
+// State updates, as Assign: no gradient flows through them (TensorFlow registers none either).
+TESSERA_NOT_DIFFERENTIABLE("ApplyGradientDescent");
+TESSERA_NOT_DIFFERENTIABLE("ApplyMomentum");
+TESSERA_NOT_DIFFERENTIABLE("ApplyAdam");
+TESSERA_NOT_DIFFERENTIABLE("ApplyAdagrad");
+TESSERA_NOT_DIFFERENTIABLE("ApplyRMSProp");
+TESSERA_NOT_DIFFERENTIABLE("CountUpTo");
 
 // Adds the Apply* op `type` updating `var` and `slots` (in the op's slot order) from `inputs`.
 Output add_apply(const char* type, const Variable& var, const std::vector<Variable>& slots, std::vector<Output> inputs,

@@ -432,6 +432,21 @@ TEST_P(TrainingOpsTest, SlotsArePlacedWithTheVariable) {
   }
 }
 
+// Updates are not differentiable: no gradient flows back through one (TensorFlow's behaviour).
+TEST_P(TrainingOpsTest, NoGradientFlowsThroughAnUpdate) {
+  Graph g;
+  auto scope = on_device(g);
+  Variable w(g, Tensor::vector<float>({1, 2}), "w");
+  Variable step(g, Tensor::scalar<int64_t>(0), "step");
+  auto x = ops::constant(g, Tensor::vector<float>({1, 1}), "x");
+  auto apply = apply_gradient_descent(w, scalar(g, 1.0f), ops::mul(x, x));
+  auto counted = ops::cast(ops::count_up_to(step, 10), DType::Float32);
+  auto loss = ops::reduce_sum(ops::add(ops::mul(apply, apply), counted));
+  const std::vector<Output> grads = gradients({loss}, {x});
+  ASSERT_EQ(grads.size(), 1u);
+  EXPECT_TRUE(grads[0].is_null());
+}
+
 INSTANTIATE_TEST_SUITE_P(Devices, TrainingOpsTest, ::testing::Values("CPU", "SIM"),
                          [](const auto& info) { return info.param; });
 
