@@ -98,6 +98,12 @@ class GraphImpl {
   // The same, for a caller that holds mutex().
   int num_nodes_locked() const { return static_cast<int>(nodes_.size()); }
   Node* node_locked(int id) const { return nodes_.at(static_cast<std::size_t>(id)).get(); }
+  // find() for a caller that holds mutex(): a shape function (add_node holds it) that checks the
+  // nodes an op names in its attrs (the optimizer ops' slot variables, core/training_ops.cc).
+  Node* find_locked(const std::string& name) const {
+    auto it = by_name_.find(name);
+    return it == by_name_.end() ? nullptr : it->second;
+  }
   // Bumped by every change that can invalidate a cached execution plan: new control inputs on an
   // existing node (adding nodes cannot change what an existing plan runs).
   uint64_t version() const { return version_.load(std::memory_order_acquire); }

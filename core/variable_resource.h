@@ -5,8 +5,10 @@
 #include <mutex>
 #include <string>
 
+#include "core/device.h"
 #include "core/node.h"
 #include "core/resource_mgr.h"
+#include "core/tensor_buffer.h"
 #include "tessera/tensor.h"
 
 namespace tessera::internal {
@@ -49,6 +51,12 @@ class VariableResource : public ResourceBase {
   DType dtype_;
   Shape shape_;
 };
+
+// The memory a CPU variable kernel running on `device` reads and writes (VariableResource::
+// check_memory): the host's, or a simulated accelerator's (which runs the CPU kernels).
+inline std::string cpu_kernel_memory(const Device* device) {
+  return device == nullptr || device->type() == "CPU" ? std::string(kHostDeviceName) : device->name();
+}
 
 // A variable kernel's way to its variable: looks `var` (the VariableV2 node) up in the session's
 // resources on the first call, creating it uninitialized, and returns the same one afterwards.

@@ -108,6 +108,12 @@ const std::unordered_map<std::string_view, std::vector<AttrSpec>>& op_attrs() {
     const std::vector<AttrSpec> dequeue_n{{"n", kKind<int64_t>}};
     const std::vector<AttrSpec> conv{{"strides", kKind<std::vector<int64_t>>}, {"padding", kKind<std::string>}};
     const std::vector<AttrSpec> pool{{"ksize", kKind<std::vector<int64_t>>}, conv[0], conv[1]};
+    // core/training_ops.cc: every Apply* op records use_locking, plus the names of its slots.
+    const std::vector<AttrSpec> apply{{"use_locking", kKind<bool>}};
+    auto with = [](std::vector<AttrSpec> base, std::initializer_list<AttrSpec> more) {
+      base.insert(base.end(), more);
+      return base;
+    };
     auto* t = new std::unordered_map<std::string_view, std::vector<AttrSpec>>{
         // core/array_ops.cc
         {"Const", {{"value", kKind<Tensor>}}},
@@ -160,6 +166,13 @@ const std::unordered_map<std::string_view, std::vector<AttrSpec>>& op_attrs() {
         // core/variable_ops.cc
         {"VariableV2", {dtype, shape}},
         {"Assign", assign}, {"AssignAdd", assign}, {"AssignSub", assign},
+        // core/training_ops.cc
+        {"ApplyGradientDescent", apply},
+        {"ApplyMomentum", with(apply, {{"accum", kKind<std::string>}, {"use_nesterov", kKind<bool>}})},
+        {"ApplyAdam", with(apply, {{"m", kKind<std::string>}, {"v", kKind<std::string>}})},
+        {"ApplyAdagrad", with(apply, {{"accum", kKind<std::string>}})},
+        {"ApplyRMSProp", with(apply, {{"ms", kKind<std::string>}, {"mom", kKind<std::string>}})},
+        {"CountUpTo", {{"limit", kKind<int64_t>}}},
         // core/queue_ops.cc
         {"FIFOQueue",
          {{"capacity", kKind<int64_t>},

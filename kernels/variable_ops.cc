@@ -27,10 +27,7 @@ class VariableKernel : public OpKernel {
 
  protected:
   // The memory this kernel reads and writes: the host's, or a simulated accelerator's.
-  static std::string memory_of(OpKernelContext& ctx) {
-    const Device* d = ctx.device();
-    return d == nullptr || d->type() == "CPU" ? std::string(kHostDeviceName) : d->name();
-  }
+  static std::string memory_of(OpKernelContext& ctx) { return cpu_kernel_memory(ctx.device()); }
   StatusOr<VariableResource*> variable(OpKernelContext& ctx, const Node& var) {
     return variable_.get(ctx.resources(), var);
   }

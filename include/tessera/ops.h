@@ -17,6 +17,7 @@
 
 #include "tessera/graph.h"
 #include "tessera/tensor.h"
+#include "tessera/variable.h"
 
 namespace tessera::ops {
 
@@ -157,6 +158,12 @@ Output random_normal(Graph& g, Shape shape, DType dtype = DType::Float32, uint64
                      float mean = 0.0f, float stddev = 1.0f, std::string name = "");
 // A random permutation of the rows (first dimension) of x, new on every run.
 Output random_shuffle(Output x, uint64_t seed = 0, std::string name = "");
+
+// Increments `ref`, an int32 or int64 scalar variable, and returns its value before the
+// increment; once that value has reached `limit`, raises OutOfRangeError naming the op and the
+// limit ("Reached limit of N") and leaves the variable as it is. Atomic: N threads running it hand
+// out each value once. Runs on the host, with its variable.
+Output count_up_to(const Variable& ref, int64_t limit, std::string name = "");
 
 Operation no_op(Graph& g, std::string name = "");
 // A no_op that runs after every op of `ops`.
