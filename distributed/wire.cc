@@ -159,6 +159,10 @@ const std::unordered_map<std::string_view, std::vector<AttrSpec>>& op_attrs() {
         {"QueueClose", {{"cancel_pending_enqueues", kKind<bool>}}},
         {"QueueSize", none}, {"QueueIsClosed", none},
         {"LimitEpochs", {{"num_epochs", kKind<int64_t>}}},
+        {"RandomShuffleQueueV2",
+         {{"capacity", kKind<int64_t>}, {"min_after_dequeue", kKind<int64_t>}, seed,
+          {"component_types", kKind<std::vector<DType>>}, {"shapes", kKind<std::vector<Shape>>},
+          {"shared_name", kKind<std::string>}}},
         // core/sendrecv_ops.cc: the exchange between the partitions of a cluster step
         {"_Send",
          {{"tensor_name", kKind<std::string>}, {"send_device", kKind<std::string>},
