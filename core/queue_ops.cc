@@ -11,6 +11,7 @@
 // Dtypes are checked when the graph is built, shapes too when the queue has them.
 #include <fmt/format.h>
 
+#include "core/gradients.h"
 #include "core/node.h"
 #include "core/op_registry.h"
 #include "core/queue_ops.h"
@@ -153,6 +154,20 @@ TESSERA_REGISTER_OP(OpDef{"QueueIsClosed", size_shape, true, true});
 // Passes its input through num_epochs times, then fails with OutOfRangeError (a per-session
 // counter): bounds an input pipeline (train::input_producer).
 TESSERA_REGISTER_OP(OpDef{"LimitEpochs", limit_epochs_shape, /*stateful=*/true});
+
+// No gradient crosses a queue, as in TensorFlow (data_flow_grad.py): an enqueued value reaches
+// its consumers through the queue's state, not an edge. LimitEpochs only bounds an input.
+TESSERA_NOT_DIFFERENTIABLE("FIFOQueue");
+TESSERA_NOT_DIFFERENTIABLE("RandomShuffleQueueV2");
+TESSERA_NOT_DIFFERENTIABLE("QueueEnqueue");
+TESSERA_NOT_DIFFERENTIABLE("QueueEnqueueMany");
+TESSERA_NOT_DIFFERENTIABLE("QueueDequeue");
+TESSERA_NOT_DIFFERENTIABLE("QueueDequeueMany");
+TESSERA_NOT_DIFFERENTIABLE("QueueDequeueUpTo");
+TESSERA_NOT_DIFFERENTIABLE("QueueClose");
+TESSERA_NOT_DIFFERENTIABLE("QueueSize");
+TESSERA_NOT_DIFFERENTIABLE("QueueIsClosed");
+TESSERA_NOT_DIFFERENTIABLE("LimitEpochs");
 
 }  // namespace
 }  // namespace internal

@@ -487,6 +487,40 @@ TEST_P(InputPipelineTest, RangeInputProducerArgumentErrors) {
                    "range_input_producer: num_epochs must be >= 0, got -1");
 }
 
+// ---- Gradients ----
+
+// A loss over a batch is differentiated with respect to the model, never through the queue:
+// d/dw sum(batch * w) is the batch summed over its rows, and the enqueued tensor gets no gradient
+// (TF's None), as the queue ops are not differentiable.
+TEST_P(InputPipelineTest, GradientsOfALossOverABatch) {
+  Graph g;
+  Output rows = [&] {
+    auto scope = on_device(g);
+    return ops::identity(ops::constant(g, Tensor::matrix<float>({1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}, 6, 2)));
+  }();
+  Output b = batch({rows}, 3, 1, 32, /*enqueue_many=*/true)[0];
+  auto w = ops::placeholder(g, DType::Float32, Shape{2}, "w");
+  Output loss = [&] {
+    auto scope = on_device(g);
+    return ops::reduce_sum(ops::mul(b, w));
+  }();
+  std::vector<Output> grads = gradients({loss}, {w, rows});
+  ASSERT_EQ(grads.size(), 2u);
+  ASSERT_FALSE(grads[0].is_null());
+  EXPECT_EQ(grads[0].shape(), Shape{2});
+  EXPECT_TRUE(grads[1].is_null());
+  Session s(g);
+  ScopedQueueRunners threads(s);
+  for (int step = 0; step < 4; ++step) {
+    auto out = s.run({b, grads[0]}, {{w, Tensor::vector<float>({0.5f, -2.f})}}, {}, bounded());
+    const std::vector<float> batch_values = out[0].to_vector<float>();
+    std::vector<float> column_sums(2, 0.f);
+    for (std::size_t i = 0; i < batch_values.size(); ++i) column_sums[i % 2] += batch_values[i];
+    EXPECT_EQ(out[1].to_vector<float>(), column_sums) << "step " << step;
+    EXPECT_EQ(batch_values.front(), step % 2 == 0 ? 1.f : 7.f);  // the rows, 3 at a time, in order
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Devices, InputPipelineTest, ::testing::Values("CPU", "SIM"),
                          [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
 
