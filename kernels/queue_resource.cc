@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "core/shape_util.h"
+#include "core/tensor_buffer.h"
 
 namespace tessera::internal {
 
@@ -148,8 +149,8 @@ QueueResource::Tuple QueueResource::Chunk::row(int64_t i) const {
   out.reserve(tensors.size());
   for (const Tensor& batch : tensors) {
     Tensor r(batch.dtype(), batch.shape().sub_shape(1));
-    const std::size_t bytes = r.bytes();
-    if (bytes) std::memcpy(r.raw_mutable_data(), static_cast<const char*>(batch.raw_data()) + (begin + i) * bytes, bytes);
+    const int64_t n = r.num_elements();
+    copy_elements(r, 0, batch, (begin + i) * n, n);
     out.push_back(std::move(r));
   }
   return out;
@@ -161,13 +162,11 @@ QueueResource::Tuple QueueResource::stack_chunks(const std::vector<Chunk>& chunk
   for (std::size_t c = 0; c < chunks[0].tensors.size(); ++c) {
     const Tensor& first = chunks[0].tensors[c];
     Tensor batch(first.dtype(), prepend_dim(rows, chunks[0].row_shape(c)));
-    const std::size_t row_bytes = rows == 0 ? 0 : batch.bytes() / static_cast<std::size_t>(rows);
-    auto* dst = static_cast<char*>(batch.raw_mutable_data());
+    const int64_t row_elements = rows == 0 ? 0 : batch.num_elements() / rows;
+    int64_t dst = 0;
     for (const Chunk& chunk : chunks) {
-      const std::size_t n = static_cast<std::size_t>(chunk.size()) * row_bytes;
-      const auto* src = static_cast<const char*>(chunk.tensors[c].raw_data());
-      if (chunk.rows) src += static_cast<std::size_t>(chunk.begin) * row_bytes;
-      if (n) std::memcpy(dst, src, n);
+      const int64_t n = chunk.size() * row_elements;
+      copy_elements(batch, dst, chunk.tensors[c], chunk.rows ? chunk.begin * row_elements : 0, n);
       dst += n;
     }
     out.push_back(std::move(batch));
