@@ -164,6 +164,11 @@ const std::unordered_map<std::string_view, std::vector<AttrSpec>>& op_attrs() {
          {{"capacity", kKind<int64_t>}, {"min_after_dequeue", kKind<int64_t>}, seed,
           {"component_types", kKind<std::vector<DType>>}, {"shapes", kKind<std::vector<Shape>>},
           {"shared_name", kKind<std::string>}}},
+        // core/reader_ops.cc
+        {"TextLineReaderV2", {{"skip_header_lines", kKind<int64_t>}}},
+        {"ReaderReadV2", {{"reader", kKind<std::string>}, {"skip_header_lines", kKind<int64_t>}}},
+        // core/parsing_ops.cc
+        {"DecodeCSV", {{"field_delim", kKind<std::string>}, {"use_quote_delim", kKind<bool>}}},
         // core/sendrecv_ops.cc: the exchange between the partitions of a cluster step
         {"_Send",
          {{"tensor_name", kKind<std::string>}, {"send_device", kKind<std::string>},

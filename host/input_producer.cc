@@ -1,5 +1,6 @@
-// train::input_producer and range_input_producer: a queue of the rows of a tensor (for the range,
-// 0 .. limit-1), num_epochs times, filled by a registered QueueRunner. The graph it builds (under name scope "input_producer"):
+// train::input_producer, range_input_producer and string_input_producer: a queue of the rows of a
+// tensor (for the range, 0 .. limit-1; for the strings, the file names), num_epochs times, filled
+// by a registered QueueRunner. The graph it builds (under name scope "input_producer"):
 //
 //   input -> LimitEpochs(num_epochs) -> RandomShuffle(seed) -> QueueEnqueueMany -> fifo_queue
 //
@@ -82,6 +83,16 @@ FIFOQueue range_input_producer(Graph& g, int64_t limit, int num_epochs, bool shu
   GraphScope scope = g.name_scope("input_producer");
   Output value = ops::constant(g, Tensor::vector<int32_t>(std::move(range)), "range");
   return build_input_producer("range_input_producer", g, value, num_epochs, shuffle, capacity, seed);
+}
+
+FIFOQueue string_input_producer(Graph& g, std::vector<std::string> string_tensor, int num_epochs, bool shuffle,
+                                uint64_t seed, int capacity) {
+  // At least one name, as TensorFlow requires: an empty list would have the runner enqueue nothing
+  // forever.
+  if (string_tensor.empty()) throw InvalidArgumentError("string_input_producer: string_tensor must not be empty");
+  GraphScope scope = g.name_scope("input_producer");
+  Output value = ops::constant(g, Tensor::vector(std::move(string_tensor)), "input");
+  return build_input_producer("string_input_producer", g, value, num_epochs, shuffle, capacity, seed);
 }
 
 }  // namespace tessera::train

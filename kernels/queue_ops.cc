@@ -33,6 +33,8 @@ std::string dtypes_string(const std::vector<DType>& dtypes) {
   return out + "]";
 }
 
+}  // namespace
+
 // The queue `queue_node` describes, created in this session's resources on first use. A queue
 // shared by name must agree with every node that names it (type, capacity, min_after_dequeue,
 // dtypes and shapes, as TensorFlow checks; not the seed).
@@ -82,6 +84,8 @@ StatusOr<std::shared_ptr<QueueResource>> get_queue(OpKernelContext& ctx, const N
   }
   return found;
 }
+
+namespace {
 
 // Base of the ops that act on a queue: `resource` is the queue node. The queue (and the check
 // that a shared one agrees) is looked up once per kernel.

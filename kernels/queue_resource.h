@@ -33,6 +33,14 @@
 
 namespace tessera::internal {
 
+class OpKernelContext;
+struct Node;
+class QueueResource;
+
+// The queue `queue_node` (a "FIFOQueue" or "RandomShuffleQueueV2" node) describes, created in this
+// session's resources on first use (kernels/queue_ops.cc). Also the reader ops' filename queue.
+StatusOr<std::shared_ptr<QueueResource>> get_queue(OpKernelContext& ctx, const Node& queue_node);
+
 class QueueResource : public ResourceBase, public std::enable_shared_from_this<QueueResource> {
  public:
   using Tuple = std::vector<Tensor>;  // one tensor per component

@@ -17,6 +17,8 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "tessera/graph.h"
@@ -50,5 +52,50 @@ std::vector<Output> slice_input_producer(std::vector<Output> tensors, int num_ep
 // (train::input_producer over them).
 FIFOQueue range_input_producer(Graph& g, int64_t limit, int num_epochs = 0, bool shuffle = true,
                                uint64_t seed = 0, int capacity = 32);
+
+// ---- Reading files (TensorFlow 1's string_input_producer, TextLineReader and decode_csv) ----
+//
+//   auto files = train::string_input_producer(g, {"a.csv", "b.csv.gz"}, /*num_epochs=*/1);
+//   train::TextLineReader reader(g, /*skip_header_lines=*/1);
+//   auto [key, line] = reader.read(files);                 // "a.csv:2", "1,2.5,x"
+//   auto cols = train::decode_csv(line, {Tensor::scalar<int32_t>(0), Tensor::scalar(0.0f),
+//                                        Tensor::scalar("")});
+//   auto batch = train::shuffle_batch(cols, 32, 256, 64);
+
+// A queue of the file names (string scalars), num_epochs times (0: forever), each epoch in a new
+// random order when `shuffle` (train::input_producer over them). At least one name.
+FIFOQueue string_input_producer(Graph& g, std::vector<std::string> string_tensor, int num_epochs = 0,
+                                bool shuffle = true, uint64_t seed = 0, int capacity = 32);
+
+// Reads the lines of files whose names it takes from a queue (TF's TextLineReader). Each run of
+// read()'s outputs yields the next line (without its "\n" or "\r\n") and its key "file:line"
+// (line 1-based, skipped header lines counted); at the end of a file the reader dequeues the next
+// name, and once the queue is closed and empty a read raises OutOfRangeError. The first
+// `skip_header_lines` lines of every file are skipped. Every file is read through zlib: a gzip
+// file decompressed, any other as it is. A missing file is NotFoundError naming it.
+// The reader's state (open file, position) lives in the session, found by the reader's name; any
+// number of threads may read at once and each line goes to exactly one of them. A read waiting
+// for a file name holds no thread of the session's pool.
+class TextLineReader {
+ public:
+  explicit TextLineReader(Graph& g, int skip_header_lines = 0, std::string name = "");
+  // (key, value): string scalars.
+  std::pair<Output, Output> read(FIFOQueue& filename_queue) const;
+  Operation op() const { return op_; }  // the reader node
+
+ private:
+  Operation op_;
+};
+
+// Parses CSV records (a string tensor of any shape) into one tensor per column, each of
+// records' shape and of its default's dtype (float32, float64, int32, int64 or string). A
+// default is a scalar or a 1-element vector, the value of an empty field; an empty tensor marks a
+// column as required (an empty field is then an error). Fields are separated by `field_delim`
+// (one character); with `use_quote_delim` a field in double quotes may hold the delimiter, and
+// "" inside it is one quote (RFC 4180, as TensorFlow). A record with the wrong number of fields,
+// a number that does not parse or a missing required field is InvalidArgumentError naming the
+// op and the record. Op "DecodeCSV".
+std::vector<Output> decode_csv(Output records, std::vector<Tensor> record_defaults, std::string field_delim = ",",
+                               std::string name = "", bool use_quote_delim = true);
 
 }  // namespace tessera::train
