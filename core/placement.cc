@@ -38,9 +38,9 @@ PlacementPolicy policy_of(tessera::PlacementPolicy policy) {
 //    SIM:1, /job:a against /job:b) are an InvalidArgumentError naming both ops and both specs,
 //    with or without soft placement. A group's candidates are the devices its merged spec matches
 //    that have a kernel for every op of the group, only host devices when an op of the group is
-//    host_only (queues) or has a string input or output (strings live in host memory only), only the fixed device when a member was placed before (`fixed`). A
-//    resource or colocate_with target outside `nodes` and `fixed` is not placed and constrains
-//    nothing.
+//    host_only (queues) or has a string input or output (strings live in host memory), only the
+//    fixed device when a member was placed before (`fixed`). A resource or colocate_with target
+//    outside `nodes` and `fixed` is not placed and constrains nothing.
 // 2. Soft placement. A group without candidates loses its request in two steps, as TensorFlow's
 //    does: first the device type and id (keeping job, replica and task), then everything;
 //    kernels, host-only ops and fixed devices still constrain it. Each op whose request its final

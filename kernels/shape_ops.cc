@@ -2,13 +2,13 @@
 // Transpose, ConcatV2, Split, Slice, Tile, Pad (copies), Fill, ZerosLike, OnesLike, Shape and Size.
 //
 // Every dtype: the copies move elements by their size alone (1, 2, 4 or 8 bytes), strings by
-// assignment. Each kernel
-// checks its input's shape with the arithmetic the op's shape function used at graph-build time
-// (core/shape_ops.h, same messages), and walks the StridedCopy it makes: nested loops whose
-// innermost run is one memcpy when both sides are contiguous there, and whose two loops of a
-// transpose go in 32 x 32 blocks, so that neither side leaves the cache between uses. An op that
-// would copy its input unchanged (a slice of all of it, multiples all 1, no padding, one piece)
-// shares its buffer instead, as TensorFlow's kernels do.
+// assignment. Each kernel checks its input's shape with the arithmetic the op's shape function
+// used at graph-build time (core/shape_ops.h, same messages), and walks the StridedCopy it makes
+// (strings: element by element): nested loops whose innermost run is one memcpy when both sides
+// are contiguous there, and whose two loops of a transpose go in 32 x 32 blocks, so that neither
+// side leaves the cache between uses. An op that would copy its input unchanged (a slice of all
+// of it, multiples all 1, no padding, one piece) shares its buffer instead, as TensorFlow's
+// kernels do.
 #include "core/shape_ops.h"
 
 #include <algorithm>
