@@ -312,7 +312,8 @@ void release_strings(TensorBuffer* b) {
 
 TensorBuffer* allocate_strings(std::size_t count) {
   const std::size_t bytes = count * sizeof(std::string);
-  void* mem = ::operator new(kHeader + bytes, std::align_val_t{Tensor::kAlignment});
+  void* mem = ::operator new(kHeader + bytes, std::align_val_t{Tensor::kAlignment}, std::nothrow);
+  if (mem == nullptr) throw ResourceExhaustedError(fmt::format("failed to allocate {} strings", count));
   auto* b = new (mem) TensorBuffer();
   b->data = static_cast<char*>(mem) + kHeader;
   b->bytes = bytes;
