@@ -81,6 +81,10 @@ StatusOr<Tensor> Allocator::allocate_tensor(DType dtype, const Shape& shape, con
     return errors::invalid_argument("cannot allocate a tensor of partial shape {} on {}",
                                     shape.to_string(), device_name);
   }
+  if (dtype == DType::String) {  // its elements are constructed objects: Tensor(dtype, shape) on the host
+    return errors::invalid_argument("cannot allocate a string tensor on {}: strings live in host memory only",
+                                    device_name);
+  }
   const std::size_t bytes = static_cast<std::size_t>(shape.num_elements()) * dtype_size(dtype);
   auto mem = allocate(bytes, Tensor::kAlignment, stream);
   if (!mem.ok()) return mem.status().with_prefix(fmt::format("{}: ", device_name));

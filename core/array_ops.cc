@@ -49,6 +49,10 @@ Output constant(Graph& g, double v, std::string name) { return constant(g, Tenso
 Output constant(Graph& g, int32_t v, std::string name) { return constant(g, Tensor::scalar(v), std::move(name)); }
 Output constant(Graph& g, int64_t v, std::string name) { return constant(g, Tensor::scalar(v), std::move(name)); }
 Output constant(Graph& g, bool v, std::string name) { return constant(g, Tensor::scalar(v), std::move(name)); }
+Output constant(Graph& g, const char* v, std::string name) { return constant(g, Tensor::scalar(v), std::move(name)); }
+Output constant(Graph& g, std::string v, std::string name) {
+  return constant(g, Tensor::scalar(std::move(v)), std::move(name));
+}
 
 Output placeholder(Graph& g, DType dtype, Shape shape, std::string name) {
   NodeSpec spec{"Placeholder", std::move(name)};

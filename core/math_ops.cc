@@ -19,9 +19,11 @@ Status expect_inputs(const ShapeContext& c, int n) {
   return Status();
 }
 
-// Arithmetic is defined on numbers only: a bool tensor has to be cast first, as in TensorFlow.
+// Arithmetic is defined on numbers only: a bool tensor has to be cast first, as in TensorFlow; a
+// string tensor cannot be.
 Status expect_number(const ShapeContext& c, DType dtype) {
   if (dtype == DType::Bool) return c.invalid("bool tensors are not supported (cast them first)");
+  if (dtype == DType::String) return c.invalid("string tensors are not supported (arithmetic needs numbers)");
   return Status();
 }
 
@@ -112,6 +114,11 @@ Status reduction_shape(ShapeContext& c) {
 
 Status cast_shape(ShapeContext& c) {
   TESSERA_RETURN_IF_ERROR(expect_inputs(c, 1));
+  // As TensorFlow's Cast: strings are parsed (decode_csv) rather than cast.
+  if (c.input_dtype(0) == DType::String || c.attr<DType>("dtype") == DType::String) {
+    return c.invalid("cannot cast {} to {}: string tensors are not cast", dtype_name(c.input_dtype(0)),
+                     dtype_name(c.attr<DType>("dtype")));
+  }
   c.add_output(c.attr<DType>("dtype"), c.input_shape(0));
   return Status();
 }

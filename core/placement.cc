@@ -38,9 +38,9 @@ PlacementPolicy policy_of(tessera::PlacementPolicy policy) {
 //    SIM:1, /job:a against /job:b) are an InvalidArgumentError naming both ops and both specs,
 //    with or without soft placement. A group's candidates are the devices its merged spec matches
 //    that have a kernel for every op of the group, only host devices when an op of the group is
-//    host_only (queues), only the fixed device when a member was placed before (`fixed`). A
-//    resource or colocate_with target outside `nodes` and `fixed` is not placed and constrains
-//    nothing.
+//    host_only (queues) or has a string input or output (strings live in host memory), only the
+//    fixed device when a member was placed before (`fixed`). A resource or colocate_with target
+//    outside `nodes` and `fixed` is not placed and constrains nothing.
 // 2. Soft placement. A group without candidates loses its request in two steps, as TensorFlow's
 //    does: first the device type and id (keeping job, replica and task), then everything;
 //    kernels, host-only ops and fixed devices still constrain it. Each op whose request its final
@@ -84,6 +84,23 @@ void sort_unique_by_id(std::vector<const Node*>& nodes) {
 using namespace placement_detail;
 
 namespace {
+
+// String tensors live in host memory only (DType::String): an op that reads or makes one runs on
+// a host device, whatever it requested (a soft-placement decision, or an error without it).
+bool has_string_tensor(const Node& n) {
+  for (DType d : n.output_dtypes) {
+    if (d == DType::String) return true;
+  }
+  for (const Endpoint& e : n.inputs) {
+    if (e.node != nullptr && e.index < static_cast<int>(e.node->output_dtypes.size()) &&
+        e.node->output_dtypes[e.index] == DType::String) {
+      return true;
+    }
+  }
+  return false;
+}
+
+bool needs_host(const Node& n) { return (n.def != nullptr && n.def->host_only) || has_string_tensor(n); }
 
 bool small_and_known(const Shape& s, int64_t limit) {
   return s.fully_defined() && s.num_elements() <= limit;
@@ -334,7 +351,7 @@ StatusOr<Placement> place_nodes(const std::vector<const Node*>& nodes, const std
         }
         fixed_member = i;
       }
-      if (node.def != nullptr && node.def->host_only) host_only = true;
+      if (needs_host(node)) host_only = true;
       if (node.type == "Placeholder") has_placeholder[g] = 1;
       if (tiny[g] && !is_tiny(node, options.tiny_op_elements)) tiny[g] = 0;
       kernels &= kernels_of(node);
@@ -383,8 +400,9 @@ StatusOr<Placement> place_nodes(const std::vector<const Node*>& nodes, const std
           }
         });
         for (const auto& t : missing) reasons.push_back(fmt::format("no {} kernel for {}", t, node.debug_name()));
-        if (node.def != nullptr && node.def->host_only && (m & host_bits).empty()) {
-          reasons.push_back(fmt::format("{} runs only on host devices", node.debug_name()));
+        if (needs_host(node) && (m & host_bits).empty()) {
+          reasons.push_back(fmt::format("{} runs only on host devices{}", node.debug_name(),
+                                        has_string_tensor(node) ? " (it has a string input or output)" : ""));
         }
       }
       if (fixed_member >= 0 && !m.has(fixed_dev[fixed_member])) {

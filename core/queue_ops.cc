@@ -1,16 +1,20 @@
-// Queue ops: definitions and shape functions ("FIFOQueue", "QueueEnqueue", "QueueEnqueueMany",
-// "QueueDequeue", "QueueDequeueMany", "QueueDequeueUpTo", "QueueClose", "QueueSize",
-// "QueueIsClosed", and "LimitEpochs" for input pipelines), and the public tessera::FIFOQueue.
+// Queue ops: definitions and shape functions ("FIFOQueue", "RandomShuffleQueueV2",
+// "QueueEnqueue", "QueueEnqueueMany", "QueueDequeue", "QueueDequeueMany", "QueueDequeueUpTo",
+// "QueueClose", "QueueSize", "QueueIsClosed", and "LimitEpochs" for input pipelines), and the
+// public tessera::QueueBase, FIFOQueue and RandomShuffleQueue.
 //
-// The "FIFOQueue" node only describes the queue (attrs capacity, component_types, shapes,
-// shared_name); the queue itself is a per-session resource (kernels/fifo_queue.h) that the first op
-// to run creates. Every other queue op names the queue node as its NodeSpec::resource, which
+// The "FIFOQueue" and "RandomShuffleQueueV2" nodes only describe the queue (attrs capacity,
+// component_types, shapes, shared_name; min_after_dequeue and seed for the shuffling one); the
+// queue itself is a per-session resource (kernels/queue_resource.h) that the first op to run
+// creates. Every other queue op names the queue node as its NodeSpec::resource, which
 // places it with the queue, and finds the queue by shared_name, or by the queue node's name.
 // Dtypes are checked when the graph is built, shapes too when the queue has them.
 #include <fmt/format.h>
 
+#include "core/gradients.h"
 #include "core/node.h"
 #include "core/op_registry.h"
+#include "core/queue_ops.h"
 #include "core/shape_util.h"
 #include "tessera/ops.h"
 #include "tessera/queue.h"
@@ -19,8 +23,16 @@ namespace tessera {
 namespace internal {
 namespace {
 
-Status fifo_queue_shape(ShapeContext& c) {
+Status queue_shape(ShapeContext& c) {
   if (c.num_inputs() != 0) return c.invalid("takes no inputs, got {}", c.num_inputs());
+  if (c.op_type() == "RandomShuffleQueueV2") {
+    const int64_t capacity = c.attr<int64_t>("capacity");
+    const int64_t min_after_dequeue = c.attr<int64_t>("min_after_dequeue");
+    if (min_after_dequeue < 0) return c.invalid("min_after_dequeue must be >= 0, got {}", min_after_dequeue);
+    if (capacity >= 0 && min_after_dequeue >= capacity) {
+      return c.invalid("min_after_dequeue {} must be < capacity {}", min_after_dequeue, capacity);
+    }
+  }
   const auto& types = c.attr<std::vector<DType>>("component_types");
   const auto& shapes = c.attr<std::vector<Shape>>("shapes");
   if (types.empty()) return c.invalid("a queue needs at least one component type");
@@ -33,7 +45,7 @@ Status fifo_queue_shape(ShapeContext& c) {
 // The queue node a queue op acts on, or an error naming the op.
 StatusOr<const Node*> queue_of(const ShapeContext& c) {
   const Node* q = c.spec().resource;
-  if (q == nullptr || q->type != "FIFOQueue") return c.invalid("must act on a FIFOQueue");
+  if (q == nullptr || !is_queue_type(q->type)) return c.invalid("must act on a FIFOQueue or a RandomShuffleQueue");
   return q;
 }
 
@@ -129,7 +141,8 @@ Status limit_epochs_shape(ShapeContext& c) {
 
 // All queue ops are stateful (never deduplicated: two dequeues are two elements) and run in host
 // memory next to their queue.
-TESSERA_REGISTER_OP(OpDef{"FIFOQueue", fifo_queue_shape, /*stateful=*/true, /*host_only=*/true});
+TESSERA_REGISTER_OP(OpDef{"FIFOQueue", queue_shape, /*stateful=*/true, /*host_only=*/true});
+TESSERA_REGISTER_OP(OpDef{"RandomShuffleQueueV2", queue_shape, true, true});
 TESSERA_REGISTER_OP(OpDef{"QueueEnqueue", enqueue_shape, true, true});
 TESSERA_REGISTER_OP(OpDef{"QueueEnqueueMany", enqueue_shape, true, true});
 TESSERA_REGISTER_OP(OpDef{"QueueDequeue", dequeue_shape, true, true});
@@ -142,46 +155,86 @@ TESSERA_REGISTER_OP(OpDef{"QueueIsClosed", size_shape, true, true});
 // counter): bounds an input pipeline (train::input_producer).
 TESSERA_REGISTER_OP(OpDef{"LimitEpochs", limit_epochs_shape, /*stateful=*/true});
 
+// No gradient crosses a queue, as in TensorFlow (data_flow_grad.py): an enqueued value reaches
+// its consumers through the queue's state, not an edge. LimitEpochs only bounds an input.
+TESSERA_NOT_DIFFERENTIABLE("FIFOQueue");
+TESSERA_NOT_DIFFERENTIABLE("RandomShuffleQueueV2");
+TESSERA_NOT_DIFFERENTIABLE("QueueEnqueue");
+TESSERA_NOT_DIFFERENTIABLE("QueueEnqueueMany");
+TESSERA_NOT_DIFFERENTIABLE("QueueDequeue");
+TESSERA_NOT_DIFFERENTIABLE("QueueDequeueMany");
+TESSERA_NOT_DIFFERENTIABLE("QueueDequeueUpTo");
+TESSERA_NOT_DIFFERENTIABLE("QueueClose");
+TESSERA_NOT_DIFFERENTIABLE("QueueSize");
+TESSERA_NOT_DIFFERENTIABLE("QueueIsClosed");
+TESSERA_NOT_DIFFERENTIABLE("LimitEpochs");
+
 }  // namespace
 }  // namespace internal
 
 using internal::Node;
 using internal::NodeSpec;
 
-struct FIFOQueue::State {
-  Node* node = nullptr;  // the "FIFOQueue" node. Not owned.
+struct QueueBase::State {
+  Node* node = nullptr;  // the queue node. Not owned.
   std::string base_name;  // the node name's last component, for default op names
   int capacity = 0;
   std::vector<DType> dtypes;
   std::vector<Shape> shapes;
 };
 
-FIFOQueue::FIFOQueue(Graph& g, int capacity, std::vector<DType> dtypes, std::vector<Shape> shapes,
-                     std::string shared_name, std::string name) {
-  NodeSpec spec{"FIFOQueue", name.empty() ? std::string("fifo_queue") : std::move(name)};
+namespace {
+
+// Adds a queue node of `type` with the attrs every queue has, plus `attrs`, and returns the
+// handle's state.
+std::shared_ptr<const QueueBase::State> make_queue(Graph& g, const char* type, std::string name,
+                                                   internal::AttrMap attrs, int capacity,
+                                                   std::vector<DType> dtypes, std::vector<Shape> shapes,
+                                                   std::string shared_name) {
+  NodeSpec spec{type, std::move(name)};
+  spec.attrs = std::move(attrs);
   spec.attrs["capacity"] = static_cast<int64_t>(capacity);
   spec.attrs["component_types"] = dtypes;
   spec.attrs["shapes"] = shapes;
   spec.attrs["shared_name"] = std::move(shared_name);
   Node* n = g.impl().add_node(std::move(spec));
-  auto state = std::make_shared<State>();
+  auto state = std::make_shared<QueueBase::State>();
   state->node = n;
   auto slash = n->name.rfind('/');
   state->base_name = slash == std::string::npos ? n->name : n->name.substr(slash + 1);
   state->capacity = capacity;
   state->dtypes = std::move(dtypes);
   state->shapes = std::move(shapes);
-  state_ = std::move(state);
+  return state;
 }
+
+}  // namespace
+
+QueueBase::QueueBase(std::shared_ptr<const State> state) : state_(std::move(state)) {}
+
+FIFOQueue::FIFOQueue(Graph& g, int capacity, std::vector<DType> dtypes, std::vector<Shape> shapes,
+                     std::string shared_name, std::string name)
+    : QueueBase(make_queue(g, "FIFOQueue", name.empty() ? std::string("fifo_queue") : std::move(name), {},
+                           capacity, std::move(dtypes), std::move(shapes), std::move(shared_name))) {}
+
+RandomShuffleQueue::RandomShuffleQueue(Graph& g, int capacity, int min_after_dequeue,
+                                       std::vector<DType> dtypes, std::vector<Shape> shapes,
+                                       uint64_t seed, std::string shared_name, std::string name)
+    : QueueBase(make_queue(g, "RandomShuffleQueueV2",
+                           name.empty() ? std::string("random_shuffle_queue") : std::move(name),
+                           {{"min_after_dequeue", static_cast<int64_t>(min_after_dequeue)},
+                            {"seed", static_cast<int64_t>(seed)}},
+                           capacity, std::move(dtypes), std::move(shapes), std::move(shared_name))),
+      min_after_dequeue_(min_after_dequeue) {}
 
 namespace {
 
-const FIFOQueue::State& checked_state(const std::shared_ptr<const FIFOQueue::State>& s) {
-  if (!s) throw InvalidArgumentError("use of a default-constructed FIFOQueue");
+const QueueBase::State& checked_state(const std::shared_ptr<const QueueBase::State>& s) {
+  if (!s) throw InvalidArgumentError("use of a default-constructed queue");
   return *s;
 }
 
-Node* add_queue_op(const FIFOQueue::State& s, const char* type, const char* suffix, std::string name,
+Node* add_queue_op(const QueueBase::State& s, const char* type, const char* suffix, std::string name,
                    std::vector<Output> inputs = {}, internal::AttrMap attrs = {}) {
   NodeSpec spec{type, name.empty() ? s.base_name + suffix : std::move(name)};
   for (std::size_t i = 0; i < inputs.size(); ++i) {
@@ -195,17 +248,17 @@ Node* add_queue_op(const FIFOQueue::State& s, const char* type, const char* suff
 
 }  // namespace
 
-Operation FIFOQueue::enqueue(std::vector<Output> components, std::string name) const {
+Operation QueueBase::enqueue(std::vector<Output> components, std::string name) const {
   return Operation(add_queue_op(checked_state(state_), "QueueEnqueue", "_enqueue", std::move(name),
                                 std::move(components)));
 }
 
-Operation FIFOQueue::enqueue_many(std::vector<Output> components, std::string name) const {
+Operation QueueBase::enqueue_many(std::vector<Output> components, std::string name) const {
   return Operation(add_queue_op(checked_state(state_), "QueueEnqueueMany", "_EnqueueMany",
                                 std::move(name), std::move(components)));
 }
 
-std::vector<Output> FIFOQueue::dequeue_op(const char* type, int n, std::string name) const {
+std::vector<Output> QueueBase::dequeue_op(const char* type, int n, std::string name) const {
   const State& s = checked_state(state_);
   internal::AttrMap attrs;
   const char* suffix = "_Dequeue";
@@ -219,36 +272,36 @@ std::vector<Output> FIFOQueue::dequeue_op(const char* type, int n, std::string n
   return out;
 }
 
-std::vector<Output> FIFOQueue::dequeue(std::string name) const {
+std::vector<Output> QueueBase::dequeue(std::string name) const {
   return dequeue_op("QueueDequeue", 1, std::move(name));
 }
-std::vector<Output> FIFOQueue::dequeue_many(int n, std::string name) const {
+std::vector<Output> QueueBase::dequeue_many(int n, std::string name) const {
   return dequeue_op("QueueDequeueMany", n, std::move(name));
 }
-std::vector<Output> FIFOQueue::dequeue_up_to(int n, std::string name) const {
+std::vector<Output> QueueBase::dequeue_up_to(int n, std::string name) const {
   return dequeue_op("QueueDequeueUpTo", n, std::move(name));
 }
 
-Operation FIFOQueue::close(bool cancel_pending_enqueues, std::string name) const {
+Operation QueueBase::close(bool cancel_pending_enqueues, std::string name) const {
   internal::AttrMap attrs;
   attrs["cancel_pending_enqueues"] = cancel_pending_enqueues;
   return Operation(
       add_queue_op(checked_state(state_), "QueueClose", "_Close", std::move(name), {}, std::move(attrs)));
 }
 
-Output FIFOQueue::size(std::string name) const {
+Output QueueBase::size(std::string name) const {
   return Output(add_queue_op(checked_state(state_), "QueueSize", "_Size", std::move(name)), 0);
 }
 
-Output FIFOQueue::is_closed(std::string name) const {
+Output QueueBase::is_closed(std::string name) const {
   return Output(add_queue_op(checked_state(state_), "QueueIsClosed", "_IsClosed", std::move(name)), 0);
 }
 
-Operation FIFOQueue::op() const { return Operation(checked_state(state_).node); }
-Graph& FIFOQueue::graph() const { return *checked_state(state_).node->graph->owner; }
-const std::string& FIFOQueue::name() const { return checked_state(state_).node->name; }
-int FIFOQueue::capacity() const { return checked_state(state_).capacity; }
-const std::vector<DType>& FIFOQueue::dtypes() const { return checked_state(state_).dtypes; }
-const std::vector<Shape>& FIFOQueue::shapes() const { return checked_state(state_).shapes; }
+Operation QueueBase::op() const { return Operation(checked_state(state_).node); }
+Graph& QueueBase::graph() const { return *checked_state(state_).node->graph->owner; }
+const std::string& QueueBase::name() const { return checked_state(state_).node->name; }
+int QueueBase::capacity() const { return checked_state(state_).capacity; }
+const std::vector<DType>& QueueBase::dtypes() const { return checked_state(state_).dtypes; }
+const std::vector<Shape>& QueueBase::shapes() const { return checked_state(state_).shapes; }
 
 }  // namespace tessera

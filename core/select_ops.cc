@@ -134,10 +134,17 @@ Status expect_index_dtype(const ShapeContext& c, int i, const char* what) {
   return Status();
 }
 
-// Equal and NotEqual take any dtype (bool too); the orderings numbers only.
+// Strings (host-only, no arithmetic) are refused by the comparisons, selections and sums here.
+Status refuse_string(const ShapeContext& c, int i) {
+  if (c.input_dtype(i) == DType::String) return c.invalid("string tensors are not supported (input {})", i);
+  return Status();
+}
+
+// Equal and NotEqual take any dtype but string (bool too); the orderings numbers only.
 template <bool kOrdering>
 Status compare_fn(ShapeContext& c) {
   TESSERA_RETURN_IF_ERROR(expect_inputs(c, 2));
+  TESSERA_RETURN_IF_ERROR(refuse_string(c, 0));
   if (c.input_dtype(0) != c.input_dtype(1)) {
     return c.invalid("inputs must have the same dtype, got {} and {}", dtype_name(c.input_dtype(0)),
                      dtype_name(c.input_dtype(1)));
@@ -163,6 +170,7 @@ Status select_fn(ShapeContext& c) {
     return c.invalid("x and y must have the same dtype, got {} and {}", dtype_name(c.input_dtype(1)),
                      dtype_name(c.input_dtype(2)));
   }
+  TESSERA_RETURN_IF_ERROR(refuse_string(c, 1));
   auto xy = broadcast_shapes(c.input_shape(1), c.input_shape(2));
   if (!xy.ok()) return c.invalid("{}", xy.status().message());
   auto out = broadcast_shapes(c.input_shape(0), xy.value());
@@ -188,6 +196,7 @@ Status one_hot_fn(ShapeContext& c) {
 
 Status arg_fn(ShapeContext& c) {
   TESSERA_RETURN_IF_ERROR(expect_inputs(c, 1));
+  TESSERA_RETURN_IF_ERROR(refuse_string(c, 0));
   if (c.input_dtype(0) == DType::Bool) return c.invalid("bool tensors are not ordered (cast them first)");
   return add_shaped(c, DType::Int64, arg_reduce_shape(c.input_shape(0), c.attr<int64_t>("axis")));
 }
@@ -196,6 +205,7 @@ Status add_n_fn(ShapeContext& c) {
   if (c.num_inputs() < 1) return c.invalid("needs at least one input");
   const DType dtype = c.input_dtype(0);
   if (dtype == DType::Bool) return c.invalid("bool tensors are not supported (cast them first)");
+  TESSERA_RETURN_IF_ERROR(refuse_string(c, 0));
   Shape merged = c.input_shape(0);
   for (int k = 1; k < c.num_inputs(); ++k) {
     if (c.input_dtype(k) != dtype) {

@@ -549,6 +549,10 @@ Status fill_fn(ShapeContext& c) {
 
 Status like_fn(ShapeContext& c) {
   TESSERA_RETURN_IF_ERROR(expect_inputs(c, 1));
+  // zeros_like of strings is empty strings (as TensorFlow); strings have no one.
+  if (c.op_type() == "OnesLike" && c.input_dtype(0) == DType::String) {
+    return c.invalid("string tensors have no ones (input dtype string)");
+  }
   c.add_output(c.input_dtype(0), c.input_shape(0));
   return Status();
 }

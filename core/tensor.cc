@@ -1,9 +1,11 @@
 #include "tessera/tensor.h"
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cstdlib>
 #include <limits>
+#include <memory>
 #include <new>
 #include <sstream>
 #include <utility>
@@ -28,6 +30,7 @@ std::string_view dtype_name(DType dtype) {
     case DType::Bool: return "bool";
     case DType::Float16: return "float16";
     case DType::BFloat16: return "bfloat16";
+    case DType::String: return "string";
   }
   return "invalid";
 }
@@ -43,6 +46,7 @@ inline std::size_t size_of(DType dtype) {
     case DType::Bool: return 1;
     case DType::Float16: return 2;
     case DType::BFloat16: return 2;
+    case DType::String: return sizeof(std::string);
   }
   return 0;
 }
@@ -296,9 +300,44 @@ inline TensorBuffer* allocate_buffer(std::size_t bytes) {
   return b;
 }
 
+// String buffers hold constructed std::string objects: made here, destroyed by their release
+// (never the small-block cache: its blocks are raw bytes).
+void release_strings(TensorBuffer* b) {
+  auto* p = static_cast<std::string*>(b->data);
+  std::destroy_n(p, b->bytes / sizeof(std::string));
+  const std::size_t total = kHeader + b->bytes;
+  b->~TensorBuffer();
+  ::operator delete(static_cast<void*>(b), total, std::align_val_t{Tensor::kAlignment});
+}
+
+TensorBuffer* allocate_strings(std::size_t count) {
+  const std::size_t bytes = count * sizeof(std::string);
+  void* mem = ::operator new(kHeader + bytes, std::align_val_t{Tensor::kAlignment}, std::nothrow);
+  if (mem == nullptr) throw ResourceExhaustedError(fmt::format("failed to allocate {} strings", count));
+  auto* b = new (mem) TensorBuffer();
+  b->data = static_cast<char*>(mem) + kHeader;
+  b->bytes = bytes;
+  b->release = &release_strings;
+  std::uninitialized_value_construct_n(static_cast<std::string*>(b->data), count);
+  return b;
+}
+
 }  // namespace
 
 TensorBuffer* TensorBuffer::allocate(std::size_t bytes) { return allocate_buffer(bytes); }
+
+void copy_elements(Tensor& dst, int64_t dst_index, const Tensor& src, int64_t src_index, int64_t n) {
+  TESSERA_CHECK(dst.dtype() == src.dtype());
+  if (n <= 0) return;
+  if (src.dtype() == DType::String) {
+    const std::string* from = src.data<std::string>() + src_index;
+    std::copy(from, from + n, dst.mutable_data<std::string>() + dst_index);
+    return;
+  }
+  const std::size_t elem = dtype_size(src.dtype());
+  std::memcpy(static_cast<char*>(dst.raw_mutable_data()) + dst_index * elem,
+              static_cast<const char*>(src.raw_data()) + src_index * elem, static_cast<std::size_t>(n) * elem);
+}
 
 void buffer_free(TensorBuffer* b) noexcept {
   if (b->release) {
@@ -355,12 +394,14 @@ Tensor::Tensor(DType dtype, const Shape& shape) : dtype_(dtype), shape_(shape) {
     throw InvalidArgumentError(fmt::format("a {} tensor of shape {} needs more than 2^63 - 1 bytes",
                                            dtype_name(dtype), shape.to_string()));
   }
-  buf_ = internal::allocate_buffer(bytes);
+  buf_ = dtype == DType::String ? internal::allocate_strings(static_cast<std::size_t>(num_elements_))
+                                 : internal::allocate_buffer(bytes);
 }
 
 Tensor Tensor::zeros(DType dtype, const Shape& shape) {
   Tensor t(dtype, shape);
-  if (t.bytes()) std::memset(t.raw_mutable_data(), 0, t.bytes());
+  // String elements are constructed empty, TensorFlow's zero string.
+  if (dtype != DType::String && t.bytes()) std::memset(t.raw_mutable_data(), 0, t.bytes());
   return t;
 }
 
@@ -403,7 +444,7 @@ Tensor Tensor::reshaped(const Shape& shape) const {
 Tensor Tensor::deep_copy() const {
   if (!buf_) return Tensor();
   Tensor t(dtype_, shape_);
-  if (bytes()) std::memcpy(t.raw_mutable_data(), raw_data(), bytes());
+  internal::copy_elements(t, 0, *this, 0, num_elements_);
   return t;
 }
 
@@ -413,8 +454,12 @@ bool Tensor::is_buffer_shared() const {
 
 bool Tensor::equals(const Tensor& o) const {
   if (is_null() || o.is_null()) return is_null() == o.is_null();
-  return dtype_ == o.dtype_ && shape_ == o.shape_ &&
-         (bytes() == 0 || std::memcmp(raw_data(), o.raw_data(), bytes()) == 0);
+  if (dtype_ != o.dtype_ || shape_ != o.shape_) return false;
+  if (dtype_ == DType::String) {
+    const std::string* a = data<std::string>();
+    return std::equal(a, a + num_elements_, o.data<std::string>());
+  }
+  return bytes() == 0 || std::memcmp(raw_data(), o.raw_data(), bytes()) == 0;
 }
 
 std::string Tensor::debug_string(int max_entries) const {
@@ -432,6 +477,7 @@ std::string Tensor::debug_string(int max_entries) const {
       case DType::Bool: os << (static_cast<const bool*>(buf_->data)[i] ? "true" : "false"); break;
       case DType::Float16: os << static_cast<const internal::float16_t*>(buf_->data)[i].to_float(); break;
       case DType::BFloat16: os << static_cast<const internal::bfloat16_t*>(buf_->data)[i].to_float(); break;
+      case DType::String: os << '"' << static_cast<const std::string*>(buf_->data)[i] << '"'; break;
     }
   }
   if (n < num_elements_) os << ", ...";

@@ -31,8 +31,8 @@ Status assign_shape(ShapeContext& c) {
     return c.invalid("variable '{}' has shape {}, the value has shape {}", var->name, shape.to_string(),
                      c.input_shape(0).to_string());
   }
-  if (c.op_type() != "Assign" && dtype == DType::Bool) {
-    return c.invalid("variable '{}' is bool: arithmetic updates need a number type", var->name);
+  if (c.op_type() != "Assign" && (dtype == DType::Bool || dtype == DType::String)) {
+    return c.invalid("variable '{}' is {}: arithmetic updates need a number type", var->name, dtype_name(dtype));
   }
   c.add_output(dtype, shape);
   return Status();

@@ -218,6 +218,10 @@ void SimDevice::copy(const Tensor& src, CopyKind kind, Stream& stream,
     return;
   }
   const std::string where = src.device();
+  if (src.dtype() == DType::String) {  // placement keeps strings on the host: a bug if one gets here
+    done(errors::internal("{}: {} of a string tensor (strings live in host memory only)", name(), what));
+    return;
+  }
   if (kind != CopyKind::kFromPeer) {
     const std::string want = to_device ? std::string(kHostDeviceName) : name();
     if (where != want) {

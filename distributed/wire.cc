@@ -25,6 +25,7 @@
 #include "core/device_name.h"
 #include "core/executor.h"
 #include "core/op_registry.h"
+#include "core/string_tensor.h"
 
 namespace tessera::internal::wire {
 
@@ -184,6 +185,15 @@ const std::unordered_map<std::string_view, std::vector<AttrSpec>>& op_attrs() {
         {"QueueClose", {{"cancel_pending_enqueues", kKind<bool>}}},
         {"QueueSize", none}, {"QueueIsClosed", none},
         {"LimitEpochs", {{"num_epochs", kKind<int64_t>}}},
+        {"RandomShuffleQueueV2",
+         {{"capacity", kKind<int64_t>}, {"min_after_dequeue", kKind<int64_t>}, seed,
+          {"component_types", kKind<std::vector<DType>>}, {"shapes", kKind<std::vector<Shape>>},
+          {"shared_name", kKind<std::string>}}},
+        // core/reader_ops.cc
+        {"TextLineReaderV2", {{"skip_header_lines", kKind<int64_t>}}},
+        {"ReaderReadV2", {{"reader", kKind<std::string>}, {"skip_header_lines", kKind<int64_t>}}},
+        // core/parsing_ops.cc
+        {"DecodeCSV", {{"field_delim", kKind<std::string>}, {"use_quote_delim", kKind<bool>}}},
         // core/sendrecv_ops.cc: the exchange between the partitions of a cluster step
         {"_Send",
          {{"tensor_name", kKind<std::string>}, {"send_device", kKind<std::string>},
@@ -226,6 +236,7 @@ StatusOr<DType> decode_dtype(int value) {
     case DType::Bool:
     case DType::BFloat16:
     case DType::Float16:
+    case DType::String:
       return static_cast<DType>(value);
   }
   return errors::invalid_argument(
@@ -277,9 +288,29 @@ TensorMeta encode_tensor_meta(const Tensor& t, uint32_t frame) {
   }
   meta.set_dtype(encode_dtype(t.dtype()));
   for (int i = 0; i < t.shape().rank(); ++i) meta.add_dims(t.shape().dim(i));
-  meta.set_byte_size(t.bytes());
+  meta.set_byte_size(t.dtype() == DType::String ? internal::encoded_strings_size(t) : t.bytes());
   return meta;
 }
+
+namespace {
+// A string tensor's bytes are its encoding (core/string_tensor.h): its size is the frame's, within
+// the limit, and at least a length per element; decode_strings checks the lengths themselves.
+Status validate_string_meta(const TensorMeta& meta, uint64_t elements, std::size_t frame_size, uint64_t max_bytes) {
+  if (meta.byte_size() != frame_size) {
+    return errors::invalid_argument("tensor: byte_size {} of a string tensor of shape {}, the frame holds {}",
+                                    meta.byte_size(), dims_string(meta.dims()), frame_size);
+  }
+  if (frame_size > max_bytes) {
+    return errors::resource_exhausted("tensor: {} bytes (shape {} of string) exceed the limit of {} bytes", frame_size,
+                                      dims_string(meta.dims()), max_bytes);
+  }
+  if (elements > frame_size / sizeof(uint64_t)) {
+    return errors::invalid_argument("tensor: {} bytes cannot hold the {} strings of shape {}", frame_size, elements,
+                                    dims_string(meta.dims()));
+  }
+  return Status();
+}
+}  // namespace
 
 Status validate_tensor_meta(const TensorMeta& meta, std::size_t frame_size, uint64_t max_bytes) {
   auto dtype = decode_dtype(meta.dtype());
@@ -302,6 +333,7 @@ Status validate_tensor_meta(const TensorMeta& meta, std::size_t frame_size, uint
                                     dims_string(meta.dims()));
   }
   const uint64_t elements = empty ? 0 : static_cast<uint64_t>(*product);
+  if (dtype.value() == DType::String) return validate_string_meta(meta, elements, frame_size, max_bytes);
   const uint64_t element_size = dtype_size(dtype.value());
   if (elements > static_cast<uint64_t>(kInt64Max) / element_size) {
     return errors::invalid_argument("tensor: {} {} elements of shape {} overflow (more than 2^63 bytes)",
@@ -342,7 +374,11 @@ StatusOr<Tensor> decode_tensor(const TensorMeta& meta, const void* data, std::si
   const DType dtype = static_cast<DType>(meta.dtype());  // validated
   TESSERA_RETURN_IF_ERROR(validate_tensor_content(dtype, data, size));
   try {
-    Tensor t(dtype, Shape(std::vector<int64_t>(meta.dims().begin(), meta.dims().end())));
+    Shape shape(std::vector<int64_t>(meta.dims().begin(), meta.dims().end()));
+    if (dtype == DType::String) {
+      return internal::decode_strings(std::string_view(static_cast<const char*>(data), size), shape);
+    }
+    Tensor t(dtype, shape);
     if (size != 0) std::memcpy(t.raw_mutable_data(), data, size);
     return t;
   } catch (const std::bad_alloc&) {
@@ -361,7 +397,11 @@ StatusOr<TensorProto> encode_tensor_proto(const Tensor& t) {
   }
   TensorProto p;
   *p.mutable_meta() = encode_tensor_meta(t, 0);
-  p.set_content(static_cast<const char*>(t.raw_data()), t.bytes());
+  if (t.dtype() == DType::String) {
+    p.set_content(internal::encode_strings(t));
+  } else {
+    p.set_content(static_cast<const char*>(t.raw_data()), t.bytes());
+  }
   return p;
 }
 

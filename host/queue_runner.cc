@@ -15,7 +15,7 @@ constexpr const char* kQueueRunnersCollection = "queue_runners";
 }  // namespace
 
 struct QueueRunner::State {
-  FIFOQueue queue;
+  QueueBase queue;
   std::vector<Operation> enqueue_ops;
   Operation close_op;   // close(): what the last thread to end runs
   Operation cancel_op;  // close(cancel_pending_enqueues = true): on a stop request or an error
@@ -116,7 +116,7 @@ QueueRunner::State& checked(const StatePtr& st) {
 
 }  // namespace
 
-QueueRunner::QueueRunner(FIFOQueue& queue, std::vector<Operation> enqueue_ops)
+QueueRunner::QueueRunner(QueueBase& queue, std::vector<Operation> enqueue_ops)
     : state_(std::make_shared<State>()) {
   if (enqueue_ops.empty()) throw InvalidArgumentError("QueueRunner needs at least one enqueue op");
   for (const Operation& op : enqueue_ops) {
@@ -184,7 +184,7 @@ std::vector<std::exception_ptr> QueueRunner::exceptions() const {
   return st.errors;
 }
 
-const FIFOQueue& QueueRunner::queue() const { return checked(state_).queue; }
+const QueueBase& QueueRunner::queue() const { return checked(state_).queue; }
 const std::vector<Operation>& QueueRunner::enqueue_ops() const { return checked(state_).enqueue_ops; }
 
 void add_queue_runner(Graph& g, QueueRunner runner) {

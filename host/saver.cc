@@ -28,6 +28,7 @@
 #include "core/file_util.h"
 #include "core/logging.h"
 #include "core/node.h"
+#include "core/string_tensor.h"
 #include "tessera/errors.h"
 #include "tessera/ops.h"
 
@@ -46,7 +47,8 @@ namespace tessera::train {
 //         36   index       index_size bytes: `count` entries, each
 //                            u32 name_size, name (UTF-8, the variable's name), u32 dtype (DType's
 //                            value, TensorFlow's DataType number), u32 rank, i64 dims[rank],
-//                            u64 byte_size (= product of dims * dtype size), u32 data_crc
+//                            u64 byte_size (= product of dims * dtype size; strings: their
+//                            encoding's, core/string_tensor.h), u32 data_crc
 //                            (CRC-32C of the tensor's bytes)
 //              index_crc   u32      CRC-32C of the index
 //              data        data_size bytes: each tensor's bytes in index order, row-major, in the
@@ -142,7 +144,7 @@ class ByteReader {
 
 std::optional<DType> dtype_from_u32(uint32_t v) {
   for (DType d : {DType::Float32, DType::Float64, DType::Int32, DType::Int64, DType::Bool,
-                  DType::BFloat16, DType::Float16}) {
+                  DType::BFloat16, DType::Float16, DType::String}) {
     if (static_cast<uint32_t>(d) == v) return d;
   }
   return std::nullopt;
@@ -278,6 +280,19 @@ void write_checkpoint_file(const std::string& path, const std::vector<std::strin
                            const std::vector<Tensor>& tensors) {
   std::string index;
   uint64_t data_size = 0;
+  // Each tensor's bytes: its own, or a string tensor's encoding (kept here until written).
+  std::vector<std::string> encoded;
+  std::vector<std::string_view> data;
+  for (const Tensor& t : tensors) {
+    if (t.dtype() == DType::String) {
+      encoded.push_back(internal::encode_strings(t));
+    }
+  }
+  for (std::size_t i = 0, s = 0; i < tensors.size(); ++i) {
+    const Tensor& t = tensors[i];
+    data.push_back(t.dtype() == DType::String ? std::string_view(encoded[s++])
+                                              : std::string_view(static_cast<const char*>(t.raw_data()), t.bytes()));
+  }
   for (std::size_t i = 0; i < tensors.size(); ++i) {
     const Tensor& t = tensors[i];
     put_u32(index, static_cast<uint32_t>(names[i].size()));
@@ -285,9 +300,9 @@ void write_checkpoint_file(const std::string& path, const std::vector<std::strin
     put_u32(index, static_cast<uint32_t>(t.dtype()));
     put_u32(index, static_cast<uint32_t>(t.shape().rank()));
     for (int64_t d : t.shape().dims()) put_u64(index, static_cast<uint64_t>(d));
-    put_u64(index, t.bytes());
-    put_u32(index, t.bytes() == 0 ? value(nullptr, 0) : value(t.raw_data(), t.bytes()));
-    data_size += t.bytes();
+    put_u64(index, data[i].size());
+    put_u32(index, data[i].empty() ? value(nullptr, 0) : value(data[i].data(), data[i].size()));
+    data_size += data[i].size();
   }
   std::string head(kMagic, sizeof(kMagic));
   put_u32(head, kFormatVersion);
@@ -299,8 +314,8 @@ void write_checkpoint_file(const std::string& path, const std::vector<std::strin
   put_u32(head, value(index.data(), index.size()));
 
   std::vector<std::string_view> chunks{head};
-  for (const Tensor& t : tensors) {
-    if (t.bytes() > 0) chunks.emplace_back(static_cast<const char*>(t.raw_data()), t.bytes());
+  for (std::string_view d : data) {
+    if (!d.empty()) chunks.push_back(d);
   }
   write_file_atomically(path, chunks);
 }
@@ -389,7 +404,11 @@ std::vector<std::pair<std::string, Tensor>> read_checkpoint_file(const std::stri
     uint64_t expected_bytes = 0;
     overflow = overflow || __builtin_mul_overflow(elements, static_cast<uint64_t>(dtype_size(e.dtype)), &expected_bytes);
     if (!r.u64(&e.byte_size) || !r.u32(&e.crc)) throw loss(fmt::format("{}: the index ends inside the entry", what));
-    if (overflow || e.byte_size != expected_bytes) {
+    // A string tensor's bytes are its encoding: at least a length per element (decoding checks
+    // the rest).
+    const bool fits = e.dtype == DType::String ? !overflow && e.byte_size / sizeof(uint64_t) >= elements
+                                               : !overflow && e.byte_size == expected_bytes;
+    if (!fits) {
       throw loss(fmt::format("{}: {} bytes do not fit {} {}", what, e.byte_size, dtype_name(e.dtype),
                              e.shape.to_string()));
     }
@@ -410,13 +429,26 @@ std::vector<std::pair<std::string, Tensor>> read_checkpoint_file(const std::stri
   uint64_t offset = kHeaderBytes + index_size + 4;
   for (std::size_t i = 0; i < entries.size(); ++i) {
     IndexEntry& e = entries[i];
+    auto check_crc = [&](const void* bytes) {
+      const uint32_t computed = e.byte_size == 0 ? value(nullptr, 0) : value(bytes, e.byte_size);
+      if (computed != e.crc) {
+        throw loss(fmt::format("tensor '{}' (index entry {}): data checksum mismatch (stored {:#010x}, computed {:#010x})",
+                               e.name, i, e.crc, computed));
+      }
+    };
+    if (e.dtype == DType::String) {
+      std::string bytes(static_cast<std::size_t>(e.byte_size), '\0');
+      if (e.byte_size > 0) read_exactly(fd.get(), bytes.data(), e.byte_size, offset, path);
+      check_crc(bytes.data());
+      auto t = internal::decode_strings(bytes, e.shape);
+      if (!t.ok()) throw loss(fmt::format("tensor '{}' (index entry {}): {}", e.name, i, t.status().message()));
+      offset += e.byte_size;
+      out.emplace_back(std::move(e.name), std::move(t).value());
+      continue;
+    }
     Tensor t(e.dtype, e.shape);
     if (e.byte_size > 0) read_exactly(fd.get(), t.raw_mutable_data(), e.byte_size, offset, path);
-    const uint32_t computed = e.byte_size == 0 ? value(nullptr, 0) : value(t.raw_data(), e.byte_size);
-    if (computed != e.crc) {
-      throw loss(fmt::format("tensor '{}' (index entry {}): data checksum mismatch (stored {:#010x}, computed {:#010x})",
-                             e.name, i, e.crc, computed));
-    }
+    check_crc(t.raw_data());
     if (e.dtype == DType::Bool) {
       // A bool other than 0 or 1 is undefined behaviour to read: refuse it here.
       const auto* bytes = static_cast<const unsigned char*>(t.raw_data());

@@ -111,7 +111,8 @@ class BinaryOp : public OpKernel {
       case DType::Int64: return run<int64_t>(ctx, a, b);
       case DType::Float16: return run<float16_t>(ctx, a, b);
       case DType::BFloat16: return run<bfloat16_t>(ctx, a, b);
-      case DType::Bool: break;
+      case DType::Bool:
+      case DType::String: break;
     }
     ctx.fail(ErrorCode::kInvalidArgument, "unsupported dtype {}", dtype_name(a.dtype()));
   }
@@ -246,7 +247,8 @@ class UnaryOp : public OpKernel {
         break;
       case DType::Float16: return run<float16_t>(ctx, x);
       case DType::BFloat16: return run<bfloat16_t>(ctx, x);
-      case DType::Bool: break;
+      case DType::Bool:
+      case DType::String: break;
     }
     ctx.fail(ErrorCode::kInvalidArgument, "unsupported dtype {}", dtype_name(x.dtype()));
   }

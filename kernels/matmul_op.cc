@@ -90,7 +90,8 @@ class MatMulOp : public OpKernel {
       case DType::Int64:
         return integer_matmul(a.data<int64_t>(), b.data<int64_t>(), out.mutable_data<int64_t>(), m,
                               k, n, transpose_a_, transpose_b_);
-      case DType::Bool: break;
+      case DType::Bool:
+      case DType::String: break;
     }
     ctx.fail(ErrorCode::kInvalidArgument, "unsupported dtype {}", dtype_name(a.dtype()));
   }

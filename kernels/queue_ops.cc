@@ -1,4 +1,5 @@
-// CPU kernels of the queue ops (core/queue_ops.cc) and LimitEpochs.
+// CPU kernels of the queue ops (core/queue_ops.cc) and LimitEpochs. One set of kernels serves
+// every queue type: they act on the QueueResource base (kernels/queue_resource.h).
 //
 // Enqueue, dequeue and close are asynchronous (Note [Async kernels] in core/executor.cc): they
 // hand an attempt to the queue resource and return; the queue calls back, from whichever thread
@@ -11,12 +12,14 @@
 
 #include "core/op_kernel.h"
 #include "core/op_registry.h"
+#include "core/queue_ops.h"
 #include "kernels/fifo_queue.h"
+#include "kernels/random_shuffle_queue.h"
 
 namespace tessera::internal {
 namespace {
 
-using Tuple = FIFOQueueResource::Tuple;
+using Tuple = QueueResource::Tuple;
 
 std::string shapes_string(const std::vector<Shape>& shapes) {
   std::string out = "[";
@@ -30,23 +33,44 @@ std::string dtypes_string(const std::vector<DType>& dtypes) {
   return out + "]";
 }
 
+}  // namespace
+
 // The queue `queue_node` describes, created in this session's resources on first use. A queue
-// shared by name must agree with every node that names it.
-StatusOr<std::shared_ptr<FIFOQueueResource>> get_queue(OpKernelContext& ctx, const Node& queue_node) {
+// shared by name must agree with every node that names it (type, capacity, min_after_dequeue,
+// dtypes and shapes, as TensorFlow checks; not the seed).
+StatusOr<std::shared_ptr<QueueResource>> get_queue(OpKernelContext& ctx, const Node& queue_node) {
   const auto& shared_name = queue_node.attr<std::string>("shared_name");
   const std::string key = shared_name.empty() ? queue_node.name : shared_name;
   const int64_t capacity = queue_node.attr<int64_t>("capacity");
   const auto& dtypes = queue_node.attr<std::vector<DType>>("component_types");
   const auto& shapes = queue_node.attr<std::vector<Shape>>("shapes");
-  auto found = ctx.resources().lookup_or_create<FIFOQueueResource>(
-      key, [&]() -> StatusOr<std::shared_ptr<FIFOQueueResource>> {
-        return std::make_shared<FIFOQueueResource>(key, capacity, dtypes, shapes);
+  const bool shuffle = queue_node.type == "RandomShuffleQueueV2";
+  const char* kind = shuffle ? "RandomShuffleQueue" : "FIFOQueue";
+  const int64_t min_after_dequeue = shuffle ? queue_node.attr<int64_t>("min_after_dequeue") : 0;
+  auto found = ctx.resources().lookup_or_create<QueueResource>(
+      key, [&]() -> StatusOr<std::shared_ptr<QueueResource>> {
+        std::shared_ptr<QueueResource> q;
+        if (shuffle) {
+          const auto seed = static_cast<uint64_t>(queue_node.attr<int64_t>("seed"));
+          q = std::make_shared<RandomShuffleQueueResource>(key, capacity, min_after_dequeue, seed, dtypes, shapes);
+        } else {
+          q = std::make_shared<FIFOQueueResource>(key, capacity, dtypes, shapes);
+        }
+        return q;
       });
   if (!found.ok()) return found.status();
-  const FIFOQueueResource& q = *found.value();
+  const QueueResource& q = *found.value();
+  if (std::string_view(q.kind()) != kind) {
+    return errors::invalid_argument("shared queue '{}' is a {} but a {} was requested", key, q.kind(), kind);
+  }
   if (q.capacity() != capacity) {
     return errors::invalid_argument("shared queue '{}' has capacity {} but requested capacity was {}",
                                     key, q.capacity(), capacity);
+  }
+  if (q.min_after_dequeue() != min_after_dequeue) {
+    return errors::invalid_argument(
+        "shared queue '{}' has min_after_dequeue {} but requested min_after_dequeue was {}", key,
+        q.min_after_dequeue(), min_after_dequeue);
   }
   if (q.dtypes() != dtypes) {
     return errors::invalid_argument(
@@ -61,20 +85,22 @@ StatusOr<std::shared_ptr<FIFOQueueResource>> get_queue(OpKernelContext& ctx, con
   return found;
 }
 
+namespace {
+
 // Base of the ops that act on a queue: `resource` is the queue node. The queue (and the check
 // that a shared one agrees) is looked up once per kernel.
 class QueueOpKernel : public OpKernel {
  public:
   explicit QueueOpKernel(const Node& n) : OpKernel(n) {
-    TESSERA_CHECK(n.resource != nullptr && n.resource->type == "FIFOQueue");
+    TESSERA_CHECK(n.resource != nullptr && is_queue_type(n.resource->type));
   }
 
  protected:
-  StatusOr<FIFOQueueResource*> queue(OpKernelContext& ctx) {
+  StatusOr<QueueResource*> queue(OpKernelContext& ctx) {
     return queue_.get([&] { return get_queue(ctx, *node().resource); });
   }
   // For async kernels: the queue, or nullptr after failing the op and calling `done`.
-  FIFOQueueResource* queue_or_finish(OpKernelContext& ctx, const std::function<void()>& done) {
+  QueueResource* queue_or_finish(OpKernelContext& ctx, const std::function<void()>& done) {
     auto q = queue(ctx);
     if (q.ok()) return q.value();
     ctx.fail(q.status());
@@ -82,7 +108,7 @@ class QueueOpKernel : public OpKernel {
     return nullptr;
   }
   // The queue's completion callback for an enqueue or close: records a failure, ends the op.
-  static FIFOQueueResource::EnqueueCallback complete_op(OpKernelContext& ctx, std::function<void()> done) {
+  static QueueResource::EnqueueCallback complete_op(OpKernelContext& ctx, std::function<void()> done) {
     return [&ctx, done = std::move(done)](const Status& s) {
       if (!s.ok()) ctx.fail(s);
       done();
@@ -90,11 +116,11 @@ class QueueOpKernel : public OpKernel {
   }
 
  private:
-  CachedResource<FIFOQueueResource> queue_;
+  CachedResource<QueueResource> queue_;
 };
 
-// "FIFOQueue": creates the queue (and checks a shared one agrees) when run.
-class FIFOQueueOp : public OpKernel {
+// "FIFOQueue" and "RandomShuffleQueueV2": create the queue (and check a shared one agrees) when run.
+class QueueCreateOp : public OpKernel {
  public:
   using OpKernel::OpKernel;
   void compute(OpKernelContext& ctx) override {
@@ -110,7 +136,7 @@ class EnqueueOp : public QueueOpKernel {
   bool is_async() const override { return true; }
   void compute(OpKernelContext& ctx) override { TESSERA_CHECK(false); }
   void compute_async(OpKernelContext& ctx, std::function<void()> done) override {
-    FIFOQueueResource* q = queue_or_finish(ctx, done);
+    QueueResource* q = queue_or_finish(ctx, done);
     if (q == nullptr) return;
     Tuple components;
     for (int i = 0; i < ctx.num_inputs(); ++i) components.push_back(ctx.input(i));
@@ -141,7 +167,7 @@ class DequeueOp : public QueueOpKernel {
   bool is_async() const override { return true; }
   void compute(OpKernelContext& ctx) override { TESSERA_CHECK(false); }
   void compute_async(OpKernelContext& ctx, std::function<void()> done) override {
-    FIFOQueueResource* q = queue_or_finish(ctx, done);
+    QueueResource* q = queue_or_finish(ctx, done);
     if (q == nullptr) return;
     if (n_ == 0) {  // an empty batch at once, as in TensorFlow (needs the queue's shapes)
       auto empty = q->empty_batch();
@@ -180,7 +206,7 @@ class CloseOp : public QueueOpKernel {
   bool is_expensive() const override { return false; }
   void compute(OpKernelContext& ctx) override { TESSERA_CHECK(false); }
   void compute_async(OpKernelContext& ctx, std::function<void()> done) override {
-    FIFOQueueResource* q = queue_or_finish(ctx, done);
+    QueueResource* q = queue_or_finish(ctx, done);
     if (q == nullptr) return;
     q->close(cancel_pending_, &ctx.cancellation(), complete_op(ctx, std::move(done)));
   }
@@ -232,7 +258,8 @@ class LimitEpochsOp : public OpKernel {
   const int64_t limit_;
 };
 
-TESSERA_REGISTER_KERNEL("FIFOQueue", "CPU", FIFOQueueOp);
+TESSERA_REGISTER_KERNEL("FIFOQueue", "CPU", QueueCreateOp);
+TESSERA_REGISTER_KERNEL("RandomShuffleQueueV2", "CPU", QueueCreateOp);
 TESSERA_REGISTER_KERNEL("QueueEnqueue", "CPU", EnqueueOp);
 TESSERA_REGISTER_KERNEL("QueueEnqueueMany", "CPU", EnqueueOp);
 TESSERA_REGISTER_KERNEL("QueueDequeue", "CPU", DequeueOp);

@@ -18,6 +18,7 @@
 
 #include "core/op_kernel.h"
 #include "core/op_registry.h"
+#include "core/tensor_buffer.h"
 #include "kernels/random_stream.h"
 
 namespace tessera::internal {
@@ -105,13 +106,9 @@ class RandomShuffleOp : public RandomOpBase {
     }
 
     Tensor& out = ctx.allocate_output(0, x.shape());
-    const std::size_t row_bytes = x.bytes() / static_cast<std::size_t>(rows);
-    if (row_bytes == 0) return;
-    const auto* in = static_cast<const char*>(x.raw_data());
-    auto* dst = static_cast<char*>(out.raw_mutable_data());
-    for (int64_t i = 0; i < rows; ++i) {
-      std::memcpy(dst + i * row_bytes, in + perm[i] * row_bytes, row_bytes);
-    }
+    const int64_t row = x.num_elements() / rows;
+    if (row == 0) return;
+    for (int64_t i = 0; i < rows; ++i) copy_elements(out, i * row, x, perm[i] * row, row);
   }
 };
 

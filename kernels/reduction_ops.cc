@@ -128,7 +128,8 @@ class ReductionOp : public OpKernel {
       case DType::Int64: return run<int64_t>(ctx, x);
       case DType::Float16: return run<float16_t>(ctx, x);
       case DType::BFloat16: return run<bfloat16_t>(ctx, x);
-      case DType::Bool: break;
+      case DType::Bool:
+      case DType::String: break;
     }
     ctx.fail(ErrorCode::kInvalidArgument, "unsupported dtype {}", dtype_name(x.dtype()));
   }

@@ -16,6 +16,7 @@
 #include "core/op_registry.h"
 #include "core/select_ops.h"
 #include "core/shape_ops.h"
+#include "core/tensor_buffer.h"
 
 namespace tessera::internal {
 namespace {
@@ -98,6 +99,7 @@ class CompareOp : public OpKernel {
         return broadcast_binary<Fn>(plan.value(), a.data<float16_t>(), b.data<float16_t>(), po);
       case DType::BFloat16:
         return broadcast_binary<Fn>(plan.value(), a.data<bfloat16_t>(), b.data<bfloat16_t>(), po);
+      case DType::String: break;  // refused by the shape function
     }
   }
 };
@@ -177,12 +179,9 @@ class GatherOp : public OpKernel {
     }
     Tensor& out = ctx.allocate_output(0, g.out);
     if (out.num_elements() == 0) return;
-    const std::size_t row = static_cast<std::size_t>(inner) * dtype_size(params.dtype());
-    const auto* pp = static_cast<const char*>(params.raw_data());
-    auto* po = static_cast<char*>(out.raw_mutable_data());
     for (int64_t o = 0; o < outer; ++o) {
       for (int64_t i = 0; i < m; ++i) {
-        std::memcpy(po + (o * m + i) * row, pp + (o * limit + index_at(indices, i)) * row, row);
+        copy_elements(out, (o * m + i) * inner, params, (o * limit + index_at(indices, i)) * inner, inner);
       }
     }
   }
@@ -233,7 +232,8 @@ class ArgOp : public OpKernel {
       case DType::Int64: return run<int64_t>(ctx, x);
       case DType::Float16: return run<float16_t>(ctx, x);
       case DType::BFloat16: return run<bfloat16_t>(ctx, x);
-      case DType::Bool: break;
+      case DType::Bool:
+      case DType::String: break;
     }
     ctx.fail(ErrorCode::kInvalidArgument, "unsupported dtype {}", dtype_name(x.dtype()));
   }
@@ -293,7 +293,8 @@ class AddNOp : public OpKernel {
       case DType::Int64: return run<int64_t>(ctx);
       case DType::Float16: return run<float16_t>(ctx);
       case DType::BFloat16: return run<bfloat16_t>(ctx);
-      case DType::Bool: break;
+      case DType::Bool:
+      case DType::String: break;
     }
     ctx.fail(ErrorCode::kInvalidArgument, "unsupported dtype {}", dtype_name(first.dtype()));
   }

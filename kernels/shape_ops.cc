@@ -1,13 +1,14 @@
 // CPU kernels of the shape ops: Reshape, ExpandDims and Squeeze (the input's buffer, relabelled),
 // Transpose, ConcatV2, Split, Slice, Tile, Pad (copies), Fill, ZerosLike, OnesLike, Shape and Size.
 //
-// Every dtype: the copies move elements by their size alone (1, 2, 4 or 8 bytes). Each kernel
-// checks its input's shape with the arithmetic the op's shape function used at graph-build time
-// (core/shape_ops.h, same messages), and walks the StridedCopy it makes: nested loops whose
-// innermost run is one memcpy when both sides are contiguous there, and whose two loops of a
-// transpose go in 32 x 32 blocks, so that neither side leaves the cache between uses. An op that
-// would copy its input unchanged (a slice of all of it, multiples all 1, no padding, one piece)
-// shares its buffer instead, as TensorFlow's kernels do.
+// Every dtype: the copies move elements by their size alone (1, 2, 4 or 8 bytes), strings by
+// assignment. Each kernel checks its input's shape with the arithmetic the op's shape function
+// used at graph-build time (core/shape_ops.h, same messages), and walks the StridedCopy it makes
+// (strings: element by element): nested loops whose innermost run is one memcpy when both sides
+// are contiguous there, and whose two loops of a transpose go in 32 x 32 blocks, so that neither
+// side leaves the cache between uses. An op that would copy its input unchanged (a slice of all
+// of it, multiples all 1, no padding, one piece) shares its buffer instead, as TensorFlow's
+// kernels do.
 #include "core/shape_ops.h"
 
 #include <algorithm>
@@ -15,6 +16,7 @@
 #include <climits>
 #include <cstdint>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "core/half.h"
@@ -72,12 +74,27 @@ void for_each_offset(const StridedCopy& c, const std::vector<int>& loops, Fn&& f
   }
 }
 
-// Performs `c` between buffers of elements of `elem` bytes. The innermost loop is one memcpy when
+// Strings are objects, not bytes: `c` between string buffers, one assignment per element.
+void strided_copy_strings(std::string* dst, const std::string* src, const StridedCopy& c) {
+  std::vector<int> loops(static_cast<std::size_t>(c.rank));
+  for (int k = 0; k < c.rank; ++k) loops[static_cast<std::size_t>(k)] = k;
+  dst += c.dst_offset;
+  src += c.src_offset;
+  for_each_offset(c, loops, [&](int64_t dst_off, int64_t src_off) { dst[dst_off] = src[src_off]; });
+}
+
+// Performs `c` from `in`'s elements to `out`'s (one dtype). The innermost loop is one memcpy when
 // both sides are contiguous along it; when only the destination is and an outer loop reads
 // contiguously (a transpose), those two loops go in blocks.
-void strided_copy(void* dst, const void* src, std::size_t elem, StridedCopy c) {
+void strided_copy(Tensor& out, const Tensor& in, StridedCopy c) {
   c.simplify();
   if (c.num_elements() == 0) return;
+  if (in.dtype() == DType::String) {
+    return strided_copy_strings(out.mutable_data<std::string>(), in.data<std::string>(), c);
+  }
+  const std::size_t elem = dtype_size(in.dtype());
+  void* dst = out.raw_mutable_data();
+  const void* src = in.raw_data();
   char* d = static_cast<char*>(dst) + c.dst_offset * static_cast<int64_t>(elem);
   const char* s = static_cast<const char*>(src) + c.src_offset * static_cast<int64_t>(elem);
   if (c.rank == 0) {
@@ -212,7 +229,7 @@ class TransposeOp final : public OpKernel {
     const StridedCopy c = transpose_copy(x.shape(), perm.value());
     std::vector<int64_t> dims(c.dims.begin(), c.dims.begin() + c.rank);
     Tensor& out = ctx.allocate_output(0, Shape(dims));
-    strided_copy(out.raw_mutable_data(), x.raw_data(), dtype_size(x.dtype()), c);
+    strided_copy(out, x, c);
   }
 
  private:
@@ -235,12 +252,11 @@ class ConcatOp final : public OpKernel {
     Tensor& out = ctx.allocate_output(0, out_shape);
     const int64_t outer = out_shape.sub_shape(0, axis).num_elements();
     const int64_t total = out_shape.sub_shape(axis).num_elements();
-    const std::size_t elem = dtype_size(out.dtype());
     int64_t offset = 0;
     for (int k = 0; k < ctx.num_inputs(); ++k) {
       const Tensor& in = ctx.input(k);
       const int64_t width = in.shape().sub_shape(axis).num_elements();
-      strided_copy(out.raw_mutable_data(), in.raw_data(), elem, rows_copy(outer, width, total, offset, true));
+      strided_copy(out, in, rows_copy(outer, width, total, offset, true));
       offset += width;
     }
   }
@@ -263,10 +279,9 @@ class SplitOp final : public OpKernel {
     const int axis = resolve_axis(axis_, piece.rank(), "").value();
     const int64_t outer = piece.sub_shape(0, axis).num_elements();
     const int64_t width = piece.sub_shape(axis).num_elements();
-    const std::size_t elem = dtype_size(x.dtype());
     for (int k = 0; k < ctx.num_outputs(); ++k) {
       Tensor& out = ctx.allocate_output(k, piece);
-      strided_copy(out.raw_mutable_data(), x.raw_data(), elem, rows_copy(outer, width, width * num_, k * width, false));
+      strided_copy(out, x, rows_copy(outer, width, width * num_, k * width, false));
     }
   }
 
@@ -286,8 +301,7 @@ class SliceOp final : public OpKernel {
     if (!shape.ok()) return ctx.fail(shape.status());
     if (shape.value() == x.shape()) return ctx.set_output(0, x);  // all of it: begin is 0
     Tensor& out = ctx.allocate_output(0, shape.value());
-    strided_copy(out.raw_mutable_data(), x.raw_data(), dtype_size(x.dtype()),
-                 slice_copy(x.shape(), begin_, out.shape()));
+    strided_copy(out, x, slice_copy(x.shape(), begin_, out.shape()));
   }
 
  private:
@@ -305,14 +319,15 @@ class TileOp final : public OpKernel {
     if (!shape.ok()) return ctx.fail(shape.status());
     if (shape.value() == x.shape()) return ctx.set_output(0, x);  // every multiple 1 (or nothing to copy)
     Tensor& out = ctx.allocate_output(0, shape.value());
-    strided_copy(out.raw_mutable_data(), x.raw_data(), dtype_size(x.dtype()), tile_copy(x.shape(), multiples_));
+    strided_copy(out, x, tile_copy(x.shape(), multiples_));
   }
 
  private:
   const std::vector<int64_t> multiples_;
 };
 
-// out = x with zeros around it. Zero bits are 0, +0.0 and false in every dtype. Thread-safe.
+// out = x with zeros around it. Zero bits are 0, +0.0 and false in every number dtype; strings are
+// allocated empty, TensorFlow's zero string. Thread-safe.
 class PadOp final : public OpKernel {
  public:
   explicit PadOp(const Node& n) : OpKernel(n), paddings_(n.attr<std::vector<int64_t>>("paddings")) {}
@@ -322,9 +337,8 @@ class PadOp final : public OpKernel {
     if (!shape.ok()) return ctx.fail(shape.status());
     if (shape.value() == x.shape()) return ctx.set_output(0, x);  // no padding
     Tensor& out = ctx.allocate_output(0, shape.value());
-    if (out.bytes() > 0) std::memset(out.raw_mutable_data(), 0, out.bytes());
-    strided_copy(out.raw_mutable_data(), x.raw_data(), dtype_size(x.dtype()),
-                 pad_copy(x.shape(), paddings_, out.shape()));
+    if (out.dtype() != DType::String && out.bytes() > 0) std::memset(out.raw_mutable_data(), 0, out.bytes());
+    strided_copy(out, x, pad_copy(x.shape(), paddings_, out.shape()));
   }
 
  private:
@@ -337,6 +351,10 @@ class FillOp final : public OpKernel {
   explicit FillOp(const Node& n) : OpKernel(n), shape_(n.attr<Shape>("shape")), value_(n.attr<Tensor>("value")) {}
   void compute(OpKernelContext& ctx) override {
     Tensor& out = ctx.allocate_output(0, shape_);
+    if (out.dtype() == DType::String) {
+      std::fill_n(out.mutable_data<std::string>(), out.num_elements(), value_.scalar<std::string>());
+      return;
+    }
     fill_bytes(out, value_.raw_data(), dtype_size(value_.dtype()));
   }
 
@@ -357,6 +375,7 @@ uint64_t one_bits(DType dtype) {
     case DType::Bool: put(true); break;
     case DType::Float16: put(float16_t(1.0f)); break;
     case DType::BFloat16: put(bfloat16_t(1.0f)); break;
+    case DType::String: break;  // refused by OnesLike's shape function
   }
   return bits;
 }
@@ -369,6 +388,7 @@ class FillLikeOp final : public OpKernel {
   void compute(OpKernelContext& ctx) override {
     const Tensor& x = ctx.input(0);
     Tensor& out = ctx.allocate_output(0, x.shape());
+    if (x.dtype() == DType::String) return;  // zeros: the empty strings it was allocated with
     const uint64_t bits = kOne ? one_bits(x.dtype()) : 0;
     fill_bytes(out, &bits, dtype_size(x.dtype()));
   }

@@ -113,7 +113,9 @@ class AssignUpdateOp : public VariableUpdateKernel {
       case DType::Int64: apply<int64_t, kAdd>(out.mutable_data<int64_t>(), v.value.data<int64_t>(), delta.data<int64_t>(), n); break;
       case DType::Float16: apply<float16_t, kAdd>(out.mutable_data<float16_t>(), v.value.data<float16_t>(), delta.data<float16_t>(), n); break;
       case DType::BFloat16: apply<bfloat16_t, kAdd>(out.mutable_data<bfloat16_t>(), v.value.data<bfloat16_t>(), delta.data<bfloat16_t>(), n); break;
-      case DType::Bool: return ctx.fail(ErrorCode::kInvalidArgument, "arithmetic update of a bool variable");
+      case DType::Bool:
+      case DType::String:
+        return ctx.fail(ErrorCode::kInvalidArgument, "arithmetic update of a {} variable", dtype_name(out.dtype()));
     }
     v.value = std::move(out);
     ctx.set_output(0, v.value);

@@ -288,6 +288,10 @@ void CudaDevice::copy_to_device(const Tensor& host, Stream& stream, std::functio
     done(errors::invalid_argument("{}: cannot copy a null tensor", name()));
     return;
   }
+  if (host.dtype() == DType::String) {  // placement keeps strings on the host: a bug if one gets here
+    done(errors::internal("{}: copy_to_device of a string tensor (strings live in host memory only)", name()));
+    return;
+  }
   if (host.device() != kHostDeviceName) {
     done(errors::invalid_argument("{}: copy_to_device expects a tensor in {}, got one in {}", name(),
                                   kHostDeviceName, host.device()));

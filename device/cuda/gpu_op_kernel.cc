@@ -62,6 +62,7 @@ gpu::Elem gpu_elem(DType dtype) {
     case DType::Bool: return gpu::Elem::kBool;
     case DType::Float16: return gpu::Elem::kF16;
     case DType::BFloat16: return gpu::Elem::kBF16;
+    case DType::String: break;  // host memory only: never on a GPU
   }
   return gpu::Elem::kBool;
 }

@@ -298,6 +298,7 @@ class FillLikeGpuOp final : public GpuOpKernel {
       case DType::Bool: put(true); break;
       case DType::Float16: put(float16_t(1.0f)); break;
       case DType::BFloat16: put(bfloat16_t(1.0f)); break;
+      case DType::String: break;  // host memory only: never on a GPU
     }
     return bits;
   }

@@ -169,4 +169,9 @@ Operation no_op(Graph& g, std::string name = "");
 // A no_op that runs after every op of `ops`.
 Operation group(const std::vector<Operation>& ops, std::string name = "");
 
+// ---- String constants (DType::String) ----
+// String scalars; without these a literal would pick constant(Graph&, bool).
+Output constant(Graph& g, const char* value, std::string name = "");
+Output constant(Graph& g, std::string value, std::string name = "");
+
 }  // namespace tessera::ops

@@ -1,4 +1,5 @@
-// FIFOQueue: a bounded queue of tuples of tensors, with TensorFlow's semantics.
+// Queues of tuples of tensors, with TensorFlow's semantics: FIFOQueue (first in, first out) and
+// RandomShuffleQueue (a uniformly random element), both QueueBase handles.
 //
 //   tessera::FIFOQueue q(g, /*capacity=*/10, {DType::Float32}, {Shape{}});
 //   auto x = ops::placeholder(g, DType::Float32, Shape{});
@@ -17,9 +18,16 @@
 // Waiters are served in arrival order: a dequeue_many(n) at the head takes elements as they
 // arrive (so n may exceed the capacity) and a later dequeue waits behind it. Dtypes are checked
 // when ops are built, shapes too when the queue has them (else at run time); without shapes,
-// dequeue_many needs elements of one shape. FIFOQueue is a copyable handle; the queue state lives
+// dequeue_many needs elements of one shape. A queue is a copyable handle; the queue state lives
 // in the session (or server) that runs it, found by `shared_name` (default: the queue op's name).
 // Thread-safe to run from any number of sessions and threads.
+//
+// RandomShuffleQueue has all of the above except the order: each dequeue takes a uniformly random
+// element (a dequeue_many, n of them), and while the queue is open it waits until more than
+// `min_after_dequeue` elements are queued, leaving at least that many; once closed it drains.
+//
+//   tessera::RandomShuffleQueue q(g, /*capacity=*/100, /*min_after_dequeue=*/20,
+//                                 {DType::Int32}, {Shape{}}, /*seed=*/7);
 #pragma once
 
 #include <memory>
@@ -31,12 +39,10 @@
 
 namespace tessera {
 
-class FIFOQueue {
+// The members every queue has. Not constructed directly: a FIFOQueue or a RandomShuffleQueue.
+class QueueBase {
  public:
-  FIFOQueue() = default;
-  // `shapes` empty: element shapes unconstrained. `shared_name` empty: the queue op's name.
-  FIFOQueue(Graph& g, int capacity, std::vector<DType> dtypes, std::vector<Shape> shapes = {},
-            std::string shared_name = "", std::string name = "");
+  QueueBase() = default;
 
   Operation enqueue(std::vector<Output> components, std::string name = "") const;
   // Splits each component along dimension 0 and enqueues the rows.
@@ -57,9 +63,35 @@ class FIFOQueue {
 
   struct State;  // internal (core/queue_ops.cc)
 
+ protected:
+  explicit QueueBase(std::shared_ptr<const State> state);
+
  private:
   std::vector<Output> dequeue_op(const char* type, int n, std::string name) const;
   std::shared_ptr<const State> state_;
+};
+
+class FIFOQueue : public QueueBase {
+ public:
+  FIFOQueue() = default;
+  // `shapes` empty: element shapes unconstrained. `shared_name` empty: the queue op's name.
+  FIFOQueue(Graph& g, int capacity, std::vector<DType> dtypes, std::vector<Shape> shapes = {},
+            std::string shared_name = "", std::string name = "");
+};
+
+class RandomShuffleQueue : public QueueBase {
+ public:
+  RandomShuffleQueue() = default;
+  // `min_after_dequeue` in [0, capacity) (any >= 0 when capacity < 0: unbounded). `seed` 0: a
+  // different order in every session; else the same order for the same sequence of operations.
+  RandomShuffleQueue(Graph& g, int capacity, int min_after_dequeue, std::vector<DType> dtypes,
+                     std::vector<Shape> shapes = {}, uint64_t seed = 0, std::string shared_name = "",
+                     std::string name = "");
+
+  int min_after_dequeue() const { return min_after_dequeue_; }
+
+ private:
+  int min_after_dequeue_ = 0;
 };
 
 }  // namespace tessera

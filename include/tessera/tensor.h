@@ -29,10 +29,14 @@ namespace tessera {
 // The values are TensorFlow's DataType numbers. Float16 (IEEE binary16) and BFloat16 have no host
 // element type in this API: make and read them through ops::cast. Their arithmetic is float32
 // rounded back, with float32 accumulation in reductions and matmul.
-enum class DType : int { Float32 = 1, Float64 = 2, Int32 = 3, Int64 = 9, Bool = 10, BFloat16 = 14, Float16 = 19 };
+// String (TensorFlow's DT_STRING) holds std::string elements, in host memory only: ops with a
+// string input or output run on the CPU, and arithmetic refuses them.
+enum class DType : int {
+  Float32 = 1, Float64 = 2, Int32 = 3, Int64 = 9, Bool = 10, String = 7, BFloat16 = 14, Float16 = 19
+};
 
 std::string_view dtype_name(DType dtype);  // "float32", ...
-std::size_t dtype_size(DType dtype);
+std::size_t dtype_size(DType dtype);  // String: sizeof(std::string) (elements are objects, not bytes)
 bool dtype_is_floating(DType dtype);  // float32, float64, float16, bfloat16
 bool dtype_is_valid(DType dtype);     // one of the enumerators (DType(77) is not)
 std::ostream& operator<<(std::ostream& os, DType dtype);
@@ -44,6 +48,7 @@ template <> struct DTypeOf<double> { static constexpr DType value = DType::Float
 template <> struct DTypeOf<int32_t> { static constexpr DType value = DType::Int32; };
 template <> struct DTypeOf<int64_t> { static constexpr DType value = DType::Int64; };
 template <> struct DTypeOf<bool> { static constexpr DType value = DType::Bool; };
+template <> struct DTypeOf<std::string> { static constexpr DType value = DType::String; };
 template <class T>
 inline constexpr DType dtype_of = DTypeOf<T>::value;
 
@@ -128,13 +133,17 @@ class Tensor {
 
   template <class T> static Tensor scalar(T value) {
     Tensor t(dtype_of<T>, Shape{});
-    *t.mutable_data<T>() = value;
+    *t.mutable_data<T>() = std::move(value);
     return t;
   }
+  // String scalars: non-template, so that a literal ("a.csv") picks them.
+  static Tensor scalar(std::string value) { return scalar<std::string>(std::move(value)); }
+  static Tensor scalar(const char* value) { return scalar<std::string>(std::string(value)); }
   template <class T> static Tensor vector(std::vector<T> values) {
     const auto n = static_cast<int64_t>(values.size());
     return from_vector<T>(std::move(values), Shape{n});
   }
+  static Tensor vector(std::vector<std::string> values) { return vector<std::string>(std::move(values)); }
   template <class T> static Tensor matrix(std::vector<T> values, int64_t rows, int64_t cols) {
     return from_vector<T>(std::move(values), Shape{rows, cols});
   }
@@ -143,6 +152,9 @@ class Tensor {
     Tensor t(dtype_of<T>, shape);
     if constexpr (std::is_same_v<T, bool>) {
       for (std::size_t i = 0; i < values.size(); ++i) t.mutable_data<bool>()[i] = values[i];
+    } else if constexpr (std::is_same_v<T, std::string>) {
+      std::string* p = t.mutable_data<std::string>();
+      for (std::size_t i = 0; i < values.size(); ++i) p[i] = std::move(values[i]);
     } else if (!values.empty()) {
       std::memcpy(t.raw_mutable_data(), values.data(), values.size() * sizeof(T));
     }
@@ -228,7 +240,7 @@ class Tensor {
   Tensor deep_copy() const;
   // True when another Tensor shares this buffer (copy-on-write writers check this).
   bool is_buffer_shared() const;
-  // Elementwise equality of dtype, shape and bytes.
+  // Elementwise equality of dtype, shape and values (bytes; strings by value).
   bool equals(const Tensor& other) const;
   // Short printable form: dtype, shape and up to `max_entries` values.
   std::string debug_string(int max_entries = 16) const;

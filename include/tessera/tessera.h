@@ -13,6 +13,7 @@
 #include "tessera/errors.h"
 #include "tessera/gradients.h"
 #include "tessera/graph.h"
+#include "tessera/input.h"
 #include "tessera/ops.h"
 #include "tessera/queue.h"
 #include "tessera/saver.h"

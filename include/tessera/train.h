@@ -72,7 +72,7 @@ class Coordinator {
 class QueueRunner {
  public:
   QueueRunner() = default;
-  QueueRunner(FIFOQueue& queue, std::vector<Operation> enqueue_ops);
+  QueueRunner(QueueBase& queue, std::vector<Operation> enqueue_ops);
 
   // One thread per enqueue op, each running its op until the coordinator stops or the queue is
   // closed; the last one to end closes the queue. OutOfRangeError and CancelledError end a thread
@@ -89,7 +89,7 @@ class QueueRunner {
   void start(Session& session);
   // Errors raised in runner threads started without a coordinator.
   std::vector<std::exception_ptr> exceptions() const;
-  const FIFOQueue& queue() const;
+  const QueueBase& queue() const;
   const std::vector<Operation>& enqueue_ops() const;
 
   struct State;

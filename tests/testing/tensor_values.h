@@ -33,6 +33,7 @@ void visit_dtype(DType dtype, Fn&& fn) {
     case DType::Bool: return fn(bool{});
     case DType::Float16: return fn(internal::float16_t{});
     case DType::BFloat16: return fn(internal::bfloat16_t{});
+    case DType::String: break;  // not numbers: compared with to_vector<std::string>
   }
 }
 
