@@ -2,8 +2,14 @@
 // does to `out`, and returns 0 on success (non-zero if its own checks fail).
 #pragma once
 
+#include <cstdint>
 #include <ostream>
 #include <string>
+
+// The data set's path, which the build sets for tessera_cli (CMakeLists.txt).
+#ifndef TESSERA_DIGITS_CSV
+#define TESSERA_DIGITS_CSV "examples/data/digits.csv.gz"
+#endif
 
 namespace tessera::examples {
 
@@ -30,5 +36,25 @@ int seed_cluster(std::ostream& out);
 // ps; prints the placement table (worker 0's master), the falling loss and the steps per second,
 // and stops the tasks.
 int ps_training(std::ostream& out, const std::string& tessera_binary, int workers = 2, int steps = 200);
+
+// The digits of scikit-learn (examples/data/digits.csv.gz) classified by an MLP or a small CNN
+// trained with Adam on shuffled batches (examples/digits.cc).
+struct DigitsOptions {
+  std::string model = "mlp";  // "mlp" or "cnn"
+  std::string device;         // "" (placement decides), "/cpu:0", "/device:SIM:0", "/gpu:0"
+  std::string data = TESSERA_DIGITS_CSV;
+  int steps = 3000;
+  int batch_size = 64;
+  float learning_rate = 1e-3f;
+  int log_every = 500;  // 0: no per-step lines
+};
+struct DigitsResult {
+  float first_loss = 0;
+  float last_loss = 0;
+  float test_accuracy = 0;
+  int64_t steps = 0;
+  double seconds = 0;
+};
+DigitsResult digits(std::ostream& out, const DigitsOptions& options);
 
 }  // namespace tessera::examples

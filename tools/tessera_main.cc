@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cmath>
@@ -51,21 +52,29 @@ int run_demo(int steps, const std::string& trace_file) {
                              : fmt::format("devices: the host CPU and {}", fmt::join(gpus, ", ")))
             << (TESSERA_WITH_CUDA ? "" : " (a CPU-only build: scripts/demo builds the CUDA device where nvcc is found)")
             << "\n\n";
-  std::cout << "== tessera demo 1/5: ten threads dequeue c = a + b through a QueueRunner ==\n";
+  std::cout << "== tessera demo 1/6: ten threads dequeue c = a + b through a QueueRunner ==\n";
   int rc = tessera::examples::queue_add(std::cout);
-  std::cout << "\n== tessera demo 2/5: linear regression, 4 training threads on shared variables ==\n";
+  std::cout << "\n== tessera demo 2/6: linear regression, 4 training threads on shared variables ==\n";
   rc |= tessera::examples::linear_regression(std::cout, steps);
-  std::cout << "\n== tessera demo 3/5: a two-task cluster, ten threads running one session ==\n";
+  std::cout << "\n== tessera demo 3/6: a two-task cluster, ten threads running one session ==\n";
   rc |= tessera::examples::seed_cluster(std::cout);
-  std::cout << "\n== tessera demo 4/5: parameter-server training: 1 ps and 2 worker processes ==\n" << std::flush;
+  std::cout << "\n== tessera demo 4/6: parameter-server training: 1 ps and 2 worker processes ==\n" << std::flush;
   rc |= tessera::examples::ps_training(std::cout, self_path(), 2, steps);
-  std::cout << "\n== tessera demo 5/5: a two-layer network placed over the host and accelerators ==\n";
+  std::cout << "\n== tessera demo 5/6: a two-layer network placed over the host and accelerators ==\n";
   if (tessera::list_devices().size() == 1) {
     // No GPU and no TESSERA_SIM_ACCELERATORS: simulate one, so placement has a choice to make.
     tessera::add_simulated_accelerators(1);
     std::cout << "no accelerator found: simulating one (/device:SIM:0; TESSERA_SIM_ACCELERATORS=N sets more)\n";
   }
   rc |= tessera::examples::heterogeneous(std::cout, trace_file);
+  std::cout << "\n== tessera demo 6/6: handwritten digits, an MLP trained with Adam on shuffled batches ==\n";
+  {
+    tessera::examples::DigitsOptions digits;
+    digits.steps = 600;
+    digits.log_every = 150;
+    const auto r = tessera::examples::digits(std::cout, digits);
+    rc |= r.last_loss < r.first_loss && r.test_accuracy > 0.9f ? 0 : 1;
+  }
   std::cout << (rc == 0 ? "\ndemo: OK\n" : "\ndemo: FAILED\n");
   return rc;
 }
@@ -215,6 +224,25 @@ int main(int argc, char** argv) {
   demo->add_option("--steps", steps, "SGD steps per training thread")->check(CLI::Range(1, 1000000));
   std::string trace_file;
   demo->add_option("--trace", trace_file, "Write a Chrome trace (Perfetto) of the heterogeneous step to FILE");
+  auto* digits = app.add_subcommand(
+      "digits", "Train an MLP or a small CNN on scikit-learn's handwritten digits (examples/data) with Adam and "
+                "print the loss and the test accuracy");
+  tessera::examples::DigitsOptions digits_options;
+  digits->add_option("--model", digits_options.model, "mlp or cnn")
+      ->check(CLI::IsMember({"mlp", "cnn"}))
+      ->capture_default_str();
+  digits->add_option("--device", digits_options.device,
+                     "Where the model runs: /cpu:0, /device:SIM:0, /gpu:0 (default: placement decides)");
+  digits->add_option("--steps", digits_options.steps, "Training steps")->check(CLI::Range(1, 10000000))->capture_default_str();
+  digits->add_option("--batch", digits_options.batch_size, "Batch size")->check(CLI::Range(1, 1437))->capture_default_str();
+  digits->add_option("--learning-rate", digits_options.learning_rate, "Adam's learning rate")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  digits->add_option("--data", digits_options.data, "The digits CSV (gzipped or plain)")->capture_default_str();
+  double digits_expect = 0;
+  digits->add_option("--expect-accuracy", digits_expect,
+                     "Exit with status 1 unless the test accuracy reaches this fraction (the tests use it)")
+      ->check(CLI::Range(0.0, 1.0));
   auto* devices = app.add_subcommand("devices", "List the devices this process can run ops on");
   auto* server = app.add_subcommand(
       "server", "Run one task of a cluster until SIGINT or SIGTERM. Without --cluster, the cluster comes from "
@@ -288,13 +316,23 @@ int main(int argc, char** argv) {
   if (argc > 1 && argv[1][0] == '-' && std::string(argv[1]) != "--help" && std::string(argv[1]) != "-h" &&
       std::string(argv[1]) != "--version") {
     std::cerr << "tessera: unknown option '" << std::string(argv[1]).substr(0, 80)
-              << "' (commands: demo, devices, server, keygen; `tessera --help` lists them)\n";
+              << "' (commands: demo, digits, devices, server, keygen; `tessera --help` lists them)\n";
     return 106;  // CLI11's code for an argument it does not know
   }
   CLI11_PARSE(app, argc, argv);
   try {
     if (*demo) return run_demo(steps, trace_file);
     if (*devices) return list_devices();
+    if (*digits) {
+      digits_options.log_every = std::max(1, digits_options.steps / 10);
+      const auto r = tessera::examples::digits(std::cout, digits_options);
+      if (r.test_accuracy < digits_expect) {
+        std::cerr << "tessera digits: test accuracy " << r.test_accuracy << " is below the expected " << digits_expect
+                  << "\n";
+        return 1;
+      }
+      return 0;
+    }
     if (*server) {
       auto given = [](CLI::Option* o, const auto& value) {
         using T = std::decay_t<decltype(value)>;

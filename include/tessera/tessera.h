@@ -15,6 +15,7 @@
 #include "tessera/graph.h"
 #include "tessera/input.h"
 #include "tessera/ops.h"
+#include "tessera/optimizer.h"
 #include "tessera/queue.h"
 #include "tessera/saver.h"
 #include "tessera/server.h"

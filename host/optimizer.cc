@@ -1,0 +1,309 @@
+// The optimizers of tessera/optimizer.h: what TensorFlow 1's optimizer.py does around the update
+// kernels (core/training_ops.h): gradients, slot variables, hyper-parameters as constants of the
+// variable's dtype, Adam's beta powers, and the global step.
+#include "tessera/optimizer.h"
+
+#include <cmath>
+#include <map>
+#include <mutex>
+
+#include <fmt/format.h>
+
+#include "core/training_ops.h"
+#include "tessera/errors.h"
+#include "tessera/gradients.h"
+#include "tessera/ops.h"
+
+namespace tessera::train {
+
+struct Optimizer::Rule {
+  Rule(std::string n, bool locking, std::vector<std::string> slots)
+      : name(std::move(n)), use_locking(locking), slot_names(std::move(slots)) {}
+  virtual ~Rule() = default;
+
+  // Makes what the updates of `vars` need before any of them is built (slots, Adam's beta powers).
+  virtual void prepare(Graph& g, const std::vector<Variable>& vars) { (void)g, (void)vars; }
+  // The update of `var` by `grad` (same dtype and shape).
+  virtual Output apply_dense(const Output& grad, const Variable& var) = 0;
+  // What runs after the updates (Adam: the beta powers' decay); the op apply_gradients returns
+  // without a global step.
+  virtual Operation finish(Graph& g, const std::vector<Operation>& updates, const std::string& op_name) {
+    return ops::group(updates, op_name);
+  }
+
+  // The slot `slot` of `var`, made (once) with every element `init`, colocated with `var`.
+  Variable make_slot(const Variable& var, const std::string& slot, double init, const std::string& op_name) {
+    std::lock_guard<std::mutex> l(mu);
+    auto key = std::make_pair(var.name(), slot);
+    if (auto it = slots.find(key); it != slots.end()) return it->second;
+    const Shape shape = var.shape();
+    if (!shape.fully_defined()) {
+      throw InvalidArgumentError(fmt::format("{}: variable '{}' has shape {}: a slot needs a fully defined shape",
+                                             name, var.name(), shape.to_string()));
+    }
+    Graph& g = var.op().graph();
+    GraphScope colocate = g.colocate_with(var.op());
+    Variable v(ops::fill(g, shape, scalar_of(var.dtype(), init)), var.name() + "/" + op_name, /*trainable=*/false);
+    slots.emplace(key, v);
+    return v;
+  }
+  Variable slot(const Variable& var, const std::string& slot_name) const {
+    std::lock_guard<std::mutex> l(mu);
+    return slots.at({var.name(), slot_name});
+  }
+
+  static Tensor scalar_of(DType dtype, double value) {
+    if (dtype == DType::Float64) return Tensor::scalar(value);
+    return Tensor::scalar(static_cast<float>(value));
+  }
+  // A hyper-parameter as a constant of var's dtype.
+  static Output hyper(const Variable& var, double value) {
+    return ops::constant(var.op().graph(), scalar_of(var.dtype(), value));
+  }
+
+  const std::string name;
+  const bool use_locking;
+  const std::vector<std::string> slot_names;
+  mutable std::mutex mu;
+  std::map<std::pair<std::string, std::string>, Variable> slots;  // guarded by mu: (var, slot name)
+};
+
+namespace {
+
+using internal::apply_adagrad;
+using internal::apply_adam;
+using internal::apply_gradient_descent;
+using internal::apply_momentum;
+using internal::apply_rms_prop;
+
+class GradientDescentRule final : public Optimizer::Rule {
+ public:
+  GradientDescentRule(float lr, bool locking) : Rule("GradientDescent", locking, {}), lr_(lr) {}
+  Output apply_dense(const Output& grad, const Variable& var) override {
+    return apply_gradient_descent(var, hyper(var, lr_), grad, use_locking);
+  }
+
+ private:
+  const float lr_;
+};
+
+class MomentumRule final : public Optimizer::Rule {
+ public:
+  MomentumRule(float lr, float momentum, bool locking, bool nesterov)
+      : Rule("Momentum", locking, {"momentum"}), lr_(lr), momentum_(momentum), nesterov_(nesterov) {}
+  void prepare(Graph&, const std::vector<Variable>& vars) override {
+    for (const Variable& v : vars) make_slot(v, "momentum", 0.0, name);
+  }
+  Output apply_dense(const Output& grad, const Variable& var) override {
+    return apply_momentum(var, slot(var, "momentum"), hyper(var, lr_), grad, hyper(var, momentum_), use_locking,
+                          nesterov_);
+  }
+
+ private:
+  const float lr_;
+  const float momentum_;
+  const bool nesterov_;
+};
+
+// TF1's Adam: slots m and v per variable, and two non-slot variables beta1_power and beta2_power
+// (colocated with the first variable) that every update reads and finish() decays.
+class AdamRule final : public Optimizer::Rule {
+ public:
+  AdamRule(float lr, float beta1, float beta2, float epsilon)
+      : Rule("Adam", false, {"m", "v"}), lr_(lr), beta1_(beta1), beta2_(beta2), epsilon_(epsilon) {}
+  void prepare(Graph& g, const std::vector<Variable>& vars) override {
+    for (const Variable& v : vars) {
+      make_slot(v, "m", 0.0, name);
+      make_slot(v, "v", 0.0, name + "_1");
+    }
+    std::lock_guard<std::mutex> l(mu);
+    if (!beta1_power_ && !vars.empty()) {
+      GraphScope colocate = g.colocate_with(vars.front().op());
+      // Of the first variable's dtype, as TF1's: float64 models decay them in float64.
+      const DType dtype = vars.front().dtype();
+      beta1_power_ = Variable(g, scalar_of(dtype, beta1_), "beta1_power", /*trainable=*/false);
+      beta2_power_ = Variable(g, scalar_of(dtype, beta2_), "beta2_power", /*trainable=*/false);
+    }
+  }
+  Output apply_dense(const Output& grad, const Variable& var) override {
+    auto power = [&](const Variable& p) {
+      return var.dtype() == p.dtype() ? p.value() : ops::cast(p.value(), var.dtype());
+    };
+    return apply_adam(var, slot(var, "m"), slot(var, "v"), power(*beta1_power_), power(*beta2_power_), hyper(var, lr_),
+                      hyper(var, beta1_), hyper(var, beta2_), hyper(var, epsilon_), grad, use_locking);
+  }
+  Operation finish(Graph& g, const std::vector<Operation>& updates, const std::string& op_name) override {
+    std::vector<Operation> all = updates;
+    {
+      GraphScope after = g.control_dependencies(updates);
+      GraphScope colocate = g.colocate_with(beta1_power_->op());
+      all.push_back(beta1_power_->assign(ops::mul(beta1_power_->value(), hyper(*beta1_power_, beta1_))).op());
+      all.push_back(beta2_power_->assign(ops::mul(beta2_power_->value(), hyper(*beta2_power_, beta2_))).op());
+    }
+    return ops::group(all, op_name);
+  }
+
+ private:
+  const float lr_;
+  const float beta1_;
+  const float beta2_;
+  const float epsilon_;
+  std::optional<Variable> beta1_power_;  // guarded by mu while made
+  std::optional<Variable> beta2_power_;
+};
+
+class AdagradRule final : public Optimizer::Rule {
+ public:
+  AdagradRule(float lr, float initial) : Rule("Adagrad", false, {"accumulator"}), lr_(lr), initial_(initial) {}
+  void prepare(Graph&, const std::vector<Variable>& vars) override {
+    for (const Variable& v : vars) make_slot(v, "accumulator", initial_, name);
+  }
+  Output apply_dense(const Output& grad, const Variable& var) override {
+    return apply_adagrad(var, slot(var, "accumulator"), hyper(var, lr_), grad, use_locking);
+  }
+
+ private:
+  const float lr_;
+  const float initial_;
+};
+
+// TF1's RMSProp (not centered): rms starts at ones, momentum at zeros.
+class RMSPropRule final : public Optimizer::Rule {
+ public:
+  RMSPropRule(float lr, float decay, float momentum, float epsilon)
+      : Rule("RMSProp", false, {"rms", "momentum"}), lr_(lr), decay_(decay), momentum_(momentum), epsilon_(epsilon) {}
+  void prepare(Graph&, const std::vector<Variable>& vars) override {
+    for (const Variable& v : vars) {
+      make_slot(v, "rms", 1.0, name);
+      make_slot(v, "momentum", 0.0, name + "_1");
+    }
+  }
+  Output apply_dense(const Output& grad, const Variable& var) override {
+    return apply_rms_prop(var, slot(var, "rms"), slot(var, "momentum"), hyper(var, lr_), hyper(var, decay_),
+                          hyper(var, momentum_), hyper(var, epsilon_), grad, use_locking);
+  }
+
+ private:
+  const float lr_;
+  const float decay_;
+  const float momentum_;
+  const float epsilon_;
+};
+
+void check_hyper(const char* optimizer, const char* what, float value, bool positive) {
+  if (!std::isfinite(value) || value < 0 || (positive && value == 0)) {
+    throw InvalidArgumentError(fmt::format("{}: {} must be {}, got {}", optimizer, what,
+                                           positive ? "positive" : "non-negative", value));
+  }
+}
+
+}  // namespace
+
+Optimizer::Optimizer(std::shared_ptr<Rule> rule) : rule_(std::move(rule)) {}
+
+const std::string& Optimizer::name() const { return rule_->name; }
+
+std::vector<std::string> Optimizer::get_slot_names() const { return rule_->slot_names; }
+
+std::optional<Variable> Optimizer::get_slot(const Variable& var, const std::string& slot_name) const {
+  std::lock_guard<std::mutex> l(rule_->mu);
+  auto it = rule_->slots.find({var.name(), slot_name});
+  if (it == rule_->slots.end()) return std::nullopt;
+  return it->second;
+}
+
+std::vector<std::pair<Output, Variable>> Optimizer::compute_gradients(Output loss, std::vector<Variable> var_list) const {
+  internal::Node* n = internal::checked_node(loss, "compute_gradients (loss)");
+  if (var_list.empty()) var_list = trainable_variables(*n->graph->owner);
+  if (var_list.empty()) throw InvalidArgumentError(fmt::format("{}: no variables to optimize", name()));
+  std::vector<Output> values;
+  for (const Variable& v : var_list) values.push_back(v.value());
+  std::vector<Output> grads = gradients({loss}, values);
+  std::vector<std::pair<Output, Variable>> out;
+  for (std::size_t i = 0; i < var_list.size(); ++i) out.emplace_back(grads[i], var_list[i]);
+  return out;
+}
+
+Operation Optimizer::apply_gradients(std::vector<std::pair<Output, Variable>> grads_and_vars,
+                                     std::optional<Variable> global_step, std::string op_name) const {
+  if (grads_and_vars.empty()) throw InvalidArgumentError(fmt::format("{}: no variables provided", name()));
+  std::vector<std::pair<Output, Variable>> todo;
+  std::string names;
+  for (auto& [grad, var] : grads_and_vars) {
+    names += (names.empty() ? "" : ", ") + var.name();
+    if (grad.is_null()) continue;
+    if (var.dtype() != DType::Float32 && var.dtype() != DType::Float64) {
+      throw InvalidArgumentError(fmt::format("{}: variable '{}' is {}: optimizers update float32 and float64 variables",
+                                             name(), var.name(), dtype_name(var.dtype())));
+    }
+    if (grad.dtype() != var.dtype()) {
+      throw InvalidArgumentError(fmt::format("{}: the gradient of '{}' is {}, the variable is {}", name(), var.name(),
+                                             dtype_name(grad.dtype()), dtype_name(var.dtype())));
+    }
+    todo.emplace_back(grad, var);
+  }
+  if (todo.empty()) {
+    throw InvalidArgumentError(fmt::format("{}: no gradients provided for any variable: [{}]", name(), names));
+  }
+  Graph& g = todo.front().second.op().graph();
+  if (op_name.empty()) op_name = name();
+  std::vector<Variable> vars;
+  for (const auto& p : todo) vars.push_back(p.second);
+  rule_->prepare(g, vars);
+  std::vector<Operation> updates;
+  {
+    GraphScope scope = g.name_scope(op_name);
+    for (const auto& [grad, var] : todo) updates.push_back(rule_->apply_dense(grad, var).op());
+  }
+  if (!global_step) return rule_->finish(g, updates, op_name);
+  Operation finished = rule_->finish(g, updates, op_name + "/update");
+  GraphScope after = g.control_dependencies({finished});
+  GraphScope colocate = g.colocate_with(global_step->op());
+  return global_step->assign_add(ops::constant(g, int64_t{1})).op();
+}
+
+Operation Optimizer::minimize(Output loss, std::optional<Variable> global_step, std::vector<Variable> var_list) const {
+  return apply_gradients(compute_gradients(loss, std::move(var_list)), std::move(global_step));
+}
+
+GradientDescentOptimizer::GradientDescentOptimizer(float learning_rate, bool use_locking)
+    : Optimizer((check_hyper("GradientDescentOptimizer", "learning_rate", learning_rate, false),
+                 std::make_shared<GradientDescentRule>(learning_rate, use_locking))) {}
+
+MomentumOptimizer::MomentumOptimizer(float learning_rate, float momentum, bool use_locking, bool use_nesterov)
+    : Optimizer((check_hyper("MomentumOptimizer", "learning_rate", learning_rate, false),
+                 check_hyper("MomentumOptimizer", "momentum", momentum, false),
+                 std::make_shared<MomentumRule>(learning_rate, momentum, use_locking, use_nesterov))) {}
+
+AdamOptimizer::AdamOptimizer(float learning_rate, float beta1, float beta2, float epsilon)
+    : Optimizer((check_hyper("AdamOptimizer", "learning_rate", learning_rate, false),
+                 check_hyper("AdamOptimizer", "beta1", beta1, false), check_hyper("AdamOptimizer", "beta2", beta2, false),
+                 check_hyper("AdamOptimizer", "epsilon", epsilon, false),
+                 std::make_shared<AdamRule>(learning_rate, beta1, beta2, epsilon))) {}
+
+AdagradOptimizer::AdagradOptimizer(float learning_rate, float initial_accumulator_value)
+    : Optimizer((check_hyper("AdagradOptimizer", "learning_rate", learning_rate, false),
+                 check_hyper("AdagradOptimizer", "initial_accumulator_value", initial_accumulator_value, true),
+                 std::make_shared<AdagradRule>(learning_rate, initial_accumulator_value))) {}
+
+RMSPropOptimizer::RMSPropOptimizer(float learning_rate, float decay, float momentum, float epsilon)
+    : Optimizer((check_hyper("RMSPropOptimizer", "learning_rate", learning_rate, false),
+                 check_hyper("RMSPropOptimizer", "decay", decay, false),
+                 check_hyper("RMSPropOptimizer", "momentum", momentum, false),
+                 check_hyper("RMSPropOptimizer", "epsilon", epsilon, false),
+                 std::make_shared<RMSPropRule>(learning_rate, decay, momentum, epsilon))) {}
+
+Variable get_or_create_global_step(Graph& g) {
+  for (Variable& v : global_variables(g)) {
+    if (v.name() == "global_step") {
+      if (v.dtype() != DType::Int64 || v.shape() != Shape{}) {
+        throw InvalidArgumentError(fmt::format("global_step: the graph's variable 'global_step' is {} {}, not an int64 scalar",
+                                               dtype_name(v.dtype()), v.shape().to_string()));
+      }
+      return v;
+    }
+  }
+  return Variable(g, Tensor::scalar(int64_t{0}), "global_step", /*trainable=*/false);
+}
+
+}  // namespace tessera::train

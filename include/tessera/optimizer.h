@@ -1,0 +1,85 @@
+// Optimizers, as TensorFlow 1's tf.train optimizers: the same names, arguments, update rules and
+// slot variables, each update one fused kernel per variable (ApplyGradientDescent, ApplyAdam, ...)
+// on the variable's device.
+//
+//   auto loss = ops::reduce_mean(ops::sparse_softmax_cross_entropy_with_logits(labels, logits));
+//   Variable step = train::get_or_create_global_step(g);
+//   Operation train_op = train::AdamOptimizer(1e-3f).minimize(loss, step);
+//   Session s(g);
+//   s.run(global_variables_initializer(g));   // after minimize: it makes the slot variables
+//   for (int i = 0; i < 1000; ++i) s.run(train_op, feeds);
+//
+// minimize = compute_gradients (tessera::gradients of the loss with respect to each variable's
+// value) then apply_gradients (an update op per variable with a gradient; global_step, when
+// given, is incremented once after all of them). Slot variables (momentum accumulators, Adam's m
+// and v) are made by apply_gradients, named "<var>/<Optimizer name><_N>", colocated with their
+// variable, not trainable; global_variables_initializer initializes them. Updates are atomic per
+// variable whatever use_locking says (TF1's use_locking = false lets updates race per element; a
+// tessera update never does). An Optimizer is a copyable handle: copies share slots, and a copy
+// made from a derived optimizer keeps its update rule.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "tessera/graph.h"
+#include "tessera/variable.h"
+
+namespace tessera::train {
+
+class Optimizer {
+ public:
+  struct Rule;  // an update rule (host/optimizer.cc)
+
+  std::vector<std::pair<Output, Variable>> compute_gradients(Output loss, std::vector<Variable> var_list = {}) const;
+  Operation apply_gradients(std::vector<std::pair<Output, Variable>> grads_and_vars,
+                            std::optional<Variable> global_step = std::nullopt, std::string name = "") const;
+  Operation minimize(Output loss, std::optional<Variable> global_step = std::nullopt,
+                     std::vector<Variable> var_list = {}) const;
+
+  const std::string& name() const;  // "GradientDescent", "Momentum", "Adam", "Adagrad", "RMSProp"
+  // The slot `slot_name` ("momentum", "accumulator", "m", "v", "rms", ...) of `var`, once
+  // apply_gradients made it; nullopt otherwise.
+  std::optional<Variable> get_slot(const Variable& var, const std::string& slot_name) const;
+  std::vector<std::string> get_slot_names() const;
+
+ protected:
+  explicit Optimizer(std::shared_ptr<Rule> rule);
+
+ private:
+  std::shared_ptr<Rule> rule_;
+};
+
+class GradientDescentOptimizer : public Optimizer {
+ public:
+  explicit GradientDescentOptimizer(float learning_rate, bool use_locking = false);
+};
+
+class MomentumOptimizer : public Optimizer {
+ public:
+  MomentumOptimizer(float learning_rate, float momentum, bool use_locking = false, bool use_nesterov = false);
+};
+
+class AdamOptimizer : public Optimizer {
+ public:
+  explicit AdamOptimizer(float learning_rate = 0.001f, float beta1 = 0.9f, float beta2 = 0.999f,
+                         float epsilon = 1e-8f);
+};
+
+class AdagradOptimizer : public Optimizer {
+ public:
+  explicit AdagradOptimizer(float learning_rate, float initial_accumulator_value = 0.1f);
+};
+
+class RMSPropOptimizer : public Optimizer {
+ public:
+  explicit RMSPropOptimizer(float learning_rate, float decay = 0.9f, float momentum = 0.0f, float epsilon = 1e-10f);
+};
+
+// The graph's int64 scalar "global_step" variable (not trainable), made on first call.
+Variable get_or_create_global_step(Graph& g);
+
+}  // namespace tessera::train
