@@ -19,6 +19,7 @@
 
 #include "core/node.h"
 #include "tests/testing/gradient_checker.h"
+#include "tests/testing/device_op_test.h"
 #include "tests/testing/sim_device.h"
 #include "tests/testing/tensor_expect.h"
 #include "tests/testing/tensor_values.h"
@@ -188,61 +189,8 @@ std::vector<int64_t> window64(int64_t h, int64_t w) { return {1, h, w, 1}; }
 
 // Runs each graph's ops on the device the test is instantiated for: "CPU", or "SIM" (placeholders
 // stay on the host, so inputs cross to the device and outputs back, as a GPU's would).
-class ConvOpsTest : public ::testing::TestWithParam<std::string> {
+class ConvOpsTest : public testing::DeviceOpTest {
  protected:
-  GraphScope on_device(Graph& g) { return g.device(GetParam() == "CPU" ? "/device:CPU:0" : "/device:SIM:0"); }
-
-  // Fetches `y` twice (on SIM the second step replays the captured partition), checks it ran on
-  // the device under test and gave the same result both times.
-  Tensor run(Output y, const FeedMap& feeds) {
-    Session s(y.op().graph());
-    Tensor first = s.run(y, feeds);
-    Tensor second = s.run(y, feeds);
-    EXPECT_THAT(y.op().assigned_device(), HasSubstr("/device:" + GetParam() + ":0")) << y.name();
-    EXPECT_TRUE(first.equals(second)) << y.name() << ": the second step differs";
-    return first;
-  }
-
-  // Builds op(placeholders of `inputs`) on the device and runs it on `inputs`. The placeholders
-  // have the inputs' shapes unless `unknown_shapes`, which leaves every check to the kernel.
-  template <class F>
-  Tensor apply(const std::vector<Tensor>& inputs, F op, bool unknown_shapes = false) {
-    Graph g;
-    std::vector<Output> xs;
-    FeedMap feeds;
-    for (const Tensor& t : inputs) {
-      xs.push_back(ops::placeholder(g, t.dtype(), unknown_shapes ? Shape::unknown() : t.shape()));
-      feeds[xs.back()] = t;
-    }
-    Output y;
-    {
-      auto scope = on_device(g);
-      y = op(xs);
-    }
-    return run(y, feeds);
-  }
-
-  // As apply with unknown shapes, expecting InvalidArgumentError naming the op and saying `detail`.
-  template <class F>
-  void expect_run_fails(const std::vector<Tensor>& inputs, F op, const std::string& detail) {
-    Graph g;
-    std::vector<Output> xs;
-    FeedMap feeds;
-    for (const Tensor& t : inputs) {
-      xs.push_back(ops::placeholder(g, t.dtype()));
-      feeds[xs.back()] = t;
-    }
-    Output y;
-    {
-      auto scope = on_device(g);
-      y = op(xs);
-    }
-    Session s(g);
-    const std::string message = error_of<InvalidArgumentError>([&] { s.run(y, feeds); });
-    EXPECT_THAT(message, HasSubstr(y.op().name() + " (" + y.op().type() + "): "));
-    EXPECT_THAT(message, HasSubstr(detail));
-  }
-
   // conv2d of `in` and `filter` dims, values 1, 2, ... (TF's _VerifyValues), against TF's values.
   void verify_conv(const Dims& in, const Dims& filter, int sh, int sw, const std::string& padding,
                    const std::vector<double>& expected, const Dims& out) {
@@ -267,13 +215,7 @@ class ConvOpsTest : public ::testing::TestWithParam<std::string> {
   }
 };
 
-// Expects building to throw InvalidArgumentError naming `op` ("name (Type)") and saying `detail`.
-template <class F>
-void expect_build_fails(F build, const std::string& op, const std::string& detail) {
-  const std::string message = error_of<InvalidArgumentError>(build);
-  EXPECT_THAT(message, HasSubstr(op));
-  EXPECT_THAT(message, HasSubstr(detail));
-}
+using testing::expect_build_fails;
 
 // ---- TensorFlow's conv_ops_test.py ----
 

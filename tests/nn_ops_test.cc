@@ -21,6 +21,7 @@
 #include "core/nn_ops.h"
 #include "core/node.h"
 #include "tests/testing/gradient_checker.h"
+#include "tests/testing/device_op_test.h"
 #include "tests/testing/sim_device.h"
 #include "tests/testing/tensor_expect.h"
 #include "tests/testing/tensor_values.h"
@@ -102,69 +103,8 @@ V one_hot_ref(const V& labels, int64_t cols) {
 
 // Runs the ops under test on the device the test is instantiated for ("CPU" or "SIM"), fed from
 // host placeholders, as tests/select_ops_test.cc does.
-class NnOpsTest : public ::testing::TestWithParam<std::string> {
+class NnOpsTest : public testing::DeviceOpTest {
  protected:
-  GraphScope on_device(Graph& g) { return g.device(GetParam() == "CPU" ? "/device:CPU:0" : "/device:SIM:0"); }
-
-  // Every output of `y`'s op, fetched twice (on SIM the second step replays the captured
-  // partition): the two steps must agree.
-  std::vector<Tensor> run_all(Output y, const FeedMap& feeds = {}) {
-    Session s(y.op().graph());
-    std::vector<Output> fetches;
-    for (int i = 0; i < y.op().num_outputs(); ++i) fetches.push_back(y.op().output(i));
-    std::vector<Tensor> first = s.run(fetches, feeds);
-    std::vector<Tensor> second = s.run(fetches, feeds);
-    EXPECT_THAT(y.op().assigned_device(), HasSubstr("/device:" + GetParam() + ":0")) << y.name();
-    for (std::size_t i = 0; i < first.size(); ++i) {
-      EXPECT_TRUE(first[i].equals(second[i])) << y.name() << ": output " << i << " of the second step differs";
-    }
-    return first;
-  }
-
-  // Feeds `inputs` through placeholders (of their own shapes, or unknown ones), applies `op` and
-  // returns every output of its node.
-  template <class F>
-  std::vector<Tensor> apply_all(const std::vector<Tensor>& inputs, F op, bool unknown_shapes = false) {
-    Graph g;
-    std::vector<Output> xs;
-    FeedMap feeds;
-    for (const Tensor& t : inputs) {
-      xs.push_back(ops::placeholder(g, t.dtype(), unknown_shapes ? Shape::unknown() : t.shape()));
-      feeds[xs.back()] = t;
-    }
-    Output y;
-    {
-      auto scope = on_device(g);
-      y = op(xs);
-    }
-    return run_all(y, feeds);
-  }
-  template <class F>
-  Tensor apply(const std::vector<Tensor>& inputs, F op, bool unknown_shapes = false) {
-    return apply_all(inputs, op, unknown_shapes)[0];
-  }
-
-  // Applies `op` to placeholders of unknown shape and expects the run to fail naming the op.
-  template <class F>
-  void expect_run_fails(const std::vector<Tensor>& inputs, F op, const std::string& detail) {
-    Graph g;
-    std::vector<Output> xs;
-    FeedMap feeds;
-    for (const Tensor& t : inputs) {
-      xs.push_back(ops::placeholder(g, t.dtype(), Shape::unknown()));
-      feeds[xs.back()] = t;
-    }
-    Output y;
-    {
-      auto scope = on_device(g);
-      y = op(xs);
-    }
-    Session s(g);
-    const std::string message = error_of<InvalidArgumentError>([&] { s.run(y, feeds); });
-    EXPECT_THAT(message, HasSubstr(y.op().name() + " (" + y.op().type() + "): "));
-    EXPECT_THAT(message, HasSubstr(detail));
-  }
-
   // A random op built on the test's device in its own graph and session: `runs` steps of it.
   template <class F>
   std::vector<std::vector<Tensor>> run_random(F build, int runs) {
@@ -184,12 +124,7 @@ class NnOpsTest : public ::testing::TestWithParam<std::string> {
   }
 };
 
-template <class F>
-void expect_build_fails(F build, const std::string& op, const std::string& detail) {
-  const std::string message = error_of<InvalidArgumentError>(build);
-  EXPECT_THAT(message, HasSubstr(op));
-  EXPECT_THAT(message, HasSubstr(detail));
-}
+using testing::expect_build_fails;
 
 // ---- softmax, log_softmax (softmax_op_test.py, log_softmax cases) ----
 

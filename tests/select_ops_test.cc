@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/node.h"
+#include "tests/testing/device_op_test.h"
 #include "tests/testing/sim_device.h"
 #include "tests/testing/tensor_expect.h"
 #include "tests/testing/tensor_values.h"
@@ -34,68 +35,10 @@ const auto* const kSimEnvironment = ::testing::AddGlobalTestEnvironment(new test
 using Dims = std::vector<int64_t>;
 using V = std::vector<double>;
 
-// Runs the ops under test on the device the test is instantiated for ("CPU" or "SIM"), fed from
-// host placeholders, as tests/shape_ops_test.cc does.
-class SelectOpsTest : public ::testing::TestWithParam<std::string> {
- protected:
-  GraphScope on_device(Graph& g) { return g.device(GetParam() == "CPU" ? "/device:CPU:0" : "/device:SIM:0"); }
+// The ops under test run on the device the test is instantiated for, fed from host placeholders.
+class SelectOpsTest : public testing::DeviceOpTest {};
 
-  // Fetches `y` twice (on SIM the second step replays the captured partition).
-  Tensor run(Output y, const FeedMap& feeds = {}) {
-    Session s(y.op().graph());
-    Tensor first = s.run(y, feeds);
-    Tensor second = s.run(y, feeds);
-    EXPECT_THAT(y.op().assigned_device(), HasSubstr("/device:" + GetParam() + ":0")) << y.name();
-    EXPECT_TRUE(first.equals(second)) << y.name() << ": the second step differs";
-    return first;
-  }
-
-  // Feeds `inputs` through placeholders (of their own shapes, or unknown ones) and applies `op`.
-  template <class F>
-  Tensor apply(const std::vector<Tensor>& inputs, F op, bool unknown_shapes = false) {
-    Graph g;
-    std::vector<Output> xs;
-    FeedMap feeds;
-    for (const Tensor& t : inputs) {
-      xs.push_back(ops::placeholder(g, t.dtype(), unknown_shapes ? Shape::unknown() : t.shape()));
-      feeds[xs.back()] = t;
-    }
-    Output y;
-    {
-      auto scope = on_device(g);
-      y = op(xs);
-    }
-    return run(y, feeds);
-  }
-
-  // Applies `op` to placeholders of unknown shape and expects the run to fail naming the op.
-  template <class F>
-  void expect_run_fails(const std::vector<Tensor>& inputs, F op, const std::string& detail) {
-    Graph g;
-    std::vector<Output> xs;
-    FeedMap feeds;
-    for (const Tensor& t : inputs) {
-      xs.push_back(ops::placeholder(g, t.dtype(), Shape::unknown()));
-      feeds[xs.back()] = t;
-    }
-    Output y;
-    {
-      auto scope = on_device(g);
-      y = op(xs);
-    }
-    Session s(g);
-    const std::string message = error_of<InvalidArgumentError>([&] { s.run(y, feeds); });
-    EXPECT_THAT(message, HasSubstr(y.op().name() + " (" + y.op().type() + "): "));
-    EXPECT_THAT(message, HasSubstr(detail));
-  }
-};
-
-template <class F>
-void expect_build_fails(F build, const std::string& op, const std::string& detail) {
-  const std::string message = error_of<InvalidArgumentError>(build);
-  EXPECT_THAT(message, HasSubstr(op));
-  EXPECT_THAT(message, HasSubstr(detail));
-}
+using testing::expect_build_fails;
 
 Tensor T(DType dtype, const Dims& dims, const V& v) { return tensor_of(dtype, Shape(dims), v); }
 Tensor F32(const Dims& dims, const V& v) { return T(DType::Float32, dims, v); }
