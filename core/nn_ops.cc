@@ -101,6 +101,12 @@ StatusOr<Shape> bias_add_grad_shape(const Shape& dy) {
   return Shape{dy.dim(-1)};
 }
 
+Status same_dtypes(const Tensor& a, const Tensor& b, int i, int j) {
+  if (a.dtype() == b.dtype()) return Status();
+  return errors::invalid_argument("inputs {} and {} must have the same dtype, got {} and {}", i, j,
+                                  dtype_name(a.dtype()), dtype_name(b.dtype()));
+}
+
 StatusOr<Shape> same_shape(const Shape& a, const Shape& b) {
   if (a.unknown_rank()) return b;
   if (b.unknown_rank()) return a;

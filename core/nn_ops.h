@@ -45,6 +45,8 @@ StatusOr<Shape> bias_add_shape(const Shape& value, const Shape& bias);
 StatusOr<Shape> bias_add_grad_shape(const Shape& dy);
 // ReluGrad, TanhGrad, SigmoidGrad, SqrtGrad: two inputs of one shape (partial shapes merged).
 StatusOr<Shape> same_shape(const Shape& a, const Shape& b);
+// The kernels' check that inputs i and j (tensors a and b) share a dtype.
+Status same_dtypes(const Tensor& a, const Tensor& b, int i, int j);
 // GatherGrad: dy must have GatherV2's output shape for params and indices along axis.
 Status gather_grad_check(const Shape& dy, const Shape& indices, const Shape& params, int64_t axis);
 // Dropout: keep_prob in (0, 1].

@@ -192,10 +192,7 @@ class XentOp : public OpKernel {
   void compute(OpKernelContext& ctx) override {
     const Tensor& labels = ctx.input(0);
     const Tensor& logits = ctx.input(1);
-    if (labels.dtype() != logits.dtype()) {
-      return ctx.fail(ErrorCode::kInvalidArgument, "inputs 0 and 1 must have the same dtype, got {} and {}",
-                      dtype_name(labels.dtype()), dtype_name(logits.dtype()));
-    }
+    if (Status s = same_dtypes(labels, logits, 0, 1); !s.ok()) return ctx.fail(s);
     auto shape = xent_shape(labels.shape(), logits.shape());
     if (!shape.ok()) return ctx.fail(shape.status());
     const int64_t batch = shape.value().dim(0);
@@ -235,10 +232,7 @@ class BiasAddOp : public OpKernel {
   void compute(OpKernelContext& ctx) override {
     const Tensor& value = ctx.input(0);
     const Tensor& bias = ctx.input(1);
-    if (value.dtype() != bias.dtype()) {
-      return ctx.fail(ErrorCode::kInvalidArgument, "inputs 0 and 1 must have the same dtype, got {} and {}",
-                      dtype_name(value.dtype()), dtype_name(bias.dtype()));
-    }
+    if (Status s = same_dtypes(value, bias, 0, 1); !s.ok()) return ctx.fail(s);
     auto shape = bias_add_shape(value.shape(), bias.shape());
     if (!shape.ok()) return ctx.fail(shape.status());
     Tensor& out = ctx.allocate_output(0, shape.value());
@@ -327,10 +321,7 @@ class ElementwiseGradOp : public OpKernel {
   void compute(OpKernelContext& ctx) override {
     const Tensor& a = ctx.input(0);
     const Tensor& b = ctx.input(1);
-    if (a.dtype() != b.dtype()) {
-      return ctx.fail(ErrorCode::kInvalidArgument, "inputs 0 and 1 must have the same dtype, got {} and {}",
-                      dtype_name(a.dtype()), dtype_name(b.dtype()));
-    }
+    if (Status s = same_dtypes(a, b, 0, 1); !s.ok()) return ctx.fail(s);
     if (a.shape() != b.shape()) {
       return ctx.fail(ErrorCode::kInvalidArgument, "inputs must have one shape, got {} and {}", a.shape().to_string(),
                       b.shape().to_string());
@@ -362,10 +353,7 @@ class GatherGradOp : public OpKernel {
     const Tensor& dy = ctx.input(0);
     const Tensor& indices = ctx.input(1);
     const Tensor& params = ctx.input(2);
-    if (dy.dtype() != params.dtype()) {
-      return ctx.fail(ErrorCode::kInvalidArgument, "inputs 0 and 2 must have the same dtype, got {} and {}",
-                      dtype_name(dy.dtype()), dtype_name(params.dtype()));
-    }
+    if (Status s = same_dtypes(dy, params, 0, 2); !s.ok()) return ctx.fail(s);
     auto geometry = gather_geometry(params, indices, axis_);
     if (!geometry.ok()) return ctx.fail(geometry.status());
     if (Status s = gather_grad_check(dy.shape(), indices.shape(), params.shape(), axis_); !s.ok()) return ctx.fail(s);

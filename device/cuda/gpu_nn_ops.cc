@@ -22,12 +22,6 @@ namespace {
 
 Status unsupported(DType dtype) { return errors::invalid_argument("unsupported dtype {}", dtype_name(dtype)); }
 
-Status same_dtypes(const Tensor& a, const Tensor& b, int i, int j) {
-  if (a.dtype() == b.dtype()) return Status();
-  return errors::invalid_argument("inputs {} and {} must have the same dtype, got {} and {}", i, j,
-                                  dtype_name(a.dtype()), dtype_name(b.dtype()));
-}
-
 // Where a kernel reports the first bad position of an index input and its value (bad[0], bad[1]
 // in device memory; bad[0] starts at INT64_MAX), and the pinned buffer they are read back into.
 // Made before the launch; shared by the launched function and GpuRun::finish.
