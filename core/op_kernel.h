@@ -171,6 +171,10 @@ class OpKernelContext {
   CancellationManager& cancellation() const { return *p_.cancellation; }
   int64_t step_id() const { return p_.step_id; }
   void schedule(std::function<void()> fn) const { (*p_.runner)(std::move(fn)); }
+  // Intra-op parallelism (core/parallel_for.h): fn over shards of [0, total), each of at least
+  // `min_shard`, on this thread and idle threads of the session's pool. Only a host CPU kernel
+  // shards; elsewhere (a simulated device's stream, the kernel harness) it all runs here.
+  void parallel_for(int64_t total, int64_t min_shard, const std::function<void(int64_t, int64_t)>& fn) const;
 
   // Records a failure; the message gets the "name (Type): " prefix.
   void fail(const Status& s) {

@@ -175,6 +175,7 @@ class SimKernel final : public OpKernel {
   void run_on_stream(StreamCall& call, StreamWork& work) const {
     OpKernelContext::Params p = call.params;
     p.device = nullptr;  // the CPU kernel's own allocations are host memory
+    p.runner = nullptr;  // and its work stays on this stream (no intra-op shards on the host's pool)
     p.inputs = call.input_ptrs.data();
     p.outputs = nullptr;
     p.stream_work = nullptr;

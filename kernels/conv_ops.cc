@@ -21,8 +21,6 @@
 // where windows overlap, in output order.
 #include "core/conv_ops.h"
 
-#include <cblas.h>
-
 #include <algorithm>
 #include <climits>
 #include <cstdint>
@@ -31,26 +29,13 @@
 
 #include "core/op_kernel.h"
 #include "core/op_registry.h"
+#include "kernels/blas.h"
 
 namespace tessera::internal {
 namespace {
 
 // The most bytes of patches one chunk holds.
 constexpr int64_t kPatchBytes = int64_t{4} << 20;
-
-// Row-major c[m, n] = op(a)[m, k] * op(b)[k, n] + beta * c, every dim in BLAS's int range.
-void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb,
-          float beta, float* c, int64_t ldc) {
-  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, static_cast<blasint>(m),
-              static_cast<blasint>(n), static_cast<blasint>(k), 1.0f, a, static_cast<blasint>(lda), b,
-              static_cast<blasint>(ldb), beta, c, static_cast<blasint>(ldc));
-}
-void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const double* a, int64_t lda, const double* b, int64_t ldb,
-          double beta, double* c, int64_t ldc) {
-  cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, static_cast<blasint>(m),
-              static_cast<blasint>(n), static_cast<blasint>(k), 1.0, a, static_cast<blasint>(lda), b,
-              static_cast<blasint>(ldb), beta, c, static_cast<blasint>(ldc));
-}
 
 // Calls visit(row, h0, w0, x_offset) for each output position row in [row0, row0 + rows): its
 // window's top-left corner (h0, w0) in the input, possibly in the padding, and the offset of its
@@ -119,44 +104,44 @@ const T* patches_of(const Window2D& w, const T* x, int64_t row0, int64_t rows, s
 }
 
 template <class T>
-void conv2d(const Window2D& w, const T* x, const T* f, T* out) {
+void conv2d(const OpKernelContext& ctx, const Window2D& w, const T* x, const T* f, T* out) {
   const int64_t k = w.patch_size();
   const int64_t o = w.out_c;
   const int64_t chunk = w.chunk_rows(kPatchBytes, sizeof(T));
   std::vector<T> scratch(w.pointwise() ? 0 : static_cast<std::size_t>(chunk * k));
   for_each_chunk(w, chunk, [&](int64_t row0, int64_t rows) {
-    gemm(false, false, rows, o, k, patches_of(w, x, row0, rows, scratch), k, f, o, T{0}, out + row0 * o, o);
+    gemm(ctx, false, false, rows, o, k, patches_of(w, x, row0, rows, scratch), k, f, o, T{0}, out + row0 * o, o);
   });
 }
 
 template <class T>
-void conv2d_backprop_input(const Window2D& w, const T* f, const T* dy, T* dx) {
+void conv2d_backprop_input(const OpKernelContext& ctx, const Window2D& w, const T* f, const T* dy, T* dx) {
   const int64_t k = w.patch_size();
   const int64_t o = w.out_c;
   const int64_t chunk = w.chunk_rows(kPatchBytes, sizeof(T));
   if (w.pointwise()) {  // the patches' gradient is dx itself
     for_each_chunk(w, chunk, [&](int64_t row0, int64_t rows) {
-      gemm(false, true, rows, k, o, dy + row0 * o, o, f, o, T{0}, dx + row0 * k, k);
+      gemm(ctx, false, true, rows, k, o, dy + row0 * o, o, f, o, T{0}, dx + row0 * k, k);
     });
     return;
   }
   std::fill(dx, dx + w.batch * w.in_h * w.in_w * w.in_c, T{0});
   std::vector<T> d_patches(static_cast<std::size_t>(chunk * k));
   for_each_chunk(w, chunk, [&](int64_t row0, int64_t rows) {
-    gemm(false, true, rows, k, o, dy + row0 * o, o, f, o, T{0}, d_patches.data(), k);
+    gemm(ctx, false, true, rows, k, o, dy + row0 * o, o, f, o, T{0}, d_patches.data(), k);
     col2im_add(w, d_patches.data(), row0, rows, dx);
   });
 }
 
 template <class T>
-void conv2d_backprop_filter(const Window2D& w, const T* x, const T* dy, T* df) {
+void conv2d_backprop_filter(const OpKernelContext& ctx, const Window2D& w, const T* x, const T* dy, T* df) {
   const int64_t k = w.patch_size();
   const int64_t o = w.out_c;
   const int64_t chunk = w.chunk_rows(kPatchBytes, sizeof(T));
   std::vector<T> scratch(w.pointwise() ? 0 : static_cast<std::size_t>(chunk * k));
   for_each_chunk(w, chunk, [&](int64_t row0, int64_t rows) {
     const T beta = row0 == 0 ? T{0} : T{1};  // the first chunk overwrites, the others accumulate
-    gemm(true, false, k, o, rows, patches_of(w, x, row0, rows, scratch), k, dy + row0 * o, o, beta, df, o);
+    gemm(ctx, true, false, k, o, rows, patches_of(w, x, row0, rows, scratch), k, dy + row0 * o, o, beta, df, o);
   });
 }
 
@@ -191,11 +176,11 @@ class ConvOp final : public OpKernel {
   void run(const Window2D& w, OpKernelContext& ctx, Tensor& out) const {
     T* po = out.mutable_data<T>();
     if constexpr (kKind == ConvKind::kForward) {
-      conv2d(w, ctx.input(0).data<T>(), ctx.input(1).data<T>(), po);
+      conv2d(ctx, w, ctx.input(0).data<T>(), ctx.input(1).data<T>(), po);
     } else if constexpr (kKind == ConvKind::kBackpropInput) {
-      conv2d_backprop_input(w, ctx.input(1).data<T>(), ctx.input(2).data<T>(), po);
+      conv2d_backprop_input(ctx, w, ctx.input(1).data<T>(), ctx.input(2).data<T>(), po);
     } else {
-      conv2d_backprop_filter(w, ctx.input(0).data<T>(), ctx.input(2).data<T>(), po);
+      conv2d_backprop_filter(ctx, w, ctx.input(0).data<T>(), ctx.input(2).data<T>(), po);
     }
   }
 

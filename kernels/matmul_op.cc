@@ -1,9 +1,8 @@
 // CPU kernel for MatMul: C = op(A) * op(B), op = transpose or not. float32 and float64 go to
-// OpenBLAS; int32 and int64 (which BLAS lacks) use a blocked loop whose integer products and
-// sums wrap around on overflow. float16 and bfloat16 are widened to float32 for sgemm (float32
-// accumulation, as cuBLAS's float32 compute type) and each result is rounded back once.
-#include <cblas.h>
-
+// OpenBLAS (kernels/blas.h: sharded over the session's pool when big); int32 and int64 (which BLAS
+// lacks) use a blocked loop whose integer products and sums wrap around on overflow. float16 and
+// bfloat16 are widened to float32 for sgemm (float32 accumulation, as cuBLAS's float32 compute
+// type) and each result is rounded back once.
 #include <algorithm>
 #include <climits>
 #include <cstdint>
@@ -15,6 +14,7 @@
 #include "core/op_kernel.h"
 #include "core/op_registry.h"
 #include "core/shape_util.h"
+#include "kernels/blas.h"
 
 namespace tessera::internal {
 namespace {
@@ -134,19 +134,12 @@ class MatMulOp : public OpKernel {
         return ctx.fail(ErrorCode::kInvalidArgument, "dimension {} is too large for BLAS", d);
       }
     }
-    const auto op_a = transpose_a_ ? CblasTrans : CblasNoTrans;
-    const auto op_b = transpose_b_ ? CblasTrans : CblasNoTrans;
-    const auto im = static_cast<blasint>(m);
-    const auto ik = static_cast<blasint>(k);
-    const auto in = static_cast<blasint>(n);
     if (out.dtype() == DType::Float32) {
-      cblas_sgemm(CblasRowMajor, op_a, op_b, im, in, ik, 1.0f, a.data<float>(),
-                  static_cast<blasint>(lda), b.data<float>(), static_cast<blasint>(ldb), 0.0f,
-                  out.mutable_data<float>(), in);
+      gemm(ctx, transpose_a_, transpose_b_, m, n, k, a.data<float>(), lda, b.data<float>(), ldb, 0.0f,
+           out.mutable_data<float>(), n);
     } else {
-      cblas_dgemm(CblasRowMajor, op_a, op_b, im, in, ik, 1.0, a.data<double>(),
-                  static_cast<blasint>(lda), b.data<double>(), static_cast<blasint>(ldb), 0.0,
-                  out.mutable_data<double>(), in);
+      gemm(ctx, transpose_a_, transpose_b_, m, n, k, a.data<double>(), lda, b.data<double>(), ldb, 0.0,
+           out.mutable_data<double>(), n);
     }
   }
 

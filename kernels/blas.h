@@ -1,0 +1,24 @@
+// Matrix products on the CPU: OpenBLAS, single-threaded, its work sharded by rows of the product
+// over the session's pool when it is big enough (Note [Intra-op parallelism from the inter-op
+// pool] in core/parallel_for.h). Every CPU kernel that multiplies matrices goes through here.
+#pragma once
+
+#include <cstdint>
+
+#include "core/op_kernel.h"
+
+namespace tessera::internal {
+
+// The fewest multiply-adds a shard gets: below this a product runs on one thread (splitting a
+// smaller one costs more in scheduling than it saves).
+inline constexpr int64_t kGemmShardMultiplyAdds = int64_t{1} << 17;
+
+// Row-major c[m, n] = op(a)[m, k] * op(b)[k, n] + beta * c, op = transpose when ta / tb; lda, ldb
+// and ldc are the row strides of a, b and c as stored. Every dimension must fit BLAS's int (the
+// caller checks). float and double.
+void gemm(const OpKernelContext& ctx, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
+          const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
+void gemm(const OpKernelContext& ctx, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const double* a,
+          int64_t lda, const double* b, int64_t ldb, double beta, double* c, int64_t ldc);
+
+}  // namespace tessera::internal
