@@ -3,82 +3,22 @@
 // batch), an 80/20 split, training batches from slice_input_producer -> shuffle_batch filled by
 // queue runner threads, a model built from ops, its gradients by tessera::gradients and Adam
 // updating the variables, accuracy on the held-out fifth.
-#include <algorithm>
 #include <chrono>
 #include <functional>
 #include <cmath>
 #include <iomanip>
-#include <numeric>
-#include <random>
 #include <string>
 #include <vector>
 
+#include "examples/digits_data.h"
 #include "examples/examples.h"
 #include "tessera/tessera.h"
 
 namespace tessera::examples {
 namespace {
 
-constexpr int kPixels = 64;
-constexpr int kClasses = 10;
-
-struct Split {
-  std::vector<float> train_x, test_x;  // rows of 64 pixels scaled to [0, 1]
-  std::vector<int32_t> train_y, test_y;
-};
-
-// Every row of the CSV (64 pixels, then the digit), through a file pipeline of one epoch; then
-// split 80/20 by a fixed permutation, as scikit-learn's train_test_split(random_state=...) does.
-Split load_digits(const std::string& path) {
-  Graph g;
-  FIFOQueue files = train::string_input_producer(g, {path}, /*num_epochs=*/1, /*shuffle=*/false);
-  train::TextLineReader reader(g);
-  auto [key, line] = reader.read(files);
-  std::vector<Tensor> defaults(kPixels + 1, Tensor::vector<int32_t>({0}));
-  std::vector<Output> columns = train::decode_csv(line, defaults);
-  auto pixels = ops::cast(ops::concat([&] {
-    std::vector<Output> v;
-    for (int i = 0; i < kPixels; ++i) v.push_back(ops::expand_dims(columns[static_cast<std::size_t>(i)], 0));
-    return v;
-  }(), 0), DType::Float32);
-  auto rows = train::batch({pixels, columns.back()}, /*batch_size=*/256, /*num_threads=*/1, /*capacity=*/512,
-                           /*enqueue_many=*/false, /*allow_smaller_final_batch=*/true);
-  Session s(g);
-  s.run(global_variables_initializer(g));
-  train::Coordinator coord;
-  auto threads = train::start_queue_runners(s, coord);
-  std::vector<float> x;
-  std::vector<int32_t> y;
-  try {
-    for (;;) {
-      auto batch = s.run({rows[0], rows[1]});
-      auto px = batch[0].to_vector<float>();
-      auto py = batch[1].to_vector<int32_t>();
-      x.insert(x.end(), px.begin(), px.end());
-      y.insert(y.end(), py.begin(), py.end());
-    }
-  } catch (const OutOfRangeError&) {
-    // every line read
-  }
-  coord.request_stop();
-  coord.join(threads);
-
-  const std::size_t n = y.size();
-  std::vector<std::size_t> order(n);
-  std::iota(order.begin(), order.end(), 0);
-  std::mt19937 gen(42);
-  std::shuffle(order.begin(), order.end(), gen);
-  const std::size_t n_train = n - n / 5;
-  Split split;
-  for (std::size_t k = 0; k < n; ++k) {
-    const std::size_t i = order[k];
-    auto& xs = k < n_train ? split.train_x : split.test_x;
-    auto& ys = k < n_train ? split.train_y : split.test_y;
-    for (int p = 0; p < kPixels; ++p) xs.push_back(x[i * kPixels + static_cast<std::size_t>(p)] / 16.0f);
-    ys.push_back(y[i]);
-  }
-  return split;
-}
+constexpr int kPixels = kDigitsPixels;
+constexpr int kClasses = kDigitsClasses;
 
 // A dense layer's variables: weights from a truncated normal (stddev sqrt(2 / fan_in), He's
 // rule for ReLU layers), biases at zero.
@@ -131,17 +71,17 @@ Model cnn(Graph& g) {
 }  // namespace
 
 DigitsResult digits(std::ostream& out, const DigitsOptions& opt) {
-  const Split data = load_digits(opt.data);
-  const auto n_train = static_cast<int64_t>(data.train_y.size());
-  const auto n_test = static_cast<int64_t>(data.test_y.size());
+  const DigitsSplit data = split_digits(read_digits(opt.data));
+  const auto n_train = static_cast<int64_t>(data.train.y.size());
+  const auto n_test = static_cast<int64_t>(data.test.y.size());
   out << "digits: " << n_train + n_test << " images read through string_input_producer -> TextLineReader -> "
       << "decode_csv; " << n_train << " to train, " << n_test << " to test\n";
 
   Graph g;
   auto scope = g.device(opt.device);
   // Training input: one example per run from the training tensors, batched by shuffle_batch.
-  auto train_x = ops::constant(g, Tensor::from_vector<float>(data.train_x, Shape{n_train, kPixels}));
-  auto train_y = ops::constant(g, Tensor::vector<int32_t>(data.train_y));
+  auto train_x = ops::constant(g, Tensor::from_vector<float>(data.train.x, Shape{n_train, kPixels}));
+  auto train_y = ops::constant(g, Tensor::vector<int32_t>(data.train.y));
   auto example = train::slice_input_producer({train_x, train_y}, /*num_epochs=*/0, /*shuffle=*/true, /*seed=*/7);
   auto batch = train::shuffle_batch(example, opt.batch_size, /*capacity=*/1024, /*min_after_dequeue=*/256,
                                     /*num_threads=*/2, /*seed=*/8);
@@ -149,8 +89,8 @@ DigitsResult digits(std::ostream& out, const DigitsOptions& opt) {
   auto loss = ops::reduce_mean(ops::sparse_softmax_cross_entropy_with_logits(batch[1], model(batch[0])), {}, false,
                                "loss");
   // The held-out fifth, through the same weights.
-  auto test_x = ops::constant(g, Tensor::from_vector<float>(data.test_x, Shape{n_test, kPixels}));
-  auto test_y = ops::constant(g, Tensor::vector<int32_t>(data.test_y));
+  auto test_x = ops::constant(g, Tensor::from_vector<float>(data.test.x, Shape{n_test, kPixels}));
+  auto test_y = ops::constant(g, Tensor::vector<int32_t>(data.test.y));
   auto correct = ops::equal(ops::cast(ops::argmax(model(test_x), 1), DType::Int32), test_y);
   auto accuracy = ops::reduce_mean(ops::cast(correct, DType::Float32), {}, false, "accuracy");
   Variable step = train::get_or_create_global_step(g);

@@ -22,6 +22,10 @@ one group of workloads per process, right after the tessera binary of the same g
              (4 steps in flight, as bench_transport keeps 4 calls in flight);
              rtt: a variable on the worker, an Identity of it on the ps, an Identity of that back
              on the worker: the size crosses both ways, one step at a time
+  training   train_{mlp,cnn}_digits_{64,256}: Adam steps of the digits models of tf_digits.py (the
+             graphs of benchmarks/training/digits_models.h), a batch of 64 or 256 fed per step;
+             "tensorflow" calls sess.run([loss, train], feed_dict), "tensorflow_callable" the
+             callable of sess.make_callable([loss, train], feed_list=[x, y])
   cluster    step_two_tasks, step_one_task, ps_steps_{1,2,4}w, session_transfer_{1MiB,16MiB,64MiB}
              on a cluster of separate server processes (ps + 4 workers), like
              benchmarks/cluster/bench_cluster.cc: the same graphs (c = a + b with b on worker 1; a
@@ -531,12 +535,57 @@ def session_transfers(bench, target):
         sess.close()
 
 
+# ---- training ----
+
+DIGITS_CSV = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "examples", "data", "digits.csv.gz")
+
+
+def group_training(bench):
+    """train_{mlp,cnn}_digits_{64,256}: Adam steps of tf_digits.py's models (the graphs of
+    benchmarks/training/digits_models.h), each fed a batch of digits and fetching the loss; impl
+    "tensorflow" calls sess.run([loss, train], feed_dict), "tensorflow_callable" the callable of
+    sess.make_callable([loss, train], feed_list=[x, y])."""
+    import tf_digits
+    xs, ys = tf_digits.load_digits(DIGITS_CSV)
+    for model, build in (("mlp", tf_digits.mlp_step), ("cnn", tf_digits.cnn_step)):
+        for batch in (64, 256):
+            workload = f"train_{model}_digits_{batch}"
+            g = tf.Graph()
+            with g.as_default():
+                x, y, loss, train = build(tf1, 1e-3)
+                init = tf1.global_variables_initializer()
+            sess = tf1.Session(graph=g)
+            sess.run(init)
+            rows = [np.arange(i * batch, (i + 1) * batch) % len(ys) for i in range(16)]  # 16 batches, cycled
+            feeds = [{x: xs[r], y: ys[r]} for r in rows]
+            losses = [sess.run([loss, train], feeds[i % 16])[0] for i in range(50)]  # warm-up and check
+            if not (np.isfinite(losses[-1]) and losses[-1] < losses[0]):
+                bench.fail(workload, f"correctness check failed: the loss went {losses[0]} -> {losses[-1]} in 50 steps")
+                sess.close()
+                continue
+            step_callable = sess.make_callable([loss, train], feed_list=[x, y])
+            counter = [0]
+
+            def run_step(feeds=feeds, counter=counter):
+                counter[0] += 1
+                sess.run([loss, train], feeds[counter[0] % 16])
+
+            def call_step(rows=rows, counter=counter, step_callable=step_callable):
+                counter[0] += 1
+                r = rows[counter[0] % 16]
+                step_callable(xs[r], ys[r])
+
+            for impl, fn in (("tensorflow", run_step), ("tensorflow_callable", call_step)):
+                bench.record(workload, impl, "training steps per second", "steps/s", "higher", per_call_rates(bench, fn))
+            sess.close()
+
+
 def main():
     if len(sys.argv) == 5 and sys.argv[1] == "--serve":
         serve(sys.argv[2], sys.argv[3], sys.argv[4])
         return 0
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--group", required=True, choices=["session", "queue", "transport", "cluster"])
+    ap.add_argument("--group", required=True, choices=["session", "queue", "transport", "cluster", "training"])
     ap.add_argument("--out", required=True, help="the JSON file to write")
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--min-time", type=float, default=0.2, help="seconds per repetition (at least)")
@@ -549,6 +598,8 @@ def main():
             group_session(bench)
         elif args.group == "queue":
             group_queue(bench)
+        elif args.group == "training":
+            group_training(bench)
         elif args.group == "transport":
             group_transport(bench, set(filter(None, args.skip_sizes.split(","))))
         else:

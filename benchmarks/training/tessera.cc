@@ -1,0 +1,66 @@
+// Workload training: Adam steps per second of examples/digits.cc's models on the digits, each step
+// fed a batch (x, y) and fetching the loss, as a TensorFlow 1 training loop calls session.run
+// (benchmarks/tensorflow/tf_digits.py is the peer, the same graphs).
+//
+//   BM_train_mlp_digits/tessera/<batch>   MLP 64-128-64-10, batch 64 or 256
+//   BM_train_cnn_digits/tessera/<batch>   CNN (two 3x3 convs + pools, two dense layers)
+#include <tessera/tessera.h>
+
+#include <cmath>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "common/bench_common.h"
+#include "training/digits_models.h"
+
+namespace {
+
+using namespace tessera;
+
+const examples::Digits& digits() {
+  static const examples::Digits* data =
+      new examples::Digits(examples::split_digits(examples::read_digits(TESSERA_DIGITS_CSV)).train);
+  return *data;
+}
+
+template <class Build>
+void train_steps(benchmark::State& state, Build build) {
+  tessera_bench::set_impl(state, "tessera");
+  const int batch = static_cast<int>(state.range(0));
+  Graph g;
+  tessera_bench::DigitsStep step = build(g);
+  Session s(g);
+  s.run(global_variables_initializer(g));
+  std::vector<FeedMap> feeds;  // 16 batches, cycled
+  for (int i = 0; i < 16; ++i) {
+    auto [x, y] = tessera_bench::digits_batch(digits(), i, batch);
+    feeds.push_back({{step.x, std::move(x)}, {step.y, std::move(y)}});
+  }
+  // Warm-up, and the check: the loss falls over the first steps.
+  float first = 0, last = 0;
+  for (int i = 0; i < 50; ++i) {
+    last = s.run({step.loss}, feeds[static_cast<std::size_t>(i % 16)], {step.train})[0].scalar<float>();
+    if (i == 0) first = last;
+  }
+  if (!tessera_bench::check(state, std::isfinite(last) && last < first, "the loss did not fall in 50 steps")) return;
+  std::size_t i = 0;
+  for (auto _ : state) {
+    auto out = s.run({step.loss}, feeds[i++ % 16], {step.train});
+    benchmark::DoNotOptimize(out);
+  }
+  state.SetItemsProcessed(state.iterations());
+  state.counters["steps_per_second"] = benchmark::Counter(1, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+void BM_train_mlp_digits(benchmark::State& state) {
+  train_steps(state, [](Graph& g) { return tessera_bench::digits_mlp_step(g, 1e-3f); });
+}
+void BM_train_cnn_digits(benchmark::State& state) {
+  train_steps(state, [](Graph& g) { return tessera_bench::digits_cnn_step(g, 1e-3f); });
+}
+
+}  // namespace
+
+BENCHMARK(BM_train_mlp_digits)->Name("BM_train_mlp_digits/tessera")->Arg(64)->Arg(256)->UseRealTime();
+BENCHMARK(BM_train_cnn_digits)->Name("BM_train_cnn_digits/tessera")->Arg(64)->Arg(256)->UseRealTime();
