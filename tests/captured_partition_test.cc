@@ -1,8 +1,9 @@
 // SessionOptions::cuda_graphs on the simulated accelerator (Note [Captured partitions] in
 // core/captured_partition.cc): a device partition with static shapes and no state is captured on
 // its first untraced step and replayed after, with the results of eager execution; what is unsafe
-// to replay stays eager. A replayed step's trace shows one "graph" span on the device's compute
-// stream where an eager one shows a span per op.
+// to replay stays eager, and a partition whose value goes to the host and comes back replays in
+// segments (Note [Replay segments]). A replayed step's trace shows a "graph" span per launch on the
+// device's compute stream where an eager one shows a span per op.
 #include <cmath>
 #include <chrono>
 #include <cstdlib>
