@@ -1,6 +1,7 @@
 // A device partition replayed from a capture of its stream work (SessionOptions::cuda_graphs; Note
 // [Captured partitions] in captured_partition.cc): a CUDA graph on a GPU, one stream work item on
-// the simulated accelerator.
+// the simulated accelerator; one per segment where a value leaves the partition and comes back
+// (Note [Replay segments]).
 //
 //   auto captured = CapturedPartition::make(*part.plan, *part.device);   // null: never captured
 //   CapturedPartition::Step step = captured->begin(traced);
@@ -59,8 +60,8 @@ class CapturedPartition {
   class InputKernel;
   // Inner nodes that wait for the same _Recvs (their gate), launched as one unit.
   struct Segment {
-    std::vector<int> gate;                // plan indices of the _Recvs its nodes wait for
-    std::vector<int> launches;            // the segments launched (when not yet) as it launches, in order
+    std::vector<int> gate;                 // plan indices of the _Recvs its nodes wait for
+    std::vector<int> launches;             // what its launch launches when not yet: gates within its own
     std::unique_ptr<Device::Graph> graph;  // null: no recorded work (Identity, Reshape)
   };
   CapturedPartition(const Plan& plan, Device& device, std::vector<int> inputs);
