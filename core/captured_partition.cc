@@ -1,6 +1,7 @@
 #include "core/captured_partition.h"
 
 #include <algorithm>
+#include <span>
 #include <unordered_map>
 #include <utility>
 
@@ -26,14 +27,37 @@ namespace tessera::internal {
 //   * The device makes the bodies one launchable unit (Device::make_graph): a CUDA graph,
 //     captured by issuing every body on a private stream; on SIM, one stream work item.
 //   * Replay: the step runs a variant of the plan (plan_variant). Each _Recv still receives the
-//     step's input, then copies it into the buffer the capture read (on the compute stream); every
-//     other op waits for all the _Recvs, and the first to run launches the graph; each op's
+//     step's input, then copies it into the buffer the capture read (on the compute stream); the
+//     other ops wait for the _Recvs of their segment (Note [Replay segments]: one unless a value
+//     may leave and come back), and the first to run launches the segment's graph; each op's
 //     outputs are the capture's buffers, which the _Sends hand on as usual.
 // One step replays at a time (the buffers are shared): a step that finds the graph in use runs
 // eagerly. A traced step is never the capture (its kernels check their spans on the host). The
 // memory stays with the session's plan, as a CUDA graph's private pool stays with the graph; a
 // capture that would keep more than TESSERA_CAPTURE_MAX_MB (256 by default) is dropped. Results
 // equal eager execution's: the same kernels, in the same stream order, over the same values.
+
+// Note [Replay segments]
+// ~~~~~~~~~~~~~~~~~~~~~~
+// A replay cannot launch everything once every input is in: a value may leave for another device
+// and come back (SIM -> a gather on the host -> SIM), and the ops that send it out must run before
+// the input that brings it back can arrive. Waiting for that input first deadlocked the second
+// step. The return need not be an edge of any graph (an enqueue on the host and a dequeue that
+// waits for it; another task), so the cut is decided from the partition alone, as XLA's clustering
+// keeps a cluster free of paths that leave and re-enter it:
+//   * each inner op needs the _Recvs it depends on (data or control): eager execution waits for
+//     them too;
+//   * its gate is what it needs when an output leaves the partition (a _Send) or it has no
+//     consumer; otherwise the intersection of its consumers' gates, never less than it needs, so
+//     an op that only feeds later work (a Square of a constant beside the fed x) waits with it;
+//   * ops of one gate are a segment, one graph of their recorded work in recording order; a
+//     segment's ops wait for its gate's _Recvs, and the first to run launches every segment whose
+//     gate is within its own and that has not launched yet, smaller gates first.
+// A replay then waits for no input an eager step would not wait for before the same sends, so it
+// cannot deadlock where eager execution does not. A partition without a value that leaves before
+// an input arrives is one segment, one launch, as before; a round trip costs a launch per segment.
+// Segments may run in another order than the capture's, which is safe: its buffers are all kept,
+// none reused by later work.
 
 // The most device memory one capture keeps (every tensor of the captured step, none reused: a
 // partition of large tensors is bound by the device's throughput, not by launches, and gains
@@ -59,9 +83,11 @@ class Recording final : public StepCapture {
   void record(const Node& node, ReplayableWork body) override {
     std::lock_guard<std::mutex> l(mu_);
     auto it = index_.find(&node);
-    if (it == index_.end()) return set_why_locked(node, "recorded work but is not in the partition");
+    if (it == index_.end() || !inner_[static_cast<std::size_t>(it->second)]) {
+      return set_why_locked(node, "recorded work but is not an op of the partition");
+    }
     recorded_[it->second] = true;
-    bodies_.push_back(std::move(body));
+    bodies_.emplace_back(it->second, std::move(body));
   }
 
   void retain(const Tensor& t) override {
@@ -97,7 +123,8 @@ class Recording final : public StepCapture {
 
   // Read once the step is over.
   std::string why() const { return why_; }
-  std::vector<ReplayableWork>& bodies() { return bodies_; }
+  // (plan index, body) in recording order.
+  std::vector<std::pair<int, ReplayableWork>>& bodies() { return bodies_; }
   std::vector<Tensor>& retained() { return retained_; }
   std::vector<std::vector<Tensor>>& outputs() { return outputs_; }
 
@@ -112,26 +139,27 @@ class Recording final : public StepCapture {
   std::unordered_map<const Node*, int> index_;
   std::mutex mu_;
   std::vector<bool> recorded_;                  // guarded by mu_
-  std::vector<ReplayableWork> bodies_;          // guarded by mu_
+  std::vector<std::pair<int, ReplayableWork>> bodies_;  // guarded by mu_
   std::vector<Tensor> retained_;                // guarded by mu_
   std::vector<std::vector<Tensor>> outputs_;    // guarded by mu_
   std::string why_;                             // guarded by mu_
 };
 
-// An op of a replayed partition: its outputs are the capture's buffers; the first one of a step
-// to run launches the graph that fills them.
+// An op of a replayed partition: its outputs are the capture's buffers; the first one of its
+// segment to run in a step launches the graph that fills them.
 class CapturedPartition::SkipKernel final : public OpKernel {
  public:
-  SkipKernel(const Node& node, CapturedPartition& owner, std::vector<Tensor> outputs)
-      : OpKernel(node), owner_(owner), outputs_(std::move(outputs)) {}
+  SkipKernel(const Node& node, CapturedPartition& owner, int segment, std::vector<Tensor> outputs)
+      : OpKernel(node), owner_(owner), segment_(segment), outputs_(std::move(outputs)) {}
   bool is_expensive() const override { return false; }
   void compute(OpKernelContext& ctx) override {
-    owner_.launch_once(ctx);
+    owner_.launch_once(segment_, ctx);
     for (int k = 0; k < ctx.num_outputs(); ++k) ctx.set_output(k, outputs_[static_cast<std::size_t>(k)]);
   }
 
  private:
   CapturedPartition& owner_;
+  const int segment_;
   const std::vector<Tensor> outputs_;
 };
 
@@ -200,6 +228,71 @@ CapturedPartition::CapturedPartition(const Plan& plan, Device& device, std::vect
     const std::string& type = plan.nodes[i].node->type;
     inner_[i] = type != "_Recv" && type != "_Send";
   }
+  make_segments();
+}
+
+// Note [Replay segments]. Sets of _Recvs are vectors of flags over inputs_.
+void CapturedPartition::make_segments() {
+  const std::size_t n = plan_.nodes.size();
+  using Inputs = std::vector<bool>;
+  auto successors = [this](std::size_t i) {
+    const PlanNode& pn = plan_.nodes[i];
+    return std::span<const int>(plan_.successors.data() + pn.first_successor,
+                                static_cast<std::size_t>(pn.num_successors));
+  };
+  // What each node waits for in eager execution (the plan is in topological order).
+  std::vector<Inputs> needs(n, Inputs(inputs_.size(), false));
+  for (std::size_t k = 0; k < inputs_.size(); ++k) needs[static_cast<std::size_t>(inputs_[k])][k] = true;
+  for (std::size_t i = 0; i < n; ++i) {
+    for (int s : successors(i)) {
+      Inputs& to = needs[static_cast<std::size_t>(s)];
+      for (std::size_t k = 0; k < to.size(); ++k) to[k] = to[k] || needs[i][k];
+    }
+  }
+  // The gates, consumers first.
+  std::vector<Inputs> gate(n);
+  for (std::size_t i = n; i-- > 0;) {
+    if (!inner_[i]) continue;
+    bool leaves = plan_.nodes[i].num_successors == 0;  // a target: nothing to join
+    gate[i] = Inputs(inputs_.size(), true);
+    for (int s : successors(i)) {
+      const auto su = static_cast<std::size_t>(s);
+      if (!inner_[su]) {
+        leaves = true;
+        continue;
+      }
+      for (std::size_t k = 0; k < gate[i].size(); ++k) gate[i][k] = gate[i][k] && gate[su][k];
+    }
+    if (leaves) gate[i] = needs[i];
+  }
+  // One segment per distinct gate, smaller gates first: a segment's data come from segments whose
+  // gates are within its own, so from earlier ones.
+  std::vector<Inputs> gates;
+  for (std::size_t i = 0; i < n; ++i) {
+    if (inner_[i] && std::find(gates.begin(), gates.end(), gate[i]) == gates.end()) gates.push_back(gate[i]);
+  }
+  auto size_of = [](const Inputs& in) { return std::count(in.begin(), in.end(), true); };
+  std::stable_sort(gates.begin(), gates.end(),
+                   [&](const Inputs& a, const Inputs& b) { return size_of(a) < size_of(b); });
+  auto within = [](const Inputs& a, const Inputs& b) {
+    for (std::size_t k = 0; k < a.size(); ++k) {
+      if (a[k] && !b[k]) return false;
+    }
+    return true;
+  };
+  segments_.resize(gates.size());
+  for (std::size_t g = 0; g < gates.size(); ++g) {
+    for (std::size_t k = 0; k < inputs_.size(); ++k) {
+      if (gates[g][k]) segments_[g].gate.push_back(inputs_[k]);
+    }
+    for (std::size_t t = 0; t <= g; ++t) {
+      if (within(gates[t], gates[g])) segments_[g].launches.push_back(static_cast<int>(t));
+    }
+  }
+  segment_of_.assign(n, -1);
+  for (std::size_t i = 0; i < n; ++i) {
+    if (inner_[i]) segment_of_[i] = static_cast<int>(std::find(gates.begin(), gates.end(), gate[i]) - gates.begin());
+  }
 }
 
 CapturedPartition::~CapturedPartition() = default;
@@ -217,7 +310,7 @@ CapturedPartition::Step CapturedPartition::begin(bool traced) {
   busy_ = true;
   {
     std::lock_guard<std::mutex> launch(launch_mu_);
-    launched_ = false;
+    launched_.assign(segments_.size(), false);
   }
   ++replays_;
   return Step{Mode::kReplay, replay_plan_.get(), nullptr};
@@ -248,7 +341,7 @@ void CapturedPartition::end(const Step& step, const Status& status) {
   }
   state_ = State::kNever;
   why_not_ = made.message();
-  graph_.reset();
+  for (Segment& segment : segments_) segment.graph.reset();
   retained_.clear();
   outputs_.clear();
   input_targets_.clear();
@@ -272,9 +365,16 @@ Status CapturedPartition::finish_capture(Recording& rec) {
                                       "(TESSERA_CAPTURE_MAX_MB)",
                                       kept, max_bytes_ >> 20);
   }
-  auto graph = device_.make_graph(rec.bodies());
-  if (!graph.ok()) return graph.status();
-  graph_ = std::move(graph).value();
+  std::vector<std::vector<ReplayableWork>> bodies(segments_.size());
+  for (auto& [node, body] : rec.bodies()) {
+    bodies[static_cast<std::size_t>(segment_of_[static_cast<std::size_t>(node)])].push_back(std::move(body));
+  }
+  for (std::size_t g = 0; g < segments_.size(); ++g) {
+    if (bodies[g].empty()) continue;
+    auto graph = device_.make_graph(std::move(bodies[g]));
+    if (!graph.ok()) return graph.status();
+    segments_[g].graph = std::move(graph).value();
+  }
   std::vector<OpKernel*> kernels(plan_.nodes.size(), nullptr);
   std::vector<std::pair<int, int>> edges;
   for (int in : inputs_) {
@@ -287,29 +387,35 @@ Status CapturedPartition::finish_capture(Recording& rec) {
   }
   for (std::size_t i = 0; i < plan_.nodes.size(); ++i) {
     if (!inner_[i]) continue;
-    kernels_.push_back(std::make_unique<SkipKernel>(*plan_.nodes[i].node, *this, outputs_[i]));
+    const int segment = segment_of_[i];
+    kernels_.push_back(std::make_unique<SkipKernel>(*plan_.nodes[i].node, *this, segment, outputs_[i]));
     kernels[i] = kernels_.back().get();
-    for (int in : inputs_) edges.emplace_back(in, static_cast<int>(i));
+    for (int in : segments_[static_cast<std::size_t>(segment)].gate) edges.emplace_back(in, static_cast<int>(i));
   }
   replay_plan_ = plan_variant(plan_, kernels, edges);
   return Status();
 }
 
-void CapturedPartition::launch_once(OpKernelContext& ctx) {
+void CapturedPartition::launch_once(int segment, OpKernelContext& ctx) {
   std::lock_guard<std::mutex> l(launch_mu_);
-  if (launched_) return;
-  launched_ = true;
-  StreamWork* work = ctx.stream_work();
-  Stream& stream = device_.compute_stream(0);
-  const int64_t start = ctx.trace() != nullptr ? now_micros() : 0;
-  graph_->launch(stream, *work);
-  if (TraceSink* sink = ctx.trace(); sink != nullptr) {
-    work->issued_then(device_, stream, ctx.node(), [sink, &node = ctx.node(), this, &stream, start](Status) {
-      trace_stream_span(*sink, node, device_, stream, start, "graph");
-      return Status();
-    });
-  } else {
-    work->issued(device_, stream, ctx.node());
+  // The gates of the segments launched here are within this one's, whose _Recvs are all in.
+  for (int t : segments_[static_cast<std::size_t>(segment)].launches) {
+    if (launched_[static_cast<std::size_t>(t)]) continue;
+    launched_[static_cast<std::size_t>(t)] = true;
+    Device::Graph* graph = segments_[static_cast<std::size_t>(t)].graph.get();
+    if (graph == nullptr) continue;
+    StreamWork* work = ctx.stream_work();
+    Stream& stream = device_.compute_stream(0);
+    const int64_t start = ctx.trace() != nullptr ? now_micros() : 0;
+    graph->launch(stream, *work);
+    if (TraceSink* sink = ctx.trace(); sink != nullptr) {
+      work->issued_then(device_, stream, ctx.node(), [sink, &node = ctx.node(), this, &stream, start](Status) {
+        trace_stream_span(*sink, node, device_, stream, start, "graph");
+        return Status();
+      });
+    } else {
+      work->issued(device_, stream, ctx.node());
+    }
   }
 }
 

@@ -1,6 +1,7 @@
 // A device partition replayed from a capture of its stream work (SessionOptions::cuda_graphs; Note
 // [Captured partitions] in captured_partition.cc): a CUDA graph on a GPU, one stream work item on
-// the simulated accelerator.
+// the simulated accelerator; one per segment where a value leaves the partition and comes back
+// (Note [Replay segments]).
 //
 //   auto captured = CapturedPartition::make(*part.plan, *part.device);   // null: never captured
 //   CapturedPartition::Step step = captured->begin(traced);
@@ -57,14 +58,23 @@ class CapturedPartition {
  private:
   class SkipKernel;
   class InputKernel;
+  // Inner nodes that wait for the same _Recvs (their gate), launched as one unit.
+  struct Segment {
+    std::vector<int> gate;                 // plan indices of the _Recvs its nodes wait for
+    std::vector<int> launches;             // what its launch launches when not yet: gates within its own
+    std::unique_ptr<Device::Graph> graph;  // null: no recorded work (Identity, Reshape)
+  };
   CapturedPartition(const Plan& plan, Device& device, std::vector<int> inputs);
+  void make_segments();
   Status finish_capture(Recording& rec);
-  void launch_once(OpKernelContext& ctx);
+  void launch_once(int segment, OpKernelContext& ctx);
 
   const Plan& plan_;
   Device& device_;
   const std::vector<int> inputs_;  // plan indices of the _Recv nodes
   std::vector<bool> inner_;        // per plan node: neither a _Recv nor a _Send
+  std::vector<int> segment_of_;    // per plan node: its index in segments_ (-1: not inner)
+  std::vector<Segment> segments_;  // ordered so that a segment follows every one it reads from
   const std::size_t max_bytes_;    // the most device memory a capture may keep
 
   mutable std::mutex mu_;
@@ -74,15 +84,14 @@ class CapturedPartition {
   int64_t replays_ = 0;        // guarded by mu_
   std::unique_ptr<Recording> recording_;  // the step being captured
 
-  // Set when state_ becomes kReady, then read-only.
-  std::unique_ptr<Device::Graph> graph_;
+  // Set when state_ becomes kReady (with segments_[*].graph), then read-only.
   std::vector<Tensor> retained_;                  // every buffer the recorded work touches
   std::vector<std::vector<Tensor>> outputs_;      // per plan node: its captured outputs
   std::vector<Tensor> input_targets_;             // per inputs_ entry: where its value goes (or null)
   std::vector<std::unique_ptr<OpKernel>> kernels_;
   std::shared_ptr<const Plan> replay_plan_;
   std::mutex launch_mu_;
-  bool launched_ = false;  // guarded by launch_mu_: this replay has launched the graph
+  std::vector<bool> launched_;  // guarded by launch_mu_: per segment, this replay has launched it
 };
 
 }  // namespace tessera::internal

@@ -1,9 +1,11 @@
 // SessionOptions::cuda_graphs on the simulated accelerator (Note [Captured partitions] in
 // core/captured_partition.cc): a device partition with static shapes and no state is captured on
 // its first untraced step and replayed after, with the results of eager execution; what is unsafe
-// to replay stays eager. A replayed step's trace shows one "graph" span on the device's compute
-// stream where an eager one shows a span per op.
+// to replay stays eager, and a partition whose value goes to the host and comes back replays in
+// segments (Note [Replay segments]). A replayed step's trace shows a "graph" span per launch on the
+// device's compute stream where an eager one shows a span per op.
 #include <cmath>
+#include <chrono>
 #include <cstdlib>
 #include <future>
 #include <string>
@@ -275,6 +277,245 @@ TEST(CapturedPartitionTest, ConcurrentStepsEachGetTheirOwnResult) {
     }));
   }
   for (auto& f : wrong) EXPECT_EQ(f.get(), 0);
+}
+
+// ---- Round trips: a value leaves the SIM partition for the host and its result comes back ----
+
+constexpr const char* kCpu = "/device:CPU:0";
+constexpr int64_t kRoundTripN = 8;
+
+// Runs a step that must not deadlock: a run timeout fails it, and should even that not end it,
+// the process aborts instead of hanging the suite.
+std::vector<Tensor> bounded_run(Session& s, const std::vector<Output>& fetches, const FeedMap& feeds,
+                                const std::vector<Operation>& targets = {}, RunMetadata* md = nullptr) {
+  RunOptions options;
+  options.timeout = std::chrono::seconds(10);
+  options.trace = md != nullptr;
+  auto step = std::async(std::launch::async, [&] { return s.run(fetches, feeds, targets, options, md); });
+  if (step.wait_for(std::chrono::seconds(30)) != std::future_status::ready) {
+    ADD_FAILURE() << "the step hangs past its run timeout";
+    std::abort();
+  }
+  return step.get();
+}
+
+const std::vector<int32_t> kPick{3, 0, 5, 5, 7, 1, 2, 6};   // a gather on the host
+const std::vector<int32_t> kPick2{7, 6, 5, 4, 3, 2, 1, 0};  // the second round trip's
+
+Output pick_on_cpu(Output v, const std::vector<int32_t>& indices) {
+  Graph& g = v.op().graph();
+  auto scope = g.device(kCpu);
+  return ops::gather(v, ops::constant(g, Tensor::vector<int32_t>(indices)));
+}
+
+std::vector<float> picked(const std::vector<float>& v, const std::vector<int32_t>& indices) {
+  std::vector<float> out;
+  for (int32_t i : indices) out.push_back(v[static_cast<std::size_t>(i)]);
+  return out;
+}
+
+std::vector<float> squares(std::vector<float> v) {
+  for (float& e : v) e *= e;
+  return v;
+}
+
+// x (fed) -> square on SIM -> gather on the host -> identity on SIM, fetched.
+struct RoundTrip {
+  Graph g;
+  Output x, y;
+  RoundTrip() {
+    x = ops::placeholder(g, DType::Float32, Shape{kRoundTripN}, "x");
+    Output src;
+    {
+      auto scope = g.device(kSim);
+      src = ops::square(x, "src2");
+    }
+    Output back = pick_on_cpu(src, kPick);
+    auto scope = g.device(kSim);
+    y = ops::identity(back, "identity");
+  }
+  static std::vector<float> expected(const Tensor& in) { return picked(squares(in.to_vector<float>()), kPick); }
+};
+
+TEST(CapturedPartitionTest, ARoundTripThroughTheHostIsReplayedWithoutDeadlock) {
+  RoundTrip rt;
+  Session s(rt.g);
+  for (int step = 0; step < 5; ++step) {
+    Tensor in = ramp(kRoundTripN, static_cast<float>(step) - 2.0f);
+    RunMetadata md;
+    Tensor out = bounded_run(s, {rt.y}, {{rt.x, in}}, {}, step == 0 ? nullptr : &md).front();
+    EXPECT_EQ(out.to_vector<float>(), RoundTrip::expected(in)) << "step " << step;
+    if (step > 0) {
+      // Two segments: what leaves for the host, then what waits for its return.
+      const testing::ComputeSpans spans = sim_stream_spans(md.trace_json);
+      EXPECT_EQ(spans.graph, 2) << "step " << step;
+      EXPECT_EQ(spans.ops, 0) << "step " << step;
+    }
+  }
+}
+
+// The value goes out through a queue on the host and comes back by a dequeue that no graph edge
+// ties to the enqueue: the round trip is visible only at run time.
+TEST(CapturedPartitionTest, ARoundTripThroughAHostQueueIsReplayedWithoutDeadlock) {
+  Graph g;
+  Output x = ops::placeholder(g, DType::Float32, Shape{kRoundTripN}, "x");
+  Output src, y;
+  Operation enqueue;
+  Output dequeued;
+  {
+    auto scope = g.device(kSim);
+    src = ops::square(x);
+  }
+  {
+    auto scope = g.device(kCpu);
+    FIFOQueue q(g, 2, {DType::Float32}, {Shape{kRoundTripN}});
+    enqueue = q.enqueue({src});
+    dequeued = q.dequeue()[0];
+  }
+  {
+    auto scope = g.device(kSim);
+    y = ops::mul(dequeued, ops::constant(g, 2.0f));
+  }
+  Session s(g);
+  for (int step = 0; step < 4; ++step) {
+    Tensor in = ramp(kRoundTripN, static_cast<float>(step));
+    RunMetadata md;
+    Tensor out = bounded_run(s, {y}, {{x, in}}, {enqueue}, step == 0 ? nullptr : &md).front();
+    std::vector<float> want = squares(in.to_vector<float>());
+    for (float& v : want) v *= 2.0f;
+    EXPECT_EQ(out.to_vector<float>(), want) << "step " << step;
+    if (step > 0) {
+      EXPECT_EQ(sim_stream_spans(md.trace_json).graph, 2) << "step " << step;
+    }
+  }
+}
+
+// SIM -> host -> SIM -> host -> SIM: three segments, each launched once its input is back.
+TEST(CapturedPartitionTest, TwoRoundTripsAreReplayedWithoutDeadlock) {
+  Graph g;
+  Output x = ops::placeholder(g, DType::Float32, Shape{kRoundTripN}, "x");
+  Output a, c, e;
+  {
+    auto scope = g.device(kSim);
+    a = ops::square(x);
+  }
+  Output b = pick_on_cpu(a, kPick);
+  {
+    auto scope = g.device(kSim);
+    c = ops::add(b, ops::constant(g, 1.0f));
+  }
+  Output d = pick_on_cpu(c, kPick2);
+  {
+    auto scope = g.device(kSim);
+    e = ops::mul(d, ops::constant(g, 3.0f));
+  }
+  Session s(g);
+  for (int step = 0; step < 4; ++step) {
+    Tensor in = ramp(kRoundTripN, static_cast<float>(step) - 1.0f);
+    RunMetadata md;
+    auto out = bounded_run(s, {e, a}, {{x, in}}, {}, step == 0 ? nullptr : &md);
+    std::vector<float> want = picked(squares(in.to_vector<float>()), kPick);
+    for (float& v : want) v += 1.0f;
+    want = picked(want, kPick2);
+    for (float& v : want) v *= 3.0f;
+    EXPECT_EQ(out[0].to_vector<float>(), want) << "step " << step;
+    EXPECT_EQ(out[1].to_vector<float>(), squares(in.to_vector<float>())) << "step " << step;
+    if (step > 0) {
+      EXPECT_EQ(sim_stream_spans(md.trace_json).graph, 3) << "step " << step;
+    }
+  }
+}
+
+// Only a control edge comes back: the SIM op that waits for the host's op must not hold back
+// the SIM value that op reads.
+TEST(CapturedPartitionTest, ARoundTripOfAControlDependencyIsReplayedWithoutDeadlock) {
+  Graph g;
+  Output x = ops::placeholder(g, DType::Float32, Shape{kRoundTripN}, "x");
+  Output a, y;
+  {
+    auto scope = g.device(kSim);
+    a = ops::square(x);
+  }
+  Output total;
+  {
+    auto scope = g.device(kCpu);
+    total = ops::reduce_sum(a, {0});
+  }
+  {
+    auto scope = g.device(kSim);
+    auto after = g.control_dependencies({total.op()});
+    y = ops::neg(a);
+  }
+  Session s(g);
+  for (int step = 0; step < 4; ++step) {
+    Tensor in = ramp(kRoundTripN, static_cast<float>(step));
+    RunMetadata md;
+    auto out = bounded_run(s, {y, total}, {{x, in}}, {}, step == 0 ? nullptr : &md);
+    std::vector<float> want = squares(in.to_vector<float>());
+    float sum = 0;
+    for (float& v : want) {
+      sum += v;
+      v = -v;
+    }
+    EXPECT_EQ(out[0].to_vector<float>(), want) << "step " << step;
+    EXPECT_FLOAT_EQ(out[1].scalar<float>(), sum) << "step " << step;
+    if (step > 0) {
+      EXPECT_EQ(sim_stream_spans(md.trace_json).graph, 2) << "step " << step;
+    }
+  }
+}
+
+// Steps of a round trip from 4 threads: one replays at a time, the others run eagerly, and each
+// gets its own input's result.
+TEST(CapturedPartitionTest, ConcurrentRoundTripStepsEachGetTheirOwnResult) {
+  RoundTrip rt;
+  Session s(rt.g);
+  bounded_run(s, {rt.y}, {{rt.x, ramp(kRoundTripN, 0)}});  // the capture
+  constexpr int kThreads = 4;
+  constexpr int kSteps = 25;
+  std::vector<std::future<int>> wrong;
+  for (int t = 0; t < kThreads; ++t) {
+    wrong.push_back(std::async(std::launch::async, [&rt, &s, t] {
+      int bad = 0;
+      for (int i = 0; i < kSteps; ++i) {
+        Tensor in = ramp(kRoundTripN, static_cast<float>(t * 100 + i));
+        if (bounded_run(s, {rt.y}, {{rt.x, in}}).front().to_vector<float>() != RoundTrip::expected(in)) ++bad;
+      }
+      return bad;
+    }));
+  }
+  for (auto& f : wrong) EXPECT_EQ(f.get(), 0);
+  RunMetadata md;
+  bounded_run(s, {rt.y}, {{rt.x, ramp(kRoundTripN, 1)}}, {}, &md);
+  EXPECT_EQ(sim_stream_spans(md.trace_json).graph, 2) << "still replayed";
+}
+
+// Without a round trip a partition stays one launch, even with ops that wait for no input: those
+// feed only ops that wait for the fed x, so they wait with them.
+TEST(CapturedPartitionTest, APartitionWithoutARoundTripIsOneLaunch) {
+  Graph g;
+  Output x = ops::placeholder(g, DType::Float32, Shape{kRoundTripN}, "x");
+  Output y;
+  {
+    auto scope = g.device(kSim);
+    Output scale = ops::square(ops::constant(g, ramp(kRoundTripN, 0.5f)));  // needs no input
+    y = ops::add(ops::mul(x, scale), scale);
+  }
+  Session s(g);
+  const std::vector<float> scale = squares(ramp(kRoundTripN, 0.5f).to_vector<float>());
+  for (int step = 0; step < 3; ++step) {
+    Tensor in = ramp(kRoundTripN, static_cast<float>(step));
+    RunMetadata md;
+    Tensor out = bounded_run(s, {y}, {{x, in}}, {}, step == 0 ? nullptr : &md).front();
+    std::vector<float> want = in.to_vector<float>();
+    for (std::size_t i = 0; i < want.size(); ++i) want[i] = want[i] * scale[i] + scale[i];
+    EXPECT_EQ(out.to_vector<float>(), want) << "step " << step;
+    if (step > 0) {
+      const testing::ComputeSpans spans = sim_stream_spans(md.trace_json);
+      EXPECT_EQ(spans.graph, 1) << "step " << step;
+      EXPECT_EQ(spans.ops, 0) << "step " << step;
+    }
+  }
 }
 
 }  // namespace

@@ -1,7 +1,10 @@
 // Sessions on the process's GPUs (label `gpu`; every test skips itself without one): CUDA graphs
-// replaying a device partition with eager execution's results, float16 and bfloat16 through a
-// session, and large feeds and fetches in pinned host blocks (cudaHostRegister).
+// replaying a device partition with eager execution's results (in segments where a value goes
+// to the host and comes back), float16 and bfloat16 through a session, and large feeds and
+// fetches in pinned host blocks (cudaHostRegister).
+#include <chrono>
 #include <cmath>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -53,6 +56,50 @@ TEST(CudaSessionTest, AReplayedChainEqualsEagerExecution) {
     EXPECT_TRUE(got.equals(want)) << "step " << step << ": " << got.debug_string() << " vs " << want.debug_string();
     if (step > 0) {
       EXPECT_EQ(testing::compute_stream_spans(md.trace_json, "GPU").graph, 1) << "step " << step << " replays one CUDA graph";
+    }
+  }
+}
+
+// A GPU value gathered on the host and brought back (Note [Replay segments]): the replay launches
+// one CUDA graph for what leaves and one for what waits for its return, and never deadlocks (a run
+// timeout bounds each step).
+TEST(CudaSessionTest, ARoundTripThroughTheHostReplaysInTwoGraphs) {
+  REQUIRE_SESSION_GPU(gpu);
+  Graph g;
+  Output x = ops::placeholder(g, DType::Float32, Shape{256}, "x");
+  Output y;
+  Output src;
+  {
+    auto scope = g.device(gpu);
+    src = ops::square(x);
+  }
+  std::vector<int32_t> pick(256);
+  for (std::size_t i = 0; i < pick.size(); ++i) pick[i] = static_cast<int32_t>((i * 7) % 256);
+  Output back;
+  {
+    auto scope = g.device("/device:CPU:0");
+    back = ops::gather(src, ops::constant(g, Tensor::vector<int32_t>(pick)));
+  }
+  {
+    auto scope = g.device(gpu);
+    y = ops::mul(back, ops::constant(g, 2.0f));
+  }
+  Session s(g);
+  RunOptions options;  // step 0, the capture, untraced; the replays traced
+  options.timeout = std::chrono::seconds(10);
+  for (int step = 0; step < 4; ++step, options.trace = true) {
+    std::vector<float> v(256);
+    for (std::size_t i = 0; i < v.size(); ++i) v[i] = 0.5f * static_cast<float>(i) - static_cast<float>(step);
+    RunMetadata md;
+    Tensor got = s.run({y}, {{x, Tensor::vector<float>(v)}}, {}, options, &md).front();
+    std::vector<float> want(256);
+    for (std::size_t i = 0; i < want.size(); ++i) {
+      const float e = v[static_cast<std::size_t>(pick[i])];
+      want[i] = 2.0f * e * e;
+    }
+    EXPECT_EQ(got.to_vector<float>(), want) << "step " << step;
+    if (step > 0) {
+      EXPECT_EQ(testing::compute_stream_spans(md.trace_json, "GPU").graph, 2) << "step " << step;
     }
   }
 }
