@@ -1,5 +1,6 @@
 // Numeric gradient checks of the math, shape and selection ops (math_grad_test.py and the
-// array_grad tests of TensorFlow), on the device of the instantiation. Included by
+// array_grad tests of TensorFlow), and of the broadcast helpers the gradient functions build
+// (SumToShapeOf, ReshapeToShapeOf), on the device of the instantiation. Included by
 // tests/gradient_check_test.cc (CPU, SIM) and tests/gpu/cuda_gradient_check_test.cc (GPU).
 #pragma once
 
@@ -15,7 +16,7 @@ namespace tessera::testing {
 inline const std::vector<std::string> kMathGradientOps = {
     "Add",     "Sub",        "Mul",          "Div",          "Maximum",      "Minimum",   "Neg",
     "Square",  "Exp",        "Log",          "Identity",     "Cast",         "AddN",      "MatMul",
-    "Sum",     "Mean",       "Max",          "Min",
+    "Sum",     "Mean",       "Max",          "Min",          "SumToShapeOf", "ReshapeToShapeOf",
     "Reshape", "ExpandDims", "Squeeze",      "Transpose",    "ConcatV2",     "Split",     "Slice",
     "Pad",     "Tile",       "SelectV2"};
 
@@ -127,6 +128,34 @@ TEST_P(GradientCheckTest, WhereRoutesTheGradient) {
                            return ops::where(cond, x[0], x[1]);
                          }),
             math_gradient_cases::kTolerance);
+}
+
+// The ops the gradient functions build to undo broadcasting and reshaping have gradients of their
+// own (second derivatives): SumToShapeOf's spreads the gradient back over the broadcast dims,
+// ReshapeToShapeOf's reshapes it back. Their shape input gets none.
+TEST_P(GradientCheckTest, BroadcastHelpers) {
+  for (const Shape& to : {Shape{3}, Shape{2, 1}, Shape{}}) {
+    EXPECT_LT(random_error({{2, 3}, to},
+                           [](auto x) {
+                             Output y = internal::reduce_to_shape_of(x[0], x[1]);
+                             EXPECT_EQ(y.op().type(), "SumToShapeOf");
+                             return y;
+                           }),
+              math_gradient_cases::kTolerance)
+        << "summed to " << to.to_string();
+  }
+  // ReshapeToShapeOf reshapes to a shape known only when the op runs (a Reshape otherwise).
+  Graph g;
+  auto y = ops::placeholder(g, DType::Float64, Shape{6});
+  auto like = ops::placeholder(g, DType::Float64, Shape::unknown());
+  Output reshaped;
+  {
+    auto scope = on_device(g);
+    reshaped = internal::reshape_to_shape_of(y, like);
+  }
+  EXPECT_EQ(reshaped.op().type(), "ReshapeToShapeOf");
+  const Tensor like_value = random_f64({2, 3}, 2);
+  EXPECT_LT(check(g, {{y, random_f64({6}, 1)}, {like, like_value}}, reshaped), math_gradient_cases::kTolerance);
 }
 
 TEST_P(GradientCheckTest, ARealisticChainOfOps) {
