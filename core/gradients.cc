@@ -60,6 +60,14 @@ const GradFn* GradientRegistry::find(const std::string& op_type, bool* known) co
   return *known && it->second ? &it->second : nullptr;
 }
 
+std::vector<std::string> GradientRegistry::differentiable_op_types() const {
+  std::vector<std::string> types;  // std::map: already sorted
+  for (const auto& [type, fn] : fns_) {
+    if (fn) types.push_back(type);
+  }
+  return types;
+}
+
 Output constant_like(const Output& x, double value) {
   Graph& g = *x.node()->graph->owner;
   switch (x.dtype()) {

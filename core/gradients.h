@@ -57,6 +57,9 @@ class GradientRegistry {
   // The op's gradient function; nullptr for a not-differentiable op. `known` says whether the op
   // type was registered either way.
   const GradFn* find(const std::string& op_type, bool* known) const;
+  // The op types registered with a gradient function (not those marked not differentiable),
+  // sorted: what the numeric gradient checks must cover (tests/gradient_check_test.cc).
+  std::vector<std::string> differentiable_op_types() const;
 
  private:
   std::map<std::string, GradFn> fns_;  // a null GradFn marks a not-differentiable op

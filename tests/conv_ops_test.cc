@@ -11,14 +11,12 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <random>
 #include <string>
 #include <tuple>
 #include <utility>
 #include <vector>
 
 #include "core/node.h"
-#include "tests/testing/gradient_checker.h"
 #include "tests/testing/device_op_test.h"
 #include "tests/testing/sim_device.h"
 #include "tests/testing/tensor_expect.h"
@@ -471,112 +469,6 @@ TEST_P(ConvOpsTest, EmptyTensors) {
   expect_values(dx, DType::Float32, x2.shape(), std::vector<double>(18, 0.0));
 }
 
-// ---- Gradients, checked numerically (TF's gradient_checker: float64 central differences) ----
-
-constexpr double kGradientTolerance = 1e-6;
-
-// Values 0.05 apart in a shuffled order: no two elements of a window are within the checker's
-// step of each other, so each window's maximum stays where it is while the checker moves one.
-Tensor distinct(const Dims& dims, uint64_t seed) {
-  std::vector<double> v(static_cast<std::size_t>(count(dims)));
-  for (std::size_t i = 0; i < v.size(); ++i) v[i] = 0.05 * (static_cast<double>(i) - static_cast<double>(v.size()) / 2);
-  std::shuffle(v.begin(), v.end(), std::mt19937_64(seed));
-  return tensor_of(DType::Float64, Shape(dims), v);
-}
-
-class ConvGradientTest : public ConvOpsTest {
- protected:
-  // The largest Jacobian error of build(placeholders fed `values`) with respect to the inputs
-  // `checked` (the others are only fed), the ops and their gradients on the device under test.
-  template <class F>
-  double gradient_error(const std::vector<Tensor>& values, const std::vector<std::size_t>& checked, F build) {
-    Graph g;
-    auto scope = on_device(g);
-    std::vector<Output> in;
-    std::vector<std::pair<Output, Tensor>> xs;
-    FeedMap others;
-    for (std::size_t i = 0; i < values.size(); ++i) {
-      in.push_back(ops::placeholder(g, DType::Float64, values[i].shape()));
-      if (std::find(checked.begin(), checked.end(), i) != checked.end()) {
-        xs.emplace_back(in.back(), values[i]);
-      } else {
-        others[in.back()] = values[i];
-      }
-    }
-    return testing::max_gradient_error(g, xs, build(in), 1e-3, others);
-  }
-};
-
-// Small cases: pointwise, VALID, SAME with strides, rectangular windows, kernel smaller than the stride.
-const ConvCase kGradientCases[] = {
-    {{2, 3, 3, 2}, 1, 1, 2, 1, 1, "VALID"},
-    {{1, 4, 4, 2}, 2, 2, 3, 1, 1, "VALID"},
-    {{1, 5, 4, 2}, 3, 3, 2, 2, 2, "SAME"},
-    {{1, 4, 5, 2}, 2, 3, 2, 3, 2, "SAME"},
-};
-
-TEST_P(ConvGradientTest, Conv2DBothInputs) {
-  for (const ConvCase& k : kGradientCases) {
-    SCOPED_TRACE(fmt::format("{} {}x{} stride {}x{} {}", Shape(k.in).to_string(), k.kh, k.kw, k.sh, k.sw, k.padding));
-    const Tensor x = random(DType::Float64, k.in);
-    const Tensor f = random(DType::Float64, {k.kh, k.kw, k.in[3], k.o});
-    EXPECT_LT(gradient_error({x, f}, {0, 1},
-                             [&](const std::vector<Output>& in) {
-                               return ops::conv2d(in[0], in[1], window(k.sh, k.sw), k.padding);
-                             }),
-              kGradientTolerance);
-  }
-}
-
-TEST_P(ConvGradientTest, Pools) {
-  const PoolCase cases[] = {{{1, 4, 4, 2}, 2, 2, 2, 2, "VALID"},
-                            {{1, 5, 4, 2}, 3, 3, 2, 2, "SAME"},  // overlapping windows, padding
-                            {{2, 3, 4, 1}, 2, 3, 1, 1, "SAME"}};
-  for (const PoolCase& k : cases) {
-    for (bool max : {true, false}) {
-      SCOPED_TRACE(fmt::format("{} {} {}x{} stride {}x{} {}", max ? "max" : "avg", Shape(k.in).to_string(), k.kh, k.kw,
-                               k.sh, k.sw, k.padding));
-      EXPECT_LT(gradient_error({distinct(k.in, 7)}, {0},
-                               [&](const std::vector<Output>& in) {
-                                 const auto ksize = window(k.kh, k.kw);
-                                 const auto strides = window(k.sh, k.sw);
-                                 return max ? ops::max_pool(in[0], ksize, strides, k.padding)
-                                            : ops::avg_pool(in[0], ksize, strides, k.padding);
-                               }),
-                kGradientTolerance);
-    }
-  }
-}
-
-// The gradient ops' own gradients (of their inputs other than the one read for its shape).
-TEST_P(ConvGradientTest, SecondOrder) {
-  for (const ConvCase& k : kGradientCases) {
-    SCOPED_TRACE(fmt::format("{} {}x{} stride {}x{} {}", Shape(k.in).to_string(), k.kh, k.kw, k.sh, k.sw, k.padding));
-    const Geometry g = geometry(k);
-    const Tensor x = random(DType::Float64, k.in);
-    const Tensor f = random(DType::Float64, {k.kh, k.kw, g.c, k.o});
-    const Tensor dy = random(DType::Float64, {g.n, g.oh, g.ow, g.o});
-    const auto strides = window64(k.sh, k.sw);
-    EXPECT_LT(gradient_error({x, f, dy}, {1, 2},
-                             [&](const std::vector<Output>& in) {
-                               return internal::conv2d_backprop_input(in[0], in[1], in[2], strides, k.padding);
-                             }),
-              kGradientTolerance);
-    EXPECT_LT(gradient_error({x, f, dy}, {0, 2},
-                             [&](const std::vector<Output>& in) {
-                               return internal::conv2d_backprop_filter(in[0], in[1], in[2], strides, k.padding);
-                             }),
-              kGradientTolerance);
-  }
-  const Tensor x = random(DType::Float64, {1, 5, 4, 2});
-  const Tensor dy = random(DType::Float64, {1, 3, 2, 2});
-  EXPECT_LT(gradient_error({x, dy}, {1},
-                           [](const std::vector<Output>& in) {
-                             return internal::avg_pool_grad(in[0], in[1], window64(3, 3), window64(2, 2), "SAME");
-                           }),
-            kGradientTolerance);
-}
-
 // TF's MaxPoolGradGrad is not here: asking for it names the op.
 TEST(ConvOpsBuildTest, MaxPoolGradHasNoGradient) {
   Graph g;
@@ -811,8 +703,6 @@ TEST(ConvOpsClusterTest, EveryOpRunsOnAServer) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Devices, ConvOpsTest, ::testing::Values("CPU", "SIM"),
-                         [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
-INSTANTIATE_TEST_SUITE_P(Devices, ConvGradientTest, ::testing::Values("CPU", "SIM"),
                          [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
 
 }  // namespace

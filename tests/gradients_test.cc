@@ -1,20 +1,14 @@
 // tessera::gradients through the public API: the cases of TensorFlow's gradients_test.py (unused
 // and unconnected xs give null, fan-out sums, grad_ys weigh, integer tensors carry nothing, an op
-// with no gradient is named, gradients with respect to intermediate tensors, several ys), and the
-// gradient of every math, shape and selection op checked numerically against central differences
-// (TF's gradient_checker, float64) on the CPU and on the simulated accelerator, as
-// math_grad_test.py and array_grad tests do.
+// with no gradient is named, gradients with respect to intermediate tensors, several ys). The
+// numeric checks of each op's gradient are in tests/gradient_check_test.cc.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <cstdint>
-#include <functional>
-#include <random>
 #include <string>
 #include <vector>
 
-#include "tests/testing/gradient_checker.h"
-#include "tests/testing/sim_device.h"
 #include "tests/testing/test_util.h"
 
 namespace tessera {
@@ -22,17 +16,6 @@ namespace {
 
 using ::testing::HasSubstr;
 using testing::error_of;
-using testing::max_gradient_error;
-
-const auto* const kSimEnvironment = ::testing::AddGlobalTestEnvironment(new testing::SimEnvironment);
-
-Tensor random_tensor(Shape shape, uint32_t seed, double lo = -1, double hi = 1) {
-  std::mt19937 gen(seed);
-  std::uniform_real_distribution<double> dist(lo, hi);
-  std::vector<double> v(static_cast<std::size_t>(shape.num_elements()));
-  for (double& x : v) x = dist(gen);
-  return Tensor::from_vector<double>(v, shape);
-}
 
 // ---- gradients_test.py ----
 
@@ -207,126 +190,6 @@ TEST(GradientsTest, ReshapeGradientWithAnUnknownShapeIsReshapedAtRunTime) {
   EXPECT_EQ(v.shape(), (Shape{2, 3}));
   EXPECT_EQ(v.to_vector<float>(), (std::vector<float>{2, 4, 6, 8, 10, 12}));
 }
-
-// ---- Numeric checks of every gradient, on each device ----
-
-class GradientCheckTest : public ::testing::TestWithParam<std::string> {
- protected:
-  // The largest Jacobian error of `build(xs...)` with respect to placeholders of `shapes`, fed
-  // the values `values` (random in [-1, 1] when empty), built under the device of the test.
-  double error(const std::vector<Shape>& shapes, const std::function<Output(const std::vector<Output>&)>& build,
-               std::vector<Tensor> values = {}) {
-    Graph g;
-    auto scope = g.device(GetParam());
-    std::vector<Output> xs;
-    std::vector<std::pair<Output, Tensor>> fed;
-    for (std::size_t i = 0; i < shapes.size(); ++i) {
-      xs.push_back(ops::placeholder(g, DType::Float64, shapes[i]));
-      fed.emplace_back(xs.back(), i < values.size() ? values[i] : random_tensor(shapes[i], 17 + i));
-    }
-    return max_gradient_error(g, fed, build(xs));
-  }
-};
-
-// Central differences with delta 1e-3 err by about delta^2 |f'''| / 6 (2e-6 for log near 0.5); a wrong
-// gradient errs by the size of the values.
-constexpr double kTolerance = 1e-5;
-
-TEST_P(GradientCheckTest, BinaryOpsWithBroadcasting) {
-  using Fn = Output (*)(Output, Output, std::string);
-  for (Fn op : {Fn(&ops::add), Fn(&ops::sub), Fn(&ops::mul), Fn(&ops::maximum), Fn(&ops::minimum)}) {
-    EXPECT_LT(error({{2, 3}, {2, 3}}, [&](auto x) { return op(x[0], x[1], ""); }), kTolerance);
-    EXPECT_LT(error({{2, 3}, {3}}, [&](auto x) { return op(x[0], x[1], ""); }), kTolerance);
-    EXPECT_LT(error({{2, 1}, {1, 3}}, [&](auto x) { return op(x[0], x[1], ""); }), kTolerance);
-    EXPECT_LT(error({{}, {2, 2}}, [&](auto x) { return op(x[0], x[1], ""); }), kTolerance);
-  }
-  // Division away from zero.
-  const Tensor num = random_tensor({2, 3}, 5);
-  const Tensor den = random_tensor({3}, 6, 0.5, 2.0);
-  EXPECT_LT(error({{2, 3}, {3}}, [](auto x) { return ops::div(x[0], x[1]); }, {num, den}), kTolerance);
-}
-
-TEST_P(GradientCheckTest, UnaryOps) {
-  using Fn = Output (*)(Output, std::string);
-  for (Fn op : {Fn(&ops::neg), Fn(&ops::square), Fn(&ops::exp), Fn(&ops::identity)}) {
-    EXPECT_LT(error({{2, 3}}, [&](auto x) { return op(x[0], ""); }), kTolerance);
-  }
-  EXPECT_LT(error({{2, 3}}, [](auto x) { return ops::log(x[0]); }, {random_tensor({2, 3}, 3, 0.5, 2.0)}), kTolerance);
-  EXPECT_LT(error({{3}}, [](auto x) { return ops::cast(ops::cast(x[0], DType::Float32), DType::Float64); }), 1e-3)
-      << "through float32";
-  EXPECT_LT(error({{2}, {2}, {2}}, [](auto x) { return ops::add_n({x[0], ops::square(x[1]), x[2], x[0]}); }),
-            kTolerance);
-}
-
-TEST_P(GradientCheckTest, MatMulInEveryTransposition) {
-  for (bool ta : {false, true}) {
-    for (bool tb : {false, true}) {
-      const Shape a = ta ? Shape{3, 2} : Shape{2, 3};
-      const Shape b = tb ? Shape{4, 3} : Shape{3, 4};
-      EXPECT_LT(error({a, b}, [&](auto x) { return ops::matmul(x[0], x[1], ta, tb); }), kTolerance)
-          << "transpose_a=" << ta << " transpose_b=" << tb;
-    }
-  }
-}
-
-TEST_P(GradientCheckTest, Reductions) {
-  using Fn = Output (*)(Output, std::vector<int>, bool, std::string);
-  for (Fn op : {Fn(&ops::reduce_sum), Fn(&ops::reduce_mean), Fn(&ops::reduce_max), Fn(&ops::reduce_min)}) {
-    for (const std::vector<int>& axes : {std::vector<int>{}, {0}, {1}, {-1}, {0, 2}}) {
-      for (bool keep : {false, true}) {
-        EXPECT_LT(error({{2, 3, 2}}, [&](auto x) { return op(x[0], axes, keep, ""); }), kTolerance)
-            << "axes " << axes.size() << " keep_dims " << keep;
-      }
-    }
-  }
-}
-
-TEST_P(GradientCheckTest, MeanOverAnUnknownBatchDividesByTheRunTimeCount) {
-  Graph g;
-  auto scope = g.device(GetParam());
-  auto x = ops::placeholder(g, DType::Float64, Shape{-1, 2});
-  EXPECT_LT(max_gradient_error(g, {{x, random_tensor({3, 2}, 4)}}, ops::reduce_mean(x, {0})), kTolerance);
-}
-
-TEST_P(GradientCheckTest, ShapeOps) {
-  EXPECT_LT(error({{2, 3}}, [](auto x) { return ops::reshape(x[0], {3, 2}); }), kTolerance);
-  EXPECT_LT(error({{2, 3}}, [](auto x) { return ops::expand_dims(x[0], 1); }), kTolerance);
-  EXPECT_LT(error({{2, 1, 3}}, [](auto x) { return ops::squeeze(x[0]); }), kTolerance);
-  EXPECT_LT(error({{2, 3, 4}}, [](auto x) { return ops::transpose(x[0], {1, 2, 0}); }), kTolerance);
-  EXPECT_LT(error({{2, 3}}, [](auto x) { return ops::transpose(x[0]); }), kTolerance);
-  EXPECT_LT(error({{2, 3}, {2, 1}}, [](auto x) { return ops::concat({x[0], x[1]}, -1); }), kTolerance);
-  EXPECT_LT(error({{2, 4}}, [](auto x) { return ops::mul(ops::split(x[0], 2, 1)[1], ops::split(x[0], 2, 1)[0]); }),
-            kTolerance);
-  EXPECT_LT(error({{3, 4}}, [](auto x) { return ops::slice(x[0], {1, 1}, {2, -1}); }), kTolerance);
-  EXPECT_LT(error({{2, 2}}, [](auto x) { return ops::pad(x[0], {{1, 0}, {2, 1}}); }), kTolerance);
-  EXPECT_LT(error({{2, 3}}, [](auto x) { return ops::tile(x[0], {2, 3}); }), kTolerance);
-}
-
-TEST_P(GradientCheckTest, WhereRoutesTheGradient) {
-  Graph g;
-  auto scope = g.device(GetParam());
-  auto x = ops::placeholder(g, DType::Float64, Shape{2, 3});
-  auto y = ops::placeholder(g, DType::Float64, Shape{3});
-  auto cond = ops::constant(g, Tensor::vector<bool>({true, false, true}));
-  auto out = ops::where(cond, x, y);
-  EXPECT_LT(max_gradient_error(g, {{x, random_tensor({2, 3}, 1)}, {y, random_tensor({3}, 2)}}, out), kTolerance);
-}
-
-TEST_P(GradientCheckTest, ARealisticChainOfOps) {
-  // softmax-free logistic model: mean((xW + b)^2) with a batch of unknown size.
-  Graph g;
-  auto scope = g.device(GetParam());
-  auto x = ops::placeholder(g, DType::Float64, Shape{-1, 3});
-  auto w = ops::placeholder(g, DType::Float64, Shape{3, 2});
-  auto b = ops::placeholder(g, DType::Float64, Shape{2});
-  auto y = ops::reduce_mean(ops::square(ops::add(ops::matmul(x, w), b)));
-  EXPECT_LT(max_gradient_error(g, {{x, random_tensor({4, 3}, 1)}, {w, random_tensor({3, 2}, 2)}, {b, random_tensor({2}, 3)}},
-                               y),
-            kTolerance);
-}
-
-INSTANTIATE_TEST_SUITE_P(Devices, GradientCheckTest, ::testing::Values("/cpu:0", "/device:SIM:0"),
-                         [](const auto& info) { return info.index == 0 ? std::string("CPU") : std::string("SIM"); });
 
 }  // namespace
 }  // namespace tessera

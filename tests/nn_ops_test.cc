@@ -4,23 +4,21 @@
 // Session), on the CPU and on a simulated accelerator: values against references written here as
 // plain loops or TensorFlow's documented values, dtypes, empty tensors, and every error case
 // (InvalidArgumentError naming the op). Cases follow TensorFlow's softmax_op_test.py,
-// sparse_xent_op_test.py, xent_op_test.py, bias_op_test.py and nn_test.py (L2LossTest); every
-// gradient function registered in core/nn_ops.cc is checked numerically (float64 central
-// differences, tests/testing/gradient_checker.h), as nn_grad_test.py and math_grad_test.py do.
+// sparse_xent_op_test.py, xent_op_test.py, bias_op_test.py and nn_test.py (L2LossTest). The
+// gradient functions registered in core/nn_ops.cc are checked numerically in
+// tests/testing/nn_gradient_cases.h (every device type).
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <functional>
 #include <limits>
 #include <string>
 #include <vector>
 
 #include "core/nn_ops.h"
 #include "core/node.h"
-#include "tests/testing/gradient_checker.h"
 #include "tests/testing/device_op_test.h"
 #include "tests/testing/sim_device.h"
 #include "tests/testing/tensor_expect.h"
@@ -747,146 +745,7 @@ TEST(NnOpsBuildTest, GatherGradHasParamsShape) {
                      "gg (GatherGrad): ", "indices must be int32 or int64, got float32");
 }
 
-// ---- Gradients (nn_grad_test.py, math_grad_test.py, array_grad's gather cases) ----
-
-// Central differences with delta 1e-3 err by about delta^2 / 6 times the third derivative; a wrong
-// gradient errs by the size of the values.
-constexpr double kGradTolerance = 1e-5;
-
-Tensor random_f64(const Shape& shape, double lo, double hi, uint64_t seed) {
-  RandomInputs rng(seed);
-  return rng.tensor(DType::Float64, shape, Range{lo, hi});
-}
-
-class NnGradientTest : public NnOpsTest {
- protected:
-  // The largest Jacobian error of `build(xs)` with respect to placeholders fed `values`, the ops
-  // built on the test's device.
-  double error(const std::vector<Tensor>& values, const std::function<Output(const std::vector<Output>&)>& build) {
-    Graph g;
-    std::vector<Output> xs;
-    std::vector<std::pair<Output, Tensor>> fed;
-    for (const Tensor& v : values) {
-      xs.push_back(ops::placeholder(g, v.dtype(), v.shape()));
-      fed.emplace_back(xs.back(), v);
-    }
-    Output y;
-    {
-      auto scope = on_device(g);
-      y = build(xs);
-    }
-    return testing::max_gradient_error(g, fed, y);
-  }
-};
-
-TEST_P(NnGradientTest, SoftmaxAndLogSoftmax) {
-  const Tensor x = random_f64(Shape{3, 4}, -2, 2, 1);
-  EXPECT_LT(error({x}, [](auto v) { return ops::softmax(v[0]); }), kGradTolerance);
-  EXPECT_LT(error({x}, [](auto v) { return ops::log_softmax(v[0]); }), kGradTolerance);
-  EXPECT_LT(error({random_f64(Shape{5}, -2, 2, 2)}, [](auto v) { return ops::softmax(v[0]); }), kGradTolerance);
-}
-
-TEST_P(NnGradientTest, CrossEntropiesWithRespectToLogitsAndLabels) {
-  const Tensor logits = random_f64(Shape{3, 4}, -2, 2, 3);
-  // Label rows are distributions (sum 1), as TensorFlow's gradient (backprop) assumes.
-  V rows = values_of(random_f64(Shape{3, 4}, 0.1, 1, 4));
-  for (std::size_t r = 0; r < 3; ++r) {
-    const double sum = rows[4 * r] + rows[4 * r + 1] + rows[4 * r + 2] + rows[4 * r + 3];
-    for (std::size_t j = 0; j < 4; ++j) rows[4 * r + j] /= sum;
-  }
-  const Tensor labels = T(DType::Float64, {3, 4}, rows);
-  // Through the loss, and (a second derivative) through the backprop output.
-  for (int output : {0, 1}) {
-    SCOPED_TRACE(output);
-    EXPECT_LT(error({logits},
-                    [&](auto v) {
-                      auto l = ops::constant(v[0].op().graph(), tensor_of(DType::Int32, Shape{3}, {3, 0, 2}));
-                      return ops::sparse_softmax_cross_entropy_with_logits(l, v[0]).op().output(output);
-                    }),
-              kGradTolerance);
-    EXPECT_LT(error({labels, logits},
-                    [&](auto v) { return ops::softmax_cross_entropy_with_logits(v[0], v[1]).op().output(output); }),
-              kGradTolerance);
-  }
-  // The labels of the sparse op get no gradient.
-  Graph g;
-  auto l = ops::placeholder(g, DType::Int64, Shape{3});
-  auto x = ops::placeholder(g, DType::Float64, Shape{3, 4});
-  auto grads = gradients({ops::sparse_softmax_cross_entropy_with_logits(l, x)}, {l, x});
-  EXPECT_TRUE(grads[0].is_null());
-  EXPECT_FALSE(grads[1].is_null());
-}
-
-TEST_P(NnGradientTest, BiasAddAndL2Loss) {
-  EXPECT_LT(error({random_f64(Shape{2, 3, 4}, -1, 1, 5), random_f64(Shape{4}, -1, 1, 6)},
-                  [](auto v) { return ops::bias_add(v[0], v[1]); }),
-            kGradTolerance);
-  EXPECT_LT(error({random_f64(Shape{3, 5}, -1, 1, 7)}, [](auto v) { return ops::l2_loss(v[0]); }), kGradTolerance);
-}
-
-TEST_P(NnGradientTest, ReluTanhSigmoidSqrt) {
-  // Relu's inputs keep clear of the kink at 0 by more than the step.
-  const Tensor signs = T(DType::Float64, {2, 3}, {-0.9, 0.4, -0.2, 0.7, 1.3, -1.1});
-  EXPECT_LT(error({signs}, [](auto v) { return ops::relu(v[0]); }), kGradTolerance);
-  const Tensor x = random_f64(Shape{2, 3}, -2, 2, 8);
-  EXPECT_LT(error({x}, [](auto v) { return ops::tanh(v[0]); }), kGradTolerance);
-  EXPECT_LT(error({x}, [](auto v) { return ops::sigmoid(v[0]); }), kGradTolerance);
-  EXPECT_LT(error({random_f64(Shape{2, 3}, 0.5, 3, 9)}, [](auto v) { return ops::sqrt(v[0]); }), kGradTolerance);
-}
-
-TEST_P(NnGradientTest, GatherWithRespectToParams) {
-  // Repeated indices accumulate; along axis 0 and axis 1.
-  const Tensor params = random_f64(Shape{4, 3}, -1, 1, 10);
-  for (int axis : {0, 1}) {
-    SCOPED_TRACE(axis);
-    EXPECT_LT(error({params},
-                    [&](auto v) {
-                      auto i = ops::constant(v[0].op().graph(), tensor_of(DType::Int32, Shape{2, 2}, {2, 0, 2, 2}));
-                      return ops::square(ops::gather(v[0], i, axis));
-                    }),
-              kGradTolerance);
-  }
-}
-
-TEST_P(NnGradientTest, DropoutGradientIsTheMaskOfTheSameRun) {
-  EXPECT_LT(error({random_f64(Shape{6}, -1, 1, 11)}, [](auto v) { return ops::dropout(v[0], 1.0f); }), kGradTolerance);
-  Graph g;
-  auto x = ops::placeholder(g, DType::Float32, Shape{200});
-  Output y;
-  {
-    auto scope = on_device(g);
-    y = ops::dropout(x, 0.5f, /*seed=*/3);
-  }
-  auto dx = gradients({ops::reduce_sum(y)}, {x})[0];
-  Session s(g);
-  auto out =
-      s.run({dx, y.op().output(1)}, {{x, Tensor::from_vector<float>(std::vector<float>(200, 2.0f), Shape{200})}});
-  EXPECT_TRUE(out[0].equals(out[1])) << "d sum(x * mask) / dx = mask";
-  const V mask = values_of(out[1]);
-  EXPECT_NE(std::count(mask.begin(), mask.end(), 0.0), 0);
-  EXPECT_NE(std::count(mask.begin(), mask.end(), 2.0), 0);
-}
-
-TEST_P(NnGradientTest, StopGradientCutsThePath) {
-  Graph g;
-  auto x = ops::placeholder(g, DType::Float64, Shape{3});
-  Output y;
-  Output cut;
-  {
-    auto scope = on_device(g);
-    auto sq = ops::square(x);
-    y = ops::reduce_sum(ops::add(sq, ops::stop_gradient(sq)));  // d/dx = 2x, not 4x
-    cut = ops::reduce_sum(ops::stop_gradient(x));
-  }
-  auto grads = gradients({y}, {x});
-  Session s(g);
-  expect_values(s.run(grads[0], {{x, T(DType::Float64, {3}, {1, -2, 3})}}), DType::Float64, Shape{3}, {2, -4, 6});
-  EXPECT_TRUE(gradients({cut}, {x})[0].is_null());
-}
-
 INSTANTIATE_TEST_SUITE_P(Devices, NnOpsTest, ::testing::Values("CPU", "SIM"),
-                         [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
-INSTANTIATE_TEST_SUITE_P(Devices, NnGradientTest, ::testing::Values("CPU", "SIM"),
                          [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
 
 }  // namespace

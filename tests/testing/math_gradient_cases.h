@@ -1,0 +1,176 @@
+// Numeric gradient checks of the math, shape and selection ops (math_grad_test.py and the
+// array_grad tests of TensorFlow), and of the broadcast helpers the gradient functions build
+// (SumToShapeOf, ReshapeToShapeOf), on the device of the instantiation. Included by
+// tests/gradient_check_test.cc (CPU, SIM) and tests/gpu/cuda_gradient_check_test.cc (GPU).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "core/gradients.h"
+#include "tests/testing/gradient_case_test.h"
+
+namespace tessera::testing {
+
+// The op types whose gradient functions these cases check.
+inline const std::vector<std::string> kMathGradientOps = {
+    "Add",     "Sub",        "Mul",          "Div",          "Maximum",      "Minimum",   "Neg",
+    "Square",  "Exp",        "Log",          "Identity",     "Cast",         "AddN",      "MatMul",
+    "Sum",     "Mean",       "Max",          "Min",          "SumToShapeOf", "ReshapeToShapeOf",
+    "Reshape", "ExpandDims", "Squeeze",      "Transpose",    "ConcatV2",     "Split",     "Slice",
+    "Pad",     "Tile",       "SelectV2"};
+
+class GradientCheckTest : public GradientCaseTest {
+ protected:
+  // The error of `build` at random values in [-1, 1] of `shapes`.
+  double random_error(const std::vector<Shape>& shapes, const std::function<Output(const std::vector<Output>&)>& build) {
+    std::vector<Tensor> values;
+    for (std::size_t i = 0; i < shapes.size(); ++i) values.push_back(random_f64(shapes[i], 17 + i));
+    return error(values, build);
+  }
+};
+
+namespace math_gradient_cases {
+
+// Central differences with delta 1e-3 err by about delta^2 |f'''| / 6 (2e-6 for log near 0.5); a
+// wrong gradient errs by the size of the values.
+constexpr double kTolerance = 1e-5;
+
+}  // namespace math_gradient_cases
+
+TEST_P(GradientCheckTest, BinaryOpsWithBroadcasting) {
+  using math_gradient_cases::kTolerance;
+  using Fn = Output (*)(Output, Output, std::string);
+  for (Fn op : {Fn(&ops::add), Fn(&ops::sub), Fn(&ops::mul), Fn(&ops::maximum), Fn(&ops::minimum)}) {
+    auto build = [&](auto x) { return op(x[0], x[1], ""); };
+    EXPECT_LT(random_error({{2, 3}, {2, 3}}, build), kTolerance);
+    EXPECT_LT(random_error({{2, 3}, {3}}, build), kTolerance);
+    EXPECT_LT(random_error({{2, 1}, {1, 3}}, build), kTolerance);
+    EXPECT_LT(random_error({{}, {2, 2}}, build), kTolerance);
+  }
+  // Division away from zero.
+  EXPECT_LT(error({random_f64({2, 3}, 5), random_f64({3}, 6, 0.5, 2.0)}, [](auto x) { return ops::div(x[0], x[1]); }),
+            kTolerance);
+}
+
+TEST_P(GradientCheckTest, UnaryOps) {
+  using math_gradient_cases::kTolerance;
+  using Fn = Output (*)(Output, std::string);
+  for (Fn op : {Fn(&ops::neg), Fn(&ops::square), Fn(&ops::exp), Fn(&ops::identity)}) {
+    EXPECT_LT(random_error({{2, 3}}, [&](auto x) { return op(x[0], ""); }), kTolerance);
+  }
+  EXPECT_LT(error({random_f64({2, 3}, 3, 0.5, 2.0)}, [](auto x) { return ops::log(x[0]); }), kTolerance);
+  EXPECT_LT(random_error({{3}}, [](auto x) { return ops::cast(ops::cast(x[0], DType::Float32), DType::Float64); }), 1e-3)
+      << "through float32";
+  EXPECT_LT(random_error({{2}, {2}, {2}}, [](auto x) { return ops::add_n({x[0], ops::square(x[1]), x[2], x[0]}); }),
+            kTolerance);
+}
+
+TEST_P(GradientCheckTest, MatMulInEveryTransposition) {
+  for (bool ta : {false, true}) {
+    for (bool tb : {false, true}) {
+      const Shape a = ta ? Shape{3, 2} : Shape{2, 3};
+      const Shape b = tb ? Shape{4, 3} : Shape{3, 4};
+      EXPECT_LT(random_error({a, b}, [&](auto x) { return ops::matmul(x[0], x[1], ta, tb); }),
+                math_gradient_cases::kTolerance)
+          << "transpose_a=" << ta << " transpose_b=" << tb;
+    }
+  }
+}
+
+TEST_P(GradientCheckTest, Reductions) {
+  using Fn = Output (*)(Output, std::vector<int>, bool, std::string);
+  for (Fn op : {Fn(&ops::reduce_sum), Fn(&ops::reduce_mean), Fn(&ops::reduce_max), Fn(&ops::reduce_min)}) {
+    for (const std::vector<int>& axes : {std::vector<int>{}, {0}, {1}, {-1}, {0, 2}}) {
+      for (bool keep : {false, true}) {
+        EXPECT_LT(random_error({{2, 3, 2}}, [&](auto x) { return op(x[0], axes, keep, ""); }),
+                  math_gradient_cases::kTolerance)
+            << "axes " << axes.size() << " keep_dims " << keep;
+      }
+    }
+  }
+}
+
+TEST_P(GradientCheckTest, MeanOverAnUnknownBatchDividesByTheRunTimeCount) {
+  Graph g;
+  auto x = ops::placeholder(g, DType::Float64, Shape{-1, 2});
+  Output y;
+  {
+    auto scope = on_device(g);
+    y = ops::reduce_mean(x, {0});
+  }
+  EXPECT_LT(check(g, {{x, random_f64({3, 2}, 4)}}, y), math_gradient_cases::kTolerance);
+}
+
+TEST_P(GradientCheckTest, ShapeOps) {
+  using math_gradient_cases::kTolerance;
+  EXPECT_LT(random_error({{2, 3}}, [](auto x) { return ops::reshape(x[0], {3, 2}); }), kTolerance);
+  EXPECT_LT(random_error({{2, 3}}, [](auto x) { return ops::expand_dims(x[0], 1); }), kTolerance);
+  EXPECT_LT(random_error({{2, 1, 3}}, [](auto x) { return ops::squeeze(x[0]); }), kTolerance);
+  EXPECT_LT(random_error({{2, 3, 4}}, [](auto x) { return ops::transpose(x[0], {1, 2, 0}); }), kTolerance);
+  EXPECT_LT(random_error({{2, 3}}, [](auto x) { return ops::transpose(x[0]); }), kTolerance);
+  EXPECT_LT(random_error({{2, 3}, {2, 1}}, [](auto x) { return ops::concat({x[0], x[1]}, -1); }), kTolerance);
+  EXPECT_LT(random_error({{2, 4}},
+                         [](auto x) {
+                           auto halves = ops::split(x[0], 2, 1);
+                           return ops::mul(halves[1], halves[0]);
+                         }),
+            kTolerance);
+  EXPECT_LT(random_error({{3, 4}}, [](auto x) { return ops::slice(x[0], {1, 1}, {2, -1}); }), kTolerance);
+  EXPECT_LT(random_error({{2, 2}}, [](auto x) { return ops::pad(x[0], {{1, 0}, {2, 1}}); }), kTolerance);
+  EXPECT_LT(random_error({{2, 3}}, [](auto x) { return ops::tile(x[0], {2, 3}); }), kTolerance);
+}
+
+TEST_P(GradientCheckTest, WhereRoutesTheGradient) {
+  EXPECT_LT(random_error({{2, 3}, {3}},
+                         [](auto x) {
+                           auto cond = ops::constant(x[0].op().graph(), Tensor::vector<bool>({true, false, true}));
+                           return ops::where(cond, x[0], x[1]);
+                         }),
+            math_gradient_cases::kTolerance);
+}
+
+// The ops the gradient functions build to undo broadcasting and reshaping have gradients of their
+// own (second derivatives): SumToShapeOf's spreads the gradient back over the broadcast dims,
+// ReshapeToShapeOf's reshapes it back. Their shape input gets none.
+TEST_P(GradientCheckTest, BroadcastHelpers) {
+  for (const Shape& to : {Shape{3}, Shape{2, 1}, Shape{}}) {
+    EXPECT_LT(random_error({{2, 3}, to},
+                           [](auto x) {
+                             Output y = internal::reduce_to_shape_of(x[0], x[1]);
+                             EXPECT_EQ(y.op().type(), "SumToShapeOf");
+                             return y;
+                           }),
+              math_gradient_cases::kTolerance)
+        << "summed to " << to.to_string();
+  }
+  // ReshapeToShapeOf reshapes to a shape known only when the op runs (a Reshape otherwise).
+  Graph g;
+  auto y = ops::placeholder(g, DType::Float64, Shape{6});
+  auto like = ops::placeholder(g, DType::Float64, Shape::unknown());
+  Output reshaped;
+  {
+    auto scope = on_device(g);
+    reshaped = internal::reshape_to_shape_of(y, like);
+  }
+  EXPECT_EQ(reshaped.op().type(), "ReshapeToShapeOf");
+  const Tensor like_value = random_f64({2, 3}, 2);
+  EXPECT_LT(check(g, {{y, random_f64({6}, 1)}, {like, like_value}}, reshaped), math_gradient_cases::kTolerance);
+}
+
+TEST_P(GradientCheckTest, ARealisticChainOfOps) {
+  // softmax-free logistic model: mean((xW + b)^2) with a batch of unknown size.
+  Graph g;
+  auto x = ops::placeholder(g, DType::Float64, Shape{-1, 3});
+  auto w = ops::placeholder(g, DType::Float64, Shape{3, 2});
+  auto b = ops::placeholder(g, DType::Float64, Shape{2});
+  Output y;
+  {
+    auto scope = on_device(g);
+    y = ops::reduce_mean(ops::square(ops::add(ops::matmul(x, w), b)));
+  }
+  EXPECT_LT(check(g, {{x, random_f64({4, 3}, 1)}, {w, random_f64({3, 2}, 2)}, {b, random_f64({2}, 3)}}, y),
+            math_gradient_cases::kTolerance);
+}
+
+}  // namespace tessera::testing
