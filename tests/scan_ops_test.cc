@@ -285,6 +285,110 @@ TEST_P(ScanGradientTest, CumprodGradientIsZeroAtAZeroAsTensorFlows) {
   EXPECT_EQ(s.run(dx, {{x, Tensor::vector<double>({2, 0, 3})}}).to_vector<double>(), (std::vector<double>{1, 0, 0}));
 }
 
+// ---- reduce_prod's gradient ----
+
+// math_grad_test.py: ProdGradientTest (every axis; a negative one), exact values in float32.
+TEST_P(ScanGradientTest, ProdGradientHasTheProductOfTheOthers) {
+  Graph g;
+  auto scope = g.device(GetParam() == "CPU" ? "/cpu:0" : "/device:SIM:0");
+  auto x = ops::placeholder(g, DType::Float32, Shape{2, 2});
+  const Output all = gradients({ops::reduce_prod(x)}, {x})[0];
+  const Output rows = gradients({ops::reduce_prod(x, {-1})}, {x})[0];
+  Session s(g);
+  const FeedMap feed = {{x, Tensor::matrix<float>({1, 2, 3, 4}, 2, 2)}};
+  EXPECT_EQ(s.run(all, feed).to_vector<float>(), (std::vector<float>{24, 12, 8, 6}));
+  EXPECT_EQ(s.run(rows, feed).to_vector<float>(), (std::vector<float>{2, 1, 4, 3}));
+  EXPECT_LT(error({2, 2}, {1, 2, 3, 4}, [](Output x) { return ops::reduce_prod(x); }), kTolerance);
+  EXPECT_LT(error({2, 2}, {1, 2, 3, 4}, [](Output x) { return ops::reduce_prod(x, {-1}); }), kTolerance);
+}
+
+// reduction_ops_test.py: ProdReductionTest.testGradientWithZeros: no zeros; a zero at the
+// beginning, the end and the middle of axis 2 (so lines over axes {1, 2} hold three zeros, lines
+// over axis 0 two zeros or none); all zeros.
+TEST_P(ScanGradientTest, ProdGradientWithZeros) {
+  const Dims s = {2, 3, 4, 2};
+  V x;
+  for (double v : arange(1, 49)) x.push_back(v / 20);
+  auto zero_at = [&](int k) {
+    V z = x;
+    for (std::size_t i = 0; i < z.size(); ++i) {
+      if (static_cast<int>(i / 2 % 4) == k) z[i] = 0;
+    }
+    return z;
+  };
+  const std::vector<V> inputs = {x, zero_at(0), zero_at(3), zero_at(2), V(x.size(), 0.0)};
+  for (std::size_t k = 0; k < inputs.size(); ++k) {
+    for (const std::vector<int>& axes : {std::vector<int>{1, 2}, {0, 1, 2, 3}, {0}}) {
+      EXPECT_LT(error(s, inputs[k], [&](Output t) { return ops::reduce_prod(t, axes); }), kTolerance)
+          << "input " << k << ", axes " << ::testing::PrintToString(axes);
+    }
+  }
+}
+
+// One zero in a reduced line, two zeros in another, on every axis set, kept dims or not.
+TEST_P(ScanGradientTest, ProdGradientWithOneAndTwoZerosInALine) {
+  const V x = {1.5, 2, 0, -4, 0, 3, 0, 5, 2, -1, 3, 0.5};  // row 0: one zero, row 1: two; column 2: two
+  for (const std::vector<int>& axes : {std::vector<int>{}, {0}, {1}, {-1}, {-2}, {0, 1}, {1, 0}}) {
+    for (bool keep : {false, true}) {
+      EXPECT_LT(error({3, 4}, x, [&](Output t) { return ops::reduce_prod(t, axes, keep); }), kTolerance)
+          << "axes " << ::testing::PrintToString(axes) << " keep_dims " << keep;
+    }
+  }
+  // Several axes not in front (moved there and back), with zeros.
+  V y;
+  for (double v : arange(0, 24)) y.push_back(static_cast<int>(v) % 7 == 3 ? 0 : 0.8 + v / 30);
+  for (const std::vector<int>& axes : {std::vector<int>{0, 2}, {1, 2}, {-1, 0}, {0, 1}}) {
+    for (bool keep : {false, true}) {
+      EXPECT_LT(error({2, 3, 4}, y, [&](Output t) { return ops::reduce_prod(t, axes, keep); }), kTolerance)
+          << "axes " << ::testing::PrintToString(axes) << " keep_dims " << keep;
+    }
+  }
+}
+
+// Shapes known only when the op runs: one axis scans in place, all axes as one line, several with
+// either the reduced dims or the others known.
+TEST_P(ScanGradientTest, ProdGradientWithAnUnknownBatch) {
+  const V x = {1.5, 2, 0, -4, 0, 3, 0, 5, 2, -1, 3, 0.5, 1, 2, 3, 0, 1.25, -2, 1, 2, 0.5, 3, 1, 2};
+  auto prod = [](std::vector<int> axes, bool keep) {
+    return [=](Output t) { return ops::reduce_prod(t, axes, keep); };
+  };
+  EXPECT_LT(error({6, 4}, x, prod({1}, false), Shape{-1, 4}), kTolerance);
+  EXPECT_LT(error({6, 4}, x, prod({0}, true), Shape{-1, -1}), kTolerance);
+  EXPECT_LT(error({6, 4}, x, prod({}, false), Shape::unknown()), kTolerance);
+  EXPECT_LT(error({6, 4}, x, prod({0, 1}, false), Shape{-1, 4}), kTolerance);
+  EXPECT_LT(error({2, 3, 4}, x, prod({1, 2}, false), Shape{-1, 3, 4}), kTolerance);
+  EXPECT_LT(error({2, 3, 4}, x, prod({0, 1}, false), Shape{-1, 3, 4}), kTolerance);
+  EXPECT_LT(error({2, 3, 4}, x, prod({0, 2}, true), Shape{-1, 3, 4}), kTolerance);
+}
+
+TEST_P(ScanGradientTest, ProdGradientThatNeedsUnknownShapesIsAClearError) {
+  Graph g;
+  auto both_unknown = ops::placeholder(g, DType::Float64, Shape{-1, -1, 3});
+  std::string message = testing::error_of<InvalidArgumentError>(
+      [&] { gradients({ops::reduce_prod(both_unknown, {0, 2}, false, "p")}, {both_unknown}); });
+  EXPECT_THAT(message, HasSubstr("p (Prod)"));
+  EXPECT_THAT(message, HasSubstr("needs the reduced dims or the others known when the graph is built"));
+  auto no_rank = ops::placeholder(g, DType::Float64);
+  message = testing::error_of<InvalidArgumentError>(
+      [&] { gradients({ops::reduce_prod(no_rank, {0, 1}, true, "q")}, {no_rank}); });
+  EXPECT_THAT(message, HasSubstr("q (Prod)"));
+  EXPECT_THAT(message, HasSubstr("needs its input's rank known"));
+}
+
+// reduction_ops_test.py: ProdReductionTest.testEmptyGradients.
+TEST_P(ScanGradientTest, ProdGradientOfAnEmptyInputIsEmpty) {
+  Graph g;
+  auto scope = g.device(GetParam() == "CPU" ? "/cpu:0" : "/device:SIM:0");
+  auto x = ops::placeholder(g, DType::Float32, Shape{0, 3});
+  auto z = ops::placeholder(g, DType::Float32, Shape{2, 0, 3});
+  const auto dx = gradients({ops::reduce_prod(x, {1})}, {x})[0];
+  const auto dz = gradients({ops::reduce_prod(z, {0, 2})}, {z})[0];
+  Session s(g);
+  const auto out = s.run({dx, dz}, {{x, Tensor(DType::Float32, Shape{0, 3})}, {z, Tensor(DType::Float32, Shape{2, 0, 3})}});
+  EXPECT_EQ(out[0].shape(), (Shape{0, 3}));
+  EXPECT_EQ(out[1].shape(), (Shape{2, 0, 3}));
+}
+
 INSTANTIATE_TEST_SUITE_P(Devices, ScanGradientTest, ::testing::Values("CPU", "SIM"),
                          [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
 
