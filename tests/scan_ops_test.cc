@@ -160,7 +160,8 @@ TEST_P(ScanOpsTest, EmptyTensors) {
     for (DType dtype : kScanDTypes) {
       for (const Dims& dims : {Dims{0}, Dims{2, 0, 3}}) {
         for (int axis = 0; axis < static_cast<int>(dims.size()); ++axis) {
-          const Tensor y = apply({Tensor(dtype, Shape(dims))}, [&](auto x) { return scan.op(x[0], axis, true, true, ""); });
+          const Tensor y =
+              apply({Tensor(dtype, Shape(dims))}, [&](auto x) { return scan.op(x[0], axis, true, true, ""); });
           expect_values(y, dtype, Shape(dims), {});
         }
       }
@@ -172,7 +173,8 @@ TEST_P(ScanOpsTest, IntegersWrapAround) {
   constexpr double kMax32 = std::numeric_limits<int32_t>::max();
   const Tensor sum = apply({tensor_of(DType::Int32, Shape{2}, {kMax32, 1})}, [](auto x) { return ops::cumsum(x[0]); });
   expect_values(sum, DType::Int32, Shape{2}, {kMax32, std::numeric_limits<int32_t>::min()});
-  const Tensor prod = apply({Tensor::vector<int64_t>({int64_t{1} << 62, 4})}, [](auto x) { return ops::cumprod(x[0]); });
+  const Tensor big = Tensor::vector<int64_t>({int64_t{1} << 62, 4});
+  const Tensor prod = apply({big}, [](auto x) { return ops::cumprod(x[0]); });
   EXPECT_EQ(prod.to_vector<int64_t>(), (std::vector<int64_t>{int64_t{1} << 62, 0}));
 }
 
@@ -184,7 +186,8 @@ TEST_P(ScanOpsTest, AConstantAxisOutOfRangeFailsWhenTheGraphIsBuilt) {
     auto x = ops::placeholder(g, DType::Float32, Shape{2, 5});
     auto scope = on_device(g);
     for (int axis : {-3, 2}) {
-      expect_build_fails([&] { scan.op(x, axis, false, false, "s"); }, std::string("s (") + (scan.prod ? "Cumprod" : "Cumsum"),
+      expect_build_fails([&] { scan.op(x, axis, false, false, "s"); },
+                         std::string("s (") + (scan.prod ? "Cumprod" : "Cumsum"),
                          "axis " + std::to_string(axis) + " is out of range [-2, 2) for an input of shape [2,5]");
     }
     auto scalar = ops::placeholder(g, DType::Float32, Shape{});
@@ -384,7 +387,8 @@ TEST_P(ScanGradientTest, ProdGradientOfAnEmptyInputIsEmpty) {
   const auto dx = gradients({ops::reduce_prod(x, {1})}, {x})[0];
   const auto dz = gradients({ops::reduce_prod(z, {0, 2})}, {z})[0];
   Session s(g);
-  const auto out = s.run({dx, dz}, {{x, Tensor(DType::Float32, Shape{0, 3})}, {z, Tensor(DType::Float32, Shape{2, 0, 3})}});
+  const auto out =
+      s.run({dx, dz}, {{x, Tensor(DType::Float32, Shape{0, 3})}, {z, Tensor(DType::Float32, Shape{2, 0, 3})}});
   EXPECT_EQ(out[0].shape(), (Shape{0, 3}));
   EXPECT_EQ(out[1].shape(), (Shape{2, 0, 3}));
 }
