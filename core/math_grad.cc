@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "core/broadcast.h"
 #include "core/gradients.h"
 
 namespace tessera::internal {
@@ -124,6 +125,61 @@ Grads extremum_grad(const GradContext& c) {
 }
 TESSERA_REGISTER_GRADIENT("Max", extremum_grad);
 TESSERA_REGISTER_GRADIENT("Min", extremum_grad);
+
+// For each element of `t`, the product of the other elements of its line along `axis`: the
+// exclusive products from the front and from the back, multiplied. No division, so zeros are exact.
+Output product_of_others(Output t, int axis) {
+  return ops::mul(ops::cumprod(t, axis, /*exclusive=*/true),
+                  ops::cumprod(t, axis, /*exclusive=*/true, /*reverse=*/true));
+}
+
+[[noreturn]] void prod_grad_needs(const GradContext& c, const char* what) {
+  throw InvalidArgumentError(
+      fmt::format("gradients: the gradient of {} over several axes needs {} when the graph is built",
+                  c.node().debug_name(), what));
+}
+
+// Each element's product_of_others over the elements it was multiplied with (TF's _ProdGrad). One
+// axis is scanned in place; all axes as one flat line; several (rank known) are moved to the
+// front and merged into one, which needs the merged dims or the others known to reshape.
+Output prod_of_others_in_reduction(const GradContext& c) {
+  const Output x = c.input(0);
+  const auto& axes = c.node().attr<std::vector<int64_t>>("axes");
+  const Shape in = x.shape();
+  if (axes.size() == 1) return product_of_others(x, static_cast<int>(axes[0]));
+  auto flat = [&] { return reshape_to_shape_of(product_of_others(ops::reshape(x, {-1}), 0), x); };
+  if (axes.empty()) return flat();
+  if (in.unknown_rank()) prod_grad_needs(c, "its input's rank known");
+  auto mask = reduction_mask(axes, in.rank());
+  mask.status().raise();  // the forward op's shape function has accepted the axes
+  std::vector<int> perm;
+  std::vector<int> others;
+  int64_t reduced_num = 1;
+  int64_t other_num = 1;
+  for (int d = 0; d < in.rank(); ++d) {
+    const bool reduced = mask.value()[static_cast<std::size_t>(d)];
+    (reduced ? perm : others).push_back(d);
+    int64_t& num = reduced ? reduced_num : other_num;
+    num = in.dim(d) < 0 || num < 0 ? -1 : num * in.dim(d);
+  }
+  if (others.empty()) return flat();
+  if (reduced_num == 0 || other_num == 0) return ops::zeros_like(x);  // no elements: nothing to compute
+  if (reduced_num < 0 && other_num < 0) prod_grad_needs(c, "the reduced dims or the others known");
+  perm.insert(perm.end(), others.begin(), others.end());
+  const bool in_front = std::is_sorted(perm.begin(), perm.end());  // the reduced dims lead already
+  const Output moved = in_front ? x : ops::transpose(x, perm);
+  // [reduced, others], one -1 inferred when the op runs where a side is not known yet.
+  const Output lines = ops::reshape(moved, {reduced_num, reduced_num < 0 ? other_num : -1});
+  const Output y = reshape_to_shape_of(product_of_others(lines, 0), moved);
+  if (in_front) return y;
+  std::vector<int> inverse(perm.size());
+  for (std::size_t i = 0; i < perm.size(); ++i) inverse[static_cast<std::size_t>(perm[i])] = static_cast<int>(i);
+  return ops::transpose(y, inverse);
+}
+
+TESSERA_REGISTER_GRADIENT("Prod", [](const GradContext& c) -> Grads {
+  return {ops::mul(spread(c), prod_of_others_in_reduction(c))};
+});
 
 // The gradient sums of SumToShapeOf and ReshapeToShapeOf (second-order gradients).
 TESSERA_REGISTER_GRADIENT("SumToShapeOf", [](const GradContext& c) -> Grads {

@@ -152,6 +152,9 @@ const std::unordered_map<std::string_view, std::vector<AttrSpec>>& op_attrs() {
          {{"axis", kKind<int64_t>}, {"depth", kKind<int64_t>}, {"on_value", kKind<double>},
           {"off_value", kKind<double>}}},
         {"ArgMax", {{"axis", kKind<int64_t>}}}, {"ArgMin", {{"axis", kKind<int64_t>}}},
+        // core/scan_ops.cc
+        {"Cumsum", {{"exclusive", kKind<bool>}, {"reverse", kKind<bool>}}},
+        {"Cumprod", {{"exclusive", kKind<bool>}, {"reverse", kKind<bool>}}},
         // core/gradients.cc
         {"SumToShapeOf", none}, {"ReshapeToShapeOf", none},
         // core/nn_ops.cc

@@ -158,6 +158,23 @@ struct AddNInputs {
 };
 cudaError_t launch_add_n(Elem elem, const AddNInputs& inputs, void* out, int64_t n, cudaStream_t stream);
 
+// ---- Scans (scan_kernels.cu) ----
+
+enum class ScanKind : int { kSum, kProd };
+// x's dims, row-major (rank 0: a scalar).
+struct ScanShape {
+  int rank = 0;
+  int64_t dims[kMaxDims] = {};
+};
+// out = the scan of x (kF32, kF64, kI32, kI64; n elements, n >= 0) along the axis that `axis` (a
+// device int32, or int64 when int64_axis) names, read on the device so that a fed axis needs no
+// host round trip: each line folds from the identity in scan order, as kernels/scan_ops.cc does,
+// integers wrapping. An axis outside [-rank, rank) writes nothing and sets bad[0] = 1 and
+// bad[1] = the axis (bad: two device int64s, zeroed before).
+cudaError_t launch_scan(ScanKind op, Elem elem, const ScanShape& shape, const void* axis, bool int64_axis,
+                        bool exclusive, bool reverse, const void* x, void* out, int64_t n, int64_t* bad,
+                        cudaStream_t stream);
+
 // ---- Neural-network ops (nn_kernels.cu): floating point elems unless said otherwise ----
 
 // y[rows, cols] = softmax (log: log_softmax) of each row of x, one block per row (rows > 0).

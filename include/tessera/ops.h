@@ -111,6 +111,17 @@ Output argmin(Output x, int axis, std::string name = "");
 // The elementwise sum of tensors of one shape and dtype.
 Output add_n(std::vector<Output> inputs, std::string name = "");
 
+// Cumulative sums and products along `axis` (an int32 or int64 scalar; negative counts from the
+// end), as TensorFlow's cumsum/cumprod: x (float32, float64, int32 or int64) and the output have
+// one shape. exclusive: each output leaves its own element out (the first is 0, or 1); reverse:
+// the scan runs from the end. An axis outside [-rank, rank), or not a scalar, raises
+// InvalidArgumentError naming the op and the axis: when the graph is built if the axis is a
+// constant (the int overloads), else when the op runs. Integer sums and products wrap around.
+Output cumsum(Output x, int axis = 0, bool exclusive = false, bool reverse = false, std::string name = "");
+Output cumsum(Output x, Output axis, bool exclusive = false, bool reverse = false, std::string name = "");
+Output cumprod(Output x, int axis = 0, bool exclusive = false, bool reverse = false, std::string name = "");
+Output cumprod(Output x, Output axis, bool exclusive = false, bool reverse = false, std::string name = "");
+
 // Neural-network ops, TensorFlow's semantics. Floating point inputs unless said otherwise; the
 // class (channel) axis is the last one.
 // softmax(x) = exp(x - max) / sum(exp(x - max)) along the last axis (rank >= 1); log_softmax its log.
