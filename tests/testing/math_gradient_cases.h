@@ -18,7 +18,7 @@ inline const std::vector<std::string> kMathGradientOps = {
     "Square",  "Exp",        "Log",          "Identity",     "Cast",         "AddN",      "MatMul",
     "Sum",     "Mean",       "Max",          "Min",          "SumToShapeOf", "ReshapeToShapeOf",
     "Reshape", "ExpandDims", "Squeeze",      "Transpose",    "ConcatV2",     "Split",     "Slice",
-    "Pad",     "Tile",       "SelectV2"};
+    "Pad",     "Tile",       "SelectV2",     "Prod",         "Cumsum",       "Cumprod"};
 
 class GradientCheckTest : public GradientCaseTest {
  protected:
@@ -87,6 +87,30 @@ TEST_P(GradientCheckTest, Reductions) {
                   math_gradient_cases::kTolerance)
             << "axes " << axes.size() << " keep_dims " << keep;
       }
+    }
+  }
+}
+
+// reduce_prod's gradient is built from exclusive cumulative products (TF's _ProdGrad): the scans
+// and the product together, at random values (tests/scan_ops_test.cc checks zeros and errors).
+TEST_P(GradientCheckTest, ScansAndProducts) {
+  for (int axis : {0, 1, -1}) {
+    for (bool exclusive : {false, true}) {
+      for (bool reverse : {false, true}) {
+        EXPECT_LT(random_error({{2, 3, 2}}, [&](auto x) { return ops::cumsum(x[0], axis, exclusive, reverse); }),
+                  math_gradient_cases::kTolerance)
+            << "cumsum axis " << axis << " exclusive " << exclusive << " reverse " << reverse;
+        EXPECT_LT(random_error({{2, 3, 2}}, [&](auto x) { return ops::cumprod(x[0], axis, exclusive, reverse); }),
+                  math_gradient_cases::kTolerance)
+            << "cumprod axis " << axis << " exclusive " << exclusive << " reverse " << reverse;
+      }
+    }
+  }
+  for (const std::vector<int>& axes : {std::vector<int>{}, {0}, {1}, {-1}, {0, 2}}) {
+    for (bool keep : {false, true}) {
+      EXPECT_LT(random_error({{2, 3, 2}}, [&](auto x) { return ops::reduce_prod(x[0], axes, keep); }),
+                math_gradient_cases::kTolerance)
+          << "reduce_prod axes " << axes.size() << " keep_dims " << keep;
     }
   }
 }
