@@ -61,6 +61,26 @@ struct PlanCacheEntry {
 };
 __attribute__((tls_model("initial-exec"))) thread_local PlanCacheEntry tls_plan;
 
+// A thread's reusable step of one callable (Note [Callables]): only that thread touches it.
+struct alignas(64) CallableScratch {
+  bool in_use = false;               // a call of this thread is running in it (a nested call makes its own)
+  std::shared_ptr<const Plan> plan;  // rs's plan, kept alive for rs's destructor
+  std::unique_ptr<RunState> rs;      // completed, ready to restart(); or null
+};
+
+// The Scratches of the callables a thread called lately. Trivial: no initialization guard.
+struct ScratchCache {
+  static constexpr int kEntries = 4;
+  struct Entry {
+    uint64_t callable = 0;               // the callable's serial
+    CallableScratch* scratch = nullptr;  // not owned (the callable owns it); null: none to have
+  };
+  Entry entries[kEntries];
+  int next_victim = 0;
+};
+__attribute__((tls_model("initial-exec"))) constinit thread_local ScratchCache tls_scratches{};
+std::atomic<uint64_t> next_callable_serial{1};
+
 // Cancellations in progress on this thread that hold a lock an asynchronous step's completion
 // takes (a shard's, or an expiring step's): a step that ends inside one completes on the pool.
 thread_local int cancelling_depth = 0;
@@ -457,18 +477,21 @@ Status SessionImpl::run_registered(RunState& rs, MultiStep* multi, const RunOpti
 // and the graph version it was made at change together, as one Entry: a call never pairs a new
 // version with an old plan.
 //
-// A step on the host alone also keeps its RunState: each thread has a Scratch (by its shard
-// index; a thread that finds its Scratch busy with another makes a RunState of its own) whose
+// A step on the host alone also keeps its RunState: each thread that calls has a Scratch of its
+// own, which the callable owns and the thread finds in a small thread-local cache (by callable
+// serial, never reused, so a stale entry is never dereferenced), with no atomic operation. Its
 // RunState, once its step completed, is restart()ed for the next call instead of being made
 // again. A call thus allocates only the vector it returns and the kernels' outputs (Note [Session
-// fast path] for the rest). A step that failed or was cancelled leaves no RunState to reuse. The
-// Scratch holds the RunState's host plan too: a Callable may be destroyed after its session, and
-// the RunState's destructor reads its plan.
+// fast path] for the rest). A step that failed or was cancelled leaves no RunState to reuse. A
+// callable makes at most kMaxScratches (threads that exited, or evicted a Scratch from their
+// cache, leave theirs unused); past that, and in a nested call, a call makes a RunState of its
+// own. The Scratch holds the RunState's host plan too: a Callable may be destroyed after its
+// session, and the RunState's destructor reads its plan.
 class SessionImpl::DirectCallable final : public CallableBackend {
  public:
   DirectCallable(SessionImpl& s, const std::vector<Output>& fetches, const std::vector<Output>& feeds,
                  const std::vector<Operation>& targets)
-      : s_(s), num_fetches_(fetches.size()) {
+      : s_(s), num_fetches_(fetches.size()), serial_(next_callable_serial.fetch_add(1, std::memory_order_relaxed)) {
     for (const Output& o : feeds) {
       feeds_.push_back({o.node(), o.index()});
       key_.push_back(endpoint_key(o.node(), o.index()));
@@ -512,13 +535,7 @@ class SessionImpl::DirectCallable final : public CallableBackend {
     const StepPlan* plan;
     uint64_t graph_version;
   };
-  // A thread's reusable step (see the Note).
-  struct alignas(64) Scratch {
-    std::atomic<bool> busy{false};
-    std::shared_ptr<const Plan> plan;  // rs's plan, kept alive for rs's destructor
-    std::unique_ptr<RunState> rs;      // completed, ready to restart(); or null
-  };
-  static constexpr int kScratches = 8;
+  static constexpr std::size_t kMaxScratches = 64;
 
   StatusOr<const StepPlan*> plan() {
     const Entry* e = current_.load(std::memory_order_acquire);
@@ -531,15 +548,32 @@ class SessionImpl::DirectCallable final : public CallableBackend {
     return made.value().get();
   }
 
-  // The step of host-only plan `sp`, in this thread's Scratch when it is free.
+  // This thread's Scratch (see the Note); null past kMaxScratches.
+  CallableScratch* thread_scratch() {
+    ScratchCache& cache = tls_scratches;
+    for (const ScratchCache::Entry& e : cache.entries) {
+      if (e.callable == serial_) return e.scratch;
+    }
+    CallableScratch* made = nullptr;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      if (scratches_.size() < kMaxScratches) made = scratches_.emplace_back(std::make_unique<CallableScratch>()).get();
+    }
+    ScratchCache::Entry& e = cache.entries[cache.next_victim];
+    cache.next_victim = (cache.next_victim + 1) % ScratchCache::kEntries;
+    e = {serial_, made};
+    return made;
+  }
+
+  // The step of host-only plan `sp`, in this thread's Scratch when it has one that is not in use.
   template <class SetFeeds>
   Status run_on_host(const StepPlan& sp, SetFeeds&& set_feeds, std::vector<Tensor>* outputs) {
-    Scratch& scratch = scratch_[this_thread_shard(kScratches)];
-    const bool mine = !scratch.busy.exchange(true, std::memory_order_acquire);
+    CallableScratch* scratch = thread_scratch();
+    const bool mine = scratch != nullptr && !scratch->in_use;
     RunState* rs = nullptr;
     std::unique_ptr<RunState> fresh;
-    if (mine && scratch.rs != nullptr && scratch.plan == sp.host) {
-      rs = scratch.rs.get();
+    if (mine && scratch->rs != nullptr && scratch->plan == sp.host) {
+      rs = scratch->rs.get();
       rs->restart(next_step_id());
     } else {
       RunState::Options ro;
@@ -548,16 +582,17 @@ class SessionImpl::DirectCallable final : public CallableBackend {
       rs = fresh.get();
     }
     set_feeds(*rs);
+    if (mine) scratch->in_use = true;
     Status status = s_.run_registered(*rs, nullptr, RunOptions{}, nullptr, nullptr, num_fetches_, outputs);
     if (mine) {
       if (fresh != nullptr && fresh->completed()) {
-        scratch.plan = sp.host;
-        scratch.rs = std::move(fresh);
+        scratch->plan = sp.host;
+        scratch->rs = std::move(fresh);
       } else if (!rs->completed()) {
-        scratch.rs.reset();
-        scratch.plan.reset();
+        scratch->rs.reset();
+        scratch->plan.reset();
       }
-      scratch.busy.store(false, std::memory_order_release);
+      scratch->in_use = false;
     }
     return status;
   }
@@ -582,7 +617,8 @@ class SessionImpl::DirectCallable final : public CallableBackend {
   std::atomic<const Entry*> current_{nullptr};
   std::mutex mu_;
   std::vector<std::unique_ptr<Entry>> entries_;  // guarded by mu_; every entry made, so none dangles
-  Scratch scratch_[kScratches];
+  const uint64_t serial_;                        // unique in this process (keys tls_scratches)
+  std::vector<std::unique_ptr<CallableScratch>> scratches_;  // guarded by mu_; each used by one thread
 };
 
 std::shared_ptr<CallableBackend> SessionImpl::make_callable(const std::vector<Output>& fetches,

@@ -163,8 +163,8 @@ class SessionImpl final : public SessionBackend {
   // register without sharing a lock (Note [Session fast path] in direct_session.cc).
   struct alignas(64) RunShard {
     std::mutex mu;
-    // Signalled (under mu) when the shard empties while closing, and when a cancelled solo step
-    // is handed back.
+    // Signalled when the shard empties while closing, and when a cancelled solo step is handed
+    // back.
     std::condition_variable cv;
     std::atomic<RunState*> solo{nullptr};  // a step registered without the lock, or kCancellingSolo
     std::vector<RunState*> runs;  // guarded by mu; no allocation per run once grown
