@@ -287,6 +287,27 @@ TEST_P(CallableTest, ThreadsPickUpAGrowingGraph) {
   for (const Variable& v : vars) EXPECT_GE(s.run(v.value()).scalar<int64_t>(), after.load());
 }
 
+TEST_P(CallableTest, MoreCallablesAndThreadsThanTheyKeepStepsFor) {
+  // A thread rotating over six callables (its cache keeps four) and 70 threads on one callable
+  // (which keeps steps for 64): the rest make their own steps, with the same results.
+  Graph g;
+  auto scope = g.device(GetParam());
+  auto x = ops::placeholder(g, DType::Int64, Shape{});
+  Session s(g);
+  std::vector<Callable> fs;
+  for (int64_t k = 0; k < 6; ++k) fs.push_back(s.make_callable({ops::add(x, ops::constant(g, k))}, {x}));
+  for (int64_t i = 0; i < 20; ++i) {
+    for (int64_t k = 0; k < 6; ++k) EXPECT_EQ(fs[k]({Tensor::scalar(i)})[0].scalar<int64_t>(), i + k);
+  }
+  std::atomic<int> wrong{0};
+  testing::run_threads(70, [&](int t) {
+    for (int64_t i = 0; i < 20; ++i) {
+      if (fs[5]({Tensor::scalar(i * t)})[0].scalar<int64_t>() != i * t + 5) ++wrong;
+    }
+  });
+  EXPECT_EQ(wrong.load(), 0);
+}
+
 TEST(CallableErrorsTest, ABadSignatureOrBadValuesAreInvalidArgumentErrors) {
   Graph g;
   Graph other;
