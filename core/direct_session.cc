@@ -25,7 +25,12 @@ namespace internal {
 // arrays from a per-thread spare (Plan::acquire_arrays), step ids are drawn in per-thread
 // blocks, constants are read in place, and the registry of steps in flight is sharded by thread.
 // From 1 to 8 threads on 2 cores this took c = a + b from 2.2M to 1.0M runs/s (slower) to
-// 2.4M to 4.1M runs/s.
+// 2.4M to 4.1M runs/s. A shard's first step in flight registers in its `solo` slot with one
+// compare-and-swap, no lock; a second one, while the first runs, goes to the shard's locked list.
+// close() and cancel_step() hold a solo step by swapping in kCancellingSolo while they cancel it,
+// so it cannot unregister (and be destroyed) under them; a step that finds its slot held waits on
+// the shard's cv for it. The hot thread-locals are initial-exec (a direct TLS access, as
+// tls_small_blocks in core/tensor.cc), the library being loaded at start-up.
 namespace {
 
 constexpr uint64_t kSeparator = ~0ull;
@@ -54,7 +59,27 @@ struct PlanCacheEntry {
   const StepPlan* plan = nullptr;
   SignatureScratch signature;  // beside the cache: one thread-local lookup per step
 };
-thread_local PlanCacheEntry tls_plan;
+__attribute__((tls_model("initial-exec"))) thread_local PlanCacheEntry tls_plan;
+
+// A thread's reusable step of one callable (Note [Callables]): only that thread touches it.
+struct alignas(64) CallableScratch {
+  bool in_use = false;               // a call of this thread is running in it (a nested call makes its own)
+  std::shared_ptr<const Plan> plan;  // rs's plan, kept alive for rs's destructor
+  std::unique_ptr<RunState> rs;      // completed, ready to restart(); or null
+};
+
+// The Scratches of the callables a thread called lately. Trivial: no initialization guard.
+struct ScratchCache {
+  static constexpr int kEntries = 4;
+  struct Entry {
+    uint64_t callable = 0;               // the callable's serial
+    CallableScratch* scratch = nullptr;  // not owned (the callable owns it); null: none to have
+  };
+  Entry entries[kEntries];
+  int next_victim = 0;
+};
+__attribute__((tls_model("initial-exec"))) constinit thread_local ScratchCache tls_scratches{};
+std::atomic<uint64_t> next_callable_serial{1};
 
 // Cancellations in progress on this thread that hold a lock an asynchronous step's completion
 // takes (a shard's, or an expiring step's): a step that ends inside one completes on the pool.
@@ -66,20 +91,32 @@ struct Cancelling {
   Cancelling& operator=(const Cancelling&) = delete;
 };
 
+// A thread's index (for shards) and block of step ids. Trivial, so an access needs no
+// initialization guard.
+struct ThreadSteps {
+  int index = -1;
+  int64_t next_step = 0;
+  int64_t step_end = 0;
+};
+__attribute__((tls_model("initial-exec"))) constinit thread_local ThreadSteps tls_steps{};
+
 int this_thread_shard(int shards) {
-  thread_local int shard = next_shard.fetch_add(1, std::memory_order_relaxed);
-  return shard % shards;
+  ThreadSteps& t = tls_steps;
+  if (t.index < 0) [[unlikely]] t.index = next_shard.fetch_add(1, std::memory_order_relaxed);
+  return t.index % shards;
 }
 
 int64_t next_step_id() {
-  thread_local int64_t next = 0;
-  thread_local int64_t end = 0;
-  if (next == end) {
-    next = next_step_block.fetch_add(1, std::memory_order_relaxed) * kStepBlock + 1;
-    end = next + kStepBlock - 1;
+  ThreadSteps& t = tls_steps;
+  if (t.next_step == t.step_end) [[unlikely]] {
+    t.next_step = next_step_block.fetch_add(1, std::memory_order_relaxed) * kStepBlock + 1;
+    t.step_end = t.next_step + kStepBlock - 1;
   }
-  return next++;
+  return t.next_step++;
 }
+
+// In a shard's solo slot while close() or cancel_step() cancels the step that was there.
+RunState* const kCancellingSolo = reinterpret_cast<RunState*>(uintptr_t{1});
 
 uint64_t endpoint_key(const Node* n, int index) { return (static_cast<uint64_t>(n->id) << 16) | index; }
 
@@ -128,10 +165,11 @@ SessionImpl::~SessionImpl() {
 
 void SessionImpl::close() {
   const Status reason(ErrorCode::kCancelled, "the session was closed");
-  // A run registers under its shard's lock after checking closed_, so every run either sees
-  // closed_ or is found here.
+  // A run registers (in the solo slot, or under its shard's lock) before checking closed_, both
+  // sequentially consistent, so every run either sees closed_ or is found here.
   closed_.store(true, std::memory_order_seq_cst);
   for (RunShard& shard : shards_) {
+    cancel_solo(shard, [&](RunState& rs) { rs.cancel(reason); });
     Cancelling scope;
     std::lock_guard<std::mutex> l(shard.mu);
     for (RunState* rs : shard.runs) rs->cancel(reason);
@@ -139,17 +177,42 @@ void SessionImpl::close() {
   if (resources_ == &own_resources_) resources_->cancel_all(reason);
   for (RunShard& shard : shards_) {
     std::unique_lock<std::mutex> l(shard.mu);
-    shard.cv.wait(l, [&] { return shard.runs.empty(); });
+    shard.cv.wait(l, [&] { return shard.runs.empty() && shard.solo.load(std::memory_order_seq_cst) == nullptr; });
   }
 }
 
 void SessionImpl::cancel_step(int64_t step_id, const Status& reason) {
+  auto cancel_if_of_step = [&](RunState& rs) {
+    if (rs.step_id() == step_id) rs.cancel(reason);
+  };
   for (RunShard& shard : shards_) {
+    cancel_solo(shard, cancel_if_of_step);
     Cancelling scope;
     std::lock_guard<std::mutex> l(shard.mu);
-    for (RunState* rs : shard.runs) {
-      if (rs->step_id() == step_id) rs->cancel(reason);
+    for (RunState* rs : shard.runs) cancel_if_of_step(*rs);
+  }
+}
+
+template <class Cancel>
+void SessionImpl::cancel_solo(RunShard& shard, Cancel&& cancel) {
+  RunState* rs = shard.solo.load(std::memory_order_seq_cst);
+  while (rs != nullptr) {
+    if (rs == kCancellingSolo) {  // another close() or cancel_step() holds it: wait for it
+      std::unique_lock<std::mutex> l(shard.mu);
+      shard.cv.wait(l, [&] { return (rs = shard.solo.load(std::memory_order_seq_cst)) != kCancellingSolo; });
+      continue;
     }
+    if (!shard.solo.compare_exchange_weak(rs, kCancellingSolo, std::memory_order_seq_cst)) continue;
+    {
+      Cancelling scope;  // the step may end now; if it is asynchronous, not on this thread
+      cancel(*rs);
+    }
+    {
+      std::lock_guard<std::mutex> l(shard.mu);
+      shard.solo.store(rs, std::memory_order_seq_cst);
+    }
+    shard.cv.notify_all();
+    return;
   }
 }
 
@@ -301,16 +364,42 @@ Status SessionImpl::step_options(const StepPlan& sp, const RunOptions& options, 
   return Status();
 }
 
-bool SessionImpl::register_run(RunState* rs, int shard) {
-  RunShard& s = shards_[shard];
+SessionImpl::RunTicket SessionImpl::register_run(RunState* rs) {
+  RunTicket ticket{this_thread_shard(kRunShards), true};
+  RunShard& s = shards_[ticket.shard];
+  RunState* empty = nullptr;
+  if (s.solo.compare_exchange_strong(empty, rs, std::memory_order_seq_cst)) {
+    if (!closed_.load(std::memory_order_seq_cst)) return ticket;
+    unregister_run(rs, ticket);
+    return RunTicket{};
+  }
+  ticket.solo = false;
   std::lock_guard<std::mutex> l(s.mu);
-  if (closed_.load(std::memory_order_seq_cst)) return false;
+  if (closed_.load(std::memory_order_seq_cst)) return RunTicket{};
   s.runs.push_back(rs);
-  return true;
+  return ticket;
 }
 
-void SessionImpl::unregister_run(RunState* rs, int shard) {
-  RunShard& s = shards_[shard];
+void SessionImpl::unregister_run(RunState* rs, RunTicket ticket) {
+  RunShard& s = shards_[ticket.shard];
+  if (ticket.solo) {
+    RunState* expected = rs;
+    if (s.solo.compare_exchange_strong(expected, nullptr, std::memory_order_seq_cst)) {
+      if (closed_.load(std::memory_order_seq_cst)) {  // close() may wait for the shard to empty
+        std::lock_guard<std::mutex> l(s.mu);
+        s.cv.notify_all();
+      }
+      return;
+    }
+    // Held by a close() or cancel_step() (kCancellingSolo): it hands the step back when done.
+    std::unique_lock<std::mutex> l(s.mu);
+    s.cv.wait(l, [&] {
+      expected = rs;
+      return s.solo.compare_exchange_strong(expected, nullptr, std::memory_order_seq_cst);
+    });
+    s.cv.notify_all();
+    return;
+  }
   std::lock_guard<std::mutex> l(s.mu);
   auto it = std::find(s.runs.begin(), s.runs.end(), rs);
   *it = s.runs.back();
@@ -338,7 +427,7 @@ Status SessionImpl::finish_step(Status status, RunState& rs, MultiStep* multi, b
   if (!status.ok()) return status;
   outputs->clear();
   outputs->reserve(num_fetches);
-  for (std::size_t f = 0; f < num_fetches; ++f) outputs->push_back(rs.fetch(static_cast<int>(f)));
+  for (std::size_t f = 0; f < num_fetches; ++f) outputs->push_back(rs.take_fetch(static_cast<int>(f)));
   return status;
 }
 
@@ -365,12 +454,18 @@ Status SessionImpl::run_prepared(const StepPlan& sp, RunState::Options& ro, SetF
   if (!sp.devices.empty()) multi = std::make_unique<MultiStep>(sp, ro, remote);
   RunState rs(ro);
   set_feeds(rs);
-  const int shard = this_thread_shard(kRunShards);
-  if (!register_run(&rs, shard)) return errors::cancelled("attempted to use a closed session");
-  Status status = multi ? multi->run(rs, ro) : rs.run();
+  return run_registered(rs, multi.get(), options, metadata, records, num_fetches, outputs);
+}
+
+Status SessionImpl::run_registered(RunState& rs, MultiStep* multi, const RunOptions& options, RunMetadata* metadata,
+                                   std::vector<TraceRecord>* records, std::size_t num_fetches,
+                                   std::vector<Tensor>* outputs) {
+  const RunTicket ticket = register_run(&rs);
+  if (ticket.shard < 0) return errors::cancelled("attempted to use a closed session");
+  Status status = multi ? multi->run(rs, options.timeout) : rs.run();
   if (multi) multi->end_captures();
-  unregister_run(&rs, shard);
-  return finish_step(std::move(status), rs, multi.get(), options.trace, metadata, records, num_fetches, outputs);
+  unregister_run(&rs, ticket);
+  return finish_step(std::move(status), rs, multi, options.trace, metadata, records, num_fetches, outputs);
 }
 
 // Note [Callables]
@@ -381,11 +476,22 @@ Status SessionImpl::run_prepared(const StepPlan& sp, RunState::Options& ro, SetF
 // changed since that plan was made (then it asks for the plan again, as run() would). The plan
 // and the graph version it was made at change together, as one Entry: a call never pairs a new
 // version with an old plan.
+//
+// A step on the host alone also keeps its RunState: each thread that calls has a Scratch of its
+// own, which the callable owns and the thread finds in a small thread-local cache (by callable
+// serial, never reused, so a stale entry is never dereferenced), with no atomic operation. Its
+// RunState, once its step completed, is restart()ed for the next call instead of being made
+// again. A call thus allocates only the vector it returns and the kernels' outputs (Note [Session
+// fast path] for the rest). A step that failed or was cancelled leaves no RunState to reuse. A
+// callable makes at most kMaxScratches (threads that exited, or evicted a Scratch from their
+// cache, leave theirs unused); past that, and in a nested call, a call makes a RunState of its
+// own. The Scratch holds the RunState's host plan too: a Callable may be destroyed after its
+// session, and the RunState's destructor reads its plan.
 class SessionImpl::DirectCallable final : public CallableBackend {
  public:
   DirectCallable(SessionImpl& s, const std::vector<Output>& fetches, const std::vector<Output>& feeds,
                  const std::vector<Operation>& targets)
-      : s_(s), num_fetches_(fetches.size()) {
+      : s_(s), num_fetches_(fetches.size()), serial_(next_callable_serial.fetch_add(1, std::memory_order_relaxed)) {
     for (const Output& o : feeds) {
       feeds_.push_back({o.node(), o.index()});
       key_.push_back(endpoint_key(o.node(), o.index()));
@@ -409,12 +515,16 @@ class SessionImpl::DirectCallable final : public CallableBackend {
     if (s_.closed_.load(std::memory_order_acquire)) throw CancelledError("attempted to use a closed session");
     auto sp = plan();
     sp.status().raise();
-    RunState::Options ro;
-    s_.step_options(*sp.value(), RunOptions{}, 0, nullptr, &ro).raise();
     std::vector<Tensor> outputs;
     auto set_feeds = [&values](RunState& rs) {
       for (std::size_t i = 0; i < values.size(); ++i) rs.set_feed(static_cast<int>(i), values[i]);
     };
+    if (sp.value()->devices.empty()) {
+      run_on_host(*sp.value(), set_feeds, &outputs).raise();
+      return outputs;
+    }
+    RunState::Options ro;
+    s_.step_options(*sp.value(), RunOptions{}, 0, nullptr, &ro).raise();
     s_.run_prepared(*sp.value(), ro, set_feeds, RunOptions{}, nullptr, nullptr, num_fetches_, &outputs, nullptr)
         .raise();
     return outputs;
@@ -425,6 +535,7 @@ class SessionImpl::DirectCallable final : public CallableBackend {
     const StepPlan* plan;
     uint64_t graph_version;
   };
+  static constexpr std::size_t kMaxScratches = 64;
 
   StatusOr<const StepPlan*> plan() {
     const Entry* e = current_.load(std::memory_order_acquire);
@@ -435,6 +546,55 @@ class SessionImpl::DirectCallable final : public CallableBackend {
     entries_.push_back(std::make_unique<Entry>(Entry{made.value().get(), made.value()->host->graph_version}));
     current_.store(entries_.back().get(), std::memory_order_release);
     return made.value().get();
+  }
+
+  // This thread's Scratch (see the Note); null past kMaxScratches.
+  CallableScratch* thread_scratch() {
+    ScratchCache& cache = tls_scratches;
+    for (const ScratchCache::Entry& e : cache.entries) {
+      if (e.callable == serial_) return e.scratch;
+    }
+    CallableScratch* made = nullptr;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      if (scratches_.size() < kMaxScratches) made = scratches_.emplace_back(std::make_unique<CallableScratch>()).get();
+    }
+    ScratchCache::Entry& e = cache.entries[cache.next_victim];
+    cache.next_victim = (cache.next_victim + 1) % ScratchCache::kEntries;
+    e = {serial_, made};
+    return made;
+  }
+
+  // The step of host-only plan `sp`, in this thread's Scratch when it has one that is not in use.
+  template <class SetFeeds>
+  Status run_on_host(const StepPlan& sp, SetFeeds&& set_feeds, std::vector<Tensor>* outputs) {
+    CallableScratch* scratch = thread_scratch();
+    const bool mine = scratch != nullptr && !scratch->in_use;
+    RunState* rs = nullptr;
+    std::unique_ptr<RunState> fresh;
+    if (mine && scratch->rs != nullptr && scratch->plan == sp.host) {
+      rs = scratch->rs.get();
+      rs->restart(next_step_id());
+    } else {
+      RunState::Options ro;
+      s_.step_options(sp, RunOptions{}, 0, nullptr, &ro).ignore();  // fails only for a device's health
+      fresh = std::make_unique<RunState>(ro);
+      rs = fresh.get();
+    }
+    set_feeds(*rs);
+    if (mine) scratch->in_use = true;
+    Status status = s_.run_registered(*rs, nullptr, RunOptions{}, nullptr, nullptr, num_fetches_, outputs);
+    if (mine) {
+      if (fresh != nullptr && fresh->completed()) {
+        scratch->plan = sp.host;
+        scratch->rs = std::move(fresh);
+      } else if (!rs->completed()) {
+        scratch->rs.reset();
+        scratch->plan.reset();
+      }
+      scratch->in_use = false;
+    }
+    return status;
   }
 
   static Status check_feed(const Endpoint& e, const Tensor& value) {
@@ -457,6 +617,8 @@ class SessionImpl::DirectCallable final : public CallableBackend {
   std::atomic<const Entry*> current_{nullptr};
   std::mutex mu_;
   std::vector<std::unique_ptr<Entry>> entries_;  // guarded by mu_; every entry made, so none dangles
+  const uint64_t serial_;                        // unique in this process (keys tls_scratches)
+  std::vector<std::unique_ptr<CallableScratch>> scratches_;  // guarded by mu_; each used by one thread
 };
 
 std::shared_ptr<CallableBackend> SessionImpl::make_callable(const std::vector<Output>& fetches,
@@ -485,7 +647,7 @@ struct SessionImpl::AsyncStep : std::enable_shared_from_this<SessionImpl::AsyncS
   std::unique_ptr<MultiStep> multi;
   std::unique_ptr<RunState> rs;
   RunState::Options ro;
-  int shard = 0;
+  RunTicket ticket;
   std::size_t num_fetches = 0;
   bool trace = false;
   bool want_records = false;
@@ -534,7 +696,7 @@ void SessionImpl::AsyncStep::complete(Status status) {
   }
   if (armed) TimerQueue::global().cancel(*armed);
   if (multi) multi->end_captures();
-  session->unregister_run(rs.get(), shard);
+  session->unregister_run(rs.get(), ticket);
   std::vector<Tensor> outputs;
   std::vector<TraceRecord> records;
   status = session->finish_step(std::move(status), *rs, multi.get(), trace, nullptr, want_records ? &records : nullptr,
@@ -580,12 +742,12 @@ void SessionImpl::run_step_async(std::vector<Output> fetches, FeedMap feeds, std
     step->rs = std::make_unique<RunState>(step->ro);
     int i = 0;
     for (const auto& [out, value] : feeds) step->rs->set_feed(i++, value);
-    step->shard = this_thread_shard(kRunShards);
     step->num_fetches = fetches.size();
     step->trace = options.trace;
     step->want_records = want_records;
     step->done = std::move(done);
-    if (!register_run(step->rs.get(), step->shard)) {
+    step->ticket = register_run(step->rs.get());
+    if (step->ticket.shard < 0) {
       auto d = std::move(step->done);
       return d(errors::cancelled("attempted to use a closed session"), {}, {});
     }
@@ -596,7 +758,7 @@ void SessionImpl::run_step_async(std::vector<Output> fetches, FeedMap feeds, std
                                                    if (auto s = weak.lock()) s->expire();
                                                  });
       if (!armed.ok()) {
-        unregister_run(step->rs.get(), step->shard);
+        unregister_run(step->rs.get(), step->ticket);
         auto d = std::move(step->done);
         return d(armed.status(), {}, {});
       }
@@ -665,7 +827,7 @@ void SessionImpl::MultiStep::end_captures() {
   }
 }
 
-Status SessionImpl::MultiStep::run(RunState& host, const RunState::Options& base) {
+Status SessionImpl::MultiStep::run(RunState& host, std::chrono::milliseconds timeout) {
   // The device partitions start first (their roots are mostly _Recv and device kernels, which
   // only enqueue), then this thread runs the host partition, then waits for the others. The
   // first failure anywhere aborts the rendezvous and cancels every partition (`abort`), so no
@@ -688,12 +850,12 @@ Status SessionImpl::MultiStep::run(RunState& host, const RunState::Options& base
   }
   Status status = host.run();
   std::unique_lock<std::mutex> l(pending.mu);
-  if (base.timeout.count() > 0) {
-    const auto deadline = std::chrono::steady_clock::now() + base.timeout;
+  if (timeout.count() > 0) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
     if (!pending.cv.wait_until(l, deadline, [&] { return pending.left == 0; })) {
       l.unlock();
       abort(Status(ErrorCode::kDeadlineExceeded,
-                              fmt::format("the run exceeded its timeout of {} ms", base.timeout.count())));
+                              fmt::format("the run exceeded its timeout of {} ms", timeout.count())));
       l.lock();
     }
   }

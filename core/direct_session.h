@@ -86,14 +86,24 @@ class SessionImpl final : public SessionBackend {
   Status run_prepared(const StepPlan& sp, RunState::Options& ro, SetFeeds&& set_feeds, const RunOptions& options,
                       RunMetadata* metadata, std::vector<TraceRecord>* records, std::size_t num_fetches,
                       std::vector<Tensor>* outputs, Rendezvous* remote);
+  // Runs host partition `rs` (and `multi`'s device partitions, when not null) registered as in
+  // flight, then finish_step.
+  Status run_registered(RunState& rs, MultiStep* multi, const RunOptions& options, RunMetadata* metadata,
+                        std::vector<TraceRecord>* records, std::size_t num_fetches, std::vector<Tensor>* outputs);
   // Checks the step's feeds, fetches and targets, finds (or makes) its plan and fills the host
   // partition's options: what run_step and run_step_async share before the step starts.
   Status prepare_step(const std::vector<Output>& fetches, const FeedMap& feeds, const std::vector<Operation>& targets,
                       const RunOptions& options, int64_t step_id, Rendezvous* remote, const StepPlan** plan,
                       RunState::Options* ro);
-  // A step in flight, for close() and cancel_step(): false (not registered) once closed.
-  bool register_run(RunState* rs, int shard);
-  void unregister_run(RunState* rs, int shard);
+  // Where a step in flight is registered: its shard, and whether in the shard's solo slot. A
+  // negative shard: not registered, the session is closed.
+  struct RunTicket {
+    int shard = -1;
+    bool solo = false;
+  };
+  // A step in flight, for close() and cancel_step() (Note [Session fast path]).
+  RunTicket register_run(RunState* rs);
+  void unregister_run(RunState* rs, RunTicket ticket);
   // After the step's partitions ended with `status`: the root cause, the trace and the fetches.
   Status finish_step(Status status, RunState& rs, MultiStep* multi, bool trace, RunMetadata* metadata,
                      std::vector<TraceRecord>* records, std::size_t num_fetches, std::vector<Tensor>* outputs);
@@ -106,7 +116,7 @@ class SessionImpl final : public SessionBackend {
     MultiStep(const StepPlan& sp, RunState::Options& host_options, Rendezvous* remote);
     // Starts the device partitions, runs the host partition on this thread, then waits for the
     // others; the first failure among them.
-    Status run(RunState& host, const RunState::Options& base);
+    Status run(RunState& host, std::chrono::milliseconds timeout);
 
     // Gives each captured partition its step's outcome (after run(), the parts still alive). The
     // destructor does it for a step that never ran (its captures are then tried again).
@@ -153,9 +163,15 @@ class SessionImpl final : public SessionBackend {
   // register without sharing a lock (Note [Session fast path] in direct_session.cc).
   struct alignas(64) RunShard {
     std::mutex mu;
-    std::condition_variable cv;   // signalled when `runs` empties while closing
+    // Signalled when the shard empties while closing, and when a cancelled solo step is handed
+    // back.
+    std::condition_variable cv;
+    std::atomic<RunState*> solo{nullptr};  // a step registered without the lock, or kCancellingSolo
     std::vector<RunState*> runs;  // guarded by mu; no allocation per run once grown
   };
+  // Runs `cancel` on the shard's solo step, if any, holding it so that it cannot unregister.
+  template <class Cancel>
+  void cancel_solo(RunShard& shard, Cancel&& cancel);
   static constexpr int kRunShards = 8;
   RunShard shards_[kRunShards];
   std::atomic<bool> closed_{false};

@@ -329,6 +329,15 @@ StatusOr<std::shared_ptr<const Plan>> build_plan(
   }
   plan->kept_slots = plan->feed_slots;
   plan->kept_slots.insert(plan->kept_slots.end(), plan->fetch_slots.begin(), plan->fetch_slots.end());
+  // The last fetch of each slot takes its value; earlier ones (the same output fetched twice) and
+  // constants copy it.
+  std::vector<char> fetched(static_cast<std::size_t>(plan->num_slots), 0);
+  plan->fetch_moves.assign(plan->fetch_slots.size(), 0);
+  for (std::size_t f = plan->fetch_slots.size(); f-- > 0;) {
+    const int slot = plan->fetch_slots[f];
+    plan->fetch_moves[f] = slot < plan->first_constant_slot && !fetched[static_cast<std::size_t>(slot)];
+    fetched[static_cast<std::size_t>(slot)] = 1;
+  }
   return std::shared_ptr<const Plan>(std::move(plan));
 }
 
@@ -389,7 +398,7 @@ struct SpareArrays {
   std::unique_ptr<StepArrays> arrays[kPlans];
   int next_victim = 0;
 };
-thread_local SpareArrays tls_spares;
+__attribute__((tls_model("initial-exec"))) thread_local SpareArrays tls_spares;  // as tls_small_blocks in core/tensor.cc
 }  // namespace
 
 std::unique_ptr<StepArrays> Plan::acquire_arrays() const {
@@ -421,6 +430,11 @@ void Plan::release_arrays(std::unique_ptr<StepArrays> a, bool completed) const {
   spares.arrays[k] = std::move(a);
 }
 
+namespace {
+// The RunState whose run() is in start() on this thread (Note [Steps that end in start]).
+__attribute__((tls_model("initial-exec"))) constinit thread_local const RunState* tls_starting = nullptr;
+}  // namespace
+
 RunState::RunState(const Options& options)
     : opt_(options), plan_(*options.plan), nodes_(plan_.nodes.data()), inputs_(plan_.inputs.data()),
       successors_(plan_.successors.data()), output_dtypes_(plan_.output_dtypes.data()),
@@ -429,8 +443,7 @@ RunState::RunState(const Options& options)
   slots_ = arrays_->slots.get();
   pending_ = arrays_->pending.get();
   slot_uses_ = arrays_->slot_uses.get();
-  for (int i : plan_.counted_nodes) pending_[i].store(plan_.nodes[i].initial_pending, std::memory_order_relaxed);
-  for (const auto& [s, uses] : plan_.counted_slots) slot_uses_[s].store(uses, std::memory_order_relaxed);
+  reset_counters();
   step_params_.resources = opt_.resources;
   step_params_.cancellation = &cancellation_;
   step_params_.step_id = opt_.step_id;
@@ -442,29 +455,52 @@ RunState::RunState(const Options& options)
   step_params_.allow_tf32 = opt_.allow_tf32;
 }
 
-RunState::~RunState() {
+RunState::~RunState() { plan_.release_arrays(std::move(arrays_), completed()); }
+
+bool RunState::completed() const {
   // A step that finished without an abort ran every node through complete(), which released
   // every value but the feeds and fetches (Plan::kept_slots). done_ is written (under mu_) by the
-  // thread that finished the step, which happens before the owner destroys this object.
-  const bool completed = done_.load(std::memory_order_acquire) && !aborted_.load(std::memory_order_acquire);
-  plan_.release_arrays(std::move(arrays_), completed);
+  // thread that finished the step, which happens before the owner reads it.
+  return done_.load(std::memory_order_acquire) && !aborted_.load(std::memory_order_acquire);
+}
+
+void RunState::reset_counters() {
+  for (int i : plan_.counted_nodes) pending_[i].store(plan_.nodes[i].initial_pending, std::memory_order_relaxed);
+  for (const auto& [s, uses] : plan_.counted_slots) slot_uses_[s].store(uses, std::memory_order_relaxed);
+}
+
+void RunState::restart(int64_t step_id) {
+  TESSERA_CHECK(completed() && on_done_ == nullptr && !opt_.trace);
+  // What a completed, untraced step leaves (its status OK, nothing cancelled, no stream work
+  // pending) is as a new RunState has it, but for these.
+  for (int s : plan_.kept_slots) slots_[s].reset();
+  reset_counters();
+  opt_.step_id = step_params_.step_id = step_id;
+  done_.store(false, std::memory_order_relaxed);
+  run_phase_.store(kStarting, std::memory_order_relaxed);
+  ended_inline_ = false;
+  any_stream_work_.store(false, std::memory_order_relaxed);
+  stream_waits_.store(1, std::memory_order_relaxed);
 }
 
 void RunState::set_feed(int i, Tensor value) { slots_[plan_.feed_slots[i]] = std::move(value); }
 
 const Tensor& RunState::fetch(int i) const { return *slot(plan_.fetch_slots[i]); }
 
+Tensor RunState::take_fetch(int i) {
+  return plan_.fetch_moves[i] ? std::move(slots_[plan_.fetch_slots[i]]) : fetch(i);
+}
+
 void RunState::start() {
   if (opt_.trace) start_us_ = now_micros();
-  if (!plan_.nodes.empty()) {
-    std::vector<int> ready(plan_.roots.begin(), plan_.roots.end());
-    std::vector<int> stack;
-    outstanding_.store(static_cast<int64_t>(ready.size()), std::memory_order_release);
-    finish_node(&ready, &stack);  // dispatch only: the roots are already counted
-    if (!stack.empty()) run_loop(&stack);
-  } else {
-    done();
-  }
+  if (plan_.nodes.empty()) return done();
+  const std::vector<int>& roots = plan_.roots;
+  outstanding_.store(static_cast<int64_t>(roots.size()), std::memory_order_release);
+  std::vector<int> stack;
+  if (roots.size() == 1) return run_loop(roots[0], &stack);  // what finish_node would keep for this thread
+  std::vector<int> ready(roots.begin(), roots.end());
+  finish_node(&ready, &stack);  // dispatch only: the roots are already counted
+  if (!stack.empty()) run_loop(-1, &stack);
 }
 
 void RunState::run_async(std::function<void(Status)> done) {
@@ -472,8 +508,27 @@ void RunState::run_async(std::function<void(Status)> done) {
   start();
 }
 
+// Note [Steps that end in start]
+// Most steps of a small graph are over before start() returns: every node ran inline on the
+// caller's thread. run() then needs neither mu_ nor cv_, nor (when that thread ended it) any
+// atomic read-modify-write. A step that ends on the thread in start() (tls_starting) just says so
+// in ended_inline_, which only that thread reads. Otherwise run_phase_ says which came first, the
+// caller leaving start() (kStarting -> kWaiting, then it waits as below) or the step's end on
+// another thread (kStarting -> kEndedInStart, finish()'s last touch of `this`; run() returns at
+// once). finish() reads and writes status_ without mu_: every other writer (a failed node, a
+// stream's check) is over by then, ordered before it by outstanding_ and stream_waits_. Likewise
+// a node that finds itself the only one outstanding ends the step without decrementing the count
+// (nothing else can change it), and a step that issued no stream work skips stream_waits_.
 Status RunState::run() {
+  const RunState* outer = tls_starting;  // a kernel may run a step of its own (nested run())
+  tls_starting = this;
   start();
+  tls_starting = outer;
+  int phase = kStarting;
+  if (ended_inline_ || !run_phase_.compare_exchange_strong(phase, kWaiting, std::memory_order_acq_rel)) {
+    done_.store(true, std::memory_order_relaxed);  // it ended before start() returned: no wait, no lock
+    return status_;
+  }
   // Wait for the step, running the continuations of async ops handed to this (otherwise idle)
   // thread: see Note [Async kernels].
   std::unique_lock<std::mutex> l(mu_);
@@ -484,10 +539,10 @@ Status RunState::run() {
   bool timed_out = false;
   while (!done_) {
     if (!inbox_.empty()) {
-      std::function<void()> fn = std::move(inbox_.front());
-      inbox_.pop_front();
+      std::vector<std::function<void()>> handed;
+      handed.swap(inbox_);
       l.unlock();
-      fn();  // may finish the step (done() takes mu_)
+      for (auto& fn : handed) fn();  // may finish the step (done() takes mu_)
       l.lock();
       continue;
     }
@@ -589,19 +644,19 @@ void RunState::device_fault(Device& device, const Node& node, const Status& s) {
 }
 
 void RunState::done() {
-  if (any_stream_work_.load(std::memory_order_relaxed)) {
-    std::vector<IssuedStream> streams;
-    {
-      std::lock_guard<std::mutex> l(stream_mu_);
-      streams.swap(issued_streams_);
-    }
-    stream_waits_.fetch_add(static_cast<int64_t>(streams.size()), std::memory_order_acq_rel);
-    for (const IssuedStream& is : streams) {
-      is.stream->then([this, is](Status s) {
-        if (!s.ok()) device_fault(*is.device, *is.last, s);
-        stream_work_over(/*on_completion_thread=*/true);
-      });
-    }
+  // No stream work issued: the executor's own wait is the only one (Note [Steps that end in start]).
+  if (!any_stream_work_.load(std::memory_order_relaxed)) return finish();
+  std::vector<IssuedStream> streams;
+  {
+    std::lock_guard<std::mutex> l(stream_mu_);
+    streams.swap(issued_streams_);
+  }
+  stream_waits_.fetch_add(static_cast<int64_t>(streams.size()), std::memory_order_acq_rel);
+  for (const IssuedStream& is : streams) {
+    is.stream->then([this, is](Status s) {
+      if (!s.ok()) device_fault(*is.device, *is.last, s);
+      stream_work_over(/*on_completion_thread=*/true);
+    });
   }
   stream_work_over(/*on_completion_thread=*/false);
 }
@@ -629,8 +684,15 @@ void RunState::finish() {
     on_done(std::move(status));  // `this` may be gone from here on
     return;
   }
-  std::lock_guard<std::mutex> l(mu_);
+  // Every writer of status_ is over (Note [Steps that end in start]).
   if (status_.ok() && cancellation_.is_cancelled()) status_ = cancellation_.reason();
+  if (tls_starting == this) {
+    ended_inline_ = true;
+    return;
+  }
+  int phase = kStarting;
+  if (run_phase_.compare_exchange_strong(phase, kEndedInStart, std::memory_order_acq_rel)) return;  // run() has it
+  std::lock_guard<std::mutex> l(mu_);
   done_.store(true, std::memory_order_release);
   // Notified under the lock: the waiter may destroy this object as soon as it sees done_.
   cv_.notify_all();
@@ -680,19 +742,27 @@ TESSERA_HOT_INLINE void RunState::finish_node(std::vector<int>* ready, std::vect
   ready->clear();
 }
 
-void RunState::process(int node_index) {
-  std::vector<int> stack{node_index};
-  run_loop(&stack);
+// The last node outstanding needs no decrement (Note [Steps that end in start]).
+TESSERA_HOT_INLINE bool RunState::ends_step(int64_t delta) {
+  if (delta == -1 && outstanding_.load(std::memory_order_acquire) == 1) return true;
+  return outstanding_.fetch_add(delta, std::memory_order_acq_rel) + delta == 0;
 }
 
-void RunState::run_loop(std::vector<int>* stack_ptr) {
+void RunState::process(int node_index) {
+  std::vector<int> stack;
+  run_loop(node_index, &stack);
+}
+
+void RunState::run_loop(int first, std::vector<int>* stack_ptr) {
   // Everything this thread makes ready and keeps runs in this loop.
   std::vector<int>& stack = *stack_ptr;
   std::vector<int> ready;
   Tensor discard;  // the output of a node that nobody reads (PlanNode::discard_output)
-  while (!stack.empty()) {
-    int i = stack.back();
-    stack.pop_back();
+  for (int i = first; i >= 0 || !stack.empty(); i = -1) {
+    if (i < 0) {
+      i = stack.back();
+      stack.pop_back();
+    }
     // Node i, then, while each node makes exactly one cheap successor ready, that successor: what
     // finish_node would push and the stack would pop next, without either.
     for (;;) {
@@ -709,7 +779,7 @@ void RunState::run_loop(std::vector<int>* stack_ptr) {
       // This node is over; count the ones it made ready before anyone can run them. A node that
       // makes exactly one successor ready leaves the count unchanged: no atomic needed.
       const int64_t delta = static_cast<int64_t>(ready.size()) - 1;
-      if (delta != 0 && outstanding_.fetch_add(delta, std::memory_order_acq_rel) + delta == 0) {
+      if (delta != 0 && ends_step(delta)) {
         done();  // `this` may be gone from here on
         return;
       }
@@ -795,7 +865,7 @@ void RunState::on_async_done(AsyncCall* call) {
   }
   std::vector<int> stack;
   finish_node(&ready, &stack);
-  if (!stack.empty()) run_loop(&stack);
+  if (!stack.empty()) run_loop(-1, &stack);
 }
 
 TESSERA_HOT_INLINE bool RunState::complete(int i, OpKernelContext& ctx, Tensor* outputs, std::vector<int>* ready) {

@@ -10,7 +10,6 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
-#include <deque>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -81,6 +80,7 @@ struct Plan {
   int num_slots = 0;
   std::vector<int> feed_slots;     // parallel to the signature's feeds
   std::vector<int> fetch_slots;    // parallel to the signature's fetches
+  std::vector<char> fetch_moves;   // per fetch: RunState::take_fetch moves the value out
   // Hoisted Const ops: slot, value. Their slots are the last ones, [first_constant_slot,
   // num_slots), in this order; a step reads them in place (it neither copies them nor touches
   // their refcounts, a cache line every thread would share).
@@ -162,6 +162,11 @@ class RunState final : public TraceSink, public StreamWork {
 
   // Sets the value of the i-th feed. Before run().
   void set_feed(int i, Tensor value);
+  // Whether the step ran to its end without an error or a cancellation: then restart() may run
+  // another step of the same plan and options on this object, without making a new one.
+  bool completed() const;
+  // Makes this completed step (of run(), untraced) ready to run again as step `step_id`.
+  void restart(int64_t step_id);
   // Runs the step on the calling thread and the pool; blocks until done (or the deadline, after
   // which the step is cancelled and drained). Returns the step's status.
   Status run();
@@ -170,6 +175,8 @@ class RunState final : public TraceSink, public StreamWork {
   void run_async(std::function<void(Status)> done);
   // The value of fetch i after a successful run.
   const Tensor& fetch(int i) const;
+  // The same, moved out of the step where no later fetch reads it (Plan::fetch_moves): once each.
+  Tensor take_fetch(int i);
   // Cancels the step (session close): pending ops fail with `reason`.
   void cancel(const Status& reason);
   std::vector<TraceRecord> take_trace();
@@ -193,9 +200,14 @@ class RunState final : public TraceSink, public StreamWork {
     return in.release == PlanInput::kPinned ? &constants_[in.slot].second : &slots_[in.slot];
   }
   void process(int node_index);
-  // Runs the nodes on `stack` and every cheap node they make ready, until the stack is empty
-  // (or the step is over: `this` may then be gone).
-  void run_loop(std::vector<int>* stack);
+  // The counters a step starts with (Plan::counted_nodes, counted_slots).
+  void reset_counters();
+  // Counts a finished node's `delta` (newly ready nodes - 1) in outstanding_: true when that
+  // ends the step.
+  bool ends_step(int64_t delta);
+  // Runs node `first` (none when -1), the nodes on `stack` and every cheap node they make ready,
+  // until the stack is empty (or the step is over: `this` may then be gone).
+  void run_loop(int first, std::vector<int>* stack);
   // Runs a synchronous kernel and completes it. Its output goes to `discard` (null before and
   // after) when no one reads it (PlanNode::discard_output).
   void run_sync(int node_index, int64_t start, std::vector<int>* ready, Tensor* discard);
@@ -274,10 +286,15 @@ class RunState final : public TraceSink, public StreamWork {
 
   std::mutex mu_;
   std::condition_variable cv_;
-  std::atomic<bool> done_{false};               // written under mu_; read without it by the destructor
-  Status status_;                               // guarded by mu_
+  // run(): whether the step ended before start() returned (Note [Steps that end in start]).
+  enum : int { kStarting, kWaiting, kEndedInStart };
+  std::atomic<int> run_phase_{kStarting};
+  bool ended_inline_ = false;  // finish() ran on run()'s thread, inside start()
+  // Written under mu_, or by run() itself after kEndedInStart; read without it by the destructor.
+  std::atomic<bool> done_{false};
+  Status status_;                               // guarded by mu_ until finish() (see the Note)
   bool caller_waiting_ = false;                 // guarded by mu_
-  std::deque<std::function<void()>> inbox_;     // guarded by mu_
+  std::vector<std::function<void()>> inbox_;    // guarded by mu_ (a deque allocates when made)
 
   // Streams that stream-ordered kernels of this step issued work on, with the last op issued
   // on each (what a fault found at the step's end is named after).
