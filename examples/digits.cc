@@ -119,6 +119,7 @@ DigitsResult digits(std::ostream& out, const DigitsOptions& opt) {
   out << "digits " << opt.model << ": " << r.steps << " Adam steps of " << opt.batch_size << " in " << std::setprecision(1)
       << r.seconds << " s, loss " << std::setprecision(3) << r.first_loss << " -> " << r.last_loss
       << ", test accuracy " << std::setprecision(2) << 100.0 * r.test_accuracy << "%\n";
+  report_placement(out, g, opt.log_placement);
   return r;
 }
 

@@ -2,7 +2,8 @@
 // which ops go where, the partitioner joins the devices with copies on the copy streams, and the
 // same step under `cost`, `gpu_first` and `cpu_only` gives the same numbers at different speeds
 // (bit for bit on the CPU and simulated accelerators, which run the CPU's kernels; within float32
-// rounding, a relative 1e-4, where a GPU sums in its own order).
+// rounding, a relative 1e-4, where a GPU sums in its own order). A simulated accelerator's speed is
+// that of the extra CPU threads it runs kernels on, which the part says when it ends.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -30,7 +31,7 @@ double median_step_ms(Session& s, const std::vector<Output>& fetches, const Feed
 
 }  // namespace
 
-int heterogeneous(std::ostream& out, const std::string& trace_file) {
+int heterogeneous(std::ostream& out, const std::string& trace_file, bool log_placement) {
   constexpr int kBatch = 256, kIn = 512, kHidden = 512, kOut = 16;
   Graph g;
   auto x = ops::placeholder(g, DType::Float32, {kBatch, kIn}, "x");
@@ -47,7 +48,7 @@ int heterogeneous(std::ostream& out, const std::string& trace_file) {
 
   int rc = 0;
   float reference = 0;
-  std::string cost_device;  // where `cost` put the first MatMul
+  bool simulated = false;  // whether a policy put the logits' MatMul on a simulated accelerator
   const struct {
     const char* name;
     PlacementPolicy policy;
@@ -56,8 +57,6 @@ int heterogeneous(std::ostream& out, const std::string& trace_file) {
   for (const auto& p : policies) {
     SessionOptions options;
     options.placement_policy = p.policy;
-    options.log_device_placement = p.policy == PlacementPolicy::cost;  // the table, once, on stderr
-    out << std::flush;  // the placement table goes to stderr: keep the two in order
     Session s(g, options);
     s.run(global_variables_initializer(g));
     RunOptions ro;
@@ -65,16 +64,19 @@ int heterogeneous(std::ostream& out, const std::string& trace_file) {
     RunMetadata md;
     auto first = s.run({loss, steps}, feeds, {}, ro, &md);
     const float value = first[0].scalar<float>();
-    if (p.policy == PlacementPolicy::cost) {
-      reference = value;
-      cost_device = logits.op().assigned_device();
-    }
+    if (p.policy == PlacementPolicy::cost) reference = value;
+    simulated = simulated || logits.op().assigned_device().find("/device:SIM:") != std::string::npos;
     const bool same = std::abs(value - reference) <= 1e-4f * std::abs(reference);
     rc |= same ? 0 : 1;
-    out << std::left << std::setw(10) << p.name << " matmul on " << std::setw(42)
-        << logits.op().assigned_device() << " loss " << std::setprecision(6) << value
+    out << std::left << std::setw(10) << p.name << " matmul on " << std::setw(15)
+        << short_device(logits.op().assigned_device()) << " loss " << std::setprecision(6) << value
         << (same ? "" : "  MISMATCH") << "   median step " << std::setprecision(3)
         << median_step_ms(s, {loss}, feeds, 15) << " ms\n";
+    if (p.policy == PlacementPolicy::cost) {
+      // The graph holds the latest session's placement: report cost's before the next one places.
+      out << "  cost's ";
+      report_placement(out, g, log_placement);
+    }
     if (ro.trace) {
       std::ofstream f(trace_file);
       f << md.trace_json;
@@ -82,9 +84,14 @@ int heterogeneous(std::ostream& out, const std::string& trace_file) {
           << " (open it in https://ui.perfetto.dev or chrome://tracing)\n";
     }
   }
-  if (cost_device.find("/device:SIM:") != std::string::npos) {
-    out << "(a simulated accelerator runs the CPU kernels on its own stream threads: its step times show\n"
-           " the cost of bridging devices, not a speed-up; on a GPU the same graph runs its matmuls there)\n";
+  if (simulated) {
+    out << "What the step times mean: the simulated accelerator is this machine's CPU. It runs the CPU\n"
+           "kernels on worker threads of its own, beside the session's CPU threads, so a step split over\n"
+           "the host and SIM runs on more threads at once than cpu_only's (and copies tensors between\n"
+           "them). A step faster or slower than cpu_only's is that parallelism of the simulation on this\n"
+           "machine, not a prediction of a GPU's speed; what the part shows is where each policy puts\n"
+           "the ops, and that all three compute the same loss. On a GPU (a CUDA build) the same graph\n"
+           "runs its matmuls there.\n";
   }
   return rc;
 }

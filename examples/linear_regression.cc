@@ -8,7 +8,7 @@
 
 namespace tessera::examples {
 
-int linear_regression(std::ostream& out, int steps_per_thread) {
+int linear_regression(std::ostream& out, int steps_per_thread, bool log_placement) {
   constexpr int kBatch = 64;
   constexpr int kTrainers = 4;
   Graph g;
@@ -71,6 +71,7 @@ int linear_regression(std::ostream& out, int steps_per_thread) {
   const float fw = wb[0].scalar<float>(), fb = wb[1].scalar<float>();
   out << "linear_regression: " << kTrainers << " threads x " << steps_per_thread << " steps: w = "
       << fw << " (true 3), b = " << fb << " (true 2), loss " << first_loss << " -> " << last_loss << "\n";
+  report_placement(out, g, log_placement);
   const bool ok = last_loss < first_loss && std::abs(fw - 3.0f) < 0.2f && std::abs(fb - 2.0f) < 0.2f;
   return ok ? 0 : 1;
 }

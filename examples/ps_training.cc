@@ -37,7 +37,7 @@ struct Client {
   Operation train;
   std::unique_ptr<Session> session;
 
-  Client(const std::string& target, int index, bool log_placement) {
+  Client(const std::string& target, int index) {
     {
       auto ps = g.device("/job:ps/task:0");
       w = Variable(g, Tensor::scalar(0.0f), "w");
@@ -58,21 +58,19 @@ struct Client {
     auto grad_w = ops::mul(ops::constant(g, 2.0f), ops::reduce_mean(ops::mul(err, batch[0])));
     auto grad_b = ops::mul(ops::constant(g, 2.0f), ops::reduce_mean(err));
     train = ops::group({w.assign_sub(ops::mul(lr, grad_w)).op(), b.assign_sub(ops::mul(lr, grad_b)).op()}, "train");
-    SessionOptions options;
-    options.log_device_placement = log_placement;
-    session = std::make_unique<Session>(g, target, options);
+    session = std::make_unique<Session>(g, target);
   }
 };
 
 }  // namespace
 
-int ps_training(std::ostream& out, const std::string& tessera_binary, int workers, int steps) {
+int ps_training(std::ostream& out, const std::string& tessera_binary, int workers, int steps, bool log_placement) {
   namespace fs = std::filesystem;
   const fs::path checkpoints = fs::temp_directory_path() / fmt::format("tessera_demo_ckpt_{}", ::getpid());
   fs::remove_all(checkpoints);
   fs::create_directories(checkpoints);
   // The cluster on free loopback ports; a port taken in between makes that task fail to start: retry.
-  // Each task's stderr (a master's placement table, warnings) goes on to this process's stderr.
+  // Each task's stderr (its log's warnings) goes on to this process's stderr.
   std::vector<train::ServerProcess> tasks;
   std::vector<std::string> targets;
   std::string cluster_json;
@@ -105,7 +103,7 @@ int ps_training(std::ostream& out, const std::string& tessera_binary, int worker
   try {
     std::vector<std::unique_ptr<Client>> clients;
     for (int i = 0; i < workers; ++i) {
-      clients.push_back(std::make_unique<Client>(targets[static_cast<std::size_t>(i)], i, /*log_placement=*/i == 0));
+      clients.push_back(std::make_unique<Client>(targets[static_cast<std::size_t>(i)], i));
     }
     // The chief (worker 0) initializes the shared variables once, or restores them from the latest
     // checkpoint when there is one; it saves every `save_every` of its steps.
@@ -161,6 +159,8 @@ int ps_training(std::ostream& out, const std::string& tessera_binary, int worker
     out << fmt::format("{} workers x {} steps in {:.2f} s ({:.0f} steps/s in all); on the ps: w = {:.3f} (true 3), "
                        "b = {:.3f} (true 2); worker 0's loss {:.4f} -> {:.4f}\n",
                        workers, steps, seconds, workers * steps / seconds, w, b, first_loss, last_loss);
+    out << "worker 0's ";
+    report_placement(out, clients[0]->g, log_placement);
     bool ok = last_loss < first_loss && std::abs(w - 3.0f) < 0.2f && std::abs(b - 2.0f) < 0.2f;
     for (auto& c : clients) c->session->close();
 
@@ -171,7 +171,7 @@ int ps_training(std::ostream& out, const std::string& tessera_binary, int worker
     tasks[0] = train::ServerProcess(tessera_binary, cluster_json, "ps", 0);  // raises when it does not come back
     const std::string& line = tasks[0].ready_line();
     if (!latest) throw UnavailableError("no checkpoint was written");
-    Client chief(targets[0], 0, /*log_placement=*/false);
+    Client chief(targets[0], 0);
     train::Saver restorer(chief.g, {chief.w, chief.b});
     restorer.restore(*chief.session, *latest);
     auto restored = chief.session->run({chief.w.value(), chief.b.value()});

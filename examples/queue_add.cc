@@ -13,7 +13,7 @@
 
 namespace tessera::examples {
 
-int queue_add(std::ostream& out) {
+int queue_add(std::ostream& out, bool log_placement) {
   Graph g;
   auto a = ops::constant(g, Tensor::vector<int32_t>({1, 2, 3, 4, 5, 6, 7, 8, 9, 10}), "a");
   auto b = ops::constant(g, 2, "b");
@@ -48,6 +48,7 @@ int queue_add(std::ostream& out) {
   // Which threads win the dequeues is the scheduler's call: on 2 cores one thread may take most.
   out << "queue_add: " << seen.size() << " results dequeued by " << takers.size() << " of the 10 threads, "
       << (seen == expected ? "each of 3..12 exactly once" : "WRONG") << "\n";
+  report_placement(out, g, log_placement);
   return seen == expected ? 0 : 1;
 }
 

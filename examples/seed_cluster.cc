@@ -10,7 +10,7 @@
 
 namespace tessera::examples {
 
-int seed_cluster(std::ostream& out) {
+int seed_cluster(std::ostream& out, bool log_placement) {
   // Both tasks in this process, on ports the system picks (the addresses a ClusterSpec lists must
   // be known first: take two free ones from local servers, then serve the cluster there).
   std::vector<std::string> addresses;
@@ -47,6 +47,7 @@ int seed_cluster(std::ostream& out) {
   out << fmt::format("y = (x + 300) + (x - 66) with x = 2: y2 on /job:local/task:1, y1 and y on task 0; "
                      "10 threads x 10 runs on {}: {} right (238), {} wrong\n",
                      task0.target(), right.load(), wrong.load());
+  report_placement(out, g, log_placement);
   return wrong.load() == 0 && right.load() == 100 ? 0 : 1;
 }
 

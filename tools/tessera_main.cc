@@ -41,7 +41,12 @@ std::string self_path() {
   return std::string(buf, static_cast<std::size_t>(n));
 }
 
-int run_demo(int steps, const std::string& trace_file) {
+int run_demo(int steps, const std::string& trace_file, bool log_placement) {
+  // Line-buffered stdout: the demo prints to stdout only, but the library's log (warnings; a CUDA
+  // build saying why it has no GPU) and the cluster tasks' forwarded logs go to stderr, whole lines
+  // each; so that `tessera demo > log 2>&1` reads in order, no stdout line waits in a buffer while
+  // they are written.
+  std::setvbuf(stdout, nullptr, _IOLBF, BUFSIZ);
   // One line saying where the demo can run: the GPUs when this build has the CUDA device and one
   // is usable (a CUDA build without one says why, on stderr, as it starts).
   std::vector<std::string> gpus;
@@ -51,27 +56,29 @@ int run_demo(int steps, const std::string& trace_file) {
   std::cout << (gpus.empty() ? std::string("devices: no GPU in use: the host CPU")
                              : fmt::format("devices: the host CPU and {}", fmt::join(gpus, ", ")))
             << (TESSERA_WITH_CUDA ? "" : " (a CPU-only build: scripts/demo builds the CUDA device where nvcc is found)")
-            << "\n\n";
-  std::cout << "== tessera demo 1/6: ten threads dequeue c = a + b through a QueueRunner ==\n";
-  int rc = tessera::examples::queue_add(std::cout);
+            << "\n";
+  if (!log_placement) std::cout << "each part ends with where its ops ran; --log-placement lists every op's device\n";
+  std::cout << "\n== tessera demo 1/6: ten threads dequeue c = a + b through a QueueRunner ==\n";
+  int rc = tessera::examples::queue_add(std::cout, log_placement);
   std::cout << "\n== tessera demo 2/6: linear regression, 4 training threads on shared variables ==\n";
-  rc |= tessera::examples::linear_regression(std::cout, steps);
+  rc |= tessera::examples::linear_regression(std::cout, steps, log_placement);
   std::cout << "\n== tessera demo 3/6: a two-task cluster, ten threads running one session ==\n";
-  rc |= tessera::examples::seed_cluster(std::cout);
+  rc |= tessera::examples::seed_cluster(std::cout, log_placement);
   std::cout << "\n== tessera demo 4/6: parameter-server training: 1 ps and 2 worker processes ==\n" << std::flush;
-  rc |= tessera::examples::ps_training(std::cout, self_path(), 2, steps);
+  rc |= tessera::examples::ps_training(std::cout, self_path(), 2, steps, log_placement);
   std::cout << "\n== tessera demo 5/6: a two-layer network placed over the host and accelerators ==\n";
   if (tessera::list_devices().size() == 1) {
     // No GPU and no TESSERA_SIM_ACCELERATORS: simulate one, so placement has a choice to make.
     tessera::add_simulated_accelerators(1);
     std::cout << "no accelerator found: simulating one (/device:SIM:0; TESSERA_SIM_ACCELERATORS=N sets more)\n";
   }
-  rc |= tessera::examples::heterogeneous(std::cout, trace_file);
+  rc |= tessera::examples::heterogeneous(std::cout, trace_file, log_placement);
   std::cout << "\n== tessera demo 6/6: handwritten digits, an MLP trained with Adam on shuffled batches ==\n";
   {
     tessera::examples::DigitsOptions digits;
     digits.steps = 600;
     digits.log_every = 150;
+    digits.log_placement = log_placement;
     const auto r = tessera::examples::digits(std::cout, digits);
     rc |= r.last_loss < r.first_loss && r.test_accuracy > 0.9f ? 0 : 1;
   }
@@ -224,6 +231,9 @@ int main(int argc, char** argv) {
   demo->add_option("--steps", steps, "SGD steps per training thread")->check(CLI::Range(1, 1000000));
   std::string trace_file;
   demo->add_option("--trace", trace_file, "Write a Chrome trace (Perfetto) of the heterogeneous step to FILE");
+  bool log_placement = false;
+  demo->add_flag("--log-placement", log_placement,
+                 "List every op's device after each part (without it: one summary line per part)");
   auto* digits = app.add_subcommand(
       "digits", "Train an MLP or a small CNN on scikit-learn's handwritten digits (examples/data) with Adam and "
                 "print the loss and the test accuracy");
@@ -238,6 +248,7 @@ int main(int argc, char** argv) {
   digits->add_option("--learning-rate", digits_options.learning_rate, "Adam's learning rate")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
+  digits->add_flag("--log-placement", digits_options.log_placement, "List every op's device at the end");
   digits->add_option("--data", digits_options.data, "The digits CSV (gzipped or plain)")->capture_default_str();
   double digits_expect = 0;
   digits->add_option("--expect-accuracy", digits_expect,
@@ -321,7 +332,7 @@ int main(int argc, char** argv) {
   }
   CLI11_PARSE(app, argc, argv);
   try {
-    if (*demo) return run_demo(steps, trace_file);
+    if (*demo) return run_demo(steps, trace_file, log_placement);
     if (*devices) return list_devices();
     if (*digits) {
       digits_options.log_every = std::max(1, digits_options.steps / 10);

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# `tessera demo` as a newcomer reads it: each of its six parts ends with one placement summary
+# line, the tables only with --log-placement, everything on stdout and, with stderr in the same
+# file, in order; part 5 says what its simulated step times mean.
+# Usage: demo_output.sh TESSERA_BINARY DIR
+set -euo pipefail
+tessera=$1
+dir=$2
+rm -rf "$dir"
+mkdir -p "$dir"
+fail() { echo "FAIL: $*"; exit 1; }
+
+# The lines of `file` from the header of part `n` up to the next header (or the end).
+part() { awk -v n="$1" '/^== tessera demo / { inside = index($0, "demo " n "/6") > 0 } inside' "$2"; }
+
+"$tessera" demo --steps 40 >"$dir/plain.out" 2>"$dir/plain.err" || fail "tessera demo exited with $?"
+grep -q '^demo: OK$' "$dir/plain.out" || fail "no 'demo: OK'"
+for n in 1 2 3 4 5 6; do
+  count=$(part "$n" "$dir/plain.out" | grep -c 'placement: ' || true)
+  [ "$count" = 1 ] || fail "part $n prints $count placement summary lines, not 1"
+done
+# Part 3 by hand: x, the Const 300, y1 and y on task 0; the Const 66 and y2 on task 1; x crosses
+# to task 1 (y2's input) and y2 back to task 0 (y's).
+part 3 "$dir/plain.out" | grep -qx 'placement: 4 ops on /job:local/task:0/cpu:0, 2 on /job:local/task:1/cpu:0, 2 copies' ||
+  fail "part 3's summary: $(part 3 "$dir/plain.out" | grep 'placement: ')"
+if grep -q -- ' -> /' "$dir/plain.out" "$dir/plain.err"; then fail "a placement table without --log-placement"; fi
+part 5 "$dir/plain.out" | grep -q '^What the step times mean: the simulated accelerator is this machine' ||
+  fail "part 5 does not say what its step times mean"
+if grep -q 'not a speed-up' "$dir/plain.out"; then fail "part 5 still says 'not a speed-up'"; fi
+
+# With the tables, stdout and stderr in one file: each part's table inside that part.
+"$tessera" demo --steps 40 --log-placement >"$dir/tables.log" 2>&1 || fail "tessera demo --log-placement exited with $?"
+part 1 "$dir/tables.log" | grep -Eq '^  c \(Add\) +-> /cpu:0$' || fail "part 1's table lacks 'c (Add) -> /cpu:0'"
+part 3 "$dir/tables.log" | grep -Eq '^  y2 \(Sub\) +-> /job:local/task:1/cpu:0$' || fail "part 3's table lacks y2 on task 1"
+part 4 "$dir/tables.log" | grep -Eq '^  w \(VariableV2\) +-> /job:ps/task:0/cpu:0$' || fail "part 4's table lacks w on the ps"
+part 5 "$dir/tables.log" | grep -Eq '^  loss \(Mean\) +-> /' || fail "part 5's table lacks the loss"
+echo "demo output: six summaries, tables only when asked, in order"
