@@ -28,22 +28,23 @@ void blas(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const double* a, in
 
 // Rows [r0, r1) of c need rows [r0, r1) of op(a): of a itself, or its columns when transposed.
 template <class T>
-void sharded_gemm(const OpKernelContext& ctx, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a,
+void sharded_gemm(const OpKernelContext* ctx, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a,
                   int64_t lda, const T* b, int64_t ldb, T beta, T* c, int64_t ldc) {
   (void)kBlasSingleThreaded;
+  if (ctx == nullptr) return blas(ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc);
   const int64_t row_work = std::max<int64_t>(1, n * k);
-  ctx.parallel_for(m, std::max<int64_t>(1, kGemmShardMultiplyAdds / row_work), [&](int64_t r0, int64_t r1) {
+  ctx->parallel_for(m, std::max<int64_t>(1, kGemmShardMultiplyAdds / row_work), [&](int64_t r0, int64_t r1) {
     blas(ta, tb, r1 - r0, n, k, a + (ta ? r0 : r0 * lda), lda, b, ldb, beta, c + r0 * ldc, ldc);
   });
 }
 
 }  // namespace
 
-void gemm(const OpKernelContext& ctx, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
+void gemm(const OpKernelContext* ctx, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
           const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
   sharded_gemm(ctx, ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc);
 }
-void gemm(const OpKernelContext& ctx, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const double* a,
+void gemm(const OpKernelContext* ctx, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const double* a,
           int64_t lda, const double* b, int64_t ldb, double beta, double* c, int64_t ldc) {
   sharded_gemm(ctx, ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc);
 }

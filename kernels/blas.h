@@ -15,10 +15,11 @@ inline constexpr int64_t kGemmShardMultiplyAdds = int64_t{1} << 17;
 
 // Row-major c[m, n] = op(a)[m, k] * op(b)[k, n] + beta * c, op = transpose when ta / tb; lda, ldb
 // and ldc are the row strides of a, b and c as stored. Every dimension must fit BLAS's int (the
-// caller checks). float and double.
-void gemm(const OpKernelContext& ctx, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
+// caller checks). float and double. Sharded over `ctx`'s pool (OpKernelContext::parallel_for); a
+// null `ctx` runs it all on this thread (a caller that shards its own work).
+void gemm(const OpKernelContext* ctx, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
           const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
-void gemm(const OpKernelContext& ctx, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const double* a,
+void gemm(const OpKernelContext* ctx, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const double* a,
           int64_t lda, const double* b, int64_t ldb, double beta, double* c, int64_t ldc);
 
 }  // namespace tessera::internal

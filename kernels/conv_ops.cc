@@ -12,7 +12,9 @@
 //   d_filter [K, O] = patches^T x d_output, accumulated over chunks of rows.
 // The patches of the whole output would be k_h * k_w times the input, so they are made a chunk of
 // rows at a time (kPatchBytes at most, one row at least), each chunk one BLAS call; a pointwise
-// window (1x1, stride 1) is the input itself and needs no copy. The GPU kernels
+// window (1x1, stride 1) is the input itself and needs no copy. Images are sharded over the
+// session's pool (each shard its own chunks and scratch); d_filter, a sum over all rows, takes its
+// chunks one after another, each product sharded by rows of d_filter. The GPU kernels
 // (device/cuda/gpu_conv_ops.cc) do the same with cuBLAS.
 //
 // Pools walk each window directly. MaxPool takes, and MaxPoolGrad gives the gradient to, the first
@@ -88,10 +90,25 @@ void col2im_add(const Window2D& w, const T* patches, int64_t row0, int64_t rows,
   });
 }
 
-// Calls fn(row0, rows) for the chunks of `chunk` output rows.
-template <class F>
-void for_each_chunk(const Window2D& w, int64_t chunk, F fn) {
-  for (int64_t row0 = 0; row0 < w.out_pixels(); row0 += chunk) fn(row0, std::min(chunk, w.out_pixels() - row0));
+// Calls fn(row0, rows, scratch, product) for the chunks of output rows (at most `chunk` each,
+// `scratch` of chunk * scratch_cols elements for each). With two images or more the images are
+// sharded over the session's pool, each shard its own chunks, scratch and single-threaded
+// products (product = null): a chunk's col2im scatter never leaves its images. With one image the
+// chunks run here and each product is sharded (product = &ctx).
+template <class T, class F>
+void for_each_chunk(const OpKernelContext& ctx, const Window2D& w, int64_t chunk, int64_t scratch_cols, F fn) {
+  const int64_t image_rows = w.out_h * w.out_w;
+  auto rows_of = [&](int64_t row_begin, int64_t row_end, const OpKernelContext* product) {
+    const int64_t step = std::min(chunk, row_end - row_begin);
+    std::vector<T> scratch(static_cast<std::size_t>(step * scratch_cols));
+    for (int64_t row0 = row_begin; row0 < row_end; row0 += step) {
+      fn(row0, std::min(step, row_end - row0), scratch, product);
+    }
+  };
+  if (w.batch < 2 || image_rows == 0) return rows_of(0, w.out_pixels(), &ctx);
+  const int64_t image_work = std::max<int64_t>(1, image_rows * w.patch_size() * w.out_c);
+  ctx.parallel_for(w.batch, std::max<int64_t>(1, kGemmShardMultiplyAdds / image_work),
+                   [&](int64_t n0, int64_t n1) { rows_of(n0 * image_rows, n1 * image_rows, nullptr); });
 }
 
 // The patches of output rows [row0, row0 + rows): the input's own rows for a pointwise window,
@@ -107,11 +124,11 @@ template <class T>
 void conv2d(const OpKernelContext& ctx, const Window2D& w, const T* x, const T* f, T* out) {
   const int64_t k = w.patch_size();
   const int64_t o = w.out_c;
-  const int64_t chunk = w.chunk_rows(kPatchBytes, sizeof(T));
-  std::vector<T> scratch(w.pointwise() ? 0 : static_cast<std::size_t>(chunk * k));
-  for_each_chunk(w, chunk, [&](int64_t row0, int64_t rows) {
-    gemm(ctx, false, false, rows, o, k, patches_of(w, x, row0, rows, scratch), k, f, o, T{0}, out + row0 * o, o);
-  });
+  for_each_chunk<T>(ctx, w, w.chunk_rows(kPatchBytes, sizeof(T)), w.pointwise() ? 0 : k,
+                    [&](int64_t row0, int64_t rows, std::vector<T>& scratch, const OpKernelContext* product) {
+                      gemm(product, false, false, rows, o, k, patches_of(w, x, row0, rows, scratch), k, f, o, T{0},
+                           out + row0 * o, o);
+                    });
 }
 
 template <class T>
@@ -120,29 +137,32 @@ void conv2d_backprop_input(const OpKernelContext& ctx, const Window2D& w, const 
   const int64_t o = w.out_c;
   const int64_t chunk = w.chunk_rows(kPatchBytes, sizeof(T));
   if (w.pointwise()) {  // the patches' gradient is dx itself
-    for_each_chunk(w, chunk, [&](int64_t row0, int64_t rows) {
-      gemm(ctx, false, true, rows, k, o, dy + row0 * o, o, f, o, T{0}, dx + row0 * k, k);
+    for_each_chunk<T>(ctx, w, chunk, 0, [&](int64_t row0, int64_t rows, std::vector<T>&, const OpKernelContext* product) {
+      gemm(product, false, true, rows, k, o, dy + row0 * o, o, f, o, T{0}, dx + row0 * k, k);
     });
     return;
   }
   std::fill(dx, dx + w.batch * w.in_h * w.in_w * w.in_c, T{0});
-  std::vector<T> d_patches(static_cast<std::size_t>(chunk * k));
-  for_each_chunk(w, chunk, [&](int64_t row0, int64_t rows) {
-    gemm(ctx, false, true, rows, k, o, dy + row0 * o, o, f, o, T{0}, d_patches.data(), k);
-    col2im_add(w, d_patches.data(), row0, rows, dx);
-  });
+  for_each_chunk<T>(ctx, w, chunk, k,
+                    [&](int64_t row0, int64_t rows, std::vector<T>& d_patches, const OpKernelContext* product) {
+                      gemm(product, false, true, rows, k, o, dy + row0 * o, o, f, o, T{0}, d_patches.data(), k);
+                      col2im_add(w, d_patches.data(), row0, rows, dx);
+                    });
 }
 
 template <class T>
 void conv2d_backprop_filter(const OpKernelContext& ctx, const Window2D& w, const T* x, const T* dy, T* df) {
   const int64_t k = w.patch_size();
   const int64_t o = w.out_c;
+  // A sum over every row: the chunks run here, one after the other, and each product is sharded
+  // (by rows of df).
   const int64_t chunk = w.chunk_rows(kPatchBytes, sizeof(T));
   std::vector<T> scratch(w.pointwise() ? 0 : static_cast<std::size_t>(chunk * k));
-  for_each_chunk(w, chunk, [&](int64_t row0, int64_t rows) {
+  for (int64_t row0 = 0; row0 < w.out_pixels(); row0 += chunk) {
+    const int64_t rows = std::min(chunk, w.out_pixels() - row0);
     const T beta = row0 == 0 ? T{0} : T{1};  // the first chunk overwrites, the others accumulate
-    gemm(ctx, true, false, k, o, rows, patches_of(w, x, row0, rows, scratch), k, dy + row0 * o, o, beta, df, o);
-  });
+    gemm(&ctx, true, false, k, o, rows, patches_of(w, x, row0, rows, scratch), k, dy + row0 * o, o, beta, df, o);
+  }
 }
 
 // Conv2D (input, filter), Conv2DBackpropInput (input, filter, out_backprop: input read for its
@@ -187,60 +207,88 @@ class ConvOp final : public OpKernel {
   const WindowAttrs attrs_;
 };
 
-// Calls visit(o, base, h0, h1, w0, w1) for each output element o = (n, oh, ow, c) in order: its
-// window's elements inside the input are x[base + (h * W + w) * C] for h in [h0, h1), w in [w0, w1).
-template <class F>
-void for_each_window(const Window2D& w, F visit) {
-  int64_t o = 0;
-  for (int64_t n = 0; n < w.batch; ++n) {
-    for (int64_t oh = 0; oh < w.out_h; ++oh) {
-      const int64_t h_begin = oh * w.stride_h - w.pad_top;
-      const int64_t h0 = std::max<int64_t>(h_begin, 0);
-      const int64_t h1 = std::min(h_begin + w.k_h, w.in_h);
-      for (int64_t ow = 0; ow < w.out_w; ++ow) {
-        const int64_t w_begin = ow * w.stride_w - w.pad_left;
-        const int64_t w0 = std::max<int64_t>(w_begin, 0);
-        const int64_t w1 = std::min(w_begin + w.k_w, w.in_w);
-        const int64_t base = n * w.in_h * w.in_w * w.in_c;
-        for (int64_t c = 0; c < w.in_c; ++c, ++o) visit(o, base + c, h0, h1, w0, w1);
-      }
-    }
-  }
-}
-
-// The input offset of the first largest element of output element o's window (never empty:
-// SAME's padding is smaller than the window, VALID's windows lie inside the input).
-template <class T>
-int64_t argmax_of(const Window2D& w, const T* x, int64_t base, int64_t h0, int64_t h1, int64_t w0, int64_t w1) {
-  int64_t best = base + (h0 * w.in_w + w0) * w.in_c;
-  for (int64_t h = h0; h < h1; ++h) {
-    for (int64_t ww = w0; ww < w1; ++ww) {
-      const int64_t i = base + (h * w.in_w + ww) * w.in_c;
-      if (x[i] > x[best]) best = i;
-    }
-  }
-  return best;
-}
-
+// Pools, image by image (the images are sharded over the session's pool: a gradient's scatter
+// stays inside its image), each output position's window walked with the channels innermost, so
+// each step is a contiguous run of in_c values. Max keeps the first largest value of each channel
+// (a strict >: a NaN wins only as the window's first element).
 template <PoolKind kKind, class T>
-void pool(const Window2D& w, const T* x, const T* grad, T* out) {
-  const bool is_grad = kKind == PoolKind::kMaxGrad || kKind == PoolKind::kAvgGrad;
-  if (is_grad) std::fill(out, out + w.batch * w.in_h * w.in_w * w.in_c, T{0});
-  for_each_window(w, [&](int64_t o, int64_t base, int64_t h0, int64_t h1, int64_t w0, int64_t w1) {
-    if constexpr (kKind == PoolKind::kMax) {
-      out[o] = x[argmax_of(w, x, base, h0, h1, w0, w1)];
-    } else if constexpr (kKind == PoolKind::kMaxGrad) {
-      out[argmax_of(w, x, base, h0, h1, w0, w1)] += grad[o];
-    } else if constexpr (kKind == PoolKind::kAvg) {
-      T sum{0};
-      for (int64_t h = h0; h < h1; ++h) {
-        for (int64_t ww = w0; ww < w1; ++ww) sum += x[base + (h * w.in_w + ww) * w.in_c];
-      }
-      out[o] = sum / static_cast<T>((h1 - h0) * (w1 - w0));
-    } else {
-      const T share = grad[o] / static_cast<T>((h1 - h0) * (w1 - w0));
-      for (int64_t h = h0; h < h1; ++h) {
-        for (int64_t ww = w0; ww < w1; ++ww) out[base + (h * w.in_w + ww) * w.in_c] += share;
+void pool(const OpKernelContext& ctx, const Window2D& w, const T* x, const T* grad, T* out) {
+  const int64_t channels = w.in_c;
+  const int64_t image_in = w.in_h * w.in_w * channels;
+  const int64_t image_out = w.out_h * w.out_w * channels;
+  const int64_t image_work = std::max<int64_t>(1, image_out * w.k_h * w.k_w);
+  ctx.parallel_for(w.batch, std::max<int64_t>(1, (int64_t{1} << 16) / image_work), [&](int64_t n0, int64_t n1) {
+    std::vector<T> best(static_cast<std::size_t>(channels));
+    std::vector<int64_t> at(static_cast<std::size_t>(channels));
+    for (int64_t n = n0; n < n1; ++n) {
+      const T* xi = x + n * image_in;
+      T* oi = out + (kKind == PoolKind::kMaxGrad || kKind == PoolKind::kAvgGrad ? n * image_in : n * image_out);
+      if constexpr (kKind == PoolKind::kMaxGrad || kKind == PoolKind::kAvgGrad) std::fill(oi, oi + image_in, T{0});
+      for (int64_t oh = 0; oh < w.out_h; ++oh) {
+        const int64_t h_begin = oh * w.stride_h - w.pad_top;
+        const int64_t h0 = std::max<int64_t>(h_begin, 0);
+        const int64_t h1 = std::min(h_begin + w.k_h, w.in_h);
+        for (int64_t ow = 0; ow < w.out_w; ++ow) {
+          const int64_t w_begin = ow * w.stride_w - w.pad_left;
+          const int64_t w0 = std::max<int64_t>(w_begin, 0);
+          const int64_t w1 = std::min(w_begin + w.k_w, w.in_w);
+          const int64_t o = (oh * w.out_w + ow) * channels;  // within the image
+          auto offset = [&](int64_t h, int64_t ww) { return (h * w.in_w + ww) * channels; };
+          if constexpr (kKind == PoolKind::kMax) {
+            // Branch-free, so that the channel loop vectorizes: a NaN in `top` stays (x > NaN is
+            // false), a later NaN never enters.
+            T* __restrict top = oi + o;
+            std::copy(xi + offset(h0, w0), xi + offset(h0, w0) + channels, top);
+            for (int64_t h = h0; h < h1; ++h) {
+              for (int64_t ww = w0; ww < w1; ++ww) {
+                const T* __restrict row = xi + offset(h, ww);
+                for (int64_t c = 0; c < channels; ++c) top[c] = row[c] > top[c] ? row[c] : top[c];
+              }
+            }
+          } else if constexpr (kKind == PoolKind::kMaxGrad) {
+            T* __restrict top = best.data();
+            int64_t* __restrict where = at.data();
+            const int64_t first = offset(h0, w0);
+            for (int64_t c = 0; c < channels; ++c) {
+              top[c] = xi[first + c];
+              where[c] = first + c;
+            }
+            for (int64_t h = h0; h < h1; ++h) {
+              for (int64_t ww = w0; ww < w1; ++ww) {
+                const int64_t start = offset(h, ww);
+                const T* __restrict row = xi + start;
+                for (int64_t c = 0; c < channels; ++c) {
+                  const bool larger = row[c] > top[c];
+                  top[c] = larger ? row[c] : top[c];
+                  where[c] = larger ? start + c : where[c];
+                }
+              }
+            }
+            const T* gi = grad + n * image_out + o;
+            for (int64_t c = 0; c < channels; ++c) oi[where[c]] += gi[c];
+          } else {
+            const T count = static_cast<T>((h1 - h0) * (w1 - w0));
+            if constexpr (kKind == PoolKind::kAvg) {
+              std::fill(best.begin(), best.end(), T{0});
+              for (int64_t h = h0; h < h1; ++h) {
+                for (int64_t ww = w0; ww < w1; ++ww) {
+                  const T* row = xi + offset(h, ww);
+                  for (int64_t c = 0; c < channels; ++c) best[c] += row[c];
+                }
+              }
+              for (int64_t c = 0; c < channels; ++c) oi[o + c] = best[c] / count;
+            } else {
+              const T* gi = grad + n * image_out + o;
+              for (int64_t c = 0; c < channels; ++c) best[c] = gi[c] / count;
+              for (int64_t h = h0; h < h1; ++h) {
+                for (int64_t ww = w0; ww < w1; ++ww) {
+                  T* row = oi + offset(h, ww);
+                  for (int64_t c = 0; c < channels; ++c) row[c] += best[c];
+                }
+              }
+            }
+          }
+        }
       }
     }
   });
@@ -263,10 +311,10 @@ class PoolOp final : public OpKernel {
                          : kKind == PoolKind::kAvgGrad ? &ctx.input(1)
                                                        : nullptr;
     if (x.dtype() == DType::Float32) {
-      return pool<kKind>(plan.value().window, x.data<float>(), grad ? grad->data<float>() : nullptr,
+      return pool<kKind>(ctx, plan.value().window, x.data<float>(), grad ? grad->data<float>() : nullptr,
                          out.mutable_data<float>());
     }
-    pool<kKind>(plan.value().window, x.data<double>(), grad ? grad->data<double>() : nullptr,
+    pool<kKind>(ctx, plan.value().window, x.data<double>(), grad ? grad->data<double>() : nullptr,
                 out.mutable_data<double>());
   }
 

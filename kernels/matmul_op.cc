@@ -135,10 +135,10 @@ class MatMulOp : public OpKernel {
       }
     }
     if (out.dtype() == DType::Float32) {
-      gemm(ctx, transpose_a_, transpose_b_, m, n, k, a.data<float>(), lda, b.data<float>(), ldb, 0.0f,
+      gemm(&ctx, transpose_a_, transpose_b_, m, n, k, a.data<float>(), lda, b.data<float>(), ldb, 0.0f,
            out.mutable_data<float>(), n);
     } else {
-      gemm(ctx, transpose_a_, transpose_b_, m, n, k, a.data<double>(), lda, b.data<double>(), ldb, 0.0,
+      gemm(&ctx, transpose_a_, transpose_b_, m, n, k, a.data<double>(), lda, b.data<double>(), ldb, 0.0,
            out.mutable_data<double>(), n);
     }
   }
