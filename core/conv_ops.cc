@@ -17,6 +17,7 @@
 #include "core/gradients.h"
 #include "core/op_kernel.h"
 #include "core/op_registry.h"
+#include "core/shape_util.h"
 #include "tessera/ops.h"
 
 namespace tessera {
@@ -25,8 +26,6 @@ namespace internal {
 namespace {
 
 enum class Padding { kValid, kSame };
-
-std::string list(const std::vector<int64_t>& v) { return fmt::format("[{}]", fmt::join(v, ",")); }
 
 StatusOr<Padding> parse_padding(const std::string& padding) {
   if (padding == "VALID") return Padding::kValid;
@@ -37,12 +36,12 @@ StatusOr<Padding> parse_padding(const std::string& padding) {
 // strides or ksize: [1, h, w, 1] with h, w >= 1 (TF has no batch or depth windows here).
 Status check_window_attr(const std::vector<int64_t>& v, const char* what) {
   if (v.size() != 4) {
-    return errors::invalid_argument("{} must have 4 elements [1, height, width, 1], got {}", what, list(v));
+    return errors::invalid_argument("{} must have 4 elements [1, height, width, 1], got {}", what, dims_list(v));
   }
   if (v[0] != 1 || v[3] != 1) {
-    return errors::invalid_argument("{} in the batch and depth dimensions must be 1, got {}", what, list(v));
+    return errors::invalid_argument("{} in the batch and depth dimensions must be 1, got {}", what, dims_list(v));
   }
-  if (v[1] < 1 || v[2] < 1) return errors::invalid_argument("{} must be positive, got {}", what, list(v));
+  if (v[1] < 1 || v[2] < 1) return errors::invalid_argument("{} must be positive, got {}", what, dims_list(v));
   return Status();
 }
 
@@ -210,8 +209,8 @@ Status expect_floats(const ShapeContext& c) {
   return Status();
 }
 
-Status expect_inputs(const ShapeContext& c, int n) {
-  if (c.num_inputs() != n) return c.invalid("expects {} inputs, got {}", n, c.num_inputs());
+Status expect_float_inputs(const ShapeContext& c, int n) {
+  TESSERA_RETURN_IF_ERROR(expect_inputs(c, n));
   return expect_floats(c);
 }
 
@@ -226,7 +225,7 @@ StatusOr<Window2D> window_of(const ShapeContext& c, bool conv) {
 // Conv2D, MaxPool, AvgPool: the window's output.
 template <bool kConv>
 Status forward_fn(ShapeContext& c) {
-  TESSERA_RETURN_IF_ERROR(expect_inputs(c, kConv ? 2 : 1));
+  TESSERA_RETURN_IF_ERROR(expect_float_inputs(c, kConv ? 2 : 1));
   auto w = window_of(c, kConv);
   if (!w.ok()) return w.status();
   c.add_output(c.input_dtype(0), w.value().out_shape());
@@ -237,7 +236,7 @@ Status forward_fn(ShapeContext& c) {
 // output shape, and the result has the shape of input `result` (the forward op's input or filter).
 Status gradient_shape(ShapeContext& c, bool conv, int num_inputs, int result,
                       std::initializer_list<std::pair<int, const char*>> of_output) {
-  TESSERA_RETURN_IF_ERROR(expect_inputs(c, num_inputs));
+  TESSERA_RETURN_IF_ERROR(expect_float_inputs(c, num_inputs));
   auto w = window_of(c, conv);
   if (!w.ok()) return w.status();
   for (const auto& [i, name] : of_output) {

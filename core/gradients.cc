@@ -107,7 +107,7 @@ namespace {
 
 // "SumToShapeOf"(grad, x) and "ReshapeToShapeOf"(y, x): input 0's dtype, input 1's shape.
 Status sum_to_shape_of_shape(ShapeContext& c) {
-  if (c.num_inputs() != 2) return c.invalid("expects 2 inputs, got {}", c.num_inputs());
+  TESSERA_RETURN_IF_ERROR(expect_inputs(c, 2));
   if (c.input_dtype(0) == DType::Bool) return c.invalid("bool tensors are not supported");
   auto mask = sum_to_shape_mask(c.input_shape(0), c.input_shape(1));
   if (!mask.ok()) return c.invalid("{}", mask.status().message());
@@ -116,11 +116,8 @@ Status sum_to_shape_of_shape(ShapeContext& c) {
 }
 
 Status reshape_to_shape_of_shape(ShapeContext& c) {
-  if (c.num_inputs() != 2) return c.invalid("expects 2 inputs, got {}", c.num_inputs());
-  auto shape = reshape_to_shape(c.input_shape(0), c.input_shape(1));
-  if (!shape.ok()) return c.invalid("{}", shape.status().message());
-  c.add_output(c.input_dtype(0), shape.value());
-  return Status();
+  TESSERA_RETURN_IF_ERROR(expect_inputs(c, 2));
+  return add_shaped(c, c.input_dtype(0), reshape_to_shape(c.input_shape(0), c.input_shape(1)));
 }
 
 TESSERA_REGISTER_OP(OpDef{"SumToShapeOf", sum_to_shape_of_shape});

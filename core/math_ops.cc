@@ -14,11 +14,6 @@ namespace tessera {
 namespace internal {
 namespace {
 
-Status expect_inputs(const ShapeContext& c, int n) {
-  if (c.num_inputs() != n) return c.invalid("expects {} inputs, got {}", n, c.num_inputs());
-  return Status();
-}
-
 // Arithmetic is defined on numbers only: a bool tensor has to be cast first, as in TensorFlow; a
 // string tensor cannot be.
 Status expect_number(const ShapeContext& c, DType dtype) {
@@ -173,14 +168,11 @@ TESSERA_REGISTER_OP(OpDef{"RandomShuffle", shuffle_shape, /*stateful=*/true});
 
 namespace ops {
 
+using internal::add_binary_op;
 using internal::add_op;
 using internal::NodeSpec;
 
 namespace {
-
-Output binary(const char* what, const char* type, Output a, Output b, std::string name) {
-  return add_op(what, NodeSpec{type, std::move(name)}, {a, b});
-}
 
 Output unary(const char* what, const char* type, Output x, std::string name) {
   return add_op(what, NodeSpec{type, std::move(name)}, {x});
@@ -206,22 +198,22 @@ NodeSpec random_spec(const char* type, const Shape& shape, DType dtype, uint64_t
 }  // namespace
 
 Output add(Output a, Output b, std::string name) {
-  return binary("add", "Add", a, b, std::move(name));
+  return add_binary_op("add", "Add", a, b, std::move(name));
 }
 Output sub(Output a, Output b, std::string name) {
-  return binary("sub", "Sub", a, b, std::move(name));
+  return add_binary_op("sub", "Sub", a, b, std::move(name));
 }
 Output mul(Output a, Output b, std::string name) {
-  return binary("mul", "Mul", a, b, std::move(name));
+  return add_binary_op("mul", "Mul", a, b, std::move(name));
 }
 Output div(Output a, Output b, std::string name) {
-  return binary("div", "Div", a, b, std::move(name));
+  return add_binary_op("div", "Div", a, b, std::move(name));
 }
 Output maximum(Output a, Output b, std::string name) {
-  return binary("maximum", "Maximum", a, b, std::move(name));
+  return add_binary_op("maximum", "Maximum", a, b, std::move(name));
 }
 Output minimum(Output a, Output b, std::string name) {
-  return binary("minimum", "Minimum", a, b, std::move(name));
+  return add_binary_op("minimum", "Minimum", a, b, std::move(name));
 }
 
 Output neg(Output x, std::string name) { return unary("neg", "Neg", x, std::move(name)); }

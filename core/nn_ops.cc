@@ -139,11 +139,6 @@ Status keep_prob_check(double keep_prob) {
 
 namespace {
 
-Status expect_inputs(const ShapeContext& c, int n) {
-  if (c.num_inputs() != n) return c.invalid("expects {} inputs, got {}", n, c.num_inputs());
-  return Status();
-}
-
 Status expect_floating(const ShapeContext& c, int i, const char* what) {
   if (!dtype_is_floating(c.input_dtype(i))) {
     return c.invalid("{} must be floating point, got {}", what, dtype_name(c.input_dtype(i)));
@@ -161,13 +156,6 @@ Status expect_same_dtype(const ShapeContext& c, int i, int j) {
     return c.invalid("inputs {} and {} must have the same dtype, got {} and {}", i, j, dtype_name(c.input_dtype(i)),
                      dtype_name(c.input_dtype(j)));
   }
-  return Status();
-}
-
-// Adds `shape` as an output of `dtype`, or names what is wrong with it.
-Status add_shaped(ShapeContext& c, DType dtype, const StatusOr<Shape>& shape) {
-  if (!shape.ok()) return c.invalid("{}", shape.status().message());
-  c.add_output(dtype, shape.value());
   return Status();
 }
 

@@ -9,6 +9,7 @@
 #include <shared_mutex>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -147,5 +148,9 @@ Node* checked_node(const Output& o, const char* what);
 // first input (checked_node(inputs[0], what)). add_op returns the node's first output.
 Node* add_op_node(const char* what, NodeSpec spec, std::vector<Output> inputs);
 Output add_op(const char* what, NodeSpec spec, std::vector<Output> inputs);
+// The attr-less op `type` over (a, b): the elementwise binary builders.
+inline Output add_binary_op(const char* what, const char* type, Output a, Output b, std::string name) {
+  return add_op(what, NodeSpec{type, std::move(name)}, {a, b});
+}
 
 }  // namespace tessera::internal

@@ -63,6 +63,19 @@ class ShapeContext {
   std::vector<Shape> in_shapes_;
 };
 
+// InvalidArgument unless the node being built has exactly `n` inputs.
+inline Status expect_inputs(const ShapeContext& c, int n) {
+  if (c.num_inputs() != n) return c.invalid("expects {} inputs, got {}", n, c.num_inputs());
+  return Status();
+}
+
+// Adds output `shape` of `dtype`, or the InvalidArgument saying why there is none.
+inline Status add_shaped(ShapeContext& c, DType dtype, const StatusOr<Shape>& shape) {
+  if (!shape.ok()) return c.invalid("{}", shape.status().message());
+  c.add_output(dtype, shape.value());
+  return Status();
+}
+
 using ShapeFn = std::function<Status(ShapeContext&)>;
 
 struct OpDef {

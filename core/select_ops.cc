@@ -117,17 +117,6 @@ StatusOr<Broadcast3> Broadcast3::make(const Shape& a, const Shape& b, const Shap
 
 namespace {
 
-Status expect_inputs(const ShapeContext& c, int n) {
-  if (c.num_inputs() != n) return c.invalid("expects {} inputs, got {}", n, c.num_inputs());
-  return Status();
-}
-
-Status add_shaped(ShapeContext& c, DType dtype, const StatusOr<Shape>& shape) {
-  if (!shape.ok()) return c.invalid("{}", shape.status().message());
-  c.add_output(dtype, shape.value());
-  return Status();
-}
-
 Status expect_index_dtype(const ShapeContext& c, int i, const char* what) {
   const DType d = c.input_dtype(i);
   if (d != DType::Int32 && d != DType::Int64) return c.invalid("{} must be int32 or int64, got {}", what, dtype_name(d));
@@ -253,14 +242,11 @@ TESSERA_REGISTER_OP(OpDef{"AddN", add_n_fn});
 
 namespace ops {
 
+using internal::add_binary_op;
 using internal::add_op;
 using internal::NodeSpec;
 
 namespace {
-
-Output binary(const char* what, const char* type, Output a, Output b, std::string name) {
-  return add_op(what, NodeSpec{type, std::move(name)}, {a, b});
-}
 
 NodeSpec axis_spec(const char* type, std::string name, int axis) {
   NodeSpec spec{type, std::move(name)};
@@ -270,23 +256,23 @@ NodeSpec axis_spec(const char* type, std::string name, int axis) {
 
 }  // namespace
 
-Output equal(Output a, Output b, std::string name) { return binary("equal", "Equal", a, b, std::move(name)); }
+Output equal(Output a, Output b, std::string name) { return add_binary_op("equal", "Equal", a, b, std::move(name)); }
 Output not_equal(Output a, Output b, std::string name) {
-  return binary("not_equal", "NotEqual", a, b, std::move(name));
+  return add_binary_op("not_equal", "NotEqual", a, b, std::move(name));
 }
-Output less(Output a, Output b, std::string name) { return binary("less", "Less", a, b, std::move(name)); }
+Output less(Output a, Output b, std::string name) { return add_binary_op("less", "Less", a, b, std::move(name)); }
 Output less_equal(Output a, Output b, std::string name) {
-  return binary("less_equal", "LessEqual", a, b, std::move(name));
+  return add_binary_op("less_equal", "LessEqual", a, b, std::move(name));
 }
-Output greater(Output a, Output b, std::string name) { return binary("greater", "Greater", a, b, std::move(name)); }
+Output greater(Output a, Output b, std::string name) { return add_binary_op("greater", "Greater", a, b, std::move(name)); }
 Output greater_equal(Output a, Output b, std::string name) {
-  return binary("greater_equal", "GreaterEqual", a, b, std::move(name));
+  return add_binary_op("greater_equal", "GreaterEqual", a, b, std::move(name));
 }
 Output logical_and(Output a, Output b, std::string name) {
-  return binary("logical_and", "LogicalAnd", a, b, std::move(name));
+  return add_binary_op("logical_and", "LogicalAnd", a, b, std::move(name));
 }
 Output logical_or(Output a, Output b, std::string name) {
-  return binary("logical_or", "LogicalOr", a, b, std::move(name));
+  return add_binary_op("logical_or", "LogicalOr", a, b, std::move(name));
 }
 Output logical_not(Output x, std::string name) {
   return add_op("logical_not", NodeSpec{"LogicalNot", std::move(name)}, {x});

@@ -17,6 +17,12 @@
 
 namespace tessera::internal {
 
+// Element i of an index tensor (GatherV2's indices, OneHot's, the sparse labels) as int64,
+// whatever its dtype (Int32 or Int64).
+inline int64_t index_at(const Tensor& t, int64_t i) {
+  return t.dtype() == DType::Int32 ? int64_t{t.data<int32_t>()[i]} : t.data<int64_t>()[i];
+}
+
 // GatherV2: params.shape[:axis] + indices.shape + params.shape[axis + 1:]; params of rank >= 1.
 StatusOr<Shape> gather_shape(const Shape& params, const Shape& indices, int64_t axis);
 // A GatherV2 kernel's view of its inputs: out[outer, m, inner] = params[outer, indices[m], inner],

@@ -12,14 +12,14 @@ namespace tessera::internal {
 
 namespace {
 
-struct Factories {
+struct SessionFactories {
   std::mutex mu;
   std::map<std::string, std::shared_ptr<SessionFactory>> by_prefix;  // guarded by mu
 };
 
 // Leaked on purpose: registrations happen during static initialization.
-Factories& factories() {
-  static Factories* f = new Factories();
+SessionFactories& session_factories() {
+  static SessionFactories* f = new SessionFactories();
   return *f;
 }
 
@@ -32,7 +32,7 @@ bool serves(const std::string& prefix, const std::string& target) {
 
 Status SessionFactory::register_factory(const std::string& prefix, std::shared_ptr<SessionFactory> factory) {
   if (factory == nullptr) return errors::invalid_argument("session factory for '{}' is null", prefix);
-  Factories& f = factories();
+  SessionFactories& f = session_factories();
   std::lock_guard<std::mutex> l(f.mu);
   if (!f.by_prefix.emplace(prefix, std::move(factory)).second) {
     return errors::already_exists("a session factory for target prefix '{}' is already registered", prefix);
@@ -41,7 +41,7 @@ Status SessionFactory::register_factory(const std::string& prefix, std::shared_p
 }
 
 StatusOr<std::shared_ptr<SessionFactory>> SessionFactory::for_target(const std::string& target) {
-  Factories& f = factories();
+  SessionFactories& f = session_factories();
   std::lock_guard<std::mutex> l(f.mu);
   const std::pair<const std::string, std::shared_ptr<SessionFactory>>* best = nullptr;
   for (const auto& entry : f.by_prefix) {

@@ -16,6 +16,7 @@
 
 #include "core/node.h"
 #include "core/op_registry.h"
+#include "core/shape_util.h"
 #include "tessera/ops.h"
 
 namespace tessera {
@@ -24,8 +25,6 @@ namespace internal {
 namespace {
 
 Status invalid(std::string message) { return Status(ErrorCode::kInvalidArgument, std::move(message)); }
-
-std::string list(const std::vector<int64_t>& v) { return fmt::format("[{}]", fmt::join(v, ",")); }
 
 // The product of `dims` (all >= 0), which checked_shape has already found to fit.
 int64_t product(const std::vector<int64_t>& dims) {
@@ -60,11 +59,11 @@ StatusOr<Shape> reshape_shape(const Shape& in, const std::vector<int64_t>& shape
   int inferred = -1;
   for (std::size_t i = 0; i < shape.size(); ++i) {
     if (shape[i] == -1) {
-      if (inferred >= 0) return errors::invalid_argument("only one dimension of shape {} may be -1", list(shape));
+      if (inferred >= 0) return errors::invalid_argument("only one dimension of shape {} may be -1", dims_list(shape));
       inferred = static_cast<int>(i);
     } else if (shape[i] < -1) {
       return errors::invalid_argument("shape {} has a negative dimension {} (only -1, inferred, is allowed)",
-                                      list(shape), shape[i]);
+                                      dims_list(shape), shape[i]);
     }
   }
   auto out = checked_shape(shape);  // the rank, and the product of the given dims
@@ -78,20 +77,20 @@ StatusOr<Shape> reshape_shape(const Shape& in, const std::vector<int64_t>& shape
   if (inferred >= 0) {
     if (known == 0) {
       return errors::invalid_argument("cannot infer the -1 of shape {}: the other dimensions multiply to 0",
-                                      list(shape));
+                                      dims_list(shape));
     }
     if (n < 0) return out;
     if (n % known != 0) {
       return errors::invalid_argument(
           "cannot reshape a tensor of shape {} ({} elements) to shape {}: {} is not a multiple of {}", in.to_string(),
-          n, list(shape), n, known);
+          n, dims_list(shape), n, known);
     }
     out.value().set_dim(inferred, n / known);
     return out;
   }
   if (n >= 0 && n != known) {
     return errors::invalid_argument("cannot reshape a tensor of shape {} ({} elements) to shape {} ({} elements)",
-                                    in.to_string(), n, list(shape), known);
+                                    in.to_string(), n, dims_list(shape), known);
   }
   if (n < 0 && !in.unknown_rank()) {
     // A partly known input: its known dims must divide the requested count.
@@ -102,7 +101,7 @@ StatusOr<Shape> reshape_shape(const Shape& in, const std::vector<int64_t>& shape
     const int64_t part = product(in_known);
     if ((part == 0 && known != 0) || (part > 0 && known % part != 0)) {
       return errors::invalid_argument("cannot reshape a tensor of shape {} to shape {} ({} elements)", in.to_string(),
-                                      list(shape), known);
+                                      dims_list(shape), known);
     }
   }
   return out;
@@ -115,17 +114,17 @@ StatusOr<std::vector<int>> transpose_perm(const std::vector<int64_t>& perm, int 
     return p;
   }
   if (static_cast<int64_t>(perm.size()) != rank) {
-    return errors::invalid_argument("perm {} has {} entries, the input has rank {}", list(perm), perm.size(), rank);
+    return errors::invalid_argument("perm {} has {} entries, the input has rank {}", dims_list(perm), perm.size(), rank);
   }
   std::vector<bool> seen(static_cast<std::size_t>(rank), false);
   for (std::size_t i = 0; i < perm.size(); ++i) {
     const int64_t d = perm[i];
     if (d < 0 || d >= rank) {
-      return errors::invalid_argument("perm {} is not a permutation of [0, {}): {} is out of range", list(perm), rank,
+      return errors::invalid_argument("perm {} is not a permutation of [0, {}): {} is out of range", dims_list(perm), rank,
                                       d);
     }
     if (seen[static_cast<std::size_t>(d)]) {
-      return errors::invalid_argument("perm {} is not a permutation of [0, {}): {} appears twice", list(perm), rank, d);
+      return errors::invalid_argument("perm {} is not a permutation of [0, {}): {} appears twice", dims_list(perm), rank, d);
     }
     seen[static_cast<std::size_t>(d)] = true;
     p[i] = static_cast<int>(d);
@@ -221,7 +220,7 @@ StatusOr<Shape> split_shape(const Shape& in, int64_t num, int64_t axis) {
 StatusOr<Shape> slice_shape(const Shape& in, const std::vector<int64_t>& begin, const std::vector<int64_t>& size) {
   if (begin.size() != size.size() || (!in.unknown_rank() && static_cast<int64_t>(begin.size()) != in.rank())) {
     return errors::invalid_argument("begin {} and size {} must have one entry per dimension of the input (shape {})",
-                                    list(begin), list(size), in.to_string());
+                                    dims_list(begin), dims_list(size), in.to_string());
   }
   std::vector<int64_t> dims;
   for (std::size_t i = 0; i < begin.size(); ++i) {
@@ -294,7 +293,7 @@ StatusOr<Shape> squeeze_shape(const Shape& in, const std::vector<int64_t>& axes)
 
 StatusOr<Shape> tile_shape(const Shape& in, const std::vector<int64_t>& multiples) {
   if (!in.unknown_rank() && static_cast<int64_t>(multiples.size()) != in.rank()) {
-    return errors::invalid_argument("multiples {} has {} entries, the input (shape {}) has rank {}", list(multiples),
+    return errors::invalid_argument("multiples {} has {} entries, the input (shape {}) has rank {}", dims_list(multiples),
                                     multiples.size(), in.to_string(), in.rank());
   }
   std::vector<int64_t> dims;
@@ -465,18 +464,6 @@ StridedCopy rows_copy(int64_t outer, int64_t width, int64_t total, int64_t offse
 // ---- Shape functions ----
 
 namespace {
-
-Status expect_inputs(const ShapeContext& c, int n) {
-  if (c.num_inputs() != n) return c.invalid("expects {} inputs, got {}", n, c.num_inputs());
-  return Status();
-}
-
-// Adds output `shape` of `dtype`, or says why there is none.
-Status add_shaped(ShapeContext& c, DType dtype, const StatusOr<Shape>& shape) {
-  if (!shape.ok()) return c.invalid("{}", shape.status().message());
-  c.add_output(dtype, shape.value());
-  return Status();
-}
 
 using Dims = std::vector<int64_t>;
 

@@ -1,13 +1,26 @@
 // Small shape helpers shared by op definitions and kernels.
 #pragma once
 
+#include <fmt/format.h>
+
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "core/status.h"
 #include "tessera/tensor.h"
 
 namespace tessera::internal {
+
+// "[2,3]": how shape errors write a list of dims or sizes.
+inline std::string dims_list(const std::vector<int64_t>& v) { return fmt::format("[{}]", fmt::join(v, ",")); }
+
+// "[[2,3], [?]]": how queue errors write a list of component shapes.
+inline std::string shapes_string(const std::vector<Shape>& shapes) {
+  std::string out = "[";
+  for (std::size_t i = 0; i < shapes.size(); ++i) out += (i ? ", " : "") + shapes[i].to_string();
+  return out + "]";
+}
 
 // [d] + s: the shape of a batch of `d` elements of shape `s` (unknown rank stays unknown).
 inline Shape prepend_dim(int64_t d, const Shape& s) {

@@ -42,8 +42,6 @@ namespace tessera::internal {
 
 namespace {
 
-std::size_t round_up(std::size_t x, std::size_t multiple) { return (x + multiple - 1) / multiple * multiple; }
-
 bool is_power_of_two(std::size_t x) { return x != 0 && (x & (x - 1)) == 0; }
 
 }  // namespace

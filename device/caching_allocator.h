@@ -29,6 +29,9 @@
 
 namespace tessera::internal {
 
+// x rounded up to a multiple of `multiple` (> 0): chunk and region sizes, aligned host blocks.
+inline std::size_t round_up(std::size_t x, std::size_t multiple) { return (x + multiple - 1) / multiple * multiple; }
+
 // Where a CachingAllocator's regions come from. allocate() may fail (ResourceExhausted for no
 // memory; the message should say why, e.g. the CUDA error name and string); the pointers it
 // returns must be aligned to at least CachingAllocatorOptions::chunk_alignment. Must be

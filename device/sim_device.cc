@@ -41,8 +41,6 @@ class HostRegions final : public CachingAllocatorBacking {
   SimMemory& memory_;
 };
 
-std::size_t round_up(std::size_t x, std::size_t m) { return (x + m - 1) / m * m; }
-
 }  // namespace
 
 SimMemory::SimMemory(std::string name)

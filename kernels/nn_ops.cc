@@ -136,11 +136,6 @@ class SoftmaxOp : public OpKernel {
   }
 };
 
-// The index values as int64, whatever their dtype (int32 or int64).
-int64_t index_at(const Tensor& t, int64_t i) {
-  return t.dtype() == DType::Int32 ? int64_t{t.data<int32_t>()[i]} : t.data<int64_t>()[i];
-}
-
 // SparseSoftmaxCrossEntropyWithLogits: loss [batch], backprop [batch, classes]. Every label is
 // checked before anything is computed. Thread-safe: compute() keeps no state.
 class SparseXentOp : public OpKernel {

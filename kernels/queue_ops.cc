@@ -13,6 +13,7 @@
 #include "core/op_kernel.h"
 #include "core/op_registry.h"
 #include "core/queue_ops.h"
+#include "core/shape_util.h"
 #include "kernels/fifo_queue.h"
 #include "kernels/random_shuffle_queue.h"
 
@@ -20,12 +21,6 @@ namespace tessera::internal {
 namespace {
 
 using Tuple = QueueResource::Tuple;
-
-std::string shapes_string(const std::vector<Shape>& shapes) {
-  std::string out = "[";
-  for (std::size_t i = 0; i < shapes.size(); ++i) out += (i ? ", " : "") + shapes[i].to_string();
-  return out + "]";
-}
 
 std::string dtypes_string(const std::vector<DType>& dtypes) {
   std::string out = "[";
@@ -215,7 +210,7 @@ class CloseOp : public QueueOpKernel {
   const bool cancel_pending_;
 };
 
-class SizeOp : public QueueOpKernel {
+class QueueSizeOp : public QueueOpKernel {
  public:
   using QueueOpKernel::QueueOpKernel;
   bool is_expensive() const override { return false; }
@@ -266,8 +261,8 @@ TESSERA_REGISTER_KERNEL("QueueDequeue", "CPU", DequeueOp);
 TESSERA_REGISTER_KERNEL("QueueDequeueMany", "CPU", DequeueOp);
 TESSERA_REGISTER_KERNEL("QueueDequeueUpTo", "CPU", DequeueOp);
 TESSERA_REGISTER_KERNEL("QueueClose", "CPU", CloseOp);
-TESSERA_REGISTER_KERNEL("QueueSize", "CPU", SizeOp);
-TESSERA_REGISTER_KERNEL("QueueIsClosed", "CPU", SizeOp);
+TESSERA_REGISTER_KERNEL("QueueSize", "CPU", QueueSizeOp);
+TESSERA_REGISTER_KERNEL("QueueIsClosed", "CPU", QueueSizeOp);
 TESSERA_REGISTER_KERNEL("LimitEpochs", "CPU", LimitEpochsOp);
 
 }  // namespace

@@ -56,15 +56,6 @@ namespace tessera::internal {
 
 namespace {
 
-std::string shapes_string(const std::vector<Shape>& shapes) {
-  std::string out = "[";
-  for (std::size_t i = 0; i < shapes.size(); ++i) {
-    if (i) out += ", ";
-    out += shapes[i].to_string();
-  }
-  return out + "]";
-}
-
 }  // namespace
 
 QueueResource::QueueResource(const char* kind, std::string name, int64_t capacity,

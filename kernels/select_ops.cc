@@ -155,11 +155,6 @@ class SelectOp : public OpKernel {
   }
 };
 
-// The index values as int64, whatever their dtype (int32 or int64).
-int64_t index_at(const Tensor& t, int64_t i) {
-  return t.dtype() == DType::Int32 ? int64_t{t.data<int32_t>()[i]} : t.data<int64_t>()[i];
-}
-
 // out[outer, m, inner] = params[outer, indices[m], inner]. Thread-safe.
 class GatherOp : public OpKernel {
  public:

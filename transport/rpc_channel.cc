@@ -109,7 +109,7 @@ int thread_wake_fd() {
   return wake.fd();
 }
 
-thread_local const void* tls_io_owner = nullptr;  // the core whose I/O thread this is
+thread_local const void* tls_channel_io_owner = nullptr;  // the core whose I/O thread this is
 
 // The SyncWaiter (RpcChannelCore's) of the call this thread waits for, if any.
 thread_local const void* tls_sync_waiter = nullptr;
@@ -131,7 +131,7 @@ class RpcChannelCore {
   // For a channel destroyed from one of its own `done` callbacks: the I/O thread stops after the
   // callback and deletes the core itself.
   void destroy_from_io_thread();
-  bool on_io_thread() const { return tls_io_owner == this; }
+  bool on_io_thread() const { return tls_channel_io_owner == this; }
   RpcChannelStats stats() const;
 
  private:
@@ -404,7 +404,7 @@ StatusOr<RpcMessage> RpcChannelCore::call_sync(RpcMessage request, std::chrono::
 }
 
 void RpcChannelCore::run_io() {
-  tls_io_owner = this;
+  tls_channel_io_owner = this;
   // A broken channel may have no monitor socket (nor socket): it polls its wake-up fd only.
   const bool broken = monitor_.handle() == nullptr || socket_fd_ < 0;
   // Plain file descriptors, polled with poll(2) itself. A socket's ZMQ_FD signals that commands

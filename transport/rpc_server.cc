@@ -211,7 +211,7 @@ class RpcServerCore : public std::enable_shared_from_this<RpcServerCore> {
 };
 
 namespace {
-thread_local const void* tls_io_owner = nullptr;  // the core whose I/O thread this is
+thread_local const void* tls_server_io_owner = nullptr;  // the core whose I/O thread this is
 // Replies the I/O thread's batch keeps room for between turns (more is a burst's, let go).
 constexpr std::size_t kKeptReplies = 128;
 }  // namespace
@@ -304,7 +304,7 @@ void RpcServerCore::start_threads() {
 }
 
 void RpcServerCore::run_io() {
-  tls_io_owner = this;
+  tls_server_io_owner = this;
   // Plain file descriptors, polled with poll(2) itself, as the channel's I/O thread does (and for
   // the same reason: zmq_poll adds a zero-timeout poll and a ZMQ_EVENTS check around each sleep).
   // A socket's ZMQ_FD signals pending commands, not messages, and any use of the socket may
@@ -698,7 +698,7 @@ bool RpcServerCore::reply(ReplySlot& slot, const Status& status, std::vector<zmq
       return false;
     }
     // Only the winner of `replied` gets here, so it alone moves the envelope out of the slot.
-    wake = outbox_.empty() && tls_io_owner != this;
+    wake = outbox_.empty() && tls_server_io_owner != this;
     outbox_.push_back(Outgoing{std::move(slot.routing_id), std::move(slot.call_id), status_frame(status),
                                std::move(frames)});
     last_reply_ = std::chrono::steady_clock::now();
@@ -759,7 +759,7 @@ void RpcServerCore::send(Outgoing& out) {
 }
 
 void RpcServerCore::stop(std::chrono::milliseconds flush) {
-  TESSERA_CHECK(tls_io_owner != this);  // not from a handler run inline on the I/O thread
+  TESSERA_CHECK(tls_server_io_owner != this);  // not from a handler run inline on the I/O thread
   // Held throughout: a second stop() returns when the first has finished.
   std::lock_guard<std::mutex> stop_lock(stop_mu_);
   if (stop_called_) return;

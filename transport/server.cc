@@ -192,16 +192,10 @@ std::string task_address(const train::ClusterSpec& cluster, const std::string& j
   }
 }
 
-zmq::message_t serialize(const google::protobuf::Message& message) {
-  zmq::message_t frame(message.ByteSizeLong());
-  message.SerializeWithCachedSizesToArray(static_cast<uint8_t*>(frame.data()));
-  return frame;
-}
-
 void reply(const Responder& respond, uint64_t request_id, const Status& status,
            const google::protobuf::Message* body) {
   RpcMessage out;
-  out.frames.push_back(serialize(wire::make_response_header(request_id, status, body)));
+  out.frames.push_back(message_frame(wire::make_response_header(request_id, status, body)));
   respond(std::move(out));
 }
 

@@ -9,19 +9,20 @@
 namespace tessera::internal {
 
 namespace {
-zmq::message_t serialize(const google::protobuf::Message& message) {
+std::atomic<uint64_t> next_request_id{1};
+}  // namespace
+
+zmq::message_t message_frame(const google::protobuf::Message& message) {
   zmq::message_t frame(message.ByteSizeLong());
   message.SerializeWithCachedSizesToArray(static_cast<uint8_t*>(frame.data()));
   return frame;
 }
-std::atomic<uint64_t> next_request_id{1};
-}  // namespace
 
 RpcMessage make_call(const std::string& method, const google::protobuf::Message& body,
                      std::vector<zmq::message_t> payload) {
   RpcMessage m;
   m.frames.reserve(payload.size() + 1);
-  m.frames.push_back(serialize(
+  m.frames.push_back(message_frame(
       wire::make_request_header(next_request_id.fetch_add(1, std::memory_order_relaxed), method, body)));
   for (auto& f : payload) m.frames.push_back(std::move(f));
   return m;
@@ -42,7 +43,7 @@ void send_reply(const Responder& respond, uint64_t request_id, const Status& sta
                 const google::protobuf::Message* body, std::vector<zmq::message_t> payload) {
   RpcMessage out;
   out.frames.reserve(payload.size() + 1);
-  out.frames.push_back(serialize(wire::make_response_header(request_id, status, status.ok() ? body : nullptr)));
+  out.frames.push_back(message_frame(wire::make_response_header(request_id, status, status.ok() ? body : nullptr)));
   if (status.ok()) {
     for (auto& f : payload) out.frames.push_back(std::move(f));
   }

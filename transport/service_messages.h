@@ -20,6 +20,8 @@
 
 namespace tessera::internal {
 
+// One frame holding `message`'s bytes.
+zmq::message_t message_frame(const google::protobuf::Message& message);
 // Encodes a call: frame 0 a RequestHeader around `body`, then `payload` frames.
 RpcMessage make_call(const std::string& method, const google::protobuf::Message& body,
                      std::vector<zmq::message_t> payload = {});
