@@ -31,6 +31,15 @@ namespace internal {
 // so it cannot unregister (and be destroyed) under them; a step that finds its slot held waits on
 // the shard's cv for it. The hot thread-locals are initial-exec (a direct TLS access, as
 // tls_small_blocks in core/tensor.cc), the library being loaded at start-up.
+
+// A thread's reusable step of one callable (Note [Callables]): only that thread touches it.
+// Outside the anonymous namespace: SessionImpl::DirectCallable holds them.
+struct alignas(64) CallableScratch {
+  bool in_use = false;               // a call of this thread is running in it (a nested call makes its own)
+  std::shared_ptr<const Plan> plan;  // rs's plan, kept alive for rs's destructor
+  std::unique_ptr<RunState> rs;      // completed, ready to restart(); or null
+};
+
 namespace {
 
 constexpr uint64_t kSeparator = ~0ull;
@@ -60,13 +69,6 @@ struct PlanCacheEntry {
   SignatureScratch signature;  // beside the cache: one thread-local lookup per step
 };
 __attribute__((tls_model("initial-exec"))) thread_local PlanCacheEntry tls_plan;
-
-// A thread's reusable step of one callable (Note [Callables]): only that thread touches it.
-struct alignas(64) CallableScratch {
-  bool in_use = false;               // a call of this thread is running in it (a nested call makes its own)
-  std::shared_ptr<const Plan> plan;  // rs's plan, kept alive for rs's destructor
-  std::unique_ptr<RunState> rs;      // completed, ready to restart(); or null
-};
 
 // The Scratches of the callables a thread called lately. Trivial: no initialization guard.
 struct ScratchCache {
