@@ -1,10 +1,13 @@
 // The digits of scikit-learn (examples/data/digits.csv.gz: 1797 rows of 64 pixels 0..16, then the
-// digit) read the TensorFlow 1 way, and split 80/20. Shared by the digits example, the training
-// benchmarks and the TensorFlow fidelity check (benchmarks/training/), which must see the same rows.
+// digit) read the TensorFlow 1 way, split 80/20, and the two models that classify them. Shared by
+// the digits example, the training benchmarks and the TensorFlow fidelity check
+// (benchmarks/training/), which must see the same rows and train the same graphs.
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
+#include <functional>
 #include <numeric>
 #include <random>
 #include <string>
@@ -82,6 +85,68 @@ inline DigitsSplit split_digits(const Digits& all) {
     part.y.push_back(all.y[i]);
   }
   return split;
+}
+
+// A model: its variables made once, applied to any batch [n, 64] of images (the training
+// batches and the test set share the weights).
+using DigitsModel = std::function<Output(Output)>;
+
+// A layer's weights: `init` when given, else a truncated normal of stddev sqrt(2 / fan_in) (He's
+// rule for ReLU layers).
+inline Variable he_weights(Graph& g, const Shape& shape, int fan_in, uint64_t seed, const std::string& name,
+                           const Tensor* init = nullptr) {
+  if (init != nullptr) return Variable(g, *init, name);
+  return Variable(ops::mul(ops::truncated_normal(g, shape, DType::Float32, seed),
+                           ops::constant(g, std::sqrt(2.0f / static_cast<float>(fan_in)))),
+                  name);
+}
+
+// A layer's biases: `init` when given, else zeros.
+inline Variable zero_biases(Graph& g, int n, const std::string& name, const Tensor* init = nullptr) {
+  return Variable(g, init != nullptr ? *init : Tensor::zeros(DType::Float32, {n}), name);
+}
+
+struct DigitsDense {
+  Variable w, b;
+  DigitsDense(Graph& g, int in, int out, uint64_t seed, const std::string& name, const Tensor* w_init = nullptr,
+              const Tensor* b_init = nullptr)
+      : w(he_weights(g, Shape{in, out}, in, seed, name + "/w", w_init)), b(zero_biases(g, out, name + "/b", b_init)) {}
+  Output operator()(Output x) const { return ops::bias_add(ops::matmul(x, w.value()), b.value()); }
+};
+
+// A 3x3 SAME convolution with its biases and a ReLU.
+struct DigitsConv {
+  Variable w, b;
+  DigitsConv(Graph& g, int in, int out, uint64_t seed, const std::string& name)
+      : w(he_weights(g, Shape{3, 3, in, out}, 9 * in, seed, name + "/w")), b(zero_biases(g, out, name + "/b")) {}
+  Output operator()(Output x) const {
+    return ops::relu(ops::bias_add(ops::conv2d(x, w.value(), {1, 1, 1, 1}, "SAME"), b.value()));
+  }
+};
+
+// The MLP 64 -> 128 -> 64 -> 10 (ReLU). `init`: the six initial values w1, b1, w2, b2, w3, b3, or
+// empty for random ones.
+inline DigitsModel digits_mlp(Graph& g, const std::vector<Tensor>& init = {}) {
+  auto at = [&](std::size_t i) { return init.empty() ? nullptr : &init[i]; };
+  DigitsDense h1(g, kDigitsPixels, 128, 1, "mlp/hidden1", at(0), at(1));
+  DigitsDense h2(g, 128, 64, 2, "mlp/hidden2", at(2), at(3));
+  DigitsDense out(g, 64, kDigitsClasses, 3, "mlp/logits", at(4), at(5));
+  return [=](Output x) { return out(ops::relu(h2(ops::relu(h1(x))))); };
+}
+
+// The CNN: conv 3x3x32 + ReLU, max pool 2, conv 3x3x64 + ReLU, max pool 2, dense 256 -> 128 (ReLU)
+// -> 10.
+inline DigitsModel digits_cnn(Graph& g) {
+  DigitsConv c1(g, 1, 32, 11, "cnn/conv1");
+  DigitsConv c2(g, 32, 64, 12, "cnn/conv2");
+  DigitsDense fc(g, 2 * 2 * 64, 128, 13, "cnn/fc");
+  DigitsDense out(g, 128, kDigitsClasses, 14, "cnn/logits");
+  return [=](Output x) {
+    auto images = ops::reshape(x, {-1, 8, 8, 1});
+    auto p1 = ops::max_pool(c1(images), {1, 2, 2, 1}, {1, 2, 2, 1}, "SAME");  // [n, 4, 4, 32]
+    auto p2 = ops::max_pool(c2(p1), {1, 2, 2, 1}, {1, 2, 2, 1}, "SAME");      // [n, 2, 2, 64]
+    return out(ops::relu(fc(ops::reshape(p2, {-1, 2 * 2 * 64}))));
+  };
 }
 
 }  // namespace tessera::examples
