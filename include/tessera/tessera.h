@@ -21,6 +21,7 @@
 #include "tessera/server.h"
 #include "tessera/server_process.h"
 #include "tessera/session.h"
+#include "tessera/session_run_hook.h"
 #include "tessera/tensor.h"
 #include "tessera/train.h"
 #include "tessera/variable.h"
