@@ -2,11 +2,14 @@
 // on a device, from its inferred shapes, and what moving a tensor between devices costs. The
 // devices' own figures (DeviceCostProfile) come from core/device.h. Note [Cost policy] in
 // core/placement_schedule.cc says how placement uses them.
+#include <cmath>
 #include <cstddef>
+#include <cstdlib>
 #include <string>
 #include <string_view>
 #include <unordered_map>
 
+#include "core/logging.h"
 #include "core/placement.h"
 
 namespace tessera::internal {
@@ -139,13 +142,41 @@ double op_seconds(const Node& node, const PlacementDevice& device) {
   return device.cost.kernel_seconds(op_flops(node), op_bytes(node));
 }
 
-double transfer_seconds(const PlacementDevice& from, const PlacementDevice& to, double bytes) {
+double transfer_seconds(const PlacementDevice& from, const PlacementDevice& to, double bytes,
+                        const NetworkCostProfile& network) {
   if (&from == &to || from.name == to.name) return 0;
   const auto b = static_cast<std::size_t>(bytes);
   double t = 0;
   if (!from.is_host()) t += from.cost.transfer_seconds(b);
   if (!to.is_host()) t += to.cost.transfer_seconds(b);
+  if (task_of(from.name) != task_of(to.name)) t += network.seconds(bytes);
   return t;
+}
+
+std::string_view task_of(std::string_view device_name) {
+  const auto at = device_name.find("/device:");
+  return device_name.substr(0, at == std::string_view::npos ? device_name.size() : at);
+}
+
+NetworkCostProfile default_network_cost() {
+  static const NetworkCostProfile profile = [] {
+    NetworkCostProfile p;
+    auto read = [](const char* name, double& into) {
+      const char* v = std::getenv(name);
+      if (v == nullptr || *v == '\0') return;
+      char* end = nullptr;
+      const double x = std::strtod(v, &end);
+      if (*end != '\0' || !std::isfinite(x) || x < 0) {
+        TESSERA_LOG(kWarning, "ignoring {}='{}': expected a number >= 0", name, v);
+        return;
+      }
+      into = x;
+    };
+    read("TESSERA_NETWORK_BANDWIDTH", p.bandwidth);
+    read("TESSERA_NETWORK_LATENCY", p.latency_seconds);
+    return p;
+  }();
+  return profile;
 }
 
 }  // namespace tessera::internal

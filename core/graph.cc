@@ -29,6 +29,46 @@ Output add_op(const char* what, NodeSpec spec, std::vector<Output> inputs) {
 
 GraphImpl::GraphImpl() = default;
 
+// Note [Device scopes]
+// ~~~~~~~~~~~~~~~~~~~~
+// An op's requested device comes from the Graph::device scopes open when it is created, as
+// TensorFlow's _apply_device_functions does it: innermost scope first. A string scope merges
+// under what the scopes inside it chose (their fields win); a device function (replica_device_
+// setter) sees the op with that choice as its device() and its answer replaces it. String scopes
+// are merged eagerly into device_scope_, so only the functions are a stack: each remembers the
+// string scopes around it (`outer`), merged under its answer. device("") sets every outer scope
+// aside, functions too (TensorFlow's device(None)), and so does colocate_with: as TensorFlow's,
+// colocation is the stronger constraint, so an optimizer's slot variables (made colocated with
+// their variable) are not sent to another ps task by the device function, and an update made
+// under colocate_with(var) asks for nothing but its variable's device (the resource rule in
+// try_add_node). Ops that use a variable without such a scope (the Apply* ops) keep what the
+// scopes say; placement then lets the variable's request win (Note [Placement], placement.cc).
+// The functions run without the graph's lock (they are user code that may read the graph), on
+// the op before it is added: its id is -1 and its name is reserved meanwhile.
+Status GraphImpl::apply_device_functions(Node& node, const std::vector<DeviceFunctionScope>& functions) {
+  std::string current = node.requested_device;
+  for (auto it = functions.rbegin(); it != functions.rend(); ++it) {
+    node.requested_device = current;
+    std::string answer;
+    try {  // a device function is user code: whatever it throws becomes this op's error
+      answer = it->fn(Operation(&node));
+    } catch (...) {
+      return status_from_current_exception().with_prefix(
+          fmt::format("{} '{}': device function: ", node.type, node.name));
+    }
+    auto inner = DeviceSpec::parse(answer);
+    if (!inner.ok()) {
+      return errors::invalid_argument("{} '{}': the device function answered '{}': {}", node.type, node.name, answer,
+                                      inner.status().message());
+    }
+    auto outer = DeviceSpec::parse(it->outer);
+    if (!outer.ok()) return outer.status();
+    current = outer.value().merged_with(inner.value()).to_string();
+  }
+  node.requested_device = std::move(current);
+  return Status();
+}
+
 std::string GraphImpl::unique_name_locked(const std::string& base) {
   if (!by_name_.count(base)) {
     name_counts_.emplace(base, 0);
@@ -119,6 +159,21 @@ StatusOr<Node*> GraphImpl::try_add_node(NodeSpec spec) {
   node->colocate_with = colocation_scope_;
   node->control_inputs = control_scope_;
   for (const auto& dep : spec.extra_control_inputs) node->control_inputs.push_back(dep.node());
+  if (!device_functions_.empty()) {
+    // The functions are user code that may read the graph: they run without the lock, the name
+    // reserved meanwhile (find() answers "no such op" until the node is added). Note [Device scopes].
+    const std::vector<DeviceFunctionScope> functions = device_functions_;
+    by_name_.emplace(node->name, nullptr);
+    node->id = -1;
+    lock.unlock();
+    Status chosen = apply_device_functions(*node, functions);
+    lock.lock();
+    if (!chosen.ok()) {
+      by_name_.erase(node->name);
+      return chosen;
+    }
+    node->id = static_cast<int>(nodes_.size());
+  }
   // A resource op is placed with its resource and inherits its device request.
   if (node->resource != nullptr && node->requested_device.empty()) {
     node->requested_device = node->resource->requested_device;
@@ -245,26 +300,56 @@ Graph& Graph::operator=(Graph&& o) noexcept {
   return *this;
 }
 
+namespace {
+
+// Restores the device scopes (string and functions) when the GraphScope ends.
+GraphScope restoring_device_scopes(internal::GraphImpl& impl) {
+  return GraphScope([&impl, previous = impl.device_scope_, functions = impl.device_functions_] {
+    impl.device_scope_ = previous;
+    impl.device_functions_ = functions;
+  });
+}
+
+}  // namespace
+
 GraphScope Graph::device(const std::string& device_spec) {
   auto& impl = *impl_;
-  std::string previous = impl.device_scope_;
+  GraphScope restore = restoring_device_scopes(impl);
   if (device_spec.empty()) {
     impl.device_scope_.clear();
+    impl.device_functions_.clear();
   } else {
-    auto outer = internal::DeviceSpec::parse(previous).value_or_raise();
+    auto outer = internal::DeviceSpec::parse(impl.device_scope_).value_or_raise();
     auto inner = internal::DeviceSpec::parse(device_spec).value_or_raise();
     impl.device_scope_ = outer.merged_with(inner).to_string();
   }
-  return GraphScope([&impl, previous] { impl.device_scope_ = previous; });
+  return restore;
+}
+
+GraphScope Graph::device(DeviceFunction fn) {
+  if (!fn) throw InvalidArgumentError("Graph::device: null device function");
+  auto& impl = *impl_;
+  GraphScope restore = restoring_device_scopes(impl);
+  impl.device_functions_.push_back({std::move(fn), impl.device_scope_});
+  impl.device_scope_.clear();
+  return restore;
 }
 
 GraphScope Graph::colocate_with(Operation op) {
   Node* n = op.node();
   if (n->graph != impl_.get()) throw InvalidArgumentError("colocate_with: op from another graph");
   auto& impl = *impl_;
-  auto previous = impl.colocation_scope_;
+  // The device scopes around it are set aside (Note [Device scopes]).
+  GraphScope restore([&impl, colocation = impl.colocation_scope_, previous = impl.device_scope_,
+                      functions = impl.device_functions_] {
+    impl.colocation_scope_ = colocation;
+    impl.device_scope_ = previous;
+    impl.device_functions_ = functions;
+  });
   impl.colocation_scope_.push_back(n->resource != nullptr ? n->resource : n);
-  return GraphScope([&impl, previous] { impl.colocation_scope_ = previous; });
+  impl.device_scope_.clear();
+  impl.device_functions_.clear();
+  return restore;
 }
 
 GraphScope Graph::control_dependencies(const std::vector<Operation>& deps) {

@@ -118,7 +118,16 @@ class GraphImpl {
   std::string placement_of(const Node* node) const;  // "" before any session placed it
 
   // Scopes (used by the thread building the graph).
+  // device_scope_: the string scopes opened since the innermost device function (all of them
+  // without one); device_functions_: the Graph::device(DeviceFunction) scopes, outermost first,
+  // each with the device_scope_ around it. Note [Device scopes] in graph.cc. Code that sets
+  // the scopes aside clears both.
+  struct DeviceFunctionScope {
+    DeviceFunction fn;
+    std::string outer;
+  };
   std::string device_scope_;
+  std::vector<DeviceFunctionScope> device_functions_;
   std::vector<Node*> colocation_scope_;
   std::vector<Node*> control_scope_;
   std::string name_scope_;
@@ -132,6 +141,9 @@ class GraphImpl {
 
  private:
   std::string unique_name_locked(const std::string& base);
+  // Sets node.requested_device from `functions` (Note [Device scopes] in graph.cc); called without
+  // the lock.
+  static Status apply_device_functions(Node& node, const std::vector<DeviceFunctionScope>& functions);
 
   mutable std::shared_mutex mu_;
   std::vector<std::unique_ptr<Node>> nodes_;

@@ -6,12 +6,14 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <mutex>
 #include <numeric>
 #include <string_view>
 #include <utility>
 
 #include <fmt/format.h>
 
+#include "core/logging.h"
 #include "core/op_registry.h"
 #include "core/placement_internal.h"
 
@@ -30,17 +32,17 @@ PlacementPolicy policy_of(tessera::PlacementPolicy policy) {
 // ~~~~~~~~~~~~~~~~
 // place_nodes assigns every node to one device in three steps.
 //
-// 1. Hard constraints. Each node's requested_device is parsed (a malformed spec is an
-//    InvalidArgumentError naming the op). Nodes that must share a device form colocation groups
-//    (union-find): an op with its `resource` (Assign/AssignAdd with their VariableV2, queue ops
-//    with their FIFOQueue) and a node with every node of its `colocate_with` list. A group's
-//    requests are merged; two that set a field differently (CPU:0 against SIM:0, SIM:0 against
-//    SIM:1, /job:a against /job:b) are an InvalidArgumentError naming both ops and both specs,
-//    with or without soft placement. A group's candidates are the devices its merged spec matches
-//    that have a kernel for every op of the group, only host devices when an op of the group is
-//    host_only (queues) or has a string input or output (strings live in host memory), only the
-//    fixed device when a member was placed before (`fixed`). A resource or colocate_with target
-//    outside `nodes` and `fixed` is not placed and constrains nothing.
+// 1. Hard constraints. Requests are parsed (a malformed one is an error naming the op). Nodes that
+//    share a device form colocation groups (union-find): an op with its `resource` (Assign/Apply*
+//    with their VariableV2, queue ops with their queue) and with its `colocate_with` nodes. A
+//    group's requests are merged, the resource users' last: one of those that contradicts the
+//    group is dropped and logged once (TF1's reference-connection rule: an update built under a
+//    worker's device scope follows its ps variable); any other two that set a field differently
+//    (CPU:0 vs SIM:0, /job:a vs /job:b) are an InvalidArgumentError naming both ops and specs,
+//    with or without soft placement. A group's candidates: the devices its merged spec matches
+//    with a kernel for every op of the group; only hosts when an op is host_only (queues) or has a
+//    string input or output; only the fixed device when a member was placed before (`fixed`). A
+//    resource or colocate_with target outside `nodes` and `fixed` constrains nothing.
 // 2. Soft placement. A group without candidates loses its request in two steps, as TensorFlow's
 //    does: first the device type and id (keeping job, replica and task), then everything;
 //    kernels, host-only ops and fixed devices still constrain it. Each op whose request its final
@@ -118,6 +120,25 @@ bool is_tiny(const Node& n, int64_t limit) {
   return true;
 }
 
+// Logs (once per op) that `node`'s request gives way to its resource's group (Note [Placement]).
+void log_ignored_request(const Node& node, const DeviceSpec& group) {
+  if (!log_enabled(LogLevel::kInfo)) return;
+  // Ops already reported, by node and name (a node's address may be reused by a later graph).
+  static std::mutex mu;
+  static std::unordered_map<const Node*, std::string> logged;
+  {
+    std::lock_guard<std::mutex> l(mu);
+    auto [it, fresh] = logged.try_emplace(&node, node.name);
+    if (!fresh && it->second == node.name) return;
+    if (logged.size() > 100000) logged.clear();  // bounded; at worst an op is reported again
+    logged[&node] = node.name;
+  }
+  log_format(LogLevel::kInfo,
+             "ignoring device specification '{}' for {} because its input {} is a reference connection "
+             "whose group requests '{}'",
+             node.requested_device, node.debug_name(), node.resource->debug_name(), group.to_string());
+}
+
 // ---- Colocation groups ----
 
 struct UnionFind {
@@ -181,12 +202,6 @@ int first_accelerator(const std::vector<PlacementDevice>& devices, const DeviceB
   });
   if (gpu >= 0) return gpu;
   return accel >= 0 ? accel : c.first();
-}
-
-// "/job:worker/replica:0/task:1" of a full device name.
-std::string_view task_of(const std::string& name) {
-  const auto at = name.find("/device:");
-  return std::string_view(name).substr(0, at == std::string::npos ? name.size() : at);
 }
 
 // The devices kGpuFirst chooses among for a group: the accelerators of first_accelerator's kind
@@ -319,30 +334,49 @@ StatusOr<Placement> place_nodes(const std::vector<const Node*>& nodes, const std
   std::vector<char> group_pinned(gr.count, 0);  // a hard rule decided the device
   std::vector<int> gdev(gr.count, -1);
   std::vector<char> has_placeholder(gr.count, 0), tiny(gr.count, 1);
+  // The members that use a resource of the group (an update of a variable, a queue op): their
+  // requests yield to the group's (Note [Placement], the resource rule).
+  std::vector<char> uses_resource(n, 0);
+  for (int i = 0; i < n; ++i) uses_resource[i] = index.find(work[i]->resource) >= 0;
   for (int g = 0; g < gr.count; ++g) {
     DeviceSpec merged;
     int fixed_member = -1;
     bool host_only = false;
     DeviceBits kernels = all_bits;
+    // The requests: the resources' and the colocate_with members' first (a conflict is an
+    // error), then the resource users', each dropped when it contradicts them.
     for (int k = gr.off[g]; k < gr.off[g + 1]; ++k) {
       const int i = gr.members[k];
       const Node& node = *work[i];
-      if (!req[i].empty()) {
-        if (!merged.compatible_with(req[i])) {
-          // Name the earlier member whose request this one contradicts.
-          for (int k2 = gr.off[g]; k2 < k; ++k2) {
-            const int j = gr.members[k2];
-            if (!req[j].empty() && !req[j].compatible_with(req[i])) {
-              return errors::invalid_argument("cannot colocate {} requested '{}' with {} requested '{}'",
-                                              node.debug_name(), node.requested_device,
-                                              work[j]->debug_name(), work[j]->requested_device);
-            }
+      if (req[i].empty() || uses_resource[i]) continue;
+      if (!merged.compatible_with(req[i])) {
+        // Name the earlier member whose request this one contradicts.
+        for (int k2 = gr.off[g]; k2 < k; ++k2) {
+          const int j = gr.members[k2];
+          if (!req[j].empty() && !uses_resource[j] && !req[j].compatible_with(req[i])) {
+            return errors::invalid_argument("cannot colocate {} requested '{}' with {} requested '{}'",
+                                            node.debug_name(), node.requested_device, work[j]->debug_name(),
+                                            work[j]->requested_device);
           }
-          return errors::invalid_argument("cannot colocate {} requested '{}' with the requests of its group ('{}')",
-                                          node.debug_name(), node.requested_device, merged.to_string());
         }
-        merged = merged.merged_with(req[i]);
+        return errors::invalid_argument("cannot colocate {} requested '{}' with the requests of its group ('{}')",
+                                        node.debug_name(), node.requested_device, merged.to_string());
       }
+      merged = merged.merged_with(req[i]);
+    }
+    for (int k = gr.off[g]; k < gr.off[g + 1]; ++k) {
+      const int i = gr.members[k];
+      if (req[i].empty() || !uses_resource[i]) continue;
+      if (merged.compatible_with(req[i])) {
+        merged = merged.merged_with(req[i]);
+      } else {
+        log_ignored_request(*work[i], merged);
+        req[i] = DeviceSpec{};
+      }
+    }
+    for (int k = gr.off[g]; k < gr.off[g + 1]; ++k) {
+      const int i = gr.members[k];
+      const Node& node = *work[i];
       if (fixed_dev[i] >= 0) {
         if (fixed_member >= 0 && fixed_dev[fixed_member] != fixed_dev[i]) {
           return errors::invalid_argument("cannot colocate {} placed on {} with {} placed on {}", node.debug_name(),
@@ -446,7 +480,8 @@ StatusOr<Placement> place_nodes(const std::vector<const Node*>& nodes, const std
 
   // 4. The policy.
   std::vector<int> dev;
-  const Problem p = build_problem(work, index, devices, host, /*external_inputs=*/true, /*weigh_init=*/true);
+  const Problem p =
+      build_problem(work, index, devices, host, /*external_inputs=*/true, /*weigh_init=*/true, options.network);
   Simulator sim(p);
   double makespan = 0;
   switch (options.policy) {

@@ -10,7 +10,8 @@
 //   1. hard constraints: explicit requests (full or partial specs), colocation groups (an op
 //      with the variable or queue it uses, `colocate_with` scopes), kernel availability, host-only
 //      ops (queues) on a host device. Incompatible requests inside one group raise
-//      InvalidArgumentError naming both ops.
+//      InvalidArgumentError naming both ops, except that an op's request that contradicts the
+//      resource it uses (a variable's update under another device scope) is dropped and logged.
 //   2. soft placement: a request no device satisfies falls back to a device that can run the
 //      group (and is reported in Placement::soft_placements); without soft placement it raises
 //      InvalidArgumentError listing the available devices.
@@ -25,6 +26,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -49,6 +51,22 @@ struct PlacementDevice {
   bool is_host() const { return type == "CPU"; }
 };
 
+// What moving a tensor between two tasks (processes, usually machines) costs, over and above the
+// accelerators' own legs to and from host memory: latency + bytes / bandwidth per transfer.
+// Defaults: a 10 Gb/s Ethernet link (1.25e9 bytes/s) and 50 us per transfer (a loopback or
+// datacenter round trip through the transport, roughly); no calibration measures the network yet.
+struct NetworkCostProfile {
+  double bandwidth = 1.25e9;      // bytes/s
+  double latency_seconds = 50e-6;
+  // 0 bandwidth: no charge per byte (and both 0: tasks cost nothing more than devices of one task).
+  double seconds(double bytes) const { return latency_seconds + (bandwidth > 0 ? bytes / bandwidth : 0.0); }
+};
+// The defaults above, with TESSERA_NETWORK_BANDWIDTH (bytes/s) and TESSERA_NETWORK_LATENCY (seconds)
+// overriding them (a bad value is reported once and ignored). Read once; thread-safe.
+NetworkCostProfile default_network_cost();
+// "/job:worker/replica:0/task:1" of a full device name: devices with the same prefix share a task.
+std::string_view task_of(std::string_view device_name);
+
 struct PlacementOptions {
   PlacementPolicy policy = PlacementPolicy::kCost;
   bool allow_soft_placement = true;
@@ -57,6 +75,8 @@ struct PlacementOptions {
   // Ops whose inputs and outputs are all fully known and have at most this many elements start on
   // a host device unless constrained (kCost only; the greedy passes may still move them).
   int64_t tiny_op_elements = 64;
+  // What a tensor costs between devices of different tasks (kCost; Note [Cost policy]).
+  NetworkCostProfile network = default_network_cost();
 };
 
 struct Placement {
@@ -95,15 +115,17 @@ double output_bytes(const Node& node, int index);
 // Seconds `node` takes on `device`.
 double op_seconds(const Node& node, const PlacementDevice& device);
 // Seconds moving `bytes` from device `from` to device `to` (0 when they are the same device;
-// through host memory between two accelerators).
-double transfer_seconds(const PlacementDevice& from, const PlacementDevice& to, double bytes);
+// through host memory between two accelerators; plus `network` between devices of two tasks).
+double transfer_seconds(const PlacementDevice& from, const PlacementDevice& to, double bytes,
+                        const NetworkCostProfile& network = default_network_cost());
 
 // The simulated makespan of a complete assignment, with the list schedule placement uses: nodes
 // in decreasing upward rank, each starting when its device is free and its inputs have arrived.
 // `device_of` must cover every node of `nodes`; predecessors outside `nodes` are ignored. Every node
 // counts in full, variable initializers included (place_nodes discounts those).
 double simulate_makespan(const std::vector<const Node*>& nodes, const std::vector<PlacementDevice>& devices,
-                         const std::unordered_map<const Node*, int>& device_of);
+                         const std::unordered_map<const Node*, int>& device_of,
+                         const NetworkCostProfile& network = default_network_cost());
 
 // One line per node: "name (Type) -> device   est 12.3 us", in node id order.
 std::string placement_table(const std::vector<const Node*>& nodes, const std::vector<PlacementDevice>& devices,

@@ -139,6 +139,12 @@ struct Problem {
   std::vector<double> out_bytes;
   std::vector<int> topo;  // a topological order (edges against it were dropped: cycles)
 
+  // The task of each device (an index into the distinct task_of(name)), and what a tensor costs
+  // between two tasks. num_tasks 1: no network charge anywhere.
+  std::vector<int> task;
+  int num_tasks = 1;
+  NetworkCostProfile network;
+
   // Each node's weight: 1, or kInitOnlyWeight for an init-only node (when build_problem was
   // asked to weigh initialization). It scales the node's cost and the edges into it.
   std::vector<double> weight;
@@ -156,9 +162,13 @@ struct Problem {
   double leg(int d, double b) const {
     return is_host[d] ? 0.0 : (*devices)[d].cost.transfer_seconds(static_cast<std::size_t>(b));
   }
+  // Between tasks, the network too (Note [Cost policy]).
+  double net(int from, int to, double b) const {
+    return num_tasks > 1 && task[from] != task[to] ? network.seconds(b) : 0.0;
+  }
   double edge(int from, int to, double b) const {
     if (b < 0 || from == to) return 0.0;
-    return leg(from, b) + leg(to, b);
+    return leg(from, b) + leg(to, b) + net(from, to, b);
   }
   // The weighted cost of an edge of `b` bytes into node `dst`, from device `from` to device `to`.
   double edge_into(int dst, int from, int to, double b) const { return edge(from, to, b) * weight[dst]; }
@@ -171,7 +181,7 @@ struct Problem {
 // model).
 Problem build_problem(const std::vector<const Node*>& work, const NodeIndex& index,
                       const std::vector<PlacementDevice>& devices, int host, bool external_inputs,
-                      bool weigh_init);
+                      bool weigh_init, const NetworkCostProfile& network);
 
 // Ready nodes by decreasing priority, ties by position. A binary heap over a reused vector.
 class ReadyQueue {

@@ -58,13 +58,25 @@ bool is_variable_initializer(const Node& node) {
 
 Problem build_problem(const std::vector<const Node*>& work, const NodeIndex& index,
                       const std::vector<PlacementDevice>& devices, int host, bool external_inputs,
-                      bool weigh_init) {
+                      bool weigh_init, const NetworkCostProfile& network) {
   Problem p;
   p.devices = &devices;
   p.host = host;
   p.n = static_cast<int>(work.size());
   p.is_host.resize(devices.size());
   for (std::size_t d = 0; d < devices.size(); ++d) p.is_host[d] = devices[d].is_host();
+  {
+    std::vector<std::string_view> tasks;
+    p.task.resize(devices.size());
+    for (std::size_t d = 0; d < devices.size(); ++d) {
+      const std::string_view t = task_of(devices[d].name);
+      auto it = std::find(tasks.begin(), tasks.end(), t);
+      p.task[d] = static_cast<int>(it - tasks.begin());
+      if (it == tasks.end()) tasks.push_back(t);
+    }
+    p.num_tasks = std::max<int>(1, static_cast<int>(tasks.size()));
+    p.network = network;
+  }
   p.flops.resize(p.n);
   p.bytes.resize(p.n);
   struct Edge {
@@ -259,10 +271,12 @@ double Simulator::transfer(const std::vector<int>& dev) const {
 // costs more than running them. The rest go through HEFT-like list scheduling (heft): an op costs
 // kernel_seconds(op_flops, op_bytes) on a device, an edge the transfer of its tensor (nothing on
 // one device; host <-> accelerator the accelerator's transfer_seconds; accelerator <->
-// accelerator both legs, through host memory). Upward ranks use the mean cost over a group's
-// candidates; in decreasing rank each op takes the candidate with the earliest finish, and the
-// first op of a group to be scheduled decides for the whole group (the cost of the group's other
-// ops on each device is added to its comparison). An op without data inputs (a VariableV2, a
+// accelerator both legs, through host memory; between two tasks also the network, latency +
+// bytes / bandwidth: PlacementOptions::network, 10 Gb/s and 50 us unless TESSERA_NETWORK_* say
+// otherwise). Upward ranks use the mean cost over a group's candidates (the network's share by
+// the pairs of candidates in two tasks); in decreasing rank each op takes the candidate with the
+// earliest finish, and the first op of a group to be scheduled decides for the whole group (the
+// cost of the group's other ops on each device is added). An op without data inputs (a VariableV2, a
 // Const) finishes about as early anywhere, so when it decides it also looks one edge ahead: each
 // candidate's finish time gets the longest transfer of its outputs to its consumers' expected
 // devices (the consumer group's device when decided, else the consumer's cheapest candidate),
@@ -302,10 +316,24 @@ void heft(const Problem& p, const Groups& gr, const std::vector<DeviceBits>& can
     for_cands(gr.of[i], [&](int d) { s += p.cost(i, d); });
     mean_cost[i] = s / ncand[gr.of[i]];
   }
-  // Mean transfer over all pairs of candidates: pairs (a, b), a != b, cost leg(a) + leg(b).
+  // With several tasks: how many candidates each group has in each task, for the network's share
+  // of the mean transfer (the pairs of candidates in two different tasks).
+  std::vector<std::vector<int>> in_task;
+  if (p.num_tasks > 1) {
+    in_task.assign(gr.count, std::vector<int>(p.num_tasks, 0));
+    for (int g = 0; g < gr.count; ++g) for_cands(g, [&](int d) { ++in_task[g][p.task[d]]; });
+  }
+  // Mean transfer over all pairs of candidates: pairs (a, b), a != b, cost leg(a) + leg(b), plus
+  // the network's charge when a and b belong to different tasks.
   auto mean_edge = [&](int gs, int gd, double b) {
     if (b < 0) return 0.0;
     const double np = ncand[gs], ns = ncand[gd];
+    double network = 0;
+    if (!in_task.empty()) {
+      double same_task = 0;
+      for (int t = 0; t < p.num_tasks; ++t) same_task += static_cast<double>(in_task[gs][t]) * in_task[gd][t];
+      network = p.network.seconds(b) * (np * ns - same_task);
+    }
     double total = ns * sum_legs(gs, b) + np * sum_legs(gd, b);
     if (gs == gd) {
       total -= 2 * sum_legs(gs, b);
@@ -315,7 +343,7 @@ void heft(const Problem& p, const Groups& gr, const std::vector<DeviceBits>& can
         if (shared) total -= 2 * p.leg(d, b);
       });
     }
-    return total / (np * ns);
+    return (total + network) / (np * ns);
   };
   for (auto it = p.topo.rbegin(); it != p.topo.rend(); ++it) {
     const int i = *it;
@@ -447,7 +475,7 @@ void improve(const Groups& gr, const std::vector<DeviceBits>& cand, const std::v
 using namespace placement_detail;
 
 double simulate_makespan(const std::vector<const Node*>& nodes, const std::vector<PlacementDevice>& devices,
-                         const std::unordered_map<const Node*, int>& device_of) {
+                         const std::unordered_map<const Node*, int>& device_of, const NetworkCostProfile& network) {
   std::vector<const Node*> work;
   work.reserve(nodes.size());
   for (const Node* n : nodes) {
@@ -462,7 +490,7 @@ double simulate_makespan(const std::vector<const Node*>& nodes, const std::vecto
     }
   }
   NodeIndex index(work);
-  Problem p = build_problem(work, index, devices, host, /*external_inputs=*/false, /*weigh_init=*/false);
+  Problem p = build_problem(work, index, devices, host, /*external_inputs=*/false, /*weigh_init=*/false, network);
   std::vector<int> dev(work.size());
   for (std::size_t i = 0; i < work.size(); ++i) {
     auto it = device_of.find(work[i]);

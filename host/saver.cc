@@ -20,6 +20,7 @@
 #include <sstream>
 #include <string_view>
 #include <system_error>
+#include <utility>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -572,13 +573,15 @@ Graph& graph_of(const std::vector<Variable>& vars) {
 class OutsideScopes {
  public:
   explicit OutsideScopes(internal::GraphImpl& g)
-      : g_(g), device_(g.device_scope_), colocation_(g.colocation_scope_), control_(g.control_scope_) {
+      : g_(g), device_(g.device_scope_), colocation_(g.colocation_scope_), control_(g.control_scope_),
+        functions_(std::exchange(g.device_functions_, {})) {
     g_.device_scope_.clear();
     g_.colocation_scope_.clear();
     g_.control_scope_.clear();
   }
   ~OutsideScopes() {
     g_.device_scope_ = device_;
+    g_.device_functions_ = std::move(functions_);
     g_.colocation_scope_ = colocation_;
     g_.control_scope_ = control_;
   }
@@ -590,6 +593,7 @@ class OutsideScopes {
   std::string device_;
   std::vector<internal::Node*> colocation_;
   std::vector<internal::Node*> control_;
+  std::vector<internal::GraphImpl::DeviceFunctionScope> functions_;
 };
 
 // `h` hours as a clock duration; at most a million hours (a larger count would overflow it).

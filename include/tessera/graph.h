@@ -8,6 +8,12 @@
 //     auto scope = g.device("/cpu:0");            // ops created here request that device
 //     auto z = tessera::ops::square(y);
 //   }
+//   {
+//     // A device per op, chosen when it is created (train::replica_device_setter is one).
+//     auto scope = g.device([](const tessera::Operation& op) {
+//       return op.type() == "VariableV2" ? "/job:ps/task:0" : "/job:worker";
+//     });
+//   }
 //
 // Output and Operation are cheap handles to a node of a Graph (null when default-constructed;
 // using a null handle raises InvalidArgumentError). A Graph may be extended at any time, including
@@ -31,7 +37,14 @@ class GraphImpl;
 }  // namespace internal
 
 class Graph;
+class Operation;
 class Output;
+
+// Chooses a new op's device spec (a Graph::device scope). Called once per op created in the scope,
+// with the op already made (type, name, inputs, attrs, output dtypes and shapes; device() is what
+// the device scopes opened inside this one requested, "" if none). Its answer replaces that
+// request; the string scopes around the function's scope are then merged under it.
+using DeviceFunction = std::function<std::string(const Operation&)>;
 
 class Operation {
  public:
@@ -111,9 +124,19 @@ class Graph {
   Graph& operator=(const Graph&) = delete;
 
   // Ops created while the scope lives request `device_spec` (partial specs merge with outer
-  // scopes; "" clears). A malformed spec raises InvalidArgumentError.
+  // scopes; "" clears, device functions included). A malformed spec raises InvalidArgumentError.
   GraphScope device(const std::string& device_spec);
-  // Ops created while the scope lives are placed with `op`.
+  GraphScope device(const char* device_spec) {  // nullptr clears, as "" (TensorFlow's None)
+    return device(device_spec == nullptr ? std::string() : std::string(device_spec));
+  }
+  // Ops created while the scope lives request what `fn` returns for them, as TensorFlow's device
+  // functions: the innermost scope decides first, each outer string scope fills in the fields the
+  // answer leaves unset (Note [Device scopes] in core/graph.cc). A null function or an answer that
+  // is not a device spec raises InvalidArgumentError (the latter when the op is created).
+  GraphScope device(DeviceFunction fn);
+  // Ops created while the scope lives are placed with `op`. As TensorFlow's, the scope sets aside
+  // the device scopes around it (colocation is the stronger constraint): an op made inside
+  // requests only what device scopes opened inside it say, and follows `op` otherwise.
   GraphScope colocate_with(Operation op);
   GraphScope colocate_with(const Output& output) { return colocate_with(output.op()); }
   // Ops created while the scope lives run after every op of `deps`.

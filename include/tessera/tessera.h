@@ -10,6 +10,7 @@
 #include "tessera/cluster.h"
 #include "tessera/config.h"
 #include "tessera/device.h"
+#include "tessera/device_setter.h"
 #include "tessera/errors.h"
 #include "tessera/gradients.h"
 #include "tessera/graph.h"
