@@ -19,8 +19,8 @@
 //      kGpuFirst on an accelerator whenever one has a kernel (TensorFlow's rule), kCpuOnly on
 //      the host.
 //
-// Pure function of its inputs: no device objects, no I/O, so the cluster master can place over
-// remote tasks' devices with it too. Thread-compatible.
+// Pure function of its inputs: no device objects, no I/O but that log line, so the cluster master
+// can place over remote tasks' devices with it too. Thread-compatible.
 #pragma once
 
 #include <cstdint>

@@ -470,7 +470,7 @@ TEST(ReplicaDeviceSetterClusterTest, MinimizeOverTwoPsTasksTrainsAndKeepsEachVar
   Session s(g, worker.target());
   s.run(global_variables_initializer(g));
   const float first = s.run(loss).scalar<float>();
-  for (int i = 0; i < 300; ++i) s.run(step);
+  for (int i = 0; i < 500; ++i) s.run(step);
   const float last = s.run(loss).scalar<float>();
   EXPECT_LT(last, 1e-3f * first) << first << " -> " << last;
   const auto wv = s.run(w.value()).to_vector<float>();
