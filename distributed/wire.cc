@@ -197,6 +197,11 @@ const std::unordered_map<std::string_view, std::vector<AttrSpec>>& op_attrs() {
         {"ReaderReadV2", {{"reader", kKind<std::string>}, {"skip_header_lines", kKind<int64_t>}}},
         // core/parsing_ops.cc
         {"DecodeCSV", {{"field_delim", kKind<std::string>}, {"use_quote_delim", kKind<bool>}}},
+        // core/accumulator_ops.cc
+        {"ConditionalAccumulator",
+         {dtype, shape, {"shared_name", kKind<std::string>}, {"reduction_type", kKind<std::string>}}},
+        {"AccumulatorApplyGradient", none}, {"AccumulatorTakeGradient", none},
+        {"AccumulatorNumAccumulated", none}, {"AccumulatorSetGlobalStep", none}, {"_AccumulatorCancelTakes", none},
         // core/sendrecv_ops.cc: the exchange between the partitions of a cluster step
         {"_Send",
          {{"tensor_name", kKind<std::string>}, {"send_device", kKind<std::string>},

@@ -10,16 +10,45 @@
 #include <fmt/format.h>
 
 #include "core/training_ops.h"
+#include "host/optimizer_rule.h"
 #include "tessera/errors.h"
 #include "tessera/gradients.h"
 #include "tessera/ops.h"
 
 namespace tessera::train {
 
-struct Optimizer::Rule {
-  Rule(std::string n, bool locking, std::vector<std::string> slots)
-      : name(std::move(n)), use_locking(locking), slot_names(std::move(slots)) {}
-  virtual ~Rule() = default;
+std::vector<std::pair<Output, Variable>> Optimizer::Rule::compute_gradients(Output loss,
+                                                                           std::vector<Variable> var_list) {
+  internal::Node* n = internal::checked_node(loss, "compute_gradients (loss)");
+  if (var_list.empty()) var_list = trainable_variables(*n->graph->owner);
+  if (var_list.empty()) throw InvalidArgumentError(fmt::format("{}: no variables to optimize", name));
+  std::vector<Output> values;
+  for (const Variable& v : var_list) values.push_back(v.value());
+  std::vector<Output> grads = gradients({loss}, values);
+  std::vector<std::pair<Output, Variable>> out;
+  for (std::size_t i = 0; i < var_list.size(); ++i) out.emplace_back(grads[i], var_list[i]);
+  return out;
+}
+
+namespace {
+
+// The optimizers of TensorFlow 1's optimizer.py: apply_gradients checks the pairs, makes what the
+// updates need (prepare), one update op per variable (apply_dense), what runs after them (finish),
+// and the global step's increment.
+class UpdateRule : public Optimizer::Rule {
+ public:
+  UpdateRule(std::string n, bool locking, std::vector<std::string> slots)
+      : Rule(std::move(n)), use_locking(locking), slot_names(std::move(slots)) {}
+
+  Operation apply_gradients(std::vector<std::pair<Output, Variable>> grads_and_vars,
+                            std::optional<Variable> global_step, std::string op_name) override;
+  std::optional<Variable> get_slot(const Variable& var, const std::string& slot_name) const override {
+    std::lock_guard<std::mutex> l(mu);
+    auto it = slots.find({var.name(), slot_name});
+    if (it == slots.end()) return std::nullopt;
+    return it->second;
+  }
+  std::vector<std::string> get_slot_names() const override { return slot_names; }
 
   // Makes what the updates of `vars` need before any of them is built (slots, Adam's beta powers).
   virtual void prepare(Graph& g, const std::vector<Variable>& vars) { (void)g, (void)vars; }
@@ -28,6 +57,7 @@ struct Optimizer::Rule {
   // What runs after the updates (Adam: the beta powers' decay); the op apply_gradients returns
   // without a global step.
   virtual Operation finish(Graph& g, const std::vector<Operation>& updates, const std::string& op_name) {
+    (void)g;
     return ops::group(updates, op_name);
   }
 
@@ -61,14 +91,11 @@ struct Optimizer::Rule {
     return ops::constant(var.op().graph(), scalar_of(var.dtype(), value));
   }
 
-  const std::string name;
   const bool use_locking;
   const std::vector<std::string> slot_names;
   mutable std::mutex mu;
   std::map<std::pair<std::string, std::string>, Variable> slots;  // guarded by mu: (var, slot name)
 };
-
-namespace {
 
 using internal::apply_adagrad;
 using internal::apply_adam;
@@ -76,9 +103,9 @@ using internal::apply_gradient_descent;
 using internal::apply_momentum;
 using internal::apply_rms_prop;
 
-class GradientDescentRule final : public Optimizer::Rule {
+class GradientDescentRule final : public UpdateRule {
  public:
-  GradientDescentRule(float lr, bool locking) : Rule("GradientDescent", locking, {}), lr_(lr) {}
+  GradientDescentRule(float lr, bool locking) : UpdateRule("GradientDescent", locking, {}), lr_(lr) {}
   Output apply_dense(const Output& grad, const Variable& var) override {
     return apply_gradient_descent(var, hyper(var, lr_), grad, use_locking);
   }
@@ -87,10 +114,10 @@ class GradientDescentRule final : public Optimizer::Rule {
   const float lr_;
 };
 
-class MomentumRule final : public Optimizer::Rule {
+class MomentumRule final : public UpdateRule {
  public:
   MomentumRule(float lr, float momentum, bool locking, bool nesterov)
-      : Rule("Momentum", locking, {"momentum"}), lr_(lr), momentum_(momentum), nesterov_(nesterov) {}
+      : UpdateRule("Momentum", locking, {"momentum"}), lr_(lr), momentum_(momentum), nesterov_(nesterov) {}
   void prepare(Graph&, const std::vector<Variable>& vars) override {
     for (const Variable& v : vars) make_slot(v, "momentum", 0.0, name);
   }
@@ -107,10 +134,10 @@ class MomentumRule final : public Optimizer::Rule {
 
 // TF1's Adam: slots m and v per variable, and two non-slot variables beta1_power and beta2_power
 // (colocated with the first variable) that every update reads and finish() decays.
-class AdamRule final : public Optimizer::Rule {
+class AdamRule final : public UpdateRule {
  public:
   AdamRule(float lr, float beta1, float beta2, float epsilon)
-      : Rule("Adam", false, {"m", "v"}), lr_(lr), beta1_(beta1), beta2_(beta2), epsilon_(epsilon) {}
+      : UpdateRule("Adam", false, {"m", "v"}), lr_(lr), beta1_(beta1), beta2_(beta2), epsilon_(epsilon) {}
   void prepare(Graph& g, const std::vector<Variable>& vars) override {
     for (const Variable& v : vars) {
       make_slot(v, "m", 0.0, name);
@@ -152,9 +179,9 @@ class AdamRule final : public Optimizer::Rule {
   std::optional<Variable> beta2_power_;
 };
 
-class AdagradRule final : public Optimizer::Rule {
+class AdagradRule final : public UpdateRule {
  public:
-  AdagradRule(float lr, float initial) : Rule("Adagrad", false, {"accumulator"}), lr_(lr), initial_(initial) {}
+  AdagradRule(float lr, float initial) : UpdateRule("Adagrad", false, {"accumulator"}), lr_(lr), initial_(initial) {}
   void prepare(Graph&, const std::vector<Variable>& vars) override {
     for (const Variable& v : vars) make_slot(v, "accumulator", initial_, name);
   }
@@ -168,10 +195,10 @@ class AdagradRule final : public Optimizer::Rule {
 };
 
 // TF1's RMSProp (not centered): rms starts at ones, momentum at zeros.
-class RMSPropRule final : public Optimizer::Rule {
+class RMSPropRule final : public UpdateRule {
  public:
   RMSPropRule(float lr, float decay, float momentum, float epsilon)
-      : Rule("RMSProp", false, {"rms", "momentum"}), lr_(lr), decay_(decay), momentum_(momentum), epsilon_(epsilon) {}
+      : UpdateRule("RMSProp", false, {"rms", "momentum"}), lr_(lr), decay_(decay), momentum_(momentum), epsilon_(epsilon) {}
   void prepare(Graph&, const std::vector<Variable>& vars) override {
     for (const Variable& v : vars) {
       make_slot(v, "rms", 1.0, name);
@@ -197,36 +224,9 @@ void check_hyper(const char* optimizer, const char* what, float value, bool posi
   }
 }
 
-}  // namespace
-
-Optimizer::Optimizer(std::shared_ptr<Rule> rule) : rule_(std::move(rule)) {}
-
-const std::string& Optimizer::name() const { return rule_->name; }
-
-std::vector<std::string> Optimizer::get_slot_names() const { return rule_->slot_names; }
-
-std::optional<Variable> Optimizer::get_slot(const Variable& var, const std::string& slot_name) const {
-  std::lock_guard<std::mutex> l(rule_->mu);
-  auto it = rule_->slots.find({var.name(), slot_name});
-  if (it == rule_->slots.end()) return std::nullopt;
-  return it->second;
-}
-
-std::vector<std::pair<Output, Variable>> Optimizer::compute_gradients(Output loss, std::vector<Variable> var_list) const {
-  internal::Node* n = internal::checked_node(loss, "compute_gradients (loss)");
-  if (var_list.empty()) var_list = trainable_variables(*n->graph->owner);
-  if (var_list.empty()) throw InvalidArgumentError(fmt::format("{}: no variables to optimize", name()));
-  std::vector<Output> values;
-  for (const Variable& v : var_list) values.push_back(v.value());
-  std::vector<Output> grads = gradients({loss}, values);
-  std::vector<std::pair<Output, Variable>> out;
-  for (std::size_t i = 0; i < var_list.size(); ++i) out.emplace_back(grads[i], var_list[i]);
-  return out;
-}
-
-Operation Optimizer::apply_gradients(std::vector<std::pair<Output, Variable>> grads_and_vars,
-                                     std::optional<Variable> global_step, std::string op_name) const {
-  if (grads_and_vars.empty()) throw InvalidArgumentError(fmt::format("{}: no variables provided", name()));
+Operation UpdateRule::apply_gradients(std::vector<std::pair<Output, Variable>> grads_and_vars,
+                                      std::optional<Variable> global_step, std::string op_name) {
+  if (grads_and_vars.empty()) throw InvalidArgumentError(fmt::format("{}: no variables provided", name));
   std::vector<std::pair<Output, Variable>> todo;
   std::string names;
   for (auto& [grad, var] : grads_and_vars) {
@@ -234,32 +234,53 @@ Operation Optimizer::apply_gradients(std::vector<std::pair<Output, Variable>> gr
     if (grad.is_null()) continue;
     if (var.dtype() != DType::Float32 && var.dtype() != DType::Float64) {
       throw InvalidArgumentError(fmt::format("{}: variable '{}' is {}: optimizers update float32 and float64 variables",
-                                             name(), var.name(), dtype_name(var.dtype())));
+                                             name, var.name(), dtype_name(var.dtype())));
     }
     if (grad.dtype() != var.dtype()) {
-      throw InvalidArgumentError(fmt::format("{}: the gradient of '{}' is {}, the variable is {}", name(), var.name(),
+      throw InvalidArgumentError(fmt::format("{}: the gradient of '{}' is {}, the variable is {}", name, var.name(),
                                              dtype_name(grad.dtype()), dtype_name(var.dtype())));
     }
     todo.emplace_back(grad, var);
   }
   if (todo.empty()) {
-    throw InvalidArgumentError(fmt::format("{}: no gradients provided for any variable: [{}]", name(), names));
+    throw InvalidArgumentError(fmt::format("{}: no gradients provided for any variable: [{}]", name, names));
   }
   Graph& g = todo.front().second.op().graph();
-  if (op_name.empty()) op_name = name();
+  if (op_name.empty()) op_name = name;
   std::vector<Variable> vars;
   for (const auto& p : todo) vars.push_back(p.second);
-  rule_->prepare(g, vars);
+  prepare(g, vars);
   std::vector<Operation> updates;
   {
     GraphScope scope = g.name_scope(op_name);
-    for (const auto& [grad, var] : todo) updates.push_back(rule_->apply_dense(grad, var).op());
+    for (const auto& [grad, var] : todo) updates.push_back(apply_dense(grad, var).op());
   }
-  if (!global_step) return rule_->finish(g, updates, op_name);
-  Operation finished = rule_->finish(g, updates, op_name + "/update");
+  if (!global_step) return finish(g, updates, op_name);
+  Operation finished = finish(g, updates, op_name + "/update");
   GraphScope after = g.control_dependencies({finished});
   GraphScope colocate = g.colocate_with(global_step->op());
   return global_step->assign_add(ops::constant(g, int64_t{1})).op();
+}
+
+}  // namespace
+
+Optimizer::Optimizer(std::shared_ptr<Rule> rule) : rule_(std::move(rule)) {}
+
+const std::string& Optimizer::name() const { return rule_->name; }
+
+std::vector<std::string> Optimizer::get_slot_names() const { return rule_->get_slot_names(); }
+
+std::optional<Variable> Optimizer::get_slot(const Variable& var, const std::string& slot_name) const {
+  return rule_->get_slot(var, slot_name);
+}
+
+std::vector<std::pair<Output, Variable>> Optimizer::compute_gradients(Output loss, std::vector<Variable> var_list) const {
+  return rule_->compute_gradients(std::move(loss), std::move(var_list));
+}
+
+Operation Optimizer::apply_gradients(std::vector<std::pair<Output, Variable>> grads_and_vars,
+                                     std::optional<Variable> global_step, std::string op_name) const {
+  return rule_->apply_gradients(std::move(grads_and_vars), std::move(global_step), std::move(op_name));
 }
 
 Operation Optimizer::minimize(Output loss, std::optional<Variable> global_step, std::vector<Variable> var_list) const {

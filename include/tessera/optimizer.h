@@ -16,7 +16,9 @@
 // variable, not trainable; global_variables_initializer initializes them. Updates are atomic per
 // variable whatever use_locking says (TF1's use_locking = false lets updates race per element; a
 // tessera update never does). An Optimizer is a copyable handle: copies share slots, and a copy
-// made from a derived optimizer keeps its update rule.
+// made from a derived optimizer keeps its update rule, and its apply_gradients when it overrides
+// it (train::SyncReplicasOptimizer, tessera/sync_replicas_optimizer.h): what an optimizer does is
+// its shared Rule's (host/optimizer_rule.h), never a virtual member of the handle.
 #pragma once
 
 #include <memory>
@@ -40,7 +42,9 @@ class Optimizer {
   Operation minimize(Output loss, std::optional<Variable> global_step = std::nullopt,
                      std::vector<Variable> var_list = {}) const;
 
-  const std::string& name() const;  // "GradientDescent", "Momentum", "Adam", "Adagrad", "RMSProp"
+  // "GradientDescent", "Momentum", "Adam", "Adagrad", "RMSProp" ("sync_replicas" for a
+  // SyncReplicasOptimizer).
+  const std::string& name() const;
   // The slot `slot_name` ("momentum", "accumulator", "m", "v", "rms", ...) of `var`, once
   // apply_gradients made it; nullopt otherwise.
   std::optional<Variable> get_slot(const Variable& var, const std::string& slot_name) const;
@@ -48,6 +52,8 @@ class Optimizer {
 
  protected:
   explicit Optimizer(std::shared_ptr<Rule> rule);
+  // The shared state, for derived optimizers that keep more in it.
+  Rule& rule() const { return *rule_; }
 
  private:
   std::shared_ptr<Rule> rule_;

@@ -26,3 +26,5 @@
 #include "tessera/tensor.h"
 #include "tessera/train.h"
 #include "tessera/variable.h"
+#include "tessera/accumulator.h"
+#include "tessera/sync_replicas_optimizer.h"

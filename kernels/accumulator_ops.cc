@@ -1,0 +1,165 @@
+// CPU kernels of the accumulator ops (core/accumulator_ops.cc), over the resource of
+// kernels/conditional_accumulator.h. The take is asynchronous (Note [Async kernels] in
+// core/executor.cc): it hands an attempt to the accumulator and returns; the accumulator calls
+// back from whichever thread completes or cancels it. The step's CancellationManager is passed
+// along, so a run timeout or a session close ends a wait with its reason.
+#include <fmt/format.h>
+
+#include "core/accumulator_ops.h"
+#include "core/op_kernel.h"
+#include "core/op_registry.h"
+#include "kernels/conditional_accumulator.h"
+
+namespace tessera::internal {
+
+StatusOr<std::shared_ptr<ConditionalAccumulatorResource>> get_accumulator(OpKernelContext& ctx,
+                                                                          const Node& accumulator_node) {
+  const auto& shared_name = accumulator_node.attr<std::string>("shared_name");
+  const std::string key = shared_name.empty() ? accumulator_node.name : shared_name;
+  const auto dtype = accumulator_node.attr<DType>("dtype");
+  const auto& shape = accumulator_node.attr<Shape>("shape");
+  const bool mean = accumulator_node.attr<std::string>("reduction_type") == "MEAN";
+  auto found = ctx.resources().lookup_or_create<ConditionalAccumulatorResource>(
+      key, [&]() -> StatusOr<std::shared_ptr<ConditionalAccumulatorResource>> {
+        return std::make_shared<ConditionalAccumulatorResource>(key, dtype, shape, mean);
+      });
+  if (!found.ok()) return found.status();
+  const ConditionalAccumulatorResource& a = *found.value();
+  if (a.dtype() != dtype) {
+    return errors::invalid_argument("shared accumulator '{}' accumulates {} but {} was requested", key,
+                                    dtype_name(a.dtype()), dtype_name(dtype));
+  }
+  if (a.shape() != shape) {
+    return errors::invalid_argument("shared accumulator '{}' has shape {} but shape {} was requested", key,
+                                    a.shape().to_string(), shape.to_string());
+  }
+  if (a.mean() != mean) {
+    return errors::invalid_argument("shared accumulator '{}' has reduction type {} but {} was requested", key,
+                                    a.mean() ? "MEAN" : "SUM", mean ? "MEAN" : "SUM");
+  }
+  return found;
+}
+
+namespace {
+
+// Base of the ops that act on an accumulator: `resource` is the accumulator node. The
+// accumulator (and the check that a shared one agrees) is looked up once per kernel.
+class AccumulatorOpKernel : public OpKernel {
+ public:
+  explicit AccumulatorOpKernel(const Node& n) : OpKernel(n) {
+    TESSERA_CHECK(n.resource != nullptr && is_accumulator_type(n.resource->type));
+  }
+  bool is_expensive() const override { return false; }
+
+ protected:
+  StatusOr<ConditionalAccumulatorResource*> accumulator(OpKernelContext& ctx) {
+    return accumulator_.get([&] { return get_accumulator(ctx, *node().resource); });
+  }
+
+ private:
+  CachedResource<ConditionalAccumulatorResource> accumulator_;
+};
+
+// "ConditionalAccumulator": creates the accumulator (and checks a shared one agrees) when run.
+class AccumulatorCreateOp : public OpKernel {
+ public:
+  using OpKernel::OpKernel;
+  void compute(OpKernelContext& ctx) override {
+    auto a = get_accumulator(ctx, node());
+    if (!a.ok()) ctx.fail(a.status());
+  }
+  bool is_expensive() const override { return false; }
+};
+
+class ApplyGradientOp : public AccumulatorOpKernel {
+ public:
+  using AccumulatorOpKernel::AccumulatorOpKernel;
+  // Summing a large gradient is real work: let the pool run it.
+  bool is_expensive() const override { return true; }
+  void compute(OpKernelContext& ctx) override {
+    auto a = accumulator(ctx);
+    if (!a.ok()) return ctx.fail(a.status());
+    const Tensor& step = ctx.input(0);
+    if (step.dtype() != DType::Int64 || step.num_elements() != 1) {
+      return ctx.fail(ErrorCode::kInvalidArgument, "local_step must be an int64 scalar, got {} {}",
+                      dtype_name(step.dtype()), step.shape().to_string());
+    }
+    if (Status s = a.value()->try_apply(step.scalar<int64_t>(), ctx.input(1)); !s.ok()) ctx.fail(s);
+  }
+};
+
+class TakeGradientOp : public AccumulatorOpKernel {
+ public:
+  using AccumulatorOpKernel::AccumulatorOpKernel;
+  bool is_async() const override { return true; }
+  void compute(OpKernelContext& ctx) override { TESSERA_CHECK(false); }
+  void compute_async(OpKernelContext& ctx, std::function<void()> done) override {
+    auto a = accumulator(ctx);
+    if (!a.ok()) {
+      ctx.fail(a.status());
+      done();
+      return;
+    }
+    const Tensor& n = ctx.input(0);
+    if (n.dtype() != DType::Int32 || n.num_elements() != 1) {
+      ctx.fail(ErrorCode::kInvalidArgument, "num_required must be an int32 scalar, got {} {}", dtype_name(n.dtype()),
+               n.shape().to_string());
+      done();
+      return;
+    }
+    a.value()->try_take(n.scalar<int32_t>(), &ctx.cancellation(),
+                        [&ctx, done = std::move(done)](const Status& s, Tensor result) {
+                          if (!s.ok()) {
+                            ctx.fail(s);
+                          } else {
+                            ctx.set_output(0, std::move(result));
+                          }
+                          done();
+                        });
+  }
+};
+
+class NumAccumulatedOp : public AccumulatorOpKernel {
+ public:
+  using AccumulatorOpKernel::AccumulatorOpKernel;
+  void compute(OpKernelContext& ctx) override {
+    auto a = accumulator(ctx);
+    if (!a.ok()) return ctx.fail(a.status());
+    *ctx.allocate_output(0, Shape{}).mutable_data<int32_t>() = static_cast<int32_t>(a.value()->num_accumulated());
+  }
+};
+
+class SetGlobalStepOp : public AccumulatorOpKernel {
+ public:
+  using AccumulatorOpKernel::AccumulatorOpKernel;
+  void compute(OpKernelContext& ctx) override {
+    auto a = accumulator(ctx);
+    if (!a.ok()) return ctx.fail(a.status());
+    const Tensor& step = ctx.input(0);
+    if (step.dtype() != DType::Int64 || step.num_elements() != 1) {
+      return ctx.fail(ErrorCode::kInvalidArgument, "new_global_step must be an int64 scalar, got {} {}",
+                      dtype_name(step.dtype()), step.shape().to_string());
+    }
+    a.value()->set_global_step(step.scalar<int64_t>());
+  }
+};
+
+class CancelTakesOp : public AccumulatorOpKernel {
+ public:
+  using AccumulatorOpKernel::AccumulatorOpKernel;
+  void compute(OpKernelContext& ctx) override {
+    auto a = accumulator(ctx);
+    if (!a.ok()) return ctx.fail(a.status());
+    a.value()->cancel_pending_takes(errors::cancelled("cancelled by {}", node().name));
+  }
+};
+
+TESSERA_REGISTER_KERNEL("ConditionalAccumulator", "CPU", AccumulatorCreateOp);
+TESSERA_REGISTER_KERNEL("AccumulatorApplyGradient", "CPU", ApplyGradientOp);
+TESSERA_REGISTER_KERNEL("AccumulatorTakeGradient", "CPU", TakeGradientOp);
+TESSERA_REGISTER_KERNEL("AccumulatorNumAccumulated", "CPU", NumAccumulatedOp);
+TESSERA_REGISTER_KERNEL("AccumulatorSetGlobalStep", "CPU", SetGlobalStepOp);
+TESSERA_REGISTER_KERNEL("_AccumulatorCancelTakes", "CPU", CancelTakesOp);
+
+}  // namespace
+}  // namespace tessera::internal
