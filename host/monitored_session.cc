@@ -17,6 +17,8 @@
 // retried). Then the graph's queue runners start under the one Coordinator, and every hook's
 // after_create_session runs. UnavailableError or AbortedError anywhere in that is retried with a
 // fresh session (100 ms doubling to 1 s between tries) until recovery_wait has passed.
+// Errors that mean a task lost the session's state (is_preemption): Unavailable, Aborted, and the
+// NotFound of a task that restarted or dropped an idle session (TF: Aborted).
 // A run: every hook's before_run outputs are appended to the caller's fetches, one Session::run,
 // then every hook's after_run with its slice. A run failing with UnavailableError or AbortedError
 // logs one line, tears the session down (queue runners stopped and joined, session closed) and
@@ -33,6 +35,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -54,8 +57,15 @@ using namespace std::chrono_literals;
 
 namespace {
 
+// UnavailableError and AbortedError, as TF's _PREEMPTION_ERRORS; and the NotFoundError a cluster
+// task answers for a session or registered graph it no longer has (it restarted, or closed an idle
+// session), which TF reports as AbortedError ("Graph handle is not found ... just restarted").
 bool is_preemption(const Error& e) {
-  return e.code() == ErrorCode::kUnavailable || e.code() == ErrorCode::kAborted;
+  if (e.code() == ErrorCode::kUnavailable || e.code() == ErrorCode::kAborted) return true;
+  if (e.code() != ErrorCode::kNotFound) return false;
+  const std::string_view m = e.what();
+  return m.find("the task restarted") != std::string_view::npos ||
+         m.find("was closed after being idle") != std::string_view::npos;
 }
 
 std::string join_names(const std::vector<std::string>& names) {

@@ -51,22 +51,23 @@ struct MonitoredTrainingSessionOptions {
   bool is_chief = true;
   std::string checkpoint_dir;  // "" : no restore, no checkpoints, no step counter
   std::vector<SessionRunHook> hooks;
-  // Hooks the chief alone runs (TF's chief_only_hooks), before `hooks`.
-  std::vector<SessionRunHook> chief_only_hooks;
   // The chief's checkpoints in checkpoint_dir: every save_checkpoint_steps steps when > 0, else
   // every save_checkpoint_secs seconds when > 0; both 0: none (then none at close either).
   int save_checkpoint_secs = 600;
   int save_checkpoint_steps = 0;
-  // The chief's StepCounterHook when checkpoint_dir is set (TF's log_step_count_steps); 0: none.
-  int log_step_count_steps = 100;
   // How long making a new session may keep failing with UnavailableError or AbortedError (at
   // construction, or after a run failed so) before the error goes to the caller.
   std::chrono::milliseconds recovery_wait{30000};
   // How long a worker that is not the chief waits for the chief to initialize the model.
   std::chrono::milliseconds max_wait_for_ready{7200000};
+  SessionOptions config;
+  // Beyond API.md's fields (after them, so that its aggregate order holds):
+  // Hooks the chief alone runs (TF's chief_only_hooks), before `hooks`.
+  std::vector<SessionRunHook> chief_only_hooks;
+  // The chief's StepCounterHook when checkpoint_dir is set (TF's log_step_count_steps); 0: none.
+  int log_step_count_steps = 100;
   // How long close() waits for the queue runner threads after asking them to stop.
   std::chrono::milliseconds stop_grace_period{120000};
-  SessionOptions config;
 };
 
 class MonitoredTrainingSession {
@@ -118,9 +119,11 @@ SessionRunHook CheckpointSaverHook(std::string dir, int save_secs = 0, int save_
 // InvalidArgumentError "NaN loss during training." (or, with fail_on_nan_loss = false, requests a
 // stop).
 SessionRunHook NanTensorHook(Output loss, bool fail_on_nan_loss = true);
-// Logs "name = value, name = value (0.012 sec)" at info through tessera's log (the tensors' names,
-// their values as NumPy prints them) on the first run and every `every_n_iter` runs after
-// (> 0, else InvalidArgumentError).
+// Logs "name = value, name = value (0.012 sec)" at info through tessera's log on the first run
+// and every `every_n_iter` runs after (> 0, else InvalidArgumentError). A name is the op's name
+// ("loss") for an op's first output, else the output's ("split:1"); values print as NumPy's
+// (scalars "1.0", "True", "b'text'"; arrays "[[1. 2.5]\n [3. 4.]]", without NumPy's column
+// padding; past 1000 elements the first and last 3 of each dimension).
 SessionRunHook LoggingTensorHook(std::vector<Output> tensors, int every_n_iter);
 // Logs "global_step/sec: <rate>" at info every `every_n_steps` global steps (> 0, else
 // InvalidArgumentError).
