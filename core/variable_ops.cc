@@ -2,6 +2,7 @@
 // tessera::Variable handle.
 #include <fmt/format.h>
 
+#include "core/device_name.h"
 #include "core/node.h"
 #include "core/op_registry.h"
 #include "tessera/ops.h"
@@ -156,6 +157,101 @@ Operation global_variables_initializer(Graph& g) {
   for (const auto& v : global_variables(g)) inits.push_back(v.initializer());
   if (inits.empty()) return ops::no_op(g, "init");
   return ops::group(inits, "init");
+}
+
+
+// Note [Readiness ops]
+// ~~~~~~~~~~~~~~~~~~~~
+// report_uninitialized_variables (TF's tf.report_uninitialized_variables) is what a monitored
+// session's chief checks after initializing or restoring and what its other workers poll until
+// the model is ready: one IsVariableInitialized op per variable, then one _ListUninitialized op
+// that keeps the names of the variables whose op said false (TF builds the same from stack,
+// logical_not and boolean_mask).
+// IsVariableInitialized finds its variable by name in the resources of the task it runs on, not
+// through NodeSpec::resource: a resource op joins its variable's colocation group, and placement
+// gives a group only devices with a kernel for every member, so a host-only readiness op would
+// pull every variable of a CUDA build off the GPU. It requests the variable's job, replica and
+// task instead and runs on that task's host, where the task's variables are (one resource
+// manager per task, or per in-process session). A variable not created yet there is
+// uninitialized.
+namespace internal {
+namespace {
+
+Status is_variable_initialized_shape(ShapeContext& c) {
+  if (c.num_inputs() != 0) return c.invalid("expects no inputs, got {}", c.num_inputs());
+  c.add_output(DType::Bool, Shape{});
+  return Status();
+}
+
+// Inputs: one Bool scalar per variable (initialized or not); attr "names": their names, a String
+// vector as long as the inputs. Output: the names whose input is false, in order.
+Status list_uninitialized_shape(ShapeContext& c) {
+  const Tensor& names = c.attr<Tensor>("names");
+  if (names.dtype() != DType::String || names.shape().rank() != 1 || names.shape().dim(0) != c.num_inputs()) {
+    return c.invalid("names must be a String vector of {} names, got {}", c.num_inputs(), names.debug_string());
+  }
+  for (int i = 0; i < c.num_inputs(); ++i) {
+    if (c.input_dtype(i) != DType::Bool) return c.invalid("input {} is {}, not bool", i, dtype_name(c.input_dtype(i)));
+  }
+  c.add_output(DType::String, Shape{-1});
+  return Status();
+}
+
+TESSERA_REGISTER_OP(OpDef{"IsVariableInitialized", is_variable_initialized_shape, /*stateful=*/true,
+                          /*host_only=*/true});
+TESSERA_REGISTER_OP(OpDef{"_ListUninitialized", list_uninitialized_shape, /*stateful=*/false,
+                          /*host_only=*/true});
+
+// Builds `spec` requesting only the job, replica and task of `var`'s request (Note [Readiness
+// ops]), outside the builder's colocation and control scopes.
+Node* add_on_task_of(GraphImpl& g, const Node* var, NodeSpec spec) {
+  std::string task;
+  if (!var->requested_device.empty()) {
+    DeviceSpec d = DeviceSpec::parse(var->requested_device).value_or_raise();
+    d.type.reset();
+    d.id.reset();
+    task = d.to_string();
+  }
+  auto saved_device = g.device_scope_;
+  auto saved_colocation = g.colocation_scope_;
+  auto saved_control = g.control_scope_;
+  g.device_scope_ = task;
+  g.colocation_scope_.clear();
+  g.control_scope_.clear();
+  auto node = g.try_add_node(std::move(spec));
+  g.device_scope_ = saved_device;
+  g.colocation_scope_ = saved_colocation;
+  g.control_scope_ = saved_control;
+  return std::move(node).value_or_raise();
+}
+
+}  // namespace
+}  // namespace internal
+
+Output is_variable_initialized(const Variable& var) {
+  Node* v = var.op().node();
+  NodeSpec spec{"IsVariableInitialized", var.name() + "/IsVariableInitialized"};
+  spec.attrs["var_name"] = var.name();
+  return Output(internal::add_on_task_of(*v->graph, v, std::move(spec)), 0);
+}
+
+Output report_uninitialized_variables(Graph& g, std::vector<Variable> var_list) {
+  if (var_list.empty()) var_list = global_variables(g);
+  GraphScope scope = g.name_scope("report_uninitialized_variables");
+  if (var_list.empty()) return ops::constant(g, Tensor::vector<std::string>({}), "Const");
+  std::vector<Output> initialized;
+  std::vector<std::string> names;
+  for (const Variable& v : var_list) {
+    if (v.op().node()->graph != &g.impl()) {
+      throw InvalidArgumentError(fmt::format("report_uninitialized_variables: variable '{}' belongs to another graph",
+                                             v.name()));
+    }
+    initialized.push_back(is_variable_initialized(v));
+    names.push_back(v.name());
+  }
+  NodeSpec spec{"_ListUninitialized", "uninitialized_names"};
+  spec.attrs["names"] = Tensor::vector<std::string>(std::move(names));
+  return internal::add_op("report_uninitialized_variables", std::move(spec), std::move(initialized));
 }
 
 }  // namespace tessera

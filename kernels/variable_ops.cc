@@ -7,6 +7,7 @@
 // that input makes the buffer shared, which forces the copy.
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -126,6 +127,51 @@ TESSERA_REGISTER_KERNEL("VariableV2", "CPU", VariableOp);
 TESSERA_REGISTER_KERNEL("Assign", "CPU", AssignOp);
 TESSERA_REGISTER_KERNEL("AssignAdd", "CPU", AssignUpdateOp<true>);
 TESSERA_REGISTER_KERNEL("AssignSub", "CPU", AssignUpdateOp<false>);
+
+// IsVariableInitialized: whether the variable named "var_name" has a value in this task's (or
+// in-process session's) resources; one not created there yet has none (Note [Readiness ops] in
+// core/variable_ops.cc).
+class IsVariableInitializedOp : public OpKernel {
+ public:
+  explicit IsVariableInitializedOp(const Node& n) : OpKernel(n), var_name_(n.attr<std::string>("var_name")) {}
+  bool is_expensive() const override { return false; }
+  void compute(OpKernelContext& ctx) override {
+    bool initialized = false;
+    auto var = ctx.resources().lookup<VariableResource>(var_name_);
+    if (var.ok()) {
+      VariableResource& v = *var.value();
+      std::lock_guard<std::mutex> l(v.mu);
+      initialized = v.initialized;
+    } else if (var.status().code() != ErrorCode::kNotFound) {
+      return ctx.fail(var.status());
+    }
+    ctx.allocate_output(0, Shape{}).mutable_data<bool>()[0] = initialized;
+  }
+
+ private:
+  const std::string var_name_;
+};
+
+// _ListUninitialized: the "names" whose Bool input is false.
+class ListUninitializedOp : public OpKernel {
+ public:
+  explicit ListUninitializedOp(const Node& n) : OpKernel(n), names_(n.attr<Tensor>("names")) {}
+  bool is_expensive() const override { return false; }
+  void compute(OpKernelContext& ctx) override {
+    std::vector<std::string> out;
+    const std::string* names = names_.data<std::string>();
+    for (int i = 0; i < static_cast<int>(names_.num_elements()); ++i) {
+      if (!ctx.input(i).data<bool>()[0]) out.push_back(names[i]);
+    }
+    ctx.set_output(0, Tensor::vector<std::string>(std::move(out)));
+  }
+
+ private:
+  const Tensor names_;
+};
+
+TESSERA_REGISTER_KERNEL("IsVariableInitialized", "CPU", IsVariableInitializedOp);
+TESSERA_REGISTER_KERNEL("_ListUninitialized", "CPU", ListUninitializedOp);
 
 }  // namespace
 }  // namespace tessera::internal

@@ -56,4 +56,12 @@ std::vector<Variable> global_variables(Graph& g);
 // Those of them made with trainable = true.
 std::vector<Variable> trainable_variables(Graph& g);
 
+// TF's tf.is_variable_initialized: a Bool scalar, true once `var` has a value on the task (or in
+// the in-process session) that runs it. See Note [Readiness ops] in core/variable_ops.cc.
+Output is_variable_initialized(const Variable& var);
+// TF's tf.report_uninitialized_variables: a 1-D String tensor of the names of the variables of
+// `var_list` (every variable of `g` when empty) not initialized yet, in order; empty when all are.
+// What a MonitoredTrainingSession's chief checks and its other workers poll (the "ready op").
+Output report_uninitialized_variables(Graph& g, std::vector<Variable> var_list = {});
+
 }  // namespace tessera

@@ -1,0 +1,325 @@
+// train::MonitoredTrainingSession: initialization and restore, checkpoints at close, a worker that
+// waits for its chief (and one that gives up), input that runs out, and recovery from a parameter
+// server that dies and comes back: stopped and restarted in this process, and killed with SIGKILL
+// as a `tessera server` process. Cases ported from TF1's monitored_session_test.py
+// (MonitoredTrainingSessionTest, MonitoredSessionTest, RecoverableSessionTest) and
+// session_manager_test.py (wait_for_session). Every wait is bounded.
+#include <signal.h>
+
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <future>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <regex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "core/logging.h"
+#include "tests/testing/test_util.h"
+#include "tessera/tessera.h"
+
+namespace tessera {
+namespace {
+
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+
+// A model whose variables live on `ps_device` ("" : wherever): global_step and w, and a train op
+// adding 1 and 0.5 to them.
+struct Model {
+  Graph g;
+  Variable step, w;
+  Operation train_op;
+  explicit Model(const std::string& ps_device = "") {
+    {
+      auto scope = g.device(ps_device);
+      step = train::get_or_create_global_step(g);
+      w = Variable(g, Tensor::scalar<float>(0), "w");
+    }
+    train_op = ops::group({step.assign_add(ops::constant(g, int64_t{1})).op(),
+                           w.assign_add(ops::constant(g, 0.5f)).op()});
+  }
+};
+
+class MonitoredSessionTest : public testing::TempDirTest {
+ protected:
+  MonitoredSessionTest() : TempDirTest("tessera_monitored") {}
+};
+
+TEST_F(MonitoredSessionTest, TheChiefInitializesTheModel) {
+  Model m;
+  train::MonitoredTrainingSession s(m.g, {});
+  EXPECT_EQ(s.run({m.step.value()})[0].scalar<int64_t>(), 0);
+  s.run(m.train_op);
+  EXPECT_FLOAT_EQ(s.run({m.w.value()})[0].scalar<float>(), 0.5f);
+  EXPECT_FALSE(s.should_stop());
+  s.close();
+  EXPECT_FALSE(fs::exists(dir_ / "checkpoint"));
+}
+
+// TF: test_saving_restoring_checkpoint. The first session writes a checkpoint at close; a second
+// one on a fresh graph restores it instead of initializing.
+TEST_F(MonitoredSessionTest, ASecondSessionRestoresTheLatestCheckpoint) {
+  train::MonitoredTrainingSessionOptions o;
+  o.checkpoint_dir = dir_.string();
+  {
+    Model m;
+    train::MonitoredTrainingSession s(m.g, o);
+    for (int i = 0; i < 7; ++i) s.run(m.train_op);
+  }
+  EXPECT_EQ(train::latest_checkpoint(dir_.string()), (dir_ / "model.ckpt-7").string());
+  Model again;
+  train::MonitoredTrainingSession s(again.g, o);
+  auto values = s.run({again.step.value(), again.w.value()});
+  EXPECT_EQ(values[0].scalar<int64_t>(), 7);
+  EXPECT_FLOAT_EQ(values[1].scalar<float>(), 3.5f);
+}
+
+// TF: test_save_checkpoint_steps (save_checkpoint_steps wins over the default seconds) and
+// test_save_checkpoint_secs, with the default StepCounterHook logging.
+TEST_F(MonitoredSessionTest, CheckpointsEveryNStepsAndTheStepCounter) {
+  train::MonitoredTrainingSessionOptions o;
+  o.checkpoint_dir = dir_.string();
+  o.save_checkpoint_steps = 10;
+  o.log_step_count_steps = 10;
+  o.hooks = {train::StopAtStepHook(25)};
+  std::vector<std::string> logged;
+  std::mutex mu;
+  auto saved_level = internal::log_level();
+  internal::set_log_level(internal::LogLevel::kInfo);
+  internal::set_log_sink([&](internal::LogLevel, std::string_view text) {
+    std::lock_guard<std::mutex> l(mu);
+    logged.emplace_back(text);
+  });
+  {
+    Model m;
+    train::MonitoredTrainingSession s(m.g, o);
+    int runs = 0;
+    while (!s.should_stop() && runs++ < 100) s.run(m.train_op);
+    EXPECT_EQ(runs, 25);
+  }
+  internal::set_log_sink(nullptr);
+  internal::set_log_level(saved_level);
+  auto state = train::get_checkpoint_state(dir_.string());
+  ASSERT_TRUE(state);
+  std::vector<std::string> expected;
+  for (int step : {0, 10, 20, 25}) expected.push_back((dir_ / ("model.ckpt-" + std::to_string(step))).string());
+  EXPECT_EQ(state->all_model_checkpoint_paths, expected);
+  int rates = 0;
+  for (const auto& line : logged) rates += line.find("global_step/sec: ") != std::string::npos;
+  EXPECT_EQ(rates, 2);  // steps 11 and 21
+}
+
+TEST_F(MonitoredSessionTest, NoCheckpointsWhenBothSchedulesAreZero) {
+  train::MonitoredTrainingSessionOptions o;
+  o.checkpoint_dir = dir_.string();
+  o.save_checkpoint_secs = 0;
+  {
+    Model m;
+    train::MonitoredTrainingSession s(m.g, o);
+    s.run(m.train_op);
+  }
+  EXPECT_FALSE(train::latest_checkpoint(dir_.string()));
+}
+
+// As TF: the chief's checkpoint and step counter hooks need a global step.
+TEST_F(MonitoredSessionTest, ACheckpointDirNeedsAGlobalStep) {
+  Graph g;
+  Variable v(g, Tensor::scalar<float>(0), "v");
+  train::MonitoredTrainingSessionOptions o;
+  o.checkpoint_dir = dir_.string();
+  EXPECT_THROW(train::MonitoredTrainingSession(g, o), FailedPreconditionError);
+}
+
+// TF: test_stop_at_queue_end (OutOfRangeError ends the loop) with the graph's queue runners
+// started by the monitored session.
+TEST_F(MonitoredSessionTest, InputThatRunsOutEndsTheLoop) {
+  Graph g;
+  auto queue = train::input_producer(g, Tensor::vector<int32_t>({1, 2, 3}), /*num_epochs=*/1, /*shuffle=*/false);
+  auto next = queue.dequeue()[0];
+  train::MonitoredTrainingSession s(g, {});
+  std::vector<int32_t> seen;
+  for (int i = 0; i < 10 && !s.should_stop(); ++i) {
+    auto out = s.run({next});
+    if (!s.should_stop()) seen.push_back(out[0].scalar<int32_t>());
+    else EXPECT_TRUE(out[0].is_null());
+  }
+  EXPECT_EQ(seen, (std::vector<int32_t>{1, 2, 3}));
+  EXPECT_TRUE(s.should_stop());
+  s.close();
+}
+
+TEST_F(MonitoredSessionTest, OtherErrorsPropagate) {
+  Graph g;
+  Variable v(g, Tensor::scalar<float>(4), "v");
+  auto p = ops::placeholder(g, DType::Float32, Shape::unknown(), "p");
+  auto bad = ops::reshape(p, {3});
+  train::MonitoredTrainingSession s(g, {});
+  EXPECT_THROW(s.run({bad}, {{p, Tensor::vector<float>({1, 2})}}), InvalidArgumentError);
+  EXPECT_FALSE(s.should_stop());
+  EXPECT_FLOAT_EQ(s.run({v.value()})[0].scalar<float>(), 4.0f);
+}
+
+// session_manager_test: a worker that is not the chief waits until the chief has initialized the
+// model on the shared task, never initializing it itself, then proceeds.
+TEST_F(MonitoredSessionTest, AWorkerWaitsForTheChief) {
+  auto server = train::Server::create_local_server();
+  const std::string target = server.target();
+  Model worker_model;
+  train::MonitoredTrainingSessionOptions wo;
+  wo.master = target;
+  wo.is_chief = false;
+  wo.max_wait_for_ready = 60s;
+  std::atomic<bool> worker_ready{false};
+  auto worker = std::async(std::launch::async, [&] {
+    train::MonitoredTrainingSession s(worker_model.g, wo);
+    worker_ready = true;
+    return s.run({worker_model.w.value()})[0].scalar<float>();
+  });
+  // The worker polls: give it time to poll at least once before the chief comes.
+  std::this_thread::sleep_for(300ms);
+  EXPECT_FALSE(worker_ready);
+  {
+    Graph g;  // the chief sets w to 42 before anyone trains
+    Variable step = train::get_or_create_global_step(g);
+    Variable w(g, Tensor::scalar<float>(42), "w");
+    train::MonitoredTrainingSessionOptions co;
+    co.master = target;
+    train::MonitoredTrainingSession chief(g, co);
+    ASSERT_EQ(worker.wait_for(60s), std::future_status::ready);
+    EXPECT_FLOAT_EQ(worker.get(), 42.0f);
+  }
+}
+
+TEST_F(MonitoredSessionTest, AWorkerGivesUpWhenNoChiefComes) {
+  auto server = train::Server::create_local_server();
+  Model m;
+  train::MonitoredTrainingSessionOptions o;
+  o.master = server.target();
+  o.is_chief = false;
+  o.max_wait_for_ready = 300ms;
+  const auto start = Clock::now();
+  std::string message = testing::error_of<DeadlineExceededError>([&] { train::MonitoredTrainingSession s(m.g, o); });
+  EXPECT_NE(message.find("not ready"), std::string::npos) << message;
+  EXPECT_NE(message.find("global_step"), std::string::npos) << message;
+  EXPECT_LT(Clock::now() - start, 30s);
+}
+
+// Trains to `last_step` with checkpoints every 5 steps, calling `kill_ps` once after step 12 and
+// `restart_ps` after that; returns the session's final global step and w.
+std::pair<int64_t, float> train_through_a_ps_failure(const std::string& target, const fs::path& dir,
+                                                     const std::function<void()>& kill_ps,
+                                                     const std::function<void()>& restart_ps,
+                                                     std::vector<std::string>* log) {
+  Model m("/job:ps/task:0");
+  train::MonitoredTrainingSessionOptions o;
+  o.master = target;
+  o.checkpoint_dir = dir.string();
+  o.save_checkpoint_steps = 5;
+  o.recovery_wait = 60s;
+  o.config.rpc_timeout = 5000ms;
+  o.hooks = {train::StopAtStepHook(30)};
+  std::mutex mu;
+  auto saved_level = internal::log_level();
+  internal::set_log_level(internal::LogLevel::kInfo);
+  internal::set_log_sink([&](internal::LogLevel, std::string_view text) {
+    std::lock_guard<std::mutex> l(mu);
+    log->emplace_back(text);
+  });
+  std::pair<int64_t, float> result{-1, -1};
+  {
+    train::MonitoredTrainingSession s(m.g, o);
+    bool killed = false;
+    for (int runs = 0; !s.should_stop() && runs < 200; ++runs) {
+      const int64_t step = s.run({m.step.value()}, {}, {m.train_op})[0].scalar<int64_t>();
+      if (!killed && step >= 12) {
+        killed = true;
+        kill_ps();
+        restart_ps();
+      }
+    }
+    auto values = s.run({m.step.value(), m.w.value()});
+    result = {values[0].scalar<int64_t>(), values[1].scalar<float>()};
+  }
+  internal::set_log_sink(nullptr);
+  internal::set_log_level(saved_level);
+  return result;
+}
+
+// RecoverableSessionTest: a ps stopped and restarted (empty) mid-training on the same port; the
+// monitored session makes a new session, restores the latest checkpoint (step 10) and reaches its
+// target step, w consistent with the step throughout.
+TEST_F(MonitoredSessionTest, RecoversFromAParameterServerRestartedInProcess) {
+  train::ClusterSpec cluster({{"ps", {train::free_loopback_address()}}, {"worker", {train::free_loopback_address()}}});
+  train::Server ps(cluster, "ps", 0);
+  train::Server worker(cluster, "worker", 0);
+  std::vector<std::string> log;
+  auto [step, w] = train_through_a_ps_failure(
+      worker.target(), dir_, [&] { ps.stop(); },
+      [&] {
+        for (int attempt = 0;; ++attempt) {  // the port may linger briefly
+          try {
+            ps.start();
+            return;
+          } catch (const Error&) {
+            if (attempt == 50) throw;
+            std::this_thread::sleep_for(100ms);
+          }
+        }
+      },
+      &log);
+  EXPECT_EQ(step, 30);
+  EXPECT_FLOAT_EQ(w, 0.5f * 30);  // restored with the step: the lost steps were trained again
+  int recoveries = 0, restores = 0;
+  for (const auto& line : log) {
+    recoveries += line.find("A new session will be created") != std::string::npos ||
+                  line.find("a new session will be created") != std::string::npos;
+    restores += line.find("Restoring parameters from") != std::string::npos;
+  }
+  EXPECT_GE(recoveries, 1);
+  EXPECT_GE(restores, 1);  // the first session initialized: nothing to restore then
+  EXPECT_TRUE(fs::exists(dir_ / "model.ckpt-30"));
+}
+
+#ifdef TESSERA_CLI_PATH
+// The same with a real ps process killed with SIGKILL and started again on its port.
+TEST_F(MonitoredSessionTest, RecoversFromAParameterServerKilledAndRestarted) {
+  const std::string ps_address = train::free_loopback_address();
+  const std::string worker_address = train::free_loopback_address();
+  const std::string cluster = train::ClusterSpec({{"ps", {ps_address}}, {"worker", {worker_address}}}).to_json();
+  std::optional<train::ServerProcess> ps;
+  ps.emplace(TESSERA_CLI_PATH, cluster, "ps", 0);
+  train::ServerProcess worker(TESSERA_CLI_PATH, cluster, "worker", 0);
+  auto restart = [&] {
+    for (int attempt = 0; attempt < 50; ++attempt) {  // the port may linger briefly
+      try {
+        ps.emplace(TESSERA_CLI_PATH, cluster, "ps", 0);
+        return;
+      } catch (const UnavailableError&) {
+        std::this_thread::sleep_for(100ms);
+      }
+    }
+    FAIL() << "could not restart the ps";
+  };
+  std::vector<std::string> log;
+  auto [step, w] = train_through_a_ps_failure(
+      worker.target(), dir_,
+      [&] {
+        ps->kill(SIGKILL);
+        ASSERT_TRUE(ps->wait(10s));
+      },
+      restart, &log);
+  EXPECT_EQ(step, 30);
+  EXPECT_FLOAT_EQ(w, 0.5f * 30);
+}
+#endif
+
+}  // namespace
+}  // namespace tessera
