@@ -297,6 +297,15 @@ bool call_service(const ServiceState& state, const pb::RequestHeader& h, RpcMess
       RunGraphReply& out = reply.value();
       reply_with_tensors(respond, id, &out.response, out.response.mutable_recv(), out.recv);
     });
+    // A master that is gone (killed, cut off, silent past the heartbeat timeout) cleans up nothing:
+    // its step ends here now (Note [Masters that vanish] in distributed/worker.cc).
+    respond.on_lost([worker = std::weak_ptr<Worker>(state.worker), step_id = r->step_id()] {
+      if (auto w = worker.lock()) {
+        w->abort_run(step_id, errors::cancelled("RunGraph of step {}: the connection of the master that started it "
+                                                "was lost",
+                                                step_id));
+      }
+    });
   } else if (m == "RecvTensor") {
     auto r = body_of<pb::RecvTensorRequest>(h, respond);
     if (!r) return true;
