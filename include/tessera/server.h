@@ -113,7 +113,8 @@ class Server {
   // Binds this task's address and starts serving; nothing if already serving. The host of the
   // address decides the interface: an IPv4 literal binds that address, "localhost" 127.0.0.1, and a
   // host name every interface ("*"), since a name may resolve to an address other interfaces
-  // carry. UnavailableError naming the address when it cannot be bound (port in use, or not an
+  // carry. Port 0 binds a free port, which target() then reports and a restart binds again; this
+  // server's master reaches its own task there (other tasks cannot: they know only port 0). UnavailableError naming the address when it cannot be bound (port in use, or not an
   // address of this machine); UnimplementedError for IPv6 addresses. Security: the key files are
   // read here (NotFoundError, InvalidArgumentError naming the file and what is wrong,
   // PermissionDeniedError for a key file others can read); FailedPreconditionError for an address
@@ -130,9 +131,10 @@ class Server {
   // stopped, else when stop() is called from another thread.
   void join();
 
-  // "tessera://HOST:PORT" with this task's address as the cluster gives it.
+  // "tessera://HOST:PORT" with this task's address as the cluster gives it; with port 0 there,
+  // the port bound once started ("tessera://localhost:0" before).
   std::string target() const;
-  const ClusterSpec& cluster() const;
+  const ClusterSpec& cluster() const;  // as given (a port 0 stays 0 here)
   const std::string& job_name() const;
   int task_index() const;
 
