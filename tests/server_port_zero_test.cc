@@ -96,6 +96,19 @@ TEST(ServerPortZeroTest, AnotherTaskOnPortZeroCannotBeReachedAndTheErrorSaysWhy)
   EXPECT_EQ(on_t1.run(there).scalar<float>(), 4.0f);
 }
 
+// A session cannot be made on port 0 itself: it names no server (TensorFlow's testResetFails
+// waits for a deadline there; an error at once says more).
+TEST(ServerPortZeroTest, ASessionOnPortZeroIsInvalidArgumentAtOnce) {
+  Graph g;
+  ops::constant(g, Tensor::scalar(1.0f));
+  try {
+    Session s(g, "tessera://localhost:0");
+    ADD_FAILURE() << "a session on port 0 was made";
+  } catch (const InvalidArgumentError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("port 0 names no server"));
+  }
+}
+
 // TensorFlow's testRunStep and testMultipleSessions on create_local_server().
 TEST(ServerPortZeroTest, TheLocalServerStillServesSeveralSessions) {
   Server server = Server::create_local_server();

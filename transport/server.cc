@@ -73,7 +73,8 @@ namespace tessera::internal {
 // answered Unavailable ("not serving"), and nobody can know the port yet anyway. Server::cluster()
 // stays as given. Another task whose address has port 0 cannot be reached from here (its port is
 // its own secret): TaskChannels::get refuses it with InvalidArgument naming the task and saying
-// why, so a session that needs it fails at once instead of waiting out its RPC deadline.
+// why, so a session that needs it fails at once instead of waiting out its RPC deadline; a
+// session target of port 0 is refused the same way (transport/remote_session.cc).
 // create_local_server() binds 127.0.0.1:0 first and names its one-task cluster after the port.
 
 // Note [Server security and signals]
