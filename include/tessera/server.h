@@ -22,7 +22,10 @@
 // every session and client (between-graph replication), and outlive the sessions. A task that is
 // down, dies or hangs makes the runs that need it fail with UnavailableError naming it (as soon
 // as its connection drops, or after rpc_timeout when it cannot be reached at all); runs that do
-// not need it are unaffected. After a task restarts, open a new session to use it.
+// not need it are unaffected. After a task restarts, open a new session to use it. A master that
+// dies, hangs or is cut off takes the steps it started on other tasks with it (a dequeue blocked on
+// a worker's queue ends there: at once for a killed process, within the 3 s heartbeat timeout
+// otherwise), so they take nothing meant for live clients.
 // Threads and what stop() guarantees: Note [Server]; keys and signals: Note [Server security
 // and signals] (both in transport/server.cc).
 //
