@@ -42,6 +42,24 @@ namespace tessera::internal {
 // and fails Unavailable as soon as the transport loses that task (ZeroMQ's: a crash resets the
 // connection; a hung task misses heartbeats).
 
+// Note [Masters that vanish]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~
+// The hole: a master that died (kill -9, its machine lost) or was cut off never sends the
+// CleanupGraph or DeregisterGraph that would end its steps here, so a step it started that waits
+// on this task (a dequeue from an empty queue) waited forever, and took the next element someone
+// enqueued, for nobody. Idle-session closing cannot help: that session lived on the dead master.
+// The fix: the worker ends a step when the RunGraph call that started it loses its caller. The
+// transport knows when that happens (transport/server.cc: Responder::on_lost, Note [Lost callers]
+// in rpc_server.cc): a killed master's connection resets at once, a hung or cut off one misses
+// ZMTP heartbeats and is dropped after heartbeat_timeout (3 s). It then calls abort_run(step,
+// Cancelled), which is CleanupGraph's abort: the run is cancelled (its dequeue leaves the queue),
+// the step's exchanges fail, and the step id is remembered as aborted, so a late pull of it fails
+// at once. Why not per session (the master task lost, all its steps aborted)? A worker does not
+// know which task a caller is, and one connection per RunGraph caller is what the transport sees;
+// the master holds one channel per task, so every step a dead master started here ends together.
+// A master that is alive but lost its connection briefly loses nothing: its own call fails
+// "lost the connection" (Note [RPC deadlines]) at the same moment, so the step was failing anyway.
+
 namespace pb = wire::pb;
 
 namespace {
@@ -240,6 +258,8 @@ void Worker::cleanup_graph(const pb::CleanupGraphRequest& request, Done<pb::Clea
   response.set_version(wire::kWireVersion);
   done(std::move(response));
 }
+
+void Worker::abort_run(int64_t step_id, const Status& reason) { rendezvous_.abort_step(step_id, reason); }
 
 void Worker::deregister_graph(const pb::DeregisterGraphRequest& request, Done<pb::DeregisterGraphResponse> done) {
   std::shared_ptr<WorkerGraph> wg;

@@ -55,6 +55,11 @@ class Worker final : public WorkerInterface, public std::enable_shared_from_this
   void cleanup_graph(const wire::pb::CleanupGraphRequest& request, Done<wire::pb::CleanupGraphResponse> done) override;
   void deregister_graph(const wire::pb::DeregisterGraphRequest& request,
                         Done<wire::pb::DeregisterGraphResponse> done) override;
+  // Aborts step `step_id` here as CleanupGraph would, with `reason`: for a transport that learns
+  // the master that started the step's RunGraph is gone (its connection lost), so that nothing
+  // it started (a dequeue blocked on a queue of this task) waits for a master that will never
+  // clean it up (Note [Masters that vanish] in worker.cc).
+  void abort_run(int64_t step_id, const Status& reason);
 
   // Cancels every run in flight (CancelledError) and every exchange, refuses new work, and waits up
   // to `grace` for the runs to return.

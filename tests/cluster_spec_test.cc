@@ -193,7 +193,7 @@ TEST(ClusterSpecTest, JobNamesFollowTensorFlowsRule) {
 }
 
 TEST(ClusterSpecTest, AddressesAreHostColonPort) {
-  for (const char* good : {"localhost:1", "h:65535", "10.0.0.1:2222", "node-01.cluster_a:8888", "[::1]:2222",
+  for (const char* good : {"localhost:1", "localhost:0", "h:65535", "10.0.0.1:2222", "node-01.cluster_a:8888", "[::1]:2222",
                            "[fe80::1]:80", "[::ffff:10.0.0.1]:9"}) {
     EXPECT_NO_THROW((ClusterSpec({{"w", {good}}}))) << good;
   }
@@ -202,7 +202,7 @@ TEST(ClusterSpecTest, AddressesAreHostColonPort) {
       {"host", "no ':port'"},
       {":2222", "no host"},
       {"host:", "port ''"},
-      {"host:0", "port '0'"},
+      {"host:00", "port '00' has a leading zero"},
       {"host:65536", "port '65536'"},
       {"host:22a", "port '22a'"},
       {"host:-1", "port '-1'"},
@@ -220,6 +220,18 @@ TEST(ClusterSpecTest, AddressesAreHostColonPort) {
     EXPECT_THAT(msg, HasSubstr("for task 1 of job 'worker'")) << addr;
     EXPECT_THAT(msg, HasSubstr(why)) << addr;
   }
+}
+
+// Port 0 (API.md, Clusters): the task binds a free port when it starts. Several tasks may have
+// one such address (each gets its own port), as TensorFlow's {"local": ["localhost:0", ...]}.
+TEST(ClusterSpecTest, PortZeroIsValidAndMayBeShared) {
+  ClusterSpec dense({{"local", {"localhost:0", "localhost:0"}}});
+  EXPECT_EQ(dense.task_address("local", 1), "localhost:0");
+  ClusterSpec sparse(ClusterSpec::SparseJobs{{"local", {{37, "localhost:0"}}}});
+  EXPECT_EQ(sparse.task_indices("local"), std::vector<int>{37});
+  EXPECT_EQ(ClusterSpec::from_json(sparse.to_json()), sparse);
+  // Other shared addresses are still refused.
+  EXPECT_THROW((ClusterSpec({{"local", {"localhost:10", "localhost:10"}}})), InvalidArgumentError);
 }
 
 TEST(ClusterSpecTest, SparseIndicesMustBeNonNegative) {

@@ -90,11 +90,11 @@ std::string address_problem(std::string_view addr) {
     }
   }
   int p = 0;
-  if (!parse_digits(port, &p) || p < 1 || p > 65535) {
-    return fmt::format("port {} is not a number from 1 to 65535", internal::quoted_prefix(port, 16));
+  if (!parse_digits(port, &p) || p < 0 || p > 65535) {
+    return fmt::format("port {} is not a number from 0 to 65535", internal::quoted_prefix(port, 16));
   }
   // "0023001" would work, and be printed and matched (in keys files) as written, not as 23001.
-  if (port[0] == '0') return fmt::format("port '{}' has a leading zero (write {})", port, p);
+  if (port[0] == '0' && port.size() > 1) return fmt::format("port '{}' has a leading zero (write {})", port, p);
   return "";
 }
 
@@ -102,6 +102,8 @@ Status validate_jobs(const ClusterSpec::SparseJobs& jobs) {
   std::map<std::string_view, std::pair<std::string_view, int>> task_at;  // address -> (job, task)
   for (const auto& [name, tasks] : jobs) {
     for (const auto& [index, addr] : tasks) {
+      // Port 0: each such task binds a free port of its own when it starts (Server::start).
+      if (addr.ends_with(":0")) continue;
       auto [it, fresh] = task_at.try_emplace(addr, name, index);
       if (!fresh) {
         // Two servers cannot listen on one address: the second task could never start.
@@ -119,8 +121,8 @@ Status validate_jobs(const ClusterSpec::SparseJobs& jobs) {
       std::string why = address_problem(addr);
       if (!why.empty()) {
         return errors::invalid_argument(
-            "invalid address {} for task {} of job '{}': {}; expected host:port with a port from 1 to "
-            "65535 (IPv6 in brackets, as in [::1]:2222)",
+            "invalid address {} for task {} of job '{}': {}; expected host:port with a port from 0 to "
+            "65535 (0: the task binds a free port; IPv6 in brackets, as in [::1]:2222)",
             quote(addr), index, name, why);
       }
     }

@@ -33,6 +33,13 @@ std::string endpoint_of(const std::string& target) {
       throw InvalidArgumentError(fmt::format("session target '{}': the port is not a number", target));
     }
   }
+  if (address.substr(colon + 1) == "0") {
+    // A server given port 0 binds a free one and reports it in Server::target() (Note [Port zero]).
+    throw InvalidArgumentError(fmt::format(
+        "session target '{}': port 0 names no server (a server on port 0 listens on the port its target() "
+        "reports)",
+        target));
+  }
   const std::string host = address.substr(0, colon);
   return "tcp://" + (host == "localhost" ? std::string("127.0.0.1") : host) + address.substr(colon);
 }

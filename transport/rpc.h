@@ -22,7 +22,8 @@
 //   Server (its threads, stopping, limits): Note [RPC server] in rpc_server.cc.
 //   Channel (its threads, synchronous and asynchronous calls): Note [RPC channel] in
 //     rpc_channel.cc.
-//   Failure, deadlines and long calls: Note [RPC deadlines] in rpc_channel.cc.
+//   Failure, deadlines and long calls: Note [RPC deadlines] in rpc_channel.cc; calls on a lost
+//     connection, and the next ones: Note [Lost connections] there.
 //   Security (CURVE, the ZAP handler, failed handshakes): Note [RPC security] in rpc_server.cc.
 //   Zero copy: Note [Zero-copy tensor frames] in tensor_frames.cc.
 // What the server and the channel share besides: socket_io.h (wake-ups, poll, monitor events)
@@ -118,7 +119,7 @@ struct RpcServerOptions {
   // block. Empty: none.
   std::function<bool(const RpcMessage& request)> run_inline;
   // Largest request in bytes: a larger frame makes libzmq drop the connection before allocating it
-  // (ZMQ_MAXMSGSIZE, per frame: the caller's channel reconnects and its call meets its deadline); a
+  // (ZMQ_MAXMSGSIZE, per frame: the caller's call fails Unavailable and its channel reconnects); a
   // request whose frames add up to more is refused with ResourceExhausted. -1: no limit.
   int64_t max_message_bytes = -1;
   // Most frames one request may have (a RunStep carries a frame per tensor): past it the rest of
@@ -258,8 +259,9 @@ class RpcChannel {
 
   // Sends `request` and calls `done` exactly once, on the channel's I/O thread (keep it short; do
   // not destroy the channel from it): with the reply, the error the server's handler replied, or
-  // Unavailable when no reply came within `deadline` of this call (or the handshake with the
-  // server failed).
+  // Unavailable when no reply came within `deadline` of this call, when the connection the request
+  // went out on was lost first (no reply can come on another: Note [Lost connections] in
+  // rpc_channel.cc), or when the handshake with the server failed.
   void call(RpcMessage request, std::chrono::milliseconds deadline, Done done);
   // A call whose reply may rightly take long (a step waiting on a queue): `connect_deadline`
   // bounds only the wait for a connection to the peer (Unavailable "could not reach"); once sent,

@@ -68,9 +68,10 @@ namespace tessera::internal {
 // backing off to reconnect_interval_max), so a server restarted on the same port is reached again
 // by existing channels; ZMTP heartbeats drop a connection whose peer went silent (kill -9 of a
 // remote host, a partition) so that reconnection starts. A request in flight when the connection
-// died is not resent (the handler may have run): its caller meets its deadline. Destroying a
-// channel completes its pending calls with Cancelled. (What a stopping server does: Note [RPC
-// server] in rpc_server.cc.)
+// died is not resent (the handler may have run): it fails as soon as the channel sees the loss
+// ("Lost connections" below), or at its deadline if that comes first. Destroying a channel
+// completes its pending calls with Cancelled. (What a stopping server does: Note [RPC server] in
+// rpc_server.cc.)
 //
 // Long calls. Some calls may rightly wait a long time for their reply: a step blocked on a queue,
 // a tensor its producer has not computed yet. call_until_lost() bounds only the wait for a
@@ -80,7 +81,25 @@ namespace tessera::internal {
 // in the I/O thread's poll set): a peer killed with -9 resets the TCP connection at once, a peer
 // that is stopped (SIGSTOP) or cut off misses ZMTP heartbeats and is dropped after
 // heartbeat_timeout; either way the sent long calls fail Unavailable ("lost the connection").
-// Ordinary calls keep their deadline whatever the connection does.
+
+// Note [Lost connections]
+// ~~~~~~~~~~~~~~~~~~~~~~~
+// Every call sent on a connection that is lost fails then, ordinary calls too: the server's ROUTER
+// addresses a reply to the connection its request came in on, so none can come any more, and a
+// dead peer is Unavailable within the heartbeat bound for CreateSession, RegisterGraph and the
+// other short calls, not at their deadline. (Replies that arrived before the loss are read first.)
+// The hole that once made this unsafe (the change was reverted for it): the caller, failed early,
+// sends its next request at once, and libzmq may still hold the lost connection's pipe (its
+// termination reaches the socket as a command, after the monitor's DISCONNECTED, and send()
+// processes commands at most once a millisecond); a message written to that pipe is dropped
+// silently, and the call waited for its deadline. So after a DISCONNECTED the channel sends
+// nothing (requests wait in the outbox) until the old pipe is surely gone: the monitor reports
+// the next connection (CONNECTED, which libzmq makes a reconnect interval after the loss, long
+// after it sent the termination), or ZMQ_EVENTS (which processes every pending command) shows no
+// writable pipe, or a second has passed (the monitor dropped events); the I/O thread checks every
+// few milliseconds while requests wait. ZMQ_IMMEDIATE keeps them waiting for the new connection.
+// What remains: a call sent on a new connection before the I/O thread read the old one's loss (a
+// thread descheduled longer than the reconnect interval) fails Unavailable with the others.
 
 namespace {
 
@@ -110,6 +129,11 @@ int thread_wake_fd() {
 }
 
 thread_local const void* tls_channel_io_owner = nullptr;  // the core whose I/O thread this is
+
+// Note [Lost connections]: how often the I/O thread looks whether held requests may go, and how
+// long they are held at most.
+constexpr std::chrono::milliseconds kHoldCheck{5};
+constexpr std::chrono::milliseconds kMaxHold{1000};
 
 // The SyncWaiter (RpcChannelCore's) of the call this thread waits for, if any.
 thread_local const void* tls_sync_waiter = nullptr;
@@ -177,9 +201,13 @@ class RpcChannelCore {
   // gets its result (and a wake-up unless it is this thread); an asynchronous one joins ready_.
   void finish(std::unordered_map<uint64_t, Pending>::iterator it, StatusOr<RpcMessage> result);
   void fail_all(const Status& status);
-  // Reads the socket monitor's events; a lost connection fails the until_lost calls sent on it, a
-  // failed handshake every pending call (Note [RPC security] in rpc_server.cc).
-  void read_monitor();
+  // Reads the socket monitor's events; a lost connection fails the calls sent on it and holds the
+  // outbox (Note [Lost connections]), a failed handshake every pending call (Note [RPC security]
+  // in rpc_server.cc). True when the outbox may be sent again: the socket needs serving.
+  bool read_monitor();
+  // Ends the hold on sends once the lost connection's pipe is surely gone (Note [Lost
+  // connections]). Needs mu_.
+  void maybe_end_hold();
   // The error of a failed handshake (`event` a HANDSHAKE_FAILED_* monitor event).
   Status handshake_error(uint16_t event, uint32_t value) const;
   // Connects the socket again after a handshake failure libzmq does not retry.
@@ -221,6 +249,8 @@ class RpcChannelCore {
   Status handshake_failed_;
   int closed_in_handshake_ = 0;  // HANDSHAKE_FAILED_NO_DETAIL events since the last success
   std::optional<Clock::time_point> reconnect_at_;  // when to connect again (libzmq gave up)
+  // Since when sends wait for the lost connection's pipe to go (Note [Lost connections]).
+  std::optional<Clock::time_point> held_since_;
   std::chrono::milliseconds reconnect_backoff_;
 
   std::atomic<uint64_t> calls_{0}, timed_out_{0}, late_replies_{0}, malformed_{0}, failed_handshakes_{0},
@@ -260,7 +290,8 @@ RpcChannelCore::RpcChannelCore(std::string endpoint, const RpcChannelOptions& op
     // Unique per channel ever made: libzmq may release an inproc name a little after its socket.
     static std::atomic<uint64_t> monitors{0};
     const std::string monitor_address = fmt::format("inproc://tessera-channel-monitor-{}", monitors.fetch_add(1));
-    constexpr int kEvents = ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_HANDSHAKE_SUCCEEDED | ZMQ_EVENT_HANDSHAKE_FAILED_AUTH |
+    constexpr int kEvents = ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_CONNECTED | ZMQ_EVENT_HANDSHAKE_SUCCEEDED |
+                            ZMQ_EVENT_HANDSHAKE_FAILED_AUTH |
                             ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL;
     if (zmq_socket_monitor(socket_.handle(), monitor_address.c_str(), kEvents) != 0) {
       throw zmq::error_t();
@@ -338,12 +369,13 @@ bool RpcChannelCore::start_locked(RpcMessage request, Clock::time_point deadline
 
 bool RpcChannelCore::serve_socket_locked() {
   if (socket_fd_ < 0) return false;
-  if (!outbox_.empty()) flush_outbox();
+  if (held_since_) maybe_end_hold();
+  if (!outbox_.empty() && !held_since_) flush_outbox();
   bool more = receive_replies();
   // libzmq's send() skips the socket's pending commands when it processed some less than a
   // millisecond ago, while recv() and ZMQ_EVENTS always process them: a connection the receive
   // just attached can take the outbox, and its signal on the fd is spent.
-  while (!outbox_.empty() && (socket_.get(zmq::sockopt::events) & ZMQ_POLLOUT)) {
+  while (!outbox_.empty() && !held_since_ && (socket_.get(zmq::sockopt::events) & ZMQ_POLLOUT)) {
     const std::size_t before = outbox_.size();
     flush_outbox();
     more = receive_replies() || more;
@@ -417,7 +449,7 @@ void RpcChannelCore::run_io() {
   pollfd items[3] = {{wake_fd_, POLLIN, 0}, {monitor_fd, POLLIN, 0}, {socket_fd_, POLLIN, 0}};
   if (!broken) {
     std::lock_guard<std::mutex> l(mu_);
-    read_monitor();
+    (void)read_monitor();
   }
   std::vector<Completion> completions;
   bool again = false;  // replies left unread: look again without sleeping
@@ -429,6 +461,8 @@ void RpcChannelCore::run_io() {
       io_wake_at_ = Clock::time_point::max();
       if (!deadlines_.empty()) io_wake_at_ = deadlines_.top().first;
       if (reconnect_at_) io_wake_at_ = std::min(io_wake_at_, *reconnect_at_);
+      // Requests held after a lost connection: look again soon (Note [Lost connections]).
+      if (held_since_ && !outbox_.empty()) io_wake_at_ = std::min(io_wake_at_, Clock::now() + kHoldCheck);
       if (again) io_wake_at_ = Clock::now();
       if (io_wake_at_ != Clock::time_point::max()) {
         // Rounded up: waking before the deadline would only spin.
@@ -450,7 +484,7 @@ void RpcChannelCore::run_io() {
       if (!stopping && !broken) {
         again = serve_socket_locked();
         // After the replies: a reply that arrived before its connection dropped still counts.
-        if (num_items >= 2 && (items[1].revents & POLLIN)) read_monitor();
+        if (num_items >= 2 && (items[1].revents & POLLIN) && read_monitor()) again = true;
         const auto now = Clock::now();
         if (reconnect_at_ && now >= *reconnect_at_) reconnect();
         expire(now);
@@ -507,8 +541,9 @@ void RpcChannelCore::finish(std::unordered_map<uint64_t, Pending>::iterator it, 
   ready_.emplace_back(std::move(p.done), std::move(result));
 }
 
-void RpcChannelCore::read_monitor() {
+bool RpcChannelCore::read_monitor() {
   bool lost = false;
+  const bool was_held = held_since_.has_value();
   Status handshake;  // a handshake failure seen in this batch
   for (;;) {
     std::optional<MonitorEvent> e = next_event(monitor_);
@@ -516,8 +551,13 @@ void RpcChannelCore::read_monitor() {
     switch (e->id) {
       case ZMQ_EVENT_DISCONNECTED:
         lost = true;
+        held_since_ = Clock::now();
+        break;
+      case ZMQ_EVENT_CONNECTED:
+        held_since_.reset();  // a reconnect interval after the loss: the old pipe's end was sent
         break;
       case ZMQ_EVENT_HANDSHAKE_SUCCEEDED:
+        held_since_.reset();
         handshake_failed_ = Status();
         handshake = Status();
         closed_in_handshake_ = 0;
@@ -549,16 +589,31 @@ void RpcChannelCore::read_monitor() {
     outbox_.clear();
     while (!pending_.empty()) finish(pending_.begin(), handshake);
   }
-  if (!lost) return;
+  const bool released = (was_held || lost) && !held_since_;
+  if (released) {
+    // A new connection: ZMQ_EVENTS makes the socket process the old pipe's termination now.
+    (void)socket_.get(zmq::sockopt::events);
+  }
+  if (!lost) return released;
+  // Replies that came in before the connection dropped still count.
+  while (receive_replies()) {
+  }
   for (auto it = pending_.begin(); it != pending_.end();) {
     auto next = std::next(it);
-    if (it->second.until_lost && it->second.sent) {
+    if (it->second.sent) {
       finish(it, errors::unavailable("lost the connection to {} while waiting for a reply: the task died, "
                                      "restarted or stopped answering heartbeats",
                                      endpoint_));
     }
     it = next;
   }
+  return released;
+}
+
+void RpcChannelCore::maybe_end_hold() {
+  // ZMQ_EVENTS processes the socket's pending commands: no writable pipe means the old one is gone.
+  const bool writable = socket_.get(zmq::sockopt::events) & ZMQ_POLLOUT;
+  if (!writable || Clock::now() - *held_since_ >= kMaxHold) held_since_.reset();
 }
 
 Status RpcChannelCore::handshake_error(uint16_t event, uint32_t value) const {

@@ -46,7 +46,8 @@ namespace tessera::internal {
 // stop() returns the listening socket is closed and the port can be bound again at once.
 //
 // Stopping. stop() stops reading, drops queued requests and kills every Responder (their replies
-// are counted and dropped; callers meet their deadlines, Note [RPC deadlines] in rpc_channel.cc),
+// are counted and dropped; callers fail as their connection closes, Note [Lost connections] in
+// rpc_channel.cc),
 // closes the socket and joins the I/O thread. It then waits at most stop_grace for handler
 // invocations still running and leaves any that did not finish behind (detached; they keep the
 // server's internals alive and find their Responders dead). Handlers are meant to return quickly

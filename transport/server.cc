@@ -60,6 +60,23 @@ namespace tessera::internal {
 // RpcServer's stop_grace (300 ms) even if a handler is stuck. It is idempotent and the destructor
 // calls it. A stopped server can be start()ed again on the same address.
 
+// Note [Port zero]
+// ~~~~~~~~~~~~~~~~
+// The hole: API.md says port 0 is a valid address (the server binds a free port and reports it),
+// as TensorFlow's ClusterSpec({"local": {37: "localhost:0"}}) and Server on it; ClusterSpec refused
+// it. Now ClusterSpec accepts port 0 (several tasks may share such an address), and start() binds
+// "tcp://HOST:0", reads the port back from the RpcServer (ZeroMQ's last endpoint, as cppzmq's
+// tests do) and makes it this task's address: target() reports it, the task's own services see a
+// cluster with it (with_task_address: its master reaches its own worker and GetStatus there, and
+// its channels know its CURVE key under it), and a restart binds that port again so the target
+// stays valid. The services are installed only once the port is known; a request in between is
+// answered Unavailable ("not serving"), and nobody can know the port yet anyway. Server::cluster()
+// stays as given. Another task whose address has port 0 cannot be reached from here (its port is
+// its own secret): TaskChannels::get refuses it with InvalidArgument naming the task and saying
+// why, so a session that needs it fails at once instead of waiting out its RPC deadline; a
+// session target of port 0 is refused the same way (transport/remote_session.cc).
+// create_local_server() binds 127.0.0.1:0 first and names its one-task cluster after the port.
+
 // Note [Server security and signals]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // Security. With ServerOptions::security.key_file, start() reads the key pair and the cluster keys
@@ -192,6 +209,21 @@ std::string task_address(const train::ClusterSpec& cluster, const std::string& j
   }
 }
 
+// `cluster` with task (`job`, `task`) at `address`: a task that bound port 0 reaches itself, and
+// tells the others, at the port it got.
+train::ClusterSpec with_task_address(const train::ClusterSpec& cluster, const std::string& job, int task,
+                                     const std::string& address) {
+  if (cluster.task_address(job, task) == address) return cluster;
+  train::ClusterSpec::SparseJobs jobs;
+  for (const std::string& j : cluster.jobs()) {
+    for (int t : cluster.task_indices(j)) jobs[j][t] = cluster.task_address(j, t);
+  }
+  jobs[job][task] = address;
+  return train::ClusterSpec(std::move(jobs));
+}
+
+bool has_port_zero(const std::string& address) { return address.ends_with(":0"); }
+
 void reply(const Responder& respond, uint64_t request_id, const Status& status,
            const google::protobuf::Message* body) {
   RpcMessage out;
@@ -296,6 +328,15 @@ bool call_service(const ServiceState& state, const pb::RequestHeader& h, RpcMess
       if (!reply.ok()) return send_reply(respond, id, reply.status(), nullptr);
       RunGraphReply& out = reply.value();
       reply_with_tensors(respond, id, &out.response, out.response.mutable_recv(), out.recv);
+    });
+    // A master that is gone (killed, cut off, silent past the heartbeat timeout) cleans up nothing:
+    // its step ends here now (Note [Masters that vanish] in distributed/worker.cc).
+    respond.on_lost([worker = std::weak_ptr<Worker>(state.worker), step_id = r->step_id()] {
+      if (auto w = worker.lock()) {
+        w->abort_run(step_id, errors::cancelled("RunGraph of step {}: the connection of the master that started it "
+                                                "was lost",
+                                                step_id));
+      }
     });
   } else if (m == "RecvTensor") {
     auto r = body_of<pb::RecvTensorRequest>(h, respond);
@@ -485,20 +526,30 @@ std::unique_ptr<ServerImpl> ServerImpl::start_local(train::ServerOptions options
   return impl;
 }
 
+std::string ServerImpl::target() const {
+  std::lock_guard<std::mutex> l(address_mu_);
+  return "tessera://" + address_;
+}
+
 void ServerImpl::start() {
   std::lock_guard<std::mutex> lifecycle(lifecycle_mu_);
   if (rpc_ != nullptr) return;
   const std::string who = task_name(job_, task_);
-  StatusOr<std::string> endpoint = server_bind_endpoint(address_);
+  std::string address;  // only this thread writes address_ (under lifecycle_mu_)
+  {
+    std::lock_guard<std::mutex> l(address_mu_);
+    address = address_;
+  }
+  StatusOr<std::string> endpoint = server_bind_endpoint(address);
   if (!endpoint.ok()) endpoint.status().with_prefix(who + ": ").raise();
   std::shared_ptr<const Credentials> credentials = credentials_of(options_, who);
   if (credentials) {
-    const std::string* listed = credentials->cluster.server_key(address_);
+    const std::string* listed = credentials->cluster.server_key(address);
     if (listed != nullptr && *listed != credentials->own.public_key) {
       throw InvalidArgumentError(fmt::format(
           "{}: the cluster keys file '{}' lists {} for this task's address {}, but its key file '{}' holds {}: the "
           "other tasks would refuse it",
-          who, credentials->cluster.file, *listed, address_, options_.security.key_file,
+          who, credentials->cluster.file, *listed, address, options_.security.key_file,
           credentials->own.public_key));
     }
   } else if (!is_loopback_endpoint(endpoint.value())) {
@@ -508,21 +559,35 @@ void ServerImpl::start() {
           "process. Give it keys (ServerOptions.security.key_file and cluster_keys_file, made with `tessera keygen`; "
           "`tessera server --keys FILE --cluster-keys FILE`), or, on a trusted network, set "
           "ServerOptions.security.insecure (`--insecure`)",
-          who, address_, endpoint.value()));
+          who, address, endpoint.value()));
     }
     TESSERA_LOG(kWarning,
                 "warning: {} serves {} without authentication or encryption (security.insecure): any host that "
                 "reaches it can run code in this process",
-                who, address_);
+                who, address);
   }
-  {
+  // The services go in first, so that peers already calling a known port are served at once; with
+  // port 0 they wait for the port (requests meanwhile are answered Unavailable, "not serving").
+  auto install_services = [&] {
     std::lock_guard<std::mutex> l(slot_->mu);
-    slot_->state = make_services(cluster_, job_, task_, options_, with_own_address(credentials, address_));
-  }
+    slot_->state = make_services(with_task_address(cluster_, job_, task_, address), job_, task_, options_,
+                                 with_own_address(credentials, address));
+  };
+  const bool port_zero = has_port_zero(address);
+  if (!port_zero) install_services();
   auto rpc = RpcServer::start(endpoint.value(), make_handler(slot_), rpc_options(options_, credentials.get()));
   if (!rpc.ok()) {
     // Unavailable for a port in use (or an address this machine does not have), as RpcServer says.
-    rpc.status().with_prefix(fmt::format("{} cannot listen on {}: ", task_name(job_, task_), address_)).raise();
+    rpc.status().with_prefix(fmt::format("{} cannot listen on {}: ", task_name(job_, task_), address)).raise();
+  }
+  if (port_zero) {
+    const std::string& bound = rpc.value()->endpoint();  // "tcp://HOST:PORT"
+    address = address.substr(0, address.rfind(':')) + bound.substr(bound.rfind(':'));
+    {
+      std::lock_guard<std::mutex> l(address_mu_);
+      address_ = address;
+    }
+    install_services();
   }
   rpc_ = std::move(rpc).value();
   std::lock_guard<std::mutex> l(serving_mu_);

@@ -68,14 +68,19 @@ class ServerImpl {
   void stop();
   void join();
 
-  std::string target() const { return "tessera://" + address_; }
+  // With this task's port 0 in the cluster: the port bound, once started.
+  std::string target() const;
   const train::ClusterSpec& cluster() const { return cluster_; }
   const std::string& job_name() const { return job_; }
   int task_index() const { return task_; }
 
  private:
-  const train::ClusterSpec cluster_;
-  const std::string address_;  // this task's "host:port"
+  const train::ClusterSpec cluster_;  // as given (this task's port may be 0)
+  // This task's "host:port": the cluster's, where port 0 becomes the port the first start() bound
+  // (a restart binds that one again, so target() stays valid). Written by start() only, under
+  // lifecycle_mu_ and address_mu_.
+  mutable std::mutex address_mu_;
+  std::string address_;  // guarded by address_mu_
   const train::ServerOptions options_;
   const std::string job_;
   const int task_;

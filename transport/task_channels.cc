@@ -37,6 +37,14 @@ StatusOr<WorkerInterface*> TaskChannels::get(const std::string& task) {
   }
   const std::string address = cluster_.task_address(job, *spec.value().task);  // there: cannot throw
   const std::string name = fmt::format("/job:{}/replica:0/task:{}", *spec.value().job, *spec.value().task);
+  if (address.ends_with(":0")) {
+    // A task of port 0 binds a free port that only it knows (the task itself has its bound port
+    // here: transport/server.cc puts it in its own view of the cluster).
+    return errors::invalid_argument(
+        "cannot reach task {}: its address in the cluster is {}, and a task with port 0 listens on a free port "
+        "only it knows; give it a fixed port in the cluster spec to reach it from other tasks",
+        name, address);
+  }
   std::lock_guard<std::mutex> l(mu_);
   auto& worker = by_task_[name];
   if (!worker) {

@@ -31,7 +31,8 @@ class TaskChannels final : public WorkerCache {
                std::shared_ptr<const Credentials> credentials = nullptr,
                uint64_t max_tensor_bytes = wire::kMaxTensorBytes);
   // The worker of task "/job:J/replica:0/task:T" (or "/job:J/task:T"). InvalidArgument when the
-  // cluster has no such task; FailedPrecondition naming its address when the cluster keys have no
+  // cluster has no such task, or when its address has port 0 (it cannot be reached: the port it
+  // bound is known to it only); FailedPrecondition naming its address when the cluster keys have no
   // key for it.
   StatusOr<WorkerInterface*> get(const std::string& task) override;
   const train::ClusterSpec& cluster() const override { return cluster_; }

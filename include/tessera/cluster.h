@@ -32,8 +32,10 @@ class ClusterSpec {
   using SparseJobs = std::map<std::string, std::map<int, std::string>>;
 
   // Each job's addresses, task i at position i (the dense form). Throws InvalidArgumentError for a
-  // job name not matching [a-z][a-z0-9_]* or an address that is not host:port (port 1..65535; an
-  // IPv6 host in brackets, "[::1]:2222").
+  // job name not matching [a-z][a-z0-9_]* or an address that is not host:port (port 0..65535; an
+  // IPv6 host in brackets, "[::1]:2222"), or two tasks with one address. Port 0 is valid: that
+  // task's server binds a free port (Server::target() reports it), and only it knows the port, so
+  // other tasks cannot reach it through this spec.
   ClusterSpec(DenseJobs jobs);  // NOLINT(google-explicit-constructor): TensorFlow's dict literal
   // The same, from a braced list of jobs; a job named twice raises InvalidArgumentError. This is
   // what a braced argument selects, also where a ClusterSpec is copy-initialized (a function

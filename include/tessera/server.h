@@ -22,7 +22,10 @@
 // every session and client (between-graph replication), and outlive the sessions. A task that is
 // down, dies or hangs makes the runs that need it fail with UnavailableError naming it (as soon
 // as its connection drops, or after rpc_timeout when it cannot be reached at all); runs that do
-// not need it are unaffected. After a task restarts, open a new session to use it.
+// not need it are unaffected. After a task restarts, open a new session to use it. A master that
+// dies, hangs or is cut off takes the steps it started on other tasks with it (a dequeue blocked on
+// a worker's queue ends there: at once for a killed process, within the 3 s heartbeat timeout
+// otherwise), so they take nothing meant for live clients.
 // Threads and what stop() guarantees: Note [Server]; keys and signals: Note [Server security
 // and signals] (both in transport/server.cc).
 //
@@ -113,7 +116,8 @@ class Server {
   // Binds this task's address and starts serving; nothing if already serving. The host of the
   // address decides the interface: an IPv4 literal binds that address, "localhost" 127.0.0.1, and a
   // host name every interface ("*"), since a name may resolve to an address other interfaces
-  // carry. UnavailableError naming the address when it cannot be bound (port in use, or not an
+  // carry. Port 0 binds a free port, which target() then reports and a restart binds again; this
+  // server's master reaches its own task there (other tasks cannot: they know only port 0). UnavailableError naming the address when it cannot be bound (port in use, or not an
   // address of this machine); UnimplementedError for IPv6 addresses. Security: the key files are
   // read here (NotFoundError, InvalidArgumentError naming the file and what is wrong,
   // PermissionDeniedError for a key file others can read); FailedPreconditionError for an address
@@ -130,9 +134,10 @@ class Server {
   // stopped, else when stop() is called from another thread.
   void join();
 
-  // "tessera://HOST:PORT" with this task's address as the cluster gives it.
+  // "tessera://HOST:PORT" with this task's address as the cluster gives it; with port 0 there,
+  // the port bound once started ("tessera://localhost:0" before).
   std::string target() const;
-  const ClusterSpec& cluster() const;
+  const ClusterSpec& cluster() const;  // as given (a port 0 stays 0 here)
   const std::string& job_name() const;
   int task_index() const;
 
