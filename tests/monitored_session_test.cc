@@ -178,6 +178,12 @@ TEST_F(MonitoredSessionTest, AWorkerWaitsForTheChief) {
   wo.master = target;
   wo.is_chief = false;
   wo.max_wait_for_ready = 60s;
+  struct Counting : train::SessionRunHook::Impl {
+    std::atomic<int> begun{0};
+    void begin() override { ++begun; }
+  };
+  auto chief_only = std::make_shared<Counting>();
+  wo.chief_only_hooks = {train::SessionRunHook(chief_only)};  // a worker does not run them
   std::atomic<bool> worker_ready{false};
   auto worker = std::async(std::launch::async, [&] {
     train::MonitoredTrainingSession s(worker_model.g, wo);
@@ -196,6 +202,7 @@ TEST_F(MonitoredSessionTest, AWorkerWaitsForTheChief) {
     train::MonitoredTrainingSession chief(g, co);
     ASSERT_EQ(worker.wait_for(60s), std::future_status::ready);
     EXPECT_FLOAT_EQ(worker.get(), 42.0f);
+    EXPECT_EQ(chief_only->begun, 0);
   }
 }
 
@@ -299,6 +306,30 @@ TEST_F(MonitoredSessionTest, RecoversFromAParameterServerRestartedInProcess) {
   EXPECT_GE(unavailable, 1);
   EXPECT_GE(restores, 1);  // the first session initialized: nothing to restore then
   EXPECT_TRUE(fs::exists(dir_ / "model.ckpt-30"));
+}
+
+// Past recovery_wait the error goes to the caller, and close() then skips the hooks' end() (no
+// checkpoint at close: the ps is gone).
+TEST_F(MonitoredSessionTest, APsThatStaysDownFailsTheRunAfterTheRecoveryWait) {
+  train::ClusterSpec cluster({{"ps", {train::free_loopback_address()}}, {"worker", {train::free_loopback_address()}}});
+  train::Server ps(cluster, "ps", 0);
+  train::ServerOptions worker_options;
+  worker_options.rpc_timeout = 500ms;
+  train::Server worker(cluster, "worker", 0, worker_options);
+  Model m("/job:ps/task:0");
+  train::MonitoredTrainingSessionOptions o;
+  o.master = worker.target();
+  o.checkpoint_dir = dir_.string();
+  o.save_checkpoint_steps = 100;
+  o.recovery_wait = 1000ms;
+  train::MonitoredTrainingSession s(m.g, o);
+  s.run(m.train_op);
+  ps.stop();
+  const auto start = Clock::now();
+  EXPECT_THROW(s.run(m.train_op), UnavailableError);
+  EXPECT_LT(Clock::now() - start, 60s);
+  EXPECT_NO_THROW(s.close());
+  EXPECT_EQ(train::latest_checkpoint(dir_.string()), (dir_ / "model.ckpt-0").string());  // the one at creation
 }
 
 #ifdef TESSERA_CLI_PATH
