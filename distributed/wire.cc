@@ -177,6 +177,9 @@ const std::unordered_map<std::string_view, std::vector<AttrSpec>>& op_attrs() {
         {"ApplyAdagrad", with(apply, {{"accum", kKind<std::string>}})},
         {"ApplyRMSProp", with(apply, {{"ms", kKind<std::string>}, {"mom", kKind<std::string>}})},
         {"CountUpTo", {{"limit", kKind<int64_t>}}},
+        // core/variable_ops.cc: the readiness ops (Note [Readiness ops])
+        {"IsVariableInitialized", {{"var_name", kKind<std::string>}}},
+        {"_ListUninitialized", {{"names", kKind<Tensor>}}},
         // core/queue_ops.cc
         {"FIFOQueue",
          {{"capacity", kKind<int64_t>},

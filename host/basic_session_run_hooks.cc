@@ -206,11 +206,9 @@ class NanTensorHookImpl final : public train::SessionRunHook::Impl {
   std::vector<Output> before_run() override { return {loss_}; }
   void after_run(const std::vector<Tensor>& values, bool& request_stop) override {
     const Tensor& v = values.at(0);
-    bool nan = false;
-    if (v.dtype() == DType::Float32) {
-      for (float x : v.to_vector<float>()) nan = nan || std::isnan(x);
-    } else {
-      for (double x : v.to_vector<double>()) nan = nan || std::isnan(x);
+    bool nan = false;  // fetched values are in host memory
+    for (int64_t i = 0; i < v.num_elements() && !nan; ++i) {
+      nan = v.dtype() == DType::Float32 ? std::isnan(v.data<float>()[i]) : std::isnan(v.data<double>()[i]);
     }
     if (!nan) return;
     if (fail_) {

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <filesystem>
 #include <future>
+#include <iostream>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -177,6 +178,12 @@ TEST_F(MonitoredSessionTest, AWorkerWaitsForTheChief) {
   wo.master = target;
   wo.is_chief = false;
   wo.max_wait_for_ready = 60s;
+  struct Counting : train::SessionRunHook::Impl {
+    std::atomic<int> begun{0};
+    void begin() override { ++begun; }
+  };
+  auto chief_only = std::make_shared<Counting>();
+  wo.chief_only_hooks = {train::SessionRunHook(chief_only)};  // a worker does not run them
   std::atomic<bool> worker_ready{false};
   auto worker = std::async(std::launch::async, [&] {
     train::MonitoredTrainingSession s(worker_model.g, wo);
@@ -195,6 +202,7 @@ TEST_F(MonitoredSessionTest, AWorkerWaitsForTheChief) {
     train::MonitoredTrainingSession chief(g, co);
     ASSERT_EQ(worker.wait_for(60s), std::future_status::ready);
     EXPECT_FLOAT_EQ(worker.get(), 42.0f);
+    EXPECT_EQ(chief_only->begun, 0);
   }
 }
 
@@ -245,7 +253,7 @@ std::pair<int64_t, float> train_through_a_ps_failure(const std::string& target, 
         restart_ps();
       }
     }
-    auto values = s.run({m.step.value(), m.w.value()});
+    auto values = s.raw_session().run({m.step.value(), m.w.value()});
     result = {values[0].scalar<int64_t>(), values[1].scalar<float>()};
   }
   internal::set_log_sink(nullptr);
@@ -259,33 +267,69 @@ std::pair<int64_t, float> train_through_a_ps_failure(const std::string& target, 
 TEST_F(MonitoredSessionTest, RecoversFromAParameterServerRestartedInProcess) {
   train::ClusterSpec cluster({{"ps", {train::free_loopback_address()}}, {"worker", {train::free_loopback_address()}}});
   train::Server ps(cluster, "ps", 0);
-  train::Server worker(cluster, "worker", 0);
+  // The worker gives up on a call to the ps after 1 s, and the ps stays down for 1.5 s: the step
+  // that meets it down fails with UnavailableError, and so do the first tries to make a session.
+  train::ServerOptions worker_options;
+  worker_options.rpc_timeout = 1000ms;
+  train::Server worker(cluster, "worker", 0, worker_options);
+  std::thread restarter;
   std::vector<std::string> log;
   auto [step, w] = train_through_a_ps_failure(
       worker.target(), dir_, [&] { ps.stop(); },
       [&] {
-        for (int attempt = 0;; ++attempt) {  // the port may linger briefly
-          try {
-            ps.start();
-            return;
-          } catch (const Error&) {
-            if (attempt == 50) throw;
-            std::this_thread::sleep_for(100ms);
+        restarter = std::thread([&] {
+          std::this_thread::sleep_for(1500ms);
+          for (int attempt = 0;; ++attempt) {  // the port may linger briefly
+            try {
+              ps.start();
+              return;
+            } catch (const Error&) {
+              if (attempt == 50) throw;
+              std::this_thread::sleep_for(100ms);
+            }
           }
-        }
+        });
       },
       &log);
+  if (restarter.joinable()) restarter.join();
   EXPECT_EQ(step, 30);
   EXPECT_FLOAT_EQ(w, 0.5f * 30);  // restored with the step: the lost steps were trained again
-  int recoveries = 0, restores = 0;
+  int recoveries = 0, restores = 0, unavailable = 0;
   for (const auto& line : log) {
-    recoveries += line.find("A new session will be created") != std::string::npos ||
-                  line.find("a new session will be created") != std::string::npos;
+    recoveries += line.find("new session will be created") != std::string::npos;
+    unavailable += line.find("new session will be created") != std::string::npos &&
+                   line.find("task is down or unreachable") != std::string::npos;
     restores += line.find("Restoring parameters from") != std::string::npos;
+    if (line.find("new session will be created") != std::string::npos) std::cout << line;  // which error
   }
   EXPECT_GE(recoveries, 1);
+  EXPECT_GE(unavailable, 1);
   EXPECT_GE(restores, 1);  // the first session initialized: nothing to restore then
   EXPECT_TRUE(fs::exists(dir_ / "model.ckpt-30"));
+}
+
+// Past recovery_wait the error goes to the caller, and close() then skips the hooks' end() (no
+// checkpoint at close: the ps is gone).
+TEST_F(MonitoredSessionTest, APsThatStaysDownFailsTheRunAfterTheRecoveryWait) {
+  train::ClusterSpec cluster({{"ps", {train::free_loopback_address()}}, {"worker", {train::free_loopback_address()}}});
+  train::Server ps(cluster, "ps", 0);
+  train::ServerOptions worker_options;
+  worker_options.rpc_timeout = 500ms;
+  train::Server worker(cluster, "worker", 0, worker_options);
+  Model m("/job:ps/task:0");
+  train::MonitoredTrainingSessionOptions o;
+  o.master = worker.target();
+  o.checkpoint_dir = dir_.string();
+  o.save_checkpoint_steps = 100;
+  o.recovery_wait = 1000ms;
+  train::MonitoredTrainingSession s(m.g, o);
+  s.run(m.train_op);
+  ps.stop();
+  const auto start = Clock::now();
+  EXPECT_THROW(s.run(m.train_op), UnavailableError);
+  EXPECT_LT(Clock::now() - start, 60s);
+  EXPECT_NO_THROW(s.close());
+  EXPECT_EQ(train::latest_checkpoint(dir_.string()), (dir_ / "model.ckpt-0").string());  // the one at creation
 }
 
 #ifdef TESSERA_CLI_PATH
@@ -308,6 +352,9 @@ TEST_F(MonitoredSessionTest, RecoversFromAParameterServerKilledAndRestarted) {
     }
     FAIL() << "could not restart the ps";
   };
+  // The ps comes back a moment after the kill, so the monitored session first meets a ps that is
+  // down (UnavailableError) and keeps making sessions until it is back.
+  std::thread restarter;
   std::vector<std::string> log;
   auto [step, w] = train_through_a_ps_failure(
       worker.target(), dir_,
@@ -315,9 +362,19 @@ TEST_F(MonitoredSessionTest, RecoversFromAParameterServerKilledAndRestarted) {
         ps->kill(SIGKILL);
         ASSERT_TRUE(ps->wait(10s));
       },
-      restart, &log);
+      [&] {
+        restarter = std::thread([&] {
+          std::this_thread::sleep_for(500ms);
+          restart();
+        });
+      },
+      &log);
+  if (restarter.joinable()) restarter.join();
   EXPECT_EQ(step, 30);
   EXPECT_FLOAT_EQ(w, 0.5f * 30);
+  for (const auto& line : log) {
+    if (line.find("new session will be created") != std::string::npos) std::cout << line;  // which error
+  }
 }
 #endif
 

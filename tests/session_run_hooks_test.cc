@@ -116,6 +116,27 @@ TEST_F(HooksTest, ReportUninitializedVariablesOfAGraphWithoutVariablesIsEmpty) {
   EXPECT_EQ(t.shape(), Shape{0});
 }
 
+// The readiness ops find their variable by name on its task (Note [Readiness ops]): they do not
+// join its colocation group, so a variable on an accelerator stays there.
+TEST_F(HooksTest, ReportUninitializedVariablesLeavesAVariableOnItsAccelerator) {
+  const std::string sim = add_simulated_accelerators(1).front();
+  Graph g;
+  Variable v;
+  {
+    auto scope = g.device(sim);
+    v = Variable(g, Tensor::vector<float>({1, 2}), "on_sim");
+  }
+  auto report = report_uninitialized_variables(g);
+  SessionOptions o;
+  o.allow_soft_placement = false;
+  Session s(g, o);
+  EXPECT_EQ(s.run(report).to_vector<std::string>(), (std::vector<std::string>{"on_sim"}));
+  s.run(v.initializer());
+  EXPECT_TRUE(s.run(report).to_vector<std::string>().empty());
+  EXPECT_EQ(v.op().assigned_device().substr(v.op().assigned_device().size() - sim.size()), sim);
+  EXPECT_NE(is_variable_initialized(v).op().assigned_device(), v.op().assigned_device());
+}
+
 // The hooks' calls in order, their fetches in the same run, and only the caller's fetches back.
 struct RecordingHook : train::SessionRunHook::Impl {
   std::vector<std::string> calls;

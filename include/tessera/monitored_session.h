@@ -24,7 +24,7 @@
 // registered in the graph are started for each session, with a Coordinator, and stopped at close.
 //
 // A run that fails with UnavailableError or AbortedError (a task the session uses died or
-// restarted) closes the session and makes a new one as above (the chief restores the latest
+// restarted; also the NotFoundError of a task that restarted empty, which TF reports Aborted) closes the session and makes a new one as above (the chief restores the latest
 // checkpoint), then runs the step again; past `recovery_wait` from the failure the error goes to
 // the caller. See Note [Monitored session] in host/monitored_session.cc.
 //
