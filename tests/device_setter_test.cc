@@ -306,7 +306,9 @@ TEST(ReplicaDeviceSetterTest, GreedyBytesBalancesByByteSize) {
   EXPECT_DEVICE(w.op(), "/job:ps/task:1");
   EXPECT_DEVICE(x.op(), "/job:ps/task:0");
   EXPECT_DEVICE(a.op(), "/job:worker");
-  // Ties go to the lowest index: 28 bytes each now; a float64 scalar (8 bytes) -> ps0.
+  // Loads 28 and 24: a float32 scalar -> ps1; then 28 each, and ties go to the lowest index.
+  Variable z(g, Tensor::scalar(1.0f), "z");
+  EXPECT_DEVICE(z.op(), "/job:ps/task:1");
   Variable y(g, Tensor::scalar(1.0), "y");
   EXPECT_DEVICE(y.op(), "/job:ps/task:0");
 }
