@@ -160,7 +160,7 @@ const std::string& NetworkLab::unavailable_reason() {
       return "cannot make network namespaces here (`ip netns add` failed: " + made.output +
              "); these tests need root or CAP_SYS_ADMIN and CAP_NET_ADMIN";
     }
-    CommandResult veth = run_command({ip_path(), "-n", probe, "link", "add", "a", "type", "veth", "peer", "name", "b"});
+    CommandResult veth = run_command({ip_path(), "-n", probe, "link", "add", "name", "probe0", "type", "veth", "peer", "name", "probe1"});
     remove_namespace(probe);
     if (veth.exit_code != 0) return "cannot make veth links in a network namespace here: " + veth.output;
     return std::string();
@@ -198,14 +198,14 @@ NetworkLab::NetworkLab(const std::vector<std::string>& hosts) : owner_(true), ho
 void NetworkLab::create() {
   remove_leftovers();
   ip({"netns", "add", bridge_ns_});
-  ip({"-n", bridge_ns_, "link", "add", "br0", "type", "bridge"});
+  ip({"-n", bridge_ns_, "link", "add", "name", "br0", "type", "bridge"});
   ip({"-n", bridge_ns_, "link", "set", "br0", "up"});
   for (const auto& name : hosts_) {
     const Host& h = by_name_.at(name);
     ip({"netns", "add", h.ns});
     // Made in the bridge's namespace with its peer straight in the host's: no name ever appears in
     // the root namespace, so concurrent labs cannot clash.
-    ip({"-n", bridge_ns_, "link", "add", h.bridge_port, "type", "veth", "peer", "name", "eth0", "netns", h.ns});
+    ip({"-n", bridge_ns_, "link", "add", "name", h.bridge_port, "type", "veth", "peer", "name", "eth0", "netns", h.ns});
     ip({"-n", bridge_ns_, "link", "set", h.bridge_port, "master", "br0"});
     ip({"-n", bridge_ns_, "link", "set", h.bridge_port, "up"});
     ip({"-n", h.ns, "addr", "add", h.address + "/24", "dev", "eth0"});
