@@ -73,6 +73,11 @@ CommandResult run_command(const std::vector<std::string>& args, std::chrono::mil
   return r;
 }
 
+std::string trimmed(std::string s) {
+  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
+  return s;
+}
+
 std::string joined(const std::vector<std::string>& args) {
   std::string s;
   for (const auto& a : args) s += (s.empty() ? "" : " ") + a;
@@ -84,7 +89,7 @@ std::string ip(std::vector<std::string> args) {
   if (ip_path().empty()) throw std::runtime_error("no `ip` command (iproute2) on this machine");
   args.insert(args.begin(), ip_path());
   CommandResult r = run_command(args);
-  if (r.exit_code != 0) throw std::runtime_error("`" + joined(args) + "` failed: " + r.output);
+  if (r.exit_code != 0) throw std::runtime_error("`" + joined(args) + "` failed: " + trimmed(r.output));
   return r.output;
 }
 
@@ -157,12 +162,12 @@ const std::string& NetworkLab::unavailable_reason() {
     const std::string probe = "tessera-" + std::to_string(::getpid()) + "-probe";
     CommandResult made = run_command({ip_path(), "netns", "add", probe});
     if (made.exit_code != 0) {
-      return "cannot make network namespaces here (`ip netns add` failed: " + made.output +
+      return "cannot make network namespaces here (`ip netns add` failed: " + trimmed(made.output) +
              "); these tests need root or CAP_SYS_ADMIN and CAP_NET_ADMIN";
     }
     CommandResult veth = run_command({ip_path(), "-n", probe, "link", "add", "name", "probe0", "type", "veth", "peer", "name", "probe1"});
     remove_namespace(probe);
-    if (veth.exit_code != 0) return "cannot make veth links in a network namespace here: " + veth.output;
+    if (veth.exit_code != 0) return "cannot make veth links in a network namespace here: " + trimmed(veth.output);
     return std::string();
   }();
   return reason;
