@@ -166,8 +166,11 @@ const std::string& NetworkLab::unavailable_reason() {
              "); these tests need root or CAP_SYS_ADMIN and CAP_NET_ADMIN";
     }
     CommandResult veth = run_command({ip_path(), "-n", probe, "link", "add", "name", "probe0", "type", "veth", "peer", "name", "probe1"});
+    // Running a program inside (what every task and the client do) also needs a mount namespace.
+    CommandResult exec = run_command({ip_path(), "netns", "exec", probe, ip_path(), "link", "show", "lo"});
     remove_namespace(probe);
     if (veth.exit_code != 0) return "cannot make veth links in a network namespace here: " + trimmed(veth.output);
+    if (exec.exit_code != 0) return "cannot run a program in a network namespace here: " + trimmed(exec.output);
     return std::string();
   }();
   return reason;
