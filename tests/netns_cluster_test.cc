@@ -258,7 +258,8 @@ TEST(NetnsClusterTest, PsTrainingAcrossTheBridgeConvergesWithCurveKeys) {
   // The tasks report the lab's addresses, not loopback.
   for (const char* host : {"ps0", "ps1", "w0", "w1"}) {
     EXPECT_EQ(cluster.task(host).target(), cluster.target(host));
-    EXPECT_EQ(cluster.target(host).find("127."), std::string::npos);
+    EXPECT_EQ(cluster.target(host), "tessera://" + lab->address(host) + ":" + std::to_string(kPort));
+    EXPECT_EQ(cluster.target(host).rfind("tessera://10.", 0), 0u) << cluster.target(host);  // not 127.x
   }
   train_two_workers_and_check(*lab, cluster, 100);
 
