@@ -19,6 +19,10 @@
 //     PR_SET_PDEATHSIG delivers SIGKILL to the child.
 // Every wait is bounded: the handshake (20 s), the reaping (3 s, then SIGKILL), each call and
 // receive (kDeadline).
+//
+// Between network namespaces (benchmarks/transport/netns_transfer): with TRANSPORT_BENCH_PEER_NETNS
+// set, the peer starts as `ip netns exec NS /proc/self/exe ...` (ip execs in place: same pid, same
+// parent), and binds TRANSPORT_BENCH_PEER_HOST, an address in that namespace.
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -36,6 +40,7 @@
 #include <string>
 #include <string_view>
 #include <thread>
+#include <vector>
 
 #include "transport/transfer_bench.h"
 
@@ -182,14 +187,24 @@ const PeerEndpoints* peer() {
   std::string self = "/proc/self/exe";
   std::string flag(kPeerFlag);
   std::string parent = std::string(kParentFlag) + std::to_string(::getpid());
-  char* argv[] = {self.data(), flag.data(), parent.data(), nullptr};
+  std::vector<std::string> args = {self, flag, parent};
+  if (const char* ns = std::getenv("TRANSPORT_BENCH_PEER_NETNS"); ns != nullptr && *ns != '\0') {
+    char exe[4096];
+    const ssize_t n = ::readlink("/proc/self/exe", exe, sizeof exe - 1);
+    args = {"/usr/sbin/ip", "netns", "exec", ns, std::string(exe, n > 0 ? static_cast<std::size_t>(n) : 0), flag,
+            parent};
+    if (const char* ip = std::getenv("TRANSPORT_BENCH_IP"); ip != nullptr && *ip != '\0') args[0] = ip;
+  }
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
   pid_t pid = -1;
-  const int rc = ::posix_spawn(&pid, self.c_str(), &actions, nullptr, argv, environ);
+  const int rc = ::posix_spawn(&pid, args[0].c_str(), &actions, nullptr, argv.data(), environ);
   posix_spawn_file_actions_destroy(&actions);
   ::close(in[0]);
   ::close(out[1]);
   if (rc != 0) {
-    p.error = std::string("posix_spawn /proc/self/exe: ") + std::strerror(rc);
+    p.error = "posix_spawn " + args[0] + ": " + std::strerror(rc);
     ::close(in[1]);
     ::close(out[0]);
     return nullptr;
@@ -212,6 +227,11 @@ const PeerEndpoints* peer() {
 }
 
 const std::string& peer_error() { return the_peer().error; }
+
+std::string peer_host() {
+  const char* host = std::getenv("TRANSPORT_BENCH_PEER_HOST");
+  return host != nullptr && *host != '\0' ? host : "127.0.0.1";
+}
 
 void stop_peer() {
   PeerProcess& p = the_peer();

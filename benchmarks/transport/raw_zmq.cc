@@ -327,7 +327,7 @@ std::string start_raw_peer() {
     auto* socket = new zmq::socket_t(*context, zmq::socket_type::router);
     socket->set(zmq::sockopt::linger, 0);
     socket->set(zmq::sockopt::sndhwm, 100000);  // room for every chunk of the streamed pulls
-    socket->bind("tcp://127.0.0.1:0");
+    socket->bind("tcp://" + peer_host() + ":0");
     std::string endpoint = socket->get(zmq::sockopt::last_endpoint);
     auto* buffers = new std::vector<Buffer>();
     for (const Size& s : kSizes) buffers->push_back(pattern_buffer(s.bytes));

@@ -361,7 +361,7 @@ std::string start_tessera_peer() {
   tessera::internal::RpcServerOptions options;
   options.run_inline = [](const RpcMessage&) { return true; };
   auto server = RpcServer::start(
-      "tcp://127.0.0.1:0",
+      "tcp://" + peer_host() + ":0",
       [tensors](RpcMessage request, Responder respond) { serve(*tensors, std::move(request), respond); }, options);
   if (!server.ok()) {
     std::fprintf(stderr, "bench_transport peer: %s\n", server.status().to_string().c_str());

@@ -82,7 +82,9 @@ const std::string& peer_error();
 void stop_peer();
 
 // Run in the peer: start each server and return its endpoint ("" after printing why to stderr).
-// The servers live until the process exits.
+// The servers live until the process exits. They bind peer_host(): 127.0.0.1, or
+// $TRANSPORT_BENCH_PEER_HOST (netns_transfer puts the peer in a network namespace of its own).
+std::string peer_host();
 std::string start_tessera_peer();
 std::string start_raw_peer();
 
