@@ -21,7 +21,8 @@ namespace tessera::train {
 
 // Note [Sync replicas]
 // Each worker's graph holds the same shared state, found by name on its task: accumulators named
-// "<var>/grad_accum" with their variables, and "sync_token_q" with the global step. A worker's
+// "<var>/grad_accum" placed with their variables, and "sync_token_q" with the global step (each
+// requests that device, see PlacedWith, so every worker finds the same one). A worker's
 // train op applies its gradients tagged with its local step, then dequeues a token (the barrier)
 // and makes it its local step. The chief's sync op takes replicas_to_aggregate gradients' mean
 // from every accumulator, applies them and increments the global step, then enqueues one token
