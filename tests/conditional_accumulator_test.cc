@@ -11,7 +11,9 @@
 #include <numeric>
 #include <thread>
 
+#include "core/cancellation.h"
 #include "core/node.h"
+#include "kernels/conditional_accumulator.h"
 #include "tests/testing/test_util.h"
 
 namespace tessera {
@@ -438,6 +440,54 @@ TEST(ConditionalAccumulatorTest, OpsArePlacedWithTheAccumulator) {
   EXPECT_EQ(first(run_bounded(s, take)), 1.0f);
   EXPECT_EQ(apply.assigned_device(), q.op().assigned_device());
   EXPECT_EQ(take.op().assigned_device(), q.op().assigned_device());
+}
+
+
+// ---- The resource itself ----
+
+// Takes complete in arrival order; cancelling the head lets a take behind it, which needs fewer,
+// complete with what is summed.
+TEST(ConditionalAccumulatorResourceTest, ACancelledHeadTakeLetsTheNextComplete) {
+  auto acc = std::make_shared<internal::ConditionalAccumulatorResource>("acc", DType::Float32, Shape{1}, true);
+  internal::CancellationManager cm_head, cm_next;
+  Status head_status, next_status;
+  Tensor next_value;
+  bool head_done = false, next_done = false;
+  acc->try_take(3, &cm_head, [&](const Status& s, Tensor) { head_status = s, head_done = true; });
+  acc->try_take(1, &cm_next, [&](const Status& s, Tensor t) { next_status = s, next_value = t, next_done = true; });
+  ASSERT_TRUE(acc->try_apply(0, Tensor::vector<float>({6})).ok());
+  EXPECT_FALSE(head_done);
+  EXPECT_FALSE(next_done);  // behind the head, which needs 3
+  EXPECT_EQ(acc->num_pending_takes(), 2);
+  cm_head.start_cancel(Status(ErrorCode::kCancelled, "stop"));
+  ASSERT_TRUE(head_done && next_done);
+  EXPECT_EQ(head_status.code(), ErrorCode::kCancelled);
+  EXPECT_NE(head_status.message().find("take from accumulator 'acc' was cancelled: stop"), std::string::npos);
+  ASSERT_TRUE(next_status.ok()) << next_status.to_string();
+  EXPECT_EQ(first(next_value), 6.0f);
+  EXPECT_EQ(acc->global_step(), 1);
+  EXPECT_EQ(acc->num_pending_takes(), 0);
+}
+
+// cancel_all (a closing session) and cancel_pending_takes fail the waiting takes and keep the sum;
+// a take on a manager already cancelled fails at once.
+TEST(ConditionalAccumulatorResourceTest, CancelAllFailsWaitingTakesAndKeepsTheSum) {
+  auto acc = std::make_shared<internal::ConditionalAccumulatorResource>("acc", DType::Float64, Shape::unknown(), false);
+  internal::CancellationManager cm;
+  int failures = 0;
+  auto count_failure = [&](const Status& s, Tensor) { failures += s.code() == ErrorCode::kCancelled; };
+  acc->try_take(2, &cm, count_failure);
+  acc->try_take(2, nullptr, count_failure);
+  ASSERT_TRUE(acc->try_apply(5, Tensor::vector<double>({1.5, 2})).ok());
+  acc->cancel_all(Status(ErrorCode::kCancelled, "the session was closed"));
+  EXPECT_EQ(failures, 2);
+  EXPECT_EQ(acc->num_accumulated(), 1);
+  cm.start_cancel(Status(ErrorCode::kCancelled, "late"));  // nothing registered any more
+  acc->try_take(1, &cm, count_failure);
+  EXPECT_EQ(failures, 3);
+  Tensor sum;
+  acc->try_take(1, nullptr, [&](const Status& s, Tensor t) { sum = t; });
+  EXPECT_EQ(sum.to_vector<double>(), (std::vector<double>{1.5, 2}));  // SUM: the one gradient
 }
 
 }  // namespace
