@@ -21,7 +21,8 @@ namespace tessera::train {
 
 // Note [Sync replicas]
 // Each worker's graph holds the same shared state, found by name on its task: accumulators named
-// "<var>/grad_accum" with their variables, and "sync_token_q" with the global step. A worker's
+// "<var>/grad_accum" placed with their variables, and "sync_token_q" with the global step (each
+// requests that device, see PlacedWith, so every worker finds the same one). A worker's
 // train op applies its gradients tagged with its local step, then dequeues a token (the barrier)
 // and makes it its local step. The chief's sync op takes replicas_to_aggregate gradients' mean
 // from every accumulator, applies them and increments the global step, then enqueues one token
@@ -88,6 +89,22 @@ struct SyncReplicasOptimizer::State : Optimizer::Rule {
 
 namespace {
 
+// Ops made while it lives are placed with `op`, whatever device scope is active: they request
+// `op`'s requested device, as TensorFlow's ops.device(var.device), and are colocated with it.
+// Both, because a session places the ops of each step it runs, and a colocation with an op
+// outside the step constrains nothing: a worker's train step holds the accumulators but not their
+// variables, and every worker must find the accumulator on its variable's task. The enclosing
+// device scope is cleared first: merged with a worker's, a ps request would conflict.
+struct PlacedWith {
+  PlacedWith(Graph& g, const Operation& op)
+      : cleared(g.device("")),
+        device(op.device().empty() ? GraphScope() : g.device(op.device())),
+        colocate(g.colocate_with(op)) {}
+  GraphScope cleared;
+  GraphScope device;
+  GraphScope colocate;
+};
+
 // `n` copies of the int64 scalar `value`, as a vector (TensorFlow's fill([n], value)).
 Output fill_with(Graph& g, int n, const Output& value) {
   return ops::add(ops::fill(g, Shape{n}, Tensor::scalar<int64_t>(0)), value);
@@ -105,7 +122,7 @@ Operation init_tokens_op(SyncReplicasOptimizer::State& state, int num_tokens) {
   }
   Graph& g = state.global_step->op().graph();
   if (num_tokens <= 0) return ops::no_op(g, "no_init_tokens");
-  GraphScope colocate = g.colocate_with(state.global_step->op());
+  PlacedWith with_step(g, state.global_step->op());
   return state.sync_token_queue.enqueue_many({fill_with(g, num_tokens, state.global_step->value())});
 }
 
@@ -149,7 +166,7 @@ Operation SyncReplicasOptimizer::State::apply_gradients(std::vector<std::pair<Ou
         aggregated.emplace_back(grad, var);  // passed through: the wrapped optimizer skips it
         continue;
       }
-      GraphScope colocate = g.colocate_with(var.op());
+      PlacedWith with_var(g, var.op());
       ConditionalAccumulator acc(g, grad.dtype(), var.shape(), var.name() + "/grad_accum");
       train_ops.push_back(acc.apply_grad(grad, local->value()));
       aggregated.emplace_back(acc.take_grad(replicas_to_aggregate), var);
@@ -158,18 +175,23 @@ Operation SyncReplicasOptimizer::State::apply_gradients(std::vector<std::pair<Ou
   }
 
   // The update, with the global step: its increment's output is the new step (Note [Sync replicas]).
-  Operation update = opt.apply_gradients(std::move(aggregated), std::nullopt, op_name);
+  // Its ops follow their variables, not this worker's device scope.
+  Operation update;
+  {
+    GraphScope unscoped = g.device("");
+    update = opt.apply_gradients(std::move(aggregated), std::nullopt, op_name);
+  }
   Output new_step;
   {
     GraphScope after = g.control_dependencies({update});
-    GraphScope colocate = g.colocate_with(step->op());
+    PlacedWith with_step(g, step->op());
     new_step = step->assign_add(ops::constant(g, int64_t{1}));
   }
 
   FIFOQueue token_queue;
   FIFOQueue dummy_queue;
   {
-    GraphScope colocate = g.colocate_with(step->op());
+    PlacedWith with_step(g, step->op());
     token_queue = FIFOQueue(g, -1, {DType::Int64}, {Shape{}}, "sync_token_q", "sync_token_q");
     // The chief queue runner's queue: closing it on a stop must not close the token queue.
     dummy_queue = FIFOQueue(g, 1, {DType::Int32}, {Shape{}}, "dummy_queue", "dummy_queue");
@@ -177,19 +199,20 @@ Operation SyncReplicasOptimizer::State::apply_gradients(std::vector<std::pair<Ou
   Output token;
   {
     GraphScope after = g.control_dependencies(train_ops);
+    GraphScope unscoped = g.device("");  // with its queue
     token = token_queue.dequeue()[0];
   }
   Operation train_op = local->assign(token).op();
 
   Operation sync_op;
   {
-    GraphScope colocate = g.colocate_with(step->op());
+    PlacedWith with_step(g, step->op());
     sync_op = token_queue.enqueue_many({fill_with(g, tokens_per_step, new_step)});
   }
 
   std::vector<Operation> cancels;
   for (const ConditionalAccumulator& acc : accs) {
-    GraphScope colocate = g.colocate_with(acc.op());
+    PlacedWith with_acc(g, acc.op());
     chief_init_ops.push_back(acc.set_global_step(step->value(), acc.op().name() + "_SetGlobalStep"));
     cancels.push_back(internal::accumulator_cancel_takes(acc));
   }

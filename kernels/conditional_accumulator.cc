@@ -259,7 +259,8 @@ void ConditionalAccumulatorResource::cancel(int64_t id, const Status& reason) {
 
 Status ConditionalAccumulatorResource::cancelled(const Status& reason) const {
   if (reason.ok()) return errors::cancelled("take from accumulator '{}' was cancelled", name_);
-  return errors::cancelled("take from accumulator '{}' was cancelled: {}", name_, reason.message());
+  // The reason's own code: a run's deadline stays DeadlineExceeded, as a queue's wait does.
+  return Status(reason.code(), fmt::format("take from accumulator '{}' was cancelled: {}", name_, reason.message()));
 }
 
 void ConditionalAccumulatorResource::finish(std::vector<Take>* finished) {

@@ -54,11 +54,11 @@ class ConditionalAccumulatorResource : public ResourceBase,
   // Waits until at least `num_required` gradients are summed, then returns their mean (or sum),
   // resets the sum and increments the global step. Takes complete in arrival order.
   // InvalidArgument at once unless num_required >= 1. `cm` (may be null) cancels the wait with
-  // CancelledError; it must outlive the attempt.
+  // its reason (CancelledError, or DeadlineExceeded for a deadline); it must outlive the attempt.
   void try_take(int64_t num_required, CancellationManager* cm, TakeCallback done);
   // Sets the global step (a smaller one is allowed, with a warning, as in TensorFlow).
   void set_global_step(int64_t step);
-  // Fails every waiting take with CancelledError carrying `reason` (the sum stays).
+  // Fails every waiting take with `reason` (CancelledError when OK; the sum stays).
   void cancel_pending_takes(const Status& reason);
 
   int64_t num_accumulated() const;

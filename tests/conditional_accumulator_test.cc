@@ -11,7 +11,9 @@
 #include <numeric>
 #include <thread>
 
+#include "core/cancellation.h"
 #include "core/node.h"
+#include "kernels/conditional_accumulator.h"
 #include "tests/testing/test_util.h"
 
 namespace tessera {
@@ -118,7 +120,7 @@ TEST(ConditionalAccumulatorTest, Dtypes) {
     SCOPED_TRACE(dtype_name(dtype));
     ConditionalAccumulator q(g, dtype, Shape{1});
     for (int e = 0; e < 10; ++e) s.run(q.apply_grad(ops::cast(fvec(g, {float(e)}), dtype)));
-    EXPECT_EQ(first(s.run(ops::cast(q.take_grad(1), DType::Float32))), 4.5f);
+    EXPECT_EQ(first(run_bounded(s, ops::cast(q.take_grad(1), DType::Float32))), 4.5f);
   }
 }
 
@@ -134,7 +136,7 @@ TEST(ConditionalAccumulatorTest, MultipleAccumulators) {
     s.run(accums[i].apply_grad(ops::cast(fvec(g, {float(i) + 10}), accums[i].dtype())));
   }
   for (std::size_t i = 0; i < accums.size(); ++i) {
-    EXPECT_EQ(first(s.run(ops::cast(accums[i].take_grad(1), DType::Float32))), float(i) + 10);
+    EXPECT_EQ(first(run_bounded(s, ops::cast(accums[i].take_grad(1), DType::Float32))), float(i) + 10);
   }
 }
 
@@ -146,7 +148,7 @@ TEST(ConditionalAccumulatorTest, ApplyAndTakeGradWithShape) {
   Output take = q.take_grad(1);
   Session s(g);
   for (const Operation& a : applies) s.run(a);
-  Tensor mean = s.run(take);
+  Tensor mean = run_bounded(s, take);
   EXPECT_EQ(mean.shape(), (Shape{3, 2}));
   EXPECT_EQ(mean.to_vector<float>(), (std::vector<float>{5.5f, 11, 16.5f, 22, 27.5f, 33}));
 }
@@ -160,12 +162,12 @@ TEST(ConditionalAccumulatorTest, DynamicShape) {
   Session s(g);
   s.run(apply, {{x, Tensor::matrix<float>({1, 2, 3, 4, 5, 6}, 3, 2)}});
   s.run(apply, {{x, Tensor::matrix<float>({10, 20, 30, 40, 50, 60}, 3, 2)}});
-  Tensor mean = s.run(take);
+  Tensor mean = run_bounded(s, take);
   EXPECT_EQ(mean.shape(), (Shape{3, 2}));
   EXPECT_EQ(mean.to_vector<float>(), (std::vector<float>{5.5f, 11, 16.5f, 22, 27.5f, 33}));
-  // A take frees the shape: the next round may have another.
-  s.run(apply, {{x, Tensor::vector<float>({7})}});
-  EXPECT_EQ(first(s.run(take)), 7.0f);
+  // A take frees the shape: the next round (global step 1) may have another.
+  s.run(q.apply_grad(x, 1), {{x, Tensor::vector<float>({7})}});
+  EXPECT_EQ(first(run_bounded(s, take)), 7.0f);
 }
 
 TEST(ConditionalAccumulatorTest, WrongDynamicShapeFailsWhenRun) {
@@ -217,12 +219,12 @@ TEST(ConditionalAccumulatorTest, SizeAfterApplyGradAndTakeGrad) {
   EXPECT_EQ(num(s, q), 1);
   s.run(apply);
   EXPECT_EQ(num(s, q), 2);
-  s.run(extract.op());  // resets the count
+  run_bounded(s, extract);  // resets the count
   EXPECT_EQ(num(s, q), 0);
   Operation apply1 = q.apply_grad(fvec(g, {10}), 1);
   for (int i = 0; i < 4; ++i) s.run(apply1);
   EXPECT_EQ(num(s, q), 4);
-  s.run(extract.op());
+  run_bounded(s, extract);
   EXPECT_EQ(num(s, q), 0);
 }
 
@@ -236,9 +238,9 @@ TEST_P(ReductionTest, TakeGradOnceAndRepeatedly) {
   ConditionalAccumulator q(g, DType::Float32, Shape{1}, "", "Q", GetParam());
   Session s(g);
   for (float x : {10.0f, 20.0f}) s.run(q.apply_grad(fvec(g, {x}), 0));
-  EXPECT_EQ(first(s.run(q.take_grad(1))), mean ? 15.0f : 30.0f);
+  EXPECT_EQ(first(run_bounded(s, q.take_grad(1))), mean ? 15.0f : 30.0f);
   for (float x : {20.0f, 30.0f}) s.run(q.apply_grad(fvec(g, {x}), 1));
-  EXPECT_EQ(first(s.run(q.take_grad(ops::constant(g, int32_t{1})))), mean ? 25.0f : 50.0f);
+  EXPECT_EQ(first(run_bounded(s, q.take_grad(ops::constant(g, int32_t{1})))), mean ? 25.0f : 50.0f);
 }
 
 INSTANTIATE_TEST_SUITE_P(ConditionalAccumulatorTest, ReductionTest, ::testing::Values("MEAN", "SUM"));
@@ -249,7 +251,7 @@ TEST(ConditionalAccumulatorTest, InvalidTakeGradFailsWhenRun) {
   Output take = q.take_grad(-1);
   Session s(g);
   for (float x : {10.0f, 20.0f}) s.run(q.apply_grad(fvec(g, {x})));
-  EXPECT_THROW_MSG(s.run(take), InvalidArgumentError, "num_required must be positive, but was -1");
+  EXPECT_THROW_MSG(run_bounded(s, take), InvalidArgumentError, "num_required must be positive, but was -1");
   EXPECT_EQ(num(s, q), 2);  // nothing taken
 }
 
@@ -288,7 +290,7 @@ TEST(ConditionalAccumulatorTest, SetGlobalStepPreventsAccumulation) {
     for (int64_t x : local_steps) {
       if (x >= ls) sum += double(x), ++n;
     }
-    EXPECT_EQ(first(s.run(take)), float(sum / n)) << "global step " << ls;
+    EXPECT_EQ(first(run_bounded(s, take)), float(sum / n)) << "global step " << ls;
   }
 }
 
@@ -299,7 +301,7 @@ TEST(ConditionalAccumulatorTest, StaleGradientIsDroppedUncheckedAfterATake) {
   Operation apply_step0 = q.apply_grad(x, 0);
   Session s(g);
   s.run(apply_step0, {{x, Tensor::vector<float>({1})}});
-  s.run(q.take_grad(1));  // global step 1
+  run_bounded(s, q.take_grad(1));  // global step 1
   // Dropped, and not even checked: TensorFlow drops a stale gradient before looking at it.
   s.run(apply_step0, {{x, Tensor::vector<float>({1, 2, 3})}});
   EXPECT_EQ(num(s, q), 0);
@@ -314,7 +316,7 @@ TEST(ConditionalAccumulatorTest, ParallelApplyGrad) {
   Output take = q.take_grad(1);
   Session s(g);
   testing::run_threads(static_cast<int>(applies.size()), [&](int i) { s.run(applies[i]); });
-  EXPECT_EQ(first(s.run(take)), 55.0f);
+  EXPECT_EQ(first(run_bounded(s, take)), 55.0f);
 }
 
 // Ten takes wait; each apply (with the step the takes so far reached) completes one of them.
@@ -418,7 +420,7 @@ TEST(ConditionalAccumulatorTest, SharedNameSharesAndMustAgree) {
   s.run(a.apply_grad(fvec(g, {2})));
   s.run(b.apply_grad(fvec(g, {4})));
   EXPECT_EQ(num(s, a), 2);
-  EXPECT_EQ(first(s.run(b.take_grad(2))), 3.0f);
+  EXPECT_EQ(first(run_bounded(s, b.take_grad(2))), 3.0f);
   EXPECT_THROW_MSG(s.run(other_dtype.num_accumulated()), InvalidArgumentError, "shared accumulator 'shared'");
   EXPECT_THROW_MSG(s.run(other_reduction.num_accumulated()), InvalidArgumentError, "reduction type");
 }
@@ -435,9 +437,57 @@ TEST(ConditionalAccumulatorTest, OpsArePlacedWithTheAccumulator) {
   Output take = q.take_grad(1);
   Session s(g);
   s.run(apply);
-  EXPECT_EQ(first(s.run(take)), 1.0f);
+  EXPECT_EQ(first(run_bounded(s, take)), 1.0f);
   EXPECT_EQ(apply.assigned_device(), q.op().assigned_device());
   EXPECT_EQ(take.op().assigned_device(), q.op().assigned_device());
+}
+
+
+// ---- The resource itself ----
+
+// Takes complete in arrival order; cancelling the head lets a take behind it, which needs fewer,
+// complete with what is summed.
+TEST(ConditionalAccumulatorResourceTest, ACancelledHeadTakeLetsTheNextComplete) {
+  auto acc = std::make_shared<internal::ConditionalAccumulatorResource>("acc", DType::Float32, Shape{1}, true);
+  internal::CancellationManager cm_head, cm_next;
+  Status head_status, next_status;
+  Tensor next_value;
+  bool head_done = false, next_done = false;
+  acc->try_take(3, &cm_head, [&](const Status& s, Tensor) { head_status = s, head_done = true; });
+  acc->try_take(1, &cm_next, [&](const Status& s, Tensor t) { next_status = s, next_value = t, next_done = true; });
+  ASSERT_TRUE(acc->try_apply(0, Tensor::vector<float>({6})).ok());
+  EXPECT_FALSE(head_done);
+  EXPECT_FALSE(next_done);  // behind the head, which needs 3
+  EXPECT_EQ(acc->num_pending_takes(), 2);
+  cm_head.start_cancel(Status(ErrorCode::kCancelled, "stop"));
+  ASSERT_TRUE(head_done && next_done);
+  EXPECT_EQ(head_status.code(), ErrorCode::kCancelled);
+  EXPECT_NE(head_status.message().find("take from accumulator 'acc' was cancelled: stop"), std::string::npos);
+  ASSERT_TRUE(next_status.ok()) << next_status.to_string();
+  EXPECT_EQ(first(next_value), 6.0f);
+  EXPECT_EQ(acc->global_step(), 1);
+  EXPECT_EQ(acc->num_pending_takes(), 0);
+}
+
+// cancel_all (a closing session) and cancel_pending_takes fail the waiting takes and keep the sum;
+// a take on a manager already cancelled fails at once.
+TEST(ConditionalAccumulatorResourceTest, CancelAllFailsWaitingTakesAndKeepsTheSum) {
+  auto acc = std::make_shared<internal::ConditionalAccumulatorResource>("acc", DType::Float64, Shape::unknown(), false);
+  internal::CancellationManager cm;
+  int failures = 0;
+  auto count_failure = [&](const Status& s, Tensor) { failures += s.code() == ErrorCode::kCancelled; };
+  acc->try_take(2, &cm, count_failure);
+  acc->try_take(2, nullptr, count_failure);
+  ASSERT_TRUE(acc->try_apply(5, Tensor::vector<double>({1.5, 2})).ok());
+  acc->cancel_all(Status(ErrorCode::kCancelled, "the session was closed"));
+  EXPECT_EQ(failures, 2);
+  EXPECT_EQ(acc->num_accumulated(), 1);
+  cm.start_cancel(Status(ErrorCode::kCancelled, "late"));  // nothing registered any more
+  acc->try_take(1, &cm, count_failure);
+  EXPECT_EQ(failures, 3);
+  Tensor sum;
+  acc->try_take(1, nullptr, [&](const Status& s, Tensor t) { sum = t; });
+  EXPECT_EQ(sum.to_vector<double>(), (std::vector<double>{1.5, 2}));  // SUM: the one gradient
 }
 
 }  // namespace

@@ -167,6 +167,12 @@ void three_workers_one_backup(std::vector<std::unique_ptr<Worker>>& workers) {
   std::this_thread::sleep_for(kSettle);
   EXPECT_EQ(w1.step(), 1);
   EXPECT_NE(t0.wait_for(0ms), std::future_status::ready);
+  // Its gradients wait in the accumulators, which every worker finds on its variable's task.
+  for (Worker* w : {&w0, &w1, &w2}) {
+    for (const ConditionalAccumulator& a : w->opt->accumulators()) {
+      EXPECT_EQ(w->session->run({a.num_accumulated()}, {}, {}, bounded())[0].scalar<int32_t>(), 1) << a.name();
+    }
+  }
   auto t1 = std::async(std::launch::async, [&] { w1.train(); });
   t1.get();
   t0.get();

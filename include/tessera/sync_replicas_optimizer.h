@@ -16,15 +16,15 @@
 //   hook.impl()->end(s);                                  // chief: stops and joins it
 //
 // What apply_gradients builds (Note [Sync replicas] in host/sync_replicas_optimizer.cc): per
-// variable with a gradient, a ConditionalAccumulator colocated with it; a local step variable
-// "sync_rep_local_step" on this worker (placed with a no-op made in the current device scope); a
-// token FIFOQueue "sync_token_q" shared by name and colocated with the global step. The train op
-// it returns applies this worker's gradients with its local step, then waits for a token and makes
-// it its local step. The chief's sync op (run by the chief queue runner, which the chief's hook
-// starts) takes the mean gradients, applies them with the wrapped optimizer, increments the global
-// step once and enqueues max(total_num_replicas, replicas_to_aggregate) tokens holding it. With
-// total_num_replicas > replicas_to_aggregate the extra workers are backups: the slowest gradients
-// of each step are dropped as stale.
+// variable with a gradient, a ConditionalAccumulator placed with it (its device requested, and
+// colocated); a local step variable "sync_rep_local_step" on this worker (placed with a no-op made
+// in the current device scope); a token FIFOQueue "sync_token_q" shared by name and placed with the
+// global step. The train op it returns applies this worker's gradients with its local step, then
+// waits for a token and makes it its local step. The chief's sync op (run by the chief queue
+// runner, which the chief's hook starts) takes the mean gradients, applies them with the wrapped
+// optimizer, increments the global step once and enqueues max(total_num_replicas,
+// replicas_to_aggregate) tokens holding it. With total_num_replicas > replicas_to_aggregate the
+// extra workers are backups: the slowest gradients of each step are dropped as stale.
 //
 // Misuse raises as TensorFlow raises ValueError: InvalidArgumentError for bad arguments (replicas
 // <= 0, no global step, no gradients, too few init tokens), FailedPreconditionError for calls out
