@@ -46,7 +46,8 @@ namespace pb = wire::pb;
 // workers are told asynchronously). The timer and the calls' `done`s reach the Master through a
 // Link that outlives it: the destructor nulls it (waiting for a check or a call ending under way).
 //
-// Later calls naming a closed handle fail with NotFound saying why (the last 1024 are remembered);
+// Later calls naming a closed handle fail with Aborted saying why (TF's master answers Aborted for
+// a session it does not have, which a monitored session takes as a reason to make a new one) (the last 1024 are remembered);
 // CloseSession of one succeeds, as CloseSession of an unknown handle always has: a client that
 // calls close() at the end of its work is not told off for having been slow. max_sessions bounds
 // the sessions open at once, counting those being created.
@@ -113,7 +114,7 @@ uint64_t Master::session_number(const std::string& handle) const {
 Master::Reclaimed* Master::find_reclaimed_locked(const std::string& handle) {
   const uint64_t number = session_number(handle);
   if (number == 0) return nullptr;
-  for (Reclaimed& r : reclaimed_) {  // on a NotFound only: a scan of 1024 is nothing there
+  for (Reclaimed& r : reclaimed_) {  // on an unknown handle only: a scan of 1024 is nothing there
     if (r.number == number) return &r;
   }
   return nullptr;
@@ -132,11 +133,11 @@ std::size_t Master::num_sessions() {
 
 StatusOr<std::shared_ptr<MasterSession>> Master::not_found_locked(const std::string& handle) {
   if (const Reclaimed* r = find_reclaimed_locked(handle)) {
-    return errors::not_found("{}: session '{}' was closed after being idle for {:.1f} s (over "
+    return errors::aborted("{}: session '{}' was closed after being idle for {:.1f} s (over "
                              "ServerOptions::session_idle_timeout, {:g} s); open a new session",
                              task_, handle, seconds(r->idle), seconds(idle_timeout_));
   }
-  return errors::not_found("{}: no session '{}' (closed, or the task restarted)", task_, handle);
+  return errors::aborted("{}: no session '{}' (closed, or the task restarted)", task_, handle);
 }
 
 template <class R>

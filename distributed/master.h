@@ -33,7 +33,7 @@ class Master {
  public:
   static constexpr std::chrono::milliseconds kDefaultSessionIdleTimeout{3'600'000};
   static constexpr int64_t kDefaultMaxSessions = 10'000;
-  // Reclaimed handles remembered for their NotFound message (older ones get the ordinary one).
+  // Reclaimed handles remembered for their Aborted message (older ones get the ordinary one).
   static constexpr std::size_t kRememberedReclaimed = 1024;
 
   // `task`: this task's name, "/job:J/replica:0/task:T"; unconstrained ops are placed on it.
@@ -71,7 +71,7 @@ class Master {
   struct Link;     // what the timer and the calls in flight reach the Master through
   struct CallEnd;  // ends a call in flight once
 
-  // The session `handle`, or NotFound (saying so when the idle timeout closed it), counting a call
+  // The session `handle`, or Aborted (saying so when the idle timeout closed it), counting a call
   // in flight on the session until `*done` (which this wraps) is called or destroyed uncalled.
   template <class R>
   StatusOr<std::shared_ptr<MasterSession>> begin_call(const std::string& handle, Done<R>* done);

@@ -190,7 +190,9 @@ void Worker::run_graph(const pb::RunGraphRequest& request, std::vector<Tensor> s
     if (it != graphs_.end()) wg = it->second;
   }
   if (!wg) {
-    return done(errors::not_found("{}: no registered graph '{}' (deregistered, or the task restarted)", task_name_,
+    // Aborted, as TF's GraphMgr ("Graph handle is not found ... this worker just restarted"): the
+    // caller's session is gone here, and a monitored session makes a new one.
+    return done(errors::aborted("{}: no registered graph '{}' (deregistered, or the task restarted)", task_name_,
                                   r->graph_handle()));
   }
   if (r->send_size() != static_cast<int>(wg->feeds.size()) || send.size() != wg->feeds.size()) {

@@ -171,7 +171,7 @@ class MasterSessionGcTest : public ::testing::Test {
 };
 
 bool says_idle(const Status& st) {
-  return st.code() == ErrorCode::kNotFound && st.message().find("closed after being idle for") != std::string::npos &&
+  return st.code() == ErrorCode::kAborted && st.message().find("closed after being idle for") != std::string::npos &&
          st.message().find("ServerOptions::session_idle_timeout") != std::string::npos;
 }
 
@@ -198,7 +198,7 @@ TEST_F(MasterSessionGcTest, AnIdleSessionIsClosedWithItsPartitionsAndLaterCallsS
     request.set_step_id(12345);
     auto stale = call_within<RunGraphReply>(
         [&](Done<RunGraphReply> done) { worker_->run_graph(request, {}, std::move(done)); });
-    EXPECT_EQ(stale.status().code(), ErrorCode::kNotFound) << stale.status().to_string();
+    EXPECT_EQ(stale.status().code(), ErrorCode::kAborted) << stale.status().to_string();
   }
   auto again = run(handle.value(), {y.name()});
   EXPECT_TRUE(says_idle(again.status())) << again.status().to_string();
@@ -232,7 +232,7 @@ TEST_F(MasterSessionGcTest, OnlyTheLast1024ReclaimedHandlesAreRemembered) {
   int idle = 0, unknown = 0;
   for (const std::string& h : handles) {
     auto r = run(h, {"c:0"});
-    ASSERT_EQ(r.status().code(), ErrorCode::kNotFound) << r.status().to_string();
+    ASSERT_EQ(r.status().code(), ErrorCode::kAborted) << r.status().to_string();
     if (says_idle(r.status())) {
       ++idle;
     } else if (r.status().message().find("no session") != std::string::npos) {
@@ -321,7 +321,7 @@ TEST(ServerSessionGcTest, AnIdleSessionIsReclaimedAndFreesItsSlot) {
   try {
     first.run(y);
     ADD_FAILURE() << "a reclaimed session ran";
-  } catch (const NotFoundError& e) {
+  } catch (const AbortedError& e) {
     const std::string m = e.what();
     EXPECT_NE(m.find("closed after being idle for"), std::string::npos) << m;
     EXPECT_NE(m.find("ServerOptions::session_idle_timeout"), std::string::npos) << m;
