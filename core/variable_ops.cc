@@ -1,5 +1,8 @@
 // Variables: op definitions ("VariableV2", "Assign", "AssignAdd", "AssignSub") and the public
 // tessera::Variable handle.
+#include <iterator>
+#include <set>
+
 #include <fmt/format.h>
 
 #include "core/device_name.h"
@@ -45,6 +48,9 @@ TESSERA_REGISTER_OP(OpDef{"AssignAdd", assign_shape, /*stateful=*/true});
 TESSERA_REGISTER_OP(OpDef{"AssignSub", assign_shape, /*stateful=*/true});
 
 constexpr const char* kVariablesCollection = "variables";
+// TF's LOCAL_VARIABLES: per-worker state (a SyncReplicasOptimizer's local step) that checkpoints,
+// global_variables_initializer and the readiness check leave out.
+constexpr const char* kLocalVariablesCollection = "local_variables";
 
 }  // namespace
 }  // namespace internal
@@ -144,6 +150,39 @@ std::vector<Variable> global_variables(Graph& g) {
   return out;
 }
 
+std::vector<Variable> local_variables(Graph& g) {
+  auto& impl = g.impl();
+  std::vector<Variable> out;
+  std::lock_guard<std::mutex> l(impl.collections_mu_);
+  for (const auto& p : impl.collections_[internal::kLocalVariablesCollection]) {
+    out.emplace_back(std::static_pointer_cast<const Variable::State>(p));
+  }
+  return out;
+}
+
+Variable local_variable(Graph& g, Tensor initial_value, std::string name) {
+  Variable v(g, std::move(initial_value), std::move(name), /*trainable=*/false);
+  auto& impl = g.impl();
+  std::lock_guard<std::mutex> l(impl.collections_mu_);
+  auto& globals = impl.collections_[internal::kVariablesCollection];
+  // The variable just made is the last global one (made under this graph's collections lock).
+  for (auto it = globals.rbegin(); it != globals.rend(); ++it) {
+    if (std::static_pointer_cast<const Variable::State>(*it)->var == v.op().node()) {
+      impl.collections_[internal::kLocalVariablesCollection].push_back(*it);
+      globals.erase(std::next(it).base());
+      break;
+    }
+  }
+  return v;
+}
+
+Operation local_variables_initializer(Graph& g) {
+  std::vector<Operation> inits;
+  for (const auto& v : local_variables(g)) inits.push_back(v.initializer());
+  if (inits.empty()) return ops::no_op(g, "init_local");
+  return ops::group(inits, "init_local");
+}
+
 std::vector<Variable> trainable_variables(Graph& g) {
   std::vector<Variable> out;
   for (Variable& v : global_variables(g)) {
@@ -171,7 +210,7 @@ Operation global_variables_initializer(Graph& g) {
 // through NodeSpec::resource: a resource op joins its variable's colocation group, and placement
 // gives a group only devices with a kernel for every member, so a host-only readiness op would
 // pull every variable of a CUDA build off the GPU. It requests the variable's job, replica and
-// task instead and runs on that task's host, where the task's variables are (one resource
+// task instead (or those its colocation requests: a slot variable's) and runs on that task's host, where the task's variables are (one resource
 // manager per task, or per in-process session). A variable not created yet there is
 // uninitialized.
 namespace internal {
@@ -204,10 +243,27 @@ TESSERA_REGISTER_OP(OpDef{"_ListUninitialized", list_uninitialized_shape, /*stat
 
 // Builds `spec` requesting only the job, replica and task of `var`'s request (Note [Readiness
 // ops]), outside the builder's colocation and control scopes.
+// The device `var` requests, or that the nodes it is colocated with request (an optimizer's slot
+// variable requests nothing and is colocated with its variable), "" when none does.
+std::string effective_request(const Node* var) {
+  std::vector<const Node*> todo = {var};
+  std::set<const Node*> seen;
+  while (!todo.empty()) {
+    const Node* n = todo.back();
+    todo.pop_back();
+    if (!seen.insert(n).second) continue;
+    if (!n->requested_device.empty()) return n->requested_device;
+    for (const Node* c : n->colocate_with) todo.push_back(c);
+    if (n->resource != nullptr) todo.push_back(n->resource);
+  }
+  return "";
+}
+
 Node* add_on_task_of(GraphImpl& g, const Node* var, NodeSpec spec) {
   std::string task;
-  if (!var->requested_device.empty()) {
-    DeviceSpec d = DeviceSpec::parse(var->requested_device).value_or_raise();
+  const std::string request = effective_request(var);
+  if (!request.empty()) {
+    DeviceSpec d = DeviceSpec::parse(request).value_or_raise();
     d.type.reset();
     d.id.reset();
     task = d.to_string();

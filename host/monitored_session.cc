@@ -14,11 +14,13 @@
 // runs the initializers, then requires the ready op to report nothing (FailedPreconditionError);
 // another worker polls the ready op on that session, 50 ms doubling to 1 s between polls (TF
 // waits 30 s), until it is empty or max_wait_for_ready passes (DeadlineExceededError, not
-// retried). Then the graph's queue runners start under the one Coordinator, and every hook's
+// retried). Then the local variables' initializers run (TF's local_init_op: a worker's own state,
+// such as a SyncReplicasOptimizer's local step, which the ready op does not wait for), the
+// graph's queue runners start under the one Coordinator, and every hook's
 // after_create_session runs. UnavailableError or AbortedError anywhere in that is retried with a
 // fresh session (100 ms doubling to 1 s between tries) until recovery_wait has passed.
-// Errors that mean a task lost the session's state (is_preemption): Unavailable, Aborted, and the
-// NotFound of a task that restarted or dropped an idle session (TF: Aborted).
+// Errors that mean a task lost the session's state (is_preemption): Unavailable and Aborted (a
+// task that restarted or dropped an idle session answers Aborted, as TF's).
 // A run: every hook's before_run outputs are appended to the caller's fetches, one Session::run,
 // then every hook's after_run with its slice. A run failing with UnavailableError or AbortedError
 // logs one line, tears the session down (queue runners stopped and joined, session closed) and
@@ -57,15 +59,11 @@ using namespace std::chrono_literals;
 
 namespace {
 
-// UnavailableError and AbortedError, as TF's _PREEMPTION_ERRORS; and the NotFoundError a cluster
-// task answers for a session or registered graph it no longer has (it restarted, or closed an idle
-// session), which TF reports as AbortedError ("Graph handle is not found ... just restarted").
+// UnavailableError and AbortedError, as TF's _PREEMPTION_ERRORS: a task that died, was cut off,
+// or no longer has the session or its registered graphs (it restarted, or closed an idle session;
+// distributed/master.cc and worker.cc answer Aborted, as TF's).
 bool is_preemption(const Error& e) {
-  if (e.code() == ErrorCode::kUnavailable || e.code() == ErrorCode::kAborted) return true;
-  if (e.code() != ErrorCode::kNotFound) return false;
-  const std::string_view m = e.what();
-  return m.find("the task restarted") != std::string_view::npos ||
-         m.find("was closed after being idle") != std::string_view::npos;
+  return e.code() == ErrorCode::kUnavailable || e.code() == ErrorCode::kAborted;
 }
 
 std::string join_names(const std::vector<std::string>& names) {
@@ -82,6 +80,7 @@ struct MonitoredTrainingSession::State {
   std::vector<SessionRunHook> hooks;
   std::optional<Saver> saver;  // none when the graph has no variable
   Operation init_op;
+  Operation local_init_op;  // null when the graph has no local variables
   Output ready_op;
 
   std::unique_ptr<Session> session;
@@ -167,6 +166,8 @@ struct MonitoredTrainingSession::State {
   void create_once() {
     session = std::make_unique<Session>(*graph, options.master, options.config);
     prepare(*session);
+    // TF's local_init_op: every worker's own state, in each session it makes, once the model is.
+    if (!local_init_op.is_null()) session->run(local_init_op);
     if (!queue_runners(*graph).empty()) threads = start_queue_runners(*session, coord);
     for (auto& h : hooks) h.impl()->after_create_session(*session);
   }
@@ -237,6 +238,7 @@ MonitoredTrainingSession::MonitoredTrainingSession(Graph& g, MonitoredTrainingSe
   if (!global_variables(g).empty()) st.saver = Saver(g);
   st.init_op = global_variables_initializer(g);
   st.ready_op = report_uninitialized_variables(g);
+  if (!local_variables(g).empty()) st.local_init_op = local_variables_initializer(g);
 
   st.create(Clock::now() + o.recovery_wait);
 }

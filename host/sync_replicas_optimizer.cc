@@ -151,7 +151,9 @@ Operation SyncReplicasOptimizer::State::apply_gradients(std::vector<std::pair<Ou
   std::optional<Variable> local;
   {
     GraphScope colocate = g.colocate_with(local_anchor);
-    local = Variable(g, Tensor::scalar<int64_t>(0), "sync_rep_local_step", /*trainable=*/false);
+    // A local variable (TF's LOCAL_VARIABLES): each worker's own, outside checkpoints and the
+    // readiness check a non-chief waits on.
+    local = local_variable(g, Tensor::scalar<int64_t>(0), "sync_rep_local_step");
   }
   Operation local_init = local->assign(step->value()).op();
   std::vector<Operation> chief_init_ops = {local_init};

@@ -8,6 +8,7 @@
 #include <functional>
 #include <limits>
 #include <mutex>
+#include <optional>
 #include <regex>
 #include <string>
 #include <thread>
@@ -135,6 +136,81 @@ TEST_F(HooksTest, ReportUninitializedVariablesLeavesAVariableOnItsAccelerator) {
   EXPECT_TRUE(s.run(report).to_vector<std::string>().empty());
   EXPECT_EQ(v.op().assigned_device().substr(v.op().assigned_device().size() - sim.size()), sim);
   EXPECT_NE(is_variable_initialized(v).op().assigned_device(), v.op().assigned_device());
+}
+
+// An optimizer's slot variable requests no device: it is colocated with its variable. Its
+// readiness op must run on the task the variable's request names (where the slot lives), or a
+// worker would wait forever for a slot its task never has.
+TEST_F(HooksTest, TheReadinessOpOfASlotVariableRunsOnItsVariablesTask) {
+  Graph g;
+  Variable w;
+  {
+    auto ps = g.device("/job:ps/task:1");
+    w = Variable(g, Tensor::vector<float>({1, 2}), "w");
+  }
+  auto loss = ops::reduce_sum(ops::square(w.value()));
+  train::AdamOptimizer adam(0.1f);
+  adam.minimize(loss);
+  std::optional<Variable> m = adam.get_slot(w, "m");
+  ASSERT_TRUE(m.has_value());
+  EXPECT_EQ(m->op().device(), "");  // the slot itself requests nothing
+  EXPECT_EQ(is_variable_initialized(*m).op().device(), "/job:ps/replica:0/task:1");
+  EXPECT_EQ(is_variable_initialized(w).op().device(), "/job:ps/replica:0/task:1");
+}
+
+// TF's local variables: a worker's own state, outside the model's variables, checkpoints and the
+// readiness check, initialized by the monitored session in every session it makes.
+TEST_F(HooksTest, LocalVariablesAreOutsideTheModelAndTheMonitoredSessionInitializesThem) {
+  StepGraph sg;
+  Variable mine = local_variable(sg.g, Tensor::scalar<int64_t>(7), "my_local");
+  EXPECT_FALSE(mine.trainable());
+  auto names = [](const std::vector<Variable>& vs) {
+    std::vector<std::string> out;
+    for (const auto& v : vs) out.push_back(v.name());
+    return out;
+  };
+  EXPECT_EQ(names(local_variables(sg.g)), (std::vector<std::string>{"my_local"}));
+  for (const std::string& n : names(global_variables(sg.g))) EXPECT_NE(n, "my_local");
+  {
+    Session s(sg.g);
+    s.run(global_variables_initializer(sg.g));
+    EXPECT_TRUE(s.run(report_uninitialized_variables(sg.g)).to_vector<std::string>().empty());
+    EXPECT_FALSE(s.run(is_variable_initialized(mine)).scalar<bool>());
+    s.run(local_variables_initializer(sg.g));
+    EXPECT_EQ(s.run(mine.value()).scalar<int64_t>(), 7);
+  }
+  // The chief initializes it; a non-chief's wait is for the model only (one that waited for its
+  // local step would wait forever: nothing sets it before the session exists).
+  for (bool chief : {true, false}) {
+    auto o = local({});
+    o.is_chief = chief;
+    o.checkpoint_dir = chief ? dir_.string() : "";
+    o.save_checkpoint_steps = 1;
+    if (!chief) o.max_wait_for_ready = 300ms;
+    if (chief) {
+      train::MonitoredTrainingSession s(sg.g, o);
+      EXPECT_EQ(s.raw_session().run(mine.value()).scalar<int64_t>(), 7);
+      s.run(sg.train_op);
+      s.close();
+      // The checkpoint holds the model, not the local variable.
+      auto latest = train::latest_checkpoint(dir_.string());
+      ASSERT_TRUE(latest.has_value());
+      auto saved = train::read_checkpoint(*latest);
+      EXPECT_EQ(saved.count("my_local"), 0u);
+      EXPECT_EQ(saved.count("w"), 1u);
+    } else {
+      // Not ready (nothing initialized the model in this process's fresh session): it times out
+      // waiting for the model's variables, and names them, not the local one.
+      try {
+        train::MonitoredTrainingSession s(sg.g, o);
+        ADD_FAILURE() << "a non-chief found an uninitialized model ready";
+      } catch (const DeadlineExceededError& e) {
+        const std::string m = e.what();
+        EXPECT_NE(m.find("global_step"), std::string::npos) << m;
+        EXPECT_EQ(m.find("my_local"), std::string::npos) << m;
+      }
+    }
+  }
 }
 
 // The hooks' calls in order, their fetches in the same run, and only the caller's fetches back.

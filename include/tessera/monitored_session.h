@@ -23,9 +23,9 @@
 // (train::get_or_create_global_step), as in TF (FailedPreconditionError without it). Queue runners
 // registered in the graph are started for each session, with a Coordinator, and stopped at close.
 //
-// A run that fails with UnavailableError or AbortedError (a task the session uses died or
-// restarted; also the NotFoundError of a task that restarted empty, which TF reports Aborted) closes the session and makes a new one as above (the chief restores the latest
-// checkpoint), then runs the step again; past `recovery_wait` from the failure the error goes to
+// A run that fails with UnavailableError or AbortedError (a task the session uses died, was cut
+// off, or restarted and no longer has the session's graphs) closes the session and makes a new one
+// as above (the chief restores the latest checkpoint), then runs the step again; past `recovery_wait` from the failure the error goes to
 // the caller. See Note [Monitored session] in host/monitored_session.cc.
 //
 // Not thread-safe, except should_stop(): one thread at a time runs and closes it (the hooks are

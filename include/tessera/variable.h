@@ -55,6 +55,13 @@ Operation global_variables_initializer(Graph& g);
 std::vector<Variable> global_variables(Graph& g);
 // Those of them made with trainable = true.
 std::vector<Variable> trainable_variables(Graph& g);
+// TF's local variables (the LOCAL_VARIABLES collection): per-worker state that is not part of the
+// model. A local variable is not trainable, not in global_variables() (so not in a default Saver,
+// global_variables_initializer or report_uninitialized_variables); a MonitoredTrainingSession
+// initializes them in every session it makes, chief or not (TF's local_init_op).
+Variable local_variable(Graph& g, Tensor initial_value, std::string name = "");
+std::vector<Variable> local_variables(Graph& g);
+Operation local_variables_initializer(Graph& g);
 
 // TF's tf.is_variable_initialized: a Bool scalar, true once `var` has a value on the task (or in
 // the in-process session) that runs it. See Note [Readiness ops] in core/variable_ops.cc.
