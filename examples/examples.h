@@ -3,11 +3,13 @@
 // its ops ran (report_placement): one summary line, or with `log_placement` every op's device.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
+#include <functional>
 #include <ostream>
 #include <string>
 
-#include "tessera/graph.h"
+#include "tessera/tessera.h"
 
 // The data set's path, which the build sets for tessera_cli (CMakeLists.txt).
 #ifndef TESSERA_DIGITS_CSV
@@ -33,13 +35,6 @@ int heterogeneous(std::ostream& out, const std::string& trace_file = "", bool lo
 // task 1, y on task 0, ten threads running y through a session on task 0's target.
 int seed_cluster(std::ostream& out, bool log_placement = false);
 
-// Parameter-server training over processes: starts one `ps` and `workers` worker tasks as
-// `tessera_binary server` processes on loopback ports, then trains y = 3x + 2 from every worker at
-// once (each with its own graph, session and QueueRunner pipeline) on variables that live on the
-// ps; prints worker 0's placement, the falling loss and the steps per second, and stops the tasks.
-int ps_training(std::ostream& out, const std::string& tessera_binary, int workers = 2, int steps = 200,
-                bool log_placement = false);
-
 // The digits of scikit-learn (examples/data/digits.csv.gz) classified by an MLP or a small CNN
 // trained with Adam on shuffled batches (examples/digits.cc).
 struct DigitsOptions {
@@ -60,6 +55,49 @@ struct DigitsResult {
   double seconds = 0;
 };
 DigitsResult digits(std::ostream& out, const DigitsOptions& options);
+
+// Distributed training of the digits MLP as TensorFlow 1 jobs do it (examples/ps_digits.cc):
+// between-graph replication, the variables over the ps tasks by replica_device_setter, each worker
+// a MonitoredTrainingSession (worker 0 the chief, which initializes or restores and checkpoints),
+// Adam updates asynchronous or, with `sync`, aggregated by a SyncReplicasOptimizer.
+struct PsDigitsOptions {
+  int steps = 600;  // the global step to train to (StopAtStepHook)
+  int batch_size = 64;
+  float learning_rate = 1e-3f;
+  bool sync = false;
+  std::string ps_strategy = "round_robin";  // or "greedy_bytes"
+  std::string checkpoint_dir;               // the chief's; "" for none
+  int save_checkpoint_steps = 100;
+  std::chrono::milliseconds recovery_wait{60000};
+  std::string data = TESSERA_DIGITS_CSV;
+  int log_every = 100;  // a worker's lines: every N of its steps; 0 none
+  bool report_placement = false;  // the chief reports where its ops ran (report_placement)
+  bool log_placement = false;     // ... every op's device
+  SessionOptions config;
+};
+struct PsDigitsResult {
+  float first_loss = 0, last_loss = 0;
+  int64_t local_steps = 0;    // this worker's runs
+  int64_t final_step = 0;     // the global step its last run saw
+  int sessions_created = 0;   // 1, plus one per recovery
+  float test_accuracy = 0;    // the chief's, at the end
+  double seconds = 0;
+};
+// One worker's loop through its task's `target` until the global step reaches options.steps;
+// `on_step` (if set) sees the global step after each run.
+PsDigitsResult ps_digits_worker(std::ostream& out, const train::ClusterSpec& cluster, int task_index,
+                                const std::string& target, const PsDigitsOptions& options,
+                                const std::function<void(int64_t)>& on_step = {});
+// One task of such a job, as a scheduler starts it (`tessera digits --distributed`, with the
+// cluster from TF_CONFIG or Slurm): a ps serves until every worker is done; a worker starts its
+// server and trains. Returns 0 on success.
+int ps_digits_task(std::ostream& out, const train::ClusterSpec& cluster, const train::TaskSpec& task,
+                   const train::ServerOptions& server_options, const PsDigitsOptions& options);
+// The demo's part: 2 ps and 2 workers as `tessera server` processes, a monitored session per
+// worker in this process; ps 1 is killed (kill -9) and restarted mid-training and both sessions
+// recover from the chief's latest checkpoint.
+int ps_digits_demo(std::ostream& out, const std::string& tessera_binary, PsDigitsOptions options,
+                   bool log_placement = false);
 
 // Where the sessions placed `g`'s ops (Operation::assigned_device), on `out`: one line, such as
 // "placement: 14 ops on /cpu:0, 6 on /device:SIM:0, 3 copies", then, when `table` is set, every

@@ -32,6 +32,12 @@ if grep -q 'not a speed-up' "$dir/plain.out"; then fail "part 5 still says 'not 
 "$tessera" demo --steps 40 --log-placement >"$dir/tables.log" 2>&1 || fail "tessera demo --log-placement exited with $?"
 part 1 "$dir/tables.log" | grep -Eq '^  c \(Add\) +-> /cpu:0$' || fail "part 1's table lacks 'c (Add) -> /cpu:0'"
 part 3 "$dir/tables.log" | grep -Eq '^  y2 \(Sub\) +-> /job:local/task:1/cpu:0$' || fail "part 3's table lacks y2 on task 1"
-part 4 "$dir/tables.log" | grep -Eq '^  w \(VariableV2\) +-> /job:ps/task:0/cpu:0$' || fail "part 4's table lacks w on the ps"
+# Part 4: replica_device_setter's round robin puts the first two variables on ps 0 and ps 1.
+part 4 "$dir/tables.log" | grep -Eq '^  mlp/hidden1/w \(VariableV2\) +-> /job:ps/task:0/cpu:0$' ||
+  fail "part 4's table lacks mlp/hidden1/w on ps 0"
+part 4 "$dir/tables.log" | grep -Eq '^  mlp/hidden1/b \(VariableV2\) +-> /job:ps/task:1/cpu:0$' ||
+  fail "part 4's table lacks mlp/hidden1/b on ps 1"
+part 4 "$dir/plain.out" | grep -Eq '^killed ps 1 \(kill -9\) at global step [0-9]+ and restarted it' ||
+  fail "part 4 does not show the ps killed and restarted"
 part 5 "$dir/tables.log" | grep -Eq '^  loss \(Mean\) +-> /' || fail "part 5's table lacks the loss"
 echo "demo output: six summaries, tables only when asked, in order"

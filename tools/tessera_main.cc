@@ -64,8 +64,14 @@ int run_demo(int steps, const std::string& trace_file, bool log_placement) {
   rc |= tessera::examples::linear_regression(std::cout, steps, log_placement);
   std::cout << "\n== tessera demo 3/6: a two-task cluster, ten threads running one session ==\n";
   rc |= tessera::examples::seed_cluster(std::cout, log_placement);
-  std::cout << "\n== tessera demo 4/6: parameter-server training: 1 ps and 2 worker processes ==\n" << std::flush;
-  rc |= tessera::examples::ps_training(std::cout, self_path(), 2, steps, log_placement);
+  std::cout << "\n== tessera demo 4/6: the digits MLP trained by 2 workers on 2 ps tasks; a ps dies and comes back ==\n"
+            << std::flush;
+  {
+    tessera::examples::PsDigitsOptions ps_digits;
+    ps_digits.steps = 600;
+    ps_digits.log_every = 100;
+    rc |= tessera::examples::ps_digits_demo(std::cout, self_path(), ps_digits, log_placement);
+  }
   std::cout << "\n== tessera demo 5/6: a two-layer network placed over the host and accelerators ==\n";
   if (tessera::list_devices().size() == 1) {
     // No GPU and no TESSERA_SIM_ACCELERATORS: simulate one, so placement has a choice to make.
@@ -203,6 +209,48 @@ int run_server(const std::optional<std::string>& cluster_arg, const std::optiona
   }
 }
 
+// ---- tessera digits --cluster / --from-env ----
+
+struct DistributedDigitsArgs {
+  std::string cluster, job;
+  int task = -1;
+  bool from_env = false;
+  tessera::train::SecurityOptions security;
+  tessera::examples::PsDigitsOptions options;
+};
+
+// One task of the distributed digits job (examples/ps_digits.cc); the task from the flags or the
+// environment, as `tessera server` finds it.
+int run_distributed_digits(DistributedDigitsArgs args, const tessera::examples::DigitsOptions& local) {
+  if (args.from_env && !args.cluster.empty()) {
+    throw tessera::InvalidArgumentError("--cluster and --from-env exclude each other");
+  }
+  std::optional<tessera::train::ClusterSpec> cluster;
+  tessera::train::TaskSpec task;
+  if (!args.cluster.empty()) {
+    if (args.job.empty() || args.task < 0) throw tessera::InvalidArgumentError("--cluster needs --job and --task");
+    cluster = read_cluster(args.cluster);
+    task = {args.job, args.task};
+  } else {
+    tessera::train::ResolvedCluster resolved = tessera::train::resolve_cluster_from_env();
+    if (!resolved.task) {
+      throw tessera::InvalidArgumentError(fmt::format("{} names no task for this process", resolved.source));
+    }
+    cluster = std::move(resolved.cluster);
+    task = *resolved.task;
+  }
+  args.options.steps = local.steps;
+  args.options.batch_size = local.batch_size;
+  args.options.learning_rate = local.learning_rate;
+  args.options.data = local.data;
+  args.options.log_every = std::max(1, local.steps / 10);
+  args.options.config.security = args.security;
+  tessera::train::ServerOptions server;
+  server.security = args.security;
+  std::setvbuf(stdout, nullptr, _IOLBF, BUFSIZ);
+  return tessera::examples::ps_digits_task(std::cout, *cluster, task, server, args.options);
+}
+
 // ---- tessera keygen ----
 
 // Writes PREFIX.key and PREFIX.pub (see transport/security.h) and prints the public key.
@@ -258,6 +306,26 @@ int main(int argc, char** argv) {
   digits->add_option("--expect-accuracy", digits_expect,
                      "Exit with status 1 unless the test accuracy reaches this fraction (the tests use it)")
       ->check(CLI::Range(0.0, 1.0));
+  // Distributed: this process is one task of a ps/worker job (examples/ps_digits.cc).
+  DistributedDigitsArgs dist;
+  auto* dist_cluster = digits->add_option(
+      "--cluster", dist.cluster,
+      "Train as one task of a cluster with ps and worker jobs (a JSON file or inline JSON): a ps task serves the "
+      "variables until the workers are done, a worker trains the MLP with a MonitoredTrainingSession (worker 0 is "
+      "the chief); needs --job and --task");
+  digits->add_flag("--from-env", dist.from_env,
+                   "As --cluster, the cluster and this task from TF_CONFIG or Slurm's SLURM_* variables");
+  digits->add_option("--job", dist.job, "This task's job (ps or worker) with --cluster");
+  digits->add_option("--task", dist.task, "This task's index with --cluster")->check(CLI::NonNegativeNumber);
+  digits->add_flag("--sync", dist.options.sync,
+                   "Synchronous training: a SyncReplicasOptimizer aggregates one gradient from every worker per step");
+  digits->add_option("--checkpoint-dir", dist.options.checkpoint_dir,
+                     "The chief's checkpoints: restored from when it starts, written every 100 steps and at the end");
+  digits->add_option("--ps-strategy", dist.options.ps_strategy, "round_robin or greedy_bytes")
+      ->check(CLI::IsMember({"round_robin", "greedy_bytes"}));
+  digits->add_option("--keys", dist.security.key_file, "This task's key pair (as `tessera server --keys`)");
+  digits->add_option("--cluster-keys", dist.security.cluster_keys_file, "The cluster's public keys (as `tessera server`)");
+  digits->add_flag("--insecure", dist.security.insecure, "Serve other hosts without keys (as `tessera server`)");
   auto* devices = app.add_subcommand("devices", "List the devices this process can run ops on");
   auto* server = app.add_subcommand(
       "server", "Run one task of a cluster until SIGINT or SIGTERM. Without --cluster, the cluster comes from "
@@ -338,6 +406,9 @@ int main(int argc, char** argv) {
   try {
     if (*demo) return run_demo(steps, trace_file, log_placement);
     if (*devices) return list_devices();
+    if (*digits && (dist_cluster->count() > 0 || dist.from_env)) {
+      return run_distributed_digits(dist, digits_options);
+    }
     if (*digits) {
       digits_options.log_every = std::max(1, digits_options.steps / 10);
       const auto r = tessera::examples::digits(std::cout, digits_options);
