@@ -94,15 +94,17 @@ namespace {
 // Both, because a session places the ops of each step it runs, and a colocation with an op
 // outside the step constrains nothing: a worker's train step holds the accumulators but not their
 // variables, and every worker must find the accumulator on its variable's task. The enclosing
-// device scope is cleared first: merged with a worker's, a ps request would conflict.
+// device scope is cleared first: merged with a worker's, a ps request would conflict. The device
+// scope opens inside the colocation scope: colocate_with sets aside the device scopes around it
+// (Note [Device scopes] in core/graph.cc), which would drop the request.
 struct PlacedWith {
   PlacedWith(Graph& g, const Operation& op)
       : cleared(g.device("")),
-        device(op.device().empty() ? GraphScope() : g.device(op.device())),
-        colocate(g.colocate_with(op)) {}
+        colocate(g.colocate_with(op)),
+        device(op.device().empty() ? GraphScope() : g.device(op.device())) {}
   GraphScope cleared;
-  GraphScope device;
   GraphScope colocate;
+  GraphScope device;
 };
 
 // `n` copies of the int64 scalar `value`, as a vector (TensorFlow's fill([n], value)).
@@ -145,12 +147,16 @@ Operation SyncReplicasOptimizer::State::apply_gradients(std::vector<std::pair<Ou
   }
   Graph& g = step->op().graph();
 
-  // The local step lives on this worker: placed with a no-op of the current device scope, so a
-  // device function that sends variables to the ps leaves it here.
+  // The local step lives on this worker: it requests the device a non-variable op gets here (a
+  // no-op's, so a device function that sends variables to the ps leaves it on the worker), or
+  // nothing, which a cluster's master reads as its own task. Not a colocation with the no-op: a
+  // colocation with an op outside the step constrains nothing, and the cost policy may put an
+  // unconstrained variable read next to the global step, on the ps, shared by every worker.
   Operation local_anchor = ops::no_op(g, "sync_rep_local_anchor");
   std::optional<Variable> local;
   {
-    GraphScope colocate = g.colocate_with(local_anchor);
+    GraphScope cleared = g.device("");
+    GraphScope here = local_anchor.device().empty() ? GraphScope() : g.device(local_anchor.device());
     // A local variable (TF's LOCAL_VARIABLES): each worker's own, outside checkpoints and the
     // readiness check a non-chief waits on.
     local = local_variable(g, Tensor::scalar<int64_t>(0), "sync_rep_local_step");

@@ -154,8 +154,8 @@ TEST_F(HooksTest, TheReadinessOpOfASlotVariableRunsOnItsVariablesTask) {
   std::optional<Variable> m = adam.get_slot(w, "m");
   ASSERT_TRUE(m.has_value());
   EXPECT_EQ(m->op().device(), "");  // the slot itself requests nothing
-  EXPECT_EQ(is_variable_initialized(*m).op().device(), "/job:ps/replica:0/task:1");
-  EXPECT_EQ(is_variable_initialized(w).op().device(), "/job:ps/replica:0/task:1");
+  EXPECT_EQ(is_variable_initialized(*m).op().device(), "/job:ps/task:1");
+  EXPECT_EQ(is_variable_initialized(w).op().device(), "/job:ps/task:1");
 }
 
 // TF's local variables: a worker's own state, outside the model's variables, checkpoints and the
