@@ -32,6 +32,11 @@ one group of workloads per process, right after the tessera binary of the same g
              64x256 batch through a 256x256 layer trained by SGD, variables on the ps, one client
              per worker, each with its own graph; the transport group's transfer graph, its
              variable on the ps and its Identity on worker 0, run through worker 0's master)
+  cluster_training  ps_train_digits_{1,2,4}w and sync_train_digits_{2,4}w: the digits MLP trained
+             with Adam by W workers (MonitoredTrainingSession each, variables over 2 ps tasks by
+             replica_device_setter; sync: SyncReplicasOptimizer aggregating W gradients), a cluster
+             of server processes per workload; steps/s counts global steps, examples/s every
+             worker's batches of 64
 
 Every workload checks its result once before timing (c == 3, the queued elements arrive exactly
 once, every transferred byte, the loss falls). Constant folding is off (grappler and the classic
@@ -289,13 +294,13 @@ def start_servers(cluster, tasks):
         p = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--serve", json.dumps(cluster), job,
                               str(task)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         procs.append(p)
-    deadline = time.time() + 180
+    deadline = time.time() + 300  # each process imports TensorFlow: slow on a loaded 2-core machine
     for p in procs:
         line = ""
         while "ready" not in line:
             if time.time() > deadline:
                 stop_servers(procs)
-                raise RuntimeError("a TensorFlow server did not start within 180 s")
+                raise RuntimeError("a TensorFlow server did not start within 300 s")
             line = p.stdout.readline()
             if not line and p.poll() is not None:
                 stop_servers(procs)
@@ -499,6 +504,89 @@ def group_cluster(bench, worker_counts):
         stop_servers(procs)
 
 
+DIGITS_BATCH = 64
+
+
+def cluster_train_digits(bench, workers, sync, xs, ys):
+    """ps_train_digits_<W>w (async) or sync_train_digits_<W>w: the digits MLP (tf_digits.mlp_loss)
+    trained with Adam by W workers, each its own graph and MonitoredTrainingSession on its task,
+    the variables spread over 2 ps tasks by replica_device_setter; sync wraps Adam in a
+    SyncReplicasOptimizer aggregating W gradients. A cluster of its own per workload (the sync
+    token queue and the accumulators are shared by name on the ps)."""
+    import tf_digits
+    workload = f"{'sync' if sync else 'ps'}_train_digits_{workers}w"
+    cluster = {"ps": [f"127.0.0.1:{free_port()}" for _ in range(2)],
+               "worker": [f"127.0.0.1:{free_port()}" for _ in range(workers)]}
+    procs = start_servers(cluster, [("ps", 0), ("ps", 1)] + [("worker", i) for i in range(workers)])
+    spec = tf.train.ClusterSpec(cluster)
+    clients = []
+    try:
+        for i in range(workers):
+            g = tf.Graph()
+            with g.as_default():
+                with tf1.device(tf1.train.replica_device_setter(cluster=spec, worker_device=f"/job:worker/task:{i}")):
+                    x, y, loss = tf_digits.mlp_loss(tf1)
+                    step = tf1.train.get_or_create_global_step()
+                    opt = tf1.train.AdamOptimizer(1e-3)
+                    hooks = []
+                    if sync:
+                        opt = tf1.train.SyncReplicasOptimizer(opt, replicas_to_aggregate=workers,
+                                                              total_num_replicas=workers)
+                        hooks.append(opt.make_session_run_hook(i == 0))
+                    train = opt.minimize(loss, global_step=step)
+                # The chief first: the others find the model ready at once (a non-chief polls every 30 s).
+                sess = tf1.train.MonitoredTrainingSession(
+                    master=f"grpc://{cluster['worker'][i]}", is_chief=(i == 0), hooks=hooks, config=session_config(),
+                    save_checkpoint_secs=None, save_summaries_steps=None, save_summaries_secs=None,
+                    log_step_count_steps=None)
+            rows = [(np.arange(k * DIGITS_BATCH, (k + 1) * DIGITS_BATCH) + 7 * i) % len(ys) for k in range(16)]
+            clients.append((sess, {"x": x, "y": y, "loss": loss, "train": train, "step": step,
+                                   "feeds": [{x: xs[r], y: ys[r]} for r in rows]}))
+
+        def body(sess, c, n, losses):
+            for k in range(n):
+                losses.append(sess.run([c["loss"], c["train"]], c["feeds"][k % 16])[0])
+
+        def one_pass(n=STEPS_PER_WORKER):
+            losses = [[] for _ in clients]
+            ts = [threading.Thread(target=body, args=(s, c, n, losses[k])) for k, (s, c) in enumerate(clients)]
+            t0 = time.perf_counter()
+            for t in ts:
+                t.start()
+            for t in ts:
+                t.join()
+            return time.perf_counter() - t0, losses
+
+        _, losses = one_pass(100)  # warm-up and check
+        if not all(len(l) == 100 for l in losses) or not losses[0][-1] < losses[0][0]:
+            bench.fail(workload, f"correctness check failed: worker 0's loss {losses[0][0]} -> {losses[0][-1]}")
+            return
+        # Global steps: async, one per worker step; sync, one per W worker steps.
+        per_pass = STEPS_PER_WORKER if sync else workers * STEPS_PER_WORKER
+        rates = bench.repeat(lambda: (one_pass()[0], per_pass))
+        bench.record(workload, "tensorflow", "training steps per second (global steps)", "steps/s", "higher", rates)
+        bench.record(workload + "_examples", "tensorflow", "examples per second, all workers together", "examples/s",
+                     "higher", [r * DIGITS_BATCH * (workers if sync else 1) for r in rates])
+    finally:
+        for sess, _ in reversed(clients):
+            try:
+                sess.close()
+            except Exception:  # noqa: BLE001  (a sync worker's close may see its queue closed)
+                pass
+        stop_servers(procs)
+
+
+def group_cluster_training(bench, worker_counts, sync_counts):
+    import tf_digits
+    xs, ys = tf_digits.load_digits(DIGITS_CSV)
+    for sync, counts in ((False, worker_counts), (True, sync_counts)):
+        for w in counts:
+            try:
+                cluster_train_digits(bench, w, sync, xs, ys)
+            except Exception as e:  # noqa: BLE001  (one workload's failure does not stop the others)
+                bench.fail(f"{'sync' if sync else 'ps'}_train_digits_{w}w", f"{type(e).__name__}: {e}")
+
+
 def session_transfers(bench, target):
     """session_transfer_<size>: the transport group's transfer on the cluster's separate processes,
     as bench_cluster runs tessera's (ps -> worker 0, through worker 0's master)."""
@@ -585,7 +673,8 @@ def main():
         serve(sys.argv[2], sys.argv[3], sys.argv[4])
         return 0
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--group", required=True, choices=["session", "queue", "transport", "cluster", "training"])
+    ap.add_argument("--group", required=True, choices=["session", "queue", "transport", "cluster", "training",
+                                                          "cluster_training"])
     ap.add_argument("--out", required=True, help="the JSON file to write")
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--min-time", type=float, default=0.2, help="seconds per repetition (at least)")
@@ -600,6 +689,8 @@ def main():
             group_queue(bench)
         elif args.group == "training":
             group_training(bench)
+        elif args.group == "cluster_training":
+            group_cluster_training(bench, [1, 2, 4], [2, 4])
         elif args.group == "transport":
             group_transport(bench, set(filter(None, args.skip_sizes.split(","))))
         else:

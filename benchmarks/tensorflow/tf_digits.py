@@ -50,6 +50,12 @@ def _loss_and_train(tf1, y, logits, learning_rate):
 def mlp_step(tf1, learning_rate, init=None):
     """(x, y, loss, train) of the MLP 64-128-64-10 (ReLU) in the default graph; init: the six
     initial values (w1, b1, w2, b2, w3, b3) as numpy arrays, or None for random ones."""
+    x, y, loss = mlp_loss(tf1, init)
+    return x, y, loss, tf1.train.AdamOptimizer(learning_rate).minimize(loss)
+
+
+def mlp_loss(tf1, init=None):
+    """(x, y, loss) of mlp_step, without the optimizer (the cluster workloads choose theirs)."""
     x, y = _placeholders(tf1)
     h = x
     for layer in range(3):
@@ -61,7 +67,7 @@ def mlp_step(tf1, learning_rate, init=None):
         h = tf1.nn.bias_add(tf1.matmul(h, w), b)
         if layer < 2:
             h = tf1.nn.relu(h)
-    return (x, y) + _loss_and_train(tf1, y, h, learning_rate)
+    return x, y, tf1.reduce_mean(tf1.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=h))
 
 
 def cnn_step(tf1, learning_rate):
