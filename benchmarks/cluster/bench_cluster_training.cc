@@ -145,11 +145,12 @@ void BM_train_digits(benchmark::State& state, bool sync) {
   tessera_bench::set_impl(state, "tessera");
   const int n = static_cast<int>(state.range(0));
   static std::map<std::pair<int, bool>, std::unique_ptr<TrainingFixture>> fixtures;
-  auto& fixture = fixtures[{n, sync}];
-  if (!fixture) {
+  auto it = fixtures.find({n, sync});
+  if (it == fixtures.end()) {
     fixtures.clear();  // one cluster at a time: the previous workload's processes stop first
-    fixture = std::make_unique<TrainingFixture>(n, sync);
+    it = fixtures.emplace(std::make_pair(n, sync), std::make_unique<TrainingFixture>(n, sync)).first;
   }
+  auto& fixture = it->second;
   if (!tessera_bench::check(state, fixture->ok, fixture->error)) return;
   constexpr int kStepsPerWorker = 20;
   for (auto _ : state) fixture->run_all(kStepsPerWorker);
