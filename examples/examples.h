@@ -78,7 +78,7 @@ struct PsDigitsOptions {
 struct PsDigitsResult {
   float first_loss = 0, last_loss = 0;
   int64_t local_steps = 0;    // this worker's runs
-  int64_t final_step = 0;     // the global step its last run saw
+  int64_t final_step = 0;     // the global step its last run saw (the chief: read at the end)
   int sessions_created = 0;   // 1, plus one per recovery
   float test_accuracy = 0;    // the chief's, at the end
   double seconds = 0;

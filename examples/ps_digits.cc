@@ -144,6 +144,8 @@ PsDigitsResult ps_digits_worker(std::ostream& out, const train::ClusterSpec& clu
   if (chief) {
     Session eval(g, target, opt.config);
     r.test_accuracy = eval.run(accuracy).scalar<float>();
+    // The global step now: a run's read of it is not ordered after that run's increment.
+    r.final_step = eval.run(global_step.value()).scalar<int64_t>();
     eval.close();
     if (opt.report_placement) {
       out << "worker 0's ";
