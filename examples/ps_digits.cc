@@ -162,9 +162,9 @@ int ps_digits_task(std::ostream& out, const train::ClusterSpec& cluster, const t
   train::Server server(cluster, task.job, task.index, server_options);
   out << fmt::format("/job:{}/task:{} listening on {}\n", task.job, task.index, server.target()) << std::flush;
   const int workers = cluster.num_tasks("worker");
-  const int ps_tasks = cluster.jobs().end() != std::find(cluster.jobs().begin(), cluster.jobs().end(), "ps")
-                           ? cluster.num_tasks("ps")
-                           : 0;
+  const std::vector<std::string> jobs = cluster.jobs();
+  const std::vector<int> ps_tasks =
+      std::find(jobs.begin(), jobs.end(), "ps") != jobs.end() ? cluster.task_indices("ps") : std::vector<int>{};
   if (task.job == "ps") {
     // Serve until every worker said it is done.
     Graph g;
@@ -186,7 +186,7 @@ int ps_digits_task(std::ostream& out, const train::ClusterSpec& cluster, const t
   out << "\n";
   Graph g;
   std::vector<Operation> tokens;
-  for (int k = 0; k < ps_tasks; ++k) tokens.push_back(done_queue(g, k).enqueue({ops::constant(g, 1)}));
+  for (int k : ps_tasks) tokens.push_back(done_queue(g, k).enqueue({ops::constant(g, 1)}));
   Session s(g, server.target(), opt.config);
   for (const Operation& t : tokens) s.run(t);
   s.close();

@@ -57,12 +57,18 @@ exit $status
 EOF
 chmod +x "$dir/fake_srun"
 
-run_slurm() {  # $1: a name, $2: the port base, $3: the keys directory or "", $4: SYNC (1 or "")
+# One run of the script; status 75 when a port was taken between free_base and the bind (another
+# test's process got it first), so the caller retries on new ports.
+run_slurm_once() {  # $1: a name, $2: the port base, $3: the keys directory or "", $4: SYNC (1 or "")
   local logs="$dir/slurm-$1"
+  rm -rf "$logs"
   mkdir -p "$logs"
-  FAKE_SRUN_LOGS=$logs SRUN="$dir/fake_srun" TESSERA="$tessera" STEPS=150 CHECKPOINTS="$logs/ckpt" KEYS="$3" SYNC="$4" \
-    TESSERA_SLURM_PORT_BASE=$2 bash "$src/examples/deploy/slurm_digits.sbatch" ||
-    { tail -n 20 "$logs"/rank*.log; fail "slurm_digits.sbatch ($1) exited with $?"; }
+  if ! FAKE_SRUN_LOGS=$logs SRUN="$dir/fake_srun" TESSERA="$tessera" STEPS=150 CHECKPOINTS="$logs/ckpt" KEYS="$3" \
+    SYNC="$4" TESSERA_SLURM_PORT_BASE=$2 bash "$src/examples/deploy/slurm_digits.sbatch"; then
+    if grep -qi 'address already in use' "$logs"/rank*.log; then return 75; fi
+    tail -n 20 "$logs"/rank*.log
+    fail "slurm_digits.sbatch ($1) failed"
+  fi
   grep -q 'all 2 workers are done' "$logs/rank0.log" || fail "ps 0 ($1) did not see the workers finish"
   grep -q 'all 2 workers are done' "$logs/rank1.log" || fail "ps 1 ($1) did not see the workers finish"
   grep -Eq '^worker 0: .*test accuracy 0\.[0-9]+' "$logs/rank2.log" || fail "the chief ($1) printed no accuracy"
@@ -70,16 +76,32 @@ run_slurm() {  # $1: a name, $2: the port base, $3: the keys directory or "", $4
   ls "$logs/ckpt" | grep -q '^model.ckpt-' || fail "the chief ($1) wrote no checkpoint"
 }
 
-run_slurm insecure "$(free_base)" "" ""
-# With keys: each rank's key pair at KEYS/localhost:<port>.key, every public key in cluster.keys.
-base=$(free_base)
-keys="$dir/keys"
-mkdir -p "$keys"
-for i in 0 1 2 3; do
-  "$tessera" keygen --out "$keys/localhost:$((base + i))" >/dev/null
-  echo "$(cat "$keys/localhost:$((base + i)).pub") localhost:$((base + i))" >>"$keys/cluster.keys"
-done
-run_slurm keys-sync "$base" "$keys" 1  # and synchronous training
+# $1: a name, $2: "keys" for CURVE keys (each rank's key pair at KEYS/localhost:<port>.key, every
+# public key in cluster.keys), $3: SYNC.
+run_slurm() {
+  local attempt status base keys
+  for attempt in 1 2 3; do
+    base=$(free_base)
+    keys=""
+    if [ "$2" = keys ]; then
+      keys="$dir/keys-$attempt"
+      mkdir -p "$keys"
+      for i in 0 1 2 3; do
+        "$tessera" keygen --out "$keys/localhost:$((base + i))" >/dev/null
+        echo "$(cat "$keys/localhost:$((base + i)).pub") localhost:$((base + i))" >>"$keys/cluster.keys"
+      done
+    fi
+    status=0
+    run_slurm_once "$1" "$base" "$keys" "$3" || status=$?
+    [ "$status" = 0 ] && return 0
+    [ "$status" = 75 ] || exit "$status"
+    echo "a port of $base..$((base + 3)) was taken meanwhile: again on other ports"
+  done
+  fail "slurm_digits.sbatch ($1): ports taken three times"
+}
+
+run_slurm insecure "" ""
+run_slurm keys-sync keys 1  # with keys, and synchronous training
 
 # Kubernetes: the Pods' commands and TF_CONFIGs, run here.
 python3 - "$src/examples/deploy/kubernetes.yaml" "$dir/k8s" "$tessera" <<'EOF' || fail "kubernetes.yaml's Pods failed"
