@@ -68,9 +68,10 @@ class Batches {
 
 // The queue a ps task waits on before it exits (task mode): each worker enqueues one token when
 // it is done, as TF1 jobs did with a shared "done" queue per ps.
-FIFOQueue done_queue(Graph& g, int ps_task) {
+// Its capacity is the number of workers, so the ps's one dequeue_many of them can complete.
+FIFOQueue done_queue(Graph& g, int ps_task, int workers) {
   auto scope = g.device(fmt::format("/job:ps/task:{}", ps_task));
-  return FIFOQueue(g, 16, {DType::Int32}, {Shape{}}, fmt::format("done_queue_{}", ps_task),
+  return FIFOQueue(g, std::max(1, workers), {DType::Int32}, {Shape{}}, fmt::format("done_queue_{}", ps_task),
                    fmt::format("done_queue_{}", ps_task));
 }
 
@@ -168,7 +169,7 @@ int ps_digits_task(std::ostream& out, const train::ClusterSpec& cluster, const t
   if (task.job == "ps") {
     // Serve until every worker said it is done.
     Graph g;
-    FIFOQueue done = done_queue(g, task.index);
+    FIFOQueue done = done_queue(g, task.index, workers);
     Session s(g, server.target(), opt.config);
     s.run(done.dequeue_many(workers));
     out << fmt::format("/job:ps/task:{}: all {} workers are done\n", task.index, workers);
@@ -186,7 +187,7 @@ int ps_digits_task(std::ostream& out, const train::ClusterSpec& cluster, const t
   out << "\n";
   Graph g;
   std::vector<Operation> tokens;
-  for (int k : ps_tasks) tokens.push_back(done_queue(g, k).enqueue({ops::constant(g, 1)}));
+  for (int k : ps_tasks) tokens.push_back(done_queue(g, k, workers).enqueue({ops::constant(g, 1)}));
   Session s(g, server.target(), opt.config);
   for (const Operation& t : tokens) s.run(t);
   s.close();
