@@ -1,14 +1,21 @@
-// Network labs (tests/testing/netns.h): namespaces, a bridge and veth links made with `ip`, and
-// the re-run of a test inside one of them.
+// Network labs (tests/testing/netns.h): namespaces, a bridge and veth links made with `ip` (or TAP
+// links joined by the userspace netem relay), and the re-run of a test inside one of them.
 #include "tests/testing/netns.h"
 
+#include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <cstring>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -19,6 +26,7 @@
 #include <thread>
 
 #include "host/child_process.h"
+#include "tests/testing/netem_spec.h"
 
 extern char** environ;
 
@@ -176,7 +184,51 @@ const std::string& NetworkLab::unavailable_reason() {
   return reason;
 }
 
-NetworkLab::NetworkLab(const std::vector<std::string>& hosts) : owner_(true), hosts_(hosts) {
+bool NetworkLab::kernel_has_netem() {
+  static const bool has = [] {
+    if (const char* force = std::getenv("TESSERA_NETNS_RELAY"); force && std::string(force) == "1") return false;
+    const std::string tc = find_program("tc");
+    if (tc.empty() || ip_path().empty()) return false;
+    const std::string probe = "tessera-" + std::to_string(::getpid()) + "-netemprobe";
+    if (run_command({ip_path(), "netns", "add", probe}).exit_code != 0) return false;
+    bool ok = run_command({ip_path(), "-n", probe, "link", "add", "name", "probe0", "type", "veth", "peer", "name",
+                           "probe1"}).exit_code == 0;
+    ok = ok && run_command({tc, "-n", probe, "qdisc", "add", "dev", "probe0", "root", "netem", "delay", "1ms"})
+                       .exit_code == 0;
+    remove_namespace(probe);
+    return ok;
+  }();
+  return has;
+}
+
+namespace {
+
+// The relay program: $TESSERA_NETEM_RELAY, else the one built next to the tests.
+std::string relay_program() {
+  if (const char* path = std::getenv("TESSERA_NETEM_RELAY"); path && *path) return path;
+#ifdef TESSERA_NETEM_RELAY_PATH
+  return TESSERA_NETEM_RELAY_PATH;
+#else
+  return "";
+#endif
+}
+
+}  // namespace
+
+std::string NetworkLab::unavailable_reason(LinkMode mode) {
+  if (const std::string& why = unavailable_reason(); !why.empty()) return why;
+  if (mode == LinkMode::kernel || kernel_has_netem()) return "";
+  const std::string relay = relay_program();
+  if (relay.empty() || ::access(relay.c_str(), X_OK) != 0) {
+    return "no netem in this kernel and no userspace relay program ('" + relay + "'; set TESSERA_NETEM_RELAY)";
+  }
+  const int tun = ::open("/dev/net/tun", O_RDWR | O_CLOEXEC);
+  if (tun < 0) return std::string("no netem in this kernel and no TAP devices (/dev/net/tun: ") + std::strerror(errno) + ")";
+  ::close(tun);
+  return "";
+}
+
+NetworkLab::NetworkLab(const std::vector<std::string>& hosts, LinkMode mode) : owner_(true), hosts_(hosts), mode_(mode) {
   if (hosts.empty() || hosts.size() > 250) throw std::invalid_argument("NetworkLab: 1 to 250 hosts");
   const int pid = static_cast<int>(::getpid());
   prefix_ = "tessera-" + std::to_string(pid) + "-" + std::to_string(next_lab++);
@@ -205,15 +257,19 @@ NetworkLab::NetworkLab(const std::vector<std::string>& hosts) : owner_(true), ho
 
 void NetworkLab::create() {
   remove_leftovers();
+  const bool relay = mode_ == LinkMode::impairable && !kernel_has_netem();
   ip({"netns", "add", bridge_ns_});
   ip({"-n", bridge_ns_, "link", "add", "name", "br0", "type", "bridge"});
   ip({"-n", bridge_ns_, "link", "set", "br0", "up"});
+  for (const auto& name : hosts_) ip({"netns", "add", by_name_.at(name).ns});
+  if (relay) start_relay();  // the TAPs eth0 and v<i>, made by the relay in those namespaces
   for (const auto& name : hosts_) {
     const Host& h = by_name_.at(name);
-    ip({"netns", "add", h.ns});
     // Made in the bridge's namespace with its peer straight in the host's: no name ever appears in
     // the root namespace, so concurrent labs cannot clash.
-    ip({"-n", bridge_ns_, "link", "add", "name", h.bridge_port, "type", "veth", "peer", "name", "eth0", "netns", h.ns});
+    if (!relay) {
+      ip({"-n", bridge_ns_, "link", "add", "name", h.bridge_port, "type", "veth", "peer", "name", "eth0", "netns", h.ns});
+    }
     ip({"-n", bridge_ns_, "link", "set", h.bridge_port, "master", "br0"});
     ip({"-n", bridge_ns_, "link", "set", h.bridge_port, "up"});
     ip({"-n", h.ns, "addr", "add", h.address + "/24", "dev", "eth0"});
@@ -222,8 +278,120 @@ void NetworkLab::create() {
   }
 }
 
+void NetworkLab::start_relay() {
+  const std::string program = relay_program();
+  if (program.empty()) throw std::runtime_error("NetworkLab: no userspace netem relay program (TESSERA_NETEM_RELAY)");
+  control_path_ = dir_ + "/relay.ctl";
+  if (control_path_.size() >= sizeof(sockaddr_un{}.sun_path) - 24) {
+    throw std::runtime_error("NetworkLab: the lab's folder is too long a path for a Unix socket: " + dir_);
+  }
+  std::vector<std::string> args = {program, "--control", control_path_};
+  for (const auto& name : hosts_) {
+    const Host& h = by_name_.at(name);
+    args.push_back(h.ns + ":eth0=" + bridge_ns_ + ":" + h.bridge_port);  // direction 1: the host's egress
+  }
+  // Its stdin is a pipe only we write to: end of file there (we are gone) ends it. Not ChildProcess,
+  // whose children share our stdin.
+  int in[2], out[2];
+  if (::pipe2(in, O_CLOEXEC) != 0) throw std::runtime_error(std::string("NetworkLab: pipe: ") + std::strerror(errno));
+  if (::pipe2(out, O_CLOEXEC) != 0) {
+    ::close(in[0]), ::close(in[1]);
+    throw std::runtime_error(std::string("NetworkLab: pipe: ") + std::strerror(errno));
+  }
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::dup2(in[0], STDIN_FILENO);
+    ::dup2(out[1], STDOUT_FILENO);
+    ::execv(argv[0], argv.data());
+    ::_exit(127);
+  }
+  ::close(in[0]);
+  ::close(out[1]);
+  if (pid < 0) {
+    ::close(in[1]), ::close(out[0]);
+    throw std::runtime_error(std::string("NetworkLab: fork: ") + std::strerror(errno));
+  }
+  relay_pid_ = pid;
+  relay_stdin_ = in[1];
+  std::string said;
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (said.find('\n') == std::string::npos) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    pollfd p{out[0], POLLIN, 0};
+    if (left <= 0ms || ::poll(&p, 1, static_cast<int>(left.count())) <= 0) break;
+    char buf[256];
+    const ssize_t n = ::read(out[0], buf, sizeof buf);
+    if (n <= 0) break;
+    said.append(buf, static_cast<std::size_t>(n));
+  }
+  ::close(out[0]);  // it writes nothing more on stdout
+  if (trimmed(said) != "ready") {
+    throw std::runtime_error("NetworkLab: the netem relay `" + joined(args) + "` did not say ready within 10 s" +
+                             (said.empty() ? std::string() : " (it said '" + trimmed(said) + "')") +
+                             "; its stderr is above");
+  }
+}
+
+void NetworkLab::stop_relay() {
+  if (relay_pid_ <= 0) return;
+  ::close(relay_stdin_);  // end of file: it exits
+  relay_stdin_ = -1;
+  ::kill(relay_pid_, SIGTERM);
+  for (int i = 0; i < 100; ++i) {  // 5 s, then SIGKILL
+    if (::waitpid(relay_pid_, nullptr, WNOHANG) == relay_pid_) {
+      relay_pid_ = 0;
+      return;
+    }
+    std::this_thread::sleep_for(50ms);
+  }
+  ::kill(relay_pid_, SIGKILL);
+  ::waitpid(relay_pid_, nullptr, 0);
+  relay_pid_ = 0;
+}
+
+int NetworkLab::link_index(const std::string& host) const {
+  for (std::size_t i = 0; i < hosts_.size(); ++i) {
+    if (hosts_[i] == host) return static_cast<int>(i);
+  }
+  throw std::out_of_range("NetworkLab: no host '" + host + "'");
+}
+
+std::string NetworkLab::relay_request(const std::string& request) const {
+  static std::atomic<int> next_client{0};
+  // Our own pathname socket, for the answer: pathname sockets work across network namespaces.
+  const std::string self = dir_ + "/c-" + std::to_string(::getpid()) + "-" + std::to_string(next_client++);
+  sockaddr_un to{}, from{};
+  to.sun_family = from.sun_family = AF_UNIX;
+  std::memcpy(to.sun_path, control_path_.c_str(), control_path_.size());
+  std::memcpy(from.sun_path, self.c_str(), std::min(self.size(), sizeof(from.sun_path) - 1));
+  const int fd = ::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) throw std::runtime_error(std::string("NetworkLab: socket: ") + std::strerror(errno));
+  ::unlink(from.sun_path);
+  std::string answer, failure;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&from), sizeof from) != 0) {
+    failure = "cannot bind " + self + ": " + std::strerror(errno);
+  } else if (::sendto(fd, request.data(), request.size(), 0, reinterpret_cast<sockaddr*>(&to), sizeof to) < 0) {
+    failure = "cannot send to " + control_path_ + ": " + std::strerror(errno);
+  } else {
+    pollfd p{fd, POLLIN, 0};
+    char buf[512];
+    const ssize_t n = ::poll(&p, 1, 5000) == 1 ? ::recv(fd, buf, sizeof buf, 0) : -1;
+    if (n < 0) failure = "no answer within 5 s from " + control_path_;
+    else answer.assign(buf, static_cast<std::size_t>(n));
+  }
+  ::close(fd);
+  ::unlink(from.sun_path);
+  if (failure.empty() && answer.rfind("ok", 0) != 0) failure = "it answered '" + answer + "'";
+  if (!failure.empty()) throw std::runtime_error("NetworkLab: relay request '" + request + "': " + failure);
+  return answer.size() > 3 ? answer.substr(3) : "";
+}
+
 void NetworkLab::destroy() {
   if (!owner_) return;
+  stop_relay();  // its TAPs hold the namespaces: first
   for (const auto& name : hosts_) remove_namespace(by_name_.at(name).ns);
   remove_namespace(bridge_ns_);
   if (!dir_.empty()) {
@@ -243,6 +411,15 @@ std::unique_ptr<NetworkLab> NetworkLab::attach(const std::string& description) {
   lab->bridge_ns_ = w[0] + "-br";
   lab->dir_ = w[1];
   for (std::size_t i = 2; i < w.size(); ++i) {
+    if (w[i].rfind("+relay=", 0) == 0) {  // not a host: names are [a-z0-9]
+      lab->mode_ = LinkMode::impairable;
+      lab->control_path_ = w[i].substr(7);
+      continue;
+    }
+    if (w[i] == "+impairable") {
+      lab->mode_ = LinkMode::impairable;
+      continue;
+    }
     const std::size_t eq = w[i].find('='), c1 = w[i].find(',', eq), c2 = w[i].find(',', c1 + 1);
     if (eq == std::string::npos || c1 == std::string::npos || c2 == std::string::npos) {
       throw std::invalid_argument("NetworkLab::attach: bad host '" + w[i] + "'");
@@ -260,6 +437,9 @@ std::string NetworkLab::describe() const {
     const Host& h = by_name_.at(name);
     s += " " + name + "=" + h.ns + "," + h.address + "," + h.bridge_port;
   }
+  // The link mode: relay links name the relay's socket (the child's netem() talks to it).
+  if (!control_path_.empty()) s += " +relay=" + control_path_;
+  else if (mode_ == LinkMode::impairable) s += " +impairable";
   return s;
 }
 
@@ -306,6 +486,15 @@ void NetworkLab::heal(const std::string& a, const std::string& b) {
 }
 
 bool NetworkLab::netem(const std::string& host, const std::string& spec) {
+  if (relay_links()) {
+    NetemImpairment imp;
+    if (std::string why; !parse_netem_spec(spec, &imp, &why)) {
+      throw std::runtime_error("NetworkLab::netem: netem spec '" + spec + "' is not emulated on relay links: " + why);
+    }
+    relay_request("set " + std::to_string(link_index(host)) + " 1 " + std::to_string(imp.delay_ns) + " " +
+                  std::to_string(imp.loss_ppm));
+    return true;
+  }
   static const std::string tc = find_program("tc");
   if (tc.empty()) return false;
   std::vector<std::string> args = {tc, "-n", ns(host), "qdisc", "replace", "dev", "eth0", "root", "netem"};
@@ -317,6 +506,10 @@ bool NetworkLab::netem(const std::string& host, const std::string& spec) {
 }
 
 void NetworkLab::clear_netem(const std::string& host) {
+  if (relay_links()) {
+    relay_request("clear " + std::to_string(link_index(host)));
+    return;
+  }
   static const std::string tc = find_program("tc");
   if (!tc.empty()) run_command({tc, "-n", ns(host), "qdisc", "del", "dev", "eth0", "root"});
 }
@@ -340,7 +533,7 @@ NetworkLab::Counters NetworkLab::counters(const std::string& host) const {
 }
 
 LabEntry enter_network_lab(const std::vector<std::string>& hosts, const std::string& client,
-                           std::chrono::seconds limit) {
+                           std::chrono::seconds limit, LinkMode mode) {
   LabEntry entry;
   if (const char* description = std::getenv(kLabEnv)) {  // the child: run the body here
     entry.lab = NetworkLab::attach(description);
@@ -350,14 +543,14 @@ LabEntry enter_network_lab(const std::vector<std::string>& hosts, const std::str
     }
     return entry;
   }
-  if (const std::string& why = NetworkLab::unavailable_reason(); !why.empty()) {
+  if (const std::string why = NetworkLab::unavailable_reason(mode); !why.empty()) {
     entry.skip = true;
     entry.message = why;
     return entry;
   }
   std::unique_ptr<NetworkLab> lab;
   try {
-    lab = std::make_unique<NetworkLab>(hosts);
+    lab = std::make_unique<NetworkLab>(hosts, mode);
   } catch (const std::exception& e) {
     ADD_FAILURE() << "could not make the network lab: " << e.what();
     return entry;
