@@ -25,6 +25,7 @@
 
 #include "common/bench_common.h"
 #include "examples/digits_data.h"
+#include "training/digits_models.h"
 
 namespace {
 
@@ -87,19 +88,8 @@ struct TrainingFixture {
             w->train = adam.minimize(w->loss, step);
           }
         }
-        const auto& d = digits();
-        const auto rows = static_cast<int64_t>(d.y.size());
-        for (int k = 0; k < 16; ++k) {
-          std::vector<float> bx;
-          std::vector<int32_t> by;
-          for (int r = 0; r < kBatch; ++r) {
-            const auto row = static_cast<std::size_t>((k * kBatch + r + 7 * i) % rows);
-            bx.insert(bx.end(), &d.x[row * examples::kDigitsPixels], &d.x[(row + 1) * examples::kDigitsPixels]);
-            by.push_back(d.y[row]);
-          }
-          w->batches.emplace_back(Tensor::from_vector<float>(bx, Shape{kBatch, examples::kDigitsPixels}),
-                                  Tensor::vector<int32_t>(by));
-        }
+        // Each worker's 16 batches start at a row of its own (7 * i), as tf_bench.py's do.
+        for (int k = 0; k < 16; ++k) w->batches.push_back(tessera_bench::digits_batch(digits(), k, kBatch, 7 * i));
         // The chief first: the others then find the model ready.
         train::MonitoredTrainingSessionOptions o;
         o.master = tasks[static_cast<std::size_t>(kPs + i)].target();

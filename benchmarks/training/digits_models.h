@@ -42,13 +42,15 @@ inline DigitsStep digits_cnn_step(Graph& g, float learning_rate) {
   return digits_step(g, examples::digits_cnn(g), learning_rate);
 }
 
-// Batch i of `batch` rows of `data`, taken in order and wrapping around: (x, y) tensors.
-inline std::pair<Tensor, Tensor> digits_batch(const examples::Digits& data, int64_t i, int batch) {
+// Batch i of `batch` rows of `data`, taken in order from row `first_row` and wrapping around:
+// (x, y) tensors.
+inline std::pair<Tensor, Tensor> digits_batch(const examples::Digits& data, int64_t i, int batch,
+                                              int64_t first_row = 0) {
   const auto n = static_cast<int64_t>(data.y.size());
   std::vector<float> x;
   std::vector<int32_t> y;
   for (int r = 0; r < batch; ++r) {
-    const auto row = static_cast<std::size_t>((i * batch + r) % n);
+    const auto row = static_cast<std::size_t>((first_row + i * batch + r) % n);
     const auto* px = &data.x[row * examples::kDigitsPixels];
     x.insert(x.end(), px, px + examples::kDigitsPixels);
     y.push_back(data.y[row]);
