@@ -512,7 +512,14 @@ def cluster_train_digits(bench, workers, sync, xs, ys):
     trained with Adam by W workers, each its own graph and MonitoredTrainingSession on its task,
     the variables spread over 2 ps tasks by replica_device_setter; sync wraps Adam in a
     SyncReplicasOptimizer aggregating W gradients. A cluster of its own per workload (the sync
-    token queue and the accumulators are shared by name on the ps)."""
+    token queue and the accumulators are shared by name on the ps).
+
+    Async, a pass is STEPS_PER_WORKER steps of each worker. Sync, the workers train without pause
+    until the workload ends and a pass is the time the global step takes to advance by
+    STEPS_PER_WORKER, as bench_cluster_training does: stopping each worker after a fixed number of
+    its own steps can leave one waiting for a token forever (a fast worker's second gradient of a
+    step makes a slower one's stale, so fewer global steps happen than the workers expect). At the
+    end a session on the chief's graph enqueues a token per worker, so that none stays blocked."""
     import tf_digits
     workload = f"{'sync' if sync else 'ps'}_train_digits_{workers}w"
     cluster = {"ps": [f"127.0.0.1:{free_port()}" for _ in range(2)],
@@ -520,6 +527,9 @@ def cluster_train_digits(bench, workers, sync, xs, ys):
     procs = start_servers(cluster, [("ps", 0), ("ps", 1)] + [("worker", i) for i in range(workers)])
     spec = tf.train.ClusterSpec(cluster)
     clients = []
+    release = None  # sync: (a session on the chief's graph, its op enqueueing a token per worker)
+    threads = []
+    stop = threading.Event()
     try:
         for i in range(workers):
             g = tf.Graph()
@@ -534,6 +544,8 @@ def cluster_train_digits(bench, workers, sync, xs, ys):
                                                               total_num_replicas=workers)
                         hooks.append(opt.make_session_run_hook(i == 0))
                     train = opt.minimize(loss, global_step=step)
+                    if sync and i == 0:
+                        release_op = opt.get_init_tokens_op(num_tokens=workers)
                 # The chief first: the others find the model ready at once (a non-chief polls every 30 s).
                 sess = tf1.train.MonitoredTrainingSession(
                     master=f"grpc://{cluster['worker'][i]}", is_chief=(i == 0), hooks=hooks, config=session_config(),
@@ -542,32 +554,94 @@ def cluster_train_digits(bench, workers, sync, xs, ys):
             rows = [(np.arange(k * DIGITS_BATCH, (k + 1) * DIGITS_BATCH) + 7 * i) % len(ys) for k in range(16)]
             clients.append((sess, {"x": x, "y": y, "loss": loss, "train": train, "step": step,
                                    "feeds": [{x: xs[r], y: ys[r]} for r in rows]}))
+            if sync and i == 0:
+                release = (tf1.Session(f"grpc://{cluster['worker'][0]}", graph=g, config=session_config()), release_op)
 
-        def body(sess, c, n, losses):
-            for k in range(n):
-                losses.append(sess.run([c["loss"], c["train"]], c["feeds"][k % 16])[0])
+        def body(sess, c, n, losses, errors):
+            try:
+                for k in range(n):
+                    losses.append(sess.run([c["loss"], c["train"]], c["feeds"][k % 16])[0])
+            except Exception as e:  # noqa: BLE001  (one_pass raises it)
+                errors.append(f"{type(e).__name__}: {e}")
 
         def one_pass(n=STEPS_PER_WORKER):
+            """Async: n steps of each worker, on a thread each; raises the first worker's error."""
             losses = [[] for _ in clients]
-            ts = [threading.Thread(target=body, args=(s, c, n, losses[k])) for k, (s, c) in enumerate(clients)]
+            errors = []
+            ts = [threading.Thread(target=body, args=(s, c, n, losses[k], errors)) for k, (s, c) in enumerate(clients)]
             t0 = time.perf_counter()
             for t in ts:
                 t.start()
             for t in ts:
                 t.join()
+            if errors:
+                raise RuntimeError(errors[0])
             return time.perf_counter() - t0, losses
 
-        _, losses = one_pass(100)  # warm-up and check
-        if not all(len(l) == 100 for l in losses) or not losses[0][-1] < losses[0][0]:
-            bench.fail(workload, f"correctness check failed: worker 0's loss {losses[0][0]} -> {losses[0][-1]}")
-            return
-        # Global steps: async, one per worker step; sync, one per W worker steps.
-        per_pass = STEPS_PER_WORKER if sync else workers * STEPS_PER_WORKER
-        rates = bench.repeat(lambda: (one_pass()[0], per_pass))
+        # Sync: each worker's thread trains until `stop`, reporting the global step it reads.
+        progress = {"step": 0, "error": None, "losses": [[] for _ in clients]}
+        cond = threading.Condition()
+
+        def free_running(k, sess, c):
+            n = 0
+            while not stop.is_set():
+                try:
+                    l, _, g = sess.run([c["loss"], c["train"], c["step"]], c["feeds"][n % 16])
+                except Exception as e:  # noqa: BLE001  (reported by wait_for_steps)
+                    with cond:
+                        if progress["error"] is None and not stop.is_set():
+                            progress["error"] = f"worker {k}: {type(e).__name__}: {e}"
+                        cond.notify_all()
+                    return
+                n += 1
+                with cond:
+                    progress["step"] = max(progress["step"], int(g))
+                    progress["losses"][k].append(float(l))
+                    cond.notify_all()
+
+        def wait_for_steps(steps):
+            """Seconds until the global step advanced by `steps` (bounded); raises a worker's error."""
+            t0 = time.perf_counter()
+            with cond:
+                target = progress["step"] + steps
+                if not cond.wait_for(lambda: progress["step"] >= target or progress["error"], timeout=120):
+                    raise RuntimeError(f"the global step did not advance by {steps} within 120 s")
+                if progress["error"]:
+                    raise RuntimeError(progress["error"])
+            return time.perf_counter() - t0
+
+        if sync:
+            threads.extend(threading.Thread(target=free_running, args=(k, s, c)) for k, (s, c) in enumerate(clients))
+            for t in threads:
+                t.start()
+            wait_for_steps(100)  # warm-up and check
+            with cond:
+                losses = [list(l) for l in progress["losses"]]
+            if not losses[0] or not losses[0][-1] < losses[0][0]:
+                bench.fail(workload, f"correctness check failed: worker 0's loss {losses[0][:1]} -> {losses[0][-1:]}")
+                return
+            rates = bench.repeat(lambda: (wait_for_steps(STEPS_PER_WORKER), STEPS_PER_WORKER))
+        else:
+            _, losses = one_pass(100)  # warm-up and check
+            if not losses[0][-1] < losses[0][0]:
+                bench.fail(workload, f"correctness check failed: worker 0's loss {losses[0][0]} -> {losses[0][-1]}")
+                return
+            # Global steps: one per worker step.
+            rates = bench.repeat(lambda: (one_pass()[0], workers * STEPS_PER_WORKER))
         bench.record(workload, "tensorflow", "training steps per second (global steps)", "steps/s", "higher", rates)
         bench.record(workload + "_examples", "tensorflow", "examples per second, all workers together", "examples/s",
                      "higher", [r * DIGITS_BATCH * (workers if sync else 1) for r in rates])
     finally:
+        stop.set()
+        if release is not None:
+            try:
+                release[0].run(release[1])  # a worker waiting for a token gets one and sees `stop`
+            except Exception as e:  # noqa: BLE001
+                print(f"  tensorflow {workload}: releasing the workers failed: {e}", flush=True)
+        for t in threads:
+            t.join(timeout=RUN_TIMEOUT_MS / 1000 + 10)
+        if release is not None:
+            release[0].close()
         for sess, _ in reversed(clients):
             try:
                 sess.close()
