@@ -15,6 +15,12 @@
 //   for (...) s.run(train_op);                            // a step waits for the others'
 //   hook.impl()->end(s);                                  // chief: stops and joins it
 //
+// End training by the global step (StopAtStepHook), not by a count of each worker's own steps:
+// a fast worker may give two gradients to one step and make a slower one's stale, so fewer
+// global steps happen than the workers' counts add up to, and the last worker to finish its count
+// waits for a token that no step will enqueue (TensorFlow behaves the same). To release workers
+// still waiting at the end, run get_init_tokens_op(number of workers) once.
+//
 // What apply_gradients builds (Note [Sync replicas] in host/sync_replicas_optimizer.cc): per
 // variable with a gradient, a ConditionalAccumulator placed with it (its device requested, and
 // colocated); a local step variable "sync_rep_local_step" on this worker (placed with a no-op made
