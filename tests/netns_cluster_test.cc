@@ -595,49 +595,49 @@ void check_recovered(LinearModel& model, SecureCluster& cluster, const std::stri
   s.close();
 }
 
-TEST(NetnsClusterTest, MonitoredSessionRecoversAfterAPartitionBetweenItsMasterAndAPsIsHealed) {
-  TESSERA_ENTER_NETWORK_LAB(lab, "client", 240s, "ps0", "ps1", "w0", "client");
-  SecureCluster cluster(*lab, {{"ps", {"ps0", "ps1"}}, {"worker", {"w0"}}}, {"client"});
+// Trains the linear model through a monitored session on 2 ps and a worker (the master) until the
+// global step reaches `target_step`; once a checkpoint exists and training goes on (step 25),
+// runs `disrupt` (given what the trainer reports); then checks the recovery (check_recovered).
+void train_through(NetworkLab& lab, int64_t target_step,
+                   const std::function<void(SecureCluster&, const RecoveryLog&)>& disrupt) {
+  SecureCluster cluster(lab, {{"ps", {"ps0", "ps1"}}, {"worker", {"w0"}}}, {"client"});
   cluster.start_all();
-  const std::string dir = lab->dir() + "/checkpoints";
+  const std::string dir = lab.dir() + "/checkpoints";
   LinearModel model(0, 2);
   RecoveryLog log;
-  constexpr int64_t kTarget = 120;
-  Trainer trainer(model, cluster, dir, kTarget, log);
-  // Cut the master (worker 0, which runs the model's worker ops) off from ps 0 (w and the global
-  // step) once a checkpoint exists: steps cannot succeed until the heal.
+  Trainer trainer(model, cluster, dir, target_step, log);
   const bool progressed = testing::wait_until([&] { return log.step >= 25 || trainer.done(); }, 120s);
   EXPECT_TRUE(progressed && !trainer.done()) << "training did not reach step 25 and go on";
-  lab->partition("w0", "ps0");
-  // Past the heartbeat bound the monitored session has seen the failure and is retrying.
-  std::this_thread::sleep_for(8s);
-  const int64_t during = log.step;
-  std::this_thread::sleep_for(4s);
-  EXPECT_EQ(log.step.load(), during) << "steps succeeded while the master was cut off from ps 0";
-  lab->heal("w0", "ps0");
-  check_recovered(model, cluster, dir, log, trainer.join(), kTarget);
+  std::cout << "disrupting at step " << log.step.load() << std::endl;
+  disrupt(cluster, log);
+  check_recovered(model, cluster, dir, log, trainer.join(), target_step);
+}
+
+TEST(NetnsClusterTest, MonitoredSessionRecoversAfterAPartitionBetweenItsMasterAndAPsIsHealed) {
+  TESSERA_ENTER_NETWORK_LAB(lab, "client", 240s, "ps0", "ps1", "w0", "client");
+  // The master (worker 0, which runs the model's worker ops) is cut off from ps 0 (w and the global
+  // step): steps cannot succeed until the heal.
+  train_through(*lab, 150, [&](SecureCluster&, const RecoveryLog& log) {
+    lab->partition("w0", "ps0");
+    // Past the heartbeat bound the monitored session has seen the failure and is retrying.
+    std::this_thread::sleep_for(8s);
+    const int64_t during = log.step;
+    std::this_thread::sleep_for(4s);
+    EXPECT_EQ(log.step.load(), during) << "steps succeeded while the master was cut off from ps 0";
+    lab->heal("w0", "ps0");
+  });
 }
 
 TEST(NetnsClusterTest, PsKilledMidStepAndRestartedTrainingContinuesFromTheLatestCheckpoint) {
   TESSERA_ENTER_NETWORK_LAB(lab, "client", 240s, "ps0", "ps1", "w0", "client");
-  SecureCluster cluster(*lab, {{"ps", {"ps0", "ps1"}}, {"worker", {"w0"}}}, {"client"});
-  cluster.start_all();
-  const std::string dir = lab->dir() + "/checkpoints";
-  LinearModel model(0, 2);
-  RecoveryLog log;
-  constexpr int64_t kTarget = 150;
-  Trainer trainer(model, cluster, dir, kTarget, log);
-  // Kill -9 the ps holding w and the global step while steps run back to back, once a checkpoint
-  // exists. It comes back at the same address, empty; the monitored session restores the latest
-  // checkpoint into it.
-  const bool progressed = testing::wait_until([&] { return log.step >= 25 || trainer.done(); }, 120s);
-  EXPECT_TRUE(progressed && !trainer.done()) << "training did not reach step 25 and go on";
-  std::cout << "killing ps 0 at step " << log.step.load() << std::endl;
-  cluster.task("ps0").kill(SIGKILL);
-  cluster.task("ps0").wait(10s);
-  std::this_thread::sleep_for(2s);
-  cluster.start("ps0");
-  check_recovered(model, cluster, dir, log, trainer.join(), kTarget);
+  // Kill -9 the ps holding w and the global step while steps run back to back. It comes back at
+  // the same address, empty; the monitored session restores the latest checkpoint into it.
+  train_through(*lab, 150, [](SecureCluster& cluster, const RecoveryLog&) {
+    cluster.task("ps0").kill(SIGKILL);
+    cluster.task("ps0").wait(10s);
+    std::this_thread::sleep_for(2s);
+    cluster.start("ps0");
+  });
 }
 
 // ---- e. a partitioned master ----
