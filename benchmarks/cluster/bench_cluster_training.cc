@@ -62,9 +62,11 @@ struct Worker {
   std::vector<std::pair<Tensor, Tensor>> batches;  // 16, cycled
   std::unique_ptr<train::MonitoredTrainingSession> session;
   int next = 0;
-  // One step: the loss and the global step (as read during the step).
-  std::pair<float, int64_t> step() {
+  // One step: the loss, and (sync, which stops by it) the global step as read during the step,
+  // else -1 (async fetches the loss only, as tf_bench.py's workers do).
+  std::pair<float, int64_t> step(bool with_global_step = false) {
     auto& [bx, by] = batches[static_cast<std::size_t>(next++ % 16)];
+    if (!with_global_step) return {session->run({loss}, {{x, bx}, {y, by}}, {train})[0].scalar<float>(), -1};
     auto out = session->run({loss, global_step}, {{x, bx}, {y, by}}, {train});
     return {out[0].scalar<float>(), out[1].scalar<int64_t>()};
   }
@@ -156,7 +158,7 @@ struct TrainingFixture {
     bool first = true;
     while (!stop) {
       try {
-        auto [loss, step] = workers[k]->step();
+        auto [loss, step] = workers[k]->step(/*with_global_step=*/true);
         std::lock_guard<std::mutex> l(mu);
         if (first) first_loss[k] = loss;
         first = false;
