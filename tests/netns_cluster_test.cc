@@ -479,8 +479,10 @@ struct RecoveryLog {
   std::mutex mu;
   std::vector<int64_t> session_starts;            // global step right after each session was made
   std::vector<std::optional<int64_t>> latest_at;  // the latest checkpoint's step at that moment
-  std::atomic<int> sessions{0};
 };
+
+// The monitored session's checkpoints: every this many global steps.
+constexpr int kSaveEvery = 10;
 
 // A hook recording into a RecoveryLog (after_create_session runs after the chief restored or
 // initialized the model, so the global step read there is what the session starts from).
@@ -495,7 +497,6 @@ class RecoveryProbe : public train::SessionRunHook::Impl {
     std::lock_guard<std::mutex> lock(log_.mu);
     log_.session_starts.push_back(step);
     log_.latest_at.push_back(latest);
-    ++log_.sessions;
   }
 
  private:
@@ -535,7 +536,8 @@ class Trainer {
   Trainer(LinearModel& model, SecureCluster& cluster, const std::string& dir, int64_t target_step, RecoveryLog& log)
       : thread_([&, dir, target_step] {
           try {
-            reached_ = train_monitored(model, cluster.target("w0"), cluster.client("client"), dir, target_step, 10, log);
+            reached_ = train_monitored(model, cluster.target("w0"), cluster.client("client"), dir, target_step,
+                                       kSaveEvery, log);
           } catch (const Error& e) {
             error_ = std::string(error_code_name(e.code())) + ": " + e.what();
           }
@@ -558,10 +560,10 @@ class Trainer {
   std::thread thread_;
 };
 
-// After a training that went through recoveries: the monitored session made `min_sessions` or
-// more sessions, every one after the first restored the latest checkpoint of its moment (its
-// global step is that checkpoint's, a multiple of 10), the target was reached, the model trained,
-// and the last checkpoint is the target step's.
+// After a training that went through recoveries: the monitored session made two sessions or more,
+// every one after the first restored the latest checkpoint of its moment (its global step is that
+// checkpoint's, a multiple of kSaveEvery), the target was reached, the model trained, and the last
+// checkpoint is the target step's.
 void check_recovered(LinearModel& model, SecureCluster& cluster, const std::string& dir, RecoveryLog& log,
                      std::pair<std::optional<int64_t>, std::string> result, int64_t target_step) {
   ASSERT_TRUE(result.second.empty()) << result.second;
@@ -575,7 +577,7 @@ void check_recovered(LinearModel& model, SecureCluster& cluster, const std::stri
       std::cout << "session " << i + 1 << " started from global step " << log.session_starts[i] << std::endl;
       ASSERT_TRUE(log.latest_at[i]) << "a recovered session with no checkpoint to restore";
       EXPECT_EQ(log.session_starts[i], *log.latest_at[i]) << "session " << i + 1 << " did not restore the latest checkpoint";
-      EXPECT_EQ(log.session_starts[i] % 10, 0);
+      EXPECT_EQ(log.session_starts[i] % kSaveEvery, 0);
     }
   }
   Session s(model.g, cluster.target("w0"), cluster.client("client"));

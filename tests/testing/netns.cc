@@ -412,12 +412,7 @@ std::unique_ptr<NetworkLab> NetworkLab::attach(const std::string& description) {
   lab->dir_ = w[1];
   for (std::size_t i = 2; i < w.size(); ++i) {
     if (w[i].rfind("+relay=", 0) == 0) {  // not a host: names are [a-z0-9]
-      lab->mode_ = LinkMode::impairable;
       lab->control_path_ = w[i].substr(7);
-      continue;
-    }
-    if (w[i] == "+impairable") {
-      lab->mode_ = LinkMode::impairable;
       continue;
     }
     const std::size_t eq = w[i].find('='), c1 = w[i].find(',', eq), c2 = w[i].find(',', c1 + 1);
@@ -437,9 +432,9 @@ std::string NetworkLab::describe() const {
     const Host& h = by_name_.at(name);
     s += " " + name + "=" + h.ns + "," + h.address + "," + h.bridge_port;
   }
-  // The link mode: relay links name the relay's socket (the child's netem() talks to it).
-  if (!control_path_.empty()) s += " +relay=" + control_path_;
-  else if (mode_ == LinkMode::impairable) s += " +impairable";
+  // Relay links name the relay's socket (the child's netem() talks to it); otherwise the links are
+  // veth pairs and the child's netem() uses tc, whatever the owner's mode.
+  if (relay_links()) s += " +relay=" + control_path_;
   return s;
 }
 

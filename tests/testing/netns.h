@@ -146,7 +146,7 @@ class NetworkLab {
   std::string dir_;
   std::vector<std::string> hosts_;
   std::map<std::string, Host> by_name_;
-  LinkMode mode_ = LinkMode::kernel;
+  LinkMode mode_ = LinkMode::kernel;  // owner only: what create() makes
   std::string control_path_;  // the relay's socket; empty without relay links
   int relay_pid_ = 0;         // owner only
   int relay_stdin_ = -1;      // owner only: the relay exits when this closes
