@@ -29,3 +29,4 @@
 #include "tessera/variable.h"
 #include "tessera/accumulator.h"
 #include "tessera/sync_replicas_optimizer.h"
+#include "tessera/summary.h"
