@@ -305,6 +305,16 @@ TEST_F(FileWriterTest, AFullQueueIsWrittenWithoutAFlush) {
   })) << "5 events with max_queue 5 were not written";
 }
 
+TEST_F(FileWriterTest, EventsAreWrittenEveryFlushSecs) {
+  FileWriter w(dir_.string(), /*max_queue=*/100, std::chrono::seconds(1));
+  w.add_summary(summary_tensor("x", 1), 1);
+  const std::string path = w.path();
+  EXPECT_TRUE(testing::wait_until([&] {
+    auto records = internal::read_tfrecords(path);
+    return records.ok() && records.value().size() == 2;
+  })) << "an event was not written within 10 s with flush_secs 1";
+}
+
 TEST_F(FileWriterTest, TheDestructorWritesWhatIsQueued) {  // TF's WriteDelete
   std::string path;
   {
