@@ -322,7 +322,7 @@ struct FileWriter::Impl {
   void flush();
   void close();
   void run();            // the writer thread
-  void write_pending();  // the writer thread (or close, after it)
+  void write_pending();  // the writer thread
   // Logs the first failure of an episode (`gone`: the file that vanished, if that began it).
   void report_failure(const Status& status, const std::string& gone = "");
   void set_path(const std::string& p) {
