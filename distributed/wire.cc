@@ -121,6 +121,10 @@ const std::unordered_map<std::string_view, std::vector<AttrSpec>>& op_attrs() {
         {"Placeholder", {dtype, shape}},
         {"Identity", none},
         {"NoOp", none},
+        // The summary ops (core/summary_ops.cc): the tag is the node's name.
+        {"ScalarSummary", none},
+        {"HistogramSummary", none},
+        {"MergeSummary", none},
         // core/math_ops.cc
         {"Add", none}, {"Sub", none}, {"Mul", none}, {"Div", none}, {"Maximum", none}, {"Minimum", none},
         {"Neg", none}, {"Relu", none}, {"Square", none}, {"Exp", none}, {"Log", none}, {"Sqrt", none},

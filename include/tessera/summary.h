@@ -86,10 +86,12 @@ class FileWriter {
 namespace tessera::train {
 
 // Writes the value of `summary_op` (by default summary::merge_all of the graph when the hook
-// begins; no summaries then is InvalidArgumentError) to a FileWriter on `output_dir`, fetched with
-// the run every `save_steps` global steps (> 0, else InvalidArgumentError) and at the first run, at
-// the global step the run started from. Needs the graph's "global_step" variable
-// (FailedPreconditionError without it), as TF's.
-SessionRunHook SummarySaverHook(std::string output_dir, int save_steps = 100, Output summary_op = {});
+// begins; no summaries then is InvalidArgumentError) to output_dir's FileWriter (one per
+// directory, shared with StepCounterHook's), fetched with the first run and then every
+// `save_steps` global steps, or, with save_steps = 0, every `save_secs` seconds (exactly one of them
+// > 0, else InvalidArgumentError); written at the global step read after that run, and flushed at
+// end(). Needs the graph's "global_step" variable (FailedPreconditionError without it), as TF's.
+SessionRunHook SummarySaverHook(std::string output_dir, int save_steps = 100, Output summary_op = {},
+                                int save_secs = 0);
 
 }  // namespace tessera::train
