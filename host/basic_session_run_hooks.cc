@@ -344,7 +344,8 @@ SessionRunHook LoggingTensorHook(std::vector<Output> tensors, int every_n_iter) 
   return SessionRunHook(std::make_shared<internal::LoggingTensorHookImpl>(std::move(tensors), every_n_iter));
 }
 
-SessionRunHook StepCounterHook(int every_n_steps) {
+SessionRunHook StepCounterHook(int every_n_steps, std::string output_dir) {
+  if (!output_dir.empty()) return internal::make_summary_step_counter_hook(every_n_steps, std::move(output_dir));
   return SessionRunHook(std::make_shared<internal::StepCounterHookImpl>(every_n_steps));
 }
 

@@ -4,7 +4,7 @@
 //
 // Note [Monitored session]
 // ~~~~~~~~~~~~~~~~~~~~~~~~
-// Construction: the hooks (chief_only_hooks and the chief's StepCounterHook and
+// Construction: the hooks (chief_only_hooks and the chief's StepCounterHook, SummarySaverHook and
 // CheckpointSaverHook first, as TF orders them) learn the graph (HookContext), then begin(); then
 // the scaffold is made, once, so that it covers what begin() added: a Saver over the global
 // variables (the chief restores with it and CheckpointSaverHook saves with it), the initializer
@@ -206,14 +206,25 @@ MonitoredTrainingSession::MonitoredTrainingSession(Graph& g, MonitoredTrainingSe
   if (o.recovery_wait.count() < 0 || o.max_wait_for_ready.count() < 0 || o.stop_grace_period.count() < 0) {
     throw InvalidArgumentError("MonitoredTrainingSession: negative recovery_wait, max_wait_for_ready or stop_grace_period");
   }
-  if (o.save_checkpoint_secs < 0 || o.save_checkpoint_steps < 0 || o.log_step_count_steps < 0) {
+  if (o.save_checkpoint_secs < 0 || o.save_checkpoint_steps < 0 || o.log_step_count_steps < 0 ||
+      o.save_summaries_steps < 0 || o.save_summaries_secs < 0) {
     throw InvalidArgumentError(
-        "MonitoredTrainingSession: negative save_checkpoint_secs, save_checkpoint_steps or log_step_count_steps");
+        "MonitoredTrainingSession: negative save_checkpoint_secs, save_checkpoint_steps, log_step_count_steps, "
+        "save_summaries_steps or save_summaries_secs");
   }
   if (o.is_chief) {
     st.hooks = o.chief_only_hooks;
+    const std::string& summary_dir = o.summary_dir.empty() ? o.checkpoint_dir : o.summary_dir;
+    if (!summary_dir.empty()) {
+      if (o.log_step_count_steps > 0) st.hooks.push_back(StepCounterHook(o.log_step_count_steps, summary_dir));
+      if (o.save_summaries_steps > 0 || o.save_summaries_secs > 0) {
+        const bool by_steps = o.save_summaries_steps > 0;
+        st.hooks.push_back(internal::make_summary_saver_hook(summary_dir, by_steps ? o.save_summaries_steps : 0,
+                                                             by_steps ? 0 : o.save_summaries_secs, Output(),
+                                                             /*require_summaries=*/false));
+      }
+    }
     if (!o.checkpoint_dir.empty()) {
-      if (o.log_step_count_steps > 0) st.hooks.push_back(StepCounterHook(o.log_step_count_steps));
       if (o.save_checkpoint_steps > 0) {
         st.hooks.push_back(CheckpointSaverHook(o.checkpoint_dir, 0, o.save_checkpoint_steps));
       } else if (o.save_checkpoint_secs > 0) {

@@ -127,4 +127,11 @@ class StepCounterHookImpl : public GlobalStepHook {
 // An int32 or int64 scalar's value (the global step as fetched).
 int64_t step_value(const Tensor& t);
 
+// The hooks of host/summary_hooks.cc. A SummarySaverHook with require_summaries = false writes
+// nothing for a graph without summaries (the monitored session's own, as TF's scaffold-driven one);
+// the step counter also writes "global_step/sec" to output_dir's event file.
+train::SessionRunHook make_summary_saver_hook(std::string output_dir, int save_steps, int save_secs,
+                                              Output summary_op, bool require_summaries);
+train::SessionRunHook make_summary_step_counter_hook(int every_n_steps, std::string output_dir);
+
 }  // namespace tessera::internal

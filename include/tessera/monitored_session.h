@@ -64,8 +64,16 @@ struct MonitoredTrainingSessionOptions {
   // Beyond API.md's fields (after them, so that its aggregate order holds):
   // Hooks the chief alone runs (TF's chief_only_hooks), before `hooks`.
   std::vector<SessionRunHook> chief_only_hooks;
-  // The chief's StepCounterHook when checkpoint_dir is set (TF's log_step_count_steps); 0: none.
+  // The chief's StepCounterHook when checkpoint_dir or summary_dir is set (TF's
+  // log_step_count_steps); 0: none. It writes "global_step/sec" to summary_dir's event file.
   int log_step_count_steps = 100;
+  // Where the chief writes summaries for TensorBoard ("": checkpoint_dir, as TF): the graph's
+  // summaries (summary::merge_all, when it has any) through a SummarySaverHook every
+  // save_summaries_steps global steps when > 0, else every save_summaries_secs seconds when > 0
+  // (both 0: never), and the step counter's rate.
+  std::string summary_dir;
+  int save_summaries_steps = 100;
+  int save_summaries_secs = 0;
   // How long close() waits for the queue runner threads after asking them to stop.
   std::chrono::milliseconds stop_grace_period{120000};
 };
@@ -126,7 +134,8 @@ SessionRunHook NanTensorHook(Output loss, bool fail_on_nan_loss = true);
 // padding; past 1000 elements the first and last 3 of each dimension).
 SessionRunHook LoggingTensorHook(std::vector<Output> tensors, int every_n_iter);
 // Logs "global_step/sec: <rate>" at info every `every_n_steps` global steps (> 0, else
-// InvalidArgumentError).
-SessionRunHook StepCounterHook(int every_n_steps = 100);
+// InvalidArgumentError); with an `output_dir`, also writes it there as the scalar summary
+// "global_step/sec" for TensorBoard (through the directory's shared summary::FileWriter).
+SessionRunHook StepCounterHook(int every_n_steps = 100, std::string output_dir = "");
 
 }  // namespace tessera::train
