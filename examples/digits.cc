@@ -5,6 +5,7 @@
 // updating the variables, accuracy on the held-out fifth.
 #include <chrono>
 #include <iomanip>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -39,6 +40,18 @@ DigitsResult digits(std::ostream& out, const DigitsOptions& opt) {
   auto accuracy = ops::reduce_mean(ops::cast(correct, DType::Float32), {}, false, "accuracy");
   Variable step = train::get_or_create_global_step(g);
   Operation train_op = train::AdamOptimizer(opt.learning_rate).minimize(loss, step);
+  // TensorBoard, as a TF1 script writes it: summary ops, merge_all, a FileWriter.
+  Output merged;
+  std::optional<summary::FileWriter> writer;
+  if (!opt.logdir.empty()) {
+    summary::scalar("train/loss", loss);
+    summary::scalar("test/accuracy", accuracy);
+    const Variable first_weights = global_variables(g).front();  // the first layer's
+    summary::histogram("weights/" + first_weights.name(), first_weights.value());
+    merged = summary::merge_all(g);
+    writer.emplace(opt.logdir);
+    writer->add_graph(g);
+  }
 
   Session s(g);
   s.run(global_variables_initializer(g));
@@ -47,7 +60,9 @@ DigitsResult digits(std::ostream& out, const DigitsOptions& opt) {
   DigitsResult r;
   const auto t0 = std::chrono::steady_clock::now();
   for (int i = 0; i < opt.steps; ++i) {
-    auto l = s.run({loss}, {}, {train_op});
+    const bool summarize = writer && (i % opt.summary_every == 0 || i + 1 == opt.steps);
+    auto l = summarize ? s.run({loss, merged}, {}, {train_op}) : s.run({loss}, {}, {train_op});
+    if (summarize) writer->add_summary(l[1], i);
     const float value = l[0].scalar<float>();
     if (i == 0) r.first_loss = value;
     r.last_loss = value;
@@ -63,6 +78,10 @@ DigitsResult digits(std::ostream& out, const DigitsOptions& opt) {
   out << "digits " << opt.model << ": " << r.steps << " Adam steps of " << opt.batch_size << " in " << std::setprecision(1)
       << r.seconds << " s, loss " << std::setprecision(3) << r.first_loss << " -> " << r.last_loss
       << ", test accuracy " << std::setprecision(2) << 100.0 * r.test_accuracy << "%\n";
+  if (writer) {
+    writer->close();
+    out << "summaries for TensorBoard: " << opt.logdir << " (tensorboard --logdir " << opt.logdir << ")\n";
+  }
   report_placement(out, g, opt.log_placement);
   return r;
 }

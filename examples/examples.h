@@ -46,6 +46,10 @@ struct DigitsOptions {
   float learning_rate = 1e-3f;
   int log_every = 500;  // 0: no per-step lines
   bool log_placement = false;
+  // TensorBoard: when set, a FileWriter there gets the graph, and every summary_every steps the
+  // training loss, the test accuracy and a histogram of the first layer's weights.
+  std::string logdir;
+  int summary_every = 50;
 };
 struct DigitsResult {
   float first_loss = 0;
@@ -67,6 +71,10 @@ struct PsDigitsOptions {
   bool sync = false;
   std::string ps_strategy = "round_robin";  // or "greedy_bytes"
   std::string checkpoint_dir;               // the chief's; "" for none
+  // TensorBoard: the chief's summaries (loss, test accuracy, a weight histogram, global_step/sec)
+  // every summary_steps global steps, through its MonitoredTrainingSession; "" for none.
+  std::string logdir;
+  int summary_steps = 50;
   int save_checkpoint_steps = 100;
   std::chrono::milliseconds recovery_wait{60000};
   std::string data = TESSERA_DIGITS_CSV;

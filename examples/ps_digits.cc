@@ -109,6 +109,14 @@ PsDigitsResult ps_digits_worker(std::ostream& out, const train::ClusterSpec& clu
     } else {
       train_op = adam.minimize(loss, global_step);
     }
+    if (!opt.logdir.empty()) {
+      // Every worker builds the same graph (between-graph replication); the chief's monitored
+      // session writes them (merge_all through its SummarySaverHook).
+      summary::scalar("train/loss", loss);
+      summary::scalar("test/accuracy", accuracy);
+      const Variable first_weights = global_variables(g).front();
+      summary::histogram("weights/" + first_weights.name(), first_weights.value());
+    }
   }
   auto counter = std::make_shared<SessionCounter>();
   hooks.emplace_back(counter);
@@ -119,6 +127,8 @@ PsDigitsResult ps_digits_worker(std::ostream& out, const train::ClusterSpec& clu
   mts.is_chief = chief;
   mts.checkpoint_dir = chief ? opt.checkpoint_dir : "";
   mts.save_checkpoint_steps = opt.save_checkpoint_steps;
+  mts.summary_dir = opt.logdir;
+  mts.save_summaries_steps = opt.summary_steps;
   mts.hooks = hooks;
   mts.config = opt.config;
   mts.recovery_wait = opt.recovery_wait;

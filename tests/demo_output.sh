@@ -28,8 +28,19 @@ part 5 "$dir/plain.out" | grep -q '^What the step times mean: the simulated acce
   fail "part 5 does not say what its step times mean"
 if grep -q 'not a speed-up' "$dir/plain.out"; then fail "part 5 still says 'not a speed-up'"; fi
 
-# With the tables, stdout and stderr in one file: each part's table inside that part.
-"$tessera" demo --steps 40 --log-placement >"$dir/tables.log" 2>&1 || fail "tessera demo --log-placement exited with $?"
+# With the tables, stdout and stderr in one file: each part's table inside that part. With
+# --logdir, both digits parts write TensorBoard event files (tests/tensorboard_reader_test.py reads
+# them with TensorBoard itself; here, the tags are in the files).
+"$tessera" demo --steps 40 --log-placement --logdir "$dir/logs" >"$dir/tables.log" 2>&1 ||
+  fail "tessera demo --log-placement --logdir exited with $?"
+for run in ps_digits digits; do
+  files=("$dir/logs/$run"/events.out.tfevents.*)
+  [ -s "${files[0]}" ] || fail "no event file in $dir/logs/$run"
+  for tag in train/loss test/accuracy weights/mlp/hidden1/w; do
+    grep -aq "$tag" "$dir/logs/$run"/events.out.tfevents.* || fail "$run's event files lack the tag $tag"
+  done
+done
+grep -aq 'global_step/sec' "$dir/logs/ps_digits"/events.out.tfevents.* || fail "the chief wrote no global_step/sec"
 part 1 "$dir/tables.log" | grep -Eq '^  c \(Add\) +-> /cpu:0$' || fail "part 1's table lacks 'c (Add) -> /cpu:0'"
 part 3 "$dir/tables.log" | grep -Eq '^  y2 \(Sub\) +-> /job:local/task:1/cpu:0$' || fail "part 3's table lacks y2 on task 1"
 # Part 4: replica_device_setter's round robin puts the first two variables on ps 0 and ps 1.

@@ -41,7 +41,7 @@ std::string self_path() {
   return std::string(buf, static_cast<std::size_t>(n));
 }
 
-int run_demo(int steps, const std::string& trace_file, bool log_placement) {
+int run_demo(int steps, const std::string& trace_file, bool log_placement, const std::string& logdir) {
   // Line-buffered stdout: the demo prints to stdout only, but the library's log (warnings; a CUDA
   // build saying why it has no GPU) and the cluster tasks' forwarded logs go to stderr, whole lines
   // each; so that `tessera demo > log 2>&1` reads in order, no stdout line waits in a buffer while
@@ -70,6 +70,7 @@ int run_demo(int steps, const std::string& trace_file, bool log_placement) {
     tessera::examples::PsDigitsOptions ps_digits;
     ps_digits.steps = 600;
     ps_digits.log_every = 100;
+    if (!logdir.empty()) ps_digits.logdir = logdir + "/ps_digits";
     rc |= tessera::examples::ps_digits_demo(std::cout, self_path(), ps_digits, log_placement);
   }
   std::cout << "\n== tessera demo 5/6: a two-layer network placed over the host and accelerators ==\n";
@@ -85,6 +86,7 @@ int run_demo(int steps, const std::string& trace_file, bool log_placement) {
     digits.steps = 600;
     digits.log_every = 150;
     digits.log_placement = log_placement;
+    if (!logdir.empty()) digits.logdir = logdir + "/digits";
     // Real hardware: the GPU when there is one, else the CPU (part 5's simulated accelerator is a
     // simulation; split over it, this model's 50 small tensors per step would cross a copy queue
     // each, and the step would measure the simulation).
@@ -243,6 +245,7 @@ int run_distributed_digits(DistributedDigitsArgs args, const tessera::examples::
   args.options.batch_size = local.batch_size;
   args.options.learning_rate = local.learning_rate;
   args.options.data = local.data;
+  args.options.logdir = local.logdir;
   args.options.log_every = std::max(1, local.steps / 10);
   args.options.config.security = args.security;
   tessera::train::ServerOptions server;
@@ -286,6 +289,9 @@ int main(int argc, char** argv) {
   bool log_placement = false;
   demo->add_flag("--log-placement", log_placement,
                  "List every op's device after each part (without it: one summary line per part)");
+  std::string demo_logdir;
+  demo->add_option("--logdir", demo_logdir,
+                   "Write TensorBoard summaries of the two digits parts to DIR/ps_digits and DIR/digits");
   auto* digits = app.add_subcommand(
       "digits", "Train an MLP or a small CNN on scikit-learn's handwritten digits (examples/data) with Adam and "
                 "print the loss and the test accuracy");
@@ -302,6 +308,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   digits->add_flag("--log-placement", digits_options.log_placement, "List every op's device at the end");
   digits->add_option("--data", digits_options.data, "The digits CSV (gzipped or plain)")->capture_default_str();
+  digits->add_option("--logdir", digits_options.logdir,
+                     "Write TensorBoard summaries (the graph, loss, test accuracy, a weight histogram; with "
+                     "--cluster the chief's, with global_step/sec) to DIR");
   double digits_expect = 0;
   digits->add_option("--expect-accuracy", digits_expect,
                      "Exit with status 1 unless the test accuracy reaches this fraction (the tests use it)")
@@ -404,7 +413,7 @@ int main(int argc, char** argv) {
   }
   CLI11_PARSE(app, argc, argv);
   try {
-    if (*demo) return run_demo(steps, trace_file, log_placement);
+    if (*demo) return run_demo(steps, trace_file, log_placement, demo_logdir);
     if (*devices) return list_devices();
     if (*digits && (dist_cluster->count() > 0 || dist.from_env)) {
       return run_distributed_digits(dist, digits_options);
