@@ -5,6 +5,7 @@
 
 #include "core/crc32c.h"
 #include "core/file_util.h"
+#include "host/little_endian.h"
 
 namespace tessera::internal {
 
@@ -13,23 +14,6 @@ namespace {
 constexpr uint32_t kMaskDelta = 0xa282ead8u;
 // Event files of long runs grow to hundreds of MB; a reader holds the whole file, so bound it.
 constexpr std::size_t kMaxRecordFileBytes = std::size_t{1} << 30;
-
-void put_u32(std::string& out, uint32_t v) {
-  for (int i = 0; i < 4; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xFF));
-}
-void put_u64(std::string& out, uint64_t v) {
-  for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xFF));
-}
-uint32_t get_u32(const char* p) {
-  uint32_t v = 0;
-  for (int i = 3; i >= 0; --i) v = (v << 8) | static_cast<unsigned char>(p[i]);
-  return v;
-}
-uint64_t get_u64(const char* p) {
-  uint64_t v = 0;
-  for (int i = 7; i >= 0; --i) v = (v << 8) | static_cast<unsigned char>(p[i]);
-  return v;
-}
 
 }  // namespace
 

@@ -30,6 +30,7 @@
 #include "core/logging.h"
 #include "core/node.h"
 #include "core/string_tensor.h"
+#include "host/little_endian.h"
 #include "tessera/errors.h"
 #include "tessera/ops.h"
 
@@ -97,22 +98,10 @@ constexpr const char* kIndexFileName = "checkpoint";
 
 // ---- Little-endian encoding ----
 
-void put_u32(std::string& out, uint32_t v) {
-  for (int i = 0; i < 4; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xFF));
-}
-void put_u64(std::string& out, uint64_t v) {
-  for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xFF));
-}
-uint32_t get_u32(const char* p) {
-  uint32_t v = 0;
-  for (int i = 3; i >= 0; --i) v = (v << 8) | static_cast<unsigned char>(p[i]);
-  return v;
-}
-uint64_t get_u64(const char* p) {
-  uint64_t v = 0;
-  for (int i = 7; i >= 0; --i) v = (v << 8) | static_cast<unsigned char>(p[i]);
-  return v;
-}
+using internal::get_u32;
+using internal::get_u64;
+using internal::put_u32;
+using internal::put_u64;
 
 // Reads the index: each method returns false when fewer bytes than it needs are left.
 class ByteReader {
