@@ -221,7 +221,7 @@ MonitoredTrainingSession::MonitoredTrainingSession(Graph& g, MonitoredTrainingSe
         const bool by_steps = o.save_summaries_steps > 0;
         st.hooks.push_back(internal::make_summary_saver_hook(summary_dir, by_steps ? o.save_summaries_steps : 0,
                                                              by_steps ? 0 : o.save_summaries_secs, Output(),
-                                                             /*require_summaries=*/false));
+                                                             /*monitored_sessions_own=*/true));
       }
     }
     if (!o.checkpoint_dir.empty()) {

@@ -127,11 +127,12 @@ class StepCounterHookImpl : public GlobalStepHook {
 // An int32 or int64 scalar's value (the global step as fetched).
 int64_t step_value(const Tensor& t);
 
-// The hooks of host/summary_hooks.cc. A SummarySaverHook with require_summaries = false writes
-// nothing for a graph without summaries (the monitored session's own, as TF's scaffold-driven one);
-// the step counter also writes "global_step/sec" to output_dir's event file.
+// The hooks of host/summary_hooks.cc. The monitored session's own SummarySaverHook
+// (monitored_sessions_own) writes the graph when the first session is made, and no summaries for a
+// graph without any (TF's scaffold-driven one); a user's requires summaries. The step counter also
+// writes "global_step/sec" to output_dir's event file.
 train::SessionRunHook make_summary_saver_hook(std::string output_dir, int save_steps, int save_secs,
-                                              Output summary_op, bool require_summaries);
+                                              Output summary_op, bool monitored_sessions_own);
 train::SessionRunHook make_summary_step_counter_hook(int every_n_steps, std::string output_dir);
 
 }  // namespace tessera::internal

@@ -50,12 +50,13 @@ Tensor scalar_summary_tensor(const std::string& tag, double value) {
 class SummarySaverHookImpl final : public GlobalStepHook {
  public:
   SummarySaverHookImpl(std::string output_dir, int save_steps, int save_secs, Output summary_op,
-                       bool require_summaries)
+                       bool require_summaries, bool write_graph)
       : GlobalStepHook("SummarySaverHook"),
         output_dir_(std::move(output_dir)),
         summary_op_(summary_op),
         given_op_(!summary_op.is_null()),
         require_summaries_(require_summaries),
+        write_graph_(write_graph),
         timer_(save_secs, save_steps) {
     if (save_steps < 0 || save_secs < 0 || (save_steps > 0) == (save_secs > 0)) {
       throw InvalidArgumentError(fmt::format(
@@ -69,8 +70,19 @@ class SummarySaverHookImpl final : public GlobalStepHook {
     if (!given_op_) summary_op_ = Output();
     next_step_.reset();
     timer_.reset();
+    graph_written_ = false;
     GlobalStepHook::begin();
     if (!writer_) writer_ = shared_file_writer(output_dir_);
+  }
+
+  // The monitored session's own hook writes the graph once, when the first session is made (TF's
+  // chief writes it from its CheckpointSaverHook), so TensorBoard's graph tab shows the job.
+  void after_create_session(Session& session) override {
+    GlobalStepHook::after_create_session(session);
+    if (write_graph_ && !graph_written_) {
+      writer_->add_graph(session.graph());
+      graph_written_ = true;
+    }
   }
 
   std::vector<Output> before_run() override {
@@ -112,6 +124,8 @@ class SummarySaverHookImpl final : public GlobalStepHook {
   Output summary_op_;
   const bool given_op_;
   const bool require_summaries_;
+  const bool write_graph_;
+  bool graph_written_ = false;
   SecondOrStepTimer timer_;
   std::optional<int64_t> next_step_;
   bool request_ = false;
@@ -147,9 +161,10 @@ class SummaryStepCounterHookImpl final : public StepCounterHookImpl {
 }  // namespace
 
 train::SessionRunHook make_summary_saver_hook(std::string output_dir, int save_steps, int save_secs,
-                                              Output summary_op, bool require_summaries) {
-  return train::SessionRunHook(std::make_shared<SummarySaverHookImpl>(std::move(output_dir), save_steps, save_secs,
-                                                                      summary_op, require_summaries));
+                                              Output summary_op, bool monitored_sessions_own) {
+  return train::SessionRunHook(std::make_shared<SummarySaverHookImpl>(
+      std::move(output_dir), save_steps, save_secs, summary_op, /*require_summaries=*/!monitored_sessions_own,
+      /*write_graph=*/monitored_sessions_own));
 }
 
 train::SessionRunHook make_summary_step_counter_hook(int every_n_steps, std::string output_dir) {
@@ -162,7 +177,7 @@ namespace train {
 
 SessionRunHook SummarySaverHook(std::string output_dir, int save_steps, Output summary_op, int save_secs) {
   return internal::make_summary_saver_hook(std::move(output_dir), save_steps, save_secs, summary_op,
-                                           /*require_summaries=*/true);
+                                           /*monitored_sessions_own=*/false);
 }
 
 }  // namespace train

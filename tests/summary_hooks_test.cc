@@ -117,7 +117,9 @@ TEST_F(SummaryHooksTest, SummarySaverHookWithAnExplicitOpWritesOnlyThatOp) {
   train::MonitoredTrainingSession s(m.g, o);
   for (int i = 0; i < 8; ++i) s.run(m.train_op, {{m.x, Tensor::scalar(1.5f)}});
   s.close();
-  auto sc = scalars(read_events(dir_ / "logs"));
+  const std::vector<tb::Event> events = read_events(dir_ / "logs");
+  for (const tb::Event& e : events) EXPECT_NE(e.what_case(), tb::Event::kGraphDef) << "a user's hook writes no graph";
+  auto sc = scalars(events);
   EXPECT_EQ(sc.count("other"), 0u);
   ASSERT_EQ(sc["mine"].size(), 2u);  // steps 1 and 6 (or 7)
   EXPECT_GE(sc["mine"][1].first, 6);
@@ -187,7 +189,20 @@ TEST_F(SummaryHooksTest, TheChiefsMonitoredSessionWritesSummariesAndStepRate) {
     s.close();
   }
   ASSERT_EQ(event_files(dir_).size(), 1u);
-  auto sc = scalars(read_events(dir_));
+  const std::vector<tb::Event> events = read_events(dir_);
+  // The graph, once, so that TensorBoard's graph tab shows the job.
+  int graphs = 0;
+  for (const tb::Event& e : events) {
+    if (e.what_case() != tb::Event::kGraphDef) continue;
+    ++graphs;
+    tb::GraphDef def;
+    ASSERT_TRUE(def.ParseFromString(e.graph_def()));
+    bool has_step = false;
+    for (const auto& n : def.node()) has_step |= n.name() == "global_step" && n.op() == "VariableV2";
+    EXPECT_TRUE(has_step);
+  }
+  EXPECT_EQ(graphs, 1);
+  auto sc = scalars(events);
   ASSERT_GE(sc["x"].size(), 5u);
   for (const auto& [step, value] : sc["x"]) EXPECT_EQ(value, 2.0f * static_cast<float>(step - 1)) << step;
   // A rate every 5 global steps after the first trigger: at 6, 11, 16 and 21 (or one fewer when

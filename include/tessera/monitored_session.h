@@ -67,8 +67,9 @@ struct MonitoredTrainingSessionOptions {
   // The chief's StepCounterHook when checkpoint_dir or summary_dir is set (TF's
   // log_step_count_steps); 0: none. It writes "global_step/sec" to summary_dir's event file.
   int log_step_count_steps = 100;
-  // Where the chief writes summaries for TensorBoard ("": checkpoint_dir, as TF): the graph's
-  // summaries (summary::merge_all, when it has any) through a SummarySaverHook every
+  // Where the chief writes summaries for TensorBoard ("": checkpoint_dir, as TF): the graph itself
+  // when the first session is made, and its summaries (summary::merge_all, when it has any)
+  // through a SummarySaverHook every
   // save_summaries_steps global steps when > 0, else every save_summaries_secs seconds when > 0
   // (both 0: never), and the step counter's rate.
   std::string summary_dir;
