@@ -21,32 +21,11 @@
 #include "core/op_kernel.h"
 #include "core/op_registry.h"
 #include "core/select_ops.h"
+#include "kernels/dtype_visit.h"
 #include "kernels/random_stream.h"
 
 namespace tessera::internal {
 namespace {
-
-// Calls fn(T{}) with the C++ type of a floating point dtype; false for the others.
-template <class Fn>
-bool visit_floating(DType dtype, Fn&& fn) {
-  switch (dtype) {
-    case DType::Float32: fn(float{}); return true;
-    case DType::Float64: fn(double{}); return true;
-    case DType::Float16: fn(float16_t{}); return true;
-    case DType::BFloat16: fn(bfloat16_t{}); return true;
-    default: return false;
-  }
-}
-
-// The same for every number dtype (the integers too); false for bool.
-template <class Fn>
-bool visit_number(DType dtype, Fn&& fn) {
-  switch (dtype) {
-    case DType::Int32: fn(int32_t{}); return true;
-    case DType::Int64: fn(int64_t{}); return true;
-    default: return visit_floating(dtype, fn);
-  }
-}
 
 void fail_dtype(OpKernelContext& ctx, DType dtype) {
   ctx.fail(ErrorCode::kInvalidArgument, "unsupported dtype {}", dtype_name(dtype));

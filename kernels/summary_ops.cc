@@ -8,10 +8,10 @@
 #include <string>
 #include <vector>
 
-#include "core/half.h"
 #include "core/op_kernel.h"
 #include "core/op_registry.h"
 #include "core/summary.pb.h"
+#include "kernels/dtype_visit.h"
 
 namespace tessera::internal {
 namespace {
@@ -21,24 +21,7 @@ namespace tb = tessera::tensorboard;
 // Calls fn(const T* data) for a numeric tensor (the shape functions refused the others).
 template <class Fn>
 void with_numbers(const Tensor& t, Fn&& fn) {
-  switch (t.dtype()) {
-    case DType::Float32: fn(t.data<float>()); break;
-    case DType::Float64: fn(t.data<double>()); break;
-    case DType::Int32: fn(t.data<int32_t>()); break;
-    case DType::Int64: fn(t.data<int64_t>()); break;
-    case DType::Float16: fn(t.data<float16_t>()); break;
-    case DType::BFloat16: fn(t.data<bfloat16_t>()); break;
-    default: break;
-  }
-}
-
-template <class T>
-double as_double(T v) {
-  if constexpr (is_16bit_float<T>) {
-    return static_cast<double>(v.to_float());
-  } else {
-    return static_cast<double>(v);
-  }
+  visit_number(t.dtype(), [&](auto zero) { fn(t.data<decltype(zero)>()); });
 }
 
 void set_serialized(OpKernelContext& ctx, const tb::Summary& s) {
@@ -58,7 +41,7 @@ class ScalarSummaryOp : public OpKernel {
                       v.shape().to_string());
     }
     double value = 0;
-    with_numbers(v, [&](const auto* p) { value = as_double(p[0]); });
+    with_numbers(v, [&](const auto* p) { value = static_cast<double>(p[0]); });
     tb::Summary s;
     tb::Summary::Value* sv = s.add_value();
     sv->set_tag(name());
@@ -96,7 +79,7 @@ class HistogramSummaryOp : public OpKernel {
     bool finite = true;
     with_numbers(t, [&](const auto* p) {
       for (int64_t i = 0; i < t.num_elements(); ++i) {
-        const double v = as_double(p[i]);
+        const double v = static_cast<double>(p[i]);
         if (!std::isfinite(v)) {
           finite = false;
           return;
