@@ -639,3 +639,37 @@ TEST(ClusterSessionTest, AVariablePlacedOnTwoDevicesByTwoGraphsIsAClearError) {
 
 }  // namespace
 }  // namespace tessera
+
+namespace tessera {
+namespace {
+// A ps that stops as soon as a worker's run has fed it (the "done" queue of TF1 jobs): the
+// worker's run still gets its reply, as the run's work was done.
+TEST(ClusterSessionTest, ARunThatLetsATaskStopStillGetsItsReply) {
+  for (int round = 0; round < 40; ++round) {
+    ClusterSpec cluster({{"ps", {loopback()}}, {"worker", {loopback()}}});
+    auto ps = std::make_unique<Server>(cluster, "ps", 0, quick());
+    Server worker(cluster, "worker", 0, quick());
+    std::thread ps_main([&] {
+      Graph g;
+      FIFOQueue done(g, 1, {DType::Int32}, {Shape{}}, "done", "done");
+      Session s(g, ps->target());
+      s.run(done.dequeue());
+      s.close();
+      ps.reset();
+    });
+    Graph g;
+    std::vector<Operation> tokens;
+    Operation enqueue;
+    {
+      auto scope = g.device("/job:ps/task:0");
+      FIFOQueue done(g, 1, {DType::Int32}, {Shape{}}, "done", "done");
+      enqueue = done.enqueue({ops::constant(g, 1)});
+    }
+    Session s(g, worker.target());
+    EXPECT_NO_THROW(s.run(enqueue)) << "round " << round;
+    s.close();
+    ps_main.join();
+  }
+}
+}  // namespace
+}  // namespace tessera

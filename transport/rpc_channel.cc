@@ -47,8 +47,11 @@ namespace tessera::internal {
 //   are completed too.
 // * An asynchronous call joins the outbox; the I/O thread sends what the outbox holds (an eventfd
 //   write wakes it when the outbox goes from empty to non-empty: one per burst), and `done` always
-//   runs on the I/O thread, which watches ZMQ_FD while such calls are pending (or the outbox is
-//   not empty), enforces deadlines and reads the monitor. Callers sending asynchronous calls
+//   runs on the I/O thread, which enforces deadlines, reads the monitor and always watches
+//   ZMQ_FD: even an idle channel must answer a stopping server's goodbye (Note [Goodbye] in
+//   rpc_server.cc). While a synchronous caller sleeps on ZMQ_FD too, both wake for its reply and
+//   whichever takes the mutex first reads it (rtt_64B and rtt_4KiB did not move beyond this VM's
+//   noise when the I/O thread began to watch during synchronous calls). Callers sending asynchronous calls
 //   themselves measured slower (benchmarks/README.md, "Figures behind the transport's notes"):
 //   they contend with the I/O thread for the socket, and replies they pick up must be handed to it
 //   with a wake-up of its own.
@@ -100,6 +103,9 @@ namespace tessera::internal {
 // few milliseconds while requests wait. ZMQ_IMMEDIATE keeps them waiting for the new connection.
 // What remains: a call sent on a new connection before the I/O thread read the old one's loss (a
 // thread descheduled longer than the reconnect interval) fails Unavailable with the others.
+// "Replies that arrived before the loss are read first" only holds for those read before libzmq
+// took the loss in: it drops the rest, so a stopping server says goodbye first (Note [Goodbye]
+// in rpc_server.cc), and the channel holds its new requests from the goodbye on, as after a loss.
 
 namespace {
 
@@ -208,6 +214,9 @@ class RpcChannelCore {
   // Ends the hold on sends once the lost connection's pipe is surely gone (Note [Lost
   // connections]). Needs mu_.
   void maybe_end_hold();
+  // The server is stopping (Note [Goodbye] in rpc_server.cc): answers it and holds new requests
+  // for the next connection. Needs mu_.
+  void server_said_goodbye();
   // The error of a failed handshake (`event` a HANDSHAKE_FAILED_* monitor event).
   Status handshake_error(uint16_t event, uint32_t value) const;
   // Connects the socket again after a handshake failure libzmq does not retry.
@@ -469,9 +478,11 @@ void RpcChannelCore::run_io() {
         const auto left = io_wake_at_ - Clock::now();
         timeout = std::max<long>(0, std::chrono::ceil<std::chrono::milliseconds>(left).count());
       }
-      // The socket needs watching for replies to asynchronous calls (synchronous callers watch for
-      // their own) and for the connection the outbox waits for.
-      io_watches_socket_ = !broken && (async_pending_ > 0 || !outbox_.empty());
+      // The socket needs watching for replies to asynchronous calls, for the connection the
+      // outbox waits for, and, idle or not, for a stopping server's goodbye (Note [Goodbye] in
+      // rpc_server.cc). A synchronous caller watches it too, for its own reply: whichever of the
+      // two takes mu_ first reads it.
+      io_watches_socket_ = !broken;
       if (!broken) num_items = io_watches_socket_ ? 3 : 2;
     }
     if (!poll_io(items, num_items, timeout)) break;
@@ -610,6 +621,17 @@ bool RpcChannelCore::read_monitor() {
   return released;
 }
 
+void RpcChannelCore::server_said_goodbye() {
+  // Every reply the server sent before its goodbye has been read: it may close now. If the answer
+  // cannot go (EAGAIN), the server closes at its bound.
+  try {
+    (void)socket_.send(envelope_frame(kGoodbyeAckMagic, 0), zmq::send_flags::dontwait);
+  } catch (const zmq::error_t&) {
+  }
+  // New requests wait for the next connection (Note [Lost connections]).
+  held_since_ = Clock::now();
+}
+
 void RpcChannelCore::maybe_end_hold() {
   // ZMQ_EVENTS processes the socket's pending commands: no writable pipe means the old one is gone.
   const bool writable = socket_.get(zmq::sockopt::events) & ZMQ_POLLOUT;
@@ -699,6 +721,10 @@ bool RpcChannelCore::receive_replies() {
     // [call-id][status][frame...], [head envelope][descriptor][status][frame...] or
     // [chunk envelope][bytes]
     const auto envelope = parse_envelope(first);
+    if (envelope && envelope->first == Envelope::kGoodbye && parts.empty()) {
+      server_said_goodbye();
+      continue;
+    }
     if (!envelope || parts.empty()) {
       malformed_.fetch_add(1, std::memory_order_relaxed);
       continue;

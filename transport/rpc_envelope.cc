@@ -14,7 +14,8 @@ namespace tessera::internal {
 // frames. The call-id frame is 12 bytes, "TRP1" and a little-endian 64-bit id, so stray traffic is
 // recognized and dropped (counted as malformed) instead of being handed to a handler. A message with
 // frames of kStreamMinBytes (2 MiB) or more goes out as a head ("TRS1") followed by chunk messages
-// ("TRC1"), either way: Note [Streamed frames] in rpc_stream.cc.
+// ("TRC1"), either way: Note [Streamed frames] in rpc_stream.cc. A stopping server's goodbye
+// ("TRG1") and its callers' answers ("TRA1") are envelopes alone: Note [Goodbye] in rpc_server.cc.
 
 zmq::message_t envelope_frame(const char (&magic)[4], uint64_t id) {
   zmq::message_t m(kCallIdBytes);
@@ -36,6 +37,10 @@ std::optional<std::pair<Envelope, uint64_t>> parse_envelope(const zmq::message_t
     kind = Envelope::kHead;
   } else if (std::memcmp(p, kChunkMagic, 4) == 0) {
     kind = Envelope::kChunk;
+  } else if (std::memcmp(p, kGoodbyeMagic, 4) == 0) {
+    kind = Envelope::kGoodbye;
+  } else if (std::memcmp(p, kGoodbyeAckMagic, 4) == 0) {
+    kind = Envelope::kGoodbyeAck;
   } else {
     return std::nullopt;
   }

@@ -23,9 +23,13 @@ namespace tessera::internal {
 inline constexpr char kMagic[4] = {'T', 'R', 'P', '1'};
 inline constexpr char kHeadMagic[4] = {'T', 'R', 'S', '1'};
 inline constexpr char kChunkMagic[4] = {'T', 'R', 'C', '1'};
+// A stopping server's goodbye, alone in its message, and the caller's answer to it (Note
+// [Goodbye] in rpc_server.cc); their id is 0.
+inline constexpr char kGoodbyeMagic[4] = {'T', 'R', 'G', '1'};
+inline constexpr char kGoodbyeAckMagic[4] = {'T', 'R', 'A', '1'};
 inline constexpr std::size_t kCallIdBytes = 12;
 
-enum class Envelope { kWhole, kHead, kChunk };
+enum class Envelope { kWhole, kHead, kChunk, kGoodbye, kGoodbyeAck };
 
 // The 12-byte envelope frame: `magic` and the little-endian call id.
 zmq::message_t envelope_frame(const char (&magic)[4], uint64_t id);

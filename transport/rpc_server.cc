@@ -157,6 +157,10 @@ class RpcServerCore : public std::enable_shared_from_this<RpcServerCore> {
   void refuse(zmq::message_t routing_id, uint64_t id, const Status& status);
   void send(Outgoing& out);
   void drain_outbox(std::vector<Outgoing>* batch);
+  // Note [Goodbye]: sends the goodbye to every connected caller (I/O thread), and notes the
+  // answers and the losses that end the wait for it.
+  void say_goodbye();
+  void goodbye_answered(const std::string& peer);
   void invoke(RpcMessage request, Responder respond);
   void run_worker();
 
@@ -193,6 +197,14 @@ class RpcServerCore : public std::enable_shared_from_this<RpcServerCore> {
   std::mutex stop_mu_;
   bool stop_called_ = false;  // guarded by stop_mu_
   std::atomic<int> close_linger_ms_{0};  // ZMQ_LINGER when the I/O thread closes the socket
+  // Note [Goodbye]: asked by stop(); the callers not yet answered (I/O thread only); done when
+  // every one answered or was lost.
+  std::atomic<bool> goodbye_asked_{false};
+  bool goodbye_said_ = false;
+  std::unordered_set<std::string> goodbye_unanswered_;
+  std::mutex goodbye_mu_;
+  std::condition_variable goodbye_cv_;
+  bool goodbye_done_ = false;  // guarded by goodbye_mu_
   std::chrono::steady_clock::time_point last_reply_;  // guarded by out_mu_: the latest reply given
 
   std::mutex out_mu_;
@@ -366,9 +378,12 @@ void RpcServerCore::run_io() {
       batch.swap(outbox_);
     }
     for (auto& out : batch) send(out);
+    // After the replies given before stop() asked for it, on each connection (Note [Goodbye]).
+    const bool goodbye = !goodbye_said_ && goodbye_asked_.load(std::memory_order_acquire);
+    if (goodbye) say_goodbye();
     // A send may have processed the commands that announced a request: ZMQ_EVENTS processes
     // what is left and tells whether one is waiting.
-    if (!batch.empty() && !more) more = (socket_.get(zmq::sockopt::events) & ZMQ_POLLIN) != 0;
+    if ((!batch.empty() || goodbye) && !more) more = (socket_.get(zmq::sockopt::events) & ZMQ_POLLIN) != 0;
     batch.clear();
     // A burst (the calls of a lost caller ending at once: tens of thousands) grows the batch, and
     // the swap hands its capacity on to the outbox: let a burst's arrays go.
@@ -476,6 +491,7 @@ void RpcServerCore::track_peer(zmq::message_t& routing_id) {
 
 void RpcServerCore::peer_lost(const std::string& peer) {
   known_peers_.erase(peer);
+  goodbye_answered(peer);
   lost_peers_.fetch_add(1, std::memory_order_relaxed);
   std::vector<std::function<void()>> fns;
   {
@@ -523,6 +539,48 @@ void RpcServerCore::unwatch(ReplySlot& slot) {
   if (it->second.empty()) watched_.erase(it);
 }
 
+// Note [Goodbye]
+// ~~~~~~~~~~~~~~
+// A server that stops right after replying (a ps whose "done" queue just filled) closes the
+// connections its last replies travel on. The caller's DEALER uses ZMQ_IMMEDIATE (Note [Lost
+// connections] in rpc_channel.cc), and libzmq then drops whatever that connection delivered and
+// the application had not read yet when the loss reaches the socket: in a loop of reply-then-stop,
+// a few replies in a hundred were lost, and their callers failed Unavailable. So stop(flush), when
+// it gave replies lately, first says goodbye, as HTTP/2's GOAWAY does: the I/O thread sends a
+// goodbye envelope to every connected caller, behind the replies already sent to it, and the
+// caller's channel answers it when it reads it, by which time it has read every reply before it.
+// stop() closes the socket once all answered or were lost, or after `flush`. A caller's channel
+// also holds its new requests then, until the next connection. Replies given after the goodbye
+// may still be lost, as may those to a caller too busy to answer within `flush`, or one of an
+// older version that does not know the goodbye (it counts it malformed).
+void RpcServerCore::say_goodbye() {
+  goodbye_said_ = true;
+  for (const std::string& peer : known_peers_) {
+    zmq::message_t routing_id(peer.data(), peer.size());
+    try {
+      // ZMQ_ROUTER_MANDATORY: a caller whose queue is full fails here (EAGAIN), as does one whose
+      // connection is gone and the monitor has not said so yet (EHOSTUNREACH, thrown).
+      if (!socket_.send(routing_id, zmq::send_flags::sndmore | zmq::send_flags::dontwait)) continue;
+      socket_.send(envelope_frame(kGoodbyeMagic, 0), zmq::send_flags::none);
+    } catch (const zmq::error_t&) {
+      continue;
+    }
+    goodbye_unanswered_.insert(peer);
+  }
+  goodbye_answered("");
+}
+
+void RpcServerCore::goodbye_answered(const std::string& peer) {
+  if (!goodbye_said_) return;
+  goodbye_unanswered_.erase(peer);
+  if (!goodbye_unanswered_.empty()) return;
+  {
+    std::lock_guard<std::mutex> l(goodbye_mu_);
+    goodbye_done_ = true;
+  }
+  goodbye_cv_.notify_all();
+}
+
 void RpcServerCore::refused(const std::string& line) {
   refused_.fetch_add(1, std::memory_order_relaxed);
   // One limit for every refusal: a peer that makes fresh keys or addresses is one kind of event.
@@ -557,6 +615,10 @@ void RpcServerCore::receive_one(zmq::message_t routing_id, std::vector<zmq::mess
   // parts: [call-id][header][payload...], [head envelope][descriptor][header][payload...] or
   // [chunk envelope][bytes]
   const auto envelope = parts->empty() ? std::nullopt : parse_envelope((*parts)[0]);
+  if (envelope && envelope->first == Envelope::kGoodbyeAck && parts->size() == 1) {
+    goodbye_answered(routing_id.to_string());
+    return;
+  }
   if (parts->size() < 2 || !envelope) {
     malformed_.fetch_add(1, std::memory_order_relaxed);
     return;
@@ -782,7 +844,14 @@ void RpcServerCore::stop(std::chrono::milliseconds flush) {
       if (std::chrono::steady_clock::now() >= until) break;
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
-    if (recent) close_linger_ms_.store(static_cast<int>(flush.count()));
+    if (recent) {
+      close_linger_ms_.store(static_cast<int>(flush.count()));
+      // Note [Goodbye]: the callers read those replies before the connections close.
+      goodbye_asked_.store(true, std::memory_order_release);
+      signal_wake_fd(wake_fd_);
+      std::unique_lock<std::mutex> l(goodbye_mu_);
+      goodbye_cv_.wait_until(l, std::chrono::steady_clock::now() + flush, [&] { return goodbye_done_; });
+    }
   }
   std::vector<Outgoing> unsent;
   {

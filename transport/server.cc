@@ -604,7 +604,8 @@ void ServerImpl::stop() {
   }
   // Sessions first (their runs in flight are answered Cancelled), then the worker's runs, while
   // the services still answer (a run building its plan calls this task's own worker); then the
-  // socket, after the replies just given have gone out.
+  // socket, once the callers have read the replies just given (Note [Goodbye] in rpc_server.cc;
+  // a second at most).
   if (state) {
     state->master->stop();
     state->worker->stop(std::chrono::milliseconds(1000));
@@ -613,7 +614,7 @@ void ServerImpl::stop() {
     std::lock_guard<std::mutex> l(slot_->mu);
     slot_->state.reset();
   }
-  rpc_->stop(std::chrono::milliseconds(200));
+  rpc_->stop(std::chrono::milliseconds(1000));
   rpc_.reset();
   {
     std::lock_guard<std::mutex> l(serving_mu_);
