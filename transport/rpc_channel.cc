@@ -51,8 +51,8 @@ namespace tessera::internal {
 //   ZMQ_FD: even an idle channel must answer a stopping server's goodbye (Note [Goodbye] in
 //   rpc_server.cc). While a synchronous caller sleeps on ZMQ_FD too, both wake for its reply and
 //   whichever takes the mutex first reads it (rtt_64B and rtt_4KiB did not move beyond this VM's
-//   noise when the I/O thread began to watch during synchronous calls). Callers sending asynchronous calls
-//   themselves measured slower (benchmarks/README.md, "Figures behind the transport's notes"):
+//   noise when the I/O thread began to watch during synchronous calls). Callers sending
+//   asynchronous calls themselves measured slower (benchmarks/README.md, "Figures behind the transport's notes"):
 //   they contend with the I/O thread for the socket, and replies they pick up must be handed to it
 //   with a wake-up of its own.
 // The rules that make this safe (libzmq's ZMQ_FD is edge-like: any use of the socket may consume

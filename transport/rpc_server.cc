@@ -567,7 +567,7 @@ void RpcServerCore::say_goodbye() {
     }
     goodbye_unanswered_.insert(peer);
   }
-  goodbye_answered("");
+  goodbye_answered("");  // no caller to wait for: done at once
 }
 
 void RpcServerCore::goodbye_answered(const std::string& peer) {
