@@ -251,7 +251,8 @@ class RpcChannelCore {
   std::unordered_map<uint64_t, Assembly> assembling_;  // streamed replies being received, by call id
   std::vector<Completion> rejected_;  // calls refused at once, completed by the I/O thread
   std::vector<Completion> ready_;     // completed asynchronous calls, for the I/O thread to run
-  // When the I/O thread wakes up by itself next, and whether it watches the socket meanwhile.
+  // When the I/O thread wakes up by itself next, and whether it watches the socket meanwhile
+  // (always once its loop runs, unless the channel is broken).
   Clock::time_point io_wake_at_ = Clock::time_point::min();
   bool io_watches_socket_ = false;
   // The last handshake failed: new calls fail with this at once (until a handshake succeeds).
@@ -483,7 +484,7 @@ void RpcChannelCore::run_io() {
       // rpc_server.cc). A synchronous caller watches it too, for its own reply: whichever of the
       // two takes mu_ first reads it.
       io_watches_socket_ = !broken;
-      if (!broken) num_items = io_watches_socket_ ? 3 : 2;
+      if (!broken) num_items = 3;
     }
     if (!poll_io(items, num_items, timeout)) break;
     if (items[0].revents & POLLIN) drain_wake_fd(wake_fd_);
