@@ -94,12 +94,17 @@ Status no_thread(const std::string& task, const char* call) {
 }  // namespace
 
 Master::Master(std::string task, std::shared_ptr<WorkerCache> workers, int64_t max_graph_nodes,
-               std::chrono::milliseconds session_idle_timeout, int64_t max_sessions)
+               std::chrono::milliseconds session_idle_timeout, int64_t max_sessions,
+               std::chrono::milliseconds partition_lease)
     : task_(std::move(task)), workers_(std::move(workers)), max_graph_nodes_(max_graph_nodes),
       // A century is never: longer ones would overflow the clock's deadlines.
       idle_timeout_(std::min<std::chrono::milliseconds>(session_idle_timeout, std::chrono::hours(24 * 365 * 100))),
-      max_sessions_(max_sessions), link_(std::make_shared<Link>()), reclaimed_(kRememberedReclaimed) {
+      max_sessions_(max_sessions),
+      partition_lease_(std::clamp<std::chrono::milliseconds>(partition_lease, {}, std::chrono::hours(24 * 365 * 100))),
+      link_(std::make_shared<Link>()), reclaimed_(kRememberedReclaimed) {
   link_->master = this;
+  std::lock_guard<std::mutex> l(mu_);
+  arm_renewal_locked();
 }
 
 uint64_t Master::session_number(const std::string& handle) const {
@@ -223,6 +228,51 @@ std::vector<std::shared_ptr<MasterSession>> Master::take_idle() {
   return idle;
 }
 
+void Master::arm_renewal_locked() {
+  if (stopped_ || partition_lease_.count() == 0) return;
+  auto id = TimerQueue::global().schedule(Clock::now() + partition_lease_ / 4, [w = std::weak_ptr<Link>(link_)] {
+    auto link = w.lock();
+    if (!link) return;
+    std::shared_lock<std::shared_mutex> l(link->mu);
+    if (link->master != nullptr) link->master->renew_leases();
+  });
+  if (!id.ok()) {
+    // Tried again when the next session is made; till then, partitions may lapse on their workers.
+    renewal_.reset();
+    log_limited(renewal_log_, LogLevel::kWarning, "{}: partition leases go unrenewed: {}", task_,
+                id.status().message());
+    return;
+  }
+  renewal_ = id.value();
+}
+
+void Master::renew_leases() {
+  std::vector<std::shared_ptr<MasterSession>> sessions;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    renewal_.reset();  // this one has fired
+    if (stopped_) return;
+    sessions.reserve(sessions_.size());
+    for (auto& [handle, e] : sessions_) sessions.push_back(e.session);
+    arm_renewal_locked();
+  }
+  // Sessions being made are not among them: their leases began with their registrations, a
+  // quarter of a lease ago at most.
+  std::unordered_map<WorkerInterface*, pb::KeepAliveRequest> requests;
+  for (const auto& session : sessions) {
+    for (WorkerInterface* worker : session->leased_workers()) {
+      pb::KeepAliveRequest& r = requests[worker];
+      r.add_session_handle(session->handle());
+    }
+  }
+  for (auto& [worker, request] : requests) {
+    request.set_version(wire::kWireVersion);
+    request.set_lease_ms(partition_lease_.count());
+    // A worker that cannot be reached fails the session's next run anyway; nothing to do here.
+    worker->keep_alive(request, [](StatusOr<pb::KeepAliveResponse>) {});
+  }
+}
+
 void Master::create_session(const pb::CreateSessionRequest& request, Done<pb::CreateSessionResponse> done) {
   if (auto policy = placement_policy_named(request.config().placement_policy()); !policy.ok()) {
     return done(policy.status().with_prefix("CreateSession: "));
@@ -239,7 +289,8 @@ void Master::create_session(const pb::CreateSessionRequest& request, Done<pb::Cr
     ++creating_;  // the slot is held while the graph is built
     handle = fmt::format("{}/session/{}", task_, next_session_++);
   }
-  auto session = std::make_shared<MasterSession>(handle, task_, workers_, request.config(), max_graph_nodes_);
+  auto session = std::make_shared<MasterSession>(handle, task_, workers_, request.config(), max_graph_nodes_,
+                                                 partition_lease_);
   auto version = session->extend(request.graph(), {}, 0, /*check_version=*/false);
   bool stopped;
   {
@@ -250,6 +301,7 @@ void Master::create_session(const pb::CreateSessionRequest& request, Done<pb::Cr
       const Clock::time_point now = Clock::now();
       sessions_[handle] = Entry{session, 0, now};
       arm_locked(now + idle_timeout_);
+      if (!renewal_) arm_renewal_locked();
     }
   }
   if (!version.ok()) return done(version.status());
@@ -334,14 +386,16 @@ void Master::close_session(const pb::CloseSessionRequest& request, Done<pb::Clos
 
 void Master::stop() {
   std::unordered_map<std::string, Entry> sessions;
-  std::optional<TimerQueue::Id> check;
+  std::optional<TimerQueue::Id> check, renewal;
   {
     std::lock_guard<std::mutex> l(mu_);
     stopped_ = true;
     sessions.swap(sessions_);
     check = std::exchange(check_, std::nullopt);
+    renewal = std::exchange(renewal_, std::nullopt);
   }
   if (check) TimerQueue::global().cancel(*check);
+  if (renewal) TimerQueue::global().cancel(*renewal);
   for (auto& [handle, e] : sessions) e.session->close();
 }
 

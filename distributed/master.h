@@ -40,10 +40,12 @@ class Master {
   // `max_graph_nodes`: the most nodes a session's graph may have (ResourceExhausted past it).
   // `session_idle_timeout`: a session with no call in flight and none started for this long is
   // closed (Note [Idle sessions] in master.cc); 0: never. `max_sessions` (> 0): the most sessions
-  // open at once (CreateSession is ResourceExhausted past it).
+  // open at once (CreateSession is ResourceExhausted past it). `partition_lease`: the lease its
+  // sessions' partitions are registered with, renewed every lease/4 while they are open (Note
+  // [Partition leases] in worker.cc); 0: none, kept until deregistered.
   Master(std::string task, std::shared_ptr<WorkerCache> workers, int64_t max_graph_nodes = wire::kDefaultMaxGraphNodes,
          std::chrono::milliseconds session_idle_timeout = kDefaultSessionIdleTimeout,
-         int64_t max_sessions = kDefaultMaxSessions);
+         int64_t max_sessions = kDefaultMaxSessions, std::chrono::milliseconds partition_lease = {});
   ~Master();  // stop()
 
   void create_session(const wire::pb::CreateSessionRequest& request, Done<wire::pb::CreateSessionResponse> done);
@@ -81,6 +83,11 @@ class Master {
   // The check, on the timer's thread: takes the idle sessions out (to be closed by the caller) and
   // arms the next check.
   std::vector<std::shared_ptr<MasterSession>> take_idle();
+  // Arms the next lease renewal, partition_lease / 4 from now.
+  void arm_renewal_locked();
+  // The renewal, on the timer's thread: one KeepAlive per worker holding partitions of open
+  // sessions, naming those sessions; then arms the next.
+  void renew_leases();
   StatusOr<std::shared_ptr<MasterSession>> not_found_locked(const std::string& handle);
 
   const std::string task_;
@@ -88,6 +95,7 @@ class Master {
   const int64_t max_graph_nodes_;
   const std::chrono::milliseconds idle_timeout_;
   const int64_t max_sessions_;
+  const std::chrono::milliseconds partition_lease_;
   const std::shared_ptr<Link> link_;
   std::mutex mu_;
   bool stopped_ = false;                             // guarded by mu_
@@ -95,6 +103,7 @@ class Master {
   int64_t creating_ = 0;                             // guarded by mu_: slots held by CreateSessions
   std::unordered_map<std::string, Entry> sessions_;  // guarded by mu_
   std::optional<TimerQueue::Id> check_;              // guarded by mu_: the armed idle check
+  std::optional<TimerQueue::Id> renewal_;            // guarded by mu_: the armed lease renewal
   // The sessions the idle timeout closed (the most recent kRememberedReclaimed): each one's number
   // (its handle is "<task>/session/<number>"; 0: an empty place) and how long it had been idle. A
   // ring allocated once, so that what a sweep remembers allocates nothing amid the memory the
@@ -108,7 +117,7 @@ class Master {
   // The number in a handle of this master's sessions; 0 when it is not one.
   uint64_t session_number(const std::string& handle) const;
   Reclaimed* find_reclaimed_locked(const std::string& handle);
-  LogRateLimit sweep_log_, timer_log_;
+  LogRateLimit sweep_log_, timer_log_, renewal_log_;
 };
 
 }  // namespace tessera::internal

@@ -330,11 +330,18 @@ StatusOr<std::shared_ptr<const MasterSession::Plan>> MasterSession::plan_for(con
     for (const Endpoint& f : gp.fetches) request.add_fetch(tensor_name(f.node->name, f.index));
     for (const Node* t : gp.targets) request.add_target(t->name);
     *request.mutable_config() = config_;
+    request.set_lease_ms(partition_lease_.count());
     auto registered = call_and_wait<pb::RegisterGraphResponse>(
         [&](Done<pb::RegisterGraphResponse> done) { p.worker->register_graph(request, std::move(done)); });
     if (!registered.ok()) return naming_task(registered.status(), p.task);
     p.graph_handle = registered.value().graph_handle();
     registered_.emplace_back(p.worker, p.graph_handle);
+    if (partition_lease_.count() > 0) {
+      std::lock_guard<std::mutex> ll(lease_mu_);
+      if (!closed_flag_.load() && std::find(leased_on_.begin(), leased_on_.end(), p.worker) == leased_on_.end()) {
+        leased_on_.push_back(p.worker);
+      }
+    }
     plan->parts.push_back(std::move(p));
   }
   std::unique_lock<std::shared_mutex> pl(plans_mu_);
@@ -521,6 +528,10 @@ void MasterSession::close() {
     std::lock_guard<std::mutex> l(mu_);
     closed_ = true;
     registered.swap(registered_);
+  }
+  {
+    std::lock_guard<std::mutex> l(lease_mu_);
+    leased_on_.clear();  // its partitions are deregistered below: nothing to renew
   }
   std::vector<std::shared_ptr<Step>> steps;
   {

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -43,12 +44,22 @@ std::string signature_key(const wire::pb::RunStepRequest& r);
 
 class MasterSession : public std::enable_shared_from_this<MasterSession> {
  public:
+  // `partition_lease`: the lease its partitions are registered with (Note [Partition leases] in
+  // worker.cc; the Master renews it); 0: none.
   MasterSession(std::string handle, std::string task, std::shared_ptr<WorkerCache> workers,
-                wire::pb::SessionConfig config, int64_t max_graph_nodes)
+                wire::pb::SessionConfig config, int64_t max_graph_nodes,
+                std::chrono::milliseconds partition_lease = {})
       : handle_(std::move(handle)), task_(std::move(task)), workers_(std::move(workers)),
-        config_(std::move(config)), max_graph_nodes_(max_graph_nodes) {}
+        config_(std::move(config)), max_graph_nodes_(max_graph_nodes), partition_lease_(partition_lease) {}
 
   const std::string& handle() const { return handle_; }
+
+  // The workers holding partitions of this session under lease (none once it is closed). Never
+  // waits for a plan being built.
+  std::vector<WorkerInterface*> leased_workers() {
+    std::lock_guard<std::mutex> l(lease_mu_);
+    return leased_on_;
+  }
 
   // Adds `def`'s nodes, then the control inputs `edges` adds to nodes it has; the new graph
   // version. Aborted for a stale `current_version`.
@@ -136,6 +147,7 @@ class MasterSession : public std::enable_shared_from_this<MasterSession> {
   const std::shared_ptr<WorkerCache> workers_;
   const wire::pb::SessionConfig config_;
   const int64_t max_graph_nodes_;
+  const std::chrono::milliseconds partition_lease_;
 
   std::mutex mu_;  // the graph, placement, plans
   Graph graph_;
@@ -149,6 +161,8 @@ class MasterSession : public std::enable_shared_from_this<MasterSession> {
   std::vector<std::pair<std::string, std::string>> unreported_;  // guarded by report_mu_: (node, device)
   std::atomic<bool> has_unreported_{false};
   std::vector<std::pair<WorkerInterface*, std::string>> registered_;  // (worker, graph handle)
+  std::mutex lease_mu_;
+  std::vector<WorkerInterface*> leased_on_;  // guarded by lease_mu_: each worker once
   // Never held while calling another task: a step with a cached plan starts on a server thread.
   std::shared_mutex plans_mu_;
   std::unordered_map<std::string, std::shared_ptr<const Plan>> plans_;  // guarded by plans_mu_

@@ -2,8 +2,10 @@
 // exchange of tensors with the other tasks.
 #include "distributed/worker.h"
 
+#include <algorithm>
 #include <system_error>
 #include <thread>
+#include <unordered_set>
 #include <utility>
 
 #include <fmt/format.h>
@@ -60,9 +62,34 @@ namespace tessera::internal {
 // A master that is alive but lost its connection briefly loses nothing: its own call fails
 // "lost the connection" (Note [RPC deadlines]) at the same moment, so the step was failing anyway.
 
+// Note [Partition leases]
+// ~~~~~~~~~~~~~~~~~~~~~~~
+// Note [Masters that vanish] ends the steps a lost master left running, but a master that died
+// between steps left its partitions here for good: its DeregisterGraph never comes. Idle time
+// cannot tell a dead master from a live one (a live session may leave one signature's partition
+// here unused for hours while it runs others, or while another task's part of a step blocks), so
+// the master says it is alive. It registers a session's partitions with a lease
+// (RegisterGraphRequest.lease_ms, from ServerOptions::partition_lease) and, while the session is
+// open, renews it every lease/4 on each worker holding one of them: one KeepAlive per worker,
+// naming all its sessions there. A lease not renewed in time (its master killed, hung, or cut off
+// for longer than the lease) ends as DeregisterGraph would end its session's partitions: their
+// sessions are closed off the timer's thread (a run still in flight is cancelled), and a warning
+// says so. A later RunGraph of one fails Aborted saying why (the last 1024 handles are
+// remembered), which a monitored session answers by making a new session. Leases run on the
+// worker's clock alone: the two clocks need not agree. As the master's idle check, one check is
+// armed on the process's timer for the earliest end of a lease and each check arms the next;
+// none while no lease is held. A lease of 0 (partition_lease 0) never ends.
+
 namespace pb = wire::pb;
 
 namespace {
+
+// The longest lease taken: a century is never (longer ones would overflow the clock's deadlines).
+constexpr std::chrono::milliseconds kLongestLease = std::chrono::hours(24 * 365 * 100);
+
+std::chrono::milliseconds lease_of(int64_t ms) {
+  return std::chrono::milliseconds(std::clamp<int64_t>(ms, 0, kLongestLease.count()));
+}
 
 // "/job:J/replica:0/task:T" (the server's name for its own task) as a spec with a job and a task.
 DeviceSpec parse_task(const std::string& task) {
@@ -81,6 +108,8 @@ class WorkerGraph {
   std::vector<Output> fetches;
   std::vector<Operation> targets;
   std::unique_ptr<SessionImpl> session;
+  std::string session_handle;  // the master's session that registered it
+  bool leased = false;         // under that session's lease (Note [Partition leases])
 };
 
 // ---- Worker ----
@@ -172,7 +201,16 @@ void Worker::register_graph(const pb::RegisterGraphRequest& r, Done<pb::Register
     std::lock_guard<std::mutex> l(mu_);
     if (stopped_) return done(errors::cancelled("{} is stopping", task_name_));
     handle = fmt::format("{}/graph/{}", task_name_, next_graph_++);
+    wg->session_handle = r.session_handle();
     graphs_[handle] = wg;
+    if (const std::chrono::milliseconds length = lease_of(r.lease_ms()); length.count() > 0) {
+      Lease& lease = leases_[r.session_handle()];
+      lease.length = length;
+      lease.until = Clock::now() + length;
+      ++lease.graphs;
+      wg->leased = true;
+      arm_lease_check_locked(lease.until);
+    }
   }
   pb::RegisterGraphResponse response;
   response.set_version(wire::kWireVersion);
@@ -183,11 +221,18 @@ void Worker::register_graph(const pb::RegisterGraphRequest& r, Done<pb::Register
 void Worker::run_graph(const pb::RunGraphRequest& request, std::vector<Tensor> send, Done<RunGraphReply> done) {
   const pb::RunGraphRequest* r = &request;
   std::shared_ptr<WorkerGraph> wg;
+  std::string lapsed;  // the session whose lease ended, when that dropped the graph
   {
     std::lock_guard<std::mutex> l(mu_);
     if (stopped_) return done(errors::cancelled("{} is stopping", task_name_));
     auto it = graphs_.find(r->graph_handle());
     if (it != graphs_.end()) wg = it->second;
+    else if (const std::string* session = lapsed_graphs_.find(r->graph_handle())) lapsed = *session;
+  }
+  if (!wg && !lapsed.empty()) {
+    return done(errors::aborted("{}: graph '{}' of session '{}' was dropped: its master did not renew its lease in "
+                                "time (the master is gone, or was cut off for longer than "
+                                "ServerOptions::partition_lease)", task_name_, r->graph_handle(), lapsed));
   }
   if (!wg) {
     // Aborted, as TF's GraphMgr ("Graph handle is not found ... this worker just restarted"): the
@@ -269,6 +314,13 @@ void Worker::deregister_graph(const pb::DeregisterGraphRequest& request, Done<pb
     std::lock_guard<std::mutex> l(mu_);
     wg = take(graphs_, request.graph_handle());
     shrink_if_sparse(graphs_);
+    if (wg && wg->leased) {  // the session's last leased partition takes its lease with it
+      auto lease = leases_.find(wg->session_handle);
+      if (lease != leases_.end() && --lease->second.graphs == 0) {
+        leases_.erase(lease);
+        shrink_if_sparse(leases_);
+      }
+    }
   }
   pb::DeregisterGraphResponse response;
   response.set_version(wire::kWireVersion);
@@ -283,6 +335,101 @@ void Worker::deregister_graph(const pb::DeregisterGraphRequest& request, Done<pb
   });
 }
 
+void Worker::keep_alive(const pb::KeepAliveRequest& request, Done<pb::KeepAliveResponse> done) {
+  pb::KeepAliveResponse response;
+  response.set_version(wire::kWireVersion);
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (stopped_) return done(errors::cancelled("{} is stopping", task_name_));
+    const Clock::time_point now = Clock::now();
+    const std::chrono::milliseconds length = lease_of(request.lease_ms());
+    for (const std::string& session : request.session_handle()) {
+      auto it = leases_.find(session);
+      if (it == leases_.end()) {
+        response.add_unknown_session(session);
+        continue;
+      }
+      if (length.count() > 0) it->second.length = length;
+      it->second.until = now + it->second.length;
+      // Usually later than before (an armed check then finds nothing due and arms the next), but
+      // earlier when the lease was shortened.
+      arm_lease_check_locked(it->second.until);
+    }
+  }
+  done(std::move(response));
+}
+
+std::size_t Worker::num_graphs() {
+  std::lock_guard<std::mutex> l(mu_);
+  return graphs_.size();
+}
+
+void Worker::arm_lease_check_locked(Clock::time_point deadline) {
+  if (stopped_ || (lease_check_ && lease_check_->at <= deadline)) return;
+  if (lease_check_) TimerQueue::global().cancel(lease_check_->id);  // this one comes first
+  const uint64_t generation = ++lease_checks_;
+  auto id = TimerQueue::global().schedule(deadline, [w = weak_from_this(), generation] {
+    if (auto self = w.lock()) self->drop_lapsed(generation);
+  });
+  if (!id.ok()) {  // the next registration or check arms one again
+    lease_check_.reset();
+    log_limited(lapse_log_, LogLevel::kWarning, "{}: partition leases go unchecked for now: {}", task_name_,
+                id.status().message());
+    return;
+  }
+  lease_check_ = LeaseCheck{id.value(), deadline, generation};
+}
+
+void Worker::drop_lapsed(uint64_t generation) {
+  std::vector<std::shared_ptr<WorkerGraph>> dropped;
+  std::vector<std::string> sessions;
+  std::chrono::milliseconds length{0};
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (lease_check_ && lease_check_->generation == generation) lease_check_.reset();  // this one has fired
+    if (stopped_) return;
+    const Clock::time_point now = Clock::now();
+    std::optional<Clock::time_point> next;
+    for (auto it = leases_.begin(); it != leases_.end();) {
+      if (it->second.until > now) {
+        if (!next || it->second.until < *next) next = it->second.until;
+        ++it;
+        continue;
+      }
+      sessions.push_back(it->first);
+      length = it->second.length;
+      it = leases_.erase(it);
+    }
+    if (!sessions.empty()) {
+      const std::unordered_set<std::string> lapsed(sessions.begin(), sessions.end());
+      for (auto it = graphs_.begin(); it != graphs_.end();) {
+        if (!it->second->leased || lapsed.count(it->second->session_handle) == 0) {
+          ++it;
+          continue;
+        }
+        lapsed_graphs_.remember(it->first, it->second->session_handle);
+        dropped.push_back(std::move(it->second));
+        it = graphs_.erase(it);
+      }
+      shrink_if_sparse(graphs_);
+      shrink_if_sparse(leases_);
+    }
+    if (next) arm_lease_check_locked(*next);
+  }
+  if (dropped.empty()) return;
+  log_limited(lapse_log_, LogLevel::kWarning,
+              "{}: dropped {} partition{} of {} session{} (such as '{}') whose master renewed no lease for {:g} s: "
+              "it is gone, or cut off (ServerOptions::partition_lease)",
+              task_name_, dropped.size(), dropped.size() == 1 ? "" : "s", sessions.size(),
+              sessions.size() == 1 ? "" : "s", sessions.front(), std::chrono::duration<double>(length).count());
+  // As DeregisterGraph: the sessions close (cancelling a run still in flight) off this thread.
+  run_detached_or_inline([dropped = std::move(dropped)]() mutable {
+    for (auto& wg : dropped) wg->session->close();
+    dropped.clear();
+    request_memory_release();
+  });
+}
+
 void Worker::stop(std::chrono::milliseconds grace) {
   const Status reason = errors::cancelled("{} is stopping", task_name_);
   std::unordered_map<std::string, std::shared_ptr<WorkerGraph>> graphs;
@@ -290,6 +437,9 @@ void Worker::stop(std::chrono::milliseconds grace) {
     std::lock_guard<std::mutex> l(mu_);
     stopped_ = true;
     graphs.swap(graphs_);
+    leases_.clear();
+    if (lease_check_) TimerQueue::global().cancel(lease_check_->id);
+    lease_check_.reset();
   }
   rendezvous_.stop(reason);
   resources_.cancel_all(reason);  // wakes runs blocked on the task's queues

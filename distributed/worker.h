@@ -9,6 +9,7 @@
 //                      RunGraph(handle, step id, feeds)    -> fetches (when the partition is done)
 //                      CleanupGraph(step id, abort)        a step that failed elsewhere
 //                      DeregisterGraph(handle)
+//                      KeepAlive(session handles)          renews their partitions' leases
 //   worker -> worker   RecvTensor(step id, key)            -> the tensor a _Send put there
 //
 // Thread-safe. Calls never block the caller's thread for long: runs go to threads of their own and
@@ -21,12 +22,16 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <unordered_map>
 
 #include "core/device_name.h"
+#include "core/logging.h"
+#include "core/recent_memo.h"
 #include "core/resource_mgr.h"
 #include "core/status.h"
+#include "core/timer.h"
 #include "distributed/rendezvous_mgr.h"
 #include "distributed/worker_interface.h"
 
@@ -55,6 +60,7 @@ class Worker final : public WorkerInterface, public std::enable_shared_from_this
   void cleanup_graph(const wire::pb::CleanupGraphRequest& request, Done<wire::pb::CleanupGraphResponse> done) override;
   void deregister_graph(const wire::pb::DeregisterGraphRequest& request,
                         Done<wire::pb::DeregisterGraphResponse> done) override;
+  void keep_alive(const wire::pb::KeepAliveRequest& request, Done<wire::pb::KeepAliveResponse> done) override;
   // Aborts step `step_id` here as CleanupGraph would, with `reason`: for a transport that learns
   // the master that started the step's RunGraph is gone (its connection lost), so that nothing
   // it started (a dequeue blocked on a queue of this task) waits for a master that will never
@@ -67,10 +73,30 @@ class Worker final : public WorkerInterface, public std::enable_shared_from_this
 
   const std::string& task_name() const { return task_name_; }
   ResourceMgr& resources() { return resources_; }
+  // Partitions registered now (for tests).
+  std::size_t num_graphs();
 
  private:
   // TensorPuller: a RecvTensor call to `task`'s worker.
   std::function<void()> pull(const std::string& task, int64_t step_id, const std::string& key, PullDone done) override;
+
+  using Clock = std::chrono::steady_clock;
+  // A session's partitions under lease (Note [Partition leases] in worker.cc).
+  struct Lease {
+    Clock::time_point until;
+    std::chrono::milliseconds length{0};
+    int64_t graphs = 0;  // its partitions here (a lease goes with the last one)
+  };
+  // Arms the lease check for `deadline` unless one is armed as early.
+  void arm_lease_check_locked(Clock::time_point deadline);
+  // The check armed as `generation`, on the timer's thread: drops the partitions of the leases
+  // that ran out, and arms the next check.
+  void drop_lapsed(uint64_t generation);
+  struct LeaseCheck {
+    TimerQueue::Id id = 0;
+    Clock::time_point at;
+    uint64_t generation = 0;  // which arming this is (a cancelled one may run all the same)
+  };
 
   const std::string task_name_;
   const DeviceSpec task_;  // task_name_ parsed: its job and task index
@@ -83,6 +109,11 @@ class Worker final : public WorkerInterface, public std::enable_shared_from_this
   bool stopped_ = false;                                                  // guarded by mu_
   uint64_t next_graph_ = 1;                                               // guarded by mu_
   std::unordered_map<std::string, std::shared_ptr<WorkerGraph>> graphs_;  // guarded by mu_
+  std::unordered_map<std::string, Lease> leases_;                         // guarded by mu_: by session
+  std::optional<LeaseCheck> lease_check_;                                 // guarded by mu_: the armed one
+  uint64_t lease_checks_ = 0;                                             // guarded by mu_
+  RecentMemo<std::string, std::string> lapsed_graphs_{1024};              // guarded by mu_: handle -> session
+  LogRateLimit lapse_log_;
   int active_runs_ = 0;                                                   // guarded by mu_
   std::condition_variable runs_cv_;
 };

@@ -50,6 +50,8 @@ class WorkerInterface {
                              Done<wire::pb::CleanupGraphResponse> done) = 0;
   virtual void deregister_graph(const wire::pb::DeregisterGraphRequest& request,
                                 Done<wire::pb::DeregisterGraphResponse> done) = 0;
+  // Renews the leases of the named sessions' partitions (Note [Partition leases] in worker.cc).
+  virtual void keep_alive(const wire::pb::KeepAliveRequest& request, Done<wire::pb::KeepAliveResponse> done) = 0;
 };
 
 // The workers of a cluster, as seen from one task (or client). Thread-safe.

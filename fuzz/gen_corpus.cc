@@ -313,6 +313,12 @@ void header_seeds() {
     request("DeregisterGraph", m);
   }
   {
+    pb::KeepAliveRequest m;
+    m.add_session_handle("/job:worker/replica:0/task:0/session/1");
+    m.set_lease_ms(60000);
+    request("KeepAlive", m);
+  }
+  {
     pb::CreateSessionResponse m;
     m.set_session_handle("session-1");
     m.set_graph_version(1);

@@ -79,6 +79,8 @@ void request_body(const std::string& method, std::string_view bytes) {
     body<pb::CleanupGraphRequest>(bytes, [](const auto&) {});
   } else if (method == "DeregisterGraph") {
     body<pb::DeregisterGraphRequest>(bytes, [](const auto&) {});
+  } else if (method == "KeepAlive") {
+    body<pb::KeepAliveRequest>(bytes, [](const auto&) {});
   }
   // Any other method is refused by the server before its body is looked at.
 }
@@ -98,6 +100,7 @@ void response_body(std::string_view bytes) {
   body<pb::RecvTensorResponse>(bytes, [](const auto& m) { check_tensor_meta(m.tensor()); });
   body<pb::CleanupGraphResponse>(bytes, [](const auto&) {});
   body<pb::DeregisterGraphResponse>(bytes, [](const auto&) {});
+  body<pb::KeepAliveResponse>(bytes, [](const auto&) {});
 }
 
 void check_request(const uint8_t* data, size_t size) {

@@ -14,6 +14,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -36,7 +37,8 @@ constexpr auto kHeartbeatTimeout = 3s;
 // `tessera server` processes for tasks master:0 and worker:0 on free loopback ports.
 class TwoTasks {
  public:
-  TwoTasks() {
+  // `master_flags`: more `tessera server` flags for the master task.
+  explicit TwoTasks(std::vector<std::string> master_flags = {}) : master_flags_(std::move(master_flags)) {
     for (const char* job : {"master", "worker"}) {
       addresses_[job] = "127.0.0.1:" + std::to_string(train::free_loopback_port());
     }
@@ -45,9 +47,10 @@ class TwoTasks {
   }
   void start(const std::string& job) {
     auto& child = children_[job];
+    std::vector<std::string> argv{TESSERA_CLI_PATH, "server", "--cluster", json_, "--job", job, "--task", "0"};
+    if (job == "master") argv.insert(argv.end(), master_flags_.begin(), master_flags_.end());
     for (int attempt = 0; attempt < 50; ++attempt) {
-      child = std::make_unique<ChildProcess>(
-          std::vector<std::string>{TESSERA_CLI_PATH, "server", "--cluster", json_, "--job", job, "--task", "0"});
+      child = std::make_unique<ChildProcess>(argv);
       auto line = child->read_line(60s);
       if (line && line->find("listening on") != std::string::npos) return;
       child.reset();
@@ -71,6 +74,7 @@ class TwoTasks {
   }
 
  private:
+  std::vector<std::string> master_flags_;
   std::string json_;
   std::map<std::string, std::string> addresses_;
   std::map<std::string, std::unique_ptr<ChildProcess>> children_;
@@ -165,6 +169,41 @@ TEST(MasterDeathTest, AStoppedMastersBlockedStepOnAWorkerIsCancelledAfterTheHear
   expect_own_element_back(cluster.target("worker"), 9.0f, 10s);
   cluster.child("master").signal(SIGKILL);
   cluster.child("master").signal(SIGCONT);
+}
+
+// A master killed between steps has no run in flight for the heartbeat to end, and never
+// deregisters its partitions: the worker drops them once their lease (1 s here) runs out, and says
+// so (Note [Partition leases] in distributed/worker.cc). While the master lived, it renewed them.
+TEST(MasterDeathTest, AMasterKilledBetweenStepsLeavesNoPartitionsOnItsWorker) {
+  TwoTasks cluster({"--partition-lease", "1"});
+  Graph g;
+  Output size;
+  {
+    auto scope = g.device("/job:worker/task:0");
+    FIFOQueue q(g, 10, {DType::Float32}, {Shape{}}, "q");
+    size = q.size();
+  }
+  SessionOptions options;
+  options.rpc_timeout = 2000ms;
+  Session session(g, cluster.target("master"), options);
+  EXPECT_EQ(session.run(size).scalar<int32_t>(), 0);
+  const std::string alive = cluster.child("worker").stderr_text(3s);  // three leases, renewed
+  EXPECT_EQ(alive.find("renewed no lease"), std::string::npos) << alive;
+
+  cluster.child("master").signal(SIGKILL);
+  ASSERT_TRUE(cluster.child("master").wait_exit(10s).has_value());
+  std::string said;
+  EXPECT_TRUE(tessera::testing::wait_until(
+      [&] {
+        said += cluster.child("worker").stderr_text(200ms);
+        return said.find("renewed no lease") != std::string::npos;
+      },
+      15s))
+      << said;
+  EXPECT_NE(said.find("dropped 1 partition of 1 session"), std::string::npos) << said;
+  EXPECT_NE(said.find("whose master renewed no lease for 1 s"), std::string::npos) << said;
+  // The worker serves on.
+  expect_own_element_back(cluster.target("worker"), 6.0f, 10s);
 }
 
 }  // namespace

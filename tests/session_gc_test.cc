@@ -77,12 +77,22 @@ class WatchedWorker final : public WorkerInterface {
     w_->cleanup_graph(r, std::move(done));
   }
   void deregister_graph(const pb::DeregisterGraphRequest& r, Done<pb::DeregisterGraphResponse> done) override {
+    if (cut_) return done(errors::unavailable("cut off"));
     {
       std::lock_guard<std::mutex> l(mu_);
       deregistered_.insert(r.graph_handle());
     }
     w_->deregister_graph(r, std::move(done));
   }
+  void keep_alive(const pb::KeepAliveRequest& r, Done<pb::KeepAliveResponse> done) override {
+    if (cut_) return done(errors::unavailable("cut off"));
+    ++keep_alives_;
+    w_->keep_alive(r, std::move(done));
+  }
+  // From now on the master's calls that would end or renew its partitions are lost, as when the
+  // master has died or is cut off from the worker.
+  void cut() { cut_ = true; }
+  int keep_alives() const { return keep_alives_; }
   std::set<std::string> registered() {
     std::lock_guard<std::mutex> l(mu_);
     return registered_;
@@ -94,6 +104,8 @@ class WatchedWorker final : public WorkerInterface {
 
  private:
   const std::shared_ptr<Worker> w_;
+  std::atomic<bool> cut_{false};
+  std::atomic<int> keep_alives_{0};
   std::mutex mu_;
   std::set<std::string> registered_, deregistered_;  // guarded by mu_
 };
@@ -126,8 +138,9 @@ class MasterSessionGcTest : public ::testing::Test {
     if (master_) master_->stop();
     worker_->stop(1s);
   }
-  void make_master(std::chrono::milliseconds idle, int64_t max_sessions = Master::kDefaultMaxSessions) {
-    master_ = std::make_unique<Master>(kWorker0, cache_, wire::kDefaultMaxGraphNodes, idle, max_sessions);
+  void make_master(std::chrono::milliseconds idle, int64_t max_sessions = Master::kDefaultMaxSessions,
+                   std::chrono::milliseconds lease = {}) {
+    master_ = std::make_unique<Master>(kWorker0, cache_, wire::kDefaultMaxGraphNodes, idle, max_sessions, lease);
   }
 
   StatusOr<std::string> create(Graph& g) {
@@ -288,6 +301,150 @@ TEST_F(MasterSessionGcTest, TheSessionCapCountsOpenSessionsAndClosingFreesASlot)
 using train::Server;
 using train::ServerOptions;
 
+// ---- Partition leases (Note [Partition leases] in distributed/worker.cc) ----
+
+// Registers the one-constant graph "c" for master session `session` with a lease of `lease`: its
+// graph handle.
+std::string register_leased(Worker& worker, const std::string& session, std::chrono::milliseconds lease) {
+  Graph g;
+  ops::constant(g, 4.0f, "c");
+  pb::RegisterGraphRequest request;
+  request.set_version(wire::kWireVersion);
+  request.set_session_handle(session);
+  *request.mutable_graph() = wire::encode_graph(g.impl()).value();
+  request.add_fetch("c:0");
+  request.set_lease_ms(lease.count());
+  auto r = call_within<pb::RegisterGraphResponse>(
+      [&](Done<pb::RegisterGraphResponse> done) { worker.register_graph(request, std::move(done)); });
+  EXPECT_TRUE(r.ok()) << r.status().to_string();
+  return r.ok() ? r.value().graph_handle() : std::string();
+}
+
+Status run_graph(Worker& worker, const std::string& graph) {
+  static std::atomic<int64_t> step{1000};
+  pb::RunGraphRequest request;
+  request.set_version(wire::kWireVersion);
+  request.set_graph_handle(graph);
+  request.set_step_id(step++);
+  auto r = call_within<RunGraphReply>([&](Done<RunGraphReply> done) { worker.run_graph(request, {}, std::move(done)); });
+  if (r.ok() && (r.value().recv.size() != 1 || r.value().recv[0].scalar<float>() != 4.0f)) {
+    return errors::internal("the graph ran but fetched the wrong value");
+  }
+  return r.status();
+}
+
+// The sessions among `sessions` a KeepAlive renewing them finds no partition of.
+std::vector<std::string> keep_alive(Worker& worker, const std::vector<std::string>& sessions,
+                                    std::chrono::milliseconds lease) {
+  pb::KeepAliveRequest request;
+  request.set_version(wire::kWireVersion);
+  for (const auto& s : sessions) request.add_session_handle(s);
+  request.set_lease_ms(lease.count());
+  auto r = call_within<pb::KeepAliveResponse>(
+      [&](Done<pb::KeepAliveResponse> done) { worker.keep_alive(request, std::move(done)); });
+  EXPECT_TRUE(r.ok()) << r.status().to_string();
+  if (!r.ok()) return {};
+  return {r.value().unknown_session().begin(), r.value().unknown_session().end()};
+}
+
+TEST_F(MasterSessionGcTest, ALeaseNotRenewedDropsItsSessionsPartitionsAndTheirRunsSayWhy) {
+  const std::string leased = register_leased(*worker_, "master/session/1", 300ms);
+  const std::string leased_too = register_leased(*worker_, "master/session/1", 300ms);
+  const std::string unleased = register_leased(*worker_, "master/session/2", 0ms);
+  ASSERT_EQ(worker_->num_graphs(), 3u);
+  EXPECT_TRUE(run_graph(*worker_, leased).ok());
+  // Nobody renews session 1's lease: both its partitions go, session 2's stays.
+  ASSERT_TRUE(eventually([&] { return worker_->num_graphs() == 1; }, 20s));
+  for (const std::string& graph : {leased, leased_too}) {
+    Status gone = run_graph(*worker_, graph);
+    EXPECT_EQ(gone.code(), ErrorCode::kAborted) << gone.to_string();
+    EXPECT_NE(gone.message().find("of session 'master/session/1' was dropped: its master did not renew its lease"),
+              std::string::npos)
+        << gone.to_string();
+  }
+  EXPECT_TRUE(run_graph(*worker_, unleased).ok());
+  // A renewal too late finds nothing: the worker says so.
+  EXPECT_EQ(keep_alive(*worker_, {"master/session/1"}, 300ms), std::vector<std::string>{"master/session/1"});
+}
+
+TEST_F(MasterSessionGcTest, KeepAlivesKeepPartitionsPastTheirLeaseAndNameSessionsTheWorkerHasNot) {
+  const std::string graph = register_leased(*worker_, "master/session/1", 600ms);
+  // Renewed every 50 ms for four leases: kept. A session it never had is named in the answer.
+  for (auto end = Clock::now() + 2400ms; Clock::now() < end; std::this_thread::sleep_for(50ms)) {
+    ASSERT_EQ(keep_alive(*worker_, {"master/session/1", "master/session/9"}, 600ms),
+              std::vector<std::string>{"master/session/9"});
+  }
+  EXPECT_EQ(worker_->num_graphs(), 1u);
+  EXPECT_TRUE(run_graph(*worker_, graph).ok());
+  // A renewal may lengthen the lease (the master's partition_lease changed).
+  EXPECT_TRUE(keep_alive(*worker_, {"master/session/1"}, 3600s).empty());
+  std::this_thread::sleep_for(1200ms);
+  EXPECT_EQ(worker_->num_graphs(), 1u);
+  EXPECT_TRUE(run_graph(*worker_, graph).ok());
+  // Then renewed with a short lease again and left: dropped.
+  EXPECT_TRUE(keep_alive(*worker_, {"master/session/1"}, 300ms).empty());
+  ASSERT_TRUE(eventually([&] { return worker_->num_graphs() == 0; }, 20s));
+}
+
+TEST_F(MasterSessionGcTest, DeregisteringASessionsLastPartitionEndsItsLease) {
+  const std::string a = register_leased(*worker_, "master/session/1", 1h);
+  const std::string b = register_leased(*worker_, "master/session/1", 1h);
+  auto deregister = [&](const std::string& graph) {
+    pb::DeregisterGraphRequest request;
+    request.set_version(wire::kWireVersion);
+    request.set_graph_handle(graph);
+    ASSERT_TRUE(call_within<pb::DeregisterGraphResponse>([&](Done<pb::DeregisterGraphResponse> done) {
+                  worker_->deregister_graph(request, std::move(done));
+                }).ok());
+  };
+  deregister(a);
+  EXPECT_TRUE(keep_alive(*worker_, {"master/session/1"}, 1h).empty());  // b is still under it
+  deregister(b);
+  EXPECT_EQ(keep_alive(*worker_, {"master/session/1"}, 1h), std::vector<std::string>{"master/session/1"});
+  EXPECT_EQ(worker_->num_graphs(), 0u);
+}
+
+// The master renews what its open sessions registered: an idle session keeps its partitions for
+// many leases. Once the master is cut off (its renewals and its deregistrations lost, as when it
+// dies between steps), the worker drops them by itself.
+TEST_F(MasterSessionGcTest, AMasterRenewsItsOpenSessionsLeasesAndACutOffMastersPartitionsAreDropped) {
+  make_master(/*idle=*/0ms, Master::kDefaultMaxSessions, /*lease=*/600ms);
+  Graph g;
+  auto y = ops::add(ops::constant(g, 1.0f), ops::constant(g, 2.0f), "y");
+  auto handle = create(g);
+  ASSERT_TRUE(handle.ok()) << handle.status().to_string();
+  ASSERT_TRUE(run(handle.value(), {y.name()}).ok());
+  const std::set<std::string> partitions = watched_->registered();
+  ASSERT_FALSE(partitions.empty());
+  std::this_thread::sleep_for(2400ms);  // four leases with no run
+  EXPECT_GE(watched_->keep_alives(), 3);
+  EXPECT_EQ(worker_->num_graphs(), partitions.size());
+  auto later = run(handle.value(), {y.name()});
+  ASSERT_TRUE(later.ok()) << later.status().to_string();
+  EXPECT_FLOAT_EQ(later.value().tensor.at(0).scalar<float>(), 3.0f);
+  EXPECT_EQ(watched_->registered(), partitions);  // the same partitions ran: none registered again
+
+  watched_->cut();
+  master_->stop();  // its DeregisterGraph calls are lost
+  EXPECT_EQ(worker_->num_graphs(), partitions.size());
+  ASSERT_TRUE(eventually([&] { return worker_->num_graphs() == 0; }, 20s));
+}
+
+// Closing a session ends its renewals: only open sessions are named.
+TEST_F(MasterSessionGcTest, AClosedSessionIsRenewedNoMore) {
+  make_master(0ms, Master::kDefaultMaxSessions, 200ms);
+  Graph g;
+  auto y = ops::add(ops::constant(g, 1.0f), ops::constant(g, 2.0f), "y");
+  auto handle = create(g);
+  ASSERT_TRUE(handle.ok());
+  ASSERT_TRUE(run(handle.value(), {y.name()}).ok());
+  ASSERT_TRUE(close(handle.value()).ok());
+  ASSERT_TRUE(eventually([&] { return worker_->num_graphs() == 0; }, 10s));
+  const int before = watched_->keep_alives();
+  std::this_thread::sleep_for(600ms);  // twelve renewal periods
+  EXPECT_EQ(watched_->keep_alives(), before);
+}
+
 ServerOptions with(std::chrono::milliseconds idle, int64_t max_sessions = 10'000) {
   ServerOptions o;
   o.session_idle_timeout = idle;
@@ -396,6 +553,20 @@ TEST(ServerSessionGcTest, AtTheCapCreatingASessionIsResourceExhaustedUntilOneClo
   EXPECT_FLOAT_EQ(d.run(y).scalar<float>(), 3.0f);
 }
 
+// Through a Server, with its transport: KeepAlive travels, and an idle session's partitions outlive
+// many leases.
+TEST(ServerSessionGcTest, AnIdleSessionKeepsItsPartitionsForManyLeases) {
+  ServerOptions o;
+  o.partition_lease = 600ms;
+  Server server = Server::create_local_server(o);
+  Graph g;
+  auto y = ops::add(ops::constant(g, 1.0f), ops::constant(g, 2.0f), "y");
+  Session s(g, server.target());
+  EXPECT_FLOAT_EQ(s.run(y).scalar<float>(), 3.0f);
+  std::this_thread::sleep_for(2400ms);  // four leases
+  EXPECT_FLOAT_EQ(s.run(y).scalar<float>(), 3.0f);  // AbortedError had the partition been dropped
+}
+
 TEST(ServerSessionGcTest, InvalidLimitsAreRefused) {
   auto refused = [](const ServerOptions& o, const std::string& says) {
     try {
@@ -408,6 +579,9 @@ TEST(ServerSessionGcTest, InvalidLimitsAreRefused) {
   refused(with(1h, 0), "ServerOptions.max_sessions must be > 0, got 0");
   refused(with(1h, -3), "ServerOptions.max_sessions must be > 0, got -3");
   refused(with(-1ms), "ServerOptions.session_idle_timeout must be >= 0 (0: never), got -1 ms");
+  ServerOptions short_lease;
+  short_lease.partition_lease = 50ms;
+  refused(short_lease, "ServerOptions.partition_lease must be 0 (never dropped) or >= 100 ms, got 50 ms");
   Server never = Server::create_local_server(with(0ms, 1));  // 0: never reclaimed
 }
 

@@ -382,6 +382,12 @@ int main(int argc, char** argv) {
                      "it; a run in flight is never cut short); 0: never")
       ->check(idle_seconds)
       ->capture_default_str();
+  double partition_lease_s = std::chrono::duration<double>(server_defaults.partition_lease).count();
+  server->add_option("--partition-lease", partition_lease_s,
+                     "How long other tasks keep this master's partitions once they stop hearing from it (renewed "
+                     "every SECONDS/4 while a session is open; at least 0.1); 0: until its session closes")
+      ->check(idle_seconds)
+      ->capture_default_str();
   int64_t max_sessions = server_defaults.max_sessions;
   const CLI::Validator session_count(
       [](std::string& value) -> std::string {
@@ -438,6 +444,7 @@ int main(int argc, char** argv) {
       // Rounded up: a positive timeout never becomes 0, which means never.
       options.session_idle_timeout = std::chrono::milliseconds(static_cast<int64_t>(std::ceil(idle_timeout_s * 1000)));
       options.max_sessions = max_sessions;
+      options.partition_lease = std::chrono::milliseconds(static_cast<int64_t>(std::ceil(partition_lease_s * 1000)));
       return run_server(given(cluster_opt, cluster_arg), given(job_opt, job_arg), given(task_opt, task_arg), options);
     }
     if (*keygen) return run_keygen(keygen_out, keygen_force);

@@ -42,6 +42,10 @@ void RemoteWorker::deregister_graph(const pb::DeregisterGraphRequest& request, D
   short_call<pb::DeregisterGraphResponse>("DeregisterGraph", request, std::move(done));
 }
 
+void RemoteWorker::keep_alive(const pb::KeepAliveRequest& request, Done<pb::KeepAliveResponse> done) {
+  short_call<pb::KeepAliveResponse>("KeepAlive", request, std::move(done));
+}
+
 void RemoteWorker::run_graph(const pb::RunGraphRequest& request, std::vector<Tensor> send, Done<RunGraphReply> done) {
   if (static_cast<std::size_t>(request.send_size()) != send.size()) {
     return done(errors::internal("RunGraph for task {}: {} feeds named, {} tensors", task_, request.send_size(),

@@ -6,10 +6,10 @@
 //   RemoteWorker w("/job:ps/replica:0/task:0", std::make_unique<RpcChannel>(endpoint), timeout, max_bytes);
 //   w.run_graph(request, {feed}, [](StatusOr<RunGraphReply> r) { ... });
 //
-// Short calls (GetStatus, RegisterGraph, CleanupGraph, DeregisterGraph) fail DeadlineExceeded after
-// `rpc_timeout`; RunGraph and RecvTensor wait as long as the task works on them and fail
-// Unavailable as soon as the connection to it is lost. A call that fails in the transport names
-// the task. Thread-safe.
+// Short calls (GetStatus, RegisterGraph, CleanupGraph, DeregisterGraph, KeepAlive) fail
+// DeadlineExceeded after `rpc_timeout`; RunGraph and RecvTensor wait as long as the task works on
+// them and fail Unavailable as soon as the connection to it is lost. A call that fails in the
+// transport names the task. Thread-safe.
 #pragma once
 
 #include <chrono>
@@ -37,6 +37,7 @@ class RemoteWorker final : public WorkerInterface {
                      Done<wire::pb::CleanupGraphResponse> done) override;
   void deregister_graph(const wire::pb::DeregisterGraphRequest& request,
                         Done<wire::pb::DeregisterGraphResponse> done) override;
+  void keep_alive(const wire::pb::KeepAliveRequest& request, Done<wire::pb::KeepAliveResponse> done) override;
 
  private:
   // A short call whose reply is a message without tensors.

@@ -102,9 +102,10 @@ namespace pb = wire::pb;
 
 constexpr const char* kGetStatus = "GetStatus";
 
-// The methods whose handlers never block: answered at once (GetStatus, CleanupGraph), when the
-// tensor is there (RecvTensor), or handed to other threads (RunGraph: the partition's session pool;
-// RunStep, whose plan is built elsewhere when it is not cached). They run on the server's I/O thread.
+// The methods whose handlers never block: answered at once (GetStatus, CleanupGraph, KeepAlive),
+// when the tensor is there (RecvTensor), or handed to other threads (RunGraph: the partition's
+// session pool; RunStep, whose plan is built elsewhere when it is not cached). They run on the
+// server's I/O thread.
 bool never_blocks(const RpcMessage& request) {
   if (request.frames.empty()) return false;
   const zmq::message_t& frame = request.frames[0];
@@ -114,7 +115,8 @@ bool never_blocks(const RpcMessage& request) {
     return false;
   }
   const std::string& m = header.method();
-  return m == "RecvTensor" || m == "RunGraph" || m == "RunStep" || m == "CleanupGraph" || m == kGetStatus;
+  return m == "RecvTensor" || m == "RunGraph" || m == "RunStep" || m == "CleanupGraph" || m == "KeepAlive" ||
+         m == kGetStatus;
 }
 
 RpcServerOptions rpc_options(const train::ServerOptions& options, const Credentials* credentials) {
@@ -187,6 +189,10 @@ void validate(const train::ServerOptions& options) {
   if (options.session_idle_timeout.count() < 0) {
     throw InvalidArgumentError(fmt::format("ServerOptions.session_idle_timeout must be >= 0 (0: never), got {} ms",
                                            options.session_idle_timeout.count()));
+  }
+  if (options.partition_lease.count() != 0 && options.partition_lease < std::chrono::milliseconds(100)) {
+    throw InvalidArgumentError(fmt::format("ServerOptions.partition_lease must be 0 (never dropped) or >= 100 ms, "
+                                           "got {} ms", options.partition_lease.count()));
   }
   if (options.step_start_timeout.count() <= 0) {
     throw InvalidArgumentError(fmt::format("ServerOptions.step_start_timeout must be > 0, got {} ms",
@@ -304,6 +310,7 @@ const std::map<std::string, ShortHandler>& short_methods() {
       {"RegisterGraph", short_call(worker_of, &Worker::register_graph)},
       {"CleanupGraph", short_call(worker_of, &Worker::cleanup_graph)},
       {"DeregisterGraph", short_call(worker_of, &Worker::deregister_graph)},
+      {"KeepAlive", short_call(worker_of, &Worker::keep_alive)},
       {"CreateSession", short_call(master_of, &Master::create_session)},
       {"CloseSession", short_call(master_of, &Master::close_session)},
   };
@@ -488,7 +495,7 @@ std::shared_ptr<ServiceState> make_services(const train::ClusterSpec& cluster, c
                                                  static_cast<uint64_t>(options.max_tensor_bytes));
   state->worker = std::make_shared<Worker>(full, channels, options.max_graph_nodes, options.step_start_timeout);
   state->master = std::make_shared<Master>(full, channels, options.max_graph_nodes, options.session_idle_timeout,
-                                           options.max_sessions);
+                                           options.max_sessions, options.partition_lease);
   return state;
 }
 

@@ -75,9 +75,16 @@ struct ServerOptions {
   // closed as CloseSession would close it (its partitions dropped on every task): the sessions of a
   // client that vanished without closing them. A session with a call in flight (a run blocked on a
   // queue for hours) is never closed; its clock restarts when its last call ends. Later calls naming
-  // a closed session fail with NotFoundError saying so (CloseSession succeeds). 0: never. Must be
+  // a closed session fail with AbortedError saying so (CloseSession succeeds). 0: never. Must be
   // >= 0.
   std::chrono::milliseconds session_idle_timeout{3'600'000};
+  // How long the other tasks keep the partitions this master registered with them once they stop
+  // hearing from it: while a session is open the master renews their lease every
+  // partition_lease / 4, so a master that died or is cut off between steps leaves nothing behind
+  // on its workers past this. A master cut off for longer finds its partitions gone: its session's
+  // next run fails with AbortedError (a MonitoredTrainingSession makes a new session). 0: kept
+  // until the session closes. Must be 0 or >= 100 ms.
+  std::chrono::milliseconds partition_lease{60'000};
   // Most sessions open on this master at once: CreateSession past it fails with
   // ResourceExhaustedError naming the limit, and closing (or the idle timeout's closing) a session
   // frees a slot. Must be > 0.
