@@ -26,6 +26,7 @@
 #include "core/executor.h"
 #include "core/op_registry.h"
 #include "core/string_tensor.h"
+#include "distributed/wire_attr_schema.h"
 
 namespace tessera::internal::wire {
 
@@ -69,157 +70,6 @@ Status parse_message(const void* data, std::size_t size, google::protobuf::Messa
                                     out->GetTypeName());
   }
   return Status();
-}
-
-// Index of T among AttrValue's alternatives.
-template <class T, class... Ts>
-constexpr std::size_t index_in(const std::variant<Ts...>*) {
-  constexpr bool matches[] = {std::is_same_v<T, Ts>...};
-  for (std::size_t i = 0; i < sizeof...(Ts); ++i) {
-    if (matches[i]) return i;
-  }
-  return sizeof...(Ts);
-}
-template <class T>
-constexpr std::size_t kKind = index_in<T>(static_cast<const AttrValue*>(nullptr));
-
-constexpr std::string_view kKindNames[] = {"int",    "float",  "bool",      "type",       "shape",
-                                           "string", "tensor", "list(int)", "list(type)", "list(shape)"};
-static_assert(std::size(kKindNames) == std::variant_size_v<AttrValue>);
-
-// The attrs each op reads (its shape function, kernels, placement), with their types. An attr a
-// node carries must be listed for its op; required ones must be present. Shape functions and
-// kernels read attrs with std::get and TESSERA_CHECK, which a peer must never be able to trip, so
-// an op missing here cannot be decoded (the wire test checks that every registered op is listed).
-// Value checks (n >= 0, shapes fully defined, ...) are the shape functions'.
-struct AttrSpec {
-  std::string_view name;
-  std::size_t kind;
-  bool required = true;
-};
-
-const std::unordered_map<std::string_view, std::vector<AttrSpec>>& op_attrs() {
-  static const auto* table = [] {
-    const std::vector<AttrSpec> none;
-    const AttrSpec dtype{"dtype", kKind<DType>};
-    const AttrSpec shape{"shape", kKind<Shape>};
-    const AttrSpec seed{"seed", kKind<int64_t>};
-    const std::vector<AttrSpec> reduction{{"axes", kKind<std::vector<int64_t>>}, {"keep_dims", kKind<bool>}};
-    const std::vector<AttrSpec> assign{{"_initializer", kKind<bool>, /*required=*/false}};
-    const std::vector<AttrSpec> dequeue_n{{"n", kKind<int64_t>}};
-    const std::vector<AttrSpec> conv{{"strides", kKind<std::vector<int64_t>>}, {"padding", kKind<std::string>}};
-    const std::vector<AttrSpec> pool{{"ksize", kKind<std::vector<int64_t>>}, conv[0], conv[1]};
-    // core/training_ops.cc: every Apply* op records use_locking, plus the names of its slots.
-    const std::vector<AttrSpec> apply{{"use_locking", kKind<bool>}};
-    auto with = [](std::vector<AttrSpec> base, std::initializer_list<AttrSpec> more) {
-      base.insert(base.end(), more);
-      return base;
-    };
-    auto* t = new std::unordered_map<std::string_view, std::vector<AttrSpec>>{
-        // core/array_ops.cc
-        {"Const", {{"value", kKind<Tensor>}}},
-        {"Placeholder", {dtype, shape}},
-        {"Identity", none},
-        {"NoOp", none},
-        // The summary ops (core/summary_ops.cc): the tag is the node's name.
-        {"ScalarSummary", none},
-        {"HistogramSummary", none},
-        {"MergeSummary", none},
-        // core/math_ops.cc
-        {"Add", none}, {"Sub", none}, {"Mul", none}, {"Div", none}, {"Maximum", none}, {"Minimum", none},
-        {"Neg", none}, {"Relu", none}, {"Square", none}, {"Exp", none}, {"Log", none}, {"Sqrt", none},
-        {"Tanh", none}, {"Sigmoid", none},
-        {"MatMul", {{"transpose_a", kKind<bool>}, {"transpose_b", kKind<bool>}}},
-        {"Sum", reduction}, {"Mean", reduction}, {"Max", reduction}, {"Min", reduction}, {"Prod", reduction},
-        {"Cast", {dtype}},
-        {"RandomUniform", {shape, dtype, seed}},
-        {"RandomNormal", {shape, dtype, seed, {"mean", kKind<double>}, {"stddev", kKind<double>}}},
-        {"RandomShuffle", {seed}},
-        // core/shape_ops.cc
-        {"Reshape", {{"shape", kKind<std::vector<int64_t>>}}},
-        {"Transpose", {{"perm", kKind<std::vector<int64_t>>}}},
-        {"ConcatV2", {{"axis", kKind<int64_t>}}},
-        {"Split", {{"num_split", kKind<int64_t>}, {"axis", kKind<int64_t>}}},
-        {"Slice", {{"begin", kKind<std::vector<int64_t>>}, {"size", kKind<std::vector<int64_t>>}}},
-        {"ExpandDims", {{"axis", kKind<int64_t>}}},
-        {"Squeeze", {{"axes", kKind<std::vector<int64_t>>}}},
-        {"Tile", {{"multiples", kKind<std::vector<int64_t>>}}},
-        {"Pad", {{"paddings", kKind<std::vector<int64_t>>}}},
-        {"Fill", {shape, {"value", kKind<Tensor>}}},
-        {"ZerosLike", none}, {"OnesLike", none}, {"Shape", none}, {"Size", none},
-        // core/select_ops.cc
-        {"Equal", none}, {"NotEqual", none}, {"Less", none}, {"LessEqual", none}, {"Greater", none},
-        {"GreaterEqual", none}, {"LogicalAnd", none}, {"LogicalOr", none}, {"LogicalNot", none},
-        {"SelectV2", none}, {"AddN", none},
-        {"GatherV2", {{"axis", kKind<int64_t>}}},
-        {"OneHot",
-         {{"axis", kKind<int64_t>}, {"depth", kKind<int64_t>}, {"on_value", kKind<double>},
-          {"off_value", kKind<double>}}},
-        {"ArgMax", {{"axis", kKind<int64_t>}}}, {"ArgMin", {{"axis", kKind<int64_t>}}},
-        // core/scan_ops.cc
-        {"Cumsum", {{"exclusive", kKind<bool>}, {"reverse", kKind<bool>}}},
-        {"Cumprod", {{"exclusive", kKind<bool>}, {"reverse", kKind<bool>}}},
-        // core/gradients.cc
-        {"SumToShapeOf", none}, {"ReshapeToShapeOf", none},
-        // core/nn_ops.cc
-        {"Softmax", none}, {"LogSoftmax", none}, {"SparseSoftmaxCrossEntropyWithLogits", none},
-        {"SoftmaxCrossEntropyWithLogits", none}, {"BiasAdd", none}, {"BiasAddGrad", none}, {"L2Loss", none},
-        {"Dropout", {{"keep_prob", kKind<double>}, seed}},
-        {"TruncatedNormal", {shape, dtype, seed}},
-        {"StopGradient", none}, {"ReluGrad", none}, {"TanhGrad", none}, {"SigmoidGrad", none}, {"SqrtGrad", none},
-        {"GatherGrad", {{"axis", kKind<int64_t>}}},
-        // core/conv_ops.cc
-        {"Conv2D", conv}, {"Conv2DBackpropInput", conv}, {"Conv2DBackpropFilter", conv},
-        {"MaxPool", pool}, {"AvgPool", pool}, {"MaxPoolGrad", pool}, {"AvgPoolGrad", pool},
-        // core/variable_ops.cc
-        {"VariableV2", {dtype, shape}},
-        {"Assign", assign}, {"AssignAdd", assign}, {"AssignSub", assign},
-        // core/training_ops.cc
-        {"ApplyGradientDescent", apply},
-        {"ApplyMomentum", with(apply, {{"accum", kKind<std::string>}, {"use_nesterov", kKind<bool>}})},
-        {"ApplyAdam", with(apply, {{"m", kKind<std::string>}, {"v", kKind<std::string>}})},
-        {"ApplyAdagrad", with(apply, {{"accum", kKind<std::string>}})},
-        {"ApplyRMSProp", with(apply, {{"ms", kKind<std::string>}, {"mom", kKind<std::string>}})},
-        {"CountUpTo", {{"limit", kKind<int64_t>}}},
-        // core/variable_ops.cc: the readiness ops (Note [Readiness ops])
-        {"IsVariableInitialized", {{"var_name", kKind<std::string>}}},
-        {"_ListUninitialized", {{"names", kKind<Tensor>}}},
-        // core/queue_ops.cc
-        {"FIFOQueue",
-         {{"capacity", kKind<int64_t>},
-          {"component_types", kKind<std::vector<DType>>},
-          {"shapes", kKind<std::vector<Shape>>},
-          {"shared_name", kKind<std::string>}}},
-        {"QueueEnqueue", none}, {"QueueEnqueueMany", none}, {"QueueDequeue", none},
-        {"QueueDequeueMany", dequeue_n}, {"QueueDequeueUpTo", dequeue_n},
-        {"QueueClose", {{"cancel_pending_enqueues", kKind<bool>}}},
-        {"QueueSize", none}, {"QueueIsClosed", none},
-        {"LimitEpochs", {{"num_epochs", kKind<int64_t>}}},
-        {"RandomShuffleQueueV2",
-         {{"capacity", kKind<int64_t>}, {"min_after_dequeue", kKind<int64_t>}, seed,
-          {"component_types", kKind<std::vector<DType>>}, {"shapes", kKind<std::vector<Shape>>},
-          {"shared_name", kKind<std::string>}}},
-        // core/reader_ops.cc
-        {"TextLineReaderV2", {{"skip_header_lines", kKind<int64_t>}}},
-        {"ReaderReadV2", {{"reader", kKind<std::string>}, {"skip_header_lines", kKind<int64_t>}}},
-        // core/parsing_ops.cc
-        {"DecodeCSV", {{"field_delim", kKind<std::string>}, {"use_quote_delim", kKind<bool>}}},
-        // core/accumulator_ops.cc
-        {"ConditionalAccumulator",
-         {dtype, shape, {"shared_name", kKind<std::string>}, {"reduction_type", kKind<std::string>}}},
-        {"AccumulatorApplyGradient", none}, {"AccumulatorTakeGradient", none},
-        {"AccumulatorNumAccumulated", none}, {"AccumulatorSetGlobalStep", none}, {"_AccumulatorCancelTakes", none},
-        // core/sendrecv_ops.cc: the exchange between the partitions of a cluster step
-        {"_Send",
-         {{"tensor_name", kKind<std::string>}, {"send_device", kKind<std::string>},
-          {"recv_device", kKind<std::string>}}},
-        {"_Recv",
-         {{"tensor_name", kKind<std::string>}, {"send_device", kKind<std::string>},
-          {"recv_device", kKind<std::string>}, dtype, shape}},
-    };
-    return t;
-  }();
-  return *table;
 }
 
 // Product of the nonzero entries of `dims` (all >= 0 or -1 for unknown, which are skipped), or
@@ -718,10 +568,10 @@ Status decode_graph(const GraphDef& def, GraphImpl* into, std::vector<Node*>* ad
     if (OpRegistry::global().find_op(nd.op()) == nullptr) {
       return errors::invalid_argument("node '{}': unknown op type '{}'", name, nd.op());
     }
-    auto spec = op_attrs().find(nd.op());
-    if (spec == op_attrs().end()) {
-      return errors::unimplemented("node '{}': op '{}' cannot be received: distributed/wire.cc does not "
-                                   "list its attrs", name, nd.op());
+    auto spec = op_attr_schema().find(nd.op());
+    if (spec == op_attr_schema().end()) {
+      return errors::unimplemented("node '{}': op '{}' cannot be received: distributed/wire_attr_schema.cc "
+                                   "does not list its attrs", name, nd.op());
     }
     for (const auto& [key, value] : nd.attr()) {
       const AttrSpec* want = nullptr;

@@ -140,11 +140,11 @@ StatusOr<GraphDef> encode_graph(const GraphImpl& graph);
 // `into` (ExtendSession). Everything that can be checked without shape inference is checked before
 // the first node is added: version, names (non-empty, no ':', no leading '^', unique in the def
 // and in `into`: "duplicate name"), known op types, each op's attrs (names and types, see
-// kOpAttrs in wire.cc: an op without an entry there is Unimplemented), devices (well-formed specs),
-// input syntax (data inputs before control inputs), references ("dangling input"), cycles. Output
-// indices are checked as each node is added ("bad output index"). On an error after that point
-// (shape inference), the nodes already added stay in `into` (a graph cannot drop nodes): decode
-// into a graph that can be discarded when that matters.
+// op_attr_schema() in wire_attr_schema.h: an op without an entry is Unimplemented), devices
+// (well-formed specs), input syntax (data inputs before control inputs), references ("dangling
+// input"), cycles. Output indices are checked as each node is added ("bad output index"). On an
+// error after that point (shape inference), the nodes already added stay in `into` (a graph cannot
+// drop nodes): decode into a graph that can be discarded when that matters.
 // Devices: the node's requested_device is `device` exactly, except that an op with a resource and
 // no device inherits its resource's request, as add_node does for graphs built by the API (so
 // decode(encode(g)) reproduces g). Uses `into`'s scopes (restored before returning), so like any

@@ -608,7 +608,7 @@ TEST(WireGraphTest, DecodeLeavesTheGraphScopesAsTheyWere) {
 }
 
 TEST(WireGraphTest, EveryRegisteredOpHasAnAttrSchema) {
-  // An op missing from wire.cc's table is Unimplemented; every registered op must be receivable.
+  // An op missing from wire_attr_schema.cc's table is Unimplemented; every registered op must be receivable.
   // (A wrong table would trip a TESSERA_CHECK in a shape function here.)
   for (const std::string& type : internal::OpRegistry::global().op_types()) {
     SCOPED_TRACE(type);
