@@ -45,6 +45,8 @@ constexpr int64_t kPatchBytes = int64_t{256} << 10;
 
 // The most partial sums a filter's gradient is split into (Note [The filter's gradient in parts]).
 constexpr int64_t kFilterParts = 8;
+// The fewest rows a part of the filter's gradient sums (fewer make a product of a short reduction).
+constexpr int64_t kFilterPartRows = 512;
 
 // Copies n values with inline moves (8, 4, 2, 1 at a time), not a libc call: im2col copies one
 // window row at a time, three floats for a one-channel image's 3x3 window.
@@ -152,7 +154,9 @@ template <class T, class F>
 void for_each_chunk(const OpKernelContext& ctx, const Window2D& w, int64_t chunk, int64_t scratch_cols, F fn) {
   const int64_t image_rows = w.out_h * w.out_w;
   auto rows_of = [&](int64_t row_begin, int64_t row_end, const OpKernelContext* product) {
-    const int64_t step = std::min(chunk, row_end - row_begin);
+    // As many chunks as `chunk` needs, of equal size (no short last one).
+    const int64_t chunks = (row_end - row_begin + chunk - 1) / chunk;
+    const int64_t step = (row_end - row_begin + chunks - 1) / chunks;
     auto scratch = scratch_of<T>(step * scratch_cols);
     for (int64_t row0 = row_begin; row0 < row_end; row0 += step) {
       fn(row0, std::min(step, row_end - row0), scratch.get(), product);
@@ -215,17 +219,17 @@ void conv2d_backprop_input(const OpKernelContext& ctx, const Window2D& w, const 
 // one-channel 3x3 window); so a big one is cut into `parts` runs of rows instead, each its own
 // chunks, im2col and single-threaded products into its own partial sum, the parts sharded over the
 // pool, then the partials summed in part order. The number of parts depends only on the shapes
-// (at most kFilterParts, each at least 4 * kGemmShardMultiplyAdds multiply-adds), never on the
-// threads, so a result is the same on every run and machine. A small one stays one part: its
-// chunks here, one after another, each product sharded by rows of d_filter.
+// (at most kFilterParts, each of kFilterPartRows rows and 4 * kGemmShardMultiplyAdds multiply-adds
+// at least), never on the threads, so a result is the same on every run and machine. A small one
+// stays one part: its chunks here, one after another, each product sharded by rows of d_filter.
 template <class T>
 void conv2d_backprop_filter(const OpKernelContext& ctx, const Window2D& w, const T* x, const T* dy, T* df) {
   const int64_t k = w.patch_size();
   const int64_t o = w.out_c;
   const int64_t m = w.out_pixels();
   const int64_t chunk = w.chunk_rows(kPatchBytes, sizeof(T));
-  const int64_t most_parts = std::min(kFilterParts, m);
-  int64_t parts = std::clamp<int64_t>(m * k * o / (4 * kGemmShardMultiplyAdds), 1, most_parts);
+  const int64_t most_parts = std::min(kFilterParts, m / kFilterPartRows);
+  int64_t parts = std::clamp<int64_t>(m * k * o / (4 * kGemmShardMultiplyAdds), 1, std::max<int64_t>(most_parts, 1));
   const int64_t part_rows = (m + parts - 1) / parts;
   parts = (m + part_rows - 1) / part_rows;
   // Sums rows [begin, end) into out (overwriting it), `product` sharding each product or not.

@@ -581,14 +581,19 @@ TEST_P(ConvOpsTest, ConvolutionsOfEveryChannelCount) {
 
 // Chunks (256 KiB of patches) that end inside an image and hold the first rows of others (the
 // input's gradient zeroes each image's part once, before its first chunk adds to it), one image's
-// chunks run here, and the filter's gradient summed in two, three and eight parts of several
+// chunks run here, and the filter's gradient summed in two, three, four and eight parts of several
 // chunks or fewer (Note [The filter's gradient in parts]): the same on every run.
 TEST_P(ConvOpsTest, ChunksAndPartsAgainstTheReference) {
   const ConvCase cases[] = {
-      {{3, 20, 20, 16}, 3, 3, 8, 1, 1, "SAME"},   // 1200 rows of 144 values; two parts
-      {{1, 30, 30, 16}, 3, 3, 16, 1, 1, "SAME"},  // one image, 900 rows; three parts
-      {{8, 16, 16, 16}, 3, 3, 32, 1, 1, "SAME"},  // eight parts of 256 rows
+      {{5, 20, 15, 16}, 3, 3, 8, 1, 1, "SAME"},   // 1500 rows of 144 values; two parts
+      {{1, 40, 40, 16}, 3, 3, 16, 1, 1, "SAME"},  // one image, 1600 rows; three parts of two chunks
+      {{8, 16, 16, 16}, 3, 3, 32, 1, 1, "SAME"},  // four parts of 512 rows
       {{5, 13, 11, 7}, 3, 3, 40, 2, 1, "VALID"},  // strided, 7 channels
+      // Windows of few values (K of 9 and 18): the digits CNN's first convolution at batch 64 (two
+      // parts) and 256 (eight), and a strided one of one part.
+      {{64, 8, 8, 1}, 3, 3, 32, 1, 1, "SAME"},
+      {{256, 8, 8, 1}, 3, 3, 32, 1, 1, "SAME"},
+      {{40, 9, 10, 3}, 2, 3, 24, 2, 2, "SAME"},
   };
   for (DType dtype : kFloatDTypes) {
     for (const ConvCase& k : cases) {
