@@ -14,13 +14,14 @@
 // rows at a time (kPatchBytes at most, so that they are still in cache when BLAS reads them; one
 // row at least), each chunk one BLAS call; a pointwise window (1x1, stride 1) is the input itself
 // and needs no copy. Images are sharded over the session's pool (each shard its own chunks and
-// scratch); d_filter, a sum over all rows, is summed in parts (Note [The filter's gradient in
-// parts]). The GPU kernels (device/cuda/gpu_conv_ops.cc) do the same with cuBLAS.
+// scratch); d_filter, a sum over all rows, is summed in parts, each its own chunks
+// (Note [The filter's gradient in parts]). The GPU kernels (device/cuda/gpu_conv_ops.cc) do the
+// same with cuBLAS.
 //
 // Pools walk each window directly. MaxPool takes, and MaxPoolGrad gives the gradient to, the first
-// largest element of a window in row-major order (a NaN there wins only as the first element; Note
-// [MaxPoolGrad in two passes]); AvgPool divides by the number of the window's elements inside the
-// input. Gradients are summed where windows overlap, in output order.
+// largest element of a window in row-major order (a NaN there wins only as the first element;
+// Note [MaxPoolGrad in two passes]); AvgPool divides by the number of the window's elements inside
+// the input. Gradients are summed where windows overlap, in output order.
 #include "core/conv_ops.h"
 
 #include <algorithm>
