@@ -11,22 +11,26 @@
 //   where windows overlap);
 //   d_filter [K, O] = patches^T x d_output, accumulated over chunks of rows.
 // The patches of the whole output would be k_h * k_w times the input, so they are made a chunk of
-// rows at a time (kPatchBytes at most, one row at least), each chunk one BLAS call; a pointwise
-// window (1x1, stride 1) is the input itself and needs no copy. Images are sharded over the
-// session's pool (each shard its own chunks and scratch); d_filter, a sum over all rows, takes its
-// chunks one after another, each product sharded by rows of d_filter. The GPU kernels
-// (device/cuda/gpu_conv_ops.cc) do the same with cuBLAS.
+// rows at a time (kPatchBytes at most, so that they are still in cache when BLAS reads them; one
+// row at least), each chunk one BLAS call; a pointwise window (1x1, stride 1) is the input itself
+// and needs no copy. Images are sharded over the session's pool (each shard its own chunks and
+// scratch); d_filter, a sum over all rows, is summed in parts, each its own chunks
+// (Note [The filter's gradient in parts]). The GPU kernels (device/cuda/gpu_conv_ops.cc) do the
+// same with cuBLAS.
 //
 // Pools walk each window directly. MaxPool takes, and MaxPoolGrad gives the gradient to, the first
-// largest element of a window in row-major order (a NaN there wins only as the first element);
-// AvgPool divides by the number of the window's elements inside the input. Gradients are summed
-// where windows overlap, in output order.
+// largest element of a window in row-major order (a NaN there wins only as the first element;
+// Note [MaxPoolGrad in two passes]); AvgPool divides by the number of the window's elements inside
+// the input. Gradients are summed where windows overlap, in output order.
 #include "core/conv_ops.h"
 
 #include <algorithm>
+#include <bit>
 #include <climits>
 #include <cstdint>
 #include <cstring>
+#include <memory>
+#include <type_traits>
 #include <vector>
 
 #include "core/op_kernel.h"
@@ -36,38 +40,83 @@
 namespace tessera::internal {
 namespace {
 
-// The most bytes of patches one chunk holds.
-constexpr int64_t kPatchBytes = int64_t{4} << 20;
+// The most bytes of patches one chunk holds: small enough that a chunk made by im2col is still in
+// the core's L2 cache (512 KiB on the machines measured) when BLAS reads it.
+constexpr int64_t kPatchBytes = int64_t{256} << 10;
+
+// The most partial sums a filter's gradient is split into (Note [The filter's gradient in parts]).
+constexpr int64_t kFilterParts = 8;
+// The fewest rows a part of the filter's gradient sums (fewer make a product of a short reduction).
+constexpr int64_t kFilterPartRows = 512;
+
+// Copies n values with inline moves (8, 4, 2, 1 at a time), not a libc call: im2col copies one
+// window row at a time, three floats for a one-channel image's 3x3 window.
+template <class T>
+inline void copy_values(T* __restrict dst, const T* __restrict src, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) std::memcpy(dst + i, src + i, 8 * sizeof(T));
+  if (n - i >= 4) {
+    std::memcpy(dst + i, src + i, 4 * sizeof(T));
+    i += 4;
+  }
+  if (n - i >= 2) {
+    std::memcpy(dst + i, src + i, 2 * sizeof(T));
+    i += 2;
+  }
+  if (n - i >= 1) dst[i] = src[i];
+}
+
+// Zeros n values the same way (the padding of a window).
+template <class T>
+inline void zero_values(T* dst, int64_t n) {
+  static constexpr T kZeros[8] = {};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) std::memcpy(dst + i, kZeros, 8 * sizeof(T));
+  for (; i < n; ++i) dst[i] = T{0};
+}
 
 // Calls visit(row, h0, w0, x_offset) for each output position row in [row0, row0 + rows): its
 // window's top-left corner (h0, w0) in the input, possibly in the padding, and the offset of its
-// image in the input.
+// image in the input. (Counters, not a division per row.)
 template <class F>
 void for_each_position(const Window2D& w, int64_t row0, int64_t rows, F visit) {
+  if (rows <= 0) return;
+  int64_t ow = row0 % w.out_w;
+  int64_t oh = (row0 / w.out_w) % w.out_h;
+  int64_t n = row0 / (w.out_w * w.out_h);
+  const int64_t image = w.in_h * w.in_w * w.in_c;
   for (int64_t row = row0; row < row0 + rows; ++row) {
-    const int64_t ow = row % w.out_w;
-    const int64_t oh = (row / w.out_w) % w.out_h;
-    const int64_t n = row / (w.out_w * w.out_h);
-    visit(row, oh * w.stride_h - w.pad_top, ow * w.stride_w - w.pad_left, n * w.in_h * w.in_w * w.in_c);
+    visit(row, oh * w.stride_h - w.pad_top, ow * w.stride_w - w.pad_left, n * image);
+    if (++ow == w.out_w) {
+      ow = 0;
+      if (++oh == w.out_h) {
+        oh = 0;
+        ++n;
+      }
+    }
   }
 }
 
 // The patches of output rows [row0, row0 + rows) into `patches` ([rows, K]); padding is zeros.
+// A window's row inside the input is one contiguous run of the input: one copy.
 template <class T>
 void im2col(const Window2D& w, const T* x, int64_t row0, int64_t rows, T* patches) {
   const int64_t c = w.in_c;
+  const int64_t row_values = w.k_w * c;
   for_each_position(w, row0, rows, [&](int64_t row, int64_t h0, int64_t w0, int64_t image) {
     T* dst = patches + (row - row0) * w.patch_size();
-    for (int64_t kh = 0; kh < w.k_h; ++kh) {
+    // The window's columns [lo, hi) are inside the input.
+    const int64_t lo = std::min(w.k_w, std::max<int64_t>(0, -w0));
+    const int64_t hi = std::max(lo, std::min(w.k_w, w.in_w - w0));
+    for (int64_t kh = 0; kh < w.k_h; ++kh, dst += row_values) {
       const int64_t h = h0 + kh;
-      for (int64_t kw = 0; kw < w.k_w; ++kw, dst += c) {
-        const int64_t ww = w0 + kw;
-        if (h < 0 || h >= w.in_h || ww < 0 || ww >= w.in_w) {
-          std::fill(dst, dst + c, T{0});
-        } else {
-          std::memcpy(dst, x + image + (h * w.in_w + ww) * c, static_cast<std::size_t>(c) * sizeof(T));
-        }
+      if (h < 0 || h >= w.in_h) {
+        zero_values(dst, row_values);
+        continue;
       }
+      zero_values(dst, lo * c);
+      copy_values(dst + lo * c, x + image + (h * w.in_w + w0 + lo) * c, (hi - lo) * c);
+      zero_values(dst + hi * c, (w.k_w - hi) * c);
     }
   });
 }
@@ -90,19 +139,28 @@ void col2im_add(const Window2D& w, const T* patches, int64_t row0, int64_t rows,
   });
 }
 
+// Scratch that is written before it is read: not zeroed.
+template <class T>
+std::unique_ptr<T[]> scratch_of(int64_t n) {
+  return std::make_unique_for_overwrite<T[]>(static_cast<std::size_t>(std::max<int64_t>(n, 1)));
+}
+
 // Calls fn(row0, rows, scratch, product) for the chunks of output rows (at most `chunk` each,
 // `scratch` of chunk * scratch_cols elements for each). With two images or more the images are
 // sharded over the session's pool, each shard its own chunks, scratch and single-threaded
 // products (product = null): a chunk's col2im scatter never leaves its images. With one image the
-// chunks run here and each product is sharded (product = &ctx).
+// chunks run here and each product is sharded (product = &ctx). Either way an image's chunks run
+// in order on one thread.
 template <class T, class F>
 void for_each_chunk(const OpKernelContext& ctx, const Window2D& w, int64_t chunk, int64_t scratch_cols, F fn) {
   const int64_t image_rows = w.out_h * w.out_w;
   auto rows_of = [&](int64_t row_begin, int64_t row_end, const OpKernelContext* product) {
-    const int64_t step = std::min(chunk, row_end - row_begin);
-    std::vector<T> scratch(static_cast<std::size_t>(step * scratch_cols));
+    // As many chunks as `chunk` needs, of equal size (no short last one).
+    const int64_t chunks = (row_end - row_begin + chunk - 1) / chunk;
+    const int64_t step = (row_end - row_begin + chunks - 1) / chunks;
+    auto scratch = scratch_of<T>(step * scratch_cols);
     for (int64_t row0 = row_begin; row0 < row_end; row0 += step) {
-      fn(row0, std::min(step, row_end - row0), scratch, product);
+      fn(row0, std::min(step, row_end - row0), scratch.get(), product);
     }
   };
   if (w.batch < 2 || image_rows == 0) return rows_of(0, w.out_pixels(), &ctx);
@@ -114,10 +172,10 @@ void for_each_chunk(const OpKernelContext& ctx, const Window2D& w, int64_t chunk
 // The patches of output rows [row0, row0 + rows): the input's own rows for a pointwise window,
 // else made in `scratch` (chunk_rows * K elements).
 template <class T>
-const T* patches_of(const Window2D& w, const T* x, int64_t row0, int64_t rows, std::vector<T>& scratch) {
+const T* patches_of(const Window2D& w, const T* x, int64_t row0, int64_t rows, T* scratch) {
   if (w.pointwise()) return x + row0 * w.patch_size();
-  im2col(w, x, row0, rows, scratch.data());
-  return scratch.data();
+  im2col(w, x, row0, rows, scratch);
+  return scratch;
 }
 
 template <class T>
@@ -125,7 +183,7 @@ void conv2d(const OpKernelContext& ctx, const Window2D& w, const T* x, const T* 
   const int64_t k = w.patch_size();
   const int64_t o = w.out_c;
   for_each_chunk<T>(ctx, w, w.chunk_rows(kPatchBytes, sizeof(T)), w.pointwise() ? 0 : k,
-                    [&](int64_t row0, int64_t rows, std::vector<T>& scratch, const OpKernelContext* product) {
+                    [&](int64_t row0, int64_t rows, T* scratch, const OpKernelContext* product) {
                       gemm(product, false, false, rows, o, k, patches_of(w, x, row0, rows, scratch), k, f, o, T{0},
                            out + row0 * o, o);
                     });
@@ -137,32 +195,74 @@ void conv2d_backprop_input(const OpKernelContext& ctx, const Window2D& w, const 
   const int64_t o = w.out_c;
   const int64_t chunk = w.chunk_rows(kPatchBytes, sizeof(T));
   if (w.pointwise()) {  // the patches' gradient is dx itself
-    for_each_chunk<T>(ctx, w, chunk, 0, [&](int64_t row0, int64_t rows, std::vector<T>&, const OpKernelContext* product) {
+    for_each_chunk<T>(ctx, w, chunk, 0, [&](int64_t row0, int64_t rows, T*, const OpKernelContext* product) {
       gemm(product, false, true, rows, k, o, dy + row0 * o, o, f, o, T{0}, dx + row0 * k, k);
     });
     return;
   }
-  std::fill(dx, dx + w.batch * w.in_h * w.in_w * w.in_c, T{0});
-  for_each_chunk<T>(ctx, w, chunk, k,
-                    [&](int64_t row0, int64_t rows, std::vector<T>& d_patches, const OpKernelContext* product) {
-                      gemm(product, false, true, rows, k, o, dy + row0 * o, o, f, o, T{0}, d_patches.data(), k);
-                      col2im_add(w, d_patches.data(), row0, rows, dx);
-                    });
+  const int64_t image_rows = w.out_h * w.out_w;
+  const int64_t image = w.in_h * w.in_w * w.in_c;
+  for_each_chunk<T>(ctx, w, chunk, k, [&](int64_t row0, int64_t rows, T* d_patches, const OpKernelContext* product) {
+    // An image's dx is zeroed by the chunk that holds its first row, before any chunk adds to it
+    // (its chunks run in order on one thread), on the thread that then scatters into it.
+    const int64_t n0 = (row0 + image_rows - 1) / image_rows;
+    const int64_t n1 = (row0 + rows + image_rows - 1) / image_rows;
+    std::fill(dx + n0 * image, dx + n1 * image, T{0});
+    gemm(product, false, true, rows, k, o, dy + row0 * o, o, f, o, T{0}, d_patches, k);
+    col2im_add(w, d_patches, row0, rows, dx);
+  });
 }
 
+// Note [The filter's gradient in parts]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// d_filter [K, O] is a sum over every output position. Sharding its product by rows of d_filter
+// leaves im2col on one thread and gives each thread a strided strip of the patches (K is 9 for a
+// one-channel 3x3 window); so a big one is cut into `parts` runs of rows instead, each its own
+// chunks, im2col and single-threaded products into its own partial sum, the parts sharded over the
+// pool, then the partials summed in part order. The number of parts depends only on the shapes
+// (at most kFilterParts, each of kFilterPartRows rows and 4 * kGemmShardMultiplyAdds multiply-adds
+// at least), never on the threads, so a result is the same on every run and machine. A small one
+// stays one part: its chunks here, one after another, each product sharded by rows of d_filter.
 template <class T>
 void conv2d_backprop_filter(const OpKernelContext& ctx, const Window2D& w, const T* x, const T* dy, T* df) {
   const int64_t k = w.patch_size();
   const int64_t o = w.out_c;
-  // A sum over every row: the chunks run here, one after the other, and each product is sharded
-  // (by rows of df).
+  const int64_t m = w.out_pixels();
   const int64_t chunk = w.chunk_rows(kPatchBytes, sizeof(T));
-  std::vector<T> scratch(w.pointwise() ? 0 : static_cast<std::size_t>(chunk * k));
-  for (int64_t row0 = 0; row0 < w.out_pixels(); row0 += chunk) {
-    const int64_t rows = std::min(chunk, w.out_pixels() - row0);
-    const T beta = row0 == 0 ? T{0} : T{1};  // the first chunk overwrites, the others accumulate
-    gemm(&ctx, true, false, k, o, rows, patches_of(w, x, row0, rows, scratch), k, dy + row0 * o, o, beta, df, o);
+  const int64_t most_parts = std::min(kFilterParts, m / kFilterPartRows);
+  int64_t parts = std::clamp<int64_t>(m * k * o / (4 * kGemmShardMultiplyAdds), 1, std::max<int64_t>(most_parts, 1));
+  const int64_t part_rows = (m + parts - 1) / parts;
+  parts = (m + part_rows - 1) / part_rows;
+  // Sums rows [begin, end) into out (overwriting it), `product` sharding each product or not.
+  auto sum_rows = [&](int64_t begin, int64_t end, T* out, T* scratch, const OpKernelContext* product) {
+    for (int64_t row0 = begin; row0 < end; row0 += chunk) {
+      const int64_t rows = std::min(chunk, end - row0);
+      const T beta = row0 == begin ? T{0} : T{1};  // the first chunk overwrites, the others accumulate
+      gemm(product, true, false, k, o, rows, patches_of(w, x, row0, rows, scratch), k, dy + row0 * o, o, beta, out, o);
+    }
+  };
+  const int64_t scratch_size = w.pointwise() ? 0 : std::min(chunk, part_rows) * k;
+  if (parts == 1) {
+    auto scratch = scratch_of<T>(scratch_size);
+    return sum_rows(0, m, df, scratch.get(), &ctx);
   }
+  // Part 0 sums into df itself, part p > 0 into partials[p - 1].
+  const int64_t size = k * o;
+  auto partials = scratch_of<T>((parts - 1) * size);
+  ctx.parallel_for(parts, 1, [&](int64_t p0, int64_t p1) {
+    auto scratch = scratch_of<T>(scratch_size);
+    for (int64_t p = p0; p < p1; ++p) {
+      T* out = p == 0 ? df : partials.get() + (p - 1) * size;
+      sum_rows(p * part_rows, std::min(m, (p + 1) * part_rows), out, scratch.get(), nullptr);
+    }
+  });
+  ctx.parallel_for(size, std::max<int64_t>(1024, size / 8), [&](int64_t i0, int64_t i1) {
+    for (int64_t p = 1; p < parts; ++p) {
+      const T* __restrict part = partials.get() + (p - 1) * size;
+      T* __restrict d = df;
+      for (int64_t i = i0; i < i1; ++i) d[i] += part[i];
+    }
+  });
 }
 
 // Conv2D (input, filter), Conv2DBackpropInput (input, filter, out_backprop: input read for its
@@ -207,23 +307,74 @@ class ConvOp final : public OpKernel {
   const WindowAttrs attrs_;
 };
 
-// Pools, image by image (the images are sharded over the session's pool: a gradient's scatter
-// stays inside its image), each output position's window walked with the channels innermost, so
-// each step is a contiguous run of in_c values. Max keeps the first largest value of each channel
-// (a strict >: a NaN wins only as the window's first element).
-template <PoolKind kKind, class T>
-void pool(const OpKernelContext& ctx, const Window2D& w, const T* x, const T* grad, T* out) {
+// The channel loops of the max pools, apart so that their pointers are known not to alias
+// (__restrict) and each loop, branch-free, vectorizes.
+//
+// top = the larger of top and row, channel by channel, top kept unless row is strictly larger: a
+// NaN in top stays (x > NaN is false), a later NaN never enters.
+template <class T>
+inline void keep_larger(int64_t channels, const T* __restrict row, T* __restrict top) {
+  for (int64_t c = 0; c < channels; ++c) top[c] = row[c] > top[c] ? row[c] : top[c];
+}
+
+// MaxPoolGrad's second pass over one window element (Note [MaxPoolGrad in two passes]): a channel
+// whose top this element equals (for the window's first element, or whose top is NaN) takes the
+// gradient here, and its top becomes NaN (all bits set), which no later element equals. Into d:
+// added, or (a window's own elements) written as 0 + g, what a sum into zeros gives (-0.0 lands as
+// +0.0). Bit masks, not selects: GCC does not if-convert two selects on one float comparison, and
+// this vectorizes for float (double stays scalar, still branch-free).
+template <class T, bool kFirst, bool kAdd>
+inline void give_to_max(int64_t channels, const T* __restrict row, const T* __restrict grad, T* __restrict top,
+                        T* __restrict d) {
+  using Bits = std::conditional_t<sizeof(T) == 4, uint32_t, uint64_t>;
+  for (int64_t c = 0; c < channels; ++c) {
+    const T r = row[c];
+    const T t = top[c];
+    const Bits hit = Bits{0} - static_cast<Bits>(kFirst ? (r == t) | (t != t) : r == t);  // all ones or zero
+    const T g = std::bit_cast<T>(std::bit_cast<Bits>(grad[c]) & hit);
+    if constexpr (kAdd) {
+      d[c] += g;
+    } else {
+      d[c] = T{0} + g;
+    }
+    top[c] = std::bit_cast<T>(std::bit_cast<Bits>(t) | hit);
+  }
+}
+
+// Note [MaxPoolGrad in two passes]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// MaxPoolGrad gives each window's gradient, channel by channel, to the window's first largest
+// element in row-major order (a NaN wins only as the first element). Carrying that element's index
+// through one pass is a 64-bit blend per value that did not vectorize; so two passes over the
+// window, both vectorized over the channels: the first takes the max as MaxPool does (from the
+// first element, replaced only by a strictly larger one), the second gives the gradient to the
+// first element equal to it and marks the channel taken (NaN in `top`). That is the same element:
+// one equal to the max before it would have stayed the max, as nothing after it was strictly
+// larger. A NaN max comes only from the first element, which the second pass tests for (NaN equals
+// nothing). -0.0 and +0.0 are equal: the first of them wins, as before.
+// Windows that do not overlap (stride >= window, the common case) give each input element at most
+// one gradient, so each window writes its own elements (no += into a zeroed image); the image is
+// zeroed first only when some element is in no window. Overlapping windows add into a zeroed
+// image, in output order.
+template <class T>
+void max_pool_grad(const OpKernelContext& ctx, const Window2D& w, const T* x, const T* grad, T* out) {
   const int64_t channels = w.in_c;
   const int64_t image_in = w.in_h * w.in_w * channels;
   const int64_t image_out = w.out_h * w.out_w * channels;
   const int64_t image_work = std::max<int64_t>(1, image_out * w.k_h * w.k_w);
+  const bool disjoint = w.stride_h >= w.k_h && w.stride_w >= w.k_w;
+  // Disjoint windows with stride == window are contiguous from the first (which starts at or
+  // before the input's first row and column): they cover the input if the last one reaches its end.
+  const bool covered = w.stride_h == w.k_h && w.stride_w == w.k_w &&
+                       (w.out_h - 1) * w.stride_h - w.pad_top + w.k_h >= w.in_h &&
+                       (w.out_w - 1) * w.stride_w - w.pad_left + w.k_w >= w.in_w;
   ctx.parallel_for(w.batch, std::max<int64_t>(1, (int64_t{1} << 16) / image_work), [&](int64_t n0, int64_t n1) {
     std::vector<T> best(static_cast<std::size_t>(channels));
-    std::vector<int64_t> at(static_cast<std::size_t>(channels));
+    T* top = best.data();
     for (int64_t n = n0; n < n1; ++n) {
       const T* xi = x + n * image_in;
-      T* oi = out + (kKind == PoolKind::kMaxGrad || kKind == PoolKind::kAvgGrad ? n * image_in : n * image_out);
-      if constexpr (kKind == PoolKind::kMaxGrad || kKind == PoolKind::kAvgGrad) std::fill(oi, oi + image_in, T{0});
+      T* oi = out + n * image_in;
+      if (!(disjoint && covered)) std::fill(oi, oi + image_in, T{0});
       for (int64_t oh = 0; oh < w.out_h; ++oh) {
         const int64_t h_begin = oh * w.stride_h - w.pad_top;
         const int64_t h0 = std::max<int64_t>(h_begin, 0);
@@ -232,59 +383,22 @@ void pool(const OpKernelContext& ctx, const Window2D& w, const T* x, const T* gr
           const int64_t w_begin = ow * w.stride_w - w.pad_left;
           const int64_t w0 = std::max<int64_t>(w_begin, 0);
           const int64_t w1 = std::min(w_begin + w.k_w, w.in_w);
-          const int64_t o = (oh * w.out_w + ow) * channels;  // within the image
           auto offset = [&](int64_t h, int64_t ww) { return (h * w.in_w + ww) * channels; };
-          if constexpr (kKind == PoolKind::kMax) {
-            // Branch-free, so that the channel loop vectorizes: a NaN in `top` stays (x > NaN is
-            // false), a later NaN never enters.
-            T* __restrict top = oi + o;
-            std::copy(xi + offset(h0, w0), xi + offset(h0, w0) + channels, top);
-            for (int64_t h = h0; h < h1; ++h) {
-              for (int64_t ww = w0; ww < w1; ++ww) {
-                const T* __restrict row = xi + offset(h, ww);
-                for (int64_t c = 0; c < channels; ++c) top[c] = row[c] > top[c] ? row[c] : top[c];
-              }
-            }
-          } else if constexpr (kKind == PoolKind::kMaxGrad) {
-            T* __restrict top = best.data();
-            int64_t* __restrict where = at.data();
-            const int64_t first = offset(h0, w0);
-            for (int64_t c = 0; c < channels; ++c) {
-              top[c] = xi[first + c];
-              where[c] = first + c;
-            }
-            for (int64_t h = h0; h < h1; ++h) {
-              for (int64_t ww = w0; ww < w1; ++ww) {
-                const int64_t start = offset(h, ww);
-                const T* __restrict row = xi + start;
-                for (int64_t c = 0; c < channels; ++c) {
-                  const bool larger = row[c] > top[c];
-                  top[c] = larger ? row[c] : top[c];
-                  where[c] = larger ? start + c : where[c];
-                }
-              }
-            }
-            const T* gi = grad + n * image_out + o;
-            for (int64_t c = 0; c < channels; ++c) oi[where[c]] += gi[c];
-          } else {
-            const T count = static_cast<T>((h1 - h0) * (w1 - w0));
-            if constexpr (kKind == PoolKind::kAvg) {
-              std::fill(best.begin(), best.end(), T{0});
-              for (int64_t h = h0; h < h1; ++h) {
-                for (int64_t ww = w0; ww < w1; ++ww) {
-                  const T* row = xi + offset(h, ww);
-                  for (int64_t c = 0; c < channels; ++c) best[c] += row[c];
-                }
-              }
-              for (int64_t c = 0; c < channels; ++c) oi[o + c] = best[c] / count;
-            } else {
-              const T* gi = grad + n * image_out + o;
-              for (int64_t c = 0; c < channels; ++c) best[c] = gi[c] / count;
-              for (int64_t h = h0; h < h1; ++h) {
-                for (int64_t ww = w0; ww < w1; ++ww) {
-                  T* row = oi + offset(h, ww);
-                  for (int64_t c = 0; c < channels; ++c) row[c] += best[c];
-                }
+          std::copy(xi + offset(h0, w0), xi + offset(h0, w0) + channels, top);
+          for (int64_t h = h0; h < h1; ++h) {
+            for (int64_t ww = w0; ww < w1; ++ww) keep_larger(channels, xi + offset(h, ww), top);
+          }
+          const T* gi = grad + n * image_out + (oh * w.out_w + ow) * channels;
+          for (int64_t h = h0; h < h1; ++h) {
+            for (int64_t ww = w0; ww < w1; ++ww) {
+              const int64_t at = offset(h, ww);
+              const bool first = h == h0 && ww == w0;
+              if (disjoint) {
+                first ? give_to_max<T, true, false>(channels, xi + at, gi, top, oi + at)
+                      : give_to_max<T, false, false>(channels, xi + at, gi, top, oi + at);
+              } else {
+                first ? give_to_max<T, true, true>(channels, xi + at, gi, top, oi + at)
+                      : give_to_max<T, false, true>(channels, xi + at, gi, top, oi + at);
               }
             }
           }
@@ -292,6 +406,70 @@ void pool(const OpKernelContext& ctx, const Window2D& w, const T* x, const T* gr
       }
     }
   });
+}
+
+// MaxPool, AvgPool and AvgPoolGrad, image by image (the images are sharded over the session's
+// pool: a gradient's scatter stays inside its image), each output position's window walked with
+// the channels innermost, so each step is a contiguous run of in_c values. Max keeps the first
+// largest value of each channel (keep_larger).
+template <PoolKind kKind, class T>
+void pool(const OpKernelContext& ctx, const Window2D& w, const T* x, const T* grad, T* out) {
+  if constexpr (kKind == PoolKind::kMaxGrad) {
+    return max_pool_grad(ctx, w, x, grad, out);
+  } else {
+    const int64_t channels = w.in_c;
+    const int64_t image_in = w.in_h * w.in_w * channels;
+    const int64_t image_out = w.out_h * w.out_w * channels;
+    const int64_t image_work = std::max<int64_t>(1, image_out * w.k_h * w.k_w);
+    ctx.parallel_for(w.batch, std::max<int64_t>(1, (int64_t{1} << 16) / image_work), [&](int64_t n0, int64_t n1) {
+      std::vector<T> best(static_cast<std::size_t>(channels));
+      for (int64_t n = n0; n < n1; ++n) {
+        const T* xi = x + n * image_in;
+        T* oi = out + (kKind == PoolKind::kAvgGrad ? n * image_in : n * image_out);
+        if constexpr (kKind == PoolKind::kAvgGrad) std::fill(oi, oi + image_in, T{0});
+        for (int64_t oh = 0; oh < w.out_h; ++oh) {
+          const int64_t h_begin = oh * w.stride_h - w.pad_top;
+          const int64_t h0 = std::max<int64_t>(h_begin, 0);
+          const int64_t h1 = std::min(h_begin + w.k_h, w.in_h);
+          for (int64_t ow = 0; ow < w.out_w; ++ow) {
+            const int64_t w_begin = ow * w.stride_w - w.pad_left;
+            const int64_t w0 = std::max<int64_t>(w_begin, 0);
+            const int64_t w1 = std::min(w_begin + w.k_w, w.in_w);
+            const int64_t o = (oh * w.out_w + ow) * channels;  // within the image
+            auto offset = [&](int64_t h, int64_t ww) { return (h * w.in_w + ww) * channels; };
+            if constexpr (kKind == PoolKind::kMax) {
+              T* top = oi + o;
+              std::copy(xi + offset(h0, w0), xi + offset(h0, w0) + channels, top);
+              for (int64_t h = h0; h < h1; ++h) {
+                for (int64_t ww = w0; ww < w1; ++ww) keep_larger(channels, xi + offset(h, ww), top);
+              }
+            } else {
+              const T count = static_cast<T>((h1 - h0) * (w1 - w0));
+              if constexpr (kKind == PoolKind::kAvg) {
+                std::fill(best.begin(), best.end(), T{0});
+                for (int64_t h = h0; h < h1; ++h) {
+                  for (int64_t ww = w0; ww < w1; ++ww) {
+                    const T* row = xi + offset(h, ww);
+                    for (int64_t c = 0; c < channels; ++c) best[c] += row[c];
+                  }
+                }
+                for (int64_t c = 0; c < channels; ++c) oi[o + c] = best[c] / count;
+              } else {
+                const T* gi = grad + n * image_out + o;
+                for (int64_t c = 0; c < channels; ++c) best[c] = gi[c] / count;
+                for (int64_t h = h0; h < h1; ++h) {
+                  for (int64_t ww = w0; ww < w1; ++ww) {
+                    T* row = oi + offset(h, ww);
+                    for (int64_t c = 0; c < channels; ++c) row[c] += best[c];
+                  }
+                }
+              }
+            }
+          }
+        }
+      }
+    });
+  }
 }
 
 // MaxPool and AvgPool (input), MaxPoolGrad (orig_input, orig_output, grad) and AvgPoolGrad

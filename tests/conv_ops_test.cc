@@ -10,7 +10,10 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
+#include <limits>
+#include <random>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -347,8 +350,8 @@ TEST_P(ConvOpsTest, Conv2DBackpropFilterMatchesTheReference) {
   }
 }
 
-// Patches larger than one chunk (4 MiB): the output is made in several BLAS calls, and the filter's
-// gradient accumulated over them.
+// Patches larger than one chunk (256 KiB): the output is made in several BLAS calls, and the
+// filter's gradient accumulated over them.
 TEST_P(ConvOpsTest, LargeConvolutionsSpanSeveralChunks) {
   const ConvCase k{{2, 40, 40, 64}, 3, 3, 8, 1, 1, "SAME"};  // 3200 rows of 576 floats: 7 MiB
   const Geometry g = geometry(k);
@@ -425,6 +428,202 @@ TEST_P(ConvOpsTest, MaxPoolGradGoesToTheFirstMaximum) {
   });
   // Windows start at (0,0), (0,1), (1,0), (1,1): each one's own first element.
   expect_values(dx, DType::Float32, x.shape(), {1, 10, 0, 100, 1000, 0, 0, 0, 0});
+}
+
+// Ties, NaN and signed zeros in MaxPoolGrad, channel by channel: each of ten cases fills every
+// tenth channel of 23 (so each lands in a vectorized run of channels and in the tail), the four
+// values of one 2x2 window in row-major order. The gradient goes to the first largest element; a
+// NaN wins only as the first; -0.0 and +0.0 are equal.
+TEST_P(ConvOpsTest, MaxPoolGradTiesNaNAndSignedZeros) {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const double inf = std::numeric_limits<double>::infinity();
+  struct Case {
+    std::vector<double> window;
+    int winner;  // the element the window's gradient goes to
+  };
+  const Case cases[] = {
+      {{nan, 1, 2, 3}, 0},   {{1, nan, 3, 2}, 2},       {{-0.0, 0.0, -1, -2}, 0}, {{0.0, -0.0, -1, -2}, 0},
+      {{-1, -0.0, 0.0, -3}, 1}, {{2, 5, 5, 5}, 1},      {{nan, nan, nan, nan}, 0}, {{-inf, -inf, -inf, -inf}, 0},
+      {{1, 2, inf, inf}, 2},  {{7, 7, 7, 7}, 0},
+  };
+  constexpr int64_t kChannels = 23;
+  for (DType dtype : kFloatDTypes) {
+    SCOPED_TRACE(dtype_name(dtype));
+    std::vector<double> x(4 * kChannels), dy(kChannels), want(4 * kChannels, 0.0);
+    for (int64_t c = 0; c < kChannels; ++c) {
+      const Case& k = cases[c % 10];
+      for (int e = 0; e < 4; ++e) x[e * kChannels + c] = k.window[static_cast<std::size_t>(e)];
+      dy[c] = static_cast<double>(c + 1);
+      want[k.winner * kChannels + c] = dy[c];
+    }
+    const Tensor xt = tensor_of(dtype, Shape{1, 2, 2, kChannels}, x);
+    // Disjoint windows (one 2x2 window, stride 2): each element written once.
+    const Geometry one = geometry({1, 2, 2, kChannels}, 2, 2, kChannels, 2, 2, "VALID");
+    const Tensor y = tensor_of(dtype, Shape{1, 1, 1, kChannels}, ref_pool(one, x, true));
+    Tensor dx = apply({xt, y, tensor_of(dtype, Shape{1, 1, 1, kChannels}, dy)}, [](const std::vector<Output>& in) {
+      return internal::max_pool_grad(in[0], in[1], in[2], window64(2, 2), window64(2, 2), "VALID");
+    });
+    EXPECT_EQ(values_of(dx), want);
+    EXPECT_EQ(ref_pool_grad(one, x, dy, true), want);  // the reference agrees
+    // Overlapping windows (2x2, stride 1, SAME: four windows, each starting at one element).
+    const Geometry four = geometry({1, 2, 2, kChannels}, 2, 2, kChannels, 1, 1, "SAME");
+    std::vector<double> dy4(4 * kChannels);
+    for (std::size_t i = 0; i < dy4.size(); ++i) dy4[i] = static_cast<double>(i % 97 + 1);
+    Tensor dx4 = apply({xt, tensor_of(dtype, Shape{1, 2, 2, kChannels}, ref_pool(four, x, true)),
+                        tensor_of(dtype, Shape{1, 2, 2, kChannels}, dy4)},
+                       [](const std::vector<Output>& in) {
+                         return internal::max_pool_grad(in[0], in[1], in[2], window64(2, 2), window64(1, 1), "SAME");
+                       });
+    EXPECT_EQ(values_of(dx4), ref_pool_grad(four, x, dy4, true));
+    // The first case's window alone, its values checked by hand: (0,0)'s NaN takes its own window's
+    // gradient; (0,1) holds 1 and 3: 3; (1,0) holds 2 and 3: 3; (1,1) is 3 alone.
+    const std::vector<double> got4 = values_of(dx4);
+    EXPECT_EQ(got4[0], dy4[0]);
+    EXPECT_EQ(got4[kChannels], 0.0);
+    EXPECT_EQ(got4[2 * kChannels], 0.0);
+    EXPECT_EQ(got4[3 * kChannels], dy4[kChannels] + dy4[2 * kChannels] + dy4[3 * kChannels]);
+  }
+}
+
+// A -0.0 gradient lands as +0.0, as a sum into zeros gives it, whether windows overlap or not.
+TEST_P(ConvOpsTest, MaxPoolGradOfNegativeZeroIsPositiveZero) {
+  for (DType dtype : kFloatDTypes) {
+    for (int64_t stride : {1, 2}) {
+      SCOPED_TRACE(fmt::format("{} stride {}", dtype_name(dtype), stride));
+      const Tensor x = random(dtype, {1, 4, 4, 5});
+      const Geometry g = geometry({1, 4, 4, 5}, 2, 2, 5, stride, stride, "VALID");
+      const std::vector<double> y = ref_pool(g, values_of(x), true);
+      const Tensor dy = tensor_of(dtype, Shape{1, g.oh, g.ow, 5}, std::vector<double>(y.size(), -0.0));
+      Tensor dx = apply({x, tensor_of(dtype, dy.shape(), y), dy}, [&](const std::vector<Output>& in) {
+        return internal::max_pool_grad(in[0], in[1], in[2], window64(2, 2), window64(stride, stride), "VALID");
+      });
+      for (double v : values_of(dx)) {
+        EXPECT_EQ(v, 0.0);
+        EXPECT_FALSE(std::signbit(v));
+      }
+    }
+  }
+}
+
+// Many ties and some NaNs, windows that overlap or not (stride below, equal to or above the
+// window; covering the input or leaving rows and columns out), SAME edge windows, one image or
+// several, channels in and out of whole vectors: MaxPool and MaxPoolGrad against the references.
+TEST_P(ConvOpsTest, MaxPoolsWithTiesAgainstTheReference) {
+  const PoolCase cases[] = {
+      {{2, 8, 8, 32}, 2, 2, 2, 2, "SAME"},  // the digits CNN's pools: disjoint, covering
+      {{3, 7, 5, 5}, 2, 2, 2, 2, "VALID"},  // disjoint, the last row and column in no window
+      {{2, 7, 7, 3}, 2, 2, 3, 3, "SAME"},   // stride above the window: gaps
+      {{1, 4, 4, 9}, 3, 3, 3, 3, "SAME"},   // padding before: the first window starts at -1
+      {{2, 5, 6, 17}, 3, 3, 1, 1, "SAME"},  // overlapping
+      {{1, 6, 6, 4}, 3, 2, 2, 1, "VALID"},  // overlapping in both dims
+      {{1, 6, 6, 4}, 2, 2, 1, 2, "VALID"},  // overlapping in height only
+      {{1, 5, 5, 1}, 2, 2, 2, 2, "SAME"},   // one image, one channel, edge windows of one row
+      {{4, 3, 3, 2}, 5, 5, 2, 2, "SAME"},   // windows larger than the input
+  };
+  std::mt19937 gen(7);
+  const double values[] = {-1, -0.0, 0.0, 1, 2, std::numeric_limits<double>::quiet_NaN()};
+  std::discrete_distribution<int> pick({20, 10, 10, 20, 20, 3});
+  for (DType dtype : kFloatDTypes) {
+    for (const PoolCase& k : cases) {
+      SCOPED_TRACE(fmt::format("{} {} {}x{} stride {}x{} {}", dtype_name(dtype), Shape(k.in).to_string(), k.kh, k.kw,
+                               k.sh, k.sw, k.padding));
+      const Geometry g = geometry(k);
+      std::vector<double> xv(static_cast<std::size_t>(count(k.in)));
+      for (double& v : xv) v = values[pick(gen)];
+      const Tensor x = tensor_of(dtype, Shape(k.in), xv);
+      const Tensor dy = random(dtype, {g.n, g.oh, g.ow, g.c});
+      const std::vector<double> want = ref_pool(g, xv, true);
+      Tensor y = apply({x}, [&](const std::vector<Output>& in) {
+        return ops::max_pool(in[0], window(k.kh, k.kw), window(k.sh, k.sw), k.padding);
+      });
+      expect_values(y, dtype, Shape{g.n, g.oh, g.ow, g.c}, want);
+      Tensor dx = apply({x, tensor_of(dtype, y.shape(), want), dy}, [&](const std::vector<Output>& in) {
+        return internal::max_pool_grad(in[0], in[1], in[2], window64(k.kh, k.kw), window64(k.sh, k.sw), k.padding);
+      });
+      expect_values(dx, dtype, x.shape(), ref_pool_grad(g, xv, values_of(dy), true));
+    }
+  }
+}
+
+// im2col copies each window row as one run of k_w * in_c values, zeros where it is padding: every
+// channel count from one up past two whole vectors, with padding on each side.
+TEST_P(ConvOpsTest, ConvolutionsOfEveryChannelCount) {
+  for (DType dtype : kFloatDTypes) {
+    for (int64_t c = 1; c <= 17; ++c) {
+      for (const ConvCase& k : {ConvCase{{2, 6, 5, c}, 3, 3, 3, 1, 1, "SAME"}, ConvCase{{1, 5, 7, c}, 2, 3, 2, 2, 2, "SAME"},
+                                ConvCase{{1, 3, 4, c}, 3, 5, 2, 1, 1, "SAME"}}) {
+        SCOPED_TRACE(fmt::format("{} {} {}x{} stride {}x{} {}", dtype_name(dtype), Shape(k.in).to_string(), k.kh,
+                                 k.kw, k.sh, k.sw, k.padding));
+        const Geometry g = geometry(k);
+        const Tensor x = random(dtype, k.in);
+        const Tensor f = random(dtype, {k.kh, k.kw, c, k.o});
+        const Tensor dy = random(dtype, {g.n, g.oh, g.ow, g.o});
+        const auto strides = window64(k.sh, k.sw);
+        expect_values(apply({x, f},
+                            [&](const std::vector<Output>& in) {
+                              return ops::conv2d(in[0], in[1], window(k.sh, k.sw), k.padding);
+                            }),
+                      dtype, Shape{g.n, g.oh, g.ow, g.o}, ref_conv(g, values_of(x), values_of(f)));
+        expect_values(apply({x, f, dy},
+                            [&](const std::vector<Output>& in) {
+                              return internal::conv2d_backprop_input(in[0], in[1], in[2], strides, k.padding);
+                            }),
+                      dtype, x.shape(), ref_conv_backprop_input(g, values_of(f), values_of(dy)));
+        expect_values(apply({x, f, dy},
+                            [&](const std::vector<Output>& in) {
+                              return internal::conv2d_backprop_filter(in[0], in[1], in[2], strides, k.padding);
+                            }),
+                      dtype, f.shape(), ref_conv_backprop_filter(g, values_of(x), values_of(dy)));
+      }
+    }
+  }
+}
+
+// Chunks (256 KiB of patches) that end inside an image and hold the first rows of others (the
+// input's gradient zeroes each image's part once, before its first chunk adds to it), one image's
+// chunks run here, and the filter's gradient summed in two, three, four and eight parts of several
+// chunks or fewer (Note [The filter's gradient in parts]): the same on every run.
+TEST_P(ConvOpsTest, ChunksAndPartsAgainstTheReference) {
+  const ConvCase cases[] = {
+      {{5, 20, 15, 16}, 3, 3, 8, 1, 1, "SAME"},   // 1500 rows of 144 values; two parts
+      {{1, 40, 40, 16}, 3, 3, 16, 1, 1, "SAME"},  // one image, 1600 rows; three parts of two chunks
+      {{8, 16, 16, 16}, 3, 3, 32, 1, 1, "SAME"},  // four parts of 512 rows
+      {{5, 13, 11, 7}, 3, 3, 40, 2, 1, "VALID"},  // strided, 7 channels
+      // Windows of few values (K of 9 and 18): the digits CNN's first convolution at batch 64 (two
+      // parts) and 256 (eight), and a strided one of one part.
+      {{64, 8, 8, 1}, 3, 3, 32, 1, 1, "SAME"},
+      {{256, 8, 8, 1}, 3, 3, 32, 1, 1, "SAME"},
+      {{40, 9, 10, 3}, 2, 3, 24, 2, 2, "SAME"},
+  };
+  for (DType dtype : kFloatDTypes) {
+    for (const ConvCase& k : cases) {
+      SCOPED_TRACE(fmt::format("{} {} {}x{} stride {}x{} {}", dtype_name(dtype), Shape(k.in).to_string(), k.kh, k.kw,
+                               k.sh, k.sw, k.padding));
+      const Geometry g = geometry(k);
+      const Tensor x = random(dtype, k.in);
+      const Tensor f = random(dtype, {k.kh, k.kw, g.c, k.o});
+      const Tensor dy = random(dtype, {g.n, g.oh, g.ow, g.o});
+      const auto strides = window64(k.sh, k.sw);
+      expect_values(apply({x, f},
+                          [&](const std::vector<Output>& in) {
+                            return ops::conv2d(in[0], in[1], window(k.sh, k.sw), k.padding);
+                          }),
+                    dtype, Shape{g.n, g.oh, g.ow, g.o}, ref_conv(g, values_of(x), values_of(f)));
+      expect_values(apply({x, f, dy},
+                          [&](const std::vector<Output>& in) {
+                            return internal::conv2d_backprop_input(in[0], in[1], in[2], strides, k.padding);
+                          }),
+                    dtype, x.shape(), ref_conv_backprop_input(g, values_of(f), values_of(dy)));
+      auto filter_grad = [&] {
+        return apply({x, f, dy}, [&](const std::vector<Output>& in) {
+          return internal::conv2d_backprop_filter(in[0], in[1], in[2], strides, k.padding);
+        });
+      };
+      const Tensor df = filter_grad();
+      expect_values(df, dtype, f.shape(), ref_conv_backprop_filter(g, values_of(x), values_of(dy)));
+      EXPECT_TRUE(filter_grad().equals(df)) << "the filter's gradient differs between runs";
+    }
+  }
 }
 
 // The shapes unknown when the graph is built: the kernels find the same arithmetic.
