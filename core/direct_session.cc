@@ -10,6 +10,7 @@
 
 #include "core/device_factory.h"
 #include "core/device_name.h"
+#include "core/host_blocks.h"
 #include "core/op_registry.h"
 #include "core/session_factory.h"
 #include "core/tensor_buffer.h"
@@ -156,6 +157,7 @@ StatusOr<std::unique_ptr<SessionImpl>> SessionImpl::make(Graph& graph, SessionOp
     return errors::invalid_argument("inter_op_threads must be >= 0, got {}", options.inter_op_threads);
   }
   TESSERA_RETURN_IF_ERROR(local_devices().status());
+  tune_malloc_for_transport();  // for steps too: Note [Malloc settings for transport]
   return std::make_unique<SessionImpl>(graph, options, shared);  // cannot fail now
 }
 

@@ -384,7 +384,11 @@ uint64_t set_pinned_host_limit(uint64_t bytes) { return pinned_blocks().set_limi
 // server (tests/cluster_soak_test.cc, six rounds of 10,000 vanished sessions, beside a build) kept
 // 21.8-22.9 MiB after each round with max(2, cores) arenas, and 31-46 MiB, still growing, with
 // glibc's default (idle 20.4 and 22.5). With two cores, two threads malloc at once at most.
-// So the transport sets these (mallopt) when it makes its first socket, unless
+// Steps want the same: tensors under kLargeHostBlockMin come from malloc, and with glibc's adaptive
+// thresholds the 512 KiB activations of the digits CNN at batch 64, freed each step, were mapped
+// and faulted in again by the next (122-179 steps/s; 188-348 with these settings, alternated).
+// So the transport sets these (mallopt) when it makes its first socket, and SessionImpl::make
+// when it makes a session, unless
 //   * TESSERA_MALLOC_TUNING=0 (opt out);
 //   * the user chose malloc settings of their own (MALLOC_MMAP_THRESHOLD_, MALLOC_TRIM_THRESHOLD_,
 //     MALLOC_TOP_PAD_, MALLOC_ARENA_MAX or a glibc.malloc tunable in GLIBC_TUNABLES): theirs stand;

@@ -23,6 +23,7 @@
 
 #include "core/tensor_buffer.h"
 #include "tessera/tensor.h"
+#include "tessera/tessera.h"
 #include "testing/fake_pinner.h"
 #include "testing/test_util.h"
 #include "transport/rpc_stream.h"
@@ -349,6 +350,26 @@ TEST(MallocTuningTest, ThreadsShareAtMostTheTransportsArenas) {
   for (std::size_t at = info.find("<heap nr="); at != std::string::npos; at = info.find("<heap nr=", at + 1)) ++heaps;
   EXPECT_GE(heaps, 1);
   EXPECT_LE(heaps, static_cast<int>(t.arena_max)) << info.substr(0, 400);
+}
+
+// A process that runs steps and opens no socket gets them too, from its first session (ctest runs
+// this test in a process of its own: nothing applied them before). Without them a 20 MiB malloc
+// is a mapping of its own: glibc's threshold starts at 128 KiB and grows only as mapped blocks
+// are freed.
+TEST(MallocTuningTest, MakingASessionAppliesThem) {
+  const MallocTuning wanted = decide_malloc_tuning([](const char* name) -> const char* { return std::getenv(name); });
+  if (!wanted.applied) GTEST_SKIP() << "not applied here: " << wanted.reason;
+  Graph g;
+  auto c = ops::constant(g, 2.0f);
+  Session session(g);
+  EXPECT_FLOAT_EQ(session.run(c).scalar<float>(), 2.0f);
+  constexpr std::size_t kBytes = 20 * kMiB;
+  static_assert(kBytes < kTransportMmapThreshold);
+  const struct mallinfo2 before = mallinfo2();
+  void* p = std::malloc(kBytes);
+  ASSERT_NE(p, nullptr);
+  EXPECT_EQ(mallinfo2().hblkhd, before.hblkhd) << "a 20 MiB block was mapped on its own";
+  std::free(p);
 }
 #elif !defined(__GLIBC__) || defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
 TEST(MallocTuningTest, NotAppliedWithoutGlibcOrUnderASanitizer) {
