@@ -307,6 +307,22 @@ class ConvOp final : public OpKernel {
   const WindowAttrs attrs_;
 };
 
+// The windows of one image, in output order: visit(pos, h0, h1, w0, w1) for each output position
+// `pos` (its index among the image's out_h * out_w), its window's rows [h0, h1) and columns
+// [w0, w1) inside the input (the padding cut off).
+template <class F>
+void for_each_window(const Window2D& w, F visit) {
+  for (int64_t oh = 0; oh < w.out_h; ++oh) {
+    const int64_t h_begin = oh * w.stride_h - w.pad_top;
+    const int64_t h0 = std::max<int64_t>(h_begin, 0);
+    const int64_t h1 = std::min(h_begin + w.k_h, w.in_h);
+    for (int64_t ow = 0; ow < w.out_w; ++ow) {
+      const int64_t w_begin = ow * w.stride_w - w.pad_left;
+      visit(oh * w.out_w + ow, h0, h1, std::max<int64_t>(w_begin, 0), std::min(w_begin + w.k_w, w.in_w));
+    }
+  }
+}
+
 // The channel loops of the max pools, apart so that their pointers are known not to alias
 // (__restrict) and each loop, branch-free, vectorizes.
 //
@@ -375,35 +391,27 @@ void max_pool_grad(const OpKernelContext& ctx, const Window2D& w, const T* x, co
       const T* xi = x + n * image_in;
       T* oi = out + n * image_in;
       if (!(disjoint && covered)) std::fill(oi, oi + image_in, T{0});
-      for (int64_t oh = 0; oh < w.out_h; ++oh) {
-        const int64_t h_begin = oh * w.stride_h - w.pad_top;
-        const int64_t h0 = std::max<int64_t>(h_begin, 0);
-        const int64_t h1 = std::min(h_begin + w.k_h, w.in_h);
-        for (int64_t ow = 0; ow < w.out_w; ++ow) {
-          const int64_t w_begin = ow * w.stride_w - w.pad_left;
-          const int64_t w0 = std::max<int64_t>(w_begin, 0);
-          const int64_t w1 = std::min(w_begin + w.k_w, w.in_w);
-          auto offset = [&](int64_t h, int64_t ww) { return (h * w.in_w + ww) * channels; };
-          std::copy(xi + offset(h0, w0), xi + offset(h0, w0) + channels, top);
-          for (int64_t h = h0; h < h1; ++h) {
-            for (int64_t ww = w0; ww < w1; ++ww) keep_larger(channels, xi + offset(h, ww), top);
-          }
-          const T* gi = grad + n * image_out + (oh * w.out_w + ow) * channels;
-          for (int64_t h = h0; h < h1; ++h) {
-            for (int64_t ww = w0; ww < w1; ++ww) {
-              const int64_t at = offset(h, ww);
-              const bool first = h == h0 && ww == w0;
-              if (disjoint) {
-                first ? give_to_max<T, true, false>(channels, xi + at, gi, top, oi + at)
-                      : give_to_max<T, false, false>(channels, xi + at, gi, top, oi + at);
-              } else {
-                first ? give_to_max<T, true, true>(channels, xi + at, gi, top, oi + at)
-                      : give_to_max<T, false, true>(channels, xi + at, gi, top, oi + at);
-              }
+      auto offset = [&](int64_t h, int64_t ww) { return (h * w.in_w + ww) * channels; };
+      for_each_window(w, [&](int64_t pos, int64_t h0, int64_t h1, int64_t w0, int64_t w1) {
+        std::copy(xi + offset(h0, w0), xi + offset(h0, w0) + channels, top);
+        for (int64_t h = h0; h < h1; ++h) {
+          for (int64_t ww = w0; ww < w1; ++ww) keep_larger(channels, xi + offset(h, ww), top);
+        }
+        const T* gi = grad + n * image_out + pos * channels;
+        for (int64_t h = h0; h < h1; ++h) {
+          for (int64_t ww = w0; ww < w1; ++ww) {
+            const int64_t at = offset(h, ww);
+            const bool first = h == h0 && ww == w0;
+            if (disjoint) {
+              first ? give_to_max<T, true, false>(channels, xi + at, gi, top, oi + at)
+                    : give_to_max<T, false, false>(channels, xi + at, gi, top, oi + at);
+            } else {
+              first ? give_to_max<T, true, true>(channels, xi + at, gi, top, oi + at)
+                    : give_to_max<T, false, true>(channels, xi + at, gi, top, oi + at);
             }
           }
         }
-      }
+      });
     }
   });
 }
@@ -427,46 +435,38 @@ void pool(const OpKernelContext& ctx, const Window2D& w, const T* x, const T* gr
         const T* xi = x + n * image_in;
         T* oi = out + (kKind == PoolKind::kAvgGrad ? n * image_in : n * image_out);
         if constexpr (kKind == PoolKind::kAvgGrad) std::fill(oi, oi + image_in, T{0});
-        for (int64_t oh = 0; oh < w.out_h; ++oh) {
-          const int64_t h_begin = oh * w.stride_h - w.pad_top;
-          const int64_t h0 = std::max<int64_t>(h_begin, 0);
-          const int64_t h1 = std::min(h_begin + w.k_h, w.in_h);
-          for (int64_t ow = 0; ow < w.out_w; ++ow) {
-            const int64_t w_begin = ow * w.stride_w - w.pad_left;
-            const int64_t w0 = std::max<int64_t>(w_begin, 0);
-            const int64_t w1 = std::min(w_begin + w.k_w, w.in_w);
-            const int64_t o = (oh * w.out_w + ow) * channels;  // within the image
-            auto offset = [&](int64_t h, int64_t ww) { return (h * w.in_w + ww) * channels; };
-            if constexpr (kKind == PoolKind::kMax) {
-              T* top = oi + o;
-              std::copy(xi + offset(h0, w0), xi + offset(h0, w0) + channels, top);
+        auto offset = [&](int64_t h, int64_t ww) { return (h * w.in_w + ww) * channels; };
+        for_each_window(w, [&](int64_t pos, int64_t h0, int64_t h1, int64_t w0, int64_t w1) {
+          const int64_t o = pos * channels;  // within the image
+          if constexpr (kKind == PoolKind::kMax) {
+            T* top = oi + o;
+            std::copy(xi + offset(h0, w0), xi + offset(h0, w0) + channels, top);
+            for (int64_t h = h0; h < h1; ++h) {
+              for (int64_t ww = w0; ww < w1; ++ww) keep_larger(channels, xi + offset(h, ww), top);
+            }
+          } else {
+            const T count = static_cast<T>((h1 - h0) * (w1 - w0));
+            if constexpr (kKind == PoolKind::kAvg) {
+              std::fill(best.begin(), best.end(), T{0});
               for (int64_t h = h0; h < h1; ++h) {
-                for (int64_t ww = w0; ww < w1; ++ww) keep_larger(channels, xi + offset(h, ww), top);
-              }
-            } else {
-              const T count = static_cast<T>((h1 - h0) * (w1 - w0));
-              if constexpr (kKind == PoolKind::kAvg) {
-                std::fill(best.begin(), best.end(), T{0});
-                for (int64_t h = h0; h < h1; ++h) {
-                  for (int64_t ww = w0; ww < w1; ++ww) {
-                    const T* row = xi + offset(h, ww);
-                    for (int64_t c = 0; c < channels; ++c) best[c] += row[c];
-                  }
+                for (int64_t ww = w0; ww < w1; ++ww) {
+                  const T* row = xi + offset(h, ww);
+                  for (int64_t c = 0; c < channels; ++c) best[c] += row[c];
                 }
-                for (int64_t c = 0; c < channels; ++c) oi[o + c] = best[c] / count;
-              } else {
-                const T* gi = grad + n * image_out + o;
-                for (int64_t c = 0; c < channels; ++c) best[c] = gi[c] / count;
-                for (int64_t h = h0; h < h1; ++h) {
-                  for (int64_t ww = w0; ww < w1; ++ww) {
-                    T* row = oi + offset(h, ww);
-                    for (int64_t c = 0; c < channels; ++c) row[c] += best[c];
-                  }
+              }
+              for (int64_t c = 0; c < channels; ++c) oi[o + c] = best[c] / count;
+            } else {
+              const T* gi = grad + n * image_out + o;
+              for (int64_t c = 0; c < channels; ++c) best[c] = gi[c] / count;
+              for (int64_t h = h0; h < h1; ++h) {
+                for (int64_t ww = w0; ww < w1; ++ww) {
+                  T* row = oi + offset(h, ww);
+                  for (int64_t c = 0; c < channels; ++c) row[c] += best[c];
                 }
               }
             }
           }
-        }
+        });
       }
     });
   }

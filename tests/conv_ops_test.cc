@@ -188,10 +188,51 @@ std::vector<int64_t> window64(int64_t h, int64_t w) { return {1, h, w, 1}; }
 
 // ---- Running on each device ----
 
+// A convolution on random inputs: its input dims, window, output channels, strides and padding.
+struct ConvCase {
+  Dims in;
+  int64_t kh, kw, o, sh, sw;
+  std::string padding;
+};
+
+Geometry geometry(const ConvCase& k) { return geometry(k.in, k.kh, k.kw, k.o, k.sh, k.sw, k.padding); }
+
 // Runs each graph's ops on the device the test is instantiated for: "CPU", or "SIM" (placeholders
 // stay on the host, so inputs cross to the device and outputs back, as a GPU's would).
 class ConvOpsTest : public testing::DeviceOpTest {
  protected:
+  // Conv2D of `k` on random inputs and both its gradients, against the references; the filter's
+  // gradient is computed `filter_runs` times, and every run must give the first one's bits.
+  void expect_conv_and_gradients(DType dtype, const ConvCase& k, int filter_runs = 1) {
+    SCOPED_TRACE(fmt::format("{} {} {}x{} stride {}x{} {}", dtype_name(dtype), Shape(k.in).to_string(), k.kh, k.kw,
+                             k.sh, k.sw, k.padding));
+    const Geometry g = geometry(k);
+    const Tensor x = random(dtype, k.in);
+    const Tensor f = random(dtype, {k.kh, k.kw, g.c, k.o});
+    const Tensor dy = random(dtype, {g.n, g.oh, g.ow, g.o});
+    const auto strides = window64(k.sh, k.sw);
+    expect_values(apply({x, f},
+                        [&](const std::vector<Output>& in) {
+                          return ops::conv2d(in[0], in[1], window(k.sh, k.sw), k.padding);
+                        }),
+                  dtype, Shape{g.n, g.oh, g.ow, g.o}, ref_conv(g, values_of(x), values_of(f)));
+    expect_values(apply({x, f, dy},
+                        [&](const std::vector<Output>& in) {
+                          return internal::conv2d_backprop_input(in[0], in[1], in[2], strides, k.padding);
+                        }),
+                  dtype, x.shape(), ref_conv_backprop_input(g, values_of(f), values_of(dy)));
+    auto filter_grad = [&] {
+      return apply({x, f, dy}, [&](const std::vector<Output>& in) {
+        return internal::conv2d_backprop_filter(in[0], in[1], in[2], strides, k.padding);
+      });
+    };
+    const Tensor df = filter_grad();
+    expect_values(df, dtype, f.shape(), ref_conv_backprop_filter(g, values_of(x), values_of(dy)));
+    for (int run = 1; run < filter_runs; ++run) {
+      EXPECT_TRUE(filter_grad().equals(df)) << "the filter's gradient differs between runs";
+    }
+  }
+
   // conv2d of `in` and `filter` dims, values 1, 2, ... (TF's _VerifyValues), against TF's values.
   void verify_conv(const Dims& in, const Dims& filter, int sh, int sw, const std::string& padding,
                    const std::vector<double>& expected, const Dims& out) {
@@ -282,12 +323,6 @@ TEST_P(ConvOpsTest, MaxPoolSamePadding) {
 
 // ---- Random inputs against the references ----
 
-struct ConvCase {
-  Dims in;
-  int64_t kh, kw, o, sh, sw;
-  std::string padding;
-};
-
 // Pointwise, rectangular, strided, kernel smaller than the stride, window larger than the input
 // (SAME), odd padding, several images.
 const ConvCase kConvCases[] = {
@@ -297,8 +332,6 @@ const ConvCase kConvCases[] = {
     {{1, 7, 7, 1}, 2, 2, 3, 3, 3, "SAME"},  {{2, 4, 4, 2}, 1, 1, 3, 2, 2, "SAME"},
     {{1, 2, 3, 2}, 4, 5, 2, 1, 1, "SAME"},  {{2, 5, 6, 3}, 4, 2, 3, 2, 1, "SAME"},
 };
-
-Geometry geometry(const ConvCase& k) { return geometry(k.in, k.kh, k.kw, k.o, k.sh, k.sw, k.padding); }
 
 TEST_P(ConvOpsTest, Conv2DMatchesTheReference) {
   for (DType dtype : kFloatDTypes) {
@@ -552,28 +585,7 @@ TEST_P(ConvOpsTest, ConvolutionsOfEveryChannelCount) {
     for (int64_t c = 1; c <= 17; ++c) {
       for (const ConvCase& k : {ConvCase{{2, 6, 5, c}, 3, 3, 3, 1, 1, "SAME"}, ConvCase{{1, 5, 7, c}, 2, 3, 2, 2, 2, "SAME"},
                                 ConvCase{{1, 3, 4, c}, 3, 5, 2, 1, 1, "SAME"}}) {
-        SCOPED_TRACE(fmt::format("{} {} {}x{} stride {}x{} {}", dtype_name(dtype), Shape(k.in).to_string(), k.kh,
-                                 k.kw, k.sh, k.sw, k.padding));
-        const Geometry g = geometry(k);
-        const Tensor x = random(dtype, k.in);
-        const Tensor f = random(dtype, {k.kh, k.kw, c, k.o});
-        const Tensor dy = random(dtype, {g.n, g.oh, g.ow, g.o});
-        const auto strides = window64(k.sh, k.sw);
-        expect_values(apply({x, f},
-                            [&](const std::vector<Output>& in) {
-                              return ops::conv2d(in[0], in[1], window(k.sh, k.sw), k.padding);
-                            }),
-                      dtype, Shape{g.n, g.oh, g.ow, g.o}, ref_conv(g, values_of(x), values_of(f)));
-        expect_values(apply({x, f, dy},
-                            [&](const std::vector<Output>& in) {
-                              return internal::conv2d_backprop_input(in[0], in[1], in[2], strides, k.padding);
-                            }),
-                      dtype, x.shape(), ref_conv_backprop_input(g, values_of(f), values_of(dy)));
-        expect_values(apply({x, f, dy},
-                            [&](const std::vector<Output>& in) {
-                              return internal::conv2d_backprop_filter(in[0], in[1], in[2], strides, k.padding);
-                            }),
-                      dtype, f.shape(), ref_conv_backprop_filter(g, values_of(x), values_of(dy)));
+        expect_conv_and_gradients(dtype, k);
       }
     }
   }
@@ -596,33 +608,7 @@ TEST_P(ConvOpsTest, ChunksAndPartsAgainstTheReference) {
       {{40, 9, 10, 3}, 2, 3, 24, 2, 2, "SAME"},
   };
   for (DType dtype : kFloatDTypes) {
-    for (const ConvCase& k : cases) {
-      SCOPED_TRACE(fmt::format("{} {} {}x{} stride {}x{} {}", dtype_name(dtype), Shape(k.in).to_string(), k.kh, k.kw,
-                               k.sh, k.sw, k.padding));
-      const Geometry g = geometry(k);
-      const Tensor x = random(dtype, k.in);
-      const Tensor f = random(dtype, {k.kh, k.kw, g.c, k.o});
-      const Tensor dy = random(dtype, {g.n, g.oh, g.ow, g.o});
-      const auto strides = window64(k.sh, k.sw);
-      expect_values(apply({x, f},
-                          [&](const std::vector<Output>& in) {
-                            return ops::conv2d(in[0], in[1], window(k.sh, k.sw), k.padding);
-                          }),
-                    dtype, Shape{g.n, g.oh, g.ow, g.o}, ref_conv(g, values_of(x), values_of(f)));
-      expect_values(apply({x, f, dy},
-                          [&](const std::vector<Output>& in) {
-                            return internal::conv2d_backprop_input(in[0], in[1], in[2], strides, k.padding);
-                          }),
-                    dtype, x.shape(), ref_conv_backprop_input(g, values_of(f), values_of(dy)));
-      auto filter_grad = [&] {
-        return apply({x, f, dy}, [&](const std::vector<Output>& in) {
-          return internal::conv2d_backprop_filter(in[0], in[1], in[2], strides, k.padding);
-        });
-      };
-      const Tensor df = filter_grad();
-      expect_values(df, dtype, f.shape(), ref_conv_backprop_filter(g, values_of(x), values_of(dy)));
-      EXPECT_TRUE(filter_grad().equals(df)) << "the filter's gradient differs between runs";
-    }
+    for (const ConvCase& k : cases) expect_conv_and_gradients(dtype, k, /*filter_runs=*/2);
   }
 }
 
