@@ -22,6 +22,10 @@
 
 namespace tessera::internal {
 
+// The longest delay the process's clocks take: a century stands for never (longer ones would
+// overflow the deadlines made from them). Timeouts and leases are clamped to it.
+inline constexpr std::chrono::milliseconds kLongestDelay = std::chrono::hours(24 * 365 * 100);
+
 class TimerQueue {
  public:
   using Clock = std::chrono::steady_clock;

@@ -97,10 +97,8 @@ Master::Master(std::string task, std::shared_ptr<WorkerCache> workers, int64_t m
                std::chrono::milliseconds session_idle_timeout, int64_t max_sessions,
                std::chrono::milliseconds partition_lease)
     : task_(std::move(task)), workers_(std::move(workers)), max_graph_nodes_(max_graph_nodes),
-      // A century is never: longer ones would overflow the clock's deadlines.
-      idle_timeout_(std::min<std::chrono::milliseconds>(session_idle_timeout, std::chrono::hours(24 * 365 * 100))),
-      max_sessions_(max_sessions),
-      partition_lease_(std::clamp<std::chrono::milliseconds>(partition_lease, {}, std::chrono::hours(24 * 365 * 100))),
+      idle_timeout_(std::min(session_idle_timeout, kLongestDelay)), max_sessions_(max_sessions),
+      partition_lease_(std::clamp<std::chrono::milliseconds>(partition_lease, {}, kLongestDelay)),
       link_(std::make_shared<Link>()), reclaimed_(kRememberedReclaimed) {
   link_->master = this;
   std::lock_guard<std::mutex> l(mu_);

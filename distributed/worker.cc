@@ -84,11 +84,9 @@ namespace pb = wire::pb;
 
 namespace {
 
-// The longest lease taken: a century is never (longer ones would overflow the clock's deadlines).
-constexpr std::chrono::milliseconds kLongestLease = std::chrono::hours(24 * 365 * 100);
-
+// A lease from the wire, at most kLongestDelay (core/timer.h).
 std::chrono::milliseconds lease_of(int64_t ms) {
-  return std::chrono::milliseconds(std::clamp<int64_t>(ms, 0, kLongestLease.count()));
+  return std::chrono::milliseconds(std::clamp<int64_t>(ms, 0, kLongestDelay.count()));
 }
 
 // "/job:J/replica:0/task:T" (the server's name for its own task) as a spec with a job and a task.
