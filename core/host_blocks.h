@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 
 namespace tessera::internal {
@@ -101,5 +102,14 @@ std::size_t transport_arena_max();
 MallocTuning decide_malloc_tuning(const std::function<const char*(const char*)>& getenv);
 // Applies the settings on the first call (thread-safe); every call returns that first outcome.
 const MallocTuning& tune_malloc_for_transport();
+
+// The GLIBC_TUNABLES value a serving process runs with (Note [Malloc settings for servers]):
+// `getenv`'s own value with glibc's per-thread cache turned off added. Nullopt, with *reason,
+// where that does not apply: tune_malloc_for_transport would stand down (its reasons), or
+// GLIBC_TUNABLES already names a glibc.malloc.tcache tunable (the user's, or ours after the
+// re-exec).
+std::optional<std::string> server_glibc_tunables(const std::function<const char*(const char*)>& getenv,
+                                                 std::string* reason);
+inline constexpr const char* kServerTcacheTunable = "glibc.malloc.tcache_count=0";
 
 }  // namespace tessera::internal

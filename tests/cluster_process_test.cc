@@ -18,6 +18,7 @@
 #include <gtest/gtest.h>
 #include <zmq.hpp>
 
+#include "core/host_blocks.h"
 #include "host/child_process.h"
 #include "testing/test_util.h"
 #include "tessera/server_process.h"
@@ -96,6 +97,39 @@ SessionOptions options(std::chrono::milliseconds rpc_timeout = 5000ms) {
   SessionOptions o;
   o.rpc_timeout = rpc_timeout;
   return o;
+}
+
+// Note [Malloc settings for servers]: `tessera server` runs again, as the same process, with
+// glibc's per-thread cache off, and serves (host_blocks_test checks the call's other cases). glibc
+// splits GLIBC_TUNABLES at its colons in the memory /proc shows, hence a search of the whole.
+TEST(ClusterProcessTest, AServerRunsAgainWithTheTcacheOff) {
+  if (!internal::decide_malloc_tuning([](const char*) -> const char* { return nullptr; }).applied) {
+    GTEST_SKIP() << "the malloc settings do not apply to this build";
+  }
+  std::vector<std::string> env;
+  for (char** e = environ; *e != nullptr; ++e) {
+    const std::string var = *e;
+    if (var.rfind("GLIBC_TUNABLES=", 0) != 0 && var.rfind("MALLOC_", 0) != 0 &&
+        var.rfind("TESSERA_MALLOC_TUNING=", 0) != 0) {
+      env.push_back(var);
+    }
+  }
+  const std::string address = train::free_loopback_address();
+  ChildProcess server({TESSERA_CLI_PATH, "server", "--cluster", "{\"worker\": [\"" + address + "\"]}", "--job",
+                       "worker", "--task", "0"},
+                      env);
+  auto line = server.read_line(60s);
+  ASSERT_TRUE(line && line->find("listening on") != std::string::npos) << server.stderr_text();
+  std::ifstream in("/proc/" + std::to_string(server.pid()) + "/environ");
+  const std::string environment((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(environment.find(std::string("GLIBC_TUNABLES=glibc.malloc.tcache_count=0")), std::string::npos);
+  Graph g;
+  auto sum = ops::add(ops::constant(g, 2.0f), ops::constant(g, 3.0f));
+  Session s(g, "tessera://" + address, options());
+  EXPECT_FLOAT_EQ(s.run(sum).scalar<float>(), 5.0f);
+  s.close();
+  server.signal(SIGTERM);
+  EXPECT_TRUE(server.wait_exit(10s).has_value());
 }
 
 TEST(ClusterProcessTest, CrossTaskArithmeticAndA64MiBTensor) {

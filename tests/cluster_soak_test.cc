@@ -7,9 +7,9 @@
 // - VanishedClientsLeaveNothingBehind (issue 21): client processes open 10,000 sessions and
 //   abandon them, block 1,000 runs, and flood 100,000 bogus RecvTensor calls, and are killed, three
 //   times after a warm-up round at a tenth of that; within the server's idle timeout its threads
-//   and file descriptors come back to within 10% of their idle counts, its resident memory gives
-//   back what a round took and the third round leaves no more than the second, and a normal client
-//   is served throughout. Scaled by TESSERA_SOAK_SESSIONS, TESSERA_SOAK_BLOCKED,
+//   and file descriptors come back to within 10% of their idle counts, its resident memory to
+//   within 10% of its idle value, the third round leaves no more than the second, and a normal
+//   client is served throughout. Scaled by TESSERA_SOAK_SESSIONS, TESSERA_SOAK_BLOCKED,
 //   TESSERA_SOAK_FLOOD and TESSERA_SOAK_ROUNDS (3 at least).
 #include <dirent.h>
 #include <signal.h>
@@ -42,6 +42,7 @@ namespace {
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 using tessera::testing::open_fds;
+using tessera::testing::proc_status_kib;
 using tessera::testing::rss_kib;
 using tessera::testing::threads_of;
 
@@ -370,8 +371,14 @@ TEST(ClusterSoakTest, VanishedClientsLeaveNothingBehind) {
     EXPECT_LE(threads_of(pid), idle_threads + idle_threads / 10) << "round " << r << ": threads (idle " << idle_threads << ")";
     EXPECT_LE(open_fds(pid), idle_fds + idle_fds / 10) << "round " << r << ": descriptors (idle " << idle_fds << ")";
     const long rss = rss_kib(pid);
-    std::printf("soak: round %d settled: %d threads, %d fds, %ld KiB (idle %d, %d, %ld KiB; fresh %ld KiB; peak %ld KiB)\n",
-                r, threads_of(pid), open_fds(pid), rss, idle_threads, idle_fds, idle_rss, fresh_rss, peak_rss);
+    std::printf("soak: round %d settled: %d threads, %d fds, %ld KiB (%ld anonymous, %ld of files; idle %d, %d, %ld KiB; "
+                "fresh %ld KiB; peak %ld KiB)\n",
+                r, threads_of(pid), open_fds(pid), rss, proc_status_kib(pid, "RssAnon"), proc_status_kib(pid, "RssFile"),
+                idle_threads, idle_fds, idle_rss, fresh_rss, peak_rss);
+    if (const char* dir = std::getenv("TESSERA_SOAK_SMAPS")) {
+      std::ifstream in("/proc/" + std::to_string(pid) + "/smaps");
+      std::ofstream(std::string(dir) + "/smaps_" + std::to_string(r)) << in.rdbuf();
+    }
     std::fflush(stdout);
     return rss;
   };
@@ -389,15 +396,13 @@ TEST(ClusterSoakTest, VanishedClientsLeaveNothingBehind) {
   std::printf("soak: resident memory after each round: %s KiB, idle %ld KiB (fresh %ld KiB), peak %ld KiB; normal "
               "client %d runs, %d failures\n",
               after.c_str(), idle_rss, fresh_rss, peak_rss, normal_runs.load(), normal_failures.load());
-  // Resident memory: what a round took (25x idle at its peak) goes back, all but a part that stops
-  // growing. Measured on a 2-core VM: idle 19.7-20.4 MiB (fresh 16.3), six rounds 21.8, 22.2, 22.4,
-  // 22.6, 22.9, 22.7 MiB (+7% to +13%), peak 528 MiB. The rest is malloc's: pages that the few
-  // hundred blocks made since the burst (a new session's, a cache's) share with what the burst
-  // freed: malloc_info counted 1.8 MiB in use against 1.5 at idle, in 2.6 MiB more of resident
-  // pages. Before the memos (Note [Memory of things past]), the cache release and shared arenas
-  // (Note [Malloc settings for transport]): +23% to +40%. Not yet the issue's "within 10%".
+  // Resident memory: what a round took (20x idle at its peak) goes back, to within 10% of idle.
+  // Measured on a 2-core VM: idle 20.1 MiB (fresh 16.8), three rounds +0.3%, -0.9%, -0.3%, peak
+  // 395 MiB. With glibc's per-thread caches on (Note [Malloc settings for servers]): +10.7%, +12.4%,
+  // +15.5%; before the memos (Note [Memory of things past]), the cache release and shared arenas
+  // (Note [Malloc settings for transport]): +23% to +40%.
   for (int r = 0; r < rounds; ++r) {
-    EXPECT_LE(settled[r], idle_rss + idle_rss / 4) << "round " << r + 1 << " kept resident memory";
+    EXPECT_LE(settled[r], idle_rss + idle_rss / 10) << "round " << r + 1 << " kept resident memory";
   }
   EXPECT_LE(settled.back(), settled[1] + settled[1] / 10) << "resident memory grew after round 2";
   EXPECT_EQ(normal_failures.load(), 0);

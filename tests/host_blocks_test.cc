@@ -11,8 +11,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <functional>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <string>
 #include <thread>
@@ -22,6 +24,7 @@
 #include <gtest/gtest.h>
 
 #include "core/tensor_buffer.h"
+#include "host/child_process.h"
 #include "tessera/tensor.h"
 #include "tessera/tessera.h"
 #include "testing/fake_pinner.h"
@@ -290,6 +293,8 @@ TEST(MallocTuningTest, AppliedByDefaultAndNotWhenTheUserOptsOutOrChoseTheirOwn) 
       {"MALLOC_TOP_PAD_", "0"},
       {"MALLOC_ARENA_MAX", "8"},
       {"GLIBC_TUNABLES", "glibc.pthread.rseq=0:glibc.malloc.trim_threshold=1"},
+      {"GLIBC_TUNABLES", "glibc.malloc.arena_max=1"},
+      {"GLIBC_TUNABLES", "glibc.malloc.mmap_threshold=65536"},
   };
   for (const auto& var : refusals) {
     const MallocTuning t = decide_malloc_tuning(env_of({var}));
@@ -298,6 +303,91 @@ TEST(MallocTuningTest, AppliedByDefaultAndNotWhenTheUserOptsOutOrChoseTheirOwn) 
     EXPECT_EQ(t.trim_threshold, 0u) << var.first;
     EXPECT_EQ(t.arena_max, 0u) << var.first;
     EXPECT_NE(t.reason.find(var.first), std::string::npos) << var.first << ": " << t.reason;
+  }
+}
+
+// Note [Malloc settings for servers]: the tcache tunable is added to what GLIBC_TUNABLES holds,
+// once, and not where the user chose settings of their own; a tcache tunable leaves mallopt's
+// settings free to apply (after the re-exec, the transport still sets them).
+TEST(MallocTuningTest, AServerAddsTheTcacheTunableOnceAndOnlyWhereTheTuningApplies) {
+  std::string reason;
+  EXPECT_EQ(server_glibc_tunables(env_of({}), &reason), std::optional<std::string>("glibc.malloc.tcache_count=0"));
+  EXPECT_EQ(server_glibc_tunables(env_of({{"GLIBC_TUNABLES", "glibc.pthread.rseq=0"}}), &reason),
+            std::optional<std::string>("glibc.pthread.rseq=0:glibc.malloc.tcache_count=0"));
+  EXPECT_EQ(server_glibc_tunables(env_of({{"GLIBC_TUNABLES", ""}}), &reason),
+            std::optional<std::string>("glibc.malloc.tcache_count=0"));
+
+  EXPECT_FALSE(server_glibc_tunables(env_of({{"GLIBC_TUNABLES", "glibc.malloc.tcache_count=0"}}), &reason));
+  EXPECT_EQ(reason, "in effect");
+  EXPECT_FALSE(server_glibc_tunables(env_of({{"GLIBC_TUNABLES", "glibc.malloc.tcache_count=3"}}), &reason));
+  EXPECT_EQ(reason, "GLIBC_TUNABLES sets glibc.malloc.tcache");
+  EXPECT_FALSE(server_glibc_tunables(env_of({{"GLIBC_TUNABLES", "glibc.malloc.tcache_max=64"}}), &reason));
+  EXPECT_EQ(reason, "GLIBC_TUNABLES sets glibc.malloc.tcache");
+  for (const auto& var : std::vector<std::pair<std::string, std::string>>{
+           {"TESSERA_MALLOC_TUNING", "0"}, {"MALLOC_ARENA_MAX", "8"}, {"GLIBC_TUNABLES", "glibc.malloc.arena_max=4"}}) {
+    EXPECT_FALSE(server_glibc_tunables(env_of({var}), &reason)) << var.first;
+    EXPECT_NE(reason.find(var.first == "GLIBC_TUNABLES" ? "glibc.malloc.arena_max" : var.first), std::string::npos)
+        << reason;
+  }
+  EXPECT_TRUE(decide_malloc_tuning(env_of({{"GLIBC_TUNABLES", "glibc.malloc.tcache_count=0"}})).applied);
+}
+
+// A process in which apply_server_malloc_settings ran (run by the test below with an environment
+// of its choosing): prints GLIBC_TUNABLES, whether a freed small block went to the arena's fast
+// bins (tcache off) or stayed in the thread's cache (mallinfo2 counts the tcache's blocks as in
+// use), and what the call said when it returned.
+TEST(MallocTuningTest, DISABLED_ServerMallocProbe) {
+  std::ifstream in("/proc/self/cmdline");
+  std::vector<std::string> args;
+  for (std::string arg; std::getline(in, arg, '\0');) args.push_back(arg);
+  std::vector<char*> argv;
+  for (std::string& arg : args) argv.push_back(arg.data());
+  argv.push_back(nullptr);
+  const std::string said = train::apply_server_malloc_settings(argv.data());
+  static void* volatile block;  // volatile: the compiler may not drop the malloc and free
+  block = std::malloc(40);
+  const std::size_t before = mallinfo2().fsmblks;
+  std::free(block);
+  const bool tcache_off = mallinfo2().fsmblks > before;
+  const char* tunables = std::getenv("GLIBC_TUNABLES");
+  std::printf("probe: [%s] tcache %s, said '%s'\n", tunables != nullptr ? tunables : "unset", tcache_off ? "off" : "on",
+              said.c_str());
+  std::fflush(stdout);
+}
+
+// Note [Malloc settings for servers] in effect: the process runs again with the tcache off and the
+// tunable added to the user's, unless the user chose otherwise.
+TEST(MallocTuningTest, AServerProcessRunsAgainWithTheTcacheOffUnlessTheUserChoseOtherwise) {
+  std::vector<std::string> base;
+  for (char** e = environ; *e != nullptr; ++e) {
+    const std::string var = *e;
+    if (var.rfind("GLIBC_TUNABLES=", 0) != 0 && var.rfind("MALLOC_", 0) != 0 &&
+        var.rfind("TESSERA_MALLOC_TUNING=", 0) != 0) {
+      base.push_back(var);
+    }
+  }
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"", "probe: [glibc.malloc.tcache_count=0] tcache off, said 'in effect'"},
+      {"GLIBC_TUNABLES=glibc.pthread.rseq=1",
+       "probe: [glibc.pthread.rseq=1:glibc.malloc.tcache_count=0] tcache off, said 'in effect'"},
+      {"GLIBC_TUNABLES=glibc.malloc.tcache_count=3",
+       "probe: [glibc.malloc.tcache_count=3] tcache on, said 'GLIBC_TUNABLES sets glibc.malloc.tcache'"},
+      {"TESSERA_MALLOC_TUNING=0", "probe: [unset] tcache on, said 'TESSERA_MALLOC_TUNING=0'"},
+  };
+  for (const auto& [extra, want] : cases) {
+    std::vector<std::string> env = base;
+    if (!extra.empty()) env.push_back(extra);
+    tessera::internal::ChildProcess probe({"/proc/self/exe", "--gtest_also_run_disabled_tests",
+                                           "--gtest_filter=MallocTuningTest.DISABLED_ServerMallocProbe"},
+                                          env);
+    std::optional<std::string> line;
+    for (auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+         std::chrono::steady_clock::now() < until && !(line && line->rfind("probe:", 0) == 0);) {
+      line = probe.read_line(std::chrono::seconds(60));
+      if (!line) break;
+    }
+    EXPECT_EQ(line.value_or("(nothing)"), want) << extra << ": " << probe.stderr_text();
+    EXPECT_TRUE(probe.wait_exit(std::chrono::seconds(30)).has_value()) << extra;
   }
 }
 
@@ -377,6 +467,9 @@ TEST(MallocTuningTest, NotAppliedWithoutGlibcOrUnderASanitizer) {
   EXPECT_FALSE(t.applied);
   EXPECT_FALSE(t.reason.empty());
   EXPECT_FALSE(tune_malloc_for_transport().applied);
+  std::string reason;
+  EXPECT_FALSE(server_glibc_tunables(env_of({}), &reason));
+  EXPECT_EQ(reason, t.reason);
 }
 #endif
 

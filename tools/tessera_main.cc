@@ -435,6 +435,9 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (*server) {
+      // Before any thread starts: run again with glibc's malloc settings for a server (returns
+      // where they do not apply, or are in effect already).
+      tessera::train::apply_server_malloc_settings(argv);
       auto given = [](CLI::Option* o, const auto& value) {
         using T = std::decay_t<decltype(value)>;
         return o->count() > 0 ? std::optional<T>(value) : std::nullopt;

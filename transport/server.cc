@@ -3,8 +3,12 @@
 #include "tessera/server.h"
 
 #include <arpa/inet.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <climits>
+#include <cstdlib>
+#include <cstring>
 #include <functional>
 #include <map>
 #include <mutex>
@@ -16,6 +20,7 @@
 #include "core/device.h"
 #include "core/device_factory.h"
 #include "core/device_name.h"
+#include "core/host_blocks.h"
 #include "core/logging.h"
 #include "core/timer.h"
 #include "tessera/errors.h"
@@ -677,5 +682,22 @@ std::string Server::target() const { return impl().target(); }
 const ClusterSpec& Server::cluster() const { return impl().cluster(); }
 const std::string& Server::job_name() const { return impl().job_name(); }
 int Server::task_index() const { return impl().task_index(); }
+
+std::string apply_server_malloc_settings(char** argv) {
+  std::string reason;
+  auto tunables = internal::server_glibc_tunables([](const char* name) -> const char* { return std::getenv(name); },
+                                                  &reason);
+  if (!tunables) return reason;
+  if (argv == nullptr || argv[0] == nullptr) return "no arguments to run again";
+  const char* before = std::getenv("GLIBC_TUNABLES");
+  const std::optional<std::string> old = before != nullptr ? std::optional<std::string>(before) : std::nullopt;
+  if (::setenv("GLIBC_TUNABLES", tunables->c_str(), 1) != 0) return std::string("setenv: ") + std::strerror(errno);
+  ::execv("/proc/self/exe", argv);  // returns only on failure
+  const std::string failed = std::string("exec /proc/self/exe: ") + std::strerror(errno);
+  // The environment as it was, so that what the process runs later sees no change either.
+  if (old) ::setenv("GLIBC_TUNABLES", old->c_str(), 1);
+  else ::unsetenv("GLIBC_TUNABLES");
+  return failed;
+}
 
 }  // namespace tessera::train

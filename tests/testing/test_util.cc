@@ -44,14 +44,17 @@ int threads_of(int pid) { return count_entries("/proc/" + std::to_string(pid) + 
 
 int open_fds(int pid) { return count_entries("/proc/" + std::to_string(pid) + "/fd"); }
 
-long rss_kib(int pid) {
+long proc_status_kib(int pid, const std::string& field) {
   std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  const std::string key = field + ":";
   std::string line;
   while (std::getline(in, line)) {
-    if (line.rfind("VmRSS:", 0) == 0) return std::strtol(line.c_str() + 6, nullptr, 10);
+    if (line.rfind(key, 0) == 0) return std::strtol(line.c_str() + key.size(), nullptr, 10);
   }
   return -1;
 }
+
+long rss_kib(int pid) { return proc_status_kib(pid, "VmRSS"); }
 
 void TempDirTest::SetUp() {
   dir_ = std::filesystem::temp_directory_path() /

@@ -71,6 +71,8 @@ class ScopedEnv {
 int threads_of(int pid);
 int open_fds(int pid);
 long rss_kib(int pid);
+// A field of /proc/PID/status given in KiB ("RssAnon", "RssFile", ...); -1 where absent.
+long proc_status_kib(int pid, const std::string& field);
 
 // A fixture that gives each test a fresh folder of its own, `dir_` (ctest runs tests in parallel
 // processes): <temp>/<prefix>_<pid>_<test name>, removed with what it holds after the test.
