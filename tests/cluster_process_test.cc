@@ -106,14 +106,7 @@ TEST(ClusterProcessTest, AServerRunsAgainWithTheTcacheOff) {
   if (!internal::decide_malloc_tuning([](const char*) -> const char* { return nullptr; }).applied) {
     GTEST_SKIP() << "the malloc settings do not apply to this build";
   }
-  std::vector<std::string> env;
-  for (char** e = environ; *e != nullptr; ++e) {
-    const std::string var = *e;
-    if (var.rfind("GLIBC_TUNABLES=", 0) != 0 && var.rfind("MALLOC_", 0) != 0 &&
-        var.rfind("TESSERA_MALLOC_TUNING=", 0) != 0) {
-      env.push_back(var);
-    }
-  }
+  const std::vector<std::string> env = testing::environment_without_malloc_settings();
   const std::string address = train::free_loopback_address();
   ChildProcess server({TESSERA_CLI_PATH, "server", "--cluster", "{\"worker\": [\"" + address + "\"]}", "--job",
                        "worker", "--task", "0"},

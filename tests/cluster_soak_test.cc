@@ -10,7 +10,8 @@
 //   and file descriptors come back to within 10% of their idle counts, its resident memory to
 //   within 10% of its idle value, the third round leaves no more than the second, and a normal
 //   client is served throughout. Scaled by TESSERA_SOAK_SESSIONS, TESSERA_SOAK_BLOCKED,
-//   TESSERA_SOAK_FLOOD and TESSERA_SOAK_ROUNDS (3 at least).
+//   TESSERA_SOAK_FLOOD and TESSERA_SOAK_ROUNDS (3 at least); TESSERA_SOAK_SMAPS=DIR writes the
+//   server's /proc/PID/smaps to DIR/smaps_ROUND once each round settles (which mappings kept what).
 #include <dirent.h>
 #include <signal.h>
 #include <unistd.h>

@@ -358,14 +358,7 @@ TEST(MallocTuningTest, DISABLED_ServerMallocProbe) {
 // Note [Malloc settings for servers] in effect: the process runs again with the tcache off and the
 // tunable added to the user's, unless the user chose otherwise.
 TEST(MallocTuningTest, AServerProcessRunsAgainWithTheTcacheOffUnlessTheUserChoseOtherwise) {
-  std::vector<std::string> base;
-  for (char** e = environ; *e != nullptr; ++e) {
-    const std::string var = *e;
-    if (var.rfind("GLIBC_TUNABLES=", 0) != 0 && var.rfind("MALLOC_", 0) != 0 &&
-        var.rfind("TESSERA_MALLOC_TUNING=", 0) != 0) {
-      base.push_back(var);
-    }
-  }
+  const std::vector<std::string> base = tessera::testing::environment_without_malloc_settings();
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"", "probe: [glibc.malloc.tcache_count=0] tcache off, said 'in effect'"},
       {"GLIBC_TUNABLES=glibc.pthread.rseq=1",

@@ -56,6 +56,18 @@ long proc_status_kib(int pid, const std::string& field) {
 
 long rss_kib(int pid) { return proc_status_kib(pid, "VmRSS"); }
 
+std::vector<std::string> environment_without_malloc_settings() {
+  std::vector<std::string> env;
+  for (char** e = environ; *e != nullptr; ++e) {
+    const std::string var = *e;
+    if (var.rfind("GLIBC_TUNABLES=", 0) != 0 && var.rfind("MALLOC_", 0) != 0 &&
+        var.rfind("TESSERA_MALLOC_TUNING=", 0) != 0) {
+      env.push_back(var);
+    }
+  }
+  return env;
+}
+
 void TempDirTest::SetUp() {
   dir_ = std::filesystem::temp_directory_path() /
          (prefix_ + "_" + std::to_string(::getpid()) + "_" +

@@ -73,6 +73,9 @@ int open_fds(int pid);
 long rss_kib(int pid);
 // A field of /proc/PID/status given in KiB ("RssAnon", "RssFile", ...); -1 where absent.
 long proc_status_kib(int pid, const std::string& field);
+// This process's environment ("NAME=value" each) without malloc settings (GLIBC_TUNABLES,
+// MALLOC_*, TESSERA_MALLOC_TUNING): for a child whose malloc settings a test chooses.
+std::vector<std::string> environment_without_malloc_settings();
 
 // A fixture that gives each test a fresh folder of its own, `dir_` (ctest runs tests in parallel
 // processes): <temp>/<prefix>_<pid>_<test name>, removed with what it holds after the test.
