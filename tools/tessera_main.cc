@@ -437,7 +437,10 @@ int main(int argc, char** argv) {
     if (*server) {
       // Before any thread starts: run again with glibc's malloc settings for a server (returns
       // where they do not apply, or are in effect already).
-      tessera::train::apply_server_malloc_settings(argv);
+      const std::string malloc_said = tessera::train::apply_server_malloc_settings(argv);
+      if (malloc_said.rfind("exec ", 0) == 0) {
+        std::cerr << "tessera server: warning: glibc's per-thread malloc caches stay on (" << malloc_said << ")\n";
+      }
       auto given = [](CLI::Option* o, const auto& value) {
         using T = std::decay_t<decltype(value)>;
         return o->count() > 0 ? std::optional<T>(value) : std::nullopt;

@@ -163,7 +163,8 @@ class Server {
 // once freed (the server's resident memory after such a burst: +1-3% of idle with it, +11-16%
 // without). It returns, doing nothing, only where it does not apply, saying why: not glibc, a
 // sanitizer build, TESSERA_MALLOC_TUNING=0, malloc settings of the user's own (MALLOC_ARENA_MAX,
-// a glibc.malloc tunable of the same), already in effect ("in effect"), or the exec failed.
+// a glibc.malloc tunable of the same), already in effect ("in effect"), or the exec failed (the
+// reason then starts "exec ": /proc not mounted, say).
 std::string apply_server_malloc_settings(char** argv);
 
 }  // namespace tessera::train
