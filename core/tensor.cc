@@ -305,9 +305,9 @@ inline TensorBuffer* allocate_buffer(std::size_t bytes) {
 void release_strings(TensorBuffer* b) {
   auto* p = static_cast<std::string*>(b->data);
   std::destroy_n(p, b->bytes / sizeof(std::string));
-  const std::size_t total = kHeader + b->bytes;
   b->~TensorBuffer();
-  ::operator delete(static_cast<void*>(b), total, std::align_val_t{Tensor::kAlignment});
+  // Unsized: clang does not declare the sized aligned delete without -fsized-deallocation.
+  ::operator delete(static_cast<void*>(b), std::align_val_t{Tensor::kAlignment});
 }
 
 TensorBuffer* allocate_strings(std::size_t count) {
