@@ -20,6 +20,7 @@
 
 #include "testing/test_util.h"
 #include "core/host_blocks.h"
+#include "core/string_tensor.h"
 #include "transport/rpc_stream.h"
 
 namespace tessera::internal {
@@ -236,6 +237,26 @@ TEST(RpcTest, AServerAppliesTheTransportsMallocSettings) {
   EXPECT_TRUE(tune_malloc_for_transport().applied);
 }
 #endif
+
+// A String tensor travels as its length-prefixed encoding, never as its std::string objects (whose
+// bytes are pointers): tensor_frame encodes it, frame_to_tensor decodes it, and a frame that is
+// not the encoding of that many strings is refused, even one the size of that many objects.
+TEST(RpcTest, StringTensorsTravelAsTheirEncoding) {
+  std::vector<std::string> words = {"", "tessera", std::string(20000, 'x'), std::string("a\0b", 3)};
+  const Tensor t = Tensor::vector(words);
+  auto frame = tensor_frame(t);
+  ASSERT_TRUE(frame.ok());
+  EXPECT_EQ(frame.value().to_string(), encode_strings(t));
+  auto back = frame_to_tensor(std::move(frame).value(), DType::String, Shape{4});
+  ASSERT_TRUE(back.ok()) << back.status().message();
+  EXPECT_EQ(back.value().to_vector<std::string>(), words);
+
+  EXPECT_EQ(frame_to_tensor(zmq::message_t(encode_strings(t)), DType::String, Shape{5}).status().code(),
+            ErrorCode::kInvalidArgument);
+  const std::string objects(4 * sizeof(std::string), '\x41');  // as many bytes as four std::strings
+  EXPECT_EQ(frame_to_tensor(zmq::message_t(objects), DType::String, Shape{4}).status().code(),
+            ErrorCode::kInvalidArgument);
+}
 
 TEST(RpcTest, FrameToTensorChecksSizeAndAlignment) {
   auto bad = frame_to_tensor(string_frame("abc"), DType::Float32, Shape{2});

@@ -64,15 +64,18 @@ zmq::message_t string_frame(std::string_view s);
 
 // A frame holding `t`'s bytes (the host tensor's data, row-major). At kZeroCopyMinBytes and above
 // the frame references the tensor's buffer, which it keeps alive until libzmq is done with it (a
-// copy-on-write writer sees the buffer as shared). FailedPrecondition for a null tensor or one
-// whose data lives on a device.
+// copy-on-write writer sees the buffer as shared). A String tensor's frame is its length-prefixed
+// encoding (encode_strings, core/string_tensor.h), a copy: its elements are std::string objects.
+// FailedPrecondition for a null tensor or one whose data lives on a device.
 StatusOr<zmq::message_t> tensor_frame(const Tensor& t);
 
 // A tensor of `dtype` and fully defined `shape` over a received frame's bytes. InvalidArgument when
 // the frame's size is not num_elements * dtype_size. A frame of at least kZeroCopyMinBytes whose
 // data is aligned to `required_alignment` (a power of two) is wrapped without copying: the tensor
 // owns the zmq message and frees it with its buffer. Otherwise the bytes are copied into a fresh
-// (64-byte aligned) tensor; Bool frames are always copied, normalizing each byte to 0 or 1.
+// (64-byte aligned) tensor; Bool frames are always copied, normalizing each byte to 0 or 1. A
+// String frame is decoded (decode_strings: InvalidArgument for an encoding that does not hold
+// exactly num_elements strings).
 //
 // The default keeps Tensor's 64-byte alignment promise, which libzmq 4.3 never meets for received
 // frames (its message data sits 40 bytes after a malloc'ed header: 8 mod 16). A caller that needs

@@ -4,7 +4,6 @@
 #include <atomic>
 #include <utility>
 
-#include "core/string_tensor.h"
 
 namespace tessera::internal {
 
@@ -61,8 +60,7 @@ StatusOr<Tensor> tensor_from_frames(const wire::TensorMeta& meta, std::vector<zm
   auto dtype = wire::decode_dtype(meta.dtype());
   if (!dtype.ok()) return dtype.status();
   TESSERA_RETURN_IF_ERROR(wire::validate_tensor_content(dtype.value(), frames[index].data(), frames[index].size()));
-  // A string tensor's frame is its encoding, not its elements: decoded (copied) element by element.
-  if (dtype.value() == DType::String) return wire::decode_tensor(meta, frames[index].data(), frames[index].size(), max_bytes);
+  // (A string tensor's frame is its encoding: frame_to_tensor decodes it, element by element.)
   std::vector<int64_t> dims(meta.dims().begin(), meta.dims().end());
   Shape shape(dims);
   return frame_to_tensor(std::move(frames[index]), dtype.value(), shape, dtype_size(dtype.value()));
@@ -70,7 +68,7 @@ StatusOr<Tensor> tensor_from_frames(const wire::TensorMeta& meta, std::vector<zm
 
 StatusOr<wire::TensorMeta> tensor_to_frames(const Tensor& t, std::vector<zmq::message_t>* frames,
                                             std::size_t first_frame) {
-  auto frame = t.dtype() == DType::String ? StatusOr<zmq::message_t>(string_frame(encode_strings(t))) : tensor_frame(t);
+  auto frame = tensor_frame(t);
   if (!frame.ok()) return frame.status();
   const auto index = static_cast<uint32_t>(first_frame + frames->size());
   frames->push_back(std::move(frame).value());

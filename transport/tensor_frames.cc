@@ -5,7 +5,9 @@
 #include <atomic>
 #include <cstdint>
 #include <cstring>
+#include <string_view>
 
+#include "core/string_tensor.h"
 #include "core/tensor_buffer.h"
 
 namespace tessera::internal {
@@ -53,6 +55,7 @@ StatusOr<zmq::message_t> tensor_frame(const Tensor& t) {
     return errors::failed_precondition("cannot send a tensor held by {}: copy it to host memory first",
                                        t.device());
   }
+  if (t.dtype() == DType::String) return string_frame(encode_strings(t));
   const std::size_t bytes = t.bytes();
   if (bytes < kZeroCopyMinBytes) return zmq::message_t(t.raw_data(), bytes);
   auto* sent = new SentTensor{t};
@@ -66,6 +69,9 @@ StatusOr<Tensor> frame_to_tensor(zmq::message_t frame, DType dtype, const Shape&
   TESSERA_CHECK(required_alignment > 0 && (required_alignment & (required_alignment - 1)) == 0);
   if (!shape.fully_defined()) {
     return errors::invalid_argument("a received tensor needs a fully defined shape, got {}", shape.to_string());
+  }
+  if (dtype == DType::String) {
+    return decode_strings(std::string_view(static_cast<const char*>(frame.data()), frame.size()), shape);
   }
   const std::size_t expected = static_cast<std::size_t>(shape.num_elements()) * dtype_size(dtype);
   if (frame.size() != expected) {
