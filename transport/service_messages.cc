@@ -4,7 +4,6 @@
 #include <atomic>
 #include <utility>
 
-
 namespace tessera::internal {
 
 namespace {
