@@ -44,10 +44,7 @@ struct Fixture {
     EXPECT_TRUE(p.ok()) << p.status().to_string();
     return p.ok() ? p.value() : nullptr;
   }
-  int backing_allocs() {
-    std::lock_guard<std::mutex> lock(log->mu);
-    return log->allocs;
-  }
+  int backing_allocs() { return log->count(&BackingLog::allocs); }
 };
 
 TEST(CachingAllocatorTest, ReusesFreedMemoryWithoutNewBackingAllocations) {

@@ -92,32 +92,32 @@ void each_window_element(const Geometry& g, F fn) {
             }
 }
 
+// Calls fn(xi, fi, yi) for every product x[xi] * f[fi] that a convolution adds to y[yi]: the
+// convolution and both its gradients are this one sum, each accumulating into another operand.
+template <class F>
+void each_conv_product(const Geometry& g, F fn) {
+  each_window_element(g, [&](int64_t n, int64_t oh, int64_t ow, int64_t o, int64_t h, int64_t w, int64_t i, int64_t j) {
+    for (int64_t c = 0; c < g.c; ++c) fn(x_index(g, n, h, w, c), f_index(g, i, j, c, o), y_index(g, n, oh, ow, o));
+  });
+}
+
 std::vector<double> ref_conv(const Geometry& g, const std::vector<double>& x, const std::vector<double>& f) {
   std::vector<double> y(static_cast<std::size_t>(g.n * g.oh * g.ow * g.o), 0.0);
-  each_window_element(g, [&](int64_t n, int64_t oh, int64_t ow, int64_t o, int64_t h, int64_t w, int64_t i, int64_t j) {
-    for (int64_t c = 0; c < g.c; ++c)
-      y[y_index(g, n, oh, ow, o)] += x[x_index(g, n, h, w, c)] * f[f_index(g, i, j, c, o)];
-  });
+  each_conv_product(g, [&](int64_t xi, int64_t fi, int64_t yi) { y[yi] += x[xi] * f[fi]; });
   return y;
 }
 
 std::vector<double> ref_conv_backprop_input(const Geometry& g, const std::vector<double>& f,
                                             const std::vector<double>& dy) {
   std::vector<double> dx(static_cast<std::size_t>(g.n * g.h * g.w * g.c), 0.0);
-  each_window_element(g, [&](int64_t n, int64_t oh, int64_t ow, int64_t o, int64_t h, int64_t w, int64_t i, int64_t j) {
-    for (int64_t c = 0; c < g.c; ++c)
-      dx[x_index(g, n, h, w, c)] += dy[y_index(g, n, oh, ow, o)] * f[f_index(g, i, j, c, o)];
-  });
+  each_conv_product(g, [&](int64_t xi, int64_t fi, int64_t yi) { dx[xi] += dy[yi] * f[fi]; });
   return dx;
 }
 
 std::vector<double> ref_conv_backprop_filter(const Geometry& g, const std::vector<double>& x,
                                              const std::vector<double>& dy) {
   std::vector<double> df(static_cast<std::size_t>(g.kh * g.kw * g.c * g.o), 0.0);
-  each_window_element(g, [&](int64_t n, int64_t oh, int64_t ow, int64_t o, int64_t h, int64_t w, int64_t i, int64_t j) {
-    for (int64_t c = 0; c < g.c; ++c)
-      df[f_index(g, i, j, c, o)] += x[x_index(g, n, h, w, c)] * dy[y_index(g, n, oh, ow, o)];
-  });
+  each_conv_product(g, [&](int64_t xi, int64_t fi, int64_t yi) { df[fi] += x[xi] * dy[yi]; });
   return df;
 }
 
@@ -197,40 +197,74 @@ struct ConvCase {
 
 Geometry geometry(const ConvCase& k) { return geometry(k.in, k.kh, k.kw, k.o, k.sh, k.sw, k.padding); }
 
+// "float32 [2,5,5,3] 3x3 stride 2x1 SAME": a convolution or pooling case, for traces.
+template <class Case>
+std::string describe_case(DType dtype, const Case& k) {
+  return fmt::format("{} {} {}x{} stride {}x{} {}", dtype_name(dtype), Shape(k.in).to_string(), k.kh, k.kw, k.sh, k.sw,
+                     k.padding);
+}
+
+// A convolution case's random inputs: the input, the filter and a gradient of the output, drawn in
+// that order.
+struct ConvInputs {
+  Geometry g;
+  Tensor x, f, dy;
+};
+
+ConvInputs random_inputs(DType dtype, const ConvCase& k) {
+  const Geometry g = geometry(k);
+  Tensor x = random(dtype, k.in);
+  Tensor f = random(dtype, {k.kh, k.kw, g.c, k.o});
+  Tensor dy = random(dtype, {g.n, g.oh, g.ow, g.o});
+  return {g, std::move(x), std::move(f), std::move(dy)};
+}
+
 // Runs each graph's ops on the device the test is instantiated for: "CPU", or "SIM" (placeholders
 // stay on the host, so inputs cross to the device and outputs back, as a GPU's would).
 class ConvOpsTest : public testing::DeviceOpTest {
  protected:
-  // Conv2D of `k` on random inputs and both its gradients, against the references; the filter's
-  // gradient is computed `filter_runs` times, and every run must give the first one's bits.
-  void expect_conv_and_gradients(DType dtype, const ConvCase& k, int filter_runs = 1) {
-    SCOPED_TRACE(fmt::format("{} {} {}x{} stride {}x{} {}", dtype_name(dtype), Shape(k.in).to_string(), k.kh, k.kw,
-                             k.sh, k.sw, k.padding));
-    const Geometry g = geometry(k);
-    const Tensor x = random(dtype, k.in);
-    const Tensor f = random(dtype, {k.kh, k.kw, g.c, k.o});
-    const Tensor dy = random(dtype, {g.n, g.oh, g.ow, g.o});
-    const auto strides = window64(k.sh, k.sw);
-    expect_values(apply({x, f},
-                        [&](const std::vector<Output>& in) {
-                          return ops::conv2d(in[0], in[1], window(k.sh, k.sw), k.padding);
+  // Conv2D of `in` (case `k`), against ref_conv.
+  void expect_conv(DType dtype, const ConvCase& k, const ConvInputs& in) {
+    const Geometry& g = in.g;
+    expect_values(apply({in.x, in.f},
+                        [&](const std::vector<Output>& t) {
+                          return ops::conv2d(t[0], t[1], window(k.sh, k.sw), k.padding);
                         }),
-                  dtype, Shape{g.n, g.oh, g.ow, g.o}, ref_conv(g, values_of(x), values_of(f)));
-    expect_values(apply({x, f, dy},
-                        [&](const std::vector<Output>& in) {
-                          return internal::conv2d_backprop_input(in[0], in[1], in[2], strides, k.padding);
+                  dtype, Shape{g.n, g.oh, g.ow, g.o}, ref_conv(g, values_of(in.x), values_of(in.f)));
+  }
+
+  // Conv2D's gradient with respect to its input, of `in` (case `k`), against ref_conv_backprop_input.
+  void expect_conv_backprop_input(DType dtype, const ConvCase& k, const ConvInputs& in) {
+    expect_values(apply({in.x, in.f, in.dy},
+                        [&](const std::vector<Output>& t) {
+                          return internal::conv2d_backprop_input(t[0], t[1], t[2], window64(k.sh, k.sw), k.padding);
                         }),
-                  dtype, x.shape(), ref_conv_backprop_input(g, values_of(f), values_of(dy)));
+                  dtype, in.x.shape(), ref_conv_backprop_input(in.g, values_of(in.f), values_of(in.dy)));
+  }
+
+  // Conv2D's gradient with respect to its filter, of `in` (case `k`), against
+  // ref_conv_backprop_filter; computed `runs` times, and every run must give the first one's bits.
+  void expect_conv_backprop_filter(DType dtype, const ConvCase& k, const ConvInputs& in, int runs = 1) {
     auto filter_grad = [&] {
-      return apply({x, f, dy}, [&](const std::vector<Output>& in) {
-        return internal::conv2d_backprop_filter(in[0], in[1], in[2], strides, k.padding);
+      return apply({in.x, in.f, in.dy}, [&](const std::vector<Output>& t) {
+        return internal::conv2d_backprop_filter(t[0], t[1], t[2], window64(k.sh, k.sw), k.padding);
       });
     };
     const Tensor df = filter_grad();
-    expect_values(df, dtype, f.shape(), ref_conv_backprop_filter(g, values_of(x), values_of(dy)));
-    for (int run = 1; run < filter_runs; ++run) {
+    expect_values(df, dtype, in.f.shape(), ref_conv_backprop_filter(in.g, values_of(in.x), values_of(in.dy)));
+    for (int run = 1; run < runs; ++run) {
       EXPECT_TRUE(filter_grad().equals(df)) << "the filter's gradient differs between runs";
     }
+  }
+
+  // Conv2D of `k` on random inputs and both its gradients, against the references; the filter's
+  // gradient is computed `filter_runs` times, and every run must give the first one's bits.
+  void expect_conv_and_gradients(DType dtype, const ConvCase& k, int filter_runs = 1) {
+    SCOPED_TRACE(describe_case(dtype, k));
+    const ConvInputs in = random_inputs(dtype, k);
+    expect_conv(dtype, k, in);
+    expect_conv_backprop_input(dtype, k, in);
+    expect_conv_backprop_filter(dtype, k, in, filter_runs);
   }
 
   // conv2d of `in` and `filter` dims, values 1, 2, ... (TF's _VerifyValues), against TF's values.
@@ -333,78 +367,37 @@ const ConvCase kConvCases[] = {
     {{1, 2, 3, 2}, 4, 5, 2, 1, 1, "SAME"},  {{2, 5, 6, 3}, 4, 2, 3, 2, 1, "SAME"},
 };
 
-TEST_P(ConvOpsTest, Conv2DMatchesTheReference) {
+// Calls check(dtype, k, inputs) for each floating point dtype and each of kConvCases, on random
+// inputs, traced.
+template <class Check>
+void for_each_conv_case(Check check) {
   for (DType dtype : kFloatDTypes) {
     for (const ConvCase& k : kConvCases) {
-      SCOPED_TRACE(fmt::format("{} {} {}x{} stride {}x{} {}", dtype_name(dtype), Shape(k.in).to_string(), k.kh, k.kw,
-                               k.sh, k.sw, k.padding));
-      const Geometry g = geometry(k);
-      const Tensor x = random(dtype, k.in);
-      const Tensor f = random(dtype, {k.kh, k.kw, g.c, k.o});
-      Tensor y = apply({x, f}, [&](const std::vector<Output>& in) {
-        return ops::conv2d(in[0], in[1], window(k.sh, k.sw), k.padding);
-      });
-      expect_values(y, dtype, Shape{g.n, g.oh, g.ow, g.o}, ref_conv(g, values_of(x), values_of(f)));
+      SCOPED_TRACE(describe_case(dtype, k));
+      check(dtype, k, random_inputs(dtype, k));
     }
   }
+}
+
+TEST_P(ConvOpsTest, Conv2DMatchesTheReference) {
+  for_each_conv_case([&](DType dtype, const ConvCase& k, const ConvInputs& in) { expect_conv(dtype, k, in); });
 }
 
 TEST_P(ConvOpsTest, Conv2DBackpropInputMatchesTheReference) {
-  for (DType dtype : kFloatDTypes) {
-    for (const ConvCase& k : kConvCases) {
-      SCOPED_TRACE(fmt::format("{} {} {}x{} stride {}x{} {}", dtype_name(dtype), Shape(k.in).to_string(), k.kh, k.kw,
-                               k.sh, k.sw, k.padding));
-      const Geometry g = geometry(k);
-      const Tensor x = random(dtype, k.in);
-      const Tensor f = random(dtype, {k.kh, k.kw, g.c, k.o});
-      const Tensor dy = random(dtype, {g.n, g.oh, g.ow, g.o});
-      Tensor dx = apply({x, f, dy}, [&](const std::vector<Output>& in) {
-        return internal::conv2d_backprop_input(in[0], in[1], in[2], window64(k.sh, k.sw), k.padding);
-      });
-      expect_values(dx, dtype, Shape(k.in), ref_conv_backprop_input(g, values_of(f), values_of(dy)));
-    }
-  }
+  for_each_conv_case(
+      [&](DType dtype, const ConvCase& k, const ConvInputs& in) { expect_conv_backprop_input(dtype, k, in); });
 }
 
 TEST_P(ConvOpsTest, Conv2DBackpropFilterMatchesTheReference) {
-  for (DType dtype : kFloatDTypes) {
-    for (const ConvCase& k : kConvCases) {
-      SCOPED_TRACE(fmt::format("{} {} {}x{} stride {}x{} {}", dtype_name(dtype), Shape(k.in).to_string(), k.kh, k.kw,
-                               k.sh, k.sw, k.padding));
-      const Geometry g = geometry(k);
-      const Tensor x = random(dtype, k.in);
-      const Tensor f = random(dtype, {k.kh, k.kw, g.c, k.o});
-      const Tensor dy = random(dtype, {g.n, g.oh, g.ow, g.o});
-      Tensor df = apply({x, f, dy}, [&](const std::vector<Output>& in) {
-        return internal::conv2d_backprop_filter(in[0], in[1], in[2], window64(k.sh, k.sw), k.padding);
-      });
-      expect_values(df, dtype, f.shape(), ref_conv_backprop_filter(g, values_of(x), values_of(dy)));
-    }
-  }
+  for_each_conv_case(
+      [&](DType dtype, const ConvCase& k, const ConvInputs& in) { expect_conv_backprop_filter(dtype, k, in); });
 }
 
 // Patches larger than one chunk (256 KiB): the output is made in several BLAS calls, and the
 // filter's gradient accumulated over them.
 TEST_P(ConvOpsTest, LargeConvolutionsSpanSeveralChunks) {
-  const ConvCase k{{2, 40, 40, 64}, 3, 3, 8, 1, 1, "SAME"};  // 3200 rows of 576 floats: 7 MiB
-  const Geometry g = geometry(k);
-  const Tensor x = random(DType::Float32, k.in);
-  const Tensor f = random(DType::Float32, {3, 3, 64, 8});
-  const Tensor dy = random(DType::Float32, {g.n, g.oh, g.ow, g.o});
-  const auto strides = window(1, 1);
-  expect_values(
-      apply({x, f}, [&](const std::vector<Output>& in) { return ops::conv2d(in[0], in[1], strides, "SAME"); }),
-      DType::Float32, Shape{2, 40, 40, 8}, ref_conv(g, values_of(x), values_of(f)));
-  expect_values(apply({x, f, dy},
-                      [&](const std::vector<Output>& in) {
-                        return internal::conv2d_backprop_input(in[0], in[1], in[2], window64(1, 1), "SAME");
-                      }),
-                DType::Float32, x.shape(), ref_conv_backprop_input(g, values_of(f), values_of(dy)));
-  expect_values(apply({x, f, dy},
-                      [&](const std::vector<Output>& in) {
-                        return internal::conv2d_backprop_filter(in[0], in[1], in[2], window64(1, 1), "SAME");
-                      }),
-                DType::Float32, f.shape(), ref_conv_backprop_filter(g, values_of(x), values_of(dy)));
+  // 3200 rows of 576 floats: 7 MiB.
+  expect_conv_and_gradients(DType::Float32, ConvCase{{2, 40, 40, 64}, 3, 3, 8, 1, 1, "SAME"});
 }
 
 struct PoolCase {
@@ -425,8 +418,7 @@ TEST_P(ConvOpsTest, PoolsMatchTheReference) {
   for (DType dtype : kFloatDTypes) {
     for (const PoolCase& k : kPoolCases) {
       for (bool max : {true, false}) {
-        SCOPED_TRACE(fmt::format("{} {} {} {}x{} stride {}x{} {}", max ? "max" : "avg", dtype_name(dtype),
-                                 Shape(k.in).to_string(), k.kh, k.kw, k.sh, k.sw, k.padding));
+        SCOPED_TRACE(fmt::format("{} {}", max ? "max" : "avg", describe_case(dtype, k)));
         const Geometry g = geometry(k);
         const Tensor x = random(dtype, k.in);
         const Tensor dy = random(dtype, {g.n, g.oh, g.ow, g.c});
@@ -558,8 +550,7 @@ TEST_P(ConvOpsTest, MaxPoolsWithTiesAgainstTheReference) {
   std::discrete_distribution<int> pick({20, 10, 10, 20, 20, 3});
   for (DType dtype : kFloatDTypes) {
     for (const PoolCase& k : cases) {
-      SCOPED_TRACE(fmt::format("{} {} {}x{} stride {}x{} {}", dtype_name(dtype), Shape(k.in).to_string(), k.kh, k.kw,
-                               k.sh, k.sw, k.padding));
+      SCOPED_TRACE(describe_case(dtype, k));
       const Geometry g = geometry(k);
       std::vector<double> xv(static_cast<std::size_t>(count(k.in)));
       for (double& v : xv) v = values[pick(gen)];

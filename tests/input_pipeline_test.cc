@@ -58,6 +58,13 @@ class InputPipelineTest : public ::testing::TestWithParam<std::string> {
     Output pair = ops::mul(ops::cast(on_dev, DType::Float32), ops::constant(g, Tensor::vector<float>({1, -1})));
     return {on_dev, pair};
   }
+  // `values` as constants passed through the device under test (an identity there each).
+  std::vector<Output> on_device_constants(Graph& g, const std::vector<Tensor>& values) {
+    auto scope = on_device(g);
+    std::vector<Output> out;
+    for (const Tensor& v : values) out.push_back(ops::identity(ops::constant(g, v)));
+    return out;
+  }
   // `xs` consumed on the device under test.
   std::vector<Output> consumed(const std::vector<Output>& xs) {
     auto scope = on_device(xs.front().op().graph());
@@ -91,6 +98,37 @@ class InputPipelineTest : public ::testing::TestWithParam<std::string> {
       all.insert(all.end(), counts.begin(), counts.end());
     }
   }
+  // Runs `num_batches` batches of `batch_size` examples(); returns their counts, in the order run.
+  std::vector<int64_t> run_batches(Session& s, const std::vector<Output>& batch, int num_batches, int batch_size) {
+    std::vector<int64_t> all;
+    for (int i = 0; i < num_batches; ++i) {
+      std::vector<int64_t> counts = run_batch(s, batch);
+      EXPECT_EQ(counts.size(), static_cast<std::size_t>(batch_size));
+      all.insert(all.end(), counts.begin(), counts.end());
+    }
+    return all;
+  }
+  // Runs `num_batches` batches of `batch_size` examples() and expects counts 0, 1, 2, ... in order.
+  void expect_batches_in_order(Session& s, const std::vector<Output>& batch, int num_batches, int batch_size) {
+    for (int i = 0; i < num_batches; ++i) {
+      std::vector<int64_t> want(batch_size);
+      std::iota(want.begin(), want.end(), int64_t{i * batch_size});
+      EXPECT_EQ(run_batch(s, batch), want);
+    }
+  }
+  // drain() of `batch` in a new session of `batch`'s graph with its queue runners started.
+  std::vector<int64_t> drain_pipeline(const std::vector<Output>& batch, std::vector<std::size_t>* sizes = nullptr) {
+    Session s(batch.front().op().graph());
+    ScopedQueueRunners threads(s);
+    return drain(s, batch, sizes);
+  }
+  // Expects `counts` to hold `n` distinct counts, each `num_epochs` times.
+  void expect_each_count_once_per_epoch(const std::vector<int64_t>& counts, int n, int num_epochs) {
+    std::map<int64_t, int> seen;
+    for (int64_t v : counts) seen[v]++;
+    ASSERT_EQ(seen.size(), static_cast<std::size_t>(n));
+    for (const auto& [v, k] : seen) EXPECT_EQ(k, num_epochs) << v;
+  }
   void expect_on_device(const Output& x) {
     EXPECT_THAT(x.op().assigned_device(), HasSubstr("/device:" + GetParam() + ":0")) << x.name();
   }
@@ -114,11 +152,7 @@ TEST_P(InputPipelineTest, BatchOneThread) {
   auto b = consumed(raw);
   Session s(g);
   ScopedQueueRunners threads(s);
-  for (int i = 0; i < num_batches; ++i) {
-    std::vector<int64_t> want(batch_size);
-    std::iota(want.begin(), want.end(), int64_t{i * batch_size});
-    EXPECT_EQ(run_batch(s, b), want);  // one thread: in order
-  }
+  expect_batches_in_order(s, b, num_batches, batch_size);  // one thread: in order
   EXPECT_THROW_MSG(s.run(b, {}, {}, bounded()), OutOfRangeError, "is closed");
   expect_on_device(b[0]);
 }
@@ -130,12 +164,7 @@ TEST_P(InputPipelineTest, BatchManyThreads) {
   EXPECT_EQ(queue_runners(g)[1].enqueue_ops().size(), 4u);  // one op, run by 4 threads
   Session s(g);
   ScopedQueueRunners threads(s);
-  std::vector<int64_t> all;
-  for (int i = 0; i < num_batches; ++i) {
-    std::vector<int64_t> counts = run_batch(s, b);
-    EXPECT_EQ(counts.size(), static_cast<std::size_t>(batch_size));
-    all.insert(all.end(), counts.begin(), counts.end());
-  }
+  std::vector<int64_t> all = run_batches(s, b, num_batches, batch_size);
   EXPECT_EQ(sorted(all), arange(batch_size * num_batches));
   EXPECT_THROW(s.run(b, {}, {}, bounded()), OutOfRangeError);
 }
@@ -149,11 +178,7 @@ TEST_P(InputPipelineTest, BatchOneThreadEnqueueMany) {
   auto b = consumed(raw);
   Session s(g);
   ScopedQueueRunners threads(s);
-  for (int i = 0; i < num_batches; ++i) {
-    std::vector<int64_t> want(batch_size);
-    std::iota(want.begin(), want.end(), int64_t{i * batch_size});
-    EXPECT_EQ(run_batch(s, b), want);
-  }
+  expect_batches_in_order(s, b, num_batches, batch_size);
   EXPECT_THROW(s.run(b, {}, {}, bounded()), OutOfRangeError);
 }
 
@@ -166,11 +191,8 @@ TEST_P(InputPipelineTest, BatchSmallerFinalBatch) {
     EXPECT_EQ(raw[0].shape(), Shape{-1});
     EXPECT_EQ(raw[1].shape(), (Shape{-1, 2}));
     EXPECT_EQ(raw[0].op().type(), "QueueDequeueUpTo");
-    auto b = consumed(raw);
-    Session s(g);
-    ScopedQueueRunners threads(s);
     std::vector<std::size_t> sizes;
-    std::vector<int64_t> all = drain(s, b, &sizes);
+    std::vector<int64_t> all = drain_pipeline(consumed(raw), &sizes);
     EXPECT_EQ(sizes, (std::vector<std::size_t>{10, 10, 10, 5}));
     if (num_threads == 1) {
       EXPECT_EQ(all, arange(n));
@@ -183,11 +205,8 @@ TEST_P(InputPipelineTest, BatchSmallerFinalBatch) {
 // Without allow_smaller_final_batch the last, incomplete batch is never returned.
 TEST_P(InputPipelineTest, BatchWithoutSmallerFinalBatchEndsAfterTheFullOnes) {
   Graph g;
-  auto b = consumed(batch(examples(g, 35), 10));
-  Session s(g);
-  ScopedQueueRunners threads(s);
   std::vector<std::size_t> sizes;
-  std::vector<int64_t> all = drain(s, b, &sizes);
+  std::vector<int64_t> all = drain_pipeline(consumed(batch(examples(g, 35), 10)), &sizes);
   EXPECT_EQ(sizes, (std::vector<std::size_t>{10, 10, 10}));
   EXPECT_EQ(all, arange(30));
 }
@@ -195,10 +214,7 @@ TEST_P(InputPipelineTest, BatchWithoutSmallerFinalBatchEndsAfterTheFullOnes) {
 // An input that never ends: the runner keeps the queue filled until the coordinator stops it.
 TEST_P(InputPipelineTest, BatchOfAConstantRunsUntilStopped) {
   Graph g;
-  Output x = [&] {
-    auto scope = on_device(g);
-    return ops::identity(ops::constant(g, Tensor::vector<int32_t>({7, 8})));
-  }();
+  Output x = on_device_constants(g, {Tensor::vector<int32_t>({7, 8})})[0];
   auto b = consumed(batch({x}, 3, 2, /*capacity=*/4));
   Session s(g);
   ScopedQueueRunners threads(s);
@@ -248,12 +264,7 @@ TEST_P(InputPipelineTest, ShuffleBatchOneThread) {
   auto b = consumed(raw);
   Session s(g);
   ScopedQueueRunners threads(s);
-  std::vector<int64_t> all;
-  for (int i = 0; i < num_batches; ++i) {
-    std::vector<int64_t> counts = run_batch(s, b);
-    EXPECT_EQ(counts.size(), static_cast<std::size_t>(batch_size));
-    all.insert(all.end(), counts.begin(), counts.end());
-  }
+  std::vector<int64_t> all = run_batches(s, b, num_batches, batch_size);
   EXPECT_NE(all, arange(batch_size * num_batches));  // shuffled
   EXPECT_EQ(sorted(all), arange(batch_size * num_batches));
   EXPECT_THROW(s.run(b, {}, {}, bounded()), OutOfRangeError);
@@ -285,11 +296,8 @@ TEST_P(InputPipelineTest, ShuffleBatchSmallerFinalBatch) {
     auto raw = shuffle_batch(examples(g, n), 10, 32, 16, num_threads, /*seed=*/314159, false,
                              /*allow_smaller_final_batch=*/true);
     EXPECT_EQ(raw[0].shape(), Shape{-1});
-    auto b = consumed(raw);
-    Session s(g);
-    ScopedQueueRunners threads(s);
     std::vector<std::size_t> sizes;
-    std::vector<int64_t> all = drain(s, b, &sizes);
+    std::vector<int64_t> all = drain_pipeline(consumed(raw), &sizes);
     EXPECT_EQ(sizes, (std::vector<std::size_t>{10, 10, 10, 5}));
     EXPECT_NE(all, arange(n));
     EXPECT_EQ(sorted(all), arange(n));
@@ -300,10 +308,8 @@ TEST_P(InputPipelineTest, ShuffleBatchEnqueueMany) {
   Graph g;
   auto pre_batched = batch(examples(g, 30), 5);
   auto b = consumed(shuffle_batch(pre_batched, 10, 32, 8, 1, /*seed=*/2718, /*enqueue_many=*/true));
-  Session s(g);
-  ScopedQueueRunners threads(s);
   std::vector<std::size_t> sizes;
-  std::vector<int64_t> all = drain(s, b, &sizes);
+  std::vector<int64_t> all = drain_pipeline(b, &sizes);
   EXPECT_EQ(sizes, (std::vector<std::size_t>{10, 10, 10}));
   EXPECT_NE(all, arange(30));
   EXPECT_EQ(sorted(all), arange(30));
@@ -316,12 +322,7 @@ TEST_P(InputPipelineTest, ShuffleBatchKeepsEveryElementOncePerEpoch) {
     Graph g;
     const int n = 20, num_epochs = 3;
     auto b = consumed(shuffle_batch(examples(g, n, num_epochs), 7, 16, 5, num_threads, 0, false, true));
-    Session s(g);
-    ScopedQueueRunners threads(s);
-    std::map<int64_t, int> count;
-    for (int64_t v : drain(s, b)) count[v]++;
-    ASSERT_EQ(count.size(), static_cast<std::size_t>(n));
-    for (const auto& [v, k] : count) EXPECT_EQ(k, num_epochs) << v;
+    expect_each_count_once_per_epoch(drain_pipeline(b), n, num_epochs);
   }
 }
 
@@ -332,11 +333,8 @@ TEST_P(InputPipelineTest, SliceInputProducerNoShuffle) {
   const int num_epochs = 3;
   const std::vector<int32_t> ints = {2, 3, 5, 7};
   const std::vector<float> rows = {1, 2, 3, 4, 5, 6, 7, 8};
-  std::vector<Output> sources = [&] {
-    auto scope = on_device(g);
-    return std::vector<Output>{ops::identity(ops::constant(g, Tensor::vector<int32_t>(ints))),
-                               ops::identity(ops::constant(g, Tensor::matrix<float>(rows, 4, 2)))};
-  }();
+  std::vector<Output> sources =
+      on_device_constants(g, {Tensor::vector<int32_t>(ints), Tensor::matrix<float>(rows, 4, 2)});
   auto raw = slice_input_producer(sources, num_epochs, /*shuffle=*/false);
   ASSERT_EQ(raw.size(), 2u);
   EXPECT_EQ(raw[0].shape(), Shape{});
@@ -360,11 +358,8 @@ TEST_P(InputPipelineTest, SliceInputProducerNoShuffle) {
 TEST_P(InputPipelineTest, SliceInputProducerShuffle) {
   Graph g;
   const int num_epochs = 300;
-  std::vector<Output> sources = [&] {
-    auto scope = on_device(g);
-    return std::vector<Output>{ops::identity(ops::constant(g, Tensor::vector<int32_t>({0, 1, 2}))),
-                               ops::identity(ops::constant(g, Tensor::vector<float>({0, 10, 20})))};
-  }();
+  std::vector<Output> sources =
+      on_device_constants(g, {Tensor::vector<int32_t>({0, 1, 2}), Tensor::vector<float>({0, 10, 20})});
   auto slices = consumed(slice_input_producer(sources, num_epochs, /*shuffle=*/true, /*seed=*/161803));
   Session s(g);
   ScopedQueueRunners threads(s);
@@ -395,20 +390,12 @@ TEST_P(InputPipelineTest, SliceInputProducerFeedsShuffleBatch) {
   std::vector<int64_t> counts = arange(n);
   std::vector<float> pairs;
   for (int64_t c : counts) pairs.insert(pairs.end(), {static_cast<float>(c), -static_cast<float>(c)});
-  std::vector<Output> sources = [&] {
-    auto scope = on_device(g);
-    return std::vector<Output>{ops::identity(ops::constant(g, Tensor::vector<int64_t>(counts))),
-                               ops::identity(ops::constant(g, Tensor::matrix<float>(pairs, n, 2)))};
-  }();
+  std::vector<Output> sources =
+      on_device_constants(g, {Tensor::vector<int64_t>(counts), Tensor::matrix<float>(pairs, n, 2)});
   auto slices = slice_input_producer(sources, num_epochs, true, /*seed=*/11);
   auto b = consumed(shuffle_batch(slices, 5, 10, 3, 2, /*seed=*/13, false, true));
   EXPECT_EQ(queue_runners(g).size(), 2u);
-  Session s(g);
-  ScopedQueueRunners threads(s);
-  std::map<int64_t, int> seen;
-  for (int64_t v : drain(s, b)) seen[v]++;
-  ASSERT_EQ(seen.size(), static_cast<std::size_t>(n));
-  for (const auto& [v, k] : seen) EXPECT_EQ(k, num_epochs) << v;
+  expect_each_count_once_per_epoch(drain_pipeline(b), n, num_epochs);
 }
 
 TEST_P(InputPipelineTest, SliceInputProducerArgumentErrors) {
@@ -494,10 +481,7 @@ TEST_P(InputPipelineTest, RangeInputProducerArgumentErrors) {
 // (TF's None), as the queue ops are not differentiable.
 TEST_P(InputPipelineTest, GradientsOfALossOverABatch) {
   Graph g;
-  Output rows = [&] {
-    auto scope = on_device(g);
-    return ops::identity(ops::constant(g, Tensor::matrix<float>({1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}, 6, 2)));
-  }();
+  Output rows = on_device_constants(g, {Tensor::matrix<float>({1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}, 6, 2)})[0];
   Output b = batch({rows}, 3, 1, 32, /*enqueue_many=*/true)[0];
   auto w = ops::placeholder(g, DType::Float32, Shape{2}, "w");
   Output loss = [&] {

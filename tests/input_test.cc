@@ -5,33 +5,16 @@
 #include <mutex>
 #include <set>
 
+#include "tests/testing/queue_runners.h"
 #include "tests/testing/test_util.h"
 
 namespace tessera::train {
 namespace {
 
 using namespace std::chrono_literals;
+using tessera::testing::ScopedQueueRunners;
 
 Tensor rows_3x4() { return Tensor::matrix<int32_t>({1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}, 3, 4); }
-
-// Starts the graph's queue runners and stops and joins them at scope exit.
-class Runners {
- public:
-  Runners(Session& s) : threads_(start_queue_runners(s, coord_)) {}
-  ~Runners() {
-    coord_.request_stop();
-    try {
-      coord_.join(threads_, 10s);
-    } catch (const std::exception& e) {
-      ADD_FAILURE() << "queue runner: " << e.what();
-    }
-  }
-  Coordinator& coord() { return coord_; }
-
- private:
-  Coordinator coord_;
-  std::vector<std::thread> threads_;
-};
 
 RunOptions bounded() {
   RunOptions o;
@@ -50,7 +33,7 @@ TEST(InputProducerTest, NoShuffle) {
   auto one = q.dequeue()[0];
   EXPECT_EQ(many.shape(), (Shape{6, 4}));
   Session s(g);
-  Runners runners(s);
+  ScopedQueueRunners runners(s);
   // No randomness: repeated copies of the input.
   auto got = s.run({many}, {}, {}, bounded())[0].to_vector<int32_t>();
   std::vector<int32_t> want = rows_3x4().to_vector<int32_t>();
@@ -79,7 +62,7 @@ TEST(InputProducerTest, ComputedInputIsEvaluatedEachEpoch) {
   EXPECT_EQ(q.shapes()[0], Shape{});
   auto one = q.dequeue()[0];
   Session s(g);
-  Runners runners(s);
+  ScopedQueueRunners runners(s);
   std::vector<float> got;
   for (int i = 0; i < 9; ++i) got.push_back(s.run({one}, {}, {}, bounded())[0].scalar<float>());
   EXPECT_EQ(got, (std::vector<float>{10, 20, 30, 10, 20, 30, 10, 20, 30}));
@@ -94,7 +77,7 @@ TEST(InputProducerTest, ShuffleWithinEachEpoch) {
   auto epoch = q.dequeue_many(3)[0];
   auto one = q.dequeue()[0];
   Session s(g);
-  Runners runners(s);
+  ScopedQueueRunners runners(s);
   // Every batch of 3 is one epoch: a permutation of the rows. Count how often each order appears.
   std::map<std::vector<int32_t>, int> frequency;
   for (int e = 0; e < num_epochs; ++e) {
@@ -123,7 +106,7 @@ TEST(InputProducerTest, SeedMakesTheOrderReproducible) {
   std::vector<std::vector<int32_t>> runs;
   for (int session = 0; session < 2; ++session) {
     Session s(g);
-    Runners runners(s);
+    ScopedQueueRunners runners(s);
     runs.push_back(s.run({all}, {}, {}, bounded())[0].to_vector<int32_t>());
   }
   EXPECT_EQ(runs[0], runs[1]);
@@ -141,7 +124,7 @@ TEST(InputProducerTest, EveryRowSeenExactlyNumEpochsTimes) {
   FIFOQueue q = input_producer(g, Tensor::vector<int32_t>(values), num_epochs, true, 8);
   auto one = q.dequeue()[0];
   Session s(g);
-  Runners runners(s);
+  ScopedQueueRunners runners(s);
   std::map<int32_t, int> count;
   for (;;) {
     try {
@@ -165,7 +148,7 @@ TEST(InputProducerTest, ConcurrentConsumersSeeEveryRowOncePerEpoch) {
     auto one = q.dequeue()[0];
     auto up_to = q.dequeue_up_to(3)[0];
     Session s(g);
-    Runners runners(s);
+    ScopedQueueRunners runners(s);
     std::mutex mu;
     std::multiset<int64_t> seen;
     tessera::testing::run_threads(threads, [&](int t) {
@@ -192,7 +175,7 @@ TEST(InputProducerTest, EpochsAreCountedPerSession) {
   auto one = q.dequeue()[0];
   for (int i = 0; i < 2; ++i) {
     Session s(g);
-    Runners runners(s);
+    ScopedQueueRunners runners(s);
     EXPECT_EQ(s.run({both}, {}, {}, bounded())[0].to_vector<float>(), (std::vector<float>{1, 2}));
     EXPECT_THROW(s.run({one}, {}, {}, bounded()), OutOfRangeError);
   }
@@ -204,13 +187,13 @@ TEST(InputProducerTest, ForeverUntilStopped) {
   auto batch = q.dequeue_many(3)[0];
   auto size = q.size();
   Session s(g);
-  Runners runners(s);
+  ScopedQueueRunners runners(s);
   for (int e = 0; e < 20; ++e) {
     EXPECT_EQ(s.run({batch}, {}, {}, bounded())[0].to_vector<int32_t>(), (std::vector<int32_t>{1, 2, 3}));
     EXPECT_LE(s.run(size).scalar<int32_t>(), 4);  // the capacity bounds the queue
   }
   EXPECT_FALSE(runners.coord().should_stop());
-  // ~Runners requests a stop: the close-on-stop thread cancels the blocked enqueue.
+  // ~ScopedQueueRunners requests a stop: the close-on-stop thread cancels the blocked enqueue.
 }
 
 TEST(InputProducerTest, BadArguments) {

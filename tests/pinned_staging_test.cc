@@ -44,10 +44,6 @@ struct Fixture {
     EXPECT_TRUE(b.ok()) << b.status().to_string();
     return b.ok() ? std::move(b).value() : PinnedStagingPool::Buffer();
   }
-  int count(const std::shared_ptr<BackingLog>& log, int BackingLog::*field) {
-    std::lock_guard<std::mutex> lock(log->mu);
-    return (*log).*field;
-  }
 };
 
 TEST(PinnedStagingTest, ReusesReleasedBuffersOfTheSameSize) {
@@ -65,7 +61,7 @@ TEST(PinnedStagingTest, ReusesReleasedBuffersOfTheSameSize) {
     b.release();
     EXPECT_FALSE(b);
   }
-  EXPECT_EQ(f.count(f.pinned, &BackingLog::allocs), 1);
+  EXPECT_EQ(f.pinned->count(&BackingLog::allocs), 1);
   const auto s = f.pool->stats();
   EXPECT_EQ(s.reuses, 10);
   EXPECT_EQ(s.num_pinned_allocs, 1);
@@ -102,7 +98,7 @@ TEST(PinnedStagingTest, FallsBackInsteadOfWaitingWhenEverythingIsInUse) {
   EXPECT_EQ(s.fallbacks_in_use, 1);
   EXPECT_EQ(s.pooled_bytes, static_cast<int64_t>(1 * kMiB));
   c.release();  // a fallback buffer is freed, not cached
-  EXPECT_EQ(f.count(f.fallback, &BackingLog::frees), 1);
+  EXPECT_EQ(f.fallback->count(&BackingLog::frees), 1);
   EXPECT_EQ(f.pool->stats().fallbacks_in_use, 0);
   EXPECT_EQ(f.pool->stats().cached_bytes, 0);
 }
@@ -111,7 +107,7 @@ TEST(PinnedStagingTest, RequestsLargerThanTheBoundFallBack) {
   Fixture f(1 * kMiB);
   auto big = f.get(3 * kMiB);
   EXPECT_FALSE(big.pinned());
-  EXPECT_EQ(f.count(f.pinned, &BackingLog::allocs), 0);
+  EXPECT_EQ(f.pinned->count(&BackingLog::allocs), 0);
 }
 
 TEST(PinnedStagingTest, EvictsCachedBuffersOfOtherSizesToStayUnderTheBound) {
@@ -124,7 +120,7 @@ TEST(PinnedStagingTest, EvictsCachedBuffersOfOtherSizesToStayUnderTheBound) {
   EXPECT_EQ(s.num_pinned_frees, 1);
   EXPECT_EQ(s.pooled_bytes, static_cast<int64_t>(256 * kKiB));
   EXPECT_EQ(s.cached_bytes, 0);
-  EXPECT_EQ(f.count(f.pinned, &BackingLog::frees), 1);
+  EXPECT_EQ(f.pinned->count(&BackingLog::frees), 1);
 }
 
 TEST(PinnedStagingTest, PinnedBackingFailureFallsBack) {

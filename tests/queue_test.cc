@@ -35,6 +35,20 @@ std::future<void> async(std::function<void()> fn) { return std::async(std::launc
 
 bool ready(std::future<void>& f) { return f.wait_for(0ms) == std::future_status::ready; }
 
+// Runs `blocked` on a thread and, once it waits in `q` (when `waiting` holds; without `waiting`,
+// after kSettle), closes `q` and joins the thread: what a close does to an op waiting in the queue.
+void close_when_waiting(Session& s, FIFOQueue& q, const std::function<void()>& blocked,
+                        const std::function<bool()>& waiting = nullptr) {
+  auto thread = async(blocked);
+  if (waiting) {
+    ASSERT_TRUE(testing::wait_until(waiting));
+  } else {
+    std::this_thread::sleep_for(kSettle);
+  }
+  s.run(q.close());
+  thread.get();
+}
+
 // ---- Graph construction ----
 
 TEST(QueueTest, Constructor) {
@@ -494,10 +508,7 @@ TEST(QueueTest, BlockingDequeueFromClosedEmptyQueue) {
   FIFOQueue q(g, 10, {DType::Float32});
   auto deq = q.dequeue()[0];
   Session s(g);
-  auto consumer = async([&] { EXPECT_THROW_MSG(s.run(deq), OutOfRangeError, "is closed"); });
-  std::this_thread::sleep_for(kSettle);
-  s.run(q.close());
-  consumer.get();
+  close_when_waiting(s, q, [&] { EXPECT_THROW_MSG(s.run(deq), OutOfRangeError, "is closed"); });
 }
 
 TEST(QueueTest, BlockingDequeueManyFromClosedQueue) {
@@ -508,14 +519,14 @@ TEST(QueueTest, BlockingDequeueManyFromClosedQueue) {
   auto size = q.size();
   Session s(g);
   s.run(enq);
-  auto consumer = async([&] {
-    EXPECT_EQ(fvec(s, deq), (std::vector<float>{10, 20, 30, 40}));
-    EXPECT_THROW_MSG(s.run(deq), OutOfRangeError, "is closed and has insufficient");
-  });
   // The second dequeue_many is waiting once the queue is empty... or about to.
-  ASSERT_TRUE(testing::wait_until([&] { return s.run(size).scalar<int32_t>() == 0; }));
-  s.run(q.close());
-  consumer.get();
+  close_when_waiting(
+      s, q,
+      [&] {
+        EXPECT_EQ(fvec(s, deq), (std::vector<float>{10, 20, 30, 40}));
+        EXPECT_THROW_MSG(s.run(deq), OutOfRangeError, "is closed and has insufficient");
+      },
+      [&] { return s.run(size).scalar<int32_t>() == 0; });
 }
 
 TEST(QueueTest, EnqueueManyLargerThanCapacityWithConcurrentDequeueMany) {
@@ -548,10 +559,9 @@ TEST(QueueTest, ClosedBlockingDequeueManyRestoresPartialBatch) {
   auto size = q.size();
   Session s(g);
   s.run(enq);
-  auto consumer = async([&] { EXPECT_THROW(s.run({many[0], many[1]}), OutOfRangeError); });
-  ASSERT_TRUE(testing::wait_until([&] { return s.run(size).scalar<int32_t>() == 0; }));
-  s.run(q.close());
-  consumer.get();
+  close_when_waiting(
+      s, q, [&] { EXPECT_THROW(s.run({many[0], many[1]}), OutOfRangeError); },
+      [&] { return s.run(size).scalar<int32_t>() == 0; });
   for (float a : {1.f, 2.f, 3.f}) {
     auto r = s.run({cleanup[0], cleanup[1]});
     EXPECT_EQ(r[0].scalar<float>(), a);
@@ -565,10 +575,7 @@ TEST(QueueTest, BlockingDequeueManyFromClosedEmptyQueue) {
   FIFOQueue q(g, 10, {DType::Float32}, {Shape{}});
   auto deq = q.dequeue_many(4)[0];
   Session s(g);
-  auto consumer = async([&] { EXPECT_THROW_MSG(s.run(deq), OutOfRangeError, "requested 4, current size 0"); });
-  std::this_thread::sleep_for(kSettle);
-  s.run(q.close());
-  consumer.get();
+  close_when_waiting(s, q, [&] { EXPECT_THROW_MSG(s.run(deq), OutOfRangeError, "requested 4, current size 0"); });
 }
 
 TEST(QueueTest, DequeueUpTo) {

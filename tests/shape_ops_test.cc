@@ -105,17 +105,19 @@ class ShapeOpsTest : public ::testing::TestWithParam<std::string> {
     EXPECT_THAT(message, HasSubstr(detail));
   }
 
+  // `op` of `x`, built on the device under test.
+  template <class F>
+  Output on_device_of(const Output& x, F op) {
+    auto scope = on_device(x.op().graph());
+    return op(x);
+  }
+
   // Feeds `t` through a placeholder of `shape` (default: t's own) and applies `op` on the device.
   template <class F>
   Tensor apply(const Tensor& t, F op, const Shape& shape) {
     Graph g;
     auto x = ops::placeholder(g, t.dtype(), shape, "x");
-    Output y;
-    {
-      auto scope = on_device(g);
-      y = op(x);
-    }
-    return run(y, {{x, t}});
+    return run(on_device_of(x, op), {{x, t}});
   }
   template <class F>
   Tensor apply(const Tensor& t, F op) {
@@ -323,11 +325,7 @@ TEST_P(ShapeOpsTest, TransposeOfScalarsVectorsAndEmptyTensors) {
 TEST_P(ShapeOpsTest, TransposeChecksItsPermutationWhenItRuns) {
   Graph g;
   auto x = ops::placeholder(g, DType::Float32, Shape::unknown(), "x");
-  Output y;
-  {
-    auto scope = on_device(g);
-    y = ops::transpose(x, {1, 0}, "t");
-  }
+  Output y = on_device_of(x, [](Output in) { return ops::transpose(in, {1, 0}, "t"); });
   EXPECT_EQ(y.shape(), (Shape{-1, -1}));
   expect_run_fails(y, {{x, Tensor::zeros(DType::Float32, Shape{2, 3, 4})}},
                    "perm [1,0] has 2 entries, the input has rank 3");
@@ -720,11 +718,7 @@ TEST_P(ShapeOpsTest, TileEveryDType) {
 TEST_P(ShapeOpsTest, TileChecksMultiplesWhenItRuns) {
   Graph g;
   auto x = ops::placeholder(g, DType::Float32, Shape::unknown(), "x");
-  Output y;
-  {
-    auto scope = on_device(g);
-    y = ops::tile(x, {2, 2}, "t");
-  }
+  Output y = on_device_of(x, [](Output in) { return ops::tile(in, {2, 2}, "t"); });
   EXPECT_EQ(y.shape(), (Shape{-1, -1}));
   expect_run_fails(y, {{x, Tensor::zeros(DType::Float32, Shape{3})}},
                    "multiples [2,2] has 2 entries, the input (shape [3]) has rank 1");
@@ -780,11 +774,7 @@ TEST_P(ShapeOpsTest, PadEveryDType) {
 TEST_P(ShapeOpsTest, PadChecksPaddingsWhenItRuns) {
   Graph g;
   auto x = ops::placeholder(g, DType::Float32, Shape::unknown(), "x");
-  Output y;
-  {
-    auto scope = on_device(g);
-    y = ops::pad(x, {{1, 1}}, "p");
-  }
+  Output y = on_device_of(x, [](Output in) { return ops::pad(in, {{1, 1}}, "p"); });
   EXPECT_EQ(y.shape(), (Shape{-1}));
   expect_run_fails(y, {{x, Tensor::zeros(DType::Float32, Shape{2, 2})}},
                    "paddings has 1 pairs, the input (shape [2,2]) has rank 2");

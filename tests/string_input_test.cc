@@ -21,6 +21,7 @@
 
 #include "core/string_tensor.h"
 #include "distributed/wire.h"
+#include "tests/testing/queue_runners.h"
 #include "tests/testing/sim_device.h"
 #include "tests/testing/test_util.h"
 
@@ -31,6 +32,7 @@ using namespace std::chrono_literals;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::UnorderedElementsAreArray;
+using tessera::testing::ScopedQueueRunners;
 using Strings = std::vector<std::string>;
 
 const auto* const kSimEnvironment = ::testing::AddGlobalTestEnvironment(new testing::SimEnvironment);
@@ -40,24 +42,6 @@ RunOptions bounded(std::chrono::milliseconds timeout = 10s) {
   o.timeout = timeout;
   return o;
 }
-
-// Starts the graph's queue runners and stops and joins them at scope exit.
-class Runners {
- public:
-  explicit Runners(Session& s) : threads_(train::start_queue_runners(s, coord_)) {}
-  ~Runners() {
-    coord_.request_stop();
-    try {
-      coord_.join(threads_, 10s);
-    } catch (const std::exception& e) {
-      ADD_FAILURE() << "queue runner: " << e.what();
-    }
-  }
-
- private:
-  train::Coordinator coord_;
-  std::vector<std::thread> threads_;
-};
 
 // ---- String tensors ----
 
@@ -459,7 +443,7 @@ TEST_P(StringSessionTest, ShuffleBatchKeepsStringsWithTheirNumbers) {
                                     /*num_threads=*/2, /*seed=*/5, false, /*allow_smaller_final_batch=*/true);
   auto twice = consumed(ops::mul(batch[1], ops::constant(g, 2.0f)));
   Session s(g);
-  Runners runners(s);
+  ScopedQueueRunners runners(s);
   std::multiset<int> seen;
   for (;;) {
     std::vector<Tensor> got;
@@ -832,7 +816,7 @@ TEST_P(ReaderTest, StringInputProducerToShuffleBatch) {
     y_twice = ops::mul(batch[2], ops::constant(g, 2.0f));
   }
   Session s(g);
-  Runners runners(s);
+  ScopedQueueRunners runners(s);
   std::map<int, int> count;
   std::set<std::string> keys;
   for (;;) {
@@ -871,7 +855,7 @@ TEST(StringInputProducerTest, BuildsAQueueOfTheNames) {
   auto all = q.dequeue_many(6)[0];
   auto one = q.dequeue()[0];
   Session s(g);
-  Runners runners(s);
+  ScopedQueueRunners runners(s);
   EXPECT_EQ(s.run({all}, {}, {}, bounded())[0].to_vector<std::string>(), (Strings{"a", "b", "c", "a", "b", "c"}));
   EXPECT_THROW(s.run({one}, {}, {}, bounded()), OutOfRangeError);
 }

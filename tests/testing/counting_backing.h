@@ -28,6 +28,12 @@ struct BackingLog {
   std::set<void*> live;
   bool fail = false;                // every allocation fails while set
   std::size_t capacity = SIZE_MAX;  // the backing fails beyond this many live bytes
+
+  // One of the counts above, read under `mu` (the allocator may be calling the backing meanwhile).
+  int count(int BackingLog::*field) {
+    std::lock_guard<std::mutex> lock(mu);
+    return this->*field;
+  }
 };
 
 // `Interface` is the backing interface the allocator takes: StatusOr<void*> allocate(bytes) and
