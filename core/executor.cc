@@ -105,6 +105,23 @@ std::vector<const Node*> prune_nodes(const std::vector<Endpoint>& feeds, const s
   return needed;
 }
 
+// Note [Forwarded inputs]
+// An elementwise kernel may write its output over an input that nobody will read again, as
+// TensorFlow's forward_input_or_allocate_output does: no allocation, no release, and the data
+// stays in the cache it is already in (x = x + 1 ten thousand times, or relu(bias_add(...)) on
+// large activations, touches one buffer instead of a fresh one per op). Three checks make it safe:
+// * the plan marks input j of a node forwardable only when the node reads the value's only use
+//   (PlanInput::kLastUse: not fetched, not a constant, no other reader), so its slot would be
+//   reset right after the kernel anyway;
+// * the kernel context forwards only a tensor holding the only reference to host memory of its
+//   own buffer (is_sole_owner_of_host_buffer): never a variable's value, a tensor a client (a
+//   feed), a queue or a frame still holds, a view, device memory or strings, and only with the
+//   output's dtype and exact shape;
+// * the step allows it only on the host and when not captured (RunState::forward_mask_): a
+//   device's buffers follow stream order, and a capture records buffers for its replays.
+// The kernel takes the input's data pointer before forwarding (the input then reads as null) and
+// must compute element k of the output from element k of that input alone.
+
 // Note [Slot reuse]
 // What a step writes is what ties it to the machine's memory: a slot is a 96-byte Tensor, and with
 // a slot per output a chain of 10,000 ops wrote 10,000 fresh slots per step, each read for
@@ -310,6 +327,9 @@ StatusOr<std::shared_ptr<const Plan>> build_plan(
       if (plan->output_uses[pn.first_output + k] == 0) pn.some_output_unused = true;
     }
     pn.discard_output = !pn.is_async && pn.num_outputs == 1 && pn.some_output_unused;
+    for (int j = 0; j < std::min(pn.num_inputs, 32); ++j) {
+      if (plan->inputs[pn.first_input + j].release == PlanInput::kLastUse) pn.forwardable_inputs |= uint32_t{1} << j;
+    }
   }
   for (const auto& f : fetches) {
     const PlanInput in = input_of(f);
@@ -453,6 +473,8 @@ RunState::RunState(const Options& options)
   step_params_.trace = opt_.trace ? this : nullptr;
   step_params_.stream_work = this;
   step_params_.allow_tf32 = opt_.allow_tf32;
+  const bool host = opt_.device == nullptr || opt_.device->type() == "CPU";
+  forward_mask_ = host && opt_.capture == nullptr ? ~uint32_t{0} : 0;
 }
 
 RunState::~RunState() { plan_.release_arrays(std::move(arrays_), completed()); }
@@ -838,7 +860,7 @@ TESSERA_HOT_INLINE void RunState::run_sync(int i, int64_t start, std::vector<int
   // no one reads into `discard`.
   Tensor* outputs = pn.discard_output ? discard : slots_ + pn.first_output_slot;
   OpKernelContext ctx(step_params_, pn.node, inputs, pn.num_inputs, output_dtypes_ + pn.first_output,
-                      outputs, pn.num_outputs);
+                      outputs, pn.num_outputs, pn.forwardable_inputs & forward_mask_);
   try {
     pn.kernel->compute(ctx);
   } catch (...) {

@@ -45,6 +45,9 @@ struct PlanNode {
   // A synchronous node with one output that no one reads: the kernel writes it to a scratch
   // tensor of the running loop, not to the step's slots (Note [Slot reuse]).
   bool discard_output = false;
+  // Bit j: input j (of the first 32) is the last read of a value in a slot (PlanInput::kLastUse),
+  // which the kernel may take over as an output (Note [Forwarded inputs]).
+  uint32_t forwardable_inputs = 0;
 };
 
 // One input of a node: the slot it reads, and what becomes of the value there after the read.
@@ -271,6 +274,9 @@ class RunState final : public TraceSink, public StreamWork {
   const std::pair<int, Tensor>* const constants_;
   // The kernel context fields every node of this step shares (set once, copied per node).
   OpKernelContext::Params step_params_;
+  // ANDed with PlanNode::forwardable_inputs: all ones where this step's kernels may take over
+  // their inputs (host memory, no capture: Note [Forwarded inputs]), else 0.
+  uint32_t forward_mask_ = 0;
   std::unique_ptr<StepArrays> arrays_;
   Tensor* slots_;                     // arrays_->slots
   std::atomic<int>* pending_;         // arrays_->pending

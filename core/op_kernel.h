@@ -7,7 +7,9 @@
 // wait (see Note [Async kernels] in core/executor.cc).
 #pragma once
 
+#include <cstdint>
 #include <functional>
+#include <initializer_list>
 #include <memory>
 #include <string>
 #include <vector>
@@ -112,6 +114,10 @@ class OpKernelContext {
     // executor passes the step's slots, so an output is stored once, where its consumers read
     // it). Null: the context keeps them. Not owned.
     Tensor* outputs = nullptr;
+    // Bit j set: input j is this node's last read of a value in the step's own storage, which
+    // forward_input_or_allocate_output may take over (Note [Forwarded inputs]). Only the
+    // executor sets bits; inputs[j] must then point to a Tensor the executor owns.
+    uint32_t forwardable_inputs = 0;
   };
   explicit OpKernelContext(const Params& p) : p_(p) {
     init_outputs(static_cast<int>(p.node->output_dtypes.size()));
@@ -122,13 +128,15 @@ class OpKernelContext {
   // outputs are ignored). `num_outputs` must be the node's output count: passing it spares a
   // read of the Node.
   OpKernelContext(const Params& step, const Node* node, const Tensor* const* inputs, int num_inputs,
-                  const DType* output_dtypes, Tensor* outputs, int num_outputs)
+                  const DType* output_dtypes, Tensor* outputs, int num_outputs,
+                  uint32_t forwardable_inputs = 0)
       : p_(step) {
     p_.node = node;
     p_.inputs = inputs;
     p_.num_inputs = num_inputs;
     p_.output_dtypes = output_dtypes;
     p_.outputs = outputs;
+    p_.forwardable_inputs = forwardable_inputs;
     init_outputs(num_outputs);
   }
   OpKernelContext(const OpKernelContext&) = delete;
@@ -143,8 +151,27 @@ class OpKernelContext {
   // Allocates output i with the node's dtype for that output, in the device's memory. Throws
   // ResourceExhaustedError when the device is out of memory.
   Tensor& allocate_output(int i, const Shape& shape) {
-    outputs_[i] = allocate_temp(p_.output_dtypes ? p_.output_dtypes[i] : p_.node->output_dtypes[i], shape);
+    outputs_[i] = allocate_temp(output_dtype(i), shape);
     return outputs_[i];
+  }
+  DType output_dtype(int i) const { return p_.output_dtypes ? p_.output_dtypes[i] : p_.node->output_dtypes[i]; }
+  // Output i over the buffer of the first of `candidates` (input indices) that may be forwarded
+  // (Note [Forwarded inputs]) and has output i's dtype and exactly `shape`, else allocate_output(i,
+  // shape). A forwarded input reads as a null tensor afterwards, so take its data pointer first;
+  // the kernel then writes the output over its input's elements, so only a kernel whose output
+  // element k depends on that input's element k alone may forward (TensorFlow's
+  // forward_input_or_allocate_output).
+  Tensor& forward_input_or_allocate_output(std::initializer_list<int> candidates, int i, const Shape& shape) {
+    for (int j : candidates) {
+      if ((p_.forwardable_inputs >> j & 1u) == 0) continue;
+      // The executor sets the bit only for inputs in its own (mutable) slots.
+      auto& in = const_cast<Tensor&>(*p_.inputs[j]);
+      if (in.dtype() == output_dtype(i) && in.shape() == shape && is_sole_owner_of_host_buffer(in)) {
+        outputs_[i] = std::move(in);
+        return outputs_[i];
+      }
+    }
+    return allocate_output(i, shape);
   }
   // A tensor in the device's memory (host memory on the CPU).
   Tensor allocate_temp(DType dtype, const Shape& shape) {

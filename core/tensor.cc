@@ -276,6 +276,7 @@ inline TensorBuffer* allocate_buffer(std::size_t bytes) {
     void* mem = cache.count > 0 ? cache.blocks[--cache.count] : std::aligned_alloc(Tensor::kAlignment, kSmallBlock);
     if (mem == nullptr) throw ResourceExhaustedError(fmt::format("failed to allocate {} bytes", bytes));
     auto* b = new (mem) TensorBuffer();
+    b->owned_host = true;
     b->data = static_cast<char*>(mem) + kHeader;
     b->bytes = bytes;
     b->release = &release_small;
@@ -287,6 +288,7 @@ inline TensorBuffer* allocate_buffer(std::size_t bytes) {
     void* mem = allocate_host_block(total);
     if (mem == nullptr) throw ResourceExhaustedError(fmt::format("failed to allocate {} bytes", bytes));
     auto* b = new (mem) TensorBuffer();
+    b->owned_host = true;
     b->data = static_cast<char*>(mem) + kHeader;
     b->bytes = bytes;
     b->release = &release_large;
@@ -295,6 +297,7 @@ inline TensorBuffer* allocate_buffer(std::size_t bytes) {
   void* mem = std::aligned_alloc(Tensor::kAlignment, total);
   if (mem == nullptr) throw ResourceExhaustedError(fmt::format("failed to allocate {} bytes", bytes));
   auto* b = new (mem) TensorBuffer();
+  b->owned_host = true;
   b->data = static_cast<char*>(mem) + kHeader;
   b->bytes = bytes;
   return b;

@@ -89,6 +89,24 @@ template <class Fn, class T>
 void scalar_b_loop(T* __restrict out, const T* __restrict a, T b, int64_t n) {
   for (int64_t i = 0; i < n; ++i) out[i] = Fn::apply(a[i], b);
 }
+// The same loops over an output that is one of the operands (a forwarded input: Note [Forwarded
+// inputs] in core/executor.cc), each with its own loop so that every pointer stays __restrict.
+template <class Fn, class T>
+void a_in_place_loop(T* __restrict a_out, const T* __restrict b, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) a_out[i] = Fn::apply(a_out[i], b[i]);
+}
+template <class Fn, class T>
+void b_in_place_loop(const T* __restrict a, T* __restrict b_out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) b_out[i] = Fn::apply(a[i], b_out[i]);
+}
+template <class Fn, class T>
+void scalar_a_in_place_loop(T a, T* __restrict b_out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) b_out[i] = Fn::apply(a, b_out[i]);
+}
+template <class Fn, class T>
+void scalar_b_in_place_loop(T* __restrict a_out, T b, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) a_out[i] = Fn::apply(a_out[i], b);
+}
 
 // out = Fn::apply(a, b) elementwise, with NumPy broadcasting. Thread-safe: compute() keeps no
 // state between runs.
@@ -143,15 +161,25 @@ class BinaryOp : public OpKernel {
     if (rank0_a || rank0_b || a.shape() == b.shape()) {
       const bool scalar_a = rank0_a && !rank0_b;
       const bool scalar_b = rank0_b && !rank0_a;
-      Tensor& out = ctx.allocate_output(0, scalar_a ? b.shape() : a.shape());
-      const int64_t n = out.num_elements();
-      if (n == 0) return;
+      const Shape& shape = scalar_a ? b.shape() : a.shape();
+      if ((scalar_a ? b : a).num_elements() == 0) {
+        ctx.allocate_output(0, shape);
+        return;
+      }
+      // The pointers first: an input the output takes over reads as null afterwards.
       pa = a.data<T>();
       pb = b.data<T>();
       if (!check_divisor<T>(ctx, pb, b.num_elements())) return;
+      // Over an input of the output's shape that nobody reads again (Note [Forwarded inputs]).
+      Tensor& out = scalar_a   ? ctx.forward_input_or_allocate_output({1}, 0, shape)
+                    : scalar_b ? ctx.forward_input_or_allocate_output({0}, 0, shape)
+                               : ctx.forward_input_or_allocate_output({0, 1}, 0, shape);
+      const int64_t n = out.num_elements();
       T* po = out.mutable_data<T>();
-      if (scalar_a) return scalar_a_loop<Fn>(po, pa[0], pb, n);
-      if (scalar_b) return scalar_b_loop<Fn>(po, pa, pb[0], n);
+      if (scalar_a) return po == pb ? scalar_a_in_place_loop<Fn>(pa[0], po, n) : scalar_a_loop<Fn>(po, pa[0], pb, n);
+      if (scalar_b) return po == pa ? scalar_b_in_place_loop<Fn>(po, pb[0], n) : scalar_b_loop<Fn>(po, pa, pb[0], n);
+      if (po == pa) return a_in_place_loop<Fn>(po, pb, n);
+      if (po == pb) return b_in_place_loop<Fn>(pa, po, n);
       return same_shape_loop<Fn>(po, pa, pb, n);
     }
     // Unknown dims passed graph construction; this is where they are checked.
@@ -227,6 +255,11 @@ void unary_loop(T* __restrict out, const T* __restrict x, int64_t n) {
   using C = Accumulate<T>;  // float for the 16-bit floats (std::exp has no overload for them)
   for (int64_t i = 0; i < n; ++i) out[i] = static_cast<T>(Fn::apply(static_cast<C>(x[i])));
 }
+template <class Fn, class T>
+void unary_in_place_loop(T* __restrict x_out, int64_t n) {
+  using C = Accumulate<T>;
+  for (int64_t i = 0; i < n; ++i) x_out[i] = static_cast<T>(Fn::apply(static_cast<C>(x_out[i])));
+}
 
 // out = Fn::apply(x) elementwise. Thread-safe: compute() keeps no state between runs.
 template <class Fn>
@@ -256,8 +289,15 @@ class UnaryOp : public OpKernel {
  private:
   template <class T>
   void run(OpKernelContext& ctx, const Tensor& x) {
-    Tensor& out = ctx.allocate_output(0, x.shape());
-    unary_loop<Fn>(out.mutable_data<T>(), x.data<T>(), x.num_elements());
+    if (x.num_elements() == 0) {
+      ctx.allocate_output(0, x.shape());
+      return;
+    }
+    const T* px = x.data<T>();  // before x may be forwarded (it then reads as null)
+    Tensor& out = ctx.forward_input_or_allocate_output({0}, 0, x.shape());
+    T* po = out.mutable_data<T>();
+    if (po == px) return unary_in_place_loop<Fn>(po, out.num_elements());
+    unary_loop<Fn>(po, px, out.num_elements());
   }
 };
 

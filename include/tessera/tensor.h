@@ -96,6 +96,10 @@ namespace internal {
 // Other allocators (devices, pinned memory, received frames) set `release` to free their memory.
 struct TensorBuffer {
   std::atomic<int> refs{1};
+  // The data is host memory of this buffer's own (allocate_buffer's): the holder of its only
+  // reference may overwrite it as another tensor's (OpKernelContext::forward_input_or_allocate_output).
+  // False for device memory, received frames, views and strings.
+  bool owned_host = false;
   void* data = nullptr;
   std::size_t bytes = 0;
   // Frees the buffer (including this header) when set; else std::free of the header.
@@ -120,6 +124,9 @@ namespace internal {
 // A tensor holding `buf` (its one reference moves in); device allocators build tensors this way.
 // `shape` must be fully defined and fit `buf->bytes`. Defined in core/tensor.cc.
 Tensor adopt_buffer(TensorBuffer* buf, DType dtype, const Shape& shape);
+// True when `t` holds the only reference to host memory of its own buffer (TensorBuffer::owned_host):
+// whoever owns `t` may then overwrite its data, nobody else can see it.
+bool is_sole_owner_of_host_buffer(const Tensor& t) noexcept;
 }  // namespace internal
 
 class Tensor {
@@ -247,6 +254,7 @@ class Tensor {
 
  private:
   friend Tensor internal::adopt_buffer(internal::TensorBuffer* buf, DType dtype, const Shape& shape);
+  friend bool internal::is_sole_owner_of_host_buffer(const Tensor& t) noexcept;
   static void check_vector_size(int64_t n, const Shape& shape);
   void check_access(DType want, bool want_scalar) const {
     if (buf_ == nullptr || want != dtype_ || (want_scalar && num_elements_ != 1)) {
@@ -262,5 +270,10 @@ class Tensor {
   int64_t num_elements_ = 0;
 };
 std::ostream& operator<<(std::ostream& os, const Tensor& t);
+
+inline bool internal::is_sole_owner_of_host_buffer(const Tensor& t) noexcept {
+  // A sole holder's count cannot rise meanwhile: nobody else has a handle to copy.
+  return t.buf_ != nullptr && t.buf_->owned_host && t.buf_->refs.load(std::memory_order_acquire) == 1;
+}
 
 }  // namespace tessera
