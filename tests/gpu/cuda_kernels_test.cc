@@ -14,11 +14,17 @@
 
 #include "tessera/tessera.h"
 #include "tests/gpu/gpu_kernel_test.h"
+#include "tests/testing/kernel_cases.h"
 #include "tests/testing/tensor_expect.h"
 #include "tests/testing/tensor_values.h"
 
 namespace tessera::internal::gpu_testing {
 namespace {
+
+using tessera::testing::for_each_cast_case;
+using tessera::testing::for_each_matmul_case;
+using tessera::testing::for_each_unary_case;
+using tessera::testing::MatMulSize;
 
 class CudaKernelsTest : public GpuKernelTest {
  protected:
@@ -155,18 +161,10 @@ const UnaryOpCase kUnaryOps[] = {
 
 TEST_F(CudaKernelsTest, UnaryOps) {
   const std::vector<Shape> shapes = {Shape{}, Shape{0}, Shape{7}, Shape{3, 5}, Shape{1031}, Shape{(1 << 20) + 1}};
-  RandomInputs rng;
-  for (const auto& op : kUnaryOps) {
-    for (DType dtype : kNumericDTypes) {
-      if (op.floating_only && !dtype_is_floating(dtype)) continue;
-      for (const Shape& shape : shapes) {
-        SCOPED_TRACE(std::string(op.type) + " " + describe(dtype, {shape}));
-        Tensor x = rng.tensor(dtype, shape, dtype_is_floating(dtype) ? op.float_range : Range{-50, 50});
-        Graph g;
-        check_op(op.build(feed(g, x), ""), {x});
-      }
-    }
-  }
+  for_each_unary_case(kUnaryOps, shapes, [this](const UnaryOpCase& op, const Tensor& x) {
+    Graph g;
+    check_op(op.build(feed(g, x), ""), {x});
+  });
 }
 
 TEST_F(CudaKernelsTest, UnaryOpsAtTheEdgesOfTheirDomain) {
@@ -196,28 +194,12 @@ TEST_F(CudaKernelsTest, DTypesTheCpuKernelsRejectAreRejected) {
 // ---- MatMul ----
 
 TEST_F(CudaKernelsTest, MatMul) {
-  struct Case {
-    int64_t m, k, n;
-  };
-  const std::vector<Case> cases = {{1, 1, 1},   {3, 4, 5},     {17, 33, 9}, {64, 65, 63}, {5, 300, 600},
-                                   {0, 3, 4},   {3, 0, 4},     {4, 3, 0},   {129, 257, 65}};
-  RandomInputs rng;
-  for (DType dtype : kNumericDTypes) {
-    const Range range = dtype_is_floating(dtype) ? Range{-1, 1} : Range{-5, 5};
-    for (const auto& [m, k, n] : cases) {
-      for (bool ta : {false, true}) {
-        for (bool tb : {false, true}) {
-          const Shape a_shape = ta ? Shape{k, m} : Shape{m, k};
-          const Shape b_shape = tb ? Shape{n, k} : Shape{k, n};
-          SCOPED_TRACE(describe(dtype, {a_shape, b_shape}) + (ta ? " ta" : "") + (tb ? " tb" : ""));
-          Tensor a = rng.tensor(dtype, a_shape, range);
-          Tensor b = rng.tensor(dtype, b_shape, range);
-          Graph g;
-          check_op(ops::matmul(feed(g, a), feed(g, b), ta, tb), {a, b});
-        }
-      }
-    }
-  }
+  const std::vector<MatMulSize> sizes = {{1, 1, 1}, {3, 4, 5}, {17, 33, 9}, {64, 65, 63},  {5, 300, 600},
+                                         {0, 3, 4}, {3, 0, 4}, {4, 3, 0},   {129, 257, 65}};
+  for_each_matmul_case(sizes, [this](const Tensor& a, const Tensor& b, bool ta, bool tb, MatMulSize) {
+    Graph g;
+    check_op(ops::matmul(feed(g, a), feed(g, b), ta, tb), {a, b});
+  });
 }
 
 // cuBLAS accumulates float16 and bfloat16 products in float32: a row of 4096 ones times its
@@ -375,22 +357,10 @@ TEST_F(CudaKernelsTest, SixteenBitReductionsAccumulateInFloat32) {
 
 TEST_F(CudaKernelsTest, CastBetweenAllDTypes) {
   const std::vector<Shape> shapes = {Shape{}, Shape{0}, Shape{9}, Shape{3, 40}, Shape{100003}};
-  RandomInputs rng;
-  for (DType from : kAllDTypes) {
-    for (DType to : kAllDTypes) {
-      for (const Shape& shape : shapes) {
-        SCOPED_TRACE(describe(from, {shape}) + " to " + std::string(dtype_name(to)));
-        Tensor x = rng.tensor(from, shape, Range{-100, 100});
-        if (x.num_elements() > 1) {
-          std::vector<double> v = values_of(x);
-          v[1] = 0;
-          x = tensor_of(from, shape, v);
-        }
-        Graph g;
-        check_op(ops::cast(feed(g, x), to), {x});
-      }
-    }
-  }
+  for_each_cast_case(shapes, [this](const Tensor& x, DType to) {
+    Graph g;
+    check_op(ops::cast(feed(g, x), to), {x});
+  });
 }
 
 TEST_F(CudaKernelsTest, CastFromFloatingPointSaturates) {
