@@ -7,9 +7,6 @@
 // index out of range is found on the device: a flag read back after the run fails the op naming
 // the first one, as the CPU kernel does (GatherV2 in gpu_select_ops.cc is the model).
 #include <atomic>
-#include <cstring>
-#include <memory>
-#include <utility>
 
 #include "core/nn_ops.h"
 #include "core/op_registry.h"
@@ -21,36 +18,6 @@ namespace tessera::internal {
 namespace {
 
 Status unsupported(DType dtype) { return errors::invalid_argument("unsupported dtype {}", dtype_name(dtype)); }
-
-// Where a kernel reports the first bad position of an index input and its value (bad[0], bad[1]
-// in device memory; bad[0] starts at INT64_MAX), and the pinned buffer they are read back into.
-// Made before the launch; shared by the launched function and GpuRun::finish.
-struct BadIndexReport {
-  int64_t* device = nullptr;
-  std::shared_ptr<PinnedStagingPool::Buffer> readback;
-
-  static StatusOr<std::shared_ptr<BadIndexReport>> make(OpKernelContext& ctx, GpuRun& r) {
-    Tensor flag = ctx.allocate_temp(DType::Int64, Shape{2});
-    auto staged = r.device.staging().acquire(2 * sizeof(int64_t));
-    if (!staged.ok()) return staged.status();
-    auto report = std::make_shared<BadIndexReport>();
-    report->device = flag.mutable_data<int64_t>();
-    report->readback = std::make_shared<PinnedStagingPool::Buffer>(std::move(staged).value());
-    r.keep_alive.push_back(std::move(flag));
-    return report;
-  }
-  cudaError_t reset(cudaStream_t s) const { return cudaMemsetAsync(device, 0x7f, 2 * sizeof(int64_t), s); }
-  cudaError_t read_back(cudaStream_t s) const {
-    return cudaMemcpyAsync(readback->data(), device, 2 * sizeof(int64_t), cudaMemcpyDeviceToHost, s);
-  }
-  // Once the stream has run the work: the first bad position (>= count when none) and its value.
-  std::pair<int64_t, int64_t> result() const {
-    int64_t got[2] = {};
-    std::memcpy(got, readback->data(), sizeof(got));
-    readback->release();
-    return {got[0], got[1]};
-  }
-};
 
 // Softmax and LogSoftmax over the last axis. Thread-safe: run() keeps no state between runs.
 template <bool kLog>
@@ -253,11 +220,7 @@ class GatherGradGpuOp final : public GpuOpKernel {
       if (e == cudaSuccess) e = report->read_back(s);
       check->check(e, "GatherGrad");
     });
-    r.finish = [report = report.value(), m = g.m, limit = g.limit]() -> Status {
-      const auto [i, v] = report->result();
-      if (i >= 0 && i < m) return errors::invalid_argument("indices[{}] = {} is not in [0, {})", i, v, limit);
-      return Status();
-    };
+    r.finish = [report = report.value(), m = g.m, limit = g.limit] { return report->index_status(m, limit); };
   }
 
  private:

@@ -4,8 +4,6 @@
 // is done, stream-ordered (Note [GPU kernels] in gpu_op_kernel.cc). GatherV2's indices are checked
 // on the device: a flag read back after the run fails the op naming the first bad index, as the
 // CPU kernel does (Div's zero divisor in gpu_math_ops.cc is the model).
-#include <cstring>
-#include <memory>
 #include <utility>
 #include <vector>
 
@@ -105,31 +103,17 @@ class GatherGpuOp final : public GpuOpKernel {
     const int64_t outer = g.outer, limit = g.limit, m = g.m, inner = g.inner;
     Tensor& out = ctx.allocate_output(0, g.out);
     if (m == 0) return;  // no index to check, nothing to move
-    Tensor bad = ctx.allocate_temp(DType::Int64, Shape{2});
-    auto staged = r.device.staging().acquire(2 * sizeof(int64_t));
-    if (!staged.ok()) return ctx.fail(staged.status());
-    auto readback = std::make_shared<PinnedStagingPool::Buffer>(std::move(staged).value());
-    int64_t* bad_ptr = bad.mutable_data<int64_t>();
-    r.keep_alive.push_back(bad);
+    auto report = BadIndexReport::make(ctx, r);
+    if (!report.ok()) return ctx.fail(report.status());
     r.launch([check = r.launch_check, bytes = static_cast<int>(dtype_size(params.dtype())),
               wide = indices.dtype() == DType::Int64, pp = params.raw_data(), pi = indices.raw_data(),
-              po = out.raw_mutable_data(), outer, limit, m, inner, bad_ptr, readback](cudaStream_t s) {
-      cudaError_t e = cudaMemsetAsync(bad_ptr, 0x7f, 2 * sizeof(int64_t), s);  // "none": a huge position
-      if (e == cudaSuccess) e = gpu::launch_gather(bytes, wide, pp, pi, po, outer, limit, m, inner, bad_ptr, s);
-      if (e == cudaSuccess) {
-        e = cudaMemcpyAsync(readback->data(), bad_ptr, 2 * sizeof(int64_t), cudaMemcpyDeviceToHost, s);
-      }
+              po = out.raw_mutable_data(), outer, limit, m, inner, report = report.value()](cudaStream_t s) {
+      cudaError_t e = report->reset(s);
+      if (e == cudaSuccess) e = gpu::launch_gather(bytes, wide, pp, pi, po, outer, limit, m, inner, report->device, s);
+      if (e == cudaSuccess) e = report->read_back(s);
       check->check(e, "GatherV2");
     });
-    r.finish = [readback, m, limit]() -> Status {
-      int64_t got[2] = {};
-      std::memcpy(got, readback->data(), sizeof(got));
-      readback->release();
-      if (got[0] >= 0 && got[0] < m) {
-        return errors::invalid_argument("indices[{}] = {} is not in [0, {})", got[0], got[1], limit);
-      }
-      return Status();
-    };
+    r.finish = [report = report.value(), m, limit] { return report->index_status(m, limit); };
   }
 
  private:
