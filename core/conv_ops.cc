@@ -111,13 +111,13 @@ StatusOr<Window2D> WindowAttrs::conv2d(const Shape& input, const Shape& filter) 
                                     "input shape {}",
                                     k[2], i[3], filter.to_string(), input.to_string());
   }
-  Window2D w{.batch = i[0],
-             .in_h = i[1],
-             .in_w = i[2],
-             .in_c = i[3] >= 0 ? i[3] : k[2],
-             .k_h = k[0],
-             .k_w = k[1],
-             .out_c = k[3]};
+  Window2D w{{.batch = i[0],
+              .in_h = i[1],
+              .in_w = i[2],
+              .in_c = i[3] >= 0 ? i[3] : k[2],
+              .k_h = k[0],
+              .k_w = k[1],
+              .out_c = k[3]}};
   TESSERA_RETURN_IF_ERROR(place_window(w, strides, padding));
   return w;
 }
@@ -127,7 +127,8 @@ StatusOr<Window2D> WindowAttrs::pool(const Shape& input) const {
   auto in = dims4(input, "the input (NHWC)");
   if (!in.ok()) return in.status();
   const auto& i = in.value();
-  Window2D w{.batch = i[0], .in_h = i[1], .in_w = i[2], .in_c = i[3], .k_h = ksize[1], .k_w = ksize[2], .out_c = i[3]};
+  Window2D w{
+      {.batch = i[0], .in_h = i[1], .in_w = i[2], .in_c = i[3], .k_h = ksize[1], .k_w = ksize[2], .out_c = i[3]}};
   TESSERA_RETURN_IF_ERROR(place_window(w, strides, padding));
   return w;
 }

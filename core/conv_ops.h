@@ -19,6 +19,7 @@
 
 #include "core/node.h"
 #include "core/status.h"
+#include "core/window_dims.h"
 #include "tessera/graph.h"
 #include "tessera/tensor.h"
 
@@ -28,21 +29,7 @@ class OpKernelContext;
 
 // One window op over an NHWC input, every dim -1 where unknown (shape inference). A pool's window
 // is ksize's and its output keeps the input's channels (out_c == in_c). Thread safety: a value.
-struct Window2D {
-  int64_t batch = 0;
-  int64_t in_h = 0;
-  int64_t in_w = 0;
-  int64_t in_c = 0;
-  int64_t k_h = 0;
-  int64_t k_w = 0;
-  int64_t out_c = 0;
-  int64_t stride_h = 1;
-  int64_t stride_w = 1;
-  int64_t out_h = 0;
-  int64_t out_w = 0;
-  int64_t pad_top = 0;   // rows of zeros (pools: of nothing) before the input's first row
-  int64_t pad_left = 0;  // the same for columns
-
+struct Window2D : WindowDims {
   Shape in_shape() const { return Shape{batch, in_h, in_w, in_c}; }
   Shape out_shape() const { return Shape{batch, out_h, out_w, out_c}; }
   Shape filter_shape() const { return Shape{k_h, k_w, in_c, out_c}; }

@@ -130,6 +130,27 @@ Status gather_grad_check(const Shape& dy, const Shape& indices, const Shape& par
   return Status();
 }
 
+StatusOr<Shape> sparse_xent_kernel_shape(const Tensor& labels, const Tensor& logits) {
+  if (labels.dtype() != DType::Int32 && labels.dtype() != DType::Int64) {
+    return errors::invalid_argument("labels must be int32 or int64, got {}", dtype_name(labels.dtype()));
+  }
+  return sparse_xent_shape(labels.shape(), logits.shape());
+}
+
+Status grad_inputs_check(const Tensor& a, const Tensor& b) {
+  TESSERA_RETURN_IF_ERROR(same_dtypes(a, b, 0, 1));
+  return same_shape(a.shape(), b.shape()).status();
+}
+
+StatusOr<GatherGeometry> gather_grad_geometry(const Tensor& dy, const Tensor& indices, const Tensor& params,
+                                              int64_t axis) {
+  TESSERA_RETURN_IF_ERROR(same_dtypes(dy, params, 0, 2));
+  auto geometry = gather_geometry(params, indices, axis);
+  if (!geometry.ok()) return geometry.status();
+  TESSERA_RETURN_IF_ERROR(gather_grad_check(dy.shape(), indices.shape(), params.shape(), axis));
+  return geometry;
+}
+
 Status keep_prob_check(double keep_prob) {
   if (!(keep_prob > 0 && keep_prob <= 1)) {
     return errors::invalid_argument("keep_prob must be in (0, 1], got {}", keep_prob);

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <string>
 
+#include "core/select_ops.h"
 #include "core/status.h"
 #include "tessera/graph.h"
 #include "tessera/tensor.h"
@@ -51,6 +52,17 @@ Status same_dtypes(const Tensor& a, const Tensor& b, int i, int j);
 Status gather_grad_check(const Shape& dy, const Shape& indices, const Shape& params, int64_t axis);
 // Dropout: keep_prob in (0, 1].
 Status keep_prob_check(double keep_prob);
+
+// The CPU and GPU kernels' checks of their concrete inputs, dtypes included:
+// SparseSoftmaxCrossEntropyWithLogits: int32 or int64 labels; the backprop's shape
+// (sparse_xent_shape).
+StatusOr<Shape> sparse_xent_kernel_shape(const Tensor& labels, const Tensor& logits);
+// ReluGrad, TanhGrad, SigmoidGrad, SqrtGrad: inputs of one dtype and one shape.
+Status grad_inputs_check(const Tensor& a, const Tensor& b);
+// GatherGrad: dy of params' dtype and of the shape of a gather from params; the gather's view of
+// params and indices (gather_geometry, which checks the indices' dtype).
+StatusOr<GatherGeometry> gather_grad_geometry(const Tensor& dy, const Tensor& indices, const Tensor& params,
+                                              int64_t axis);
 
 // ---- The gradient kernels (op types as TensorFlow's), for the gradient functions ----
 

@@ -66,12 +66,40 @@ StatusOr<Shape> arg_reduce_shape(const Shape& in, int64_t axis) {
   return checked_shape(dims);
 }
 
+StatusOr<ArgReduceGeometry> arg_reduce_geometry(const Shape& in, int64_t axis) {
+  auto shape = arg_reduce_shape(in, axis);
+  if (!shape.ok()) return shape.status();
+  ArgReduceGeometry g;
+  g.out = std::move(shape).value();
+  const int a = static_cast<int>(axis < 0 ? axis + in.rank() : axis);
+  for (int d = 0; d < a; ++d) g.outer *= in.dim(d);
+  for (int d = a + 1; d < in.rank(); ++d) g.inner *= in.dim(d);
+  g.n = in.dim(a);
+  return g;
+}
+
 StatusOr<Shape> one_hot_shape(const Shape& indices, int64_t depth) {
   if (depth < 0) return errors::invalid_argument("depth must be non-negative, got {}", depth);
   if (indices.unknown_rank()) return Shape::unknown();
   std::vector<int64_t> dims = indices.dims();
   dims.push_back(depth);
   return checked_shape(dims);
+}
+
+StatusOr<Shape> one_hot_output_shape(const Tensor& indices, int64_t depth) {
+  if (indices.dtype() != DType::Int32 && indices.dtype() != DType::Int64) {
+    return errors::invalid_argument("indices must be int32 or int64, got {}", dtype_name(indices.dtype()));
+  }
+  return one_hot_shape(indices.shape(), depth);
+}
+
+Status add_n_input_check(const Tensor& first, const Tensor& input, int k) {
+  if (input.dtype() != first.dtype() || input.shape() != first.shape()) {
+    return errors::invalid_argument("inputs must have one shape and dtype: input 0 is {} {}, input {} is {} {}",
+                                    dtype_name(first.dtype()), first.shape().to_string(), k,
+                                    dtype_name(input.dtype()), input.shape().to_string());
+  }
+  return Status();
 }
 
 StatusOr<Broadcast3> Broadcast3::make(const Shape& a, const Shape& b, const Shape& c) {
@@ -113,6 +141,31 @@ StatusOr<Broadcast3> Broadcast3::make(const Shape& a, const Shape& b, const Shap
     ++r.rank;
   }
   return r;
+}
+
+StatusOr<Broadcast3> Broadcast3::compare(const Tensor& a, const Tensor& b, bool ordering, bool logical) {
+  if (a.dtype() != b.dtype()) {
+    return errors::invalid_argument("inputs must have the same dtype, got {} and {}", dtype_name(a.dtype()),
+                                    dtype_name(b.dtype()));
+  }
+  auto plan = make(a.shape(), b.shape(), Shape{});
+  if (!plan.ok()) return plan.status();
+  const bool ok_dtype = logical ? a.dtype() == DType::Bool : !(ordering && a.dtype() == DType::Bool);
+  if (!ok_dtype) return errors::invalid_argument("unsupported dtype {}", dtype_name(a.dtype()));
+  return plan;
+}
+
+StatusOr<Broadcast3> Broadcast3::select(const Tensor& cond, const Tensor& x, const Tensor& y) {
+  if (cond.dtype() != DType::Bool || x.dtype() != y.dtype()) {
+    return errors::invalid_argument("cond must be bool and x, y of one dtype, got {}, {} and {}",
+                                    dtype_name(cond.dtype()), dtype_name(x.dtype()), dtype_name(y.dtype()));
+  }
+  auto plan = make(cond.shape(), x.shape(), y.shape());
+  if (!plan.ok()) {
+    return errors::invalid_argument("incompatible shapes {}, {} and {}", cond.shape().to_string(),
+                                    x.shape().to_string(), y.shape().to_string());
+  }
+  return plan;
 }
 
 namespace {

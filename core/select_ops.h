@@ -38,8 +38,21 @@ struct GatherGeometry {
 StatusOr<GatherGeometry> gather_geometry(const Tensor& params, const Tensor& indices, int64_t axis);
 // ArgMax/ArgMin: `in` without `axis`, whose size must not be 0.
 StatusOr<Shape> arg_reduce_shape(const Shape& in, int64_t axis);
+// An ArgMax/ArgMin kernel's view of its input: out[outer, inner] is a position among the `n`
+// elements of in[outer, :, inner] (arg_reduce_shape's checks).
+struct ArgReduceGeometry {
+  Shape out;
+  int64_t outer = 1;
+  int64_t n = 0;
+  int64_t inner = 1;
+};
+StatusOr<ArgReduceGeometry> arg_reduce_geometry(const Shape& in, int64_t axis);
 // OneHot (axis -1): indices.shape + [depth], depth >= 0.
 StatusOr<Shape> one_hot_shape(const Shape& indices, int64_t depth);
+// A OneHot kernel's output shape: one_hot_shape of `indices`, whose dtype must be Int32 or Int64.
+StatusOr<Shape> one_hot_output_shape(const Tensor& indices, int64_t depth);
+// An AddN kernel's check of its input k: input 0's shape and dtype.
+Status add_n_input_check(const Tensor& first, const Tensor& input, int k);
 
 // NumPy broadcasting of up to three concrete shapes (a comparison passes Shape{} as the third):
 // the output shape, and each input's element stride along every output dim (0 where broadcast),
@@ -52,6 +65,11 @@ struct Broadcast3 {
   std::array<std::array<int64_t, Shape::kMaxRank>, 3> strides{};
 
   static StatusOr<Broadcast3> make(const Shape& a, const Shape& b, const Shape& c);
+  // A comparison kernel's inputs (a comparison `ordering` numbers only, or a `logical` op, bools
+  // only): one dtype that the op takes, broadcast against each other.
+  static StatusOr<Broadcast3> compare(const Tensor& a, const Tensor& b, bool ordering, bool logical);
+  // A SelectV2 kernel's inputs: a bool cond, x and y of one dtype, broadcast among the three.
+  static StatusOr<Broadcast3> select(const Tensor& cond, const Tensor& x, const Tensor& y);
   // The offset of output element i in input k.
   int64_t offset(int k, int64_t i) const {
     int64_t off = 0;

@@ -123,10 +123,7 @@ class SparseXentOp : public OpKernel {
   void compute(OpKernelContext& ctx) override {
     const Tensor& labels = ctx.input(0);
     const Tensor& logits = ctx.input(1);
-    if (labels.dtype() != DType::Int32 && labels.dtype() != DType::Int64) {
-      return ctx.fail(ErrorCode::kInvalidArgument, "labels must be int32 or int64, got {}", dtype_name(labels.dtype()));
-    }
-    auto shape = sparse_xent_shape(labels.shape(), logits.shape());
+    auto shape = sparse_xent_kernel_shape(labels, logits);
     if (!shape.ok()) return ctx.fail(shape.status());
     const int64_t batch = shape.value().dim(0);
     const int64_t classes = shape.value().dim(1);
@@ -295,11 +292,7 @@ class ElementwiseGradOp : public OpKernel {
   void compute(OpKernelContext& ctx) override {
     const Tensor& a = ctx.input(0);
     const Tensor& b = ctx.input(1);
-    if (Status s = same_dtypes(a, b, 0, 1); !s.ok()) return ctx.fail(s);
-    if (a.shape() != b.shape()) {
-      return ctx.fail(ErrorCode::kInvalidArgument, "inputs must have one shape, got {} and {}", a.shape().to_string(),
-                      b.shape().to_string());
-    }
+    if (Status s = grad_inputs_check(a, b); !s.ok()) return ctx.fail(s);
     Tensor& out = ctx.allocate_output(0, a.shape());
     auto run = [&](auto type) {
       using T = decltype(type);
@@ -327,10 +320,8 @@ class GatherGradOp : public OpKernel {
     const Tensor& dy = ctx.input(0);
     const Tensor& indices = ctx.input(1);
     const Tensor& params = ctx.input(2);
-    if (Status s = same_dtypes(dy, params, 0, 2); !s.ok()) return ctx.fail(s);
-    auto geometry = gather_geometry(params, indices, axis_);
+    auto geometry = gather_grad_geometry(dy, indices, params, axis_);
     if (!geometry.ok()) return ctx.fail(geometry.status());
-    if (Status s = gather_grad_check(dy.shape(), indices.shape(), params.shape(), axis_); !s.ok()) return ctx.fail(s);
     const GatherGeometry& g = geometry.value();
     for (int64_t i = 0; i < g.m; ++i) {
       const int64_t v = index_at(indices, i);

@@ -78,14 +78,8 @@ class CompareOp : public OpKernel {
   void compute(OpKernelContext& ctx) override {
     const Tensor& a = ctx.input(0);
     const Tensor& b = ctx.input(1);
-    if (a.dtype() != b.dtype()) {
-      return ctx.fail(ErrorCode::kInvalidArgument, "inputs must have the same dtype, got {} and {}",
-                      dtype_name(a.dtype()), dtype_name(b.dtype()));
-    }
-    auto plan = Broadcast3::make(a.shape(), b.shape(), Shape{});
+    auto plan = Broadcast3::compare(a, b, kOrdering, kLogical);
     if (!plan.ok()) return ctx.fail(plan.status());
-    const bool ok_dtype = kLogical ? a.dtype() == DType::Bool : !(kOrdering && a.dtype() == DType::Bool);
-    if (!ok_dtype) return ctx.fail(ErrorCode::kInvalidArgument, "unsupported dtype {}", dtype_name(a.dtype()));
     Tensor& out = ctx.allocate_output(0, plan.value().out);
     if (out.num_elements() == 0) return;
     bool* po = out.mutable_data<bool>();
@@ -129,15 +123,8 @@ class SelectOp : public OpKernel {
     const Tensor& c = ctx.input(0);
     const Tensor& x = ctx.input(1);
     const Tensor& y = ctx.input(2);
-    if (c.dtype() != DType::Bool || x.dtype() != y.dtype()) {
-      return ctx.fail(ErrorCode::kInvalidArgument, "cond must be bool and x, y of one dtype, got {}, {} and {}",
-                      dtype_name(c.dtype()), dtype_name(x.dtype()), dtype_name(y.dtype()));
-    }
-    auto made = Broadcast3::make(c.shape(), x.shape(), y.shape());
-    if (!made.ok()) {
-      return ctx.fail(ErrorCode::kInvalidArgument, "incompatible shapes {}, {} and {}", c.shape().to_string(),
-                      x.shape().to_string(), y.shape().to_string());
-    }
+    auto made = Broadcast3::select(c, x, y);
+    if (!made.ok()) return ctx.fail(made.status());
     const Broadcast3& p = made.value();
     Tensor& out = ctx.allocate_output(0, p.out);
     const int64_t n = out.num_elements();
@@ -193,11 +180,7 @@ class OneHotOp : public OpKernel {
         off_(static_cast<float>(n.attr<double>("off_value"))) {}
   void compute(OpKernelContext& ctx) override {
     const Tensor& indices = ctx.input(0);
-    if (indices.dtype() != DType::Int32 && indices.dtype() != DType::Int64) {
-      return ctx.fail(ErrorCode::kInvalidArgument, "indices must be int32 or int64, got {}",
-                      dtype_name(indices.dtype()));
-    }
-    auto shape = one_hot_shape(indices.shape(), depth_);
+    auto shape = one_hot_output_shape(indices, depth_);
     if (!shape.ok()) return ctx.fail(shape.status());
     Tensor& out = ctx.allocate_output(0, shape.value());
     float* po = out.mutable_data<float>();
@@ -236,14 +219,11 @@ class ArgOp : public OpKernel {
  private:
   template <class T>
   void run(OpKernelContext& ctx, const Tensor& x) {
-    auto shape = arg_reduce_shape(x.shape(), axis_);
-    if (!shape.ok()) return ctx.fail(shape.status());
-    const int axis = static_cast<int>(axis_ < 0 ? axis_ + x.shape().rank() : axis_);
-    int64_t outer = 1, inner = 1;
-    for (int d = 0; d < axis; ++d) outer *= x.shape().dim(d);
-    for (int d = axis + 1; d < x.shape().rank(); ++d) inner *= x.shape().dim(d);
-    const int64_t n = x.shape().dim(axis);
-    Tensor& out = ctx.allocate_output(0, shape.value());
+    auto geometry = arg_reduce_geometry(x.shape(), axis_);
+    if (!geometry.ok()) return ctx.fail(geometry.status());
+    const ArgReduceGeometry& g = geometry.value();
+    const int64_t outer = g.outer, n = g.n, inner = g.inner;
+    Tensor& out = ctx.allocate_output(0, g.out);
     const T* px = x.data<T>();
     int64_t* po = out.mutable_data<int64_t>();
     for (int64_t o = 0; o < outer; ++o) {
@@ -273,13 +253,7 @@ class AddNOp : public OpKernel {
   void compute(OpKernelContext& ctx) override {
     const Tensor& first = ctx.input(0);
     for (int k = 1; k < ctx.num_inputs(); ++k) {
-      const Tensor& t = ctx.input(k);
-      if (t.dtype() != first.dtype() || t.shape() != first.shape()) {
-        return ctx.fail(ErrorCode::kInvalidArgument,
-                        "inputs must have one shape and dtype: input 0 is {} {}, input {} is {} {}",
-                        dtype_name(first.dtype()), first.shape().to_string(), k, dtype_name(t.dtype()),
-                        t.shape().to_string());
-      }
+      if (Status s = add_n_input_check(first, ctx.input(k), k); !s.ok()) return ctx.fail(s);
     }
     switch (first.dtype()) {
       case DType::Float32: return run<float>(ctx);

@@ -3,7 +3,8 @@
 //
 // Every dtype: the copies move elements by their size alone (1, 2, 4 or 8 bytes), strings by
 // assignment. Each kernel checks its input's shape with the arithmetic the op's shape function
-// used at graph-build time (core/shape_ops.h, same messages), and walks the StridedCopy it makes
+// used at graph-build time (core/shape_ops.h, same messages; the checks and plans the GPU kernels
+// share are in core/shape_op_kernels.h), and walks the StridedCopy it makes
 // (strings: element by element): nested loops whose innermost run is one memcpy when both sides
 // are contiguous there, and whose two loops of a transpose go in 32 x 32 blocks, so that neither
 // side leaves the cache between uses. An op that would copy its input unchanged (a slice of all
@@ -13,15 +14,14 @@
 
 #include <algorithm>
 #include <array>
-#include <climits>
 #include <cstdint>
 #include <cstring>
 #include <string>
 #include <vector>
 
-#include "core/half.h"
 #include "core/op_kernel.h"
 #include "core/op_registry.h"
+#include "core/shape_op_kernels.h"
 
 namespace tessera::internal {
 namespace {
@@ -164,46 +164,16 @@ void fill_bytes(Tensor& out, const void* value, std::size_t elem) {
   }
 }
 
-// A view of input 0 with the shape `shape_of` gives (Reshape, ExpandDims, Squeeze): no data moves.
-// Thread-safe: compute() keeps no state between runs.
-template <class Derived>
-class RelabelOp : public OpKernel {
+// A view of input 0 with the shape relabel_shape_fn gives (Reshape, ExpandDims, Squeeze): no data
+// moves. Thread-safe: compute() keeps no state between runs.
+class RelabelOp final : public OpKernel {
  public:
-  using OpKernel::OpKernel;
-  void compute(OpKernelContext& ctx) override {
-    const Tensor& x = ctx.input(0);
-    auto shape = static_cast<const Derived*>(this)->shape_of(x.shape());
-    if (!shape.ok()) return ctx.fail(shape.status());
-    ctx.set_output(0, x.reshaped(shape.value()));
-  }
+  explicit RelabelOp(const Node& n) : OpKernel(n), shape_of_(relabel_shape_fn(n)) {}
+  void compute(OpKernelContext& ctx) override { compute_relabel(ctx, shape_of_(ctx.input(0).shape())); }
   bool is_expensive() const override { return false; }
-};
-
-class ReshapeOp final : public RelabelOp<ReshapeOp> {
- public:
-  explicit ReshapeOp(const Node& n) : RelabelOp(n), shape_(n.attr<std::vector<int64_t>>("shape")) {}
-  StatusOr<Shape> shape_of(const Shape& in) const { return reshape_shape(in, shape_); }
 
  private:
-  const std::vector<int64_t> shape_;
-};
-
-class ExpandDimsOp final : public RelabelOp<ExpandDimsOp> {
- public:
-  explicit ExpandDimsOp(const Node& n) : RelabelOp(n), axis_(n.attr<int64_t>("axis")) {}
-  StatusOr<Shape> shape_of(const Shape& in) const { return expand_dims_shape(in, axis_); }
-
- private:
-  const int64_t axis_;
-};
-
-class SqueezeOp final : public RelabelOp<SqueezeOp> {
- public:
-  explicit SqueezeOp(const Node& n) : RelabelOp(n), axes_(n.attr<std::vector<int64_t>>("axes")) {}
-  StatusOr<Shape> shape_of(const Shape& in) const { return squeeze_shape(in, axes_); }
-
- private:
-  const std::vector<int64_t> axes_;
+  const RelabelShapeFn shape_of_;
 };
 
 // ReshapeToShapeOf(y, x): y's buffer with x's shape. Thread-safe.
@@ -211,9 +181,7 @@ class ReshapeToShapeOfOp final : public OpKernel {
  public:
   using OpKernel::OpKernel;
   void compute(OpKernelContext& ctx) override {
-    auto shape = reshape_to_shape(ctx.input(0).shape(), ctx.input(1).shape());
-    if (!shape.ok()) return ctx.fail(shape.status());
-    ctx.set_output(0, ctx.input(0).reshaped(shape.value()));
+    compute_relabel(ctx, reshape_to_shape(ctx.input(0).shape(), ctx.input(1).shape()));
   }
   bool is_expensive() const override { return false; }
 };
@@ -222,15 +190,7 @@ class ReshapeToShapeOfOp final : public OpKernel {
 class TransposeOp final : public OpKernel {
  public:
   explicit TransposeOp(const Node& n) : OpKernel(n), perm_(n.attr<std::vector<int64_t>>("perm")) {}
-  void compute(OpKernelContext& ctx) override {
-    const Tensor& x = ctx.input(0);
-    auto perm = transpose_perm(perm_, x.shape().rank());
-    if (!perm.ok()) return ctx.fail(perm.status());
-    const StridedCopy c = transpose_copy(x.shape(), perm.value());
-    std::vector<int64_t> dims(c.dims.begin(), c.dims.begin() + c.rank);
-    Tensor& out = ctx.allocate_output(0, Shape(dims));
-    strided_copy(out, x, c);
-  }
+  void compute(OpKernelContext& ctx) override { compute_transpose(ctx, perm_, strided_copy); }
 
  private:
   const std::vector<int64_t> perm_;
@@ -241,25 +201,7 @@ class TransposeOp final : public OpKernel {
 class ConcatOp final : public OpKernel {
  public:
   explicit ConcatOp(const Node& n) : OpKernel(n), axis_(n.attr<int64_t>("axis")) {}
-  void compute(OpKernelContext& ctx) override {
-    std::vector<Shape> shapes;
-    for (int k = 0; k < ctx.num_inputs(); ++k) shapes.push_back(ctx.input(k).shape());
-    auto shape = concat_shape(shapes, axis_);
-    if (!shape.ok()) return ctx.fail(shape.status());
-    const Shape& out_shape = shape.value();
-    if (ctx.num_inputs() == 1) return ctx.set_output(0, ctx.input(0));
-    const int axis = resolve_axis(axis_, out_shape.rank(), "").value();
-    Tensor& out = ctx.allocate_output(0, out_shape);
-    const int64_t outer = out_shape.sub_shape(0, axis).num_elements();
-    const int64_t total = out_shape.sub_shape(axis).num_elements();
-    int64_t offset = 0;
-    for (int k = 0; k < ctx.num_inputs(); ++k) {
-      const Tensor& in = ctx.input(k);
-      const int64_t width = in.shape().sub_shape(axis).num_elements();
-      strided_copy(out, in, rows_copy(outer, width, total, offset, true));
-      offset += width;
-    }
-  }
+  void compute(OpKernelContext& ctx) override { compute_concat(ctx, axis_, strided_copy); }
 
  private:
   const int64_t axis_;
@@ -270,20 +212,7 @@ class ConcatOp final : public OpKernel {
 class SplitOp final : public OpKernel {
  public:
   explicit SplitOp(const Node& n) : OpKernel(n), num_(n.attr<int64_t>("num_split")), axis_(n.attr<int64_t>("axis")) {}
-  void compute(OpKernelContext& ctx) override {
-    const Tensor& x = ctx.input(0);
-    auto shape = split_shape(x.shape(), num_, axis_);
-    if (!shape.ok()) return ctx.fail(shape.status());
-    if (num_ == 1) return ctx.set_output(0, x);
-    const Shape& piece = shape.value();
-    const int axis = resolve_axis(axis_, piece.rank(), "").value();
-    const int64_t outer = piece.sub_shape(0, axis).num_elements();
-    const int64_t width = piece.sub_shape(axis).num_elements();
-    for (int k = 0; k < ctx.num_outputs(); ++k) {
-      Tensor& out = ctx.allocate_output(k, piece);
-      strided_copy(out, x, rows_copy(outer, width, width * num_, k * width, false));
-    }
-  }
+  void compute(OpKernelContext& ctx) override { compute_split(ctx, num_, axis_, strided_copy); }
 
  private:
   const int64_t num_;
@@ -295,14 +224,7 @@ class SliceOp final : public OpKernel {
  public:
   explicit SliceOp(const Node& n)
       : OpKernel(n), begin_(n.attr<std::vector<int64_t>>("begin")), size_(n.attr<std::vector<int64_t>>("size")) {}
-  void compute(OpKernelContext& ctx) override {
-    const Tensor& x = ctx.input(0);
-    auto shape = slice_shape(x.shape(), begin_, size_);
-    if (!shape.ok()) return ctx.fail(shape.status());
-    if (shape.value() == x.shape()) return ctx.set_output(0, x);  // all of it: begin is 0
-    Tensor& out = ctx.allocate_output(0, shape.value());
-    strided_copy(out, x, slice_copy(x.shape(), begin_, out.shape()));
-  }
+  void compute(OpKernelContext& ctx) override { compute_slice(ctx, begin_, size_, strided_copy); }
 
  private:
   const std::vector<int64_t> begin_;
@@ -313,14 +235,7 @@ class SliceOp final : public OpKernel {
 class TileOp final : public OpKernel {
  public:
   explicit TileOp(const Node& n) : OpKernel(n), multiples_(n.attr<std::vector<int64_t>>("multiples")) {}
-  void compute(OpKernelContext& ctx) override {
-    const Tensor& x = ctx.input(0);
-    auto shape = tile_shape(x.shape(), multiples_);
-    if (!shape.ok()) return ctx.fail(shape.status());
-    if (shape.value() == x.shape()) return ctx.set_output(0, x);  // every multiple 1 (or nothing to copy)
-    Tensor& out = ctx.allocate_output(0, shape.value());
-    strided_copy(out, x, tile_copy(x.shape(), multiples_));
-  }
+  void compute(OpKernelContext& ctx) override { compute_tile(ctx, multiples_, strided_copy); }
 
  private:
   const std::vector<int64_t> multiples_;
@@ -332,13 +247,10 @@ class PadOp final : public OpKernel {
  public:
   explicit PadOp(const Node& n) : OpKernel(n), paddings_(n.attr<std::vector<int64_t>>("paddings")) {}
   void compute(OpKernelContext& ctx) override {
-    const Tensor& x = ctx.input(0);
-    auto shape = pad_shape(x.shape(), paddings_);
-    if (!shape.ok()) return ctx.fail(shape.status());
-    if (shape.value() == x.shape()) return ctx.set_output(0, x);  // no padding
-    Tensor& out = ctx.allocate_output(0, shape.value());
-    if (out.dtype() != DType::String && out.bytes() > 0) std::memset(out.raw_mutable_data(), 0, out.bytes());
-    strided_copy(out, x, pad_copy(x.shape(), paddings_, out.shape()));
+    auto zero = [](Tensor& out) {
+      if (out.dtype() != DType::String && out.bytes() > 0) std::memset(out.raw_mutable_data(), 0, out.bytes());
+    };
+    compute_pad(ctx, paddings_, zero, strided_copy);
   }
 
  private:
@@ -363,23 +275,6 @@ class FillOp final : public OpKernel {
   const Tensor value_;
 };
 
-// The one of a dtype, as its bits.
-uint64_t one_bits(DType dtype) {
-  uint64_t bits = 0;
-  auto put = [&bits](auto v) { std::memcpy(&bits, &v, sizeof(v)); };
-  switch (dtype) {
-    case DType::Float32: put(1.0f); break;
-    case DType::Float64: put(1.0); break;
-    case DType::Int32: put(int32_t{1}); break;
-    case DType::Int64: put(int64_t{1}); break;
-    case DType::Bool: put(true); break;
-    case DType::Float16: put(float16_t(1.0f)); break;
-    case DType::BFloat16: put(bfloat16_t(1.0f)); break;
-    case DType::String: break;  // refused by OnesLike's shape function
-  }
-  return bits;
-}
-
 // Zeros (kOne false) or ones of input 0's dtype and shape. Thread-safe.
 template <bool kOne>
 class FillLikeOp final : public OpKernel {
@@ -400,15 +295,9 @@ class ShapeOp final : public OpKernel {
   using OpKernel::OpKernel;
   void compute(OpKernelContext& ctx) override {
     const Shape& in = ctx.input(0).shape();
-    Tensor& out = ctx.allocate_output(0, Shape{in.rank()});
-    int32_t* p = out.mutable_data<int32_t>();
-    for (int d = 0; d < in.rank(); ++d) {
-      if (in.dim(d) > INT32_MAX) {
-        return ctx.fail(ErrorCode::kInvalidArgument, "dimension {} of shape {} does not fit the int32 output", d,
-                        in.to_string());
-      }
-      p[d] = static_cast<int32_t>(in.dim(d));
-    }
+    if (Status s = shape_fits_int32(in); !s.ok()) return ctx.fail(s);
+    int32_t* p = ctx.allocate_output(0, Shape{in.rank()}).mutable_data<int32_t>();
+    for (int d = 0; d < in.rank(); ++d) p[d] = static_cast<int32_t>(in.dim(d));
   }
   bool is_expensive() const override { return false; }
 };
@@ -418,19 +307,16 @@ class SizeOp final : public OpKernel {
  public:
   using OpKernel::OpKernel;
   void compute(OpKernelContext& ctx) override {
-    const Tensor& x = ctx.input(0);
-    if (x.num_elements() > INT32_MAX) {
-      return ctx.fail(ErrorCode::kInvalidArgument, "shape {} has {} elements, more than the int32 output holds",
-                      x.shape().to_string(), x.num_elements());
-    }
-    ctx.allocate_output(0, Shape{}).mutable_data<int32_t>()[0] = static_cast<int32_t>(x.num_elements());
+    const Shape& in = ctx.input(0).shape();
+    if (Status s = size_fits_int32(in); !s.ok()) return ctx.fail(s);
+    ctx.allocate_output(0, Shape{}).mutable_data<int32_t>()[0] = static_cast<int32_t>(in.num_elements());
   }
   bool is_expensive() const override { return false; }
 };
 
-TESSERA_REGISTER_KERNEL("Reshape", "CPU", ReshapeOp);
-TESSERA_REGISTER_KERNEL("ExpandDims", "CPU", ExpandDimsOp);
-TESSERA_REGISTER_KERNEL("Squeeze", "CPU", SqueezeOp);
+TESSERA_REGISTER_KERNEL("Reshape", "CPU", RelabelOp);
+TESSERA_REGISTER_KERNEL("ExpandDims", "CPU", RelabelOp);
+TESSERA_REGISTER_KERNEL("Squeeze", "CPU", RelabelOp);
 TESSERA_REGISTER_KERNEL("ReshapeToShapeOf", "CPU", ReshapeToShapeOfOp);
 TESSERA_REGISTER_KERNEL("Transpose", "CPU", TransposeOp);
 TESSERA_REGISTER_KERNEL("ConcatV2", "CPU", ConcatOp);

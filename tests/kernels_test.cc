@@ -29,6 +29,7 @@
 #include "core/op_registry.h"
 #include "device/sim_device.h"
 #include "tests/testing/kernel_runner.h"
+#include "tests/testing/kernel_cases.h"
 #include "tests/testing/tensor_expect.h"
 #include "tests/testing/tensor_values.h"
 #include "tests/testing/test_util.h"
@@ -42,9 +43,13 @@ using tessera::testing::copy_to_host_now;
 using tessera::testing::describe;
 using tessera::testing::expect_values;
 using tessera::testing::feed;
+using tessera::testing::for_each_cast_case;
+using tessera::testing::for_each_matmul_case;
+using tessera::testing::for_each_unary_case;
 using tessera::testing::kAllDTypes;
 using tessera::testing::KernelRun;
 using tessera::testing::kNumericDTypes;
+using tessera::testing::MatMulSize;
 using tessera::testing::RandomInputs;
 using tessera::testing::Range;
 using tessera::testing::run_kernel_once;
@@ -392,19 +397,10 @@ const UnaryOpCase kUnaryOps[] = {
 
 TEST(KernelsTest, UnaryOps) {
   const std::vector<Shape> shapes = {Shape{}, Shape{0}, Shape{7}, Shape{3, 5}, Shape{1031}};
-  RandomInputs rng;
-  for (const auto& op : kUnaryOps) {
-    for (DType dtype : kNumericDTypes) {
-      if (op.floating_only && !dtype_is_floating(dtype)) continue;
-      for (const Shape& shape : shapes) {
-        SCOPED_TRACE(std::string(op.type) + " " + describe(dtype, {shape}));
-        Tensor x =
-            rng.tensor(dtype, shape, dtype_is_floating(dtype) ? op.float_range : Range{-50, 50});
-        Graph g;
-        check_elementwise(op.build(feed(g, x), ""), x, op.ref);
-      }
-    }
-  }
+  for_each_unary_case(kUnaryOps, shapes, [](const UnaryOpCase& op, const Tensor& x) {
+    Graph g;
+    check_elementwise(op.build(feed(g, x), ""), x, op.ref);
+  });
 }
 
 TEST(KernelsTest, UnaryOpsAtTheEdgesOfTheirDomain) {
@@ -424,40 +420,25 @@ TEST(KernelsTest, UnaryOpsAtTheEdgesOfTheirDomain) {
 // ---- MatMul ----
 
 TEST(KernelsTest, MatMul) {
-  struct Case {
-    int64_t m, k, n;
-  };
-  const std::vector<Case> cases = {{1, 1, 1},     {3, 4, 5}, {17, 33, 9}, {64, 65, 63},
-                                   {5, 300, 600}, {0, 3, 4}, {3, 0, 4},   {4, 3, 0}};
-  RandomInputs rng;
-  for (DType dtype : kNumericDTypes) {
-    const Range range = dtype_is_floating(dtype) ? Range{-1, 1} : Range{-5, 5};
-    for (const auto& [m, k, n] : cases) {
-      for (bool ta : {false, true}) {
-        for (bool tb : {false, true}) {
-          const Shape a_shape = ta ? Shape{k, m} : Shape{m, k};
-          const Shape b_shape = tb ? Shape{n, k} : Shape{k, n};
-          SCOPED_TRACE(describe(dtype, {a_shape, b_shape}) + (ta ? " ta" : "") + (tb ? " tb" : ""));
-          Tensor a = rng.tensor(dtype, a_shape, range);
-          Tensor b = rng.tensor(dtype, b_shape, range);
-          const auto av = values_of(a);
-          const auto bv = values_of(b);
-          std::vector<double> want(static_cast<std::size_t>(m * n));
-          for (int64_t i = 0; i < m; ++i) {
-            for (int64_t j = 0; j < n; ++j) {
-              double sum = 0;
-              for (int64_t p = 0; p < k; ++p) {
-                sum += (ta ? av[p * m + i] : av[i * k + p]) * (tb ? bv[j * k + p] : bv[p * n + j]);
-              }
-              want[i * n + j] = sum;
-            }
-          }
-          Graph g;
-          check_op(ops::matmul(feed(g, a), feed(g, b), ta, tb), {a, b}, Shape{m, n}, want);
+  const std::vector<MatMulSize> sizes = {{1, 1, 1},     {3, 4, 5}, {17, 33, 9}, {64, 65, 63},
+                                         {5, 300, 600}, {0, 3, 4}, {3, 0, 4},   {4, 3, 0}};
+  for_each_matmul_case(sizes, [](const Tensor& a, const Tensor& b, bool ta, bool tb, MatMulSize size) {
+    const auto [m, k, n] = size;
+    const auto av = values_of(a);
+    const auto bv = values_of(b);
+    std::vector<double> want(static_cast<std::size_t>(m * n));
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t j = 0; j < n; ++j) {
+        double sum = 0;
+        for (int64_t p = 0; p < k; ++p) {
+          sum += (ta ? av[p * m + i] : av[i * k + p]) * (tb ? bv[j * k + p] : bv[p * n + j]);
         }
+        want[i * n + j] = sum;
       }
     }
-  }
+    Graph g;
+    check_op(ops::matmul(feed(g, a), feed(g, b), ta, tb), {a, b}, Shape{m, n}, want);
+  });
 }
 
 TEST(KernelsTest, MatMulChecksShapesLeftUnknownAtRunTime) {
@@ -641,22 +622,10 @@ double cast_reference(double v, DType to) {
 
 TEST(KernelsTest, CastBetweenAllDTypes) {
   const std::vector<Shape> shapes = {Shape{}, Shape{0}, Shape{9}, Shape{3, 40}};
-  RandomInputs rng;
-  for (DType from : kAllDTypes) {
-    for (DType to : kAllDTypes) {
-      for (const Shape& shape : shapes) {
-        SCOPED_TRACE(describe(from, {shape}) + " to " + std::string(dtype_name(to)));
-        Tensor x = rng.tensor(from, shape, Range{-100, 100});
-        if (x.num_elements() > 1) {  // exact zeros are where bool conversion turns
-          std::vector<double> v = values_of(x);
-          v[1] = 0;
-          x = tensor_of(from, shape, v);
-        }
-        Graph g;
-        check_elementwise(ops::cast(feed(g, x), to), x, [&](double v) { return cast_reference(v, to); });
-      }
-    }
-  }
+  for_each_cast_case(shapes, [](const Tensor& x, DType to) {
+    Graph g;
+    check_elementwise(ops::cast(feed(g, x), to), x, [&](double v) { return cast_reference(v, to); });
+  });
 }
 
 TEST(KernelsTest, CastFromFloatingPointSaturates) {

@@ -182,14 +182,22 @@ std::string first_gpu() {
   return "";
 }
 
+// Names the benchmark's implementation `impl` and returns the GPU its session runs on: "" (the
+// benchmark skipped, saying why) when there is none.
+std::string start_on_gpu(benchmark::State& state, const char* impl) {
+  tessera_bench::set_impl(state, impl);
+  if (!gpu_bench::require_gpu(state)) return "";
+  const std::string gpu = first_gpu();
+  if (gpu.empty()) state.SkipWithError("no GPU among the process's devices");
+  return gpu;
+}
+
 // The chain as a session runs it (impl tessera: replayed as a CUDA graph; tessera_eager: every op
 // launched on its own): every op placed on the process's first GPU (the device factory's,
 // as a program's sessions get it), the input fed from and the output fetched to the host.
 void BM_gpu_chain_100(benchmark::State& state, const char* impl) {
-  tessera_bench::set_impl(state, impl);
-  if (!gpu_bench::require_gpu(state)) return;
-  const std::string gpu = first_gpu();
-  if (gpu.empty()) return state.SkipWithError("no GPU among the process's devices");
+  const std::string gpu = start_on_gpu(state, impl);
+  if (gpu.empty()) return;
   constexpr int64_t kN = gpu_bench::kChainWidth;
   Graph g;
   auto x0 = ops::placeholder(g, DType::Float32, Shape{kN}, "x0");
@@ -227,10 +235,8 @@ Tensor matrix_of(int64_t rows, int64_t cols, const std::function<float(int64_t, 
 
 // The MLP step as a session runs it: every op on the GPU, the sum fetched to the host.
 void BM_gpu_mlp_step(benchmark::State& state, const char* impl) {
-  tessera_bench::set_impl(state, impl);
-  if (!gpu_bench::require_gpu(state)) return;
-  const std::string gpu = first_gpu();
-  if (gpu.empty()) return state.SkipWithError("no GPU among the process's devices");
+  const std::string gpu = start_on_gpu(state, impl);
+  if (gpu.empty()) return;
   constexpr int64_t kB = gpu_bench::kMlpBatch;
   constexpr int64_t kW = gpu_bench::kMlpWidth;
   Graph g;
@@ -260,10 +266,8 @@ void BM_gpu_mlp_step(benchmark::State& state, const char* impl) {
 
 // The sum of 256 MiB on the GPU (a constant, copied there once), fetched to the host.
 void BM_gpu_reduce_sum_256MiB(benchmark::State& state, const char* impl) {
-  tessera_bench::set_impl(state, impl);
-  if (!gpu_bench::require_gpu(state)) return;
-  const std::string gpu = first_gpu();
-  if (gpu.empty()) return state.SkipWithError("no GPU among the process's devices");
+  const std::string gpu = start_on_gpu(state, impl);
+  if (gpu.empty()) return;
   Tensor x(DType::Float32, Shape{gpu_bench::kReduceElements});
   float* p = x.mutable_data<float>();
   for (int64_t i = 0; i < gpu_bench::kReduceElements; ++i) p[i] = gpu_bench::reduce_x(i);
@@ -289,10 +293,8 @@ void BM_gpu_reduce_sum_256MiB(benchmark::State& state, const char* impl) {
 // exact sum rounded once to T, bit for bit.
 template <class T>
 void session_matmul_4096(benchmark::State& state, const char* impl) {
-  tessera_bench::set_impl(state, impl);
-  if (!gpu_bench::require_gpu(state)) return;
-  const std::string gpu = first_gpu();
-  if (gpu.empty()) return state.SkipWithError("no GPU among the process's devices");
+  const std::string gpu = start_on_gpu(state, impl);
+  if (gpu.empty()) return;
   constexpr bool kFloat = std::is_same_v<T, float>;
   constexpr int64_t kN = gpu_bench::kMatMulN;
   auto matrix = [](const std::function<float(int64_t, int64_t)>& f) {

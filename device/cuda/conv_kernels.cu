@@ -27,6 +27,21 @@ __device__ __forceinline__ Covering covering(int64_t i, int64_t k, int64_t strid
   return {first, last};
 }
 
+// Input element i as (image, row, column, channel), and the output rows and columns whose
+// windows cover it.
+struct InputCover {
+  int64_t n, h, w, c;
+  Covering oh, ow;
+};
+__device__ __forceinline__ InputCover input_cover(const ConvGeometry& g, int64_t i) {
+  const int64_t c = i % g.in_c;
+  const int64_t w = (i / g.in_c) % g.in_w;
+  const int64_t h = (i / (g.in_c * g.in_w)) % g.in_h;
+  const int64_t n = i / (g.in_c * g.in_w * g.in_h);
+  return {n, h, w, c, covering(h, g.k_h, g.stride_h, g.pad_top, g.out_h),
+          covering(w, g.k_w, g.stride_w, g.pad_left, g.out_w)};
+}
+
 template <class T>
 __global__ void im2col_kernel(ConvGeometry g, const T* __restrict__ x, int64_t row0, int64_t rows,
                               T* __restrict__ patches) {
@@ -54,12 +69,7 @@ __global__ void col2im_add_kernel(ConvGeometry g, const T* __restrict__ patches,
                                   T* __restrict__ dx, int64_t n_total) {
   const int64_t k = g.k_h * g.k_w * g.in_c;
   for (int64_t i = global_thread(); i < n_total; i += grid_threads()) {
-    const int64_t c = i % g.in_c;
-    const int64_t w = (i / g.in_c) % g.in_w;
-    const int64_t h = (i / (g.in_c * g.in_w)) % g.in_h;
-    const int64_t n = i / (g.in_c * g.in_w * g.in_h);
-    const Covering oh = covering(h, g.k_h, g.stride_h, g.pad_top, g.out_h);
-    const Covering ow = covering(w, g.k_w, g.stride_w, g.pad_left, g.out_w);
+    const auto [n, h, w, c, oh, ow] = input_cover(g, i);
     T sum = dx[i];
     for (int64_t y = oh.first; y <= oh.last; ++y) {
       for (int64_t xo = ow.first; xo <= ow.last; ++xo) {
@@ -131,16 +141,11 @@ template <bool kMax, class T>
 __global__ void pool_grad_kernel(ConvGeometry g, const T* __restrict__ dy, const int64_t* __restrict__ argmax,
                                  T* __restrict__ dx, int64_t n_in) {
   for (int64_t i = global_thread(); i < n_in; i += grid_threads()) {
-    const int64_t c = i % g.in_c;
-    const int64_t w = (i / g.in_c) % g.in_w;
-    const int64_t h = (i / (g.in_c * g.in_w)) % g.in_h;
-    const int64_t n = i / (g.in_c * g.in_w * g.in_h);
-    const Covering oh = covering(h, g.k_h, g.stride_h, g.pad_top, g.out_h);
-    const Covering ow = covering(w, g.k_w, g.stride_w, g.pad_left, g.out_w);
+    const InputCover in = input_cover(g, i);
     T sum = 0;
-    for (int64_t y = oh.first; y <= oh.last; ++y) {
-      for (int64_t xo = ow.first; xo <= ow.last; ++xo) {
-        const int64_t o = ((n * g.out_h + y) * g.out_w + xo) * g.in_c + c;
+    for (int64_t y = in.oh.first; y <= in.oh.last; ++y) {
+      for (int64_t xo = in.ow.first; xo <= in.ow.last; ++xo) {
+        const int64_t o = ((in.n * g.out_h + y) * g.out_w + xo) * g.in_c + in.c;
         if constexpr (kMax) {
           if (argmax[o] == i) sum += dy[o];
         } else {

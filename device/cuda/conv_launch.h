@@ -10,27 +10,13 @@
 
 #include <cuda_runtime_api.h>
 
+#include "core/window_dims.h"
 #include "device/cuda/gpu_launch.h"
 
 namespace tessera::internal::gpu {
 
-// core/conv_ops.h's Window2D, every dim known: an NHWC input, the window (and, for a convolution,
-// the filter's out channels), the strides, the output's size and the padding before.
-struct ConvGeometry {
-  int64_t batch = 0;
-  int64_t in_h = 0;
-  int64_t in_w = 0;
-  int64_t in_c = 0;
-  int64_t k_h = 0;
-  int64_t k_w = 0;
-  int64_t out_c = 0;
-  int64_t stride_h = 1;
-  int64_t stride_w = 1;
-  int64_t out_h = 0;
-  int64_t out_w = 0;
-  int64_t pad_top = 0;
-  int64_t pad_left = 0;
-};
+// core/conv_ops.h's Window2D, every dim known.
+using ConvGeometry = WindowDims;
 
 // kF32 and kF64 only.
 // patches[rows, k_h * k_w * in_c] = the windows of output positions [row0, row0 + rows) of x

@@ -104,6 +104,18 @@ struct CopyState {
   }
 };
 
+// The stream of `what` (copy_to_device, copy_to_host) of `t`: InvalidArgument when `stream` is not
+// one of `device`'s or `t` is null.
+StatusOr<CudaStream*> copy_stream(CudaDevice& device, Stream& stream, const Tensor& t, const char* what) {
+  CudaStream* cs = device.as_cuda_stream(stream);
+  if (cs == nullptr) {
+    return errors::invalid_argument("{}: {} on stream {}, which is not one of this device's", device.name(), what,
+                                    stream.name());
+  }
+  if (t.is_null()) return errors::invalid_argument("{}: cannot copy a null tensor", device.name());
+  return cs;
+}
+
 // A copy of `src` into `device`'s memory: its target taken for `stream`, from that stream's own
 // cache (whatever used the memory before is queued ahead on the stream or has passed it on the
 // others: Note [Stream-ordered memory] in device/sim_kernels.cc). Source and target are held until
@@ -278,16 +290,9 @@ void CudaDevice::give_event(CUevent_st* event) {
 }
 
 void CudaDevice::copy_to_device(const Tensor& host, Stream& stream, std::function<void(StatusOr<Tensor>)> done) {
-  CudaStream* cs = as_cuda_stream(stream);
-  if (cs == nullptr) {
-    done(errors::invalid_argument("{}: copy_to_device on stream {}, which is not one of this device's", name(),
-                                  stream.name()));
-    return;
-  }
-  if (host.is_null()) {
-    done(errors::invalid_argument("{}: cannot copy a null tensor", name()));
-    return;
-  }
+  auto checked = copy_stream(*this, stream, host, "copy_to_device");
+  if (!checked.ok()) return done(checked.status());
+  CudaStream* cs = checked.value();
   if (host.dtype() == DType::String) {  // placement keeps strings on the host: a bug if one gets here
     done(errors::internal("{}: copy_to_device of a string tensor (strings live in host memory only)", name()));
     return;
@@ -492,16 +497,9 @@ void CudaDevice::copy_from_peer(const Tensor& src, Device& peer, Stream& stream,
 }
 
 void CudaDevice::copy_to_host(const Tensor& on_device, Stream& stream, std::function<void(StatusOr<Tensor>)> done) {
-  CudaStream* cs = as_cuda_stream(stream);
-  if (cs == nullptr) {
-    done(errors::invalid_argument("{}: copy_to_host on stream {}, which is not one of this device's", name(),
-                                  stream.name()));
-    return;
-  }
-  if (on_device.is_null()) {
-    done(errors::invalid_argument("{}: cannot copy a null tensor", name()));
-    return;
-  }
+  auto checked = copy_stream(*this, stream, on_device, "copy_to_host");
+  if (!checked.ok()) return done(checked.status());
+  CudaStream* cs = checked.value();
   if (on_device.device() != name()) {
     done(errors::invalid_argument("{}: copy_to_host expects a tensor in {}, got one in {}", name(), name(),
                                   on_device.device()));

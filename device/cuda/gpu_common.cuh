@@ -107,6 +107,30 @@ cudaError_t visit_elem(Elem elem, Fn&& fn) {
   return cudaErrorInvalidValue;
 }
 
+// Calls fn(T{}) with the unsigned integer type of `bytes` bytes (host code: kernels that move
+// elements by their size alone).
+template <class Fn>
+cudaError_t visit_size(int bytes, Fn&& fn) {
+  switch (bytes) {
+    case 1: return fn(uint8_t{});
+    case 2: return fn(uint16_t{});
+    case 4: return fn(uint32_t{});
+    case 8: return fn(uint64_t{});
+  }
+  return cudaErrorInvalidValue;
+}
+
+// Calls fn(p) with `indices` as what it points to: int64 (`int64`) or int32 values (host code:
+// kernels over an index input of either dtype).
+template <class Fn>
+void visit_indices(bool int64, const void* indices, Fn&& fn) {
+  if (int64) {
+    fn(static_cast<const int64_t*>(indices));
+  } else {
+    fn(static_cast<const int32_t*>(indices));
+  }
+}
+
 // A vector of N values of T for 16-byte loads and stores.
 template <class T, int N>
 struct alignas(sizeof(T) * N) Vec {

@@ -22,22 +22,6 @@ namespace {
 // The most bytes of patches one chunk holds: larger than the CPU's, as a GPU wants big products.
 constexpr int64_t kPatchBytes = int64_t{64} << 20;
 
-gpu::ConvGeometry conv_geometry(const Window2D& w) {
-  return gpu::ConvGeometry{.batch = w.batch,
-                           .in_h = w.in_h,
-                           .in_w = w.in_w,
-                           .in_c = w.in_c,
-                           .k_h = w.k_h,
-                           .k_w = w.k_w,
-                           .out_c = w.out_c,
-                           .stride_h = w.stride_h,
-                           .stride_w = w.stride_w,
-                           .out_h = w.out_h,
-                           .out_w = w.out_w,
-                           .pad_top = w.pad_top,
-                           .pad_left = w.pad_left};
-}
-
 // Row-major c[m, n] = op(a)[m, k] * op(b)[k, n] + beta * c on `handle` (already on the stream), every
 // dim checked to fit an int (Window2D::check_gemm_dims, chunk_rows). cuBLAS is column-major: it
 // sees each row-major matrix as its transpose, so the operands swap and the transposes stay.
@@ -89,7 +73,7 @@ Status run_chunks(cublasContext* handle, cudaStream_t s, const ConvLaunch& l) {
   const int64_t k = w.patch_size();
   const int64_t o = w.out_c;
   const int64_t bytes = static_cast<int64_t>(dtype_size(l.dtype));
-  const gpu::ConvGeometry g = conv_geometry(w);
+  const gpu::ConvGeometry g = w;  // the dims alone
   const gpu::Elem elem = gpu_elem(l.dtype);
   auto at = [bytes](const void* p, int64_t elements) { return static_cast<const char*>(p) + elements * bytes; };
   auto at_mut = [bytes](void* p, int64_t elements) { return static_cast<char*>(p) + elements * bytes; };
@@ -202,7 +186,7 @@ class PoolGpuOp final : public GpuOpKernel {
       argmax = t.mutable_data<int64_t>();
       r.keep_alive.push_back(std::move(t));
     }
-    r.launch([check = r.launch_check, g = conv_geometry(w), elem = gpu_elem(x.dtype()), px = x.raw_data(),
+    r.launch([check = r.launch_check, g = gpu::ConvGeometry(w), elem = gpu_elem(x.dtype()), px = x.raw_data(),
               pdy = dy ? dy->raw_data() : nullptr, argmax, po = out.raw_mutable_data()](cudaStream_t s) {
       switch (kKind) {
         case PoolKind::kMax:

@@ -7,9 +7,6 @@
 // index out of range is found on the device: a flag read back after the run fails the op naming
 // the first one, as the CPU kernel does (GatherV2 in gpu_select_ops.cc is the model).
 #include <atomic>
-#include <cstring>
-#include <memory>
-#include <utility>
 
 #include "core/nn_ops.h"
 #include "core/op_registry.h"
@@ -21,36 +18,6 @@ namespace tessera::internal {
 namespace {
 
 Status unsupported(DType dtype) { return errors::invalid_argument("unsupported dtype {}", dtype_name(dtype)); }
-
-// Where a kernel reports the first bad position of an index input and its value (bad[0], bad[1]
-// in device memory; bad[0] starts at INT64_MAX), and the pinned buffer they are read back into.
-// Made before the launch; shared by the launched function and GpuRun::finish.
-struct BadIndexReport {
-  int64_t* device = nullptr;
-  std::shared_ptr<PinnedStagingPool::Buffer> readback;
-
-  static StatusOr<std::shared_ptr<BadIndexReport>> make(OpKernelContext& ctx, GpuRun& r) {
-    Tensor flag = ctx.allocate_temp(DType::Int64, Shape{2});
-    auto staged = r.device.staging().acquire(2 * sizeof(int64_t));
-    if (!staged.ok()) return staged.status();
-    auto report = std::make_shared<BadIndexReport>();
-    report->device = flag.mutable_data<int64_t>();
-    report->readback = std::make_shared<PinnedStagingPool::Buffer>(std::move(staged).value());
-    r.keep_alive.push_back(std::move(flag));
-    return report;
-  }
-  cudaError_t reset(cudaStream_t s) const { return cudaMemsetAsync(device, 0x7f, 2 * sizeof(int64_t), s); }
-  cudaError_t read_back(cudaStream_t s) const {
-    return cudaMemcpyAsync(readback->data(), device, 2 * sizeof(int64_t), cudaMemcpyDeviceToHost, s);
-  }
-  // Once the stream has run the work: the first bad position (>= count when none) and its value.
-  std::pair<int64_t, int64_t> result() const {
-    int64_t got[2] = {};
-    std::memcpy(got, readback->data(), sizeof(got));
-    readback->release();
-    return {got[0], got[1]};
-  }
-};
 
 // Softmax and LogSoftmax over the last axis. Thread-safe: run() keeps no state between runs.
 template <bool kLog>
@@ -82,10 +49,7 @@ class SparseXentGpuOp final : public GpuOpKernel {
   void run(OpKernelContext& ctx, GpuRun& r) override {
     const Tensor& labels = ctx.input(0);
     const Tensor& logits = ctx.input(1);
-    if (labels.dtype() != DType::Int32 && labels.dtype() != DType::Int64) {
-      return ctx.fail(ErrorCode::kInvalidArgument, "labels must be int32 or int64, got {}", dtype_name(labels.dtype()));
-    }
-    auto shape = sparse_xent_shape(labels.shape(), logits.shape());
+    auto shape = sparse_xent_kernel_shape(labels, logits);
     if (!shape.ok()) return ctx.fail(shape.status());
     if (!dtype_is_floating(logits.dtype())) return ctx.fail(unsupported(logits.dtype()));
     const int64_t batch = shape.value().dim(0);
@@ -210,11 +174,7 @@ class ElementwiseGradGpuOp final : public GpuOpKernel {
   void run(OpKernelContext& ctx, GpuRun& r) override {
     const Tensor& a = ctx.input(0);
     const Tensor& b = ctx.input(1);
-    if (Status s = same_dtypes(a, b, 0, 1); !s.ok()) return ctx.fail(s);
-    if (a.shape() != b.shape()) {
-      return ctx.fail(ErrorCode::kInvalidArgument, "inputs must have one shape, got {} and {}", a.shape().to_string(),
-                      b.shape().to_string());
-    }
+    if (Status s = grad_inputs_check(a, b); !s.ok()) return ctx.fail(s);
     const bool ok = kOp == gpu::GradKind::kRelu ? a.dtype() != DType::Bool : dtype_is_floating(a.dtype());
     if (!ok) return ctx.fail(unsupported(a.dtype()));
     Tensor& out = ctx.allocate_output(0, a.shape());
@@ -236,10 +196,8 @@ class GatherGradGpuOp final : public GpuOpKernel {
     const Tensor& dy = ctx.input(0);
     const Tensor& indices = ctx.input(1);
     const Tensor& params = ctx.input(2);
-    if (Status s = same_dtypes(dy, params, 0, 2); !s.ok()) return ctx.fail(s);
-    auto geometry = gather_geometry(params, indices, axis_);
+    auto geometry = gather_grad_geometry(dy, indices, params, axis_);
     if (!geometry.ok()) return ctx.fail(geometry.status());
-    if (Status s = gather_grad_check(dy.shape(), indices.shape(), params.shape(), axis_); !s.ok()) return ctx.fail(s);
     if (dy.dtype() == DType::Bool) return ctx.fail(unsupported(dy.dtype()));
     const GatherGeometry& g = geometry.value();
     Tensor& out = ctx.allocate_output(0, params.shape());
@@ -262,11 +220,7 @@ class GatherGradGpuOp final : public GpuOpKernel {
       if (e == cudaSuccess) e = report->read_back(s);
       check->check(e, "GatherGrad");
     });
-    r.finish = [report = report.value(), m = g.m, limit = g.limit]() -> Status {
-      const auto [i, v] = report->result();
-      if (i >= 0 && i < m) return errors::invalid_argument("indices[{}] = {} is not in [0, {})", i, v, limit);
-      return Status();
-    };
+    r.finish = [report = report.value(), m = g.m, limit = g.limit] { return report->index_status(m, limit); };
   }
 
  private:

@@ -12,10 +12,12 @@
 //   };
 #pragma once
 
+#include <cstring>
 #include <functional>
 #include <memory>
 #include <mutex>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include <cuda_runtime_api.h>
@@ -81,6 +83,47 @@ struct GpuRun {
   }
 };
 gpu::Elem gpu_elem(DType dtype);
+
+// Where a kernel reports a bad index input it finds on the device: two int64 values in device
+// memory (the first bad position and its value, or a scan's flag and axis), and the pinned buffer
+// they are read back into for GpuRun::finish. Made before the launch; shared by the launched
+// function and GpuRun::finish.
+struct BadIndexReport {
+  int64_t* device = nullptr;
+  std::shared_ptr<PinnedStagingPool::Buffer> readback;
+
+  static StatusOr<std::shared_ptr<BadIndexReport>> make(OpKernelContext& ctx, GpuRun& r) {
+    Tensor flag = ctx.allocate_temp(DType::Int64, Shape{2});
+    auto staged = r.device.staging().acquire(2 * sizeof(int64_t));
+    if (!staged.ok()) return staged.status();
+    auto report = std::make_shared<BadIndexReport>();
+    report->device = flag.mutable_data<int64_t>();
+    report->readback = std::make_shared<PinnedStagingPool::Buffer>(std::move(staged).value());
+    r.keep_alive.push_back(std::move(flag));
+    return report;
+  }
+  // Every byte of both values set to `byte` on the stream: 0x7f starts the position at nearly
+  // INT64_MAX ("none").
+  cudaError_t reset(cudaStream_t s, int byte = 0x7f) const {
+    return cudaMemsetAsync(device, byte, 2 * sizeof(int64_t), s);
+  }
+  cudaError_t read_back(cudaStream_t s) const {
+    return cudaMemcpyAsync(readback->data(), device, 2 * sizeof(int64_t), cudaMemcpyDeviceToHost, s);
+  }
+  // Once the stream has run the work: the first bad position (>= count when none) and its value.
+  std::pair<int64_t, int64_t> result() const {
+    int64_t got[2] = {};
+    std::memcpy(got, readback->data(), sizeof(got));
+    readback->release();
+    return {got[0], got[1]};
+  }
+  // As result(), for `count` gather indices: InvalidArgument naming the first outside [0, limit).
+  Status index_status(int64_t count, int64_t limit) const {
+    const auto [i, v] = result();
+    if (i >= 0 && i < count) return errors::invalid_argument("indices[{}] = {} is not in [0, {})", i, v, limit);
+    return Status();
+  }
+};
 
 // Thread-safe as far as run() is: the base keeps only the lazily made CPU kernel.
 class GpuOpKernel : public OpKernel {

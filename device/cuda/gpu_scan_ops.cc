@@ -5,10 +5,6 @@
 // resolve_scan_axis gives on the CPU (GatherV2's bad index in gpu_select_ops.cc is the model).
 // Launched on the compute stream and done at once, stream-ordered (Note [GPU kernels] in
 // gpu_op_kernel.cc).
-#include <cstring>
-#include <memory>
-#include <utility>
-
 #include "core/op_registry.h"
 #include "core/scan_ops.h"
 #include "device/cuda/gpu_op_kernel.h"
@@ -35,28 +31,22 @@ class ScanGpuOp final : public GpuOpKernel {
     shape.rank = x.shape().rank();
     for (int d = 0; d < shape.rank; ++d) shape.dims[d] = x.shape().dim(d);
     Tensor& out = ctx.allocate_output(0, x.shape());
-    Tensor bad = ctx.allocate_temp(DType::Int64, Shape{2});
-    auto staged = r.device.staging().acquire(2 * sizeof(int64_t));
-    if (!staged.ok()) return ctx.fail(staged.status());
-    auto readback = std::make_shared<PinnedStagingPool::Buffer>(std::move(staged).value());
-    int64_t* bad_ptr = bad.mutable_data<int64_t>();
-    r.keep_alive.push_back(bad);
+    auto report = BadIndexReport::make(ctx, r);
+    if (!report.ok()) return ctx.fail(report.status());
     // Launched even with no elements: the axis is checked all the same, as on the CPU.
     r.launch([check = r.launch_check, shape, elem = gpu_elem(x.dtype()), pa = axis.raw_data(),
               wide = axis.dtype() == DType::Int64, exclusive = exclusive_, reverse = reverse_, px = x.raw_data(),
-              po = out.raw_mutable_data(), n = x.num_elements(), bad_ptr, readback](cudaStream_t s) {
-      cudaError_t e = cudaMemsetAsync(bad_ptr, 0, 2 * sizeof(int64_t), s);
-      if (e == cudaSuccess) e = gpu::launch_scan(kOp, elem, shape, pa, wide, exclusive, reverse, px, po, n, bad_ptr, s);
+              po = out.raw_mutable_data(), n = x.num_elements(), report = report.value()](cudaStream_t s) {
+      cudaError_t e = report->reset(s, 0);  // a flag (the first value) down: no bad axis
       if (e == cudaSuccess) {
-        e = cudaMemcpyAsync(readback->data(), bad_ptr, 2 * sizeof(int64_t), cudaMemcpyDeviceToHost, s);
+        e = gpu::launch_scan(kOp, elem, shape, pa, wide, exclusive, reverse, px, po, n, report->device, s);
       }
+      if (e == cudaSuccess) e = report->read_back(s);
       check->check(e, kOp == gpu::ScanKind::kSum ? "Cumsum" : "Cumprod");
     });
-    r.finish = [readback, x_shape = x.shape()]() -> Status {
-      int64_t got[2] = {};
-      std::memcpy(got, readback->data(), sizeof(got));
-      readback->release();
-      if (got[0] != 0) return resolve_scan_axis(got[1], x_shape).status();
+    r.finish = [report = report.value(), x_shape = x.shape()]() -> Status {
+      const auto [flag, axis_value] = report->result();
+      if (flag != 0) return resolve_scan_axis(axis_value, x_shape).status();
       return Status();
     };
   }

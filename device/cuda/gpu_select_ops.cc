@@ -4,8 +4,6 @@
 // is done, stream-ordered (Note [GPU kernels] in gpu_op_kernel.cc). GatherV2's indices are checked
 // on the device: a flag read back after the run fails the op naming the first bad index, as the
 // CPU kernel does (Div's zero divisor in gpu_math_ops.cc is the model).
-#include <cstring>
-#include <memory>
 #include <utility>
 #include <vector>
 
@@ -38,14 +36,8 @@ class CompareGpuOp final : public GpuOpKernel {
     constexpr bool kOrdering = !kLogical && kOp != gpu::CompareKind::kEqual && kOp != gpu::CompareKind::kNotEqual;
     const Tensor& a = ctx.input(0);
     const Tensor& b = ctx.input(1);
-    if (a.dtype() != b.dtype()) {
-      return ctx.fail(ErrorCode::kInvalidArgument, "inputs must have the same dtype, got {} and {}",
-                      dtype_name(a.dtype()), dtype_name(b.dtype()));
-    }
-    auto plan = Broadcast3::make(a.shape(), b.shape(), Shape{});
+    auto plan = Broadcast3::compare(a, b, kOrdering, kLogical);
     if (!plan.ok()) return ctx.fail(plan.status());
-    const bool ok_dtype = kLogical ? a.dtype() == DType::Bool : !(kOrdering && a.dtype() == DType::Bool);
-    if (!ok_dtype) return ctx.fail(ErrorCode::kInvalidArgument, "unsupported dtype {}", dtype_name(a.dtype()));
     Tensor& out = ctx.allocate_output(0, plan.value().out);
     const int64_t n = out.num_elements();
     if (n == 0) return;
@@ -84,15 +76,8 @@ class SelectGpuOp final : public GpuOpKernel {
     const Tensor& c = ctx.input(0);
     const Tensor& x = ctx.input(1);
     const Tensor& y = ctx.input(2);
-    if (c.dtype() != DType::Bool || x.dtype() != y.dtype()) {
-      return ctx.fail(ErrorCode::kInvalidArgument, "cond must be bool and x, y of one dtype, got {}, {} and {}",
-                      dtype_name(c.dtype()), dtype_name(x.dtype()), dtype_name(y.dtype()));
-    }
-    auto made = Broadcast3::make(c.shape(), x.shape(), y.shape());
-    if (!made.ok()) {
-      return ctx.fail(ErrorCode::kInvalidArgument, "incompatible shapes {}, {} and {}", c.shape().to_string(),
-                      x.shape().to_string(), y.shape().to_string());
-    }
+    auto made = Broadcast3::select(c, x, y);
+    if (!made.ok()) return ctx.fail(made.status());
     Tensor& out = ctx.allocate_output(0, made.value().out);
     const int64_t n = out.num_elements();
     if (n == 0) return;
@@ -118,31 +103,17 @@ class GatherGpuOp final : public GpuOpKernel {
     const int64_t outer = g.outer, limit = g.limit, m = g.m, inner = g.inner;
     Tensor& out = ctx.allocate_output(0, g.out);
     if (m == 0) return;  // no index to check, nothing to move
-    Tensor bad = ctx.allocate_temp(DType::Int64, Shape{2});
-    auto staged = r.device.staging().acquire(2 * sizeof(int64_t));
-    if (!staged.ok()) return ctx.fail(staged.status());
-    auto readback = std::make_shared<PinnedStagingPool::Buffer>(std::move(staged).value());
-    int64_t* bad_ptr = bad.mutable_data<int64_t>();
-    r.keep_alive.push_back(bad);
+    auto report = BadIndexReport::make(ctx, r);
+    if (!report.ok()) return ctx.fail(report.status());
     r.launch([check = r.launch_check, bytes = static_cast<int>(dtype_size(params.dtype())),
               wide = indices.dtype() == DType::Int64, pp = params.raw_data(), pi = indices.raw_data(),
-              po = out.raw_mutable_data(), outer, limit, m, inner, bad_ptr, readback](cudaStream_t s) {
-      cudaError_t e = cudaMemsetAsync(bad_ptr, 0x7f, 2 * sizeof(int64_t), s);  // "none": a huge position
-      if (e == cudaSuccess) e = gpu::launch_gather(bytes, wide, pp, pi, po, outer, limit, m, inner, bad_ptr, s);
-      if (e == cudaSuccess) {
-        e = cudaMemcpyAsync(readback->data(), bad_ptr, 2 * sizeof(int64_t), cudaMemcpyDeviceToHost, s);
-      }
+              po = out.raw_mutable_data(), outer, limit, m, inner, report = report.value()](cudaStream_t s) {
+      cudaError_t e = report->reset(s);
+      if (e == cudaSuccess) e = gpu::launch_gather(bytes, wide, pp, pi, po, outer, limit, m, inner, report->device, s);
+      if (e == cudaSuccess) e = report->read_back(s);
       check->check(e, "GatherV2");
     });
-    r.finish = [readback, m, limit]() -> Status {
-      int64_t got[2] = {};
-      std::memcpy(got, readback->data(), sizeof(got));
-      readback->release();
-      if (got[0] >= 0 && got[0] < m) {
-        return errors::invalid_argument("indices[{}] = {} is not in [0, {})", got[0], got[1], limit);
-      }
-      return Status();
-    };
+    r.finish = [report = report.value(), m, limit] { return report->index_status(m, limit); };
   }
 
  private:
@@ -159,11 +130,7 @@ class OneHotGpuOp final : public GpuOpKernel {
  protected:
   void run(OpKernelContext& ctx, GpuRun& r) override {
     const Tensor& indices = ctx.input(0);
-    if (indices.dtype() != DType::Int32 && indices.dtype() != DType::Int64) {
-      return ctx.fail(ErrorCode::kInvalidArgument, "indices must be int32 or int64, got {}",
-                      dtype_name(indices.dtype()));
-    }
-    auto shape = one_hot_shape(indices.shape(), depth_);
+    auto shape = one_hot_output_shape(indices, depth_);
     if (!shape.ok()) return ctx.fail(shape.status());
     Tensor& out = ctx.allocate_output(0, shape.value());
     if (out.num_elements() == 0) return;
@@ -190,16 +157,13 @@ class ArgGpuOp final : public GpuOpKernel {
   void run(OpKernelContext& ctx, GpuRun& r) override {
     const Tensor& x = ctx.input(0);
     if (x.dtype() == DType::Bool) return ctx.fail(ErrorCode::kInvalidArgument, "unsupported dtype {}", "bool");
-    auto shape = arg_reduce_shape(x.shape(), axis_);
-    if (!shape.ok()) return ctx.fail(shape.status());
-    const int axis = static_cast<int>(axis_ < 0 ? axis_ + x.shape().rank() : axis_);
-    int64_t outer = 1, inner = 1;
-    for (int d = 0; d < axis; ++d) outer *= x.shape().dim(d);
-    for (int d = axis + 1; d < x.shape().rank(); ++d) inner *= x.shape().dim(d);
-    Tensor& out = ctx.allocate_output(0, shape.value());
+    auto geometry = arg_reduce_geometry(x.shape(), axis_);
+    if (!geometry.ok()) return ctx.fail(geometry.status());
+    const ArgReduceGeometry& g = geometry.value();
+    Tensor& out = ctx.allocate_output(0, g.out);
     if (out.num_elements() == 0) return;
     r.launch([check = r.launch_check, elem = gpu_elem(x.dtype()), px = x.raw_data(), po = out.mutable_data<int64_t>(),
-              outer, n = x.shape().dim(axis), inner](cudaStream_t s) {
+              outer = g.outer, n = g.n, inner = g.inner](cudaStream_t s) {
       check->check(gpu::launch_arg_reduce(kMax, elem, px, po, outer, n, inner, s), kMax ? "ArgMax" : "ArgMin");
     });
   }
@@ -218,13 +182,7 @@ class AddNGpuOp final : public GpuOpKernel {
   void run(OpKernelContext& ctx, GpuRun& r) override {
     const Tensor& first = ctx.input(0);
     for (int k = 1; k < ctx.num_inputs(); ++k) {
-      const Tensor& t = ctx.input(k);
-      if (t.dtype() != first.dtype() || t.shape() != first.shape()) {
-        return ctx.fail(ErrorCode::kInvalidArgument,
-                        "inputs must have one shape and dtype: input 0 is {} {}, input {} is {} {}",
-                        dtype_name(first.dtype()), first.shape().to_string(), k, dtype_name(t.dtype()),
-                        t.shape().to_string());
-      }
+      if (Status s = add_n_input_check(first, ctx.input(k), k); !s.ok()) return ctx.fail(s);
     }
     if (first.dtype() == DType::Bool) return ctx.fail(ErrorCode::kInvalidArgument, "unsupported dtype {}", "bool");
     Tensor& out = ctx.allocate_output(0, first.shape());

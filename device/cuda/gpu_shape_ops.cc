@@ -2,15 +2,15 @@
 // device buffer, relabelled: nothing is launched), Transpose, ConcatV2, Split, Slice, Tile, Pad
 // (strided copies, shape_kernels.cu), Fill, ZerosLike, OnesLike, Shape and Size. Each checks its
 // input's shape with core/shape_ops.h, as the CPU kernel does (kernels/shape_ops.cc, same
-// messages and the same cases of sharing the input), then launches on the compute stream and is
-// done, stream-ordered (Note [GPU kernels] in gpu_op_kernel.cc). Every dtype.
-#include <climits>
+// messages and the same cases of sharing the input: most through the same function of
+// core/shape_op_kernels.h), then launches on the compute stream and is done, stream-ordered
+// (Note [GPU kernels] in gpu_op_kernel.cc). Every dtype.
 #include <cstring>
 #include <utility>
 #include <vector>
 
-#include "core/half.h"
 #include "core/op_registry.h"
+#include "core/shape_op_kernels.h"
 #include "core/shape_ops.h"
 #include "device/cuda/gpu_op_kernel.h"
 
@@ -38,38 +38,30 @@ void launch_copy(GpuRun& r, StridedCopy c, const Tensor& src, Tensor& dst, const
   });
 }
 
-// A view of input 0 with the shape `shape_of` gives: no data moves, nothing is launched.
-// Thread-safe: run() keeps no state between runs.
-template <class Derived>
-class RelabelGpuOp : public GpuOpKernel {
+// `out` zeroed on the stream; nothing for no bytes.
+void launch_zero(GpuRun& r, Tensor& out, const char* what) {
+  if (out.bytes() == 0) return;
+  r.launch([check = r.launch_check, po = out.raw_mutable_data(), bytes = out.bytes(), what](cudaStream_t s) {
+    check->check(cudaMemsetAsync(po, 0, bytes, s), what);
+  });
+}
+
+// The `copy` of core/shape_op_kernels.h's compute_* on the GPU: launch_copy on `r` for `op`.
+auto launcher(GpuRun& r, const char* op) {
+  return [&r, op](Tensor& out, const Tensor& in, const StridedCopy& c) { launch_copy(r, c, in, out, op); };
+}
+
+// A view of input 0 with the shape relabel_shape_fn gives (Reshape, ExpandDims, Squeeze): no data
+// moves, nothing is launched. Thread-safe: run() keeps no state between runs.
+class RelabelGpuOp final : public GpuOpKernel {
  public:
-  using GpuOpKernel::GpuOpKernel;
+  explicit RelabelGpuOp(const Node& n) : GpuOpKernel(n), shape_of_(relabel_shape_fn(n)) {}
 
  protected:
-  void run(OpKernelContext& ctx, GpuRun&) override {
-    const Tensor& x = ctx.input(0);
-    auto shape = static_cast<const Derived*>(this)->shape_of(x.shape());
-    if (!shape.ok()) return ctx.fail(shape.status());
-    ctx.set_output(0, x.reshaped(shape.value()));
-  }
-};
-
-class ReshapeGpuOp final : public RelabelGpuOp<ReshapeGpuOp> {
- public:
-  explicit ReshapeGpuOp(const Node& n) : RelabelGpuOp(n), shape_(n.attr<std::vector<int64_t>>("shape")) {}
-  StatusOr<Shape> shape_of(const Shape& in) const { return reshape_shape(in, shape_); }
+  void run(OpKernelContext& ctx, GpuRun&) override { compute_relabel(ctx, shape_of_(ctx.input(0).shape())); }
 
  private:
-  const std::vector<int64_t> shape_;
-};
-
-class ExpandDimsGpuOp final : public RelabelGpuOp<ExpandDimsGpuOp> {
- public:
-  explicit ExpandDimsGpuOp(const Node& n) : RelabelGpuOp(n), axis_(n.attr<int64_t>("axis")) {}
-  StatusOr<Shape> shape_of(const Shape& in) const { return expand_dims_shape(in, axis_); }
-
- private:
-  const int64_t axis_;
+  const RelabelShapeFn shape_of_;
 };
 
 // ReshapeToShapeOf(y, x): y's buffer with x's shape; only x's shape is read.
@@ -80,19 +72,8 @@ class ReshapeToShapeOfGpuOp final : public GpuOpKernel {
  protected:
   bool needs_inputs_on_device() const override { return false; }
   void run(OpKernelContext& ctx, GpuRun&) override {
-    auto shape = reshape_to_shape(ctx.input(0).shape(), ctx.input(1).shape());
-    if (!shape.ok()) return ctx.fail(shape.status());
-    ctx.set_output(0, ctx.input(0).reshaped(shape.value()));
+    compute_relabel(ctx, reshape_to_shape(ctx.input(0).shape(), ctx.input(1).shape()));
   }
-};
-
-class SqueezeGpuOp final : public RelabelGpuOp<SqueezeGpuOp> {
- public:
-  explicit SqueezeGpuOp(const Node& n) : RelabelGpuOp(n), axes_(n.attr<std::vector<int64_t>>("axes")) {}
-  StatusOr<Shape> shape_of(const Shape& in) const { return squeeze_shape(in, axes_); }
-
- private:
-  const std::vector<int64_t> axes_;
 };
 
 // out = transpose(x, perm). Thread-safe.
@@ -101,14 +82,7 @@ class TransposeGpuOp final : public GpuOpKernel {
   explicit TransposeGpuOp(const Node& n) : GpuOpKernel(n), perm_(n.attr<std::vector<int64_t>>("perm")) {}
 
  protected:
-  void run(OpKernelContext& ctx, GpuRun& r) override {
-    const Tensor& x = ctx.input(0);
-    auto perm = transpose_perm(perm_, x.shape().rank());
-    if (!perm.ok()) return ctx.fail(perm.status());
-    const StridedCopy c = transpose_copy(x.shape(), perm.value());
-    Tensor& out = ctx.allocate_output(0, Shape(std::vector<int64_t>(c.dims.begin(), c.dims.begin() + c.rank)));
-    launch_copy(r, c, x, out, "Transpose");
-  }
+  void run(OpKernelContext& ctx, GpuRun& r) override { compute_transpose(ctx, perm_, launcher(r, "Transpose")); }
 
  private:
   const std::vector<int64_t> perm_;
@@ -121,25 +95,7 @@ class ConcatGpuOp final : public GpuOpKernel {
   explicit ConcatGpuOp(const Node& n) : GpuOpKernel(n), axis_(n.attr<int64_t>("axis")) {}
 
  protected:
-  void run(OpKernelContext& ctx, GpuRun& r) override {
-    std::vector<Shape> shapes;
-    for (int k = 0; k < ctx.num_inputs(); ++k) shapes.push_back(ctx.input(k).shape());
-    auto shape = concat_shape(shapes, axis_);
-    if (!shape.ok()) return ctx.fail(shape.status());
-    const Shape& out_shape = shape.value();
-    if (ctx.num_inputs() == 1) return ctx.set_output(0, ctx.input(0));
-    const int axis = resolve_axis(axis_, out_shape.rank(), "").value();
-    Tensor& out = ctx.allocate_output(0, out_shape);
-    const int64_t outer = out_shape.sub_shape(0, axis).num_elements();
-    const int64_t total = out_shape.sub_shape(axis).num_elements();
-    int64_t offset = 0;
-    for (int k = 0; k < ctx.num_inputs(); ++k) {
-      const Tensor& in = ctx.input(k);
-      const int64_t width = in.shape().sub_shape(axis).num_elements();
-      launch_copy(r, rows_copy(outer, width, total, offset, true), in, out, "ConcatV2");
-      offset += width;
-    }
-  }
+  void run(OpKernelContext& ctx, GpuRun& r) override { compute_concat(ctx, axis_, launcher(r, "ConcatV2")); }
 
  private:
   const int64_t axis_;
@@ -153,20 +109,7 @@ class SplitGpuOp final : public GpuOpKernel {
       : GpuOpKernel(n), num_(n.attr<int64_t>("num_split")), axis_(n.attr<int64_t>("axis")) {}
 
  protected:
-  void run(OpKernelContext& ctx, GpuRun& r) override {
-    const Tensor& x = ctx.input(0);
-    auto shape = split_shape(x.shape(), num_, axis_);
-    if (!shape.ok()) return ctx.fail(shape.status());
-    if (num_ == 1) return ctx.set_output(0, x);
-    const Shape& piece = shape.value();
-    const int axis = resolve_axis(axis_, piece.rank(), "").value();
-    const int64_t outer = piece.sub_shape(0, axis).num_elements();
-    const int64_t width = piece.sub_shape(axis).num_elements();
-    for (int k = 0; k < ctx.num_outputs(); ++k) {
-      Tensor& out = ctx.allocate_output(k, piece);
-      launch_copy(r, rows_copy(outer, width, width * num_, k * width, false), x, out, "Split");
-    }
-  }
+  void run(OpKernelContext& ctx, GpuRun& r) override { compute_split(ctx, num_, axis_, launcher(r, "Split")); }
 
  private:
   const int64_t num_;
@@ -180,14 +123,7 @@ class SliceGpuOp final : public GpuOpKernel {
       : GpuOpKernel(n), begin_(n.attr<std::vector<int64_t>>("begin")), size_(n.attr<std::vector<int64_t>>("size")) {}
 
  protected:
-  void run(OpKernelContext& ctx, GpuRun& r) override {
-    const Tensor& x = ctx.input(0);
-    auto shape = slice_shape(x.shape(), begin_, size_);
-    if (!shape.ok()) return ctx.fail(shape.status());
-    if (shape.value() == x.shape()) return ctx.set_output(0, x);
-    Tensor& out = ctx.allocate_output(0, shape.value());
-    launch_copy(r, slice_copy(x.shape(), begin_, out.shape()), x, out, "Slice");
-  }
+  void run(OpKernelContext& ctx, GpuRun& r) override { compute_slice(ctx, begin_, size_, launcher(r, "Slice")); }
 
  private:
   const std::vector<int64_t> begin_;
@@ -200,14 +136,7 @@ class TileGpuOp final : public GpuOpKernel {
   explicit TileGpuOp(const Node& n) : GpuOpKernel(n), multiples_(n.attr<std::vector<int64_t>>("multiples")) {}
 
  protected:
-  void run(OpKernelContext& ctx, GpuRun& r) override {
-    const Tensor& x = ctx.input(0);
-    auto shape = tile_shape(x.shape(), multiples_);
-    if (!shape.ok()) return ctx.fail(shape.status());
-    if (shape.value() == x.shape()) return ctx.set_output(0, x);
-    Tensor& out = ctx.allocate_output(0, shape.value());
-    launch_copy(r, tile_copy(x.shape(), multiples_), x, out, "Tile");
-  }
+  void run(OpKernelContext& ctx, GpuRun& r) override { compute_tile(ctx, multiples_, launcher(r, "Tile")); }
 
  private:
   const std::vector<int64_t> multiples_;
@@ -220,16 +149,7 @@ class PadGpuOp final : public GpuOpKernel {
 
  protected:
   void run(OpKernelContext& ctx, GpuRun& r) override {
-    const Tensor& x = ctx.input(0);
-    auto shape = pad_shape(x.shape(), paddings_);
-    if (!shape.ok()) return ctx.fail(shape.status());
-    if (shape.value() == x.shape()) return ctx.set_output(0, x);
-    Tensor& out = ctx.allocate_output(0, shape.value());
-    if (out.bytes() == 0) return;
-    r.launch([check = r.launch_check, po = out.raw_mutable_data(), bytes = out.bytes()](cudaStream_t s) {
-      check->check(cudaMemsetAsync(po, 0, bytes, s), "Pad");
-    });
-    launch_copy(r, pad_copy(x.shape(), paddings_, out.shape()), x, out, "Pad");
+    compute_pad(ctx, paddings_, [&r](Tensor& out) { launch_zero(r, out, "Pad"); }, launcher(r, "Pad"));
   }
 
  private:
@@ -276,31 +196,8 @@ class FillLikeGpuOp final : public GpuOpKernel {
   void run(OpKernelContext& ctx, GpuRun& r) override {
     const Tensor& x = ctx.input(0);
     Tensor& out = ctx.allocate_output(0, x.shape());
-    if (!kOne) {
-      if (out.bytes() == 0) return;
-      r.launch([check = r.launch_check, po = out.raw_mutable_data(), bytes = out.bytes()](cudaStream_t s) {
-        check->check(cudaMemsetAsync(po, 0, bytes, s), "ZerosLike");
-      });
-      return;
-    }
+    if (!kOne) return launch_zero(r, out, "ZerosLike");
     launch_fill(r, out, one_bits(x.dtype()), "OnesLike");
-  }
-
- private:
-  static uint64_t one_bits(DType dtype) {
-    uint64_t bits = 0;
-    auto put = [&bits](auto v) { std::memcpy(&bits, &v, sizeof(v)); };
-    switch (dtype) {
-      case DType::Float32: put(1.0f); break;
-      case DType::Float64: put(1.0); break;
-      case DType::Int32: put(int32_t{1}); break;
-      case DType::Int64: put(int64_t{1}); break;
-      case DType::Bool: put(true); break;
-      case DType::Float16: put(float16_t(1.0f)); break;
-      case DType::BFloat16: put(bfloat16_t(1.0f)); break;
-      case DType::String: break;  // host memory only: never on a GPU
-    }
-    return bits;
   }
 };
 
@@ -312,14 +209,9 @@ class ShapeGpuOp final : public GpuOpKernel {
  protected:
   void run(OpKernelContext& ctx, GpuRun& r) override {
     const Shape& in = ctx.input(0).shape();
+    if (Status s = shape_fits_int32(in); !s.ok()) return ctx.fail(s);
     gpu::Int32Values values;
-    for (int d = 0; d < in.rank(); ++d) {
-      if (in.dim(d) > INT32_MAX) {
-        return ctx.fail(ErrorCode::kInvalidArgument, "dimension {} of shape {} does not fit the int32 output", d,
-                        in.to_string());
-      }
-      values.v[d] = static_cast<int32_t>(in.dim(d));
-    }
+    for (int d = 0; d < in.rank(); ++d) values.v[d] = static_cast<int32_t>(in.dim(d));
     Tensor& out = ctx.allocate_output(0, Shape{in.rank()});
     if (in.rank() == 0) return;
     r.launch([check = r.launch_check, values, n = in.rank(), po = out.raw_mutable_data()](cudaStream_t s) {
@@ -335,19 +227,16 @@ class SizeGpuOp final : public GpuOpKernel {
 
  protected:
   void run(OpKernelContext& ctx, GpuRun& r) override {
-    const Tensor& x = ctx.input(0);
-    if (x.num_elements() > INT32_MAX) {
-      return ctx.fail(ErrorCode::kInvalidArgument, "shape {} has {} elements, more than the int32 output holds",
-                      x.shape().to_string(), x.num_elements());
-    }
-    launch_fill(r, ctx.allocate_output(0, Shape{}), static_cast<uint64_t>(x.num_elements()), "Size");
+    const Shape& in = ctx.input(0).shape();
+    if (Status s = size_fits_int32(in); !s.ok()) return ctx.fail(s);
+    launch_fill(r, ctx.allocate_output(0, Shape{}), static_cast<uint64_t>(in.num_elements()), "Size");
   }
 };
 
-TESSERA_REGISTER_KERNEL("Reshape", "GPU", ReshapeGpuOp);
-TESSERA_REGISTER_KERNEL("ExpandDims", "GPU", ExpandDimsGpuOp);
+TESSERA_REGISTER_KERNEL("Reshape", "GPU", RelabelGpuOp);
+TESSERA_REGISTER_KERNEL("ExpandDims", "GPU", RelabelGpuOp);
 TESSERA_REGISTER_KERNEL("ReshapeToShapeOf", "GPU", ReshapeToShapeOfGpuOp);
-TESSERA_REGISTER_KERNEL("Squeeze", "GPU", SqueezeGpuOp);
+TESSERA_REGISTER_KERNEL("Squeeze", "GPU", RelabelGpuOp);
 TESSERA_REGISTER_KERNEL("Transpose", "GPU", TransposeGpuOp);
 TESSERA_REGISTER_KERNEL("ConcatV2", "GPU", ConcatGpuOp);
 TESSERA_REGISTER_KERNEL("Split", "GPU", SplitGpuOp);

@@ -334,16 +334,11 @@ cudaError_t launch_sparse_xent(Elem elem, bool int64_labels, const void* labels,
   return visit_floating(elem, [&](auto type) -> cudaError_t {
     using T = decltype(type);
     auto* flag = reinterpret_cast<unsigned long long*>(bad);
-    auto run = [&](const auto* l) {
+    visit_indices(int64_labels, labels, [&](const auto* l) {
       sparse_xent_kernel<<<row_blocks(rows), row_threads(cols), 0, stream>>>(
           l, static_cast<const T*>(logits), static_cast<T*>(loss), static_cast<T*>(backprop), rows, cols, flag);
       bad_value_kernel<<<1, 1, 0, stream>>>(l, rows, bad);
-    };
-    if (int64_labels) {
-      run(static_cast<const int64_t*>(labels));
-    } else {
-      run(static_cast<const int32_t*>(labels));
-    }
+    });
     return cudaGetLastError();
   });
 }
@@ -421,18 +416,13 @@ cudaError_t launch_gather_grad(Elem elem, bool int64_indices, const void* dy, co
     }
     auto* flag = reinterpret_cast<unsigned long long*>(bad);
     const int64_t total = outer * m * inner;
-    auto run = [&](const auto* idx) {
+    visit_indices(int64_indices, indices, [&](const auto* idx) {
       if (total > 0) {
         gather_grad_kernel<<<blocks_for(total, kThreads), kThreads, 0, stream>>>(
             static_cast<const T*>(dy), idx, static_cast<T*>(out), outer, limit, m, inner, flag);
       }
       bad_value_kernel<<<1, 1, 0, stream>>>(idx, m, bad);
-    };
-    if (int64_indices) {
-      run(static_cast<const int64_t*>(indices));
-    } else {
-      run(static_cast<const int32_t*>(indices));
-    }
+    });
     return cudaGetLastError();
   });
 }

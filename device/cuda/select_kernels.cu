@@ -145,17 +145,6 @@ __global__ void add_n_kernel(AddNInputs in, T* out, int64_t n) {
   }
 }
 
-template <class F>
-cudaError_t by_size(int elem_bytes, F&& f) {
-  switch (elem_bytes) {
-    case 1: return f(uint8_t{});
-    case 2: return f(uint16_t{});
-    case 4: return f(uint32_t{});
-    case 8: return f(uint64_t{});
-  }
-  return cudaErrorInvalidValue;
-}
-
 }  // namespace
 
 cudaError_t launch_compare(CompareKind op, Elem elem, const SelectGeometry& geometry, const void* a, const void* b,
@@ -176,7 +165,7 @@ cudaError_t launch_logical_not(const bool* x, bool* out, int64_t n, cudaStream_t
 cudaError_t launch_select(int elem_bytes, const SelectGeometry& geometry, const bool* cond, const void* x,
                           const void* y, void* out, int64_t n, cudaStream_t stream) {
   if (n <= 0) return cudaSuccess;
-  return by_size(elem_bytes, [&](auto type) -> cudaError_t {
+  return visit_size(elem_bytes, [&](auto type) -> cudaError_t {
     using U = decltype(type);
     select_kernel<<<blocks_for(n, kThreads), kThreads, 0, stream>>>(geometry, cond, static_cast<const U*>(x),
                                                                      static_cast<const U*>(y), static_cast<U*>(out), n);
@@ -187,24 +176,16 @@ cudaError_t launch_select(int elem_bytes, const SelectGeometry& geometry, const 
 cudaError_t launch_gather(int elem_bytes, bool int64_indices, const void* params, const void* indices, void* out,
                           int64_t outer, int64_t limit, int64_t m, int64_t inner, int64_t* bad, cudaStream_t stream) {
   const int64_t total = outer * m * inner;
-  return by_size(elem_bytes, [&](auto type) -> cudaError_t {
+  return visit_size(elem_bytes, [&](auto type) -> cudaError_t {
     using U = decltype(type);
     auto* flag = reinterpret_cast<unsigned long long*>(bad);
-    if (int64_indices) {
-      const auto* idx = static_cast<const int64_t*>(indices);
+    visit_indices(int64_indices, indices, [&](const auto* idx) {
       if (total > 0) {
         gather_kernel<<<blocks_for(total, kThreads), kThreads, 0, stream>>>(
             static_cast<const U*>(params), idx, static_cast<U*>(out), outer, limit, m, inner, flag);
       }
       bad_value_kernel<<<1, 1, 0, stream>>>(idx, m, bad);
-    } else {
-      const auto* idx = static_cast<const int32_t*>(indices);
-      if (total > 0) {
-        gather_kernel<<<blocks_for(total, kThreads), kThreads, 0, stream>>>(
-            static_cast<const U*>(params), idx, static_cast<U*>(out), outer, limit, m, inner, flag);
-      }
-      bad_value_kernel<<<1, 1, 0, stream>>>(idx, m, bad);
-    }
+    });
     return cudaGetLastError();
   });
 }
@@ -213,11 +194,9 @@ cudaError_t launch_one_hot(bool int64_indices, const void* indices, float* out, 
                            float off, cudaStream_t stream) {
   if (n * depth <= 0) return cudaSuccess;
   const unsigned blocks = blocks_for(n * depth, kThreads);
-  if (int64_indices) {
-    one_hot_kernel<<<blocks, kThreads, 0, stream>>>(static_cast<const int64_t*>(indices), out, n, depth, on, off);
-  } else {
-    one_hot_kernel<<<blocks, kThreads, 0, stream>>>(static_cast<const int32_t*>(indices), out, n, depth, on, off);
-  }
+  visit_indices(int64_indices, indices, [&](const auto* idx) {
+    one_hot_kernel<<<blocks, kThreads, 0, stream>>>(idx, out, n, depth, on, off);
+  });
   return cudaGetLastError();
 }
 

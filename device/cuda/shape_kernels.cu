@@ -41,18 +41,6 @@ __global__ void write_int32_kernel(Int32Values values, int n, int32_t* __restric
   if (static_cast<int>(threadIdx.x) < n) out[threadIdx.x] = values.v[threadIdx.x];
 }
 
-// Calls fn(T{}) with the unsigned integer type of `bytes` bytes.
-template <class Fn>
-cudaError_t visit_size(int bytes, Fn&& fn) {
-  switch (bytes) {
-    case 1: return fn(uint8_t{});
-    case 2: return fn(uint16_t{});
-    case 4: return fn(uint32_t{});
-    case 8: return fn(uint64_t{});
-  }
-  return cudaErrorInvalidValue;
-}
-
 // Whether every loop index and offset of `g` over n elements fits 32 bits.
 bool fits_32_bits(const CopyGeometry& g, int64_t n) {
   constexpr int64_t kLimit = int64_t{1} << 31;

@@ -14,19 +14,12 @@
 #include "tests/gpu/gpu_kernel_test.h"
 #include "tests/testing/tensor_values.h"
 
-namespace tessera::internal {
+namespace tessera::internal::gpu_testing {
 namespace {
 
-using tessera::testing::feed;
-using tessera::testing::RandomInputs;
-using tessera::testing::Range;
+class CudaConvKernelsTest : public GpuKernelTest {};
 
-class CudaConvKernelsTest : public gpu_testing::GpuKernelTest {};
-
-Tensor random(DType dtype, const Shape& shape) {
-  static RandomInputs rng;
-  return rng.tensor(dtype, shape, Range{-1, 1});
-}
+Tensor random(DType dtype, const Shape& shape) { return random_tensor(dtype, shape, Range{-1, 1}, Range{-1, 1}); }
 
 struct Case {
   Shape in;
@@ -145,4 +138,4 @@ TEST_F(CudaConvKernelsTest, ErrorsAreTheCpuKernels) {
 }
 
 }  // namespace
-}  // namespace tessera::internal
+}  // namespace tessera::internal::gpu_testing

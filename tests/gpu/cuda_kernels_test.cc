@@ -7,110 +7,32 @@
 #include <cstddef>
 #include <cstdint>
 #include <limits>
-#include <memory>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include <gtest/gtest.h>
 
-#include "core/op_registry.h"
-#include "core/tensor_buffer.h"
 #include "tessera/tessera.h"
-#include "tests/gpu/gpu_test_util.h"
+#include "tests/gpu/gpu_kernel_test.h"
+#include "tests/testing/kernel_cases.h"
 #include "tests/testing/tensor_expect.h"
 #include "tests/testing/tensor_values.h"
 
-namespace tessera::internal {
+namespace tessera::internal::gpu_testing {
 namespace {
 
-using gpu_testing::KernelRun;
-using gpu_testing::run_kernel_on;
-using gpu_testing::to_device;
-using gpu_testing::to_host;
-using tessera::testing::describe;
-using tessera::testing::expect_same;
-using tessera::testing::feed;
-using tessera::testing::kAllDTypes;
-using tessera::testing::kNumericDTypes;
-using tessera::testing::RandomInputs;
-using tessera::testing::Range;
-using tessera::testing::tensor_of;
-using tessera::testing::values_of;
+using tessera::testing::for_each_cast_case;
+using tessera::testing::for_each_matmul_case;
+using tessera::testing::for_each_unary_case;
+using tessera::testing::MatMulSize;
 
-constexpr DType kFloatingDTypes[] = {DType::Float32, DType::Float64, DType::Float16, DType::BFloat16};
-
-class CudaKernelsTest : public ::testing::Test {
+class CudaKernelsTest : public GpuKernelTest {
  protected:
-  void SetUp() override { TESSERA_REQUIRE_GPU(gpu_); }
-
-  std::unique_ptr<OpKernel> kernel(const Output& y, const char* device_type) {
-    auto k = OpRegistry::global().create_kernel(*y.node(), device_type);
-    EXPECT_TRUE(k.ok()) << k.status().to_string();
-    return k.ok() ? std::move(k).value() : nullptr;
-  }
-
-  std::vector<Tensor> on_gpu(const std::vector<Tensor>& host) {
-    std::vector<Tensor> out;
-    for (const Tensor& t : host) {
-      auto d = to_device(*gpu_, t);
-      EXPECT_TRUE(d.ok()) << d.status().to_string();
-      out.push_back(d.ok() ? d.value() : Tensor());
-    }
-    return out;
-  }
-
-  Tensor back(const Tensor& t) {
-    if (t.is_null() || t.device() == kHostDeviceName) return t;
-    auto h = to_host(*gpu_, t);
-    EXPECT_TRUE(h.ok()) << h.status().to_string();
-    return h.ok() ? h.value() : Tensor();
-  }
-
-  // Runs `gpu_kernel` on device copies of `inputs`; its outputs copied back, and checks that the
-  // kernel left the device inputs as they were.
-  KernelRun run_gpu(OpKernel& gpu_kernel, const std::vector<Tensor>& inputs, ResourceMgr* resources = nullptr) {
-    std::vector<Tensor> device_inputs = on_gpu(inputs);
-    KernelRun r = run_kernel_on(gpu_kernel, device_inputs, gpu_, resources);
-    for (Tensor& t : r.outputs) {
-      if (!t.is_null()) {
-        EXPECT_EQ(t.device(), gpu_->name()) << "a GPU kernel's output is in GPU memory";
-        t = back(t);
-      }
-    }
-    for (std::size_t i = 0; i < inputs.size(); ++i) {
-      EXPECT_TRUE(back(device_inputs[i]).equals(inputs[i])) << "the GPU kernel changed input " << i;
-    }
-    return r;
-  }
-
-  // The op of `y`: GPU against CPU.
+  // The op of `y`: GPU against CPU, every output within expect_same's tolerance (this suite's
+  // check_op: floating point agrees by normalised error here, not bit for bit).
   void check_op(const Output& y, const std::vector<Tensor>& inputs, double f32_tolerance = 1e-10) {
-    auto cpu = kernel(y, "CPU");
-    auto gpu = kernel(y, "GPU");
-    ASSERT_TRUE(cpu && gpu);
-    KernelRun want = run_kernel_on(*cpu, inputs, nullptr);
-    KernelRun got = run_gpu(*gpu, inputs);
-    ASSERT_TRUE(want.status.ok()) << want.status.to_string();
-    ASSERT_TRUE(got.status.ok()) << got.status.to_string();
-    ASSERT_EQ(got.outputs.size(), want.outputs.size());
-    for (std::size_t i = 0; i < want.outputs.size(); ++i) expect_same(got.outputs[i], want.outputs[i], f32_tolerance);
+    check_outputs_close(y, inputs, f32_tolerance);
   }
-
-  // Both kernels fail alike: same code, same message (which names the op).
-  void check_op_fails(const Output& y, const std::vector<Tensor>& inputs, const std::string& substring) {
-    auto cpu = kernel(y, "CPU");
-    auto gpu = kernel(y, "GPU");
-    ASSERT_TRUE(cpu && gpu);
-    KernelRun want = run_kernel_on(*cpu, inputs, nullptr);
-    KernelRun got = run_gpu(*gpu, inputs);
-    EXPECT_EQ(want.status.code(), ErrorCode::kInvalidArgument) << want.status.to_string();
-    EXPECT_EQ(got.status.code(), want.status.code()) << got.status.to_string();
-    EXPECT_EQ(got.status.message(), want.status.message());
-    EXPECT_NE(got.status.message().find(substring), std::string::npos) << got.status.to_string();
-  }
-
-  CudaDevice* gpu_ = nullptr;
 };
 
 // ---- Elementwise ----
@@ -215,7 +137,7 @@ TEST_F(CudaKernelsTest, IntegerArithmeticWrapsAround) {
 
 TEST_F(CudaKernelsTest, MaximumAndMinimumPropagateNaN) {
   const double nan = std::numeric_limits<double>::quiet_NaN();
-  for (DType dtype : kFloatingDTypes) {
+  for (DType dtype : kFloatDTypes) {
     SCOPED_TRACE(dtype_name(dtype));
     Graph g;
     Tensor a = tensor_of(dtype, Shape{3}, {nan, 1, 2});
@@ -239,24 +161,16 @@ const UnaryOpCase kUnaryOps[] = {
 
 TEST_F(CudaKernelsTest, UnaryOps) {
   const std::vector<Shape> shapes = {Shape{}, Shape{0}, Shape{7}, Shape{3, 5}, Shape{1031}, Shape{(1 << 20) + 1}};
-  RandomInputs rng;
-  for (const auto& op : kUnaryOps) {
-    for (DType dtype : kNumericDTypes) {
-      if (op.floating_only && !dtype_is_floating(dtype)) continue;
-      for (const Shape& shape : shapes) {
-        SCOPED_TRACE(std::string(op.type) + " " + describe(dtype, {shape}));
-        Tensor x = rng.tensor(dtype, shape, dtype_is_floating(dtype) ? op.float_range : Range{-50, 50});
-        Graph g;
-        check_op(op.build(feed(g, x), ""), {x});
-      }
-    }
-  }
+  for_each_unary_case(kUnaryOps, shapes, [this](const UnaryOpCase& op, const Tensor& x) {
+    Graph g;
+    check_op(op.build(feed(g, x), ""), {x});
+  });
 }
 
 TEST_F(CudaKernelsTest, UnaryOpsAtTheEdgesOfTheirDomain) {
   const double nan = std::numeric_limits<double>::quiet_NaN();
   const double inf = std::numeric_limits<double>::infinity();
-  for (DType dtype : kFloatingDTypes) {
+  for (DType dtype : kFloatDTypes) {
     Graph g;
     Tensor x = tensor_of(dtype, Shape{6}, {-1000, 0, -1, nan, inf, -inf});
     for (const auto& op : kUnaryOps) {
@@ -280,28 +194,12 @@ TEST_F(CudaKernelsTest, DTypesTheCpuKernelsRejectAreRejected) {
 // ---- MatMul ----
 
 TEST_F(CudaKernelsTest, MatMul) {
-  struct Case {
-    int64_t m, k, n;
-  };
-  const std::vector<Case> cases = {{1, 1, 1},   {3, 4, 5},     {17, 33, 9}, {64, 65, 63}, {5, 300, 600},
-                                   {0, 3, 4},   {3, 0, 4},     {4, 3, 0},   {129, 257, 65}};
-  RandomInputs rng;
-  for (DType dtype : kNumericDTypes) {
-    const Range range = dtype_is_floating(dtype) ? Range{-1, 1} : Range{-5, 5};
-    for (const auto& [m, k, n] : cases) {
-      for (bool ta : {false, true}) {
-        for (bool tb : {false, true}) {
-          const Shape a_shape = ta ? Shape{k, m} : Shape{m, k};
-          const Shape b_shape = tb ? Shape{n, k} : Shape{k, n};
-          SCOPED_TRACE(describe(dtype, {a_shape, b_shape}) + (ta ? " ta" : "") + (tb ? " tb" : ""));
-          Tensor a = rng.tensor(dtype, a_shape, range);
-          Tensor b = rng.tensor(dtype, b_shape, range);
-          Graph g;
-          check_op(ops::matmul(feed(g, a), feed(g, b), ta, tb), {a, b});
-        }
-      }
-    }
-  }
+  const std::vector<MatMulSize> sizes = {{1, 1, 1}, {3, 4, 5}, {17, 33, 9}, {64, 65, 63},  {5, 300, 600},
+                                         {0, 3, 4}, {3, 0, 4}, {4, 3, 0},   {129, 257, 65}};
+  for_each_matmul_case(sizes, [this](const Tensor& a, const Tensor& b, bool ta, bool tb, MatMulSize) {
+    Graph g;
+    check_op(ops::matmul(feed(g, a), feed(g, b), ta, tb), {a, b});
+  });
 }
 
 // cuBLAS accumulates float16 and bfloat16 products in float32: a row of 4096 ones times its
@@ -459,28 +357,16 @@ TEST_F(CudaKernelsTest, SixteenBitReductionsAccumulateInFloat32) {
 
 TEST_F(CudaKernelsTest, CastBetweenAllDTypes) {
   const std::vector<Shape> shapes = {Shape{}, Shape{0}, Shape{9}, Shape{3, 40}, Shape{100003}};
-  RandomInputs rng;
-  for (DType from : kAllDTypes) {
-    for (DType to : kAllDTypes) {
-      for (const Shape& shape : shapes) {
-        SCOPED_TRACE(describe(from, {shape}) + " to " + std::string(dtype_name(to)));
-        Tensor x = rng.tensor(from, shape, Range{-100, 100});
-        if (x.num_elements() > 1) {
-          std::vector<double> v = values_of(x);
-          v[1] = 0;
-          x = tensor_of(from, shape, v);
-        }
-        Graph g;
-        check_op(ops::cast(feed(g, x), to), {x});
-      }
-    }
-  }
+  for_each_cast_case(shapes, [this](const Tensor& x, DType to) {
+    Graph g;
+    check_op(ops::cast(feed(g, x), to), {x});
+  });
 }
 
 TEST_F(CudaKernelsTest, CastFromFloatingPointSaturates) {
   const double nan = std::numeric_limits<double>::quiet_NaN();
   const double inf = std::numeric_limits<double>::infinity();
-  for (DType from : kFloatingDTypes) {
+  for (DType from : kFloatDTypes) {
     SCOPED_TRACE(dtype_name(from));
     Graph g;
     // In float16, 1e10, -1e30 and the int32 bounds are already infinities; in bfloat16 the bounds
@@ -660,4 +546,4 @@ TEST_F(CudaKernelsTest, GpuKernelsAreAsynchronousAndFinishOnTheCompletionThread)
 }
 
 }  // namespace
-}  // namespace tessera::internal
+}  // namespace tessera::internal::gpu_testing

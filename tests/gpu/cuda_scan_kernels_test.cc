@@ -10,33 +10,26 @@
 #include <string>
 #include <vector>
 
-#include "core/op_registry.h"
 #include "tessera/tessera.h"
 #include "tests/gpu/gpu_kernel_test.h"
 #include "tests/testing/tensor_expect.h"
 #include "tests/testing/tensor_values.h"
 
-namespace tessera::internal {
+namespace tessera::internal::gpu_testing {
 namespace {
-
-using tessera::testing::feed;
-using tessera::testing::RandomInputs;
-using tessera::testing::Range;
-using tessera::testing::tensor_of;
 
 constexpr DType kScanDTypes[] = {DType::Float32, DType::Float64, DType::Int32, DType::Int64};
 
 // Products of long float lines stay finite near 1; integers wrap whatever they are.
 Tensor random(DType dtype, const Shape& shape) {
-  static RandomInputs rng;
-  return rng.tensor(dtype, shape, dtype_is_floating(dtype) ? Range{0.5, 1.5} : Range{-3, 3});
+  return random_tensor(dtype, shape, Range{0.5, 1.5}, Range{-3, 3});
 }
 
 using ScanBuilder = Output (*)(Output, Output, bool, bool, std::string);
 const ScanBuilder kScans[] = {ops::cumsum, ops::cumprod};
 
 // Every axis (negative ones too), exclusive and reverse, of both scans over x, the axis fed.
-class CudaScanKernelsTest : public gpu_testing::GpuKernelTest {
+class CudaScanKernelsTest : public GpuKernelTest {
  protected:
   void check_every_axis(const Tensor& x, DType axis_dtype) {
     Graph g;
@@ -120,4 +113,4 @@ TEST_F(CudaScanKernelsTest, ProdGradientThroughASessionIsTheCpus) {
 }
 
 }  // namespace
-}  // namespace tessera::internal
+}  // namespace tessera::internal::gpu_testing

@@ -5,38 +5,20 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
-#include <memory>
 #include <string>
-#include <utility>
 #include <vector>
 
-#include "core/op_registry.h"
 #include "tessera/tessera.h"
 #include "tests/gpu/gpu_kernel_test.h"
 #include "tests/testing/tensor_expect.h"
 #include "tests/testing/tensor_values.h"
 
-namespace tessera::internal {
+namespace tessera::internal::gpu_testing {
 namespace {
 
-using gpu_testing::KernelRun;
-using gpu_testing::run_kernel_on;
-using gpu_testing::to_device;
-using gpu_testing::to_host;
-using tessera::testing::feed;
-using tessera::testing::kAllDTypes;
-using tessera::testing::kNumericDTypes;
-using tessera::testing::RandomInputs;
-using tessera::testing::Range;
-using tessera::testing::tensor_of;
+class CudaSelectKernelsTest : public GpuKernelTest {};
 
-class CudaSelectKernelsTest : public gpu_testing::GpuKernelTest {};
-
-
-Tensor random(DType dtype, const Shape& shape) {
-  static RandomInputs rng;
-  return rng.tensor(dtype, shape, dtype_is_floating(dtype) ? Range{-4, 4} : Range{-3, 3});
-}
+Tensor random(DType dtype, const Shape& shape) { return random_tensor(dtype, shape, Range{-4, 4}, Range{-3, 3}); }
 
 TEST_F(CudaSelectKernelsTest, ComparisonsAndLogicalOpsEveryDType) {
   for (DType dtype : kAllDTypes) {
@@ -120,4 +102,4 @@ TEST_F(CudaSelectKernelsTest, ErrorsAreTheCpuKernels) {
 }
 
 }  // namespace
-}  // namespace tessera::internal
+}  // namespace tessera::internal::gpu_testing

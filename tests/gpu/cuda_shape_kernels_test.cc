@@ -6,35 +6,21 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
-#include <memory>
 #include <string>
-#include <utility>
 #include <vector>
 
-#include "core/op_registry.h"
 #include "tessera/tessera.h"
 #include "tests/gpu/gpu_kernel_test.h"
 #include "tests/testing/tensor_expect.h"
 #include "tests/testing/tensor_values.h"
 
-namespace tessera::internal {
+namespace tessera::internal::gpu_testing {
 namespace {
 
-using gpu_testing::KernelRun;
-using gpu_testing::run_kernel_on;
-using gpu_testing::to_device;
-using gpu_testing::to_host;
-using tessera::testing::expect_same;
-using tessera::testing::feed;
-using tessera::testing::kAllDTypes;
-using tessera::testing::RandomInputs;
-using tessera::testing::Range;
-
-class CudaShapeKernelsTest : public gpu_testing::GpuKernelTest {};
+class CudaShapeKernelsTest : public GpuKernelTest {};
 
 Tensor random(DType dtype, const Shape& shape) {
-  static RandomInputs rng;
-  return rng.tensor(dtype, shape, dtype_is_floating(dtype) ? Range{-4, 4} : Range{-1000, 1000});
+  return random_tensor(dtype, shape, Range{-4, 4}, Range{-1000, 1000});
 }
 
 TEST_F(CudaShapeKernelsTest, DataMovingOpsEveryDType) {
@@ -123,4 +109,4 @@ TEST_F(CudaShapeKernelsTest, ErrorsAreTheCpuKernels) {
 }
 
 }  // namespace
-}  // namespace tessera::internal
+}  // namespace tessera::internal::gpu_testing

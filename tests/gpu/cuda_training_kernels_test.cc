@@ -6,12 +6,9 @@
 // earlier read. Skips without a GPU.
 #include <gtest/gtest.h>
 
-#include <memory>
 #include <string>
-#include <utility>
 #include <vector>
 
-#include "core/op_registry.h"
 #include "core/resource_mgr.h"
 #include "core/training_ops.h"
 #include "tessera/tessera.h"
@@ -19,19 +16,8 @@
 #include "tests/testing/tensor_expect.h"
 #include "tests/testing/tensor_values.h"
 
-namespace tessera::internal {
+namespace tessera::internal::gpu_testing {
 namespace {
-
-using gpu_testing::KernelRun;
-using gpu_testing::run_kernel_on;
-using gpu_testing::to_device;
-using gpu_testing::to_host;
-using tessera::testing::expect_same;
-using tessera::testing::RandomInputs;
-using tessera::testing::Range;
-using tessera::testing::tensor_of;
-
-constexpr DType kFloatDTypes[] = {DType::Float32, DType::Float64, DType::Float16, DType::BFloat16};
 
 // One op over a variable and its slots, with placeholders for every input.
 struct Built {
@@ -71,7 +57,7 @@ double hyper_parameter(const std::string& name) {
   return 0.01;  // alpha, lr
 }
 
-class CudaTrainingKernelsTest : public gpu_testing::GpuKernelTest {
+class CudaTrainingKernelsTest : public GpuKernelTest {
  protected:
   // Runs `y`'s kernel on the host ("CPU") or the GPU with `resources`, on host `inputs` (copied to
   // the GPU for the GPU kernel); the outputs come back on the host.
@@ -181,4 +167,4 @@ TEST_F(CudaTrainingKernelsTest, AnUpdateNeverChangesAnEarlierRead) {
 }
 
 }  // namespace
-}  // namespace tessera::internal
+}  // namespace tessera::internal::gpu_testing
