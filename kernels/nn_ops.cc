@@ -27,10 +27,6 @@
 namespace tessera::internal {
 namespace {
 
-void fail_dtype(OpKernelContext& ctx, DType dtype) {
-  ctx.fail(ErrorCode::kInvalidArgument, "unsupported dtype {}", dtype_name(dtype));
-}
-
 // x in the type it is computed in (exact).
 template <class T>
 Accumulate<T> up(T x) {
@@ -107,11 +103,10 @@ class SoftmaxOp : public OpKernel {
     if (Status s = softmax_check(x.shape()); !s.ok()) return ctx.fail(s);
     Tensor& y = ctx.allocate_output(0, x.shape());
     const RowView v = rows_of(x.shape());
-    const bool ok = visit_floating(x.dtype(), [&](auto type) {
+    visit_floating_or_fail(ctx, x.dtype(), [&](auto type) {
       using T = decltype(type);
       softmax_rows<kLog>(x.data<T>(), y.mutable_data<T>(), v.rows, v.cols);
     });
-    if (!ok) fail_dtype(ctx, x.dtype());
   }
 };
 
@@ -138,7 +133,7 @@ class SparseXentOp : public OpKernel {
     }
     Tensor& loss = ctx.allocate_output(0, Shape{batch});
     Tensor& backprop = ctx.allocate_output(1, shape.value());
-    const bool ok = visit_floating(logits.dtype(), [&](auto type) {
+    visit_floating_or_fail(ctx, logits.dtype(), [&](auto type) {
       using T = decltype(type);
       using A = Accumulate<T>;
       const T* pl = logits.data<T>();
@@ -155,7 +150,6 @@ class SparseXentOp : public OpKernel {
         loss_out[r] = static_cast<T>(std::log(s.sum) - (up(lr[k]) - s.max));
       }
     });
-    if (!ok) fail_dtype(ctx, logits.dtype());
   }
 };
 
@@ -173,7 +167,7 @@ class XentOp : public OpKernel {
     const int64_t classes = shape.value().dim(1);
     Tensor& loss = ctx.allocate_output(0, Shape{batch});
     Tensor& backprop = ctx.allocate_output(1, shape.value());
-    const bool ok = visit_floating(logits.dtype(), [&](auto type) {
+    visit_floating_or_fail(ctx, logits.dtype(), [&](auto type) {
       using T = decltype(type);
       using A = Accumulate<T>;
       const T* pl = logits.data<T>();
@@ -195,7 +189,6 @@ class XentOp : public OpKernel {
         loss_out[r] = static_cast<T>(total);
       }
     });
-    if (!ok) fail_dtype(ctx, logits.dtype());
   }
 };
 
@@ -211,7 +204,7 @@ class BiasAddOp : public OpKernel {
     if (!shape.ok()) return ctx.fail(shape.status());
     Tensor& out = ctx.allocate_output(0, shape.value());
     const RowView v = rows_of(value.shape());
-    const bool ok = visit_number(value.dtype(), [&](auto type) {
+    visit_number_or_fail(ctx, value.dtype(), [&](auto type) {
       using T = decltype(type);
       const T* px = value.data<T>();
       const T* pb = bias.data<T>();
@@ -222,7 +215,6 @@ class BiasAddOp : public OpKernel {
         for (int64_t c = 0; c < v.cols; ++c) out_row[c] = static_cast<T>(add(up(xr[c]), up(pb[c])));
       }
     });
-    if (!ok) fail_dtype(ctx, value.dtype());
   }
 };
 
@@ -236,7 +228,7 @@ class BiasAddGradOp : public OpKernel {
     if (!shape.ok()) return ctx.fail(shape.status());
     Tensor& out = ctx.allocate_output(0, shape.value());
     const RowView v = rows_of(dy.shape());
-    const bool ok = visit_number(dy.dtype(), [&](auto type) {
+    visit_number_or_fail(ctx, dy.dtype(), [&](auto type) {
       using T = decltype(type);
       const T* pd = dy.data<T>();
       std::vector<Accumulate<T>> sums(static_cast<std::size_t>(v.cols), Accumulate<T>{0});
@@ -246,7 +238,6 @@ class BiasAddGradOp : public OpKernel {
       T* po = out.mutable_data<T>();
       for (int64_t c = 0; c < shape.value().dim(0); ++c) po[c] = static_cast<T>(sums[c]);
     });
-    if (!ok) fail_dtype(ctx, dy.dtype());
   }
 };
 
@@ -257,7 +248,7 @@ class L2LossOp : public OpKernel {
   void compute(OpKernelContext& ctx) override {
     const Tensor& x = ctx.input(0);
     Tensor& out = ctx.allocate_output(0, Shape{});
-    const bool ok = visit_floating(x.dtype(), [&](auto type) {
+    visit_floating_or_fail(ctx, x.dtype(), [&](auto type) {
       using T = decltype(type);
       const T* px = x.data<T>();
       double sum = 0;
@@ -267,7 +258,6 @@ class L2LossOp : public OpKernel {
       }
       out.mutable_data<T>()[0] = static_cast<T>(sum / 2);
     });
-    if (!ok) fail_dtype(ctx, x.dtype());
   }
 };
 
@@ -308,13 +298,11 @@ class ElementwiseGradOp : public OpKernel {
       T* po = out.mutable_data<T>();
       for (int64_t i = 0; i < a.num_elements(); ++i) po[i] = static_cast<T>(Fn::apply(up(pa[i]), up(pb[i])));
     };
-    bool ok;
     if constexpr (kFloating) {
-      ok = visit_floating(a.dtype(), run);
+      visit_floating_or_fail(ctx, a.dtype(), run);
     } else {
-      ok = visit_number(a.dtype(), run);
+      visit_number_or_fail(ctx, a.dtype(), run);
     }
-    if (!ok) fail_dtype(ctx, a.dtype());
   }
 };
 
@@ -339,7 +327,7 @@ class GatherGradOp : public OpKernel {
       }
     }
     Tensor& out = ctx.allocate_output(0, params.shape());
-    const bool ok = visit_number(dy.dtype(), [&](auto type) {
+    visit_number_or_fail(ctx, dy.dtype(), [&](auto type) {
       using T = decltype(type);
       const T* pd = dy.data<T>();
       T* po = out.mutable_data<T>();
@@ -352,7 +340,6 @@ class GatherGradOp : public OpKernel {
         }
       }
     });
-    if (!ok) fail_dtype(ctx, dy.dtype());
   }
 
  private:
@@ -371,7 +358,7 @@ class DropoutOp : public RandomOpBase {
     const int64_t n = x.num_elements();
     const uint64_t first = reserve(static_cast<uint64_t>((n + 3) / 4));
     const auto keep = static_cast<float>(keep_prob_);
-    const bool ok = visit_floating(x.dtype(), [&](auto type) {
+    visit_floating_or_fail(ctx, x.dtype(), [&](auto type) {
       using T = decltype(type);
       const auto scale = static_cast<T>(1.0 / keep_prob_);
       const T* px = x.data<T>();
@@ -386,7 +373,6 @@ class DropoutOp : public RandomOpBase {
         }
       }
     });
-    if (!ok) fail_dtype(ctx, x.dtype());
   }
 
  private:

@@ -17,6 +17,7 @@
 #include "core/select_ops.h"
 #include "core/shape_ops.h"
 #include "core/tensor_buffer.h"
+#include "kernels/dtype_visit.h"
 
 namespace tessera::internal {
 namespace {
@@ -85,7 +86,7 @@ class CompareOp : public OpKernel {
     auto plan = Broadcast3::make(a.shape(), b.shape(), Shape{});
     if (!plan.ok()) return ctx.fail(plan.status());
     const bool ok_dtype = kLogical ? a.dtype() == DType::Bool : !(kOrdering && a.dtype() == DType::Bool);
-    if (!ok_dtype) return ctx.fail(ErrorCode::kInvalidArgument, "unsupported dtype {}", dtype_name(a.dtype()));
+    if (!ok_dtype) return fail_unsupported_dtype(ctx, a.dtype());
     Tensor& out = ctx.allocate_output(0, plan.value().out);
     if (out.num_elements() == 0) return;
     bool* po = out.mutable_data<bool>();
@@ -110,9 +111,7 @@ class LogicalNotOp : public OpKernel {
   using OpKernel::OpKernel;
   void compute(OpKernelContext& ctx) override {
     const Tensor& x = ctx.input(0);
-    if (x.dtype() != DType::Bool) {
-      return ctx.fail(ErrorCode::kInvalidArgument, "unsupported dtype {}", dtype_name(x.dtype()));
-    }
+    if (x.dtype() != DType::Bool) return fail_unsupported_dtype(ctx, x.dtype());
     Tensor& out = ctx.allocate_output(0, x.shape());
     const bool* px = x.data<bool>();
     bool* po = out.mutable_data<bool>();
@@ -220,17 +219,7 @@ class ArgOp : public OpKernel {
   explicit ArgOp(const Node& n) : OpKernel(n), axis_(n.attr<int64_t>("axis")) {}
   void compute(OpKernelContext& ctx) override {
     const Tensor& x = ctx.input(0);
-    switch (x.dtype()) {
-      case DType::Float32: return run<float>(ctx, x);
-      case DType::Float64: return run<double>(ctx, x);
-      case DType::Int32: return run<int32_t>(ctx, x);
-      case DType::Int64: return run<int64_t>(ctx, x);
-      case DType::Float16: return run<float16_t>(ctx, x);
-      case DType::BFloat16: return run<bfloat16_t>(ctx, x);
-      case DType::Bool:
-      case DType::String: break;
-    }
-    ctx.fail(ErrorCode::kInvalidArgument, "unsupported dtype {}", dtype_name(x.dtype()));
+    visit_number_or_fail(ctx, x.dtype(), [&](auto zero) { run<decltype(zero)>(ctx, x); });
   }
 
  private:
@@ -281,17 +270,7 @@ class AddNOp : public OpKernel {
                         t.shape().to_string());
       }
     }
-    switch (first.dtype()) {
-      case DType::Float32: return run<float>(ctx);
-      case DType::Float64: return run<double>(ctx);
-      case DType::Int32: return run<int32_t>(ctx);
-      case DType::Int64: return run<int64_t>(ctx);
-      case DType::Float16: return run<float16_t>(ctx);
-      case DType::BFloat16: return run<bfloat16_t>(ctx);
-      case DType::Bool:
-      case DType::String: break;
-    }
-    ctx.fail(ErrorCode::kInvalidArgument, "unsupported dtype {}", dtype_name(first.dtype()));
+    visit_number_or_fail(ctx, first.dtype(), [&](auto zero) { run<decltype(zero)>(ctx); });
   }
 
  private:
