@@ -14,6 +14,7 @@
 #include "core/half.h"
 #include "core/op_kernel.h"
 #include "core/op_registry.h"
+#include "core/shape_util.h"
 #include "kernels/dtype_visit.h"
 
 namespace tessera::internal {
@@ -101,10 +102,7 @@ class BinaryOp : public OpKernel {
   void compute(OpKernelContext& ctx) override {
     const Tensor& a = ctx.input(0);
     const Tensor& b = ctx.input(1);
-    if (a.dtype() != b.dtype()) {
-      return ctx.fail(ErrorCode::kInvalidArgument, "inputs must have the same dtype, got {} and {}",
-                      dtype_name(a.dtype()), dtype_name(b.dtype()));
-    }
+    if (Status s = check_same_dtype(a, b); !s.ok()) return ctx.fail(s);
     visit_number_or_fail(ctx, a.dtype(), [&](auto zero) { run<decltype(zero)>(ctx, a, b); });
   }
 

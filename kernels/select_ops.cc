@@ -16,6 +16,7 @@
 #include "core/op_registry.h"
 #include "core/select_ops.h"
 #include "core/shape_ops.h"
+#include "core/shape_util.h"
 #include "core/tensor_buffer.h"
 #include "kernels/dtype_visit.h"
 
@@ -79,10 +80,7 @@ class CompareOp : public OpKernel {
   void compute(OpKernelContext& ctx) override {
     const Tensor& a = ctx.input(0);
     const Tensor& b = ctx.input(1);
-    if (a.dtype() != b.dtype()) {
-      return ctx.fail(ErrorCode::kInvalidArgument, "inputs must have the same dtype, got {} and {}",
-                      dtype_name(a.dtype()), dtype_name(b.dtype()));
-    }
+    if (Status s = check_same_dtype(a, b); !s.ok()) return ctx.fail(s);
     auto plan = Broadcast3::make(a.shape(), b.shape(), Shape{});
     if (!plan.ok()) return ctx.fail(plan.status());
     const bool ok_dtype = kLogical ? a.dtype() == DType::Bool : !(kOrdering && a.dtype() == DType::Bool);
