@@ -110,6 +110,27 @@ class SoftmaxOp : public OpKernel {
   }
 };
 
+// The frame both cross entropies share: loss [batch] and backprop `shape` [batch, classes], each
+// row's RowStats taken over its logits; row(r, logits_row, stats, backprop_row) fills the backprop
+// row and returns the row's loss in the computation type.
+template <class RowFn>
+void xent_rows(OpKernelContext& ctx, const Tensor& logits, const Shape& shape, RowFn&& row) {
+  const int64_t batch = shape.dim(0);
+  const int64_t classes = shape.dim(1);
+  Tensor& loss = ctx.allocate_output(0, Shape{batch});
+  Tensor& backprop = ctx.allocate_output(1, shape);
+  visit_floating_or_fail(ctx, logits.dtype(), [&](auto type) {
+    using T = decltype(type);
+    const T* pl = logits.data<T>();
+    T* pb = backprop.mutable_data<T>();
+    T* loss_out = loss.mutable_data<T>();
+    for (int64_t r = 0; r < batch; ++r) {
+      const T* lr = pl + r * classes;
+      loss_out[r] = static_cast<T>(row(r, lr, row_stats(lr, classes), pb + r * classes));
+    }
+  });
+}
+
 // SparseSoftmaxCrossEntropyWithLogits: loss [batch], backprop [batch, classes]. Every label is
 // checked before anything is computed. Thread-safe: compute() keeps no state.
 class SparseXentOp : public OpKernel {
@@ -131,24 +152,13 @@ class SparseXentOp : public OpKernel {
         return ctx.fail(errors::invalid_argument("{}", label_out_of_range(i, k, classes)));
       }
     }
-    Tensor& loss = ctx.allocate_output(0, Shape{batch});
-    Tensor& backprop = ctx.allocate_output(1, shape.value());
-    visit_floating_or_fail(ctx, logits.dtype(), [&](auto type) {
-      using T = decltype(type);
+    xent_rows(ctx, logits, shape.value(), [&]<class T>(int64_t r, const T* lr, const RowStats<T>& s, T* br) {
       using A = Accumulate<T>;
-      const T* pl = logits.data<T>();
-      T* pb = backprop.mutable_data<T>();
-      T* loss_out = loss.mutable_data<T>();
-      for (int64_t r = 0; r < batch; ++r) {
-        const T* lr = pl + r * classes;
-        T* br = pb + r * classes;
-        const RowStats<T> s = row_stats(lr, classes);
-        const int64_t k = index_at(labels, r);
-        for (int64_t j = 0; j < classes; ++j) {
-          br[j] = static_cast<T>(std::exp(up(lr[j]) - s.max) / s.sum - (j == k ? A{1} : A{0}));
-        }
-        loss_out[r] = static_cast<T>(std::log(s.sum) - (up(lr[k]) - s.max));
+      const int64_t k = index_at(labels, r);
+      for (int64_t j = 0; j < classes; ++j) {
+        br[j] = static_cast<T>(std::exp(up(lr[j]) - s.max) / s.sum - (j == k ? A{1} : A{0}));
       }
+      return std::log(s.sum) - (up(lr[k]) - s.max);
     });
   }
 };
@@ -163,31 +173,18 @@ class XentOp : public OpKernel {
     if (Status s = same_dtypes(labels, logits, 0, 1); !s.ok()) return ctx.fail(s);
     auto shape = xent_shape(labels.shape(), logits.shape());
     if (!shape.ok()) return ctx.fail(shape.status());
-    const int64_t batch = shape.value().dim(0);
     const int64_t classes = shape.value().dim(1);
-    Tensor& loss = ctx.allocate_output(0, Shape{batch});
-    Tensor& backprop = ctx.allocate_output(1, shape.value());
-    visit_floating_or_fail(ctx, logits.dtype(), [&](auto type) {
-      using T = decltype(type);
+    xent_rows(ctx, logits, shape.value(), [&]<class T>(int64_t r, const T* lr, const RowStats<T>& s, T* br) {
       using A = Accumulate<T>;
-      const T* pl = logits.data<T>();
-      const T* py = labels.data<T>();
-      T* pb = backprop.mutable_data<T>();
-      T* loss_out = loss.mutable_data<T>();
-      for (int64_t r = 0; r < batch; ++r) {
-        const T* lr = pl + r * classes;
-        const T* yr = py + r * classes;
-        T* br = pb + r * classes;
-        const RowStats<T> s = row_stats(lr, classes);
-        const A log_sum = std::log(s.sum);
-        A total = 0;
-        for (int64_t j = 0; j < classes; ++j) {
-          const A shifted = up(lr[j]) - s.max;
-          br[j] = static_cast<T>(std::exp(shifted) / s.sum - up(yr[j]));
-          total += up(yr[j]) * (log_sum - shifted);
-        }
-        loss_out[r] = static_cast<T>(total);
+      const T* yr = labels.data<T>() + r * classes;
+      const A log_sum = std::log(s.sum);
+      A total = 0;
+      for (int64_t j = 0; j < classes; ++j) {
+        const A shifted = up(lr[j]) - s.max;
+        br[j] = static_cast<T>(std::exp(shifted) / s.sum - up(yr[j]));
+        total += up(yr[j]) * (log_sum - shifted);
       }
+      return total;  // the row's loss
     });
   }
 };
