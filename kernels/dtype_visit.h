@@ -40,16 +40,8 @@ bool visit_number(DType dtype, Fn&& fn) {
 // Calls fn(T{}) with the C++ type of `dtype`, bool included; nothing for string, which has none.
 template <class Fn>
 void visit_dtype(DType dtype, Fn&& fn) {
-  switch (dtype) {
-    case DType::Float32: return fn(float{});
-    case DType::Float64: return fn(double{});
-    case DType::Int32: return fn(int32_t{});
-    case DType::Int64: return fn(int64_t{});
-    case DType::Bool: return fn(bool{});
-    case DType::Float16: return fn(float16_t{});
-    case DType::BFloat16: return fn(bfloat16_t{});
-    case DType::String: return;
-  }
+  if (dtype == DType::Bool) return fn(bool{});
+  visit_number(dtype, fn);
 }
 
 // The kernels' failure for a dtype they have no code for.
