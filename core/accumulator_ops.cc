@@ -149,8 +149,7 @@ ConditionalAccumulator::ConditionalAccumulator(Graph& g, DType dtype, Shape shap
   Node* n = g.impl().add_node(std::move(spec));
   auto state = std::make_shared<State>();
   state->node = n;
-  auto slash = n->name.rfind('/');
-  state->base_name = slash == std::string::npos ? n->name : n->name.substr(slash + 1);
+  state->base_name = internal::last_name_component(n->name);
   state->dtype = dtype;
   state->shape = std::move(shape);
   state_ = std::move(state);

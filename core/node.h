@@ -156,6 +156,11 @@ class GraphImpl {
 
 // The node behind a handle, or InvalidArgumentError for a null handle.
 Node* checked_node(const Output& o, const char* what);
+// The last component of a node name ("q" of "input/q"): resource handles name their ops after it.
+inline std::string last_name_component(const std::string& name) {
+  const auto slash = name.rfind('/');
+  return slash == std::string::npos ? name : name.substr(slash + 1);
+}
 // How the builders of tessera::ops make a node: `spec` over `inputs`, added to the graph of the
 // first input (checked_node(inputs[0], what)). add_op returns the node's first output.
 Node* add_op_node(const char* what, NodeSpec spec, std::vector<Output> inputs);

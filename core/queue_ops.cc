@@ -200,8 +200,7 @@ std::shared_ptr<const QueueBase::State> make_queue(Graph& g, const char* type, s
   Node* n = g.impl().add_node(std::move(spec));
   auto state = std::make_shared<QueueBase::State>();
   state->node = n;
-  auto slash = n->name.rfind('/');
-  state->base_name = slash == std::string::npos ? n->name : n->name.substr(slash + 1);
+  state->base_name = internal::last_name_component(n->name);
   state->capacity = capacity;
   state->dtypes = std::move(dtypes);
   state->shapes = std::move(shapes);

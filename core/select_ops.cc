@@ -17,6 +17,7 @@
 #include "core/node.h"
 #include "core/op_registry.h"
 #include "core/shape_ops.h"
+#include "core/shape_util.h"
 #include "tessera/ops.h"
 
 namespace tessera {
@@ -144,10 +145,7 @@ StatusOr<Broadcast3> Broadcast3::make(const Shape& a, const Shape& b, const Shap
 }
 
 StatusOr<Broadcast3> Broadcast3::compare(const Tensor& a, const Tensor& b, bool ordering, bool logical) {
-  if (a.dtype() != b.dtype()) {
-    return errors::invalid_argument("inputs must have the same dtype, got {} and {}", dtype_name(a.dtype()),
-                                    dtype_name(b.dtype()));
-  }
+  TESSERA_RETURN_IF_ERROR(check_same_dtype(a, b));
   auto plan = make(a.shape(), b.shape(), Shape{});
   if (!plan.ok()) return plan.status();
   const bool ok_dtype = logical ? a.dtype() == DType::Bool : !(ordering && a.dtype() == DType::Bool);

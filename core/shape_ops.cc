@@ -379,18 +379,29 @@ std::array<int64_t, Shape::kMaxRank> row_major_strides(const Shape& s) {
   return strides;
 }
 
-StridedCopy slice_copy(const Shape& in, const std::vector<int64_t>& begin, const Shape& out) {
+namespace {
+
+// A copy of a block of `block`'s dims between row-major `src` and `dst` of its rank, both offsets
+// 0: what a slice (the block is the output) and a pad (the block is the input) share.
+StridedCopy block_copy(const Shape& block, const Shape& src, const Shape& dst) {
   StridedCopy c;
-  const auto in_strides = row_major_strides(in);
-  const auto out_strides = row_major_strides(out);
-  c.rank = out.rank();
+  const auto src_strides = row_major_strides(src);
+  const auto dst_strides = row_major_strides(dst);
+  c.rank = block.rank();
   for (int d = 0; d < c.rank; ++d) {
     const auto ud = static_cast<std::size_t>(d);
-    c.dims[ud] = out.dim(d);
-    c.dst_strides[ud] = out_strides[ud];
-    c.src_strides[ud] = in_strides[ud];
-    c.src_offset += begin[ud] * in_strides[ud];
+    c.dims[ud] = block.dim(d);
+    c.dst_strides[ud] = dst_strides[ud];
+    c.src_strides[ud] = src_strides[ud];
   }
+  return c;
+}
+
+}  // namespace
+
+StridedCopy slice_copy(const Shape& in, const std::vector<int64_t>& begin, const Shape& out) {
+  StridedCopy c = block_copy(out, in, out);
+  for (std::size_t d = 0; d < static_cast<std::size_t>(c.rank); ++d) c.src_offset += begin[d] * c.src_strides[d];
   return c;
 }
 
@@ -431,17 +442,8 @@ StridedCopy tile_copy(const Shape& in, const std::vector<int64_t>& multiples) {
 }
 
 StridedCopy pad_copy(const Shape& in, const std::vector<int64_t>& paddings, const Shape& out) {
-  StridedCopy c;
-  const auto in_strides = row_major_strides(in);
-  const auto out_strides = row_major_strides(out);
-  c.rank = in.rank();
-  for (int d = 0; d < c.rank; ++d) {
-    const auto ud = static_cast<std::size_t>(d);
-    c.dims[ud] = in.dim(d);
-    c.src_strides[ud] = in_strides[ud];
-    c.dst_strides[ud] = out_strides[ud];
-    c.dst_offset += paddings[2 * ud] * out_strides[ud];
-  }
+  StridedCopy c = block_copy(in, in, out);
+  for (std::size_t d = 0; d < static_cast<std::size_t>(c.rank); ++d) c.dst_offset += paddings[2 * d] * c.dst_strides[d];
   return c;
 }
 

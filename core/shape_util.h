@@ -30,6 +30,14 @@ inline Shape prepend_dim(int64_t d, const Shape& s) {
   return Shape(dims);
 }
 
+// InvalidArgument (for the kernel to prefix with the op's name) unless a and b have one dtype: the
+// run-time check of the binary kernels whose inputs share a dtype.
+inline Status check_same_dtype(const Tensor& a, const Tensor& b) {
+  if (a.dtype() == b.dtype()) return Status();
+  return errors::invalid_argument("inputs must have the same dtype, got {} and {}", dtype_name(a.dtype()),
+                                  dtype_name(b.dtype()));
+}
+
 // The sizes of out[m, n] = op(a)[m, k] * op(b)[k, n], op transposing when asked. InvalidArgument
 // (for the kernel to prefix with the op's name) unless a and b are matrices of one dtype whose
 // inner dimensions agree: every device's MatMul checks its run-time inputs with this.
@@ -41,10 +49,7 @@ inline StatusOr<MatMulDims> matmul_dims(const Tensor& a, const Tensor& b, bool t
     return errors::invalid_argument("inputs must be matrices, got shapes {} and {}", a.shape().to_string(),
                                     b.shape().to_string());
   }
-  if (a.dtype() != b.dtype()) {
-    return errors::invalid_argument("inputs must have the same dtype, got {} and {}", dtype_name(a.dtype()),
-                                    dtype_name(b.dtype()));
-  }
+  TESSERA_RETURN_IF_ERROR(check_same_dtype(a, b));
   MatMulDims d;
   d.m = a.shape().dim(transpose_a ? 1 : 0);
   d.k = a.shape().dim(transpose_a ? 0 : 1);

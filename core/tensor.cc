@@ -267,6 +267,19 @@ void release_large(TensorBuffer* b) {
   free_host_block(b, total);
 }
 
+// The buffer whose header starts `mem` and whose data starts kHeader bytes in, freed by `release`
+// (null: std::free): host memory of its own (owned_host). ResourceExhausted for a null `mem`: the
+// allocation of `bytes` failed.
+inline TensorBuffer* buffer_in(void* mem, std::size_t bytes, void (*release)(TensorBuffer*)) {
+  if (mem == nullptr) throw ResourceExhaustedError(fmt::format("failed to allocate {} bytes", bytes));
+  auto* b = new (mem) TensorBuffer();
+  b->owned_host = true;
+  b->data = static_cast<char*>(mem) + kHeader;
+  b->bytes = bytes;
+  b->release = release;
+  return b;
+}
+
 // TensorBuffer::allocate, callable inline from this file (the member itself is exported, so calls
 // to it go through the PLT).
 inline TensorBuffer* allocate_buffer(std::size_t bytes) {
@@ -274,33 +287,14 @@ inline TensorBuffer* allocate_buffer(std::size_t bytes) {
   if (kCacheSmallBuffers && bytes <= kSmallBytes) {
     auto& cache = tls_small_blocks;
     void* mem = cache.count > 0 ? cache.blocks[--cache.count] : std::aligned_alloc(Tensor::kAlignment, kSmallBlock);
-    if (mem == nullptr) throw ResourceExhaustedError(fmt::format("failed to allocate {} bytes", bytes));
-    auto* b = new (mem) TensorBuffer();
-    b->owned_host = true;
-    b->data = static_cast<char*>(mem) + kHeader;
-    b->bytes = bytes;
-    b->release = &release_small;
-    return b;
+    return buffer_in(mem, bytes, &release_small);
   }
   std::size_t total = kHeader + ((bytes + Tensor::kAlignment - 1) / Tensor::kAlignment) * Tensor::kAlignment;
   if (total >= kLargeHostBlockMin) {
     // Already-mapped pages from the large block cache (Note [Large host blocks]).
-    void* mem = allocate_host_block(total);
-    if (mem == nullptr) throw ResourceExhaustedError(fmt::format("failed to allocate {} bytes", bytes));
-    auto* b = new (mem) TensorBuffer();
-    b->owned_host = true;
-    b->data = static_cast<char*>(mem) + kHeader;
-    b->bytes = bytes;
-    b->release = &release_large;
-    return b;
+    return buffer_in(allocate_host_block(total), bytes, &release_large);
   }
-  void* mem = std::aligned_alloc(Tensor::kAlignment, total);
-  if (mem == nullptr) throw ResourceExhaustedError(fmt::format("failed to allocate {} bytes", bytes));
-  auto* b = new (mem) TensorBuffer();
-  b->owned_host = true;
-  b->data = static_cast<char*>(mem) + kHeader;
-  b->bytes = bytes;
-  return b;
+  return buffer_in(std::aligned_alloc(Tensor::kAlignment, total), bytes, nullptr);
 }
 
 // String buffers hold constructed std::string objects: made here, destroyed by their release

@@ -140,25 +140,30 @@ Output Variable::assign(Output value) const { return update("Assign", value); }
 Output Variable::assign_add(Output delta) const { return update("AssignAdd", delta); }
 Output Variable::assign_sub(Output delta) const { return update("AssignSub", delta); }
 
-std::vector<Variable> global_variables(Graph& g) {
+namespace {
+
+// The variables in `g`'s collection `key`.
+std::vector<Variable> variables_in(Graph& g, const char* key) {
   auto& impl = g.impl();
   std::vector<Variable> out;
   std::lock_guard<std::mutex> l(impl.collections_mu_);
-  for (const auto& p : impl.collections_[internal::kVariablesCollection]) {
-    out.emplace_back(std::static_pointer_cast<const Variable::State>(p));
-  }
+  for (const auto& p : impl.collections_[key]) out.emplace_back(std::static_pointer_cast<const Variable::State>(p));
   return out;
 }
 
-std::vector<Variable> local_variables(Graph& g) {
-  auto& impl = g.impl();
-  std::vector<Variable> out;
-  std::lock_guard<std::mutex> l(impl.collections_mu_);
-  for (const auto& p : impl.collections_[internal::kLocalVariablesCollection]) {
-    out.emplace_back(std::static_pointer_cast<const Variable::State>(p));
-  }
-  return out;
+// One op `name` running the initializers of `vars` (a no-op when there are none).
+Operation initializer_of(Graph& g, const std::vector<Variable>& vars, const char* name) {
+  std::vector<Operation> inits;
+  for (const auto& v : vars) inits.push_back(v.initializer());
+  if (inits.empty()) return ops::no_op(g, name);
+  return ops::group(inits, name);
 }
+
+}  // namespace
+
+std::vector<Variable> global_variables(Graph& g) { return variables_in(g, internal::kVariablesCollection); }
+
+std::vector<Variable> local_variables(Graph& g) { return variables_in(g, internal::kLocalVariablesCollection); }
 
 Variable local_variable(Graph& g, Tensor initial_value, std::string name) {
   Variable v(g, std::move(initial_value), std::move(name), /*trainable=*/false);
@@ -176,12 +181,7 @@ Variable local_variable(Graph& g, Tensor initial_value, std::string name) {
   return v;
 }
 
-Operation local_variables_initializer(Graph& g) {
-  std::vector<Operation> inits;
-  for (const auto& v : local_variables(g)) inits.push_back(v.initializer());
-  if (inits.empty()) return ops::no_op(g, "init_local");
-  return ops::group(inits, "init_local");
-}
+Operation local_variables_initializer(Graph& g) { return initializer_of(g, local_variables(g), "init_local"); }
 
 std::vector<Variable> trainable_variables(Graph& g) {
   std::vector<Variable> out;
@@ -191,12 +191,7 @@ std::vector<Variable> trainable_variables(Graph& g) {
   return out;
 }
 
-Operation global_variables_initializer(Graph& g) {
-  std::vector<Operation> inits;
-  for (const auto& v : global_variables(g)) inits.push_back(v.initializer());
-  if (inits.empty()) return ops::no_op(g, "init");
-  return ops::group(inits, "init");
-}
+Operation global_variables_initializer(Graph& g) { return initializer_of(g, global_variables(g), "init"); }
 
 
 // Note [Readiness ops]

@@ -76,11 +76,7 @@ StatusOr<PinnedStagingPool::Buffer> PinnedStagingPool::acquire(std::size_t bytes
     std::lock_guard<std::mutex> lock(mu_);
     auto& same = cached_[size];
     if (!same.empty()) {
-      Buffer b;
-      b.pool_ = this;
-      b.data_ = same.back();
-      b.size_ = size;
-      b.pinned_ = true;
+      Buffer b(this, same.back(), size, /*pinned=*/true);
       same.pop_back();
       ++stats_.reuses;
       stats_.cached_bytes -= static_cast<int64_t>(size);
@@ -120,11 +116,7 @@ StatusOr<PinnedStagingPool::Buffer> PinnedStagingPool::acquire(std::size_t bytes
     }
     return fallback(bytes);
   }
-  Buffer b;
-  b.pool_ = this;
-  b.data_ = memory.value();
-  b.size_ = size;
-  b.pinned_ = true;
+  Buffer b(this, memory.value(), size, /*pinned=*/true);
   std::lock_guard<std::mutex> lock(mu_);
   ++stats_.num_pinned_allocs;
   return b;
@@ -137,11 +129,7 @@ StatusOr<PinnedStagingPool::Buffer> PinnedStagingPool::fallback(std::size_t byte
   if (memory.value() == nullptr) {
     return errors::resource_exhausted("staging pool {}: no memory for {} bytes", name_, bytes);
   }
-  Buffer b;
-  b.pool_ = this;
-  b.data_ = memory.value();
-  b.size_ = size;
-  b.pinned_ = false;
+  Buffer b(this, memory.value(), size, /*pinned=*/false);
   std::lock_guard<std::mutex> lock(mu_);
   ++stats_.fallbacks;
   ++stats_.fallbacks_in_use;

@@ -89,6 +89,10 @@ class PinnedStagingPool {
 
    private:
     friend class PinnedStagingPool;
+    // A buffer of `pool`'s: what acquire() hands out.
+    Buffer(PinnedStagingPool* pool, void* data, std::size_t size, bool pinned)
+        : pool_(pool), data_(data), size_(size), pinned_(pinned) {}
+
     PinnedStagingPool* pool_ = nullptr;  // Not owned.
     void* data_ = nullptr;
     std::size_t size_ = 0;

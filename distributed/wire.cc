@@ -7,6 +7,7 @@
 #include <climits>
 #include <cstring>
 #include <exception>
+#include <functional>
 #include <limits>
 #include <new>
 #include <optional>
@@ -373,6 +374,42 @@ StatusOr<AttrValue> decode_attr(const pb::AttrValue& proto) {
 
 // ---- Graphs ----
 
+namespace {
+
+// Kahn's algorithm, smallest index first (the given order wherever it is topological): nodes
+// [0, n) each after the nodes it waits on, `waiting[i]` counting node i's edges and `users[j]`
+// listing the nodes that wait on node j. On a cycle, InvalidArgument "<cycle> (through ...)" with
+// the names (name_of) of up to five of the nodes left waiting.
+StatusOr<std::vector<int>> kahn_order(std::vector<int> waiting, const std::vector<std::vector<int>>& users,
+                                      std::string_view cycle, const std::function<std::string(int)>& name_of) {
+  const int n = static_cast<int>(waiting.size());
+  std::priority_queue<int, std::vector<int>, std::greater<int>> ready;
+  for (int i = 0; i < n; ++i) {
+    if (waiting[static_cast<std::size_t>(i)] == 0) ready.push(i);
+  }
+  std::vector<int> order;
+  order.reserve(waiting.size());
+  while (!ready.empty()) {
+    const int i = ready.top();
+    ready.pop();
+    order.push_back(i);
+    for (int u : users[static_cast<std::size_t>(i)]) {
+      if (--waiting[static_cast<std::size_t>(u)] == 0) ready.push(u);
+    }
+  }
+  if (static_cast<int>(order.size()) != n) {
+    std::string names;
+    int listed = 0;
+    for (int i = 0; i < n && listed < 5; ++i) {
+      if (waiting[static_cast<std::size_t>(i)] > 0) names += fmt::format("{}'{}'", listed++ ? ", " : "", name_of(i));
+    }
+    return errors::invalid_argument("{} (through {})", cycle, names);
+  }
+  return order;
+}
+
+}  // namespace
+
 StatusOr<GraphDef> encode_graph(const GraphImpl& graph, const std::vector<const Node*>& nodes,
                                 bool refer_outside) {
   std::shared_lock<std::shared_mutex> lock(graph.mutex());
@@ -418,36 +455,15 @@ StatusOr<GraphDef> encode_graph(const GraphImpl& graph, const std::vector<const 
       return Status();
     }));
   }
-  // Kahn's algorithm, smallest position first: the given order wherever it is topological.
-  std::priority_queue<int, std::vector<int>, std::greater<int>> ready;
-  for (int i = 0; i < n; ++i) {
-    if (pending[static_cast<std::size_t>(i)] == 0) ready.push(i);
-  }
-  std::vector<int> order;
-  order.reserve(nodes.size());
-  while (!ready.empty()) {
-    const int i = ready.top();
-    ready.pop();
-    order.push_back(i);
-    for (int u : users[static_cast<std::size_t>(i)]) {
-      if (--pending[static_cast<std::size_t>(u)] == 0) ready.push(u);
-    }
-  }
-  if (static_cast<int>(order.size()) != n) {
-    std::string names;
-    int listed = 0;
-    for (int i = 0; i < n && listed < 5; ++i) {
-      if (pending[static_cast<std::size_t>(i)] > 0) {
-        names += fmt::format("{}'{}'", listed++ ? ", " : "", nodes[static_cast<std::size_t>(i)]->name);
-      }
-    }
-    return errors::invalid_argument("encode_graph: the nodes' edges form a cycle (through {})", names);
-  }
+  // Dependencies first; the given order wherever it is topological.
+  auto order = kahn_order(std::move(pending), users, "encode_graph: the nodes' edges form a cycle",
+                          [&](int i) { return nodes[static_cast<std::size_t>(i)]->name; });
+  if (!order.ok()) return order.status();
 
   GraphDef def;
   def.set_version(kWireVersion);
   def.mutable_node()->Reserve(n);
-  for (int i : order) {
+  for (int i : order.value()) {
     const Node* node = nodes[static_cast<std::size_t>(i)];
     NodeDef* nd = def.add_node();
     nd->set_name(node->name);
@@ -661,36 +677,15 @@ Status decode_graph(const GraphDef& def, GraphImpl* into, std::vector<Node*>* ad
     if (p.resource) edge(*p.resource);
     for (const Ref& r : p.colocate) edge(r);
   }
-  std::priority_queue<int, std::vector<int>, std::greater<int>> ready;
-  for (int i = 0; i < n; ++i) {
-    if (waiting[static_cast<std::size_t>(i)] == 0) ready.push(i);
-  }
-  std::vector<int> order;
-  order.reserve(static_cast<std::size_t>(n));
-  while (!ready.empty()) {
-    const int i = ready.top();
-    ready.pop();
-    order.push_back(i);
-    for (int u : users[static_cast<std::size_t>(i)]) {
-      if (--waiting[static_cast<std::size_t>(u)] == 0) ready.push(u);
-    }
-  }
-  if (static_cast<int>(order.size()) != n) {
-    std::string names;
-    int listed = 0;
-    for (int i = 0; i < n && listed < 5; ++i) {
-      if (waiting[static_cast<std::size_t>(i)] > 0) {
-        names += fmt::format("{}'{}'", listed++ ? ", " : "", def.node(i).name());
-      }
-    }
-    return errors::invalid_argument("GraphDef has a cycle (through {})", names);
-  }
+  auto order = kahn_order(std::move(waiting), users, "GraphDef has a cycle",
+                          [&](int i) { return def.node(i).name(); });
+  if (!order.ok()) return order.status();
 
   // Add, in that order. Shape inference validates each op's inputs and attr values.
   std::vector<Node*> made(static_cast<std::size_t>(n), nullptr);
   auto node_of = [&](const Ref& r) { return r.local >= 0 ? made[static_cast<std::size_t>(r.local)] : r.existing; };
   ScopeSaver saver(into);
-  for (int i : order) {
+  for (int i : order.value()) {
     PendingNode& p = pending[static_cast<std::size_t>(i)];
     const NodeDef& nd = *p.def;
     NodeSpec spec;

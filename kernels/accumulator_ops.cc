@@ -42,6 +42,13 @@ StatusOr<std::shared_ptr<ConditionalAccumulatorResource>> get_accumulator(OpKern
 
 namespace {
 
+// InvalidArgument unless input `t`, named `what`, holds one value of `dtype`.
+Status check_scalar_input(const Tensor& t, DType dtype, const char* what) {
+  if (t.dtype() == dtype && t.num_elements() == 1) return Status();
+  return errors::invalid_argument("{} must be an {} scalar, got {} {}", what, dtype_name(dtype), dtype_name(t.dtype()),
+                                  t.shape().to_string());
+}
+
 // Base of the ops that act on an accumulator: `resource` is the accumulator node. The
 // accumulator (and the check that a shared one agrees) is looked up once per kernel.
 class AccumulatorOpKernel : public OpKernel {
@@ -80,10 +87,7 @@ class ApplyGradientOp : public AccumulatorOpKernel {
     auto a = accumulator(ctx);
     if (!a.ok()) return ctx.fail(a.status());
     const Tensor& step = ctx.input(0);
-    if (step.dtype() != DType::Int64 || step.num_elements() != 1) {
-      return ctx.fail(ErrorCode::kInvalidArgument, "local_step must be an int64 scalar, got {} {}",
-                      dtype_name(step.dtype()), step.shape().to_string());
-    }
+    if (Status s = check_scalar_input(step, DType::Int64, "local_step"); !s.ok()) return ctx.fail(s);
     if (Status s = a.value()->try_apply(step.scalar<int64_t>(), ctx.input(1)); !s.ok()) ctx.fail(s);
   }
 };
@@ -101,9 +105,8 @@ class TakeGradientOp : public AccumulatorOpKernel {
       return;
     }
     const Tensor& n = ctx.input(0);
-    if (n.dtype() != DType::Int32 || n.num_elements() != 1) {
-      ctx.fail(ErrorCode::kInvalidArgument, "num_required must be an int32 scalar, got {} {}", dtype_name(n.dtype()),
-               n.shape().to_string());
+    if (Status s = check_scalar_input(n, DType::Int32, "num_required"); !s.ok()) {
+      ctx.fail(s);
       done();
       return;
     }
@@ -136,10 +139,7 @@ class SetGlobalStepOp : public AccumulatorOpKernel {
     auto a = accumulator(ctx);
     if (!a.ok()) return ctx.fail(a.status());
     const Tensor& step = ctx.input(0);
-    if (step.dtype() != DType::Int64 || step.num_elements() != 1) {
-      return ctx.fail(ErrorCode::kInvalidArgument, "new_global_step must be an int64 scalar, got {} {}",
-                      dtype_name(step.dtype()), step.shape().to_string());
-    }
+    if (Status s = check_scalar_input(step, DType::Int64, "new_global_step"); !s.ok()) return ctx.fail(s);
     a.value()->set_global_step(step.scalar<int64_t>());
   }
 };

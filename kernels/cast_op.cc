@@ -12,6 +12,7 @@
 #include "core/half.h"
 #include "core/op_kernel.h"
 #include "core/op_registry.h"
+#include "kernels/dtype_visit.h"
 
 namespace tessera::internal {
 namespace {
@@ -44,21 +45,6 @@ void convert_loop(To* __restrict out, const From* __restrict in, int64_t n) {
   for (int64_t i = 0; i < n; ++i) out[i] = convert<To>(in[i]);
 }
 
-// Calls fn(T{}) with the C++ type of `dtype`.
-template <class Fn>
-void visit_dtype(DType dtype, Fn&& fn) {
-  switch (dtype) {
-    case DType::Float32: return fn(float{});
-    case DType::Float64: return fn(double{});
-    case DType::Int32: return fn(int32_t{});
-    case DType::Int64: return fn(int64_t{});
-    case DType::Bool: return fn(bool{});
-    case DType::Float16: return fn(float16_t{});
-    case DType::BFloat16: return fn(bfloat16_t{});
-    case DType::String: return;  // refused by Cast's shape function
-  }
-}
-
 // Converts input 0 to the "dtype" attr. Thread-safe: compute() keeps no state between runs.
 class CastOp : public OpKernel {
  public:
@@ -71,6 +57,7 @@ class CastOp : public OpKernel {
       return;
     }
     Tensor& out = ctx.allocate_output(0, x.shape());
+    // Never a string: Cast's shape function refuses them.
     visit_dtype(x.dtype(), [&](auto from) {
       visit_dtype(to_, [&](auto to) {
         using From = decltype(from);

@@ -14,6 +14,8 @@
 #include "core/half.h"
 #include "core/op_kernel.h"
 #include "core/op_registry.h"
+#include "core/shape_util.h"
+#include "kernels/dtype_visit.h"
 
 namespace tessera::internal {
 namespace {
@@ -118,21 +120,8 @@ class BinaryOp : public OpKernel {
   void compute(OpKernelContext& ctx) override {
     const Tensor& a = ctx.input(0);
     const Tensor& b = ctx.input(1);
-    if (a.dtype() != b.dtype()) {
-      return ctx.fail(ErrorCode::kInvalidArgument, "inputs must have the same dtype, got {} and {}",
-                      dtype_name(a.dtype()), dtype_name(b.dtype()));
-    }
-    switch (a.dtype()) {
-      case DType::Float32: return run<float>(ctx, a, b);
-      case DType::Float64: return run<double>(ctx, a, b);
-      case DType::Int32: return run<int32_t>(ctx, a, b);
-      case DType::Int64: return run<int64_t>(ctx, a, b);
-      case DType::Float16: return run<float16_t>(ctx, a, b);
-      case DType::BFloat16: return run<bfloat16_t>(ctx, a, b);
-      case DType::Bool:
-      case DType::String: break;
-    }
-    ctx.fail(ErrorCode::kInvalidArgument, "unsupported dtype {}", dtype_name(a.dtype()));
+    if (Status s = check_same_dtype(a, b); !s.ok()) return ctx.fail(s);
+    visit_number_or_fail(ctx, a.dtype(), [&](auto zero) { run<decltype(zero)>(ctx, a, b); });
   }
 
  private:
@@ -269,21 +258,12 @@ class UnaryOp : public OpKernel {
 
   void compute(OpKernelContext& ctx) override {
     const Tensor& x = ctx.input(0);
-    switch (x.dtype()) {
-      case DType::Float32: return run<float>(ctx, x);
-      case DType::Float64: return run<double>(ctx, x);
-      case DType::Int32:
-        if constexpr (!Fn::kFloatingOnly) return run<int32_t>(ctx, x);
-        break;
-      case DType::Int64:
-        if constexpr (!Fn::kFloatingOnly) return run<int64_t>(ctx, x);
-        break;
-      case DType::Float16: return run<float16_t>(ctx, x);
-      case DType::BFloat16: return run<bfloat16_t>(ctx, x);
-      case DType::Bool:
-      case DType::String: break;
+    auto run_as = [&](auto zero) { run<decltype(zero)>(ctx, x); };
+    if constexpr (Fn::kFloatingOnly) {
+      visit_floating_or_fail(ctx, x.dtype(), run_as);
+    } else {
+      visit_number_or_fail(ctx, x.dtype(), run_as);
     }
-    ctx.fail(ErrorCode::kInvalidArgument, "unsupported dtype {}", dtype_name(x.dtype()));
   }
 
  private:

@@ -15,6 +15,7 @@
 #include "core/op_registry.h"
 #include "core/shape_util.h"
 #include "kernels/blas.h"
+#include "kernels/dtype_visit.h"
 
 namespace tessera::internal {
 namespace {
@@ -93,7 +94,7 @@ class MatMulOp : public OpKernel {
       case DType::Bool:
       case DType::String: break;
     }
-    ctx.fail(ErrorCode::kInvalidArgument, "unsupported dtype {}", dtype_name(a.dtype()));
+    fail_unsupported_dtype(ctx, a.dtype());
   }
 
   // The work is m*n*k multiply-adds, which the output size alone (the default) underestimates.

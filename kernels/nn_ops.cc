@@ -27,10 +27,6 @@
 namespace tessera::internal {
 namespace {
 
-void fail_dtype(OpKernelContext& ctx, DType dtype) {
-  ctx.fail(ErrorCode::kInvalidArgument, "unsupported dtype {}", dtype_name(dtype));
-}
-
 // x in the type it is computed in (exact).
 template <class T>
 Accumulate<T> up(T x) {
@@ -107,13 +103,33 @@ class SoftmaxOp : public OpKernel {
     if (Status s = softmax_check(x.shape()); !s.ok()) return ctx.fail(s);
     Tensor& y = ctx.allocate_output(0, x.shape());
     const RowView v = rows_of(x.shape());
-    const bool ok = visit_floating(x.dtype(), [&](auto type) {
+    visit_floating_or_fail(ctx, x.dtype(), [&](auto type) {
       using T = decltype(type);
       softmax_rows<kLog>(x.data<T>(), y.mutable_data<T>(), v.rows, v.cols);
     });
-    if (!ok) fail_dtype(ctx, x.dtype());
   }
 };
+
+// The frame both cross entropies share: loss [batch] and backprop `shape` [batch, classes], each
+// row's RowStats taken over its logits; row(r, logits_row, stats, backprop_row) fills the backprop
+// row and returns the row's loss in the computation type.
+template <class RowFn>
+void xent_rows(OpKernelContext& ctx, const Tensor& logits, const Shape& shape, RowFn&& row) {
+  const int64_t batch = shape.dim(0);
+  const int64_t classes = shape.dim(1);
+  Tensor& loss = ctx.allocate_output(0, Shape{batch});
+  Tensor& backprop = ctx.allocate_output(1, shape);
+  visit_floating_or_fail(ctx, logits.dtype(), [&](auto type) {
+    using T = decltype(type);
+    const T* pl = logits.data<T>();
+    T* pb = backprop.mutable_data<T>();
+    T* loss_out = loss.mutable_data<T>();
+    for (int64_t r = 0; r < batch; ++r) {
+      const T* lr = pl + r * classes;
+      loss_out[r] = static_cast<T>(row(r, lr, row_stats(lr, classes), pb + r * classes));
+    }
+  });
+}
 
 // SparseSoftmaxCrossEntropyWithLogits: loss [batch], backprop [batch, classes]. Every label is
 // checked before anything is computed. Thread-safe: compute() keeps no state.
@@ -133,26 +149,14 @@ class SparseXentOp : public OpKernel {
         return ctx.fail(errors::invalid_argument("{}", label_out_of_range(i, k, classes)));
       }
     }
-    Tensor& loss = ctx.allocate_output(0, Shape{batch});
-    Tensor& backprop = ctx.allocate_output(1, shape.value());
-    const bool ok = visit_floating(logits.dtype(), [&](auto type) {
-      using T = decltype(type);
+    xent_rows(ctx, logits, shape.value(), [&]<class T>(int64_t r, const T* lr, const RowStats<T>& s, T* br) {
       using A = Accumulate<T>;
-      const T* pl = logits.data<T>();
-      T* pb = backprop.mutable_data<T>();
-      T* loss_out = loss.mutable_data<T>();
-      for (int64_t r = 0; r < batch; ++r) {
-        const T* lr = pl + r * classes;
-        T* br = pb + r * classes;
-        const RowStats<T> s = row_stats(lr, classes);
-        const int64_t k = index_at(labels, r);
-        for (int64_t j = 0; j < classes; ++j) {
-          br[j] = static_cast<T>(std::exp(up(lr[j]) - s.max) / s.sum - (j == k ? A{1} : A{0}));
-        }
-        loss_out[r] = static_cast<T>(std::log(s.sum) - (up(lr[k]) - s.max));
+      const int64_t k = index_at(labels, r);
+      for (int64_t j = 0; j < classes; ++j) {
+        br[j] = static_cast<T>(std::exp(up(lr[j]) - s.max) / s.sum - (j == k ? A{1} : A{0}));
       }
+      return std::log(s.sum) - (up(lr[k]) - s.max);
     });
-    if (!ok) fail_dtype(ctx, logits.dtype());
   }
 };
 
@@ -166,33 +170,19 @@ class XentOp : public OpKernel {
     if (Status s = same_dtypes(labels, logits, 0, 1); !s.ok()) return ctx.fail(s);
     auto shape = xent_shape(labels.shape(), logits.shape());
     if (!shape.ok()) return ctx.fail(shape.status());
-    const int64_t batch = shape.value().dim(0);
     const int64_t classes = shape.value().dim(1);
-    Tensor& loss = ctx.allocate_output(0, Shape{batch});
-    Tensor& backprop = ctx.allocate_output(1, shape.value());
-    const bool ok = visit_floating(logits.dtype(), [&](auto type) {
-      using T = decltype(type);
+    xent_rows(ctx, logits, shape.value(), [&]<class T>(int64_t r, const T* lr, const RowStats<T>& s, T* br) {
       using A = Accumulate<T>;
-      const T* pl = logits.data<T>();
-      const T* py = labels.data<T>();
-      T* pb = backprop.mutable_data<T>();
-      T* loss_out = loss.mutable_data<T>();
-      for (int64_t r = 0; r < batch; ++r) {
-        const T* lr = pl + r * classes;
-        const T* yr = py + r * classes;
-        T* br = pb + r * classes;
-        const RowStats<T> s = row_stats(lr, classes);
-        const A log_sum = std::log(s.sum);
-        A total = 0;
-        for (int64_t j = 0; j < classes; ++j) {
-          const A shifted = up(lr[j]) - s.max;
-          br[j] = static_cast<T>(std::exp(shifted) / s.sum - up(yr[j]));
-          total += up(yr[j]) * (log_sum - shifted);
-        }
-        loss_out[r] = static_cast<T>(total);
+      const T* yr = labels.data<T>() + r * classes;
+      const A log_sum = std::log(s.sum);
+      A total = 0;
+      for (int64_t j = 0; j < classes; ++j) {
+        const A shifted = up(lr[j]) - s.max;
+        br[j] = static_cast<T>(std::exp(shifted) / s.sum - up(yr[j]));
+        total += up(yr[j]) * (log_sum - shifted);
       }
+      return total;  // the row's loss
     });
-    if (!ok) fail_dtype(ctx, logits.dtype());
   }
 };
 
@@ -208,7 +198,7 @@ class BiasAddOp : public OpKernel {
     if (!shape.ok()) return ctx.fail(shape.status());
     Tensor& out = ctx.allocate_output(0, shape.value());
     const RowView v = rows_of(value.shape());
-    const bool ok = visit_number(value.dtype(), [&](auto type) {
+    visit_number_or_fail(ctx, value.dtype(), [&](auto type) {
       using T = decltype(type);
       const T* px = value.data<T>();
       const T* pb = bias.data<T>();
@@ -219,7 +209,6 @@ class BiasAddOp : public OpKernel {
         for (int64_t c = 0; c < v.cols; ++c) out_row[c] = static_cast<T>(add(up(xr[c]), up(pb[c])));
       }
     });
-    if (!ok) fail_dtype(ctx, value.dtype());
   }
 };
 
@@ -233,7 +222,7 @@ class BiasAddGradOp : public OpKernel {
     if (!shape.ok()) return ctx.fail(shape.status());
     Tensor& out = ctx.allocate_output(0, shape.value());
     const RowView v = rows_of(dy.shape());
-    const bool ok = visit_number(dy.dtype(), [&](auto type) {
+    visit_number_or_fail(ctx, dy.dtype(), [&](auto type) {
       using T = decltype(type);
       const T* pd = dy.data<T>();
       std::vector<Accumulate<T>> sums(static_cast<std::size_t>(v.cols), Accumulate<T>{0});
@@ -243,7 +232,6 @@ class BiasAddGradOp : public OpKernel {
       T* po = out.mutable_data<T>();
       for (int64_t c = 0; c < shape.value().dim(0); ++c) po[c] = static_cast<T>(sums[c]);
     });
-    if (!ok) fail_dtype(ctx, dy.dtype());
   }
 };
 
@@ -254,7 +242,7 @@ class L2LossOp : public OpKernel {
   void compute(OpKernelContext& ctx) override {
     const Tensor& x = ctx.input(0);
     Tensor& out = ctx.allocate_output(0, Shape{});
-    const bool ok = visit_floating(x.dtype(), [&](auto type) {
+    visit_floating_or_fail(ctx, x.dtype(), [&](auto type) {
       using T = decltype(type);
       const T* px = x.data<T>();
       double sum = 0;
@@ -264,7 +252,6 @@ class L2LossOp : public OpKernel {
       }
       out.mutable_data<T>()[0] = static_cast<T>(sum / 2);
     });
-    if (!ok) fail_dtype(ctx, x.dtype());
   }
 };
 
@@ -301,13 +288,11 @@ class ElementwiseGradOp : public OpKernel {
       T* po = out.mutable_data<T>();
       for (int64_t i = 0; i < a.num_elements(); ++i) po[i] = static_cast<T>(Fn::apply(up(pa[i]), up(pb[i])));
     };
-    bool ok;
     if constexpr (kFloating) {
-      ok = visit_floating(a.dtype(), run);
+      visit_floating_or_fail(ctx, a.dtype(), run);
     } else {
-      ok = visit_number(a.dtype(), run);
+      visit_number_or_fail(ctx, a.dtype(), run);
     }
-    if (!ok) fail_dtype(ctx, a.dtype());
   }
 };
 
@@ -330,7 +315,7 @@ class GatherGradOp : public OpKernel {
       }
     }
     Tensor& out = ctx.allocate_output(0, params.shape());
-    const bool ok = visit_number(dy.dtype(), [&](auto type) {
+    visit_number_or_fail(ctx, dy.dtype(), [&](auto type) {
       using T = decltype(type);
       const T* pd = dy.data<T>();
       T* po = out.mutable_data<T>();
@@ -343,7 +328,6 @@ class GatherGradOp : public OpKernel {
         }
       }
     });
-    if (!ok) fail_dtype(ctx, dy.dtype());
   }
 
  private:
@@ -362,7 +346,7 @@ class DropoutOp : public RandomOpBase {
     const int64_t n = x.num_elements();
     const uint64_t first = reserve(static_cast<uint64_t>((n + 3) / 4));
     const auto keep = static_cast<float>(keep_prob_);
-    const bool ok = visit_floating(x.dtype(), [&](auto type) {
+    visit_floating_or_fail(ctx, x.dtype(), [&](auto type) {
       using T = decltype(type);
       const auto scale = static_cast<T>(1.0 / keep_prob_);
       const T* px = x.data<T>();
@@ -377,7 +361,6 @@ class DropoutOp : public RandomOpBase {
         }
       }
     });
-    if (!ok) fail_dtype(ctx, x.dtype());
   }
 
  private:

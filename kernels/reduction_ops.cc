@@ -20,6 +20,7 @@
 #include "core/half.h"
 #include "core/op_kernel.h"
 #include "core/op_registry.h"
+#include "kernels/dtype_visit.h"
 
 namespace tessera::internal {
 namespace {
@@ -121,17 +122,7 @@ class ReductionOp : public OpKernel {
 
   void compute(OpKernelContext& ctx) override {
     const Tensor& x = ctx.input(0);
-    switch (x.dtype()) {
-      case DType::Float32: return run<float>(ctx, x);
-      case DType::Float64: return run<double>(ctx, x);
-      case DType::Int32: return run<int32_t>(ctx, x);
-      case DType::Int64: return run<int64_t>(ctx, x);
-      case DType::Float16: return run<float16_t>(ctx, x);
-      case DType::BFloat16: return run<bfloat16_t>(ctx, x);
-      case DType::Bool:
-      case DType::String: break;
-    }
-    ctx.fail(ErrorCode::kInvalidArgument, "unsupported dtype {}", dtype_name(x.dtype()));
+    visit_number_or_fail(ctx, x.dtype(), [&](auto zero) { run<decltype(zero)>(ctx, x); });
   }
 
   // The work is proportional to the input, which the output size (the default) hides.

@@ -16,7 +16,9 @@
 #include "core/op_registry.h"
 #include "core/select_ops.h"
 #include "core/shape_ops.h"
+#include "core/shape_util.h"
 #include "core/tensor_buffer.h"
+#include "kernels/dtype_visit.h"
 
 namespace tessera::internal {
 namespace {
@@ -104,9 +106,7 @@ class LogicalNotOp : public OpKernel {
   using OpKernel::OpKernel;
   void compute(OpKernelContext& ctx) override {
     const Tensor& x = ctx.input(0);
-    if (x.dtype() != DType::Bool) {
-      return ctx.fail(ErrorCode::kInvalidArgument, "unsupported dtype {}", dtype_name(x.dtype()));
-    }
+    if (x.dtype() != DType::Bool) return fail_unsupported_dtype(ctx, x.dtype());
     Tensor& out = ctx.allocate_output(0, x.shape());
     const bool* px = x.data<bool>();
     bool* po = out.mutable_data<bool>();
@@ -203,17 +203,7 @@ class ArgOp : public OpKernel {
   explicit ArgOp(const Node& n) : OpKernel(n), axis_(n.attr<int64_t>("axis")) {}
   void compute(OpKernelContext& ctx) override {
     const Tensor& x = ctx.input(0);
-    switch (x.dtype()) {
-      case DType::Float32: return run<float>(ctx, x);
-      case DType::Float64: return run<double>(ctx, x);
-      case DType::Int32: return run<int32_t>(ctx, x);
-      case DType::Int64: return run<int64_t>(ctx, x);
-      case DType::Float16: return run<float16_t>(ctx, x);
-      case DType::BFloat16: return run<bfloat16_t>(ctx, x);
-      case DType::Bool:
-      case DType::String: break;
-    }
-    ctx.fail(ErrorCode::kInvalidArgument, "unsupported dtype {}", dtype_name(x.dtype()));
+    visit_number_or_fail(ctx, x.dtype(), [&](auto zero) { run<decltype(zero)>(ctx, x); });
   }
 
  private:
@@ -255,17 +245,7 @@ class AddNOp : public OpKernel {
     for (int k = 1; k < ctx.num_inputs(); ++k) {
       if (Status s = add_n_input_check(first, ctx.input(k), k); !s.ok()) return ctx.fail(s);
     }
-    switch (first.dtype()) {
-      case DType::Float32: return run<float>(ctx);
-      case DType::Float64: return run<double>(ctx);
-      case DType::Int32: return run<int32_t>(ctx);
-      case DType::Int64: return run<int64_t>(ctx);
-      case DType::Float16: return run<float16_t>(ctx);
-      case DType::BFloat16: return run<bfloat16_t>(ctx);
-      case DType::Bool:
-      case DType::String: break;
-    }
-    ctx.fail(ErrorCode::kInvalidArgument, "unsupported dtype {}", dtype_name(first.dtype()));
+    visit_number_or_fail(ctx, first.dtype(), [&](auto zero) { run<decltype(zero)>(ctx); });
   }
 
  private:

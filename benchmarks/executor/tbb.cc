@@ -27,12 +27,22 @@ using tbb::flow::continue_msg;
 using tbb::flow::continue_node;
 using tbb::flow::function_node;
 
+// For impl "tbb_1thread", limits TBB to one thread while the result lives; null for "tbb".
+std::unique_ptr<tbb::global_control> thread_limit_for(const char* impl) {
+  if (std::string_view(impl) != "tbb_1thread") return nullptr;
+  return std::make_unique<tbb::global_control>(tbb::global_control::max_allowed_parallelism, 1);
+}
+
+// Runs `once` three times to warm up, then once per timed iteration.
+template <class Fn>
+void warm_up_and_time(benchmark::State& state, Fn&& once) {
+  for (int i = 0; i < 3; ++i) once();
+  for (auto _ : state) once();
+}
+
 void BM_executor_wide_10k(benchmark::State& state, const char* impl) {
   tessera_bench::set_impl(state, impl);
-  std::unique_ptr<tbb::global_control> one_thread;
-  if (std::string_view(impl) == "tbb_1thread") {
-    one_thread = std::make_unique<tbb::global_control>(tbb::global_control::max_allowed_parallelism, 1);
-  }
+  const auto one_thread = thread_limit_for(impl);
   constexpr int n = executor_bench::kOps;
   tbb::flow::graph g;
   // Operands the optimizer cannot see through (DoNotOptimize), so the adds are not folded.
@@ -57,24 +67,17 @@ void BM_executor_wide_10k(benchmark::State& state, const char* impl) {
   const long sum = std::accumulate(out.begin(), out.end(), 0L);
   if (!tessera_bench::check(state, sum == 3L * n && finished == 1, "sum of the wide adds")) return;
 
-  for (int i = 0; i < 3; ++i) {  // warm-up
+  warm_up_and_time(state, [&] {
     start.try_put(continue_msg());
     g.wait_for_all();
-  }
-  for (auto _ : state) {
-    start.try_put(continue_msg());
-    g.wait_for_all();
-  }
+  });
   benchmark::DoNotOptimize(out.data());
   tessera_bench::report_per_op(state, n);
 }
 
 void BM_executor_chain_10k(benchmark::State& state, const char* impl) {
   tessera_bench::set_impl(state, impl);
-  std::unique_ptr<tbb::global_control> one_thread;
-  if (std::string_view(impl) == "tbb_1thread") {
-    one_thread = std::make_unique<tbb::global_control>(tbb::global_control::max_allowed_parallelism, 1);
-  }
+  const auto one_thread = thread_limit_for(impl);
   constexpr int n = executor_bench::kOps;
   tbb::flow::graph g;
   int result = -1;
@@ -95,14 +98,10 @@ void BM_executor_chain_10k(benchmark::State& state, const char* impl) {
   g.wait_for_all();
   if (!tessera_bench::check(state, result == n, "chain result != 10000")) return;
 
-  for (int i = 0; i < 3; ++i) {  // warm-up
+  warm_up_and_time(state, [&] {
     nodes.front()->try_put(0);
     g.wait_for_all();
-  }
-  for (auto _ : state) {
-    nodes.front()->try_put(0);
-    g.wait_for_all();
-  }
+  });
   benchmark::DoNotOptimize(result);
   tessera_bench::report_per_op(state, n);
 }

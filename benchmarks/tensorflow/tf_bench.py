@@ -148,6 +148,19 @@ def per_call_rates(bench, fn):
     return bench.repeat(lambda: (timed_calls(fn, n), n))
 
 
+def released_together(body, threads, barrier):
+    """Starts `threads` threads running body(k), each of which first waits at `barrier` (sized
+    threads + 1), releases them together; the wall seconds from the release until all have ended."""
+    ts = [threading.Thread(target=body, args=(k,)) for k in range(threads)]
+    for t in ts:
+        t.start()
+    barrier.wait()
+    t0 = time.perf_counter()
+    for t in ts:
+        t.join()
+    return time.perf_counter() - t0
+
+
 def threaded_pass(threads, fn, duration):
     """`threads` threads each call fn() until `duration` has passed; (wall seconds, total calls)."""
     counts = [0] * threads
@@ -166,14 +179,7 @@ def threaded_pass(threads, fn, duration):
             errors.append(e)
         counts[k] = c
 
-    ts = [threading.Thread(target=body, args=(k,)) for k in range(threads)]
-    for t in ts:
-        t.start()
-    barrier.wait()
-    t0 = time.perf_counter()
-    for t in ts:
-        t.join()
-    wall = time.perf_counter() - t0
+    wall = released_together(body, threads, barrier)
     if errors:
         raise errors[0]
     return wall, sum(counts)
@@ -246,14 +252,7 @@ def queue_case(bench, n, batch):
                 s += int(np.sum(take()))
             sums[k] = s
 
-        ts = [threading.Thread(target=consume, args=(k,)) for k in range(n)]
-        for t in ts:
-            t.start()
-        barrier.wait()
-        t0 = time.perf_counter()
-        for t in ts:
-            t.join()
-        wall = time.perf_counter() - t0
+        wall = released_together(consume, n, barrier)
         if sum(sums) != QUEUE_ITEMS:
             raise RuntimeError(f"correctness check failed: {sum(sums)} elements summed, not {QUEUE_ITEMS}")
         return wall, QUEUE_ITEMS

@@ -178,33 +178,68 @@ std::string send_request(zmq::socket_t& socket, uint64_t id, char op, int index,
   return "";
 }
 
+// Pulls `n` tensors with `op` requests, kWindow in flight, and hands each reply's call id, in
+// order, to take(id), which receives that reply; "" or what went wrong.
+template <class Take>
+std::string pull_windowed(zmq::socket_t& socket, uint64_t& next_id, char op, int index, int n, Take&& take) {
+  const uint64_t first = next_id;
+  int sent = 0, received = 0;
+  while (received < n) {
+    while (sent < n && sent - received < kWindow) {
+      if (auto e = send_request(socket, next_id++, op, index, nullptr); !e.empty()) return e;
+      ++sent;
+    }
+    if (auto e = take(first + received); !e.empty()) return e;
+    ++received;
+  }
+  return "";
+}
+
+// fn()'s "" or what went wrong, a libzmq exception included.
+template <class Fn>
+std::string or_zmq_error(Fn&& fn) {
+  try {
+    return fn();
+  } catch (const zmq::error_t& e) {
+    return e.what();
+  }
+}
+
+// The frame of the raw benchmarks: check() untimed, its failure failing the correctness check
+// `what`, then timed(), the timing loop. What goes wrong in either skips the benchmark and resets
+// the client; true when nothing did.
+template <class Check, class Timed>
+bool checked_then_timed(benchmark::State& state, const std::string& what, Check&& check, Timed&& timed) {
+  std::string wrong = or_zmq_error(check);
+  if (!tessera_bench::check(state, wrong.empty(), what + ": " + wrong)) {
+    client().reset();
+    return false;
+  }
+  wrong = or_zmq_error(timed);
+  if (!wrong.empty()) {
+    client().reset();
+    state.SkipWithError(wrong.c_str());
+    return false;
+  }
+  return true;
+}
+
 // The timed part of a transfer benchmark: `pull(n, check)` pulls n tensors (checking every byte
 // when asked) and says what went wrong, if anything.
 void time_transfers(benchmark::State& state, const Size& size,
                     const std::function<std::string(int n, bool check)>& pull) {
-  std::string wrong;
-  try {
-    wrong = pull(kWindow, true);  // warm-up and check, untimed
-  } catch (const zmq::error_t& e) {
-    wrong = e.what();
-  }
-  if (!tessera_bench::check(state, wrong.empty(), std::string("transfer_") + size.name + ": " + wrong)) {
-    client().reset();
-    return;
-  }
-  try {
-    wrong = pull(size.transfers, false);  // warm
-    for (auto _ : state) {
-      if (!wrong.empty()) break;
-      wrong = pull(size.transfers, false);
-    }
-  } catch (const zmq::error_t& e) {
-    wrong = e.what();
-  }
-  if (!wrong.empty()) {
-    client().reset();
-    return state.SkipWithError(wrong.c_str());
-  }
+  const bool ok = checked_then_timed(
+      state, std::string("transfer_") + size.name,
+      [&] { return pull(kWindow, true); },  // warm-up and check
+      [&] {
+        std::string wrong = pull(size.transfers, false);  // warm
+        for (auto _ : state) {
+          if (!wrong.empty()) break;
+          wrong = pull(size.transfers, false);
+        }
+        return wrong;
+      });
+  if (!ok) return;
   state.SetBytesProcessed(state.iterations() * size.transfers * static_cast<int64_t>(size.bytes));
   state.SetItemsProcessed(state.iterations() * size.transfers);
 }
@@ -219,20 +254,13 @@ void raw_transfer(benchmark::State& state, const Size& size) {
   uint64_t next_id = 1;
 
   // Pulls `n` payloads, kWindow in flight; "" or what went wrong. `check` verifies every byte.
-  auto pull = [&](int n, bool check) -> std::string {
-    uint64_t first = next_id;
-    int sent = 0, received = 0;
-    while (received < n) {
-      while (sent < n && sent - received < kWindow) {
-        if (auto e = send_request(*socket, next_id++, kPull, index, nullptr); !e.empty()) return e;
-        ++sent;
-      }
+  auto pull = [&](int n, bool check) {
+    return pull_windowed(*socket, next_id, kPull, index, n, [&](uint64_t id) -> std::string {
       zmq::message_t payload;
-      if (auto e = receive(*socket, first + received, &payload); !e.empty()) return e;
+      if (auto e = receive(*socket, id, &payload); !e.empty()) return e;
       if (check && !has_pattern(payload.data(), payload.size(), size.bytes)) return "the bytes differ from what was sent";
-      ++received;
-    }
-    return "";
+      return "";
+    });
   };
 
   time_transfers(state, size, pull);
@@ -252,15 +280,8 @@ void raw_streamed_transfer(benchmark::State& state, const Size& size) {
   }
 
   // Pulls `n` tensors, kWindow in flight, gathering each one's chunks; "" or what went wrong.
-  auto pull = [&](int n, bool check) -> std::string {
-    uint64_t first = next_id;
-    int sent = 0, received = 0;
-    while (received < n) {
-      while (sent < n && sent - received < kWindow) {
-        if (auto e = send_request(*socket, next_id++, kStreamedPull, index, nullptr); !e.empty()) return e;
-        ++sent;
-      }
-      const uint64_t id = first + received;
+  auto pull = [&](int n, bool check) {
+    return pull_windowed(*socket, next_id, kStreamedPull, index, n, [&](uint64_t id) -> std::string {
       unsigned char* dst = destinations[id % kWindow].get();
       for (std::size_t off = 0; off < size.bytes;) {
         zmq::message_t chunk;
@@ -270,9 +291,8 @@ void raw_streamed_transfer(benchmark::State& state, const Size& size) {
         off += chunk.size();
       }
       if (check && !has_pattern(dst, size.bytes, size.bytes)) return "the bytes differ from what was sent";
-      ++received;
-    }
-    return "";
+      return "";
+    });
   };
 
   time_transfers(state, size, pull);
@@ -297,28 +317,19 @@ void raw_rtt(benchmark::State& state, const Size& size) {
     return "";
   };
 
-  std::string wrong;
-  try {
-    for (int i = 0; i < kWindow && wrong.empty(); ++i) wrong = echo(true);  // warm-up and check, untimed
-  } catch (const zmq::error_t& e) {
-    wrong = e.what();
-  }
-  if (!tessera_bench::check(state, wrong.empty(), std::string("rtt_") + size.name + ": " + wrong)) {
-    client().reset();
-    return;
-  }
-  try {
-    for (auto _ : state) {
-      wrong = echo(false);
-      if (!wrong.empty()) break;
-    }
-  } catch (const zmq::error_t& e) {
-    wrong = e.what();
-  }
-  if (!wrong.empty()) {
-    client().reset();
-    return state.SkipWithError(wrong.c_str());
-  }
+  checked_then_timed(
+      state, std::string("rtt_") + size.name,
+      [&] {  // warm-up and check
+        std::string wrong;
+        for (int i = 0; i < kWindow && wrong.empty(); ++i) wrong = echo(true);
+        return wrong;
+      },
+      [&] {
+        for (auto _ : state) {
+          if (std::string wrong = echo(false); !wrong.empty()) return wrong;
+        }
+        return std::string();
+      });
 }
 
 std::string start_raw_peer() {

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/half.h"
+#include "kernels/dtype_visit.h"
 #include "tessera/tessera.h"
 
 namespace tessera::testing {
@@ -22,20 +23,9 @@ inline constexpr DType kNumericDTypes[] = {DType::Float32, DType::Float64, DType
 inline constexpr DType kAllDTypes[] = {DType::Float32, DType::Float64, DType::Int32, DType::Int64, DType::Bool,
                                        DType::Float16, DType::BFloat16};
 
-// Calls fn(T{}) with the C++ type of `dtype`.
-template <class Fn>
-void visit_dtype(DType dtype, Fn&& fn) {
-  switch (dtype) {
-    case DType::Float32: return fn(float{});
-    case DType::Float64: return fn(double{});
-    case DType::Int32: return fn(int32_t{});
-    case DType::Int64: return fn(int64_t{});
-    case DType::Bool: return fn(bool{});
-    case DType::Float16: return fn(internal::float16_t{});
-    case DType::BFloat16: return fn(internal::bfloat16_t{});
-    case DType::String: break;  // not numbers: compared with to_vector<std::string>
-  }
-}
+// Calls fn(T{}) with the C++ type of `dtype` (the kernels' visitor); nothing for string, which is
+// not a number: compared with to_vector<std::string>.
+using internal::visit_dtype;
 
 // The elements of a host tensor as doubles (int64 beyond 2^53 rounds: compare those as int64).
 inline std::vector<double> values_of(const Tensor& t) {
