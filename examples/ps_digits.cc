@@ -195,12 +195,28 @@ int ps_digits_task(std::ostream& out, const train::ClusterSpec& cluster, const t
                      r.local_steps, r.final_step, r.seconds, r.first_loss, r.last_loss);
   if (task.index == 0) out << fmt::format(", test accuracy {:.3f}", r.test_accuracy);
   out << "\n";
+  // One token to each ps task. A ps stops as soon as it has every worker's token, so the step that
+  // carried the last one can fail Cancelled ("is stopping") or Unavailable after the enqueue
+  // itself ran there; and a ps that is gone needs no token. Either way the next ps still gets its
+  // own: one ps's end must not leave the others waiting forever.
   Graph g;
   std::vector<Operation> tokens;
   for (int k : ps_tasks) tokens.push_back(done_queue(g, k, workers).enqueue({ops::constant(g, 1)}));
   Session s(g, server.target(), opt.config);
-  for (const Operation& t : tokens) s.run(t);
-  s.close();
+  for (std::size_t i = 0; i < tokens.size(); ++i) {
+    try {
+      s.run(tokens[i]);
+    } catch (const Error& e) {
+      if (e.code() != ErrorCode::kCancelled && e.code() != ErrorCode::kUnavailable) throw;
+      out << fmt::format("worker {}: /job:ps/task:{} ended as its done token went ({}): on to the next\n",
+                         task.index, ps_tasks[i], e.what());
+    }
+  }
+  try {
+    s.close();
+  } catch (const Error& e) {
+    out << fmt::format("worker {}: closing the done-token session: {}\n", task.index, e.what());
+  }
   return r.last_loss < r.first_loss ? 0 : 1;
 }
 
