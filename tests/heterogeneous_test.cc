@@ -157,8 +157,12 @@ TEST(HeterogeneousTest, GpuFirstPutsEveryOpWithAKernelOnAnAccelerator) {
 }
 
 // With several accelerators, gpu_first spreads independent branches over them (a step then
-// spans both, with its copies), and the results are the CPU's.
+// spans both, with its copies), and the results are the CPU's. It picks among the accelerators of
+// the kind it prefers: the GPUs where there are any. With exactly one GPU (and the two SIMs of
+// this process) both branches go to that GPU, as TensorFlow puts everything on GPU:0.
 TEST(HeterogeneousTest, GpuFirstSpreadsIndependentBranchesOverTheAccelerators) {
+  int gpus = 0;
+  for (const DeviceInfo& d : list_devices()) gpus += d.type == "GPU" ? 1 : 0;
   Graph g;
   auto a = ops::placeholder(g, DType::Float32, {128, 128}, "a");
   auto b = ops::placeholder(g, DType::Float32, {128, 128}, "b");
@@ -170,7 +174,12 @@ TEST(HeterogeneousTest, GpuFirstSpreadsIndependentBranchesOverTheAccelerators) {
   auto out = accel.run({left, right}, feeds);
   EXPECT_TRUE(on_accelerator(left.op().assigned_device())) << left.op().assigned_device();
   EXPECT_TRUE(on_accelerator(right.op().assigned_device())) << right.op().assigned_device();
-  EXPECT_NE(left.op().assigned_device(), right.op().assigned_device());
+  if (gpus == 1) {
+    EXPECT_EQ(left.op().assigned_device(), "/job:localhost/replica:0/task:0/device:GPU:0");
+    EXPECT_EQ(right.op().assigned_device(), left.op().assigned_device());
+  } else {
+    EXPECT_NE(left.op().assigned_device(), right.op().assigned_device());
+  }
   Session host(g, with_policy(PlacementPolicy::cpu_only));
   auto want = host.run({left, right}, feeds);
   testing::expect_same(out[0], want[0], 1e-4);

@@ -18,6 +18,7 @@
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include "core/host_blocks.h"
 #include "core/tensor_buffer.h"
 #include "device/sim_device.h"
 #include "tests/gpu/gpu_test_util.h"
@@ -408,7 +409,10 @@ TEST_F(CudaDeviceTest, CopiesRejectTheWrongMemoryAndForeignStreams) {
 }
 
 TEST_F(CudaDeviceTest, CopiesReuseTheirStagingBuffers) {
-  Tensor host = Tensor::zeros(DType::Float32, Shape{256 * 1024});  // 1 MiB
+  // 512 KiB: under kLargeHostBlockMin, so from malloc and never pinned (Note [Pinned host
+  // blocks]); a tensor in a large block would be pinned and copied straight, with no staging.
+  Tensor host = Tensor::zeros(DType::Float32, Shape{128 * 1024});
+  ASSERT_LT(host.bytes(), kLargeHostBlockMin);
   for (int i = 0; i < 3; ++i) ASSERT_TRUE(to_device(*gpu_, host).ok());  // warm up
   const auto before = gpu_->staging().stats();
   for (int i = 0; i < 10; ++i) ASSERT_TRUE(to_device(*gpu_, host).ok());

@@ -22,8 +22,11 @@ namespace {
 class CudaNnKernelsTest : public GpuKernelTest {};
 
 // Row reductions and atomics sum in another order than the CPU: float32 outputs within this
-// normalised error of the CPU kernel's (check_outputs_close).
-constexpr double kF32Tolerance = 1e-12;
+// normalised error of the CPU kernel's (check_outputs_close), a relative error of 1e-5. A float32
+// sum of n terms in another order may differ by up to about n * 6e-8: the cross entropy of one
+// row of 4097 differed by 1.75e-6 relative (normalised error 3.1e-12) on an H200. Dropping or
+// doubling one term of such a row is a normalised error near 6e-8, well past this.
+constexpr double kF32Tolerance = 1e-10;
 
 Tensor random(DType dtype, const Shape& shape, Range r = Range{-4, 4}) { return random_tensor(dtype, shape, r, r); }
 
