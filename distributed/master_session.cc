@@ -3,6 +3,7 @@
 #include "distributed/master_session.h"
 
 #include <algorithm>
+#include <optional>
 #include <random>
 #include <unordered_set>
 
@@ -12,6 +13,7 @@
 #include "core/executor.h"
 #include "core/file_util.h"
 #include "core/graph_partition.h"
+#include "core/op_registry.h"
 #include "core/trace_json.h"
 #include "distributed/service_names.h"
 #include "tessera/errors.h"
@@ -165,6 +167,46 @@ Status MasterSession::add_task_devices_locked(const std::string& task) {
   return Status();
 }
 
+// Note [Variables keep their device]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A task's sessions share its variables by name, and a variable's value lives in the memory of
+// the device that first initialized it. Placement, though, is per session: the cost model puts a
+// ps variable with the GPU kernels that update it in a training graph, on the ps's CPU in the
+// chief's evaluation session (which only reads the global step), and the two workers' masters,
+// placing graphs that differ in their worker device, need not agree either; a kernel that then
+// finds the value in the other device's memory fails the step (VariableResource::check_memory).
+// So in a cluster a variable that names its task but no device type gets the device TensorFlow's
+// placer would give it, whatever else the graph holds: the task's first GPU, else its first other
+// accelerator, where the variable has a kernel; its CPU under the cpu_only policy or when there is
+// none. Its colocation group (the ops that update it) follows. An explicit device type is honoured
+// as written, and two graphs that name different ones still fail with that clear error. Local
+// sessions keep the cost model's choice: their variables are their own.
+namespace {
+
+std::optional<std::string> cluster_variable_device(const Node& var, const std::vector<PlacementDevice>& devices,
+                                                   PlacementPolicy policy) {
+  auto spec = DeviceSpec::parse(var.requested_device);
+  if (!spec.ok() || !spec.value().job || !spec.value().task || spec.value().type) return std::nullopt;
+  const PlacementDevice* host = nullptr;
+  const PlacementDevice* gpu = nullptr;
+  const PlacementDevice* accelerator = nullptr;
+  for (const PlacementDevice& d : devices) {
+    auto full = DeviceSpec::parse(d.name);
+    if (!full.ok() || !spec.value().matches(full.value())) continue;
+    if (d.is_host()) {
+      if (host == nullptr) host = &d;
+    } else if (OpRegistry::global().has_kernel(var.type, d.type)) {
+      if (d.type == "GPU" && gpu == nullptr) gpu = &d;
+      if (accelerator == nullptr) accelerator = &d;
+    }
+  }
+  const PlacementDevice* chosen = policy == PlacementPolicy::kCpuOnly ? host : gpu ? gpu : accelerator ? accelerator : host;
+  if (chosen == nullptr) return std::nullopt;
+  return chosen->name;
+}
+
+}  // namespace
+
 Status MasterSession::place_locked(const std::vector<const Node*>& nodes) {
   auto local = DeviceSpec::parse(task_);
   TESSERA_CHECK(local.ok());
@@ -214,6 +256,12 @@ Status MasterSession::place_locked(const std::vector<const Node*>& nodes) {
   // create_session refused an unknown name: the config's policy is one of the three.
   const auto named = placement_policy_named(config_.placement_policy());
   opts.policy = policy_of(named.ok() ? named.value() : tessera::PlacementPolicy::cost);
+  for (const Node* cn : fresh) {  // Note [Variables keep their device]
+    if (cn->type != "VariableV2") continue;
+    if (auto device = cluster_variable_device(*cn, devices_, opts.policy)) {
+      const_cast<Node*>(cn)->requested_device = *device;
+    }
+  }
   auto placed = place_nodes(fresh, devices_, opts, fixed);
   if (!placed.ok()) return placed.status();
   for (const std::string& line : placed.value().soft_placements) {

@@ -637,6 +637,48 @@ TEST(ClusterSessionTest, AVariablePlacedOnTwoDevicesByTwoGraphsIsAClearError) {
   EXPECT_EQ(a.run(on_sim->y).to_vector<float>(), (std::vector<float>{6, 9}));
 }
 
+// A variable pinned only to its task goes to the task's accelerator whatever the graph and the
+// policy (Note [Variables keep their device] in distributed/master_session.cc): a session whose
+// cost model alone would put it on the ps's CPU (as the chief's evaluation session put the global
+// step while training had it on the ps's GPU) uses it where it lives instead of failing; under
+// cpu_only it goes to the CPU, and that graph then fails with the clear error.
+TEST(ClusterSessionTest, AVariableNamingOnlyItsTaskGoesToItsAcceleratorWhateverTheGraph) {
+  ASSERT_NO_FATAL_FAILURE(ensure_a_sim_device());
+  ClusterSpec cluster({{"ps", {loopback()}}, {"worker", {loopback()}}});
+  Server ps(cluster, "ps", 0, quick());
+  Server worker(cluster, "worker", 0, quick());
+  Graph g;
+  Variable w;
+  {
+    auto scope = g.device("/job:ps/task:0");
+    w = Variable(g, Tensor::vector<float>({1, 2}), "w");
+  }
+  Output y;
+  {
+    auto scope = g.device("/job:worker/task:0");
+    y = ops::mul(w.value(), ops::constant(g, 3.0f), "y");
+  }
+  Output step = w.assign_add(ops::constant(g, Tensor::vector<float>({1, 1})));
+  SessionOptions accelerator_first;
+  accelerator_first.placement_policy = PlacementPolicy::gpu_first;
+  Session a(g, worker.target(), accelerator_first);
+  a.run(global_variables_initializer(g));
+  a.run(step);
+  const std::string first = w.op().assigned_device();
+  EXPECT_TRUE(first.find("/job:ps/replica:0/task:0/device:SIM:") == 0 ||
+              first.find("/job:ps/replica:0/task:0/device:GPU:") == 0)
+      << first;
+  Session b(g, worker.target());  // the cost policy: alone, it puts w with its reader's host
+  EXPECT_EQ(b.run(y).to_vector<float>(), (std::vector<float>{6, 9}));
+  EXPECT_EQ(w.op().assigned_device(), first) << "b's placement, the latest, keeps the variable's device";
+  b.run(step);
+  EXPECT_EQ(a.run(w.value()).to_vector<float>(), (std::vector<float>{3, 4}));
+  SessionOptions host_only;
+  host_only.placement_policy = PlacementPolicy::cpu_only;
+  Session c(g, worker.target(), host_only);
+  EXPECT_THROW_MSG(c.run(y), FailedPreconditionError, "must place it on the same device");
+}
+
 // A ps that stops as soon as a worker's run has fed it (the "done" queue of TF1 jobs): the
 // worker's run still gets its reply, as the run's work was done (Note [Goodbye] in
 // transport/rpc_server.cc: without it, a few rounds in forty failed Unavailable under load).
