@@ -1,4 +1,4 @@
-// GPU kernels (device type "GPU") that move no data or update state: Identity, Const (the value
+// GPU kernels (device type "GPU") that move no data or update state: NoOp, Identity, Const (the value
 // copied into GPU memory once per device, then shared), and the variable ops VariableV2, Assign,
 // AssignAdd and AssignSub, whose value lives in GPU memory and is updated there, under the
 // variable's lock, with the copy-on-write rule of Note [Variable updates] in
@@ -188,6 +188,20 @@ class AssignUpdateGpuOp final : public VariableGpuKernel {
   }
 };
 
+// Nothing to do: a NoOp that groups GPU ops (an optimizer's update, an initializer) stays on the
+// GPU, so what its control edges order runs in stream order after it, with no round trip through
+// the host (as a NoOp on the CPU between GPU ops made: the training step waited for every
+// ApplyAdam to finish before the global step's AssignAdd could be issued). Thread-safe.
+class NoOpGpuOp final : public GpuOpKernel {
+ public:
+  using GpuOpKernel::GpuOpKernel;
+
+ protected:
+  bool needs_inputs_on_device() const override { return false; }
+  void run(OpKernelContext&, GpuRun&) override {}
+};
+
+TESSERA_REGISTER_KERNEL("NoOp", "GPU", NoOpGpuOp);
 TESSERA_REGISTER_KERNEL("Identity", "GPU", IdentityGpuOp);
 TESSERA_REGISTER_KERNEL("StopGradient", "GPU", IdentityGpuOp);  // core/nn_ops.cc
 TESSERA_REGISTER_KERNEL("Const", "GPU", ConstGpuOp);

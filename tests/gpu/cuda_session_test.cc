@@ -60,6 +60,35 @@ TEST(CudaSessionTest, AReplayedChainEqualsEagerExecution) {
   }
 }
 
+// An optimizer's update under a GPU scope: the NoOp that groups the updates runs on the GPU (no
+// soft placement to the host, so no round trip between the updates and what follows them), and
+// running what its control edge orders after it runs the updates too.
+TEST(CudaSessionTest, AGroupOfGpuUpdatesStaysOnTheGpu) {
+  REQUIRE_SESSION_GPU(gpu);
+  Graph g;
+  Variable a, b, steps;
+  Operation update, after;
+  {
+    auto scope = g.device(gpu);
+    a = Variable(g, Tensor::vector<float>({1, 2, 3}), "a");
+    b = Variable(g, Tensor::vector<float>({10, 20, 30}), "b");
+    steps = Variable(g, Tensor::vector<float>({0}), "steps");
+    update = ops::group({a.assign_add(ops::constant(g, Tensor::vector<float>({1, 1, 1}))).op(),
+                         b.assign_add(ops::constant(g, Tensor::vector<float>({2, 2, 2}))).op()},
+                        "update");
+    auto scope_after = g.control_dependencies({update});
+    after = steps.assign_add(ops::constant(g, Tensor::vector<float>({1}))).op();
+  }
+  Session s(g);
+  s.run(global_variables_initializer(g));
+  for (int step = 0; step < 3; ++step) s.run(after);
+  EXPECT_EQ(update.assigned_device(), gpu);
+  EXPECT_EQ(after.assigned_device(), gpu);
+  EXPECT_EQ(s.run(a.value()).to_vector<float>(), (std::vector<float>{4, 5, 6}));
+  EXPECT_EQ(s.run(b.value()).to_vector<float>(), (std::vector<float>{16, 26, 36}));
+  EXPECT_EQ(s.run(steps.value()).to_vector<float>(), (std::vector<float>{3}));
+}
+
 // A GPU value gathered on the host and brought back (Note [Replay segments]): the replay launches
 // one CUDA graph for what leaves and one for what waits for its return, and never deadlocks (a run
 // timeout bounds each step).
