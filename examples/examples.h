@@ -50,6 +50,8 @@ struct DigitsOptions {
   // training loss, the test accuracy and a histogram of the first layer's weights.
   std::string logdir;
   int summary_every = 50;
+  // When set, a Chrome trace (Perfetto) of the last training step is written there.
+  std::string trace_file;
 };
 struct DigitsResult {
   float first_loss = 0;

@@ -308,6 +308,8 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   digits->add_flag("--log-placement", digits_options.log_placement, "List every op's device at the end");
   digits->add_option("--data", digits_options.data, "The digits CSV (gzipped or plain)")->capture_default_str();
+  digits->add_option("--trace", digits_options.trace_file,
+                     "Write a Chrome trace (Perfetto) of the last training step to FILE");
   digits->add_option("--logdir", digits_options.logdir,
                      "Write TensorBoard summaries (the graph, loss, test accuracy, a weight histogram; with "
                      "--cluster the chief's, with global_step/sec) to DIR");
