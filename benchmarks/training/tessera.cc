@@ -4,10 +4,14 @@
 //
 //   BM_train_mlp_digits/tessera/<batch>   MLP 64-128-64-10, batch 64 or 256
 //   BM_train_cnn_digits/tessera/<batch>   CNN (two 3x3 convs + pools, two dense layers)
+//   .../tessera_gpu/<batch>               the same step built under g.device("/gpu:0"), fed from host
+//                                         memory (skipped with an error where no GPU is registered;
+//                                         the plain impl leaves placement to the session's policy)
 #include <tessera/tessera.h>
 
 #include <cmath>
 #include <memory>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -24,12 +28,28 @@ const examples::Digits& digits() {
   return *data;
 }
 
+bool has_gpu() {
+  static const bool found = [] {
+    for (const DeviceInfo& d : list_devices()) {
+      if (d.type == "GPU") return true;
+    }
+    return false;
+  }();
+  return found;
+}
+
+// `device`: "" for the session's placement, else the scope every op of the step is built under.
 template <class Build>
-void train_steps(benchmark::State& state, Build build) {
-  tessera_bench::set_impl(state, "tessera");
+void train_steps(benchmark::State& state, const char* impl, const std::string& device, Build build) {
+  tessera_bench::set_impl(state, impl);
+  if (device == "/gpu:0" && !has_gpu()) return state.SkipWithError("no GPU registered");
   const int batch = static_cast<int>(state.range(0));
   Graph g;
-  tessera_bench::DigitsStep step = build(g);
+  tessera_bench::DigitsStep step = [&] {
+    if (device.empty()) return build(g);
+    auto scope = g.device(device);
+    return build(g);
+  }();
   Session s(g);
   s.run(global_variables_initializer(g));
   std::vector<FeedMap> feeds;  // 16 batches, cycled
@@ -53,14 +73,20 @@ void train_steps(benchmark::State& state, Build build) {
   state.counters["steps_per_second"] = benchmark::Counter(1, benchmark::Counter::kIsIterationInvariantRate);
 }
 
-void BM_train_mlp_digits(benchmark::State& state) {
-  train_steps(state, [](Graph& g) { return tessera_bench::digits_mlp_step(g, 1e-3f); });
+void BM_train_mlp_digits(benchmark::State& state, const char* impl, const std::string& device) {
+  train_steps(state, impl, device, [](Graph& g) { return tessera_bench::digits_mlp_step(g, 1e-3f); });
 }
-void BM_train_cnn_digits(benchmark::State& state) {
-  train_steps(state, [](Graph& g) { return tessera_bench::digits_cnn_step(g, 1e-3f); });
+void BM_train_cnn_digits(benchmark::State& state, const char* impl, const std::string& device) {
+  train_steps(state, impl, device, [](Graph& g) { return tessera_bench::digits_cnn_step(g, 1e-3f); });
 }
 
 }  // namespace
 
-BENCHMARK(BM_train_mlp_digits)->Name("BM_train_mlp_digits/tessera")->Arg(64)->Arg(256)->UseRealTime();
-BENCHMARK(BM_train_cnn_digits)->Name("BM_train_cnn_digits/tessera")->Arg(64)->Arg(256)->UseRealTime();
+BENCHMARK_CAPTURE(BM_train_mlp_digits, tessera, "tessera", "")
+    ->Name("BM_train_mlp_digits/tessera")->Arg(64)->Arg(256)->UseRealTime();
+BENCHMARK_CAPTURE(BM_train_cnn_digits, tessera, "tessera", "")
+    ->Name("BM_train_cnn_digits/tessera")->Arg(64)->Arg(256)->UseRealTime();
+BENCHMARK_CAPTURE(BM_train_mlp_digits, tessera_gpu, "tessera_gpu", "/gpu:0")
+    ->Name("BM_train_mlp_digits/tessera_gpu")->Arg(64)->Arg(256)->UseRealTime();
+BENCHMARK_CAPTURE(BM_train_cnn_digits, tessera_gpu, "tessera_gpu", "/gpu:0")
+    ->Name("BM_train_cnn_digits/tessera_gpu")->Arg(64)->Arg(256)->UseRealTime();
