@@ -15,7 +15,6 @@
 #include "core/stream.h"
 
 struct CUevent_st;
-struct CUstream_st;
 
 namespace tessera::internal {
 
@@ -34,16 +33,16 @@ class CudaCompletionQueue {
   // `cuda_event` was recorded on `stream` after everything `event` stands for.
   void add(CudaStream* stream, int index, CUevent_st* cuda_event, Event event);
 
-  // Enqueues on `stream`, after a record, a host function that wakes this thread when the GPU
-  // gets there: the thread sleeps while the GPU works instead of polling. False when CUDA refused
-  // it (the thread then finds the completion by its fallback poll).
-  bool wake_after(CUstream_st* stream);
+  // How long the thread sleeps between polls of the pending events, `waited` after the oldest
+  // was added (Note [Completion polling] in cuda_completion_queue.cc).
+  static std::chrono::microseconds poll_interval(std::chrono::steady_clock::duration waited);
 
  private:
   struct Pending {
     CudaStream* stream;  // Not owned.
     CUevent_st* cuda_event;
     Event event;
+    std::chrono::steady_clock::time_point added;
   };
   struct Done {
     Pending pending;
@@ -52,7 +51,6 @@ class CudaCompletionQueue {
 
   void loop();
   static void deliver(Done& d);
-  static void host_wake(void* self);  // a CUDA host function: no CUDA calls in it
 
   const int ordinal_;
   std::mutex mu_;
@@ -60,8 +58,6 @@ class CudaCompletionQueue {
   std::deque<std::function<void()>> tasks_;     // guarded by mu_
   std::vector<std::deque<Pending>> pending_;    // by stream index, in record order; guarded by mu_
   int64_t num_pending_ = 0;                     // guarded by mu_
-  uint64_t wakes_ = 0;                          // host functions run; guarded by mu_
-  int64_t wakes_in_flight_ = 0;                 // host functions enqueued, not yet run; guarded by mu_
   bool stop_ = false;                           // guarded by mu_
   std::thread thread_;                          // last: starts after the fields above exist
 };

@@ -22,13 +22,13 @@ const char kCudaEventOwner = 0;
 // * GPU work (kernels, cudaMemcpyAsync, cuBLAS) goes in through launch(fn): a host-side queue in
 //   front of the CUDA stream hands fn the raw stream in order. Normally the queue is empty and fn
 //   runs at once on the caller's thread, which only launches (it never waits for the GPU).
-// * record(e) issues cudaEventRecord of a pooled CUDA event, then a host function that only wakes
-//   the device's completion thread (which sleeps otherwise: no core spins for the GPU). That
-//   thread queries the pending events of every stream in order (cudaEventQuery; a 2 ms fallback
-//   poll finds what a faulted context, which runs no host function, completed) and completes the
-//   tessera Event there, with the stream's status or the CUDA error. then(done) is a record, so
-//   `done` runs on that thread, ours: it may launch GPU work, which a host function must not.
-//   Records are few: stream-ordered kernels record nothing of their own.
+// * record(e) issues cudaEventRecord of a pooled CUDA event and hands it to the device's
+//   completion thread, which polls the pending events of every stream in order (cudaEventQuery,
+//   with short sleeps between polls: Note [Completion polling] in cuda_completion_queue.cc; no
+//   host function in the stream, which would hold it) and completes the tessera Event there, with
+//   the stream's status or the CUDA error. then(done) is a record, so `done` runs on that thread,
+//   ours: it may launch GPU work. Records are few: stream-ordered kernels record nothing of their
+//   own.
 // * wait(e) on an event a GPU recorded (this one or another) is a cudaStreamWaitEvent on the CUDA
 //   event the record attached to `e` (Event::set_native; the event goes back to its pool only
 //   after `e` completes), so copies wait for kernels on the GPU. An event of another kind of
@@ -235,7 +235,6 @@ void CudaStream::issue_record(const Event& event) {
   Event recorded = event;
   recorded.set_native(&kCudaEventOwner, cuda_event.value());  // before the completion thread sees it
   device_.completions_->add(this, index_, cuda_event.value(), event);
-  (void)device_.completions_->wake_after(stream_);
 }
 
 void CudaStream::delivered() {
