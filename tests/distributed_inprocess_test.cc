@@ -13,8 +13,20 @@
 #include <system_error>
 #include <thread>
 
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "core/thread_pool.h"
 #include "distributed/master.h"
 #include "distributed/worker.h"
+#include "host/child_process.h"
 #include "tests/testing/test_util.h"
 
 namespace tessera::internal {
@@ -150,8 +162,104 @@ TEST_F(DistributedInProcessTest, GraphsPastTheNodeLimitAreRefused) {
   EXPECT_NE(refused.status().message().find("limit of 10 nodes"), std::string::npos) << refused.status().to_string();
   Graph fits;
   ops::add(ops::constant(fits, 1.0f), ops::constant(fits, 2.0f));
-  EXPECT_TRUE(create(fits).ok());
+  auto created = create(fits);
+  ASSERT_TRUE(created.ok()) << created.status().to_string();
+  // Growing the session's graph past the limit is refused the same way.
+  Graph more;
+  Output y = ops::constant(more, 3.0f, "more");
+  for (int i = 0; i < 20; ++i) y = ops::add(y, y, "more_" + std::to_string(i));
+  pb::ExtendSessionRequest extend;
+  extend.set_version(wire::kWireVersion);
+  extend.set_session_handle(created.value().session_handle());
+  extend.set_current_graph_version(created.value().graph_version());
+  *extend.mutable_graph() = wire::encode_graph(more.impl()).value();
+  auto grown = call_and_wait<pb::ExtendSessionResponse>(
+      [&](Done<pb::ExtendSessionResponse> done) { small.extend_session(extend, std::move(done)); });
+  ASSERT_FALSE(grown.ok());
+  EXPECT_EQ(grown.status().code(), ErrorCode::kResourceExhausted) << grown.status().to_string();
+  EXPECT_NE(grown.status().message().find("limit of 10 nodes"), std::string::npos) << grown.status().to_string();
+  // A worker refuses a partition past its own limit.
+  Worker tiny("/job:worker/replica:0/task:1", cache_, /*max_graph_nodes=*/10);
+  pb::RegisterGraphRequest reg;
+  reg.set_version(wire::kWireVersion);
+  *reg.mutable_graph() = wire::encode_graph(big.impl()).value();
+  auto registered = call_and_wait<pb::RegisterGraphResponse>(
+      [&](Done<pb::RegisterGraphResponse> done) { tiny.register_graph(reg, std::move(done)); });
+  ASSERT_FALSE(registered.ok());
+  EXPECT_EQ(registered.status().code(), ErrorCode::kResourceExhausted) << registered.status().to_string();
+  tiny.stop(std::chrono::seconds(1));
   small.stop();
+}
+
+// The probe of the next test, run only as its child process: makes a session while threads can
+// be made, then takes that away (RLIMIT_NPROC 0, after giving up root, which the limit does not
+// bind) and prints one "probe:" line per call: what it answered.
+TEST_F(DistributedInProcessTest, DISABLED_NoThreadProbe) {
+  Graph g;
+  ops::add(ops::constant(g, 1.0f), ops::constant(g, 2.0f), "sum");
+  const std::string handle = create(g);
+  auto say = [](const std::string& line) {
+    std::printf("probe: %s\n", line.c_str());
+    std::fflush(stdout);
+  };
+  if (handle.empty()) return say("no session");
+  if (::getuid() == 0 && (::setgid(65534) != 0 || ::setuid(65534) != 0)) {
+    say(std::string("skip: cannot give up root: ") + std::strerror(errno));
+    std::_Exit(0);
+  }
+  const rlimit none{0, 0};
+  if (::setrlimit(RLIMIT_NPROC, &none) != 0) {
+    say(std::string("skip: setrlimit: ") + std::strerror(errno));
+    std::_Exit(0);
+  }
+  try {
+    std::thread([] {}).join();
+    say("skip: threads can still be made here");
+    std::_Exit(0);
+  } catch (const std::system_error&) {
+  }
+  say(std::string("detached ") + (try_run_detached([] {}) ? "ran" : "refused"));
+  bool ran_inline = false;
+  run_detached_or_inline([&] { ran_inline = true; });
+  say(std::string("inline ") + (ran_inline ? "ran" : "did not run"));
+  pb::ExtendSessionRequest extend;
+  extend.set_version(wire::kWireVersion);
+  extend.set_session_handle(handle);
+  auto extended = call_and_wait<pb::ExtendSessionResponse>(
+      [&](Done<pb::ExtendSessionResponse> done) { master_->extend_session(extend, std::move(done)); });
+  say("extend " + extended.status().to_string());
+  say("run " + run(handle, {}, {"sum:0"}).status().to_string());
+  std::_Exit(0);  // no teardown: stopping the workers may want a thread
+}
+
+// A call that finds no thread for its work is answered ResourceExhausted, never a terminate
+// (issue 21: a server at its thread limit aborted): the helpers report it, the master answers
+// ExtendSession and RunStep so. The probe runs in a child process of its own, whose thread limit
+// it lowers to nothing.
+TEST(NoThreadTest, CallsThatFindNoThreadAreAnsweredResourceExhausted) {
+  ChildProcess probe({"/proc/self/exe", "--gtest_also_run_disabled_tests",
+                      "--gtest_filter=DistributedInProcessTest.DISABLED_NoThreadProbe"});
+  ASSERT_TRUE(probe.error().empty()) << probe.error();
+  std::vector<std::string> lines;
+  for (auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+       std::chrono::steady_clock::now() < until;) {
+    auto line = probe.read_line(std::chrono::seconds(60));
+    if (!line) break;
+    if (line->rfind("probe: ", 0) == 0) lines.push_back(line->substr(7));
+  }
+  const auto status = probe.wait_exit(std::chrono::seconds(30));
+  ASSERT_TRUE(status.has_value()) << "the probe did not exit";
+  EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0) << "the probe died: " << probe.stderr_text();
+  ASSERT_FALSE(lines.empty()) << probe.stderr_text();
+  if (lines[0].rfind("skip: ", 0) == 0) GTEST_SKIP() << lines[0];
+  ASSERT_EQ(lines.size(), 4u) << probe.stderr_text();
+  EXPECT_EQ(lines[0], "detached refused");
+  EXPECT_EQ(lines[1], "inline ran");
+  EXPECT_EQ(lines[2].find("ResourceExhausted"), 7u) << lines[2];  // "extend ResourceExhausted: ..."
+  EXPECT_NE(lines[2].find("ExtendSession: no thread for the call"), std::string::npos) << lines[2];
+  EXPECT_EQ(lines[3].find("ResourceExhausted"), 4u) << lines[3];  // "run ResourceExhausted: ..."
+
+  EXPECT_NE(lines[3].find("no thread for the call"), std::string::npos) << lines[3];
 }
 
 TEST_F(DistributedInProcessTest, AStepSpanningTwoTasksExchangesTensorsAndControlThroughTheRendezvous) {
