@@ -34,20 +34,27 @@ ThreadPool& ThreadPool::shared() {
 
 bool ThreadPool::on_pool_thread() const { return tls_pool == this; }
 
+// Note [Scheduling touches nothing after the push]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// Once `fn` is in a queue a worker may run it at once, and what it runs may end the pool's owner:
+// a step's last closure, scheduled from a device's stream thread on a session's own pool, lets
+// the session close and delete the pool while that thread is still in schedule() (TSan saw
+// schedule's read of sleepers_ race with the pool's delete). So schedule counts the work and wakes
+// a sleeper first, and pushes last: after the queue's unlock it touches the pool no more. A worker
+// woken before the push sees pending_ > 0, finds nothing yet, and spins until the push lands
+// (worker_loop never sleeps while pending_ > 0), so no wake-up is lost.
 void ThreadPool::schedule(std::function<void()> fn) {
   int index = on_pool_thread() ? tls_index
                                : static_cast<int>(next_queue_.fetch_add(1, std::memory_order_relaxed) %
                                                   queues_.size());
-  {
-    std::lock_guard<std::mutex> l(queues_[index]->mu);
-    queues_[index]->queue.push_back(std::move(fn));
-  }
   pending_.fetch_add(1, std::memory_order_seq_cst);
   if (sleepers_.load(std::memory_order_seq_cst) > 0) {
     // Taking the lock orders this notify after a sleeper's check of pending_.
     std::lock_guard<std::mutex> l(wake_mu_);
     wake_cv_.notify_one();
   }
+  std::lock_guard<std::mutex> l(queues_[index]->mu);
+  queues_[index]->queue.push_back(std::move(fn));
 }
 
 bool ThreadPool::try_pop(int index, std::function<void()>* fn) {
@@ -79,11 +86,15 @@ void ThreadPool::worker_loop(int index) {
   tls_index = index;
   std::function<void()> fn;
   for (;;) {
-    if (pending_.load(std::memory_order_seq_cst) > 0 && try_pop(index, &fn)) {
-      pending_.fetch_sub(1, std::memory_order_seq_cst);
-      fn();
-      fn = nullptr;
-      continue;
+    if (pending_.load(std::memory_order_seq_cst) > 0) {
+      if (try_pop(index, &fn)) {
+        pending_.fetch_sub(1, std::memory_order_seq_cst);
+        fn();
+        fn = nullptr;
+        continue;
+      }
+      // Counted but not pushed yet (Note [Scheduling touches nothing after the push]), or taken.
+      std::this_thread::yield();
     }
     // Spin briefly before sleeping: a chain of small ops hands work over every few microseconds.
     bool found = false;
