@@ -240,13 +240,13 @@ Operation SyncReplicasOptimizer::State::apply_gradients(std::vector<std::pair<Ou
 
 namespace {
 
-using StatePtr = std::shared_ptr<SyncReplicasOptimizer::State>;
+using SyncStatePtr = std::shared_ptr<SyncReplicasOptimizer::State>;
 
 // The hook of make_session_run_hook. Its calls come from the thread running the training loop;
 // destruction may come from another, hence mu_.
 class SyncReplicasHook final : public SessionRunHook::Impl {
  public:
-  SyncReplicasHook(StatePtr state, bool is_chief, int num_tokens)
+  SyncReplicasHook(SyncStatePtr state, bool is_chief, int num_tokens)
       : state_(std::move(state)), is_chief_(is_chief), num_tokens_(num_tokens) {}
   ~SyncReplicasHook() override {
     try {
@@ -349,7 +349,7 @@ class SyncReplicasHook final : public SessionRunHook::Impl {
     coord->join(none, std::chrono::milliseconds(0));  // re-raises an error the sync op raised
   }
 
-  const StatePtr state_;
+  const SyncStatePtr state_;
   const bool is_chief_;
   const int num_tokens_;
 
