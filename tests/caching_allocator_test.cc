@@ -23,15 +23,10 @@
 namespace tessera::internal {
 namespace {
 
-using tessera::testing::kThreadCounts;
-using tessera::testing::run_threads;
-
-constexpr std::size_t kKiB = 1024;
-constexpr std::size_t kMiB = 1024 * 1024;
+using namespace tessera::testing::allocator_suite;
 
 // Real host memory, 256-byte aligned, with a capacity (BackingLog::capacity).
-using FakeBacking = tessera::testing::CountingBacking<CachingAllocatorBacking, 256>;
-using tessera::testing::BackingLog;
+using FakeBacking = CountingBacking<CachingAllocatorBacking, 256>;
 
 struct Fixture {
   std::shared_ptr<BackingLog> log = std::make_shared<BackingLog>();

@@ -24,6 +24,19 @@ const auto* const kSimEnvironment = ::testing::AddGlobalTestEnvironment(new test
 
 class CallableTest : public ::testing::TestWithParam<std::string> {};
 
+// A session on `device` with a callable from an Int64 scalar feed x to op(x, k): what the
+// threaded cases call, each with values whose results it knows.
+struct Int64Callable {
+  Int64Callable(const std::string& device, Output (*op)(Output, Output, std::string), int64_t k) {
+    auto scope = g.device(device);
+    auto x = ops::placeholder(g, DType::Int64, Shape{});
+    f = s.make_callable({op(x, ops::constant(g, k), "")}, {x});
+  }
+  Graph g;
+  Session s{g};
+  Callable f;
+};
+
 TEST_P(CallableTest, OnATensor) {
   Graph g;
   auto scope = g.device(GetParam());
@@ -66,16 +79,11 @@ TEST_P(CallableTest, OnAnOperationRunsIt) {
 }
 
 TEST_P(CallableTest, ManyThreadsShareOneCallable) {
-  Graph g;
-  auto scope = g.device(GetParam());
-  auto x = ops::placeholder(g, DType::Int64, Shape{});
-  auto y = ops::mul(x, ops::constant(g, int64_t{3}));
-  Session s(g);
-  Callable f = s.make_callable({y}, {x});
+  Int64Callable times_3(GetParam(), ops::mul, 3);
   std::atomic<int> wrong{0};
   testing::run_threads(8, [&](int t) {
     for (int64_t i = 0; i < 200; ++i) {
-      if (f({Tensor::scalar(i + t)})[0].scalar<int64_t>() != 3 * (i + t)) ++wrong;
+      if (times_3.f({Tensor::scalar(i + t)})[0].scalar<int64_t>() != 3 * (i + t)) ++wrong;
     }
   });
   EXPECT_EQ(wrong.load(), 0);
@@ -207,25 +215,20 @@ TEST_P(CallableTest, ACallThatWaitsOnAQueueReturnsWhatWasEnqueued) {
 TEST_P(CallableTest, CloseWhileThreadsCallEndsEveryCall) {
   // Calls in flight when the session closes finish or fail with CancelledError; none hangs, and
   // every call after close() fails.
-  Graph g;
-  auto scope = g.device(GetParam());
-  auto x = ops::placeholder(g, DType::Int64, Shape{});
-  auto y = ops::add(x, ops::constant(g, int64_t{1}));
-  Session s(g);
-  Callable f = s.make_callable({y}, {x});
+  Int64Callable plus_1(GetParam(), ops::add, 1);
   std::atomic<int> wrong{0};
   std::atomic<int> calls{0};
   std::atomic<bool> closed{false};
   std::thread closer([&] {
     while (calls.load() < 400) std::this_thread::yield();
-    s.close();
+    plus_1.s.close();
     closed = true;
   });
   testing::run_threads(8, [&](int t) {
     for (int64_t i = 0;; ++i) {
       const bool was_closed = closed.load();
       try {
-        if (f({Tensor::scalar(i + t)})[0].scalar<int64_t>() != i + t + 1) ++wrong;
+        if (plus_1.f({Tensor::scalar(i + t)})[0].scalar<int64_t>() != i + t + 1) ++wrong;
         if (was_closed) ++wrong;  // a call that starts after close() returned must fail
       } catch (const CancelledError&) {
         break;

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <chrono>
 #include <cstdlib>
+#include <functional>
 #include <future>
 #include <string>
 #include <thread>
@@ -257,26 +258,32 @@ TEST(CapturedPartitionTest, ACaptureOverTheMemoryBoundIsDropped) {
   ASSERT_EQ(unsetenv("TESSERA_CAPTURE_MAX_MB"), 0);
 }
 
+// Runs `steps` steps on each of `threads` threads at once, step i of thread t being
+// right(ramp(n, t * 100 + i)), and expects every step of every thread right.
+void expect_concurrent_steps_right(int threads, int steps, int64_t n,
+                                   const std::function<bool(const Tensor&)>& right) {
+  std::vector<std::future<int>> wrong;
+  for (int t = 0; t < threads; ++t) {
+    wrong.push_back(std::async(std::launch::async, [&, t] {
+      int bad = 0;
+      for (int i = 0; i < steps; ++i) {
+        if (!right(ramp(n, static_cast<float>(t * 100 + i)))) ++bad;
+      }
+      return bad;
+    }));
+  }
+  for (auto& f : wrong) EXPECT_EQ(f.get(), 0);
+}
+
 // Steps from many threads at once: one replays at a time, the others run eagerly; every result
 // is its own input's.
 TEST(CapturedPartitionTest, ConcurrentStepsEachGetTheirOwnResult) {
   Chain c;
   Session s(c.g);
   s.run({c.y}, {{c.x, ramp(16, 0)}});  // the capture
-  constexpr int kThreads = 6;
-  constexpr int kSteps = 40;
-  std::vector<std::future<int>> wrong;
-  for (int t = 0; t < kThreads; ++t) {
-    wrong.push_back(std::async(std::launch::async, [&s, &c, t] {
-      int bad = 0;
-      for (int i = 0; i < kSteps; ++i) {
-        Tensor in = ramp(16, static_cast<float>(t * 100 + i));
-        if (s.run({c.y}, {{c.x, in}}).front().to_vector<float>() != Chain::expected(in)) ++bad;
-      }
-      return bad;
-    }));
-  }
-  for (auto& f : wrong) EXPECT_EQ(f.get(), 0);
+  expect_concurrent_steps_right(6, 40, 16, [&](const Tensor& in) {
+    return s.run({c.y}, {{c.x, in}}).front().to_vector<float>() == Chain::expected(in);
+  });
 }
 
 // ---- Round trips: a value leaves the SIM partition for the host and its result comes back ----
@@ -471,20 +478,9 @@ TEST(CapturedPartitionTest, ConcurrentRoundTripStepsEachGetTheirOwnResult) {
   RoundTrip rt;
   Session s(rt.g);
   bounded_run(s, {rt.y}, {{rt.x, ramp(kRoundTripN, 0)}});  // the capture
-  constexpr int kThreads = 4;
-  constexpr int kSteps = 25;
-  std::vector<std::future<int>> wrong;
-  for (int t = 0; t < kThreads; ++t) {
-    wrong.push_back(std::async(std::launch::async, [&rt, &s, t] {
-      int bad = 0;
-      for (int i = 0; i < kSteps; ++i) {
-        Tensor in = ramp(kRoundTripN, static_cast<float>(t * 100 + i));
-        if (bounded_run(s, {rt.y}, {{rt.x, in}}).front().to_vector<float>() != RoundTrip::expected(in)) ++bad;
-      }
-      return bad;
-    }));
-  }
-  for (auto& f : wrong) EXPECT_EQ(f.get(), 0);
+  expect_concurrent_steps_right(4, 25, kRoundTripN, [&](const Tensor& in) {
+    return bounded_run(s, {rt.y}, {{rt.x, in}}).front().to_vector<float>() == RoundTrip::expected(in);
+  });
   RunMetadata md;
   bounded_run(s, {rt.y}, {{rt.x, ramp(kRoundTripN, 1)}}, {}, &md);
   EXPECT_EQ(sim_stream_spans(md.trace_json).graph, 2) << "still replayed";

@@ -42,6 +42,33 @@ ServerOptions quick() { return ServerOptions{}; }
 
 SessionOptions client_options() { return SessionOptions{}; }
 
+// Two tasks of one job, both in this process.
+struct TwoTasks {
+  explicit TwoTasks(const std::string& job)
+      : cluster({{job, {loopback(), loopback()}}}), task0(cluster, job, 0, quick()), task1(cluster, job, 1, quick()) {}
+  ClusterSpec cluster;
+  Server task0;
+  Server task1;
+};
+
+// One ps task and one worker task, both in this process: the cluster of the tests that keep
+// variables on a ps.
+struct PsAndWorker {
+  PsAndWorker()
+      : cluster({{"ps", {loopback()}}, {"worker", {loopback()}}}),
+        ps(cluster, "ps", 0, quick()),
+        worker(cluster, "worker", 0, quick()) {}
+  ClusterSpec cluster;
+  Server ps;
+  Server worker;
+};
+
+// A variable of `g` placed on `device` (a ps task's).
+Variable variable_on(Graph& g, const std::string& device, Tensor initial, const std::string& name) {
+  auto scope = g.device(device);
+  return Variable(g, std::move(initial), name);
+}
+
 TEST(ClusterSessionTest, LocalServerRunsFeedsAndFetches) {
   Server server = Server::create_local_server();
   Graph g;
@@ -108,9 +135,7 @@ TEST(ClusterSessionTest, ATensorFetchedTwiceComesBackTwice) {
 // The same across tasks: the tensor is made on the other task, fetched twice, with its input fed
 // twice over (once per name, which is the one feed).
 TEST(ClusterSessionTest, ATensorOfAnotherTaskFetchedTwiceComesBackTwice) {
-  ClusterSpec cluster({{"local", {loopback(), loopback()}}});
-  Server t0(cluster, "local", 0, quick());
-  Server t1(cluster, "local", 1, quick());
+  TwoTasks tasks("local");
   Graph g;
   auto a = ops::placeholder(g, DType::Float32, Shape{3}, "a");
   Output c, d;
@@ -119,7 +144,7 @@ TEST(ClusterSessionTest, ATensorOfAnotherTaskFetchedTwiceComesBackTwice) {
     c = ops::add(a, ops::constant(g, Tensor::vector<float>({1, 2, 3})), "c");
     d = ops::mul(c, c, "d");
   }
-  Session s(g, t0.target());
+  Session s(g, tasks.task0.target());
   const FeedMap feeds{{a, Tensor::vector<float>({10, 20, 30})}};
   auto out = s.run({c, d, c, d, a}, feeds);
   ASSERT_EQ(out.size(), 5u);
@@ -132,9 +157,7 @@ TEST(ClusterSessionTest, ATensorOfAnotherTaskFetchedTwiceComesBackTwice) {
 
 // The seed's example, made correct: two tasks of job "local", ops on both, ten threads running y.
 TEST(ClusterSessionTest, SeedExampleTwoTasksTenThreads) {
-  ClusterSpec cluster({{"local", {loopback(), loopback()}}});
-  Server t0(cluster, "local", 0, quick());
-  Server t1(cluster, "local", 1, quick());
+  TwoTasks tasks("local");
   Graph g;
   auto x = ops::constant(g, Tensor::scalar<int32_t>(2), "x");
   Output y2, y;
@@ -147,7 +170,7 @@ TEST(ClusterSessionTest, SeedExampleTwoTasksTenThreads) {
     auto y1 = ops::add(x, ops::constant(g, Tensor::scalar<int32_t>(300)), "y1");
     y = ops::add(y1, y2, "y");
   }
-  Session s(g, t0.target());
+  Session s(g, tasks.task0.target());
   std::atomic<int> good{0}, bad{0};
   std::vector<std::thread> threads;
   for (int t = 0; t < 10; ++t) {
@@ -168,9 +191,7 @@ TEST(ClusterSessionTest, SeedExampleTwoTasksTenThreads) {
 }
 
 TEST(ClusterSessionTest, BigTensorCrossesTasksIntact) {
-  ClusterSpec cluster({{"worker", {loopback(), loopback()}}});
-  Server w0(cluster, "worker", 0, quick());
-  Server w1(cluster, "worker", 1, quick());
+  TwoTasks tasks("worker");
   Graph g;
   const int64_t n = 16 * 1024 * 1024;  // 64 MiB of float32
   auto x = ops::placeholder(g, DType::Float32, Shape{n}, "x");
@@ -182,7 +203,7 @@ TEST(ClusterSessionTest, BigTensorCrossesTasksIntact) {
   auto z = ops::identity(y, "z");  // back on task 0
   std::vector<float> data(static_cast<std::size_t>(n));
   for (int64_t i = 0; i < n; ++i) data[static_cast<std::size_t>(i)] = static_cast<float>(i % 1000003);
-  Session s(g, w0.target());
+  Session s(g, tasks.task0.target());
   auto out = s.run(z, {{x, Tensor::vector<float>(data)}}).to_vector<float>();
   ASSERT_EQ(out.size(), data.size());
   int64_t wrong = 0;
@@ -196,17 +217,11 @@ TEST(ClusterSessionTest, BigTensorCrossesTasksIntact) {
 // A cluster session's placement comes back to the client's graph (Operation::assigned_device),
 // for ops placed in later steps too, naming the task and device each op runs on.
 TEST(ClusterSessionTest, AssignedDevicesOnTheClientNameTheTasks) {
-  ClusterSpec cluster({{"ps", {loopback()}}, {"worker", {loopback()}}});
-  Server ps(cluster, "ps", 0, quick());
-  Server w0(cluster, "worker", 0, quick());
+  PsAndWorker tasks;
   Graph g;
-  Variable v;
-  {
-    auto scope = g.device("/job:ps/task:0/device:CPU:0");
-    v = Variable(g, Tensor::scalar<float>(1), "v");
-  }
+  Variable v = variable_on(g, "/job:ps/task:0/device:CPU:0", Tensor::scalar<float>(1), "v");
   auto doubled = ops::mul(v.value(), ops::constant(g, Tensor::scalar<float>(2)), "doubled");
-  Session s(g, w0.target());
+  Session s(g, tasks.worker.target());
   EXPECT_EQ(doubled.op().assigned_device(), "");  // nothing placed before a step needs it
   s.run(v.initializer());
   EXPECT_EQ(v.value().op().assigned_device(), "/job:ps/replica:0/task:0/device:CPU:0");
@@ -227,9 +242,7 @@ TEST(ClusterSessionTest, AssignedDevicesOnTheClientNameTheTasks) {
 // A control input added to an op the cluster session already ran takes effect from the next run,
 // also when it crosses tasks (TensorFlow 1 allows adding control inputs to a graph in use).
 TEST(ClusterSessionTest, AControlInputAddedAfterTheSessionRanTheOpIsHonoured) {
-  ClusterSpec cluster({{"ps", {loopback()}}, {"worker", {loopback()}}});
-  Server ps(cluster, "ps", 0, quick());
-  Server w0(cluster, "worker", 0, quick());
+  PsAndWorker tasks;
   Graph g;
   Variable counter;
   Operation bump;
@@ -243,7 +256,7 @@ TEST(ClusterSessionTest, AControlInputAddedAfterTheSessionRanTheOpIsHonoured) {
     auto scope = g.device("/job:worker/task:0");
     marker = ops::no_op(g, "marker");
   }
-  Session s(g, w0.target());
+  Session s(g, tasks.worker.target());
   s.run(counter.initializer());
   s.run(marker);
   EXPECT_EQ(s.run(counter.value()).scalar<float>(), 0.0f);  // marker alone runs nothing else
@@ -267,9 +280,7 @@ TEST(ClusterSessionTest, AControlInputAddedAfterTheSessionRanTheOpIsHonoured) {
 // RunOptions::trace on a cluster target: one Chrome trace of the whole step, each task's ops on
 // that task's devices, on the master's clock, inside the master's RunGraph call to their task.
 TEST(ClusterSessionTest, TracedStepShowsEveryTasksOpsInsideItsRunGraphCall) {
-  ClusterSpec cluster({{"worker", {loopback(), loopback()}}});
-  Server w0(cluster, "worker", 0, quick());
-  Server w1(cluster, "worker", 1, quick());
+  TwoTasks tasks("worker");
   Graph g;
   auto x = ops::placeholder(g, DType::Float32, Shape{4}, "x");
   Output y, z;
@@ -281,7 +292,7 @@ TEST(ClusterSessionTest, TracedStepShowsEveryTasksOpsInsideItsRunGraphCall) {
     auto scope = g.device("/job:worker/task:0");
     z = ops::add(y, x, "local_add");
   }
-  Session s(g, w0.target());
+  Session s(g, tasks.task0.target());
   const FeedMap feed{{x, Tensor::vector<float>({1, 2, 3, 4})}};
   RunOptions traced;
   traced.trace = true;
@@ -373,18 +384,12 @@ TEST(ClusterSessionTest, VariableOnPsSharedByTwoClientsLosesNoUpdate) {
 
 // A Saver works through Session::run, so it saves and restores variables that live on a ps task.
 TEST(ClusterSessionTest, SaverSavesAndRestoresVariablesOnAPsTask) {
-  ClusterSpec cluster({{"ps", {loopback()}}, {"worker", {loopback()}}});
-  Server ps(cluster, "ps", 0, quick());
-  Server w0(cluster, "worker", 0, quick());
+  PsAndWorker tasks;
   Graph g;
-  Variable v;
-  {
-    auto scope = g.device("/job:ps/task:0");
-    v = Variable(g, Tensor::vector<float>({1, 2, 3}), "weights");
-  }
+  Variable v = variable_on(g, "/job:ps/task:0", Tensor::vector<float>({1, 2, 3}), "weights");
   auto bump = v.assign_add(ops::constant(g, Tensor::vector<float>({10, 10, 10})));
   train::Saver saver(g);
-  Session s(g, w0.target(), client_options());
+  Session s(g, tasks.worker.target(), client_options());
   s.run(v.initializer());
   namespace fs = std::filesystem;
   const fs::path dir_path = fs::temp_directory_path() / ("tessera_cluster_saver_" + std::to_string(::getpid()));
@@ -401,9 +406,7 @@ TEST(ClusterSessionTest, SaverSavesAndRestoresVariablesOnAPsTask) {
 }
 
 TEST(ClusterSessionTest, ErrorsKeepTheirTypeAndNameTheOp) {
-  ClusterSpec cluster({{"worker", {loopback(), loopback()}}});
-  Server w0(cluster, "worker", 0, quick());
-  Server w1(cluster, "worker", 1, quick());
+  TwoTasks tasks("worker");
   Graph g;
   auto a = ops::placeholder(g, DType::Float32, Shape::unknown(), "a");
   Output bad;
@@ -412,7 +415,7 @@ TEST(ClusterSessionTest, ErrorsKeepTheirTypeAndNameTheOp) {
     bad = ops::matmul(a, a, false, false, "bad_matmul");
   }
   auto out = ops::identity(bad, "out");
-  Session s(g, w0.target(), client_options());
+  Session s(g, tasks.task0.target(), client_options());
   try {
     s.run(out, {{a, Tensor::vector<float>({1, 2, 3})}});
     FAIL() << "matmul of a vector ran";
@@ -568,9 +571,7 @@ TEST(ClusterSessionTest, TensorsLeaveATaskFromAnAcceleratorsMemory) {
     ASSERT_NO_FATAL_FAILURE(ensure_a_sim_device());
   }
   const std::string accelerator = gpu ? "GPU:0" : "SIM:0";
-  ClusterSpec cluster({{"ps", {loopback()}}, {"worker", {loopback()}}});
-  Server ps(cluster, "ps", 0, quick());
-  Server worker(cluster, "worker", 0, quick());
+  PsAndWorker tasks;
   Graph g;
   Variable w;
   {
@@ -584,7 +585,7 @@ TEST(ClusterSessionTest, TensorsLeaveATaskFromAnAcceleratorsMemory) {
     delta = ops::mul(y, ops::constant(g, 0.25f));  // w / 2, computed on the worker
   }
   Output step = w.assign_sub(delta);  // on the ps, with its variable
-  Session s(g, worker.target());
+  Session s(g, tasks.worker.target());
   s.run(global_variables_initializer(g));
   auto out = s.run({y, w.value()});
   EXPECT_EQ(out[0].to_vector<float>(), (std::vector<float>{2, 4, 6}));
@@ -604,9 +605,7 @@ TEST(ClusterSessionTest, TensorsLeaveATaskFromAnAcceleratorsMemory) {
 // rather than reading device memory as host memory; the graph that placed it consistently goes on.
 TEST(ClusterSessionTest, AVariablePlacedOnTwoDevicesByTwoGraphsIsAClearError) {
   ASSERT_NO_FATAL_FAILURE(ensure_a_sim_device());
-  ClusterSpec cluster({{"ps", {loopback()}}, {"worker", {loopback()}}});
-  Server ps(cluster, "ps", 0, quick());
-  Server worker(cluster, "worker", 0, quick());
+  PsAndWorker tasks;
   struct Model {
     Graph g;
     Variable w;
@@ -627,8 +626,8 @@ TEST(ClusterSessionTest, AVariablePlacedOnTwoDevicesByTwoGraphsIsAClearError) {
   };
   auto on_sim = build("/job:ps/task:0/device:SIM:0");
   auto on_cpu = build("/job:ps/task:0/device:CPU:0");
-  Session a(on_sim->g, worker.target());
-  Session b(on_cpu->g, worker.target());
+  Session a(on_sim->g, tasks.worker.target());
+  Session b(on_cpu->g, tasks.worker.target());
   a.run(global_variables_initializer(on_sim->g));
   EXPECT_EQ(a.run(on_sim->y).to_vector<float>(), (std::vector<float>{3, 6}));
   EXPECT_THROW_MSG(b.run(on_cpu->y), FailedPreconditionError, "must place it on the same device");
@@ -644,15 +643,9 @@ TEST(ClusterSessionTest, AVariablePlacedOnTwoDevicesByTwoGraphsIsAClearError) {
 // cpu_only it goes to the CPU, and that graph then fails with the clear error.
 TEST(ClusterSessionTest, AVariableNamingOnlyItsTaskGoesToItsAcceleratorWhateverTheGraph) {
   ASSERT_NO_FATAL_FAILURE(ensure_a_sim_device());
-  ClusterSpec cluster({{"ps", {loopback()}}, {"worker", {loopback()}}});
-  Server ps(cluster, "ps", 0, quick());
-  Server worker(cluster, "worker", 0, quick());
+  PsAndWorker tasks;
   Graph g;
-  Variable w;
-  {
-    auto scope = g.device("/job:ps/task:0");
-    w = Variable(g, Tensor::vector<float>({1, 2}), "w");
-  }
+  Variable w = variable_on(g, "/job:ps/task:0", Tensor::vector<float>({1, 2}), "w");
   Output y;
   {
     auto scope = g.device("/job:worker/task:0");
@@ -661,21 +654,21 @@ TEST(ClusterSessionTest, AVariableNamingOnlyItsTaskGoesToItsAcceleratorWhateverT
   Output step = w.assign_add(ops::constant(g, Tensor::vector<float>({1, 1})));
   SessionOptions accelerator_first;
   accelerator_first.placement_policy = PlacementPolicy::gpu_first;
-  Session a(g, worker.target(), accelerator_first);
+  Session a(g, tasks.worker.target(), accelerator_first);
   a.run(global_variables_initializer(g));
   a.run(step);
   const std::string first = w.op().assigned_device();
   EXPECT_TRUE(first.find("/job:ps/replica:0/task:0/device:SIM:") == 0 ||
               first.find("/job:ps/replica:0/task:0/device:GPU:") == 0)
       << first;
-  Session b(g, worker.target());  // the cost policy: alone, it puts w with its reader's host
+  Session b(g, tasks.worker.target());  // the cost policy: alone, it puts w with its reader's host
   EXPECT_EQ(b.run(y).to_vector<float>(), (std::vector<float>{6, 9}));
   EXPECT_EQ(w.op().assigned_device(), first) << "b's placement, the latest, keeps the variable's device";
   b.run(step);
   EXPECT_EQ(a.run(w.value()).to_vector<float>(), (std::vector<float>{3, 4}));
   SessionOptions host_only;
   host_only.placement_policy = PlacementPolicy::cpu_only;
-  Session c(g, worker.target(), host_only);
+  Session c(g, tasks.worker.target(), host_only);
   EXPECT_THROW_MSG(c.run(y), FailedPreconditionError, "must place it on the same device");
 }
 

@@ -343,12 +343,10 @@ TEST(ClusterSoakTest, VanishedClientsLeaveNothingBehind) {
                 std::chrono::duration<double>(Clock::now() - t0).count());
     {
       Graph g;
-      FIFOQueue q(g, 10, {DType::Float32}, {Shape{}}, "soak_q");
-      auto v = ops::placeholder(g, DType::Float32, Shape{}, "v");
-      auto enq = q.enqueue({v});
-      auto deq = q.dequeue()[0];
+      testing::FedQueue q(g, 10, DType::Float32, "soak_q", "v");
+      auto deq = q.queue.dequeue()[0];
       Session s(g, target);
-      s.run({}, {{v, Tensor::scalar(5.0f)}}, {enq}, bounded);
+      s.run({}, q.feed(Tensor::scalar(5.0f)), {q.enqueue}, bounded);
       RunOptions short_wait;
       short_wait.timeout = 10s;
       EXPECT_EQ(s.run({deq}, {}, {}, short_wait)[0].scalar<float>(), 5.0f) << "a killed client's dequeue took it";

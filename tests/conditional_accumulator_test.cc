@@ -196,16 +196,21 @@ TEST(ConditionalAccumulatorTest, PartialShapeIsCheckedWhenRun) {
   EXPECT_EQ(num(s, q), 1);
 }
 
-TEST(ConditionalAccumulatorTest, SizeAfterApplyGrad) {
-  Graph g;
-  ConditionalAccumulator q(g, DType::Float32, Shape{1}, "", "Q");
-  Operation apply = q.apply_grad(fvec(g, {10}));
-  Session s(g);
+// Runs `apply` (a gradient of the current step) twice: q's count goes 0, 1, 2.
+void expect_two_applies_counted(Session& s, const ConditionalAccumulator& q, const Operation& apply) {
   EXPECT_EQ(num(s, q), 0);
   s.run(apply);
   EXPECT_EQ(num(s, q), 1);
   s.run(apply);
   EXPECT_EQ(num(s, q), 2);
+}
+
+TEST(ConditionalAccumulatorTest, SizeAfterApplyGrad) {
+  Graph g;
+  ConditionalAccumulator q(g, DType::Float32, Shape{1}, "", "Q");
+  Operation apply = q.apply_grad(fvec(g, {10}));
+  Session s(g);
+  expect_two_applies_counted(s, q, apply);
 }
 
 TEST(ConditionalAccumulatorTest, SizeAfterApplyGradAndTakeGrad) {
@@ -214,11 +219,7 @@ TEST(ConditionalAccumulatorTest, SizeAfterApplyGradAndTakeGrad) {
   Operation apply = q.apply_grad(fvec(g, {10}));
   Output extract = q.take_grad(2);
   Session s(g);
-  EXPECT_EQ(num(s, q), 0);
-  s.run(apply);
-  EXPECT_EQ(num(s, q), 1);
-  s.run(apply);
-  EXPECT_EQ(num(s, q), 2);
+  expect_two_applies_counted(s, q, apply);
   run_bounded(s, extract);  // resets the count
   EXPECT_EQ(num(s, q), 0);
   Operation apply1 = q.apply_grad(fvec(g, {10}), 1);

@@ -21,24 +21,13 @@
 
 #include "core/node.h"
 #include "tests/testing/device_op_test.h"
-#include "tests/testing/sim_device.h"
-#include "tests/testing/tensor_expect.h"
-#include "tests/testing/tensor_values.h"
-#include "tests/testing/test_util.h"
+#include "tests/testing/op_suite.h"
 
 namespace tessera {
 namespace {
 
-using testing::error_of;
-using testing::expect_values;
-using ::testing::HasSubstr;
+using namespace op_suite;
 using testing::Range;
-using testing::tensor_of;
-using testing::values_of;
-
-const auto* const kSimEnvironment = ::testing::AddGlobalTestEnvironment(new testing::SimEnvironment);
-
-using Dims = std::vector<int64_t>;
 
 // ---- References: TF's window arithmetic and the sums written out, independent of the kernels ----
 
@@ -766,6 +755,23 @@ TEST(ConvOpsBuildTest, Conv2DErrors) {
       "conv (Conv2D): ", "inputs must have one dtype: input 0 is float64, input 1 is float32");
 }
 
+// A window, strides and padding that a pool of a [32,20,20,3] input refuses, and what it says.
+struct BadPool {
+  std::vector<int> ksize, strides;
+  std::string padding;
+  std::string detail;
+};
+const BadPool kBadPools[] = {
+    {{1, 1, 1, 1}, {2, 1, 1, 1}, "SAME", "strides in the batch and depth dimensions must be 1, got [2,1,1,1]"},
+    {{2, 1, 1, 1}, {1, 1, 1, 1}, "SAME", "ksize in the batch and depth dimensions must be 1, got [2,1,1,1]"},
+    {{1, 1, 1, 3}, {1, 1, 1, 1}, "SAME", "ksize in the batch and depth dimensions must be 1, got [1,1,1,3]"},
+    {{1, 2, 2}, {1, 1, 1, 1}, "SAME", "ksize must have 4 elements [1, height, width, 1], got [1,2,2]"},
+    {{1, 0, 2, 1}, {1, 1, 1, 1}, "SAME", "ksize must be positive, got [1,0,2,1]"},
+    {{1, 20, 21, 1}, {1, 1, 1, 1}, "VALID", "the window's width 21 is larger than the input's 20 (VALID padding)"},
+    {{1, 21, 20, 1}, {1, 1, 1, 1}, "VALID", "the window's height 21 is larger than the input's 20 (VALID padding)"},
+    {{1, 2, 2, 1}, {1, 1, 1, 1}, "same", "padding must be \"SAME\" or \"VALID\", got \"same\""},
+};
+
 TEST(ConvOpsBuildTest, PoolErrors) {
   Graph g;
   auto x = ops::placeholder(g, DType::Float32, Shape{32, 20, 20, 3});
@@ -778,21 +784,10 @@ TEST(ConvOpsBuildTest, PoolErrors) {
     };
     expect_build_fails(pool(ops::placeholder(g, DType::Float32, Shape{1, 3}), {1, 1, 1, 1}, {1, 1, 1, 1}, "SAME"), type,
                        "the input (NHWC) must be 4-D, got shape [1,3]");
-    expect_build_fails(pool(x, {1, 1, 1, 1}, {2, 1, 1, 1}, "SAME"), type,
-                       "strides in the batch and depth dimensions must be 1, got [2,1,1,1]");
-    expect_build_fails(pool(x, {2, 1, 1, 1}, {1, 1, 1, 1}, "SAME"), type,
-                       "ksize in the batch and depth dimensions must be 1, got [2,1,1,1]");
-    expect_build_fails(pool(x, {1, 1, 1, 3}, {1, 1, 1, 1}, "SAME"), type,
-                       "ksize in the batch and depth dimensions must be 1, got [1,1,1,3]");
-    expect_build_fails(pool(x, {1, 2, 2}, {1, 1, 1, 1}, "SAME"), type,
-                       "ksize must have 4 elements [1, height, width, 1], got [1,2,2]");
-    expect_build_fails(pool(x, {1, 0, 2, 1}, {1, 1, 1, 1}, "SAME"), type, "ksize must be positive, got [1,0,2,1]");
-    expect_build_fails(pool(x, {1, 20, 21, 1}, {1, 1, 1, 1}, "VALID"), type,
-                       "the window's width 21 is larger than the input's 20 (VALID padding)");
-    expect_build_fails(pool(x, {1, 21, 20, 1}, {1, 1, 1, 1}, "VALID"), type,
-                       "the window's height 21 is larger than the input's 20 (VALID padding)");
-    expect_build_fails(pool(x, {1, 2, 2, 1}, {1, 1, 1, 1}, "same"), type,
-                       "padding must be \"SAME\" or \"VALID\", got \"same\"");
+    for (const BadPool& c : kBadPools) {
+      SCOPED_TRACE(::testing::PrintToString(c.ksize) + " " + ::testing::PrintToString(c.strides) + " " + c.padding);
+      expect_build_fails(pool(x, c.ksize, c.strides, c.padding), type, c.detail);
+    }
     auto xi = ops::placeholder(g, DType::Int64, Shape{1, 2, 2, 1});
     expect_build_fails(pool(xi, {1, 1, 1, 1}, {1, 1, 1, 1}, "SAME"), type,
                        "input 0 must be float32 or float64, got int64");

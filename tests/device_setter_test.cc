@@ -42,6 +42,12 @@ Variable vector_variable(Graph& g, std::vector<float> values) {
   return Variable(g, Tensor::vector<float>(values));
 }
 
+// Expects `v` and its initializer on `spec`: the replica device setter places the two together.
+void expect_variable_on(const Variable& v, const std::string& spec) {
+  EXPECT_DEVICE(v.op(), spec);
+  EXPECT_DEVICE(v.initializer(), spec);
+}
+
 // ---------------------------------------------------------------- Graph::device(DeviceFunction)
 
 TEST(DeviceFunctionTest, TheFunctionSeesTheNewOpAndChoosesItsDevice) {
@@ -200,10 +206,8 @@ TEST(ReplicaDeviceSetterTest, CPUOverride) {
     auto cpu = g.device("/cpu:0");
     a = ops::add(v.value(), w.value());
   }
-  EXPECT_DEVICE(v.op(), "/job:ps/task:0/cpu:0");
-  EXPECT_DEVICE(v.initializer(), "/job:ps/task:0/cpu:0");
-  EXPECT_DEVICE(w.op(), "/job:ps/task:1");
-  EXPECT_DEVICE(w.initializer(), "/job:ps/task:1");
+  expect_variable_on(v, "/job:ps/task:0/cpu:0");
+  expect_variable_on(w, "/job:ps/task:1");
   EXPECT_DEVICE(a.op(), "/job:worker/cpu:0");
 }
 
@@ -213,10 +217,8 @@ TEST(ReplicaDeviceSetterTest, PS2TasksWithClusterSpec) {
   Variable v = vector_variable(g, {1, 2});
   Variable w = vector_variable(g, {2, 1});
   Output a = ops::add(v.value(), w.value());
-  EXPECT_DEVICE(v.op(), "/job:ps/task:0");
-  EXPECT_DEVICE(v.initializer(), "/job:ps/task:0");
-  EXPECT_DEVICE(w.op(), "/job:ps/task:1");
-  EXPECT_DEVICE(w.initializer(), "/job:ps/task:1");
+  expect_variable_on(v, "/job:ps/task:0");
+  expect_variable_on(w, "/job:ps/task:1");
   EXPECT_DEVICE(a.op(), "/job:worker");
   // Round robin comes back to task 0; the initial values are worker ops, as in TensorFlow.
   Variable x = vector_variable(g, {0, 0});
@@ -236,12 +238,9 @@ TEST(ReplicaDeviceSetterTest, PS2TasksPinVariableToJob) {
     x = vector_variable(g, {0, 1});
   }
   Output a = ops::add(ops::add(v.value(), w.value()), x.value());
-  EXPECT_DEVICE(v.op(), "/job:ps/task:0");
-  EXPECT_DEVICE(v.initializer(), "/job:ps/task:0");
-  EXPECT_DEVICE(w.op(), "/job:moon");
-  EXPECT_DEVICE(w.initializer(), "/job:moon");
-  EXPECT_DEVICE(x.op(), "/job:ps/task:1");
-  EXPECT_DEVICE(x.initializer(), "/job:ps/task:1");
+  expect_variable_on(v, "/job:ps/task:0");
+  expect_variable_on(w, "/job:moon");
+  expect_variable_on(x, "/job:ps/task:1");
   EXPECT_DEVICE(a.op(), "/job:worker");
 }
 
@@ -271,8 +270,7 @@ TEST(ReplicaDeviceSetterTest, WithoutAPsJobEveryOpGoesToTheWorkerDevice) {
   auto setter = g.device(replica_device_setter(ClusterSpec({{"worker", {"w0:2222", "w1:2222"}}}),
                                                "/job:worker/task:1"));
   Variable v = vector_variable(g, {1, 2});
-  EXPECT_DEVICE(v.op(), "/job:worker/task:1");
-  EXPECT_DEVICE(v.initializer(), "/job:worker/task:1");
+  expect_variable_on(v, "/job:worker/task:1");
   EXPECT_DEVICE(ops::add(v.value(), v.value()).op(), "/job:worker/task:1");
 }
 

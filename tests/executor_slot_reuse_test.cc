@@ -135,17 +135,15 @@ TEST(ExecutorSlotReuseTest, OutputsNoOneReadsAreComputedAndStillFetchableLater) 
 
 TEST(ExecutorSlotReuseTest, AsyncOpWhoseOutputNoOneReadsRunsAsATarget) {
   Graph g;
-  FIFOQueue q(g, 10, {DType::Int32}, {Shape{}});
-  auto x = ops::placeholder(g, DType::Int32, Shape{}, "x");
-  auto enqueue = q.enqueue({x});
-  auto dequeue = q.dequeue()[0];
+  testing::FedQueue q(g, 10, DType::Int32, "", "x");
+  auto dequeue = q.queue.dequeue()[0];
   auto after = ops::add(dequeue, ops::constant(g, 1));
   Session s(g);
-  for (int32_t i = 0; i < 4; ++i) s.run(enqueue, {{x, Tensor::scalar(i)}});
+  for (int32_t i = 0; i < 4; ++i) s.run(q.enqueue, q.feed(Tensor::scalar(i)));
   s.run(dequeue.op());  // 0 dequeued, its value read by no one
   EXPECT_EQ(s.run(after).scalar<int32_t>(), 2);
   EXPECT_EQ(s.run(dequeue).scalar<int32_t>(), 2);
-  EXPECT_EQ(s.run(q.size()).scalar<int32_t>(), 1);
+  EXPECT_EQ(s.run(q.queue.size()).scalar<int32_t>(), 1);
 }
 
 TEST(ExecutorSlotReuseTest, ExpensiveOpsInAChainHandTheirSlotsOn) {

@@ -136,10 +136,8 @@ class AsyncHandOffTest : public ::testing::TestWithParam<int> {};
 
 TEST_P(AsyncHandOffTest, PingPongThroughACapacityOneQueueLosesNoWakeUp) {
   Graph g;
-  FIFOQueue q(g, 1, {DType::Int32}, {Shape{}});
-  auto x = ops::placeholder(g, DType::Int32, Shape{}, "x");
-  auto enqueue = q.enqueue({x});
-  auto dequeue = q.dequeue()[0];
+  testing::FedQueue q(g, 1, DType::Int32, "", "x");
+  auto dequeue = q.queue.dequeue()[0];
   SessionOptions so;
   so.inter_op_threads = GetParam();
   Session s(g, so);
@@ -150,7 +148,7 @@ TEST_P(AsyncHandOffTest, PingPongThroughACapacityOneQueueLosesNoWakeUp) {
   std::string producer_error;
   std::thread producer([&] {
     try {
-      for (int32_t i = 1; i <= kElements; ++i) s.run({}, {{x, Tensor::scalar(i)}}, {enqueue}, ro);
+      for (int32_t i = 1; i <= kElements; ++i) s.run({}, q.feed(Tensor::scalar(i)), {q.enqueue}, ro);
     } catch (const Error& e) {
       producer_error = e.what();
     }

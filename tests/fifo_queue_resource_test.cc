@@ -151,18 +151,17 @@ TEST(FIFOQueueResourceTest, WaitersAreServedInArrivalOrder) {
 
 TEST(FIFOQueueResourceTest, BlockedEnqueuesCompleteInArrivalOrder) {
   auto q = make_queue(1);
-  Result e0, e1, e2;
-  q->try_enqueue(rows({0}), nullptr, e0.enqueue_cb());
-  q->try_enqueue(rows({1}), nullptr, e1.enqueue_cb());
-  q->try_enqueue(rows({2}), nullptr, e2.enqueue_cb());
-  EXPECT_FALSE(e1.is_done());
-  EXPECT_FALSE(e2.is_done());
-  EXPECT_EQ(dequeue_now(*q, 1), std::vector<float>{0});
-  EXPECT_TRUE(e1.is_done());
-  EXPECT_FALSE(e2.is_done());
-  EXPECT_EQ(dequeue_now(*q, 1), std::vector<float>{1});
-  EXPECT_TRUE(e2.is_done());
-  EXPECT_EQ(dequeue_now(*q, 1), std::vector<float>{2});
+  constexpr int kEnqueues = 3;
+  Result e[kEnqueues];
+  for (int i = 0; i < kEnqueues; ++i) q->try_enqueue(rows({static_cast<float>(i)}), nullptr, e[i].enqueue_cb());
+  // Element i is in the queue and the later enqueues wait; taking it lets the next one in.
+  for (int i = 0; i < kEnqueues; ++i) {
+    for (int later = i + 1; later < kEnqueues; ++later) EXPECT_FALSE(e[later].is_done()) << "enqueue " << later;
+    EXPECT_EQ(dequeue_now(*q, 1), std::vector<float>{static_cast<float>(i)});
+    if (i + 1 < kEnqueues) {
+      EXPECT_TRUE(e[i + 1].is_done()) << "enqueue " << i + 1;
+    }
+  }
 }
 
 TEST(FIFOQueueResourceTest, DequeueManyLargerThanCapacityTakesElementsAsTheyArrive) {

@@ -117,12 +117,10 @@ struct BlockedClient {
 // comes back unless a step of another master still waits on the queue and took it.
 void expect_own_element_back(const std::string& worker_target, float value, std::chrono::milliseconds limit) {
   Graph g;
-  FIFOQueue q(g, 10, {DType::Float32}, {Shape{}}, "q");
-  auto v = ops::placeholder(g, DType::Float32, Shape{}, "value");
-  auto enq = q.enqueue({v});
-  auto deq = q.dequeue()[0];
+  testing::FedQueue q(g, 10, DType::Float32, "q", "value");
+  auto deq = q.queue.dequeue()[0];
   Session s(g, worker_target);
-  s.run({}, {{v, Tensor::scalar(value)}}, {enq});
+  s.run({}, q.feed(Tensor::scalar(value)), {q.enqueue});
   RunOptions ro;
   ro.timeout = limit;
   try {

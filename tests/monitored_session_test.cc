@@ -261,27 +261,40 @@ std::pair<int64_t, float> train_through_a_ps_failure(const std::string& target, 
   return result;
 }
 
+// A ps task and a worker task in this process. The worker gives up on a call to the ps after
+// `rpc_timeout`: how soon a stopped ps shows in a step as UnavailableError.
+struct PsAndWorker {
+  explicit PsAndWorker(std::chrono::milliseconds rpc_timeout)
+      : cluster({{"ps", {train::free_loopback_address()}}, {"worker", {train::free_loopback_address()}}}),
+        ps(cluster, "ps", 0),
+        worker(cluster, "worker", 0, worker_options(rpc_timeout)) {}
+  static train::ServerOptions worker_options(std::chrono::milliseconds rpc_timeout) {
+    train::ServerOptions options;
+    options.rpc_timeout = rpc_timeout;
+    return options;
+  }
+  train::ClusterSpec cluster;
+  train::Server ps;
+  train::Server worker;
+};
+
 // RecoverableSessionTest: a ps stopped and restarted (empty) mid-training on the same port; the
 // monitored session makes a new session, restores the latest checkpoint (step 10) and reaches its
 // target step, w consistent with the step throughout.
 TEST_F(MonitoredSessionTest, RecoversFromAParameterServerRestartedInProcess) {
-  train::ClusterSpec cluster({{"ps", {train::free_loopback_address()}}, {"worker", {train::free_loopback_address()}}});
-  train::Server ps(cluster, "ps", 0);
   // The worker gives up on a call to the ps after 1 s, and the ps stays down for 1.5 s: the step
   // that meets it down fails with UnavailableError, and so do the first tries to make a session.
-  train::ServerOptions worker_options;
-  worker_options.rpc_timeout = 1000ms;
-  train::Server worker(cluster, "worker", 0, worker_options);
+  PsAndWorker tasks(1000ms);
   std::thread restarter;
   std::vector<std::string> log;
   auto [step, w] = train_through_a_ps_failure(
-      worker.target(), dir_, [&] { ps.stop(); },
+      tasks.worker.target(), dir_, [&] { tasks.ps.stop(); },
       [&] {
         restarter = std::thread([&] {
           std::this_thread::sleep_for(1500ms);
           for (int attempt = 0;; ++attempt) {  // the port may linger briefly
             try {
-              ps.start();
+              tasks.ps.start();
               return;
             } catch (const Error&) {
               if (attempt == 50) throw;
@@ -311,20 +324,16 @@ TEST_F(MonitoredSessionTest, RecoversFromAParameterServerRestartedInProcess) {
 // Past recovery_wait the error goes to the caller, and close() then skips the hooks' end() (no
 // checkpoint at close: the ps is gone).
 TEST_F(MonitoredSessionTest, APsThatStaysDownFailsTheRunAfterTheRecoveryWait) {
-  train::ClusterSpec cluster({{"ps", {train::free_loopback_address()}}, {"worker", {train::free_loopback_address()}}});
-  train::Server ps(cluster, "ps", 0);
-  train::ServerOptions worker_options;
-  worker_options.rpc_timeout = 500ms;
-  train::Server worker(cluster, "worker", 0, worker_options);
+  PsAndWorker tasks(500ms);
   Model m("/job:ps/task:0");
   train::MonitoredTrainingSessionOptions o;
-  o.master = worker.target();
+  o.master = tasks.worker.target();
   o.checkpoint_dir = dir_.string();
   o.save_checkpoint_steps = 100;
   o.recovery_wait = 1000ms;
   train::MonitoredTrainingSession s(m.g, o);
   s.run(m.train_op);
-  ps.stop();
+  tasks.ps.stop();
   const auto start = Clock::now();
   EXPECT_THROW(s.run(m.train_op), UnavailableError);
   EXPECT_LT(Clock::now() - start, 60s);

@@ -20,26 +20,14 @@
 #include "core/nn_ops.h"
 #include "core/node.h"
 #include "tests/testing/device_op_test.h"
-#include "tests/testing/sim_device.h"
-#include "tests/testing/tensor_expect.h"
-#include "tests/testing/tensor_values.h"
-#include "tests/testing/test_util.h"
+#include "tests/testing/op_suite.h"
 
 namespace tessera {
 namespace {
 
-using testing::error_of;
-using testing::expect_values;
-using ::testing::HasSubstr;
+using namespace op_suite;
 using testing::RandomInputs;
 using testing::Range;
-using testing::tensor_of;
-using testing::values_of;
-
-const auto* const kSimEnvironment = ::testing::AddGlobalTestEnvironment(new testing::SimEnvironment);
-
-using Dims = std::vector<int64_t>;
-using V = std::vector<double>;
 
 constexpr DType kFloatDTypes[] = {DType::Float32, DType::Float64, DType::Float16, DType::BFloat16};
 

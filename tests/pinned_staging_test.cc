@@ -18,16 +18,11 @@
 namespace tessera::internal {
 namespace {
 
-using tessera::testing::kThreadCounts;
-using tessera::testing::run_threads;
-
-constexpr std::size_t kKiB = 1024;
-constexpr std::size_t kMiB = 1024 * 1024;
+using namespace tessera::testing::allocator_suite;
 
 // Host memory standing in for cudaHostAlloc (or for the fallback), 4 KiB aligned, counting its
 // calls; fails while BackingLog::fail is set.
-using CountingBacking = tessera::testing::CountingBacking<StagingBacking, 4096>;
-using tessera::testing::BackingLog;
+using FakeBacking = CountingBacking<StagingBacking, 4096>;
 
 struct Fixture {
   std::shared_ptr<BackingLog> pinned = std::make_shared<BackingLog>();
@@ -36,8 +31,8 @@ struct Fixture {
   explicit Fixture(std::size_t max_pooled = 64 * kMiB) {
     PinnedStagingOptions options;
     options.max_pooled_bytes = max_pooled;
-    pool = std::make_unique<PinnedStagingPool>("test", std::make_unique<CountingBacking>(pinned),
-                                               std::make_unique<CountingBacking>(fallback), options);
+    pool = std::make_unique<PinnedStagingPool>("test", std::make_unique<FakeBacking>(pinned),
+                                               std::make_unique<FakeBacking>(fallback), options);
   }
   PinnedStagingPool::Buffer get(std::size_t bytes) {
     auto b = pool->acquire(bytes);

@@ -44,12 +44,19 @@ void join_all(std::vector<std::thread>& threads) {
   threads.clear();
 }
 
-TEST(QueueRunnerTest, Basic) {
+// A session with a runner of one enqueue that moves a closed source's 1, 2, 3 into `q` (float,
+// capacity 10): its thread ends on the source's OutOfRangeError, having moved all three.
+struct OneToOne {
   Graph g;
-  Session s(g);
-  Source src(g, s, {1, 2, 3});
-  FIFOQueue q(g, 10, {DType::Float32});
-  QueueRunner qr(q, {q.enqueue({src.next()})});
+  Session s{g};
+  Source src{g, s, {1, 2, 3}};
+  FIFOQueue q{g, 10, {DType::Float32}};
+  QueueRunner qr{q, {q.enqueue({src.next()})}};
+};
+
+TEST(QueueRunnerTest, Basic) {
+  OneToOne r;
+  auto& [g, s, src, q, qr] = r;
   auto threads = qr.create_threads(s);
   EXPECT_EQ(threads.size(), 1u);  // one per enqueue op, no coordinator thread
   join_all(threads);
@@ -118,11 +125,8 @@ TEST(QueueRunnerTest, RealDequeueEnqueue) {
 }
 
 TEST(QueueRunnerTest, RespectCoordShouldStop) {
-  Graph g;
-  Session s(g);
-  Source src(g, s, {1, 2, 3});
-  FIFOQueue q(g, 10, {DType::Float32});
-  QueueRunner qr(q, {q.enqueue({src.next()})});
+  OneToOne r;
+  auto& [g, s, src, q, qr] = r;
   Coordinator coord;
   coord.request_stop();
   auto threads = qr.create_threads(s, &coord);
@@ -215,12 +219,9 @@ TEST(QueueRunnerTest, IgnoreMultiStarts) {
 }
 
 TEST(QueueRunnerTest, StartFalseWaitsForStart) {
-  Graph g;
-  Session s(g);
-  Source src(g, s, {1, 2, 3});
-  FIFOQueue q(g, 10, {DType::Float32});
+  OneToOne r;
+  auto& [g, s, src, q, qr] = r;
   auto size = q.size();
-  QueueRunner qr(q, {q.enqueue({src.next()})});
   auto threads = qr.create_threads(s, nullptr, /*start=*/false);
   ASSERT_EQ(threads.size(), 1u);
   std::this_thread::sleep_for(50ms);

@@ -7,6 +7,7 @@
 // TensorFlow's tests do.
 #include <algorithm>
 #include <atomic>
+#include <functional>
 #include <future>
 #include <map>
 #include <mutex>
@@ -48,6 +49,27 @@ void close_when_waiting(Session& s, FIFOQueue& q, const std::function<void()>& b
   s.run(q.close());
   thread.get();
 }
+
+// A float queue of capacity 4 that the first step filled with `fill`, and `blocking` (an enqueue
+// `make_blocking` builds on it) started on a thread, where it waits for room.
+struct BlockedEnqueue {
+  Graph g;
+  FIFOQueue q{g, 4, {DType::Float32}};
+  Output deq = q.dequeue()[0];
+  Output size = q.size();
+  Output closed = q.is_closed();
+  Session s{g};
+  std::future<void> producer;
+
+  BlockedEnqueue(std::vector<float> fill, const std::function<Operation(Graph&, FIFOQueue&)>& make_blocking) {
+    s.run(q.enqueue_many({fconst(g, std::move(fill))}));
+    Operation blocking = make_blocking(g, q);
+    producer = async([this, blocking] { s.run(blocking); });
+  }
+};
+
+Operation enqueue_50(Graph& g, FIFOQueue& q) { return q.enqueue({ops::constant(g, 50.f)}); }
+Operation enqueue_50_60(Graph& g, FIFOQueue& q) { return q.enqueue_many({fconst(g, {50, 60})}); }
 
 // ---- Graph construction ----
 
@@ -376,21 +398,20 @@ TEST(QueueTest, EnqueueAndBlockingDequeue) {
 
 TEST(QueueTest, BlockingDequeueManyCompletesWhenEnoughArrive) {
   Graph g;
-  FIFOQueue q(g, 10, {DType::Float32}, {Shape{}});
-  auto x = ops::placeholder(g, DType::Float32, Shape{});
-  auto enq = q.enqueue({x});
+  testing::FedQueue fed(g, 10, DType::Float32);
+  FIFOQueue& q = fed.queue;
   auto deq = q.dequeue_many(4)[0];
   auto size = q.size();
   Session s(g);
   std::vector<float> got;
   auto consumer = async([&] { got = fvec(s, deq); });
   for (float v : {10.f, 20.f, 30.f}) {
-    s.run(enq, {{x, Tensor::scalar(v)}});
+    s.run(fed.enqueue, fed.feed(Tensor::scalar(v)));
     // The waiting dequeue_many takes each element as it arrives.
     ASSERT_TRUE(testing::wait_until([&] { return s.run(size).scalar<int32_t>() == 0; }));
     EXPECT_FALSE(ready(consumer));
   }
-  s.run(enq, {{x, Tensor::scalar(40.f)}});
+  s.run(fed.enqueue, fed.feed(Tensor::scalar(40.f)));
   consumer.get();
   EXPECT_EQ(got, (std::vector<float>{10, 20, 30, 40}));
 }
@@ -436,32 +457,18 @@ TEST(QueueTest, BigEnqueueManyLargerThanCapacity) {
 }
 
 TEST(QueueTest, BlockingEnqueueToFullQueue) {
-  Graph g;
-  FIFOQueue q(g, 4, {DType::Float32});
-  auto fill = q.enqueue_many({fconst(g, {10, 20, 30, 40})});
-  auto blocking = q.enqueue({ops::constant(g, 50.f)});
-  auto deq = q.dequeue()[0];
-  Session s(g);
-  s.run(fill);
-  auto producer = async([&] { s.run(blocking); });
+  BlockedEnqueue b({10, 20, 30, 40}, enqueue_50);
   std::this_thread::sleep_for(kSettle);
-  EXPECT_FALSE(ready(producer));
-  for (float v : {10.f, 20.f, 30.f, 40.f}) EXPECT_EQ(fscalar(s, deq), v);
-  EXPECT_EQ(fscalar(s, deq), 50.f);
-  producer.get();
+  EXPECT_FALSE(ready(b.producer));
+  for (float v : {10.f, 20.f, 30.f, 40.f}) EXPECT_EQ(fscalar(b.s, b.deq), v);
+  EXPECT_EQ(fscalar(b.s, b.deq), 50.f);
+  b.producer.get();
 }
 
 TEST(QueueTest, BlockingEnqueueManyToFullQueue) {
-  Graph g;
-  FIFOQueue q(g, 4, {DType::Float32});
-  auto fill = q.enqueue_many({fconst(g, {10, 20, 30, 40})});
-  auto blocking = q.enqueue_many({fconst(g, {50, 60})});
-  auto deq = q.dequeue()[0];
-  Session s(g);
-  s.run(fill);
-  auto producer = async([&] { s.run(blocking); });
-  for (float v : {10.f, 20.f, 30.f, 40.f, 50.f, 60.f}) EXPECT_EQ(fscalar(s, deq), v);
-  producer.get();
+  BlockedEnqueue b({10, 20, 30, 40}, enqueue_50_60);
+  for (float v : {10.f, 20.f, 30.f, 40.f, 50.f, 60.f}) EXPECT_EQ(fscalar(b.s, b.deq), v);
+  b.producer.get();
 }
 
 // ---- Close ----
@@ -580,20 +587,19 @@ TEST(QueueTest, BlockingDequeueManyFromClosedEmptyQueue) {
 
 TEST(QueueTest, DequeueUpTo) {
   Graph g;
-  FIFOQueue q(g, 10, {DType::Float32}, {Shape{}});
-  auto x = ops::placeholder(g, DType::Float32, Shape{});
-  auto enq = q.enqueue({x});
+  testing::FedQueue fed(g, 10, DType::Float32);
+  FIFOQueue& q = fed.queue;
   auto up_to = q.dequeue_up_to(3)[0];
   auto size = q.size();
   Session s(g);
-  for (float v : {1.f, 2.f, 3.f, 4.f}) s.run(enq, {{x, Tensor::scalar(v)}});
+  for (float v : {1.f, 2.f, 3.f, 4.f}) s.run(fed.enqueue, fed.feed(Tensor::scalar(v)));
   EXPECT_EQ(fvec(s, up_to), (std::vector<float>{1, 2, 3}));  // open: a full batch
   // Open with fewer than n: waits like dequeue_many (holding what is there).
   std::vector<float> rest;
   auto consumer = async([&] { rest = fvec(s, up_to); });
   ASSERT_TRUE(testing::wait_until([&] { return s.run(size).scalar<int32_t>() == 0; }));
   EXPECT_FALSE(ready(consumer));
-  s.run(enq, {{x, Tensor::scalar(5.f)}});
+  s.run(fed.enqueue, fed.feed(Tensor::scalar(5.f)));
   EXPECT_FALSE(ready(consumer));
   s.run(q.close());  // closed: returns what is left
   consumer.get();
@@ -638,46 +644,32 @@ TEST(QueueTest, SecondCloseIsCancelled) {
 }
 
 TEST(QueueTest, BlockingEnqueueManyBeforeClose) {
-  Graph g;
-  FIFOQueue q(g, 4, {DType::Float32});
-  auto fill = q.enqueue_many({fconst(g, {10, 20, 30})});
-  auto blocking = q.enqueue_many({fconst(g, {50, 60})});
-  auto deq = q.dequeue()[0];
-  auto size = q.size();
-  auto closed = q.is_closed();
-  Session s(g);
-  s.run(fill);
-  auto producer = async([&] { s.run(blocking); });  // succeeds once the dequeue makes room
+  // The producer succeeds once the dequeue makes room.
+  BlockedEnqueue b({10, 20, 30}, enqueue_50_60);
+  Session& s = b.s;
   // 50 went in; 60 waits.
-  ASSERT_TRUE(testing::wait_until([&] { return s.run(size).scalar<int32_t>() == 4; }));
-  auto closer = async([&] { s.run(q.close()); });
+  ASSERT_TRUE(testing::wait_until([&] { return s.run(b.size).scalar<int32_t>() == 4; }));
+  auto closer = async([&] { s.run(b.q.close()); });
   std::this_thread::sleep_for(kSettle);
   // The close waits behind the pending enqueue.
   EXPECT_FALSE(ready(closer));
-  EXPECT_FALSE(s.run(closed).scalar<bool>());
-  EXPECT_EQ(fscalar(s, deq), 10.f);  // unblocks both
-  producer.get();
+  EXPECT_FALSE(s.run(b.closed).scalar<bool>());
+  EXPECT_EQ(fscalar(s, b.deq), 10.f);  // unblocks both
+  b.producer.get();
   closer.get();
-  EXPECT_TRUE(s.run(closed).scalar<bool>());
-  for (float v : {20.f, 30.f, 50.f, 60.f}) EXPECT_EQ(fscalar(s, deq), v);
-  EXPECT_EQ(s.run(size).scalar<int32_t>(), 0);
+  EXPECT_TRUE(s.run(b.closed).scalar<bool>());
+  for (float v : {20.f, 30.f, 50.f, 60.f}) EXPECT_EQ(fscalar(s, b.deq), v);
+  EXPECT_EQ(s.run(b.size).scalar<int32_t>(), 0);
 }
 
 TEST(QueueTest, BlockingEnqueueBeforeClose) {
-  Graph g;
-  FIFOQueue q(g, 4, {DType::Float32});
-  auto fill = q.enqueue_many({fconst(g, {10, 20, 30, 40})});
-  auto blocking = q.enqueue({ops::constant(g, 50.f)});
-  auto deq = q.dequeue()[0];
-  Session s(g);
-  s.run(fill);
-  auto producer = async([&] { s.run(blocking); });
+  BlockedEnqueue b({10, 20, 30, 40}, enqueue_50);
   std::this_thread::sleep_for(kSettle);  // the enqueue must block before the close is issued
-  auto closer = async([&] { s.run(q.close()); });
-  EXPECT_EQ(fscalar(s, deq), 10.f);
-  producer.get();
+  auto closer = async([&] { b.s.run(b.q.close()); });
+  EXPECT_EQ(fscalar(b.s, b.deq), 10.f);
+  b.producer.get();
   closer.get();
-  for (float v : {20.f, 30.f, 40.f, 50.f}) EXPECT_EQ(fscalar(s, deq), v);
+  for (float v : {20.f, 30.f, 40.f, 50.f}) EXPECT_EQ(fscalar(b.s, b.deq), v);
 }
 
 TEST(QueueTest, CloseWithCancelPendingEnqueues) {
@@ -717,11 +709,7 @@ TEST(QueueTest, SharedQueueSameSession) {
 TEST(QueueTest, IncompatibleSharedQueues) {
   Graph g;
   Session s(g);
-  auto check = [&](FIFOQueue a, FIFOQueue b, const char* what) {
-    s.run(a.op());
-    EXPECT_THROW_MSG(s.run(b.op()), InvalidArgumentError, what);
-    EXPECT_THROW_MSG(s.run(b.size()), InvalidArgumentError, what);
-  };
+  auto check = std::bind_front(testing::expect_share_refused, std::ref(s));
   check(FIFOQueue(g, 10, {DType::Float32}, {}, "q_a"), FIFOQueue(g, 15, {DType::Float32}, {}, "q_a"), "capacity");
   check(FIFOQueue(g, 10, {DType::Float32}, {}, "q_b"), FIFOQueue(g, 10, {DType::Int32}, {}, "q_b"),
         "component types");

@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <functional>
 #include <future>
 #include <map>
 #include <mutex>
@@ -40,6 +41,9 @@ RunOptions bounded(std::chrono::milliseconds timeout = 10s) {
 
 std::future<void> async(std::function<void()> fn) { return std::async(std::launch::async, std::move(fn)); }
 
+// What the close-and-drain cases enqueue, and get back in some order.
+const std::vector<float> kElems = {10, 20, 30, 40};
+
 class RandomShuffleQueueTest : public ::testing::TestWithParam<std::string> {
  protected:
   GraphScope on_device(Graph& g) { return g.device(GetParam() == "CPU" ? "/device:CPU:0" : "/device:SIM:0"); }
@@ -66,6 +70,32 @@ class RandomShuffleQueueTest : public ::testing::TestWithParam<std::string> {
   int32_t count(Session& s, const Output& size) { return s.run(size).scalar<int32_t>(); }
   void expect_on_device(const Output& x) {
     EXPECT_THAT(x.op().assigned_device(), HasSubstr("/device:" + GetParam() + ":0")) << x.name();
+  }
+  // A float queue of capacity 4 (no minimum) on `g`, an enqueue of 50 and a dequeue consumed on
+  // the device: once kElems fill the queue, the enqueue waits for room.
+  struct FullQueue {
+    RandomShuffleQueue q;
+    Operation enq;
+    Output deq;
+  };
+  FullQueue full_queue(Graph& g) {
+    RandomShuffleQueue q(g, 4, 0, {DType::Float32}, {Shape{}});
+    return {q, q.enqueue({scalar(g, 50)}), consumed(q.dequeue()[0])};
+  }
+  // Enqueues kElems into `q` (of floats) in `s`.
+  void enqueue_elems(Session& s, const RandomShuffleQueue& q) {
+    s.run(q.enqueue_many({floats(q.op().graph(), kElems)}));
+  }
+  // Runs `consume` on a thread, gives it kSettle to block in `q`, runs `while_blocked` (if any),
+  // closes `q` and joins the thread: what a close does to the dequeues waiting in the queue.
+  void close_while_blocked(Session& s, const RandomShuffleQueue& q, const std::function<void()>& consume,
+                           const std::function<void()>& while_blocked = nullptr) {
+    Operation close = q.close();  // built before the thread runs the session
+    auto consumer = async(consume);
+    std::this_thread::sleep_for(kSettle);
+    if (while_blocked) while_blocked();
+    s.run(close);
+    consumer.get();
   }
 };
 
@@ -269,30 +299,26 @@ TEST_P(RandomShuffleQueueTest, DequeueWaitsForMoreThanMinAfterDequeue) {
 TEST_P(RandomShuffleQueueTest, BlockingDequeueFromClosedQueue) {
   Graph g;
   RandomShuffleQueue q(g, 10, 2, {DType::Float32});
-  const std::vector<float> elems = {10, 20, 30, 40};
-  auto enq = q.enqueue_many({floats(g, elems)});
   auto deq = consumed(q.dequeue()[0]);
-  auto close = q.close();
   Session s(g);
-  s.run(enq);
+  enqueue_elems(s, q);
   std::vector<float> results;
   for (int i = 0; i < 2; ++i) results.push_back(fetch_scalar(s, deq));
   EXPECT_THROW(s.run({deq}, {}, {}, bounded(50ms)), DeadlineExceededError);  // 2 left: the minimum
   std::atomic<int> late{0};  // dequeued by the consumer
-  auto consumer = async([&] {
-    std::vector<float> got;
-    for (int i = 0; i < 2; ++i) {
-      got.push_back(fetch_scalar(s, deq));
-      ++late;
-    }
-    EXPECT_THROW_MSG(s.run({deq}, {}, {}, bounded()), OutOfRangeError, "is closed and has insufficient");
-    results.insert(results.end(), got.begin(), got.end());
-  });
-  std::this_thread::sleep_for(kSettle);
-  EXPECT_EQ(late.load(), 0);  // blocked at min_after_dequeue
-  s.run(close);
-  consumer.get();
-  EXPECT_THAT(results, UnorderedElementsAreArray(elems));
+  close_while_blocked(
+      s, q,
+      [&] {
+        std::vector<float> got;
+        for (int i = 0; i < 2; ++i) {
+          got.push_back(fetch_scalar(s, deq));
+          ++late;
+        }
+        EXPECT_THROW_MSG(s.run({deq}, {}, {}, bounded()), OutOfRangeError, "is closed and has insufficient");
+        results.insert(results.end(), got.begin(), got.end());
+      },
+      [&] { EXPECT_EQ(late.load(), 0); });  // blocked at min_after_dequeue
+  EXPECT_THAT(results, UnorderedElementsAreArray(kElems));
 }
 
 TEST_P(RandomShuffleQueueTest, BlockingDequeueManyTakesWhatMinAfterDequeueAllows) {
@@ -326,14 +352,11 @@ TEST_P(RandomShuffleQueueTest, BlockingDequeueManyTakesWhatMinAfterDequeueAllows
 TEST_P(RandomShuffleQueueTest, BlockingDequeueUpToSmallerThanMinAfterDequeue) {
   Graph g;
   RandomShuffleQueue q(g, 10, 4, {DType::Float32}, {Shape{}});
-  const std::vector<float> elems = {10, 20, 30, 40};
-  auto enq = q.enqueue_many({floats(g, elems)});
   auto deq = consumed(q.dequeue_up_to(3)[0]);
-  auto close = q.close();
   Session s(g);
-  s.run(enq);
+  enqueue_elems(s, q);
   std::vector<float> results;
-  auto consumer = async([&] {
+  close_while_blocked(s, q, [&] {
     std::vector<float> first = fetch(s, deq);
     EXPECT_EQ(first.size(), 3u);
     std::vector<float> second = fetch(s, deq);
@@ -342,26 +365,20 @@ TEST_P(RandomShuffleQueueTest, BlockingDequeueUpToSmallerThanMinAfterDequeue) {
     results.insert(results.end(), second.begin(), second.end());
     EXPECT_THROW_MSG(s.run({deq}, {}, {}, bounded()), OutOfRangeError, "is closed and has insufficient");
   });
-  std::this_thread::sleep_for(kSettle);
-  s.run(close);
-  consumer.get();
-  EXPECT_THAT(results, UnorderedElementsAreArray(elems));
+  EXPECT_THAT(results, UnorderedElementsAreArray(kElems));
 }
 
 // TF testBlockingDequeueManyFromClosedQueueWithElementsRemaining.
 TEST_P(RandomShuffleQueueTest, DequeueManyFromClosedQueueWithElementsRemaining) {
   Graph g;
   RandomShuffleQueue q(g, 10, 2, {DType::Float32}, {Shape{}});
-  const std::vector<float> elems = {10, 20, 30, 40};
-  auto enq = q.enqueue_many({floats(g, elems)});
   auto deq = consumed(q.dequeue_many(3)[0]);
   auto cleanup = consumed(q.dequeue()[0]);
   auto size = q.size();
-  auto close = q.close();
   Session s(g);
-  s.run(enq);
+  enqueue_elems(s, q);
   std::vector<float> results;
-  auto consumer = async([&] {
+  close_while_blocked(s, q, [&] {
     results = fetch(s, deq);
     EXPECT_EQ(results.size(), 3u);
     // 1 element left on a closed queue: not enough, and it stays.
@@ -369,10 +386,7 @@ TEST_P(RandomShuffleQueueTest, DequeueManyFromClosedQueueWithElementsRemaining) 
     EXPECT_EQ(count(s, size), 1);
     results.push_back(fetch_scalar(s, cleanup));
   });
-  std::this_thread::sleep_for(kSettle);
-  s.run(close);
-  consumer.get();
-  EXPECT_THAT(results, UnorderedElementsAreArray(elems));
+  EXPECT_THAT(results, UnorderedElementsAreArray(kElems));
 }
 
 TEST_P(RandomShuffleQueueTest, TimedOutDequeueManyGivesBackWhatItHeld) {
@@ -396,12 +410,8 @@ TEST_P(RandomShuffleQueueTest, DequeueFromClosedEmptyQueue) {
   auto deq = consumed(q.dequeue()[0]);
   auto deq_many = consumed(q.dequeue_many(2)[0]);
   auto deq_up_to = consumed(q.dequeue_up_to(2)[0]);
-  auto close = q.close();
   Session s(g);
-  auto consumer = async([&] { EXPECT_THROW_MSG(s.run({deq}, {}, {}, bounded()), OutOfRangeError, "is closed"); });
-  std::this_thread::sleep_for(kSettle);
-  s.run(close);
-  consumer.get();
+  close_while_blocked(s, q, [&] { EXPECT_THROW_MSG(s.run({deq}, {}, {}, bounded()), OutOfRangeError, "is closed"); });
   EXPECT_THROW(s.run({deq_many}, {}, {}, bounded()), OutOfRangeError);
   EXPECT_THROW(s.run({deq_up_to}, {}, {}, bounded()), OutOfRangeError);
   EXPECT_TRUE(s.run(q.is_closed()).scalar<bool>());
@@ -421,39 +431,33 @@ TEST_P(RandomShuffleQueueTest, EnqueueToClosedQueueAndSecondClose) {
 
 TEST_P(RandomShuffleQueueTest, BlockingEnqueueToFullQueueCompletesAfterDequeue) {
   Graph g;
-  RandomShuffleQueue q(g, 4, 0, {DType::Float32}, {Shape{}});
-  auto fill = q.enqueue_many({floats(g, {10, 20, 30, 40})});
-  auto enq = q.enqueue({scalar(g, 50)});
-  auto deq = consumed(q.dequeue()[0]);
+  const FullQueue f = full_queue(g);
   Session s(g);
-  s.run(fill);
-  EXPECT_THROW(s.run({}, {}, {enq}, bounded(50ms)), DeadlineExceededError);  // full
-  auto producer = async([&] { s.run({}, {}, {enq}, bounded()); });
+  enqueue_elems(s, f.q);
+  EXPECT_THROW(s.run({}, {}, {f.enq}, bounded(50ms)), DeadlineExceededError);  // full
+  auto producer = async([&] { s.run({}, {}, {f.enq}, bounded()); });
   std::this_thread::sleep_for(kSettle);
-  std::vector<float> got{fetch_scalar(s, deq)};
+  std::vector<float> got{fetch_scalar(s, f.deq)};
   producer.get();
-  for (int i = 0; i < 4; ++i) got.push_back(fetch_scalar(s, deq));
+  for (int i = 0; i < 4; ++i) got.push_back(fetch_scalar(s, f.deq));
   EXPECT_THAT(got, UnorderedElementsAreArray({10.f, 20.f, 30.f, 40.f, 50.f}));
 }
 
 TEST_P(RandomShuffleQueueTest, BlockingEnqueueBeforeCloseCompletesThenDrains) {
   Graph g;
-  RandomShuffleQueue q(g, 4, 0, {DType::Float32}, {Shape{}});
-  auto fill = q.enqueue_many({floats(g, {10, 20, 30, 40})});
-  auto enq = q.enqueue({scalar(g, 50)});
-  auto deq = consumed(q.dequeue()[0]);
-  auto close = q.close();
+  const FullQueue f = full_queue(g);
+  auto close = f.q.close();
   Session s(g);
-  s.run(fill);
-  auto producer = async([&] { s.run({}, {}, {enq}, bounded()); });
+  enqueue_elems(s, f.q);
+  auto producer = async([&] { s.run({}, {}, {f.enq}, bounded()); });
   std::this_thread::sleep_for(kSettle);
   auto closer = async([&] { s.run({}, {}, {close}, bounded()); });  // waits behind the blocked enqueue
   std::vector<float> got;
-  for (int i = 0; i < 5; ++i) got.push_back(fetch_scalar(s, deq));
+  for (int i = 0; i < 5; ++i) got.push_back(fetch_scalar(s, f.deq));
   producer.get();
   closer.get();
   EXPECT_THAT(got, UnorderedElementsAreArray({10.f, 20.f, 30.f, 40.f, 50.f}));
-  EXPECT_THROW(s.run({deq}, {}, {}, bounded()), OutOfRangeError);
+  EXPECT_THROW(s.run({f.deq}, {}, {}, bounded()), OutOfRangeError);
 }
 
 // ---- Randomness ----
@@ -542,11 +546,7 @@ TEST_P(RandomShuffleQueueTest, SharedQueueSameSession) {
 TEST_P(RandomShuffleQueueTest, IncompatibleSharedQueues) {
   Graph g;
   Session s(g);
-  auto check = [&](QueueBase a, QueueBase b, const char* what) {
-    s.run(a.op());
-    EXPECT_THROW_MSG(s.run(b.op()), InvalidArgumentError, what);
-    EXPECT_THROW_MSG(s.run(b.size()), InvalidArgumentError, what);
-  };
+  auto check = std::bind_front(testing::expect_share_refused, std::ref(s));
   check(RandomShuffleQueue(g, 10, 5, {DType::Float32}, {}, 0, "q_a"),
         RandomShuffleQueue(g, 10, 4, {DType::Float32}, {}, 0, "q_a"),
         "has min_after_dequeue 5 but requested min_after_dequeue was 4");

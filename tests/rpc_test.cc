@@ -96,6 +96,27 @@ struct Results {
   }
 };
 
+// An echo server started with `options` and a channel to it. A server that cannot start throws
+// (the test fails with the start's error) before anything uses it.
+struct EchoServer {
+  explicit EchoServer(RpcServerOptions options)
+      : server(RpcServer::start("tcp://127.0.0.1:0", echo, std::move(options)).value_or_raise()),
+        channel(server->endpoint()) {}
+  std::unique_ptr<RpcServer> server;
+  RpcChannel channel;
+};
+
+// A server that keeps each request's Responder in `stash` without replying, a channel to it, and
+// the completions of the channel's asynchronous calls. A server that cannot start throws (the test
+// fails with the start's error) before anything uses it.
+struct Unanswered {
+  Stash stash;
+  std::unique_ptr<RpcServer> server = RpcServer::start("tcp://127.0.0.1:0", stash.handler()).value_or_raise();
+  std::string endpoint = server->endpoint();
+  RpcChannel channel{endpoint};
+  Results results;
+};
+
 TEST(RpcTest, EchoHeaderAndThreePayloads) {
   auto server = start_or_die(echo);
   ASSERT_TRUE(server);
@@ -370,73 +391,60 @@ TEST(RpcTest, NothingListeningIsUnavailableWithinDeadline) {
 }
 
 TEST(RpcTest, ServerStoppedMidCallThenRestartedOnSamePort) {
-  Stash stash;
-  auto server = start_or_die(stash.handler());
-  ASSERT_TRUE(server);
-  const std::string endpoint = server->endpoint();
-  RpcChannel channel(endpoint);
-  Results results;
-  channel.call(message({"lost"}), 500ms, results.done(Clock::now()));
-  ASSERT_TRUE(wait_until([&] { return stash.size() == 1; }, 2s));
-  server->stop();
-  EXPECT_FALSE(stash.responders[0](message({"too late"})));  // its Responder is dead
-  ASSERT_TRUE(wait_until([&] { return results.size() == 1; }, 2s));
-  EXPECT_EQ(results.statuses[0].code(), ErrorCode::kUnavailable) << results.statuses[0].to_string();
-  EXPECT_LT(results.elapsed[0], 500ms + 1s);
-  server.reset();
+  Unanswered u;
+  u.channel.call(message({"lost"}), 500ms, u.results.done(Clock::now()));
+  ASSERT_TRUE(wait_until([&] { return u.stash.size() == 1; }, 2s));
+  u.server->stop();
+  EXPECT_FALSE(u.stash.responders[0](message({"too late"})));  // its Responder is dead
+  ASSERT_TRUE(wait_until([&] { return u.results.size() == 1; }, 2s));
+  EXPECT_EQ(u.results.statuses[0].code(), ErrorCode::kUnavailable) << u.results.statuses[0].to_string();
+  EXPECT_LT(u.results.elapsed[0], 500ms + 1s);
+  u.server.reset();
 
-  auto again = restart_on(endpoint, echo);
+  auto again = restart_on(u.endpoint, echo);
   ASSERT_TRUE(again);
-  auto r = channel.call_sync(message({"back"}), 3s);
+  auto r = u.channel.call_sync(message({"back"}), 3s);
   ASSERT_TRUE(r.ok()) << r.status().to_string();
   EXPECT_EQ(strings(r.value()), std::vector<std::string>{"back"});
 }
 
 TEST(RpcTest, LongCallOutlivesItsConnectDeadlineAndGetsItsReply) {
-  Stash stash;
-  auto server = start_or_die(stash.handler());
-  ASSERT_TRUE(server);
-  RpcChannel channel(server->endpoint());
-  Results results;
-  channel.call_until_lost(message({"slow"}), 100ms, results.done(Clock::now()));
-  ASSERT_TRUE(wait_until([&] { return stash.size() == 1; }, 2s));
+  Unanswered u;
+  u.channel.call_until_lost(message({"slow"}), 100ms, u.results.done(Clock::now()));
+  ASSERT_TRUE(wait_until([&] { return u.stash.size() == 1; }, 2s));
   std::this_thread::sleep_for(400ms);  // four times the connect deadline
-  EXPECT_EQ(results.size(), 0u);
-  std::lock_guard<std::mutex> l(stash.mu);
-  ASSERT_TRUE(stash.responders[0](message({"done"})));
-  ASSERT_TRUE(wait_until([&] { return results.size() == 1; }, 2s));
-  EXPECT_TRUE(results.statuses[0].ok()) << results.statuses[0].to_string();
+  EXPECT_EQ(u.results.size(), 0u);
+  std::lock_guard<std::mutex> l(u.stash.mu);
+  ASSERT_TRUE(u.stash.responders[0](message({"done"})));
+  ASSERT_TRUE(wait_until([&] { return u.results.size() == 1; }, 2s));
+  EXPECT_TRUE(u.results.statuses[0].ok()) << u.results.statuses[0].to_string();
 }
 
 // A lost connection fails every call sent on it, long or ordinary, synchronous or not: the server
 // addresses a reply to the connection its request came in on, so none can come any more (Note
 // [Lost connections] in transport/rpc_channel.cc).
 TEST(RpcTest, CallsFailUnavailableWhenTheirConnectionIsLost) {
-  Stash stash;
-  auto server = start_or_die(stash.handler());
-  ASSERT_TRUE(server);
-  RpcChannel channel(server->endpoint());
-  Results results;
-  channel.call_until_lost(message({"never answered"}), 100ms, results.done(Clock::now()));
-  channel.call(message({"ordinary"}), 10s, results.done(Clock::now()));
+  Unanswered u;
+  u.channel.call_until_lost(message({"never answered"}), 100ms, u.results.done(Clock::now()));
+  u.channel.call(message({"ordinary"}), 10s, u.results.done(Clock::now()));
   std::promise<Status> sync_result;
-  std::thread sync_caller([&] { sync_result.set_value(channel.call_sync(message({"sync"}), 10s).status()); });
-  ASSERT_TRUE(wait_until([&] { return stash.size() == 3; }, 5s));
+  std::thread sync_caller([&] { sync_result.set_value(u.channel.call_sync(message({"sync"}), 10s).status()); });
+  ASSERT_TRUE(wait_until([&] { return u.stash.size() == 3; }, 5s));
   const auto stopped = Clock::now();
-  server->stop();  // closes the connection, as a killed process would
-  ASSERT_TRUE(wait_until([&] { return results.size() == 2; }, 5s));
+  u.server->stop();  // closes the connection, as a killed process would
+  ASSERT_TRUE(wait_until([&] { return u.results.size() == 2; }, 5s));
   auto sync_future = sync_result.get_future();
   ASSERT_EQ(sync_future.wait_for(5s), std::future_status::ready);
   EXPECT_LT(Clock::now() - stopped, 5s);  // not the ordinary calls' 10 s deadline
   std::vector<Status> all;
   {
-    std::lock_guard<std::mutex> l(results.mu);
-    all = results.statuses;
+    std::lock_guard<std::mutex> l(u.results.mu);
+    all = u.results.statuses;
   }
   all.push_back(sync_future.get());
   for (const Status& st : all) {
     EXPECT_EQ(st.code(), ErrorCode::kUnavailable) << st.to_string();
-    EXPECT_NE(st.message().find("lost the connection to " + server->endpoint()), std::string::npos) << st.message();
+    EXPECT_NE(st.message().find("lost the connection to " + u.server->endpoint()), std::string::npos) << st.message();
   }
   sync_caller.join();
 }
@@ -448,38 +456,32 @@ TEST(RpcTest, CallsFailUnavailableWhenTheirConnectionIsLost) {
 TEST(RpcTest, TheRequestSentRightAfterALostConnectionIsDelivered) {
   RpcServerOptions options;
   options.max_message_bytes = 64 << 10;
-  auto server = start_or_die(echo, options);
-  ASSERT_TRUE(server);
-  RpcChannel channel(server->endpoint());
-  ASSERT_TRUE(channel.call_sync(message({"first"}), 5s).ok());
+  EchoServer es(options);
+  ASSERT_TRUE(es.channel.call_sync(message({"first"}), 5s).ok());
   for (int round = 0; round < 20; ++round) {
     const auto sent = Clock::now();
-    auto r = channel.call_sync(message({"h", std::string(100 << 10, 'x')}), 20s);
+    auto r = es.channel.call_sync(message({"h", std::string(100 << 10, 'x')}), 20s);
     ASSERT_FALSE(r.ok()) << "round " << round;
     EXPECT_EQ(r.status().code(), ErrorCode::kUnavailable) << r.status().to_string();
     EXPECT_NE(r.status().message().find("lost the connection"), std::string::npos) << r.status().to_string();
     EXPECT_LT(Clock::now() - sent, 10s) << "round " << round << ": the call waited for its deadline";
     const std::string next = "next " + std::to_string(round);
-    auto again = channel.call_sync(message({next}), 10s);
+    auto again = es.channel.call_sync(message({next}), 10s);
     ASSERT_TRUE(again.ok()) << "round " << round << ": " << again.status().to_string();
     EXPECT_EQ(strings(again.value()), std::vector<std::string>{next});
   }
-  EXPECT_EQ(server->stats().oversized, 0u);  // libzmq dropped them before the server saw them
+  EXPECT_EQ(es.server->stats().oversized, 0u);  // libzmq dropped them before the server saw them
 }
 
 // A short call in flight when its server stops fails at once, not at its deadline; the server
 // restarted on the same port answers the channel's next call, sent at once and waiting for it.
 TEST(RpcTest, AShortCallFailsWhenItsServerStopsAndTheNextCallReachesTheRestartedOne) {
-  Stash stash;
-  auto server = start_or_die(stash.handler());
-  ASSERT_TRUE(server);
-  const std::string endpoint = server->endpoint();
-  RpcChannel channel(endpoint);
+  Unanswered u;
   std::promise<StatusOr<RpcMessage>> in_flight;
-  std::thread caller([&] { in_flight.set_value(channel.call_sync(message({"pending"}), 20s)); });
-  ASSERT_TRUE(wait_until([&] { return stash.size() == 1; }, 5s));
+  std::thread caller([&] { in_flight.set_value(u.channel.call_sync(message({"pending"}), 20s)); });
+  ASSERT_TRUE(wait_until([&] { return u.stash.size() == 1; }, 5s));
   const auto stopped = Clock::now();
-  server->stop();
+  u.server->stop();
   auto failed = in_flight.get_future();
   ASSERT_EQ(failed.wait_for(10s), std::future_status::ready);
   caller.join();
@@ -487,13 +489,13 @@ TEST(RpcTest, AShortCallFailsWhenItsServerStopsAndTheNextCallReachesTheRestarted
   StatusOr<RpcMessage> r = failed.get();
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), ErrorCode::kUnavailable) << r.status().to_string();
-  EXPECT_NE(r.status().message().find("lost the connection to " + endpoint), std::string::npos)
+  EXPECT_NE(r.status().message().find("lost the connection to " + u.endpoint), std::string::npos)
       << r.status().to_string();
-  server.reset();
+  u.server.reset();
   // Sent before the server is back: it waits in the channel for the new connection.
   std::promise<StatusOr<RpcMessage>> next;
-  std::thread next_caller([&] { next.set_value(channel.call_sync(message({"next"}), 20s)); });
-  auto again = restart_on(endpoint, echo);
+  std::thread next_caller([&] { next.set_value(u.channel.call_sync(message({"next"}), 20s)); });
+  auto again = restart_on(u.endpoint, echo);
   ASSERT_TRUE(again);
   auto answered = next.get_future();
   ASSERT_EQ(answered.wait_for(25s), std::future_status::ready);
@@ -629,29 +631,28 @@ TEST(RpcTest, GarbageIsCountedAndDoesNotStopTheServer) {
 TEST(RpcTest, OversizedRequestIsRefusedAndServerServesTheNextCall) {
   RpcServerOptions options;
   options.max_message_bytes = 1 << 20;
-  auto server = start_or_die(echo, options);
-  ASSERT_TRUE(server);
-  RpcChannel channel(server->endpoint());
+  EchoServer es(options);
 
   // One frame over the limit (too small to be streamed): libzmq drops the connection before
   // allocating it.
-  auto r = channel.call_sync(message({"h", std::string(1536 << 10, 'x')}), 500ms);
+  auto r = es.channel.call_sync(message({"h", std::string(1536 << 10, 'x')}), 500ms);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), ErrorCode::kUnavailable) << r.status().to_string();
   // A streamed frame over the limit: refused from its head, before any chunk is stored.
-  r = channel.call_sync(message({"h", std::string(kStreamMinBytes, 'x')}), 3s);
+  r = es.channel.call_sync(message({"h", std::string(kStreamMinBytes, 'x')}), 3s);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), ErrorCode::kResourceExhausted) << r.status().to_string();
   EXPECT_NE(r.status().message().find("exceeds the limit of 1048576 bytes"), std::string::npos) << r.status().to_string();
-  EXPECT_EQ(server->stats().oversized, 1u);
-  EXPECT_TRUE(wait_until([&] { return server->stats().dropped_chunks == 2; }, 3s)) << server->stats().dropped_chunks;
+  EXPECT_EQ(es.server->stats().oversized, 1u);
+  EXPECT_TRUE(wait_until([&] { return es.server->stats().dropped_chunks == 2; }, 3s))
+      << es.server->stats().dropped_chunks;
   // Frames each under the limit, together over it: refused with an error.
-  r = channel.call_sync(message({"h", std::string(600 << 10, 'x'), std::string(600 << 10, 'y')}), 3s);
+  r = es.channel.call_sync(message({"h", std::string(600 << 10, 'x'), std::string(600 << 10, 'y')}), 3s);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), ErrorCode::kResourceExhausted) << r.status().to_string();
-  EXPECT_EQ(server->stats().oversized, 2u);
+  EXPECT_EQ(es.server->stats().oversized, 2u);
   // The channel reconnected; the server is fine.
-  r = channel.call_sync(message({"small"}), 3s);
+  r = es.channel.call_sync(message({"small"}), 3s);
   ASSERT_TRUE(r.ok()) << r.status().to_string();
   EXPECT_EQ(strings(r.value()), std::vector<std::string>{"small"});
 }
@@ -661,9 +662,7 @@ TEST(RpcTest, OversizedRequestIsRefusedAndServerServesTheNextCall) {
 TEST(RpcTest, ARequestOfTooManyFramesIsRefusedNamingTheLimit) {
   RpcServerOptions options;
   options.max_frames = 100;
-  auto server = start_or_die(echo, options);
-  ASSERT_TRUE(server);
-  RpcChannel channel(server->endpoint());
+  EchoServer es(options);
   // 200,000 frames; fewer under ThreadSanitizer, where each of libzmq's frees (a suppressed race)
   // costs a suppression lookup and the full count takes minutes.
 #if defined(__SANITIZE_THREAD__)
@@ -673,15 +672,15 @@ TEST(RpcTest, ARequestOfTooManyFramesIsRefusedNamingTheLimit) {
 #endif
   RpcMessage many;
   for (int i = 0; i < kFrames; ++i) many.frames.push_back(string_frame(""));
-  auto r = channel.call_sync(std::move(many), 60s);
+  auto r = es.channel.call_sync(std::move(many), 60s);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), ErrorCode::kResourceExhausted) << r.status().to_string();
   EXPECT_NE(r.status().message().find("limit of 100 frames"), std::string::npos) << r.status().to_string();
-  EXPECT_EQ(server->stats().oversized, 1u);
-  EXPECT_EQ(server->stats().requests, 0u) << "the handler never saw it";
+  EXPECT_EQ(es.server->stats().oversized, 1u);
+  EXPECT_EQ(es.server->stats().requests, 0u) << "the handler never saw it";
   RpcMessage fits;
   for (int i = 0; i < 100; ++i) fits.frames.push_back(string_frame("f"));
-  r = channel.call_sync(std::move(fits), 60s);
+  r = es.channel.call_sync(std::move(fits), 60s);
   ASSERT_TRUE(r.ok()) << r.status().to_string();
   EXPECT_EQ(r.value().frames.size(), 100u);
 }
@@ -737,23 +736,19 @@ TEST(RpcTest, BadAddresses) {
 }
 
 TEST(RpcTest, StopWithFiftyCallsInFlightIsPrompt) {
-  Stash stash;
-  auto server = start_or_die(stash.handler());
-  ASSERT_TRUE(server);
-  RpcChannel channel(server->endpoint());
-  Results results;
+  Unanswered u;
   constexpr int kCalls = 50;
   const auto start = Clock::now();
-  for (int i = 0; i < kCalls; ++i) channel.call(message({"never answered"}), 800ms, results.done(start));
-  ASSERT_TRUE(wait_until([&] { return stash.size() == kCalls; }, 2s));
+  for (int i = 0; i < kCalls; ++i) u.channel.call(message({"never answered"}), 800ms, u.results.done(start));
+  ASSERT_TRUE(wait_until([&] { return u.stash.size() == kCalls; }, 2s));
   const auto stop_start = Clock::now();
-  server->stop();
+  u.server->stop();
   EXPECT_LT(Clock::now() - stop_start, 1s);
-  for (auto& r : stash.responders) EXPECT_FALSE(r(message({"late"})));
-  ASSERT_TRUE(wait_until([&] { return results.size() == kCalls; }, 3s));
+  for (auto& r : u.stash.responders) EXPECT_FALSE(r(message({"late"})));
+  ASSERT_TRUE(wait_until([&] { return u.results.size() == kCalls; }, 3s));
   for (int i = 0; i < kCalls; ++i) {
-    EXPECT_EQ(results.statuses[i].code(), ErrorCode::kUnavailable) << results.statuses[i].to_string();
-    EXPECT_LT(results.elapsed[i], 800ms + 1s);
+    EXPECT_EQ(u.results.statuses[i].code(), ErrorCode::kUnavailable) << u.results.statuses[i].to_string();
+    EXPECT_LT(u.results.elapsed[i], 800ms + 1s);
   }
 }
 
@@ -875,9 +870,7 @@ TEST(RpcTest, DestroyingChannelCancelsPendingCalls) {
 TEST(RpcTest, SyncAndAsyncCallsInterleavedCompleteRightAndAsyncOnesOnTheIoThread) {
   RpcServerOptions options;
   options.handler_threads = 2;
-  auto server = start_or_die(echo, options);
-  ASSERT_TRUE(server);
-  RpcChannel channel(server->endpoint());
+  EchoServer es(options);
   constexpr int kThreads = 4, kCalls = 200;
   std::mutex mu;
   std::vector<std::thread::id> callers;
@@ -892,7 +885,7 @@ TEST(RpcTest, SyncAndAsyncCallsInterleavedCompleteRightAndAsyncOnesOnTheIoThread
       }
       for (int i = 0; i < kCalls; ++i) {
         const std::string tag = std::to_string(t) + "/" + std::to_string(i);
-        channel.call(message({"async " + tag}), 10s, [&, tag](StatusOr<RpcMessage> r) {
+        es.channel.call(message({"async " + tag}), 10s, [&, tag](StatusOr<RpcMessage> r) {
           if (r.ok() && strings(r.value()) == std::vector<std::string>{"async " + tag}) async_right.fetch_add(1);
           {
             std::lock_guard<std::mutex> l(mu);
@@ -900,7 +893,7 @@ TEST(RpcTest, SyncAndAsyncCallsInterleavedCompleteRightAndAsyncOnesOnTheIoThread
           }
           async_done.fetch_add(1);
         });
-        StatusOr<RpcMessage> r = channel.call_sync(message({"sync " + tag}), 10s);
+        StatusOr<RpcMessage> r = es.channel.call_sync(message({"sync " + tag}), 10s);
         if (r.ok() && strings(r.value()) == std::vector<std::string>{"sync " + tag}) sync_right.fetch_add(1);
       }
     });
@@ -913,8 +906,8 @@ TEST(RpcTest, SyncAndAsyncCallsInterleavedCompleteRightAndAsyncOnesOnTheIoThread
   const std::thread::id io = async_threads.front();
   for (auto id : async_threads) EXPECT_EQ(id, io);  // one thread, the I/O thread
   for (auto id : callers) EXPECT_NE(id, io);
-  EXPECT_EQ(channel.stats().late_replies, 0u);
-  EXPECT_EQ(channel.stats().malformed, 0u);
+  EXPECT_EQ(es.channel.stats().late_replies, 0u);
+  EXPECT_EQ(es.channel.stats().malformed, 0u);
 }
 
 // A synchronous call waiting when its channel is destroyed (from another thread) returns

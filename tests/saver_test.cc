@@ -154,6 +154,12 @@ class SaverTest : public tessera::testing::TempDirTest {
  protected:
   SaverTest() : TempDirTest("tessera_saver") {}
   std::string path(const std::string& name) const { return (dir_ / name).string(); }
+  // Initializes m's variables in `s` and saves them with `saver` as model-1, ..., model-<last>:
+  // what the max_to_keep cases rotate through.
+  void save_steps(Saver& saver, Session& s, Model& m, int last) const {
+    s.run(global_variables_initializer(m.g));
+    for (int step = 1; step <= last; ++step) saver.save(s, path("model"), step);
+  }
 };
 
 // ---- CRC-32C ----
@@ -300,12 +306,9 @@ TEST_F(SaverTest, GlobalStepNamesTheFile) {
 
 TEST_F(SaverTest, MaxToKeepDeletesTheOldestAndTheIndexListsTheRest) {
   Model m(1);
-  SaverOptions options;
-  options.max_to_keep = 2;
-  Saver saver(m.g, {}, options);
+  Saver saver(m.g, {}, {.max_to_keep = 2});
   Session s(m.g);
-  s.run(global_variables_initializer(m.g));
-  for (int step = 1; step <= 4; ++step) saver.save(s, path("model"), step);
+  save_steps(saver, s, m, 4);
   EXPECT_EQ(files_in(dir_), (std::set<std::string>{"checkpoint", "model-3", "model-4"}));
   EXPECT_EQ(saver.last_checkpoints(), (std::vector<std::string>{path("model-3"), path("model-4")}));
 
@@ -329,12 +332,9 @@ TEST_F(SaverTest, MaxToKeepDeletesTheOldestAndTheIndexListsTheRest) {
 
 TEST_F(SaverTest, MaxToKeepZeroKeepsEveryFileAndIndexesTheLatest) {
   Model m(1);
-  SaverOptions options;
-  options.max_to_keep = 0;
-  Saver saver(m.g, {}, options);
+  Saver saver(m.g, {}, {.max_to_keep = 0});
   Session s(m.g);
-  s.run(global_variables_initializer(m.g));
-  for (int step = 1; step <= 7; ++step) saver.save(s, path("model"), step);
+  save_steps(saver, s, m, 7);
   EXPECT_EQ(files_in(dir_).size(), 8u);
   EXPECT_TRUE(saver.last_checkpoints().empty());
   auto state = train::get_checkpoint_state(dir_.string());
@@ -344,26 +344,21 @@ TEST_F(SaverTest, MaxToKeepZeroKeepsEveryFileAndIndexesTheLatest) {
 
 TEST_F(SaverTest, KeepCheckpointEveryNHoursKeepsTheFilesMaxToKeepWouldDelete) {
   Model m(1);
-  SaverOptions options;
-  options.max_to_keep = 1;
-  options.keep_checkpoint_every_n_hours = 1e-12;  // a few nanoseconds: every one qualifies
-  Saver saver(m.g, {}, options);
+  // keep_checkpoint_every_n_hours of a few nanoseconds: every one qualifies.
+  Saver saver(m.g, {}, {.max_to_keep = 1, .keep_checkpoint_every_n_hours = 1e-12});
   Session s(m.g);
-  s.run(global_variables_initializer(m.g));
-  for (int step = 1; step <= 3; ++step) saver.save(s, path("model"), step);
+  save_steps(saver, s, m, 3);
   EXPECT_EQ(files_in(dir_), (std::set<std::string>{"checkpoint", "model-1", "model-2", "model-3"}));
   EXPECT_EQ(saver.last_checkpoints(), (std::vector<std::string>{path("model-3")}));
 }
 
 TEST_F(SaverTest, RecoverLastCheckpointsLetsANewSaverDeleteTheOldOnes) {
   Model m(1);
-  SaverOptions options;
-  options.max_to_keep = 3;
+  const SaverOptions options{.max_to_keep = 3};
   {
     Saver first(m.g, {}, options);
     Session s(m.g);
-    s.run(global_variables_initializer(m.g));
-    for (int step = 1; step <= 3; ++step) first.save(s, path("model"), step);
+    save_steps(first, s, m, 3);
   }
   Saver second(m.g, {}, options);
   auto state = train::get_checkpoint_state(dir_.string());

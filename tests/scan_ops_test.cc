@@ -18,24 +18,14 @@
 
 #include "tests/testing/device_op_test.h"
 #include "tests/testing/gradient_checker.h"
-#include "tests/testing/sim_device.h"
-#include "tests/testing/tensor_expect.h"
-#include "tests/testing/tensor_values.h"
-#include "tests/testing/test_util.h"
+#include "tests/testing/op_suite.h"
 
 namespace tessera {
 namespace {
 
+using namespace op_suite;
 using testing::expect_build_fails;
-using testing::expect_values;
 using testing::max_gradient_error;
-using testing::tensor_of;
-using ::testing::HasSubstr;
-
-const auto* const kSimEnvironment = ::testing::AddGlobalTestEnvironment(new testing::SimEnvironment);
-
-using Dims = std::vector<int64_t>;
-using V = std::vector<double>;
 
 constexpr DType kScanDTypes[] = {DType::Float32, DType::Float64, DType::Int32, DType::Int64};
 

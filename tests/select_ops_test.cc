@@ -15,25 +15,13 @@
 
 #include "core/node.h"
 #include "tests/testing/device_op_test.h"
-#include "tests/testing/sim_device.h"
-#include "tests/testing/tensor_expect.h"
-#include "tests/testing/tensor_values.h"
-#include "tests/testing/test_util.h"
+#include "tests/testing/op_suite.h"
 
 namespace tessera {
 namespace {
 
-using testing::error_of;
-using testing::expect_values;
-using ::testing::HasSubstr;
+using namespace op_suite;
 using testing::kNumericDTypes;
-using testing::tensor_of;
-using testing::values_of;
-
-const auto* const kSimEnvironment = ::testing::AddGlobalTestEnvironment(new testing::SimEnvironment);
-
-using Dims = std::vector<int64_t>;
-using V = std::vector<double>;
 
 // The ops under test run on the device the test is instantiated for, fed from host placeholders.
 class SelectOpsTest : public testing::DeviceOpTest {};

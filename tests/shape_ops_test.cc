@@ -15,24 +15,13 @@
 #include <vector>
 
 #include "core/node.h"
-#include "tests/testing/sim_device.h"
-#include "tests/testing/tensor_expect.h"
-#include "tests/testing/tensor_values.h"
-#include "tests/testing/test_util.h"
+#include "tests/testing/op_suite.h"
 
 namespace tessera {
 namespace {
 
-using testing::error_of;
-using testing::expect_values;
-using ::testing::HasSubstr;
+using namespace op_suite;
 using testing::kAllDTypes;
-using testing::tensor_of;
-using testing::values_of;
-
-const auto* const kSimEnvironment = ::testing::AddGlobalTestEnvironment(new testing::SimEnvironment);
-
-using Dims = std::vector<int64_t>;
 
 // ---- References: row-major index arithmetic, independent of the kernels ----
 
@@ -122,6 +111,26 @@ class ShapeOpsTest : public ::testing::TestWithParam<std::string> {
   template <class F>
   Tensor apply(const Tensor& t, F op) {
     return apply(t, op, t.shape());
+  }
+
+  // For every dtype: `op` of iota(dtype, in_dims) has shape out_dims, and its element idx is the
+  // input's element at source(idx), or 0 where that lies outside the input (padding). The check of
+  // the ops that only move elements (slice, tile, pad).
+  template <class F, class Source>
+  void expect_moves_every_dtype(const Dims& in_dims, F op, const Dims& out_dims, Source source) {
+    for (DType dtype : kAllDTypes) {
+      SCOPED_TRACE(dtype_name(dtype));
+      const Tensor x = iota(dtype, in_dims);
+      const std::vector<double> v = values_of(x);
+      const std::vector<double> want = build(out_dims, [&](const Dims& idx) {
+        const Dims from = source(idx);
+        for (std::size_t d = 0; d < from.size(); ++d) {
+          if (from[d] < 0 || from[d] >= in_dims[d]) return 0.0;
+        }
+        return v[flatten(from, in_dims)];
+      });
+      expect_values(apply(x, op), dtype, Shape(out_dims), want);
+    }
   }
 };
 
@@ -555,18 +564,13 @@ TEST_P(ShapeOpsTest, SliceMatrix) {
 }
 
 TEST_P(ShapeOpsTest, SliceEveryDTypeInThreeDims) {
-  for (DType dtype : kAllDTypes) {
-    SCOPED_TRACE(dtype_name(dtype));
-    const Tensor x = iota(dtype, {3, 4, 5});
-    const Dims begin{1, 0, 2};
-    const Dims dims{2, 4, 2};
-    const std::vector<double> v = values_of(x);
-    const std::vector<double> want = build(dims, [&](Dims idx) {
-      for (std::size_t d = 0; d < idx.size(); ++d) idx[d] += begin[d];
-      return v[flatten(idx, {3, 4, 5})];
-    });
-    expect_values(apply(x, [&](Output in) { return ops::slice(in, begin, {-1, 4, 2}); }), dtype, Shape(dims), want);
-  }
+  const Dims begin{1, 0, 2};
+  expect_moves_every_dtype(
+      {3, 4, 5}, [&](Output in) { return ops::slice(in, begin, {-1, 4, 2}); }, {2, 4, 2},
+      [&](Dims idx) {
+        for (std::size_t d = 0; d < idx.size(); ++d) idx[d] += begin[d];
+        return idx;
+      });
 }
 
 TEST_P(ShapeOpsTest, SliceChecksBoundsWhenItRuns) {
@@ -699,20 +703,14 @@ TEST_P(ShapeOpsTest, TileMatrix) {
 }
 
 TEST_P(ShapeOpsTest, TileEveryDType) {
-  for (DType dtype : kAllDTypes) {
-    SCOPED_TRACE(dtype_name(dtype));
-    const Tensor x = iota(dtype, {2, 1, 3});
-    const Dims multiples{2, 3, 2};
-    const Dims dims{4, 3, 6};
-    const std::vector<double> v = values_of(x);
-    const std::vector<double> want = build(dims, [&](Dims idx) {
-      idx[0] %= 2;
-      idx[1] %= 1;
-      idx[2] %= 3;
-      return v[flatten(idx, {2, 1, 3})];
-    });
-    expect_values(apply(x, [&](Output in) { return ops::tile(in, multiples); }), dtype, Shape(dims), want);
-  }
+  expect_moves_every_dtype(
+      {2, 1, 3}, [](Output in) { return ops::tile(in, {2, 3, 2}); }, {4, 3, 6},
+      [](Dims idx) {
+        idx[0] %= 2;
+        idx[1] %= 1;
+        idx[2] %= 3;
+        return idx;
+      });
 }
 
 TEST_P(ShapeOpsTest, TileChecksMultiplesWhenItRuns) {
@@ -753,22 +751,13 @@ TEST_P(ShapeOpsTest, PadMatrix) {
 }
 
 TEST_P(ShapeOpsTest, PadEveryDType) {
-  for (DType dtype : kAllDTypes) {
-    SCOPED_TRACE(dtype_name(dtype));
-    const Tensor x = iota(dtype, {2, 3, 1});
-    const std::vector<std::pair<int64_t, int64_t>> paddings = {{0, 1}, {2, 0}, {1, 1}};
-    const Dims dims{3, 5, 3};
-    const std::vector<double> v = values_of(x);
-    const std::vector<double> want = build(dims, [&](Dims idx) {
-      const Dims in{2, 3, 1};
-      for (std::size_t d = 0; d < idx.size(); ++d) {
-        idx[d] -= paddings[d].first;
-        if (idx[d] < 0 || idx[d] >= in[d]) return 0.0;
-      }
-      return v[flatten(idx, in)];
-    });
-    expect_values(apply(x, [&](Output in) { return ops::pad(in, paddings); }), dtype, Shape(dims), want);
-  }
+  const std::vector<std::pair<int64_t, int64_t>> paddings = {{0, 1}, {2, 0}, {1, 1}};
+  expect_moves_every_dtype(
+      {2, 3, 1}, [&](Output in) { return ops::pad(in, paddings); }, {3, 5, 3},
+      [&](Dims idx) {
+        for (std::size_t d = 0; d < idx.size(); ++d) idx[d] -= paddings[d].first;
+        return idx;
+      });
 }
 
 TEST_P(ShapeOpsTest, PadChecksPaddingsWhenItRuns) {

@@ -314,49 +314,53 @@ TEST(SyncReplicasOneSessionTest, MinimizeWithOneReplicaUpdatesOncePerStep) {
 
 // ---- The hook by hand ----
 
+// A variable v = 1 and the SyncReplicasOptimizer that trains it, needing two gradients (each 1) a
+// step; the global step comes from `make_step` (by default the graph's global step).
+struct HookModel {
+  explicit HookModel(Variable (*make_step)(Graph&) = train::get_or_create_global_step)
+      : step(make_step(g)), train_op(opt.apply_gradients({{ops::constant(g, 1.0f), v}}, step)) {}
+  Graph g;
+  Variable v{g, Tensor::scalar(1.0f), "v"};
+  Variable step;
+  SyncReplicasOptimizer opt{GradientDescentOptimizer(1.0f), 2};
+  Operation train_op;
+};
+
 // end() returns although the chief's sync step waits for gradients that never come: its takes
 // are cancelled. The session stays usable, and a new after_create_session starts again.
 TEST(SyncReplicasHookTest, EndStopsASyncStepThatWaits) {
-  Graph g;
-  Variable v(g, Tensor::scalar(1.0f), "v");
-  Variable step = train::get_or_create_global_step(g);
-  SyncReplicasOptimizer opt(GradientDescentOptimizer(1.0f), 2);
-  Operation train_op = opt.apply_gradients({{ops::constant(g, 1.0f), v}}, step);
-  SessionRunHook hook = opt.make_session_run_hook(true);
+  HookModel m;
+  SessionRunHook hook = m.opt.make_session_run_hook(true);
   hook.impl()->begin();
-  Session s(g);
-  s.run(global_variables_initializer(g));
+  Session s(m.g);
+  s.run(global_variables_initializer(m.g));
   hook.impl()->after_create_session(s);
-  s.run({}, {}, {train_op}, bounded());  // one gradient of the two a step needs
+  s.run({}, {}, {m.train_op}, bounded());  // one gradient of the two a step needs
   std::this_thread::sleep_for(kSettle);
   hook.impl()->end(s);  // the sync step waits in its take: cancelled
-  EXPECT_EQ(s.run(step.value()).scalar<int64_t>(), 0);
-  EXPECT_EQ(s.run(v.value()).scalar<float>(), 1.0f);
-  EXPECT_EQ(s.run(opt.accumulators()[0].num_accumulated()).scalar<int32_t>(), 1);  // kept
+  EXPECT_EQ(s.run(m.step.value()).scalar<int64_t>(), 0);
+  EXPECT_EQ(s.run(m.v.value()).scalar<float>(), 1.0f);
+  EXPECT_EQ(s.run(m.opt.accumulators()[0].num_accumulated()).scalar<int32_t>(), 1);  // kept
   hook.impl()->end(s);  // twice: nothing to stop
   // Started again: the init tokens (2) let two steps through, which make one update.
   hook.impl()->after_create_session(s);
-  s.run({}, {}, {train_op}, bounded());
-  ASSERT_TRUE(testing::wait_until([&] { return s.run(step.value()).scalar<int64_t>() == 1; }, 60s));
-  EXPECT_EQ(s.run(v.value()).scalar<float>(), 0.0f);
+  s.run({}, {}, {m.train_op}, bounded());
+  ASSERT_TRUE(testing::wait_until([&] { return s.run(m.step.value()).scalar<int64_t>() == 1; }, 60s));
+  EXPECT_EQ(s.run(m.v.value()).scalar<float>(), 0.0f);
   hook.impl()->end(s);
 }
 
 // Destroying the hook stops its thread too; so does closing the session under it.
 TEST(SyncReplicasHookTest, DestructionAndCloseStopTheSyncThread) {
-  Graph g;
-  Variable v(g, Tensor::scalar(1.0f), "v");
-  Variable step = train::get_or_create_global_step(g);
-  SyncReplicasOptimizer opt(GradientDescentOptimizer(1.0f), 2);
-  (void)opt.apply_gradients({{ops::constant(g, 1.0f), v}}, step);
-  Session s(g);
-  s.run(global_variables_initializer(g));
+  HookModel m;
+  Session s(m.g);
+  s.run(global_variables_initializer(m.g));
   {
-    SessionRunHook hook = opt.make_session_run_hook(true);
+    SessionRunHook hook = m.opt.make_session_run_hook(true);
     hook.impl()->after_create_session(s);  // begin() is implied
     std::this_thread::sleep_for(kSettle);
   }  // joined here
-  SessionRunHook hook = opt.make_session_run_hook(true);
+  SessionRunHook hook = m.opt.make_session_run_hook(true);
   hook.impl()->after_create_session(s);
   s.close();  // the sync step's take is cancelled by the close
   hook.impl()->end(s);
@@ -364,17 +368,13 @@ TEST(SyncReplicasHookTest, DestructionAndCloseStopTheSyncThread) {
 
 // A non-chief hook starts nothing: it sets its local step to the global step.
 TEST(SyncReplicasHookTest, NonChiefInitializesItsLocalStep) {
-  Graph g;
-  Variable v(g, Tensor::scalar(1.0f), "v");
-  Variable step(g, Tensor::scalar<int64_t>(7), "global_step", false);
-  SyncReplicasOptimizer opt(GradientDescentOptimizer(1.0f), 2);
-  (void)opt.apply_gradients({{ops::constant(g, 1.0f), v}}, step);
-  SessionRunHook hook = opt.make_session_run_hook(false);
+  HookModel m([](Graph& g) { return Variable(g, Tensor::scalar<int64_t>(7), "global_step", false); });
+  SessionRunHook hook = m.opt.make_session_run_hook(false);
   hook.impl()->begin();
-  Session s(g);
-  s.run(step.initializer());
+  Session s(m.g);
+  s.run(m.step.initializer());
   hook.impl()->after_create_session(s);
-  EXPECT_EQ(s.run(opt.local_step().value()).scalar<int64_t>(), 7);
+  EXPECT_EQ(s.run(m.opt.local_step().value()).scalar<int64_t>(), 7);
   hook.impl()->end(s);
 }
 

@@ -21,27 +21,18 @@
 
 #include "core/node.h"
 #include "core/training_ops.h"
-#include "tests/testing/sim_device.h"
-#include "tests/testing/tensor_expect.h"
-#include "tests/testing/tensor_values.h"
-#include "tests/testing/test_util.h"
+#include "tests/testing/op_suite.h"
 
 namespace tessera {
 namespace {
 
+using namespace op_suite;
 using internal::apply_adagrad;
 using internal::apply_adam;
 using internal::apply_gradient_descent;
 using internal::apply_momentum;
 using internal::apply_rms_prop;
-using testing::error_of;
-using testing::expect_values;
 using testing::kThreadCounts;
-using testing::tensor_of;
-using testing::values_of;
-using ::testing::HasSubstr;
-
-const auto* const kSimEnvironment = ::testing::AddGlobalTestEnvironment(new testing::SimEnvironment);
 
 std::string device_of(const std::string& type) { return "/device:" + type + ":0"; }
 

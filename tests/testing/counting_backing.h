@@ -15,6 +15,7 @@
 #include <gtest/gtest.h>
 
 #include "core/status.h"
+#include "tests/testing/test_util.h"
 
 namespace tessera::testing {
 
@@ -76,3 +77,17 @@ class CountingBacking final : public Interface {
 };
 
 }  // namespace tessera::testing
+
+// What the allocator suites use unqualified: they say `using namespace allocator_suite;`.
+namespace tessera::testing::allocator_suite {
+
+using testing::BackingLog;
+using testing::CountingBacking;
+using testing::kThreadCounts;
+using testing::run_threads;
+
+// The sizes the suites allocate in.
+inline constexpr std::size_t kKiB = 1024;
+inline constexpr std::size_t kMiB = 1024 * 1024;
+
+}  // namespace tessera::testing::allocator_suite

@@ -81,6 +81,12 @@ void TempDirTest::TearDown() {
   std::filesystem::remove_all(dir_, ec);
 }
 
+void expect_share_refused(Session& s, const QueueBase& a, const QueueBase& b, const std::string& what) {
+  s.run(a.op());
+  EXPECT_THROW_MSG(s.run(b.op()), InvalidArgumentError, what);
+  EXPECT_THROW_MSG(s.run(b.size()), InvalidArgumentError, what);
+}
+
 std::vector<std::string> random_parts(std::mt19937& rng, std::size_t max_size) {
   std::vector<std::string> parts(1 + rng() % 4);
   for (auto& p : parts) {

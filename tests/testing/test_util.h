@@ -107,6 +107,30 @@ std::string error_of(F&& f) {
   return "";
 }
 
+// A FIFOQueue of scalars of `dtype` and the enqueue of a fed scalar: the queue that session tests
+// put values into one step at a time.
+//
+//   testing::FedQueue q(g, 10, DType::Float32);
+//   s.run(q.enqueue, q.feed(Tensor::scalar(5.0f)));
+struct FedQueue {
+  FedQueue(Graph& g, int capacity, DType dtype, std::string shared_name = "", std::string value_name = "")
+      : queue(g, capacity, {dtype}, {Shape{}}, std::move(shared_name)),
+        value(ops::placeholder(g, dtype, Shape{}, std::move(value_name))),
+        enqueue(queue.enqueue({value})) {}
+
+  // The feeds of an enqueue step that puts `t` in the queue.
+  FeedMap feed(Tensor t) const { return {{value, std::move(t)}}; }
+
+  FIFOQueue queue;
+  Output value;  // the placeholder the enqueue step feeds
+  Operation enqueue;
+};
+
+// Expects that `b`, a queue with `a`'s shared name but other attributes, cannot share the queue
+// that `a` makes in `s`: running b's queue op or its size() fails with InvalidArgumentError saying
+// `what` (TensorFlow's testIncompatibleSharedQueues, for each queue type).
+void expect_share_refused(Session& s, const QueueBase& a, const QueueBase& b, const std::string& what);
+
 // Garbage for a transport: 1 to 4 message parts of random bytes, each shorter than `max_size`.
 std::vector<std::string> random_parts(std::mt19937& rng, std::size_t max_size);
 
