@@ -57,12 +57,23 @@ Status expect_scalar(const ShapeContext& c, int i, DType dtype, const char* what
   return Status();
 }
 
-// AccumulatorApplyGradient(local_step: int64 scalar, gradient): no outputs.
-Status apply_shape(ShapeContext& c) {
+// The accumulator node of an accumulator op that has `n` inputs, the first a scalar of `dtype`
+// named `scalar` where one is named; else the error, checked in that order.
+StatusOr<const Node*> accumulator_op(const ShapeContext& c, int n, const char* scalar = nullptr,
+                                     DType dtype = DType::Int64) {
   auto a = accumulator_of(c);
   if (!a.ok()) return a.status();
-  if (Status s = expect_inputs(c, 2); !s.ok()) return s;
-  if (Status s = expect_scalar(c, 0, DType::Int64, "local_step"); !s.ok()) return s;
+  if (Status s = expect_inputs(c, n); !s.ok()) return s;
+  if (scalar != nullptr) {
+    if (Status s = expect_scalar(c, 0, dtype, scalar); !s.ok()) return s;
+  }
+  return a;
+}
+
+// AccumulatorApplyGradient(local_step: int64 scalar, gradient): no outputs.
+Status apply_shape(ShapeContext& c) {
+  auto a = accumulator_op(c, 2, "local_step", DType::Int64);
+  if (!a.ok()) return a.status();
   const DType dtype = a.value()->attr<DType>("dtype");
   const Shape& shape = a.value()->attr<Shape>("shape");
   if (c.input_dtype(1) != dtype) {
@@ -79,34 +90,24 @@ Status apply_shape(ShapeContext& c) {
 // AccumulatorTakeGradient(num_required: int32 scalar) -> the mean, of the accumulator's dtype and
 // shape.
 Status take_shape(ShapeContext& c) {
-  auto a = accumulator_of(c);
+  auto a = accumulator_op(c, 1, "num_required", DType::Int32);
   if (!a.ok()) return a.status();
-  if (Status s = expect_inputs(c, 1); !s.ok()) return s;
-  if (Status s = expect_scalar(c, 0, DType::Int32, "num_required"); !s.ok()) return s;
   c.add_output(a.value()->attr<DType>("dtype"), a.value()->attr<Shape>("shape"));
   return Status();
 }
 
 Status num_accumulated_shape(ShapeContext& c) {
-  auto a = accumulator_of(c);
+  auto a = accumulator_op(c, 0);
   if (!a.ok()) return a.status();
-  if (Status s = expect_inputs(c, 0); !s.ok()) return s;
   c.add_output(DType::Int32, Shape{});
   return Status();
 }
 
 Status set_global_step_shape(ShapeContext& c) {
-  auto a = accumulator_of(c);
-  if (!a.ok()) return a.status();
-  if (Status s = expect_inputs(c, 1); !s.ok()) return s;
-  return expect_scalar(c, 0, DType::Int64, "new_global_step");
+  return accumulator_op(c, 1, "new_global_step", DType::Int64).status();
 }
 
-Status cancel_takes_shape(ShapeContext& c) {
-  auto a = accumulator_of(c);
-  if (!a.ok()) return a.status();
-  return expect_inputs(c, 0);
-}
+Status cancel_takes_shape(ShapeContext& c) { return accumulator_op(c, 0).status(); }
 
 // All stateful (never deduplicated: two applies are two gradients) and in host memory next to
 // their accumulator.

@@ -132,6 +132,19 @@ using EndpointKey = std::pair<Node*, int>;
 
 bool carries_gradient(DType dtype) { return dtype_is_floating(dtype); }
 
+// Calls visit(n, queue) for each node taken from a queue that starts with the nodes of `from`;
+// visit pushes the nodes to go on to (and skips a node it has seen).
+template <class Visit>
+void breadth_first(const std::vector<Output>& from, Visit visit) {
+  std::deque<Node*> queue;
+  for (const Output& o : from) queue.push_back(o.node());
+  while (!queue.empty()) {
+    Node* n = queue.front();
+    queue.pop_front();
+    visit(n, queue);
+  }
+}
+
 // The backward pass of one tessera::gradients call (Note [Building the backward pass]).
 class BackwardPass {
  public:
@@ -179,14 +192,10 @@ class BackwardPass {
 
  private:
   void mark_reached() {
-    std::deque<Node*> queue;
-    for (const Output& x : xs_) queue.push_back(x.node());
-    while (!queue.empty()) {
-      Node* n = queue.front();
-      queue.pop_front();
-      if (!reached_.insert(n).second) continue;
+    breadth_first(xs_, [&](Node* n, std::deque<Node*>& queue) {
+      if (!reached_.insert(n).second) return;
       auto it = consumers_.find(n);
-      if (it == consumers_.end()) continue;
+      if (it == consumers_.end()) return;
       for (Node* c : it->second) {
         for (const Endpoint& e : c->inputs) {
           if (e.node == n && carries_gradient(n->output_dtypes[static_cast<std::size_t>(e.index)])) {
@@ -195,18 +204,14 @@ class BackwardPass {
           }
         }
       }
-    }
+    });
   }
 
   void mark_between() {
-    std::deque<Node*> queue;
-    for (const Output& y : ys_) queue.push_back(y.node());
-    while (!queue.empty()) {
-      Node* n = queue.front();
-      queue.pop_front();
-      if (!reached_.count(n) || !between_.insert(n).second) continue;
+    breadth_first(ys_, [&](Node* n, std::deque<Node*>& queue) {
+      if (!reached_.count(n) || !between_.insert(n).second) return;
       for (const Endpoint& e : n->inputs) queue.push_back(e.node);
-    }
+    });
   }
 
   // The sum of the gradients flowing into output `index` of `n`, made once; null when none flows.

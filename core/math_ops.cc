@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/broadcast.h"
+#include "core/common_shape_fns.h"
 #include "core/node.h"
 #include "core/op_registry.h"
 #include "tessera/ops.h"
@@ -118,24 +119,6 @@ Status cast_shape(ShapeContext& c) {
   return Status();
 }
 
-Status random_shape(ShapeContext& c) {
-  TESSERA_RETURN_IF_ERROR(expect_inputs(c, 0));
-  const DType dtype = c.attr<DType>("dtype");
-  const Shape& shape = c.attr<Shape>("shape");
-  if (dtype != DType::Float32 && dtype != DType::Float64) {  // no 16-bit random kernels
-    return c.invalid("needs dtype float32 or float64, got {}", dtype_name(dtype));
-  }
-  if (!shape.fully_defined()) return c.invalid("shape {} must be fully defined", shape.to_string());
-  c.add_output(dtype, shape);
-  return Status();
-}
-
-Status shuffle_shape(ShapeContext& c) {
-  TESSERA_RETURN_IF_ERROR(expect_inputs(c, 1));
-  c.add_output(c.input_dtype(0), c.input_shape(0));
-  return Status();
-}
-
 TESSERA_REGISTER_OP(OpDef{"Add", binary_shape});
 TESSERA_REGISTER_OP(OpDef{"Sub", binary_shape});
 TESSERA_REGISTER_OP(OpDef{"Mul", binary_shape});
@@ -161,7 +144,7 @@ TESSERA_REGISTER_OP(OpDef{"Cast", cast_shape});
 // so they must never be deduplicated or constant-folded.
 TESSERA_REGISTER_OP(OpDef{"RandomUniform", random_shape, /*stateful=*/true});
 TESSERA_REGISTER_OP(OpDef{"RandomNormal", random_shape, /*stateful=*/true});
-TESSERA_REGISTER_OP(OpDef{"RandomShuffle", shuffle_shape, /*stateful=*/true});
+TESSERA_REGISTER_OP(OpDef{"RandomShuffle", same_as_input_shape, /*stateful=*/true});
 
 }  // namespace
 }  // namespace internal

@@ -16,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/common_shape_fns.h"
 #include "core/gradients.h"
 #include "core/node.h"
 #include "core/op_registry.h"
@@ -244,24 +245,6 @@ Status dropout_fn(ShapeContext& c) {
   return Status();
 }
 
-Status truncated_normal_fn(ShapeContext& c) {
-  TESSERA_RETURN_IF_ERROR(expect_inputs(c, 0));
-  const DType dtype = c.attr<DType>("dtype");
-  const Shape& shape = c.attr<Shape>("shape");
-  if (dtype != DType::Float32 && dtype != DType::Float64) {  // the Philox streams' dtypes
-    return c.invalid("needs dtype float32 or float64, got {}", dtype_name(dtype));
-  }
-  if (!shape.fully_defined()) return c.invalid("shape {} must be fully defined", shape.to_string());
-  c.add_output(dtype, shape);
-  return Status();
-}
-
-Status stop_gradient_fn(ShapeContext& c) {
-  TESSERA_RETURN_IF_ERROR(expect_inputs(c, 1));
-  c.add_output(c.input_dtype(0), c.input_shape(0));
-  return Status();
-}
-
 // ReluGrad (numbers) and TanhGrad, SigmoidGrad, SqrtGrad (floating point): two inputs of one
 // dtype and shape.
 template <bool kFloating>
@@ -295,8 +278,8 @@ TESSERA_REGISTER_OP(OpDef{"BiasAddGrad", bias_add_grad_fn});
 TESSERA_REGISTER_OP(OpDef{"L2Loss", l2_loss_fn});
 // Random ops are stateful: each keeps its position in its random stream for the life of a session.
 TESSERA_REGISTER_OP(OpDef{"Dropout", dropout_fn, /*stateful=*/true});
-TESSERA_REGISTER_OP(OpDef{"TruncatedNormal", truncated_normal_fn, /*stateful=*/true});
-TESSERA_REGISTER_OP(OpDef{"StopGradient", stop_gradient_fn});
+TESSERA_REGISTER_OP(OpDef{"TruncatedNormal", random_shape, /*stateful=*/true});
+TESSERA_REGISTER_OP(OpDef{"StopGradient", same_as_input_shape});
 TESSERA_REGISTER_OP(OpDef{"ReluGrad", elementwise_grad_fn<false>});
 TESSERA_REGISTER_OP(OpDef{"TanhGrad", elementwise_grad_fn<true>});
 TESSERA_REGISTER_OP(OpDef{"SigmoidGrad", elementwise_grad_fn<true>});

@@ -506,25 +506,18 @@ Status slice_fn(ShapeContext& c) {
   return add_shaped(c, c.input_dtype(0), slice_shape(c.input_shape(0), c.attr<Dims>("begin"), c.attr<Dims>("size")));
 }
 
-Status expand_dims_fn(ShapeContext& c) {
+// Input 0's dtype, the shape `shape_of` makes of input 0's shape and the attr `attr`: the ops that
+// reshape their one input as one attr says.
+template <class A, class F>
+Status reshaped_by_attr(ShapeContext& c, F shape_of, const char* attr) {
   TESSERA_RETURN_IF_ERROR(expect_inputs(c, 1));
-  return add_shaped(c, c.input_dtype(0), expand_dims_shape(c.input_shape(0), c.attr<int64_t>("axis")));
+  return add_shaped(c, c.input_dtype(0), shape_of(c.input_shape(0), c.attr<A>(attr)));
 }
 
-Status squeeze_fn(ShapeContext& c) {
-  TESSERA_RETURN_IF_ERROR(expect_inputs(c, 1));
-  return add_shaped(c, c.input_dtype(0), squeeze_shape(c.input_shape(0), c.attr<Dims>("axes")));
-}
-
-Status tile_fn(ShapeContext& c) {
-  TESSERA_RETURN_IF_ERROR(expect_inputs(c, 1));
-  return add_shaped(c, c.input_dtype(0), tile_shape(c.input_shape(0), c.attr<Dims>("multiples")));
-}
-
-Status pad_fn(ShapeContext& c) {
-  TESSERA_RETURN_IF_ERROR(expect_inputs(c, 1));
-  return add_shaped(c, c.input_dtype(0), pad_shape(c.input_shape(0), c.attr<Dims>("paddings")));
-}
+Status expand_dims_fn(ShapeContext& c) { return reshaped_by_attr<int64_t>(c, expand_dims_shape, "axis"); }
+Status squeeze_fn(ShapeContext& c) { return reshaped_by_attr<Dims>(c, squeeze_shape, "axes"); }
+Status tile_fn(ShapeContext& c) { return reshaped_by_attr<Dims>(c, tile_shape, "multiples"); }
+Status pad_fn(ShapeContext& c) { return reshaped_by_attr<Dims>(c, pad_shape, "paddings"); }
 
 Status fill_fn(ShapeContext& c) {
   TESSERA_RETURN_IF_ERROR(expect_inputs(c, 0));

@@ -44,15 +44,6 @@ namespace {
 
 using training::ApplyKind;
 
-const ApplyOpInfo kApplyOps[] = {
-    {"ApplyGradientDescent", ApplyKind::kGradientDescent, {}, {"alpha", "delta"}, 1},
-    {"ApplyMomentum", ApplyKind::kMomentum, {"accum"}, {"lr", "grad", "momentum"}, 1},
-    {"ApplyAdam", ApplyKind::kAdam, {"m", "v"},
-     {"beta1_power", "beta2_power", "lr", "beta1", "beta2", "epsilon", "grad"}, 6},
-    {"ApplyAdagrad", ApplyKind::kAdagrad, {"accum"}, {"lr", "grad"}, 1},
-    {"ApplyRMSProp", ApplyKind::kRMSProp, {"ms", "mom"}, {"lr", "rho", "momentum", "epsilon", "grad"}, 4},
-};
-
 // The variable an op acts on, or nullptr when its resource is not a variable.
 const Node* variable_of(const ShapeContext& c) {
   const Node* var = c.spec().resource;
@@ -176,8 +167,22 @@ Output add_apply(const char* type, const Variable& var, const std::vector<Variab
 
 }  // namespace
 
+std::span<const ApplyOpInfo> apply_ops() {
+  // A function's static, made on first use: kernels register through it during static
+  // initialization, in whatever order the translation units run.
+  static const ApplyOpInfo kOps[] = {
+      {"ApplyGradientDescent", ApplyKind::kGradientDescent, {}, {"alpha", "delta"}, 1},
+      {"ApplyMomentum", ApplyKind::kMomentum, {"accum"}, {"lr", "grad", "momentum"}, 1},
+      {"ApplyAdam", ApplyKind::kAdam, {"m", "v"},
+       {"beta1_power", "beta2_power", "lr", "beta1", "beta2", "epsilon", "grad"}, 6},
+      {"ApplyAdagrad", ApplyKind::kAdagrad, {"accum"}, {"lr", "grad"}, 1},
+      {"ApplyRMSProp", ApplyKind::kRMSProp, {"ms", "mom"}, {"lr", "rho", "momentum", "epsilon", "grad"}, 4},
+  };
+  return kOps;
+}
+
 const ApplyOpInfo* find_apply_op(std::string_view type) {
-  for (const ApplyOpInfo& info : kApplyOps) {
+  for (const ApplyOpInfo& info : apply_ops()) {
     if (type == info.type) return &info;
   }
   return nullptr;

@@ -10,12 +10,15 @@
 #pragma once
 
 #include <array>
+#include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "core/op_kernel.h"
+#include "core/op_registry.h"
 #include "core/training_rules.h"
 #include "core/variable_resource.h"
 #include "tessera/graph.h"
@@ -53,8 +56,24 @@ struct ApplyOpInfo {
   std::vector<const char*> inputs;  // input names, as TensorFlow's
   int grad;                         // which input is the gradient (the others are scalars)
 };
+// Every Apply* op's layout. Safe to call during static initialization.
+std::span<const ApplyOpInfo> apply_ops();
 // The op's layout, or nullptr for a type that is not an Apply* op.
 const ApplyOpInfo* find_apply_op(std::string_view type);
+
+// Registers `Kernel` on `device_type` for every Apply* op: one kernel class serves them all (it
+// reads the op's layout from its node), and an op added to apply_ops() gets its kernels with it.
+//   const ApplyKernelRegistrar<ApplyOp> kApplyKernels("CPU");
+template <class Kernel>
+struct ApplyKernelRegistrar {
+  explicit ApplyKernelRegistrar(const char* device_type) {
+    for (const ApplyOpInfo& info : apply_ops()) {
+      OpRegistry::global().register_kernel(info.type, device_type, [](const Node& n) -> std::unique_ptr<OpKernel> {
+        return std::make_unique<Kernel>(n);
+      });
+    }
+  }
+};
 
 // The variables an Apply* kernel updates: its variable (node.resource, found as the variable
 // kernels find it) and its slots (looked up by name in the same resources, never created), each

@@ -78,6 +78,8 @@ class AccumulatorCreateOp : public OpKernel {
   bool is_expensive() const override { return false; }
 };
 
+TESSERA_REGISTER_KERNEL("ConditionalAccumulator", "CPU", AccumulatorCreateOp);
+
 class ApplyGradientOp : public AccumulatorOpKernel {
  public:
   using AccumulatorOpKernel::AccumulatorOpKernel;
@@ -91,6 +93,8 @@ class ApplyGradientOp : public AccumulatorOpKernel {
     if (Status s = a.value()->try_apply(step.scalar<int64_t>(), ctx.input(1)); !s.ok()) ctx.fail(s);
   }
 };
+
+TESSERA_REGISTER_KERNEL("AccumulatorApplyGradient", "CPU", ApplyGradientOp);
 
 class TakeGradientOp : public AccumulatorOpKernel {
  public:
@@ -122,6 +126,8 @@ class TakeGradientOp : public AccumulatorOpKernel {
   }
 };
 
+TESSERA_REGISTER_KERNEL("AccumulatorTakeGradient", "CPU", TakeGradientOp);
+
 class NumAccumulatedOp : public AccumulatorOpKernel {
  public:
   using AccumulatorOpKernel::AccumulatorOpKernel;
@@ -131,6 +137,8 @@ class NumAccumulatedOp : public AccumulatorOpKernel {
     *ctx.allocate_output(0, Shape{}).mutable_data<int32_t>() = static_cast<int32_t>(a.value()->num_accumulated());
   }
 };
+
+TESSERA_REGISTER_KERNEL("AccumulatorNumAccumulated", "CPU", NumAccumulatedOp);
 
 class SetGlobalStepOp : public AccumulatorOpKernel {
  public:
@@ -144,6 +152,8 @@ class SetGlobalStepOp : public AccumulatorOpKernel {
   }
 };
 
+TESSERA_REGISTER_KERNEL("AccumulatorSetGlobalStep", "CPU", SetGlobalStepOp);
+
 class CancelTakesOp : public AccumulatorOpKernel {
  public:
   using AccumulatorOpKernel::AccumulatorOpKernel;
@@ -154,11 +164,6 @@ class CancelTakesOp : public AccumulatorOpKernel {
   }
 };
 
-TESSERA_REGISTER_KERNEL("ConditionalAccumulator", "CPU", AccumulatorCreateOp);
-TESSERA_REGISTER_KERNEL("AccumulatorApplyGradient", "CPU", ApplyGradientOp);
-TESSERA_REGISTER_KERNEL("AccumulatorTakeGradient", "CPU", TakeGradientOp);
-TESSERA_REGISTER_KERNEL("AccumulatorNumAccumulated", "CPU", NumAccumulatedOp);
-TESSERA_REGISTER_KERNEL("AccumulatorSetGlobalStep", "CPU", SetGlobalStepOp);
 TESSERA_REGISTER_KERNEL("_AccumulatorCancelTakes", "CPU", CancelTakesOp);
 
 }  // namespace

@@ -15,6 +15,8 @@ class ConstOp : public OpKernel {
   Tensor value_;
 };
 
+TESSERA_REGISTER_KERNEL("Const", "CPU", ConstOp);
+
 // Runs only when its output was not fed (the executor substitutes fed values).
 class PlaceholderOp : public OpKernel {
  public:
@@ -27,12 +29,17 @@ class PlaceholderOp : public OpKernel {
   bool is_expensive() const override { return false; }
 };
 
+TESSERA_REGISTER_KERNEL("Placeholder", "CPU", PlaceholderOp);
+
 class IdentityOp : public OpKernel {
  public:
   using OpKernel::OpKernel;
   void compute(OpKernelContext& ctx) override { ctx.set_output(0, ctx.input(0)); }
   bool is_expensive() const override { return false; }
 };
+
+TESSERA_REGISTER_KERNEL("Identity", "CPU", IdentityOp);
+TESSERA_REGISTER_KERNEL("StopGradient", "CPU", IdentityOp);  // core/nn_ops.cc
 
 class NoOpKernel : public OpKernel {
  public:
@@ -41,10 +48,6 @@ class NoOpKernel : public OpKernel {
   bool is_expensive() const override { return false; }
 };
 
-TESSERA_REGISTER_KERNEL("Const", "CPU", ConstOp);
-TESSERA_REGISTER_KERNEL("Placeholder", "CPU", PlaceholderOp);
-TESSERA_REGISTER_KERNEL("Identity", "CPU", IdentityOp);
-TESSERA_REGISTER_KERNEL("StopGradient", "CPU", IdentityOp);  // core/nn_ops.cc
 TESSERA_REGISTER_KERNEL("NoOp", "CPU", NoOpKernel);
 
 }  // namespace

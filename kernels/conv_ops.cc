@@ -307,6 +307,10 @@ class ConvOp final : public OpKernel {
   const WindowAttrs attrs_;
 };
 
+TESSERA_REGISTER_KERNEL("Conv2D", "CPU", ConvOp<ConvKind::kForward>);
+TESSERA_REGISTER_KERNEL("Conv2DBackpropInput", "CPU", ConvOp<ConvKind::kBackpropInput>);
+TESSERA_REGISTER_KERNEL("Conv2DBackpropFilter", "CPU", ConvOp<ConvKind::kBackpropFilter>);
+
 // The windows of one image, in output order: visit(pos, h0, h1, w0, w1) for each output position
 // `pos` (its index among the image's out_h * out_w), its window's rows [h0, h1) and columns
 // [w0, w1) inside the input (the padding cut off).
@@ -500,9 +504,6 @@ class PoolOp final : public OpKernel {
   const WindowAttrs attrs_;
 };
 
-TESSERA_REGISTER_KERNEL("Conv2D", "CPU", ConvOp<ConvKind::kForward>);
-TESSERA_REGISTER_KERNEL("Conv2DBackpropInput", "CPU", ConvOp<ConvKind::kBackpropInput>);
-TESSERA_REGISTER_KERNEL("Conv2DBackpropFilter", "CPU", ConvOp<ConvKind::kBackpropFilter>);
 TESSERA_REGISTER_KERNEL("MaxPool", "CPU", PoolOp<PoolKind::kMax>);
 TESSERA_REGISTER_KERNEL("AvgPool", "CPU", PoolOp<PoolKind::kAvg>);
 TESSERA_REGISTER_KERNEL("MaxPoolGrad", "CPU", PoolOp<PoolKind::kMaxGrad>);

@@ -203,6 +203,13 @@ class BinaryOp : public OpKernel {
   }
 };
 
+TESSERA_REGISTER_KERNEL("Add", "CPU", BinaryOp<AddFn>);
+TESSERA_REGISTER_KERNEL("Sub", "CPU", BinaryOp<SubFn>);
+TESSERA_REGISTER_KERNEL("Mul", "CPU", BinaryOp<MulFn>);
+TESSERA_REGISTER_KERNEL("Div", "CPU", BinaryOp<DivFn>);
+TESSERA_REGISTER_KERNEL("Maximum", "CPU", BinaryOp<MaximumFn>);
+TESSERA_REGISTER_KERNEL("Minimum", "CPU", BinaryOp<MinimumFn>);
+
 // ---- Unary functors: apply(x); kFloatingOnly ops exist for the floating point dtypes only ----
 
 struct NegFn {
@@ -281,12 +288,6 @@ class UnaryOp : public OpKernel {
   }
 };
 
-TESSERA_REGISTER_KERNEL("Add", "CPU", BinaryOp<AddFn>);
-TESSERA_REGISTER_KERNEL("Sub", "CPU", BinaryOp<SubFn>);
-TESSERA_REGISTER_KERNEL("Mul", "CPU", BinaryOp<MulFn>);
-TESSERA_REGISTER_KERNEL("Div", "CPU", BinaryOp<DivFn>);
-TESSERA_REGISTER_KERNEL("Maximum", "CPU", BinaryOp<MaximumFn>);
-TESSERA_REGISTER_KERNEL("Minimum", "CPU", BinaryOp<MinimumFn>);
 TESSERA_REGISTER_KERNEL("Neg", "CPU", UnaryOp<NegFn>);
 TESSERA_REGISTER_KERNEL("Relu", "CPU", UnaryOp<ReluFn>);
 TESSERA_REGISTER_KERNEL("Square", "CPU", UnaryOp<SquareFn>);

@@ -110,6 +110,9 @@ class SoftmaxOp : public OpKernel {
   }
 };
 
+TESSERA_REGISTER_KERNEL("Softmax", "CPU", SoftmaxOp<false>);
+TESSERA_REGISTER_KERNEL("LogSoftmax", "CPU", SoftmaxOp<true>);
+
 // The frame both cross entropies share: loss [batch] and backprop `shape` [batch, classes], each
 // row's RowStats taken over its logits; row(r, logits_row, stats, backprop_row) fills the backprop
 // row and returns the row's loss in the computation type.
@@ -160,6 +163,8 @@ class SparseXentOp : public OpKernel {
   }
 };
 
+TESSERA_REGISTER_KERNEL("SparseSoftmaxCrossEntropyWithLogits", "CPU", SparseXentOp);
+
 // SoftmaxCrossEntropyWithLogits: loss [batch], backprop [batch, classes]. Thread-safe.
 class XentOp : public OpKernel {
  public:
@@ -185,6 +190,8 @@ class XentOp : public OpKernel {
     });
   }
 };
+
+TESSERA_REGISTER_KERNEL("SoftmaxCrossEntropyWithLogits", "CPU", XentOp);
 
 // value + bias along the last dim. Thread-safe: compute() keeps no state.
 class BiasAddOp : public OpKernel {
@@ -212,6 +219,8 @@ class BiasAddOp : public OpKernel {
   }
 };
 
+TESSERA_REGISTER_KERNEL("BiasAdd", "CPU", BiasAddOp);
+
 // dy summed over all but the last axis, in the computation type. Thread-safe.
 class BiasAddGradOp : public OpKernel {
  public:
@@ -235,6 +244,8 @@ class BiasAddGradOp : public OpKernel {
   }
 };
 
+TESSERA_REGISTER_KERNEL("BiasAddGrad", "CPU", BiasAddGradOp);
+
 // sum(x^2) / 2, accumulated in float64. Thread-safe.
 class L2LossOp : public OpKernel {
  public:
@@ -254,6 +265,8 @@ class L2LossOp : public OpKernel {
     });
   }
 };
+
+TESSERA_REGISTER_KERNEL("L2Loss", "CPU", L2LossOp);
 
 // ---- Elementwise gradients: apply(a, b) in the computation type ----
 
@@ -296,6 +309,16 @@ class ElementwiseGradOp : public OpKernel {
   }
 };
 
+using ReluGradOp = ElementwiseGradOp<ReluGradFn, false>;
+using TanhGradOp = ElementwiseGradOp<TanhGradFn, true>;
+using SigmoidGradOp = ElementwiseGradOp<SigmoidGradFn, true>;
+using SqrtGradOp = ElementwiseGradOp<SqrtGradFn, true>;
+
+TESSERA_REGISTER_KERNEL("ReluGrad", "CPU", ReluGradOp);
+TESSERA_REGISTER_KERNEL("TanhGrad", "CPU", TanhGradOp);
+TESSERA_REGISTER_KERNEL("SigmoidGrad", "CPU", SigmoidGradOp);
+TESSERA_REGISTER_KERNEL("SqrtGrad", "CPU", SqrtGradOp);
+
 // params' shape of zeros, dy's slices added at `indices` along `axis` (repeats accumulate, in
 // order). Every index is checked first, as GatherV2 does. Thread-safe.
 class GatherGradOp : public OpKernel {
@@ -334,6 +357,8 @@ class GatherGradOp : public OpKernel {
   const int64_t axis_;
 };
 
+TESSERA_REGISTER_KERNEL("GatherGrad", "CPU", GatherGradOp);
+
 // y = x * mask, mask 1/keep_prob where the element's uniform draw (one float per Philox word) is
 // below keep_prob, else 0. Thread-safe, as RandomOpBase.
 class DropoutOp : public RandomOpBase {
@@ -367,6 +392,8 @@ class DropoutOp : public RandomOpBase {
   const double keep_prob_;
 };
 
+TESSERA_REGISTER_KERNEL("Dropout", "CPU", DropoutOp);
+
 // Standard normals with those of magnitude 2 or more redrawn (TensorFlow's rule). Group g of
 // kValuesPerBlock values takes, in order, the accepted normals of block first + g, then of the same
 // block redrawn (Philox4x32's `redraw`) until the group is full: each group's values are a function
@@ -398,24 +425,6 @@ class TruncatedNormalOp : public RandomOpBase {
   }
 };
 
-using ReluGradOp = ElementwiseGradOp<ReluGradFn, false>;
-using TanhGradOp = ElementwiseGradOp<TanhGradFn, true>;
-using SigmoidGradOp = ElementwiseGradOp<SigmoidGradFn, true>;
-using SqrtGradOp = ElementwiseGradOp<SqrtGradFn, true>;
-
-TESSERA_REGISTER_KERNEL("Softmax", "CPU", SoftmaxOp<false>);
-TESSERA_REGISTER_KERNEL("LogSoftmax", "CPU", SoftmaxOp<true>);
-TESSERA_REGISTER_KERNEL("SparseSoftmaxCrossEntropyWithLogits", "CPU", SparseXentOp);
-TESSERA_REGISTER_KERNEL("SoftmaxCrossEntropyWithLogits", "CPU", XentOp);
-TESSERA_REGISTER_KERNEL("BiasAdd", "CPU", BiasAddOp);
-TESSERA_REGISTER_KERNEL("BiasAddGrad", "CPU", BiasAddGradOp);
-TESSERA_REGISTER_KERNEL("L2Loss", "CPU", L2LossOp);
-TESSERA_REGISTER_KERNEL("ReluGrad", "CPU", ReluGradOp);
-TESSERA_REGISTER_KERNEL("TanhGrad", "CPU", TanhGradOp);
-TESSERA_REGISTER_KERNEL("SigmoidGrad", "CPU", SigmoidGradOp);
-TESSERA_REGISTER_KERNEL("SqrtGrad", "CPU", SqrtGradOp);
-TESSERA_REGISTER_KERNEL("GatherGrad", "CPU", GatherGradOp);
-TESSERA_REGISTER_KERNEL("Dropout", "CPU", DropoutOp);
 TESSERA_REGISTER_KERNEL("TruncatedNormal", "CPU", TruncatedNormalOp);
 
 }  // namespace

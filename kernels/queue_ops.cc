@@ -125,6 +125,9 @@ class QueueCreateOp : public OpKernel {
   bool is_expensive() const override { return false; }
 };
 
+TESSERA_REGISTER_KERNEL("FIFOQueue", "CPU", QueueCreateOp);
+TESSERA_REGISTER_KERNEL("RandomShuffleQueueV2", "CPU", QueueCreateOp);
+
 class EnqueueOp : public QueueOpKernel {
  public:
   explicit EnqueueOp(const Node& n) : QueueOpKernel(n), many_(n.type == "QueueEnqueueMany") {}
@@ -151,6 +154,9 @@ class EnqueueOp : public QueueOpKernel {
  private:
   const bool many_;
 };
+
+TESSERA_REGISTER_KERNEL("QueueEnqueue", "CPU", EnqueueOp);
+TESSERA_REGISTER_KERNEL("QueueEnqueueMany", "CPU", EnqueueOp);
 
 class DequeueOp : public QueueOpKernel {
  public:
@@ -193,6 +199,10 @@ class DequeueOp : public QueueOpKernel {
   const int64_t n_;
 };
 
+TESSERA_REGISTER_KERNEL("QueueDequeue", "CPU", DequeueOp);
+TESSERA_REGISTER_KERNEL("QueueDequeueMany", "CPU", DequeueOp);
+TESSERA_REGISTER_KERNEL("QueueDequeueUpTo", "CPU", DequeueOp);
+
 class CloseOp : public QueueOpKernel {
  public:
   explicit CloseOp(const Node& n)
@@ -210,6 +220,8 @@ class CloseOp : public QueueOpKernel {
   const bool cancel_pending_;
 };
 
+TESSERA_REGISTER_KERNEL("QueueClose", "CPU", CloseOp);
+
 class QueueSizeOp : public QueueOpKernel {
  public:
   using QueueOpKernel::QueueOpKernel;
@@ -225,6 +237,9 @@ class QueueSizeOp : public QueueOpKernel {
     }
   }
 };
+
+TESSERA_REGISTER_KERNEL("QueueSize", "CPU", QueueSizeOp);
+TESSERA_REGISTER_KERNEL("QueueIsClosed", "CPU", QueueSizeOp);
 
 // LimitEpochs' counter: how many times this session ran the node.
 class EpochCounter : public ResourceBase {
@@ -253,16 +268,6 @@ class LimitEpochsOp : public OpKernel {
   const int64_t limit_;
 };
 
-TESSERA_REGISTER_KERNEL("FIFOQueue", "CPU", QueueCreateOp);
-TESSERA_REGISTER_KERNEL("RandomShuffleQueueV2", "CPU", QueueCreateOp);
-TESSERA_REGISTER_KERNEL("QueueEnqueue", "CPU", EnqueueOp);
-TESSERA_REGISTER_KERNEL("QueueEnqueueMany", "CPU", EnqueueOp);
-TESSERA_REGISTER_KERNEL("QueueDequeue", "CPU", DequeueOp);
-TESSERA_REGISTER_KERNEL("QueueDequeueMany", "CPU", DequeueOp);
-TESSERA_REGISTER_KERNEL("QueueDequeueUpTo", "CPU", DequeueOp);
-TESSERA_REGISTER_KERNEL("QueueClose", "CPU", CloseOp);
-TESSERA_REGISTER_KERNEL("QueueSize", "CPU", QueueSizeOp);
-TESSERA_REGISTER_KERNEL("QueueIsClosed", "CPU", QueueSizeOp);
 TESSERA_REGISTER_KERNEL("LimitEpochs", "CPU", LimitEpochsOp);
 
 }  // namespace

@@ -45,6 +45,8 @@ class RandomUniformOp : public RandomOpBase {
   }
 };
 
+TESSERA_REGISTER_KERNEL("RandomUniform", "CPU", RandomUniformOp);
+
 // Values normal with the "mean" and "stddev" attrs. Thread-safe, as RandomOpBase.
 class RandomNormalOp : public RandomOpBase {
  public:
@@ -75,6 +77,8 @@ class RandomNormalOp : public RandomOpBase {
   const double mean_;
   const double stddev_;
 };
+
+TESSERA_REGISTER_KERNEL("RandomNormal", "CPU", RandomNormalOp);
 
 // A uniformly random permutation of the first dimension (Fisher-Yates), rows moved as bytes so
 // every dtype shares one path. Thread-safe, as RandomOpBase.
@@ -112,8 +116,6 @@ class RandomShuffleOp : public RandomOpBase {
   }
 };
 
-TESSERA_REGISTER_KERNEL("RandomUniform", "CPU", RandomUniformOp);
-TESSERA_REGISTER_KERNEL("RandomNormal", "CPU", RandomNormalOp);
 TESSERA_REGISTER_KERNEL("RandomShuffle", "CPU", RandomShuffleOp);
 
 }  // namespace

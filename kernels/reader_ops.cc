@@ -287,6 +287,8 @@ class ReaderCreateOp : public OpKernel {
   bool is_expensive() const override { return false; }
 };
 
+TESSERA_REGISTER_KERNEL("TextLineReaderV2", "CPU", ReaderCreateOp);
+
 class ReaderReadOp : public OpKernel {
  public:
   explicit ReaderReadOp(const Node& n) : OpKernel(n) { TESSERA_CHECK(n.resource != nullptr); }
@@ -321,7 +323,6 @@ class ReaderReadOp : public OpKernel {
   CachedResource<TextLineReaderResource> reader_;
 };
 
-TESSERA_REGISTER_KERNEL("TextLineReaderV2", "CPU", ReaderCreateOp);
 TESSERA_REGISTER_KERNEL("ReaderReadV2", "CPU", ReaderReadOp);
 
 }  // namespace

@@ -100,6 +100,24 @@ class CompareOp : public OpKernel {
   }
 };
 
+using EqualOp = CompareOp<EqualFn, false, false>;
+using NotEqualOp = CompareOp<NotEqualFn, false, false>;
+using LessOp = CompareOp<LessFn, true, false>;
+using LessEqualOp = CompareOp<LessEqualFn, true, false>;
+using GreaterOp = CompareOp<GreaterFn, true, false>;
+using GreaterEqualOp = CompareOp<GreaterEqualFn, true, false>;
+using LogicalAndOp = CompareOp<LogicalAndFn, false, true>;
+using LogicalOrOp = CompareOp<LogicalOrFn, false, true>;
+
+TESSERA_REGISTER_KERNEL("Equal", "CPU", EqualOp);
+TESSERA_REGISTER_KERNEL("NotEqual", "CPU", NotEqualOp);
+TESSERA_REGISTER_KERNEL("Less", "CPU", LessOp);
+TESSERA_REGISTER_KERNEL("LessEqual", "CPU", LessEqualOp);
+TESSERA_REGISTER_KERNEL("Greater", "CPU", GreaterOp);
+TESSERA_REGISTER_KERNEL("GreaterEqual", "CPU", GreaterEqualOp);
+TESSERA_REGISTER_KERNEL("LogicalAnd", "CPU", LogicalAndOp);
+TESSERA_REGISTER_KERNEL("LogicalOr", "CPU", LogicalOrOp);
+
 // Thread-safe: compute() keeps no state between runs.
 class LogicalNotOp : public OpKernel {
  public:
@@ -113,6 +131,8 @@ class LogicalNotOp : public OpKernel {
     for (int64_t i = 0; i < x.num_elements(); ++i) po[i] = !px[i];
   }
 };
+
+TESSERA_REGISTER_KERNEL("LogicalNot", "CPU", LogicalNotOp);
 
 // out = cond ? x : y, broadcasting among the three; moves elements as bytes (every dtype).
 // Thread-safe: compute() keeps no state between runs.
@@ -141,6 +161,8 @@ class SelectOp : public OpKernel {
     }
   }
 };
+
+TESSERA_REGISTER_KERNEL("SelectV2", "CPU", SelectOp);
 
 // out[outer, m, inner] = params[outer, indices[m], inner]. Thread-safe.
 class GatherOp : public OpKernel {
@@ -172,6 +194,8 @@ class GatherOp : public OpKernel {
   const int64_t axis_;
 };
 
+TESSERA_REGISTER_KERNEL("GatherV2", "CPU", GatherOp);
+
 // float32 out[..., d] = indices[...] == d ? on : off. Thread-safe.
 class OneHotOp : public OpKernel {
  public:
@@ -195,6 +219,8 @@ class OneHotOp : public OpKernel {
   const float on_;
   const float off_;
 };
+
+TESSERA_REGISTER_KERNEL("OneHot", "CPU", OneHotOp);
 
 // int64 out[outer, inner] = the first position along `axis` of the extreme value. Thread-safe.
 template <bool kMax>
@@ -236,6 +262,9 @@ class ArgOp : public OpKernel {
   const int64_t axis_;
 };
 
+TESSERA_REGISTER_KERNEL("ArgMax", "CPU", ArgOp<true>);
+TESSERA_REGISTER_KERNEL("ArgMin", "CPU", ArgOp<false>);
+
 // out = the sum of the inputs, one shape and dtype; integers wrap. Thread-safe.
 class AddNOp : public OpKernel {
  public:
@@ -266,29 +295,6 @@ class AddNOp : public OpKernel {
   }
 };
 
-using EqualOp = CompareOp<EqualFn, false, false>;
-using NotEqualOp = CompareOp<NotEqualFn, false, false>;
-using LessOp = CompareOp<LessFn, true, false>;
-using LessEqualOp = CompareOp<LessEqualFn, true, false>;
-using GreaterOp = CompareOp<GreaterFn, true, false>;
-using GreaterEqualOp = CompareOp<GreaterEqualFn, true, false>;
-using LogicalAndOp = CompareOp<LogicalAndFn, false, true>;
-using LogicalOrOp = CompareOp<LogicalOrFn, false, true>;
-
-TESSERA_REGISTER_KERNEL("Equal", "CPU", EqualOp);
-TESSERA_REGISTER_KERNEL("NotEqual", "CPU", NotEqualOp);
-TESSERA_REGISTER_KERNEL("Less", "CPU", LessOp);
-TESSERA_REGISTER_KERNEL("LessEqual", "CPU", LessEqualOp);
-TESSERA_REGISTER_KERNEL("Greater", "CPU", GreaterOp);
-TESSERA_REGISTER_KERNEL("GreaterEqual", "CPU", GreaterEqualOp);
-TESSERA_REGISTER_KERNEL("LogicalAnd", "CPU", LogicalAndOp);
-TESSERA_REGISTER_KERNEL("LogicalOr", "CPU", LogicalOrOp);
-TESSERA_REGISTER_KERNEL("LogicalNot", "CPU", LogicalNotOp);
-TESSERA_REGISTER_KERNEL("SelectV2", "CPU", SelectOp);
-TESSERA_REGISTER_KERNEL("GatherV2", "CPU", GatherOp);
-TESSERA_REGISTER_KERNEL("OneHot", "CPU", OneHotOp);
-TESSERA_REGISTER_KERNEL("ArgMax", "CPU", ArgOp<true>);
-TESSERA_REGISTER_KERNEL("ArgMin", "CPU", ArgOp<false>);
 TESSERA_REGISTER_KERNEL("AddN", "CPU", AddNOp);
 
 }  // namespace

@@ -176,6 +176,10 @@ class RelabelOp final : public OpKernel {
   const RelabelShapeFn shape_of_;
 };
 
+TESSERA_REGISTER_KERNEL("Reshape", "CPU", RelabelOp);
+TESSERA_REGISTER_KERNEL("ExpandDims", "CPU", RelabelOp);
+TESSERA_REGISTER_KERNEL("Squeeze", "CPU", RelabelOp);
+
 // ReshapeToShapeOf(y, x): y's buffer with x's shape. Thread-safe.
 class ReshapeToShapeOfOp final : public OpKernel {
  public:
@@ -185,6 +189,8 @@ class ReshapeToShapeOfOp final : public OpKernel {
   }
   bool is_expensive() const override { return false; }
 };
+
+TESSERA_REGISTER_KERNEL("ReshapeToShapeOf", "CPU", ReshapeToShapeOfOp);
 
 // out = transpose(x, perm). Thread-safe.
 class TransposeOp final : public OpKernel {
@@ -196,6 +202,8 @@ class TransposeOp final : public OpKernel {
   const std::vector<int64_t> perm_;
 };
 
+TESSERA_REGISTER_KERNEL("Transpose", "CPU", TransposeOp);
+
 // out = concat(inputs, axis): each input's rows copied into their columns of the output's rows.
 // Thread-safe.
 class ConcatOp final : public OpKernel {
@@ -206,6 +214,8 @@ class ConcatOp final : public OpKernel {
  private:
   const int64_t axis_;
 };
+
+TESSERA_REGISTER_KERNEL("ConcatV2", "CPU", ConcatOp);
 
 // outputs = split(x, num, axis): each output's rows copied from its columns of the input's rows.
 // Thread-safe.
@@ -219,6 +229,8 @@ class SplitOp final : public OpKernel {
   const int64_t axis_;
 };
 
+TESSERA_REGISTER_KERNEL("Split", "CPU", SplitOp);
+
 // out = x[begin : begin + size]. Thread-safe.
 class SliceOp final : public OpKernel {
  public:
@@ -231,6 +243,8 @@ class SliceOp final : public OpKernel {
   const std::vector<int64_t> size_;
 };
 
+TESSERA_REGISTER_KERNEL("Slice", "CPU", SliceOp);
+
 // out = tile(x, multiples). Thread-safe.
 class TileOp final : public OpKernel {
  public:
@@ -240,6 +254,8 @@ class TileOp final : public OpKernel {
  private:
   const std::vector<int64_t> multiples_;
 };
+
+TESSERA_REGISTER_KERNEL("Tile", "CPU", TileOp);
 
 // out = x with zeros around it. Zero bits are 0, +0.0 and false in every number dtype; strings are
 // allocated empty, TensorFlow's zero string. Thread-safe.
@@ -256,6 +272,8 @@ class PadOp final : public OpKernel {
  private:
   const std::vector<int64_t> paddings_;
 };
+
+TESSERA_REGISTER_KERNEL("Pad", "CPU", PadOp);
 
 // The "shape" attr filled with the scalar "value" attr. Thread-safe.
 class FillOp final : public OpKernel {
@@ -275,6 +293,8 @@ class FillOp final : public OpKernel {
   const Tensor value_;
 };
 
+TESSERA_REGISTER_KERNEL("Fill", "CPU", FillOp);
+
 // Zeros (kOne false) or ones of input 0's dtype and shape. Thread-safe.
 template <bool kOne>
 class FillLikeOp final : public OpKernel {
@@ -289,6 +309,9 @@ class FillLikeOp final : public OpKernel {
   }
 };
 
+TESSERA_REGISTER_KERNEL("ZerosLike", "CPU", FillLikeOp<false>);
+TESSERA_REGISTER_KERNEL("OnesLike", "CPU", FillLikeOp<true>);
+
 // The dims of input 0 (its data is not read). Thread-safe.
 class ShapeOp final : public OpKernel {
  public:
@@ -302,6 +325,8 @@ class ShapeOp final : public OpKernel {
   bool is_expensive() const override { return false; }
 };
 
+TESSERA_REGISTER_KERNEL("Shape", "CPU", ShapeOp);
+
 // The element count of input 0. Thread-safe.
 class SizeOp final : public OpKernel {
  public:
@@ -314,20 +339,6 @@ class SizeOp final : public OpKernel {
   bool is_expensive() const override { return false; }
 };
 
-TESSERA_REGISTER_KERNEL("Reshape", "CPU", RelabelOp);
-TESSERA_REGISTER_KERNEL("ExpandDims", "CPU", RelabelOp);
-TESSERA_REGISTER_KERNEL("Squeeze", "CPU", RelabelOp);
-TESSERA_REGISTER_KERNEL("ReshapeToShapeOf", "CPU", ReshapeToShapeOfOp);
-TESSERA_REGISTER_KERNEL("Transpose", "CPU", TransposeOp);
-TESSERA_REGISTER_KERNEL("ConcatV2", "CPU", ConcatOp);
-TESSERA_REGISTER_KERNEL("Split", "CPU", SplitOp);
-TESSERA_REGISTER_KERNEL("Slice", "CPU", SliceOp);
-TESSERA_REGISTER_KERNEL("Tile", "CPU", TileOp);
-TESSERA_REGISTER_KERNEL("Pad", "CPU", PadOp);
-TESSERA_REGISTER_KERNEL("Fill", "CPU", FillOp);
-TESSERA_REGISTER_KERNEL("ZerosLike", "CPU", FillLikeOp<false>);
-TESSERA_REGISTER_KERNEL("OnesLike", "CPU", FillLikeOp<true>);
-TESSERA_REGISTER_KERNEL("Shape", "CPU", ShapeOp);
 TESSERA_REGISTER_KERNEL("Size", "CPU", SizeOp);
 
 }  // namespace

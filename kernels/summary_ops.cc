@@ -50,6 +50,8 @@ class ScalarSummaryOp : public OpKernel {
   }
 };
 
+TESSERA_REGISTER_KERNEL("ScalarSummary", "CPU", ScalarSummaryOp);
+
 // TensorFlow's default histogram buckets (its histogram.cc): limits 1e-12 * 1.1^k below 1e20 and
 // DBL_MAX, their negatives, and 0, in increasing order. A value v falls in the first bucket whose
 // limit exceeds it.
@@ -122,6 +124,8 @@ class HistogramSummaryOp : public OpKernel {
   }
 };
 
+TESSERA_REGISTER_KERNEL("HistogramSummary", "CPU", HistogramSummaryOp);
+
 class MergeSummaryOp : public OpKernel {
  public:
   using OpKernel::OpKernel;
@@ -149,8 +153,6 @@ class MergeSummaryOp : public OpKernel {
   }
 };
 
-TESSERA_REGISTER_KERNEL("ScalarSummary", "CPU", ScalarSummaryOp);
-TESSERA_REGISTER_KERNEL("HistogramSummary", "CPU", HistogramSummaryOp);
 TESSERA_REGISTER_KERNEL("MergeSummary", "CPU", MergeSummaryOp);
 
 }  // namespace

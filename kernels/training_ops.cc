@@ -98,6 +98,8 @@ class ApplyOp final : public OpKernel {
   ApplyVariables variables_;
 };
 
+const ApplyKernelRegistrar<ApplyOp> kCpuApplyKernels("CPU");
+
 // Hands out the variable's value and increments it, under its lock: N racing runs hand out each
 // value once. OutOfRange once the value has reached the limit (TensorFlow's message).
 class CountUpToOp final : public OpKernel {
@@ -143,11 +145,6 @@ class CountUpToOp final : public OpKernel {
   VariableLookup variable_;
 };
 
-TESSERA_REGISTER_KERNEL("ApplyGradientDescent", "CPU", ApplyOp);
-TESSERA_REGISTER_KERNEL("ApplyMomentum", "CPU", ApplyOp);
-TESSERA_REGISTER_KERNEL("ApplyAdam", "CPU", ApplyOp);
-TESSERA_REGISTER_KERNEL("ApplyAdagrad", "CPU", ApplyOp);
-TESSERA_REGISTER_KERNEL("ApplyRMSProp", "CPU", ApplyOp);
 TESSERA_REGISTER_KERNEL("CountUpTo", "CPU", CountUpToOp);
 
 }  // namespace

@@ -52,6 +52,8 @@ class VariableOp : public VariableKernel {
   bool is_expensive() const override { return false; }
 };
 
+TESSERA_REGISTER_KERNEL("VariableV2", "CPU", VariableOp);
+
 // Base of Assign, AssignAdd and AssignSub: finds the variable, then update() runs under its lock
 // with the kernel's input.
 class VariableUpdateKernel : public VariableKernel {
@@ -85,6 +87,8 @@ class AssignOp : public VariableUpdateKernel {
     ctx.set_output(0, v.value);
   }
 };
+
+TESSERA_REGISTER_KERNEL("Assign", "CPU", AssignOp);
 
 template <class T, bool kAdd>
 void apply(T* out, const T* a, const T* b, int64_t n) {
@@ -123,8 +127,6 @@ class AssignUpdateOp : public VariableUpdateKernel {
   }
 };
 
-TESSERA_REGISTER_KERNEL("VariableV2", "CPU", VariableOp);
-TESSERA_REGISTER_KERNEL("Assign", "CPU", AssignOp);
 TESSERA_REGISTER_KERNEL("AssignAdd", "CPU", AssignUpdateOp<true>);
 TESSERA_REGISTER_KERNEL("AssignSub", "CPU", AssignUpdateOp<false>);
 
@@ -152,6 +154,8 @@ class IsVariableInitializedOp : public OpKernel {
   const std::string var_name_;
 };
 
+TESSERA_REGISTER_KERNEL("IsVariableInitialized", "CPU", IsVariableInitializedOp);
+
 // _ListUninitialized: the "names" whose Bool input is false.
 class ListUninitializedOp : public OpKernel {
  public:
@@ -170,7 +174,6 @@ class ListUninitializedOp : public OpKernel {
   const Tensor names_;
 };
 
-TESSERA_REGISTER_KERNEL("IsVariableInitialized", "CPU", IsVariableInitializedOp);
 TESSERA_REGISTER_KERNEL("_ListUninitialized", "CPU", ListUninitializedOp);
 
 }  // namespace

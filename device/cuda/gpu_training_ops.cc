@@ -65,11 +65,7 @@ class ApplyGpuOp final : public GpuOpKernel {
   ApplyVariables variables_;
 };
 
-TESSERA_REGISTER_KERNEL("ApplyGradientDescent", "GPU", ApplyGpuOp);
-TESSERA_REGISTER_KERNEL("ApplyMomentum", "GPU", ApplyGpuOp);
-TESSERA_REGISTER_KERNEL("ApplyAdam", "GPU", ApplyGpuOp);
-TESSERA_REGISTER_KERNEL("ApplyAdagrad", "GPU", ApplyGpuOp);
-TESSERA_REGISTER_KERNEL("ApplyRMSProp", "GPU", ApplyGpuOp);
+const ApplyKernelRegistrar<ApplyGpuOp> kGpuApplyKernels("GPU");
 
 }  // namespace
 }  // namespace tessera::internal

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdint>
 #include <type_traits>
+#include <utility>
 
 #include "device/cuda/philox.cuh"
 
@@ -270,27 +271,25 @@ __global__ void truncated_normal_kernel(T* __restrict__ out, int64_t n, uint32_t
   }
 }
 
-// Calls fn(T{}) for a floating point elem; cudaErrorInvalidValue for the others.
-template <class Fn>
-cudaError_t visit_floating(Elem elem, Fn&& fn) {
+// Calls fn(T{}) for a floating point elem (kFloatingOnly) or for every number elem (not bool);
+// cudaErrorInvalidValue for the others.
+template <bool kFloatingOnly, class Fn>
+cudaError_t visit_supported(Elem elem, Fn&& fn) {
   return visit_elem(elem, [&](auto type) -> cudaError_t {
-    if constexpr (is_floating<decltype(type)>) {
+    if constexpr (kFloatingOnly ? is_floating<decltype(type)> : is_number<decltype(type)>) {
       return fn(type);
     } else {
       return cudaErrorInvalidValue;
     }
   });
 }
-// The same for every number elem (not bool).
+template <class Fn>
+cudaError_t visit_floating(Elem elem, Fn&& fn) {
+  return visit_supported<true>(elem, std::forward<Fn>(fn));
+}
 template <class Fn>
 cudaError_t visit_number(Elem elem, Fn&& fn) {
-  return visit_elem(elem, [&](auto type) -> cudaError_t {
-    if constexpr (is_number<decltype(type)>) {
-      return fn(type);
-    } else {
-      return cudaErrorInvalidValue;
-    }
-  });
+  return visit_supported<false>(elem, std::forward<Fn>(fn));
 }
 
 // Threads per row block: enough warps for the row, at most 256.

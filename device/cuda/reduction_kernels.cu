@@ -47,27 +47,36 @@ struct SumOp {
   __device__ static A combine(A acc, A x) { return acc + x; }
 };
 
+// The identity of Max (kLowest: the lowest value, -inf for the floats) or of Min (the highest, +inf),
+// on the device (from bit patterns: numeric_limits is host code) and on the host.
+template <class A, bool kLowest>
+struct Extreme {
+  __device__ static A device() {
+    if constexpr (std::is_same_v<A, float>) {
+      return __int_as_float(kLowest ? static_cast<int>(0xff800000u) : 0x7f800000);  // -inf : +inf
+    } else if constexpr (std::is_same_v<A, double>) {
+      return __longlong_as_double(kLowest ? static_cast<long long>(0xfff0000000000000ull)
+                                          : 0x7ff0000000000000ll);  // -inf : +inf
+    } else if constexpr (std::is_same_v<A, int32_t>) {
+      return kLowest ? INT32_MIN : INT32_MAX;
+    } else {
+      return kLowest ? INT64_MIN : INT64_MAX;
+    }
+  }
+  static A host() {
+    if constexpr (std::is_floating_point_v<A>) {
+      return kLowest ? -std::numeric_limits<A>::infinity() : std::numeric_limits<A>::infinity();
+    } else {
+      return kLowest ? std::numeric_limits<A>::min() : std::numeric_limits<A>::max();
+    }
+  }
+};
+
 template <class T>
 struct MaxOp {
   using A = Accumulate<T>;
-  __device__ static A identity() {
-    if constexpr (std::is_same_v<A, float>) {
-      return __int_as_float(static_cast<int>(0xff800000u));  // -inf
-    } else if constexpr (std::is_same_v<A, double>) {
-      return __longlong_as_double(static_cast<long long>(0xfff0000000000000ull));  // -inf
-    } else if constexpr (std::is_same_v<A, int32_t>) {
-      return INT32_MIN;
-    } else {
-      return INT64_MIN;
-    }
-  }
-  static A host_identity() {
-    if constexpr (std::is_floating_point_v<A>) {
-      return -std::numeric_limits<A>::infinity();
-    } else {
-      return std::numeric_limits<A>::min();
-    }
-  }
+  __device__ static A identity() { return Extreme<A, true>::device(); }
+  static A host_identity() { return Extreme<A, true>::host(); }
   // `x != x` is the NaN test: once NaN, the accumulator stays NaN (whichever side holds it).
   __device__ static A combine(A acc, A x) { return (x > acc || x != x) ? x : acc; }
 };
@@ -75,24 +84,8 @@ struct MaxOp {
 template <class T>
 struct MinOp {
   using A = Accumulate<T>;
-  __device__ static A identity() {
-    if constexpr (std::is_same_v<A, float>) {
-      return __int_as_float(0x7f800000);  // +inf
-    } else if constexpr (std::is_same_v<A, double>) {
-      return __longlong_as_double(0x7ff0000000000000ll);  // +inf
-    } else if constexpr (std::is_same_v<A, int32_t>) {
-      return INT32_MAX;
-    } else {
-      return INT64_MAX;
-    }
-  }
-  static A host_identity() {
-    if constexpr (std::is_floating_point_v<A>) {
-      return std::numeric_limits<A>::infinity();
-    } else {
-      return std::numeric_limits<A>::max();
-    }
-  }
+  __device__ static A identity() { return Extreme<A, false>::device(); }
+  static A host_identity() { return Extreme<A, false>::host(); }
   __device__ static A combine(A acc, A x) { return (x < acc || x != x) ? x : acc; }
 };
 
