@@ -45,13 +45,16 @@ using tessera::testing::expect_values;
 using tessera::testing::feed;
 using tessera::testing::for_each_cast_case;
 using tessera::testing::for_each_matmul_case;
+using tessera::testing::for_each_reduction_case;
 using tessera::testing::for_each_unary_case;
+using tessera::testing::for_late_reduction_axis;
 using tessera::testing::kAllDTypes;
 using tessera::testing::KernelRun;
 using tessera::testing::kNumericDTypes;
 using tessera::testing::MatMulSize;
 using tessera::testing::RandomInputs;
 using tessera::testing::Range;
+using tessera::testing::reduce_max_nan_input;
 using tessera::testing::run_kernel_once;
 using tessera::testing::tensor_of;
 using tessera::testing::values_of;
@@ -521,31 +524,22 @@ TEST(KernelsTest, Reductions) {
       {Shape{2, 3, 4, 5}, {0, 2, 3}},
       {Shape{4, 0, 3}, {2}},
   };
-  RandomInputs rng;
-  for (const auto& op : kReductions) {
-    for (DType dtype : kNumericDTypes) {
-      const bool integral = !dtype_is_floating(dtype);
-      for (const auto& c : cases) {
-        for (bool keep_dims : {false, true}) {
-          SCOPED_TRACE(std::string(op.type) + " " + describe(dtype, {c.in}) + " axes " +
-                       ::testing::PrintToString(c.axes) + (keep_dims ? " keep_dims" : ""));
-          // Floating sums and means over one-signed inputs: over mixed signs they cancel, and the
-          // float32 rounding of any summation order but the reference's (a GPU's tree, say) is
-          // then far beyond the tolerance relative to the small result, without a kernel fault.
-          const bool sums = op.type != std::string("Max");
-          Tensor x = rng.tensor(dtype, c.in, integral ? Range{-50, 50} : sums ? Range{0.25, 2} : Range{-2, 2});
-          Graph g;
-          Output y = op.build(feed(g, x), c.axes, keep_dims, "");
-          const Shape out =
-              y.shape();  // from shape inference, whose rules shape_inference_test checks
-          ASSERT_TRUE(out.fully_defined());
-          check_op(y, {x}, out,
-                   reduction_reference(op.type, integral, c.in, values_of(x), c.axes,
-                                       out.num_elements()));
-        }
-      }
-    }
-  }
+  // Floating sums and means over one-signed inputs: over mixed signs they cancel, and the float32
+  // rounding of any summation order but the reference's (a GPU's tree, say) is then far beyond the
+  // tolerance relative to the small result, without a kernel fault.
+  const auto range = [](const auto& op, DType dtype) {
+    const bool sums = op.type != std::string("Max");
+    return !dtype_is_floating(dtype) ? Range{-50, 50} : sums ? Range{0.25, 2} : Range{-2, 2};
+  };
+  const auto check = [](const auto& op, const Tensor& x, const Case& c, bool keep_dims) {
+    Graph g;
+    Output y = op.build(feed(g, x), c.axes, keep_dims, "");
+    const Shape out = y.shape();  // from shape inference, whose rules shape_inference_test checks
+    ASSERT_TRUE(out.fully_defined());
+    const bool integral = !dtype_is_floating(x.dtype());
+    check_op(y, {x}, out, reduction_reference(op.type, integral, c.in, values_of(x), c.axes, out.num_elements()));
+  };
+  for_each_reduction_case(kReductions, cases, range, check);
 }
 
 TEST(KernelsTest, ReductionsOverEmptySets) {
@@ -567,17 +561,12 @@ TEST(KernelsTest, ReductionsOverEmptySets) {
   }
 }
 
-TEST(KernelsTest, ReductionsCheckAxesLeftUnknownAtRunTime) {
-  Graph g;
-  Output y = ops::reduce_sum(ops::placeholder(g, DType::Float32), {2}, false, "late");
-  check_op_fails(y, {Tensor::zeros(DType::Float32, Shape{2, 3})}, "axis 2 is out of range");
-}
+TEST(KernelsTest, ReductionsCheckAxesLeftUnknownAtRunTime) { for_late_reduction_axis(check_op_fails); }
 
 TEST(KernelsTest, ReduceMaxPropagatesNaN) {
   const double nan = std::numeric_limits<double>::quiet_NaN();
   Graph g;
-  Tensor x = tensor_of(DType::Float32, Shape{2, 40}, std::vector<double>(80, 1.0));
-  x.mutable_data<float>()[3] = static_cast<float>(nan);
+  const Tensor x = reduce_max_nan_input(DType::Float32);
   check_op(ops::reduce_max(feed(g, x), {1}), {x}, Shape{2}, {nan, 1});
   check_op(ops::reduce_max(feed(g, x), {0}), {x}, Shape{40}, [&] {
     std::vector<double> want(40, 1.0);

@@ -92,16 +92,9 @@ template <class Fn, class T, class I>
 __global__ void general_binary(const T* __restrict__ a, const T* __restrict__ b, T* __restrict__ out, I n,
                                BroadcastGeometry g, int* zero) {
   for (I i = static_cast<I>(global_thread()); i < n; i += static_cast<I>(grid_threads())) {
-    I rest = i;
-    I ia = 0;
-    I ib = 0;
-    for (int d = g.rank - 1; d >= 0; --d) {
-      const I dim = static_cast<I>(g.dims[d]);
-      const I index = rest % dim;
-      rest /= dim;
-      ia += index * static_cast<I>(g.a_strides[d]);
-      ib += index * static_cast<I>(g.b_strides[d]);
-    }
+    I ia;
+    I ib;
+    strided_offsets(i, g.rank, g.dims, g.a_strides, g.b_strides, ia, ib);
     out[i] = apply_binary<Fn>(a[ia], b[ib], zero);
   }
 }

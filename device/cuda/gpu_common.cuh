@@ -28,6 +28,26 @@ __device__ __forceinline__ int64_t global_thread() {
 }
 __device__ __forceinline__ int64_t grid_threads() { return static_cast<int64_t>(gridDim.x) * blockDim.x; }
 
+// The offsets into two strided operands of element i of a row-major loop over dims[0, rank)
+// (outermost first): i split into loop indices from the innermost dim out, each times the
+// operands' strides. I: the index type (32 bits where everything fits: integer division is much
+// cheaper there). The general broadcast and the strided copy walk their geometries with it.
+template <class I, int kN>
+__device__ __forceinline__ void strided_offsets(I i, int rank, const int64_t (&dims)[kN],
+                                                const int64_t (&a_strides)[kN], const int64_t (&b_strides)[kN], I& a,
+                                                I& b) {
+  I rest = i;
+  a = 0;
+  b = 0;
+  for (int d = rank - 1; d >= 0; --d) {
+    const I dim = static_cast<I>(dims[d]);
+    const I index = rest % dim;
+    rest /= dim;
+    a += index * static_cast<I>(a_strides[d]);
+    b += index * static_cast<I>(b_strides[d]);
+  }
+}
+
 // Integer arithmetic through the unsigned type, where overflow wraps (as the CPU kernels do).
 template <class T>
 __device__ __forceinline__ T wrapping_add(T a, T b) {

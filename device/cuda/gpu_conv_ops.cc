@@ -114,22 +114,46 @@ Status run_chunks(cublasContext* handle, cudaStream_t s, const ConvLaunch& l) {
   return Status();
 }
 
-// Conv2D (input, filter), Conv2DBackpropInput (input: read for its shape, filter, out_backprop),
-// Conv2DBackpropFilter (input, filter: read for its shape, out_backprop). Thread-safe: run() keeps
-// no state between runs (cuBLAS calls are serialized by the device).
-template <ConvKind kKind>
-class ConvGpuOp final : public GpuOpKernel {
+StatusOr<WindowPlan> plan_window(ConvKind kind, const WindowAttrs& attrs, const OpKernelContext& ctx) {
+  return plan_conv(kind, attrs, ctx);
+}
+StatusOr<WindowPlan> plan_window(PoolKind kind, const WindowAttrs& attrs, const OpKernelContext& ctx) {
+  return plan_pool(kind, attrs, ctx);
+}
+
+// The start every window op (convolution or pool) shares with its CPU kernel: the attrs read once,
+// the op planned (failing as the CPU kernel fails), output 0 allocated; launch() then issues the
+// work, for a non-empty output only. Thread-safe: run() keeps no state between runs.
+template <class Kind, Kind kKind>
+class WindowGpuOp : public GpuOpKernel {
  public:
-  explicit ConvGpuOp(const Node& n) : GpuOpKernel(n), attrs_(WindowAttrs::of(n.attrs)) {}
+  explicit WindowGpuOp(const Node& n) : GpuOpKernel(n), attrs_(WindowAttrs::of(n.attrs)) {}
 
  protected:
-  void run(OpKernelContext& ctx, GpuRun& r) override {
-    auto plan = plan_conv(kKind, attrs_, ctx);
+  void run(OpKernelContext& ctx, GpuRun& r) final {
+    auto plan = plan_window(kKind, attrs_, ctx);
     if (!plan.ok()) return ctx.fail(plan.status());
-    const Window2D& w = plan.value().window;
-    const Tensor& x = ctx.input(0);
     Tensor& out = ctx.allocate_output(0, plan.value().out);
     if (out.num_elements() == 0) return;
+    launch(ctx, r, plan.value().window, out);
+  }
+  virtual void launch(OpKernelContext& ctx, GpuRun& r, const Window2D& w, Tensor& out) = 0;
+
+ private:
+  const WindowAttrs attrs_;
+};
+
+// Conv2D (input, filter), Conv2DBackpropInput (input: read for its shape, filter, out_backprop),
+// Conv2DBackpropFilter (input, filter: read for its shape, out_backprop). Thread-safe (cuBLAS calls
+// are serialized by the device).
+template <ConvKind kKind>
+class ConvGpuOp final : public WindowGpuOp<ConvKind, kKind> {
+ public:
+  using WindowGpuOp<ConvKind, kKind>::WindowGpuOp;
+
+ protected:
+  void launch(OpKernelContext& ctx, GpuRun& r, const Window2D& w, Tensor& out) override {
+    const Tensor& x = ctx.input(0);
     void* po = out.raw_mutable_data();
     // No products to sum (no input channels, or no output positions): zeros.
     if (w.patch_size() == 0 || w.out_pixels() == 0 || w.out_c == 0) {
@@ -157,29 +181,21 @@ class ConvGpuOp final : public GpuOpKernel {
       check->report(device->with_cublas(s, [&](cublasContext* handle) { return run_chunks<kKind>(handle, s, l); }));
     });
   }
-
- private:
-  const WindowAttrs attrs_;
 };
 
 // MaxPool and AvgPool (input), MaxPoolGrad (orig_input, orig_output, grad) and AvgPoolGrad
-// (orig_input: read for its shape, grad). Thread-safe: run() keeps no state between runs.
+// (orig_input: read for its shape, grad). Thread-safe.
 template <PoolKind kKind>
-class PoolGpuOp final : public GpuOpKernel {
+class PoolGpuOp final : public WindowGpuOp<PoolKind, kKind> {
  public:
-  explicit PoolGpuOp(const Node& n) : GpuOpKernel(n), attrs_(WindowAttrs::of(n.attrs)) {}
+  using WindowGpuOp<PoolKind, kKind>::WindowGpuOp;
 
  protected:
-  void run(OpKernelContext& ctx, GpuRun& r) override {
-    auto plan = plan_pool(kKind, attrs_, ctx);
-    if (!plan.ok()) return ctx.fail(plan.status());
-    const Window2D& w = plan.value().window;
+  void launch(OpKernelContext& ctx, GpuRun& r, const Window2D& w, Tensor& out) override {
     const Tensor& x = ctx.input(0);
     const Tensor* dy = kKind == PoolKind::kMaxGrad   ? &ctx.input(2)
                        : kKind == PoolKind::kAvgGrad ? &ctx.input(1)
                                                      : nullptr;
-    Tensor& out = ctx.allocate_output(0, plan.value().out);
-    if (out.num_elements() == 0) return;
     int64_t* argmax = nullptr;
     if (kKind == PoolKind::kMaxGrad) {
       Tensor t = ctx.allocate_temp(DType::Int64, w.out_shape());
@@ -200,9 +216,6 @@ class PoolGpuOp final : public GpuOpKernel {
       }
     });
   }
-
- private:
-  const WindowAttrs attrs_;
 };
 
 TESSERA_REGISTER_KERNEL("Conv2D", "GPU", ConvGpuOp<ConvKind::kForward>);

@@ -77,102 +77,90 @@ constexpr const char* binary_name(gpu::BinaryKind k) {
   return "?";
 }
 
-// out = op(a, b) with NumPy broadcasting. Thread-safe: run() keeps no state between runs.
+// out = op(a, b) with NumPy broadcasting (a StatelessGpuOp).
 template <gpu::BinaryKind kOp>
-class BinaryGpuOp final : public GpuOpKernel {
- public:
-  using GpuOpKernel::GpuOpKernel;
-
- protected:
-  void run(OpKernelContext& ctx, GpuRun& r) override {
-    const Tensor& a = ctx.input(0);
-    const Tensor& b = ctx.input(1);
-    if (a.dtype() != b.dtype()) {
-      return ctx.fail(ErrorCode::kInvalidArgument, "inputs must have the same dtype, got {} and {}",
-                      dtype_name(a.dtype()), dtype_name(b.dtype()));
-    }
-    if (a.dtype() == DType::Bool) return ctx.fail(ErrorCode::kInvalidArgument, "unsupported dtype {}", "bool");
-    gpu::BroadcastKind kind = gpu::BroadcastKind::kSame;
-    gpu::BroadcastGeometry geometry;
-    Shape out_shape;
-    // The CPU kernel's order of cases, so that the same inputs fail with the same message.
-    if (a.shape() == b.shape() || a.shape().rank() == 0 || b.shape().rank() == 0) {
-      const bool scalar_a = a.shape().rank() == 0 && b.shape().rank() != 0;
-      const bool scalar_b = b.shape().rank() == 0 && !scalar_a && a.shape() != b.shape();
-      out_shape = scalar_a ? b.shape() : a.shape();
-      kind = scalar_a ? gpu::BroadcastKind::kScalarA
-                      : (scalar_b ? gpu::BroadcastKind::kScalarB : gpu::BroadcastKind::kSame);
-    } else {
-      auto made = BroadcastPlan::make(a.shape(), b.shape());
-      if (!made.ok()) return ctx.fail(made.status());
-      out_shape = made.value().out_shape();
-      switch (made.value().kind()) {
-        case BroadcastPlan::Kind::kSameShape: kind = gpu::BroadcastKind::kSame; break;
-        case BroadcastPlan::Kind::kScalarA: kind = gpu::BroadcastKind::kScalarA; break;
-        case BroadcastPlan::Kind::kScalarB: kind = gpu::BroadcastKind::kScalarB; break;
-        case BroadcastPlan::Kind::kGeneral:
-          kind = gpu::BroadcastKind::kGeneral;
-          geometry = broadcast_geometry(a.shape(), b.shape(), out_shape);
-          break;
-      }
-    }
-    Tensor& out = ctx.allocate_output(0, out_shape);
-    const int64_t n = out.num_elements();
-    if (n == 0) return;
-    const gpu::Elem elem = gpu_elem(a.dtype());
-    const void* pa = a.raw_data();
-    const void* pb = b.raw_data();
-    void* po = out.raw_mutable_data();
-    const bool check_zero = kOp == gpu::BinaryKind::kDiv && !dtype_is_floating(a.dtype());
-    if (!check_zero) {
-      r.launch([check = r.launch_check, kind, geometry, elem, pa, pb, po, n](cudaStream_t s) {
-        check->check(gpu::launch_binary(kOp, elem, kind, geometry, pa, pb, po, n, nullptr, s), binary_name(kOp));
-      });
-      return;
-    }
-    // Integer division: the kernel raises a device flag on a zero divisor (with a non-empty
-    // output every divisor is used, so this is the CPU kernel's check), read back after the run.
-    Tensor flag = ctx.allocate_temp(DType::Int32, Shape{});
-    auto staged = r.device.staging().acquire(sizeof(int));
-    if (!staged.ok()) return ctx.fail(staged.status());
-    auto readback = std::make_shared<PinnedStagingPool::Buffer>(std::move(staged).value());
-    int* flag_ptr = flag.mutable_data<int32_t>();
-    r.keep_alive.push_back(flag);
-    r.launch([check = r.launch_check, kind, geometry, elem, pa, pb, po, n, flag_ptr, readback](cudaStream_t s) {
-      cudaError_t e = cudaMemsetAsync(flag_ptr, 0, sizeof(int), s);
-      if (e == cudaSuccess) e = gpu::launch_binary(kOp, elem, kind, geometry, pa, pb, po, n, flag_ptr, s);
-      if (e == cudaSuccess) e = cudaMemcpyAsync(readback->data(), flag_ptr, sizeof(int), cudaMemcpyDeviceToHost, s);
-      check->check(e, "Div");
-    });
-    r.finish = [readback]() -> Status {
-      int zero = 0;
-      std::memcpy(&zero, readback->data(), sizeof(int));
-      readback->release();
-      return zero != 0 ? errors::invalid_argument("integer division by zero") : Status();
-    };
+void binary_gpu(OpKernelContext& ctx, GpuRun& r) {
+  const Tensor& a = ctx.input(0);
+  const Tensor& b = ctx.input(1);
+  if (a.dtype() != b.dtype()) {
+    return ctx.fail(ErrorCode::kInvalidArgument, "inputs must have the same dtype, got {} and {}",
+                    dtype_name(a.dtype()), dtype_name(b.dtype()));
   }
-};
+  if (a.dtype() == DType::Bool) return ctx.fail(ErrorCode::kInvalidArgument, "unsupported dtype {}", "bool");
+  gpu::BroadcastKind kind = gpu::BroadcastKind::kSame;
+  gpu::BroadcastGeometry geometry;
+  Shape out_shape;
+  // The CPU kernel's order of cases, so that the same inputs fail with the same message.
+  if (a.shape() == b.shape() || a.shape().rank() == 0 || b.shape().rank() == 0) {
+    const bool scalar_a = a.shape().rank() == 0 && b.shape().rank() != 0;
+    const bool scalar_b = b.shape().rank() == 0 && !scalar_a && a.shape() != b.shape();
+    out_shape = scalar_a ? b.shape() : a.shape();
+    kind = scalar_a ? gpu::BroadcastKind::kScalarA
+                    : (scalar_b ? gpu::BroadcastKind::kScalarB : gpu::BroadcastKind::kSame);
+  } else {
+    auto made = BroadcastPlan::make(a.shape(), b.shape());
+    if (!made.ok()) return ctx.fail(made.status());
+    out_shape = made.value().out_shape();
+    switch (made.value().kind()) {
+      case BroadcastPlan::Kind::kSameShape: kind = gpu::BroadcastKind::kSame; break;
+      case BroadcastPlan::Kind::kScalarA: kind = gpu::BroadcastKind::kScalarA; break;
+      case BroadcastPlan::Kind::kScalarB: kind = gpu::BroadcastKind::kScalarB; break;
+      case BroadcastPlan::Kind::kGeneral:
+        kind = gpu::BroadcastKind::kGeneral;
+        geometry = broadcast_geometry(a.shape(), b.shape(), out_shape);
+        break;
+    }
+  }
+  Tensor& out = ctx.allocate_output(0, out_shape);
+  const int64_t n = out.num_elements();
+  if (n == 0) return;
+  const gpu::Elem elem = gpu_elem(a.dtype());
+  const void* pa = a.raw_data();
+  const void* pb = b.raw_data();
+  void* po = out.raw_mutable_data();
+  const bool check_zero = kOp == gpu::BinaryKind::kDiv && !dtype_is_floating(a.dtype());
+  if (!check_zero) {
+    r.launch([check = r.launch_check, kind, geometry, elem, pa, pb, po, n](cudaStream_t s) {
+      check->check(gpu::launch_binary(kOp, elem, kind, geometry, pa, pb, po, n, nullptr, s), binary_name(kOp));
+    });
+    return;
+  }
+  // Integer division: the kernel raises a device flag on a zero divisor (with a non-empty
+  // output every divisor is used, so this is the CPU kernel's check), read back after the run.
+  Tensor flag = ctx.allocate_temp(DType::Int32, Shape{});
+  auto staged = r.device.staging().acquire(sizeof(int));
+  if (!staged.ok()) return ctx.fail(staged.status());
+  auto readback = std::make_shared<PinnedStagingPool::Buffer>(std::move(staged).value());
+  int* flag_ptr = flag.mutable_data<int32_t>();
+  r.keep_alive.push_back(flag);
+  r.launch([check = r.launch_check, kind, geometry, elem, pa, pb, po, n, flag_ptr, readback](cudaStream_t s) {
+    cudaError_t e = cudaMemsetAsync(flag_ptr, 0, sizeof(int), s);
+    if (e == cudaSuccess) e = gpu::launch_binary(kOp, elem, kind, geometry, pa, pb, po, n, flag_ptr, s);
+    if (e == cudaSuccess) e = cudaMemcpyAsync(readback->data(), flag_ptr, sizeof(int), cudaMemcpyDeviceToHost, s);
+    check->check(e, "Div");
+  });
+  r.finish = [readback]() -> Status {
+    int zero = 0;
+    std::memcpy(&zero, readback->data(), sizeof(int));
+    readback->release();
+    return zero != 0 ? errors::invalid_argument("integer division by zero") : Status();
+  };
+}
 
-// out = op(x). Thread-safe: run() keeps no state between runs.
+// out = op(x) (a StatelessGpuOp).
 template <gpu::UnaryKind kOp, bool kFloatingOnly>
-class UnaryGpuOp final : public GpuOpKernel {
- public:
-  using GpuOpKernel::GpuOpKernel;
-
- protected:
-  void run(OpKernelContext& ctx, GpuRun& r) override {
-    const Tensor& x = ctx.input(0);
-    const bool supported = dtype_is_floating(x.dtype()) ||
-                           (!kFloatingOnly && (x.dtype() == DType::Int32 || x.dtype() == DType::Int64));
-    if (!supported) return ctx.fail(ErrorCode::kInvalidArgument, "unsupported dtype {}", dtype_name(x.dtype()));
-    Tensor& out = ctx.allocate_output(0, x.shape());
-    const int64_t n = out.num_elements();
-    if (n == 0) return;
-    r.launch([check = r.launch_check, elem = gpu_elem(x.dtype()), px = x.raw_data(), po = out.raw_mutable_data(), n](cudaStream_t s) {
-      check->check(gpu::launch_unary(kOp, elem, px, po, n, s), "unary op");
-    });
-  }
-};
+void unary_gpu(OpKernelContext& ctx, GpuRun& r) {
+  const Tensor& x = ctx.input(0);
+  const bool supported = dtype_is_floating(x.dtype()) ||
+                         (!kFloatingOnly && (x.dtype() == DType::Int32 || x.dtype() == DType::Int64));
+  if (!supported) return ctx.fail(ErrorCode::kInvalidArgument, "unsupported dtype {}", dtype_name(x.dtype()));
+  Tensor& out = ctx.allocate_output(0, x.shape());
+  const int64_t n = out.num_elements();
+  if (n == 0) return;
+  r.launch([check = r.launch_check, elem = gpu_elem(x.dtype()), px = x.raw_data(), po = out.raw_mutable_data(), n](cudaStream_t s) {
+    check->check(gpu::launch_unary(kOp, elem, px, po, n, s), "unary op");
+  });
+}
 
 // ---- Cast ----
 
@@ -446,21 +434,21 @@ class RandomGpuOp final : public GpuOpKernel {
 using gpu::BinaryKind;
 using gpu::ReduceKind;
 using gpu::UnaryKind;
-using NegGpuOp = UnaryGpuOp<UnaryKind::kNeg, false>;
-using ReluGpuOp = UnaryGpuOp<UnaryKind::kRelu, false>;
-using SquareGpuOp = UnaryGpuOp<UnaryKind::kSquare, false>;
-using ExpGpuOp = UnaryGpuOp<UnaryKind::kExp, true>;
-using LogGpuOp = UnaryGpuOp<UnaryKind::kLog, true>;
-using SqrtGpuOp = UnaryGpuOp<UnaryKind::kSqrt, true>;
-using TanhGpuOp = UnaryGpuOp<UnaryKind::kTanh, true>;
-using SigmoidGpuOp = UnaryGpuOp<UnaryKind::kSigmoid, true>;
+using NegGpuOp = StatelessGpuOp<unary_gpu<UnaryKind::kNeg, false>>;
+using ReluGpuOp = StatelessGpuOp<unary_gpu<UnaryKind::kRelu, false>>;
+using SquareGpuOp = StatelessGpuOp<unary_gpu<UnaryKind::kSquare, false>>;
+using ExpGpuOp = StatelessGpuOp<unary_gpu<UnaryKind::kExp, true>>;
+using LogGpuOp = StatelessGpuOp<unary_gpu<UnaryKind::kLog, true>>;
+using SqrtGpuOp = StatelessGpuOp<unary_gpu<UnaryKind::kSqrt, true>>;
+using TanhGpuOp = StatelessGpuOp<unary_gpu<UnaryKind::kTanh, true>>;
+using SigmoidGpuOp = StatelessGpuOp<unary_gpu<UnaryKind::kSigmoid, true>>;
 
-TESSERA_REGISTER_KERNEL("Add", "GPU", BinaryGpuOp<BinaryKind::kAdd>);
-TESSERA_REGISTER_KERNEL("Sub", "GPU", BinaryGpuOp<BinaryKind::kSub>);
-TESSERA_REGISTER_KERNEL("Mul", "GPU", BinaryGpuOp<BinaryKind::kMul>);
-TESSERA_REGISTER_KERNEL("Div", "GPU", BinaryGpuOp<BinaryKind::kDiv>);
-TESSERA_REGISTER_KERNEL("Maximum", "GPU", BinaryGpuOp<BinaryKind::kMaximum>);
-TESSERA_REGISTER_KERNEL("Minimum", "GPU", BinaryGpuOp<BinaryKind::kMinimum>);
+TESSERA_REGISTER_KERNEL("Add", "GPU", StatelessGpuOp<binary_gpu<BinaryKind::kAdd>>);
+TESSERA_REGISTER_KERNEL("Sub", "GPU", StatelessGpuOp<binary_gpu<BinaryKind::kSub>>);
+TESSERA_REGISTER_KERNEL("Mul", "GPU", StatelessGpuOp<binary_gpu<BinaryKind::kMul>>);
+TESSERA_REGISTER_KERNEL("Div", "GPU", StatelessGpuOp<binary_gpu<BinaryKind::kDiv>>);
+TESSERA_REGISTER_KERNEL("Maximum", "GPU", StatelessGpuOp<binary_gpu<BinaryKind::kMaximum>>);
+TESSERA_REGISTER_KERNEL("Minimum", "GPU", StatelessGpuOp<binary_gpu<BinaryKind::kMinimum>>);
 TESSERA_REGISTER_KERNEL("Neg", "GPU", NegGpuOp);
 TESSERA_REGISTER_KERNEL("Relu", "GPU", ReluGpuOp);
 TESSERA_REGISTER_KERNEL("Square", "GPU", SquareGpuOp);

@@ -156,4 +156,28 @@ class GpuOpKernel : public OpKernel {
   Status cpu_status_;              // set once under cpu_once_
 };
 
+// A GPU kernel of an op with an "axis" attr (GatherV2, ArgMax, ArgMin, GatherGrad, ConcatV2, Split),
+// read once. Thread-safe as far as run() is.
+class AxisGpuOpKernel : public GpuOpKernel {
+ public:
+  explicit AxisGpuOpKernel(const Node& n) : GpuOpKernel(n), axis_(n.attr<int64_t>("axis")) {}
+
+ protected:
+  const int64_t axis_;
+};
+
+// A GPU kernel that keeps no state: its run() is the function kRun, so that an op with nothing to
+// hold between runs is written as a function, not a class. Thread-safe.
+//
+//   void bias_add_gpu(OpKernelContext& ctx, GpuRun& r) { ... }
+//   TESSERA_REGISTER_KERNEL("BiasAdd", "GPU", StatelessGpuOp<bias_add_gpu>);
+template <void (*kRun)(OpKernelContext&, GpuRun&)>
+class StatelessGpuOp final : public GpuOpKernel {
+ public:
+  using GpuOpKernel::GpuOpKernel;
+
+ protected:
+  void run(OpKernelContext& ctx, GpuRun& r) override { kRun(ctx, r); }
+};
+
 }  // namespace tessera::internal

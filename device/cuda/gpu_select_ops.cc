@@ -89,9 +89,9 @@ class SelectGpuOp final : public GpuOpKernel {
 };
 
 // Thread-safe: run() keeps no state between runs.
-class GatherGpuOp final : public GpuOpKernel {
+class GatherGpuOp final : public AxisGpuOpKernel {
  public:
-  explicit GatherGpuOp(const Node& n) : GpuOpKernel(n), axis_(n.attr<int64_t>("axis")) {}
+  using AxisGpuOpKernel::AxisGpuOpKernel;
 
  protected:
   void run(OpKernelContext& ctx, GpuRun& r) override {
@@ -115,9 +115,6 @@ class GatherGpuOp final : public GpuOpKernel {
     });
     r.finish = [report = report.value(), m, limit] { return report->index_status(m, limit); };
   }
-
- private:
-  const int64_t axis_;
 };
 
 // Thread-safe: run() keeps no state between runs.
@@ -149,9 +146,9 @@ class OneHotGpuOp final : public GpuOpKernel {
 
 // Thread-safe: run() keeps no state between runs.
 template <bool kMax>
-class ArgGpuOp final : public GpuOpKernel {
+class ArgGpuOp final : public AxisGpuOpKernel {
  public:
-  explicit ArgGpuOp(const Node& n) : GpuOpKernel(n), axis_(n.attr<int64_t>("axis")) {}
+  using AxisGpuOpKernel::AxisGpuOpKernel;
 
  protected:
   void run(OpKernelContext& ctx, GpuRun& r) override {
@@ -167,9 +164,6 @@ class ArgGpuOp final : public GpuOpKernel {
       check->check(gpu::launch_arg_reduce(kMax, elem, px, po, outer, n, inner, s), kMax ? "ArgMax" : "ArgMin");
     });
   }
-
- private:
-  const int64_t axis_;
 };
 
 // Sums up to kMaxAddN inputs per launch; more are folded into the output launch after launch.

@@ -90,30 +90,25 @@ class TransposeGpuOp final : public GpuOpKernel {
 
 // out = concat(inputs, axis): one copy per input into its columns of the output's rows.
 // Thread-safe.
-class ConcatGpuOp final : public GpuOpKernel {
+class ConcatGpuOp final : public AxisGpuOpKernel {
  public:
-  explicit ConcatGpuOp(const Node& n) : GpuOpKernel(n), axis_(n.attr<int64_t>("axis")) {}
+  using AxisGpuOpKernel::AxisGpuOpKernel;
 
  protected:
   void run(OpKernelContext& ctx, GpuRun& r) override { compute_concat(ctx, axis_, launcher(r, "ConcatV2")); }
-
- private:
-  const int64_t axis_;
 };
 
 // outputs = split(x, num, axis): one copy per output from its columns of the input's rows.
 // Thread-safe.
-class SplitGpuOp final : public GpuOpKernel {
+class SplitGpuOp final : public AxisGpuOpKernel {
  public:
-  explicit SplitGpuOp(const Node& n)
-      : GpuOpKernel(n), num_(n.attr<int64_t>("num_split")), axis_(n.attr<int64_t>("axis")) {}
+  explicit SplitGpuOp(const Node& n) : AxisGpuOpKernel(n), num_(n.attr<int64_t>("num_split")) {}
 
  protected:
   void run(OpKernelContext& ctx, GpuRun& r) override { compute_split(ctx, num_, axis_, launcher(r, "Split")); }
 
  private:
   const int64_t num_;
-  const int64_t axis_;
 };
 
 // out = x[begin : begin + size]. Thread-safe.

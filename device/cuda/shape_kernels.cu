@@ -18,16 +18,9 @@ namespace {
 template <class T, class Index>
 __global__ void strided_copy_kernel(CopyGeometry g, const T* __restrict__ src, T* __restrict__ dst, int64_t n) {
   for (int64_t i = global_thread(); i < n; i += grid_threads()) {
-    Index rest = static_cast<Index>(i);
-    Index s = 0;
-    Index d = 0;
-    for (int k = g.rank - 1; k >= 0; --k) {
-      const auto dim = static_cast<Index>(g.dims[k]);
-      const Index idx = rest % dim;
-      rest /= dim;
-      s += idx * static_cast<Index>(g.src_strides[k]);
-      d += idx * static_cast<Index>(g.dst_strides[k]);
-    }
+    Index s;
+    Index d;
+    strided_offsets(static_cast<Index>(i), g.rank, g.dims, g.src_strides, g.dst_strides, s, d);
     dst[d] = src[s];
   }
 }

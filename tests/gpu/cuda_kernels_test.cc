@@ -23,8 +23,11 @@ namespace {
 
 using tessera::testing::for_each_cast_case;
 using tessera::testing::for_each_matmul_case;
+using tessera::testing::for_each_reduction_case;
 using tessera::testing::for_each_unary_case;
+using tessera::testing::for_late_reduction_axis;
 using tessera::testing::MatMulSize;
+using tessera::testing::reduce_max_nan_input;
 
 class CudaKernelsTest : public GpuKernelTest {
  protected:
@@ -260,22 +263,15 @@ TEST_F(CudaKernelsTest, ReductionsOverAnyAxes) {
       // Many long contiguous rows: CUB's segmented reduction (rows of a multiple of 4 and not).
       {Shape{300, 2048}, {1}}, {Shape{600, 1101}, {-1}},
   };
-  RandomInputs rng;
-  for (const auto& op : kReductions) {
-    for (DType dtype : kNumericDTypes) {
-      const bool integral = !dtype_is_floating(dtype);
-      for (const auto& c : cases) {
-        for (bool keep_dims : {false, true}) {
-          SCOPED_TRACE(std::string(op.type) + " " + describe(dtype, {c.in}) + " axes " +
-                       ::testing::PrintToString(c.axes) + (keep_dims ? " keep_dims" : ""));
-          Tensor x = rng.tensor(dtype, c.in, integral ? Range{-50, 50} : Range{-2, 2});
-          Graph g;
-          // Float32 sums of up to a million values, summed in another order than the CPU's.
-          check_op(op.build(feed(g, x), c.axes, keep_dims, ""), {x}, 1e-8);
-        }
-      }
-    }
-  }
+  const auto range = [](const ReductionCase&, DType dtype) {
+    return dtype_is_floating(dtype) ? Range{-2, 2} : Range{-50, 50};
+  };
+  const auto check = [&](const ReductionCase& op, const Tensor& x, const Case& c, bool keep_dims) {
+    Graph g;
+    // Float32 sums of up to a million values, summed in another order than the CPU's.
+    check_op(op.build(feed(g, x), c.axes, keep_dims, ""), {x}, 1e-8);
+  };
+  for_each_reduction_case(kReductions, cases, range, check);
 }
 
 TEST_F(CudaKernelsTest, ReductionsOverEmptySets) {
@@ -295,26 +291,22 @@ TEST_F(CudaKernelsTest, ReductionsOverEmptySets) {
 }
 
 TEST_F(CudaKernelsTest, ReductionsCheckAxesLeftUnknownAtRunTime) {
-  Graph g;
-  Output y = ops::reduce_sum(ops::placeholder(g, DType::Float32), {2}, false, "late");
-  check_op_fails(y, {Tensor::zeros(DType::Float32, Shape{2, 3})}, "axis 2 is out of range");
+  for_late_reduction_axis([&](const Output& y, const std::vector<Tensor>& inputs, const char* what) {
+    check_op_fails(y, inputs, what);
+  });
 }
 
 TEST_F(CudaKernelsTest, ReduceMaxPropagatesNaN) {
-  const double nan = std::numeric_limits<double>::quiet_NaN();
   Graph g;
-  Tensor x = tensor_of(DType::Float32, Shape{2, 40}, std::vector<double>(80, 1.0));
-  x.mutable_data<float>()[3] = static_cast<float>(nan);
+  const Tensor x = reduce_max_nan_input(DType::Float32);
   check_op(ops::reduce_max(feed(g, x), {1}), {x});
   check_op(ops::reduce_max(feed(g, x), {0}), {x});
   Tensor big = tensor_of(DType::Float64, Shape{1 << 20}, std::vector<double>(1 << 20, -3.0));
-  big.mutable_data<double>()[777777] = nan;
+  big.mutable_data<double>()[777777] = std::numeric_limits<double>::quiet_NaN();
   check_op(ops::reduce_max(feed(g, big)), {big});
   for (DType dtype : {DType::Float16, DType::BFloat16}) {
     SCOPED_TRACE(dtype_name(dtype));
-    std::vector<double> values(80, 1.0);
-    values[3] = nan;
-    Tensor h = tensor_of(dtype, Shape{2, 40}, values);
+    const Tensor h = reduce_max_nan_input(dtype);
     check_op(ops::reduce_max(feed(g, h), {1}), {h});
     check_op(ops::reduce_max(feed(g, h), {0}), {h});
     check_op(ops::reduce_max(feed(g, h)), {h});

@@ -77,11 +77,8 @@ TEST_F(CudaSelectKernelsTest, WhereGatherOneHotArgAddNEveryDType) {
 }
 
 TEST_F(CudaSelectKernelsTest, LargeAndEmptyReductions) {
-  const Tensor big = random(DType::Float32, Shape{257, 1031});
-  const Tensor empty(DType::Float32, Shape{0, 7});
   Graph g;
-  auto pb = feed(g, big);
-  auto pe = feed(g, empty);
+  const auto [big, empty, pb, pe] = LargeAndEmptyInputs(g, random(DType::Float32, Shape{257, 1031}));
   check_op(ops::reduce_min(pb), {big});
   check_op(ops::reduce_min(pb, {0}), {big});
   check_op(ops::reduce_min(pe, {0}), {empty});

@@ -54,11 +54,8 @@ TEST_F(CudaShapeKernelsTest, DataMovingOpsEveryDType) {
 }
 
 TEST_F(CudaShapeKernelsTest, LargeAndEmptyTensors) {
-  const Tensor big = random(DType::Float32, Shape{513, 1031});
-  const Tensor empty(DType::Float32, Shape{0, 7});
   Graph g;
-  auto pb = feed(g, big);
-  auto pe = feed(g, empty);
+  const auto [big, empty, pb, pe] = LargeAndEmptyInputs(g, random(DType::Float32, Shape{513, 1031}));
   check_op(ops::transpose(pb), {big});
   check_op(ops::tile(pb, {3, 2}), {big});
   check_op(ops::pad(pb, {{7, 9}, {0, 33}}), {big});

@@ -40,6 +40,18 @@ inline Tensor random_tensor(DType dtype, const Shape& shape, Range floating, Ran
   return rng.tensor(dtype, shape, dtype_is_floating(dtype) ? floating : integers);
 }
 
+// The launch-size edge cases of the suites' LargeAndEmpty tests, fed in one graph: `big`, a large
+// float32 input (many blocks of every grid), and `empty`, a [0, 7] float32 one (nothing to launch).
+struct LargeAndEmptyInputs {
+  LargeAndEmptyInputs(Graph& g, Tensor large)
+      : big(std::move(large)), empty(DType::Float32, Shape{0, 7}), pb(feed(g, big)), pe(feed(g, empty)) {}
+
+  const Tensor big;
+  const Tensor empty;
+  const Output pb;  // big's placeholder
+  const Output pe;  // empty's placeholder
+};
+
 class GpuKernelTest : public ::testing::Test {
  protected:
   void SetUp() override { TESSERA_REQUIRE_GPU(gpu_); }

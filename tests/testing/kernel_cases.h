@@ -1,11 +1,12 @@
 // The case grids the kernel suites share (tests/kernels_test.cc, against references;
-// tests/gpu/cuda_kernels_test.cc, against the CPU kernels): the unary ops, Cast and MatMul over
-// dtypes and shapes, random inputs from one seeded generator per grid. Each calls the suite's
-// check under a SCOPED_TRACE naming the case.
+// tests/gpu/cuda_kernels_test.cc, against the CPU kernels): the unary ops, Cast, MatMul and the
+// reductions over dtypes and shapes, random inputs from one seeded generator per grid, and the
+// reductions' edge cases. Each calls the suite's check under a SCOPED_TRACE naming the case.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -79,6 +80,43 @@ void for_each_matmul_case(const std::vector<MatMulSize>& sizes, Fn&& fn) {
       }
     }
   }
+}
+
+// Calls fn(op, x, c, keep_dims) for each op of `reductions` (with .type and .build), every numeric
+// dtype, each case c of `cases` (with .in, the input shape, and .axes) and keep_dims false and true:
+// x random of shape c.in, in range(op, dtype).
+template <class Op, std::size_t kOps, class Case, class RangeFn, class Fn>
+void for_each_reduction_case(const Op (&reductions)[kOps], const std::vector<Case>& cases, RangeFn&& range, Fn&& fn) {
+  RandomInputs rng;
+  for (const Op& op : reductions) {
+    for (DType dtype : kNumericDTypes) {
+      for (const Case& c : cases) {
+        for (bool keep_dims : {false, true}) {
+          SCOPED_TRACE(std::string(op.type) + " " + describe(dtype, {c.in}) + " axes " +
+                       ::testing::PrintToString(c.axes) + (keep_dims ? " keep_dims" : ""));
+          const Tensor x = rng.tensor(dtype, c.in, range(op, dtype));
+          fn(op, x, c, keep_dims);
+        }
+      }
+    }
+  }
+}
+
+// A reduction axis only the kernel can check: ReduceSum over axis 2 of a placeholder of unknown
+// shape, fed a [2, 3] input. Calls check_fails(y, inputs, what the error must say).
+template <class Fn>
+void for_late_reduction_axis(Fn&& check_fails) {
+  Graph g;
+  const Output y = ops::reduce_sum(ops::placeholder(g, DType::Float32), {2}, false, "late");
+  check_fails(y, std::vector<Tensor>{Tensor::zeros(DType::Float32, Shape{2, 3})}, "axis 2 is out of range");
+}
+
+// ReduceMax's NaN input: [2, 40] ones of `dtype` but a NaN at element 3, so that row 0 and column 3
+// reduce to NaN and the rest to 1.
+inline Tensor reduce_max_nan_input(DType dtype) {
+  std::vector<double> values(80, 1.0);
+  values[3] = std::numeric_limits<double>::quiet_NaN();
+  return tensor_of(dtype, Shape{2, 40}, values);
 }
 
 }  // namespace tessera::testing
