@@ -148,6 +148,16 @@ def per_call_rates(bench, fn):
     return bench.repeat(lambda: (timed_calls(fn, n), n))
 
 
+def run_threads(ts):
+    """Starts the threads `ts` and waits for all of them; the wall seconds that took."""
+    t0 = time.perf_counter()
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    return time.perf_counter() - t0
+
+
 def released_together(body, threads, barrier):
     """Starts `threads` threads running body(k), each of which first waits at `barrier` (sized
     threads + 1), releases them together; the wall seconds from the release until all have ended."""
@@ -349,15 +359,10 @@ def windowed_pass(sess, op, transfers, nbytes):
         except Exception as e:  # noqa: BLE001  (re-raised below)
             errors.append(e)
 
-    ts = [threading.Thread(target=body) for _ in range(WINDOW)]
-    t0 = time.perf_counter()
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join()
+    seconds = run_threads([threading.Thread(target=body) for _ in range(WINDOW)])
     if errors:
         raise errors[0]
-    return time.perf_counter() - t0, transfers * nbytes
+    return seconds, transfers * nbytes
 
 
 def group_transport(bench, skip_sizes):
@@ -485,13 +490,8 @@ def group_cluster(bench, worker_counts):
                     for _ in range(STEPS_PER_WORKER):
                         sess.run(train)
 
-                ts = [threading.Thread(target=body, args=(s, t)) for s, t, _, _ in clients]
-                t0 = time.perf_counter()
-                for t in ts:
-                    t.start()
-                for t in ts:
-                    t.join()
-                return time.perf_counter() - t0, w * STEPS_PER_WORKER
+                seconds = run_threads([threading.Thread(target=body, args=(s, t)) for s, t, _, _ in clients])
+                return seconds, w * STEPS_PER_WORKER
 
             bench.record(workload, "tensorflow", "training throughput, all workers together", "steps/s", "higher",
                          bench.repeat(ps_pass))
@@ -567,15 +567,11 @@ def cluster_train_digits(bench, workers, sync, xs, ys):
             """Async: n steps of each worker, on a thread each; raises the first worker's error."""
             losses = [[] for _ in clients]
             errors = []
-            ts = [threading.Thread(target=body, args=(s, c, n, losses[k], errors)) for k, (s, c) in enumerate(clients)]
-            t0 = time.perf_counter()
-            for t in ts:
-                t.start()
-            for t in ts:
-                t.join()
+            seconds = run_threads(
+                [threading.Thread(target=body, args=(s, c, n, losses[k], errors)) for k, (s, c) in enumerate(clients)])
             if errors:
                 raise RuntimeError(errors[0])
-            return time.perf_counter() - t0, losses
+            return seconds, losses
 
         # Sync: each worker's thread trains until `stop`, reporting the global step it reads.
         progress = {"step": 0, "error": None, "losses": [[] for _ in clients]}
