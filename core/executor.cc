@@ -36,6 +36,7 @@
 
 #include <fmt/format.h>
 
+#include "core/denormals.h"
 #include "core/parallel_for.h"
 #include "core/tensor_buffer.h"
 
@@ -776,6 +777,7 @@ void RunState::process(int node_index) {
 }
 
 void RunState::run_loop(int first, std::vector<int>* stack_ptr) {
+  const ScopedFlushDenormals flush;  // Note [Denormals flushed] in core/denormals.h
   // Everything this thread makes ready and keeps runs in this loop.
   std::vector<int>& stack = *stack_ptr;
   std::vector<int> ready;

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <system_error>
 
+#include "core/denormals.h"
+
 namespace tessera::internal {
 
 namespace {
@@ -84,6 +86,7 @@ bool ThreadPool::try_pop(int index, std::function<void()>* fn) {
 void ThreadPool::worker_loop(int index) {
   tls_pool = this;
   tls_index = index;
+  flush_denormals_on_this_thread();  // kernels' shards run here (Note [Denormals flushed])
   std::function<void()> fn;
   for (;;) {
     if (pending_.load(std::memory_order_seq_cst) > 0) {

@@ -8,6 +8,7 @@
 
 #include <fmt/format.h>
 
+#include "core/denormals.h"
 #include "core/device_factory.h"
 #include "core/tensor_buffer.h"
 #include "device/caching_allocator.h"
@@ -151,6 +152,7 @@ void SimStream::schedule_run() {
 
 void SimStream::loop() {
   SimMemory::mark_stream_thread();
+  flush_denormals_on_this_thread();  // kernels run here (Note [Denormals flushed] in core/denormals.h)
   while (true) {
     {
       std::unique_lock<std::mutex> lock(mu_);

@@ -8,6 +8,29 @@
 namespace tessera {
 namespace {
 
+// As TensorFlow's kernels do, tessera's run with denormal floats flushed to zero, operands and
+// results (Note [Denormals flushed] in core/denormals.h), and the caller's own thread keeps its
+// mode. Skipped on CPUs other than x86-64 and AArch64, whose mode tessera does not set.
+TEST(ExecutorTest, KernelsFlushDenormalsToZeroAndTheCallersModeIsKept) {
+#if !defined(__x86_64__) && !defined(__aarch64__)
+  GTEST_SKIP() << "tessera flushes denormals on x86-64 and AArch64 only";
+#endif
+  volatile float denormal = 1e-40f;  // below float's smallest normal, 2^-126 (about 1.18e-38)
+  volatile float one = 1.0f;
+  ASSERT_NE(denormal * one, 0.0f) << "this thread already flushes denormals";
+  Graph g;
+  auto x = ops::placeholder(g, DType::Float32, Shape{2}, "x");
+  auto y = ops::mul(x, ops::constant(g, 1.0f));
+  auto z = ops::mul(ops::constant(g, 1e-30f), ops::constant(g, 1e-15f));  // a denormal result
+  Session s(g);
+  auto out = s.run({y, z}, {{x, Tensor::vector<float>({1e-40f, 1e-30f})}});
+  EXPECT_EQ(out[0].data<float>()[0], 0.0f);     // a denormal operand reads as zero
+  EXPECT_EQ(out[0].data<float>()[1], 1e-30f);   // a normal one is untouched
+  EXPECT_EQ(out[1].scalar<float>(), 0.0f);      // a denormal result is zero
+  // The run restored this thread's mode: its own arithmetic keeps denormals.
+  EXPECT_NE(denormal * one, 0.0f);
+}
+
 TEST(ExecutorTest, LongChainComputesInOrder) {
   Graph g;
   Output x = ops::constant(g, 0);
