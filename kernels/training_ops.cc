@@ -33,6 +33,10 @@ struct ApplyBuffers {
 template <class Rule, class T>
 void apply_rule(const Rule& rule, const ApplyBuffers<T>& b) {
   using C = Accumulate<T>;
+  // Element i reads index i of every input and writes index i of every output, so no iteration
+  // depends on another even when the update is in place (each `*_out` then is its `*_in`, which
+  // the compiler's alias check took for an overlap, running the scalar loop).
+#pragma GCC ivdep
   for (int64_t i = 0; i < b.n; ++i) {
     C var = static_cast<C>(b.var_in[i]);
     C slots[training::kMaxApplySlots] = {};
