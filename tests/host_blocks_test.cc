@@ -484,7 +484,12 @@ TEST(RpcStreamUnitTest, SplitLeavesPlaceholdersAndChunksReferenceTheFrames) {
   EXPECT_EQ(frames[2].to_string(), "tail");
   ASSERT_EQ(s->descriptor.size(), 12u);
   ASSERT_EQ(s->chunks.size(), 3u);  // 1 MiB, 1 MiB, 5 bytes
+#if defined(__SANITIZE_THREAD__)
+  // Under TSan the chunks reference a copy (frame_to_send in rpc_stream.cc).
+  EXPECT_NE(s->chunks[0].data(), big.data());
+#else
   EXPECT_EQ(s->chunks[0].data(), big.data());
+#endif
   EXPECT_EQ(s->chunks[2].size(), 5u);
 
   // The receiving side rebuilds the frame from the chunks.
