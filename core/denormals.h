@@ -17,8 +17,8 @@ namespace tessera::internal {
 // ~~~~~~~~~~~~~~~~~~~~~~~~
 // Every kernel runs with the CPU's denormal (subnormal) floats flushed to zero, results and
 // operands alike (x86: MXCSR's FTZ and DAZ bits; AArch64: FPCR.FZ), as TensorFlow runs its
-// kernels (port::ScopedFlushDenormal in its executor and thread pools), and as GPUs commonly
-// compute. Arithmetic that meets a denormal operand or result takes a microcode assist on x86,
+// kernels (port::ScopedFlushDenormal on every thread of its pools and around kernels it runs on
+// the caller's thread). Arithmetic that meets a denormal operand or result takes a microcode assist on x86,
 // about 100 cycles instead of 1: Adam's moments decay into denormals for every weight whose
 // gradient stays zero (a pixel that is zero in every image, a dead ReLU unit), and the update of
 // such weights cost 105 ns per element against 1.6 (a standalone loop of ApplyAdam's rule, 17,226
