@@ -40,20 +40,21 @@ namespace tessera::internal {
 // server]): it is used under the channel's mutex by whichever thread needs it, because a hand-off
 // to the I/O thread costs a thread wake-up each way, which on a small request is most of the round
 // trip.
-// * Every call is sent by the calling thread itself, unless calls queued before it, or no
-//   connection yet, make it wait in the outbox (which the I/O thread sends then; an eventfd write
-//   wakes it when the outbox goes from empty to non-empty), or it is made on the I/O thread.
-// * A synchronous call (call_sync, call_until_lost_sync) then sleeps in poll(2) on the socket's
-//   ZMQ_FD and a per-thread eventfd and receives its reply itself: raw libzmq's REQ/REP path, one
-//   wake-up. Replies to other calls it finds on the way are completed too.
-// * An asynchronous call's `done` always runs on the I/O thread, which enforces deadlines, reads
-//   the monitor and always watches ZMQ_FD: even an idle channel must answer a stopping server's
-//   goodbye (Note [Goodbye] in rpc_server.cc). While a synchronous caller sleeps on ZMQ_FD too,
-//   both wake for its reply and whichever takes the mutex first reads it. Replies a caller picks
-//   up while sending are handed to the I/O thread with a wake-up of their own. Sending the
-//   asynchronous calls from the I/O thread instead (one wake-up per burst, no contention for the
-//   socket) measured slower on the latest VM and faster on the one before it (benchmarks/README.md,
-//   "Figures behind the transport's notes").
+// * A synchronous call (call_sync, call_until_lost_sync) is sent by the calling thread itself
+//   (unless calls queued before it, or no connection yet, make it wait in the outbox), which then
+//   sleeps in poll(2) on the socket's ZMQ_FD and a per-thread eventfd and receives its reply
+//   itself: raw libzmq's REQ/REP path, one wake-up. Replies to other calls it finds on the way
+//   are completed too.
+// * An asynchronous call joins the outbox; the I/O thread sends what the outbox holds (an eventfd
+//   write wakes it when the outbox goes from empty to non-empty: one per burst), and `done` always
+//   runs on the I/O thread, which enforces deadlines, reads the monitor and always watches
+//   ZMQ_FD: even an idle channel must answer a stopping server's goodbye (Note [Goodbye] in
+//   rpc_server.cc). While a synchronous caller sleeps on ZMQ_FD too, both wake for its reply and
+//   whichever takes the mutex first reads it (rtt_64B and rtt_4KiB did not move beyond this VM's
+//   noise when the I/O thread began to watch during synchronous calls). Callers sending
+//   asynchronous calls themselves measured slower (benchmarks/README.md, "Figures behind the transport's notes"):
+//   they contend with the I/O thread for the socket, and replies they pick up must be handed to it
+//   with a wake-up of its own.
 // The rules that make this safe (libzmq's ZMQ_FD is edge-like: any use of the socket may consume
 // its signal): whoever uses the socket then receives every reply there is and sends what the
 // outbox holds if libzmq takes it (serve_socket_locked), and a thread that completes an
@@ -366,15 +367,13 @@ bool RpcChannelCore::start_locked(RpcMessage request, Clock::time_point deadline
   const bool queued_before = !outbox_.empty();
   outbox_.push_back(Outgoing{id, call_id_frame(id), std::move(request), std::nullopt, false, 0});
   outbox_.back().stream = split_for_streaming(&outbox_.back().request.frames);
-  // A call behind calls still queued waits its turn (the I/O thread was woken when the outbox
-  // filled), and one made on the I/O thread (a completion's) goes out in that thread's next turn.
-  // Otherwise the caller tries the socket at once, and serve_socket_locked() receives whatever the
-  // use of the socket made visible (Note [RPC channel]).
-  if (async && (queued_before || on_io_thread())) return wake || !queued_before;
+  // An asynchronous call is sent by the I/O thread, which receives its reply anyway: a burst of
+  // calls costs one wake-up, and the callers never contend with it for the socket.
+  if (async) return wake || !queued_before;
+  // A synchronous one behind calls still queued waits its turn; otherwise the socket is tried at
+  // once, and serve_socket_locked() receives whatever the use of the socket made visible.
   if (!queued_before && serve_socket_locked()) wake = true;
-  // What libzmq did not take (no connection yet, a hold after a lost one) the I/O thread sends for
-  // an asynchronous caller, which has left; for a synchronous one it watches for the connection.
-  if (!outbox_.empty() && (async || !io_watches_socket_)) wake = true;
+  if (!outbox_.empty() && !io_watches_socket_) wake = true;  // no connection: the I/O thread watches for one
   return wake || !ready_.empty();
 }
 
