@@ -177,6 +177,48 @@ TEST(RpcTest, AsyncCallsFromManyThreadsAreMatched) {
   EXPECT_EQ(good.load(), kThreads * kCalls);
 }
 
+// A caller that sends its asynchronous call itself may spend the socket's ZMQ_FD signal of replies
+// already waiting, which the I/O thread sleeps on (Note [RPC channel]). A pipeline that refills its
+// window from a consumer thread as each reply completes (a worker pulling tensors) meets that at
+// every call; a reply left unseen would stall it until the call's deadline, long past the bound.
+TEST(RpcTest, AWindowOfAsyncCallsRefilledAsRepliesArriveNeverStalls) {
+  for (int handler_threads : {0, 2}) {
+    constexpr int kCalls = 3000, kWindow = 4;
+    // Before the channel: a failed run destroys the channel first, which cancels what is pending.
+    std::mutex mu;
+    std::condition_variable cv;
+    int in_flight = 0, good = 0, completed = 0;
+    bool stalled = false;
+    RpcServerOptions options;
+    options.handler_threads = handler_threads;
+    EchoServer s(options);
+    for (int i = 0; i < kCalls && !stalled; ++i) {
+      {
+        std::unique_lock<std::mutex> l(mu);
+        stalled = !cv.wait_for(l, 30s, [&] { return in_flight < kWindow; });
+        ++in_flight;
+      }
+      const std::string id = std::to_string(i);
+      s.channel.call(message({id, "payload"}), 120s, [&, id](StatusOr<RpcMessage> r) {
+        {
+          std::lock_guard<std::mutex> l(mu);
+          --in_flight;
+          ++completed;
+          if (r.ok() && strings(r.value()) == std::vector<std::string>{id, "payload"}) ++good;
+        }
+        cv.notify_one();
+      });
+    }
+    std::unique_lock<std::mutex> l(mu);
+    const bool all = !stalled && cv.wait_for(l, 30s, [&] { return completed == kCalls; });
+    const int good_calls = good, completed_calls = completed;
+    l.unlock();
+    EXPECT_FALSE(stalled) << "a reply was not seen within 30 s (handler threads " << handler_threads << ")";
+    EXPECT_TRUE(all) << completed_calls << " of " << kCalls << " completed";
+    EXPECT_EQ(good_calls, kCalls) << "handler threads " << handler_threads;
+  }
+}
+
 uint64_t checksum(const Tensor& t) {
   const auto* p = static_cast<const uint64_t*>(t.raw_data());
   uint64_t h = 1469598103934665603ull;

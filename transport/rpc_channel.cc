@@ -45,19 +45,22 @@ namespace tessera::internal {
 //   sleeps in poll(2) on the socket's ZMQ_FD and a per-thread eventfd and receives its reply
 //   itself: raw libzmq's REQ/REP path, one wake-up. Replies to other calls it finds on the way
 //   are completed too.
-// * An asynchronous call joins the outbox; the I/O thread sends what the outbox holds (an eventfd
-//   write wakes it when the outbox goes from empty to non-empty: one per burst), and `done` always
-//   runs on the I/O thread, which enforces deadlines, reads the monitor and always watches
-//   ZMQ_FD: even an idle channel must answer a stopping server's goodbye (Note [Goodbye] in
-//   rpc_server.cc). While a synchronous caller sleeps on ZMQ_FD too, both wake for its reply and
-//   whichever takes the mutex first reads it (rtt_64B and rtt_4KiB did not move beyond this VM's
-//   noise when the I/O thread began to watch during synchronous calls). Callers sending
-//   asynchronous calls themselves measured slower (benchmarks/README.md, "Figures behind the transport's notes"):
-//   they contend with the I/O thread for the socket, and replies they pick up must be handed to it
-//   with a wake-up of its own.
+// * An asynchronous call is sent by its caller too (unless calls queued before it, no connection
+//   yet, or a hold after a lost one make it wait in the outbox, or it is made on the I/O thread,
+//   which sends it in its next turn), but the caller leaves: its reply, and `done`, are the I/O
+//   thread's, which enforces deadlines, reads the monitor and always watches ZMQ_FD: even an idle
+//   channel must answer a stopping server's goodbye (Note [Goodbye] in rpc_server.cc). The
+//   caller's send may have spent ZMQ_FD's signal, so it looks at ZMQ_EVENTS: replies waiting
+//   wake the I/O thread if it sleeps (an eventfd write), or make it look again before it sleeps.
+//   Callers that also received replies (982812b) were slower for streamed ones (the chunks were
+//   copied under the mutex), and the I/O thread sending for them costs a wake-up per burst
+//   (benchmarks/README.md, "Figures behind the transport's notes").
+// * While a synchronous caller sleeps on ZMQ_FD, the I/O thread does too: both wake for its reply
+//   and whichever takes the mutex first reads it.
 // The rules that make this safe (libzmq's ZMQ_FD is edge-like: any use of the socket may consume
 // its signal): whoever uses the socket then receives every reply there is and sends what the
-// outbox holds if libzmq takes it (serve_socket_locked), and a thread that completes an
+// outbox holds if libzmq takes it (serve_socket_locked), or, an asynchronous caller, hands the
+// replies it sees waiting to the I/O thread as above; a thread that completes an
 // asynchronous call, or registers one while the I/O thread is not watching the socket, wakes the
 // I/O thread through its eventfd. Nothing creates a thread per call.
 
@@ -191,10 +194,11 @@ class RpcChannelCore {
   void run_io();
   // The checks every new call passes; OK or the error to complete it with. Needs mu_.
   Status admit(const RpcMessage& request) const;
-  // Registers a call (needs mu_). An asynchronous call joins the outbox for the I/O thread; a
-  // synchronous one is sent now if libzmq takes it (else it joins the outbox), and the socket is
-  // served. True when the I/O thread must be woken: it has calls to send or completions to run,
-  // must watch the socket for a connection, or the call's deadline comes before its next wake-up.
+  // Registers a call (needs mu_) and sends it now if libzmq takes it (else it stays in the outbox);
+  // for a synchronous call the socket is served too, for an asynchronous one the I/O thread is
+  // told of replies waiting. True when the I/O thread must be woken: it has calls to send,
+  // completions to run or replies to read, must watch the socket for a connection, or the call's
+  // deadline comes before its next wake-up.
   bool start_locked(RpcMessage request, Clock::time_point deadline, Pending pending);
   // After any use of the socket, which may have consumed the ZMQ_FD signal: sends what the outbox
   // holds if libzmq takes it, receives every reply there is (kRecvBatch at most) and completes their
@@ -255,6 +259,10 @@ class RpcChannelCore {
   // (always once its loop runs, unless the channel is broken).
   Clock::time_point io_wake_at_ = Clock::time_point::min();
   bool io_watches_socket_ = false;
+  // The I/O thread sleeps in poll(2) (set with its last look at the socket's replies), and a
+  // caller sent on the socket since that look and found replies waiting (Note [RPC channel]).
+  bool io_polling_ = false;
+  bool io_look_again_ = false;
   // The last handshake failed: new calls fail with this at once (until a handshake succeeds).
   Status handshake_failed_;
   int closed_in_handshake_ = 0;  // HANDSHAKE_FAILED_NO_DETAIL events since the last success
@@ -367,9 +375,22 @@ bool RpcChannelCore::start_locked(RpcMessage request, Clock::time_point deadline
   const bool queued_before = !outbox_.empty();
   outbox_.push_back(Outgoing{id, call_id_frame(id), std::move(request), std::nullopt, false, 0});
   outbox_.back().stream = split_for_streaming(&outbox_.back().request.frames);
-  // An asynchronous call is sent by the I/O thread, which receives its reply anyway: a burst of
-  // calls costs one wake-up, and the callers never contend with it for the socket.
-  if (async) return wake || !queued_before;
+  if (async) {
+    // Behind calls still queued it waits its turn (the I/O thread was woken when the outbox
+    // filled), as one made on the I/O thread (a completion's) or while sends are held does.
+    if (queued_before || held_since_ || socket_fd_ < 0 || on_io_thread()) return wake || !queued_before;
+    // Otherwise the caller sends it, and leaves the replies to the I/O thread (Note [RPC channel]).
+    flush_outbox();
+    if (socket_.get(zmq::sockopt::events) & ZMQ_POLLIN) {
+      if (io_polling_) {
+        wake = true;
+      } else {
+        io_look_again_ = true;
+      }
+    }
+    // What libzmq did not take (no connection yet, a full queue) the I/O thread sends.
+    return wake || !outbox_.empty();
+  }
   // A synchronous one behind calls still queued waits its turn; otherwise the socket is tried at
   // once, and serve_socket_locked() receives whatever the use of the socket made visible.
   if (!queued_before && serve_socket_locked()) wake = true;
@@ -473,6 +494,10 @@ void RpcChannelCore::run_io() {
       if (reconnect_at_) io_wake_at_ = std::min(io_wake_at_, *reconnect_at_);
       // Requests held after a lost connection: look again soon (Note [Lost connections]).
       if (held_since_ && !outbox_.empty()) io_wake_at_ = std::min(io_wake_at_, Clock::now() + kHoldCheck);
+      if (io_look_again_) {
+        io_look_again_ = false;
+        again = true;
+      }
       if (again) io_wake_at_ = Clock::now();
       if (io_wake_at_ != Clock::time_point::max()) {
         // Rounded up: waking before the deadline would only spin.
@@ -484,6 +509,7 @@ void RpcChannelCore::run_io() {
       // rpc_server.cc). A synchronous caller watches it too, for its own reply: whichever of the
       // two takes mu_ first reads it.
       io_watches_socket_ = !broken;
+      io_polling_ = true;
       if (!broken) num_items = 3;
     }
     if (!poll_io(items, num_items, timeout)) break;
@@ -491,6 +517,7 @@ void RpcChannelCore::run_io() {
     bool stopping;
     {
       std::lock_guard<std::mutex> l(mu_);
+      io_polling_ = false;
       stopping = stopping_;
       completions.swap(rejected_);
       if (!stopping && !broken) {
