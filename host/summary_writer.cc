@@ -156,8 +156,12 @@ std::string framed_event(tb::Event& event) {
   return internal::tfrecord(bytes);
 }
 
+}  // namespace
+
 // An open event file: the descriptor, its path and identity (to notice that the path no longer
-// leads to it), and the bytes written so far (to cut a failed write back off).
+// leads to it), and the bytes written so far (to cut a failed write back off). Outside the
+// anonymous namespace: FileWriter::Impl holds one, and a unity build would otherwise warn that a
+// type with linkage holds one without (-Wsubobject-linkage).
 struct EventFile {
   int fd = -1;
   std::string path;
@@ -165,6 +169,8 @@ struct EventFile {
   ino_t ino = 0;
   off_t size = 0;
 };
+
+namespace {
 
 // Makes a new event file in `logdir` (which must exist), its file_version record written.
 StatusOr<EventFile> create_event_file(const std::string& logdir) {

@@ -52,9 +52,7 @@ namespace tessera::internal {
 //   channel must answer a stopping server's goodbye (Note [Goodbye] in rpc_server.cc). The
 //   caller's send may have spent ZMQ_FD's signal, so it looks at ZMQ_EVENTS: replies waiting
 //   wake the I/O thread if it sleeps (an eventfd write), or make it look again before it sleeps.
-//   Callers that also received replies (982812b) were slower for streamed ones (the chunks were
-//   copied under the mutex), and the I/O thread sending for them costs a wake-up per burst
-//   (benchmarks/README.md, "Figures behind the transport's notes").
+//   (The other forms measured: benchmarks/README.md, "Figures behind the transport's notes".)
 // * While a synchronous caller sleeps on ZMQ_FD, the I/O thread does too: both wake for its reply
 //   and whichever takes the mutex first reads it.
 // The rules that make this safe (libzmq's ZMQ_FD is edge-like: any use of the socket may consume
