@@ -16,6 +16,7 @@
 #include "core/op_registry.h"
 #include "core/shape_util.h"
 #include "kernels/dtype_visit.h"
+#include "kernels/elementwise_shards.h"
 
 namespace tessera::internal {
 namespace {
@@ -163,13 +164,17 @@ class BinaryOp : public OpKernel {
       Tensor& out = scalar_a   ? ctx.forward_input_or_allocate_output({1}, 0, shape)
                     : scalar_b ? ctx.forward_input_or_allocate_output({0}, 0, shape)
                                : ctx.forward_input_or_allocate_output({0, 1}, 0, shape);
-      const int64_t n = out.num_elements();
       T* po = out.mutable_data<T>();
-      if (scalar_a) return po == pb ? scalar_a_in_place_loop<Fn>(pa[0], po, n) : scalar_a_loop<Fn>(po, pa[0], pb, n);
-      if (scalar_b) return po == pa ? scalar_b_in_place_loop<Fn>(po, pb[0], n) : scalar_b_loop<Fn>(po, pa, pb[0], n);
-      if (po == pa) return a_in_place_loop<Fn>(po, pb, n);
-      if (po == pb) return b_in_place_loop<Fn>(pa, po, n);
-      return same_shape_loop<Fn>(po, pa, pb, n);
+      // Note [Sharding the elementwise kernels] (kernels/elementwise_shards.h).
+      for_each_shard(ctx, out.num_elements(), [&](int64_t i, int64_t end) {
+        const int64_t n = end - i;
+        if (scalar_a) return po == pb ? scalar_a_in_place_loop<Fn>(pa[0], po + i, n) : scalar_a_loop<Fn>(po + i, pa[0], pb + i, n);
+        if (scalar_b) return po == pa ? scalar_b_in_place_loop<Fn>(po + i, pb[0], n) : scalar_b_loop<Fn>(po + i, pa + i, pb[0], n);
+        if (po == pa) return a_in_place_loop<Fn>(po + i, pb + i, n);
+        if (po == pb) return b_in_place_loop<Fn>(pa + i, po + i, n);
+        same_shape_loop<Fn>(po + i, pa + i, pb + i, n);
+      });
+      return;
     }
     // Unknown dims passed graph construction; this is where they are checked.
     auto made = BroadcastPlan::make(a.shape(), b.shape());
@@ -283,8 +288,10 @@ class UnaryOp : public OpKernel {
     const T* px = x.data<T>();  // before x may be forwarded (it then reads as null)
     Tensor& out = ctx.forward_input_or_allocate_output({0}, 0, x.shape());
     T* po = out.mutable_data<T>();
-    if (po == px) return unary_in_place_loop<Fn>(po, out.num_elements());
-    unary_loop<Fn>(po, px, out.num_elements());
+    for_each_shard(ctx, out.num_elements(), [&](int64_t i, int64_t end) {
+      if (po == px) return unary_in_place_loop<Fn>(po + i, end - i);
+      unary_loop<Fn>(po + i, px + i, end - i);
+    });
   }
 };
 

@@ -22,6 +22,7 @@
 #include "core/op_registry.h"
 #include "core/select_ops.h"
 #include "kernels/dtype_visit.h"
+#include "kernels/elementwise_shards.h"
 #include "kernels/random_stream.h"
 
 namespace tessera::internal {
@@ -210,16 +211,21 @@ class BiasAddOp : public OpKernel {
       const T* px = value.data<T>();
       const T* pb = bias.data<T>();
       T* po = out.mutable_data<T>();
-      for (int64_t r = 0; r < v.rows; ++r) {
-        const T* xr = px + r * v.cols;
-        T* out_row = po + r * v.cols;
-        for (int64_t c = 0; c < v.cols; ++c) out_row[c] = static_cast<T>(add(up(xr[c]), up(pb[c])));
-      }
+      for_each_shard(ctx, v.rows, [&](int64_t r0, int64_t r1) {
+        for (int64_t r = r0; r < r1; ++r) {
+          const T* xr = px + r * v.cols;
+          T* out_row = po + r * v.cols;
+          for (int64_t c = 0; c < v.cols; ++c) out_row[c] = static_cast<T>(add(up(xr[c]), up(pb[c])));
+        }
+      }, v.cols);
     });
   }
 };
 
 TESSERA_REGISTER_KERNEL("BiasAdd", "CPU", BiasAddOp);
+
+// The most parts BiasAddGrad sums its rows in.
+constexpr int64_t kBiasGradParts = 8;
 
 // dy summed over all but the last axis, in the computation type. Thread-safe.
 class BiasAddGradOp : public OpKernel {
@@ -233,10 +239,25 @@ class BiasAddGradOp : public OpKernel {
     const RowView v = rows_of(dy.shape());
     visit_number_or_fail(ctx, dy.dtype(), [&](auto type) {
       using T = decltype(type);
+      using A = Accumulate<T>;
       const T* pd = dy.data<T>();
-      std::vector<Accumulate<T>> sums(static_cast<std::size_t>(v.cols), Accumulate<T>{0});
-      for (int64_t r = 0; r < v.rows; ++r) {
-        for (int64_t c = 0; c < v.cols; ++c) sums[c] = add(sums[c], up(pd[r * v.cols + c]));
+      // Rows summed in parts by the shape alone, the parts added in order (Note [Sharding the
+      // elementwise kernels]).
+      const int64_t part_rows = std::max<int64_t>(
+          (kElementwiseShard + v.cols - 1) / std::max<int64_t>(v.cols, 1), (v.rows + kBiasGradParts - 1) / kBiasGradParts);
+      const int64_t parts = std::max<int64_t>(1, (v.rows + part_rows - 1) / part_rows);
+      std::vector<A> sums(static_cast<std::size_t>(parts * v.cols), A{0});
+      ctx.parallel_for(parts, 1, [&](int64_t p0, int64_t p1) {
+        for (int64_t p = p0; p < p1; ++p) {
+          A* __restrict part = sums.data() + p * v.cols;
+          for (int64_t r = p * part_rows; r < std::min(v.rows, (p + 1) * part_rows); ++r) {
+            const T* __restrict row = pd + r * v.cols;
+            for (int64_t c = 0; c < v.cols; ++c) part[c] = add(part[c], up(row[c]));
+          }
+        }
+      });
+      for (int64_t p = 1; p < parts; ++p) {
+        for (int64_t c = 0; c < v.cols; ++c) sums[c] = add(sums[c], sums[p * v.cols + c]);
       }
       T* po = out.mutable_data<T>();
       for (int64_t c = 0; c < shape.value().dim(0); ++c) po[c] = static_cast<T>(sums[c]);
@@ -299,7 +320,9 @@ class ElementwiseGradOp : public OpKernel {
       const T* pa = a.data<T>();
       const T* pb = b.data<T>();
       T* po = out.mutable_data<T>();
-      for (int64_t i = 0; i < a.num_elements(); ++i) po[i] = static_cast<T>(Fn::apply(up(pa[i]), up(pb[i])));
+      for_each_shard(ctx, a.num_elements(), [&](int64_t i0, int64_t i1) {
+        for (int64_t i = i0; i < i1; ++i) po[i] = static_cast<T>(Fn::apply(up(pa[i]), up(pb[i])));
+      });
     };
     if constexpr (kFloating) {
       visit_floating_or_fail(ctx, a.dtype(), run);

@@ -1,7 +1,8 @@
 // Intra-op parallelism (core/parallel_for.h): every element of the range is visited exactly once,
 // on the caller and the pool's threads; a pool too busy to help does not stop the caller; a
-// shard's exception reaches the caller. And the product that uses it: MatMul sharded by rows of
-// its result equals a plain triple loop in every transposition.
+// shard's exception reaches the caller. And the kernels that use it: MatMul sharded by rows of its
+// result equals a plain triple loop in every transposition; the elementwise kernels, BiasAdd and
+// BiasAddGrad sharded over a big tensor equal a loop over its elements.
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -11,10 +12,12 @@
 #include <thread>
 #include <vector>
 
+#include "core/nn_ops.h"
 #include "core/parallel_for.h"
 #include "core/thread_pool.h"
 #include "tests/testing/sim_device.h"
 #include "tests/testing/test_util.h"
+#include "kernels/elementwise_shards.h"
 
 namespace tessera::internal {
 namespace {
@@ -140,6 +143,59 @@ TEST_P(ShardedMatMulTest, EqualsATripleLoopInEveryTransposition) {
     }
   }
 }
+
+// ---- The elementwise kernels through a session: sharded over a big tensor on a host CPU ----
+
+class ShardedElementwiseTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(ShardedElementwiseTest, BigTensorsEqualALoopOverTheirElements) {
+  // Three shards and a short last one (Note [Sharding the elementwise kernels]); small integers,
+  // so that every result is exact and an element in the wrong shard shows.
+  const int64_t rows = 3 * kElementwiseShard / 7 + 5, cols = 7, n = rows * cols;
+  ASSERT_GT(n, 3 * kElementwiseShard);
+  std::vector<float> a(static_cast<std::size_t>(n)), b(a.size()), bias(static_cast<std::size_t>(cols));
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    a[i] = static_cast<float>(static_cast<int64_t>((i * 7919) % 23) - 11);
+    b[i] = static_cast<float>(static_cast<int64_t>((i * 104729) % 19) - 9);
+  }
+  for (std::size_t c = 0; c < bias.size(); ++c) bias[c] = static_cast<float>(c) - 3.0f;
+  const Shape shape{rows, cols};
+  Graph g;
+  auto scope = g.device(GetParam());
+  auto pa = ops::placeholder(g, DType::Float32, {-1, cols});
+  auto pb = ops::placeholder(g, DType::Float32, {-1, cols});
+  auto pbias = ops::placeholder(g, DType::Float32, {cols});
+  auto sum = ops::add(pa, pb);
+  auto scaled = ops::mul(pa, ops::constant(g, 2.0f));  // a scalar operand
+  auto in_place = ops::sub(ops::mul(pa, pb), pb);      // Sub over Mul's forwarded output
+  auto relu = ops::relu(pb);
+  auto relu_backprop = relu_grad(pa, pb);
+  auto biased = ops::bias_add(pa, pbias);
+  auto bias_grad = bias_add_grad(pb);
+  Session s(g);
+  auto out = s.run({sum, scaled, in_place, relu, relu_backprop, biased, bias_grad},
+                   {{pa, Tensor::from_vector<float>(a, shape)},
+                    {pb, Tensor::from_vector<float>(b, shape)},
+                    {pbias, Tensor::vector<float>(bias)}});
+  std::vector<std::vector<float>> want(6, std::vector<float>(a.size()));
+  std::vector<float> want_bias_grad(static_cast<std::size_t>(cols), 0.0f);
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    const std::size_t c = i % static_cast<std::size_t>(cols);
+    want[0][i] = a[i] + b[i];
+    want[1][i] = a[i] * 2.0f;
+    want[2][i] = a[i] * b[i] - b[i];
+    want[3][i] = b[i] < 0 ? 0.0f : b[i];
+    want[4][i] = b[i] > 0 ? a[i] : 0.0f;
+    want[5][i] = a[i] + bias[c];
+    want_bias_grad[c] += b[i];
+  }
+  const char* names[] = {"Add", "Mul by a scalar", "Sub in place", "Relu", "ReluGrad", "BiasAdd"};
+  for (std::size_t k = 0; k < want.size(); ++k) EXPECT_EQ(out[k].to_vector<float>(), want[k]) << names[k];
+  EXPECT_EQ(out[6].to_vector<float>(), want_bias_grad) << "BiasAddGrad";
+}
+
+INSTANTIATE_TEST_SUITE_P(Devices, ShardedElementwiseTest, ::testing::Values("/cpu:0", "/device:SIM:0"),
+                         [](const auto& info) { return info.param == "/cpu:0" ? std::string("CPU") : std::string("SIM"); });
 
 INSTANTIATE_TEST_SUITE_P(Devices, ShardedMatMulTest, ::testing::Values("/cpu:0", "/device:SIM:0"),
                          [](const auto& info) { return info.param == "/cpu:0" ? std::string("CPU") : std::string("SIM"); });

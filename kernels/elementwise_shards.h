@@ -1,0 +1,41 @@
+// How the CPU kernels that touch each element once or twice (the elementwise ops and their
+// gradients, BiasAdd and BiasAddGrad) split a big tensor over the session's pool.
+//
+// Note [Sharding the elementwise kernels]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A training step's activations pass through Relu, BiasAdd, ReluGrad and BiasAddGrad between the
+// products, and each of those runs on the step's critical path: the ops beside it wait for it. Run
+// on one thread they left the other cores idle (the digits CNN's step at batch 256 used 1.26 of 2
+// cores). So an elementwise loop over at least 2 * kElementwiseShard elements is cut into shards of
+// at least kElementwiseShard (128 KiB of float32: more than the few microseconds a shard costs to
+// hand over), run on this thread and idle pool threads (core/parallel_for.h). An element's result
+// never depends on the shards, so the output is the same bits whatever the threads. Sums over many
+// elements (BiasAddGrad) are cut into parts by the shape alone and added in part order: the same
+// result on every run and machine, as Note [The filter's gradient in parts] does.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+
+#include "core/op_kernel.h"
+
+namespace tessera::internal {
+
+// The fewest elements a shard of an elementwise loop gets.
+inline constexpr int64_t kElementwiseShard = int64_t{1} << 15;
+
+// Calls fn(begin, end) over shards of [0, n): all at once on this thread below 2 * kElementwiseShard
+// elements, else sharded over `ctx`'s pool. `per_element`: elements of work each index stands for
+// (a row of BiasAdd is `cols` elements).
+template <class F>
+void for_each_shard(const OpKernelContext& ctx, int64_t n, F&& fn, int64_t per_element = 1) {
+  per_element = std::max<int64_t>(per_element, 1);  // a row of no columns is still a row
+  const int64_t min_shard = (kElementwiseShard + per_element - 1) / per_element;
+  if (n < 2 * min_shard) {
+    if (n > 0) fn(int64_t{0}, n);
+    return;
+  }
+  ctx.parallel_for(n, min_shard, fn);
+}
+
+}  // namespace tessera::internal
