@@ -1,6 +1,7 @@
 #include "core/thread_pool.h"
 
 #include <algorithm>
+#include <chrono>
 #include <system_error>
 
 #include "core/denormals.h"
@@ -83,6 +84,19 @@ bool ThreadPool::try_pop(int index, std::function<void()>* fn) {
   return false;
 }
 
+// Note [Spinning before sleeping]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A worker that runs out of work keeps looking, yielding its core between looks, for
+// kSpinBeforeSleep before it sleeps on the condition variable. Waking a sleeping worker costs a
+// step more than the futex: when every core is busy at the wake (the caller's thread running ops
+// inline, the other worker finishing one), the scheduler queues the woken thread behind its waker
+// and, as it ran less than half a millisecond ago, does not move it when the other core goes idle.
+// `perf sched timehist` of the digits CNN's training step showed such waits of 1-4 ms with a core
+// idle beside them. A training step hands over work every few hundred microseconds, so a worker
+// that spins that long is still on its core when the next op or shard comes (figures:
+// benchmarks/README.md, "The pool's spin"). TensorFlow's pools spin likewise (Eigen's thread pool
+// looks some thousands of times before it sleeps). The price: an idle pool yields for 200 us
+// after its last closure.
 void ThreadPool::worker_loop(int index) {
   tls_pool = this;
   tls_index = index;
@@ -99,9 +113,10 @@ void ThreadPool::worker_loop(int index) {
       // Counted but not pushed yet (Note [Scheduling touches nothing after the push]), or taken.
       std::this_thread::yield();
     }
-    // Spin briefly before sleeping: a chain of small ops hands work over every few microseconds.
+    // Look again for a while before sleeping (Note [Spinning before sleeping]).
     bool found = false;
-    for (int spin = 0; spin < 64 && !found; ++spin) {
+    const auto spin_end = std::chrono::steady_clock::now() + kSpinBeforeSleep;
+    for (int spin = 0; !found && (spin < 64 || std::chrono::steady_clock::now() < spin_end); ++spin) {
       if (pending_.load(std::memory_order_relaxed) > 0) found = true;
       else std::this_thread::yield();
     }

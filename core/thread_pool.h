@@ -10,6 +10,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -34,6 +35,10 @@ class ThreadPool {
 
   // The process-wide pool (one thread per hardware thread, at least 2), created on first use.
   static ThreadPool& shared();
+
+  // How long a worker with nothing to do keeps looking before it sleeps (Note [Spinning before
+  // sleeping] in thread_pool.cc).
+  static constexpr std::chrono::microseconds kSpinBeforeSleep{200};
 
  private:
   struct Worker {
