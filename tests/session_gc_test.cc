@@ -585,6 +585,22 @@ TEST(ServerSessionGcTest, InvalidLimitsAreRefused) {
   short_lease.partition_lease = 50ms;
   refused(short_lease, "ServerOptions.partition_lease must be 0 (never dropped) or >= 100 ms, got 50 ms");
   Server never = Server::create_local_server(with(0ms, 1));  // 0: never reclaimed
+  ServerOptions busy;
+  busy.busy_poll = -1us;
+  refused(busy, "ServerOptions.busy_poll must be in [0, 10000] us, got -1 us");
+  busy.busy_poll = 10001us;
+  refused(busy, "ServerOptions.busy_poll must be in [0, 10000] us, got 10001 us");
+}
+
+TEST(ServerOptionsTest, ABusyPollingServerRunsSteps) {
+  ServerOptions o;
+  o.busy_poll = 200us;
+  Server server = Server::create_local_server(o);
+  Graph g;
+  auto x = ops::placeholder(g, DType::Float32, {});
+  auto y = ops::add(x, ops::constant(g, 1.0f), "y");
+  Session s(g, server.target());
+  for (int i = 0; i < 200; ++i) EXPECT_FLOAT_EQ(s.run(y, {{x, Tensor::scalar<float>(static_cast<float>(i))}}).scalar<float>(), i + 1.0f);
 }
 
 }  // namespace

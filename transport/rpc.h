@@ -138,6 +138,10 @@ struct RpcServerOptions {
   // A streamed request (Note [Streamed frames] in rpc_stream.cc) whose sender sends no chunk for
   // this long is dropped, with the memory it holds.
   std::chrono::milliseconds stalled_stream_timeout{30000};
+  // After a turn that received requests, how long the I/O thread keeps looking for more without
+  // sleeping (zero-timeout polls, yielding its core between them) before it sleeps in poll(2):
+  // train::ServerOptions::busy_poll (Note [Busy polling] in rpc_server.cc). 0: sleep at once.
+  std::chrono::microseconds busy_poll{0};
 
   // CURVE (Note [RPC security]): the server's key pair and the client keys it admits, Z85
   // encoded (40 characters each). Unset: plain TCP, anyone may connect.

@@ -316,6 +316,16 @@ void RpcServerCore::start_threads() {
   }
 }
 
+// Note [Busy polling]
+// ~~~~~~~~~~~~~~~~~~~
+// A server that sleeps in poll(2) as soon as it has answered pays a wake-up for each request that
+// follows: the kernel's wake, and on a busy machine the wait for a core. With busy_poll set, the
+// I/O thread that received requests in a turn looks again without sleeping (zero-timeout polls,
+// yielding its core between them) for that long before it sleeps, so a caller that sends its next
+// small request within it finds the thread awake (what SO_BUSY_POLL does for a socket in the
+// kernel). It costs up to busy_poll of CPU after each burst of requests, and beside more processes
+// than cores it takes time from them: off by default (figures: benchmarks/README.md, "Busy
+// polling").
 void RpcServerCore::run_io() {
   tls_server_io_owner = this;
   // Plain file descriptors, polled with poll(2) itself, as the channel's I/O thread does (and for
@@ -336,6 +346,7 @@ void RpcServerCore::run_io() {
   read_monitor();
   bool look_socket = true;  // requests may be left unread: look again without sleeping
   bool look_zap = curve;    // the same for ZAP requests
+  bool received = false;    // the last turn received a request (Note [Busy polling])
   std::vector<zmq::message_t> parts;
   std::vector<Outgoing> batch;
   for (;;) {
@@ -343,7 +354,8 @@ void RpcServerCore::run_io() {
     const long stall_check_ms = std::clamp<long>(options_.stalled_stream_timeout.count() / 4, 10, 1000);
     if (look_socket || look_zap) {
       for (pollfd& item : items) item.revents = 0;
-    } else if (!poll_io(items, num_items, assembling_.empty() ? -1 : stall_check_ms)) {
+    } else if (!poll_io(items, num_items, assembling_.empty() ? -1 : stall_check_ms,
+                        received ? options_.busy_poll : std::chrono::microseconds{0})) {
       break;
     }
     if (!assembling_.empty()) drop_stalled_streams();
@@ -353,6 +365,7 @@ void RpcServerCore::run_io() {
     // nothing costs little), so a closed connection's calls end promptly.
     read_monitor();
     bool more = false;
+    received = false;
     if (look_socket || (items[0].revents & POLLIN)) {
       more = true;  // unless a recv finds nothing within the batch
       for (int i = 0; i < kRecvBatch; ++i) {
@@ -369,6 +382,7 @@ void RpcServerCore::run_io() {
         }
         track_peer(routing_id);
         receive_one(std::move(routing_id), &parts);
+        received = true;
       }
     }
     // After receiving: replies given inline (handler_threads == 0) go out in this same turn.

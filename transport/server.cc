@@ -130,6 +130,7 @@ RpcServerOptions rpc_options(const train::ServerOptions& options, const Credenti
   rpc.run_inline = never_blocks;
   rpc.max_message_bytes = options.max_message_bytes;
   rpc.max_frames = options.max_frames_per_request;
+  rpc.busy_poll = options.busy_poll;
   if (credentials != nullptr) rpc.curve = server_curve(*credentials);
   return rpc;
 }
@@ -205,6 +206,10 @@ void validate(const train::ServerOptions& options) {
   }
   if (options.max_sessions <= 0) {
     throw InvalidArgumentError(fmt::format("ServerOptions.max_sessions must be > 0, got {}", options.max_sessions));
+  }
+  if (options.busy_poll.count() < 0 || options.busy_poll > std::chrono::milliseconds(10)) {
+    throw InvalidArgumentError(fmt::format("ServerOptions.busy_poll must be in [0, 10000] us, got {} us",
+                                           options.busy_poll.count()));
   }
   check_security_options(options.security, "ServerOptions.security").raise();
 }

@@ -3,9 +3,12 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <climits>
+#include <cstdlib>
 #include <cstring>
+#include <thread>
 
 #include "core/host_blocks.h"
 
@@ -42,6 +45,24 @@ bool poll_io(pollfd* fds, int n, long timeout_ms) {
   if (::poll(fds, static_cast<nfds_t>(n), timeout) >= 0) return true;
   for (int i = 0; i < n; ++i) fds[i].revents = 0;
   return errno == EINTR;
+}
+
+bool poll_io(pollfd* fds, int n, long timeout_ms, std::chrono::microseconds spin) {
+  if (timeout_ms == 0 || spin.count() <= 0) return poll_io(fds, n, timeout_ms);
+  const auto start = std::chrono::steady_clock::now();
+  for (;;) {
+    const int ready = ::poll(fds, static_cast<nfds_t>(n), 0);
+    if (ready != 0) {
+      if (ready > 0) return true;
+      for (int i = 0; i < n; ++i) fds[i].revents = 0;
+      return errno == EINTR;
+    }
+    if (std::chrono::steady_clock::now() - start >= spin) break;
+    std::this_thread::yield();
+  }
+  if (timeout_ms < 0) return poll_io(fds, n, -1);
+  const long spun = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start).count();
+  return poll_io(fds, n, std::max<long>(0, timeout_ms - spun));
 }
 
 void recv_rest(zmq::socket_t& socket, const zmq::message_t& first, std::vector<zmq::message_t>* parts) {

@@ -9,6 +9,7 @@
 
 #include <poll.h>
 
+#include <chrono>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -36,6 +37,10 @@ void drain_wake_fd(int fd);
 // interrupted wait returns true with no events, and the loop recomputes its timeout). On any
 // failure no revents are left set.
 bool poll_io(pollfd* fds, int n, long timeout_ms);
+// The same, looking without sleeping (zero-timeout polls, yielding the core between them) for up to
+// `spin` first: for a thread that expects another message soon (Note [I/O threads spin before
+// sleeping] in socket_io.cc).
+bool poll_io(pollfd* fds, int n, long timeout_ms, std::chrono::microseconds spin);
 
 // Reads the rest of a multipart message whose first frame is `first` (parts of one message arrive
 // together, so this never waits).

@@ -95,6 +95,12 @@ struct ServerOptions {
   // wait milliseconds (its master starts every task's part at once), and once the step has started
   // here they wait as long as its producers need. Must be > 0.
   std::chrono::milliseconds step_start_timeout{60'000};
+  // Busy polling: after receiving requests, the server's I/O thread keeps looking for more this
+  // long (yielding its core between looks) before it sleeps, so that a task sending many small
+  // calls (gradients of small layers) does not pay a wake-up per call. Costs up to this much CPU
+  // after each burst; beside more busy processes than cores it slows them. 0 (default): off.
+  // Must be in [0, 10 ms].
+  std::chrono::microseconds busy_poll{0};
   // CURVE keys (include/tessera/security.h): with security.key_file the server encrypts its
   // traffic and admits only the keys of security.cluster_keys_file. Without it, start() refuses an
   // address other hosts can reach (FailedPreconditionError) unless security.insecure is set.
