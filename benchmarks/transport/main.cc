@@ -3,6 +3,7 @@
 //
 //   BM_transfer_{64B,4KiB,1MiB,16MiB,64MiB}/{tessera,raw_zmq}   bytes_per_second, kWindow in flight
 //   BM_rtt_{64B,4KiB,1MiB,16MiB,64MiB}/{tessera,raw_zmq}        real time per echo round trip
+//   BM_{transfer,rtt}_{64B,4KiB}/tessera_busy_poll               against a server that busy-polls
 //
 // The benchmarks are registered here rather than with BENCHMARK_CAPTURE so that the impls alternate
 // (tessera, raw_zmq, tessera, ...) whatever order the linker gives the two files' initializers.
@@ -10,9 +11,10 @@
 // binary stays under a minute on a 2-core machine; --min_time_floor=S raises every one to S.
 //
 // The peer. The first benchmark that needs it re-executes this binary (/proc/self/exe
-// --transport-peer --parent=PID): the child starts an RpcServer and a plain ROUTER on 127.0.0.1
-// with ephemeral ports, prints "tessera=ENDPOINT\nraw=ENDPOINT\nready\n" on its stdout (a pipe),
-// then reads its stdin (another pipe) until EOF and exits. The child never outlives the parent:
+// --transport-peer --parent=PID): the child starts two RpcServers (one busy-polling) and a plain
+// ROUTER on 127.0.0.1 with ephemeral ports, prints "tessera=ENDPOINT\ntessera_busy_poll=ENDPOINT\n
+// raw=ENDPOINT\nready\n" on its stdout (a pipe), then reads its stdin (another pipe) until EOF and
+// exits. The child never outlives the parent:
 //   * stop_peer() (end of main, and atexit) closes the stdin pipe, waits up to 3 s for the child to
 //     exit, then SIGKILLs it, and reaps it;
 //   * if the parent dies without that (a crash, a signal), the kernel closes the pipe anyway, and
@@ -111,10 +113,12 @@ int run_peer(int argc, char** argv) {
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (parent <= 0 || ::getppid() != parent) _exit(1);  // the parent died before prctl took effect
   ::signal(SIGPIPE, SIG_IGN);
-  const std::string tessera = start_tessera_peer();
+  const std::string tessera = start_tessera_peer(false);
+  const std::string tessera_busy_poll = start_tessera_peer(true);
   const std::string raw = start_raw_peer();
-  if (tessera.empty() || raw.empty()) _exit(1);
-  std::printf("tessera=%s\nraw=%s\nready\n", tessera.c_str(), raw.c_str());
+  if (tessera.empty() || tessera_busy_poll.empty() || raw.empty()) _exit(1);
+  std::printf("tessera=%s\ntessera_busy_poll=%s\nraw=%s\nready\n", tessera.c_str(), tessera_busy_poll.c_str(),
+              raw.c_str());
   std::fflush(stdout);
   ::dup2(STDERR_FILENO, STDOUT_FILENO);  // the parent stops reading the pipe after the handshake
   char buf[256];
@@ -126,12 +130,17 @@ int run_peer(int argc, char** argv) {
   _exit(0);  // the servers' threads are not joined: nothing of theirs needs to outlive the process
 }
 
+// The busy-polling server is measured where it matters, on small messages (4 KiB and less).
+constexpr std::size_t kBusyPollMaxBytes = 4096;
+
 // `floor` (seconds, 0 for none): every benchmark runs at least that long per repetition.
 void register_benchmarks(double floor) {
   for (const Size& s : kSizes) {
     for (auto [impl, fn] : {std::pair{"tessera", &tessera_transfer}, std::pair{"raw_zmq", &raw_transfer},
-                            std::pair{"raw_zmq_streamed", &raw_streamed_transfer}}) {
+                            std::pair{"raw_zmq_streamed", &raw_streamed_transfer},
+                            std::pair{"tessera_busy_poll", &tessera_busy_poll_transfer}}) {
       if (fn == &raw_streamed_transfer && s.bytes < kStreamedMinBytes) continue;
+      if (fn == &tessera_busy_poll_transfer && s.bytes > kBusyPollMaxBytes) continue;
       benchmark::RegisterBenchmark((std::string("BM_transfer_") + s.name + "/" + impl).c_str(), fn, s)
           ->UseRealTime()
           ->MinTime(std::max(0.2, floor))
@@ -139,7 +148,9 @@ void register_benchmarks(double floor) {
     }
   }
   for (const Size& s : kSizes) {
-    for (auto [impl, fn] : {std::pair{"tessera", &tessera_rtt}, std::pair{"raw_zmq", &raw_rtt}}) {
+    for (auto [impl, fn] : {std::pair{"tessera", &tessera_rtt}, std::pair{"raw_zmq", &raw_rtt},
+                            std::pair{"tessera_busy_poll", &tessera_busy_poll_rtt}}) {
+      if (fn == &tessera_busy_poll_rtt && s.bytes > kBusyPollMaxBytes) continue;
       benchmark::RegisterBenchmark((std::string("BM_rtt_") + s.name + "/" + impl).c_str(), fn, s)
           ->UseRealTime()
           ->MinTime(std::max(s.bytes >= (std::size_t{16} << 20) ? 0.2 : 0.1, floor))
@@ -216,8 +227,9 @@ const PeerEndpoints* peer() {
   const bool ready = read_handshake(out[0], &text, kHandshakeTimeout);
   ::close(out[0]);
   p.endpoints.tessera = field(text, "tessera");
+  p.endpoints.tessera_busy_poll = field(text, "tessera_busy_poll");
   p.endpoints.raw = field(text, "raw");
-  if (!ready || p.endpoints.tessera.empty() || p.endpoints.raw.empty()) {
+  if (!ready || p.endpoints.tessera.empty() || p.endpoints.tessera_busy_poll.empty() || p.endpoints.raw.empty()) {
     p.error = "the peer process did not complete its handshake within " +
               std::to_string(kHandshakeTimeout.count()) + " s (got '" + text + "')";
     stop_peer();

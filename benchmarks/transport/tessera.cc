@@ -19,6 +19,8 @@
 //             the reply is turned into a Tensor in the completion (the channel's I/O thread), where
 //             a worker would hand it to its rendezvous, and dropped.
 //   rtt:      RpcChannel::call_sync, one echo at a time, the request carrying the tensor.
+// Impl tessera_busy_poll: the same calls to a second RpcServer of the peer, with busy_poll =
+// kBusyPoll (train::ServerOptions::busy_poll; Note [Busy polling] in transport/rpc_server.cc).
 // Before timing, each benchmark checks every byte of kWindow received tensors (the pattern of
 // transfer_bench.h), their dtype and shape, and that from 16 KiB up they were received without a copy.
 #include <tessera/tessera.h>
@@ -194,14 +196,16 @@ const pb::TensorMeta* run_graph_meta(const pb::RunGraphResponse& r) {
 
 // The channel to the peer's RpcServer, shared by every tessera benchmark; nullptr (and the
 // benchmark skipped) when the peer is not running.
-RpcChannel* channel(benchmark::State& state) {
+RpcChannel* channel(benchmark::State& state, bool busy_poll) {
   const PeerEndpoints* p = peer();
   if (p == nullptr) {
     state.SkipWithError(("no peer process: " + peer_error()).c_str());
     return nullptr;
   }
-  static RpcChannel* const ch = new RpcChannel(p->tessera);  // leaked: no teardown at static exit
-  return ch;
+  // Leaked: no teardown at static exit.
+  static RpcChannel* const ch = new RpcChannel(p->tessera);
+  static RpcChannel* const busy = new RpcChannel(p->tessera_busy_poll);
+  return busy_poll ? busy : ch;
 }
 
 // Checks a received tensor: int32, [bytes / 4], every byte the pattern, and (from kZeroCopyMinBytes)
@@ -228,9 +232,11 @@ struct Window {
 
 }  // namespace
 
-void tessera_transfer(benchmark::State& state, const Size& size) {
-  tessera_bench::set_impl(state, "tessera");
-  RpcChannel* ch = channel(state);
+namespace {
+
+void transfer(benchmark::State& state, const Size& size, bool busy_poll) {
+  tessera_bench::set_impl(state, busy_poll ? "tessera_busy_poll" : "tessera");
+  RpcChannel* ch = channel(state, busy_poll);
   if (ch == nullptr) return;
   const std::string key = size.name;
   auto w = std::make_shared<Window>();
@@ -306,9 +312,9 @@ void tessera_transfer(benchmark::State& state, const Size& size) {
   state.SetItemsProcessed(state.iterations() * size.transfers);
 }
 
-void tessera_rtt(benchmark::State& state, const Size& size) {
-  tessera_bench::set_impl(state, "tessera");
-  RpcChannel* ch = channel(state);
+void rtt(benchmark::State& state, const Size& size, bool busy_poll) {
+  tessera_bench::set_impl(state, busy_poll ? "tessera_busy_poll" : "tessera");
+  RpcChannel* ch = channel(state, busy_poll);
   if (ch == nullptr) return;
   const std::string key = size.name;
   const Tensor payload = pattern_tensor(size);
@@ -353,13 +359,21 @@ void tessera_rtt(benchmark::State& state, const Size& size) {
   }
 }
 
-std::string start_tessera_peer() {
+}  // namespace
+
+void tessera_transfer(benchmark::State& state, const Size& size) { transfer(state, size, false); }
+void tessera_rtt(benchmark::State& state, const Size& size) { rtt(state, size, false); }
+void tessera_busy_poll_transfer(benchmark::State& state, const Size& size) { transfer(state, size, true); }
+void tessera_busy_poll_rtt(benchmark::State& state, const Size& size) { rtt(state, size, true); }
+
+std::string start_tessera_peer(bool busy_poll) {
   auto tensors = std::make_shared<Tensors>();
   for (const Size& s : kSizes) tensors->emplace(s.name, pattern_tensor(s));
   // Handlers run on the I/O thread, as a train::Server runs RecvTensor and RunGraph (their handlers
   // never block: never_blocks() in transport/server.cc).
   tessera::internal::RpcServerOptions options;
   options.run_inline = [](const RpcMessage&) { return true; };
+  if (busy_poll) options.busy_poll = kBusyPoll;
   auto server = RpcServer::start(
       "tcp://" + peer_host() + ":0",
       [tensors](RpcMessage request, Responder respond) { serve(*tensors, std::move(request), respond); }, options);
@@ -367,7 +381,7 @@ std::string start_tessera_peer() {
     std::fprintf(stderr, "bench_transport peer: %s\n", server.status().to_string().c_str());
     return "";
   }
-  static RpcServer* const running = std::move(server).value().release();  // until the peer exits
+  RpcServer* running = std::move(server).value().release();  // until the peer exits
   return running->endpoint();
 }
 

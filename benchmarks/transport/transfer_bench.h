@@ -70,6 +70,7 @@ inline bool has_pattern(const void* data, std::size_t size, std::size_t bytes) {
 
 struct PeerEndpoints {
   std::string tessera;  // the RpcServer, "tcp://127.0.0.1:PORT"
+  std::string tessera_busy_poll;  // another, with RpcServerOptions::busy_poll = kBusyPoll
   std::string raw;      // the plain ROUTER socket
 };
 
@@ -85,13 +86,19 @@ void stop_peer();
 // The servers live until the process exits. They bind peer_host(): 127.0.0.1, or
 // $TRANSPORT_BENCH_PEER_HOST (netns_transfer puts the peer in a network namespace of its own).
 std::string peer_host();
-std::string start_tessera_peer();
+// `busy_poll`: the server polls without sleeping for kBusyPoll after each turn that received
+// requests (train::ServerOptions::busy_poll).
+inline constexpr std::chrono::microseconds kBusyPoll{100};
+std::string start_tessera_peer(bool busy_poll);
 std::string start_raw_peer();
 
 // ---- The benchmarks (registered in main.cc, impls alternating) ----
 
 void tessera_transfer(benchmark::State& state, const Size& size);
 void tessera_rtt(benchmark::State& state, const Size& size);
+// The same against the busy-polling server (impl tessera_busy_poll).
+void tessera_busy_poll_transfer(benchmark::State& state, const Size& size);
+void tessera_busy_poll_rtt(benchmark::State& state, const Size& size);
 void raw_transfer(benchmark::State& state, const Size& size);
 // Sizes of kStreamedMinBytes and more: as raw_transfer, each tensor as 1 MiB messages (raw_zmq.cc).
 void raw_streamed_transfer(benchmark::State& state, const Size& size);
