@@ -4,14 +4,15 @@
 // Note [Sharding the elementwise kernels]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // A training step's activations pass through Relu, BiasAdd, ReluGrad and BiasAddGrad between the
-// products, and each of those runs on the step's critical path: the ops beside it wait for it. Run
-// on one thread they left the other cores idle (the digits CNN's step at batch 256 used 1.26 of 2
-// cores). So an elementwise loop over at least 2 * kElementwiseShard elements is cut into shards of
-// at least kElementwiseShard (128 KiB of float32: more than the few microseconds a shard costs to
-// hand over), run on this thread and idle pool threads (core/parallel_for.h). An element's result
-// never depends on the shards, so the output is the same bits whatever the threads. Sums over many
-// elements (BiasAddGrad) are cut into parts by the shape alone and added in part order: the same
-// result on every run and machine, as Note [The filter's gradient in parts] does.
+// products, and each of those runs on the step's critical path: the ops after it wait for it. Run
+// on one thread they left the other cores idle meanwhile (the digits CNN's step: benchmarks/
+// README.md, "The pool's spin"). So an elementwise loop over at least 2 * kElementwiseShard
+// elements is cut into shards of at least kElementwiseShard (128 KiB of float32: more than the few
+// microseconds a shard costs to hand over), run on this thread and idle pool threads
+// (core/parallel_for.h). An element's result never depends on the shards, so the output is the
+// same bits whatever the threads. Sums over many elements (BiasAddGrad) are cut into parts by the
+// shape alone and added in part order: the same result on every run and machine, as Note [The
+// filter's gradient in parts] does.
 #pragma once
 
 #include <algorithm>
