@@ -765,6 +765,15 @@ TESSERA_HOT_INLINE void RunState::finish_node(std::vector<int>* ready, std::vect
   ready->clear();
 }
 
+// Note [Nothing after the last count]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A thread that finishes a node and makes nothing ready gives up its count in outstanding_; if
+// that was not the step's end, another thread may end the step and destroy the RunState right
+// after. So such a thread returns at once unless it still holds counted nodes (its stack): no
+// finish_node, no member read. AddressSanitizer caught an on_async_done that went on into
+// finish_node with nothing ready while a pool thread ended the step (a heap-use-after-free in one
+// run of a cluster test once the pool's workers stayed awake, Note [Spinning before sleeping]).
+//
 // The last node outstanding needs no decrement (Note [Steps that end in start]).
 TESSERA_HOT_INLINE bool RunState::ends_step(int64_t delta) {
   if (delta == -1 && outstanding_.load(std::memory_order_acquire) == 1) return true;
@@ -811,6 +820,9 @@ void RunState::run_loop(int first, std::vector<int>* stack_ptr) {
         i = ready[0];
         continue;
       }
+      // Nothing made ready and nothing on the stack: this thread holds no count any more, and
+      // `this` may already be gone (Note [Nothing after the last count]).
+      if (ready.empty() && stack.empty()) return;
       finish_node(&ready, &stack);
       break;
     }
@@ -887,6 +899,9 @@ void RunState::on_async_done(AsyncCall* call) {
     done();
     return;
   }
+  // Nothing made ready and not the last: another thread may end the step and free `this` from the
+  // moment of that decrement (Note [Nothing after the last count]).
+  if (ready.empty()) return;
   std::vector<int> stack;
   finish_node(&ready, &stack);
   if (!stack.empty()) run_loop(-1, &stack);
