@@ -38,8 +38,8 @@ void drain_wake_fd(int fd);
 // failure no revents are left set.
 bool poll_io(pollfd* fds, int n, long timeout_ms);
 // The same, looking without sleeping (zero-timeout polls, yielding the core between them) for up to
-// `spin` first: for a thread that expects another message soon (Note [I/O threads spin before
-// sleeping] in socket_io.cc).
+// `spin` first: for a thread that expects another message soon (Note [Busy polling] in
+// rpc_server.cc).
 bool poll_io(pollfd* fds, int n, long timeout_ms, std::chrono::microseconds spin);
 
 // Reads the rest of a multipart message whose first frame is `first` (parts of one message arrive
