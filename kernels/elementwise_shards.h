@@ -25,13 +25,18 @@ namespace tessera::internal {
 // The fewest elements a shard of an elementwise loop gets.
 inline constexpr int64_t kElementwiseShard = int64_t{1} << 15;
 
-// Calls fn(begin, end) over shards of [0, n): all at once on this thread below 2 * kElementwiseShard
-// elements, else sharded over `ctx`'s pool. `per_element`: elements of work each index stands for
-// (a row of BiasAdd is `cols` elements).
+// The fewest indices a shard gets when each index stands for `per_element` elements of work (a
+// row of BiasAdd is `cols` elements): kElementwiseShard elements, rounded up to whole indices.
+inline int64_t min_shard_of(int64_t per_element) {
+  per_element = std::max<int64_t>(per_element, 1);  // a row of no columns is still a row
+  return (kElementwiseShard + per_element - 1) / per_element;
+}
+
+// Calls fn(begin, end) over shards of [0, n): all at once on this thread below two shards'
+// worth (min_shard_of), else sharded over `ctx`'s pool.
 template <class F>
 void for_each_shard(const OpKernelContext& ctx, int64_t n, F&& fn, int64_t per_element = 1) {
-  per_element = std::max<int64_t>(per_element, 1);  // a row of no columns is still a row
-  const int64_t min_shard = (kElementwiseShard + per_element - 1) / per_element;
+  const int64_t min_shard = min_shard_of(per_element);
   if (n < 2 * min_shard) {
     if (n > 0) fn(int64_t{0}, n);
     return;

@@ -243,8 +243,7 @@ class BiasAddGradOp : public OpKernel {
       const T* pd = dy.data<T>();
       // Rows summed in parts by the shape alone, the parts added in order (Note [Sharding the
       // elementwise kernels]).
-      const int64_t part_rows = std::max<int64_t>(
-          (kElementwiseShard + v.cols - 1) / std::max<int64_t>(v.cols, 1), (v.rows + kBiasGradParts - 1) / kBiasGradParts);
+      const int64_t part_rows = std::max(min_shard_of(v.cols), (v.rows + kBiasGradParts - 1) / kBiasGradParts);
       const int64_t parts = std::max<int64_t>(1, (v.rows + part_rows - 1) / part_rows);
       std::vector<A> sums(static_cast<std::size_t>(parts * v.cols), A{0});
       ctx.parallel_for(parts, 1, [&](int64_t p0, int64_t p1) {

@@ -144,6 +144,11 @@ TEST_P(ShardedMatMulTest, EqualsATripleLoopInEveryTransposition) {
   }
 }
 
+// "CPU" or "SIM": the instantiations' names for the two device params below.
+std::string device_test_name(const ::testing::TestParamInfo<std::string>& info) {
+  return info.param == "/cpu:0" ? "CPU" : "SIM";
+}
+
 // ---- The elementwise kernels through a session: sharded over a big tensor on a host CPU ----
 
 class ShardedElementwiseTest : public ::testing::TestWithParam<std::string> {};
@@ -195,10 +200,10 @@ TEST_P(ShardedElementwiseTest, BigTensorsEqualALoopOverTheirElements) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Devices, ShardedElementwiseTest, ::testing::Values("/cpu:0", "/device:SIM:0"),
-                         [](const auto& info) { return info.param == "/cpu:0" ? std::string("CPU") : std::string("SIM"); });
+                         device_test_name);
 
 INSTANTIATE_TEST_SUITE_P(Devices, ShardedMatMulTest, ::testing::Values("/cpu:0", "/device:SIM:0"),
-                         [](const auto& info) { return info.param == "/cpu:0" ? std::string("CPU") : std::string("SIM"); });
+                         device_test_name);
 
 }  // namespace
 }  // namespace tessera::internal
