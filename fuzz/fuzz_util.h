@@ -17,17 +17,12 @@
 
 #include <google/protobuf/stubs/logging.h>
 
+#include "core/status.h"
 #include "tessera/tessera.h"
 
 // A property of the library that must hold whatever the input (round trips, documented
-// postconditions). Aborts, which libFuzzer reports as a crash with its input.
-#define FUZZ_CHECK(cond)                                                                    \
-  do {                                                                                      \
-    if (!(cond)) {                                                                          \
-      std::fprintf(stderr, "%s:%d: FUZZ_CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
-      std::abort();                                                                         \
-    }                                                                                       \
-  } while (0)
+// postconditions). TESSERA_CHECK's abort, which libFuzzer reports as a crash with its input.
+#define FUZZ_CHECK(cond) TESSERA_CHECK(cond)
 
 namespace tessera::fuzz {
 

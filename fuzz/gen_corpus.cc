@@ -20,6 +20,7 @@
 
 #include "fuzz/fuzz_util.h"
 #include "distributed/wire.h"
+#include "tests/testing/wire_model.h"
 
 namespace {
 
@@ -56,31 +57,9 @@ pb::GraphDef encode(const Graph& g) { return wire::encode_graph(g.impl()).value_
 
 // ---- graph_decode ----
 
-// The wire test's model: variables, a queue, random ops, control dependencies, device requests,
-// colocation, name scopes.
+// The wire test's model (tests/testing/wire_model.h), with a control edge added afterwards.
 void model(Graph& g) {
-  Variable w(g, Tensor::matrix<float>({1, 2, 3, 4}, 2, 2), "w");
-  Output x = ops::constant(g, Tensor::matrix<float>({0.5f, -1, 2, 0.25f}, 2, 2), "x");
-  Output r;
-  {
-    auto dev = g.device("/job:localhost/replica:0/task:0/device:CPU:0");
-    r = ops::random_uniform(g, Shape{2, 2}, DType::Float32, 7, "r");
-  }
-  Output n = ops::random_normal(g, Shape{2, 2}, DType::Float32, 11, 1.0f, 0.5f, "n");
-  Output y;
-  {
-    auto ns = g.name_scope("layer");
-    auto deps = g.control_dependencies({w.initializer()});
-    y = ops::matmul(x, w.value(), false, true, "mm");
-  }
-  Output z;
-  {
-    auto colo = g.colocate_with(w.op());
-    z = ops::add(y, ops::mul(r, ops::constant(g, 0.0f, "zero")), "z");
-  }
-  Output s = ops::reduce_sum(ops::add(z, ops::mul(n, ops::constant(g, 0.0f))), {1}, true, "s");
-  ops::add(ops::tanh(s), ops::cast(ops::constant(g, int32_t{3}), DType::Float32), "result");
-  global_variables_initializer(g);
+  const Output x = testing::build_wire_model(g).x;
   Operation late = ops::no_op(g, "late");
   x.op().add_control_input(late);
 }

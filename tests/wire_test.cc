@@ -17,6 +17,7 @@
 #include "core/direct_session.h"
 #include "core/op_registry.h"
 #include "tests/testing/test_util.h"
+#include "tests/testing/wire_model.h"
 #include "distributed/wire.h"
 
 namespace tessera {
@@ -250,32 +251,14 @@ struct Model {
   Operation enqueue;
 };
 
-// Variables, a queue (vector<DType> and vector<Shape> attrs), random ops, control dependencies,
-// device requests, colocation, name scopes.
+// build_wire_model's math (tests/testing/wire_model.h), plus a queue (vector<DType> and
+// vector<Shape> attrs) and a control edge added afterwards.
 void build_model(Model& m) {
   Graph& g = m.g;
-  Variable w(g, Tensor::matrix<float>({1, 2, 3, 4}, 2, 2), "w");
-  Output x = ops::constant(g, Tensor::matrix<float>({0.5f, -1, 2, 0.25f}, 2, 2), "x");
-  Output r;
-  {
-    auto dev = g.device("/job:localhost/replica:0/task:0/device:CPU:0");
-    r = ops::random_uniform(g, Shape{2, 2}, DType::Float32, /*seed=*/7, "r");
-  }
-  Output n = ops::random_normal(g, Shape{2, 2}, DType::Float32, /*seed=*/11, 1.0f, 0.5f, "n");
-  Output y;
-  {
-    auto ns = g.name_scope("layer");
-    auto cdeps = g.control_dependencies({w.initializer()});
-    y = ops::matmul(x, w.value(), false, true, "mm");
-  }
-  Output z;
-  {
-    auto colo = g.colocate_with(w.op());
-    z = ops::add(y, ops::mul(r, ops::constant(g, 0.0f, "zero")), "z");
-  }
-  Output s = ops::reduce_sum(ops::add(z, ops::mul(n, ops::constant(g, 0.0f))), {1}, true, "s");
-  m.result = ops::add(ops::tanh(s), ops::cast(ops::constant(g, int32_t{3}), DType::Float32), "result");
-  m.init = global_variables_initializer(g);
+  const testing::WireModel math = testing::build_wire_model(g);
+  const Output x = math.x;
+  m.result = math.result;
+  m.init = math.init;
 
   FIFOQueue q(g, 8, {DType::Int32, DType::Float32}, {Shape{2}, Shape{}}, "", "queue");
   m.enqueue = q.enqueue_many({ops::constant(g, Tensor::matrix<int32_t>({1, 2, 3, 4, 5, 6}, 3, 2)),
