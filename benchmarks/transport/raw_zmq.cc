@@ -178,23 +178,6 @@ std::string send_request(zmq::socket_t& socket, uint64_t id, char op, int index,
   return "";
 }
 
-// Pulls `n` tensors with `op` requests, kWindow in flight, and hands each reply's call id, in
-// order, to take(id), which receives that reply; "" or what went wrong.
-template <class Take>
-std::string pull_windowed(zmq::socket_t& socket, uint64_t& next_id, char op, int index, int n, Take&& take) {
-  const uint64_t first = next_id;
-  int sent = 0, received = 0;
-  while (received < n) {
-    while (sent < n && sent - received < kWindow) {
-      if (auto e = send_request(socket, next_id++, op, index, nullptr); !e.empty()) return e;
-      ++sent;
-    }
-    if (auto e = take(first + received); !e.empty()) return e;
-    ++received;
-  }
-  return "";
-}
-
 // fn()'s "" or what went wrong, a libzmq exception included.
 template <class Fn>
 std::string or_zmq_error(Fn&& fn) {
@@ -224,10 +207,30 @@ bool checked_then_timed(benchmark::State& state, const std::string& what, Check&
   return true;
 }
 
-// The timed part of a transfer benchmark: `pull(n, check)` pulls n tensors (checking every byte
-// when asked) and says what went wrong, if anything.
-void time_transfers(benchmark::State& state, const Size& size,
-                    const std::function<std::string(int n, bool check)>& pull) {
+// A transfer benchmark of impl `impl`: each iteration pulls size.transfers tensors with `op`
+// requests, kWindow in flight; take(socket, id, check) receives the reply to call `id` (in order),
+// checking every byte when asked, and says what went wrong ("" when nothing). The warm-up and its
+// check are untimed.
+template <class Take>
+void time_transfers(benchmark::State& state, const Size& size, const char* impl, char op, Take&& take) {
+  tessera_bench::set_impl(state, impl);
+  zmq::socket_t* socket = client().get(state);
+  if (socket == nullptr) return;
+  const int index = size_index(size);
+  uint64_t next_id = 1;
+  auto pull = [&](int n, bool check) -> std::string {
+    const uint64_t first = next_id;
+    int sent = 0, received = 0;
+    while (received < n) {
+      while (sent < n && sent - received < kWindow) {
+        if (auto e = send_request(*socket, next_id++, op, index, nullptr); !e.empty()) return e;
+        ++sent;
+      }
+      if (auto e = take(*socket, first + received, check); !e.empty()) return e;
+      ++received;
+    }
+    return "";
+  };
   const bool ok = checked_then_timed(
       state, std::string("transfer_") + size.name,
       [&] { return pull(kWindow, true); },  // warm-up and check
@@ -247,55 +250,35 @@ void time_transfers(benchmark::State& state, const Size& size,
 }  // namespace
 
 void raw_transfer(benchmark::State& state, const Size& size) {
-  tessera_bench::set_impl(state, "raw_zmq");
-  zmq::socket_t* socket = client().get(state);
-  if (socket == nullptr) return;
-  const int index = size_index(size);
-  uint64_t next_id = 1;
-
-  // Pulls `n` payloads, kWindow in flight; "" or what went wrong. `check` verifies every byte.
-  auto pull = [&](int n, bool check) {
-    return pull_windowed(*socket, next_id, kPull, index, n, [&](uint64_t id) -> std::string {
-      zmq::message_t payload;
-      if (auto e = receive(*socket, id, &payload); !e.empty()) return e;
-      if (check && !has_pattern(payload.data(), payload.size(), size.bytes)) return "the bytes differ from what was sent";
-      return "";
-    });
-  };
-
-  time_transfers(state, size, pull);
+  time_transfers(state, size, "raw_zmq", kPull, [&](zmq::socket_t& socket, uint64_t id, bool check) -> std::string {
+    zmq::message_t payload;
+    if (auto e = receive(socket, id, &payload); !e.empty()) return e;
+    if (check && !has_pattern(payload.data(), payload.size(), size.bytes)) return "the bytes differ from what was sent";
+    return "";
+  });
 }
 
 void raw_streamed_transfer(benchmark::State& state, const Size& size) {
-  tessera_bench::set_impl(state, "raw_zmq_streamed");
-  zmq::socket_t* socket = client().get(state);
-  if (socket == nullptr) return;
-  const int index = size_index(size);
-  uint64_t next_id = 1;
   // One destination per call in flight, faulted in before timing.
   std::vector<Buffer> destinations;
   for (int i = 0; i < kWindow; ++i) {
     destinations.emplace_back(static_cast<unsigned char*>(std::aligned_alloc(64, (size.bytes + 63) / 64 * 64)));
     std::memset(destinations.back().get(), 0, size.bytes);
   }
-
-  // Pulls `n` tensors, kWindow in flight, gathering each one's chunks; "" or what went wrong.
-  auto pull = [&](int n, bool check) {
-    return pull_windowed(*socket, next_id, kStreamedPull, index, n, [&](uint64_t id) -> std::string {
-      unsigned char* dst = destinations[id % kWindow].get();
-      for (std::size_t off = 0; off < size.bytes;) {
-        zmq::message_t chunk;
-        if (auto e = receive(*socket, id, &chunk); !e.empty()) return e;
-        if (chunk.size() > size.bytes - off) return "a chunk past the end of the tensor";
-        std::memcpy(dst + off, chunk.data(), chunk.size());
-        off += chunk.size();
-      }
-      if (check && !has_pattern(dst, size.bytes, size.bytes)) return "the bytes differ from what was sent";
-      return "";
-    });
-  };
-
-  time_transfers(state, size, pull);
+  // Each tensor's chunks gathered into its destination.
+  time_transfers(state, size, "raw_zmq_streamed", kStreamedPull,
+                 [&](zmq::socket_t& socket, uint64_t id, bool check) -> std::string {
+                   unsigned char* dst = destinations[id % kWindow].get();
+                   for (std::size_t off = 0; off < size.bytes;) {
+                     zmq::message_t chunk;
+                     if (auto e = receive(socket, id, &chunk); !e.empty()) return e;
+                     if (chunk.size() > size.bytes - off) return "a chunk past the end of the tensor";
+                     std::memcpy(dst + off, chunk.data(), chunk.size());
+                     off += chunk.size();
+                   }
+                   if (check && !has_pattern(dst, size.bytes, size.bytes)) return "the bytes differ from what was sent";
+                   return "";
+                 });
 }
 
 void raw_rtt(benchmark::State& state, const Size& size) {
