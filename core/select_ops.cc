@@ -36,6 +36,18 @@ StatusOr<Shape> gather_shape(const Shape& params, const Shape& indices, int64_t 
   return checked_shape(dims);
 }
 
+Status index_out_of_range(int64_t i, int64_t v, int64_t limit) {
+  return errors::invalid_argument("indices[{}] = {} is not in [0, {})", i, v, limit);
+}
+
+Status check_indices(const Tensor& indices, int64_t m, int64_t limit) {
+  for (int64_t i = 0; i < m; ++i) {
+    const int64_t v = index_at(indices, i);
+    if (v < 0 || v >= limit) return index_out_of_range(i, v, limit);
+  }
+  return Status();
+}
+
 StatusOr<GatherGeometry> gather_geometry(const Tensor& params, const Tensor& indices, int64_t axis) {
   if (indices.dtype() != DType::Int32 && indices.dtype() != DType::Int64) {
     return errors::invalid_argument("indices must be int32 or int64, got {}", dtype_name(indices.dtype()));

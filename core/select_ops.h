@@ -23,6 +23,12 @@ inline int64_t index_at(const Tensor& t, int64_t i) {
   return t.dtype() == DType::Int32 ? int64_t{t.data<int32_t>()[i]} : t.data<int64_t>()[i];
 }
 
+// InvalidArgument "indices[i] = v is not in [0, limit)": GatherV2's and GatherGrad's error for the
+// first index out of range, on every device.
+Status index_out_of_range(int64_t i, int64_t v, int64_t limit);
+// index_out_of_range of the first of the `m` indices outside [0, limit); OK when there is none.
+Status check_indices(const Tensor& indices, int64_t m, int64_t limit);
+
 // GatherV2: params.shape[:axis] + indices.shape + params.shape[axis + 1:]; params of rank >= 1.
 StatusOr<Shape> gather_shape(const Shape& params, const Shape& indices, int64_t axis);
 // A GatherV2 kernel's view of its inputs: out[outer, m, inner] = params[outer, indices[m], inner],

@@ -15,41 +15,12 @@
 #include "core/op_kernel.h"
 #include "core/op_registry.h"
 #include "core/shape_util.h"
+#include "core/wrapping_arith.h"
 #include "kernels/dtype_visit.h"
 #include "kernels/elementwise_shards.h"
 
 namespace tessera::internal {
 namespace {
-
-// Integer arithmetic goes through the unsigned type, where overflow is defined to wrap; it
-// compiles to the same instructions.
-template <class T>
-using Unsigned = std::make_unsigned_t<T>;
-
-template <class T>
-T wrapping_add(T a, T b) {
-  if constexpr (std::is_integral_v<T>) {
-    return static_cast<T>(static_cast<Unsigned<T>>(a) + static_cast<Unsigned<T>>(b));
-  } else {
-    return a + b;
-  }
-}
-template <class T>
-T wrapping_sub(T a, T b) {
-  if constexpr (std::is_integral_v<T>) {
-    return static_cast<T>(static_cast<Unsigned<T>>(a) - static_cast<Unsigned<T>>(b));
-  } else {
-    return a - b;
-  }
-}
-template <class T>
-T wrapping_mul(T a, T b) {
-  if constexpr (std::is_integral_v<T>) {
-    return static_cast<T>(static_cast<Unsigned<T>>(a) * static_cast<Unsigned<T>>(b));
-  } else {
-    return a * b;
-  }
-}
 
 // ---- Binary functors: apply(a, b) ----
 

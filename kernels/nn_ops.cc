@@ -21,6 +21,7 @@
 #include "core/op_kernel.h"
 #include "core/op_registry.h"
 #include "core/select_ops.h"
+#include "core/wrapping_arith.h"
 #include "kernels/dtype_visit.h"
 #include "kernels/elementwise_shards.h"
 #include "kernels/random_stream.h"
@@ -32,17 +33,6 @@ namespace {
 template <class T>
 Accumulate<T> up(T x) {
   return static_cast<Accumulate<T>>(x);
-}
-
-// a + b, integers wrapping around as the elementwise kernels' do.
-template <class A>
-A add(A a, A b) {
-  if constexpr (std::is_integral_v<A>) {
-    using U = std::make_unsigned_t<A>;
-    return static_cast<A>(static_cast<U>(a) + static_cast<U>(b));
-  } else {
-    return a + b;
-  }
 }
 
 // A row's maximum and sum(exp(x - max)) (max -inf and sum 0 for an empty row). A NaN is skipped by
@@ -215,7 +205,7 @@ class BiasAddOp : public OpKernel {
         for (int64_t r = r0; r < r1; ++r) {
           const T* xr = px + r * v.cols;
           T* out_row = po + r * v.cols;
-          for (int64_t c = 0; c < v.cols; ++c) out_row[c] = static_cast<T>(add(up(xr[c]), up(pb[c])));
+          for (int64_t c = 0; c < v.cols; ++c) out_row[c] = static_cast<T>(wrapping_add(up(xr[c]), up(pb[c])));
         }
       }, v.cols);
     });
@@ -251,12 +241,12 @@ class BiasAddGradOp : public OpKernel {
           A* __restrict part = sums.data() + p * v.cols;
           for (int64_t r = p * part_rows; r < std::min(v.rows, (p + 1) * part_rows); ++r) {
             const T* __restrict row = pd + r * v.cols;
-            for (int64_t c = 0; c < v.cols; ++c) part[c] = add(part[c], up(row[c]));
+            for (int64_t c = 0; c < v.cols; ++c) part[c] = wrapping_add(part[c], up(row[c]));
           }
         }
       });
       for (int64_t p = 1; p < parts; ++p) {
-        for (int64_t c = 0; c < v.cols; ++c) sums[c] = add(sums[c], sums[p * v.cols + c]);
+        for (int64_t c = 0; c < v.cols; ++c) sums[c] = wrapping_add(sums[c], sums[p * v.cols + c]);
       }
       T* po = out.mutable_data<T>();
       for (int64_t c = 0; c < shape.value().dim(0); ++c) po[c] = static_cast<T>(sums[c]);
@@ -353,12 +343,7 @@ class GatherGradOp : public OpKernel {
     auto geometry = gather_grad_geometry(dy, indices, params, axis_);
     if (!geometry.ok()) return ctx.fail(geometry.status());
     const GatherGeometry& g = geometry.value();
-    for (int64_t i = 0; i < g.m; ++i) {
-      const int64_t v = index_at(indices, i);
-      if (v < 0 || v >= g.limit) {
-        return ctx.fail(ErrorCode::kInvalidArgument, "indices[{}] = {} is not in [0, {})", i, v, g.limit);
-      }
-    }
+    if (Status s = check_indices(indices, g.m, g.limit); !s.ok()) return ctx.fail(s);
     Tensor& out = ctx.allocate_output(0, params.shape());
     visit_number_or_fail(ctx, dy.dtype(), [&](auto type) {
       using T = decltype(type);
@@ -369,7 +354,7 @@ class GatherGradOp : public OpKernel {
         for (int64_t i = 0; i < g.m; ++i) {
           const T* src = pd + (o * g.m + i) * g.inner;
           T* dst = po + (o * g.limit + index_at(indices, i)) * g.inner;
-          for (int64_t j = 0; j < g.inner; ++j) dst[j] = static_cast<T>(add(up(dst[j]), up(src[j])));
+          for (int64_t j = 0; j < g.inner; ++j) dst[j] = static_cast<T>(wrapping_add(up(dst[j]), up(src[j])));
         }
       }
     });

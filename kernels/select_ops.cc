@@ -11,6 +11,7 @@
 #include <cstring>
 #include <type_traits>
 
+#include "core/arg_extreme.h"
 #include "core/half.h"
 #include "core/op_kernel.h"
 #include "core/op_registry.h"
@@ -174,18 +175,12 @@ class GatherOp : public OpKernel {
     auto geometry = gather_geometry(params, indices, axis_);
     if (!geometry.ok()) return ctx.fail(geometry.status());
     const GatherGeometry& g = geometry.value();
-    const int64_t outer = g.outer, limit = g.limit, m = g.m, inner = g.inner;
-    for (int64_t i = 0; i < m; ++i) {
-      const int64_t v = index_at(indices, i);
-      if (v < 0 || v >= limit) {
-        return ctx.fail(ErrorCode::kInvalidArgument, "indices[{}] = {} is not in [0, {})", i, v, limit);
-      }
-    }
+    if (Status s = check_indices(indices, g.m, g.limit); !s.ok()) return ctx.fail(s);
     Tensor& out = ctx.allocate_output(0, g.out);
     if (out.num_elements() == 0) return;
-    for (int64_t o = 0; o < outer; ++o) {
-      for (int64_t i = 0; i < m; ++i) {
-        copy_elements(out, (o * m + i) * inner, params, (o * limit + index_at(indices, i)) * inner, inner);
+    for (int64_t o = 0; o < g.outer; ++o) {
+      for (int64_t i = 0; i < g.m; ++i) {
+        copy_elements(out, (o * g.m + i) * g.inner, params, (o * g.limit + index_at(indices, i)) * g.inner, g.inner);
       }
     }
   }
@@ -244,17 +239,7 @@ class ArgOp : public OpKernel {
     int64_t* po = out.mutable_data<int64_t>();
     for (int64_t o = 0; o < outer; ++o) {
       for (int64_t j = 0; j < inner; ++j) {
-        const T* base = px + o * n * inner + j;
-        auto best = wide(base[0]);
-        int64_t at = 0;
-        for (int64_t k = 1; k < n && best == best; ++k) {
-          const auto v = wide(base[k * inner]);
-          if (v != v || (kMax ? v > best : v < best)) {
-            best = v;
-            at = k;
-          }
-        }
-        po[o * inner + j] = at;
+        po[o * inner + j] = arg_extreme<kMax>(px + o * n * inner + j, n, inner, [](T v) { return wide(v); });
       }
     }
   }

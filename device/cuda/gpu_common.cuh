@@ -8,6 +8,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include "core/wrapping_arith.h"
 #include "device/cuda/gpu_launch.h"
 
 namespace tessera::internal::gpu {
@@ -48,34 +49,8 @@ __device__ __forceinline__ void strided_offsets(I i, int rank, const int64_t (&d
   }
 }
 
-// Integer arithmetic through the unsigned type, where overflow wraps (as the CPU kernels do).
-template <class T>
-__device__ __forceinline__ T wrapping_add(T a, T b) {
-  if constexpr (std::is_integral_v<T>) {
-    using U = std::make_unsigned_t<T>;
-    return static_cast<T>(static_cast<U>(a) + static_cast<U>(b));
-  } else {
-    return a + b;
-  }
-}
-template <class T>
-__device__ __forceinline__ T wrapping_sub(T a, T b) {
-  if constexpr (std::is_integral_v<T>) {
-    using U = std::make_unsigned_t<T>;
-    return static_cast<T>(static_cast<U>(a) - static_cast<U>(b));
-  } else {
-    return a - b;
-  }
-}
-template <class T>
-__device__ __forceinline__ T wrapping_mul(T a, T b) {
-  if constexpr (std::is_integral_v<T>) {
-    using U = std::make_unsigned_t<T>;
-    return static_cast<T>(static_cast<U>(a) * static_cast<U>(b));
-  } else {
-    return a * b;
-  }
-}
+// Integer arithmetic wraps as the CPU kernels' does: wrapping_add, wrapping_sub and wrapping_mul
+// of core/wrapping_arith.h (tessera::internal, visible here).
 
 // ---- The 16-bit floats: stored as __half / __nv_bfloat16, computed in float32 ----
 
@@ -99,6 +74,14 @@ __host__ __device__ __forceinline__ Accumulate<T> widen(T x) {
     return x;
   }
 }
+
+// widen as a function object, for the shared rules that take one (core/arg_extreme.h).
+struct Widen {
+  template <class T>
+  __host__ __device__ auto operator()(T x) const {
+    return widen(x);
+  }
+};
 
 // A computed value stored as T: the one rounding (to nearest even) of a 16-bit float's result.
 template <class T>
@@ -149,6 +132,50 @@ void visit_indices(bool int64, const void* indices, Fn&& fn) {
   } else {
     fn(static_cast<const int32_t*>(indices));
   }
+}
+
+// The loop of a kernel that gathers (or scatters) along an axis: for each element e of [outer, m,
+// inner] (grid-strided), with i its position along m and v = indices[i], in_range(e, the element
+// (o, v, j) of [outer, limit, inner]) when 0 <= v < limit, else out_of_range(e) and the smallest
+// such i recorded at `bad` (atomicMin).
+template <class I, class InRange, class OutOfRange>
+__device__ __forceinline__ void for_each_indexed(const I* indices, int64_t outer, int64_t limit, int64_t m,
+                                                 int64_t inner, unsigned long long* bad, InRange in_range,
+                                                 OutOfRange out_of_range) {
+  const int64_t total = outer * m * inner;
+  for (int64_t e = global_thread(); e < total; e += grid_threads()) {
+    const int64_t j = e % inner;
+    const int64_t i = (e / inner) % m;
+    const int64_t o = e / (inner * m);
+    const auto v = static_cast<int64_t>(indices[i]);
+    if (v < 0 || v >= limit) {
+      out_of_range(e);
+      atomicMin(bad, static_cast<unsigned long long>(i));
+    } else {
+      in_range(e, (o * limit + v) * inner + j);
+    }
+  }
+}
+
+// bad[1] = indices[bad[0]] when an indexed kernel recorded a position bad[0] in [0, m): the value of
+// the first index out of range, for the error message.
+template <class I>
+__global__ void bad_value_kernel(const I* indices, int64_t m, int64_t* bad) {
+  if (bad[0] >= 0 && bad[0] < m) bad[1] = static_cast<int64_t>(indices[bad[0]]);
+}
+
+// An indexed kernel and its check, in stream order (host code): launch(idx, flag) with the m
+// `indices` typed as visit_indices does, whose kernel records the first position of an index out
+// of range at `flag` (bad[0], by atomicMin), then bad_value_kernel.
+template <class Fn>
+cudaError_t launch_with_index_check(bool int64, const void* indices, int64_t m, int64_t* bad, cudaStream_t stream,
+                                    Fn&& launch) {
+  auto* flag = reinterpret_cast<unsigned long long*>(bad);
+  visit_indices(int64, indices, [&](const auto* idx) {
+    launch(idx, flag);
+    bad_value_kernel<<<1, 1, 0, stream>>>(idx, m, bad);
+  });
+  return cudaGetLastError();
 }
 
 // A vector of N values of T for 16-byte loads and stores.

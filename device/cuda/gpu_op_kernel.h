@@ -23,6 +23,7 @@
 #include <cuda_runtime_api.h>
 
 #include "core/op_kernel.h"
+#include "core/select_ops.h"
 #include "device/cuda/cuda_device.h"
 #include "device/cuda/gpu_launch.h"
 
@@ -120,7 +121,7 @@ struct BadIndexReport {
   // As result(), for `count` gather indices: InvalidArgument naming the first outside [0, limit).
   Status index_status(int64_t count, int64_t limit) const {
     const auto [i, v] = result();
-    if (i >= 0 && i < count) return errors::invalid_argument("indices[{}] = {} is not in [0, {})", i, v, limit);
+    if (i >= 0 && i < count) return index_out_of_range(i, v, limit);
     return Status();
   }
 };

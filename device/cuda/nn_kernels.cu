@@ -132,11 +132,6 @@ __global__ void sparse_xent_kernel(const L* __restrict__ labels, const T* __rest
   }
 }
 
-template <class I>
-__global__ void bad_value_kernel(const I* indices, int64_t m, int64_t* bad) {
-  if (bad[0] >= 0 && bad[0] < m) bad[1] = static_cast<int64_t>(indices[bad[0]]);
-}
-
 template <class T>
 __global__ void bias_add_kernel(const T* __restrict__ value, const T* __restrict__ bias, T* __restrict__ out, int64_t n,
                                 int64_t cols) {
@@ -219,18 +214,9 @@ __device__ __forceinline__ void atomic_add(T* p, T v) {
 template <class T, class I>
 __global__ void gather_grad_kernel(const T* __restrict__ dy, const I* __restrict__ indices, T* out, int64_t outer,
                                    int64_t limit, int64_t m, int64_t inner, unsigned long long* bad) {
-  const int64_t total = outer * m * inner;
-  for (int64_t e = global_thread(); e < total; e += grid_threads()) {
-    const int64_t j = e % inner;
-    const int64_t i = (e / inner) % m;
-    const int64_t o = e / (inner * m);
-    const auto v = static_cast<int64_t>(indices[i]);
-    if (v < 0 || v >= limit) {
-      atomicMin(bad, static_cast<unsigned long long>(i));
-    } else {
-      atomic_add(out + (o * limit + v) * inner + j, dy[e]);
-    }
-  }
+  for_each_indexed(
+      indices, outer, limit, m, inner, bad, [&](int64_t e, int64_t to) { atomic_add(out + to, dy[e]); },
+      [](int64_t) {});
 }
 
 // Thread j: the four elements of block first + j.
@@ -332,13 +318,10 @@ cudaError_t launch_sparse_xent(Elem elem, bool int64_labels, const void* labels,
                                void* backprop, int64_t rows, int64_t cols, int64_t* bad, cudaStream_t stream) {
   return visit_floating(elem, [&](auto type) -> cudaError_t {
     using T = decltype(type);
-    auto* flag = reinterpret_cast<unsigned long long*>(bad);
-    visit_indices(int64_labels, labels, [&](const auto* l) {
+    return launch_with_index_check(int64_labels, labels, rows, bad, stream, [&](const auto* l, auto* flag) {
       sparse_xent_kernel<<<row_blocks(rows), row_threads(cols), 0, stream>>>(
           l, static_cast<const T*>(logits), static_cast<T*>(loss), static_cast<T*>(backprop), rows, cols, flag);
-      bad_value_kernel<<<1, 1, 0, stream>>>(l, rows, bad);
     });
-    return cudaGetLastError();
   });
 }
 
@@ -413,16 +396,12 @@ cudaError_t launch_gather_grad(Elem elem, bool int64_indices, const void* dy, co
         return e;
       }
     }
-    auto* flag = reinterpret_cast<unsigned long long*>(bad);
     const int64_t total = outer * m * inner;
-    visit_indices(int64_indices, indices, [&](const auto* idx) {
-      if (total > 0) {
-        gather_grad_kernel<<<blocks_for(total, kThreads), kThreads, 0, stream>>>(
-            static_cast<const T*>(dy), idx, static_cast<T*>(out), outer, limit, m, inner, flag);
-      }
-      bad_value_kernel<<<1, 1, 0, stream>>>(idx, m, bad);
+    return launch_with_index_check(int64_indices, indices, m, bad, stream, [&](const auto* idx, auto* flag) {
+      if (total <= 0) return;
+      gather_grad_kernel<<<blocks_for(total, kThreads), kThreads, 0, stream>>>(
+          static_cast<const T*>(dy), idx, static_cast<T*>(out), outer, limit, m, inner, flag);
     });
-    return cudaGetLastError();
   });
 }
 

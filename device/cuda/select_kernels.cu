@@ -5,6 +5,7 @@
 // output element per step; broadcast offsets from the merged dims of SelectGeometry.
 #include <cstdint>
 
+#include "core/arg_extreme.h"
 #include "device/cuda/gpu_common.cuh"
 
 namespace tessera::internal::gpu {
@@ -89,24 +90,9 @@ __global__ void select_kernel(SelectGeometry g, const bool* cond, const U* x, co
 template <class U, class I>
 __global__ void gather_kernel(const U* params, const I* indices, U* out, int64_t outer, int64_t limit, int64_t m,
                               int64_t inner, unsigned long long* bad) {
-  const int64_t total = outer * m * inner;
-  for (int64_t e = global_thread(); e < total; e += grid_threads()) {
-    const int64_t j = e % inner;
-    const int64_t i = (e / inner) % m;
-    const int64_t o = e / (inner * m);
-    const int64_t v = static_cast<int64_t>(indices[i]);
-    if (v < 0 || v >= limit) {
-      out[e] = U{0};
-      atomicMin(bad, static_cast<unsigned long long>(i));
-    } else {
-      out[e] = params[(o * limit + v) * inner + j];
-    }
-  }
-}
-
-template <class I>
-__global__ void bad_value_kernel(const I* indices, int64_t m, int64_t* bad) {
-  if (bad[0] >= 0 && bad[0] < m) bad[1] = static_cast<int64_t>(indices[bad[0]]);
+  for_each_indexed(
+      indices, outer, limit, m, inner, bad, [&](int64_t e, int64_t from) { out[e] = params[from]; },
+      [&](int64_t e) { out[e] = U{0}; });
 }
 
 template <class I>
@@ -120,17 +106,7 @@ __global__ void one_hot_kernel(const I* indices, float* out, int64_t n, int64_t 
 template <bool kMax, class T>
 __global__ void arg_kernel(const T* x, int64_t* out, int64_t outer, int64_t n, int64_t inner) {
   for (int64_t e = global_thread(); e < outer * inner; e += grid_threads()) {
-    const T* base = x + (e / inner) * n * inner + e % inner;
-    auto best = widen(base[0]);
-    int64_t at = 0;
-    for (int64_t k = 1; k < n && best == best; ++k) {
-      const auto v = widen(base[k * inner]);
-      if (v != v || (kMax ? v > best : v < best)) {
-        best = v;
-        at = k;
-      }
-    }
-    out[e] = at;
+    out[e] = arg_extreme<kMax>(x + (e / inner) * n * inner + e % inner, n, inner, Widen{});
   }
 }
 
@@ -178,15 +154,11 @@ cudaError_t launch_gather(int elem_bytes, bool int64_indices, const void* params
   const int64_t total = outer * m * inner;
   return visit_size(elem_bytes, [&](auto type) -> cudaError_t {
     using U = decltype(type);
-    auto* flag = reinterpret_cast<unsigned long long*>(bad);
-    visit_indices(int64_indices, indices, [&](const auto* idx) {
-      if (total > 0) {
-        gather_kernel<<<blocks_for(total, kThreads), kThreads, 0, stream>>>(
-            static_cast<const U*>(params), idx, static_cast<U*>(out), outer, limit, m, inner, flag);
-      }
-      bad_value_kernel<<<1, 1, 0, stream>>>(idx, m, bad);
+    return launch_with_index_check(int64_indices, indices, m, bad, stream, [&](const auto* idx, auto* flag) {
+      if (total <= 0) return;
+      gather_kernel<<<blocks_for(total, kThreads), kThreads, 0, stream>>>(
+          static_cast<const U*>(params), idx, static_cast<U*>(out), outer, limit, m, inner, flag);
     });
-    return cudaGetLastError();
   });
 }
 
