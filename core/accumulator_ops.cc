@@ -133,9 +133,8 @@ TESSERA_NOT_DIFFERENTIABLE("_AccumulatorCancelTakes");
 using internal::Node;
 using internal::NodeSpec;
 
-struct ConditionalAccumulator::State {
-  Node* node = nullptr;   // the accumulator node. Not owned.
-  std::string base_name;  // the node name's last component, for default op names
+struct ConditionalAccumulator::State : internal::ResourceNode {  // the accumulator's node
+  using ResourceNode::ResourceNode;
   DType dtype = DType::Float32;
   Shape shape;
 };
@@ -148,9 +147,7 @@ ConditionalAccumulator::ConditionalAccumulator(Graph& g, DType dtype, Shape shap
   spec.attrs["shared_name"] = std::move(shared_name);
   spec.attrs["reduction_type"] = std::move(reduction_type);
   Node* n = g.impl().add_node(std::move(spec));
-  auto state = std::make_shared<State>();
-  state->node = n;
-  state->base_name = internal::last_name_component(n->name);
+  auto state = std::make_shared<State>(n);
   state->dtype = dtype;
   state->shape = std::move(shape);
   state_ = std::move(state);
@@ -161,15 +158,6 @@ namespace {
 const ConditionalAccumulator::State& checked_state(const std::shared_ptr<const ConditionalAccumulator::State>& s) {
   if (!s) throw InvalidArgumentError("use of a default-constructed ConditionalAccumulator");
   return *s;
-}
-
-Node* add_accumulator_op(const ConditionalAccumulator::State& s, const char* type, const char* suffix,
-                         std::string name, std::vector<Output> inputs = {}) {
-  for (const Output& in : inputs) internal::checked_node(in, type);
-  NodeSpec spec{type, name.empty() ? s.base_name + suffix : std::move(name)};
-  spec.inputs = std::move(inputs);
-  spec.resource = s.node;
-  return s.node->graph->add_node(std::move(spec));
 }
 
 // `value` as an int64 scalar: other integer dtypes are cast, as TensorFlow's apply_grad casts
@@ -184,8 +172,8 @@ Output as_int64(Output value, const char* what) {
 
 Operation ConditionalAccumulator::apply_grad(Output grad, Output local_step, std::string name) const {
   const State& s = checked_state(state_);
-  return Operation(add_accumulator_op(s, "AccumulatorApplyGradient", "_ApplyGradient", std::move(name),
-                                      {as_int64(local_step, "apply_grad (local_step)"), grad}));
+  return Operation(s.add_op("AccumulatorApplyGradient", "_ApplyGradient", std::move(name),
+                            {as_int64(local_step, "apply_grad (local_step)"), grad}));
 }
 
 Operation ConditionalAccumulator::apply_grad(Output grad, int64_t local_step, std::string name) const {
@@ -196,7 +184,7 @@ Operation ConditionalAccumulator::apply_grad(Output grad, int64_t local_step, st
 
 Output ConditionalAccumulator::take_grad(Output num_required, std::string name) const {
   const State& s = checked_state(state_);
-  return Output(add_accumulator_op(s, "AccumulatorTakeGradient", "_TakeGradient", std::move(name), {num_required}), 0);
+  return Output(s.add_op("AccumulatorTakeGradient", "_TakeGradient", std::move(name), {num_required}), 0);
 }
 
 Output ConditionalAccumulator::take_grad(int num_required, std::string name) const {
@@ -205,14 +193,12 @@ Output ConditionalAccumulator::take_grad(int num_required, std::string name) con
 }
 
 Output ConditionalAccumulator::num_accumulated(std::string name) const {
-  return Output(add_accumulator_op(checked_state(state_), "AccumulatorNumAccumulated", "_NumAccumulated",
-                                   std::move(name)),
-                0);
+  return Output(checked_state(state_).add_op("AccumulatorNumAccumulated", "_NumAccumulated", std::move(name)), 0);
 }
 
 Operation ConditionalAccumulator::set_global_step(Output new_global_step, std::string name) const {
-  return Operation(add_accumulator_op(checked_state(state_), "AccumulatorSetGlobalStep", "_SetGlobalStep",
-                                      std::move(name), {as_int64(new_global_step, "set_global_step")}));
+  return Operation(checked_state(state_).add_op("AccumulatorSetGlobalStep", "_SetGlobalStep", std::move(name),
+                                                {as_int64(new_global_step, "set_global_step")}));
 }
 
 Operation ConditionalAccumulator::set_global_step(int64_t new_global_step, std::string name) const {

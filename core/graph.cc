@@ -27,6 +27,16 @@ Output add_op(const char* what, NodeSpec spec, std::vector<Output> inputs) {
   return Output(add_op_node(what, std::move(spec), std::move(inputs)), 0);
 }
 
+Node* ResourceNode::add_op(const char* type, const char* suffix, std::string name, std::vector<Output> inputs,
+                           AttrMap attrs) const {
+  for (const Output& in : inputs) checked_node(in, type);
+  NodeSpec spec{type, name.empty() ? base_name + suffix : std::move(name)};
+  spec.inputs = std::move(inputs);
+  spec.attrs = std::move(attrs);
+  spec.resource = node;
+  return node->graph->add_node(std::move(spec));
+}
+
 GraphImpl::GraphImpl() = default;
 
 // Note [Device scopes]

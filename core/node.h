@@ -170,4 +170,16 @@ inline Output add_binary_op(const char* what, const char* type, Output a, Output
   return add_op(what, NodeSpec{type, std::move(name)}, {a, b});
 }
 
+// What the public handle of a resource (a queue, an accumulator) keeps of the resource's node, and
+// how it adds the ops that act on it: named `name`, or by default after the node ("q" ->
+// "q_enqueue" with suffix "_enqueue"), each input checked (checked_node, naming `type`).
+struct ResourceNode {
+  explicit ResourceNode(Node* n) : node(n), base_name(last_name_component(n->name)) {}
+  Node* add_op(const char* type, const char* suffix, std::string name, std::vector<Output> inputs = {},
+               AttrMap attrs = {}) const;
+
+  Node* node;             // the resource's node. Not owned.
+  std::string base_name;  // the node name's last component
+};
+
 }  // namespace tessera::internal

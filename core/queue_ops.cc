@@ -175,9 +175,8 @@ TESSERA_NOT_DIFFERENTIABLE("LimitEpochs");
 using internal::Node;
 using internal::NodeSpec;
 
-struct QueueBase::State {
-  Node* node = nullptr;  // the queue node. Not owned.
-  std::string base_name;  // the node name's last component, for default op names
+struct QueueBase::State : internal::ResourceNode {  // the queue's node
+  using ResourceNode::ResourceNode;
   int capacity = 0;
   std::vector<DType> dtypes;
   std::vector<Shape> shapes;
@@ -198,9 +197,7 @@ std::shared_ptr<const QueueBase::State> make_queue(Graph& g, const char* type, s
   spec.attrs["shapes"] = shapes;
   spec.attrs["shared_name"] = std::move(shared_name);
   Node* n = g.impl().add_node(std::move(spec));
-  auto state = std::make_shared<QueueBase::State>();
-  state->node = n;
-  state->base_name = internal::last_name_component(n->name);
+  auto state = std::make_shared<QueueBase::State>(n);
   state->capacity = capacity;
   state->dtypes = std::move(dtypes);
   state->shapes = std::move(shapes);
@@ -233,28 +230,15 @@ const QueueBase::State& checked_state(const std::shared_ptr<const QueueBase::Sta
   return *s;
 }
 
-Node* add_queue_op(const QueueBase::State& s, const char* type, const char* suffix, std::string name,
-                   std::vector<Output> inputs = {}, internal::AttrMap attrs = {}) {
-  NodeSpec spec{type, name.empty() ? s.base_name + suffix : std::move(name)};
-  for (std::size_t i = 0; i < inputs.size(); ++i) {
-    internal::checked_node(inputs[i], type);
-  }
-  spec.inputs = std::move(inputs);
-  spec.attrs = std::move(attrs);
-  spec.resource = s.node;
-  return s.node->graph->add_node(std::move(spec));
-}
-
 }  // namespace
 
 Operation QueueBase::enqueue(std::vector<Output> components, std::string name) const {
-  return Operation(add_queue_op(checked_state(state_), "QueueEnqueue", "_enqueue", std::move(name),
-                                std::move(components)));
+  return Operation(checked_state(state_).add_op("QueueEnqueue", "_enqueue", std::move(name), std::move(components)));
 }
 
 Operation QueueBase::enqueue_many(std::vector<Output> components, std::string name) const {
-  return Operation(add_queue_op(checked_state(state_), "QueueEnqueueMany", "_EnqueueMany",
-                                std::move(name), std::move(components)));
+  return Operation(
+      checked_state(state_).add_op("QueueEnqueueMany", "_EnqueueMany", std::move(name), std::move(components)));
 }
 
 std::vector<Output> QueueBase::dequeue_op(const char* type, int n, std::string name) const {
@@ -265,7 +249,7 @@ std::vector<Output> QueueBase::dequeue_op(const char* type, int n, std::string n
     attrs["n"] = static_cast<int64_t>(n);
     suffix = std::string(type) == "QueueDequeueMany" ? "_DequeueMany" : "_DequeueUpTo";
   }
-  Node* node = add_queue_op(s, type, suffix, std::move(name), {}, std::move(attrs));
+  Node* node = s.add_op(type, suffix, std::move(name), {}, std::move(attrs));
   std::vector<Output> out;
   for (std::size_t i = 0; i < node->output_dtypes.size(); ++i) out.emplace_back(node, static_cast<int>(i));
   return out;
@@ -285,15 +269,15 @@ Operation QueueBase::close(bool cancel_pending_enqueues, std::string name) const
   internal::AttrMap attrs;
   attrs["cancel_pending_enqueues"] = cancel_pending_enqueues;
   return Operation(
-      add_queue_op(checked_state(state_), "QueueClose", "_Close", std::move(name), {}, std::move(attrs)));
+      checked_state(state_).add_op("QueueClose", "_Close", std::move(name), {}, std::move(attrs)));
 }
 
 Output QueueBase::size(std::string name) const {
-  return Output(add_queue_op(checked_state(state_), "QueueSize", "_Size", std::move(name)), 0);
+  return Output(checked_state(state_).add_op("QueueSize", "_Size", std::move(name)), 0);
 }
 
 Output QueueBase::is_closed(std::string name) const {
-  return Output(add_queue_op(checked_state(state_), "QueueIsClosed", "_IsClosed", std::move(name)), 0);
+  return Output(checked_state(state_).add_op("QueueIsClosed", "_IsClosed", std::move(name)), 0);
 }
 
 Operation QueueBase::op() const { return Operation(checked_state(state_).node); }

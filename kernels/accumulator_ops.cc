@@ -9,6 +9,7 @@
 #include "core/op_kernel.h"
 #include "core/op_registry.h"
 #include "kernels/conditional_accumulator.h"
+#include "kernels/resource_create_op.h"
 
 namespace tessera::internal {
 
@@ -50,15 +51,22 @@ Status check_scalar_input(const Tensor& t, DType dtype, const char* what) {
 }
 
 // Base of the ops that act on an accumulator: `resource` is the accumulator node. The
-// accumulator (and the check that a shared one agrees) is looked up once per kernel.
+// accumulator (and the check that a shared one agrees) is looked up once per kernel; a synchronous
+// op gets it in run().
 class AccumulatorOpKernel : public OpKernel {
  public:
   explicit AccumulatorOpKernel(const Node& n) : OpKernel(n) {
     TESSERA_CHECK(n.resource != nullptr && is_accumulator_type(n.resource->type));
   }
   bool is_expensive() const override { return false; }
+  void compute(OpKernelContext& ctx) override {
+    auto a = accumulator(ctx);
+    if (!a.ok()) return ctx.fail(a.status());
+    run(ctx, *a.value());
+  }
 
  protected:
+  virtual void run(OpKernelContext& ctx, ConditionalAccumulatorResource& a) { TESSERA_CHECK(false); }  // async: none
   StatusOr<ConditionalAccumulatorResource*> accumulator(OpKernelContext& ctx) {
     return accumulator_.get([&] { return get_accumulator(ctx, *node().resource); });
   }
@@ -68,29 +76,17 @@ class AccumulatorOpKernel : public OpKernel {
 };
 
 // "ConditionalAccumulator": creates the accumulator (and checks a shared one agrees) when run.
-class AccumulatorCreateOp : public OpKernel {
- public:
-  using OpKernel::OpKernel;
-  void compute(OpKernelContext& ctx) override {
-    auto a = get_accumulator(ctx, node());
-    if (!a.ok()) ctx.fail(a.status());
-  }
-  bool is_expensive() const override { return false; }
-};
-
-TESSERA_REGISTER_KERNEL("ConditionalAccumulator", "CPU", AccumulatorCreateOp);
+TESSERA_REGISTER_KERNEL("ConditionalAccumulator", "CPU", ResourceCreateOp<get_accumulator>);
 
 class ApplyGradientOp : public AccumulatorOpKernel {
  public:
   using AccumulatorOpKernel::AccumulatorOpKernel;
   // Summing a large gradient is real work: let the pool run it.
   bool is_expensive() const override { return true; }
-  void compute(OpKernelContext& ctx) override {
-    auto a = accumulator(ctx);
-    if (!a.ok()) return ctx.fail(a.status());
+  void run(OpKernelContext& ctx, ConditionalAccumulatorResource& a) override {
     const Tensor& step = ctx.input(0);
     if (Status s = check_scalar_input(step, DType::Int64, "local_step"); !s.ok()) return ctx.fail(s);
-    if (Status s = a.value()->try_apply(step.scalar<int64_t>(), ctx.input(1)); !s.ok()) ctx.fail(s);
+    if (Status s = a.try_apply(step.scalar<int64_t>(), ctx.input(1)); !s.ok()) ctx.fail(s);
   }
 };
 
@@ -100,7 +96,6 @@ class TakeGradientOp : public AccumulatorOpKernel {
  public:
   using AccumulatorOpKernel::AccumulatorOpKernel;
   bool is_async() const override { return true; }
-  void compute(OpKernelContext& ctx) override { TESSERA_CHECK(false); }
   void compute_async(OpKernelContext& ctx, std::function<void()> done) override {
     auto a = accumulator(ctx);
     if (!a.ok()) {
@@ -131,10 +126,8 @@ TESSERA_REGISTER_KERNEL("AccumulatorTakeGradient", "CPU", TakeGradientOp);
 class NumAccumulatedOp : public AccumulatorOpKernel {
  public:
   using AccumulatorOpKernel::AccumulatorOpKernel;
-  void compute(OpKernelContext& ctx) override {
-    auto a = accumulator(ctx);
-    if (!a.ok()) return ctx.fail(a.status());
-    *ctx.allocate_output(0, Shape{}).mutable_data<int32_t>() = static_cast<int32_t>(a.value()->num_accumulated());
+  void run(OpKernelContext& ctx, ConditionalAccumulatorResource& a) override {
+    *ctx.allocate_output(0, Shape{}).mutable_data<int32_t>() = static_cast<int32_t>(a.num_accumulated());
   }
 };
 
@@ -143,12 +136,10 @@ TESSERA_REGISTER_KERNEL("AccumulatorNumAccumulated", "CPU", NumAccumulatedOp);
 class SetGlobalStepOp : public AccumulatorOpKernel {
  public:
   using AccumulatorOpKernel::AccumulatorOpKernel;
-  void compute(OpKernelContext& ctx) override {
-    auto a = accumulator(ctx);
-    if (!a.ok()) return ctx.fail(a.status());
+  void run(OpKernelContext& ctx, ConditionalAccumulatorResource& a) override {
     const Tensor& step = ctx.input(0);
     if (Status s = check_scalar_input(step, DType::Int64, "new_global_step"); !s.ok()) return ctx.fail(s);
-    a.value()->set_global_step(step.scalar<int64_t>());
+    a.set_global_step(step.scalar<int64_t>());
   }
 };
 
@@ -157,10 +148,8 @@ TESSERA_REGISTER_KERNEL("AccumulatorSetGlobalStep", "CPU", SetGlobalStepOp);
 class CancelTakesOp : public AccumulatorOpKernel {
  public:
   using AccumulatorOpKernel::AccumulatorOpKernel;
-  void compute(OpKernelContext& ctx) override {
-    auto a = accumulator(ctx);
-    if (!a.ok()) return ctx.fail(a.status());
-    a.value()->cancel_pending_takes(errors::cancelled("cancelled by {}", node().name));
+  void run(OpKernelContext& ctx, ConditionalAccumulatorResource& a) override {
+    a.cancel_pending_takes(errors::cancelled("cancelled by {}", node().name));
   }
 };
 

@@ -16,6 +16,7 @@
 #include "core/shape_util.h"
 #include "kernels/fifo_queue.h"
 #include "kernels/random_shuffle_queue.h"
+#include "kernels/resource_create_op.h"
 
 namespace tessera::internal {
 namespace {
@@ -115,18 +116,8 @@ class QueueOpKernel : public OpKernel {
 };
 
 // "FIFOQueue" and "RandomShuffleQueueV2": create the queue (and check a shared one agrees) when run.
-class QueueCreateOp : public OpKernel {
- public:
-  using OpKernel::OpKernel;
-  void compute(OpKernelContext& ctx) override {
-    auto q = get_queue(ctx, node());
-    if (!q.ok()) ctx.fail(q.status());
-  }
-  bool is_expensive() const override { return false; }
-};
-
-TESSERA_REGISTER_KERNEL("FIFOQueue", "CPU", QueueCreateOp);
-TESSERA_REGISTER_KERNEL("RandomShuffleQueueV2", "CPU", QueueCreateOp);
+TESSERA_REGISTER_KERNEL("FIFOQueue", "CPU", ResourceCreateOp<get_queue>);
+TESSERA_REGISTER_KERNEL("RandomShuffleQueueV2", "CPU", ResourceCreateOp<get_queue>);
 
 class EnqueueOp : public QueueOpKernel {
  public:
