@@ -36,8 +36,6 @@ TESSERA_REGISTER_OP(OpDef{"NoOp", no_output_shape});
 
 namespace ops {
 
-using internal::NodeSpec;
-
 Output constant(Graph& g, Tensor value, std::string name) {
   if (value.is_null()) throw InvalidArgumentError("constant: null tensor");
   NodeSpec spec{"Const", std::move(name)};

@@ -250,8 +250,7 @@ Status gradient_shape(ShapeContext& c, bool conv, int num_inputs, int result,
 }
 
 TESSERA_REGISTER_OP(OpDef{"Conv2D", forward_fn<true>});
-TESSERA_REGISTER_OP(OpDef{"MaxPool", forward_fn<false>});
-TESSERA_REGISTER_OP(OpDef{"AvgPool", forward_fn<false>});
+TESSERA_REGISTER_OPS(forward_fn<false>, "MaxPool", "AvgPool");
 TESSERA_REGISTER_OP(OpDef{"Conv2DBackpropInput", [](ShapeContext& c) {
                             return gradient_shape(c, true, 3, 0, {{2, "out_backprop"}});
                           }});

@@ -119,26 +119,11 @@ Status cast_shape(ShapeContext& c) {
   return Status();
 }
 
-TESSERA_REGISTER_OP(OpDef{"Add", binary_shape});
-TESSERA_REGISTER_OP(OpDef{"Sub", binary_shape});
-TESSERA_REGISTER_OP(OpDef{"Mul", binary_shape});
-TESSERA_REGISTER_OP(OpDef{"Div", binary_shape});
-TESSERA_REGISTER_OP(OpDef{"Maximum", binary_shape});
-TESSERA_REGISTER_OP(OpDef{"Minimum", binary_shape});
-TESSERA_REGISTER_OP(OpDef{"Neg", numeric_unary_shape});
-TESSERA_REGISTER_OP(OpDef{"Relu", numeric_unary_shape});
-TESSERA_REGISTER_OP(OpDef{"Square", numeric_unary_shape});
-TESSERA_REGISTER_OP(OpDef{"Exp", floating_unary_shape});
-TESSERA_REGISTER_OP(OpDef{"Log", floating_unary_shape});
-TESSERA_REGISTER_OP(OpDef{"Sqrt", floating_unary_shape});
-TESSERA_REGISTER_OP(OpDef{"Tanh", floating_unary_shape});
-TESSERA_REGISTER_OP(OpDef{"Sigmoid", floating_unary_shape});
+TESSERA_REGISTER_OPS(binary_shape, "Add", "Sub", "Mul", "Div", "Maximum", "Minimum");
+TESSERA_REGISTER_OPS(numeric_unary_shape, "Neg", "Relu", "Square");
+TESSERA_REGISTER_OPS(floating_unary_shape, "Exp", "Log", "Sqrt", "Tanh", "Sigmoid");
 TESSERA_REGISTER_OP(OpDef{"MatMul", matmul_shape});
-TESSERA_REGISTER_OP(OpDef{"Sum", reduction_shape});
-TESSERA_REGISTER_OP(OpDef{"Mean", reduction_shape});
-TESSERA_REGISTER_OP(OpDef{"Max", reduction_shape});
-TESSERA_REGISTER_OP(OpDef{"Min", reduction_shape});
-TESSERA_REGISTER_OP(OpDef{"Prod", reduction_shape});
+TESSERA_REGISTER_OPS(reduction_shape, "Sum", "Mean", "Max", "Min", "Prod");
 TESSERA_REGISTER_OP(OpDef{"Cast", cast_shape});
 // Random ops are stateful: each keeps its position in its random stream for the life of a session,
 // so they must never be deduplicated or constant-folded.
@@ -150,10 +135,6 @@ TESSERA_REGISTER_OP(OpDef{"RandomShuffle", same_as_input_shape, /*stateful=*/tru
 }  // namespace internal
 
 namespace ops {
-
-using internal::add_binary_op;
-using internal::add_op;
-using internal::NodeSpec;
 
 namespace {
 

@@ -269,8 +269,7 @@ Status gather_grad_fn(ShapeContext& c) {
   return Status();
 }
 
-TESSERA_REGISTER_OP(OpDef{"Softmax", softmax_fn});
-TESSERA_REGISTER_OP(OpDef{"LogSoftmax", softmax_fn});
+TESSERA_REGISTER_OPS(softmax_fn, "Softmax", "LogSoftmax");
 TESSERA_REGISTER_OP(OpDef{"SparseSoftmaxCrossEntropyWithLogits", sparse_xent_fn});
 TESSERA_REGISTER_OP(OpDef{"SoftmaxCrossEntropyWithLogits", xent_fn});
 TESSERA_REGISTER_OP(OpDef{"BiasAdd", bias_add_fn});
@@ -281,9 +280,7 @@ TESSERA_REGISTER_OP(OpDef{"Dropout", dropout_fn, /*stateful=*/true});
 TESSERA_REGISTER_OP(OpDef{"TruncatedNormal", random_shape, /*stateful=*/true});
 TESSERA_REGISTER_OP(OpDef{"StopGradient", same_as_input_shape});
 TESSERA_REGISTER_OP(OpDef{"ReluGrad", elementwise_grad_fn<false>});
-TESSERA_REGISTER_OP(OpDef{"TanhGrad", elementwise_grad_fn<true>});
-TESSERA_REGISTER_OP(OpDef{"SigmoidGrad", elementwise_grad_fn<true>});
-TESSERA_REGISTER_OP(OpDef{"SqrtGrad", elementwise_grad_fn<true>});
+TESSERA_REGISTER_OPS(elementwise_grad_fn<true>, "TanhGrad", "SigmoidGrad", "SqrtGrad");
 TESSERA_REGISTER_OP(OpDef{"GatherGrad", gather_grad_fn});
 
 // ---- Gradients ----
@@ -365,9 +362,6 @@ Output bias_add_grad(Output dy, std::string name) {
 }  // namespace internal
 
 namespace ops {
-
-using internal::add_op;
-using internal::NodeSpec;
 
 Output softmax(Output logits, std::string name) {
   return add_op("softmax", NodeSpec{"Softmax", std::move(name)}, {logits});

@@ -183,3 +183,10 @@ struct ResourceNode {
 };
 
 }  // namespace tessera::internal
+
+// The builders of tessera::ops (core/*_ops.cc) call these by their short names.
+namespace tessera::ops {
+using internal::add_binary_op;
+using internal::add_op;
+using internal::NodeSpec;
+}  // namespace tessera::ops

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <functional>
+#include <initializer_list>
 #include <memory>
 #include <string>
 #include <vector>
@@ -126,6 +127,10 @@ class OpRegistry {
 
 struct OpRegistrar {
   explicit OpRegistrar(OpDef def) { OpRegistry::global().register_op(std::move(def)); }
+  // Stateless ops `types` that share one shape function (Add, Sub, ... of binary_shape).
+  OpRegistrar(const ShapeFn& shape_fn, std::initializer_list<const char*> types) {
+    for (const char* type : types) OpRegistry::global().register_op(OpDef{type, shape_fn});
+  }
 };
 struct KernelRegistrar {
   KernelRegistrar(const std::string& type, const std::string& device, KernelFactory f) {
@@ -138,6 +143,10 @@ struct KernelRegistrar {
 #define TESSERA_REGISTER_OP(...)                                                 \
   static ::tessera::internal::OpRegistrar TESSERA_CONCAT(tessera_op_reg_, __COUNTER__)( \
       __VA_ARGS__)
+// TESSERA_REGISTER_OPS(binary_shape, "Add", "Sub"): stateless ops of one shape function.
+#define TESSERA_REGISTER_OPS(shape_fn, ...)                                                          \
+  static ::tessera::internal::OpRegistrar TESSERA_CONCAT(tessera_op_reg_, __COUNTER__)(shape_fn, \
+                                                                                       {__VA_ARGS__})
 #define TESSERA_REGISTER_KERNEL(type, device, Class)                                        \
   static ::tessera::internal::KernelRegistrar TESSERA_CONCAT(tessera_kernel_reg_, __COUNTER__)( \
       type, device, [](const ::tessera::internal::Node& n) -> std::unique_ptr<::tessera::internal::OpKernel> { \

@@ -82,8 +82,7 @@ Status scan_shape(ShapeContext& c) {
   return Status();
 }
 
-TESSERA_REGISTER_OP(OpDef{"Cumsum", scan_shape});
-TESSERA_REGISTER_OP(OpDef{"Cumprod", scan_shape});
+TESSERA_REGISTER_OPS(scan_shape, "Cumsum", "Cumprod");
 
 // ---- Gradients (TensorFlow's math_grad.py) ----
 
@@ -114,9 +113,6 @@ TESSERA_REGISTER_GRADIENT("Cumprod", [](const GradContext& c) -> Grads {
 }  // namespace internal
 
 namespace ops {
-
-using internal::add_op;
-using internal::NodeSpec;
 
 namespace {
 

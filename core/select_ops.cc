@@ -284,30 +284,19 @@ Status add_n_fn(ShapeContext& c) {
   return Status();
 }
 
-TESSERA_REGISTER_OP(OpDef{"Equal", compare_fn<false>});
-TESSERA_REGISTER_OP(OpDef{"NotEqual", compare_fn<false>});
-TESSERA_REGISTER_OP(OpDef{"Less", compare_fn<true>});
-TESSERA_REGISTER_OP(OpDef{"LessEqual", compare_fn<true>});
-TESSERA_REGISTER_OP(OpDef{"Greater", compare_fn<true>});
-TESSERA_REGISTER_OP(OpDef{"GreaterEqual", compare_fn<true>});
-TESSERA_REGISTER_OP(OpDef{"LogicalAnd", logical_fn});
-TESSERA_REGISTER_OP(OpDef{"LogicalOr", logical_fn});
-TESSERA_REGISTER_OP(OpDef{"LogicalNot", logical_fn});
+TESSERA_REGISTER_OPS(compare_fn<false>, "Equal", "NotEqual");
+TESSERA_REGISTER_OPS(compare_fn<true>, "Less", "LessEqual", "Greater", "GreaterEqual");
+TESSERA_REGISTER_OPS(logical_fn, "LogicalAnd", "LogicalOr", "LogicalNot");
 TESSERA_REGISTER_OP(OpDef{"SelectV2", select_fn});
 TESSERA_REGISTER_OP(OpDef{"GatherV2", gather_fn});
 TESSERA_REGISTER_OP(OpDef{"OneHot", one_hot_fn});
-TESSERA_REGISTER_OP(OpDef{"ArgMax", arg_fn});
-TESSERA_REGISTER_OP(OpDef{"ArgMin", arg_fn});
+TESSERA_REGISTER_OPS(arg_fn, "ArgMax", "ArgMin");
 TESSERA_REGISTER_OP(OpDef{"AddN", add_n_fn});
 
 }  // namespace
 }  // namespace internal
 
 namespace ops {
-
-using internal::add_binary_op;
-using internal::add_op;
-using internal::NodeSpec;
 
 namespace {
 

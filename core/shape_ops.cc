@@ -571,8 +571,7 @@ TESSERA_REGISTER_OP(OpDef{"Squeeze", squeeze_fn});
 TESSERA_REGISTER_OP(OpDef{"Tile", tile_fn});
 TESSERA_REGISTER_OP(OpDef{"Pad", pad_fn});
 TESSERA_REGISTER_OP(OpDef{"Fill", fill_fn});
-TESSERA_REGISTER_OP(OpDef{"ZerosLike", like_fn});
-TESSERA_REGISTER_OP(OpDef{"OnesLike", like_fn});
+TESSERA_REGISTER_OPS(like_fn, "ZerosLike", "OnesLike");
 TESSERA_REGISTER_OP(OpDef{"Shape", shape_fn});
 TESSERA_REGISTER_OP(OpDef{"Size", size_fn});
 
@@ -580,9 +579,6 @@ TESSERA_REGISTER_OP(OpDef{"Size", size_fn});
 }  // namespace internal
 
 namespace ops {
-
-using internal::add_op;
-using internal::NodeSpec;
 
 namespace {
 
