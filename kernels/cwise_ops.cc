@@ -136,6 +136,10 @@ class BinaryOp : public OpKernel {
                     : scalar_b ? ctx.forward_input_or_allocate_output({0}, 0, shape)
                                : ctx.forward_input_or_allocate_output({0, 1}, 0, shape);
       T* po = out.mutable_data<T>();
+      if (out.num_elements() == 1) {  // two scalars: no loop to choose (po may be pa or pb)
+        po[0] = Fn::apply(pa[0], pb[0]);
+        return;
+      }
       // Note [Sharding the elementwise kernels] (kernels/elementwise_shards.h).
       for_each_shard(ctx, out.num_elements(), [&](int64_t i, int64_t end) {
         const int64_t n = end - i;

@@ -192,8 +192,8 @@ Tensor values_of(const std::vector<double>& v) {
   return Tensor::vector<T>(std::move(t));
 }
 
-TEST(ForwardedInputsTest, ElementwiseKernelsComputeInPlaceAsTheyDoOutOfPlace) {
-  constexpr int n = 37;  // past a vector width, with a tail
+// Each elementwise kernel over an input of n elements that it may write over.
+void check_elementwise_in_place(int n) {
   std::vector<double> base(n), other(n);
   for (int i = 0; i < n; ++i) {
     base[i] = (i % 7) - 3.5 + i * 0.25;   // x = base + 1 after the probe
@@ -249,6 +249,13 @@ TEST(ForwardedInputsTest, ElementwiseKernelsComputeInPlaceAsTheyDoOutOfPlace) {
   check("tanh", [](Graph&, Output x) { return ops::tanh(x); },
         [](double x, int) { return std::tanh(static_cast<float>(x)); });
 }
+
+TEST(ForwardedInputsTest, ElementwiseKernelsComputeInPlaceAsTheyDoOutOfPlace) {
+  check_elementwise_in_place(37);  // past a vector width, with a tail
+}
+
+// One element: the binary kernels' path without a loop reads both inputs before it writes.
+TEST(ForwardedInputsTest, OneElementKernelsComputeInPlaceAsTheyDoOutOfPlace) { check_elementwise_in_place(1); }
 
 // A chain whose every value is the last use of the one before: the result of the in-place
 // arithmetic over 10,000 steps, as the executor benchmark runs it.

@@ -283,6 +283,10 @@ TEST(KernelsTest, BinaryOps) {
   };
   const std::vector<Case> cases = {
       {Shape{}, Shape{}, Shape{}},
+      // One element each: the kernel's path without a loop.
+      {Shape{1}, Shape{1}, Shape{1}},
+      {Shape{}, Shape{1}, Shape{1}},
+      {Shape{1, 1}, Shape{}, Shape{1, 1}},
       {Shape{5}, Shape{5}, Shape{5}},
       {Shape{1000}, Shape{1000}, Shape{1000}},
       {Shape{2, 3}, Shape{}, Shape{2, 3}},
@@ -340,6 +344,9 @@ void check_integer_division() {
   check_op_fails(y, {a, Tensor::vector<T>({1, 1, 0, 1, 1, 1})}, "division by zero");
   Output by_scalar = ops::div(feed(g, a), ops::placeholder(g, dtype_of<T>, Shape{}));
   check_op_fails(by_scalar, {a, Tensor::scalar<T>(0)}, "division by zero");
+  Output scalars = ops::div(ops::placeholder(g, dtype_of<T>, Shape{}), ops::placeholder(g, dtype_of<T>, Shape{}));
+  expect_exact<T>(scalars, {Tensor::scalar<T>(kMin), Tensor::scalar<T>(-1)}, {kMin});
+  check_op_fails(scalars, {Tensor::scalar<T>(7), Tensor::scalar<T>(0)}, "division by zero");
 }
 
 TEST(KernelsTest, IntegerDivisionTruncatesAndRejectsZero) {
