@@ -125,6 +125,27 @@ TEST(ClusterProcessTest, AServerRunsAgainWithTheTcacheOff) {
   EXPECT_TRUE(server.wait_exit(10s).has_value());
 }
 
+// `tessera server --busy-poll US` (ServerOptions::busy_poll) says so when it starts, and serves a
+// stream of small runs.
+TEST(ClusterProcessTest, ABusyPollingServerSaysSoAndServesSmallRuns) {
+  const std::string address = train::free_loopback_address();
+  ChildProcess server({TESSERA_CLI_PATH, "server", "--cluster", "{\"worker\": [\"" + address + "\"]}", "--job",
+                       "worker", "--task", "0", "--busy-poll", "100"});
+  auto line = server.read_line(60s);
+  ASSERT_TRUE(line && line->find("listening on") != std::string::npos) << server.stderr_text();
+  EXPECT_NE(line->find("(busy polling 100 us)"), std::string::npos) << *line;
+  Graph g;
+  auto x = ops::placeholder(g, DType::Float32, Shape{}, "x");
+  auto y = ops::add(x, ops::constant(g, 1.0f), "y");
+  Session s(g, "tessera://" + address, options());
+  for (int i = 0; i < 200; ++i) {
+    ASSERT_FLOAT_EQ(s.run(y, {{x, Tensor::scalar(static_cast<float>(i))}}).scalar<float>(), i + 1.0f) << "run " << i;
+  }
+  s.close();
+  server.signal(SIGTERM);
+  EXPECT_TRUE(server.wait_exit(10s).has_value());
+}
+
 TEST(ClusterProcessTest, CrossTaskArithmeticAndA64MiBTensor) {
   Cluster cluster({{"worker", 2}});
   Graph g;

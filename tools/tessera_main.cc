@@ -190,8 +190,9 @@ int run_server(const std::optional<std::string>& cluster_arg, const std::optiona
     }
     install_stop_handlers();
     tessera::train::Server server(std::move(*cluster), job, task, options);
-    std::cout << "tessera server: /job:" << job << "/task:" << task << " listening on " << server.target()
-              << std::endl;  // flushed: a launcher may be waiting for this line
+    std::cout << "tessera server: /job:" << job << "/task:" << task << " listening on " << server.target();
+    if (options.busy_poll.count() > 0) std::cout << " (busy polling " << options.busy_poll.count() << " us)";
+    std::cout << std::endl;  // flushed: a launcher may be waiting for this line
     std::thread stopper([&server] {
       char byte;
       while (::read(g_stop_pipe[0], &byte, 1) < 0 && errno == EINTR) {
@@ -404,6 +405,21 @@ int main(int argc, char** argv) {
                      "ResourceExhausted")
       ->check(session_count)
       ->capture_default_str();
+  int64_t busy_poll_us = server_defaults.busy_poll.count();
+  const CLI::Validator busy_poll_range(
+      [](std::string& value) -> std::string {
+        const bool digits = !value.empty() && value.size() <= 5 &&
+                            value.find_first_not_of("0123456789") == std::string::npos && std::stoi(value) <= 10000;
+        return digits ? std::string()
+                      : "'" + value.substr(0, 40) + "' is not a busy-polling time (whole microseconds, 0 to 10000)";
+      },
+      "US");
+  server->add_option("--busy-poll", busy_poll_us,
+                     "After receiving requests, keep looking for more for US microseconds before sleeping "
+                     "(ServerOptions::busy_poll: fewer wake-ups for a stream of small calls, at the price of "
+                     "up to US of CPU after each burst); 0: off")
+      ->check(busy_poll_range)
+      ->capture_default_str();
   auto* keygen = app.add_subcommand(
       "keygen", "Make a CURVE key pair for a task or client of an authenticated cluster: PREFIX.key (JSON, mode "
                 "0600) and PREFIX.pub (the public key, for the cluster keys file)");
@@ -453,6 +469,7 @@ int main(int argc, char** argv) {
       options.session_idle_timeout = std::chrono::milliseconds(static_cast<int64_t>(std::ceil(idle_timeout_s * 1000)));
       options.max_sessions = max_sessions;
       options.partition_lease = std::chrono::milliseconds(static_cast<int64_t>(std::ceil(partition_lease_s * 1000)));
+      options.busy_poll = std::chrono::microseconds(busy_poll_us);
       return run_server(given(cluster_opt, cluster_arg), given(job_opt, job_arg), given(task_opt, task_arg), options);
     }
     if (*keygen) return run_keygen(keygen_out, keygen_force);
