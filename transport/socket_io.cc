@@ -50,12 +50,8 @@ bool poll_io(pollfd* fds, int n, long timeout_ms, std::chrono::microseconds spin
   if (timeout_ms == 0 || spin.count() <= 0) return poll_io(fds, n, timeout_ms);
   const auto start = std::chrono::steady_clock::now();
   for (;;) {
-    const int ready = ::poll(fds, static_cast<nfds_t>(n), 0);
-    if (ready != 0) {
-      if (ready > 0) return true;
-      for (int i = 0; i < n; ++i) fds[i].revents = 0;
-      return errno == EINTR;
-    }
+    if (!poll_io(fds, n, 0)) return false;
+    if (std::any_of(fds, fds + n, [](const pollfd& p) { return p.revents != 0; })) return true;
     if (std::chrono::steady_clock::now() - start >= spin) break;
     std::this_thread::yield();
   }
