@@ -16,7 +16,8 @@
 // and needs no copy. Images are sharded over the session's pool (each shard its own chunks and
 // scratch); d_filter, a sum over all rows, is summed in parts, each its own chunks
 // (Note [The filter's gradient in parts]). The GPU kernels (device/cuda/gpu_conv_ops.cc) do the
-// same with cuBLAS.
+// same with cuBLAS. A 3x3 stride-1 convolution with enough channels takes Winograd's algorithm
+// instead (Note [Winograd convolution] in kernels/conv_winograd.cc).
 //
 // Pools walk each window directly. MaxPool takes, and MaxPoolGrad gives the gradient to, the first
 // largest element of a window in row-major order (a NaN there wins only as the first element;
@@ -36,6 +37,7 @@
 #include "core/op_kernel.h"
 #include "core/op_registry.h"
 #include "kernels/blas.h"
+#include "kernels/conv_winograd.h"
 
 namespace tessera::internal {
 namespace {
@@ -295,12 +297,19 @@ class ConvOp final : public OpKernel {
   template <class T>
   void run(const Window2D& w, OpKernelContext& ctx, Tensor& out) const {
     T* po = out.mutable_data<T>();
+    const bool winograd = winograd_applies(w);  // Note [Winograd convolution] in kernels/conv_winograd.cc
     if constexpr (kKind == ConvKind::kForward) {
-      conv2d(ctx, w, ctx.input(0).data<T>(), ctx.input(1).data<T>(), po);
+      const T* x = ctx.input(0).data<T>();
+      const T* f = ctx.input(1).data<T>();
+      winograd ? winograd_conv2d(ctx, w, x, f, po) : conv2d(ctx, w, x, f, po);
     } else if constexpr (kKind == ConvKind::kBackpropInput) {
-      conv2d_backprop_input(ctx, w, ctx.input(1).data<T>(), ctx.input(2).data<T>(), po);
+      const T* f = ctx.input(1).data<T>();
+      const T* dy = ctx.input(2).data<T>();
+      winograd ? winograd_conv2d_backprop_input(ctx, w, f, dy, po) : conv2d_backprop_input(ctx, w, f, dy, po);
     } else {
-      conv2d_backprop_filter(ctx, w, ctx.input(0).data<T>(), ctx.input(2).data<T>(), po);
+      const T* x = ctx.input(0).data<T>();
+      const T* dy = ctx.input(2).data<T>();
+      winograd ? winograd_conv2d_backprop_filter(ctx, w, x, dy, po) : conv2d_backprop_filter(ctx, w, x, dy, po);
     }
   }
 

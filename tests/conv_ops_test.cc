@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "core/node.h"
+#include "kernels/conv_winograd.h"
 #include "tests/testing/device_op_test.h"
 #include "tests/testing/op_suite.h"
 
@@ -185,6 +186,14 @@ struct ConvCase {
 };
 
 Geometry geometry(const ConvCase& k) { return geometry(k.in, k.kh, k.kw, k.o, k.sh, k.sw, k.padding); }
+
+// The kernels' view of the case (core/conv_ops.h).
+internal::Window2D window_of(const ConvCase& k) {
+  internal::WindowAttrs attrs;
+  attrs.strides = {1, k.sh, k.sw, 1};
+  attrs.padding = k.padding;
+  return attrs.conv2d(Shape(k.in), Shape{k.kh, k.kw, k.in[3], k.o}).value();
+}
 
 // "float32 [2,5,5,3] 3x3 stride 2x1 SAME": a convolution or pooling case, for traces.
 template <class Case>
@@ -383,10 +392,49 @@ TEST_P(ConvOpsTest, Conv2DBackpropFilterMatchesTheReference) {
 }
 
 // Patches larger than one chunk (256 KiB): the output is made in several BLAS calls, and the
-// filter's gradient accumulated over them.
+// filter's gradient accumulated over them. (Four out channels: im2col, not Winograd.)
 TEST_P(ConvOpsTest, LargeConvolutionsSpanSeveralChunks) {
   // 3200 rows of 576 floats: 7 MiB.
-  expect_conv_and_gradients(DType::Float32, ConvCase{{2, 40, 40, 64}, 3, 3, 8, 1, 1, "SAME"});
+  const ConvCase k{{2, 40, 40, 64}, 3, 3, 4, 1, 1, "SAME"};
+  ASSERT_FALSE(internal::winograd_applies(window_of(k)));
+  expect_conv_and_gradients(DType::Float32, k);
+}
+
+// ---- Winograd's F(2x2, 3x3) (kernels/conv_winograd.cc) against the same references ----
+
+// 3x3 stride-1 windows with 8 channels or more in and out: outputs of even and odd sizes (a tile
+// past the edge), SAME and VALID, one image (its products sharded) and several (the images
+// sharded), channels that are not whole vectors.
+const ConvCase kWinogradCases[] = {
+    {{1, 4, 4, 8}, 3, 3, 8, 1, 1, "SAME"},   {{2, 5, 7, 8}, 3, 3, 9, 1, 1, "SAME"},
+    {{3, 6, 5, 10}, 3, 3, 8, 1, 1, "VALID"}, {{1, 9, 8, 16}, 3, 3, 12, 1, 1, "VALID"},
+    {{4, 4, 4, 32}, 3, 3, 64, 1, 1, "SAME"}, {{2, 3, 3, 8}, 3, 3, 8, 1, 1, "SAME"},
+};
+
+TEST_P(ConvOpsTest, WinogradConvolutionsMatchTheReference) {
+  for (const ConvCase& k : kWinogradCases) {
+    ASSERT_TRUE(internal::winograd_applies(window_of(k))) << describe_case(DType::Float32, k);
+    for (DType dtype : kFloatDTypes) expect_conv_and_gradients(dtype, k, /*filter_runs=*/3);
+  }
+}
+
+// 1024 tiles: several chunks of tiles per shard of images, and the filter's gradient in eight
+// parts (the same bits on every run).
+TEST_P(ConvOpsTest, LargeWinogradConvolutionsSpanChunksAndParts) {
+  const ConvCase k{{64, 8, 8, 32}, 3, 3, 64, 1, 1, "SAME"};
+  ASSERT_TRUE(internal::winograd_applies(window_of(k)));
+  expect_conv_and_gradients(DType::Float32, k, /*filter_runs=*/3);
+}
+
+// What takes im2col instead: few channels, another window or stride, an output under 2x2.
+TEST(WinogradTest, AppliesTo3x3Stride1WithEnoughChannels) {
+  EXPECT_TRUE(internal::winograd_applies(window_of({{1, 4, 4, 8}, 3, 3, 8, 1, 1, "SAME"})));
+  EXPECT_FALSE(internal::winograd_applies(window_of({{1, 8, 8, 1}, 3, 3, 32, 1, 1, "SAME"})));
+  EXPECT_FALSE(internal::winograd_applies(window_of({{1, 8, 8, 32}, 3, 3, 4, 1, 1, "SAME"})));
+  EXPECT_FALSE(internal::winograd_applies(window_of({{1, 8, 8, 8}, 3, 3, 8, 2, 2, "SAME"})));
+  EXPECT_FALSE(internal::winograd_applies(window_of({{1, 8, 8, 8}, 5, 5, 8, 1, 1, "SAME"})));
+  EXPECT_FALSE(internal::winograd_applies(window_of({{1, 8, 8, 8}, 3, 2, 8, 1, 1, "SAME"})));
+  EXPECT_FALSE(internal::winograd_applies(window_of({{1, 3, 8, 8}, 3, 3, 8, 1, 1, "VALID"})));
 }
 
 struct PoolCase {
