@@ -294,6 +294,19 @@ void transform_filter_grad(int64_t plane, const T* __restrict du, T* __restrict 
   }
 }
 
+// to = from^T, from [rows, cols], in blocks that stay in cache.
+template <class T>
+void transpose(int64_t rows, int64_t cols, const T* __restrict from, T* __restrict to) {
+  constexpr int64_t kBlock = 16;
+  for (int64_t i0 = 0; i0 < rows; i0 += kBlock) {
+    for (int64_t j0 = 0; j0 < cols; j0 += kBlock) {
+      for (int64_t i = i0; i < std::min(rows, i0 + kBlock); ++i) {
+        for (int64_t j = j0; j < std::min(cols, j0 + kBlock); ++j) to[j * rows + i] = from[i * cols + j];
+      }
+    }
+  }
+}
+
 // The most tiles of a chunk: kChunkBytes of their transforms (16 * (in_c + out_c) values each), one
 // at least.
 int64_t chunk_tiles(const Window2D& w, int64_t elem_bytes) {
@@ -365,17 +378,12 @@ void winograd_conv2d_backprop_input(const OpKernelContext& ctx, const Window2D& 
   const Tiling tl = tiling_of(w);
   const int64_t image = w.in_h * w.in_w * c;
   // U[p] transposed ([out_c, in_c]), so that each product is a plain one (OpenBLAS's
-  // transposed-operand kernels were slower at these sizes).
-  auto u = scratch_of<T>(kPositions * c * k);
-  transform_filter(c * k, f, u.get());
+  // transposed-operand kernels were slower at these sizes): the transform of the filter with its
+  // in and out channels swapped.
+  auto ft = scratch_of<T>(9 * c * k);
+  for (int64_t tap = 0; tap < 9; ++tap) transpose(c, k, f + tap * c * k, ft.get() + tap * c * k);
   auto ut = scratch_of<T>(kPositions * c * k);
-  for (int64_t p = 0; p < kPositions; ++p) {
-    const T* from = u.get() + p * c * k;
-    T* to = ut.get() + p * c * k;
-    for (int64_t i = 0; i < c; ++i) {
-      for (int64_t o = 0; o < k; ++o) to[o * c + i] = from[i * k + o];
-    }
-  }
+  transform_filter(c * k, ft.get(), ut.get());
   for_each_tile_chunk<T>(ctx, w, tl, [&](int64_t t0, int64_t n, T* s, const OpKernelContext* product) {
     // An image's dx is zeroed by the chunk that holds its first tile, before any chunk adds to it
     // (its chunks run in order on one thread).
