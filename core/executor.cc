@@ -62,13 +62,13 @@ void trace_stream_span(TraceSink& sink, const Node& node, const Device& device, 
 
 void OpKernelContext::trace_on_stream(const Device& device, const Stream& stream, int64_t start_us,
                                       const char* category) const {
-  if (p_.trace != nullptr) trace_stream_span(*p_.trace, *p_.node, device, stream, start_us, category);
+  if (step_->trace != nullptr) trace_stream_span(*step_->trace, *node_, device, stream, start_us, category);
 }
 
 void OpKernelContext::parallel_for(int64_t total, int64_t min_shard,
                                    const std::function<void(int64_t, int64_t)>& fn) const {
-  const bool host = p_.device == nullptr || p_.device->type() == "CPU";
-  internal::parallel_for(host ? p_.runner : nullptr, total, min_shard, fn);
+  const bool host = step_->device == nullptr || step_->device->type() == "CPU";
+  internal::parallel_for(host ? step_->runner : nullptr, total, min_shard, fn);
 }
 
 // ---- Plan ----

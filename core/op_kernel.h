@@ -11,6 +11,7 @@
 #include <functional>
 #include <initializer_list>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -119,33 +120,40 @@ class OpKernelContext {
     // executor sets bits; inputs[j] must then point to a Tensor the executor owns.
     uint32_t forwardable_inputs = 0;
   };
-  explicit OpKernelContext(const Params& p) : p_(p) {
-    init_outputs(static_cast<int>(p.node->output_dtypes.size()));
+  // Keeps a copy of `p`.
+  explicit OpKernelContext(const Params& p)
+      : owned_step_(p),
+        step_(&*owned_step_),
+        node_(p.node),
+        inputs_(p.inputs),
+        output_dtypes_(p.output_dtypes),
+        num_inputs_(p.num_inputs),
+        forwardable_inputs_(p.forwardable_inputs) {
+    init_outputs(p.outputs, static_cast<int>(p.node->output_dtypes.size()));
   }
   // The executor's form, for the per-node hot path: `step` holds what every node of a step shares
-  // (set once per step, long before, so copying it is cheap), and the node's own fields come as
-  // arguments, stored over the copy (`step`'s node, inputs, num_inputs, output_dtypes and
-  // outputs are ignored). `num_outputs` must be the node's output count: passing it spares a
-  // read of the Node.
+  // and is read where it is (not copied: it must outlive the context), and the node's own fields
+  // come as arguments (`step`'s node, inputs, num_inputs, output_dtypes, outputs and
+  // forwardable_inputs are ignored). `num_outputs` must be the node's output count: passing it
+  // spares a read of the Node.
   OpKernelContext(const Params& step, const Node* node, const Tensor* const* inputs, int num_inputs,
                   const DType* output_dtypes, Tensor* outputs, int num_outputs,
                   uint32_t forwardable_inputs = 0)
-      : p_(step) {
-    p_.node = node;
-    p_.inputs = inputs;
-    p_.num_inputs = num_inputs;
-    p_.output_dtypes = output_dtypes;
-    p_.outputs = outputs;
-    p_.forwardable_inputs = forwardable_inputs;
-    init_outputs(num_outputs);
+      : step_(&step),
+        node_(node),
+        inputs_(inputs),
+        output_dtypes_(output_dtypes),
+        num_inputs_(num_inputs),
+        forwardable_inputs_(forwardable_inputs) {
+    init_outputs(outputs, num_outputs);
   }
   OpKernelContext(const OpKernelContext&) = delete;
   OpKernelContext& operator=(const OpKernelContext&) = delete;
 
-  const Node& node() const { return *p_.node; }
-  const std::string& op_name() const { return p_.node->name; }
-  int num_inputs() const { return p_.num_inputs; }
-  const Tensor& input(int i) const { return *p_.inputs[i]; }
+  const Node& node() const { return *node_; }
+  const std::string& op_name() const { return node_->name; }
+  int num_inputs() const { return num_inputs_; }
+  const Tensor& input(int i) const { return *inputs_[i]; }
   int num_outputs() const { return num_outputs_; }
   void set_output(int i, Tensor t) { outputs_[i] = std::move(t); }
   // Allocates output i with the node's dtype for that output, in the device's memory. Throws
@@ -154,7 +162,7 @@ class OpKernelContext {
     outputs_[i] = allocate_temp(output_dtype(i), shape);
     return outputs_[i];
   }
-  DType output_dtype(int i) const { return p_.output_dtypes ? p_.output_dtypes[i] : p_.node->output_dtypes[i]; }
+  DType output_dtype(int i) const { return output_dtypes_ ? output_dtypes_[i] : node_->output_dtypes[i]; }
   // Output i over the buffer of the first of `candidates` (input indices) that may be forwarded
   // (Note [Forwarded inputs]) and has output i's dtype and exactly `shape`, else allocate_output(i,
   // shape). A forwarded input reads as a null tensor afterwards, so take its data pointer first;
@@ -163,9 +171,9 @@ class OpKernelContext {
   // forward_input_or_allocate_output).
   Tensor& forward_input_or_allocate_output(std::initializer_list<int> candidates, int i, const Shape& shape) {
     for (int j : candidates) {
-      if ((p_.forwardable_inputs >> j & 1u) == 0) continue;
+      if ((forwardable_inputs_ >> j & 1u) == 0) continue;
       // The executor sets the bit only for inputs in its own (mutable) slots.
-      auto& in = const_cast<Tensor&>(*p_.inputs[j]);
+      auto& in = const_cast<Tensor&>(*inputs_[j]);
       if (in.dtype() == output_dtype(i) && in.shape() == shape && is_sole_owner_of_host_buffer(in)) {
         outputs_[i] = std::move(in);
         return outputs_[i];
@@ -175,29 +183,38 @@ class OpKernelContext {
   }
   // A tensor in the device's memory (host memory on the CPU).
   Tensor allocate_temp(DType dtype, const Shape& shape) {
-    if (p_.device == nullptr || p_.device->type() == "CPU") return Tensor(dtype, shape);
-    auto t = p_.device->allocate_tensor(dtype, shape);
+    if (step_->device == nullptr || step_->device->type() == "CPU") return Tensor(dtype, shape);
+    auto t = step_->device->allocate_tensor(dtype, shape);
     t.status().raise();
     return std::move(t).value();
   }
-  Device* device() const { return p_.device; }
-  Rendezvous* rendezvous() const { return p_.rendezvous; }
-  TraceSink* trace() const { return p_.trace; }
-  StreamWork* stream_work() const { return p_.stream_work; }
-  bool allow_tf32() const { return p_.allow_tf32; }
+  Device* device() const { return step_->device; }
+  Rendezvous* rendezvous() const { return step_->rendezvous; }
+  TraceSink* trace() const { return step_->trace; }
+  StreamWork* stream_work() const { return step_->stream_work; }
+  bool allow_tf32() const { return step_->allow_tf32; }
   // What this context was made with (the node's own fields included), e.g. to make a context for
   // stream work that outlives this one.
-  const Params& params() const { return p_; }
+  Params params() const {
+    Params p = *step_;
+    p.node = node_;
+    p.inputs = inputs_;
+    p.num_inputs = num_inputs_;
+    p.output_dtypes = output_dtypes_;
+    p.outputs = owned_outputs_ ? nullptr : outputs_;
+    p.forwardable_inputs = forwardable_inputs_;
+    return p;
+  }
   // When the step is traced: reports a span of this node from `start_us` (now_micros()) to now on
   // `stream` of `device`, under `category` (the op's type when null). A kernel on a stream or a
   // copy on a copy stream traces itself this way.
   void trace_on_stream(const Device& device, const Stream& stream, int64_t start_us,
                        const char* category = nullptr) const;
   Tensor& output(int i) { return outputs_[i]; }
-  ResourceMgr& resources() const { return *p_.resources; }
-  CancellationManager& cancellation() const { return *p_.cancellation; }
-  int64_t step_id() const { return p_.step_id; }
-  void schedule(std::function<void()> fn) const { (*p_.runner)(std::move(fn)); }
+  ResourceMgr& resources() const { return *step_->resources; }
+  CancellationManager& cancellation() const { return *step_->cancellation; }
+  int64_t step_id() const { return step_->step_id; }
+  void schedule(std::function<void()> fn) const { (*step_->runner)(std::move(fn)); }
   // Intra-op parallelism (core/parallel_for.h): fn over shards of [0, total), each of at least
   // `min_shard`, on this thread and idle threads of the session's pool. Only a host CPU kernel
   // shards; elsewhere (a simulated device's stream, the kernel harness) it all runs here.
@@ -205,7 +222,7 @@ class OpKernelContext {
 
   // Records a failure; the message gets the "name (Type): " prefix.
   void fail(const Status& s) {
-    if (status_.ok() && !s.ok()) status_ = s.with_prefix(p_.node->debug_name() + ": ");
+    if (status_.ok() && !s.ok()) status_ = s.with_prefix(node_->debug_name() + ": ");
   }
   template <class... Args>
   void fail(ErrorCode code, fmt::format_string<Args...> f, Args&&... args) {
@@ -214,18 +231,27 @@ class OpKernelContext {
   const Status& status() const { return status_; }
 
  private:
-  void init_outputs(int num_outputs) {
+  void init_outputs(Tensor* outputs, int num_outputs) {
     num_outputs_ = num_outputs;
-    outputs_ = p_.outputs;
+    outputs_ = outputs;
     if (outputs_ == nullptr && num_outputs > 0) {
       owned_outputs_ = std::make_unique<Tensor[]>(num_outputs);
       outputs_ = owned_outputs_.get();
     }
   }
 
-  Params p_;
+  // What the step shares: the caller's (the executor's form) or owned_step_. The node's own fields
+  // are members, so that the executor's per-node context copies no Params (Params is trivially
+  // destructible, and so is the empty optional).
+  std::optional<Params> owned_step_;
+  const Params* step_;
+  const Node* node_;
+  const Tensor* const* inputs_;   // Not owned: valid until the kernel is done.
+  const DType* output_dtypes_;    // Not owned; null: the node's
+  int num_inputs_;
+  uint32_t forwardable_inputs_;   // Params::forwardable_inputs
   int num_outputs_ = 0;
-  Tensor* outputs_ = nullptr;  // p_.outputs, or owned_outputs_
+  Tensor* outputs_ = nullptr;  // the caller's (Params::outputs), or owned_outputs_
   std::unique_ptr<Tensor[]> owned_outputs_;
   Status status_;
 };

@@ -72,12 +72,13 @@ struct ContextRig {
   std::vector<const Tensor*> inputs;
   DType dtype = DType::Float32;
   Tensor outputs[1];
+  OpKernelContext::Params step;  // the context reads it where it is
   std::unique_ptr<OpKernelContext> ctx;
 
   ContextRig(std::vector<const Tensor*> ins, uint32_t forwardable, DType output_dtype = DType::Float32)
       : inputs(std::move(ins)), dtype(output_dtype) {
     node_output = probe(ops::constant(g, floats({0, 0, 0, 0})), "probe");
-    ctx = std::make_unique<OpKernelContext>(OpKernelContext::Params{}, node_output.node(), inputs.data(),
+    ctx = std::make_unique<OpKernelContext>(step, node_output.node(), inputs.data(),
                                             static_cast<int>(inputs.size()), &dtype, outputs, 1, forwardable);
   }
 };
