@@ -37,6 +37,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <memory>
 
 #include "core/op_kernel.h"
@@ -341,8 +342,10 @@ void for_each_tile_chunk(const OpKernelContext& ctx, const Window2D& w, const Ti
 }  // namespace
 
 bool winograd_applies(const Window2D& w) {
+  // (The products' row strides, 16 channels' worth, must fit BLAS's int as im2col's do.)
   return w.k_h == 3 && w.k_w == 3 && w.stride_h == 1 && w.stride_w == 1 && w.in_c >= kMinChannels &&
-         w.out_c >= kMinChannels && w.out_h >= 2 && w.out_w >= 2;
+         w.out_c >= kMinChannels && w.out_h >= 2 && w.out_w >= 2 &&
+         kPositions * std::max(w.in_c, w.out_c) <= std::numeric_limits<int>::max();
 }
 
 template <class T>

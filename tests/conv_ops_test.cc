@@ -426,7 +426,8 @@ TEST_P(ConvOpsTest, LargeWinogradConvolutionsSpanChunksAndParts) {
   expect_conv_and_gradients(DType::Float32, k, /*filter_runs=*/3);
 }
 
-// What takes im2col instead: few channels, another window or stride, an output under 2x2.
+// What takes im2col instead: few channels, another window or stride, an output under 2x2, channels
+// past BLAS's int.
 TEST(WinogradTest, AppliesTo3x3Stride1WithEnoughChannels) {
   EXPECT_TRUE(internal::winograd_applies(window_of({{1, 4, 4, 8}, 3, 3, 8, 1, 1, "SAME"})));
   EXPECT_FALSE(internal::winograd_applies(window_of({{1, 8, 8, 1}, 3, 3, 32, 1, 1, "SAME"})));
@@ -435,6 +436,8 @@ TEST(WinogradTest, AppliesTo3x3Stride1WithEnoughChannels) {
   EXPECT_FALSE(internal::winograd_applies(window_of({{1, 8, 8, 8}, 5, 5, 8, 1, 1, "SAME"})));
   EXPECT_FALSE(internal::winograd_applies(window_of({{1, 8, 8, 8}, 3, 2, 8, 1, 1, "SAME"})));
   EXPECT_FALSE(internal::winograd_applies(window_of({{1, 3, 8, 8}, 3, 3, 8, 1, 1, "VALID"})));
+  // 16 x 200 million channels, its products' row stride, is past BLAS's int (9 x, im2col's, is not).
+  EXPECT_FALSE(internal::winograd_applies(window_of({{1, 4, 4, 200'000'000}, 3, 3, 8, 1, 1, "SAME"})));
 }
 
 struct PoolCase {
