@@ -431,6 +431,11 @@ std::unique_ptr<StepArrays> Plan::acquire_arrays() const {
   a->slots = std::make_unique<Tensor[]>(num_slots);
   a->pending = std::make_unique<std::atomic<int>[]>(nodes.size());
   a->slot_uses = std::make_unique<std::atomic<int>[]>(num_slots);
+  a->inputs = std::make_unique<const Tensor*[]>(inputs.size());
+  for (std::size_t j = 0; j < inputs.size(); ++j) {
+    const PlanInput in = inputs[j];
+    a->inputs[j] = in.release == PlanInput::kPinned ? &constants[in.slot].second : &a->slots[in.slot];
+  }
   return a;
 }
 
@@ -458,12 +463,12 @@ __attribute__((tls_model("initial-exec"))) constinit thread_local const RunState
 
 RunState::RunState(const Options& options)
     : opt_(options), plan_(*options.plan), nodes_(plan_.nodes.data()), inputs_(plan_.inputs.data()),
-      successors_(plan_.successors.data()), output_dtypes_(plan_.output_dtypes.data()),
-      constants_(plan_.constants.data()) {
+      successors_(plan_.successors.data()), output_dtypes_(plan_.output_dtypes.data()) {
   arrays_ = plan_.acquire_arrays();
   slots_ = arrays_->slots.get();
   pending_ = arrays_->pending.get();
   slot_uses_ = arrays_->slot_uses.get();
+  input_ptrs_ = arrays_->inputs.get();
   reset_counters();
   step_params_.resources = opt_.resources;
   step_params_.cancellation = &cancellation_;
@@ -831,12 +836,12 @@ void RunState::run_loop(int first, std::vector<int>* stack_ptr) {
 
 bool RunState::run_async_node(int i, int64_t start, std::vector<int>* ready) {
   const PlanNode& pn = nodes_[i];
-  // The context and its inputs must outlive this frame: they live in one AsyncCall until the
-  // kernel calls done (whose closure, two pointers, needs no allocation of its own).
-  auto* call = new AsyncCall(pn.num_inputs, i, start);
-  for (int j = 0; j < pn.num_inputs; ++j) call->inputs[j] = input(inputs_[pn.first_input + j]);
-  call->ctx.emplace(step_params_, pn.node, call->inputs, pn.num_inputs, output_dtypes_ + pn.first_output,
-                    slots_ + pn.first_output_slot, pn.num_outputs);
+  // The context must outlive this frame: it lives in an AsyncCall until the kernel calls done
+  // (whose closure, two pointers, needs no allocation of its own). Its inputs are the step's
+  // (StepArrays::inputs), which outlive every node.
+  auto* call = new AsyncCall(i, start);
+  call->ctx.emplace(step_params_, pn.node, input_ptrs_ + pn.first_input, pn.num_inputs,
+                    output_dtypes_ + pn.first_output, slots_ + pn.first_output_slot, pn.num_outputs);
   bool threw = false;
   try {
     pn.kernel->compute_async(*call->ctx, [this, call] {
@@ -861,20 +866,12 @@ bool RunState::run_async_node(int i, int64_t start, std::vector<int>* ready) {
 
 TESSERA_HOT_INLINE void RunState::run_sync(int i, int64_t start, std::vector<int>* ready, Tensor* discard) {
   const PlanNode& pn = nodes_[i];
-  constexpr int kInlineInputs = 8;
-  const Tensor* small[kInlineInputs];
-  std::unique_ptr<const Tensor*[]> big;
-  const Tensor** inputs = small;
-  if (pn.num_inputs > kInlineInputs) {
-    big = std::make_unique<const Tensor*[]>(pn.num_inputs);
-    inputs = big.get();
-  }
-  for (int j = 0; j < pn.num_inputs; ++j) inputs[j] = input(inputs_[pn.first_input + j]);
   // The kernel writes its outputs straight into the node's slots (see complete()), or an output
   // no one reads into `discard`.
   Tensor* outputs = pn.discard_output ? discard : slots_ + pn.first_output_slot;
-  OpKernelContext ctx(step_params_, pn.node, inputs, pn.num_inputs, output_dtypes_ + pn.first_output,
-                      outputs, pn.num_outputs, pn.forwardable_inputs & forward_mask_);
+  OpKernelContext ctx(step_params_, pn.node, input_ptrs_ + pn.first_input, pn.num_inputs,
+                      output_dtypes_ + pn.first_output, outputs, pn.num_outputs,
+                      pn.forwardable_inputs & forward_mask_);
   try {
     pn.kernel->compute(ctx);
   } catch (...) {

@@ -67,6 +67,9 @@ struct StepArrays {
   std::unique_ptr<Tensor[]> slots;
   std::unique_ptr<std::atomic<int>[]> pending;
   std::unique_ptr<std::atomic<int>[]> slot_uses;
+  // Per Plan::inputs, the tensor that input reads: a slot above, or a constant of the plan. A
+  // node's inputs are a run of it, which its kernel's context reads in place.
+  std::unique_ptr<const Tensor*[]> inputs;
 };
 
 struct Plan {
@@ -198,10 +201,6 @@ class RunState final : public TraceSink, public StreamWork {
     const int c = s - plan_.first_constant_slot;
     return c < 0 ? &slots_[s] : &plan_.constants[c].second;
   }
-  // The value an input reads.
-  const Tensor* input(PlanInput in) const {
-    return in.release == PlanInput::kPinned ? &constants_[in.slot].second : &slots_[in.slot];
-  }
   void process(int node_index);
   // The counters a step starts with (Plan::counted_nodes, counted_slots).
   void reset_counters();
@@ -217,25 +216,17 @@ class RunState final : public TraceSink, public StreamWork {
   // Starts an async kernel; true when it finished before returning (it is then completed), false
   // when on_async_done will complete it.
   bool run_async_node(int node_index, int64_t start, std::vector<int>* ready);
-  // An async kernel's call in flight: its context and inputs, and whether done() came before
-  // compute_async returned (Note [Async kernels]).
+  // An async kernel's call in flight: its context, and whether done() came before compute_async
+  // returned (Note [Async kernels]).
   struct AsyncCall {
     enum : int { kRunning, kDoneEarly, kReturned };
-    AsyncCall(int num_inputs, int node, int64_t start)
-        : node_index(node), start_us(start),
-          inputs(num_inputs <= kInline ? inline_inputs : new const Tensor*[num_inputs]) {}
-    ~AsyncCall() {
-      if (inputs != inline_inputs) delete[] inputs;
-    }
+    AsyncCall(int node, int64_t start) : node_index(node), start_us(start) {}
     AsyncCall(const AsyncCall&) = delete;
     AsyncCall& operator=(const AsyncCall&) = delete;
 
-    static constexpr int kInline = 4;
     std::atomic<int> phase{kRunning};
     const int node_index;
     const int64_t start_us;
-    const Tensor* inline_inputs[kInline] = {};
-    const Tensor** inputs;  // inline_inputs or owned
     std::optional<OpKernelContext> ctx;
   };
   void on_async_done(AsyncCall* call);
@@ -271,8 +262,7 @@ class RunState final : public TraceSink, public StreamWork {
   const PlanInput* const inputs_;
   const int* const successors_;
   const DType* const output_dtypes_;
-  const std::pair<int, Tensor>* const constants_;
-  // The kernel context fields every node of this step shares (set once, copied per node).
+  // The kernel context fields every node of this step shares (set once, read by every node's).
   OpKernelContext::Params step_params_;
   // ANDed with PlanNode::forwardable_inputs: all ones where this step's kernels may take over
   // their inputs (host memory, no capture: Note [Forwarded inputs]), else 0.
@@ -281,6 +271,7 @@ class RunState final : public TraceSink, public StreamWork {
   Tensor* slots_;                     // arrays_->slots
   std::atomic<int>* pending_;         // arrays_->pending
   std::atomic<int>* slot_uses_;       // arrays_->slot_uses
+  const Tensor* const* input_ptrs_;   // arrays_->inputs
   std::atomic<int64_t> outstanding_{0};
   std::atomic<bool> aborted_{false};
   std::atomic<bool> abort_reported_{false};

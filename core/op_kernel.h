@@ -174,7 +174,9 @@ class OpKernelContext {
       if ((forwardable_inputs_ >> j & 1u) == 0) continue;
       // The executor sets the bit only for inputs in its own (mutable) slots.
       auto& in = const_cast<Tensor&>(*inputs_[j]);
-      if (in.dtype() == output_dtype(i) && in.shape() == shape && is_sole_owner_of_host_buffer(in)) {
+      // (`shape` is often the input's own: no comparison then.)
+      if (in.dtype() == output_dtype(i) && (&in.shape() == &shape || in.shape() == shape) &&
+          is_sole_owner_of_host_buffer(in)) {
         outputs_[i] = std::move(in);
         return outputs_[i];
       }
