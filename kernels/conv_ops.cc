@@ -82,21 +82,10 @@ inline void zero_values(T* dst, int64_t n) {
 // image in the input. (Counters, not a division per row.)
 template <class F>
 void for_each_position(const Window2D& w, int64_t row0, int64_t rows, F visit) {
-  if (rows <= 0) return;
-  int64_t ow = row0 % w.out_w;
-  int64_t oh = (row0 / w.out_w) % w.out_h;
-  int64_t n = row0 / (w.out_w * w.out_h);
   const int64_t image = w.in_h * w.in_w * w.in_c;
-  for (int64_t row = row0; row < row0 + rows; ++row) {
-    visit(row, oh * w.stride_h - w.pad_top, ow * w.stride_w - w.pad_left, n * image);
-    if (++ow == w.out_w) {
-      ow = 0;
-      if (++oh == w.out_h) {
-        oh = 0;
-        ++n;
-      }
-    }
-  }
+  for_each_grid_position(w.out_h, w.out_w, row0, rows, [&](int64_t k, int64_t n, int64_t oh, int64_t ow) {
+    visit(row0 + k, oh * w.stride_h - w.pad_top, ow * w.stride_w - w.pad_left, n * image);
+  });
 }
 
 // The patches of output rows [row0, row0 + rows) into `patches` ([rows, K]); padding is zeros.

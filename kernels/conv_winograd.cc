@@ -39,7 +39,10 @@
 #include <cstring>
 #include <limits>
 #include <memory>
+#include <type_traits>
+#include <utility>
 
+#include "core/conv_ops.h"
 #include "core/op_kernel.h"
 #include "kernels/blas.h"
 
@@ -73,19 +76,7 @@ std::unique_ptr<T[]> scratch_of(int64_t n) {
 // row and column among the image's tiles.
 template <class F>
 void for_each_tile(const Tiling& tl, int64_t t0, int64_t n, F visit) {
-  int64_t j = t0 % tl.cols;
-  int64_t i = (t0 / tl.cols) % tl.rows;
-  int64_t image = t0 / tl.per_image();
-  for (int64_t t = 0; t < n; ++t) {
-    visit(t, image, i, j);
-    if (++j == tl.cols) {
-      j = 0;
-      if (++i == tl.rows) {
-        i = 0;
-        ++image;
-      }
-    }
-  }
+  for_each_grid_position(tl.rows, tl.cols, t0, n, visit);
 }
 
 // The 4x4 block of `image`'s input whose top-left corner is (h0, w0) into d (row 4 * a + b holds
@@ -156,142 +147,76 @@ void scatter_output(const Window2D& w, const T* g, int64_t image, int64_t h0, in
   }
 }
 
-// The transforms, each over a run of channels (the innermost, vectorized loop). A transformed tile
-// goes to out[p * plane + channel] (its row in the positions' GEMM operands). The 16 rows of a tile
-// are one pointer apart by `plane`, which the compiler cannot prove keeps them apart, and more
-// pairs than it checks at run time: without `ivdep` the loops stay scalar (and the transforms took
-// more time than the products).
-#define TESSERA_CHANNEL_LOOP _Pragma("GCC ivdep")
+// The transforms. Each is Y = L X L^T for one tile and channel, where the gradients' matrices are
+// the transposes of the forward ones:
+//   V  = B^T d B   (input)           dd = B dV B^T    (its transpose, the input's gradient)
+//   y  = A^T M A   (output)          dM = A dy A^T    (the output's gradient)
+//   U  = G g G^T   (filter)          dg = G^T dU G    (the filter's gradient)
+template <int kRows, int kCols>
+struct Matrix {
+  double at[kRows][kCols];
+};
 
-// V = B^T d B, B^T = [1 0 -1 0; 0 1 1 0; 0 -1 1 0; 0 1 0 -1]; d as gather_input lays it out.
-template <class T>
-void transform_input(int64_t c, const T* __restrict d, T* __restrict out, int64_t plane) {
-  TESSERA_CHANNEL_LOOP
-  for (int64_t ch = 0; ch < c; ++ch) {
-    T r[4][4];
-    for (int b = 0; b < 4; ++b) {
-      const T d0 = d[b * c + ch], d1 = d[(4 + b) * c + ch], d2 = d[(8 + b) * c + ch], d3 = d[(12 + b) * c + ch];
-      r[0][b] = d0 - d2;
-      r[1][b] = d1 + d2;
-      r[2][b] = d2 - d1;
-      r[3][b] = d1 - d3;
-    }
-    for (int a = 0; a < 4; ++a) {
-      out[(a * 4 + 0) * plane + ch] = r[a][0] - r[a][2];
-      out[(a * 4 + 1) * plane + ch] = r[a][1] + r[a][2];
-      out[(a * 4 + 2) * plane + ch] = r[a][2] - r[a][1];
-      out[(a * 4 + 3) * plane + ch] = r[a][1] - r[a][3];
-    }
+template <int kRows, int kCols>
+constexpr Matrix<kCols, kRows> transposed(const Matrix<kRows, kCols>& m) {
+  Matrix<kCols, kRows> t{};
+  for (int i = 0; i < kRows; ++i) {
+    for (int j = 0; j < kCols; ++j) t.at[j][i] = m.at[i][j];
+  }
+  return t;
+}
+
+constexpr Matrix<4, 4> kBt{{{1, 0, -1, 0}, {0, 1, 1, 0}, {0, -1, 1, 0}, {0, 1, 0, -1}}};
+constexpr Matrix<2, 4> kAt{{{1, 1, 1, 0}, {0, 1, -1, -1}}};
+constexpr Matrix<4, 3> kG{{{1, 0, 0}, {0.5, 0.5, 0.5}, {0.5, -0.5, 0.5}, {0, 0, 1}}};
+constexpr Matrix<4, 4> kB = transposed(kBt);
+constexpr Matrix<4, 2> kA = transposed(kAt);
+constexpr Matrix<3, 4> kGt = transposed(kG);
+
+// sum += kCoef * v, the first term assigned: zero coefficients cost nothing and ±1 no product
+// (the coefficients are template arguments, so each transform compiles to its additions).
+template <double kCoef, class T>
+inline void add_term(T& sum, bool& any, T v) {
+  if constexpr (kCoef != 0) {
+    const T t = kCoef == 1 ? v : kCoef == -1 ? -v : static_cast<T>(kCoef) * v;
+    sum = any ? sum + t : t;
+    any = true;
   }
 }
 
-// d = B dV B^T (the transpose of transform_input), into d as gather_input lays it out.
-template <class T>
-void transform_input_grad(int64_t c, const T* __restrict dv, int64_t plane, T* __restrict d) {
-  TESSERA_CHANNEL_LOOP
-  for (int64_t ch = 0; ch < c; ++ch) {
-    T r[4][4];
-    for (int q = 0; q < 4; ++q) {
-      const T v0 = dv[q * plane + ch], v1 = dv[(4 + q) * plane + ch], v2 = dv[(8 + q) * plane + ch],
-              v3 = dv[(12 + q) * plane + ch];
-      r[0][q] = v0;
-      r[1][q] = v1 - v2 + v3;
-      r[2][q] = v1 + v2 - v0;
-      r[3][q] = -v3;
-    }
-    for (int a = 0; a < 4; ++a) {
-      d[(a * 4 + 0) * c + ch] = r[a][0];
-      d[(a * 4 + 1) * c + ch] = r[a][1] - r[a][2] + r[a][3];
-      d[(a * 4 + 2) * c + ch] = r[a][1] + r[a][2] - r[a][0];
-      d[(a * 4 + 3) * c + ch] = -r[a][3];
-    }
-  }
+// Row `row` of L times v (L's columns' worth of values).
+template <const auto& L, int row, class T, int... col>
+inline T row_times(const T* v, std::integer_sequence<int, col...>) {
+  T sum{};
+  bool any = false;
+  (add_term<L.at[row][col]>(sum, any, v[col]), ...);
+  return sum;
 }
 
-// y = A^T M A, A^T = [1 1 1 0; 0 1 -1 -1], into y as gather_output lays it out.
-template <class T>
-void transform_output(int64_t c, const T* __restrict m, int64_t plane, T* __restrict y) {
-  TESSERA_CHANNEL_LOOP
-  for (int64_t k = 0; k < c; ++k) {
-    T s[2][4];
-    for (int b = 0; b < 4; ++b) {
-      const T m0 = m[b * plane + k], m1 = m[(4 + b) * plane + k], m2 = m[(8 + b) * plane + k],
-              m3 = m[(12 + b) * plane + k];
-      s[0][b] = m0 + m1 + m2;
-      s[1][b] = m1 - m2 - m3;
+// Y = L X L^T for each of n channels (the innermost, vectorized loop): X [k, k] (k = L's
+// columns) at src[(a * k + b) * src_stride + channel], Y [m, m] (m = L's rows) to
+// dst[(a * m + b) * dst_stride + channel]. A tile's rows lie `stride` apart, which the compiler
+// cannot prove keeps them apart, and more pairs than it checks at run time: without `ivdep` the
+// loop stays scalar (and the transforms took more time than the products).
+template <const auto& L, class T>
+void transform(int64_t n, const T* __restrict src, int64_t src_stride, T* __restrict dst, int64_t dst_stride) {
+  constexpr int kIn = std::extent_v<decltype(L.at), 1>;
+  constexpr int kOut = std::extent_v<decltype(L.at), 0>;
+  constexpr auto in = std::make_integer_sequence<int, kIn>();
+  constexpr auto out = std::make_integer_sequence<int, kOut>();
+#pragma GCC ivdep
+  for (int64_t ch = 0; ch < n; ++ch) {
+    T xt[kIn][kIn];  // X transposed: xt[b] is column b
+    for (int a = 0; a < kIn; ++a) {
+      for (int b = 0; b < kIn; ++b) xt[b][a] = src[(a * kIn + b) * src_stride + ch];
     }
-    for (int a = 0; a < 2; ++a) {
-      y[(a * 2 + 0) * c + k] = s[a][0] + s[a][1] + s[a][2];
-      y[(a * 2 + 1) * c + k] = s[a][1] - s[a][2] - s[a][3];
-    }
-  }
-}
-
-// dM = A g A^T (the transpose of transform_output); g as gather_output lays it out.
-template <class T>
-void transform_output_grad(int64_t c, const T* __restrict g, T* __restrict out, int64_t plane) {
-  TESSERA_CHANNEL_LOOP
-  for (int64_t k = 0; k < c; ++k) {
-    T r[4][2];
-    for (int b = 0; b < 2; ++b) {
-      const T g0 = g[b * c + k], g1 = g[(2 + b) * c + k];
-      r[0][b] = g0;
-      r[1][b] = g0 + g1;
-      r[2][b] = g0 - g1;
-      r[3][b] = -g1;
-    }
-    for (int a = 0; a < 4; ++a) {
-      out[(a * 4 + 0) * plane + k] = r[a][0];
-      out[(a * 4 + 1) * plane + k] = r[a][0] + r[a][1];
-      out[(a * 4 + 2) * plane + k] = r[a][0] - r[a][1];
-      out[(a * 4 + 3) * plane + k] = -r[a][1];
-    }
-  }
-}
-
-// U = G g G^T, G = [1 0 0; 1/2 1/2 1/2; 1/2 -1/2 1/2; 0 0 1], for every (in, out) channel pair:
-// f is HWIO [3, 3, in_c, out_c], u is [16, in_c, out_c].
-template <class T>
-void transform_filter(int64_t plane, const T* __restrict f, T* __restrict u) {
-  const T half = T{0.5};
-  TESSERA_CHANNEL_LOOP
-  for (int64_t i = 0; i < plane; ++i) {
-    T r[4][3];
-    for (int b = 0; b < 3; ++b) {
-      const T g0 = f[b * plane + i], g1 = f[(3 + b) * plane + i], g2 = f[(6 + b) * plane + i];
-      r[0][b] = g0;
-      r[1][b] = (g0 + g1 + g2) * half;
-      r[2][b] = (g0 - g1 + g2) * half;
-      r[3][b] = g2;
-    }
-    for (int a = 0; a < 4; ++a) {
-      u[(a * 4 + 0) * plane + i] = r[a][0];
-      u[(a * 4 + 1) * plane + i] = (r[a][0] + r[a][1] + r[a][2]) * half;
-      u[(a * 4 + 2) * plane + i] = (r[a][0] - r[a][1] + r[a][2]) * half;
-      u[(a * 4 + 3) * plane + i] = r[a][2];
-    }
-  }
-}
-
-// dg = G^T dU G (the transpose of transform_filter), into HWIO df.
-template <class T>
-void transform_filter_grad(int64_t plane, const T* __restrict du, T* __restrict df) {
-  const T half = T{0.5};
-  TESSERA_CHANNEL_LOOP
-  for (int64_t i = 0; i < plane; ++i) {
-    T r[3][4];
-    for (int q = 0; q < 4; ++q) {
-      const T v0 = du[q * plane + i], v1 = du[(4 + q) * plane + i], v2 = du[(8 + q) * plane + i],
-              v3 = du[(12 + q) * plane + i];
-      r[0][q] = v0 + (v1 + v2) * half;
-      r[1][q] = (v1 - v2) * half;
-      r[2][q] = (v1 + v2) * half + v3;
-    }
-    for (int a = 0; a < 3; ++a) {
-      df[(a * 3 + 0) * plane + i] = r[a][0] + (r[a][1] + r[a][2]) * half;
-      df[(a * 3 + 1) * plane + i] = (r[a][1] - r[a][2]) * half;
-      df[(a * 3 + 2) * plane + i] = (r[a][1] + r[a][2]) * half + r[a][3];
-    }
+    T r[kOut][kIn];  // L X
+    [&]<int... row>(std::integer_sequence<int, row...>) {
+      for (int b = 0; b < kIn; ++b) ((r[row][b] = row_times<L, row>(xt[b], in)), ...);
+    }(out);
+    [&]<int... col>(std::integer_sequence<int, col...>) {  // (L X) L^T
+      for (int a = 0; a < kOut; ++a) ((dst[(a * kOut + col) * dst_stride + ch] = row_times<L, col>(r[a], in)), ...);
+    }(out);
   }
 }
 
@@ -348,29 +273,46 @@ bool winograd_applies(const Window2D& w) {
          kPositions * std::max(w.in_c, w.out_c) <= std::numeric_limits<int>::max();
 }
 
+// A chunk of the forward op or of the input's gradient, tiles [t0, t0 + n): load(tile, image, i,
+// j, row) gathers and transforms each tile into its row of `from` ([n, 16, from_c]); 16 products
+// with the transformed filter (wt[p], [from_c, to_c]) make `to` ([n, 16, to_c]); store(row, tile,
+// image, i, j) transforms each tile of it back and writes it out. `tile` is one tile's scratch.
+template <class T, class Load, class Store>
+void tile_products(const OpKernelContext* product, const Tiling& tl, int64_t t0, int64_t n, int64_t from_c,
+                   int64_t to_c, const T* wt, T* scratch, Load load, Store store) {
+  T* from = scratch;
+  T* to = from + n * kPositions * from_c;
+  T* tile = to + n * kPositions * to_c;
+  for_each_tile(tl, t0, n, [&](int64_t t, int64_t image, int64_t i, int64_t j) {
+    load(tile, image, i, j, from + t * kPositions * from_c);
+  });
+  for (int64_t p = 0; p < kPositions; ++p) {
+    gemm(product, false, false, n, to_c, from_c, from + p * from_c, kPositions * from_c, wt + p * from_c * to_c,
+         to_c, T{0}, to + p * to_c, kPositions * to_c);
+  }
+  for_each_tile(tl, t0, n, [&](int64_t t, int64_t image, int64_t i, int64_t j) {
+    store(to + t * kPositions * to_c, tile, image, i, j);
+  });
+}
+
 template <class T>
 void winograd_conv2d(const OpKernelContext& ctx, const Window2D& w, const T* x, const T* f, T* out) {
   const int64_t c = w.in_c;
   const int64_t k = w.out_c;
   const Tiling tl = tiling_of(w);
   auto u = scratch_of<T>(kPositions * c * k);
-  transform_filter(c * k, f, u.get());
+  transform<kG>(c * k, f, c * k, u.get(), c * k);
   for_each_tile_chunk<T>(ctx, w, tl, [&](int64_t t0, int64_t n, T* s, const OpKernelContext* product) {
-    T* v = s;
-    T* m = v + n * kPositions * c;
-    T* tile = m + n * kPositions * k;
-    for_each_tile(tl, t0, n, [&](int64_t t, int64_t image, int64_t i, int64_t j) {
-      gather_input(w, x, image, 2 * i - w.pad_top, 2 * j - w.pad_left, tile);
-      transform_input(c, tile, v + t * kPositions * c, c);
-    });
-    for (int64_t p = 0; p < kPositions; ++p) {
-      gemm(product, false, false, n, k, c, v + p * c, kPositions * c, u.get() + p * c * k, k, T{0}, m + p * k,
-           kPositions * k);
-    }
-    for_each_tile(tl, t0, n, [&](int64_t t, int64_t image, int64_t i, int64_t j) {
-      transform_output(k, m + t * kPositions * k, k, tile);
-      scatter_output(w, tile, image, 2 * i, 2 * j, out);
-    });
+    tile_products(
+        product, tl, t0, n, c, k, u.get(), s,
+        [&](T* tile, int64_t image, int64_t i, int64_t j, T* row) {
+          gather_input(w, x, image, 2 * i - w.pad_top, 2 * j - w.pad_left, tile);
+          transform<kBt>(c, tile, c, row, c);
+        },
+        [&](const T* row, T* tile, int64_t image, int64_t i, int64_t j) {
+          transform<kAt>(k, row, k, tile, k);
+          scatter_output(w, tile, image, 2 * i, 2 * j, out);
+        });
   });
 }
 
@@ -379,35 +321,30 @@ void winograd_conv2d_backprop_input(const OpKernelContext& ctx, const Window2D& 
   const int64_t c = w.in_c;
   const int64_t k = w.out_c;
   const Tiling tl = tiling_of(w);
-  const int64_t image = w.in_h * w.in_w * c;
+  const int64_t image_size = w.in_h * w.in_w * c;
   // U[p] transposed ([out_c, in_c]), so that each product is a plain one (OpenBLAS's
   // transposed-operand kernels were slower at these sizes): the transform of the filter with its
   // in and out channels swapped.
   auto ft = scratch_of<T>(9 * c * k);
   for (int64_t tap = 0; tap < 9; ++tap) transpose(c, k, f + tap * c * k, ft.get() + tap * c * k);
   auto ut = scratch_of<T>(kPositions * c * k);
-  transform_filter(c * k, ft.get(), ut.get());
+  transform<kG>(c * k, ft.get(), c * k, ut.get(), c * k);
   for_each_tile_chunk<T>(ctx, w, tl, [&](int64_t t0, int64_t n, T* s, const OpKernelContext* product) {
     // An image's dx is zeroed by the chunk that holds its first tile, before any chunk adds to it
     // (its chunks run in order on one thread).
     const int64_t n0 = (t0 + tl.per_image() - 1) / tl.per_image();
     const int64_t n1 = (t0 + n + tl.per_image() - 1) / tl.per_image();
-    std::fill(dx + n0 * image, dx + n1 * image, T{0});
-    T* dm = s;
-    T* dv = dm + n * kPositions * k;
-    T* tile = dv + n * kPositions * c;
-    for_each_tile(tl, t0, n, [&](int64_t t, int64_t img, int64_t i, int64_t j) {
-      gather_output(w, dy, img, 2 * i, 2 * j, tile);
-      transform_output_grad(k, tile, dm + t * kPositions * k, k);
-    });
-    for (int64_t p = 0; p < kPositions; ++p) {
-      gemm(product, false, false, n, c, k, dm + p * k, kPositions * k, ut.get() + p * c * k, c, T{0}, dv + p * c,
-           kPositions * c);
-    }
-    for_each_tile(tl, t0, n, [&](int64_t t, int64_t img, int64_t i, int64_t j) {
-      transform_input_grad(c, dv + t * kPositions * c, c, tile);
-      scatter_add_input(w, tile, img, 2 * i - w.pad_top, 2 * j - w.pad_left, dx);
-    });
+    std::fill(dx + n0 * image_size, dx + n1 * image_size, T{0});
+    tile_products(
+        product, tl, t0, n, k, c, ut.get(), s,
+        [&](T* tile, int64_t image, int64_t i, int64_t j, T* row) {
+          gather_output(w, dy, image, 2 * i, 2 * j, tile);
+          transform<kA>(k, tile, k, row, k);
+        },
+        [&](const T* row, T* tile, int64_t image, int64_t i, int64_t j) {
+          transform<kB>(c, row, c, tile, c);
+          scatter_add_input(w, tile, image, 2 * i - w.pad_top, 2 * j - w.pad_left, dx);
+        });
   });
 }
 
@@ -434,9 +371,9 @@ void winograd_conv2d_backprop_filter(const OpKernelContext& ctx, const Window2D&
       T* tile = dm + n * kPositions * k;
       for_each_tile(tl, t0, n, [&](int64_t t, int64_t image, int64_t i, int64_t j) {
         gather_input(w, x, image, 2 * i - w.pad_top, 2 * j - w.pad_left, tile);
-        transform_input(c, tile, v + t * kPositions * c, c);
+        transform<kBt>(c, tile, c, v + t * kPositions * c, c);
         gather_output(w, dy, image, 2 * i, 2 * j, tile);
-        transform_output_grad(k, tile, dm + t * kPositions * k, k);
+        transform<kA>(k, tile, k, dm + t * kPositions * k, k);
       });
       const T beta = t0 == begin ? T{0} : T{1};
       for (int64_t p = 0; p < kPositions; ++p) {
@@ -464,10 +401,8 @@ void winograd_conv2d_backprop_filter(const OpKernelContext& ctx, const Window2D&
       }
     });
   }
-  transform_filter_grad(plane, du.get(), df);
+  transform<kGt>(plane, du.get(), plane, df, plane);
 }
-
-#undef TESSERA_CHANNEL_LOOP
 
 #define TESSERA_WINOGRAD_INSTANTIATE(T)                                                                        \
   template void winograd_conv2d<T>(const OpKernelContext&, const Window2D&, const T*, const T*, T*);           \
