@@ -47,7 +47,6 @@ struct Window2D : WindowDims {
   Status check_gemm_dims() const;
 };
 
-// A window op's attrs as its node keeps them: "strides", "padding" and, for pools, "ksize".
 // Calls visit(k, image, r, c) for the positions [first, first + count) of images of rows x cols
 // positions each, in row-major order (k counted from 0): a kernel's walk over output positions or
 // tiles, with counters instead of a division per position.
@@ -69,6 +68,7 @@ void for_each_grid_position(int64_t rows, int64_t cols, int64_t first, int64_t c
   }
 }
 
+// A window op's attrs as its node keeps them: "strides", "padding" and, for pools, "ksize".
 struct WindowAttrs {
   std::vector<int64_t> ksize;  // empty for the convolutions
   std::vector<int64_t> strides;
