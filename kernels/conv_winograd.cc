@@ -47,7 +47,9 @@
 #include "kernels/blas.h"
 
 namespace tessera::internal {
-namespace {
+// A named namespace, not an anonymous one: the demo's unity build compiles this file in one unit
+// with conv_ops.cc, whose anonymous namespace has helpers of the same names.
+namespace winograd {
 
 // The fewest channels in and out for which the transforms pay (winograd_applies).
 constexpr int64_t kMinChannels = 8;
@@ -264,15 +266,6 @@ void for_each_tile_chunk(const OpKernelContext& ctx, const Window2D& w, const Ti
   });
 }
 
-}  // namespace
-
-bool winograd_applies(const Window2D& w) {
-  // (The products' row strides, 16 channels' worth, must fit BLAS's int as im2col's do.)
-  return w.k_h == 3 && w.k_w == 3 && w.stride_h == 1 && w.stride_w == 1 && w.in_c >= kMinChannels &&
-         w.out_c >= kMinChannels && w.out_h >= 2 && w.out_w >= 2 &&
-         kPositions * std::max(w.in_c, w.out_c) <= std::numeric_limits<int>::max();
-}
-
 // A chunk of the forward op or of the input's gradient, tiles [t0, t0 + n): load(tile, image, i,
 // j, row) gathers and transforms each tile into its row of `from` ([n, 16, from_c]); 16 products
 // with the transformed filter (wt[p], [from_c, to_c]) make `to` ([n, 16, to_c]); store(row, tile,
@@ -295,8 +288,15 @@ void tile_products(const OpKernelContext* product, const Tiling& tl, int64_t t0,
   });
 }
 
+bool applies(const Window2D& w) {
+  // (The products' row strides, 16 channels' worth, must fit BLAS's int as im2col's do.)
+  return w.k_h == 3 && w.k_w == 3 && w.stride_h == 1 && w.stride_w == 1 && w.in_c >= kMinChannels &&
+         w.out_c >= kMinChannels && w.out_h >= 2 && w.out_w >= 2 &&
+         kPositions * std::max(w.in_c, w.out_c) <= std::numeric_limits<int>::max();
+}
+
 template <class T>
-void winograd_conv2d(const OpKernelContext& ctx, const Window2D& w, const T* x, const T* f, T* out) {
+void forward(const OpKernelContext& ctx, const Window2D& w, const T* x, const T* f, T* out) {
   const int64_t c = w.in_c;
   const int64_t k = w.out_c;
   const Tiling tl = tiling_of(w);
@@ -317,7 +317,7 @@ void winograd_conv2d(const OpKernelContext& ctx, const Window2D& w, const T* x, 
 }
 
 template <class T>
-void winograd_conv2d_backprop_input(const OpKernelContext& ctx, const Window2D& w, const T* f, const T* dy, T* dx) {
+void backprop_input(const OpKernelContext& ctx, const Window2D& w, const T* f, const T* dy, T* dx) {
   const int64_t c = w.in_c;
   const int64_t k = w.out_c;
   const Tiling tl = tiling_of(w);
@@ -349,7 +349,7 @@ void winograd_conv2d_backprop_input(const OpKernelContext& ctx, const Window2D& 
 }
 
 template <class T>
-void winograd_conv2d_backprop_filter(const OpKernelContext& ctx, const Window2D& w, const T* x, const T* dy, T* df) {
+void backprop_filter(const OpKernelContext& ctx, const Window2D& w, const T* x, const T* dy, T* df) {
   const int64_t c = w.in_c;
   const int64_t k = w.out_c;
   const int64_t plane = c * k;
@@ -402,6 +402,25 @@ void winograd_conv2d_backprop_filter(const OpKernelContext& ctx, const Window2D&
     });
   }
   transform<kGt>(plane, du.get(), plane, df, plane);
+}
+
+}  // namespace winograd
+
+bool winograd_applies(const Window2D& w) { return winograd::applies(w); }
+
+template <class T>
+void winograd_conv2d(const OpKernelContext& ctx, const Window2D& w, const T* x, const T* f, T* out) {
+  winograd::forward(ctx, w, x, f, out);
+}
+
+template <class T>
+void winograd_conv2d_backprop_input(const OpKernelContext& ctx, const Window2D& w, const T* f, const T* dy, T* dx) {
+  winograd::backprop_input(ctx, w, f, dy, dx);
+}
+
+template <class T>
+void winograd_conv2d_backprop_filter(const OpKernelContext& ctx, const Window2D& w, const T* x, const T* dy, T* df) {
+  winograd::backprop_filter(ctx, w, x, dy, df);
 }
 
 #define TESSERA_WINOGRAD_INSTANTIATE(T)                                                                        \
