@@ -47,27 +47,6 @@ struct Window2D : WindowDims {
   Status check_gemm_dims() const;
 };
 
-// Calls visit(k, image, r, c) for the positions [first, first + count) of images of rows x cols
-// positions each, in row-major order (k counted from 0): a kernel's walk over output positions or
-// tiles, with counters instead of a division per position.
-template <class F>
-void for_each_grid_position(int64_t rows, int64_t cols, int64_t first, int64_t count, F visit) {
-  if (count <= 0) return;
-  int64_t c = first % cols;
-  int64_t r = (first / cols) % rows;
-  int64_t image = first / (rows * cols);
-  for (int64_t k = 0; k < count; ++k) {
-    visit(k, image, r, c);
-    if (++c == cols) {
-      c = 0;
-      if (++r == rows) {
-        r = 0;
-        ++image;
-      }
-    }
-  }
-}
-
 // A window op's attrs as its node keeps them: "strides", "padding" and, for pools, "ksize".
 struct WindowAttrs {
   std::vector<int64_t> ksize;  // empty for the convolutions

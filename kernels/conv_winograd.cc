@@ -45,6 +45,7 @@
 #include "core/conv_ops.h"
 #include "core/op_kernel.h"
 #include "kernels/blas.h"
+#include "kernels/im2col.h"
 
 namespace tessera::internal {
 // A named namespace, not an anonymous one: the demo's unity build compiles this file in one unit
@@ -74,77 +75,45 @@ std::unique_ptr<T[]> scratch_of(int64_t n) {
   return std::make_unique_for_overwrite<T[]>(static_cast<std::size_t>(std::max<int64_t>(n, 1)));
 }
 
-// Calls visit(t, image, i, j) for tiles [t0, t0 + n), t counted from t0: the tile's image and its
-// row and column among the image's tiles.
-template <class F>
-void for_each_tile(const Tiling& tl, int64_t t0, int64_t n, F visit) {
-  for_each_grid_position(tl.rows, tl.cols, t0, n, visit);
+// The tiles as windows, so that im2col (kernels/im2col.h) of tile t gathers its values and
+// col2im_add adds values back: over the input, 4x4 windows with stride 2 and the convolution's
+// padding (row 4 * a + b of a tile holds the in_c values at (a, b), zeros outside the input); over
+// the output, 2x2 windows with stride 2 (row 2 * a + b, zeros past the output's edge).
+Window2D input_tiles(const Window2D& w, const Tiling& tl) {
+  Window2D t = w;
+  t.k_h = t.k_w = 4;
+  t.stride_h = t.stride_w = 2;
+  t.out_h = tl.rows;
+  t.out_w = tl.cols;
+  return t;
 }
 
-// The 4x4 block of `image`'s input whose top-left corner is (h0, w0) into d (row 4 * a + b holds
-// the c values at (h0 + a, w0 + b)); outside the input, zeros.
-template <class T>
-void gather_input(const Window2D& w, const T* x, int64_t image, int64_t h0, int64_t w0, T* d) {
-  const int64_t c = w.in_c;
-  const T* base = x + image * w.in_h * w.in_w * c;
-  const int64_t lo = std::clamp<int64_t>(-w0, 0, 4);
-  const int64_t hi = std::clamp<int64_t>(w.in_w - w0, lo, 4);
-  for (int64_t a = 0; a < 4; ++a) {
-    T* row = d + a * 4 * c;
-    const int64_t h = h0 + a;
-    if (h < 0 || h >= w.in_h) {
-      std::fill(row, row + 4 * c, T{0});
-      continue;
-    }
-    std::fill(row, row + lo * c, T{0});
-    std::memcpy(row + lo * c, base + (h * w.in_w + w0 + lo) * c, static_cast<std::size_t>((hi - lo) * c) * sizeof(T));
-    std::fill(row + hi * c, row + 4 * c, T{0});
-  }
+Window2D output_tiles(const Window2D& w, const Tiling& tl) {
+  Window2D t;
+  t.batch = w.batch;
+  t.in_h = w.out_h;
+  t.in_w = w.out_w;
+  t.in_c = w.out_c;
+  t.k_h = t.k_w = 2;
+  t.stride_h = t.stride_w = 2;
+  t.out_h = tl.rows;
+  t.out_w = tl.cols;
+  return t;
 }
 
-// Adds d (as gather_input lays it out) into `image`'s dx at (h0, w0); what falls outside is
-// dropped.
+// Writes tile t's outputs g (as im2col of output_tiles lays them out) into the output y, inside it
+// only (the forward op's output is not zeroed first, so col2im_add's sum would not do).
 template <class T>
-void scatter_add_input(const Window2D& w, const T* d, int64_t image, int64_t h0, int64_t w0, T* dx) {
-  const int64_t c = w.in_c;
-  T* base = dx + image * w.in_h * w.in_w * c;
-  const int64_t lo = std::clamp<int64_t>(-w0, 0, 4);
-  const int64_t hi = std::clamp<int64_t>(w.in_w - w0, lo, 4);
-  for (int64_t a = 0; a < 4; ++a) {
-    const int64_t h = h0 + a;
-    if (h < 0 || h >= w.in_h) continue;
-    const T* __restrict src = d + (a * 4 + lo) * c;
-    T* __restrict dst = base + (h * w.in_w + w0 + lo) * c;
-    for (int64_t i = 0; i < (hi - lo) * c; ++i) dst[i] += src[i];
-  }
-}
-
-// The 2x2 block of `image`'s output (or output gradient) at (h0, w0) into g (row 2 * a + b holds
-// the c values at (h0 + a, w0 + b)); past the output's edge, zeros.
-template <class T>
-void gather_output(const Window2D& w, const T* y, int64_t image, int64_t h0, int64_t w0, T* g) {
-  const int64_t c = w.out_c;
-  const T* base = y + image * w.out_h * w.out_w * c;
-  for (int64_t a = 0; a < 2; ++a) {
-    for (int64_t b = 0; b < 2; ++b) {
-      T* row = g + (a * 2 + b) * c;
-      if (h0 + a < w.out_h && w0 + b < w.out_w) {
-        std::memcpy(row, base + ((h0 + a) * w.out_w + w0 + b) * c, static_cast<std::size_t>(c) * sizeof(T));
-      } else {
-        std::fill(row, row + c, T{0});
-      }
-    }
-  }
-}
-
-// Writes g (as gather_output lays it out) into `image`'s output at (h0, w0), inside it only.
-template <class T>
-void scatter_output(const Window2D& w, const T* g, int64_t image, int64_t h0, int64_t w0, T* y) {
-  const int64_t c = w.out_c;
-  T* base = y + image * w.out_h * w.out_w * c;
-  for (int64_t a = 0; a < 2 && h0 + a < w.out_h; ++a) {
-    for (int64_t b = 0; b < 2 && w0 + b < w.out_w; ++b) {
-      std::memcpy(base + ((h0 + a) * w.out_w + w0 + b) * c, g + (a * 2 + b) * c, static_cast<std::size_t>(c) * sizeof(T));
+void scatter_output(const Window2D& out_tiles, const T* g, int64_t t, T* y) {
+  const int64_t c = out_tiles.in_c;
+  const int64_t per_image = out_tiles.out_h * out_tiles.out_w;
+  const int64_t h0 = 2 * (t % per_image / out_tiles.out_w);
+  const int64_t w0 = 2 * (t % out_tiles.out_w);
+  T* base = y + t / per_image * out_tiles.in_h * out_tiles.in_w * c;
+  for (int64_t a = 0; a < 2 && h0 + a < out_tiles.in_h; ++a) {
+    for (int64_t b = 0; b < 2 && w0 + b < out_tiles.in_w; ++b) {
+      std::memcpy(base + ((h0 + a) * out_tiles.in_w + w0 + b) * c, g + (a * 2 + b) * c,
+                  static_cast<std::size_t>(c) * sizeof(T));
     }
   }
 }
@@ -266,26 +235,28 @@ void for_each_tile_chunk(const OpKernelContext& ctx, const Window2D& w, const Ti
   });
 }
 
-// A chunk of the forward op or of the input's gradient, tiles [t0, t0 + n): load(tile, image, i,
-// j, row) gathers and transforms each tile into its row of `from` ([n, 16, from_c]); 16 products
-// with the transformed filter (wt[p], [from_c, to_c]) make `to` ([n, 16, to_c]); store(row, tile,
-// image, i, j) transforms each tile of it back and writes it out. `tile` is one tile's scratch.
-template <class T, class Load, class Store>
-void tile_products(const OpKernelContext* product, const Tiling& tl, int64_t t0, int64_t n, int64_t from_c,
-                   int64_t to_c, const T* wt, T* scratch, Load load, Store store) {
+// A chunk of the forward op or of the input's gradient, tiles [t0, t0 + n): each tile gathered
+// (im2col of `from_tiles` over `src`) and transformed by kLoad into its row of `from` ([n, 16,
+// from_c]); 16 products with the transformed filter (wt[p], [from_c, to_c]) make `to` ([n, 16,
+// to_c]); each tile of it transformed back by kStore and handed to write(tile, t).
+template <const auto& kLoad, const auto& kStore, class T, class Write>
+void tile_products(const OpKernelContext* product, int64_t t0, int64_t n, const Window2D& from_tiles, const T* src,
+                   int64_t from_c, int64_t to_c, const T* wt, T* scratch, Write write) {
   T* from = scratch;
   T* to = from + n * kPositions * from_c;
   T* tile = to + n * kPositions * to_c;
-  for_each_tile(tl, t0, n, [&](int64_t t, int64_t image, int64_t i, int64_t j) {
-    load(tile, image, i, j, from + t * kPositions * from_c);
-  });
+  for (int64_t t = 0; t < n; ++t) {
+    im2col(from_tiles, src, t0 + t, 1, tile);
+    transform<kLoad>(from_c, tile, from_c, from + t * kPositions * from_c, from_c);
+  }
   for (int64_t p = 0; p < kPositions; ++p) {
     gemm(product, false, false, n, to_c, from_c, from + p * from_c, kPositions * from_c, wt + p * from_c * to_c,
          to_c, T{0}, to + p * to_c, kPositions * to_c);
   }
-  for_each_tile(tl, t0, n, [&](int64_t t, int64_t image, int64_t i, int64_t j) {
-    store(to + t * kPositions * to_c, tile, image, i, j);
-  });
+  for (int64_t t = 0; t < n; ++t) {
+    transform<kStore>(to_c, to + t * kPositions * to_c, to_c, tile, to_c);
+    write(tile, t0 + t);
+  }
 }
 
 bool applies(const Window2D& w) {
@@ -302,17 +273,11 @@ void forward(const OpKernelContext& ctx, const Window2D& w, const T* x, const T*
   const Tiling tl = tiling_of(w);
   auto u = scratch_of<T>(kPositions * c * k);
   transform<kG>(c * k, f, c * k, u.get(), c * k);
+  const Window2D in_tiles = input_tiles(w, tl);
+  const Window2D out_tiles = output_tiles(w, tl);
   for_each_tile_chunk<T>(ctx, w, tl, [&](int64_t t0, int64_t n, T* s, const OpKernelContext* product) {
-    tile_products(
-        product, tl, t0, n, c, k, u.get(), s,
-        [&](T* tile, int64_t image, int64_t i, int64_t j, T* row) {
-          gather_input(w, x, image, 2 * i - w.pad_top, 2 * j - w.pad_left, tile);
-          transform<kBt>(c, tile, c, row, c);
-        },
-        [&](const T* row, T* tile, int64_t image, int64_t i, int64_t j) {
-          transform<kAt>(k, row, k, tile, k);
-          scatter_output(w, tile, image, 2 * i, 2 * j, out);
-        });
+    tile_products<kBt, kAt>(product, t0, n, in_tiles, x, c, k, u.get(), s,
+                            [&](const T* tile, int64_t t) { scatter_output(out_tiles, tile, t, out); });
   });
 }
 
@@ -322,6 +287,8 @@ void backprop_input(const OpKernelContext& ctx, const Window2D& w, const T* f, c
   const int64_t k = w.out_c;
   const Tiling tl = tiling_of(w);
   const int64_t image_size = w.in_h * w.in_w * c;
+  const Window2D in_tiles = input_tiles(w, tl);
+  const Window2D out_tiles = output_tiles(w, tl);
   // U[p] transposed ([out_c, in_c]), so that each product is a plain one (OpenBLAS's
   // transposed-operand kernels were slower at these sizes): the transform of the filter with its
   // in and out channels swapped.
@@ -335,16 +302,8 @@ void backprop_input(const OpKernelContext& ctx, const Window2D& w, const T* f, c
     const int64_t n0 = (t0 + tl.per_image() - 1) / tl.per_image();
     const int64_t n1 = (t0 + n + tl.per_image() - 1) / tl.per_image();
     std::fill(dx + n0 * image_size, dx + n1 * image_size, T{0});
-    tile_products(
-        product, tl, t0, n, k, c, ut.get(), s,
-        [&](T* tile, int64_t image, int64_t i, int64_t j, T* row) {
-          gather_output(w, dy, image, 2 * i, 2 * j, tile);
-          transform<kA>(k, tile, k, row, k);
-        },
-        [&](const T* row, T* tile, int64_t image, int64_t i, int64_t j) {
-          transform<kB>(c, row, c, tile, c);
-          scatter_add_input(w, tile, image, 2 * i - w.pad_top, 2 * j - w.pad_left, dx);
-        });
+    tile_products<kA, kB>(product, t0, n, out_tiles, dy, k, c, ut.get(), s,
+                          [&](const T* tile, int64_t t) { col2im_add(in_tiles, tile, t, 1, dx); });
   });
 }
 
@@ -356,6 +315,8 @@ void backprop_filter(const OpKernelContext& ctx, const Window2D& w, const T* x, 
   const Tiling tl = tiling_of(w);
   const int64_t total = w.batch * tl.per_image();
   const int64_t chunk = chunk_tiles(w, sizeof(T));
+  const Window2D in_tiles = input_tiles(w, tl);
+  const Window2D out_tiles = output_tiles(w, tl);
   // Parts as conv_ops.cc's im2col form makes them: from the shapes only.
   const int64_t most_parts = std::max<int64_t>(1, std::min(kFilterParts, total / kFilterPartTiles));
   int64_t parts = std::clamp<int64_t>(total * kPositions * plane / (4 * kGemmShardMultiplyAdds), 1, most_parts);
@@ -369,12 +330,12 @@ void backprop_filter(const OpKernelContext& ctx, const Window2D& w, const T* x, 
       T* v = scratch.get();
       T* dm = v + n * kPositions * c;
       T* tile = dm + n * kPositions * k;
-      for_each_tile(tl, t0, n, [&](int64_t t, int64_t image, int64_t i, int64_t j) {
-        gather_input(w, x, image, 2 * i - w.pad_top, 2 * j - w.pad_left, tile);
+      for (int64_t t = 0; t < n; ++t) {
+        im2col(in_tiles, x, t0 + t, 1, tile);
         transform<kBt>(c, tile, c, v + t * kPositions * c, c);
-        gather_output(w, dy, image, 2 * i, 2 * j, tile);
+        im2col(out_tiles, dy, t0 + t, 1, tile);
         transform<kA>(k, tile, k, dm + t * kPositions * k, k);
-      });
+      }
       const T beta = t0 == begin ? T{0} : T{1};
       for (int64_t p = 0; p < kPositions; ++p) {
         gemm(product, true, false, c, k, n, v + p * c, kPositions * c, dm + p * k, kPositions * k, beta,
