@@ -1,32 +1,31 @@
-// Winograd's F(2x2, 3x3) convolution and its two gradients on the CPU (Note [Winograd
-// convolution]).
+// Winograd's F(2x2, 3x3) and F(4x4, 3x3) convolutions and their two gradients on the CPU (Note
+// [Winograd convolution]).
 //
 // Note [Winograd convolution]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~
-// Lavin and Gray, "Fast Algorithms for Convolutional Neural Networks" (2015). A 2x2 block of a 3x3
-// stride-1 convolution's outputs (a tile) depends on a 4x4 block of the input d; with the filter g
-// of one (in, out) channel pair,
+// Lavin and Gray, "Fast Algorithms for Convolutional Neural Networks" (2015). In F(2x2, 3x3) a
+// 2x2 block of a 3x3 stride-1 convolution's outputs (a tile) depends on a 4x4 block of the input
+// d; with the filter g of one (in, out) channel pair,
 //   y = A^T [ (G g G^T) ⊙ (B^T d B) ] A
-// where ⊙ multiplies element by element, so the 36 multiplications of the direct form become 16.
-// Summed over the input channels, each of the 16 elements ("positions" p) of the transformed tile is
-// a matrix product over all tiles at once:
+// where ⊙ multiplies element by element. Summed over the input channels, each of the 16 elements
+// ("positions" p) of the transformed tile is a matrix product over all tiles at once:
 //   U[p] = (G g G^T)[p]   [in_c, out_c]      the filter, transformed once per call
 //   V[p] = (B^T d B)[p]   [tiles, in_c]      the input, per tile
 //   M[p] = V[p] x U[p]    [tiles, out_c]     16 GEMMs (OpenBLAS, kernels/blas.h)
 //   y    = A^T M A        per tile and out channel
-// 2.25x fewer multiply-adds than im2col's one GEMM, for a little transform work per tile. The
-// gradients are this algorithm's own (the transposes of its linear steps), exact in exact
-// arithmetic as the forward form is:
+// 2.25x fewer multiply-adds than im2col's one GEMM. F(4x4, 3x3): 4x4 tiles, 6x6 inputs, 36
+// positions, 4x fewer, for longer transforms with coefficients up to 8 (a little more rounding).
+// Each output takes the tiles that make fewer products (winograd_tile). The gradients are the
+// algorithm's own (the transposes of its linear steps), exact in exact arithmetic:
 //   dM[p] = (A dy A^T)[p];  dV[p] = dM[p] x U[p]^T;  dx += B dV B^T  (tiles overlap: summed)
 //   dU[p] = sum over tiles of V[p]^T x dM[p];  dg = G^T dU G
 // A tile's outputs past the output's edge are dropped (its gradient there is zero); its inputs in
-// the padding are zeros (their gradient is dropped). In floating point the result differs from
-// im2col's by rounding only (the transforms have the coefficients 0, ±1 and ±1/2).
+// the padding are zeros (their gradient is dropped).
 //
 // The tiles are sharded by images over the session's pool and transformed a chunk at a time, so
 // that a chunk's V and M (kChunkBytes) are still in the core's L2 cache when BLAS reads them; an
 // image's dx is summed on one thread. The filter's gradient is summed in parts of tiles, their
-// number a function of the shapes only, as im2col's is (Note [The filter's gradient in parts] in
+// number a function of the shapes only (Note [The filter's gradient in parts] in
 // kernels/conv_ops.cc): the same bits on every run and machine.
 //
 // It is used where it wins (winograd_applies): with few channels (the first layer's one) the
@@ -54,21 +53,21 @@ namespace winograd {
 
 // The fewest channels in and out for which the transforms pay (winograd_applies).
 constexpr int64_t kMinChannels = 8;
-// Elements of a transformed tile.
-constexpr int64_t kPositions = 16;
 // The most bytes of a chunk's transformed tiles (its V or dV and M or dM together).
 constexpr int64_t kChunkBytes = int64_t{1} << 19;
 // The filter's gradient: at most this many parts, each of kFilterPartTiles tiles at least.
 constexpr int64_t kFilterParts = 8;
 constexpr int64_t kFilterPartTiles = 128;
 
-// An image's tiles: `rows` down and `cols` across, each 2x2 outputs.
+// An image's tiles: `rows` down and `cols` across, each `size` x `size` outputs.
 struct Tiling {
-  int64_t rows = 0, cols = 0;
+  int64_t size = 0, rows = 0, cols = 0;
   int64_t per_image() const { return rows * cols; }
 };
 
-Tiling tiling_of(const Window2D& w) { return {(w.out_h + 1) / 2, (w.out_w + 1) / 2}; }
+Tiling tiling_of(const Window2D& w, int64_t size) {
+  return {size, (w.out_h + size - 1) / size, (w.out_w + size - 1) / size};
+}
 
 template <class T>
 std::unique_ptr<T[]> scratch_of(int64_t n) {
@@ -76,13 +75,14 @@ std::unique_ptr<T[]> scratch_of(int64_t n) {
 }
 
 // The tiles as windows, so that im2col (kernels/im2col.h) of tile t gathers its values and
-// col2im_add adds values back: over the input, 4x4 windows with stride 2 and the convolution's
-// padding (row 4 * a + b of a tile holds the in_c values at (a, b), zeros outside the input); over
-// the output, 2x2 windows with stride 2 (row 2 * a + b, zeros past the output's edge).
+// col2im_add adds values back: over the input, (size + 2)-square windows with stride `size` and the
+// convolution's padding (row (size + 2) * a + b of a tile holds the in_c values at (a, b), zeros
+// outside the input); over the output, size-square windows with stride `size` (row size * a + b,
+// zeros past the output's edge).
 Window2D input_tiles(const Window2D& w, const Tiling& tl) {
   Window2D t = w;
-  t.k_h = t.k_w = 4;
-  t.stride_h = t.stride_w = 2;
+  t.k_h = t.k_w = tl.size + 2;
+  t.stride_h = t.stride_w = tl.size;
   t.out_h = tl.rows;
   t.out_w = tl.cols;
   return t;
@@ -94,8 +94,8 @@ Window2D output_tiles(const Window2D& w, const Tiling& tl) {
   t.in_h = w.out_h;
   t.in_w = w.out_w;
   t.in_c = w.out_c;
-  t.k_h = t.k_w = 2;
-  t.stride_h = t.stride_w = 2;
+  t.k_h = t.k_w = tl.size;
+  t.stride_h = t.stride_w = tl.size;
   t.out_h = tl.rows;
   t.out_w = tl.cols;
   return t;
@@ -106,13 +106,14 @@ Window2D output_tiles(const Window2D& w, const Tiling& tl) {
 template <class T>
 void scatter_output(const Window2D& out_tiles, const T* g, int64_t t, T* y) {
   const int64_t c = out_tiles.in_c;
+  const int64_t size = out_tiles.k_h;
   const int64_t per_image = out_tiles.out_h * out_tiles.out_w;
-  const int64_t h0 = 2 * (t % per_image / out_tiles.out_w);
-  const int64_t w0 = 2 * (t % out_tiles.out_w);
+  const int64_t h0 = size * (t % per_image / out_tiles.out_w);
+  const int64_t w0 = size * (t % out_tiles.out_w);
   T* base = y + t / per_image * out_tiles.in_h * out_tiles.in_w * c;
-  for (int64_t a = 0; a < 2 && h0 + a < out_tiles.in_h; ++a) {
-    for (int64_t b = 0; b < 2 && w0 + b < out_tiles.in_w; ++b) {
-      std::memcpy(base + ((h0 + a) * out_tiles.in_w + w0 + b) * c, g + (a * 2 + b) * c,
+  for (int64_t a = 0; a < size && h0 + a < out_tiles.in_h; ++a) {
+    for (int64_t b = 0; b < size && w0 + b < out_tiles.in_w; ++b) {
+      std::memcpy(base + ((h0 + a) * out_tiles.in_w + w0 + b) * c, g + (a * size + b) * c,
                   static_cast<std::size_t>(c) * sizeof(T));
     }
   }
@@ -137,12 +138,45 @@ constexpr Matrix<kCols, kRows> transposed(const Matrix<kRows, kCols>& m) {
   return t;
 }
 
-constexpr Matrix<4, 4> kBt{{{1, 0, -1, 0}, {0, 1, 1, 0}, {0, -1, 1, 0}, {0, 1, 0, -1}}};
-constexpr Matrix<2, 4> kAt{{{1, 1, 1, 0}, {0, 1, -1, -1}}};
-constexpr Matrix<4, 3> kG{{{1, 0, 0}, {0.5, 0.5, 0.5}, {0.5, -0.5, 0.5}, {0, 0, 1}}};
-constexpr Matrix<4, 4> kB = transposed(kBt);
-constexpr Matrix<4, 2> kA = transposed(kAt);
-constexpr Matrix<3, 4> kGt = transposed(kG);
+// The algorithms' matrices (Lavin and Gray's: F(2x2, 3x3) interpolates at 0, ±1 and infinity,
+// F(4x4, 3x3) at ±2 too), one struct for each tile size; Winograd<> adds their transposes and the
+// positions of a transformed tile.
+template <int kTile>
+struct Algorithm;
+
+template <>
+struct Algorithm<2> {
+  static constexpr Matrix<4, 4> kBt{{{1, 0, -1, 0}, {0, 1, 1, 0}, {0, -1, 1, 0}, {0, 1, 0, -1}}};
+  static constexpr Matrix<2, 4> kAt{{{1, 1, 1, 0}, {0, 1, -1, -1}}};
+  static constexpr Matrix<4, 3> kG{{{1, 0, 0}, {0.5, 0.5, 0.5}, {0.5, -0.5, 0.5}, {0, 0, 1}}};
+};
+
+template <>
+struct Algorithm<4> {
+  static constexpr Matrix<6, 6> kBt{{{4, 0, -5, 0, 1, 0},
+                                     {0, -4, -4, 1, 1, 0},
+                                     {0, 4, -4, -1, 1, 0},
+                                     {0, -2, -1, 2, 1, 0},
+                                     {0, 2, -1, -2, 1, 0},
+                                     {0, 4, 0, -5, 0, 1}}};
+  static constexpr Matrix<4, 6> kAt{{{1, 1, 1, 1, 1, 0}, {0, 1, -1, 2, -2, 0}, {0, 1, 1, 4, 4, 0}, {0, 1, -1, 8, -8, 1}}};
+  static constexpr Matrix<6, 3> kG{{{1.0 / 4, 0, 0},
+                                    {-1.0 / 6, -1.0 / 6, -1.0 / 6},
+                                    {-1.0 / 6, 1.0 / 6, -1.0 / 6},
+                                    {1.0 / 24, 1.0 / 12, 1.0 / 6},
+                                    {1.0 / 24, -1.0 / 12, 1.0 / 6},
+                                    {0, 0, 1}}};
+};
+
+template <int kTile>
+struct Winograd : Algorithm<kTile> {
+  using Base = Algorithm<kTile>;
+  static constexpr int64_t kSize = kTile;
+  static constexpr int64_t kPositions = (kTile + 2) * (kTile + 2);  // elements of a transformed tile
+  static constexpr auto kB = transposed(Base::kBt);
+  static constexpr auto kA = transposed(Base::kAt);
+  static constexpr auto kGt = transposed(Base::kG);
+};
 
 // sum += kCoef * v, the first term assigned: zero coefficients cost nothing and ±1 no product
 // (the coefficients are template arguments, so each transform compiles to its additions).
@@ -177,15 +211,20 @@ void transform(int64_t n, const T* __restrict src, int64_t src_stride, T* __rest
   constexpr auto out = std::make_integer_sequence<int, kOut>();
 #pragma GCC ivdep
   for (int64_t ch = 0; ch < n; ++ch) {
+    // (Loops unrolled by hand: GCC leaves a 6x6 tile's loops rolled, and a loop nest stays scalar.)
     T xt[kIn][kIn];  // X transposed: xt[b] is column b
+#pragma GCC unroll 8
     for (int a = 0; a < kIn; ++a) {
+#pragma GCC unroll 8
       for (int b = 0; b < kIn; ++b) xt[b][a] = src[(a * kIn + b) * src_stride + ch];
     }
     T r[kOut][kIn];  // L X
     [&]<int... row>(std::integer_sequence<int, row...>) {
+#pragma GCC unroll 8
       for (int b = 0; b < kIn; ++b) ((r[row][b] = row_times<L, row>(xt[b], in)), ...);
     }(out);
     [&]<int... col>(std::integer_sequence<int, col...>) {  // (L X) L^T
+#pragma GCC unroll 8
       for (int a = 0; a < kOut; ++a) ((dst[(a * kOut + col) * dst_stride + ch] = row_times<L, col>(r[a], in)), ...);
     }(out);
   }
@@ -204,15 +243,15 @@ void transpose(int64_t rows, int64_t cols, const T* __restrict from, T* __restri
   }
 }
 
-// The most tiles of a chunk: kChunkBytes of their transforms (16 * (in_c + out_c) values each), one
-// at least.
-int64_t chunk_tiles(const Window2D& w, int64_t elem_bytes) {
-  return std::max<int64_t>(1, kChunkBytes / (kPositions * (w.in_c + w.out_c) * elem_bytes));
+// The most tiles of a chunk: kChunkBytes of their transforms (positions * (in_c + out_c) values
+// each), one at least.
+int64_t chunk_tiles(const Window2D& w, int64_t positions, int64_t elem_bytes) {
+  return std::max<int64_t>(1, kChunkBytes / (positions * (w.in_c + w.out_c) * elem_bytes));
 }
 
 // Scratch for a chunk of `chunk` tiles: the two transformed operands and one tile's values.
-int64_t chunk_scratch(const Window2D& w, int64_t chunk) {
-  return chunk * kPositions * (w.in_c + w.out_c) + kPositions * std::max(w.in_c, w.out_c);
+int64_t chunk_scratch(const Window2D& w, int64_t positions, int64_t chunk) {
+  return chunk * positions * (w.in_c + w.out_c) + positions * std::max(w.in_c, w.out_c);
 }
 
 // Calls fn(t0, n, scratch, product) for chunks of tiles (chunk_tiles each at most, of equal size),
@@ -220,26 +259,26 @@ int64_t chunk_scratch(const Window2D& w, int64_t chunk) {
 // its chunks in order and its scratch, products single-threaded (product = null); one image: the
 // chunks here, each product sharded (product = &ctx).
 template <class T, class F>
-void for_each_tile_chunk(const OpKernelContext& ctx, const Window2D& w, const Tiling& tl, F fn) {
-  const int64_t chunk = chunk_tiles(w, sizeof(T));
+void for_each_tile_chunk(const OpKernelContext& ctx, const Window2D& w, const Tiling& tl, int64_t positions, F fn) {
+  const int64_t chunk = chunk_tiles(w, positions, sizeof(T));
   auto tiles_of = [&](int64_t begin, int64_t end, const OpKernelContext* product) {
     const int64_t chunks = (end - begin + chunk - 1) / chunk;
     const int64_t step = (end - begin + chunks - 1) / chunks;
-    auto scratch = scratch_of<T>(chunk_scratch(w, step));
+    auto scratch = scratch_of<T>(chunk_scratch(w, positions, step));
     for (int64_t t0 = begin; t0 < end; t0 += step) fn(t0, std::min(step, end - t0), scratch.get(), product);
   };
   if (w.batch < 2) return tiles_of(0, w.batch * tl.per_image(), &ctx);
-  const int64_t image_work = std::max<int64_t>(1, tl.per_image() * kPositions * w.in_c * w.out_c);
+  const int64_t image_work = std::max<int64_t>(1, tl.per_image() * positions * w.in_c * w.out_c);
   ctx.parallel_for(w.batch, std::max<int64_t>(1, kGemmShardMultiplyAdds / image_work), [&](int64_t n0, int64_t n1) {
     tiles_of(n0 * tl.per_image(), n1 * tl.per_image(), nullptr);
   });
 }
 
 // A chunk of the forward op or of the input's gradient, tiles [t0, t0 + n): each tile gathered
-// (im2col of `from_tiles` over `src`) and transformed by kLoad into its row of `from` ([n, 16,
-// from_c]); 16 products with the transformed filter (wt[p], [from_c, to_c]) make `to` ([n, 16,
-// to_c]); each tile of it transformed back by kStore and handed to write(tile, t).
-template <const auto& kLoad, const auto& kStore, class T, class Write>
+// (im2col of `from_tiles` over `src`) and transformed by kLoad into its row of `from` ([n, P,
+// from_c], P = kPositions); P products with the transformed filter (wt[p], [from_c, to_c]) make
+// `to` ([n, P, to_c]); each tile of it transformed back by kStore and handed to write(tile, t).
+template <int64_t kPositions, const auto& kLoad, const auto& kStore, class T, class Write>
 void tile_products(const OpKernelContext* product, int64_t t0, int64_t n, const Window2D& from_tiles, const T* src,
                    int64_t from_c, int64_t to_c, const T* wt, T* scratch, Write write) {
   T* from = scratch;
@@ -259,33 +298,41 @@ void tile_products(const OpKernelContext* product, int64_t t0, int64_t n, const 
   }
 }
 
-bool applies(const Window2D& w) {
-  // (The products' row strides, 16 channels' worth, must fit BLAS's int as im2col's do.)
-  return w.k_h == 3 && w.k_w == 3 && w.stride_h == 1 && w.stride_w == 1 && w.in_c >= kMinChannels &&
-         w.out_c >= kMinChannels && w.out_h >= 2 && w.out_w >= 2 &&
-         kPositions * std::max(w.in_c, w.out_c) <= std::numeric_limits<int>::max();
+// The tile size whose products are fewer (positions x tiles), the smaller on a tie; 0 where
+// Winograd does not apply.
+int tile_size(const Window2D& w) {
+  // (The products' row strides, 36 channels' worth at most, must fit BLAS's int as im2col's do.)
+  const bool applies = w.k_h == 3 && w.k_w == 3 && w.stride_h == 1 && w.stride_w == 1 &&
+                       w.in_c >= kMinChannels && w.out_c >= kMinChannels && w.out_h >= 2 && w.out_w >= 2 &&
+                       Winograd<4>::kPositions * std::max(w.in_c, w.out_c) <= std::numeric_limits<int>::max();
+  if (!applies) return 0;
+  auto products = [&](auto algorithm) {
+    return decltype(algorithm)::kPositions * tiling_of(w, decltype(algorithm)::kSize).per_image();
+  };
+  return products(Winograd<4>{}) < products(Winograd<2>{}) ? 4 : 2;
 }
 
-template <class T>
+template <class A, class T>
 void forward(const OpKernelContext& ctx, const Window2D& w, const T* x, const T* f, T* out) {
   const int64_t c = w.in_c;
   const int64_t k = w.out_c;
-  const Tiling tl = tiling_of(w);
-  auto u = scratch_of<T>(kPositions * c * k);
-  transform<kG>(c * k, f, c * k, u.get(), c * k);
+  const Tiling tl = tiling_of(w, A::kSize);
+  auto u = scratch_of<T>(A::kPositions * c * k);
+  transform<A::kG>(c * k, f, c * k, u.get(), c * k);
   const Window2D in_tiles = input_tiles(w, tl);
   const Window2D out_tiles = output_tiles(w, tl);
-  for_each_tile_chunk<T>(ctx, w, tl, [&](int64_t t0, int64_t n, T* s, const OpKernelContext* product) {
-    tile_products<kBt, kAt>(product, t0, n, in_tiles, x, c, k, u.get(), s,
-                            [&](const T* tile, int64_t t) { scatter_output(out_tiles, tile, t, out); });
+  for_each_tile_chunk<T>(ctx, w, tl, A::kPositions, [&](int64_t t0, int64_t n, T* s, const OpKernelContext* product) {
+    tile_products<A::kPositions, A::kBt, A::kAt>(
+        product, t0, n, in_tiles, x, c, k, u.get(), s,
+        [&](const T* tile, int64_t t) { scatter_output(out_tiles, tile, t, out); });
   });
 }
 
-template <class T>
+template <class A, class T>
 void backprop_input(const OpKernelContext& ctx, const Window2D& w, const T* f, const T* dy, T* dx) {
   const int64_t c = w.in_c;
   const int64_t k = w.out_c;
-  const Tiling tl = tiling_of(w);
+  const Tiling tl = tiling_of(w, A::kSize);
   const int64_t image_size = w.in_h * w.in_w * c;
   const Window2D in_tiles = input_tiles(w, tl);
   const Window2D out_tiles = output_tiles(w, tl);
@@ -294,27 +341,29 @@ void backprop_input(const OpKernelContext& ctx, const Window2D& w, const T* f, c
   // in and out channels swapped.
   auto ft = scratch_of<T>(9 * c * k);
   for (int64_t tap = 0; tap < 9; ++tap) transpose(c, k, f + tap * c * k, ft.get() + tap * c * k);
-  auto ut = scratch_of<T>(kPositions * c * k);
-  transform<kG>(c * k, ft.get(), c * k, ut.get(), c * k);
-  for_each_tile_chunk<T>(ctx, w, tl, [&](int64_t t0, int64_t n, T* s, const OpKernelContext* product) {
+  auto ut = scratch_of<T>(A::kPositions * c * k);
+  transform<A::kG>(c * k, ft.get(), c * k, ut.get(), c * k);
+  for_each_tile_chunk<T>(ctx, w, tl, A::kPositions, [&](int64_t t0, int64_t n, T* s, const OpKernelContext* product) {
     // An image's dx is zeroed by the chunk that holds its first tile, before any chunk adds to it
     // (its chunks run in order on one thread).
     const int64_t n0 = (t0 + tl.per_image() - 1) / tl.per_image();
     const int64_t n1 = (t0 + n + tl.per_image() - 1) / tl.per_image();
     std::fill(dx + n0 * image_size, dx + n1 * image_size, T{0});
-    tile_products<kA, kB>(product, t0, n, out_tiles, dy, k, c, ut.get(), s,
-                          [&](const T* tile, int64_t t) { col2im_add(in_tiles, tile, t, 1, dx); });
+    tile_products<A::kPositions, A::kA, A::kB>(
+        product, t0, n, out_tiles, dy, k, c, ut.get(), s,
+        [&](const T* tile, int64_t t) { col2im_add(in_tiles, tile, t, 1, dx); });
   });
 }
 
-template <class T>
+template <class A, class T>
 void backprop_filter(const OpKernelContext& ctx, const Window2D& w, const T* x, const T* dy, T* df) {
+  constexpr int64_t kPositions = A::kPositions;
   const int64_t c = w.in_c;
   const int64_t k = w.out_c;
   const int64_t plane = c * k;
-  const Tiling tl = tiling_of(w);
+  const Tiling tl = tiling_of(w, A::kSize);
   const int64_t total = w.batch * tl.per_image();
-  const int64_t chunk = chunk_tiles(w, sizeof(T));
+  const int64_t chunk = chunk_tiles(w, kPositions, sizeof(T));
   const Window2D in_tiles = input_tiles(w, tl);
   const Window2D out_tiles = output_tiles(w, tl);
   // Parts as conv_ops.cc's im2col form makes them: from the shapes only.
@@ -324,7 +373,7 @@ void backprop_filter(const OpKernelContext& ctx, const Window2D& w, const T* x, 
   parts = (total + part_tiles - 1) / part_tiles;
   // Sums the tiles [begin, end) into du ([16, in_c, out_c], overwritten).
   auto sum_tiles = [&](int64_t begin, int64_t end, T* du, const OpKernelContext* product) {
-    auto scratch = scratch_of<T>(chunk_scratch(w, std::min(chunk, end - begin)));
+    auto scratch = scratch_of<T>(chunk_scratch(w, kPositions, std::min(chunk, end - begin)));
     for (int64_t t0 = begin; t0 < end; t0 += chunk) {
       const int64_t n = std::min(chunk, end - t0);
       T* v = scratch.get();
@@ -332,9 +381,9 @@ void backprop_filter(const OpKernelContext& ctx, const Window2D& w, const T* x, 
       T* tile = dm + n * kPositions * k;
       for (int64_t t = 0; t < n; ++t) {
         im2col(in_tiles, x, t0 + t, 1, tile);
-        transform<kBt>(c, tile, c, v + t * kPositions * c, c);
+        transform<A::kBt>(c, tile, c, v + t * kPositions * c, c);
         im2col(out_tiles, dy, t0 + t, 1, tile);
-        transform<kA>(k, tile, k, dm + t * kPositions * k, k);
+        transform<A::kA>(k, tile, k, dm + t * kPositions * k, k);
       }
       const T beta = t0 == begin ? T{0} : T{1};
       for (int64_t p = 0; p < kPositions; ++p) {
@@ -362,26 +411,32 @@ void backprop_filter(const OpKernelContext& ctx, const Window2D& w, const T* x, 
       }
     });
   }
-  transform<kGt>(plane, du.get(), plane, df, plane);
+  transform<A::kGt>(plane, du.get(), plane, df, plane);
 }
 
 }  // namespace winograd
 
-bool winograd_applies(const Window2D& w) { return winograd::applies(w); }
+int winograd_tile(const Window2D& w) { return winograd::tile_size(w); }
+bool winograd_applies(const Window2D& w) { return winograd_tile(w) != 0; }
 
 template <class T>
 void winograd_conv2d(const OpKernelContext& ctx, const Window2D& w, const T* x, const T* f, T* out) {
-  winograd::forward(ctx, w, x, f, out);
+  using namespace winograd;
+  winograd_tile(w) == 4 ? forward<Winograd<4>>(ctx, w, x, f, out) : forward<Winograd<2>>(ctx, w, x, f, out);
 }
 
 template <class T>
 void winograd_conv2d_backprop_input(const OpKernelContext& ctx, const Window2D& w, const T* f, const T* dy, T* dx) {
-  winograd::backprop_input(ctx, w, f, dy, dx);
+  using namespace winograd;
+  winograd_tile(w) == 4 ? backprop_input<Winograd<4>>(ctx, w, f, dy, dx)
+                        : backprop_input<Winograd<2>>(ctx, w, f, dy, dx);
 }
 
 template <class T>
 void winograd_conv2d_backprop_filter(const OpKernelContext& ctx, const Window2D& w, const T* x, const T* dy, T* df) {
-  winograd::backprop_filter(ctx, w, x, dy, df);
+  using namespace winograd;
+  winograd_tile(w) == 4 ? backprop_filter<Winograd<4>>(ctx, w, x, dy, df)
+                        : backprop_filter<Winograd<2>>(ctx, w, x, dy, df);
 }
 
 #define TESSERA_WINOGRAD_INSTANTIATE(T)                                                                        \

@@ -400,34 +400,43 @@ TEST_P(ConvOpsTest, LargeConvolutionsSpanSeveralChunks) {
   expect_conv_and_gradients(DType::Float32, k);
 }
 
-// ---- Winograd's F(2x2, 3x3) (kernels/conv_winograd.cc) against the same references ----
+// ---- Winograd's F(2x2, 3x3) and F(4x4, 3x3) (kernels/conv_winograd.cc) against the same references ----
 
-// 3x3 stride-1 windows with 8 channels or more in and out: outputs of even and odd sizes (a tile
-// past the edge), SAME and VALID, one image (its products sharded) and several (the images
-// sharded), channels that are not whole vectors.
-const ConvCase kWinogradCases[] = {
-    {{1, 4, 4, 8}, 3, 3, 8, 1, 1, "SAME"},   {{2, 5, 7, 8}, 3, 3, 9, 1, 1, "SAME"},
-    {{3, 6, 5, 10}, 3, 3, 8, 1, 1, "VALID"}, {{1, 9, 8, 16}, 3, 3, 12, 1, 1, "VALID"},
-    {{4, 4, 4, 32}, 3, 3, 64, 1, 1, "SAME"}, {{2, 3, 3, 8}, 3, 3, 8, 1, 1, "SAME"},
+// 3x3 stride-1 windows with 8 channels or more in and out, each with the tile size it takes:
+// outputs of even and odd sizes (tiles past the edge), SAME and VALID, one image (its products
+// sharded) and several (the images sharded), channels that are not whole vectors.
+struct WinogradCase {
+  ConvCase conv;
+  int tile;
+};
+const WinogradCase kWinogradCases[] = {
+    {{{1, 4, 4, 8}, 3, 3, 8, 1, 1, "SAME"}, 4},   {{{2, 5, 7, 8}, 3, 3, 9, 1, 1, "SAME"}, 4},
+    {{{3, 6, 5, 10}, 3, 3, 8, 1, 1, "VALID"}, 4}, {{{1, 9, 8, 16}, 3, 3, 12, 1, 1, "VALID"}, 4},
+    {{{4, 4, 4, 32}, 3, 3, 64, 1, 1, "SAME"}, 4}, {{{2, 3, 3, 8}, 3, 3, 8, 1, 1, "SAME"}, 4},
+    {{{1, 2, 2, 8}, 3, 3, 8, 1, 1, "SAME"}, 2},   {{{2, 6, 6, 8}, 3, 3, 10, 1, 1, "SAME"}, 2},
+    {{{1, 4, 9, 9}, 3, 3, 8, 1, 1, "VALID"}, 2},  {{{3, 2, 7, 16}, 3, 3, 12, 1, 1, "SAME"}, 2},
 };
 
 TEST_P(ConvOpsTest, WinogradConvolutionsMatchTheReference) {
-  for (const ConvCase& k : kWinogradCases) {
-    ASSERT_TRUE(internal::winograd_applies(window_of(k))) << describe_case(DType::Float32, k);
+  for (const auto& [k, tile] : kWinogradCases) {
+    ASSERT_EQ(internal::winograd_tile(window_of(k)), tile) << describe_case(DType::Float32, k);
     for (DType dtype : kFloatDTypes) expect_conv_and_gradients(dtype, k, /*filter_runs=*/3);
   }
 }
 
-// 1024 tiles: several chunks of tiles per shard of images, and the filter's gradient in eight
-// parts (the same bits on every run).
+// 1024 and 1152 tiles: several chunks of tiles per shard of images, and the filter's gradient
+// in eight parts (the same bits on every run).
 TEST_P(ConvOpsTest, LargeWinogradConvolutionsSpanChunksAndParts) {
-  const ConvCase k{{64, 8, 8, 32}, 3, 3, 64, 1, 1, "SAME"};
-  ASSERT_TRUE(internal::winograd_applies(window_of(k)));
-  expect_conv_and_gradients(DType::Float32, k, /*filter_runs=*/3);
+  for (const auto& [k, tile] : {WinogradCase{{{16, 32, 32, 16}, 3, 3, 16, 1, 1, "SAME"}, 4},
+                                WinogradCase{{{128, 6, 6, 16}, 3, 3, 16, 1, 1, "SAME"}, 2}}) {
+    SCOPED_TRACE(describe_case(DType::Float32, k));
+    ASSERT_EQ(internal::winograd_tile(window_of(k)), tile);
+    expect_conv_and_gradients(DType::Float32, k, /*filter_runs=*/3);
+  }
 }
 
 // What takes im2col instead: few channels, another window or stride, an output under 2x2, channels
-// past BLAS's int.
+// past BLAS's int. And which tiles: the 4x4 ones where they make fewer products.
 TEST(WinogradTest, AppliesTo3x3Stride1WithEnoughChannels) {
   EXPECT_TRUE(internal::winograd_applies(window_of({{1, 4, 4, 8}, 3, 3, 8, 1, 1, "SAME"})));
   EXPECT_FALSE(internal::winograd_applies(window_of({{1, 8, 8, 1}, 3, 3, 32, 1, 1, "SAME"})));
@@ -436,8 +445,14 @@ TEST(WinogradTest, AppliesTo3x3Stride1WithEnoughChannels) {
   EXPECT_FALSE(internal::winograd_applies(window_of({{1, 8, 8, 8}, 5, 5, 8, 1, 1, "SAME"})));
   EXPECT_FALSE(internal::winograd_applies(window_of({{1, 8, 8, 8}, 3, 2, 8, 1, 1, "SAME"})));
   EXPECT_FALSE(internal::winograd_applies(window_of({{1, 3, 8, 8}, 3, 3, 8, 1, 1, "VALID"})));
-  // 16 x 200 million channels, its products' row stride, is past BLAS's int (9 x, im2col's, is not).
-  EXPECT_FALSE(internal::winograd_applies(window_of({{1, 4, 4, 200'000'000}, 3, 3, 8, 1, 1, "SAME"})));
+  EXPECT_EQ(internal::winograd_tile(window_of({{1, 3, 8, 8}, 3, 3, 8, 1, 1, "VALID"})), 0);
+  // 36 x 100 million channels, its products' row stride, is past BLAS's int (9 x, im2col's, is not).
+  EXPECT_FALSE(internal::winograd_applies(window_of({{1, 4, 4, 100'000'000}, 3, 3, 8, 1, 1, "SAME"})));
+  // 8x8 outputs: 4 tiles of 36 positions against 16 of 16; 6x6: 4 x 36 against 9 x 16 (a tie
+  // takes the smaller tiles); 2x10: 3 x 36 against 5 x 16.
+  EXPECT_EQ(internal::winograd_tile(window_of({{1, 8, 8, 8}, 3, 3, 8, 1, 1, "SAME"})), 4);
+  EXPECT_EQ(internal::winograd_tile(window_of({{1, 6, 6, 8}, 3, 3, 8, 1, 1, "SAME"})), 2);
+  EXPECT_EQ(internal::winograd_tile(window_of({{1, 2, 10, 8}, 3, 3, 8, 1, 1, "SAME"})), 2);
 }
 
 struct PoolCase {

@@ -40,13 +40,15 @@ struct Case {
 };
 
 // Pointwise, VALID, SAME with strides, rectangular windows, kernel smaller than the stride; 3x3
-// stride 1 with 8 channels (Winograd's algorithm on the CPU, kernels/conv_winograd.cc), an odd width.
+// stride 1 with 8 channels (Winograd's algorithm on the CPU, kernels/conv_winograd.cc: 4x4 tiles,
+// then 2x2 ones), an odd width.
 inline const Case kConvCases[] = {
     {{2, 3, 3, 2}, 1, 1, 2, 1, 1, "VALID"},
     {{1, 4, 4, 2}, 2, 2, 3, 1, 1, "VALID"},
     {{1, 5, 4, 2}, 3, 3, 2, 2, 2, "SAME"},
     {{1, 4, 5, 2}, 2, 3, 2, 3, 2, "SAME"},
     {{1, 3, 5, 8}, 3, 3, 8, 1, 1, "SAME"},
+    {{1, 2, 5, 8}, 3, 3, 8, 1, 1, "SAME"},
 };
 // Disjoint windows; overlapping windows with padding; a rectangular window over two images.
 inline const Case kPoolCases[] = {
