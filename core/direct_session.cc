@@ -281,7 +281,8 @@ StatusOr<std::shared_ptr<const StepPlan>> SessionImpl::get_plan(const std::vecto
       return d == 0 ? nullptr : devices_[static_cast<std::size_t>(d)];
     };
     plan = build_step_plan(g_, feeds, fetches, targets, device_of,
-                           [this](const Node& n, Device* d) { return kernel_for(n, d); }, options_.cuda_graphs);
+                           [this](const Node& n, Device* d) { return kernel_for(n, d); }, options_.cuda_graphs,
+                           options_.remapping ? &fused_ : nullptr);
   }
   if (!plan.ok()) return plan;
   std::unique_lock<std::shared_mutex> l(plans_mu_);

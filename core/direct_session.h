@@ -152,6 +152,9 @@ class SessionImpl final : public SessionBackend {
   std::unordered_map<const Node*, int> placement_;
   int placed_nodes_ = 0;  // nodes [0, placed_nodes_) of the graph are placed
 
+  // The fused nodes its plans read (SessionOptions::remapping): declared before the kernels and
+  // plans that point at them, so that it outlives them.
+  FusedNodes fused_;
   std::mutex kernels_mu_;
   std::unordered_map<const Node*, std::unique_ptr<OpKernel>> kernels_;  // guarded by kernels_mu_
 

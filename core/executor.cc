@@ -78,7 +78,7 @@ std::atomic<uint64_t> next_plan_serial{1};
 }  // namespace
 
 std::vector<const Node*> prune_nodes(const std::vector<Endpoint>& feeds, const std::vector<Endpoint>& fetches,
-                                     const std::vector<const Node*>& targets) {
+                                     const std::vector<const Node*>& targets, const Remap* remap) {
   auto key = [](const Node* n, int index) { return (static_cast<uint64_t>(n->id) << 16) | index; };
   std::unordered_set<uint64_t> fed;
   for (const auto& f : feeds) fed.insert(key(f.node, f.index));
@@ -91,14 +91,17 @@ std::vector<const Node*> prune_nodes(const std::vector<Endpoint>& feeds, const s
       stack.push_back(n);
     }
   };
-  for (const auto& f : fetches) {
+  auto resolve = [remap](const Endpoint& e) { return remap != nullptr ? remap->resolve(e) : e; };
+  for (const auto& fetch : fetches) {
+    const Endpoint f = resolve(fetch);
     if (!fed.count(key(f.node, f.index))) want(f.node);
   }
   for (const Node* t : targets) want(t);
   while (!stack.empty()) {
     const Node* n = stack.back();
     stack.pop_back();
-    for (const auto& in : n->inputs) {
+    for (const auto& input : n->inputs) {
+      const Endpoint in = resolve(input);
       if (!fed.count(key(in.node, in.index))) want(in.node);
     }
     for (const Node* c : n->control_inputs) want(c);
@@ -138,10 +141,16 @@ std::vector<const Node*> prune_nodes(const std::vector<Endpoint>& feeds, const s
 // writes it into a tensor of the running loop instead (PlanNode::discard_output).
 
 StatusOr<std::shared_ptr<const Plan>> build_plan(
-    const GraphImpl& graph, const std::vector<Endpoint>& feeds, const std::vector<Endpoint>& fetches,
+    const GraphImpl& graph, const std::vector<Endpoint>& feeds, const std::vector<Endpoint>& signature_fetches,
     const std::vector<const Node*>& targets,
-    const std::function<StatusOr<OpKernel*>(const Node&)>& make_kernel) {
+    const std::function<StatusOr<OpKernel*>(const Node&)>& make_kernel, const Remap* remap) {
   auto plan = std::make_shared<Plan>();
+  // Every endpoint read through the remap (Note [Op fusion] in core/remapper.cc): a fused chain's
+  // output is its fused node's.
+  auto resolve = [remap](const Endpoint& e) { return remap != nullptr ? remap->resolve(e) : e; };
+  std::vector<Endpoint> fetches;
+  fetches.reserve(signature_fetches.size());
+  for (const Endpoint& f : signature_fetches) fetches.push_back(resolve(f));
   plan->graph_version = graph.version();
   plan->serial = next_plan_serial.fetch_add(1, std::memory_order_relaxed);
 
@@ -149,7 +158,7 @@ StatusOr<std::shared_ptr<const Plan>> build_plan(
   std::unordered_map<uint64_t, int> fed;  // endpoint -> feed index
   for (std::size_t i = 0; i < feeds.size(); ++i) fed[key(feeds[i].node, feeds[i].index)] = static_cast<int>(i);
 
-  std::vector<const Node*> needed = prune_nodes(feeds, fetches, targets);
+  std::vector<const Node*> needed = prune_nodes(feeds, fetches, targets, remap);
   std::unordered_map<const Node*, int> index_of;  // needed node -> plan index (set below)
 
   // Constants are hoisted out of the step: their immutable value is placed in a slot when the step
@@ -179,7 +188,8 @@ StatusOr<std::shared_ptr<const Plan>> build_plan(
   std::unordered_map<const Node*, int> indegree;
   for (const Node* n : needed) {
     std::vector<const Node*> preds;
-    for (const auto& in : n->inputs) {
+    for (const auto& input : n->inputs) {
+      const Endpoint in = resolve(input);
       if (!fed.count(key(in.node, in.index)) && !hoisted.count(in.node)) preds.push_back(in.node);
     }
     for (const Node* c : n->control_inputs) {
@@ -249,7 +259,7 @@ StatusOr<std::shared_ptr<const Plan>> build_plan(
     }
   };
   for (const auto& pn : plan->nodes) {
-    for (const auto& in : pn.node->inputs) use(in);
+    for (const auto& in : pn.node->inputs) use(resolve(in));
   }
   for (const auto& f : fetches) use(f);
 
@@ -282,7 +292,7 @@ StatusOr<std::shared_ptr<const Plan>> build_plan(
       for (int k = 0; k < pn.num_outputs; ++k) output_slot[pn.first_output + k] = slot++;
     }
     for (const auto& in : pn.node->inputs) {
-      const int o = output_of(in);
+      const int o = output_of(resolve(in));
       if (o >= 0 && plan->output_uses[o] == 1) released[i].push_back(output_slot[o]);
     }
   }
@@ -313,7 +323,7 @@ StatusOr<std::shared_ptr<const Plan>> build_plan(
     const Node* n = pn.node;
     pn.first_input = static_cast<int>(plan->inputs.size());
     pn.num_inputs = static_cast<int>(n->inputs.size());
-    for (const auto& in : n->inputs) plan->inputs.push_back(input_of(in));
+    for (const auto& in : n->inputs) plan->inputs.push_back(input_of(resolve(in)));
     pn.first_successor = static_cast<int>(plan->successors.size());
     for (const Node* s : succ[n]) plan->successors.push_back(index_of.at(s));
     pn.num_successors = static_cast<int>(plan->successors.size()) - pn.first_successor;

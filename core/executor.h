@@ -20,6 +20,7 @@
 #include "core/cancellation.h"
 #include "core/node.h"
 #include "core/op_kernel.h"
+#include "core/remapper.h"
 #include "core/resource_mgr.h"
 #include "core/rendezvous.h"
 #include "core/status.h"
@@ -119,17 +120,19 @@ struct Plan {
 std::shared_ptr<const Plan> plan_variant(const Plan& plan, const std::vector<OpKernel*>& kernels,
                                          const std::vector<std::pair<int, int>>& edges);
 
-// The nodes the fetches and targets need (a fed output cuts its edge), in discovery order.
+// The nodes the fetches and targets need (a fed output cuts its edge), in discovery order; with
+// `remap`, each edge read through it (core/remapper.h).
 std::vector<const Node*> prune_nodes(const std::vector<Endpoint>& feeds, const std::vector<Endpoint>& fetches,
-                                     const std::vector<const Node*>& targets);
+                                     const std::vector<const Node*>& targets, const Remap* remap = nullptr);
 
 // Builds a plan: prunes to what the fetches and targets need (a fed output cuts its edge), sorts
 // topologically (a cycle is InvalidArgumentError naming an op in it). `make_kernel` returns the
-// session's kernel for a node (or an error, e.g. no kernel for the device).
+// session's kernel for a node (or an error, e.g. no kernel for the device). With `remap`, the
+// plan reads every endpoint (inputs and fetches) through it: fused chains (core/remapper.h).
 StatusOr<std::shared_ptr<const Plan>> build_plan(
     const GraphImpl& graph, const std::vector<Endpoint>& feeds, const std::vector<Endpoint>& fetches,
     const std::vector<const Node*>& targets,
-    const std::function<StatusOr<OpKernel*>(const Node&)>& make_kernel);
+    const std::function<StatusOr<OpKernel*>(const Node&)>& make_kernel, const Remap* remap = nullptr);
 
 // A step being captured (Note [Captured partitions] in core/captured_partition.cc): the kernels'
 // recorder, told also of every node as it completes, with its inputs and outputs. Thread-safe.

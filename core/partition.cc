@@ -33,7 +33,7 @@ StatusOr<std::shared_ptr<const StepPlan>> build_step_plan(const GraphImpl& graph
                                                           const std::vector<Endpoint>& fetches,
                                                           const std::vector<const Node*>& targets,
                                                           const DeviceOf& device_of, const KernelFor& kernel_for,
-                                                          bool capture_partitions) {
+                                                          bool capture_partitions, FusedNodes* fused) {
   auto step = std::make_shared<StepPlan>();
   const std::vector<const Node*> needed = prune_nodes(feeds, fetches, targets);
   std::unordered_map<std::string, Device*> device_named{{kHostDeviceName, nullptr}};
@@ -45,7 +45,9 @@ StatusOr<std::shared_ptr<const StepPlan>> build_step_plan(const GraphImpl& graph
     device_of_node.emplace(n, d->name());
   }
   if (device_of_node.empty()) {  // all on the host
-    auto plan = build_plan(graph, feeds, fetches, targets, [&](const Node& n) { return kernel_for(n, nullptr); });
+    const Remap remap = fused != nullptr ? remap_ops(needed, feeds, fetches, targets, *fused) : Remap();
+    auto plan = build_plan(graph, feeds, fetches, targets, [&](const Node& n) { return kernel_for(n, nullptr); },
+                           remap.empty() ? nullptr : &remap);
     if (!plan.ok()) return plan.status();
     step->host = std::move(plan).value();
     return std::shared_ptr<const StepPlan>(std::move(step));

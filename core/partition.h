@@ -18,6 +18,7 @@
 #include "core/executor.h"
 #include "core/node.h"
 #include "core/op_kernel.h"
+#include "core/remapper.h"
 #include "core/status.h"
 
 namespace tessera::internal {
@@ -47,11 +48,13 @@ using DeviceOf = std::function<Device*(const Node& node)>;
 using KernelFor = std::function<StatusOr<OpKernel*>(const Node& node, Device* device)>;
 
 // Prunes to what the step needs and splits it by device. When every needed node is on the host,
-// `host` is build_plan over the graph's own nodes and nothing is copied.
+// `host` is build_plan over the graph's own nodes and nothing is copied; with `fused` (the
+// session's), its chains of ops are fused there (Note [Op fusion] in core/remapper.cc).
 StatusOr<std::shared_ptr<const StepPlan>> build_step_plan(const GraphImpl& graph, const std::vector<Endpoint>& feeds,
                                                           const std::vector<Endpoint>& fetches,
                                                           const std::vector<const Node*>& targets,
                                                           const DeviceOf& device_of, const KernelFor& kernel_for,
-                                                          bool capture_partitions = false);
+                                                          bool capture_partitions = false,
+                                                          FusedNodes* fused = nullptr);
 
 }  // namespace tessera::internal

@@ -34,6 +34,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "core/nn_ops.h"
 #include "core/op_kernel.h"
 #include "core/op_registry.h"
 #include "kernels/blas.h"
@@ -91,14 +92,18 @@ const T* patches_of(const Window2D& w, const T* x, int64_t row0, int64_t rows, T
   return scratch;
 }
 
+// Each chunk's output rows are finished by `epilogue` right after their product (a fused
+// convolution's bias and ReLU).
 template <class T>
-void conv2d(const OpKernelContext& ctx, const Window2D& w, const T* x, const T* f, T* out) {
+void conv2d(const OpKernelContext& ctx, const Window2D& w, const T* x, const T* f, T* out,
+            const BiasRelu<T>& epilogue) {
   const int64_t k = w.patch_size();
   const int64_t o = w.out_c;
   for_each_chunk<T>(ctx, w, w.chunk_rows(kPatchBytes, sizeof(T)), w.pointwise() ? 0 : k,
                     [&](int64_t row0, int64_t rows, T* scratch, const OpKernelContext* product) {
                       gemm(product, false, false, rows, o, k, patches_of(w, x, row0, rows, scratch), k, f, o, T{0},
                            out + row0 * o, o);
+                      epilogue(out + row0 * o, rows, o);
                     });
 }
 
@@ -179,24 +184,32 @@ void conv2d_backprop_filter(const OpKernelContext& ctx, const Window2D& w, const
 }
 
 // Conv2D (input, filter), Conv2DBackpropInput (input, filter, out_backprop: input read for its
-// shape) and Conv2DBackpropFilter (input, filter, out_backprop: filter read for its shape).
-// Thread-safe: compute() keeps no state between runs (OpenBLAS may be called from several threads).
+// shape) and Conv2DBackpropFilter (input, filter, out_backprop: filter read for its shape); and
+// _FusedConv2D (input, filter, bias; Note [Op fusion] in core/remapper.cc): Conv2D, then BiasAdd,
+// then Relu where its activation is "Relu". Thread-safe: compute() keeps no state between runs
+// (OpenBLAS may be called from several threads).
 template <ConvKind kKind>
 class ConvOp final : public OpKernel {
  public:
-  explicit ConvOp(const Node& n) : OpKernel(n), attrs_(WindowAttrs::of(n.attrs)) {}
+  explicit ConvOp(const Node& n)
+      : OpKernel(n),
+        attrs_(WindowAttrs::of(n.attrs)),
+        fused_(n.type == "_FusedConv2D"),
+        relu_(n.attr_or<std::string>("activation", "") == "Relu") {}
 
   void compute(OpKernelContext& ctx) override {
     auto plan = plan_conv(kKind, attrs_, ctx);
     if (!plan.ok()) return ctx.fail(plan.status());
     const Window2D& w = plan.value().window;
+    if (fused_) {  // BiasAdd's checks
+      const Tensor& bias = ctx.input(2);
+      if (Status s = same_dtypes(ctx.input(0), bias, 0, 2); !s.ok()) return ctx.fail(s.with_prefix("BiasAdd: "));
+      if (auto shape = bias_add_shape(plan.value().out, bias.shape()); !shape.ok()) {
+        return ctx.fail(shape.status().with_prefix("BiasAdd: "));
+      }
+    }
     Tensor& out = ctx.allocate_output(0, plan.value().out);
     if (out.num_elements() == 0) return;
-    // No products to sum (no input channels, or, for the filter, no output positions): zeros.
-    if (w.patch_size() == 0 || w.out_pixels() == 0 || w.out_c == 0) {
-      std::memset(out.raw_mutable_data(), 0, out.bytes());
-      return;
-    }
     if (out.dtype() == DType::Float32) return run<float>(w, ctx, out);
     run<double>(w, ctx, out);
   }
@@ -208,11 +221,19 @@ class ConvOp final : public OpKernel {
   template <class T>
   void run(const Window2D& w, OpKernelContext& ctx, Tensor& out) const {
     T* po = out.mutable_data<T>();
+    BiasRelu<T> epilogue;
+    if (fused_) epilogue = {ctx.input(2).data<T>(), relu_};
+    // No products to sum (no input channels, or, for the filter, no output positions): zeros.
+    if (w.patch_size() == 0 || w.out_pixels() == 0 || w.out_c == 0) {
+      std::memset(out.raw_mutable_data(), 0, out.bytes());
+      if (fused_) epilogue(po, out.num_elements() / w.out_c, w.out_c);  // the bias, as BiasAdd would add it
+      return;
+    }
     const bool winograd = winograd_applies(w);  // Note [Winograd convolution] in kernels/conv_winograd.cc
     if constexpr (kKind == ConvKind::kForward) {
       const T* x = ctx.input(0).data<T>();
       const T* f = ctx.input(1).data<T>();
-      winograd ? winograd_conv2d(ctx, w, x, f, po) : conv2d(ctx, w, x, f, po);
+      winograd ? winograd_conv2d(ctx, w, x, f, po, epilogue) : conv2d(ctx, w, x, f, po, epilogue);
     } else if constexpr (kKind == ConvKind::kBackpropInput) {
       const T* f = ctx.input(1).data<T>();
       const T* dy = ctx.input(2).data<T>();
@@ -225,9 +246,12 @@ class ConvOp final : public OpKernel {
   }
 
   const WindowAttrs attrs_;
+  const bool fused_;
+  const bool relu_;
 };
 
 TESSERA_REGISTER_KERNEL("Conv2D", "CPU", ConvOp<ConvKind::kForward>);
+TESSERA_REGISTER_KERNEL("_FusedConv2D", "CPU", ConvOp<ConvKind::kForward>);
 TESSERA_REGISTER_KERNEL("Conv2DBackpropInput", "CPU", ConvOp<ConvKind::kBackpropInput>);
 TESSERA_REGISTER_KERNEL("Conv2DBackpropFilter", "CPU", ConvOp<ConvKind::kBackpropFilter>);
 
@@ -262,11 +286,13 @@ inline void keep_larger(int64_t channels, const T* __restrict row, T* __restrict
 // gradient here, and its top becomes NaN (all bits set), which no later element equals. Into d:
 // added, or (a window's own elements) written as 0 + g, what a sum into zeros gives (-0.0 lands as
 // +0.0). Bit masks, not selects: GCC does not if-convert two selects on one float comparison, and
-// this vectorizes for float (double stays scalar, still branch-free).
-template <class T, bool kFirst, bool kAdd>
+// this vectorizes for float (double stays scalar, still branch-free). kRelu (written windows
+// only): then ReluGrad's, over the same values (x > 0 ? d : +0.0).
+template <class T, bool kFirst, bool kAdd, bool kRelu>
 inline void give_to_max(int64_t channels, const T* __restrict row, const T* __restrict grad, T* __restrict top,
                         T* __restrict d) {
   using Bits = std::conditional_t<sizeof(T) == 4, uint32_t, uint64_t>;
+  static_assert(!(kAdd && kRelu));
   for (int64_t c = 0; c < channels; ++c) {
     const T r = row[c];
     const T t = top[c];
@@ -274,6 +300,9 @@ inline void give_to_max(int64_t channels, const T* __restrict row, const T* __re
     const T g = std::bit_cast<T>(std::bit_cast<Bits>(grad[c]) & hit);
     if constexpr (kAdd) {
       d[c] += g;
+    } else if constexpr (kRelu) {
+      const Bits positive = Bits{0} - static_cast<Bits>(r > T{0});
+      d[c] = std::bit_cast<T>(std::bit_cast<Bits>(T{0} + g) & positive);
     } else {
       d[c] = T{0} + g;
     }
@@ -296,8 +325,11 @@ inline void give_to_max(int64_t channels, const T* __restrict row, const T* __re
 // one gradient, so each window writes its own elements (no += into a zeroed image); the image is
 // zeroed first only when some element is in no window. Overlapping windows add into a zeroed
 // image, in output order.
+// `relu` (_FusedMaxPoolGradReluGrad, Note [Op fusion] in core/remapper.cc): the result then goes
+// through ReluGrad with x as its features, in the same pass where windows are written, or in a
+// pass over the image after its sums.
 template <class T>
-void max_pool_grad(const OpKernelContext& ctx, const Window2D& w, const T* x, const T* grad, T* out) {
+void max_pool_grad(const OpKernelContext& ctx, const Window2D& w, const T* x, const T* grad, T* out, bool relu) {
   const int64_t channels = w.in_c;
   const int64_t image_in = w.in_h * w.in_w * channels;
   const int64_t image_out = w.out_h * w.out_w * channels;
@@ -322,20 +354,27 @@ void max_pool_grad(const OpKernelContext& ctx, const Window2D& w, const T* x, co
           for (int64_t ww = w0; ww < w1; ++ww) keep_larger(channels, xi + offset(h, ww), top);
         }
         const T* gi = grad + n * image_out + pos * channels;
-        for (int64_t h = h0; h < h1; ++h) {
-          for (int64_t ww = w0; ww < w1; ++ww) {
-            const int64_t at = offset(h, ww);
-            const bool first = h == h0 && ww == w0;
-            if (disjoint) {
-              first ? give_to_max<T, true, false>(channels, xi + at, gi, top, oi + at)
-                    : give_to_max<T, false, false>(channels, xi + at, gi, top, oi + at);
-            } else {
-              first ? give_to_max<T, true, true>(channels, xi + at, gi, top, oi + at)
-                    : give_to_max<T, false, true>(channels, xi + at, gi, top, oi + at);
+        auto give = [&]<bool kAdd, bool kRelu>() {
+          for (int64_t h = h0; h < h1; ++h) {
+            for (int64_t ww = w0; ww < w1; ++ww) {
+              const int64_t at = offset(h, ww);
+              h == h0 && ww == w0 ? give_to_max<T, true, kAdd, kRelu>(channels, xi + at, gi, top, oi + at)
+                                  : give_to_max<T, false, kAdd, kRelu>(channels, xi + at, gi, top, oi + at);
             }
           }
+        };
+        if (!disjoint) {
+          give.template operator()<true, false>();
+        } else if (relu) {
+          give.template operator()<false, true>();
+        } else {
+          give.template operator()<false, false>();
         }
       });
+      // Elements in no window are zeros either way; sums of overlapping windows are masked here.
+      if (relu && !disjoint) {
+        for (int64_t i = 0; i < image_in; ++i) oi[i] = xi[i] > T{0} ? oi[i] : T{0};
+      }
     }
   });
 }
@@ -345,9 +384,9 @@ void max_pool_grad(const OpKernelContext& ctx, const Window2D& w, const T* x, co
 // the channels innermost, so each step is a contiguous run of in_c values. Max keeps the first
 // largest value of each channel (keep_larger).
 template <PoolKind kKind, class T>
-void pool(const OpKernelContext& ctx, const Window2D& w, const T* x, const T* grad, T* out) {
+void pool(const OpKernelContext& ctx, const Window2D& w, const T* x, const T* grad, T* out, bool relu) {
   if constexpr (kKind == PoolKind::kMaxGrad) {
-    return max_pool_grad(ctx, w, x, grad, out);
+    return max_pool_grad(ctx, w, x, grad, out, relu);
   } else {
     const int64_t channels = w.in_c;
     const int64_t image_in = w.in_h * w.in_w * channels;
@@ -397,11 +436,14 @@ void pool(const OpKernelContext& ctx, const Window2D& w, const T* x, const T* gr
 }
 
 // MaxPool and AvgPool (input), MaxPoolGrad (orig_input, orig_output, grad) and AvgPoolGrad
-// (orig_input: read for its shape, grad). Thread-safe: compute() keeps no state between runs.
+// (orig_input: read for its shape, grad); _FusedMaxPoolGradReluGrad (MaxPoolGrad's inputs; Note
+// [Op fusion] in core/remapper.cc): MaxPoolGrad, then ReluGrad with orig_input as its features.
+// Thread-safe: compute() keeps no state between runs.
 template <PoolKind kKind>
 class PoolOp final : public OpKernel {
  public:
-  explicit PoolOp(const Node& n) : OpKernel(n), attrs_(WindowAttrs::of(n.attrs)) {}
+  explicit PoolOp(const Node& n)
+      : OpKernel(n), attrs_(WindowAttrs::of(n.attrs)), relu_(n.type == "_FusedMaxPoolGradReluGrad") {}
 
   void compute(OpKernelContext& ctx) override {
     auto plan = plan_pool(kKind, attrs_, ctx);
@@ -414,19 +456,21 @@ class PoolOp final : public OpKernel {
                                                        : nullptr;
     if (x.dtype() == DType::Float32) {
       return pool<kKind>(ctx, plan.value().window, x.data<float>(), grad ? grad->data<float>() : nullptr,
-                         out.mutable_data<float>());
+                         out.mutable_data<float>(), relu_);
     }
     pool<kKind>(ctx, plan.value().window, x.data<double>(), grad ? grad->data<double>() : nullptr,
-                out.mutable_data<double>());
+                out.mutable_data<double>(), relu_);
   }
 
  private:
   const WindowAttrs attrs_;
+  const bool relu_;
 };
 
 TESSERA_REGISTER_KERNEL("MaxPool", "CPU", PoolOp<PoolKind::kMax>);
 TESSERA_REGISTER_KERNEL("AvgPool", "CPU", PoolOp<PoolKind::kAvg>);
 TESSERA_REGISTER_KERNEL("MaxPoolGrad", "CPU", PoolOp<PoolKind::kMaxGrad>);
+TESSERA_REGISTER_KERNEL("_FusedMaxPoolGradReluGrad", "CPU", PoolOp<PoolKind::kMaxGrad>);
 TESSERA_REGISTER_KERNEL("AvgPoolGrad", "CPU", PoolOp<PoolKind::kAvgGrad>);
 
 }  // namespace

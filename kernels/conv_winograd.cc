@@ -313,7 +313,8 @@ int tile_size(const Window2D& w) {
 }
 
 template <class A, class T>
-void forward(const OpKernelContext& ctx, const Window2D& w, const T* x, const T* f, T* out) {
+void forward(const OpKernelContext& ctx, const Window2D& w, const T* x, const T* f, T* out,
+             const BiasRelu<T>& epilogue) {
   const int64_t c = w.in_c;
   const int64_t k = w.out_c;
   const Tiling tl = tiling_of(w, A::kSize);
@@ -324,7 +325,10 @@ void forward(const OpKernelContext& ctx, const Window2D& w, const T* x, const T*
   for_each_tile_chunk<T>(ctx, w, tl, A::kPositions, [&](int64_t t0, int64_t n, T* s, const OpKernelContext* product) {
     tile_products<A::kPositions, A::kBt, A::kAt>(
         product, t0, n, in_tiles, x, c, k, u.get(), s,
-        [&](const T* tile, int64_t t) { scatter_output(out_tiles, tile, t, out); });
+        [&](T* tile, int64_t t) {
+          epilogue(tile, A::kSize * A::kSize, k);
+          scatter_output(out_tiles, tile, t, out);
+        });
   });
 }
 
@@ -420,9 +424,11 @@ int winograd_tile(const Window2D& w) { return winograd::tile_size(w); }
 bool winograd_applies(const Window2D& w) { return winograd_tile(w) != 0; }
 
 template <class T>
-void winograd_conv2d(const OpKernelContext& ctx, const Window2D& w, const T* x, const T* f, T* out) {
+void winograd_conv2d(const OpKernelContext& ctx, const Window2D& w, const T* x, const T* f, T* out,
+                     const BiasRelu<T>& epilogue) {
   using namespace winograd;
-  winograd_tile(w) == 4 ? forward<Winograd<4>>(ctx, w, x, f, out) : forward<Winograd<2>>(ctx, w, x, f, out);
+  winograd_tile(w) == 4 ? forward<Winograd<4>>(ctx, w, x, f, out, epilogue)
+                        : forward<Winograd<2>>(ctx, w, x, f, out, epilogue);
 }
 
 template <class T>
@@ -440,7 +446,8 @@ void winograd_conv2d_backprop_filter(const OpKernelContext& ctx, const Window2D&
 }
 
 #define TESSERA_WINOGRAD_INSTANTIATE(T)                                                                        \
-  template void winograd_conv2d<T>(const OpKernelContext&, const Window2D&, const T*, const T*, T*);           \
+  template void winograd_conv2d<T>(const OpKernelContext&, const Window2D&, const T*, const T*, T*,            \
+                                   const BiasRelu<T>&);                                                       \
   template void winograd_conv2d_backprop_input<T>(const OpKernelContext&, const Window2D&, const T*, const T*, \
                                                   T*);                                                         \
   template void winograd_conv2d_backprop_filter<T>(const OpKernelContext&, const Window2D&, const T*, const T*, \

@@ -4,6 +4,7 @@
 #pragma once
 
 #include "core/conv_ops.h"
+#include "kernels/conv_epilogue.h"
 
 namespace tessera::internal {
 
@@ -19,8 +20,10 @@ int winograd_tile(const Window2D& w);
 // As conv2d, conv2d_backprop_input and conv2d_backprop_filter of kernels/conv_ops.cc: NHWC input
 // and output, HWIO filter, float or double; `w` must satisfy winograd_applies(). The outputs are
 // overwritten.
+// winograd_conv2d finishes each tile with `epilogue` (a fused convolution's bias and ReLU).
 template <class T>
-void winograd_conv2d(const OpKernelContext& ctx, const Window2D& w, const T* x, const T* f, T* out);
+void winograd_conv2d(const OpKernelContext& ctx, const Window2D& w, const T* x, const T* f, T* out,
+                     const BiasRelu<T>& epilogue = {});
 template <class T>
 void winograd_conv2d_backprop_input(const OpKernelContext& ctx, const Window2D& w, const T* f, const T* dy, T* dx);
 template <class T>

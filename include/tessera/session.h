@@ -57,6 +57,11 @@ struct SessionOptions {
   // partition. The first untraced step is captured, later steps replay; results are those of
   // eager execution. The capture keeps the memory of the partition's tensors for the session.
   bool cuda_graphs = true;
+  // Fuses chains of ops that each pass over one large tensor into one kernel where nothing else
+  // reads the values between them, as TF's Grappler remapper (RewriterConfig.remapping) does:
+  // Conv2D + BiasAdd (+ Relu), MaxPoolGrad + ReluGrad, on the host CPU. Results are the same
+  // bits; a trace shows the fused op under its parts' names joined by '+'.
+  bool remapping = true;
   // Sessions on a cluster target: the deadline of each call to the master that should be quick
   // (creating, extending, closing the session). A run itself may take as long as it needs (bound
   // it with RunOptions::timeout); it fails with UnavailableError as soon as the connection to the
