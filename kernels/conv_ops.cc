@@ -38,6 +38,7 @@
 #include "core/op_kernel.h"
 #include "core/op_registry.h"
 #include "kernels/blas.h"
+#include "kernels/conv_direct.h"
 #include "kernels/conv_winograd.h"
 #include "kernels/im2col.h"
 
@@ -230,9 +231,15 @@ class ConvOp final : public OpKernel {
       return;
     }
     const bool winograd = winograd_applies(w);  // Note [Winograd convolution] in kernels/conv_winograd.cc
+    // Note [Direct convolution] in kernels/conv_direct.cc: float32 only.
+    constexpr bool kFloat = std::is_same_v<T, float>;
+    const bool direct = kFloat && direct_conv_applies(w, out.dtype());
     if constexpr (kKind == ConvKind::kForward) {
       const T* x = ctx.input(0).data<T>();
       const T* f = ctx.input(1).data<T>();
+      if constexpr (kFloat) {
+        if (direct) return direct_conv2d(ctx, w, x, f, po, epilogue);
+      }
       winograd ? winograd_conv2d(ctx, w, x, f, po, epilogue) : conv2d(ctx, w, x, f, po, epilogue);
     } else if constexpr (kKind == ConvKind::kBackpropInput) {
       const T* f = ctx.input(1).data<T>();
@@ -241,6 +248,9 @@ class ConvOp final : public OpKernel {
     } else {
       const T* x = ctx.input(0).data<T>();
       const T* dy = ctx.input(2).data<T>();
+      if constexpr (kFloat) {
+        if (direct) return direct_conv2d_backprop_filter(ctx, w, x, dy, po);
+      }
       winograd ? winograd_conv2d_backprop_filter(ctx, w, x, dy, po) : conv2d_backprop_filter(ctx, w, x, dy, po);
     }
   }

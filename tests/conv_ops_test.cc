@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "core/node.h"
+#include "kernels/conv_direct.h"
 #include "kernels/conv_winograd.h"
 #include "tests/testing/device_op_test.h"
 #include "tests/testing/op_suite.h"
@@ -433,6 +434,38 @@ TEST_P(ConvOpsTest, LargeWinogradConvolutionsSpanChunksAndParts) {
     ASSERT_EQ(internal::winograd_tile(window_of(k)), tile);
     expect_conv_and_gradients(DType::Float32, k, /*filter_runs=*/3);
   }
+}
+
+// ---- The direct convolution of few-valued windows (kernels/conv_direct.cc), on AVX-512 ----
+
+// One and three input channels, 3x3 and 5x5 windows, strides 1 and 2, SAME and VALID, one to four
+// channel blocks (20 and 40: a masked last block), one image and many (the filter's gradient in
+// several parts).
+const ConvCase kDirectCases[] = {
+    {{2, 8, 8, 1}, 3, 3, 32, 1, 1, "SAME"},  {{1, 7, 5, 3}, 3, 3, 20, 2, 2, "VALID"},
+    {{3, 6, 6, 1}, 5, 5, 16, 1, 1, "SAME"},  {{2, 5, 5, 2}, 3, 3, 64, 1, 1, "SAME"},
+    {{1, 9, 7, 3}, 3, 3, 40, 2, 1, "SAME"},  {{64, 8, 8, 1}, 3, 3, 32, 1, 1, "SAME"},
+};
+
+TEST_P(ConvOpsTest, DirectConvolutionsMatchTheReference) {
+  if (!internal::direct_conv_applies(window_of(kDirectCases[0]), DType::Float32)) {
+    GTEST_SKIP() << "no AVX-512F here: these shapes take im2col";
+  }
+  for (const ConvCase& k : kDirectCases) {
+    ASSERT_TRUE(internal::direct_conv_applies(window_of(k), DType::Float32)) << describe_case(DType::Float32, k);
+    expect_conv_and_gradients(DType::Float32, k, /*filter_runs=*/3);
+  }
+}
+
+// Only float32 windows of at most 32 values into 16 to 64 channels go direct.
+TEST(DirectConvTest, AppliesToSmallFloatWindows) {
+  const internal::Window2D first = window_of({{1, 8, 8, 1}, 3, 3, 32, 1, 1, "SAME"});
+  if (!internal::direct_conv_applies(first, DType::Float32)) GTEST_SKIP() << "no AVX-512F here";
+  EXPECT_FALSE(internal::direct_conv_applies(first, DType::Float64));
+  EXPECT_FALSE(internal::direct_conv_applies(window_of({{1, 8, 8, 4}, 3, 3, 32, 1, 1, "SAME"}), DType::Float32));
+  EXPECT_FALSE(internal::direct_conv_applies(window_of({{1, 8, 8, 1}, 3, 3, 8, 1, 1, "SAME"}), DType::Float32));
+  EXPECT_FALSE(internal::direct_conv_applies(window_of({{1, 8, 8, 1}, 3, 3, 65, 1, 1, "SAME"}), DType::Float32));
+  EXPECT_TRUE(internal::direct_conv_applies(window_of({{1, 8, 8, 1}, 5, 5, 16, 1, 1, "SAME"}), DType::Float32));
 }
 
 // What takes im2col instead: few channels, another window or stride, an output under 2x2, channels

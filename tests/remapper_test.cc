@@ -73,11 +73,13 @@ struct ConvLayer {
   std::string padding;
 };
 
-// im2col (one input channel, a strided window, a pointwise one) and Winograd (4x4 and 2x2 tiles).
+// im2col (one input channel, a strided window, a pointwise one), Winograd (4x4 and 2x2 tiles) and
+// the direct convolution where the CPU has AVX-512 (im2col elsewhere).
 const ConvLayer kConvLayers[] = {
     {Shape{2, 6, 6, 1}, 3, 3, 8, 1, "SAME"},  {Shape{1, 5, 5, 2}, 3, 3, 3, 2, "VALID"},
     {Shape{2, 3, 3, 4}, 1, 1, 5, 1, "SAME"},  {Shape{2, 4, 4, 8}, 3, 3, 8, 1, "SAME"},
-    {Shape{1, 2, 2, 8}, 3, 3, 9, 1, "SAME"},
+    {Shape{1, 2, 2, 8}, 3, 3, 9, 1, "SAME"},  {Shape{2, 6, 6, 1}, 3, 3, 32, 1, "SAME"},
+    {Shape{1, 7, 5, 3}, 3, 3, 20, 2, "VALID"},
 };
 
 TEST(RemapperTest, ConvBiasAddReluIsOneOpWithTheSameBits) {
