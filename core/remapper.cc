@@ -80,8 +80,9 @@ Remap remap_ops(const std::vector<const Node*>& needed, const std::vector<Endpoi
   auto inner = [&](const Node* producer, const Node* consumer) {
     const Endpoint e{const_cast<Node*>(producer), 0};
     auto r = reads.find(key(e));
-    return producer->output_dtypes.size() == 1 && r != reads.end() && r->second == 1 &&
-           reader.at(key(e)) == consumer && !fed.count(key(e)) && !pinned.count(producer);
+    auto who = reader.find(key(e));
+    return producer->output_dtypes.size() == 1 && r != reads.end() && r->second == 1 && who != reader.end() &&
+           who->second == consumer && !fed.count(key(e)) && !pinned.count(producer);
   };
 
   for (const Node* n : needed) {

@@ -1,5 +1,6 @@
 // CPU kernels for Conv2D, Conv2DBackpropInput, Conv2DBackpropFilter, MaxPool, AvgPool, MaxPoolGrad
-// and AvgPoolGrad, float32 and float64 (Note [Convolution as im2col and GEMM]).
+// and AvgPoolGrad, float32 and float64 (Note [Convolution as im2col and GEMM]), and the fused
+// _FusedConv2D and _FusedMaxPoolGradReluGrad (Note [Op fusion] in core/remapper.cc).
 //
 // Note [Convolution as im2col and GEMM]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -17,7 +18,8 @@
 // scratch); d_filter, a sum over all rows, is summed in parts, each its own chunks
 // (Note [The filter's gradient in parts]). The GPU kernels (device/cuda/gpu_conv_ops.cc) do the
 // same with cuBLAS. A 3x3 stride-1 convolution with enough channels takes Winograd's algorithm
-// instead (Note [Winograd convolution] in kernels/conv_winograd.cc).
+// instead (Note [Winograd convolution] in kernels/conv_winograd.cc), and a float32 window of a few
+// values a direct AVX-512 kernel (Note [Direct convolution] in kernels/conv_direct.cc).
 //
 // Pools walk each window directly. MaxPool takes, and MaxPoolGrad gives the gradient to, the first
 // largest element of a window in row-major order (a NaN there wins only as the first element;
