@@ -5,9 +5,9 @@
 // an inner dimension of 9 keeps BLAS's kernels mostly loading and storing. With AVX-512 each output
 // pixel is instead K broadcast values times K rows of the filter, 16 output channels to a register
 // (the last block masked), the window read from a zero-padded copy of the image (no bounds tests in
-// the loop); the filter's gradient is the same walk with the roles swapped, each (value, channel
-// block) summed over an image in one register. Measured on the digits CNN's first layer
-// (benchmarks/README.md, "Direct convolution").
+// the loop); the filter's gradient is the same walk with the roles swapped, eight patch values'
+// sums for every channel block kept in registers over an image. Measured on the digits CNN's first
+// layer (benchmarks/README.md, "Direct convolution").
 // Images are sharded over the session's pool. The filter's gradient is summed in parts of images,
 // their number a function of the shapes only, the parts added in order: the same bits on every run
 // and machine with AVX-512 (Note [The filter's gradient in parts] in kernels/conv_ops.cc). The sums
@@ -26,7 +26,9 @@
 #include "kernels/blas.h"
 
 namespace tessera::internal {
-namespace {
+// A named namespace, not an anonymous one: the demo's unity build compiles this file in one unit
+// with conv_ops.cc, whose anonymous namespace has a kFilterParts too.
+namespace direct {
 
 // The largest patch taken directly: 3x3 over three channels fits, 5x5 over one too.
 constexpr int64_t kMaxPatch = 32;
@@ -159,31 +161,31 @@ bool has_avx512() {
   return has;
 }
 
-}  // namespace
+}  // namespace direct
 
 bool direct_conv_applies(const Window2D& w, DType dtype) {
-  return dtype == DType::Float32 && w.patch_size() <= kMaxPatch && w.out_c >= kMinOutChannels &&
-         w.out_c <= kMaxOutChannels && has_avx512();
+  return dtype == DType::Float32 && w.patch_size() <= direct::kMaxPatch && w.out_c >= direct::kMinOutChannels &&
+         w.out_c <= direct::kMaxOutChannels && direct::has_avx512();
 }
 
 void direct_conv2d(const OpKernelContext& ctx, const Window2D& w, const float* x, const float* f, float* out,
                    const BiasRelu<float>& epilogue) {
-  const Padded pd(w);
+  const direct::Padded pd(w);
   const std::vector<int64_t> off = pd.offsets(w);
   const int64_t image_work = std::max<int64_t>(1, w.out_h * w.out_w * w.patch_size() * w.out_c);
   ctx.parallel_for(w.batch, std::max<int64_t>(1, kGemmShardMultiplyAdds / image_work), [&](int64_t n0, int64_t n1) {
     std::vector<float> pad(static_cast<std::size_t>(pd.size()));
-    forward_images(w, pd, off.data(), x, f, out, epilogue, n0, n1, pad.data());
+    direct::forward_images(w, pd, off.data(), x, f, out, epilogue, n0, n1, pad.data());
   });
 }
 
 void direct_conv2d_backprop_filter(const OpKernelContext& ctx, const Window2D& w, const float* x, const float* dy,
                                    float* df) {
-  const Padded pd(w);
+  const direct::Padded pd(w);
   const std::vector<int64_t> off = pd.offsets(w);
   const int64_t size = w.patch_size() * w.out_c;
   const int64_t work = w.batch * w.out_h * w.out_w * size;
-  int64_t parts = std::clamp<int64_t>(work / (4 * kGemmShardMultiplyAdds), 1, std::min(kFilterParts, w.batch));
+  int64_t parts = std::clamp<int64_t>(work / (4 * kGemmShardMultiplyAdds), 1, std::min(direct::kFilterParts, w.batch));
   const int64_t part_images = (w.batch + parts - 1) / parts;
   parts = (w.batch + part_images - 1) / part_images;
   // Part 0 sums into df, part p > 0 into partials[p - 1]; the parts are added in order.
@@ -196,10 +198,10 @@ void direct_conv2d_backprop_filter(const OpKernelContext& ctx, const Window2D& w
       const int64_t n0 = p * part_images;
       const int64_t n1 = std::min(w.batch, (p + 1) * part_images);
       switch ((w.out_c + 15) / 16) {
-        case 1: filter_images<1>(w, pd, off.data(), x, dy, acc, n0, n1, pad.data()); break;
-        case 2: filter_images<2>(w, pd, off.data(), x, dy, acc, n0, n1, pad.data()); break;
-        case 3: filter_images<3>(w, pd, off.data(), x, dy, acc, n0, n1, pad.data()); break;
-        default: filter_images<4>(w, pd, off.data(), x, dy, acc, n0, n1, pad.data()); break;
+        case 1: direct::filter_images<1>(w, pd, off.data(), x, dy, acc, n0, n1, pad.data()); break;
+        case 2: direct::filter_images<2>(w, pd, off.data(), x, dy, acc, n0, n1, pad.data()); break;
+        case 3: direct::filter_images<3>(w, pd, off.data(), x, dy, acc, n0, n1, pad.data()); break;
+        default: direct::filter_images<4>(w, pd, off.data(), x, dy, acc, n0, n1, pad.data()); break;
       }
     }
   });
