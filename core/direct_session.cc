@@ -121,8 +121,6 @@ int64_t next_step_id() {
 // In a shard's solo slot while close() or cancel_step() cancels the step that was there.
 RunState* const kCancellingSolo = reinterpret_cast<RunState*>(uintptr_t{1});
 
-uint64_t endpoint_key(const Node* n, int index) { return (static_cast<uint64_t>(n->id) << 16) | index; }
-
 }  // namespace
 
 std::size_t SessionImpl::KeyHash::operator()(const std::vector<uint64_t>& k) const noexcept {

@@ -78,10 +78,9 @@ std::atomic<uint64_t> next_plan_serial{1};
 }  // namespace
 
 std::vector<const Node*> prune_nodes(const std::vector<Endpoint>& feeds, const std::vector<Endpoint>& fetches,
-                                     const std::vector<const Node*>& targets, const Remap* remap) {
-  auto key = [](const Node* n, int index) { return (static_cast<uint64_t>(n->id) << 16) | index; };
+                                     const std::vector<const Node*>& targets, const Remap& remap) {
   std::unordered_set<uint64_t> fed;
-  for (const auto& f : feeds) fed.insert(key(f.node, f.index));
+  for (const auto& f : feeds) fed.insert(endpoint_key(f));
   std::unordered_set<const Node*> seen;
   std::vector<const Node*> needed;
   std::vector<const Node*> stack;
@@ -91,18 +90,17 @@ std::vector<const Node*> prune_nodes(const std::vector<Endpoint>& feeds, const s
       stack.push_back(n);
     }
   };
-  auto resolve = [remap](const Endpoint& e) { return remap != nullptr ? remap->resolve(e) : e; };
   for (const auto& fetch : fetches) {
-    const Endpoint f = resolve(fetch);
-    if (!fed.count(key(f.node, f.index))) want(f.node);
+    const Endpoint f = remap.resolve(fetch);
+    if (!fed.count(endpoint_key(f))) want(f.node);
   }
   for (const Node* t : targets) want(t);
   while (!stack.empty()) {
     const Node* n = stack.back();
     stack.pop_back();
     for (const auto& input : n->inputs) {
-      const Endpoint in = resolve(input);
-      if (!fed.count(key(in.node, in.index))) want(in.node);
+      const Endpoint in = remap.resolve(input);
+      if (!fed.count(endpoint_key(in))) want(in.node);
     }
     for (const Node* c : n->control_inputs) want(c);
   }
@@ -143,20 +141,18 @@ std::vector<const Node*> prune_nodes(const std::vector<Endpoint>& feeds, const s
 StatusOr<std::shared_ptr<const Plan>> build_plan(
     const GraphImpl& graph, const std::vector<Endpoint>& feeds, const std::vector<Endpoint>& signature_fetches,
     const std::vector<const Node*>& targets,
-    const std::function<StatusOr<OpKernel*>(const Node&)>& make_kernel, const Remap* remap) {
+    const std::function<StatusOr<OpKernel*>(const Node&)>& make_kernel, const Remap& remap) {
   auto plan = std::make_shared<Plan>();
-  // Every endpoint read through the remap (Note [Op fusion] in core/remapper.cc): a fused chain's
-  // output is its fused node's.
-  auto resolve = [remap](const Endpoint& e) { return remap != nullptr ? remap->resolve(e) : e; };
+  // Every endpoint is read through the remap (Note [Op fusion] in core/remapper.cc): a fused
+  // chain's output is its fused node's.
   std::vector<Endpoint> fetches;
   fetches.reserve(signature_fetches.size());
-  for (const Endpoint& f : signature_fetches) fetches.push_back(resolve(f));
+  for (const Endpoint& f : signature_fetches) fetches.push_back(remap.resolve(f));
   plan->graph_version = graph.version();
   plan->serial = next_plan_serial.fetch_add(1, std::memory_order_relaxed);
 
-  auto key = [](const Node* n, int index) { return (static_cast<uint64_t>(n->id) << 16) | index; };
   std::unordered_map<uint64_t, int> fed;  // endpoint -> feed index
-  for (std::size_t i = 0; i < feeds.size(); ++i) fed[key(feeds[i].node, feeds[i].index)] = static_cast<int>(i);
+  for (std::size_t i = 0; i < feeds.size(); ++i) fed[endpoint_key(feeds[i])] = static_cast<int>(i);
 
   std::vector<const Node*> needed = prune_nodes(feeds, fetches, targets, remap);
   std::unordered_map<const Node*, int> index_of;  // needed node -> plan index (set below)
@@ -189,8 +185,8 @@ StatusOr<std::shared_ptr<const Plan>> build_plan(
   for (const Node* n : needed) {
     std::vector<const Node*> preds;
     for (const auto& input : n->inputs) {
-      const Endpoint in = resolve(input);
-      if (!fed.count(key(in.node, in.index)) && !hoisted.count(in.node)) preds.push_back(in.node);
+      const Endpoint in = remap.resolve(input);
+      if (!fed.count(endpoint_key(in)) && !hoisted.count(in.node)) preds.push_back(in.node);
     }
     for (const Node* c : n->control_inputs) {
       if (!hoisted.count(c)) preds.push_back(c);
@@ -246,12 +242,12 @@ StatusOr<std::shared_ptr<const Plan>> build_plan(
   }
   // The node output an endpoint reads (-1: a feed or a hoisted constant).
   auto output_of = [&](const Endpoint& e) {
-    if (fed.count(key(e.node, e.index)) || hoisted.count(e.node)) return -1;
+    if (fed.count(endpoint_key(e)) || hoisted.count(e.node)) return -1;
     return plan->nodes[index_of.at(e.node)].first_output + e.index;
   };
   std::vector<int> feed_uses(feeds.size(), 0);
   auto use = [&](const Endpoint& e) {
-    auto it = fed.find(key(e.node, e.index));
+    auto it = fed.find(endpoint_key(e));
     if (it != fed.end()) {
       ++feed_uses[it->second];
     } else if (!hoisted.count(e.node)) {
@@ -259,7 +255,7 @@ StatusOr<std::shared_ptr<const Plan>> build_plan(
     }
   };
   for (const auto& pn : plan->nodes) {
-    for (const auto& in : pn.node->inputs) use(resolve(in));
+    for (const auto& in : pn.node->inputs) use(remap.resolve(in));
   }
   for (const auto& f : fetches) use(f);
 
@@ -292,7 +288,7 @@ StatusOr<std::shared_ptr<const Plan>> build_plan(
       for (int k = 0; k < pn.num_outputs; ++k) output_slot[pn.first_output + k] = slot++;
     }
     for (const auto& in : pn.node->inputs) {
-      const int o = output_of(resolve(in));
+      const int o = output_of(remap.resolve(in));
       if (o >= 0 && plan->output_uses[o] == 1) released[i].push_back(output_slot[o]);
     }
   }
@@ -305,7 +301,7 @@ StatusOr<std::shared_ptr<const Plan>> build_plan(
   plan->num_slots = slot;
   // Where an endpoint's value is, and what its reader does with it.
   auto input_of = [&](const Endpoint& e) -> PlanInput {
-    auto it = fed.find(key(e.node, e.index));
+    auto it = fed.find(endpoint_key(e));
     if (it != fed.end()) {
       return {static_cast<uint32_t>(plan->feed_slots[it->second]),
               feed_uses[it->second] > 1 ? PlanInput::kCounted : PlanInput::kLastUse};
@@ -323,7 +319,7 @@ StatusOr<std::shared_ptr<const Plan>> build_plan(
     const Node* n = pn.node;
     pn.first_input = static_cast<int>(plan->inputs.size());
     pn.num_inputs = static_cast<int>(n->inputs.size());
-    for (const auto& in : n->inputs) plan->inputs.push_back(input_of(resolve(in)));
+    for (const auto& in : n->inputs) plan->inputs.push_back(input_of(remap.resolve(in)));
     pn.first_successor = static_cast<int>(plan->successors.size());
     for (const Node* s : succ[n]) plan->successors.push_back(index_of.at(s));
     pn.num_successors = static_cast<int>(plan->successors.size()) - pn.first_successor;

@@ -120,19 +120,19 @@ struct Plan {
 std::shared_ptr<const Plan> plan_variant(const Plan& plan, const std::vector<OpKernel*>& kernels,
                                          const std::vector<std::pair<int, int>>& edges);
 
-// The nodes the fetches and targets need (a fed output cuts its edge), in discovery order; with
-// `remap`, each edge read through it (core/remapper.h).
+// The nodes the fetches and targets need (a fed output cuts its edge), in discovery order, each
+// edge read through `remap` (core/remapper.h).
 std::vector<const Node*> prune_nodes(const std::vector<Endpoint>& feeds, const std::vector<Endpoint>& fetches,
-                                     const std::vector<const Node*>& targets, const Remap* remap = nullptr);
+                                     const std::vector<const Node*>& targets, const Remap& remap = Remap::none());
 
 // Builds a plan: prunes to what the fetches and targets need (a fed output cuts its edge), sorts
 // topologically (a cycle is InvalidArgumentError naming an op in it). `make_kernel` returns the
-// session's kernel for a node (or an error, e.g. no kernel for the device). With `remap`, the
-// plan reads every endpoint (inputs and fetches) through it: fused chains (core/remapper.h).
+// session's kernel for a node (or an error, e.g. no kernel for the device). The plan reads every
+// endpoint (inputs and fetches) through `remap`: fused chains (core/remapper.h).
 StatusOr<std::shared_ptr<const Plan>> build_plan(
     const GraphImpl& graph, const std::vector<Endpoint>& feeds, const std::vector<Endpoint>& fetches,
     const std::vector<const Node*>& targets,
-    const std::function<StatusOr<OpKernel*>(const Node&)>& make_kernel, const Remap* remap = nullptr);
+    const std::function<StatusOr<OpKernel*>(const Node&)>& make_kernel, const Remap& remap = Remap::none());
 
 // A step being captured (Note [Captured partitions] in core/captured_partition.cc): the kernels'
 // recorder, told also of every node as it completes, with its inputs and outputs. Thread-safe.

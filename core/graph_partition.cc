@@ -102,7 +102,6 @@ StatusOr<PartitionedStep> partition_step(const GraphImpl& graph, const std::vect
   };
 
   // Feeds: a Placeholder per (feed, partition that takes it), made when first needed.
-  auto endpoint_key = [](const Node* n, int index) { return (static_cast<uint64_t>(n->id) << 16) | index; };
   std::unordered_map<uint64_t, int> fed;
   for (std::size_t i = 0; i < feeds.size(); ++i) fed[endpoint_key(feeds[i].node, feeds[i].index)] = static_cast<int>(i);
   std::map<std::pair<int, int>, Endpoint> feed_nodes;

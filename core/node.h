@@ -69,6 +69,13 @@ struct Node {
   std::string debug_name() const;  // "name (Type)"
 };
 
+// The key of output `index` of `n` in a step's maps (feeds, fetches, a plan's signature, fused
+// chains): its node's id and the index (an op has far fewer than 65536 outputs).
+inline uint64_t endpoint_key(const Node* n, int index) {
+  return (static_cast<uint64_t>(n->id) << 16) | static_cast<uint64_t>(index);
+}
+inline uint64_t endpoint_key(const Endpoint& e) { return endpoint_key(e.node, e.index); }
+
 // What an op constructor asks the graph to add.
 struct NodeSpec {
   std::string type;

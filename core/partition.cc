@@ -46,8 +46,8 @@ StatusOr<std::shared_ptr<const StepPlan>> build_step_plan(const GraphImpl& graph
   }
   if (device_of_node.empty()) {  // all on the host
     const Remap remap = fused != nullptr ? remap_ops(needed, feeds, fetches, targets, *fused) : Remap();
-    auto plan = build_plan(graph, feeds, fetches, targets, [&](const Node& n) { return kernel_for(n, nullptr); },
-                           remap.empty() ? nullptr : &remap);
+    auto plan =
+        build_plan(graph, feeds, fetches, targets, [&](const Node& n) { return kernel_for(n, nullptr); }, remap);
     if (!plan.ok()) return plan.status();
     step->host = std::move(plan).value();
     return std::shared_ptr<const StepPlan>(std::move(step));

@@ -28,8 +28,6 @@ namespace {
 // Fused nodes' ids: past any graph's, so that they never meet a graph node's in a key.
 constexpr int kFirstFusedId = 1 << 30;
 
-uint64_t value_key(const Endpoint& e) { return (static_cast<uint64_t>(e.node->id) << 16) | e.index; }
-
 bool one_floating_output(const Node* n) {
   return n->output_dtypes.size() == 1 &&
          (n->output_dtypes[0] == DType::Float32 || n->output_dtypes[0] == DType::Float64);
@@ -66,23 +64,23 @@ Remap remap_ops(const std::vector<const Node*>& needed, const std::vector<Endpoi
   std::unordered_map<uint64_t, const Node*> reader;
   std::unordered_set<uint64_t> fed;
   std::unordered_set<const Node*> pinned(targets.begin(), targets.end());
-  for (const Endpoint& f : feeds) fed.insert(value_key(f));
+  for (const Endpoint& f : feeds) fed.insert(endpoint_key(f));
   for (const Node* n : needed) {
     for (const Endpoint& in : n->inputs) {
-      ++reads[value_key(in)];
-      reader[value_key(in)] = n;
+      ++reads[endpoint_key(in)];
+      reader[endpoint_key(in)] = n;
     }
     if (!n->control_inputs.empty()) pinned.insert(n);
     pinned.insert(n->control_inputs.begin(), n->control_inputs.end());
   }
-  for (const Endpoint& f : fetches) ++reads[value_key(f)];
+  for (const Endpoint& f : fetches) ++reads[endpoint_key(f)];
   // Output 0 of `producer`, read by `consumer` alone: a value inside a chain.
   auto inner = [&](const Node* producer, const Node* consumer) {
     const Endpoint e{const_cast<Node*>(producer), 0};
-    auto r = reads.find(value_key(e));
-    auto who = reader.find(value_key(e));
+    auto r = reads.find(endpoint_key(e));
+    auto who = reader.find(endpoint_key(e));
     return producer->output_dtypes.size() == 1 && r != reads.end() && r->second == 1 && who != reader.end() &&
-           who->second == consumer && !fed.count(value_key(e)) && !pinned.count(producer);
+           who->second == consumer && !fed.count(endpoint_key(e)) && !pinned.count(producer);
   };
 
   for (const Node* n : needed) {
@@ -92,7 +90,7 @@ Remap remap_ops(const std::vector<const Node*>& needed, const std::vector<Endpoi
       if (conv->type != "Conv2D" || n->inputs[0].index != 0 || !inner(conv, n)) continue;
       // The Relu that is the bias's only reader, if any.
       const Endpoint biased{const_cast<Node*>(n), 0};
-      auto r = reader.find(value_key(biased));
+      auto r = reader.find(endpoint_key(biased));
       const Node* relu = r != reader.end() && r->second->type == "Relu" && !pinned.count(r->second) &&
                                  inner(n, r->second)
                              ? r->second

@@ -4,7 +4,7 @@
 //
 //   FusedNodes fused;                                  // the session's, for its life
 //   Remap remap = remap_ops(needed, feeds, fetches, targets, fused);
-//   build_plan(graph, feeds, fetches, targets, make_kernel, &remap);
+//   build_plan(graph, feeds, fetches, targets, make_kernel, remap);
 #pragma once
 
 #include <cstdint>
@@ -40,17 +40,21 @@ class FusedNodes {
 // Where a step reads endpoints of fused chains from: (node, output) -> the fused node's output.
 class Remap {
  public:
+  // The empty one: every endpoint is itself.
+  static const Remap& none() {
+    static const Remap empty;
+    return empty;
+  }
   Endpoint resolve(const Endpoint& e) const {
     if (map_.empty()) return e;
-    auto it = map_.find(key(e));
+    auto it = map_.find(endpoint_key(e));
     return it == map_.end() ? e : it->second;
   }
-  void add(const Endpoint& from, const Endpoint& to) { map_[key(from)] = to; }
+  void add(const Endpoint& from, const Endpoint& to) { map_[endpoint_key(from)] = to; }
   bool empty() const { return map_.empty(); }
   int size() const { return static_cast<int>(map_.size()); }
 
  private:
-  static uint64_t key(const Endpoint& e) { return (static_cast<uint64_t>(e.node->id) << 16) | e.index; }
   std::unordered_map<uint64_t, Endpoint> map_;
 };
 
