@@ -24,6 +24,7 @@
 
 #include "core/op_kernel.h"
 #include "kernels/blas.h"
+#include "kernels/elementwise_shards.h"
 
 namespace tessera::internal {
 // A named namespace, not an anonymous one: the demo's unity build compiles this file in one unit
@@ -205,10 +206,7 @@ void direct_conv2d_backprop_filter(const OpKernelContext& ctx, const Window2D& w
       }
     }
   });
-  for (int64_t p = 1; p < parts; ++p) {
-    const float* part = partials.data() + (p - 1) * size;
-    for (int64_t i = 0; i < size; ++i) df[i] += part[i];
-  }
+  add_parts_in_order(ctx, df, partials.data(), parts - 1, size);
 }
 
 }  // namespace tessera::internal

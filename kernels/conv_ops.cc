@@ -42,6 +42,7 @@
 #include "kernels/blas.h"
 #include "kernels/conv_direct.h"
 #include "kernels/conv_winograd.h"
+#include "kernels/elementwise_shards.h"
 #include "kernels/im2col.h"
 
 namespace tessera::internal {
@@ -177,13 +178,7 @@ void conv2d_backprop_filter(const OpKernelContext& ctx, const Window2D& w, const
       sum_rows(p * part_rows, std::min(m, (p + 1) * part_rows), out, scratch.get(), nullptr);
     }
   });
-  ctx.parallel_for(size, std::max<int64_t>(1024, size / 8), [&](int64_t i0, int64_t i1) {
-    for (int64_t p = 1; p < parts; ++p) {
-      const T* __restrict part = partials.get() + (p - 1) * size;
-      T* __restrict d = df;
-      for (int64_t i = i0; i < i1; ++i) d[i] += part[i];
-    }
-  });
+  add_parts_in_order(ctx, df, partials.get(), parts - 1, size);
 }
 
 // Conv2D (input, filter), Conv2DBackpropInput (input, filter, out_backprop: input read for its

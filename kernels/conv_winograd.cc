@@ -44,6 +44,7 @@
 #include "core/conv_ops.h"
 #include "core/op_kernel.h"
 #include "kernels/blas.h"
+#include "kernels/elementwise_shards.h"
 #include "kernels/im2col.h"
 
 namespace tessera::internal {
@@ -406,14 +407,7 @@ void backprop_filter(const OpKernelContext& ctx, const Window2D& w, const T* x, 
         sum_tiles(p * part_tiles, std::min(total, (p + 1) * part_tiles), du.get() + p * size, nullptr);
       }
     });
-    // The parts summed into the first, in part order.
-    ctx.parallel_for(size, std::max<int64_t>(1024, size / 8), [&](int64_t i0, int64_t i1) {
-      T* __restrict d = du.get();
-      for (int64_t p = 1; p < parts; ++p) {
-        const T* __restrict part = du.get() + p * size;
-        for (int64_t i = i0; i < i1; ++i) d[i] += part[i];
-      }
-    });
+    add_parts_in_order(ctx, du.get(), du.get() + size, parts - 1, size);
   }
   transform<A::kGt>(plane, du.get(), plane, df, plane);
 }

@@ -44,4 +44,19 @@ void for_each_shard(const OpKernelContext& ctx, int64_t n, F&& fn, int64_t per_e
   ctx.parallel_for(n, min_shard, fn);
 }
 
+// The end of a sum made in parts by the shape alone (Note [The filter's gradient in parts] in
+// kernels/conv_ops.cc): `count` more parts of `size` values, one after another at `rest`, added
+// into `first` in part order. Each element's sum is the same whatever the shards.
+template <class T>
+void add_parts_in_order(const OpKernelContext& ctx, T* first, const T* rest, int64_t count, int64_t size) {
+  if (count <= 0) return;
+  ctx.parallel_for(size, std::max<int64_t>(1024, size / 8), [&](int64_t i0, int64_t i1) {
+    T* __restrict d = first;
+    for (int64_t p = 0; p < count; ++p) {
+      const T* __restrict part = rest + p * size;
+      for (int64_t i = i0; i < i1; ++i) d[i] += part[i];
+    }
+  });
+}
+
 }  // namespace tessera::internal
