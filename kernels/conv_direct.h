@@ -4,6 +4,9 @@
 // GEMM otherwise.
 #pragma once
 
+#include <cstdint>
+#include <functional>
+
 #include "core/conv_ops.h"
 #include "kernels/conv_epilogue.h"
 
@@ -21,5 +24,17 @@ void direct_conv2d(const OpKernelContext& ctx, const Window2D& w, const float* x
                    const BiasRelu<float>& epilogue);
 void direct_conv2d_backprop_filter(const OpKernelContext& ctx, const Window2D& w, const float* x, const float* dy,
                                    float* df);
+
+// Image n's gradient (out_h * out_w * out_c values): in a tensor, or made into `scratch` (as many
+// values, the calling thread's own). Called from the pool's threads at once.
+using ImageGradient = std::function<const float*(int64_t n, float* scratch)>;
+
+// The filter's gradient as direct_conv2d_backprop_filter makes it, and in the same pass over each
+// image's dy BiasAddGrad's part sums (kernels/bias_add_grad.h: `bias_sums` [parts, out_c], zeroed
+// by the caller, which finishes them). Needs direct_filter_parts_hold_bias_parts(w) (so that each
+// bias part is summed on one thread, its rows in order: BiasAddGrad's bits); bias_sums may be null.
+void direct_conv2d_backprop_filter_bias(const OpKernelContext& ctx, const Window2D& w, const float* x,
+                                        const ImageGradient& dy_of, float* df, float* bias_sums);
+bool direct_filter_parts_hold_bias_parts(const Window2D& w);
 
 }  // namespace tessera::internal

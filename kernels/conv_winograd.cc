@@ -44,6 +44,7 @@
 #include "core/conv_ops.h"
 #include "core/op_kernel.h"
 #include "kernels/blas.h"
+#include "kernels/cpu_features.h"
 #include "kernels/elementwise_shards.h"
 #include "kernels/im2col.h"
 
@@ -205,7 +206,8 @@ inline T row_times(const T* v, std::integer_sequence<int, col...>) {
 // cannot prove keeps them apart, and more pairs than it checks at run time: without `ivdep` the
 // loop stays scalar (and the transforms took more time than the products).
 template <const auto& L, class T>
-void transform(int64_t n, const T* __restrict src, int64_t src_stride, T* __restrict dst, int64_t dst_stride) {
+[[gnu::always_inline]] inline void transform_channels(int64_t n, const T* __restrict src, int64_t src_stride,
+                                                      T* __restrict dst, int64_t dst_stride) {
   constexpr int kIn = std::extent_v<decltype(L.at), 1>;
   constexpr int kOut = std::extent_v<decltype(L.at), 0>;
   constexpr auto in = std::make_integer_sequence<int, kIn>();
@@ -229,6 +231,20 @@ void transform(int64_t n, const T* __restrict src, int64_t src_stride, T* __rest
       for (int a = 0; a < kOut; ++a) ((dst[(a * kOut + col) * dst_stride + ch] = row_times<L, col>(r[a], in)), ...);
     }(out);
   }
+}
+
+// The same loop compiled for AVX-512: 16 floats to an instruction instead of SSE2's 4, the same
+// operations on each channel (no FMA contraction in ISO C++ mode), so the same bits.
+template <const auto& L, class T>
+__attribute__((target("avx512f"))) void transform_avx512(int64_t n, const T* __restrict src, int64_t src_stride,
+                                                         T* __restrict dst, int64_t dst_stride) {
+  transform_channels<L>(n, src, src_stride, dst, dst_stride);
+}
+
+template <const auto& L, class T>
+void transform(int64_t n, const T* __restrict src, int64_t src_stride, T* __restrict dst, int64_t dst_stride) {
+  if (has_avx512f()) return transform_avx512<L>(n, src, src_stride, dst, dst_stride);
+  transform_channels<L>(n, src, src_stride, dst, dst_stride);
 }
 
 // to = from^T, from [rows, cols], in blocks that stay in cache.

@@ -22,6 +22,7 @@
 #include "core/op_registry.h"
 #include "core/select_ops.h"
 #include "core/wrapping_arith.h"
+#include "kernels/bias_add_grad.h"
 #include "kernels/dtype_visit.h"
 #include "kernels/elementwise_shards.h"
 #include "kernels/random_stream.h"
@@ -214,9 +215,6 @@ class BiasAddOp : public OpKernel {
 
 TESSERA_REGISTER_KERNEL("BiasAdd", "CPU", BiasAddOp);
 
-// The most parts BiasAddGrad sums its rows in.
-constexpr int64_t kBiasGradParts = 8;
-
 // dy summed over all but the last axis, in the computation type. Thread-safe.
 class BiasAddGradOp : public OpKernel {
  public:
@@ -229,27 +227,7 @@ class BiasAddGradOp : public OpKernel {
     const RowView v = rows_of(dy.shape());
     visit_number_or_fail(ctx, dy.dtype(), [&](auto type) {
       using T = decltype(type);
-      using A = Accumulate<T>;
-      const T* pd = dy.data<T>();
-      // Rows summed in parts by the shape alone, the parts added in order (Note [Sharding the
-      // elementwise kernels]).
-      const int64_t part_rows = std::max(min_shard_of(v.cols), (v.rows + kBiasGradParts - 1) / kBiasGradParts);
-      const int64_t parts = std::max<int64_t>(1, (v.rows + part_rows - 1) / part_rows);
-      std::vector<A> sums(static_cast<std::size_t>(parts * v.cols), A{0});
-      ctx.parallel_for(parts, 1, [&](int64_t p0, int64_t p1) {
-        for (int64_t p = p0; p < p1; ++p) {
-          A* __restrict part = sums.data() + p * v.cols;
-          for (int64_t r = p * part_rows; r < std::min(v.rows, (p + 1) * part_rows); ++r) {
-            const T* __restrict row = pd + r * v.cols;
-            for (int64_t c = 0; c < v.cols; ++c) part[c] = wrapping_add(part[c], up(row[c]));
-          }
-        }
-      });
-      for (int64_t p = 1; p < parts; ++p) {
-        for (int64_t c = 0; c < v.cols; ++c) sums[c] = wrapping_add(sums[c], sums[p * v.cols + c]);
-      }
-      T* po = out.mutable_data<T>();
-      for (int64_t c = 0; c < shape.value().dim(0); ++c) po[c] = static_cast<T>(sums[c]);
+      bias_add_grad(ctx, dy.data<T>(), v.rows, v.cols, out.mutable_data<T>());
     });
   }
 };

@@ -468,6 +468,18 @@ TEST(DirectConvTest, AppliesToSmallFloatWindows) {
   EXPECT_TRUE(internal::direct_conv_applies(window_of({{1, 8, 8, 1}, 5, 5, 16, 1, 1, "SAME"}), DType::Float32));
 }
 
+// The fused filter and bias gradient (_FusedConv2DBackpropFilterWithBias) sums BiasAddGrad's parts
+// inside the direct kernel's only where each of them lies in one of its parts: at the digits CNN's
+// batches (one part, or 32-image parts holding 2048-row or 1024-row bias parts), not at batch 100
+// (three parts of 34 images, bias parts of 1024 rows).
+TEST(DirectConvTest, FilterPartsHoldBiasPartsAtTheDigitsBatches) {
+  for (int64_t batch : {1, 16, 64, 256}) {
+    EXPECT_TRUE(internal::direct_filter_parts_hold_bias_parts(window_of({{batch, 8, 8, 1}, 3, 3, 32, 1, 1, "SAME"})))
+        << batch;
+  }
+  EXPECT_FALSE(internal::direct_filter_parts_hold_bias_parts(window_of({{100, 8, 8, 1}, 3, 3, 32, 1, 1, "SAME"})));
+}
+
 // What takes im2col instead: few channels, another window or stride, an output under 2x2, channels
 // past BLAS's int. And which tiles: the 4x4 ones where they make fewer products.
 TEST(WinogradTest, AppliesTo3x3Stride1WithEnoughChannels) {
