@@ -8,14 +8,21 @@
 //   Conv2D -> BiasAdd [-> Relu]     _FusedConv2D (input, filter, bias; activation "Relu" or "")
 //   MaxPoolGrad -> ReluGrad         _FusedMaxPoolGradReluGrad (MaxPoolGrad's inputs), where the
 //                                   ReluGrad's features are the MaxPoolGrad's orig_input
-// The fused kernels (kernels/conv_ops.cc) do the same arithmetic in the same order, so a fused
-// step's values are the unfused step's, bit for bit (tests/remapper_test.cc checks whole training
-// steps). A chain is fused only where nothing else can see inside it: each inner value has one
-// reader (the next op of the chain), is neither fed nor fetched, and no op of the chain is a
-// target or has a control edge in or out. The fused node is not added to the graph (the user's
-// graph is never rewritten): the plan reads the chain's last output from it through a Remap, and
-// the chain's other ops fall out of the pruned step. It is named after the ops it stands for
-// ("Conv2D_1+BiasAdd_1+Relu_1"), which a trace and an error show.
+//   [MaxPoolGrad -> ReluGrad ->] Conv2DBackpropFilter + BiasAddGrad of one out_backprop
+//                                   _FusedConv2DBackpropFilterWithBias (input, filter, then
+//                                   out_backprop or the pool gradient's inputs; two outputs), as
+//                                   TF's oneDNN rewrite fuses the filter and bias gradients: a
+//                                   first layer's gradient, read by those two alone, is made an
+//                                   image at a time and summed into both while it is in cache
+// The fused kernels (kernels/conv_ops.cc, pool_ops.cc) do the same arithmetic in the same order,
+// so a fused step's values are the unfused step's, bit for bit (tests/remapper_test.cc checks
+// whole training steps). A chain is fused only where nothing else can see inside it: each inner
+// value has one reader (the next op of the chain; for the filter and bias gradients' out_backprop,
+// those two), is neither fed nor fetched, and no op of the chain is a target or has a control edge
+// in or out. The fused node is not added to the graph (the user's graph is never rewritten): the
+// plan reads the chain's outputs from it through a Remap, and the chain's other ops fall out of
+// the pruned step. It is named after the ops it stands for ("Conv2D_1+BiasAdd_1+Relu_1"), which a
+// trace and an error show.
 // Only host-only steps are fused (a step split over devices keeps its ops): the fused ops have CPU
 // kernels only. SessionOptions::remapping turns it off, as TF's RewriterConfig.remapping does.
 #include "core/remapper.h"
@@ -61,14 +68,17 @@ Remap remap_ops(const std::vector<const Node*>& needed, const std::vector<Endpoi
   Remap remap;
   // Who reads each value in this step (inputs and fetches), and the ops that must stay themselves.
   std::unordered_map<uint64_t, int> reads;
-  std::unordered_map<uint64_t, const Node*> reader;
+  std::unordered_map<uint64_t, const Node*> reader;  // the last
+  std::unordered_map<uint64_t, std::vector<std::pair<const Node*, int>>> readers;  // (node, input)
   std::unordered_set<uint64_t> fed;
   std::unordered_set<const Node*> pinned(targets.begin(), targets.end());
   for (const Endpoint& f : feeds) fed.insert(endpoint_key(f));
   for (const Node* n : needed) {
-    for (const Endpoint& in : n->inputs) {
-      ++reads[endpoint_key(in)];
-      reader[endpoint_key(in)] = n;
+    for (int i = 0; i < static_cast<int>(n->inputs.size()); ++i) {
+      const uint64_t key = endpoint_key(n->inputs[i]);
+      ++reads[key];
+      reader[key] = n;
+      readers[key].emplace_back(n, i);
     }
     if (!n->control_inputs.empty()) pinned.insert(n);
     pinned.insert(n->control_inputs.begin(), n->control_inputs.end());
@@ -83,8 +93,53 @@ Remap remap_ops(const std::vector<const Node*>& needed, const std::vector<Endpoi
            who->second == consumer && !fed.count(endpoint_key(e)) && !pinned.count(producer);
   };
 
+  // MaxPoolGrad -> ReluGrad, ReluGrad's features being the values the pool's gradient was taken
+  // over: the ReluGrad, or null.
+  auto pool_relu_grad = [&](const Node* n) -> const Node* {
+    if (n->type != "ReluGrad" || pinned.count(n) || !one_floating_output(n)) return nullptr;
+    const Node* pool = n->inputs[0].node;
+    if (pool->type != "MaxPoolGrad" || n->inputs[0].index != 0 || !inner(pool, n)) return nullptr;
+    const Endpoint& features = n->inputs[1];
+    const Endpoint& pooled = pool->inputs[0];
+    return features.node == pooled.node && features.index == pooled.index ? pool : nullptr;
+  };
+
+  // Conv2DBackpropFilter and BiasAddGrad of one out_backprop, read by nothing else (the two
+  // readers of a convolution layer's gradient), with the pool's gradient that makes it if any.
+  std::unordered_set<const Node*> taken;
   for (const Node* n : needed) {
-    if (pinned.count(n) || !one_floating_output(n)) continue;
+    if (n->type != "BiasAddGrad" || pinned.count(n) || !one_floating_output(n)) continue;
+    const Endpoint& dy = n->inputs[0];
+    const uint64_t key = endpoint_key(dy);
+    const auto& who = readers[key];
+    if (reads[key] != 2 || who.size() != 2 || fed.count(key) || dy.node->output_dtypes.size() != 1) continue;
+    const auto& [conv, slot] = who[0].first == n ? who[1] : who[0];
+    if (conv->type != "Conv2DBackpropFilter" || slot != 2 || pinned.count(conv) || !one_floating_output(conv)) continue;
+    const Node* pool = pool_relu_grad(dy.node);
+    std::vector<const Node*> parts{conv, n};
+    if (pool != nullptr) parts = {pool, dy.node, conv, n};
+    Node* f = fused.get_or_make("_FusedConv2DBackpropFilterWithBias", parts, [&](Node& node) {
+      node.inputs = {conv->inputs[0], conv->inputs[1]};
+      node.attrs = conv->attrs;
+      if (pool != nullptr) {
+        node.inputs.insert(node.inputs.end(), pool->inputs.begin(), pool->inputs.end());
+        node.attrs["pool_grad"] = true;
+        node.attrs["pool_ksize"] = pool->attrs.at("ksize");
+        node.attrs["pool_strides"] = pool->attrs.at("strides");
+        node.attrs["pool_padding"] = pool->attrs.at("padding");
+      } else {
+        node.inputs.push_back(dy);
+      }
+      node.output_dtypes = {conv->output_dtypes[0], n->output_dtypes[0]};
+      node.output_shapes = {conv->output_shapes[0], n->output_shapes[0]};
+    });
+    remap.add({const_cast<Node*>(conv), 0}, {f, 0});
+    remap.add({const_cast<Node*>(n), 0}, {f, 1});
+    taken.insert(parts.begin(), parts.end());
+  }
+
+  for (const Node* n : needed) {
+    if (pinned.count(n) || !one_floating_output(n) || taken.count(n)) continue;
     if (n->type == "BiasAdd") {
       const Node* conv = n->inputs[0].node;
       if (conv->type != "Conv2D" || n->inputs[0].index != 0 || !inner(conv, n)) continue;
@@ -105,13 +160,7 @@ Remap remap_ops(const std::vector<const Node*>& needed, const std::vector<Endpoi
         node.output_shapes = parts.back()->output_shapes;
       });
       remap.add({const_cast<Node*>(parts.back()), 0}, {f, 0});
-    } else if (n->type == "ReluGrad") {
-      const Node* pool = n->inputs[0].node;
-      if (pool->type != "MaxPoolGrad" || n->inputs[0].index != 0 || !inner(pool, n)) continue;
-      // ReluGrad's features must be the values the pool's gradient was taken over.
-      const Endpoint& features = n->inputs[1];
-      const Endpoint& pooled = pool->inputs[0];
-      if (features.node != pooled.node || features.index != pooled.index) continue;
+    } else if (const Node* pool = pool_relu_grad(n); pool != nullptr) {
       Node* f = fused.get_or_make("_FusedMaxPoolGradReluGrad", {pool, n}, [&](Node& node) {
         node.inputs = pool->inputs;
         node.attrs = pool->attrs;

@@ -32,11 +32,13 @@
 #include "core/nn_ops.h"
 #include "core/op_kernel.h"
 #include "core/op_registry.h"
+#include "kernels/bias_add_grad.h"
 #include "kernels/blas.h"
 #include "kernels/conv_direct.h"
 #include "kernels/conv_winograd.h"
 #include "kernels/elementwise_shards.h"
 #include "kernels/im2col.h"
+#include "kernels/pool.h"
 
 namespace tessera::internal {
 namespace {
@@ -258,10 +260,110 @@ class ConvOp final : public OpKernel {
   const bool relu_;
 };
 
+// _FusedConv2DBackpropFilterWithBias (Note [Op fusion] in core/remapper.cc): Conv2DBackpropFilter
+// (input, filter, out_backprop) and BiasAddGrad of the same out_backprop; outputs the filter's
+// gradient and the bias's. With "pool_grad" set, out_backprop is _FusedMaxPoolGradReluGrad's,
+// whose three inputs (orig_input, orig_output, grad) come last and whose window the pool_* attrs
+// hold. Where the direct kernel applies (and its parts hold BiasAddGrad's), each image's
+// out_backprop is made, summed into both gradients and dropped while it is in cache; elsewhere
+// out_backprop is made whole and the unfused kernels' functions run on it. The same bits either
+// way. Thread-safe: compute() keeps no state between runs.
+class ConvFilterBiasOp final : public OpKernel {
+ public:
+  explicit ConvFilterBiasOp(const Node& n)
+      : OpKernel(n), attrs_(WindowAttrs::of(n.attrs)), pooled_(n.attr_or<bool>("pool_grad", false)) {
+    if (pooled_) {
+      pool_attrs_.ksize = std::get<std::vector<int64_t>>(n.attrs.at("pool_ksize"));
+      pool_attrs_.strides = std::get<std::vector<int64_t>>(n.attrs.at("pool_strides"));
+      pool_attrs_.padding = std::get<std::string>(n.attrs.at("pool_padding"));
+    }
+  }
+
+  void compute(OpKernelContext& ctx) override {
+    const Tensor& x = ctx.input(0);
+    const Tensor& dy = ctx.input(2);  // pooled: the pool's orig_input, of out_backprop's shape
+    auto window = attrs_.conv2d(x.shape(), ctx.input(1).shape());
+    if (!window.ok()) return ctx.fail(window.status().with_prefix("Conv2DBackpropFilter: "));
+    const Window2D& w = window.value();
+    for (Status s : {expect_shape(dy.shape(), w.out_shape(), "out_backprop"), w.check_gemm_dims(),
+                     expect_float(x.dtype()), same_dtypes(x, dy, 0, 2)}) {
+      if (!s.ok()) return ctx.fail(s.with_prefix("Conv2DBackpropFilter: "));
+    }
+    Window2D pw;
+    if (pooled_) {
+      auto pool = pool_attrs_.pool(dy.shape());
+      if (!pool.ok()) return ctx.fail(pool.status().with_prefix("MaxPoolGrad: "));
+      pw = pool.value();
+      for (Status s : {expect_shape(ctx.input(3).shape(), pw.out_shape(), "orig_output"),
+                       expect_shape(ctx.input(4).shape(), pw.out_shape(), "grad"), same_dtypes(dy, ctx.input(4), 2, 4)}) {
+        if (!s.ok()) return ctx.fail(s.with_prefix("MaxPoolGrad: "));
+      }
+    }
+    auto bias_shape = bias_add_grad_shape(dy.shape());
+    if (!bias_shape.ok()) return ctx.fail(bias_shape.status().with_prefix("BiasAddGrad: "));
+    Tensor& df = ctx.allocate_output(0, ctx.input(1).shape());
+    Tensor& db = ctx.allocate_output(1, bias_shape.value());
+    if (x.dtype() == DType::Float32) return run<float>(ctx, w, pw, df, db);
+    run<double>(ctx, w, pw, df, db);
+  }
+
+  bool is_expensive() const override { return true; }
+
+ private:
+  template <class T>
+  void run(const OpKernelContext& ctx, const Window2D& w, const Window2D& pw, Tensor& df, Tensor& db) const {
+    const T* x = ctx.input(0).data<T>();
+    const int64_t rows = w.out_pixels();
+    const int64_t image_dy = w.out_h * w.out_w * w.out_c;
+    if constexpr (std::is_same_v<T, float>) {
+      if (w.patch_size() > 0 && w.out_pixels() > 0 && w.out_c > 0 && direct_conv_applies(w, DType::Float32) &&
+          direct_filter_parts_hold_bias_parts(w)) {
+        std::vector<float> sums(static_cast<std::size_t>(bias_grad_parts(rows, w.out_c) * w.out_c), 0.0f);
+        const float* dy = ctx.input(2).data<float>();
+        if (pooled_) {
+          const float* grad = ctx.input(4).data<float>();
+          const int64_t image_grad = pw.out_h * pw.out_w * pw.in_c;
+          direct_conv2d_backprop_filter_bias(
+              ctx, w, x,
+              [&](int64_t n, float* scratch) {
+                MaxPoolGradImage<float>(pw, /*relu=*/true)(dy + n * image_dy, grad + n * image_grad, scratch);
+                return static_cast<const float*>(scratch);
+              },
+              df.mutable_data<float>(), sums.data());
+        } else {
+          direct_conv2d_backprop_filter_bias(
+              ctx, w, x, [&](int64_t n, float*) { return dy + n * image_dy; }, df.mutable_data<float>(), sums.data());
+        }
+        finish_bias_sums(sums, bias_grad_parts(rows, w.out_c), w.out_c, db.mutable_data<float>());
+        return;
+      }
+    }
+    const T* dy = ctx.input(2).data<T>();
+    std::vector<T> made;  // pooled: out_backprop, made whole
+    if (pooled_) {
+      made.resize(static_cast<std::size_t>(rows * w.out_c));
+      const T* grad = ctx.input(4).data<T>();
+      const int64_t image_grad = pw.out_h * pw.out_w * pw.in_c;
+      ctx.parallel_for(w.batch, 1, [&](int64_t n0, int64_t n1) {
+        MaxPoolGradImage<T> image(pw, /*relu=*/true);
+        for (int64_t n = n0; n < n1; ++n) image(dy + n * image_dy, grad + n * image_grad, made.data() + n * image_dy);
+      });
+      dy = made.data();
+    }
+    backprop_filter(ctx, w, x, dy, df.mutable_data<T>());
+    bias_add_grad(ctx, dy, rows, w.out_c, db.mutable_data<T>());
+  }
+
+  const WindowAttrs attrs_;
+  const bool pooled_;
+  WindowAttrs pool_attrs_;
+};
+
 TESSERA_REGISTER_KERNEL("Conv2D", "CPU", ConvOp<ConvKind::kForward>);
 TESSERA_REGISTER_KERNEL("_FusedConv2D", "CPU", ConvOp<ConvKind::kForward>);
 TESSERA_REGISTER_KERNEL("Conv2DBackpropInput", "CPU", ConvOp<ConvKind::kBackpropInput>);
 TESSERA_REGISTER_KERNEL("Conv2DBackpropFilter", "CPU", ConvOp<ConvKind::kBackpropFilter>);
+TESSERA_REGISTER_KERNEL("_FusedConv2DBackpropFilterWithBias", "CPU", ConvFilterBiasOp);
 
 }  // namespace
 }  // namespace tessera::internal

@@ -1,6 +1,6 @@
 // Op fusion (Note [Op fusion] in core/remapper.cc), black-box: a session with
-// SessionOptions::remapping (the default) runs Conv2D + BiasAdd (+ Relu) and MaxPoolGrad + ReluGrad
-// as one op each, which its trace shows, and computes the same bits as a session with it off; a
+// SessionOptions::remapping (the default) runs Conv2D + BiasAdd (+ Relu), MaxPoolGrad + ReluGrad
+// and a layer's Conv2DBackpropFilter + BiasAddGrad (after its pool's gradient) as one op each, which its trace shows, and computes the same bits as a session with it off; a
 // chain whose inner values anything else reads, feeds, fetches or orders is left alone.
 #include <fmt/format.h>
 #include <gmock/gmock.h>
@@ -203,6 +203,79 @@ TEST(RemapperTest, AWrongBiasFailsNamingTheBiasAdd) {
   EXPECT_EQ(got.substr(got.find("BiasAdd: ") + 9), want.substr(want.find("(BiasAdd): ") + 11));
 }
 
+// The ops of `names` whose name has `part` in it.
+int count_with(const std::set<std::string>& names, const std::string& part) {
+  return static_cast<int>(
+      std::count_if(names.begin(), names.end(), [&](const std::string& n) { return n.find(part) != std::string::npos; }));
+}
+
+// A convolution layer's filter and bias gradients, max_pool(relu(bias_add(conv2d))) or not: one op
+// (with the pool's gradient before it where there is a pool), the same bits as the unfused ops.
+// Besides kConvLayers (im2col, Winograd, one direct part), the digits CNN's first layer at batch
+// 256 (the direct kernel in parts, each image's gradient made and used in cache) and at batch 100
+// (parts that split BiasAddGrad's: the gradient made whole first).
+TEST(RemapperTest, ALayersFilterAndBiasGradientsAreOneOpWithTheSameBits) {
+  std::vector<ConvLayer> layers(std::begin(kConvLayers), std::end(kConvLayers));
+  layers.push_back({Shape{256, 8, 8, 1}, 3, 3, 32, 1, "SAME"});
+  layers.push_back({Shape{100, 8, 8, 1}, 3, 3, 32, 1, "SAME"});
+  for (DType dtype : {DType::Float32, DType::Float64}) {
+    for (const ConvLayer& l : layers) {
+      for (bool pool : {false, true}) {
+        SCOPED_TRACE(fmt::format("{} {} {}x{} -> {} stride {} {}{}", dtype_name(dtype), l.in.to_string(), l.kh, l.kw,
+                                 l.out_c, l.stride, l.padding, pool ? ", max pool" : ""));
+        Graph g;
+        auto x = ops::placeholder(g, dtype, l.in, "x");
+        auto f = ops::constant(g, values(dtype, Shape{l.kh, l.kw, l.in.dim(3), l.out_c}, 1), "f");
+        auto b = ops::constant(g, values(dtype, Shape{l.out_c}, 2), "b");
+        auto y = ops::relu(ops::bias_add(ops::conv2d(x, f, {1, l.stride, l.stride, 1}, l.padding), b));
+        if (pool) y = ops::max_pool(y, {1, 2, 2, 1}, {1, 2, 2, 1}, "SAME");
+        auto w = ops::placeholder(g, dtype, Shape::unknown(), "w");
+        auto grads = gradients({ops::reduce_sum(ops::mul(y, w))}, {f, b});
+        Session fused(g);
+        Session plain(g, unfused());
+        FeedMap fed{{x, values(dtype, l.in, 3)}};
+        fed[w] = values(dtype, fused.run(y, fed).shape(), 4);
+        const auto names = ops_run(fused, grads, fed);
+        EXPECT_EQ(count_with(names, "Conv2DBackpropFilter+"), 1);
+        EXPECT_EQ(count_with(names, "+gradients/BiasAdd_grad/BiasAddGrad"), 1);
+        EXPECT_EQ(count_with(names, "MaxPoolGrad+gradients/Relu_grad/ReluGrad+"), pool ? 1 : 0);
+        auto got = fused.run(grads, fed);
+        auto want = plain.run(grads, fed);
+        EXPECT_TRUE(got[0].equals(want[0])) << "the filter's gradient";
+        EXPECT_TRUE(got[1].equals(want[1])) << "the bias's gradient";
+      }
+    }
+  }
+}
+
+// The layer's gradient read by a third op (the input's gradient) or fetched: each op runs alone.
+TEST(RemapperTest, AGradientReadElsewhereKeepsItsFilterAndBiasGradientsApart) {
+  Graph g;
+  auto x = ops::placeholder(g, DType::Float32, Shape{2, 6, 6, 1}, "x");
+  auto f = ops::constant(g, values(DType::Float32, Shape{3, 3, 1, 16}, 1), "f");
+  auto b = ops::constant(g, values(DType::Float32, Shape{16}, 2), "b");
+  auto y = ops::relu(ops::bias_add(ops::conv2d(x, f, {1, 1, 1, 1}, "SAME"), b), "y");
+  auto loss = ops::reduce_sum(ops::square(y));
+  const FeedMap fed{{x, values(DType::Float32, Shape{2, 6, 6, 1}, 3)}};
+  Session s(g);
+  Session plain(g, unfused());
+  auto with_input = gradients({loss}, {f, b, x});
+  auto names = ops_run(s, with_input, fed);
+  EXPECT_EQ(count_with(names, "Conv2DBackpropFilter+"), 0);
+  EXPECT_EQ(count_with(names, "/Conv2DBackpropFilter"), 1);
+  EXPECT_EQ(count_with(names, "/BiasAddGrad"), 1);
+  auto grads = gradients({loss}, {f, b});  // its ops named with "_1"
+  const Output dy = grads[1].op().input(0);  // what both gradients read
+  names = ops_run(s, {grads[0], grads[1], dy}, fed);
+  EXPECT_EQ(count_with(names, "Conv2DBackpropFilter_1+"), 0);
+  EXPECT_EQ(count_with(names, "/BiasAddGrad_1"), 1);
+  names = ops_run(s, grads, fed);
+  EXPECT_EQ(count_with(names, "Conv2DBackpropFilter_1+gradients/BiasAdd_grad/BiasAddGrad_1"), 1);
+  auto got = s.run(with_input, fed);
+  auto want = plain.run(with_input, fed);
+  for (std::size_t i = 0; i < got.size(); ++i) EXPECT_TRUE(got[i].equals(want[i])) << i;
+}
+
 // The digits CNN (examples/digits_data.h), three Adam steps: every fusion the model has, the
 // losses and the trained weights the same bits as without fusion.
 TEST(RemapperTest, TheDigitsCnnTrainsToTheSameBits) {
@@ -225,7 +298,8 @@ TEST(RemapperTest, TheDigitsCnnTrainsToTheSameBits) {
   const auto names = ops_run(fused, {loss}, feeds, {train});
   int fused_ops = 0;
   for (const std::string& n : names) fused_ops += n.find('+') != std::string::npos;
-  EXPECT_EQ(fused_ops, 4) << "two convolution layers, two pool gradients";
+  EXPECT_EQ(fused_ops, 4) << "two convolution layers, the second's pool gradient, the first's filter and bias "
+                             "gradients with its pool gradient";
   plain.run({loss}, feeds, {train});
   for (int step = 0; step < 2; ++step) {
     EXPECT_TRUE(fused.run({loss}, feeds, {train})[0].equals(plain.run({loss}, feeds, {train})[0])) << "the loss";
