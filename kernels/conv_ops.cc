@@ -326,7 +326,10 @@ class ConvFilterBiasOp final : public OpKernel {
           direct_conv2d_backprop_filter_bias(
               ctx, w, x,
               [&](int64_t n, float* scratch) {
-                MaxPoolGradImage<float>(pw, /*relu=*/true)(dy + n * image_dy, grad + n * image_grad, scratch);
+                MaxPoolGradImage<float> image(pw, /*relu=*/true);
+                const int64_t ahead = n + kPrefetchImages;  // images run in order in each part
+                if (ahead < w.batch) image.prefetch(dy + ahead * image_dy, grad + ahead * image_grad);
+                image(dy + n * image_dy, grad + n * image_grad, scratch);
                 return static_cast<const float*>(scratch);
               },
               df.mutable_data<float>(), sums.data());
@@ -346,7 +349,11 @@ class ConvFilterBiasOp final : public OpKernel {
       const int64_t image_grad = pw.out_h * pw.out_w * pw.in_c;
       ctx.parallel_for(w.batch, 1, [&](int64_t n0, int64_t n1) {
         MaxPoolGradImage<T> image(pw, /*relu=*/true);
-        for (int64_t n = n0; n < n1; ++n) image(dy + n * image_dy, grad + n * image_grad, made.data() + n * image_dy);
+        for (int64_t n = n0; n < n1; ++n) {
+          const int64_t ahead = n + kPrefetchImages;
+          if (ahead < n1) image.prefetch(dy + ahead * image_dy, grad + ahead * image_grad);
+          image(dy + n * image_dy, grad + n * image_grad, made.data() + n * image_dy);
+        }
       });
       dy = made.data();
     }

@@ -10,6 +10,9 @@
 
 namespace tessera::internal {
 
+// How many images ahead a walk over images asks for the next one's values (prefetch()).
+inline constexpr int64_t kPrefetchImages = 2;
+
 // One per thread: it keeps a window's offsets between calls.
 template <class T>
 class MaxPoolGradImage {
@@ -21,6 +24,12 @@ class MaxPoolGradImage {
   // xi: the image of the pool's input; gi: of its output's gradient; oi: of the result
   // (in_h * in_w * in_c values).
   void operator()(const T* xi, const T* gi, T* oi);
+
+  // Asks for an image's xi and gi ahead of the call that reads them. MaxPoolGrad reads an
+  // activation written long before (in the forward pass), which has left the cache; its loads
+  // waited on memory one window at a time until the images kPrefetchImages ahead were asked for
+  // (benchmarks/README.md, "Pools").
+  void prefetch(const T* xi, const T* gi) const;
 
  private:
   Window2D w_;

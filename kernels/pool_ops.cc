@@ -190,7 +190,10 @@ void max_pool_grad(const OpKernelContext& ctx, const Window2D& w, const T* x, co
   const int64_t image_work = std::max<int64_t>(1, image_out * w.k_h * w.k_w);
   ctx.parallel_for(w.batch, std::max<int64_t>(1, (int64_t{1} << 16) / image_work), [&](int64_t n0, int64_t n1) {
     MaxPoolGradImage<T> image(w, relu);
-    for (int64_t n = n0; n < n1; ++n) image(x + n * image_in, grad + n * image_out, out + n * image_in);
+    for (int64_t n = n0; n < n1; ++n) {
+      if (n + kPrefetchImages < n1) image.prefetch(x + (n + kPrefetchImages) * image_in, grad + (n + kPrefetchImages) * image_out);
+      image(x + n * image_in, grad + n * image_out, out + n * image_in);
+    }
   });
 }
 
@@ -319,6 +322,15 @@ void MaxPoolGradImage<T>::operator()(const T* xi, const T* gi, T* oi) {
   if (relu_ && !disjoint_) {
     for (int64_t i = 0; i < image_in; ++i) oi[i] = xi[i] > T{0} ? oi[i] : T{0};
   }
+}
+
+template <class T>
+void MaxPoolGradImage<T>::prefetch(const T* xi, const T* gi) const {
+  constexpr int64_t kLine = 64 / sizeof(T);
+  const int64_t image_in = w_.in_h * w_.in_w * w_.in_c;
+  const int64_t image_out = w_.out_h * w_.out_w * w_.in_c;
+  for (int64_t i = 0; i < image_in; i += kLine) __builtin_prefetch(xi + i, 0, 1);
+  for (int64_t i = 0; i < image_out; i += kLine) __builtin_prefetch(gi + i, 0, 1);
 }
 
 template class MaxPoolGradImage<float>;
