@@ -215,6 +215,14 @@ FilterImage filter_image_of(int64_t out_c, int64_t patch) {
   }
 }
 
+// The images in each part of the filter's gradient (the last part may have fewer): a function of
+// the shapes only.
+int64_t filter_part_images(const Window2D& w) {
+  const int64_t work = w.batch * w.out_h * w.out_w * w.patch_size() * w.out_c;
+  const int64_t parts = std::clamp<int64_t>(work / (4 * kGemmShardMultiplyAdds), 1, std::min(kFilterParts, w.batch));
+  return (w.batch + parts - 1) / parts;
+}
+
 }  // namespace direct
 
 bool direct_conv_applies(const Window2D& w, DType dtype) {
@@ -238,16 +246,10 @@ void direct_conv2d(const OpKernelContext& ctx, const Window2D& w, const float* x
   });
 }
 
-int64_t direct_filter_part_images(const Window2D& w) {
-  const int64_t work = w.batch * w.out_h * w.out_w * w.patch_size() * w.out_c;
-  const int64_t parts = std::clamp<int64_t>(work / (4 * kGemmShardMultiplyAdds), 1, std::min(direct::kFilterParts, w.batch));
-  return (w.batch + parts - 1) / parts;
-}
-
 bool direct_filter_parts_hold_bias_parts(const Window2D& w) {
   // Every boundary between parts (a multiple of part_images images) is one between bias parts.
   const int64_t pixels = w.out_h * w.out_w;
-  const int64_t part_images = direct_filter_part_images(w);
+  const int64_t part_images = direct::filter_part_images(w);
   return part_images >= w.batch || (part_images * pixels) % bias_grad_part_rows(w.batch * pixels, w.out_c) == 0;
 }
 
@@ -264,7 +266,7 @@ void direct_conv2d_backprop_filter_bias(const OpKernelContext& ctx, const Window
   const std::vector<int64_t> off = pd.offsets(w);
   const int64_t size = w.patch_size() * w.out_c;
   const int64_t pixels = w.out_h * w.out_w;
-  const int64_t part_images = direct_filter_part_images(w);
+  const int64_t part_images = direct::filter_part_images(w);
   const int64_t parts = (w.batch + part_images - 1) / part_images;
   const int64_t bias_rows = bias_grad_part_rows(w.batch * pixels, w.out_c);
   // Part 0 sums into df, part p > 0 into partials[p - 1]; the parts are added in order.

@@ -276,6 +276,27 @@ TEST(RemapperTest, AGradientReadElsewhereKeepsItsFilterAndBiasGradientsApart) {
   for (std::size_t i = 0; i < got.size(); ++i) EXPECT_TRUE(got[i].equals(want[i])) << i;
 }
 
+// A layer's gradient of the wrong shape, known only when the step runs: the fused filter and bias
+// gradient fails naming its ops and the Conv2DBackpropFilter check, in that check's words.
+TEST(RemapperTest, AWrongGradientFailsNamingTheFilterGradient) {
+  Graph g;
+  auto x = ops::placeholder(g, DType::Float32, Shape{1, 4, 4, 2}, "x");
+  auto f = ops::constant(g, values(DType::Float32, Shape{3, 3, 2, 3}, 1), "f");
+  auto b = ops::constant(g, values(DType::Float32, Shape{3}, 2), "b");
+  auto y = ops::bias_add(ops::conv2d(x, f, {1, 1, 1, 1}, "SAME", "conv"), b, "biased");
+  auto dy = ops::placeholder(g, DType::Float32, Shape::unknown(), "dy");
+  auto grads = gradients({y}, {f, b}, {ops::identity(dy, "dy_read")});
+  const FeedMap feeds{{x, Tensor::zeros(DType::Float32, {1, 4, 4, 2})},
+                      {dy, Tensor::zeros(DType::Float32, {1, 4, 4, 5})}};
+  Session fused(g);
+  Session plain(g, unfused());
+  const std::string got = testing::error_of<InvalidArgumentError>([&] { fused.run(grads, feeds); });
+  const std::string want = testing::error_of<InvalidArgumentError>([&] { plain.run(grads, feeds); });
+  EXPECT_THAT(got, HasSubstr("(_FusedConv2DBackpropFilterWithBias): Conv2DBackpropFilter: out_backprop has shape "
+                             "[1,4,4,5], expected [1,4,4,3]"));
+  EXPECT_THAT(want, HasSubstr("(Conv2DBackpropFilter): out_backprop has shape [1,4,4,5], expected [1,4,4,3]"));
+}
+
 // The digits CNN (examples/digits_data.h), three Adam steps: every fusion the model has, the
 // losses and the trained weights the same bits as without fusion.
 TEST(RemapperTest, TheDigitsCnnTrainsToTheSameBits) {
