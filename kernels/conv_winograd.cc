@@ -234,7 +234,8 @@ template <const auto& L, class T>
 }
 
 // The same loop compiled for AVX-512: 16 floats to an instruction instead of SSE2's 4, the same
-// operations on each channel (no FMA contraction in ISO C++ mode), so the same bits.
+// operations on each channel (no FMA contraction: -ffp-contract=off, CMakeLists.txt), so the same
+// bits.
 template <const auto& L, class T>
 __attribute__((target("avx512f"))) void transform_avx512(int64_t n, const T* __restrict src, int64_t src_stride,
                                                          T* __restrict dst, int64_t dst_stride) {
