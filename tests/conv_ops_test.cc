@@ -21,6 +21,7 @@
 
 #include "core/node.h"
 #include "kernels/conv_direct.h"
+#include "kernels/cpu_features.h"
 #include "kernels/conv_winograd.h"
 #include "tests/testing/device_op_test.h"
 #include "tests/testing/op_suite.h"
@@ -422,6 +423,37 @@ TEST_P(ConvOpsTest, WinogradConvolutionsMatchTheReference) {
   for (const auto& [k, tile] : kWinogradCases) {
     ASSERT_EQ(internal::winograd_tile(window_of(k)), tile) << describe_case(DType::Float32, k);
     for (DType dtype : kFloatDTypes) expect_conv_and_gradients(dtype, k, /*filter_runs=*/3);
+  }
+}
+
+// The transforms' AVX-512 copy (kernels/conv_winograd.cc) gives the bits of the SSE2 one: the same
+// operations per channel, none contracted into an FMA (-ffp-contract=off; without it the two
+// differed in the last bits).
+TEST_P(ConvOpsTest, WinogradsAvx512TransformsGiveTheBaselineBits) {
+  if (!internal::has_avx512f()) GTEST_SKIP() << "no AVX-512F here: only the baseline copy runs";
+  for (const auto& [k, tile] : kWinogradCases) {
+    for (DType dtype : kFloatDTypes) {
+      SCOPED_TRACE(describe_case(dtype, k));
+      const ConvInputs in = random_inputs(dtype, k);
+      auto all_three = [&] {
+        std::vector<Tensor> out;
+        out.push_back(apply({in.x, in.f}, [&](const std::vector<Output>& t) {
+          return ops::conv2d(t[0], t[1], window(k.sh, k.sw), k.padding);
+        }));
+        out.push_back(apply({in.x, in.f, in.dy}, [&](const std::vector<Output>& t) {
+          return internal::conv2d_backprop_input(t[0], t[1], t[2], window64(k.sh, k.sw), k.padding);
+        }));
+        out.push_back(apply({in.x, in.f, in.dy}, [&](const std::vector<Output>& t) {
+          return internal::conv2d_backprop_filter(t[0], t[1], t[2], window64(k.sh, k.sw), k.padding);
+        }));
+        return out;
+      };
+      const std::vector<Tensor> avx512 = all_three();
+      internal::avx512_allowed() = false;
+      const std::vector<Tensor> baseline = all_three();
+      internal::avx512_allowed() = true;
+      for (int i = 0; i < 3; ++i) EXPECT_TRUE(avx512[i].equals(baseline[i])) << "output " << i;
+    }
   }
 }
 
