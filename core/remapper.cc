@@ -113,8 +113,11 @@ Remap remap_ops(const std::vector<const Node*>& needed, const std::vector<Endpoi
     const uint64_t key = endpoint_key(dy);
     const auto& who = readers[key];
     if (reads[key] != 2 || who.size() != 2 || fed.count(key) || dy.node->output_dtypes.size() != 1) continue;
-    const auto& [conv, slot] = who[0].first == n ? who[1] : who[0];
-    if (conv->type != "Conv2DBackpropFilter" || slot != 2 || pinned.count(conv) || !one_floating_output(conv)) continue;
+    const std::pair<const Node*, int>& other = who[0].first == n ? who[1] : who[0];
+    const Node* conv = other.first;
+    if (conv->type != "Conv2DBackpropFilter" || other.second != 2 || pinned.count(conv) || !one_floating_output(conv)) {
+      continue;
+    }
     const Node* pool = pool_relu_grad(dy.node);
     std::vector<const Node*> parts{conv, n};
     if (pool != nullptr) parts = {pool, dy.node, conv, n};

@@ -180,10 +180,13 @@ struct Winograd : Algorithm<kTile> {
   static constexpr auto kGt = transposed(Base::kG);
 };
 
-// sum += kCoef * v, the first term assigned: zero coefficients cost nothing and ±1 no product
-// (the coefficients are template arguments, so each transform compiles to its additions).
-template <double kCoef, class T>
+// sum += kCoef * v, kCoef = L[row][col], the first term assigned: zero coefficients cost nothing
+// and ±1 no product (the coefficients are known at compile time, so each transform compiles to its
+// additions). L, not the coefficient, is the template argument: clang 14 (the fuzz preset's) takes
+// no floating-point template arguments.
+template <const auto& L, int row, int col, class T>
 inline void add_term(T& sum, bool& any, T v) {
+  constexpr double kCoef = L.at[row][col];
   if constexpr (kCoef != 0) {
     const T t = kCoef == 1 ? v : kCoef == -1 ? -v : static_cast<T>(kCoef) * v;
     sum = any ? sum + t : t;
@@ -196,7 +199,7 @@ template <const auto& L, int row, class T, int... col>
 inline T row_times(const T* v, std::integer_sequence<int, col...>) {
   T sum{};
   bool any = false;
-  (add_term<L.at[row][col]>(sum, any, v[col]), ...);
+  (add_term<L, row, col>(sum, any, v[col]), ...);
   return sum;
 }
 
