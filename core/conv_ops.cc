@@ -154,10 +154,14 @@ Status expect_shape(const Shape& got, const Shape& want, const char* what) {
   return errors::invalid_argument("{} has shape {}, expected {}", what, got.to_string(), want.to_string());
 }
 
+namespace {
+
 Status expect_float(DType dtype) {
   if (dtype == DType::Float32 || dtype == DType::Float64) return Status();
   return errors::invalid_argument("unsupported dtype {}", dtype_name(dtype));
 }
+
+}  // namespace
 
 StatusOr<WindowPlan> plan_conv(ConvKind kind, const WindowAttrs& attrs, const OpKernelContext& ctx) {
   const Shape& x = ctx.input(0).shape();

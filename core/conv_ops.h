@@ -81,8 +81,6 @@ StatusOr<WindowPlan> plan_pool(PoolKind kind, const WindowAttrs& attrs, const Op
 // InvalidArgument "<what> has shape S, expected W" unless `got` and `want` may be the same shape
 // (unknown dims match anything): a gradient op's check of its incoming gradient's shape.
 Status expect_shape(const Shape& got, const Shape& want, const char* what);
-// The kernels' dtypes: float32 or float64.
-Status expect_float(DType dtype);
 
 // The internal gradient ops, built by the gradient functions. Where TensorFlow passes an input's
 // shape as an int32 tensor (input_sizes, filter_sizes, orig_input_shape), these take the tensor

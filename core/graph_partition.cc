@@ -103,7 +103,7 @@ StatusOr<PartitionedStep> partition_step(const GraphImpl& graph, const std::vect
 
   // Feeds: a Placeholder per (feed, partition that takes it), made when first needed.
   std::unordered_map<uint64_t, int> fed;
-  for (std::size_t i = 0; i < feeds.size(); ++i) fed[endpoint_key(feeds[i].node, feeds[i].index)] = static_cast<int>(i);
+  for (std::size_t i = 0; i < feeds.size(); ++i) fed[endpoint_key(feeds[i])] = static_cast<int>(i);
   std::map<std::pair<int, int>, Endpoint> feed_nodes;
   auto feed_in = [&](int i, int p) -> Endpoint {
     auto it = feed_nodes.find({i, p});
@@ -162,7 +162,7 @@ StatusOr<PartitionedStep> partition_step(const GraphImpl& graph, const std::vect
   // The endpoint that carries `e` (a graph endpoint) into partition `to`.
   auto endpoint_in = [&](const Endpoint& e, int to) -> StatusOr<Endpoint> {
     const std::string tensor = fmt::format("{}:{}", e.node->name, e.index);
-    auto f = fed.find(endpoint_key(e.node, e.index));
+    auto f = fed.find(endpoint_key(e));
     if (f != fed.end()) {
       if (!has_client) return feed_in(f->second, to);
       const Endpoint local = feed_in(f->second, client);
@@ -204,7 +204,7 @@ StatusOr<PartitionedStep> partition_step(const GraphImpl& graph, const std::vect
       c.fetches.push_back(ep.value());
       continue;
     }
-    auto fi = fed.find(endpoint_key(f.node, f.index));
+    auto fi = fed.find(endpoint_key(f));
     if (fi != fed.end()) {
       step.fetch_from.emplace_back(-1, fi->second);
       continue;

@@ -68,7 +68,6 @@ Remap remap_ops(const std::vector<const Node*>& needed, const std::vector<Endpoi
   Remap remap;
   // Who reads each value in this step (inputs and fetches), and the ops that must stay themselves.
   std::unordered_map<uint64_t, int> reads;
-  std::unordered_map<uint64_t, const Node*> reader;  // the last
   std::unordered_map<uint64_t, std::vector<std::pair<const Node*, int>>> readers;  // (node, input)
   std::unordered_set<uint64_t> fed;
   std::unordered_set<const Node*> pinned(targets.begin(), targets.end());
@@ -77,7 +76,6 @@ Remap remap_ops(const std::vector<const Node*>& needed, const std::vector<Endpoi
     for (int i = 0; i < static_cast<int>(n->inputs.size()); ++i) {
       const uint64_t key = endpoint_key(n->inputs[i]);
       ++reads[key];
-      reader[key] = n;
       readers[key].emplace_back(n, i);
     }
     if (!n->control_inputs.empty()) pinned.insert(n);
@@ -88,9 +86,9 @@ Remap remap_ops(const std::vector<const Node*>& needed, const std::vector<Endpoi
   auto inner = [&](const Node* producer, const Node* consumer) {
     const Endpoint e{const_cast<Node*>(producer), 0};
     auto r = reads.find(endpoint_key(e));
-    auto who = reader.find(endpoint_key(e));
-    return producer->output_dtypes.size() == 1 && r != reads.end() && r->second == 1 && who != reader.end() &&
-           who->second == consumer && !fed.count(endpoint_key(e)) && !pinned.count(producer);
+    auto who = readers.find(endpoint_key(e));
+    return producer->output_dtypes.size() == 1 && r != reads.end() && r->second == 1 && who != readers.end() &&
+           who->second.back().first == consumer && !fed.count(endpoint_key(e)) && !pinned.count(producer);
   };
 
   // MaxPoolGrad -> ReluGrad, ReluGrad's features being the values the pool's gradient was taken
@@ -111,8 +109,8 @@ Remap remap_ops(const std::vector<const Node*>& needed, const std::vector<Endpoi
     if (n->type != "BiasAddGrad" || pinned.count(n) || !one_floating_output(n)) continue;
     const Endpoint& dy = n->inputs[0];
     const uint64_t key = endpoint_key(dy);
-    const auto& who = readers[key];
-    if (reads[key] != 2 || who.size() != 2 || fed.count(key) || dy.node->output_dtypes.size() != 1) continue;
+    const auto& who = readers.at(key);  // n among them
+    if (reads.at(key) != 2 || who.size() != 2 || fed.count(key) || dy.node->output_dtypes.size() != 1) continue;
     const std::pair<const Node*, int>& other = who[0].first == n ? who[1] : who[0];
     const Node* conv = other.first;
     if (conv->type != "Conv2DBackpropFilter" || other.second != 2 || pinned.count(conv) || !one_floating_output(conv)) {
@@ -148,11 +146,9 @@ Remap remap_ops(const std::vector<const Node*>& needed, const std::vector<Endpoi
       if (conv->type != "Conv2D" || n->inputs[0].index != 0 || !inner(conv, n)) continue;
       // The Relu that is the bias's only reader, if any.
       const Endpoint biased{const_cast<Node*>(n), 0};
-      auto r = reader.find(endpoint_key(biased));
-      const Node* relu = r != reader.end() && r->second->type == "Relu" && !pinned.count(r->second) &&
-                                 inner(n, r->second)
-                             ? r->second
-                             : nullptr;
+      auto r = readers.find(endpoint_key(biased));
+      const Node* next = r != readers.end() ? r->second.back().first : nullptr;
+      const Node* relu = next != nullptr && next->type == "Relu" && !pinned.count(next) && inner(n, next) ? next : nullptr;
       std::vector<const Node*> parts{conv, n};
       if (relu != nullptr) parts.push_back(relu);
       Node* f = fused.get_or_make("_FusedConv2D", parts, [&](Node& node) {

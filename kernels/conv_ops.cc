@@ -282,13 +282,11 @@ class ConvFilterBiasOp final : public OpKernel {
   void compute(OpKernelContext& ctx) override {
     const Tensor& x = ctx.input(0);
     const Tensor& dy = ctx.input(2);  // pooled: the pool's orig_input, of out_backprop's shape
-    auto window = attrs_.conv2d(x.shape(), ctx.input(1).shape());
-    if (!window.ok()) return ctx.fail(window.status().with_prefix("Conv2DBackpropFilter: "));
-    const Window2D& w = window.value();
-    for (Status s : {expect_shape(dy.shape(), w.out_shape(), "out_backprop"), w.check_gemm_dims(),
-                     expect_float(x.dtype()), same_dtypes(x, dy, 0, 2)}) {
-      if (!s.ok()) return ctx.fail(s.with_prefix("Conv2DBackpropFilter: "));
-    }
+    // Conv2DBackpropFilter's checks, on the same inputs 0 to 2.
+    auto plan = plan_conv(ConvKind::kBackpropFilter, attrs_, ctx);
+    if (!plan.ok()) return ctx.fail(plan.status().with_prefix("Conv2DBackpropFilter: "));
+    if (Status s = same_dtypes(x, dy, 0, 2); !s.ok()) return ctx.fail(s.with_prefix("Conv2DBackpropFilter: "));
+    const Window2D& w = plan.value().window;
     Window2D pw;
     if (pooled_) {
       auto pool = pool_attrs_.pool(dy.shape());
@@ -301,7 +299,7 @@ class ConvFilterBiasOp final : public OpKernel {
     }
     auto bias_shape = bias_add_grad_shape(dy.shape());
     if (!bias_shape.ok()) return ctx.fail(bias_shape.status().with_prefix("BiasAddGrad: "));
-    Tensor& df = ctx.allocate_output(0, ctx.input(1).shape());
+    Tensor& df = ctx.allocate_output(0, plan.value().out);
     Tensor& db = ctx.allocate_output(1, bias_shape.value());
     if (x.dtype() == DType::Float32) return run<float>(ctx, w, pw, df, db);
     run<double>(ctx, w, pw, df, db);
@@ -345,16 +343,7 @@ class ConvFilterBiasOp final : public OpKernel {
     std::vector<T> made;  // pooled: out_backprop, made whole
     if (pooled_) {
       made.resize(static_cast<std::size_t>(rows * w.out_c));
-      const T* grad = ctx.input(4).data<T>();
-      const int64_t image_grad = pw.out_h * pw.out_w * pw.in_c;
-      ctx.parallel_for(w.batch, 1, [&](int64_t n0, int64_t n1) {
-        MaxPoolGradImage<T> image(pw, /*relu=*/true);
-        for (int64_t n = n0; n < n1; ++n) {
-          const int64_t ahead = n + kPrefetchImages;
-          if (ahead < n1) image.prefetch(dy + ahead * image_dy, grad + ahead * image_grad);
-          image(dy + n * image_dy, grad + n * image_grad, made.data() + n * image_dy);
-        }
-      });
+      max_pool_grad(ctx, pw, dy, ctx.input(4).data<T>(), made.data(), /*relu=*/true);
       dy = made.data();
     }
     backprop_filter(ctx, w, x, dy, df.mutable_data<T>());

@@ -1,6 +1,6 @@
-// MaxPoolGrad of one image on the CPU (kernels/pool_ops.cc), for the fused kernels that make an
+// MaxPoolGrad on the CPU (kernels/pool_ops.cc), of one image for the fused kernels that make an
 // image's gradient and use it while it is in cache (_FusedConv2DBackpropFilterWithBias,
-// kernels/conv_ops.cc).
+// kernels/conv_ops.cc), and of all images.
 #pragma once
 
 #include <cstdint>
@@ -9,6 +9,8 @@
 #include "core/conv_ops.h"
 
 namespace tessera::internal {
+
+class OpKernelContext;
 
 // How many images ahead a walk over images asks for the next one's values (prefetch()).
 inline constexpr int64_t kPrefetchImages = 2;
@@ -41,5 +43,15 @@ class MaxPoolGradImage {
 
 extern template class MaxPoolGradImage<float>;
 extern template class MaxPoolGradImage<double>;
+
+// MaxPoolGrad (then ReluGrad where `relu`) of every image, sharded over ctx's pool: x the pool's
+// input, grad its output's gradient, out as x.
+template <class T>
+void max_pool_grad(const OpKernelContext& ctx, const Window2D& w, const T* x, const T* grad, T* out, bool relu);
+
+extern template void max_pool_grad<float>(const OpKernelContext&, const Window2D&, const float*, const float*, float*,
+                                          bool);
+extern template void max_pool_grad<double>(const OpKernelContext&, const Window2D&, const double*, const double*,
+                                           double*, bool);
 
 }  // namespace tessera::internal

@@ -183,20 +183,6 @@ void give_window(const T* xi, const int64_t* at, int64_t count, int64_t channels
   }
 }
 
-template <class T>
-void max_pool_grad(const OpKernelContext& ctx, const Window2D& w, const T* x, const T* grad, T* out, bool relu) {
-  const int64_t image_in = w.in_h * w.in_w * w.in_c;
-  const int64_t image_out = w.out_h * w.out_w * w.in_c;
-  const int64_t image_work = std::max<int64_t>(1, image_out * w.k_h * w.k_w);
-  ctx.parallel_for(w.batch, std::max<int64_t>(1, (int64_t{1} << 16) / image_work), [&](int64_t n0, int64_t n1) {
-    MaxPoolGradImage<T> image(w, relu);
-    for (int64_t n = n0; n < n1; ++n) {
-      if (n + kPrefetchImages < n1) image.prefetch(x + (n + kPrefetchImages) * image_in, grad + (n + kPrefetchImages) * image_out);
-      image(x + n * image_in, grad + n * image_out, out + n * image_in);
-    }
-  });
-}
-
 // MaxPool, AvgPool and AvgPoolGrad, image by image, each output position's window walked with the
 // channels innermost, so each step is a contiguous run of in_c values.
 template <PoolKind kKind, class T>
@@ -333,7 +319,25 @@ void MaxPoolGradImage<T>::prefetch(const T* xi, const T* gi) const {
   for (int64_t i = 0; i < image_out; i += kLine) __builtin_prefetch(gi + i, 0, 1);
 }
 
+template <class T>
+void max_pool_grad(const OpKernelContext& ctx, const Window2D& w, const T* x, const T* grad, T* out, bool relu) {
+  const int64_t image_in = w.in_h * w.in_w * w.in_c;
+  const int64_t image_out = w.out_h * w.out_w * w.in_c;
+  const int64_t image_work = std::max<int64_t>(1, image_out * w.k_h * w.k_w);
+  ctx.parallel_for(w.batch, std::max<int64_t>(1, (int64_t{1} << 16) / image_work), [&](int64_t n0, int64_t n1) {
+    MaxPoolGradImage<T> image(w, relu);
+    for (int64_t n = n0; n < n1; ++n) {
+      const int64_t ahead = n + kPrefetchImages;
+      if (ahead < n1) image.prefetch(x + ahead * image_in, grad + ahead * image_out);
+      image(x + n * image_in, grad + n * image_out, out + n * image_in);
+    }
+  });
+}
+
 template class MaxPoolGradImage<float>;
 template class MaxPoolGradImage<double>;
+template void max_pool_grad<float>(const OpKernelContext&, const Window2D&, const float*, const float*, float*, bool);
+template void max_pool_grad<double>(const OpKernelContext&, const Window2D&, const double*, const double*, double*,
+                                    bool);
 
 }  // namespace tessera::internal
