@@ -956,6 +956,45 @@ TEST(RpcTest, SyncAndAsyncCallsInterleavedCompleteRightAndAsyncOnesOnTheIoThread
   EXPECT_EQ(es.channel.stats().malformed, 0u);
 }
 
+// While synchronous callers wait on the socket the I/O thread leaves it to them (Note [RPC
+// channel]): a reply to an asynchronous call that comes after the last of them left still reaches
+// its `done`, well before the call's deadline, in every round.
+TEST(RpcTest, AnAsyncReplyComingAfterTheSyncCallersLeftStillCompletes) {
+  Stash held;
+  auto hold_or_echo = [&held](RpcMessage request, Responder respond) {
+    if (strings(request) == std::vector<std::string>{"hold"}) return held.handler()(std::move(request), std::move(respond));
+    respond(std::move(request));
+  };
+  auto server = start_or_die(hold_or_echo);
+  ASSERT_TRUE(server);
+  RpcChannel channel(server->endpoint());
+  for (int round = 0; round < 20; ++round) {
+    std::promise<std::vector<std::string>> reply;
+    channel.call(message({"hold"}), 10s, [&reply](StatusOr<RpcMessage> r) {
+      reply.set_value(r.ok() ? strings(r.value()) : std::vector<std::string>{r.status().to_string()});
+    });
+    ASSERT_TRUE(wait_until([&] { return held.size() == 1; }, 5s)) << "round " << round;
+    for (int i = 0; i < 3; ++i) {
+      StatusOr<RpcMessage> r = channel.call_sync(message({"ping", std::to_string(i)}), 5s);
+      ASSERT_TRUE(r.ok()) << r.status().to_string();
+      EXPECT_EQ(strings(r.value()), (std::vector<std::string>{"ping", std::to_string(i)}));
+    }
+    // No synchronous caller is left: the reply now has to be read by the I/O thread.
+    if (round % 2 == 1) std::this_thread::sleep_for(5ms);  // it took the socket back already
+    Responder respond;
+    {
+      std::lock_guard<std::mutex> l(held.mu);
+      respond = std::move(held.responders.front());
+      held.responders.clear();
+    }
+    ASSERT_TRUE(respond(message({"held", std::to_string(round)})));
+    auto future = reply.get_future();
+    ASSERT_EQ(future.wait_for(5s), std::future_status::ready) << "round " << round;
+    EXPECT_EQ(future.get(), (std::vector<std::string>{"held", std::to_string(round)}));
+  }
+  EXPECT_EQ(channel.stats().late_replies, 0u);
+}
+
 // A synchronous call waiting when its channel is destroyed (from another thread) returns
 // Cancelled, and the destructor waits for it to leave.
 TEST(RpcTest, DestroyingChannelCancelsAWaitingSyncCall) {

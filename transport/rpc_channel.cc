@@ -33,34 +33,32 @@ namespace tessera::internal {
 
 // Note [RPC channel]
 // ~~~~~~~~~~~~~~~~~~
-// One I/O thread per channel (channels are one per remote task, so a process has a handful; a
-// shared thread would add a hop of routing for no gain at that count). Channels share one
-// process-wide zmq context, leaked on purpose so that channels in static objects never race its
-// destruction. The channel's DEALER is the exception to "one thread per socket" (Note [RPC
-// server]): it is used under the channel's mutex by whichever thread needs it, because a hand-off
-// to the I/O thread costs a thread wake-up each way, which on a small request is most of the round
-// trip.
-// * A synchronous call (call_sync, call_until_lost_sync) is sent by the calling thread itself
-//   (unless calls queued before it, or no connection yet, make it wait in the outbox), which then
-//   sleeps in poll(2) on the socket's ZMQ_FD and a per-thread eventfd and receives its reply
-//   itself: raw libzmq's REQ/REP path, one wake-up. Replies to other calls it finds on the way
-//   are completed too.
-// * An asynchronous call is sent by its caller too (unless calls queued before it, no connection
-//   yet, or a hold after a lost one make it wait in the outbox, or it is made on the I/O thread,
-//   which sends it in its next turn), but the caller leaves: its reply, and `done`, are the I/O
-//   thread's, which enforces deadlines, reads the monitor and always watches ZMQ_FD: even an idle
-//   channel must answer a stopping server's goodbye (Note [Goodbye] in rpc_server.cc). The
-//   caller's send may have spent ZMQ_FD's signal, so it looks at ZMQ_EVENTS: replies waiting
-//   wake the I/O thread if it sleeps (an eventfd write), or make it look again before it sleeps.
-//   (The other forms measured: benchmarks/README.md, "Figures behind the transport's notes".)
-// * While a synchronous caller sleeps on ZMQ_FD, the I/O thread does too: both wake for its reply
-//   and whichever takes the mutex first reads it.
-// The rules that make this safe (libzmq's ZMQ_FD is edge-like: any use of the socket may consume
-// its signal): whoever uses the socket then receives every reply there is and sends what the
-// outbox holds if libzmq takes it (serve_socket_locked), or, an asynchronous caller, hands the
-// replies it sees waiting to the I/O thread as above; a thread that completes an
-// asynchronous call, or registers one while the I/O thread is not watching the socket, wakes the
-// I/O thread through its eventfd. Nothing creates a thread per call.
+// One I/O thread per channel (a channel per remote task: a handful per process). Channels share
+// one process-wide zmq context, leaked on purpose so that channels in static objects never race
+// its destruction. The channel's DEALER is the exception to "one thread per socket" (Note [RPC
+// server]): whichever thread needs it uses it under the channel's mutex, because a hand-off to the
+// I/O thread costs a wake-up each way, most of a small request's round trip.
+// * A synchronous call (call_sync, call_until_lost_sync) is sent by its caller (unless calls
+//   queued before it, or no connection yet, keep it in the outbox), which then sleeps in poll(2)
+//   on the socket's ZMQ_FD and a per-thread eventfd and receives its reply itself: raw libzmq's
+//   REQ/REP path, one wake-up. Replies to other calls it finds are completed too.
+// * An asynchronous call is sent by its caller too (unless the outbox holds calls, there is no
+//   connection or a hold after a lost one, or the caller is the I/O thread), but its reply and
+//   `done` are the I/O thread's, which also enforces deadlines, reads the monitor, and answers a
+//   stopping server's goodbye even on an idle channel (Note [Goodbye] in rpc_server.cc). The send
+//   may have spent ZMQ_FD's signal, so the caller then looks at ZMQ_EVENTS: replies waiting wake
+//   the I/O thread if it sleeps (an eventfd write), or make it look again before it sleeps.
+// * While synchronous callers sleep on ZMQ_FD the I/O thread leaves the socket to them. (Watching
+//   it too, it woke with them for each reply and took the mutex first half the time: the caller
+//   then waited for the mutex and for its eventfd.) The last caller to leave wakes it if calls
+//   still wait for a reply or a connection; otherwise it takes the socket back when it next
+//   looks, within kUnwatchedLook, which bounds how late an idle channel reads a goodbye.
+// The rules that make this safe (ZMQ_FD is edge-like: any use of the socket may consume its
+// signal): whoever uses the socket then receives every reply there is and sends what the outbox
+// holds if libzmq takes it (serve_socket_locked), or, an asynchronous caller, hands the replies it
+// sees waiting to the I/O thread as above; a thread that completes an asynchronous call, or
+// registers one while the I/O thread does not watch the socket, wakes it through its eventfd.
+// (The forms measured: benchmarks/README.md, "Figures behind the transport's notes".)
 
 // Note [RPC deadlines]
 // ~~~~~~~~~~~~~~~~~~~~
@@ -141,6 +139,9 @@ thread_local const void* tls_channel_io_owner = nullptr;  // the core whose I/O 
 // long they are held at most.
 constexpr std::chrono::milliseconds kHoldCheck{5};
 constexpr std::chrono::milliseconds kMaxHold{1000};
+// Note [RPC channel]: how long the I/O thread leaves the socket to synchronous callers before it
+// looks whether they are still there.
+constexpr std::chrono::milliseconds kUnwatchedLook{2};
 
 // The SyncWaiter (RpcChannelCore's) of the call this thread waits for, if any.
 thread_local const void* tls_sync_waiter = nullptr;
@@ -171,6 +172,9 @@ class RpcChannelCore {
   struct SyncWaiter {
     std::optional<StatusOr<RpcMessage>> result;
     int wake_fd = -1;
+    // Another thread completed the call and wrote wake_fd (guarded by mu_): the write must be
+    // read before the thread's next call, or that call's first sleep would end at once.
+    bool signaled = false;
   };
   struct Pending {
     RpcChannel::Done done;         // an asynchronous call: run on the I/O thread
@@ -377,7 +381,9 @@ bool RpcChannelCore::start_locked(RpcMessage request, Clock::time_point deadline
     // Behind calls still queued it waits its turn (the I/O thread was woken when the outbox
     // filled), as one made on the I/O thread (a completion's) or while sends are held does.
     if (queued_before || held_since_ || socket_fd_ < 0 || on_io_thread()) return wake || !queued_before;
-    // Otherwise the caller sends it, and leaves the replies to the I/O thread (Note [RPC channel]).
+    // Otherwise the caller sends it, and leaves the replies to the I/O thread (Note [RPC channel]),
+    // which must watch the socket for them: it may have left it to synchronous callers that are gone.
+    if (!io_watches_socket_ && sync_waiters_ == 0) wake = true;
     flush_outbox();
     if (socket_.get(zmq::sockopt::events) & ZMQ_POLLIN) {
       if (io_polling_) {
@@ -445,21 +451,33 @@ StatusOr<RpcMessage> RpcChannelCore::call_sync(RpcMessage request, std::chrono::
                            Pending{nullptr, &waiter, deadline, until_lost, false});
   // Wait for the reply on the socket's ZMQ_FD, receiving it on this thread, or for whoever
   // completes the call otherwise (the I/O thread: deadline, lost connection, destruction).
+  bool drained = false;
   while (!waiter.result) {
     l.unlock();
     if (wake) signal_wake_fd(wake_fd_);
     pollfd fds[2] = {{waiter.wake_fd, POLLIN, 0}, {socket_fd_, POLLIN, 0}};
     poll_io(fds, socket_fd_ >= 0 ? 2 : 1, -1);  // an interruption or error just loops again
-    if (fds[0].revents & POLLIN) drain_wake_fd(waiter.wake_fd);
+    if (fds[0].revents & POLLIN) {
+      drain_wake_fd(waiter.wake_fd);
+      drained = true;
+    }
     l.lock();
     if (waiter.result) break;
     wake = serve_socket_locked() || !ready_.empty();
   }
-  const bool wake_io = !ready_.empty();  // asynchronous calls this thread completed
-  if (--sync_waiters_ == 0 && stopping_) waiters_gone_.notify_all();
+  const bool last = --sync_waiters_ == 0;
+  if (last && stopping_) waiters_gone_.notify_all();
+  // Asynchronous calls this thread completed; and the socket, which the I/O thread leaves to
+  // synchronous callers (Note [RPC channel]), is its again when calls still wait for a reply or a
+  // connection (an idle channel's I/O thread takes it back by itself within kUnwatchedLook).
+  const bool wake_io =
+      !ready_.empty() || (last && !io_watches_socket_ && (async_pending_ > 0 || !outbox_.empty()));
+  // Another thread completed the call (at most one write) after this one's last look at wake_fd.
+  const bool stale_wake = waiter.signaled && !drained;
   StatusOr<RpcMessage> result = std::move(*waiter.result);
   l.unlock();
   tls_sync_waiter = nullptr;
+  if (stale_wake) drain_wake_fd(waiter.wake_fd);
   if (wake_io) signal_wake_fd(wake_fd_);
   return result;
 }
@@ -504,11 +522,15 @@ void RpcChannelCore::run_io() {
       }
       // The socket needs watching for replies to asynchronous calls, for the connection the
       // outbox waits for, and, idle or not, for a stopping server's goodbye (Note [Goodbye] in
-      // rpc_server.cc). A synchronous caller watches it too, for its own reply: whichever of the
-      // two takes mu_ first reads it.
-      io_watches_socket_ = !broken;
+      // rpc_server.cc). While synchronous callers wait on it they watch it, and read whatever
+      // comes: the I/O thread then leaves it to them (Note [RPC channel]), looking again within
+      // kUnwatchedLook, or when the last of them leaves calls still waiting.
+      io_watches_socket_ = !broken && sync_waiters_ == 0;
       io_polling_ = true;
-      if (!broken) num_items = 3;
+      if (!broken) num_items = io_watches_socket_ ? 3 : 2;
+      if (!broken && !io_watches_socket_ && (timeout < 0 || timeout > kUnwatchedLook.count())) {
+        timeout = kUnwatchedLook.count();
+      }
     }
     if (!poll_io(items, num_items, timeout)) break;
     if (items[0].revents & POLLIN) drain_wake_fd(wake_fd_);
@@ -571,7 +593,10 @@ void RpcChannelCore::finish(std::unordered_map<uint64_t, Pending>::iterator it, 
   if (p.waiter != nullptr) {
     p.waiter->result.emplace(std::move(result));
     // A thread finishing its own call is awake already.
-    if (p.waiter != tls_sync_waiter) signal_wake_fd(p.waiter->wake_fd);
+    if (p.waiter != tls_sync_waiter) {
+      p.waiter->signaled = true;
+      signal_wake_fd(p.waiter->wake_fd);
+    }
     return;
   }
   --async_pending_;

@@ -352,7 +352,8 @@ void RpcServerCore::run_io() {
   for (;;) {
     // While streamed requests are being received, wake up now and then to drop stalled ones.
     const long stall_check_ms = std::clamp<long>(options_.stalled_stream_timeout.count() / 4, 10, 1000);
-    if (look_socket || look_zap) {
+    const bool look_turn = look_socket || look_zap;  // no sleep, no poll(2): every fd is read
+    if (look_turn) {
       for (pollfd& item : items) item.revents = 0;
     } else if (!poll_io(items, num_items, assembling_.empty() ? -1 : stall_check_ms,
                         received ? options_.busy_poll : std::chrono::microseconds{0})) {
@@ -361,9 +362,11 @@ void RpcServerCore::run_io() {
     if (!assembling_.empty()) drop_stalled_streams();
     if (items[1].revents & POLLIN) drain_wake_fd(wake_fd_);
     if (curve && (look_zap || (items[2].revents & POLLIN))) look_zap = serve_zap();
-    // The monitor's fd, like the others, signals commands: read it every turn (a recv that finds
-    // nothing costs little), so a closed connection's calls end promptly.
-    read_monitor();
+    // The monitor's fd, like the others, signals commands, and only this thread uses the monitor:
+    // read until EAGAIN when it signals (or in a turn that did not poll, or where Note [Lost
+    // callers] needs it first), its next event signals again. A read that finds nothing costs a
+    // poll(2) of the monitor's mailbox, which an idle turn need not pay.
+    if (look_turn || (items[3].revents & POLLIN)) read_monitor();
     bool more = false;
     received = false;
     if (look_socket || (items[0].revents & POLLIN)) {
