@@ -4,12 +4,20 @@
 
 #include <algorithm>
 
+// OpenBLAS's thread server (its pthread and OpenMP builds; absent from the serial one, hence weak):
+// stops and joins the threads it started. OpenBLAS calls it itself before a fork.
+extern "C" int blas_thread_shutdown_(void) __attribute__((weak));
+
 namespace tessera::internal {
 namespace {
 
-// OpenBLAS's own threads off, from the library's load (core/parallel_for.h says why).
+// OpenBLAS's own threads off, from the library's load (core/parallel_for.h says why). Its
+// constructor has started them already, and each spins, yielding, for about 2^28 cycles before it
+// sleeps (0.1-0.2 s of a core in every process that loads tessera, test and server processes
+// included): they are stopped at once. A later call with one thread never starts them again.
 const bool kBlasSingleThreaded = [] {
   openblas_set_num_threads(1);
+  if (blas_thread_shutdown_ != nullptr) blas_thread_shutdown_();
   return true;
 }();
 

@@ -6,8 +6,11 @@
 // dtype and shape exactly, integers exactly, floating point by normalised squared error.
 #include <algorithm>
 #include <array>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
+#include <filesystem>
 #include <functional>
 #include <mutex>
 #include <limits>
@@ -28,6 +31,8 @@
 #include "core/op_kernel.h"
 #include "core/op_registry.h"
 #include "device/sim_device.h"
+#include "host/child_process.h"
+#include "tessera/tessera.h"
 #include "tests/testing/kernel_runner.h"
 #include "tests/testing/kernel_cases.h"
 #include "tests/testing/tensor_expect.h"
@@ -906,6 +911,57 @@ TEST(KernelsTest, RandomShuffleOfFewRows) {
     SCOPED_TRACE(x.shape().to_string());
     check_op(ops::random_shuffle(feed(g, x)), {x}, x.shape(), values_of(x));
   }
+}
+
+// ---- OpenBLAS's threads (kernels/blas.cc) ----
+
+// The probe of the next test, run only as its child process: how many threads the process has
+// before it makes any (its main thread alone: OpenBLAS's were stopped as tessera loaded), then
+// the largest error of a MatMul through a session (OpenBLAS's sgemm, sharded over tessera's pool)
+// against a plain loop.
+TEST(BlasThreadsTest, DISABLED_Probe) {
+  std::size_t threads = 0;
+  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task")) {
+    (void)task;
+    ++threads;
+  }
+  constexpr int64_t m = 96, k = 80, n = 72;
+  std::vector<float> a(m * k), b(k * n);
+  for (std::size_t i = 0; i < a.size(); ++i) a[i] = static_cast<float>((i * 7) % 13) - 6.0f;
+  for (std::size_t i = 0; i < b.size(); ++i) b[i] = static_cast<float>((i * 5) % 11) - 5.0f;
+  Graph g;
+  Output product = ops::matmul(ops::constant(g, Tensor::from_vector(a, Shape{m, k})),
+                               ops::constant(g, Tensor::from_vector(b, Shape{k, n})));
+  Session session(g);
+  const Tensor c = session.run(product);
+  double max_error = 0;
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      double want = 0;
+      for (int64_t p = 0; p < k; ++p) want += static_cast<double>(a[i * k + p]) * b[p * n + j];
+      max_error = std::max(max_error, std::abs(want - c.data<float>()[i * n + j]));
+    }
+  }
+  std::printf("probe: threads %zu, max error %g\n", threads, max_error);
+  std::fflush(stdout);
+}
+
+// tessera runs OpenBLAS on one thread and shards products itself, so OpenBLAS's own threads
+// (started by its constructor, spinning for 0.1-0.2 s before they sleep) are stopped as tessera
+// loads: a process starts with its main thread alone, and products still come out right.
+TEST(BlasThreadsTest, AProcessStartsWithItsMainThreadAloneAndProductsAreRight) {
+  ChildProcess probe(
+      {"/proc/self/exe", "--gtest_also_run_disabled_tests", "--gtest_filter=BlasThreadsTest.DISABLED_Probe"});
+  ASSERT_TRUE(probe.error().empty()) << probe.error();
+  std::optional<std::string> line;
+  for (auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+       std::chrono::steady_clock::now() < until && !(line && line->rfind("probe:", 0) == 0);) {
+    line = probe.read_line(std::chrono::seconds(60));
+    if (!line) break;
+  }
+  ASSERT_TRUE(probe.wait_exit(std::chrono::seconds(30)).has_value()) << "the probe did not exit";
+  ASSERT_TRUE(line && line->rfind("probe:", 0) == 0) << probe.stderr_text();
+  EXPECT_EQ(*line, "probe: threads 1, max error 0");
 }
 
 }  // namespace
