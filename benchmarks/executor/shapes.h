@@ -1,6 +1,43 @@
-// The graph shapes both executor impls build (tessera.cc, tbb.cc).
+// The graph shapes both executor impls build (tessera.cc, tbb.cc), and what the chain's variants
+// do around each run.
 #pragma once
 
+#include <cstddef>
+#include <vector>
+
+#include <benchmark/benchmark.h>
+
 namespace executor_bench {
+
 inline constexpr int kOps = 10000;  // ops per graph: wide (independent) or chained
+// The long chain: its plan (tessera) or its nodes (TBB) are tens of MiB, past any core's caches,
+// so each run reads them from memory (benchmarks/README.md, "executor_chain_10k and the machine").
+inline constexpr int kLongOps = 300000;
+// A cold run: before each (untimed), this many bytes are written, which pushes the graph out of
+// the caches (more than the last level of the VMs measured).
+inline constexpr std::size_t kEvictBytes = std::size_t{64} << 20;
+// Cold runs per repetition: each is preceded by writing kEvictBytes, which takes far longer
+// than the run.
+inline constexpr int kColdRuns = 50;
+
+// Writes a line of every 64 bytes of a kEvictBytes buffer.
+inline void evict_caches() {
+  static std::vector<char> junk(kEvictBytes);
+  for (std::size_t i = 0; i < junk.size(); i += 64) junk[i] = static_cast<char>(junk[i] + 1);
+  benchmark::ClobberMemory();
+}
+
+// Times `run` once per iteration; cold: each after evict_caches(), outside the timing.
+template <class Fn>
+void time_runs(benchmark::State& state, bool cold, Fn&& run) {
+  for (auto _ : state) {
+    if (cold) {
+      state.PauseTiming();
+      evict_caches();
+      state.ResumeTiming();
+    }
+    run();
+  }
+}
+
 }  // namespace executor_bench

@@ -5,6 +5,8 @@
 //                               into its own slot -> one continue_node that waits for them all
 //   BM_executor_chain_10k/tbb   10,000 function_node<int, int> returning x + 1, chained by edges;
 //                               0 is put into the first, the last stores its result
+//   BM_executor_chain_300k/tbb_1thread, BM_executor_chain_10k_cold/tbb_1thread: the chain's
+//                               variants of tessera.cc (300,000 nodes; caches emptied before each run)
 //
 // The flow graph is built once before timing; each iteration is try_put + wait_for_all. Impl
 // "tbb" runs on TBB's default arena (one worker per hardware thread); impl "tbb_1thread" limits TBB
@@ -75,10 +77,10 @@ void BM_executor_wide_10k(benchmark::State& state, const char* impl) {
   tessera_bench::report_per_op(state, n);
 }
 
-void BM_executor_chain_10k(benchmark::State& state, const char* impl) {
+// `n` function_nodes chained; cold: the caches emptied before each run (executor/shapes.h).
+void chain(benchmark::State& state, const char* impl, int n, bool cold) {
   tessera_bench::set_impl(state, impl);
   const auto one_thread = thread_limit_for(impl);
-  constexpr int n = executor_bench::kOps;
   tbb::flow::graph g;
   int result = -1;
   std::vector<std::unique_ptr<function_node<int, int>>> nodes;
@@ -96,14 +98,24 @@ void BM_executor_chain_10k(benchmark::State& state, const char* impl) {
 
   nodes.front()->try_put(0);
   g.wait_for_all();
-  if (!tessera_bench::check(state, result == n, "chain result != 10000")) return;
+  if (!tessera_bench::check(state, result == n, "chain result != its length")) return;
 
-  warm_up_and_time(state, [&] {
+  auto once = [&] {
     nodes.front()->try_put(0);
     g.wait_for_all();
-  });
+  };
+  for (int i = 0; i < 3; ++i) once();  // warm-up
+  executor_bench::time_runs(state, cold, once);
   benchmark::DoNotOptimize(result);
   tessera_bench::report_per_op(state, n);
+}
+
+void BM_executor_chain_10k(benchmark::State& state, const char* impl) { chain(state, impl, executor_bench::kOps, false); }
+void BM_executor_chain_300k(benchmark::State& state, const char* impl) {
+  chain(state, impl, executor_bench::kLongOps, false);
+}
+void BM_executor_chain_10k_cold(benchmark::State& state, const char* impl) {
+  chain(state, impl, executor_bench::kOps, true);
 }
 
 }  // namespace
@@ -112,3 +124,8 @@ BENCHMARK_CAPTURE(BM_executor_wide_10k, tbb, "tbb")->Unit(benchmark::kMicrosecon
 BENCHMARK_CAPTURE(BM_executor_chain_10k, tbb, "tbb")->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK_CAPTURE(BM_executor_wide_10k, tbb_1thread, "tbb_1thread")->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK_CAPTURE(BM_executor_chain_10k, tbb_1thread, "tbb_1thread")->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK_CAPTURE(BM_executor_chain_300k, tbb_1thread, "tbb_1thread")->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK_CAPTURE(BM_executor_chain_10k_cold, tbb_1thread, "tbb_1thread")
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime()
+    ->Iterations(executor_bench::kColdRuns);

@@ -3,6 +3,8 @@
 //   BM_executor_wide_10k/tessera    10,000 independent add(a, b) of two int32 scalar constants,
 //                                   run through one group (no_op with 10,000 control inputs)
 //   BM_executor_chain_10k/tessera   x = add(x, 1) 10,000 times from x = 0, the last x fetched
+//   BM_executor_chain_300k/tessera  the same, 300,000 times: a plan past the caches
+//   BM_executor_chain_10k_cold/tessera  the 10,000, each run after the caches were emptied
 //
 // The graph, session and plan are built and warmed up before timing; each iteration is one
 // Session::run. per_op = time per iteration / 10,000 (the two constants and the group node are
@@ -45,27 +47,38 @@ void BM_executor_wide_10k(benchmark::State& state, const char* impl) {
   tessera_bench::report_per_op(state, executor_bench::kOps);
 }
 
-void BM_executor_chain_10k(benchmark::State& state, const char* impl) {
+// x = add(x, 1) `n` times; cold: the caches emptied before each run (executor/shapes.h).
+void chain(benchmark::State& state, const char* impl, int n, bool cold) {
   tessera_bench::set_impl(state, impl);
   Graph g;
   auto one = ops::constant(g, int32_t{1}, "one");
   Output x = ops::constant(g, int32_t{0}, "x0");
-  for (int i = 0; i < executor_bench::kOps; ++i) x = ops::add(x, one);
+  for (int i = 0; i < n; ++i) x = ops::add(x, one);
   Session s(g);
 
-  if (!tessera_bench::check(state, s.run(x).scalar<int32_t>() == executor_bench::kOps,
-                            "chain result != 10000")) {
-    return;
-  }
+  if (!tessera_bench::check(state, s.run(x).scalar<int32_t>() == n, "chain result != its length")) return;
   for (int i = 0; i < 3; ++i) s.run(x);  // warm-up
-  for (auto _ : state) {
+  executor_bench::time_runs(state, cold, [&] {
     Tensor t = s.run(x);
     benchmark::DoNotOptimize(t);
-  }
-  tessera_bench::report_per_op(state, executor_bench::kOps);
+  });
+  tessera_bench::report_per_op(state, n);
+}
+
+void BM_executor_chain_10k(benchmark::State& state, const char* impl) { chain(state, impl, executor_bench::kOps, false); }
+void BM_executor_chain_300k(benchmark::State& state, const char* impl) {
+  chain(state, impl, executor_bench::kLongOps, false);
+}
+void BM_executor_chain_10k_cold(benchmark::State& state, const char* impl) {
+  chain(state, impl, executor_bench::kOps, true);
 }
 
 }  // namespace
 
 BENCHMARK_CAPTURE(BM_executor_wide_10k, tessera, "tessera")->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK_CAPTURE(BM_executor_chain_10k, tessera, "tessera")->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK_CAPTURE(BM_executor_chain_300k, tessera, "tessera")->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK_CAPTURE(BM_executor_chain_10k_cold, tessera, "tessera")
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime()
+    ->Iterations(executor_bench::kColdRuns);
