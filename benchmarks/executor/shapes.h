@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstddef>
+#include <string>
 #include <vector>
 
 #include <benchmark/benchmark.h>
@@ -17,7 +18,8 @@ inline constexpr int kLongOps = 300000;
 // the caches (more than the last level of the VMs measured).
 inline constexpr std::size_t kEvictBytes = std::size_t{64} << 20;
 // Cold runs per repetition: each is preceded by writing kEvictBytes, which takes far longer
-// than the run.
+// than the run. Read them on a quiet machine: beside other work the scheduler tends to preempt
+// the thread just after the eviction used up its share, and real time then measures the wait.
 inline constexpr int kColdRuns = 50;
 
 // Writes a line of every 64 bytes of a kEvictBytes buffer.
@@ -38,6 +40,27 @@ void time_runs(benchmark::State& state, bool cold, Fn&& run) {
     }
     run();
   }
+}
+
+// The chain's variants, as both impls register them.
+struct ChainVariant {
+  const char* name;
+  int ops;
+  bool cold;
+};
+inline constexpr ChainVariant kChain10k{"BM_executor_chain_10k", kOps, false};
+inline constexpr ChainVariant kChains[] = {
+    kChain10k, {"BM_executor_chain_300k", kLongOps, false}, {"BM_executor_chain_10k_cold", kOps, true}};
+
+// Registers `<variant name>/<impl>`, which runs chain(state, impl, variant.ops, variant.cold).
+using ChainFn = void (*)(benchmark::State& state, const char* impl, int ops, bool cold);
+inline void register_chain(const ChainVariant& v, const char* impl, ChainFn chain) {
+  benchmark::internal::Benchmark* b =
+      benchmark::RegisterBenchmark((std::string(v.name) + "/" + impl).c_str(), [v, impl, chain](benchmark::State& state) {
+        chain(state, impl, v.ops, v.cold);
+      });
+  b->Unit(benchmark::kMicrosecond)->UseRealTime();
+  if (v.cold) b->Iterations(kColdRuns);
 }
 
 }  // namespace executor_bench

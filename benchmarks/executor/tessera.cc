@@ -65,20 +65,11 @@ void chain(benchmark::State& state, const char* impl, int n, bool cold) {
   tessera_bench::report_per_op(state, n);
 }
 
-void BM_executor_chain_10k(benchmark::State& state, const char* impl) { chain(state, impl, executor_bench::kOps, false); }
-void BM_executor_chain_300k(benchmark::State& state, const char* impl) {
-  chain(state, impl, executor_bench::kLongOps, false);
-}
-void BM_executor_chain_10k_cold(benchmark::State& state, const char* impl) {
-  chain(state, impl, executor_bench::kOps, true);
-}
+const bool kChainsRegistered = [] {
+  for (const auto& v : executor_bench::kChains) executor_bench::register_chain(v, "tessera", chain);
+  return true;
+}();
 
 }  // namespace
 
 BENCHMARK_CAPTURE(BM_executor_wide_10k, tessera, "tessera")->Unit(benchmark::kMicrosecond)->UseRealTime();
-BENCHMARK_CAPTURE(BM_executor_chain_10k, tessera, "tessera")->Unit(benchmark::kMicrosecond)->UseRealTime();
-BENCHMARK_CAPTURE(BM_executor_chain_300k, tessera, "tessera")->Unit(benchmark::kMicrosecond)->UseRealTime();
-BENCHMARK_CAPTURE(BM_executor_chain_10k_cold, tessera, "tessera")
-    ->Unit(benchmark::kMicrosecond)
-    ->UseRealTime()
-    ->Iterations(executor_bench::kColdRuns);
