@@ -995,6 +995,59 @@ TEST(RpcTest, AnAsyncReplyComingAfterTheSyncCallersLeftStillCompletes) {
   EXPECT_EQ(channel.stats().late_replies, 0u);
 }
 
+// A synchronous caller that wakes to more replies than one look reads (kRecvBatch, 256) takes its
+// own and leaves the rest to the I/O thread: every asynchronous call behind it completes, right.
+TEST(RpcTest, ASyncCallerWokenByABurstLeavesNoReplyUnread) {
+  // Each request held with its frames (handler threads take requests in any order).
+  std::mutex mu;
+  std::vector<std::pair<std::vector<std::string>, Responder>> held;
+  auto hold = [&](RpcMessage request, Responder respond) {
+    std::lock_guard<std::mutex> l(mu);
+    held.emplace_back(strings(request), std::move(respond));
+  };
+  auto held_count = [&] {
+    std::lock_guard<std::mutex> l(mu);
+    return held.size();
+  };
+  auto server = start_or_die(hold);
+  ASSERT_TRUE(server);
+  RpcChannel channel(server->endpoint());
+  constexpr int kAsync = 300;
+  std::promise<StatusOr<RpcMessage>> sync_reply;
+  std::thread sync_caller([&] { sync_reply.set_value(channel.call_sync(message({"sync"}), 20s)); });
+  ASSERT_TRUE(wait_until([&] { return held_count() == 1; }, 5s));
+  std::atomic<int> right{0}, done{0};
+  for (int i = 0; i < kAsync; ++i) {
+    channel.call(message({"async", std::to_string(i)}), 20s, [&, i](StatusOr<RpcMessage> r) {
+      if (r.ok() && strings(r.value()) == std::vector<std::string>{"async", std::to_string(i), "done"}) ++right;
+      ++done;
+    });
+  }
+  ASSERT_TRUE(wait_until([&] { return held_count() == kAsync + 1; }, 10s));
+  std::vector<std::pair<std::vector<std::string>, Responder>> replies;
+  {
+    std::lock_guard<std::mutex> l(mu);
+    replies.swap(held);
+  }
+  ASSERT_EQ(replies[0].first, std::vector<std::string>{"sync"});  // held before the others were made
+  // The synchronous call's reply first, then the burst, back to back on one connection.
+  for (auto& [frames, respond] : replies) {
+    frames.push_back("done");
+    RpcMessage reply;
+    for (const std::string& f : frames) reply.frames.push_back(string_frame(f));
+    ASSERT_TRUE(respond(std::move(reply)));
+  }
+  auto future = sync_reply.get_future();
+  ASSERT_EQ(future.wait_for(10s), std::future_status::ready);
+  StatusOr<RpcMessage> r = future.get();
+  sync_caller.join();
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_EQ(strings(r.value()), (std::vector<std::string>{"sync", "done"}));
+  ASSERT_TRUE(wait_until([&] { return done.load() == kAsync; }, 10s)) << done.load() << " of " << kAsync;
+  EXPECT_EQ(right.load(), kAsync);
+  EXPECT_EQ(channel.stats().late_replies, 0u);
+}
+
 // A synchronous call waiting when its channel is destroyed (from another thread) returns
 // Cancelled, and the destructor waits for it to leave.
 TEST(RpcTest, DestroyingChannelCancelsAWaitingSyncCall) {

@@ -455,6 +455,7 @@ StatusOr<RpcMessage> RpcChannelCore::call_sync(RpcMessage request, std::chrono::
   while (!waiter.result) {
     l.unlock();
     if (wake) signal_wake_fd(wake_fd_);
+    wake = false;
     pollfd fds[2] = {{waiter.wake_fd, POLLIN, 0}, {socket_fd_, POLLIN, 0}};
     poll_io(fds, socket_fd_ >= 0 ? 2 : 1, -1);  // an interruption or error just loops again
     if (fds[0].revents & POLLIN) {
@@ -467,11 +468,12 @@ StatusOr<RpcMessage> RpcChannelCore::call_sync(RpcMessage request, std::chrono::
   }
   const bool last = --sync_waiters_ == 0;
   if (last && stopping_) waiters_gone_.notify_all();
-  // Asynchronous calls this thread completed; and the socket, which the I/O thread leaves to
+  // Asynchronous calls this thread completed, or replies its last look left unread (more than
+  // kRecvBatch: their signal on ZMQ_FD is spent); and the socket, which the I/O thread leaves to
   // synchronous callers (Note [RPC channel]), is its again when calls still wait for a reply or a
   // connection (an idle channel's I/O thread takes it back by itself within kUnwatchedLook).
   const bool wake_io =
-      !ready_.empty() || (last && !io_watches_socket_ && (async_pending_ > 0 || !outbox_.empty()));
+      wake || !ready_.empty() || (last && !io_watches_socket_ && (async_pending_ > 0 || !outbox_.empty()));
   // Another thread completed the call (at most one write) after this one's last look at wake_fd.
   const bool stale_wake = waiter.signaled && !drained;
   StatusOr<RpcMessage> result = std::move(*waiter.result);
