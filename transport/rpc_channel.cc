@@ -50,9 +50,11 @@ namespace tessera::internal {
 //   the I/O thread if it sleeps (an eventfd write), or make it look again before it sleeps.
 // * While synchronous callers sleep on ZMQ_FD the I/O thread leaves the socket to them. (Watching
 //   it too, it woke with them for each reply and took the mutex first half the time: the caller
-//   then waited for the mutex and for its eventfd.) The last caller to leave wakes it if calls
-//   still wait for a reply or a connection; otherwise it takes the socket back when it next
-//   looks, within kUnwatchedLook, which bounds how late an idle channel reads a goodbye.
+//   then waited for the mutex and for its eventfd.) It looks again after kUnwatchedLook, longer
+//   while no new synchronous call came (a call blocked for minutes). The last caller to leave
+//   wakes it if calls still wait for a reply or a connection, or if it sleeps longer than
+//   kUnwatchedLook; otherwise it takes the socket back when it next looks, which bounds how late
+//   an idle channel reads a goodbye. (A stream of short calls thus costs no wake-up per call.)
 // The rules that make this safe (ZMQ_FD is edge-like: any use of the socket may consume its
 // signal): whoever uses the socket then receives every reply there is and sends what the outbox
 // holds if libzmq takes it (serve_socket_locked), or, an asynchronous caller, hands the replies it
@@ -140,8 +142,10 @@ thread_local const void* tls_channel_io_owner = nullptr;  // the core whose I/O 
 constexpr std::chrono::milliseconds kHoldCheck{5};
 constexpr std::chrono::milliseconds kMaxHold{1000};
 // Note [RPC channel]: how long the I/O thread leaves the socket to synchronous callers before it
-// looks whether they are still there.
+// looks whether they are still there; longer while the same calls wait (a step blocked for
+// minutes costs a wake-up every kUnwatchedLookMax, not every kUnwatchedLook).
 constexpr std::chrono::milliseconds kUnwatchedLook{2};
+constexpr std::chrono::milliseconds kUnwatchedLookMax{512};
 
 // The SyncWaiter (RpcChannelCore's) of the call this thread waits for, if any.
 thread_local const void* tls_sync_waiter = nullptr;
@@ -248,6 +252,11 @@ class RpcChannelCore {
   std::unordered_map<uint64_t, Pending> pending_;
   int async_pending_ = 0;  // entries of pending_ with a `done`
   int sync_waiters_ = 0;   // threads inside call_sync()
+  uint64_t sync_calls_ = 0;  // calls of call_sync() ever made
+  // Note [RPC channel]: how long the I/O thread, leaving the socket to synchronous callers, sleeps
+  // before it looks again; doubled (up to kUnwatchedLookMax) while no new synchronous call came.
+  std::chrono::milliseconds unwatched_look_ = kUnwatchedLook;
+  uint64_t sync_calls_seen_ = 0;  // sync_calls_ at the I/O thread's last look
   // Deadlines of pending calls, earliest first; entries of completed calls are skipped when they
   // surface (and purged when they outnumber the live ones).
   std::priority_queue<std::pair<Clock::time_point, uint64_t>, std::vector<std::pair<Clock::time_point, uint64_t>>,
@@ -447,6 +456,7 @@ StatusOr<RpcMessage> RpcChannelCore::call_sync(RpcMessage request, std::chrono::
   if (Status st = admit(request); !st.ok()) return st;
   tls_sync_waiter = &waiter;
   ++sync_waiters_;
+  ++sync_calls_;
   bool wake = start_locked(std::move(request), Clock::now() + deadline,
                            Pending{nullptr, &waiter, deadline, until_lost, false});
   // Wait for the reply on the socket's ZMQ_FD, receiving it on this thread, or for whoever
@@ -470,10 +480,12 @@ StatusOr<RpcMessage> RpcChannelCore::call_sync(RpcMessage request, std::chrono::
   if (last && stopping_) waiters_gone_.notify_all();
   // Asynchronous calls this thread completed, or replies its last look left unread (more than
   // kRecvBatch: their signal on ZMQ_FD is spent); and the socket, which the I/O thread leaves to
-  // synchronous callers (Note [RPC channel]), is its again when calls still wait for a reply or a
-  // connection (an idle channel's I/O thread takes it back by itself within kUnwatchedLook).
-  const bool wake_io =
-      wake || !ready_.empty() || (last && !io_watches_socket_ && (async_pending_ > 0 || !outbox_.empty()));
+  // synchronous callers (Note [RPC channel]), is its again at once when calls still wait for a
+  // reply or a connection, or when it sleeps longer than kUnwatchedLook (otherwise it takes the
+  // socket back by itself within that).
+  const bool wake_io = wake || !ready_.empty() ||
+                       (last && !io_watches_socket_ &&
+                        (async_pending_ > 0 || !outbox_.empty() || unwatched_look_ > kUnwatchedLook));
   // Another thread completed the call (at most one write) after this one's last look at wake_fd.
   const bool stale_wake = waiter.signaled && !drained;
   StatusOr<RpcMessage> result = std::move(*waiter.result);
@@ -525,13 +537,19 @@ void RpcChannelCore::run_io() {
       // The socket needs watching for replies to asynchronous calls, for the connection the
       // outbox waits for, and, idle or not, for a stopping server's goodbye (Note [Goodbye] in
       // rpc_server.cc). While synchronous callers wait on it they watch it, and read whatever
-      // comes: the I/O thread then leaves it to them (Note [RPC channel]), looking again within
-      // kUnwatchedLook, or when the last of them leaves calls still waiting.
+      // comes: the I/O thread then leaves it to them, and looks again after unwatched_look_ (Note
+      // [RPC channel]).
       io_watches_socket_ = !broken && sync_waiters_ == 0;
       io_polling_ = true;
       if (!broken) num_items = io_watches_socket_ ? 3 : 2;
-      if (!broken && !io_watches_socket_ && (timeout < 0 || timeout > kUnwatchedLook.count())) {
-        timeout = kUnwatchedLook.count();
+      if (io_watches_socket_ || sync_calls_ != sync_calls_seen_) {
+        unwatched_look_ = kUnwatchedLook;  // calls come and go: look again soon
+      } else {
+        unwatched_look_ = std::min(2 * unwatched_look_, kUnwatchedLookMax);  // the same calls wait
+      }
+      sync_calls_seen_ = sync_calls_;
+      if (!broken && !io_watches_socket_ && (timeout < 0 || timeout > unwatched_look_.count())) {
+        timeout = unwatched_look_.count();
       }
     }
     if (!poll_io(items, num_items, timeout)) break;
