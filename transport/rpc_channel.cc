@@ -489,10 +489,13 @@ StatusOr<RpcMessage> RpcChannelCore::call_sync(RpcMessage request, std::chrono::
   // Another thread completed the call (at most one write) after this one's last look at wake_fd.
   const bool stale_wake = waiter.signaled && !drained;
   StatusOr<RpcMessage> result = std::move(*waiter.result);
+  // Still under mu_: once this thread is no longer counted and mu_ is free, a destructor waiting
+  // for the synchronous callers may close wake_fd_ and free the channel (ThreadSanitizer caught a
+  // write to wake_fd_ after the unlock racing the channel's destruction).
+  if (wake_io) signal_wake_fd(wake_fd_);
   l.unlock();
   tls_sync_waiter = nullptr;
-  if (stale_wake) drain_wake_fd(waiter.wake_fd);
-  if (wake_io) signal_wake_fd(wake_fd_);
+  if (stale_wake) drain_wake_fd(waiter.wake_fd);  // this thread's own eventfd
   return result;
 }
 
