@@ -352,7 +352,7 @@ void RpcServerCore::run_io() {
   for (;;) {
     // While streamed requests are being received, wake up now and then to drop stalled ones.
     const long stall_check_ms = std::clamp<long>(options_.stalled_stream_timeout.count() / 4, 10, 1000);
-    const bool look_turn = look_socket || look_zap;  // no sleep, no poll(2): every fd is read
+    const bool look_turn = look_socket || look_zap;  // no sleep and no poll(2) this turn
     if (look_turn) {
       for (pollfd& item : items) item.revents = 0;
     } else if (!poll_io(items, num_items, assembling_.empty() ? -1 : stall_check_ms,
