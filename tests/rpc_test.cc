@@ -962,7 +962,9 @@ TEST(RpcTest, SyncAndAsyncCallsInterleavedCompleteRightAndAsyncOnesOnTheIoThread
 TEST(RpcTest, AnAsyncReplyComingAfterTheSyncCallersLeftStillCompletes) {
   Stash held;
   auto hold_or_echo = [&held](RpcMessage request, Responder respond) {
-    if (strings(request) == std::vector<std::string>{"hold"}) return held.handler()(std::move(request), std::move(respond));
+    if (strings(request) == std::vector<std::string>{"hold"}) {
+      return held.handler()(std::move(request), std::move(respond));
+    }
     respond(std::move(request));
   };
   auto server = start_or_die(hold_or_echo);
@@ -1015,6 +1017,12 @@ TEST(RpcTest, ASyncCallerWokenByABurstLeavesNoReplyUnread) {
   constexpr int kAsync = 300;
   std::promise<StatusOr<RpcMessage>> sync_reply;
   std::thread sync_caller([&] { sync_reply.set_value(channel.call_sync(message({"sync"}), 20s)); });
+  struct Join {
+    std::thread& t;
+    ~Join() {
+      if (t.joinable()) t.join();  // on a failed assertion: the call ends by its deadline
+    }
+  } join{sync_caller};
   ASSERT_TRUE(wait_until([&] { return held_count() == 1; }, 5s));
   std::atomic<int> right{0}, done{0};
   for (int i = 0; i < kAsync; ++i) {
