@@ -373,12 +373,7 @@ TEST(MallocTuningTest, AServerProcessRunsAgainWithTheTcacheOffUnlessTheUserChose
     tessera::internal::ChildProcess probe({"/proc/self/exe", "--gtest_also_run_disabled_tests",
                                            "--gtest_filter=MallocTuningTest.DISABLED_ServerMallocProbe"},
                                           env);
-    std::optional<std::string> line;
-    for (auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-         std::chrono::steady_clock::now() < until && !(line && line->rfind("probe:", 0) == 0);) {
-      line = probe.read_line(std::chrono::seconds(60));
-      if (!line) break;
-    }
+    const std::optional<std::string> line = tessera::testing::probe_line(probe);
     EXPECT_EQ(line.value_or("(nothing)"), want) << extra << ": " << probe.stderr_text();
     EXPECT_TRUE(probe.wait_exit(std::chrono::seconds(30)).has_value()) << extra;
   }

@@ -4,13 +4,14 @@
 // registered factory and run through an OpKernelContext as the executor runs it (no Session), and
 // the output is compared against a float64 reference computed here, independently of the kernels:
 // dtype and shape exactly, integers exactly, floating point by normalised squared error.
+#include <unistd.h>
+
 #include <algorithm>
 #include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
-#include <filesystem>
 #include <functional>
 #include <mutex>
 #include <limits>
@@ -920,11 +921,7 @@ TEST(KernelsTest, RandomShuffleOfFewRows) {
 // the largest error of a MatMul through a session (OpenBLAS's sgemm, sharded over tessera's pool)
 // against a plain loop.
 TEST(BlasThreadsTest, DISABLED_Probe) {
-  std::size_t threads = 0;
-  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task")) {
-    (void)task;
-    ++threads;
-  }
+  const int threads = tessera::testing::threads_of(::getpid());
   constexpr int64_t m = 96, k = 80, n = 72;
   std::vector<float> a(m * k), b(k * n);
   for (std::size_t i = 0; i < a.size(); ++i) a[i] = static_cast<float>((i * 7) % 13) - 6.0f;
@@ -942,7 +939,7 @@ TEST(BlasThreadsTest, DISABLED_Probe) {
       max_error = std::max(max_error, std::abs(want - c.data<float>()[i * n + j]));
     }
   }
-  std::printf("probe: threads %zu, max error %g\n", threads, max_error);
+  std::printf("probe: threads %d, max error %g\n", threads, max_error);
   std::fflush(stdout);
 }
 
@@ -953,14 +950,9 @@ TEST(BlasThreadsTest, AProcessStartsWithItsMainThreadAloneAndProductsAreRight) {
   ChildProcess probe(
       {"/proc/self/exe", "--gtest_also_run_disabled_tests", "--gtest_filter=BlasThreadsTest.DISABLED_Probe"});
   ASSERT_TRUE(probe.error().empty()) << probe.error();
-  std::optional<std::string> line;
-  for (auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-       std::chrono::steady_clock::now() < until && !(line && line->rfind("probe:", 0) == 0);) {
-    line = probe.read_line(std::chrono::seconds(60));
-    if (!line) break;
-  }
+  const std::optional<std::string> line = tessera::testing::probe_line(probe);
   ASSERT_TRUE(probe.wait_exit(std::chrono::seconds(30)).has_value()) << "the probe did not exit";
-  ASSERT_TRUE(line && line->rfind("probe:", 0) == 0) << probe.stderr_text();
+  ASSERT_TRUE(line.has_value()) << probe.stderr_text();
   EXPECT_EQ(*line, "probe: threads 1, max error 0");
 }
 

@@ -1,5 +1,7 @@
 #include "tests/testing/test_util.h"
 
+#include "host/child_process.h"
+
 #include <dirent.h>
 #include <unistd.h>
 
@@ -55,6 +57,17 @@ long proc_status_kib(int pid, const std::string& field) {
 }
 
 long rss_kib(int pid) { return proc_status_kib(pid, "VmRSS"); }
+
+std::optional<std::string> probe_line(internal::ChildProcess& probe, std::chrono::milliseconds limit) {
+  const auto until = std::chrono::steady_clock::now() + limit;
+  for (auto now = std::chrono::steady_clock::now(); now < until; now = std::chrono::steady_clock::now()) {
+    std::optional<std::string> line =
+        probe.read_line(std::chrono::duration_cast<std::chrono::milliseconds>(until - now));
+    if (!line) return std::nullopt;
+    if (line->rfind("probe:", 0) == 0) return line;
+  }
+  return std::nullopt;
+}
 
 std::vector<std::string> environment_without_malloc_settings() {
   std::vector<std::string> env;

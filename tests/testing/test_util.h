@@ -28,6 +28,10 @@
 #define TESSERA_TEST_MALLOC_TUNING 0
 #endif
 
+namespace tessera::internal {
+class ChildProcess;
+}  // namespace tessera::internal
+
 namespace tessera::testing {
 
 // Thread counts every concurrency test runs at.
@@ -76,6 +80,10 @@ long proc_status_kib(int pid, const std::string& field);
 // This process's environment ("NAME=value" each) without malloc settings (GLIBC_TUNABLES,
 // MALLOC_*, TESSERA_MALLOC_TUNING): for a child whose malloc settings a test chooses.
 std::vector<std::string> environment_without_malloc_settings();
+// The first line starting with "probe:" that `probe` (a test run as a child process of its own, to
+// report what it saw) prints within `limit`; nullopt when it prints none or ends first.
+std::optional<std::string> probe_line(internal::ChildProcess& probe,
+                                      std::chrono::milliseconds limit = std::chrono::seconds(60));
 
 // A fixture that gives each test a fresh folder of its own, `dir_` (ctest runs tests in parallel
 // processes): <temp>/<prefix>_<pid>_<test name>, removed with what it holds after the test.
