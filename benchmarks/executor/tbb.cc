@@ -35,11 +35,11 @@ std::unique_ptr<tbb::global_control> thread_limit_for(const char* impl) {
   return std::make_unique<tbb::global_control>(tbb::global_control::max_allowed_parallelism, 1);
 }
 
-// Runs `once` three times to warm up, then once per timed iteration.
+// Runs `once` three times to warm up, then once per timed iteration (cold: executor/shapes.h).
 template <class Fn>
-void warm_up_and_time(benchmark::State& state, Fn&& once) {
+void warm_up_and_time(benchmark::State& state, Fn&& once, bool cold = false) {
   for (int i = 0; i < 3; ++i) once();
-  for (auto _ : state) once();
+  executor_bench::time_runs(state, cold, once);
 }
 
 void BM_executor_wide_10k(benchmark::State& state, const char* impl) {
@@ -100,12 +100,13 @@ void chain(benchmark::State& state, const char* impl, int n, bool cold) {
   g.wait_for_all();
   if (!tessera_bench::check(state, result == n, "chain result != its length")) return;
 
-  auto once = [&] {
-    nodes.front()->try_put(0);
-    g.wait_for_all();
-  };
-  for (int i = 0; i < 3; ++i) once();  // warm-up
-  executor_bench::time_runs(state, cold, once);
+  warm_up_and_time(
+      state,
+      [&] {
+        nodes.front()->try_put(0);
+        g.wait_for_all();
+      },
+      cold);
   benchmark::DoNotOptimize(result);
   tessera_bench::report_per_op(state, n);
 }
