@@ -333,10 +333,12 @@ void RpcServerCore::run_io() {
   // A socket's ZMQ_FD signals pending commands, not messages, and any use of the socket may
   // process them and so spend the signal. The rules here: each socket is read until EAGAIN (a
   // recv that finds nothing processes the pending commands, after which the fd signals the next
-  // ones) or looked at again without sleeping; after sending on the ROUTER, ZMQ_EVENTS says
-  // whether a request came in meanwhile; every socket is read once before the first sleep (a new
-  // pipe starts out active, so its first messages signal nothing). The ZAP socket's replies are
-  // sent between its reads, and the monitor is only read.
+  // ones) or looked at again without sleeping; after sending on the ROUTER, a recv that finds
+  // nothing, or else ZMQ_EVENTS, says whether a request came in meanwhile (replies given inline
+  // go out between the reads, so the read that ends the batch serves: one poll(2) of the mailbox
+  // less per turn); every socket is read once before the first sleep (a new pipe starts out
+  // active, so its first messages signal nothing). The ZAP socket's replies are sent between its
+  // reads, and the monitor is only read.
   const bool curve = options_.curve.has_value();
   pollfd items[4] = {{socket_.get(zmq::sockopt::fd), POLLIN, 0},
                      {wake_fd_, POLLIN, 0},
@@ -367,7 +369,27 @@ void RpcServerCore::run_io() {
     // callers] needs it first), its next event signals again. A read that finds nothing costs a
     // poll(2) of the monitor's mailbox, which an idle turn need not pay.
     if (look_turn || (items[3].revents & POLLIN)) read_monitor();
+    // Sends the replies given so far (inline, or by handler threads); false once stopping.
+    // `sent`: some went out.
+    auto send_replies = [&](bool* sent) {
+      {
+        std::lock_guard<std::mutex> l(out_mu_);
+        if (stopping_) return false;
+        batch.swap(outbox_);
+      }
+      for (auto& out : batch) send(out);
+      *sent = *sent || !batch.empty();
+      batch.clear();
+      // A burst (the calls of a lost caller ending at once: tens of thousands) grows the batch,
+      // and the swap hands its capacity on to the outbox: let a burst's arrays go.
+      if (batch.capacity() > kKeptReplies) std::vector<Outgoing>().swap(batch);
+      return true;
+    };
     bool more = false;
+    bool stop = false;
+    // A send since the socket's last recv that found nothing: it may have processed the commands
+    // that announced a request, which then signal nothing.
+    bool sent_since_empty_recv = false;
     received = false;
     if (look_socket || (items[0].revents & POLLIN)) {
       more = true;  // unless a recv finds nothing within the batch
@@ -375,6 +397,7 @@ void RpcServerCore::run_io() {
         zmq::message_t routing_id;
         if (!socket_.recv(routing_id, zmq::recv_flags::dontwait)) {
           more = false;
+          sent_since_empty_recv = false;  // that recv processed every pending command
           break;
         }
         // +2: the envelope and (streamed) the descriptor are not the request's frames.
@@ -386,25 +409,22 @@ void RpcServerCore::run_io() {
         track_peer(routing_id);
         receive_one(std::move(routing_id), &parts);
         received = true;
+        // A reply given inline (handler_threads == 0, run_inline) goes out before the next recv,
+        // which, finding nothing, then also stands for the ZMQ_EVENTS check below.
+        if (!send_replies(&sent_since_empty_recv)) {
+          stop = true;
+          break;
+        }
       }
     }
-    // After receiving: replies given inline (handler_threads == 0) go out in this same turn.
-    {
-      std::lock_guard<std::mutex> l(out_mu_);
-      if (stopping_) break;
-      batch.swap(outbox_);
-    }
-    for (auto& out : batch) send(out);
+    // Replies given meanwhile on other threads go out in this same turn.
+    if (stop || !send_replies(&sent_since_empty_recv)) break;
     // After the replies given before stop() asked for it, on each connection (Note [Goodbye]).
     const bool goodbye = !goodbye_said_ && goodbye_asked_.load(std::memory_order_acquire);
     if (goodbye) say_goodbye();
     // A send may have processed the commands that announced a request: ZMQ_EVENTS processes
     // what is left and tells whether one is waiting.
-    if ((!batch.empty() || goodbye) && !more) more = (socket_.get(zmq::sockopt::events) & ZMQ_POLLIN) != 0;
-    batch.clear();
-    // A burst (the calls of a lost caller ending at once: tens of thousands) grows the batch, and
-    // the swap hands its capacity on to the outbox: let a burst's arrays go.
-    if (batch.capacity() > kKeptReplies) std::vector<Outgoing>().swap(batch);
+    if ((sent_since_empty_recv || goodbye) && !more) more = (socket_.get(zmq::sockopt::events) & ZMQ_POLLIN) != 0;
     look_socket = more;
   }
   zmq_socket_monitor(socket_.handle(), nullptr, 0);
