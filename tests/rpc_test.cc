@@ -1076,6 +1076,242 @@ TEST(RpcTest, DestroyingChannelCancelsAWaitingSyncCall) {
   caller.join();
 }
 
+// ---- RpcCompletionQueue: asynchronous calls whose results the calling thread collects ----
+
+// The tags of `completions`, sorted, and whether each result is the echo of its tag's request.
+std::vector<uint64_t> tags_of(const std::vector<RpcCompletion>& completions, int* right) {
+  std::vector<uint64_t> tags;
+  for (const RpcCompletion& c : completions) {
+    tags.push_back(c.tag);
+    if (c.result.ok() && strings(c.result.value()) == std::vector<std::string>{"q", std::to_string(c.tag)}) ++*right;
+  }
+  std::sort(tags.begin(), tags.end());
+  return tags;
+}
+
+// A window of calls kept full as completions come: each returned once, with its own reply and tag;
+// pending() counts what next() has not returned.
+TEST(RpcCompletionQueueTest, AWindowOfCallsCompletesEachOnceWithItsTagAndReply) {
+  RpcServerOptions options;
+  options.handler_threads = 2;  // replies in any order
+  EchoServer es(options);
+  RpcCompletionQueue queue(es.channel);
+  EXPECT_EQ(queue.pending(), 0);
+  constexpr uint64_t kCalls = 2000;
+  constexpr int kWindow = 8;
+  uint64_t next_tag = 0;
+  std::vector<RpcCompletion> completions;
+  while (completions.size() < kCalls) {
+    while (next_tag < kCalls && queue.pending() < kWindow) {
+      queue.call(message({"q", std::to_string(next_tag)}), 10s, next_tag);
+      ++next_tag;
+    }
+    StatusOr<RpcCompletion> c = queue.next(10s);
+    ASSERT_TRUE(c.ok()) << c.status().to_string();
+    completions.push_back(std::move(c).value());
+  }
+  EXPECT_EQ(queue.pending(), 0);
+  int right = 0;
+  std::vector<uint64_t> tags = tags_of(completions, &right);
+  EXPECT_EQ(right, static_cast<int>(kCalls));
+  for (uint64_t i = 0; i < kCalls; ++i) ASSERT_EQ(tags[i], i);
+  // Nothing left to wait for: at once, not after the timeout.
+  const auto start = Clock::now();
+  EXPECT_EQ(queue.next(10s).status().code(), ErrorCode::kOutOfRange);
+  EXPECT_LT(Clock::now() - start, 2s);
+  EXPECT_EQ(es.channel.stats().late_replies, 0u);
+}
+
+// Replies that come while no thread waits in next() are read by the I/O thread and kept: the next
+// wait returns them at once. A wait with nothing completing ends DeadlineExceeded at its timeout.
+TEST(RpcCompletionQueueTest, RepliesArrivingWhileNoThreadWaitsAreKeptAndAWaitTimesOut) {
+  Unanswered u;
+  RpcCompletionQueue queue(u.channel);
+  for (uint64_t i = 0; i < 3; ++i) queue.call(message({"q", std::to_string(i)}), 10s, i);
+  ASSERT_TRUE(wait_until([&] { return u.stash.size() == 3; }, 5s));
+  auto start = Clock::now();
+  StatusOr<RpcCompletion> none = queue.next(100ms);
+  EXPECT_EQ(none.status().code(), ErrorCode::kDeadlineExceeded) << none.status().to_string();
+  EXPECT_GE(Clock::now() - start, 100ms);
+  EXPECT_LT(Clock::now() - start, 3s);
+  EXPECT_EQ(queue.pending(), 3);
+  std::vector<Responder> responders;
+  {
+    std::lock_guard<std::mutex> l(u.stash.mu);
+    responders = u.stash.responders;
+  }
+  for (uint64_t i = 0; i < 3; ++i) ASSERT_TRUE(responders[i](message({"q", std::to_string(i)})));
+  // Nobody waits: the I/O thread takes the socket back within kUnwatchedLook and reads them.
+  std::this_thread::sleep_for(100ms);
+  std::vector<RpcCompletion> completions;
+  start = Clock::now();
+  for (int i = 0; i < 3; ++i) {
+    StatusOr<RpcCompletion> c = queue.next(0ms);  // already there: no wait needed
+    ASSERT_TRUE(c.ok()) << "completion " << i << ": " << c.status().to_string();
+    completions.push_back(std::move(c).value());
+  }
+  int right = 0;
+  EXPECT_EQ(tags_of(completions, &right), (std::vector<uint64_t>{0, 1, 2}));
+  EXPECT_EQ(right, 3);
+  EXPECT_EQ(queue.pending(), 0);
+}
+
+// Deadlines, a lost connection and a refused call complete a queue's calls as they do call()'s,
+// and reach a thread waiting in next().
+TEST(RpcCompletionQueueTest, DeadlinesLostConnectionsAndRefusalsCompleteTheCalls) {
+  Unanswered u;
+  RpcCompletionQueue queue(u.channel);
+  auto start = Clock::now();
+  queue.call(message({"q", "late"}), 200ms, 7);
+  StatusOr<RpcCompletion> c = queue.next(10s);
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  EXPECT_EQ(c.value().tag, 7u);
+  EXPECT_EQ(c.value().result.status().code(), ErrorCode::kUnavailable) << c.value().result.status().to_string();
+  EXPECT_NE(c.value().result.status().message().find("within 200 ms"), std::string::npos) << c.value().result.status().to_string();
+  EXPECT_GE(Clock::now() - start, 200ms);
+  EXPECT_LT(Clock::now() - start, 5s);
+
+  queue.call(message({"q", "held"}), 60s, 8);
+  ASSERT_TRUE(wait_until([&] { return u.stash.size() == 2; }, 5s));
+  start = Clock::now();
+  std::thread stopper([&] {
+    std::this_thread::sleep_for(50ms);  // the main thread is waiting in next() by then, mostly
+    u.server->stop();
+  });
+  c = queue.next(10s);
+  stopper.join();
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  EXPECT_EQ(c.value().tag, 8u);
+  EXPECT_EQ(c.value().result.status().code(), ErrorCode::kUnavailable) << c.value().result.status().to_string();
+  EXPECT_LT(Clock::now() - start, 5s);  // the loss, not the 60 s deadline
+
+  queue.call(RpcMessage{}, 10s, 9);  // no header frame: refused at once
+  c = queue.next(0ms);
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  EXPECT_EQ(c.value().tag, 9u);
+  EXPECT_EQ(c.value().result.status().code(), ErrorCode::kInvalidArgument);
+}
+
+// One thread waits at a time; destroying a queue forgets its calls (their replies are dropped as
+// late) and the channel goes on; destroying the channel while a thread waits gives it Cancelled.
+TEST(RpcCompletionQueueTest, OneWaiterAtATimeAndAQueueOrChannelGoingAwayEndsItsCalls) {
+  Unanswered u;
+  {
+    RpcCompletionQueue queue(u.channel);
+    queue.call(message({"q", "0"}), 10s, 0);
+    std::promise<Status> first;
+    std::thread waiter([&] { first.set_value(queue.next(5s).status()); });
+    ASSERT_TRUE(wait_until([&] { return u.stash.size() == 1; }, 5s));
+    std::this_thread::sleep_for(50ms);  // the thread waits by now
+    EXPECT_EQ(queue.next(10ms).status().code(), ErrorCode::kFailedPrecondition);
+    {
+      std::lock_guard<std::mutex> l(u.stash.mu);
+      ASSERT_TRUE(u.stash.responders[0](message({"q", "0"})));
+    }
+    auto f = first.get_future();
+    ASSERT_EQ(f.wait_for(5s), std::future_status::ready);
+    EXPECT_TRUE(f.get().ok());
+    waiter.join();
+    queue.call(message({"q", "1"}), 10s, 1);
+    ASSERT_TRUE(wait_until([&] { return u.stash.size() == 2; }, 5s));
+  }  // forgets call 1
+  {
+    std::lock_guard<std::mutex> l(u.stash.mu);
+    ASSERT_TRUE(u.stash.responders[1](message({"q", "1"})));
+  }
+  ASSERT_TRUE(wait_until([&] { return u.channel.stats().late_replies == 1; }, 5s));
+  u.server->stop();
+  auto server = start_or_die(echo);
+  ASSERT_TRUE(server);
+  auto channel = std::make_unique<RpcChannel>(server->endpoint());
+  StatusOr<RpcMessage> r = channel->call_sync(message({"still", "works"}), 5s);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+
+  // A thread waiting in next() while the channel is destroyed.
+  Unanswered v;
+  auto doomed = std::make_unique<RpcChannel>(v.endpoint);
+  auto queue = std::make_unique<RpcCompletionQueue>(*doomed);
+  queue->call(message({"q", "2"}), 10s, 2);
+  ASSERT_TRUE(wait_until([&] { return v.stash.size() == 1; }, 5s));
+  std::promise<StatusOr<RpcCompletion>> got;
+  std::thread waiter([&] { got.set_value(queue->next(10s)); });
+  std::this_thread::sleep_for(50ms);
+  const auto start = Clock::now();
+  auto f = got.get_future();
+  doomed.reset();  // waits for the waiting thread to leave
+  ASSERT_EQ(f.wait_for(3s), std::future_status::ready);
+  waiter.join();
+  StatusOr<RpcCompletion> c = f.get();
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  EXPECT_EQ(c.value().tag, 2u);
+  EXPECT_EQ(c.value().result.status().code(), ErrorCode::kCancelled);
+  EXPECT_LT(Clock::now() - start, 2s);
+  // The queue outlives its channel: nothing pending, and a new call is refused at once.
+  EXPECT_EQ(queue->next(1s).status().code(), ErrorCode::kOutOfRange);
+  queue->call(message({"q", "3"}), 10s, 3);
+  c = queue->next(0ms);
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  EXPECT_EQ(c.value().tag, 3u);
+  EXPECT_EQ(c.value().result.status().code(), ErrorCode::kCancelled) << c.value().result.status().to_string();
+}
+
+// A queue's waiting thread, synchronous callers and asynchronous calls share the socket: every
+// call completes once, right, where it should (the queue's on next(), `done` on the I/O thread).
+TEST(RpcCompletionQueueTest, QueuesSyncAndAsyncCallsFromManyThreadsCompleteRight) {
+  RpcServerOptions options;
+  options.handler_threads = 2;
+  EchoServer es(options);
+  constexpr int kThreads = 2, kCalls = 300;
+  std::atomic<int> queue_right{0}, sync_right{0}, async_right{0}, async_done{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&] {  // a queue, a window of 4
+      RpcCompletionQueue queue(es.channel);
+      std::vector<RpcCompletion> completions;
+      uint64_t next_tag = 0;
+      while (completions.size() < kCalls) {
+        while (next_tag < kCalls && queue.pending() < 4) {
+          queue.call(message({"q", std::to_string(next_tag)}), 10s, next_tag);
+          ++next_tag;
+        }
+        StatusOr<RpcCompletion> c = queue.next(10s);
+        if (!c.ok()) return;
+        completions.push_back(std::move(c).value());
+      }
+      int right = 0;
+      std::vector<uint64_t> tags = tags_of(completions, &right);
+      for (uint64_t i = 0; i < kCalls; ++i) {
+        if (tags[i] != i) return;
+      }
+      queue_right.fetch_add(right);
+    });
+    threads.emplace_back([&, t] {  // synchronous calls
+      for (int i = 0; i < kCalls; ++i) {
+        const std::string tag = std::to_string(t) + "/" + std::to_string(i);
+        StatusOr<RpcMessage> r = es.channel.call_sync(message({"sync", tag}), 10s);
+        if (r.ok() && strings(r.value()) == std::vector<std::string>{"sync", tag}) ++sync_right;
+      }
+    });
+    threads.emplace_back([&, t] {  // asynchronous ones
+      for (int i = 0; i < kCalls; ++i) {
+        const std::string tag = std::to_string(t) + "/" + std::to_string(i);
+        es.channel.call(message({"async", tag}), 10s, [&, tag](StatusOr<RpcMessage> r) {
+          if (r.ok() && strings(r.value()) == std::vector<std::string>{"async", tag}) ++async_right;
+          ++async_done;
+        });
+        if (i % 16 == 15) std::this_thread::sleep_for(1ms);
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  ASSERT_TRUE(wait_until([&] { return async_done.load() == kThreads * kCalls; }, 10s));
+  EXPECT_EQ(queue_right.load(), kThreads * kCalls);
+  EXPECT_EQ(sync_right.load(), kThreads * kCalls);
+  EXPECT_EQ(async_right.load(), kThreads * kCalls);
+  EXPECT_EQ(es.channel.stats().late_replies, 0u);
+  EXPECT_EQ(es.channel.stats().malformed, 0u);
+}
+
 }  // namespace
 }  // namespace tessera::internal
 

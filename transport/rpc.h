@@ -245,6 +245,8 @@ struct RpcChannelStats {
 };
 
 class RpcChannelCore;
+struct RpcWaiter;
+class RpcCompletionQueue;
 
 // The client side of one remote endpoint: a DEALER socket connected to it, used under a mutex by
 // the calling threads (which send their requests, and in the synchronous calls receive their
@@ -287,9 +289,56 @@ class RpcChannel {
   RpcChannelStats stats() const;
 
  private:
+  friend class RpcCompletionQueue;
   StatusOr<RpcMessage> wait_for(RpcMessage request, std::chrono::milliseconds deadline, bool until_lost);
   std::string endpoint_;
-  std::unique_ptr<RpcChannelCore> core_;
+  std::shared_ptr<RpcChannelCore> core_;  // shared with the completion queues made on it
+};
+
+// One completed call of an RpcCompletionQueue: the tag it was made with and its result.
+struct RpcCompletion {
+  uint64_t tag = 0;
+  StatusOr<RpcMessage> result;
+};
+
+// Asynchronous calls on one channel whose results the caller collects itself, as with gRPC's
+// CompletionQueue: a thread waiting in next() receives the replies on the socket as a synchronous
+// caller does, with no hand-off to the channel's I/O thread and back (RpcChannel::call's `done`
+// costs two wake-ups per reply). For a thread that keeps a window of calls in flight (a pull of
+// many tensors). Replies that come while no thread waits are read by the I/O thread and kept;
+// deadlines, lost connections and the channel's destruction complete the calls as for call().
+//
+//   RpcCompletionQueue queue(channel);
+//   for (uint64_t i = 0; i < 4; ++i) queue.call(request(i), 2s, /*tag=*/i);
+//   while (queue.pending() > 0) {
+//     StatusOr<RpcCompletion> c = queue.next(2s);  // DeadlineExceeded: none completed within 2 s
+//     ... c->tag, c->result ...
+//   }
+//
+// call() from any thread; next() from one thread at a time. Destroying the queue forgets the calls
+// still pending (their replies are dropped as late). Destroying the channel completes them with
+// Cancelled (a thread waiting in next() gets them); a queue that outlives its channel then
+// returns what completed, and completes new calls at once with Cancelled.
+class RpcCompletionQueue {
+ public:
+  explicit RpcCompletionQueue(RpcChannel& channel);
+  ~RpcCompletionQueue();
+  RpcCompletionQueue(const RpcCompletionQueue&) = delete;
+  RpcCompletionQueue& operator=(const RpcCompletionQueue&) = delete;
+
+  // Sends `request` (as RpcChannel::call does); its completion, with `tag`, is returned by next().
+  void call(RpcMessage request, std::chrono::milliseconds deadline, uint64_t tag);
+  // The next completed call, in completion order, waiting at most `timeout` for one. OutOfRange
+  // when no call is pending or completed (nothing to wait for), DeadlineExceeded when none
+  // completed within `timeout`, FailedPrecondition while another thread waits in next() or when
+  // called from a `done` callback of the channel.
+  StatusOr<RpcCompletion> next(std::chrono::milliseconds timeout);
+  // Calls made and not yet returned by next().
+  int pending() const;
+
+ private:
+  std::shared_ptr<RpcChannelCore> core_;
+  std::unique_ptr<RpcWaiter> waiter_;
 };
 
 }  // namespace tessera::internal

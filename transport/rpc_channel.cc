@@ -48,13 +48,14 @@ namespace tessera::internal {
 //   stopping server's goodbye even on an idle channel (Note [Goodbye] in rpc_server.cc). The send
 //   may have spent ZMQ_FD's signal, so the caller then looks at ZMQ_EVENTS: replies waiting wake
 //   the I/O thread if it sleeps (an eventfd write), or make it look again before it sleeps.
-// * While synchronous callers sleep on ZMQ_FD the I/O thread leaves the socket to them. (Watching
-//   it too, it woke with them for each reply and took the mutex first half the time: the caller
-//   then waited for the mutex and for its eventfd.) It looks again after kUnwatchedLook, longer
-//   while no new synchronous call came (a call blocked for minutes). The last caller to leave
-//   wakes it if calls still wait for a reply or a connection, or if it sleeps longer than
-//   kUnwatchedLook; otherwise it takes the socket back when it next looks, which bounds how late
-//   an idle channel reads a goodbye. (A stream of short calls thus costs no wake-up per call.)
+// * A completion queue's call (RpcCompletionQueue) is sent and received as a synchronous one,
+//   by the thread waiting in next(); between its waits the I/O thread reads and keeps its replies.
+// * While synchronous callers (and queues) wait on ZMQ_FD the I/O thread leaves the socket to them
+//   (watching too, it woke with them and often took the mutex first). It looks again after
+//   kUnwatchedLook, longer while no new wait began (a call blocked for minutes). The last to leave
+//   wakes it if asynchronous calls wait for a reply or calls for a connection, or if it sleeps
+//   longer than kUnwatchedLook; otherwise it takes the socket back when it next looks, which
+//   bounds how late an idle channel reads a goodbye or a queue's reply. (No wake-up per call.)
 // The rules that make this safe (ZMQ_FD is edge-like: any use of the socket may consume its
 // signal): whoever uses the socket then receives every reply there is and sends what the outbox
 // holds if libzmq takes it (serve_socket_locked), or, an asynchronous caller, hands the replies it
@@ -147,17 +148,37 @@ constexpr std::chrono::milliseconds kMaxHold{1000};
 constexpr std::chrono::milliseconds kUnwatchedLook{2};
 constexpr std::chrono::milliseconds kUnwatchedLookMax{512};
 
-// The SyncWaiter (RpcChannelCore's) of the call this thread waits for, if any.
+// The waiter this thread waits as (in call_sync or RpcCompletionQueue::next), if any.
 thread_local const void* tls_sync_waiter = nullptr;
 
 }  // namespace
 
-class RpcChannelCore {
+// A thread waiting in call_sync(), or a completion queue (waited on in next()). Its calls' results
+// land here, guarded by the channel's mu_; whoever completes one on another thread while a thread
+// waits writes `wake_fd`.
+struct RpcWaiter {
+  bool queue = false;                          // a completion queue: results go to `completions`
+  std::optional<StatusOr<RpcMessage>> result;  // call_sync's one call
+  std::deque<RpcCompletion> completions;       // a queue's, in completion order
+  int calls = 0;                               // a queue's calls not completed yet
+  int wake_fd = -1;  // the waiting thread's eventfd; -1 while none waits (a queue between next()s)
+  // Another thread completed a call and wrote wake_fd: the write must be read before the thread's
+  // next wait, or that wait's first sleep would end at once. One write per wait at most.
+  bool signaled = false;
+  bool has_result() const { return queue ? !completions.empty() : result.has_value(); }
+};
+
+// Owned by its RpcChannel and by the completion queues made on it, which may outlive it: the
+// channel's destructor stops the core (shutdown, or destroy_from_io_thread), and a stopped core
+// refuses new calls with Cancelled.
+class RpcChannelCore : public std::enable_shared_from_this<RpcChannelCore> {
  public:
   using Clock = std::chrono::steady_clock;
 
   RpcChannelCore(std::string endpoint, const RpcChannelOptions& options);
   ~RpcChannelCore();
+  // Fails the pending calls with Cancelled and joins the I/O thread (RpcChannel's destructor).
+  void shutdown();
 
   // until_lost: `deadline` bounds only the wait for a connection; once sent, the call waits for
   // its reply until the connection is lost (Note [RPC deadlines], "Long calls").
@@ -165,27 +186,27 @@ class RpcChannelCore {
   // The same, waiting on the calling thread, which receives its own reply (Note [RPC channel]).
   StatusOr<RpcMessage> call_sync(RpcMessage request, std::chrono::milliseconds deadline, bool until_lost);
   // For a channel destroyed from one of its own `done` callbacks: the I/O thread stops after the
-  // callback and deletes the core itself.
+  // callback and lets go of the core itself.
   void destroy_from_io_thread();
   bool on_io_thread() const { return tls_channel_io_owner == this; }
   RpcChannelStats stats() const;
 
+  // RpcCompletionQueue's: a call whose completion goes to `queue` with `tag`; the next completion
+  // (waiting on this thread for at most `timeout`); forgetting the queue's pending calls; how many
+  // calls it has that next() has not returned.
+  void queue_call(RpcWaiter* queue, RpcMessage request, std::chrono::milliseconds deadline, uint64_t tag);
+  StatusOr<RpcCompletion> queue_next(RpcWaiter* queue, std::chrono::milliseconds timeout);
+  void queue_forget(RpcWaiter* queue);
+  int queue_pending(const RpcWaiter* queue) const;
+
  private:
-  // A thread waiting in call_sync(); its call's result lands here (guarded by mu_), and whoever
-  // completes the call from another thread writes `wake_fd`.
-  struct SyncWaiter {
-    std::optional<StatusOr<RpcMessage>> result;
-    int wake_fd = -1;
-    // Another thread completed the call and wrote wake_fd (guarded by mu_): the write must be
-    // read before the thread's next call, or that call's first sleep would end at once.
-    bool signaled = false;
-  };
   struct Pending {
-    RpcChannel::Done done;         // an asynchronous call: run on the I/O thread
-    SyncWaiter* waiter = nullptr;  // a synchronous one
+    RpcChannel::Done done;       // an asynchronous call: run on the I/O thread
+    RpcWaiter* waiter = nullptr;  // a synchronous one, or a completion queue's
     std::chrono::milliseconds budget;
     bool until_lost = false;
     bool sent = false;  // handed to libzmq
+    uint64_t tag = 0;   // a completion queue's
   };
   struct Outgoing {
     uint64_t id;
@@ -198,6 +219,9 @@ class RpcChannelCore {
   using Completion = std::pair<RpcChannel::Done, StatusOr<RpcMessage>>;
 
   void run_io();
+  // Waits on this thread (`l` holds mu_) until `waiter` has a result or `until` passes, receiving
+  // replies from the socket itself (Note [RPC channel]); wakes the I/O thread first if `wake`.
+  void wait_locked(std::unique_lock<std::mutex>& l, RpcWaiter* waiter, bool wake, Clock::time_point until);
   // The checks every new call passes; OK or the error to complete it with. Needs mu_.
   Status admit(const RpcMessage& request) const;
   // Registers a call (needs mu_) and sends it now if libzmq takes it (else it stays in the outbox);
@@ -246,13 +270,14 @@ class RpcChannelCore {
   std::condition_variable waiters_gone_;  // signalled when sync_waiters_ drops to 0 while stopping
   bool stopping_ = false;                 // guarded by mu_
   bool self_delete_ = false;              // I/O thread only: set by destroy_from_io_thread()
+  std::shared_ptr<RpcChannelCore> self_;  // the I/O thread's reference, after destroy_from_io_thread()
 
   // Guarded by mu_.
   uint64_t next_id_ = 1;
   std::unordered_map<uint64_t, Pending> pending_;
   int async_pending_ = 0;  // entries of pending_ with a `done`
-  int sync_waiters_ = 0;   // threads inside call_sync()
-  uint64_t sync_calls_ = 0;  // calls of call_sync() ever made
+  int sync_waiters_ = 0;   // threads waiting on the socket (call_sync, RpcCompletionQueue::next)
+  uint64_t sync_calls_ = 0;  // such waits ever begun
   // Note [RPC channel]: how long the I/O thread, leaving the socket to synchronous callers, sleeps
   // before it looks again; doubled (up to kUnwatchedLookMax) while no new synchronous call came.
   std::chrono::milliseconds unwatched_look_ = kUnwatchedLook;
@@ -336,10 +361,11 @@ RpcChannelCore::RpcChannelCore(std::string endpoint, const RpcChannelOptions& op
 }
 
 RpcChannelCore::~RpcChannelCore() {
-  if (self_delete_) {  // deleted by its own I/O thread, which has finished with everything
-    ::close(wake_fd_);
-    return;
-  }
+  TESSERA_CHECK(!io_thread_.joinable());  // stopped first (shutdown, destroy_from_io_thread)
+  ::close(wake_fd_);
+}
+
+void RpcChannelCore::shutdown() {
   TESSERA_CHECK(!on_io_thread());
   {
     std::lock_guard<std::mutex> l(mu_);
@@ -347,13 +373,13 @@ RpcChannelCore::~RpcChannelCore() {
   }
   signal_wake_fd(wake_fd_);
   io_thread_.join();
-  ::close(wake_fd_);
 }
 
 void RpcChannelCore::destroy_from_io_thread() {
   TESSERA_CHECK(on_io_thread());
   io_thread_.detach();
   self_delete_ = true;
+  self_ = shared_from_this();
   {
     std::lock_guard<std::mutex> l(mu_);
     stopping_ = true;  // the loop ends after the callback that destroyed the channel returns
@@ -450,53 +476,141 @@ void RpcChannelCore::call(RpcMessage request, std::chrono::milliseconds deadline
 StatusOr<RpcMessage> RpcChannelCore::call_sync(RpcMessage request, std::chrono::milliseconds deadline,
                                                bool until_lost) {
   calls_.fetch_add(1, std::memory_order_relaxed);
-  SyncWaiter waiter;
-  waiter.wake_fd = thread_wake_fd();
+  RpcWaiter waiter;
   std::unique_lock<std::mutex> l(mu_);
   if (Status st = admit(request); !st.ok()) return st;
-  tls_sync_waiter = &waiter;
+  const bool wake = start_locked(std::move(request), Clock::now() + deadline,
+                                 Pending{nullptr, &waiter, deadline, until_lost, false});
+  // Until the reply, received on this thread, or whoever completes the call otherwise (the I/O
+  // thread: deadline, lost connection, destruction).
+  wait_locked(l, &waiter, wake, Clock::time_point::max());
+  return std::move(*waiter.result);
+}
+
+void RpcChannelCore::wait_locked(std::unique_lock<std::mutex>& l, RpcWaiter* waiter, bool wake,
+                                 Clock::time_point until) {
+  waiter->wake_fd = thread_wake_fd();
+  waiter->signaled = false;
+  tls_sync_waiter = waiter;
   ++sync_waiters_;
   ++sync_calls_;
-  bool wake = start_locked(std::move(request), Clock::now() + deadline,
-                           Pending{nullptr, &waiter, deadline, until_lost, false});
-  // Wait for the reply on the socket's ZMQ_FD, receiving it on this thread, or for whoever
-  // completes the call otherwise (the I/O thread: deadline, lost connection, destruction).
+  // Sleep on the socket's ZMQ_FD and this thread's eventfd.
   bool drained = false;
-  while (!waiter.result) {
+  while (!waiter->has_result()) {
+    int timeout = -1;
+    if (until != Clock::time_point::max()) {
+      const auto left = std::chrono::ceil<std::chrono::milliseconds>(until - Clock::now()).count();
+      if (left <= 0) break;
+      timeout = static_cast<int>(std::min<long long>(left, 1 << 30));
+    }
     l.unlock();
     if (wake) signal_wake_fd(wake_fd_);
     wake = false;
-    pollfd fds[2] = {{waiter.wake_fd, POLLIN, 0}, {socket_fd_, POLLIN, 0}};
-    poll_io(fds, socket_fd_ >= 0 ? 2 : 1, -1);  // an interruption or error just loops again
+    pollfd fds[2] = {{waiter->wake_fd, POLLIN, 0}, {socket_fd_, POLLIN, 0}};
+    poll_io(fds, socket_fd_ >= 0 ? 2 : 1, timeout);  // an interruption or error just loops again
     if (fds[0].revents & POLLIN) {
-      drain_wake_fd(waiter.wake_fd);
+      drain_wake_fd(waiter->wake_fd);
       drained = true;
     }
     l.lock();
-    if (waiter.result) break;
+    if (waiter->has_result()) break;
     wake = serve_socket_locked() || !ready_.empty();
   }
   const bool last = --sync_waiters_ == 0;
   if (last && stopping_) waiters_gone_.notify_all();
   // Asynchronous calls this thread completed, or replies its last look left unread (more than
   // kRecvBatch: their signal on ZMQ_FD is spent); and the socket, which the I/O thread leaves to
-  // synchronous callers (Note [RPC channel]), is its again at once when calls still wait for a
-  // reply or a connection, or when it sleeps longer than kUnwatchedLook (otherwise it takes the
-  // socket back by itself within that).
+  // waiting threads (Note [RPC channel]), is its again at once when asynchronous calls still wait
+  // for a reply or calls for a connection, or when it sleeps longer than kUnwatchedLook (otherwise
+  // it takes the socket back by itself within that; a completion queue's calls wait that long at
+  // most for a reply no thread waits for).
   const bool wake_io = wake || !ready_.empty() ||
                        (last && !io_watches_socket_ &&
                         (async_pending_ > 0 || !outbox_.empty() || unwatched_look_ > kUnwatchedLook));
-  // Another thread completed the call (at most one write) after this one's last look at wake_fd.
-  const bool stale_wake = waiter.signaled && !drained;
-  StatusOr<RpcMessage> result = std::move(*waiter.result);
-  // Still under mu_: once this thread is no longer counted and mu_ is free, a destructor waiting
-  // for the synchronous callers may close wake_fd_ and free the channel (ThreadSanitizer caught a
-  // write to wake_fd_ after the unlock racing the channel's destruction).
-  if (wake_io) signal_wake_fd(wake_fd_);
-  l.unlock();
+  // Another thread completed a call (one write) after this one's last look at its eventfd.
+  if (waiter->signaled && !drained) drain_wake_fd(waiter->wake_fd);
+  waiter->wake_fd = -1;
   tls_sync_waiter = nullptr;
-  if (stale_wake) drain_wake_fd(waiter.wake_fd);  // this thread's own eventfd
-  return result;
+  // Under mu_: once this thread is no longer counted and mu_ is free, a destructor waiting for the
+  // waiting threads may close wake_fd_ and free the channel (ThreadSanitizer caught a write to
+  // wake_fd_ after the unlock racing the channel's destruction).
+  if (wake_io) signal_wake_fd(wake_fd_);
+}
+
+void RpcChannelCore::queue_call(RpcWaiter* queue, RpcMessage request, std::chrono::milliseconds deadline,
+                                uint64_t tag) {
+  calls_.fetch_add(1, std::memory_order_relaxed);
+  bool wake;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (Status st = admit(request); !st.ok()) {
+      queue->completions.push_back(RpcCompletion{tag, st});
+      if (queue->wake_fd >= 0 && !queue->signaled && queue != tls_sync_waiter) {
+        queue->signaled = true;
+        signal_wake_fd(queue->wake_fd);
+      }
+      return;
+    }
+    ++queue->calls;
+    // Sent as a synchronous call is: the socket is served at once, and the replies wait for the
+    // queue's thread (or the I/O thread) on the socket.
+    wake = start_locked(std::move(request), Clock::now() + deadline,
+                        Pending{nullptr, queue, deadline, false, false, tag});
+  }
+  if (wake) signal_wake_fd(wake_fd_);
+}
+
+// GCC 12 warns that the returned completion's message vector "may be used uninitialized" (moved
+// into the StatusOr's optional; -Wmaybe-uninitialized false positive, at -O2 and -O3 alike).
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+StatusOr<RpcCompletion> RpcChannelCore::queue_next(RpcWaiter* queue, std::chrono::milliseconds timeout) {
+  if (on_io_thread()) {
+    return errors::failed_precondition("waiting on a completion queue of {} from the channel's own completion "
+                                       "callback would deadlock",
+                                       endpoint_);
+  }
+  std::unique_lock<std::mutex> l(mu_);
+  if (queue->completions.empty()) {
+    if (queue->calls == 0) {
+      return errors::out_of_range("no call of this completion queue on {} is pending", endpoint_);
+    }
+    if (queue->wake_fd >= 0) {
+      return errors::failed_precondition("another thread waits on this completion queue of {}", endpoint_);
+    }
+    wait_locked(l, queue, false, Clock::now() + timeout);
+    if (queue->completions.empty()) {
+      return errors::deadline_exceeded("no call of this completion queue on {} completed within {} ms", endpoint_,
+                                       timeout.count());
+    }
+  }
+  RpcCompletion c = std::move(queue->completions.front());
+  queue->completions.pop_front();
+  return c;
+}
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+
+void RpcChannelCore::queue_forget(RpcWaiter* queue) {
+  std::lock_guard<std::mutex> l(mu_);
+  TESSERA_CHECK(queue->wake_fd < 0);  // no thread waits in next() on a queue being destroyed
+  for (auto it = pending_.begin(); it != pending_.end();) {
+    if (it->second.waiter == queue) {
+      assembling_.erase(it->first);
+      it = pending_.erase(it);  // its deadline entry is skipped; its outbox entry is dropped unsent
+    } else {
+      ++it;
+    }
+  }
+  queue->calls = 0;
+}
+
+int RpcChannelCore::queue_pending(const RpcWaiter* queue) const {
+  std::lock_guard<std::mutex> l(mu_);
+  return queue->calls + static_cast<int>(queue->completions.size());
 }
 
 void RpcChannelCore::run_io() {
@@ -593,7 +707,10 @@ void RpcChannelCore::run_io() {
     monitor_.close();
   }
   socket_.close();
-  if (self_delete_) delete this;
+  if (self_delete_) {
+    // The last reference but a completion queue's, maybe: the core goes with it.
+    std::shared_ptr<RpcChannelCore> last = std::move(self_);
+  }
 }
 
 void RpcChannelCore::run_completions(std::vector<Completion>* completions) {
@@ -614,11 +731,17 @@ void RpcChannelCore::finish(std::unordered_map<uint64_t, Pending>::iterator it, 
   Pending p = std::move(it->second);
   pending_.erase(it);
   if (p.waiter != nullptr) {
-    p.waiter->result.emplace(std::move(result));
+    RpcWaiter* w = p.waiter;
+    if (w->queue) {
+      --w->calls;
+      w->completions.push_back(RpcCompletion{p.tag, std::move(result)});
+    } else {
+      w->result.emplace(std::move(result));
+    }
     // A thread finishing its own call is awake already.
-    if (p.waiter != tls_sync_waiter) {
-      p.waiter->signaled = true;
-      signal_wake_fd(p.waiter->wake_fd);
+    if (w->wake_fd >= 0 && !w->signaled && w != tls_sync_waiter) {
+      w->signaled = true;
+      signal_wake_fd(w->wake_fd);
     }
     return;
   }
@@ -896,10 +1019,14 @@ RpcChannelStats RpcChannelCore::stats() const {
 }
 
 RpcChannel::RpcChannel(std::string endpoint, RpcChannelOptions options)
-    : endpoint_(endpoint), core_(std::make_unique<RpcChannelCore>(std::move(endpoint), options)) {}
+    : endpoint_(endpoint), core_(std::make_shared<RpcChannelCore>(std::move(endpoint), options)) {}
 
 RpcChannel::~RpcChannel() {
-  if (core_ && core_->on_io_thread()) core_.release()->destroy_from_io_thread();
+  if (core_->on_io_thread()) {
+    core_->destroy_from_io_thread();
+  } else {
+    core_->shutdown();
+  }
 }
 
 void RpcChannel::call(RpcMessage request, std::chrono::milliseconds deadline, Done done) {
@@ -928,5 +1055,22 @@ StatusOr<RpcMessage> RpcChannel::wait_for(RpcMessage request, std::chrono::milli
 }
 
 RpcChannelStats RpcChannel::stats() const { return core_->stats(); }
+
+RpcCompletionQueue::RpcCompletionQueue(RpcChannel& channel)
+    : core_(channel.core_), waiter_(std::make_unique<RpcWaiter>()) {
+  waiter_->queue = true;
+}
+
+RpcCompletionQueue::~RpcCompletionQueue() { core_->queue_forget(waiter_.get()); }
+
+void RpcCompletionQueue::call(RpcMessage request, std::chrono::milliseconds deadline, uint64_t tag) {
+  core_->queue_call(waiter_.get(), std::move(request), deadline, tag);
+}
+
+StatusOr<RpcCompletion> RpcCompletionQueue::next(std::chrono::milliseconds timeout) {
+  return core_->queue_next(waiter_.get(), timeout);
+}
+
+int RpcCompletionQueue::pending() const { return core_->queue_pending(waiter_.get()); }
 
 }  // namespace tessera::internal
