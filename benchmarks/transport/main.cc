@@ -1,7 +1,8 @@
 // Workload transport: tensor transfer between two processes on loopback, tessera's RPC path against
 // plain cppzmq (see transfer_bench.h, tessera.cc, raw_zmq.cc).
 //
-//   BM_transfer_{64B,4KiB,1MiB,16MiB,64MiB}/{tessera,raw_zmq}   bytes_per_second, kWindow in flight
+//   BM_transfer_{64B,4KiB,1MiB,16MiB,64MiB}/{tessera,raw_zmq,tessera_queue}
+//                                                              bytes_per_second, kWindow in flight
 //   BM_rtt_{64B,4KiB,1MiB,16MiB,64MiB}/{tessera,raw_zmq}        real time per echo round trip
 //   BM_{transfer,rtt}_{64B,4KiB}/tessera_busy_poll               against a server that busy-polls
 //
@@ -137,6 +138,7 @@ constexpr std::size_t kBusyPollMaxBytes = 4096;
 void register_benchmarks(double floor) {
   for (const Size& s : kSizes) {
     for (auto [impl, fn] : {std::pair{"tessera", &tessera_transfer}, std::pair{"raw_zmq", &raw_transfer},
+                            std::pair{"tessera_queue", &tessera_queue_transfer},
                             std::pair{"raw_zmq_streamed", &raw_streamed_transfer},
                             std::pair{"tessera_busy_poll", &tessera_busy_poll_transfer}}) {
       if (fn == &raw_streamed_transfer && s.bytes < kStreamedMinBytes) continue;

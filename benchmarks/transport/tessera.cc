@@ -17,7 +17,10 @@
 // 16 KiB up the tensor is the received zmq message, not a copy.
 //   transfer: RpcChannel::call with kWindow calls in flight (a counter and a condition variable);
 //             the reply is turned into a Tensor in the completion (the channel's I/O thread), where
-//             a worker would hand it to its rendezvous, and dropped.
+//             a worker's rendezvous takes it, and dropped: the runtime's path.
+//   transfer, impl tessera_queue: the same pulls through an RpcCompletionQueue on the channel: the
+//             pulling thread waits in next(), receiving the replies itself, turns each into a Tensor
+//             and drops it (no hand-off to the I/O thread and back).
 //   rtt:      RpcChannel::call_sync, one echo at a time, the request carrying the tensor.
 // Impl tessera_busy_poll: the same calls to a second RpcServer of the peer, with busy_poll =
 // kBusyPoll (train::ServerOptions::busy_poll; Note [Busy polling] in transport/rpc_server.cc).
@@ -52,6 +55,8 @@ using tessera::internal::frame_to_tensor;
 using tessera::internal::kZeroCopyMinBytes;
 using tessera::internal::Responder;
 using tessera::internal::RpcChannel;
+using tessera::internal::RpcCompletion;
+using tessera::internal::RpcCompletionQueue;
 using tessera::internal::RpcMessage;
 using tessera::internal::RpcServer;
 using tessera::internal::tensor_frame;
@@ -234,75 +239,117 @@ struct Window {
 
 namespace {
 
-void transfer(benchmark::State& state, const Size& size, bool busy_poll) {
-  tessera_bench::set_impl(state, busy_poll ? "tessera_busy_poll" : "tessera");
+// A RecvTensor request for the tensor of `key`, as call `id`.
+RpcMessage recv_request(uint64_t id, const std::string& key) {
+  pb::RecvTensorRequest body;
+  body.set_version(wire::kWireVersion);
+  body.set_step_id(static_cast<int64_t>(id));
+  body.set_rendezvous_key(key);
+  RpcMessage request;
+  request.frames.push_back(serialize(wire::make_request_header(id, kRecvTensor, body, kDeadline.count())));
+  return request;
+}
+
+// Received tensors and whether each came without a copy.
+using Received = std::vector<std::pair<Tensor, bool>>;
+
+// Pulls `n` tensors of `key` through `queue`, kWindow calls in flight, turning each reply into a
+// Tensor on this thread; keeps them in `keep` when given. The first error, if any.
+Status pull_through_queue(RpcCompletionQueue& queue, const std::string& key, int n, uint64_t* next_id,
+                          Received* keep) {
+  int sent = 0;
+  for (int received = 0; received < n; ++received) {
+    for (; sent < n && sent - received < kWindow; ++sent) {
+      const uint64_t id = (*next_id)++;
+      queue.call(recv_request(id, key), kDeadline, id);
+    }
+    StatusOr<RpcCompletion> c = queue.next(2 * kDeadline);  // the channel completes every call by kDeadline
+    if (!c.ok()) return c.status();
+    bool zero_copy = false;
+    StatusOr<Tensor> t =
+        receive_tensor<pb::RecvTensorResponse>(std::move(c.value().result), c.value().tag, recv_tensor_meta, &zero_copy);
+    if (!t.ok()) return t.status();
+    if (keep != nullptr) keep->emplace_back(std::move(t).value(), zero_copy);
+  }
+  return Status();
+}
+
+// Pulls `n` tensors of `key` with RpcChannel::call, kWindow in flight: each reply becomes a Tensor
+// in its `done` (the channel's I/O thread), which counts it down in `w`; this thread waits on w->cv.
+Status pull_with_callbacks(RpcChannel* ch, const std::shared_ptr<Window>& w, const std::string& key, int n,
+                           uint64_t* next_id) {
+  const auto wait_limit = 2 * kDeadline;  // the channel completes every call by kDeadline
+  for (int i = 0; i < n; ++i) {
+    {
+      std::unique_lock<std::mutex> l(w->mu);
+      if (!w->cv.wait_for(l, wait_limit, [&] { return w->in_flight < kWindow; })) {
+        return errors::deadline_exceeded("no call completed within {} ms", wait_limit.count());
+      }
+      if (!w->error.ok()) break;
+      ++w->in_flight;
+    }
+    const uint64_t id = (*next_id)++;
+    ch->call(recv_request(id, key), kDeadline, [w, id](StatusOr<RpcMessage> reply) {
+      bool zero_copy = false;
+      StatusOr<Tensor> t = receive_tensor<pb::RecvTensorResponse>(std::move(reply), id, recv_tensor_meta, &zero_copy);
+      {
+        std::lock_guard<std::mutex> l(w->mu);
+        --w->in_flight;
+        if (!t.ok()) {
+          if (w->error.ok()) w->error = t.status();
+        } else if (w->keep) {
+          w->received.emplace_back(std::move(t).value(), zero_copy);
+        }
+      }
+      w->cv.notify_one();
+      // A dropped tensor is freed here, after the lock (the zmq message it wraps).
+    });
+  }
+  std::unique_lock<std::mutex> l(w->mu);
+  if (!w->cv.wait_for(l, wait_limit, [&] { return w->in_flight == 0; })) {
+    return errors::deadline_exceeded("calls still pending after {} ms", wait_limit.count());
+  }
+  return w->error;
+}
+
+enum class Pull { kQueue, kCallbacks };
+
+void transfer(benchmark::State& state, const Size& size, bool busy_poll, Pull how) {
+  tessera_bench::set_impl(state, busy_poll ? "tessera_busy_poll" : how == Pull::kQueue ? "tessera_queue" : "tessera");
   RpcChannel* ch = channel(state, busy_poll);
   if (ch == nullptr) return;
   const std::string key = size.name;
   auto w = std::make_shared<Window>();
+  RpcCompletionQueue queue(*ch);
   uint64_t next_id = 1;
-  const auto wait_limit = 2 * kDeadline;  // the channel completes every call by kDeadline
-
-  // Pulls `n` tensors, kWindow at a time; the first error, if any.
-  auto pull = [&](int n) -> Status {
-    for (int i = 0; i < n; ++i) {
-      {
-        std::unique_lock<std::mutex> l(w->mu);
-        if (!w->cv.wait_for(l, wait_limit, [&] { return w->in_flight < kWindow; })) {
-          return errors::deadline_exceeded("no call completed within {} ms", wait_limit.count());
-        }
-        if (!w->error.ok()) break;
-        ++w->in_flight;
-      }
-      const uint64_t id = next_id++;
-      pb::RecvTensorRequest body;
-      body.set_version(wire::kWireVersion);
-      body.set_step_id(static_cast<int64_t>(id));
-      body.set_rendezvous_key(key);
-      RpcMessage request;
-      request.frames.push_back(serialize(wire::make_request_header(id, kRecvTensor, body, kDeadline.count())));
-      ch->call(std::move(request), kDeadline, [w, id](StatusOr<RpcMessage> reply) {
-        bool zero_copy = false;
-        StatusOr<Tensor> t =
-            receive_tensor<pb::RecvTensorResponse>(std::move(reply), id, recv_tensor_meta, &zero_copy);
-        {
-          std::lock_guard<std::mutex> l(w->mu);
-          --w->in_flight;
-          if (!t.ok()) {
-            if (w->error.ok()) w->error = t.status();
-          } else if (w->keep) {
-            w->received.emplace_back(std::move(t).value(), zero_copy);
-          }
-        }
-        w->cv.notify_one();
-        // A dropped tensor is freed here, after the lock (the zmq message it wraps).
-      });
+  // Pulls `n` tensors; keeps them in `keep` when given.
+  auto pull = [&](int n, Received* keep) -> Status {
+    if (how == Pull::kQueue) return pull_through_queue(queue, key, n, &next_id, keep);
+    {
+      std::lock_guard<std::mutex> l(w->mu);
+      w->keep = keep != nullptr;
     }
-    std::unique_lock<std::mutex> l(w->mu);
-    if (!w->cv.wait_for(l, wait_limit, [&] { return w->in_flight == 0; })) {
-      return errors::deadline_exceeded("calls still pending after {} ms", wait_limit.count());
-    }
-    return w->error;
+    Status st = pull_with_callbacks(ch, w, key, n, &next_id);
+    std::lock_guard<std::mutex> l(w->mu);
+    if (keep != nullptr) keep->swap(w->received);
+    w->received.clear();
+    return st;
   };
 
   // Warm-up and check, untimed: kWindow tensors, every byte.
-  w->keep = true;
-  Status st = pull(kWindow);
+  Received received;
+  Status st = pull(kWindow, &received);
   std::string wrong = st.ok() ? "" : st.to_string();
-  {
-    std::lock_guard<std::mutex> l(w->mu);
-    w->keep = false;
-    if (wrong.empty() && w->received.size() != static_cast<std::size_t>(kWindow)) wrong = "tensors missing";
-    for (const auto& [t, zero_copy] : w->received) {
-      if (wrong.empty()) wrong = check_received(t, size, zero_copy);
-    }
-    w->received.clear();
+  if (wrong.empty() && received.size() != static_cast<std::size_t>(kWindow)) wrong = "tensors missing";
+  for (const auto& [t, zero_copy] : received) {
+    if (wrong.empty()) wrong = check_received(t, size, zero_copy);
   }
+  received.clear();
   if (!tessera_bench::check(state, wrong.empty(), "transfer_" + key + ": " + wrong)) return;
-  if (!(st = pull(size.transfers)).ok()) return state.SkipWithError(st.to_string().c_str());  // warm
+  if (!(st = pull(size.transfers, nullptr)).ok()) return state.SkipWithError(st.to_string().c_str());  // warm
 
   for (auto _ : state) {
-    st = pull(size.transfers);
+    st = pull(size.transfers, nullptr);
     if (!st.ok()) {
       state.SkipWithError(st.to_string().c_str());
       break;
@@ -361,9 +408,12 @@ void rtt(benchmark::State& state, const Size& size, bool busy_poll) {
 
 }  // namespace
 
-void tessera_transfer(benchmark::State& state, const Size& size) { transfer(state, size, false); }
+void tessera_transfer(benchmark::State& state, const Size& size) { transfer(state, size, false, Pull::kCallbacks); }
+void tessera_queue_transfer(benchmark::State& state, const Size& size) { transfer(state, size, false, Pull::kQueue); }
 void tessera_rtt(benchmark::State& state, const Size& size) { rtt(state, size, false); }
-void tessera_busy_poll_transfer(benchmark::State& state, const Size& size) { transfer(state, size, true); }
+void tessera_busy_poll_transfer(benchmark::State& state, const Size& size) {
+  transfer(state, size, true, Pull::kCallbacks);
+}
 void tessera_busy_poll_rtt(benchmark::State& state, const Size& size) { rtt(state, size, true); }
 
 std::string start_tessera_peer(bool busy_poll) {

@@ -6,8 +6,9 @@
 //   BM_rtt_<size>/<impl>        latency: one echo at a time, the size travelling both ways (time
 //                               per iteration = one round trip)
 //
-// impls: "tessera" (tessera.cc: RpcChannel -> RpcServer, wire headers, tensor frames) and
-// "raw_zmq" (raw_zmq.cc: a DEALER -> ROUTER pair, the physical limit of libzmq on this machine).
+// impls: "tessera" (tessera.cc: RpcChannel -> RpcServer, wire headers, tensor frames; transfers
+// also as "tessera_queue", through an RpcCompletionQueue) and "raw_zmq" (raw_zmq.cc: a DEALER ->
+// ROUTER pair, the physical limit of libzmq on this machine).
 // The peer runs both servers, so every benchmark crosses the same two processes.
 #pragma once
 
@@ -95,6 +96,8 @@ std::string start_raw_peer();
 // ---- The benchmarks (registered in main.cc, impls alternating) ----
 
 void tessera_transfer(benchmark::State& state, const Size& size);
+// The same pulls through an RpcCompletionQueue (impl tessera_queue).
+void tessera_queue_transfer(benchmark::State& state, const Size& size);
 void tessera_rtt(benchmark::State& state, const Size& size);
 // The same against the busy-polling server (impl tessera_busy_poll).
 void tessera_busy_poll_transfer(benchmark::State& state, const Size& size);
