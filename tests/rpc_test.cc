@@ -1125,26 +1125,37 @@ TEST(RpcCompletionQueueTest, AWindowOfCallsCompletesEachOnceWithItsTagAndReply) 
 // Replies that come while no thread waits in next() are read by the I/O thread and kept: the next
 // wait returns them at once. A wait with nothing completing ends DeadlineExceeded at its timeout.
 TEST(RpcCompletionQueueTest, RepliesArrivingWhileNoThreadWaitsAreKeptAndAWaitTimesOut) {
-  Unanswered u;
-  RpcCompletionQueue queue(u.channel);
+  // Each request held with its frames (handler threads take requests in any order), answered
+  // later with them.
+  std::mutex mu;
+  std::vector<std::pair<RpcMessage, Responder>> held;
+  auto hold = [&](RpcMessage request, Responder respond) {
+    std::lock_guard<std::mutex> l(mu);
+    held.emplace_back(std::move(request), std::move(respond));
+  };
+  auto held_count = [&] {
+    std::lock_guard<std::mutex> l(mu);
+    return held.size();
+  };
+  auto server = start_or_die(hold);
+  ASSERT_TRUE(server);
+  RpcChannel channel(server->endpoint());
+  RpcCompletionQueue queue(channel);
   for (uint64_t i = 0; i < 3; ++i) queue.call(message({"q", std::to_string(i)}), 10s, i);
-  ASSERT_TRUE(wait_until([&] { return u.stash.size() == 3; }, 5s));
-  auto start = Clock::now();
+  ASSERT_TRUE(wait_until([&] { return held_count() == 3; }, 5s));
+  const auto start = Clock::now();
   StatusOr<RpcCompletion> none = queue.next(100ms);
   EXPECT_EQ(none.status().code(), ErrorCode::kDeadlineExceeded) << none.status().to_string();
   EXPECT_GE(Clock::now() - start, 100ms);
   EXPECT_LT(Clock::now() - start, 3s);
   EXPECT_EQ(queue.pending(), 3);
-  std::vector<Responder> responders;
   {
-    std::lock_guard<std::mutex> l(u.stash.mu);
-    responders = u.stash.responders;
+    std::lock_guard<std::mutex> l(mu);
+    for (auto& [request, respond] : held) ASSERT_TRUE(respond(std::move(request)));
   }
-  for (uint64_t i = 0; i < 3; ++i) ASSERT_TRUE(responders[i](message({"q", std::to_string(i)})));
   // Nobody waits: the I/O thread takes the socket back within kUnwatchedLook and reads them.
   std::this_thread::sleep_for(100ms);
   std::vector<RpcCompletion> completions;
-  start = Clock::now();
   for (int i = 0; i < 3; ++i) {
     StatusOr<RpcCompletion> c = queue.next(0ms);  // already there: no wait needed
     ASSERT_TRUE(c.ok()) << "completion " << i << ": " << c.status().to_string();
