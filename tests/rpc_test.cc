@@ -14,6 +14,7 @@
 #include <mutex>
 #include <random>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -74,6 +75,27 @@ struct Stash {
     return [this](RpcMessage, Responder r) {
       std::lock_guard<std::mutex> l(mu);
       responders.push_back(std::move(r));
+    };
+  }
+};
+
+// Requests a handler kept with their frames, without replying: handler threads take requests in
+// any order, so each Responder answers the request beside it.
+struct Held {
+  std::mutex mu;
+  std::vector<std::pair<RpcMessage, Responder>> requests;
+  size_t size() {
+    std::lock_guard<std::mutex> l(mu);
+    return requests.size();
+  }
+  std::vector<std::pair<RpcMessage, Responder>> take() {
+    std::lock_guard<std::mutex> l(mu);
+    return std::exchange(requests, {});
+  }
+  RpcServer::Handler handler() {
+    return [this](RpcMessage request, Responder respond) {
+      std::lock_guard<std::mutex> l(mu);
+      requests.emplace_back(std::move(request), std::move(respond));
     };
   }
 };
@@ -1000,18 +1022,8 @@ TEST(RpcTest, AnAsyncReplyComingAfterTheSyncCallersLeftStillCompletes) {
 // A synchronous caller that wakes to more replies than one look reads (kRecvBatch, 256) takes its
 // own and leaves the rest to the I/O thread: every asynchronous call behind it completes, right.
 TEST(RpcTest, ASyncCallerWokenByABurstLeavesNoReplyUnread) {
-  // Each request held with its frames (handler threads take requests in any order).
-  std::mutex mu;
-  std::vector<std::pair<std::vector<std::string>, Responder>> held;
-  auto hold = [&](RpcMessage request, Responder respond) {
-    std::lock_guard<std::mutex> l(mu);
-    held.emplace_back(strings(request), std::move(respond));
-  };
-  auto held_count = [&] {
-    std::lock_guard<std::mutex> l(mu);
-    return held.size();
-  };
-  auto server = start_or_die(hold);
+  Held held;
+  auto server = start_or_die(held.handler());
   ASSERT_TRUE(server);
   RpcChannel channel(server->endpoint());
   constexpr int kAsync = 300;
@@ -1023,7 +1035,7 @@ TEST(RpcTest, ASyncCallerWokenByABurstLeavesNoReplyUnread) {
       if (t.joinable()) t.join();  // on a failed assertion: the call ends by its deadline
     }
   } join{sync_caller};
-  ASSERT_TRUE(wait_until([&] { return held_count() == 1; }, 5s));
+  ASSERT_TRUE(wait_until([&] { return held.size() == 1; }, 5s));
   std::atomic<int> right{0}, done{0};
   for (int i = 0; i < kAsync; ++i) {
     channel.call(message({"async", std::to_string(i)}), 20s, [&, i](StatusOr<RpcMessage> r) {
@@ -1031,15 +1043,12 @@ TEST(RpcTest, ASyncCallerWokenByABurstLeavesNoReplyUnread) {
       ++done;
     });
   }
-  ASSERT_TRUE(wait_until([&] { return held_count() == kAsync + 1; }, 10s));
-  std::vector<std::pair<std::vector<std::string>, Responder>> replies;
-  {
-    std::lock_guard<std::mutex> l(mu);
-    replies.swap(held);
-  }
-  ASSERT_EQ(replies[0].first, std::vector<std::string>{"sync"});  // held before the others were made
+  ASSERT_TRUE(wait_until([&] { return held.size() == kAsync + 1; }, 10s));
+  std::vector<std::pair<RpcMessage, Responder>> replies = held.take();
+  ASSERT_EQ(strings(replies[0].first), std::vector<std::string>{"sync"});  // held before the others were made
   // The synchronous call's reply first, then the burst, back to back on one connection.
-  for (auto& [frames, respond] : replies) {
+  for (auto& [request, respond] : replies) {
+    std::vector<std::string> frames = strings(request);
     frames.push_back("done");
     RpcMessage reply;
     for (const std::string& f : frames) reply.frames.push_back(string_frame(f));
@@ -1125,34 +1134,20 @@ TEST(RpcCompletionQueueTest, AWindowOfCallsCompletesEachOnceWithItsTagAndReply) 
 // Replies that come while no thread waits in next() are read by the I/O thread and kept: the next
 // wait returns them at once. A wait with nothing completing ends DeadlineExceeded at its timeout.
 TEST(RpcCompletionQueueTest, RepliesArrivingWhileNoThreadWaitsAreKeptAndAWaitTimesOut) {
-  // Each request held with its frames (handler threads take requests in any order), answered
-  // later with them.
-  std::mutex mu;
-  std::vector<std::pair<RpcMessage, Responder>> held;
-  auto hold = [&](RpcMessage request, Responder respond) {
-    std::lock_guard<std::mutex> l(mu);
-    held.emplace_back(std::move(request), std::move(respond));
-  };
-  auto held_count = [&] {
-    std::lock_guard<std::mutex> l(mu);
-    return held.size();
-  };
-  auto server = start_or_die(hold);
+  Held held;  // each request answered later with its own frames
+  auto server = start_or_die(held.handler());
   ASSERT_TRUE(server);
   RpcChannel channel(server->endpoint());
   RpcCompletionQueue queue(channel);
   for (uint64_t i = 0; i < 3; ++i) queue.call(message({"q", std::to_string(i)}), 10s, i);
-  ASSERT_TRUE(wait_until([&] { return held_count() == 3; }, 5s));
+  ASSERT_TRUE(wait_until([&] { return held.size() == 3; }, 5s));
   const auto start = Clock::now();
   StatusOr<RpcCompletion> none = queue.next(100ms);
   EXPECT_EQ(none.status().code(), ErrorCode::kDeadlineExceeded) << none.status().to_string();
   EXPECT_GE(Clock::now() - start, 100ms);
   EXPECT_LT(Clock::now() - start, 3s);
   EXPECT_EQ(queue.pending(), 3);
-  {
-    std::lock_guard<std::mutex> l(mu);
-    for (auto& [request, respond] : held) ASSERT_TRUE(respond(std::move(request)));
-  }
+  for (auto& [request, respond] : held.take()) ASSERT_TRUE(respond(std::move(request)));
   // Nobody waits: the I/O thread takes the socket back within kUnwatchedLook and reads them.
   std::this_thread::sleep_for(100ms);
   std::vector<RpcCompletion> completions;
