@@ -351,6 +351,22 @@ void RpcServerCore::run_io() {
   bool received = false;    // the last turn received a request (Note [Busy polling])
   std::vector<zmq::message_t> parts;
   std::vector<Outgoing> batch;
+  // Sends the replies given so far (inline, or by handler threads); false once stopping.
+  // `sent`: some went out.
+  auto send_replies = [&](bool* sent) {
+    {
+      std::lock_guard<std::mutex> l(out_mu_);
+      if (stopping_) return false;
+      batch.swap(outbox_);
+    }
+    for (auto& out : batch) send(out);
+    *sent = *sent || !batch.empty();
+    batch.clear();
+    // A burst (the calls of a lost caller ending at once: tens of thousands) grows the batch,
+    // and the swap hands its capacity on to the outbox: let a burst's arrays go.
+    if (batch.capacity() > kKeptReplies) std::vector<Outgoing>().swap(batch);
+    return true;
+  };
   for (;;) {
     // While streamed requests are being received, wake up now and then to drop stalled ones.
     const long stall_check_ms = std::clamp<long>(options_.stalled_stream_timeout.count() / 4, 10, 1000);
@@ -369,22 +385,6 @@ void RpcServerCore::run_io() {
     // callers] needs it first), its next event signals again. A read that finds nothing costs a
     // poll(2) of the monitor's mailbox, which an idle turn need not pay.
     if (look_turn || (items[3].revents & POLLIN)) read_monitor();
-    // Sends the replies given so far (inline, or by handler threads); false once stopping.
-    // `sent`: some went out.
-    auto send_replies = [&](bool* sent) {
-      {
-        std::lock_guard<std::mutex> l(out_mu_);
-        if (stopping_) return false;
-        batch.swap(outbox_);
-      }
-      for (auto& out : batch) send(out);
-      *sent = *sent || !batch.empty();
-      batch.clear();
-      // A burst (the calls of a lost caller ending at once: tens of thousands) grows the batch,
-      // and the swap hands its capacity on to the outbox: let a burst's arrays go.
-      if (batch.capacity() > kKeptReplies) std::vector<Outgoing>().swap(batch);
-      return true;
-    };
     bool more = false;
     bool stop = false;
     // A send since the socket's last recv that found nothing: it may have processed the commands
