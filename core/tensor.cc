@@ -348,7 +348,7 @@ void buffer_free(TensorBuffer* b) noexcept {
 bool pin_host_tensor(const Tensor& t) {
   // Smaller tensors are malloc's (or small views), and stage cheaply: no lock, no lookup for them
   // on every copy.
-  if (t.is_null() || t.bytes() + kHeader < kLargeHostBlockMin || t.device() != kHostDeviceName) return false;
+  if (t.is_null() || t.bytes() + kHeader < kLargeHostBlockMin || !internal::is_host_tensor(t)) return false;
   return pin_host_memory(t.raw_data(), t.bytes());
 }
 
@@ -400,6 +400,10 @@ Tensor Tensor::zeros(DType dtype, const Shape& shape) {
   // String elements are constructed empty, TensorFlow's zero string.
   if (dtype != DType::String && t.bytes()) std::memset(t.raw_mutable_data(), 0, t.bytes());
   return t;
+}
+
+bool internal::is_host_tensor(const Tensor& t) noexcept {
+  return t.buf_ != nullptr && (t.buf_->device.empty() || t.buf_->device == internal::kHostDeviceName);
 }
 
 std::string Tensor::device() const {

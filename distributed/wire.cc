@@ -21,7 +21,9 @@
 
 #include <fmt/format.h>
 #include <google/protobuf/descriptor.h>
+#include <google/protobuf/io/coded_stream.h>
 #include <google/protobuf/message.h>
+#include <google/protobuf/wire_format_lite.h>
 
 #include "core/device_name.h"
 #include "core/executor.h"
@@ -830,6 +832,33 @@ StatusOr<ResponseHeader> parse_response_header(const void* data, std::size_t siz
   TESSERA_RETURN_IF_ERROR(parse_message(data, size, &h, "response header"));
   TESSERA_RETURN_IF_ERROR(check_version(h.version(), "response header"));
   return h;
+}
+
+std::optional<std::string_view> peek_request_method(const void* data, std::size_t size) {
+  using google::protobuf::internal::WireFormatLite;
+  if (size > static_cast<std::size_t>(INT_MAX) || (data == nullptr && size != 0)) return std::nullopt;
+  const auto* bytes = static_cast<const uint8_t*>(data);
+  google::protobuf::io::CodedInputStream in(bytes, static_cast<int>(size));
+  constexpr uint32_t kMethodTag =
+      WireFormatLite::MakeTag(RequestHeader::kMethodFieldNumber, WireFormatLite::WIRETYPE_LENGTH_DELIMITED);
+  std::string_view method;  // the last one wins, as in a parse
+  for (;;) {
+    const uint32_t tag = in.ReadTag();
+    if (tag == 0) {  // the end, or bytes that are no tag
+      if (static_cast<std::size_t>(in.CurrentPosition()) == size) return method;
+      return std::nullopt;
+    }
+    if (WireFormatLite::GetTagFieldNumber(tag) == 0) return std::nullopt;
+    if (tag == kMethodTag) {
+      uint32_t length = 0;
+      if (!in.ReadVarint32(&length)) return std::nullopt;
+      const std::size_t at = static_cast<std::size_t>(in.CurrentPosition());
+      if (length > size - at || !in.Skip(static_cast<int>(length))) return std::nullopt;
+      method = std::string_view(reinterpret_cast<const char*>(bytes) + at, length);
+    } else if (!WireFormatLite::SkipField(&in, tag)) {
+      return std::nullopt;
+    }
+  }
 }
 
 Status parse_body(std::string_view bytes, google::protobuf::Message* out) {

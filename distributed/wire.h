@@ -44,8 +44,11 @@
 // call from any thread (decode_graph mutates the graph it is given: see there).
 #pragma once
 
+#include <climits>
+#include <concepts>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -185,9 +188,26 @@ ResponseHeader make_response_header(uint64_t request_id, const tessera::Status& 
 StatusOr<RequestHeader> parse_request_header(const void* data, std::size_t size);
 StatusOr<ResponseHeader> parse_response_header(const void* data, std::size_t size);
 
+// The method of a serialized RequestHeader, read without parsing the rest (the body is not
+// copied): a view into `data`, "" when the bytes hold no method field, nullopt when they are not
+// a well-formed message (a full parse then fails too). For choosing a thread before the parse.
+std::optional<std::string_view> peek_request_method(const void* data, std::size_t size);
+
 // Parses a method message (a header's body) into `out` and checks its version field (field 1,
 // which every top-level message of wire.proto has). InvalidArgument naming the message type.
 Status parse_body(std::string_view bytes, google::protobuf::Message* out);
+// The same for a message whose type is known here: its version() is read directly, and the type
+// name is looked up only for an error (no reflection, no allocation on the way).
+template <class M>
+  requires requires(const M& m) { { m.version() } -> std::convertible_to<uint32_t>; }
+Status parse_body(std::string_view bytes, M* out) {
+  if (bytes.size() <= static_cast<std::size_t>(INT_MAX) &&
+      out->ParseFromArray(bytes.empty() ? "" : bytes.data(), static_cast<int>(bytes.size())) &&
+      out->version() == kWireVersion) {
+    return Status();
+  }
+  return parse_body(bytes, static_cast<google::protobuf::Message*>(out));  // names what is wrong
+}
 template <class M>
 StatusOr<M> parse_body(std::string_view bytes) {
   M message;

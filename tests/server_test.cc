@@ -125,6 +125,48 @@ std::string port_of(const Server& s) {
 
 // ---- In-process servers ----
 
+// request_frame and response_frame write the headers' fields themselves: the bytes must be those
+// the generated serializer writes for make_request_header / make_response_header, whatever the
+// fields hold (zeros and empty fields are left out, a negative deadline is a 10-byte varint).
+TEST(ServiceMessagesTest, FramesHoldTheGeneratedHeadersBytes) {
+  pb::RecvTensorRequest body;
+  body.set_version(wire::kWireVersion);
+  body.set_step_id(-3);
+  body.set_rendezvous_key(std::string(300, 'k'));  // a body longer than one varint byte
+  pb::RecvTensorRequest empty;                      // serializes to no bytes: no body field
+  const auto bytes = [](const zmq::message_t& f) { return std::string(static_cast<const char*>(f.data()), f.size()); };
+  for (uint64_t id : {uint64_t{0}, uint64_t{1}, uint64_t{1} << 40, ~uint64_t{0}}) {
+    for (int64_t deadline : {int64_t{0}, int64_t{5000}, int64_t{-1}}) {
+      for (const std::string method : {"RecvTensor", ""}) {
+        for (const pb::RecvTensorRequest* b : {&body, &empty}) {
+          SCOPED_TRACE(fmt::format("id {} deadline {} method '{}' body {} bytes", id, deadline, method,
+                                   b->ByteSizeLong()));
+          EXPECT_EQ(bytes(request_frame(id, method, *b, deadline)),
+                    wire::make_request_header(id, method, *b, deadline).SerializeAsString());
+        }
+      }
+    }
+    pb::RecvTensorResponse response;
+    response.set_version(wire::kWireVersion);
+    response.mutable_tensor()->set_frame(1);
+    for (const google::protobuf::Message* b : {static_cast<const google::protobuf::Message*>(&response),
+                                                static_cast<const google::protobuf::Message*>(nullptr)}) {
+      for (const Status& st : {Status(), errors::not_found("no tensor 'x'")}) {
+        SCOPED_TRACE(fmt::format("id {} body {} status {}", id, b != nullptr, st.to_string()));
+        EXPECT_EQ(bytes(response_frame(id, st, b)), wire::make_response_header(id, st, b).SerializeAsString());
+      }
+    }
+  }
+  // And they parse back.
+  const zmq::message_t f = request_frame(9, "RunGraph", body, 20);
+  auto h = wire::parse_request_header(f.data(), f.size());
+  ASSERT_TRUE(h.ok()) << h.status().to_string();
+  EXPECT_EQ(h.value().request_id(), 9u);
+  EXPECT_EQ(h.value().method(), "RunGraph");
+  EXPECT_EQ(h.value().deadline_ms(), 20);
+  EXPECT_EQ(wire::parse_body<pb::RecvTensorRequest>(h.value().body()).value().rendezvous_key(), body.rendezvous_key());
+}
+
 TEST(ServerTest, BindEndpointFollowsTheHost) {
   EXPECT_EQ(server_bind_endpoint("10.1.2.3:2222").value(), "tcp://10.1.2.3:2222");
   EXPECT_EQ(server_bind_endpoint("127.0.0.1:80").value(), "tcp://127.0.0.1:80");

@@ -728,6 +728,48 @@ TEST(WireHeaderTest, RejectsWrongVersionsAndEmptyMethods) {
   EXPECT_STATUS(wire::parse_body<pb::TensorMeta>("").status(), ErrorCode::kInternal, "not a top-level wire message");
 }
 
+// peek_request_method reads the method alone (never_blocks in transport/server.cc picks the
+// thread by it): the one a full parse finds, and nothing from bytes a full parse refuses.
+TEST(WireHeaderTest, PeeksTheMethodWithoutParsing) {
+  google::protobuf::LogSilencer quiet;
+  pb::CloseSessionRequest body;
+  body.set_version(1);
+  body.set_session_handle(std::string(200, 's'));
+  const std::string full = wire::make_request_header(5, "CloseSession", body, 100).SerializeAsString();
+  EXPECT_EQ(wire::peek_request_method(full.data(), full.size()), std::optional<std::string_view>("CloseSession"));
+  // The view points into the bytes: no copy.
+  EXPECT_EQ(wire::peek_request_method(full.data(), full.size())->data(), full.data() + full.find("CloseSession"));
+  // No method field: "", as a parse gives.
+  wire::RequestHeader no_method;
+  no_method.set_version(1);
+  no_method.set_body("b");
+  const std::string unnamed = no_method.SerializeAsString();
+  EXPECT_EQ(wire::peek_request_method(unnamed.data(), unnamed.size()), std::optional<std::string_view>(""));
+  EXPECT_EQ(wire::peek_request_method(nullptr, 0), std::optional<std::string_view>(""));
+  // Fields in any order, unknown ones skipped, a repeated method: the last one wins, as in a parse.
+  std::string reordered = full + wire::make_request_header(0, "RunGraph", body).SerializeAsString();
+  reordered += std::string("\x98\x06\x07", 3);  // field 99, varint 7: unknown
+  wire::RequestHeader parsed;
+  ASSERT_TRUE(parsed.ParseFromString(reordered));
+  EXPECT_EQ(wire::peek_request_method(reordered.data(), reordered.size()), std::optional<std::string_view>(parsed.method()));
+  EXPECT_EQ(parsed.method(), "RunGraph");
+  // Every truncation a parse refuses is refused; what a parse accepts has the parse's method.
+  for (std::size_t n = 0; n < full.size(); ++n) {
+    wire::RequestHeader h;
+    const bool parses = h.ParseFromArray(full.data(), static_cast<int>(n));
+    const auto peeked = wire::peek_request_method(full.data(), n);
+    if (!parses) {
+      EXPECT_EQ(peeked, std::nullopt) << n;
+    } else {
+      EXPECT_EQ(peeked, std::optional<std::string_view>(h.method())) << n;
+    }
+  }
+  // Garbage: a tag with field number 0, a length past the end, an end-group tag.
+  for (const std::string& bad : {std::string("\x00\x01", 2), std::string("\x1a\x09" "abc"), std::string("\x0c")}) {
+    EXPECT_EQ(wire::peek_request_method(bad.data(), bad.size()), std::nullopt) << bad.size();
+  }
+}
+
 TEST(WireHeaderTest, RejectsGarbageAndTruncatedHeaders) {
   google::protobuf::LogSilencer quiet;  // invalid UTF-8 in string fields is logged by protobuf
   pb::CloseSessionRequest body;

@@ -111,15 +111,13 @@ constexpr const char* kGetStatus = "GetStatus";
 // when the tensor is there (RecvTensor), or handed to other threads (RunGraph: the partition's
 // session pool; RunStep, whose plan is built elsewhere when it is not cached). They run on the
 // server's I/O thread.
+// Only the method is read here (the handler parses the header).
 bool never_blocks(const RpcMessage& request) {
   if (request.frames.empty()) return false;
   const zmq::message_t& frame = request.frames[0];
-  pb::RequestHeader header;
-  if (frame.size() > static_cast<std::size_t>(INT_MAX) ||
-      !header.ParseFromArray(frame.data(), static_cast<int>(frame.size()))) {
-    return false;
-  }
-  const std::string& m = header.method();
+  const std::optional<std::string_view> method = wire::peek_request_method(frame.data(), frame.size());
+  if (!method) return false;
+  const std::string_view m = *method;
   return m == "RecvTensor" || m == "RunGraph" || m == "RunStep" || m == "CleanupGraph" || m == "KeepAlive" ||
          m == kGetStatus;
 }
@@ -243,7 +241,7 @@ bool has_port_zero(const std::string& address) { return address.ends_with(":0");
 void reply(const Responder& respond, uint64_t request_id, const Status& status,
            const google::protobuf::Message* body) {
   RpcMessage out;
-  out.frames.push_back(message_frame(wire::make_response_header(request_id, status, body)));
+  out.frames.push_back(response_frame(request_id, status, body));
   respond(std::move(out));
 }
 

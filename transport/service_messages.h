@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/status.h"
@@ -22,11 +23,26 @@ namespace tessera::internal {
 
 // One frame holding `message`'s bytes.
 zmq::message_t message_frame(const google::protobuf::Message& message);
+// Frame 0 of a call: the bytes of wire::make_request_header(request_id, method, body, deadline_ms),
+// written straight into the frame (no header message, no copy of the body in between).
+zmq::message_t request_frame(uint64_t request_id, std::string_view method, const google::protobuf::Message& body,
+                             int64_t deadline_ms = 0);
+// Frame 0 of a reply: the bytes of wire::make_response_header(request_id, status, body), the same
+// way when `status` is OK.
+zmq::message_t response_frame(uint64_t request_id, const Status& status, const google::protobuf::Message* body);
 // Encodes a call: frame 0 a RequestHeader around `body`, then `payload` frames.
 RpcMessage make_call(const std::string& method, const google::protobuf::Message& body,
                      std::vector<zmq::message_t> payload = {});
+// The status of a reply (the RPC's, then the header's); when OK, `header` holds the reply's header.
+Status parse_reply_header(const StatusOr<RpcMessage>& reply, wire::ResponseHeader* header);
 // The status of a reply (the RPC's, then the header's) and, when OK, its body parsed into `body`.
-Status parse_reply(const StatusOr<RpcMessage>& reply, google::protobuf::Message* body);
+template <class M>
+Status parse_reply(const StatusOr<RpcMessage>& reply, M* body) {
+  wire::ResponseHeader header;
+  Status st = parse_reply_header(reply, &header);
+  if (!st.ok()) return st;
+  return wire::parse_body(header.body(), body);
+}
 // A reply: frame 0 a ResponseHeader with `status` (and `body` when OK), then `payload`.
 void send_reply(const Responder& respond, uint64_t request_id, const Status& status,
                 const google::protobuf::Message* body, std::vector<zmq::message_t> payload = {});

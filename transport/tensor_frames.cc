@@ -51,7 +51,7 @@ zmq::message_t string_frame(std::string_view s) { return zmq::message_t(s.data()
 
 StatusOr<zmq::message_t> tensor_frame(const Tensor& t) {
   if (t.is_null()) return errors::failed_precondition("cannot send a null tensor");
-  if (t.device() != kHostDeviceName) {
+  if (!is_host_tensor(t)) {
     return errors::failed_precondition("cannot send a tensor held by {}: copy it to host memory first",
                                        t.device());
   }

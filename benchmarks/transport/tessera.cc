@@ -40,6 +40,7 @@
 
 #include "common/bench_common.h"
 #include "transport/rpc.h"
+#include "transport/service_messages.h"
 #include "transport/transfer_bench.h"
 #include "distributed/wire.h"
 
@@ -59,6 +60,8 @@ using tessera::internal::RpcCompletion;
 using tessera::internal::RpcCompletionQueue;
 using tessera::internal::RpcMessage;
 using tessera::internal::RpcServer;
+using tessera::internal::request_frame;
+using tessera::internal::response_frame;
 using tessera::internal::tensor_frame;
 namespace errors = tessera::errors;
 namespace wire = tessera::internal::wire;
@@ -66,13 +69,6 @@ namespace pb = tessera::wire;  // the generated messages
 
 constexpr const char* kRecvTensor = "RecvTensor";
 constexpr const char* kRunGraph = "RunGraph";
-
-// A message serialized straight into a frame (as train::Server does: no intermediate string).
-zmq::message_t serialize(const google::protobuf::Message& message) {
-  zmq::message_t frame(message.ByteSizeLong());
-  message.SerializeWithCachedSizesToArray(static_cast<uint8_t*>(frame.data()));
-  return frame;
-}
 
 Tensor pattern_tensor(const Size& size) {
   Tensor t(DType::Int32, Shape{static_cast<int64_t>(size.bytes / 4)});
@@ -92,7 +88,7 @@ void reply(const Responder& respond, uint64_t request_id, const Status& status,
            const google::protobuf::Message* body, std::optional<zmq::message_t> tensor = std::nullopt) {
   RpcMessage out;
   out.frames.reserve(2);
-  out.frames.push_back(serialize(wire::make_response_header(request_id, status, body)));
+  out.frames.push_back(response_frame(request_id, status, body));  // as train::Server writes it
   if (tensor) out.frames.push_back(std::move(*tensor));
   respond(std::move(out));
 }
@@ -246,7 +242,7 @@ RpcMessage recv_request(uint64_t id, const std::string& key) {
   body.set_step_id(static_cast<int64_t>(id));
   body.set_rendezvous_key(key);
   RpcMessage request;
-  request.frames.push_back(serialize(wire::make_request_header(id, kRecvTensor, body, kDeadline.count())));
+  request.frames.push_back(request_frame(id, kRecvTensor, body, kDeadline.count()));  // as make_call writes it
   return request;
 }
 
@@ -382,7 +378,7 @@ void rtt(benchmark::State& state, const Size& size, bool busy_poll) {
     if (!frame.ok()) return frame.status();
     RpcMessage request;
     request.frames.reserve(2);
-    request.frames.push_back(serialize(wire::make_request_header(id, kRunGraph, body, kDeadline.count())));
+    request.frames.push_back(request_frame(id, kRunGraph, body, kDeadline.count()));
     request.frames.push_back(std::move(frame).value());
     return receive_tensor<pb::RunGraphResponse>(ch->call_sync(std::move(request), kDeadline), id, run_graph_meta,
                                                 zero_copy);

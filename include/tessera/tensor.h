@@ -127,6 +127,9 @@ Tensor adopt_buffer(TensorBuffer* buf, DType dtype, const Shape& shape);
 // True when `t` holds the only reference to host memory of its own buffer (TensorBuffer::owned_host):
 // whoever owns `t` may then overwrite its data, nobody else can see it.
 bool is_sole_owner_of_host_buffer(const Tensor& t) noexcept;
+// True when `t` is not null and lives in host memory: t.device() is the host's, without building
+// the name. Defined in core/tensor.cc.
+bool is_host_tensor(const Tensor& t) noexcept;
 }  // namespace internal
 
 class Tensor {
@@ -255,6 +258,7 @@ class Tensor {
  private:
   friend Tensor internal::adopt_buffer(internal::TensorBuffer* buf, DType dtype, const Shape& shape);
   friend bool internal::is_sole_owner_of_host_buffer(const Tensor& t) noexcept;
+  friend bool internal::is_host_tensor(const Tensor& t) noexcept;
   static void check_vector_size(int64_t n, const Shape& shape);
   void check_access(DType want, bool want_scalar) const {
     if (buf_ == nullptr || want != dtype_ || (want_scalar && num_elements_ != 1)) {
