@@ -1,6 +1,7 @@
 // The RPC channel (rpc.h, "Client"): a DEALER to one endpoint used by the calling threads and one
 // I/O thread, deadlines, long calls, streamed requests and replies, failed CURVE handshakes.
 #include "transport/rpc.h"
+#include "transport/rpc_channel_core.h"
 
 #include <poll.h>
 #include <unistd.h>
@@ -153,168 +154,12 @@ thread_local const void* tls_sync_waiter = nullptr;
 
 }  // namespace
 
-// A thread waiting in call_sync(), or a completion queue (waited on in next()). Its calls' results
-// land here, guarded by the channel's mu_; whoever completes one on another thread while a thread
-// waits writes `wake_fd`.
-struct RpcWaiter {
-  bool queue = false;                          // a completion queue: results go to `completions`
-  std::optional<StatusOr<RpcMessage>> result;  // call_sync's one call
-  std::deque<RpcCompletion> completions;       // a queue's, in completion order
-  int calls = 0;                               // a queue's calls not completed yet
-  int wake_fd = -1;  // the waiting thread's eventfd; -1 while none waits (a queue between next()s)
-  // Another thread completed a call and wrote wake_fd: the write must be read before the thread's
-  // next wait, or that wait's first sleep would end at once. One write per wait at most.
-  bool signaled = false;
-  bool has_result() const { return queue ? !completions.empty() : result.has_value(); }
-};
-
-// Owned by its RpcChannel and by the completion queues made on it, which may outlive it: the
-// channel's destructor stops the core (shutdown, or destroy_from_io_thread), and a stopped core
-// refuses new calls with Cancelled.
-class RpcChannelCore : public std::enable_shared_from_this<RpcChannelCore> {
- public:
-  using Clock = std::chrono::steady_clock;
-
-  RpcChannelCore(std::string endpoint, const RpcChannelOptions& options);
-  ~RpcChannelCore();
-  // Fails the pending calls with Cancelled and joins the I/O thread (RpcChannel's destructor).
-  void shutdown();
-
-  // until_lost: `deadline` bounds only the wait for a connection; once sent, the call waits for
-  // its reply until the connection is lost (Note [RPC deadlines], "Long calls").
-  void call(RpcMessage request, std::chrono::milliseconds deadline, RpcChannel::Done done, bool until_lost);
-  // The same, waiting on the calling thread, which receives its own reply (Note [RPC channel]).
-  StatusOr<RpcMessage> call_sync(RpcMessage request, std::chrono::milliseconds deadline, bool until_lost);
-  // For a channel destroyed from one of its own `done` callbacks: the I/O thread stops after the
-  // callback and lets go of the core itself.
-  void destroy_from_io_thread();
-  bool on_io_thread() const { return tls_channel_io_owner == this; }
-  RpcChannelStats stats() const;
-
-  // RpcCompletionQueue's: a call whose completion goes to `queue` with `tag`; the next completion
-  // (waiting on this thread for at most `timeout`); forgetting the queue's pending calls; how many
-  // calls it has that next() has not returned.
-  void queue_call(RpcWaiter* queue, RpcMessage request, std::chrono::milliseconds deadline, uint64_t tag);
-  StatusOr<RpcCompletion> queue_next(RpcWaiter* queue, std::chrono::milliseconds timeout);
-  void queue_forget(RpcWaiter* queue);
-  int queue_pending(const RpcWaiter* queue) const;
-
- private:
-  struct Pending {
-    RpcChannel::Done done;       // an asynchronous call: run on the I/O thread
-    RpcWaiter* waiter = nullptr;  // a synchronous one, or a completion queue's
-    std::chrono::milliseconds budget;
-    bool until_lost = false;
-    bool sent = false;  // handed to libzmq
-    uint64_t tag = 0;   // a completion queue's
-  };
-  struct Outgoing {
-    uint64_t id;
-    zmq::message_t call_id;
-    RpcMessage request;
-    std::optional<ChunkedFrames> stream;  // its large frames, sent as chunks after the head
-    bool head_sent = false;
-    std::size_t next_chunk = 0;    // of stream->chunks
-  };
-  using Completion = std::pair<RpcChannel::Done, StatusOr<RpcMessage>>;
-
-  void run_io();
-  // Waits on this thread (`l` holds mu_) until `waiter` has a result or `until` passes, receiving
-  // replies from the socket itself (Note [RPC channel]); wakes the I/O thread first if `wake`.
-  void wait_locked(std::unique_lock<std::mutex>& l, RpcWaiter* waiter, bool wake, Clock::time_point until);
-  // The checks every new call passes; OK or the error to complete it with. Needs mu_.
-  Status admit(const RpcMessage& request) const;
-  // Registers a call (needs mu_) and sends it now if libzmq takes it (else it stays in the outbox);
-  // for a synchronous call the socket is served too, for an asynchronous one the I/O thread is
-  // told of replies waiting. True when the I/O thread must be woken: it has calls to send,
-  // completions to run or replies to read, must watch the socket for a connection, or the call's
-  // deadline comes before its next wake-up.
-  bool start_locked(RpcMessage request, Clock::time_point deadline, Pending pending);
-  // After any use of the socket, which may have consumed the ZMQ_FD signal: sends what the outbox
-  // holds if libzmq takes it, receives every reply there is (kRecvBatch at most) and completes their
-  // calls. True when replies were left for later. Needs mu_.
-  bool serve_socket_locked();
-  void flush_outbox();
-  bool receive_replies();
-  void expire(Clock::time_point now);
-  // Completes the pending call `it` with `result` and forgets it. Needs mu_: a synchronous caller
-  // gets its result (and a wake-up unless it is this thread); an asynchronous one joins ready_.
-  void finish(std::unordered_map<uint64_t, Pending>::iterator it, StatusOr<RpcMessage> result);
-  void fail_all(const Status& status);
-  // Reads the socket monitor's events; a lost connection fails the calls sent on it and holds the
-  // outbox (Note [Lost connections]), a failed handshake every pending call (Note [RPC security]
-  // in rpc_server.cc). True when the outbox may be sent again: the socket needs serving.
-  bool read_monitor();
-  // Ends the hold on sends once the lost connection's pipe is surely gone (Note [Lost
-  // connections]). Needs mu_.
-  void maybe_end_hold();
-  // The server is stopping (Note [Goodbye] in rpc_server.cc): answers it and holds new requests
-  // for the next connection. Needs mu_.
-  void server_said_goodbye();
-  // The error of a failed handshake (`event` a HANDSHAKE_FAILED_* monitor event).
-  Status handshake_error(uint16_t event, uint32_t value) const;
-  // Connects the socket again after a handshake failure libzmq does not retry.
-  void reconnect();
-  void run_completions(std::vector<Completion>* completions);
-
-  const std::string endpoint_;
-  const RpcChannelOptions options_;
-  Status broken_;  // a malformed endpoint: every call fails with it
-  zmq::socket_t socket_;   // guarded by mu_ (used by callers, waiters and the I/O thread in turn)
-  int socket_fd_ = -1;     // socket_'s ZMQ_FD: readable when the socket has something to look at
-  zmq::socket_t monitor_;  // PAIR receiving socket_'s events; I/O thread only
-  const int wake_fd_;
-  std::thread io_thread_;
-
-  mutable std::mutex mu_;
-  std::condition_variable waiters_gone_;  // signalled when sync_waiters_ drops to 0 while stopping
-  bool stopping_ = false;                 // guarded by mu_
-  bool self_delete_ = false;              // I/O thread only: set by destroy_from_io_thread()
-  std::shared_ptr<RpcChannelCore> self_;  // the I/O thread's reference, after destroy_from_io_thread()
-
-  // Guarded by mu_.
-  uint64_t next_id_ = 1;
-  std::unordered_map<uint64_t, Pending> pending_;
-  int async_pending_ = 0;  // entries of pending_ with a `done`
-  int sync_waiters_ = 0;   // threads waiting on the socket (call_sync, RpcCompletionQueue::next)
-  uint64_t sync_calls_ = 0;  // such waits ever begun
-  // Note [RPC channel]: how long the I/O thread, leaving the socket to synchronous callers, sleeps
-  // before it looks again; doubled (up to kUnwatchedLookMax) while no new synchronous call came.
-  std::chrono::milliseconds unwatched_look_ = kUnwatchedLook;
-  uint64_t sync_calls_seen_ = 0;  // sync_calls_ at the I/O thread's last look
-  // Deadlines of pending calls, earliest first; entries of completed calls are skipped when they
-  // surface (and purged when they outnumber the live ones).
-  std::priority_queue<std::pair<Clock::time_point, uint64_t>, std::vector<std::pair<Clock::time_point, uint64_t>>,
-                      std::greater<>>
-      deadlines_;
-  std::deque<Outgoing> outbox_;  // accepted, not yet taken by libzmq (no peer connected yet)
-  std::unordered_map<uint64_t, Assembly> assembling_;  // streamed replies being received, by call id
-  std::vector<Completion> rejected_;  // calls refused at once, completed by the I/O thread
-  std::vector<Completion> ready_;     // completed asynchronous calls, for the I/O thread to run
-  // When the I/O thread wakes up by itself next, and whether it watches the socket meanwhile
-  // (always once its loop runs, unless the channel is broken).
-  Clock::time_point io_wake_at_ = Clock::time_point::min();
-  bool io_watches_socket_ = false;
-  // The I/O thread sleeps in poll(2) (set with its last look at the socket's replies), and a
-  // caller sent on the socket since that look and found replies waiting (Note [RPC channel]).
-  bool io_polling_ = false;
-  bool io_look_again_ = false;
-  // The last handshake failed: new calls fail with this at once (until a handshake succeeds).
-  Status handshake_failed_;
-  int closed_in_handshake_ = 0;  // HANDSHAKE_FAILED_NO_DETAIL events since the last success
-  std::optional<Clock::time_point> reconnect_at_;  // when to connect again (libzmq gave up)
-  // Since when sends wait for the lost connection's pipe to go (Note [Lost connections]).
-  std::optional<Clock::time_point> held_since_;
-  std::chrono::milliseconds reconnect_backoff_;
-
-  std::atomic<uint64_t> calls_{0}, timed_out_{0}, late_replies_{0}, malformed_{0}, failed_handshakes_{0},
-      streamed_requests_{0}, streamed_replies_{0}, dropped_chunks_{0};
-};
 
 RpcChannelCore::RpcChannelCore(std::string endpoint, const RpcChannelOptions& options)
     : endpoint_(std::move(endpoint)),
       options_(options),
       wake_fd_(make_wake_fd()),
+      unwatched_look_(kUnwatchedLook),
       reconnect_backoff_(options.reconnect_interval) {
   const bool bad_keys = options_.curve && (!decode_z85_key(options_.curve->public_key) ||
                                            !decode_z85_key(options_.curve->secret_key) ||
@@ -537,82 +382,6 @@ void RpcChannelCore::wait_locked(std::unique_lock<std::mutex>& l, RpcWaiter* wai
   if (wake_io) signal_wake_fd(wake_fd_);
 }
 
-void RpcChannelCore::queue_call(RpcWaiter* queue, RpcMessage request, std::chrono::milliseconds deadline,
-                                uint64_t tag) {
-  calls_.fetch_add(1, std::memory_order_relaxed);
-  bool wake;
-  {
-    std::lock_guard<std::mutex> l(mu_);
-    if (Status st = admit(request); !st.ok()) {
-      queue->completions.push_back(RpcCompletion{tag, st});
-      if (queue->wake_fd >= 0 && !queue->signaled && queue != tls_sync_waiter) {
-        queue->signaled = true;
-        signal_wake_fd(queue->wake_fd);
-      }
-      return;
-    }
-    ++queue->calls;
-    // Sent as a synchronous call is: the socket is served at once, and the replies wait for the
-    // queue's thread (or the I/O thread) on the socket.
-    wake = start_locked(std::move(request), Clock::now() + deadline,
-                        Pending{nullptr, queue, deadline, false, false, tag});
-  }
-  if (wake) signal_wake_fd(wake_fd_);
-}
-
-// GCC 12 warns that the returned completion's message vector "may be used uninitialized" (moved
-// into the StatusOr's optional; -Wmaybe-uninitialized false positive, at -O2 and -O3 alike).
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
-StatusOr<RpcCompletion> RpcChannelCore::queue_next(RpcWaiter* queue, std::chrono::milliseconds timeout) {
-  if (on_io_thread()) {
-    return errors::failed_precondition("waiting on a completion queue of {} from the channel's own completion "
-                                       "callback would deadlock",
-                                       endpoint_);
-  }
-  std::unique_lock<std::mutex> l(mu_);
-  if (queue->completions.empty()) {
-    if (queue->calls == 0) {
-      return errors::out_of_range("no call of this completion queue on {} is pending", endpoint_);
-    }
-    if (queue->wake_fd >= 0) {
-      return errors::failed_precondition("another thread waits on this completion queue of {}", endpoint_);
-    }
-    wait_locked(l, queue, false, Clock::now() + timeout);
-    if (queue->completions.empty()) {
-      return errors::deadline_exceeded("no call of this completion queue on {} completed within {} ms", endpoint_,
-                                       timeout.count());
-    }
-  }
-  RpcCompletion c = std::move(queue->completions.front());
-  queue->completions.pop_front();
-  return c;
-}
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
-
-void RpcChannelCore::queue_forget(RpcWaiter* queue) {
-  std::lock_guard<std::mutex> l(mu_);
-  TESSERA_CHECK(queue->wake_fd < 0);  // no thread waits in next() on a queue being destroyed
-  for (auto it = pending_.begin(); it != pending_.end();) {
-    if (it->second.waiter == queue) {
-      assembling_.erase(it->first);
-      it = pending_.erase(it);  // its deadline entry is skipped; its outbox entry is dropped unsent
-    } else {
-      ++it;
-    }
-  }
-  queue->calls = 0;
-}
-
-int RpcChannelCore::queue_pending(const RpcWaiter* queue) const {
-  std::lock_guard<std::mutex> l(mu_);
-  return queue->calls + static_cast<int>(queue->completions.size());
-}
-
 void RpcChannelCore::run_io() {
   tls_channel_io_owner = this;
   // A broken channel may have no monitor socket (nor socket): it polls its wake-up fd only.
@@ -713,6 +482,16 @@ void RpcChannelCore::run_io() {
   }
 }
 
+bool RpcChannelCore::on_io_thread() const { return tls_channel_io_owner == this; }
+
+void RpcChannelCore::wake_waiter_locked(RpcWaiter* waiter) {
+  // A thread finishing its own call is awake already.
+  if (waiter->wake_fd >= 0 && !waiter->signaled && waiter != tls_sync_waiter) {
+    waiter->signaled = true;
+    signal_wake_fd(waiter->wake_fd);
+  }
+}
+
 void RpcChannelCore::run_completions(std::vector<Completion>* completions) {
   for (auto& [done, result] : *completions) {
     try {
@@ -738,11 +517,7 @@ void RpcChannelCore::finish(std::unordered_map<uint64_t, Pending>::iterator it, 
     } else {
       w->result.emplace(std::move(result));
     }
-    // A thread finishing its own call is awake already.
-    if (w->wake_fd >= 0 && !w->signaled && w != tls_sync_waiter) {
-      w->signaled = true;
-      signal_wake_fd(w->wake_fd);
-    }
+    wake_waiter_locked(w);
     return;
   }
   --async_pending_;
@@ -1055,22 +830,5 @@ StatusOr<RpcMessage> RpcChannel::wait_for(RpcMessage request, std::chrono::milli
 }
 
 RpcChannelStats RpcChannel::stats() const { return core_->stats(); }
-
-RpcCompletionQueue::RpcCompletionQueue(RpcChannel& channel)
-    : core_(channel.core_), waiter_(std::make_unique<RpcWaiter>()) {
-  waiter_->queue = true;
-}
-
-RpcCompletionQueue::~RpcCompletionQueue() { core_->queue_forget(waiter_.get()); }
-
-void RpcCompletionQueue::call(RpcMessage request, std::chrono::milliseconds deadline, uint64_t tag) {
-  core_->queue_call(waiter_.get(), std::move(request), deadline, tag);
-}
-
-StatusOr<RpcCompletion> RpcCompletionQueue::next(std::chrono::milliseconds timeout) {
-  return core_->queue_next(waiter_.get(), timeout);
-}
-
-int RpcCompletionQueue::pending() const { return core_->queue_pending(waiter_.get()); }
 
 }  // namespace tessera::internal
