@@ -4,8 +4,10 @@
 // validate_tensor_meta); a response's body as every response message. Properties: what parses
 // has version 1 (and a method, for requests), and re-serializing a parsed header parses back to
 // the same header. A RunGraph response's trace spans go where a master puts them.
+#include <climits>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -104,6 +106,13 @@ void response_body(std::string_view bytes) {
 }
 
 void check_request(const uint8_t* data, size_t size) {
+  // The method peeked at without a parse (never_blocks in transport/server.cc picks a thread by
+  // it) is the one a parse finds. (A parse may refuse bytes the peek takes: invalid UTF-8.)
+  pb::RequestHeader plain;
+  if (size <= static_cast<size_t>(INT_MAX) && plain.ParseFromArray(data, static_cast<int>(size))) {
+    const std::optional<std::string_view> peeked = wire::peek_request_method(data, size);
+    FUZZ_CHECK(peeked.has_value() && *peeked == plain.method());
+  }
   auto h = wire::parse_request_header(data, size);
   if (!h.ok()) return;
   const pb::RequestHeader& header = h.value();
