@@ -223,7 +223,6 @@ void RpcChannelCore::shutdown() {
 void RpcChannelCore::destroy_from_io_thread() {
   TESSERA_CHECK(on_io_thread());
   io_thread_.detach();
-  self_delete_ = true;
   self_ = shared_from_this();
   {
     std::lock_guard<std::mutex> l(mu_);
@@ -476,10 +475,9 @@ void RpcChannelCore::run_io() {
     monitor_.close();
   }
   socket_.close();
-  if (self_delete_) {
-    // The last reference but a completion queue's, maybe: the core goes with it.
-    std::shared_ptr<RpcChannelCore> last = std::move(self_);
-  }
+  // Set by destroy_from_io_thread(): the last reference but a completion queue's, maybe, and the
+  // core goes with it as this returns.
+  std::shared_ptr<RpcChannelCore> last = std::move(self_);
 }
 
 bool RpcChannelCore::on_io_thread() const { return tls_channel_io_owner == this; }

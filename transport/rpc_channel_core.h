@@ -170,8 +170,8 @@ class RpcChannelCore : public std::enable_shared_from_this<RpcChannelCore> {
   mutable std::mutex mu_;
   std::condition_variable waiters_gone_;  // signalled when sync_waiters_ drops to 0 while stopping
   bool stopping_ = false;                 // guarded by mu_
-  bool self_delete_ = false;              // I/O thread only: set by destroy_from_io_thread()
-  std::shared_ptr<RpcChannelCore> self_;  // the I/O thread's reference, after destroy_from_io_thread()
+  // The I/O thread's reference, set by destroy_from_io_thread() (I/O thread only).
+  std::shared_ptr<RpcChannelCore> self_;
 
   // Guarded by mu_.
   uint64_t next_id_ = 1;

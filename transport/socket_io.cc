@@ -62,7 +62,7 @@ bool poll_io(pollfd* fds, int n, long timeout_ms, std::chrono::microseconds spin
 
 void recv_rest(zmq::socket_t& socket, const zmq::message_t& first, std::vector<zmq::message_t>* parts) {
   parts->clear();
-  if (first.more() && parts->capacity() < 4) parts->reserve(4);  // a reply's frames, grown once
+  if (first.more()) parts->reserve(4);  // a reply's frames, grown once (no-op once it holds 4)
   bool more = first.more();
   while (more) {
     zmq::message_t m;
