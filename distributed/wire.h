@@ -193,6 +193,45 @@ StatusOr<ResponseHeader> parse_response_header(const void* data, std::size_t siz
 // a well-formed message (a full parse then fails too). For choosing a thread before the parse.
 std::optional<std::string_view> peek_request_method(const void* data, std::size_t size);
 
+// Frame 0 of a call read in place, for the paths every call takes (a server's dispatch, a
+// caller's reply): no message is built and nothing is copied or allocated; `method` and `body`
+// view the bytes read, which must outlive the view. The accessors are the messages' own.
+// read_request_header and read_response_header accept exactly the bytes parse_request_header and
+// parse_response_header accept, with the same fields and the same errors.
+class RequestHeaderView {
+ public:
+  uint32_t version() const { return version_; }
+  uint64_t request_id() const { return request_id_; }
+  std::string_view method() const { return method_; }
+  int64_t deadline_ms() const { return deadline_ms_; }
+  std::string_view body() const { return body_; }
+
+ private:
+  friend StatusOr<RequestHeaderView> read_request_header(const void* data, std::size_t size);
+  uint32_t version_ = 0;
+  uint64_t request_id_ = 0;
+  std::string_view method_;
+  int64_t deadline_ms_ = 0;
+  std::string_view body_;
+};
+class ResponseHeaderView {
+ public:
+  uint32_t version() const { return version_; }
+  uint64_t request_id() const { return request_id_; }
+  // The handler's status: to_status of the status field, OK when there is none.
+  const tessera::Status& status() const { return status_; }
+  std::string_view body() const { return body_; }
+
+ private:
+  friend StatusOr<ResponseHeaderView> read_response_header(const void* data, std::size_t size);
+  uint32_t version_ = 0;
+  uint64_t request_id_ = 0;
+  tessera::Status status_;
+  std::string_view body_;
+};
+StatusOr<RequestHeaderView> read_request_header(const void* data, std::size_t size);
+StatusOr<ResponseHeaderView> read_response_header(const void* data, std::size_t size);
+
 // Parses a method message (a header's body) into `out` and checks its version field (field 1,
 // which every top-level message of wire.proto has). InvalidArgument naming the message type.
 Status parse_body(std::string_view bytes, google::protobuf::Message* out);

@@ -770,6 +770,143 @@ TEST(WireHeaderTest, PeeksTheMethodWithoutParsing) {
   }
 }
 
+// read_request_header / read_response_header (Note [Headers read in place] in distributed/wire.cc)
+// against the generated parser: the same bytes accepted, the same fields, the same errors.
+void expect_read_as_parsed(const std::string& bytes, const std::string& what) {
+  SCOPED_TRACE(what + " (" + std::to_string(bytes.size()) + " bytes)");
+  auto parsed = wire::parse_request_header(bytes.data(), bytes.size());
+  auto read = wire::read_request_header(bytes.data(), bytes.size());
+  ASSERT_EQ(read.ok(), parsed.ok()) << (read.ok() ? parsed.status() : read.status()).to_string();
+  if (!parsed.ok()) {
+    EXPECT_EQ(read.status().code(), parsed.status().code());
+    EXPECT_EQ(read.status().message(), parsed.status().message());
+  } else {
+    EXPECT_EQ(read.value().version(), parsed.value().version());
+    EXPECT_EQ(read.value().request_id(), parsed.value().request_id());
+    EXPECT_EQ(read.value().method(), parsed.value().method());
+    EXPECT_EQ(read.value().deadline_ms(), parsed.value().deadline_ms());
+    EXPECT_EQ(read.value().body(), parsed.value().body());
+  }
+  auto parsed_reply = wire::parse_response_header(bytes.data(), bytes.size());
+  auto read_reply = wire::read_response_header(bytes.data(), bytes.size());
+  ASSERT_EQ(read_reply.ok(), parsed_reply.ok())
+      << (read_reply.ok() ? parsed_reply.status() : read_reply.status()).to_string();
+  if (!parsed_reply.ok()) {
+    EXPECT_EQ(read_reply.status().message(), parsed_reply.status().message());
+  } else {
+    EXPECT_EQ(read_reply.value().request_id(), parsed_reply.value().request_id());
+    EXPECT_EQ(read_reply.value().body(), parsed_reply.value().body());
+    const Status status = wire::to_status(parsed_reply.value().status());
+    EXPECT_EQ(read_reply.value().status().code(), status.code());
+    EXPECT_EQ(read_reply.value().status().message(), status.message());
+  }
+}
+
+TEST(WireHeaderTest, ReadsHeadersInPlaceAsTheParserDoes) {
+  google::protobuf::LogSilencer quiet;  // invalid UTF-8 in string fields is logged by protobuf
+  pb::CloseSessionRequest body;
+  body.set_version(1);
+  body.set_session_handle(std::string(100, 's'));
+  const std::string request = wire::make_request_header(7, "CloseSession", body, 250).SerializeAsString();
+  auto read = wire::read_request_header(request.data(), request.size());
+  ASSERT_TRUE(read.ok()) << read.status().to_string();
+  EXPECT_EQ(read.value().request_id(), 7u);
+  EXPECT_EQ(read.value().method(), "CloseSession");
+  EXPECT_EQ(read.value().deadline_ms(), 250);
+  EXPECT_EQ(read.value().body(), body.SerializeAsString());
+  // Views into the bytes: nothing copied.
+  EXPECT_EQ(read.value().method().data(), request.data() + request.find("CloseSession"));
+  EXPECT_GE(read.value().body().data(), request.data());
+  EXPECT_LE(read.value().body().data() + read.value().body().size(), request.data() + request.size());
+
+  const std::string ok_reply = wire::make_response_header(9, Status(), &body).SerializeAsString();
+  auto reply = wire::read_response_header(ok_reply.data(), ok_reply.size());
+  ASSERT_TRUE(reply.ok());
+  EXPECT_TRUE(reply.value().status().ok());
+  EXPECT_EQ(reply.value().request_id(), 9u);
+  EXPECT_EQ(reply.value().body(), body.SerializeAsString());
+  const std::string error_reply =
+      wire::make_response_header(9, errors::not_found("no tensor 'x'"), nullptr).SerializeAsString();
+  reply = wire::read_response_header(error_reply.data(), error_reply.size());
+  ASSERT_TRUE(reply.ok());
+  EXPECT_STATUS(reply.value().status(), ErrorCode::kNotFound, "no tensor 'x'");
+  EXPECT_TRUE(reply.value().body().empty());
+  // A status field repeated: its occurrences merge, as in the parse.
+  pb::ResponseHeader code_only;
+  code_only.mutable_status()->set_code(static_cast<int>(ErrorCode::kAborted));
+  pb::ResponseHeader message_only;
+  message_only.mutable_status()->set_message("merged");
+  expect_read_as_parsed(error_reply + code_only.SerializeAsString() + message_only.SerializeAsString(), "statuses");
+
+  for (const std::string& base : {request, ok_reply, error_reply}) {
+    // Every truncation.
+    for (std::size_t n = 0; n <= base.size(); ++n) expect_read_as_parsed(base.substr(0, n), "truncated");
+    // Fields around it, one at a time: what protobuf takes and what it refuses.
+    const std::vector<std::pair<std::string, std::string>> fields = {
+        {std::string("\x00", 1), "tag 0"},
+        {std::string("\x02\x00", 2), "field number 0"},
+        {"\x0c", "an end-group tag with no group"},
+        {"\x0e", "wire type 6"},
+        {"\x0f", "wire type 7"},
+        {"\x0d\x01\x00\x00\x00", "version as fixed32: an unknown field"},
+        {"\x18\x05", "the method as a varint: an unknown field"},
+        {"\x1a\x02\xc3\x28", "the method in invalid UTF-8"},
+        {"\x1a\x02\xc3\xa9", "the method in valid UTF-8"},
+        {"\x1a\x00", "an empty method"},
+        {"\x10\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01", "a 10-byte varint"},
+        {"\x10\xff\xff\xff\xff\xff\xff\xff\xff\xff\x7f", "a 10-byte varint past 64 bits"},
+        {"\x10\xff\xff\xff\xff\xff\xff\xff\xff\xff\x81\x00", "an 11-byte varint"},
+        {std::string("\x08\xff\xff\xff\xff\x7f", 6), "a version past 32 bits"},
+        {std::string("\x88\x80\x80\x80\x00\x01", 6), "a 5-byte tag"},
+        {std::string("\x88\x80\x80\x80\x80\x00\x01", 7), "a 6-byte tag"},
+        {std::string("\x88\x80\x80\x80\x7f\x01", 6), "a 5-byte tag past 32 bits"},
+        {std::string("\x2a\x81\x80\x80\x80\x00x", 7), "a 5-byte length"},
+        {std::string("\x2a\x81\x80\x80\x80\x80\x00x", 8), "a 6-byte length"},
+        {std::string("\x2a\xff\xff\xff\xff\x07", 6), "a length past the bytes"},
+        {std::string("\x2a\xff\xff\xff\xff\x08", 6), "a length of 2 GiB"},
+        {std::string("\xa1\x06\x01\x02\x03\x04\x05\x06\x07\x08", 10), "an unknown fixed64"},
+        {std::string("\xa1\x06\x01\x02\x03", 5), "a short fixed64"},
+        {std::string("\xa5\x06\x01\x02\x03\x04", 6), "an unknown fixed32"},
+        {std::string("\xa3\x06\x08\x01\xa4\x06", 6), "an unknown group"},
+        {std::string("\xa3\x06\x08\x01\xac\x06", 6), "a group closed by another field's end tag"},
+        {std::string("\xa3\x06\x08\x01", 4), "a group never closed"},
+        {std::string("\xa3\x06\x00\xa4\x06", 5), "tag 0 inside a group"},
+        {"\x1a\x01X", "another method"},
+        {"\x2a\x01X", "another body"},
+        {"\x22\x02\x08\x01", "a status field (a request's deadline with another wire type)"},
+    };
+    for (const auto& [field, what] : fields) {
+      expect_read_as_parsed(field + base, what + " before");
+      expect_read_as_parsed(base + field, what + " after");
+    }
+    // Unknown groups nested 100 deep (protobuf's limit) and 101.
+    for (int depth : {99, 100, 101}) {
+      std::string nested;
+      for (int i = 0; i < depth; ++i) nested += std::string("\xa3\x06", 2);
+      for (int i = 0; i < depth; ++i) nested += std::string("\xa4\x06", 2);
+      expect_read_as_parsed(base + nested, "groups nested " + std::to_string(depth) + " deep");
+    }
+    // Random mutations: bytes flipped, inserted, removed.
+    std::mt19937 rng(42);
+    for (int i = 0; i < 3000; ++i) {
+      std::string m = base;
+      for (int k = 1 + static_cast<int>(rng() % 3); k > 0; --k) {
+        const std::size_t at = m.empty() ? 0 : rng() % m.size();
+        switch (rng() % 3) {
+          case 0:
+            if (!m.empty()) m[at] = static_cast<char>(rng());
+            break;
+          case 1: m.insert(m.begin() + static_cast<std::ptrdiff_t>(at), static_cast<char>(rng())); break;
+          default:
+            if (!m.empty()) m.erase(at, 1);
+        }
+      }
+      expect_read_as_parsed(m, "mutation " + std::to_string(i));
+      if (::testing::Test::HasFailure()) return;
+    }
+  }
+}
+
 TEST(WireHeaderTest, RejectsGarbageAndTruncatedHeaders) {
   google::protobuf::LogSilencer quiet;  // invalid UTF-8 in string fields is logged by protobuf
   pb::CloseSessionRequest body;

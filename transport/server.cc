@@ -289,7 +289,7 @@ StatusOr<std::vector<Tensor>> tensors_from_frames(const Entries& entries, RpcMes
 
 // Parses the body of `h` into M, or answers InvalidArgument and returns nullopt.
 template <class M>
-std::optional<M> body_of(const pb::RequestHeader& h, const Responder& respond) {
+std::optional<M> body_of(const wire::RequestHeaderView& h, const Responder& respond) {
   auto r = wire::parse_body<M>(h.body());
   if (!r.ok()) {
     send_reply(respond, h.request_id(), r.status(), nullptr);
@@ -300,11 +300,11 @@ std::optional<M> body_of(const pb::RequestHeader& h, const Responder& respond) {
 
 // A call whose reply is one message: parses the request's body, calls `method` of the service
 // `service_of` picks, and replies with what it answers.
-using ShortHandler = std::function<void(const ServiceState&, const pb::RequestHeader&, const Responder&)>;
+using ShortHandler = std::function<void(const ServiceState&, const wire::RequestHeaderView&, const Responder&)>;
 template <class Request, class Response, class Service>
 ShortHandler short_call(Service* (*service_of)(const ServiceState&),
                         void (Service::*method)(const Request&, Done<Response>)) {
-  return [service_of, method](const ServiceState& state, const pb::RequestHeader& h, const Responder& respond) {
+  return [service_of, method](const ServiceState& state, const wire::RequestHeaderView& h, const Responder& respond) {
     if (auto r = body_of<Request>(h, respond)) {
       (service_of(state)->*method)(*r, replier<Response>(respond, h.request_id()));
     }
@@ -313,8 +313,8 @@ ShortHandler short_call(Service* (*service_of)(const ServiceState&),
 Worker* worker_of(const ServiceState& state) { return state.worker.get(); }
 Master* master_of(const ServiceState& state) { return state.master.get(); }
 
-const std::map<std::string, ShortHandler>& short_methods() {
-  static const auto* table = new std::map<std::string, ShortHandler>{
+const std::map<std::string, ShortHandler, std::less<>>& short_methods() {
+  static const auto* table = new std::map<std::string, ShortHandler, std::less<>>{
       {"RegisterGraph", short_call(worker_of, &Worker::register_graph)},
       {"CleanupGraph", short_call(worker_of, &Worker::cleanup_graph)},
       {"DeregisterGraph", short_call(worker_of, &Worker::deregister_graph)},
@@ -327,9 +327,9 @@ const std::map<std::string, ShortHandler>& short_methods() {
 
 // Calls the task's master or worker for the request `h` (its tensors among `request`'s frames).
 // False for a method neither serves.
-bool call_service(const ServiceState& state, const pb::RequestHeader& h, RpcMessage& request,
+bool call_service(const ServiceState& state, const wire::RequestHeaderView& h, RpcMessage& request,
                   const Responder& respond) {
-  const std::string& m = h.method();
+  const std::string_view m = h.method();
   const uint64_t id = h.request_id();
   if (m == "RunGraph") {
     auto r = body_of<pb::RunGraphRequest>(h, respond);
@@ -431,7 +431,7 @@ void dispatch(const ServiceState& state, RpcMessage request, const Responder& re
     return;
   }
   const zmq::message_t& frame = request.frames[0];
-  StatusOr<pb::RequestHeader> header = wire::parse_request_header(frame.data(), frame.size());
+  StatusOr<wire::RequestHeaderView> header = wire::read_request_header(frame.data(), frame.size());
   if (!header.ok()) {
     Status bad = header.status().with_prefix(state.task_name + ": ");
     // Well-formed protobuf that failed validation: its request id is known, so answer in kind.
@@ -444,8 +444,8 @@ void dispatch(const ServiceState& state, RpcMessage request, const Responder& re
     }
     return;
   }
-  const pb::RequestHeader& h = header.value();
-  const std::string& m = h.method();
+  const wire::RequestHeaderView& h = header.value();
+  const std::string_view m = h.method();
   if (state.master && state.worker && call_service(state, h, request, respond)) return;
   if (m == kGetStatus) {
     pb::GetStatusRequest body;

@@ -99,14 +99,14 @@ RpcMessage make_call(const std::string& method, const google::protobuf::Message&
   return m;
 }
 
-Status parse_reply_header(const StatusOr<RpcMessage>& reply, wire::ResponseHeader* header) {
+Status parse_reply_header(const StatusOr<RpcMessage>& reply, wire::ResponseHeaderView* header) {
   if (!reply.ok()) return reply.status();
   const auto& frames = reply.value().frames;
   if (frames.empty()) return errors::internal("an empty reply");
-  auto parsed = wire::parse_response_header(frames[0].data(), frames[0].size());
-  if (!parsed.ok()) return parsed.status();
-  *header = std::move(parsed).value();
-  return wire::to_status(header->status());
+  auto read = wire::read_response_header(frames[0].data(), frames[0].size());
+  if (!read.ok()) return read.status();
+  *header = read.value();
+  return header->status();
 }
 
 void send_reply(const Responder& respond, uint64_t request_id, const Status& status,

@@ -33,12 +33,13 @@ zmq::message_t response_frame(uint64_t request_id, const Status& status, const g
 // Encodes a call: frame 0 a RequestHeader around `body`, then `payload` frames.
 RpcMessage make_call(const std::string& method, const google::protobuf::Message& body,
                      std::vector<zmq::message_t> payload = {});
-// The status of a reply (the RPC's, then the header's); when OK, `header` holds the reply's header.
-Status parse_reply_header(const StatusOr<RpcMessage>& reply, wire::ResponseHeader* header);
+// The status of a reply (the RPC's, then the header's); when OK, `header` holds the reply's header,
+// read in place (it views the reply's frame 0).
+Status parse_reply_header(const StatusOr<RpcMessage>& reply, wire::ResponseHeaderView* header);
 // The status of a reply (the RPC's, then the header's) and, when OK, its body parsed into `body`.
 template <class M>
 Status parse_reply(const StatusOr<RpcMessage>& reply, M* body) {
-  wire::ResponseHeader header;
+  wire::ResponseHeaderView header;
   Status st = parse_reply_header(reply, &header);
   if (!st.ok()) return st;
   return wire::parse_body(header.body(), body);

@@ -2,7 +2,8 @@
 // worker serves a cross-task tensor and as a caller receives it.
 //
 // Peer: an RpcServer (transport/rpc.h, default options: an I/O thread and 4 handler threads, as
-// train::Server runs it) whose handler parses the wire RequestHeader and dispatches on its method:
+// train::Server runs it) whose handler reads the wire RequestHeader in place (read_request_header,
+// as train::Server's dispatch does) and dispatches on its method:
 //   RecvTensor  body RecvTensorRequest; the tensor named by rendezvous_key (one per size, built at
 //               start-up) goes back as a ResponseHeader whose body is a RecvTensorResponse with
 //               TensorMeta = wire::encode_tensor_meta(t, 1), plus frame 1 = tensor_frame(t)
@@ -12,7 +13,7 @@
 //               handler validates and adopts (frame_to_tensor, natural alignment: no copy), and
 //               returns in a RunGraphResponse `recv` entry plus tensor_frame of it.
 // Client: one RpcChannel (a channel per remote task, as a worker keeps). Every reply is parsed
-// (ResponseHeader, status, body), its TensorMeta checked with wire::validate_tensor_meta against the
+// (ResponseHeader read in place as parse_reply does, status, body), its TensorMeta checked with wire::validate_tensor_meta against the
 // frame, and the Tensor built with frame_to_tensor(frame, dtype, shape, dtype_size(dtype)): from
 // 16 KiB up the tensor is the received zmq message, not a copy.
 //   transfer: RpcChannel::call with kWindow calls in flight (a counter and a condition variable);
@@ -93,7 +94,7 @@ void reply(const Responder& respond, uint64_t request_id, const Status& status,
   respond(std::move(out));
 }
 
-void serve_recv_tensor(const Tensors& tensors, const pb::RequestHeader& h, const Responder& respond) {
+void serve_recv_tensor(const Tensors& tensors, const wire::RequestHeaderView& h, const Responder& respond) {
   pb::RecvTensorRequest body;
   if (Status st = wire::parse_body(h.body(), &body); !st.ok()) return reply(respond, h.request_id(), st, nullptr);
   auto it = tensors.find(body.rendezvous_key());
@@ -108,7 +109,7 @@ void serve_recv_tensor(const Tensors& tensors, const pb::RequestHeader& h, const
   reply(respond, h.request_id(), Status(), &response, std::move(frame).value());
 }
 
-void serve_echo(RpcMessage& request, const pb::RequestHeader& h, const Responder& respond) {
+void serve_echo(RpcMessage& request, const wire::RequestHeaderView& h, const Responder& respond) {
   pb::RunGraphRequest body;
   if (Status st = wire::parse_body(h.body(), &body); !st.ok()) return reply(respond, h.request_id(), st, nullptr);
   if (body.send_size() != 1 || body.recv_key_size() != 1) {
@@ -140,12 +141,12 @@ void serve(const Tensors& tensors, RpcMessage request, const Responder& respond)
     respond.fail(errors::invalid_argument("a request needs a header frame"));
     return;
   }
-  StatusOr<pb::RequestHeader> header = wire::parse_request_header(request.frames[0].data(), request.frames[0].size());
+  StatusOr<wire::RequestHeaderView> header = wire::read_request_header(request.frames[0].data(), request.frames[0].size());
   if (!header.ok()) {
     respond.fail(header.status());
     return;
   }
-  const pb::RequestHeader& h = header.value();
+  const wire::RequestHeaderView& h = header.value();
   if (h.method() == kRecvTensor) return serve_recv_tensor(tensors, h, respond);
   if (h.method() == kRunGraph) return serve_echo(request, h, respond);
   reply(respond, h.request_id(), errors::unimplemented("method {}", h.method()), nullptr);
@@ -162,12 +163,10 @@ StatusOr<Tensor> receive_tensor(StatusOr<RpcMessage> reply, uint64_t request_id,
   if (!reply.ok()) return reply.status();
   std::vector<zmq::message_t>& frames = reply.value().frames;
   if (frames.empty()) return errors::internal("an empty reply");
-  StatusOr<pb::ResponseHeader> header = wire::parse_response_header(frames[0].data(), frames[0].size());
+  StatusOr<wire::ResponseHeaderView> header = wire::read_response_header(frames[0].data(), frames[0].size());
   if (!header.ok()) return header.status();
-  const pb::ResponseHeader& h = header.value();
-  if (h.has_status()) {
-    if (Status st = wire::to_status(h.status()); !st.ok()) return st;
-  }
+  const wire::ResponseHeaderView& h = header.value();
+  if (!h.status().ok()) return h.status();
   if (h.request_id() != request_id) {
     return errors::internal("reply to request {} received for request {}", h.request_id(), request_id);
   }
