@@ -22,6 +22,7 @@
 #include "testing/test_util.h"
 #include "core/host_blocks.h"
 #include "core/string_tensor.h"
+#include "transport/rpc_envelope.h"
 #include "transport/rpc_stream.h"
 
 namespace tessera::internal {
@@ -672,6 +673,8 @@ TEST(RpcTest, GarbageIsCountedAndDoesNotStopTheServer) {
   send_parts({std::string("TRP1\1\0\0\0\0\0\0\0", 12)}), ++garbage;  // call-id, no header
   send_parts({"XXXX12345678", "header"}), ++garbage;                 // wrong magic
   send_parts({"TRP1", "header", "payload"}), ++garbage;              // short call-id
+  send_parts({std::string("TRR1\1\0\0\0\0\0\0\0", 12), "header"}), ++garbage;  // a reply's envelope
+  send_parts({std::string("TRG1\1\0\0\0\0\0\0\0", 12), "header"}), ++garbage;  // a goodbye's, with frames
   std::mt19937 rng(42);
   for (int i = 0; i < 100; ++i) {
     std::vector<std::string> parts = tessera::testing::random_parts(rng, 40);
@@ -684,14 +687,14 @@ TEST(RpcTest, GarbageIsCountedAndDoesNotStopTheServer) {
   ASSERT_TRUE(r.ok()) << r.status().to_string();
   EXPECT_EQ(strings(r.value()), std::vector<std::string>{"still here"});
   send_parts({std::string("TRP1\7\0\0\0\0\0\0\0", 12), "raw"});
-  zmq::message_t id, status, header;
+  zmq::message_t id, header;
   raw.set(zmq::sockopt::rcvtimeo, 2000);
   ASSERT_TRUE(raw.recv(id));
-  ASSERT_TRUE(raw.recv(status));
   ASSERT_TRUE(raw.recv(header));
-  EXPECT_EQ(id.to_string(), std::string("TRP1\7\0\0\0\0\0\0\0", 12));
-  EXPECT_EQ(status.size(), 0u);
+  // The reply's envelope, OK: the call id alone (Note [RPC envelope]).
+  EXPECT_EQ(id.to_string(), std::string("TRR1\7\0\0\0\0\0\0\0", 12));
   EXPECT_EQ(header.to_string(), "raw");
+  EXPECT_FALSE(header.more());
   EXPECT_EQ(server->stats().malformed, static_cast<uint64_t>(garbage));
   EXPECT_EQ(server->stats().requests, 2u);
 }
@@ -1447,6 +1450,105 @@ uint32_t status_code(const std::string& status) {
   return code;
 }
 
+// Note [RPC envelope]: a whole reply's envelope carries its status; anything else is no reply's.
+TEST(RpcTest, ReplyEnvelopesCarryTheStatusAndRefuseWhatIsNotOne) {
+  for (uint64_t id : {uint64_t{0}, uint64_t{7}, ~uint64_t{0}}) {
+    for (const Status& status : {Status(), errors::not_found("no tensor 'x'"), Status(ErrorCode::kUnauthenticated, ""),
+                                 Status(ErrorCode::kAborted, std::string(5000, 'm'))}) {
+      const zmq::message_t m = internal::reply_envelope_frame(id, status);
+      EXPECT_EQ(m.size(), status.ok() ? 12u : 16u + status.message().size());
+      auto read = internal::parse_reply_envelope(m);
+      ASSERT_TRUE(read.has_value()) << status.to_string();
+      EXPECT_EQ(read->first, id);
+      EXPECT_EQ(read->second.code(), status.code());
+      EXPECT_EQ(read->second.message(), status.message());
+      // A reply's envelope is not a request's, and the other way round.
+      EXPECT_EQ(internal::parse_call_id(m), std::nullopt);
+    }
+    EXPECT_EQ(internal::parse_reply_envelope(internal::call_id_frame(id)), std::nullopt);
+  }
+  auto parse = [](const std::string& bytes) { return internal::parse_reply_envelope(zmq::message_t(bytes.data(), bytes.size())); };
+  const std::string head = envelope("TRR1", 3);
+  EXPECT_EQ(parse(head.substr(0, 11)), std::nullopt);                     // short
+  EXPECT_EQ(parse("XRR1" + head.substr(4)), std::nullopt);                // another magic
+  EXPECT_EQ(parse(head + std::string("\x05\x00", 2)), std::nullopt);      // a status cut short
+  EXPECT_EQ(parse(head + std::string("\0\0\0\0msg", 7)), std::nullopt);  // code 0 with a message
+  EXPECT_EQ(parse(head + std::string("\xff\0\0\0", 4)), std::nullopt);    // no ErrorCode
+  ASSERT_TRUE(parse(head + std::string("\x05\0\0\0", 4)).has_value());     // NotFound, no message
+}
+
+// A handler's error goes back in the reply's one envelope frame.
+TEST(RpcTest, AFailedCallsReplyIsItsEnvelopeAlone) {
+  auto server = start_or_die([](RpcMessage, Responder respond) { respond.fail(errors::not_found("gone")); });
+  ASSERT_TRUE(server);
+  zmq::context_t context;
+  zmq::socket_t raw(context, zmq::socket_type::dealer);
+  raw.set(zmq::sockopt::linger, 0);
+  raw.set(zmq::sockopt::rcvtimeo, 3000);
+  raw.connect(server->endpoint());
+  send_parts(raw, {envelope("TRP1", 9), "header"});
+  const std::vector<std::string> reply = recv_parts(raw);
+  ASSERT_EQ(reply.size(), 1u);
+  auto read = internal::parse_reply_envelope(zmq::message_t(reply[0].data(), reply[0].size()));
+  ASSERT_TRUE(read.has_value());
+  EXPECT_EQ(read->first, 9u);
+  EXPECT_EQ(read->second.code(), ErrorCode::kNotFound);
+  EXPECT_EQ(read->second.message(), "gone");
+  // Through a channel: the same status.
+  RpcChannel channel(server->endpoint());
+  const Status st = channel.call_sync(message({"x"}), 3s).status();
+  EXPECT_EQ(st.code(), ErrorCode::kNotFound) << st.to_string();
+  EXPECT_EQ(st.message(), "gone");
+}
+
+// Note [Older replies]: a reply in the layout of builds before the reply envelope fails its call
+// at once, a long call too, and the channel goes on.
+TEST(RpcTest, AReplyInAnOlderBuildsEnvelopeFailsItsCallAtOnce) {
+  zmq::context_t context;
+  zmq::socket_t router(context, zmq::socket_type::router);
+  router.set(zmq::sockopt::linger, 0);
+  router.set(zmq::sockopt::rcvtimeo, 100);
+  router.bind("tcp://127.0.0.1:*");
+  const std::string endpoint = router.get(zmq::sockopt::last_endpoint);
+  std::atomic<bool> done{false};
+  std::thread peer([&] {
+    while (!done) {
+      zmq::message_t routing, env, header;
+      if (!router.recv(routing)) continue;
+      if (!router.recv(env) || !router.recv(header)) continue;
+      uint64_t id = 0;
+      for (int i = 0; i < 8; ++i) id |= uint64_t{static_cast<const unsigned char*>(env.data())[4 + i]} << (8 * i);
+      router.send(zmq::buffer(routing.to_string()), zmq::send_flags::sndmore);
+      if (header.to_string() == "old") {
+        send_parts(router, {envelope("TRP1", id), "", "sent"});  // [call-id][status][frame]
+      } else {
+        send_parts(router, {envelope("TRR1", id), "sent"});
+      }
+    }
+  });
+  struct StopPeer {  // on every way out, a failed assertion's too
+    std::atomic<bool>& done;
+    std::thread& peer;
+    ~StopPeer() {
+      done = true;
+      peer.join();
+    }
+  } stop_peer{done, peer};
+  RpcChannel channel(endpoint);
+  // A long call: only the reply can end it (the channel's destruction would cancel it).
+  auto old = std::make_shared<std::promise<Status>>();
+  std::future<Status> old_done = old->get_future();
+  channel.call_until_lost(message({"old"}), 10s, [old](StatusOr<RpcMessage> r) { old->set_value(r.status()); });
+  ASSERT_EQ(old_done.wait_for(10s), std::future_status::ready);
+  const Status st = old_done.get();
+  EXPECT_EQ(st.code(), ErrorCode::kUnimplemented) << st.to_string();
+  EXPECT_NE(st.message().find("older tessera build"), std::string::npos) << st.to_string();
+  auto r = channel.call_sync(message({"new"}), 3s);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_EQ(strings(r.value()), std::vector<std::string>{"sent"});
+  EXPECT_EQ(channel.stats().malformed, 1u);
+}
+
 TEST(RpcStreamTest, MalformedStreamedRequestsAreRefusedAndTheServerKeepsServing) {
   RpcServerOptions options;
   // Long enough that the good stream below is never taken for a stalled one on a loaded machine
@@ -1462,9 +1564,10 @@ TEST(RpcStreamTest, MalformedStreamedRequestsAreRefusedAndTheServerKeepsServing)
   const auto invalid = static_cast<uint32_t>(ErrorCode::kInvalidArgument);
   auto refused_with = [&](uint64_t id, const std::string& what) {
     std::vector<std::string> reply = recv_parts(raw);
-    ASSERT_EQ(reply.size(), 2u) << what;
-    EXPECT_EQ(reply[0], envelope("TRP1", id)) << what;
-    EXPECT_EQ(status_code(reply[1]), invalid) << what << ": " << reply[1].substr(std::min<size_t>(4, reply[1].size()));
+    ASSERT_EQ(reply.size(), 1u) << what;  // the envelope, its status inside
+    EXPECT_EQ(reply[0].substr(0, 12), envelope("TRR1", id)) << what;
+    const std::string status = reply[0].substr(std::min<size_t>(12, reply[0].size()));
+    EXPECT_EQ(status_code(status), invalid) << what << ": " << status.substr(std::min<size_t>(4, status.size()));
   };
   // A descriptor that is not whole entries; one naming a frame that is not there; one whose
   // placeholder is not empty.
@@ -1488,9 +1591,9 @@ TEST(RpcStreamTest, MalformedStreamedRequestsAreRefusedAndTheServerKeepsServing)
   // (Handler threads may answer the two in either order.)
   std::vector<std::vector<std::string>> replies = {recv_parts(raw), recv_parts(raw)};
   std::sort(replies.begin(), replies.end());
-  EXPECT_EQ(replies[0], (std::vector<std::string>{envelope("TRP1", 5), "", "header",
+  EXPECT_EQ(replies[0], (std::vector<std::string>{envelope("TRR1", 5), "header",
                                                   std::string(60, 'a') + std::string(40, 'b'), "mid", "tail!"}));
-  EXPECT_EQ(replies[1], (std::vector<std::string>{envelope("TRP1", 6), "", "whole"}));
+  EXPECT_EQ(replies[1], (std::vector<std::string>{envelope("TRR1", 6), "whole"}));
   // A stream whose sender stops is dropped after stalled_stream_timeout; its late chunk is dropped.
   send_parts(raw, {envelope("TRS1", 7), descriptor({{1, 100}}), "header", ""});
   send_parts(raw, {envelope("TRC1", 7), std::string(50, 'a')});
@@ -1546,7 +1649,7 @@ TEST(RpcStreamTest, MalformedStreamedRepliesFailTheirCallsAndTheChannelGoesOn) {
         std::lock_guard<std::mutex> l(stalled_mu);
         router.send(zmq::buffer(stalled_routing.to_string()), zmq::send_flags::sndmore);
         send_parts(router, {envelope("TRC1", stalled_id), std::string(100, 'l')});
-        reply({envelope("TRP1", id), "", "sent"});
+        reply({envelope("TRR1", id), "sent"});
       } else {
         reply({envelope("TRS1", id), descriptor({{1, 7}}), "", ""});
         reply({envelope("TRC1", id), "pay"});

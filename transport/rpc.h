@@ -17,7 +17,7 @@
 // Note [RPC]
 // ~~~~~~~~~~
 // The layer's design, part by part, each where it is implemented:
-//   Wire (the envelope, the status frame): Note [RPC envelope] in rpc_envelope.cc; frames of 2 MiB
+//   Wire (the envelopes, a reply's status): Note [RPC envelope] in rpc_envelope.cc; frames of 2 MiB
 //     and more: Note [Streamed frames] in rpc_stream.cc.
 //   Server (its threads, stopping, limits): Note [RPC server] in rpc_server.cc.
 //   Channel (its threads, synchronous and asynchronous calls): Note [RPC channel] in

@@ -110,6 +110,15 @@ namespace tessera::internal {
 // took the loss in: it drops the rest, so a stopping server says goodbye first (Note [Goodbye]
 // in rpc_server.cc), and the channel holds its new requests from the goodbye on, as after a loss.
 
+// Note [Older replies]
+// ~~~~~~~~~~~~~~~~~~~~
+// Builds before the reply envelope (Note [RPC envelope] in rpc_envelope.cc) answered
+// [call-id][status][frame...], the call id with the request's magic "TRP1". A server never sends
+// that magic now, so a reply under it comes from an older build: its call fails at once,
+// Unimplemented, naming the endpoint, instead of waiting for its deadline or, a long call, for
+// ever on a connection that stays up. (An older channel meeting a newer server counts the replies
+// as malformed and its calls meet their deadlines: it cannot be changed.)
+
 namespace {
 
 zmq::context_t& channel_context() {
@@ -688,8 +697,21 @@ bool RpcChannelCore::receive_replies() {
     zmq::message_t first;
     if (!socket_.recv(first, zmq::recv_flags::dontwait)) return false;
     recv_rest(socket_, first, &parts);
-    // [call-id][status][frame...], [head envelope][descriptor][status][frame...] or
-    // [chunk envelope][bytes]
+    // [reply envelope][frame...], [head envelope][descriptor][status][frame...] or
+    // [chunk envelope][bytes] (Note [RPC envelope] in rpc_envelope.cc)
+    if (auto reply = parse_reply_envelope(first)) {
+      const auto& [id, status] = *reply;
+      auto it = pending_.find(id);
+      if (it == pending_.end()) {
+        late_replies_.fetch_add(1, std::memory_order_relaxed);
+      } else if (!status.ok()) {
+        finish(it, status);
+      } else {
+        finish(it, RpcMessage{std::move(parts)});
+        parts.clear();  // moved from: empty again for the next recv_rest
+      }
+      continue;
+    }
     const auto envelope = parse_envelope(first);
     if (envelope && envelope->first == Envelope::kGoodbye && parts.empty()) {
       server_said_goodbye();
@@ -700,6 +722,17 @@ bool RpcChannelCore::receive_replies() {
       continue;
     }
     const auto [kind, id] = *envelope;
+    if (kind == Envelope::kWhole) {
+      // Note [Older replies]: a reply as builds before "TRR1" sent it, [call-id][status][frame...].
+      malformed_.fetch_add(1, std::memory_order_relaxed);
+      auto it = pending_.find(id);
+      if (it != pending_.end()) {
+        finish(it, errors::unimplemented("reply from {} in an older tessera build's envelope: every task of a "
+                                         "cluster must run the same build",
+                                         endpoint_));
+      }
+      continue;
+    }
     if (kind == Envelope::kChunk) {
       auto a = assembling_.find(id);
       if (a == assembling_.end() || parts.size() != 1) {  // its call ended, or its head was refused
@@ -719,7 +752,7 @@ bool RpcChannelCore::receive_replies() {
         continue;
       }
       streamed_replies_.fetch_add(1, std::memory_order_relaxed);
-      parts = std::move(frames);  // [status][frame...], as a whole reply's
+      parts = std::move(frames);  // [status][frame...]
     } else if (kind == Envelope::kHead) {
       auto it = pending_.find(id);
       if (it == pending_.end()) {
@@ -734,7 +767,11 @@ bool RpcChannelCore::receive_replies() {
       }
       assembling_.insert_or_assign(id, std::move(a).value());
       continue;
+    } else {  // a goodbye or its answer in front of frames, or a request's head
+      malformed_.fetch_add(1, std::memory_order_relaxed);
+      continue;
     }
+    // A streamed reply, whole again.
     std::optional<Status> status = parts.empty() ? std::nullopt : parse_status(parts[0]);
     if (!status) {
       malformed_.fetch_add(1, std::memory_order_relaxed);

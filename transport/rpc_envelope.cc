@@ -9,12 +9,17 @@ namespace tessera::internal {
 // Note [RPC envelope]
 // ~~~~~~~~~~~~~~~~~~~
 // A request is [call-id][header][payload...] from a DEALER; the server's ROUTER sees the
-// peer's routing id in front. A reply is [call-id][status][frame...]: the call-id echoed, then an
-// empty status frame for OK or 4 bytes of little-endian ErrorCode and the message, then the reply's
-// frames. The call-id frame is 12 bytes, "TRP1" and a little-endian 64-bit id, so stray traffic is
-// recognized and dropped (counted as malformed) instead of being handed to a handler. A message with
-// frames of kStreamMinBytes (2 MiB) or more goes out as a head ("TRS1") followed by chunk messages
-// ("TRC1"), either way: Note [Streamed frames] in rpc_stream.cc. A stopping server's goodbye
+// peer's routing id in front. The call-id frame is 12 bytes, "TRP1" and a little-endian 64-bit id,
+// so stray traffic is recognized and dropped (counted as malformed) instead of being handed to a
+// handler. A reply is [reply envelope][frame...]: "TRR1" and the call id echoed, followed in the
+// same frame, for an error, by its 4-byte little-endian ErrorCode and the message (an OK reply's
+// envelope is 12 bytes), then the reply's frames. The status once travelled as a frame of its own,
+// which cost every reply a frame to send, encode, decode and receive (figures:
+// benchmarks/results/xeon-2026-12-06-stop50.md); its own magic keeps a reply of either layout
+// from being read as the other (Note [Older replies] in rpc_channel.cc). A message with frames of
+// kStreamMinBytes (2 MiB) or more goes out as a head ("TRS1") followed by chunk messages ("TRC1"),
+// either way, and a streamed reply's status is frame 0 of what its descriptor numbers: Note
+// [Streamed frames] in rpc_stream.cc. A stopping server's goodbye
 // ("TRG1") and its callers' answers ("TRA1") are envelopes alone: Note [Goodbye] in rpc_server.cc.
 
 zmq::message_t envelope_frame(const char (&magic)[4], uint64_t id) {
@@ -33,6 +38,8 @@ std::optional<std::pair<Envelope, uint64_t>> parse_envelope(const zmq::message_t
   Envelope kind;
   if (std::memcmp(p, kMagic, 4) == 0) {
     kind = Envelope::kWhole;
+  } else if (std::memcmp(p, kReplyMagic, 4) == 0) {
+    kind = Envelope::kReply;
   } else if (std::memcmp(p, kHeadMagic, 4) == 0) {
     kind = Envelope::kHead;
   } else if (std::memcmp(p, kChunkMagic, 4) == 0) {
@@ -53,6 +60,28 @@ std::optional<uint64_t> parse_call_id(const zmq::message_t& m) {
   auto e = parse_envelope(m);
   if (!e || e->first != Envelope::kWhole) return std::nullopt;
   return e->second;
+}
+
+zmq::message_t reply_envelope_frame(uint64_t id, const Status& status) {
+  if (status.ok()) return envelope_frame(kReplyMagic, id);
+  const zmq::message_t tail = status_frame(status);
+  zmq::message_t m(kCallIdBytes + tail.size());
+  const zmq::message_t head = envelope_frame(kReplyMagic, id);
+  std::memcpy(m.data(), head.data(), kCallIdBytes);
+  std::memcpy(static_cast<char*>(m.data()) + kCallIdBytes, tail.data(), tail.size());
+  return m;
+}
+
+std::optional<std::pair<uint64_t, Status>> parse_reply_envelope(const zmq::message_t& m) {
+  if (m.size() < kCallIdBytes || std::memcmp(m.data(), kReplyMagic, 4) != 0) return std::nullopt;
+  const auto* p = static_cast<const unsigned char*>(m.data());
+  uint64_t id = 0;
+  for (int i = 0; i < 8; ++i) id |= uint64_t{p[4 + i]} << (8 * i);
+  if (m.size() == kCallIdBytes) return std::make_pair(id, Status());
+  const zmq::message_t tail(p + kCallIdBytes, m.size() - kCallIdBytes);
+  std::optional<Status> status = parse_status(tail);
+  if (!status || status->ok()) return std::nullopt;  // an error's code and message, or nothing
+  return std::make_pair(id, *std::move(status));
 }
 
 std::vector<zmq::message_t> frames_from(std::vector<zmq::message_t>& parts, std::size_t first) {

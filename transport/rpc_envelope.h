@@ -1,9 +1,10 @@
 // The RPC envelope (Note [RPC envelope] in rpc_envelope.cc): the frame in front of every request
-// and reply that names the call, and the status frame in front of a reply's frames. Internal to
-// the RPC server and channel.
+// and reply that names the call (a reply's with its status). Internal to the RPC server and
+// channel.
 //
 //   socket.send(call_id_frame(id), zmq::send_flags::sndmore);   // then the request's frames
 //   auto e = parse_envelope(first);   // {kWhole, kHead or kChunk, id}; nullopt: not ours (dropped)
+//   auto r = parse_reply_envelope(first);   // a whole reply's {id, status}
 #pragma once
 
 #include <cstddef>
@@ -21,6 +22,8 @@ namespace tessera::internal {
 // The envelope's magic: a whole message, the head of a streamed one, a chunk of a streamed one
 // (Note [Streamed frames] in rpc_stream.cc).
 inline constexpr char kMagic[4] = {'T', 'R', 'P', '1'};
+// A whole reply (the call id and the status in one frame).
+inline constexpr char kReplyMagic[4] = {'T', 'R', 'R', '1'};
 inline constexpr char kHeadMagic[4] = {'T', 'R', 'S', '1'};
 inline constexpr char kChunkMagic[4] = {'T', 'R', 'C', '1'};
 // A stopping server's goodbye, alone in its message, and the caller's answer to it (Note
@@ -29,7 +32,7 @@ inline constexpr char kGoodbyeMagic[4] = {'T', 'R', 'G', '1'};
 inline constexpr char kGoodbyeAckMagic[4] = {'T', 'R', 'A', '1'};
 inline constexpr std::size_t kCallIdBytes = 12;
 
-enum class Envelope { kWhole, kHead, kChunk, kGoodbye, kGoodbyeAck };
+enum class Envelope { kWhole, kReply, kHead, kChunk, kGoodbye, kGoodbyeAck };
 
 // The 12-byte envelope frame: `magic` and the little-endian call id.
 zmq::message_t envelope_frame(const char (&magic)[4], uint64_t id);
@@ -39,13 +42,19 @@ zmq::message_t call_id_frame(uint64_t id);
 std::optional<std::pair<Envelope, uint64_t>> parse_envelope(const zmq::message_t& m);
 // The call id of a whole message's envelope; nullopt for anything else.
 std::optional<uint64_t> parse_call_id(const zmq::message_t& m);
+// A whole reply's envelope: kReplyMagic and the call id, then, unless `status` is OK, the status
+// frame's bytes (an OK reply's envelope is 12 bytes, the same as a request's).
+zmq::message_t reply_envelope_frame(uint64_t id, const Status& status);
+// The call id and status of a whole reply's envelope; nullopt when `m` is not one.
+std::optional<std::pair<uint64_t, Status>> parse_reply_envelope(const zmq::message_t& m);
 
 // The frames of `parts` from index `first` on, moved out (the envelope and descriptor stay behind).
 std::vector<zmq::message_t> frames_from(std::vector<zmq::message_t>& parts, std::size_t first);
 // Whether any frame is large enough to be streamed (kStreamMinBytes, rpc_stream.h).
 bool has_streamed_size(const std::vector<zmq::message_t>& frames);
 
-// A reply's status frame: empty for OK, else the little-endian ErrorCode and the message.
+// A streamed reply's status frame (its frame 0): empty for OK, else the little-endian ErrorCode
+// and the message.
 zmq::message_t status_frame(const Status& s);
 // The status a reply carries; nullopt when the frame is not a status frame.
 std::optional<Status> parse_status(const zmq::message_t& m);

@@ -88,15 +88,15 @@ namespace tessera::internal {
 struct ReplySlot {
   std::shared_ptr<RpcServerCore> core;
   zmq::message_t routing_id;
-  zmq::message_t call_id;
+  uint64_t id;  // the call's
   std::atomic<bool> replied{false};
   // Responder::on_lost: the caller's routing id, and what to run when its connection closes.
   std::string peer;
   std::atomic<bool> watched{false};  // in core->watched_ (written under core->watch_mu_)
   std::function<void()> on_lost;     // guarded by core->watch_mu_
 
-  ReplySlot(std::shared_ptr<RpcServerCore> c, zmq::message_t r, zmq::message_t id)
-      : core(std::move(c)), routing_id(std::move(r)), call_id(std::move(id)), peer(routing_id.to_string()) {}
+  ReplySlot(std::shared_ptr<RpcServerCore> c, zmq::message_t r, uint64_t call_id)
+      : core(std::move(c)), routing_id(std::move(r)), id(call_id), peer(routing_id.to_string()) {}
   ~ReplySlot();
 };
 
@@ -119,8 +119,8 @@ class RpcServerCore : public std::enable_shared_from_this<RpcServerCore> {
  private:
   struct Outgoing {
     zmq::message_t routing_id;
-    zmq::message_t call_id;
-    zmq::message_t status;
+    uint64_t id;  // the call's
+    Status status;
     std::vector<zmq::message_t> frames;
   };
   struct Work {
@@ -673,6 +673,10 @@ void RpcServerCore::receive_one(zmq::message_t routing_id, std::vector<zmq::mess
     receive_head(std::move(routing_id), id, parts);
     return;
   }
+  if (kind != Envelope::kWhole) {  // a reply's envelope, or a goodbye's, in front of frames
+    malformed_.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
   if (options_.max_message_bytes >= 0) {
     uint64_t total = 0;
     for (std::size_t i = 1; i < parts->size(); ++i) total += (*parts)[i].size();
@@ -739,7 +743,7 @@ void RpcServerCore::drop_stalled_streams() {
 }
 
 void RpcServerCore::refuse(zmq::message_t routing_id, uint64_t id, const Status& status) {
-  Outgoing out{std::move(routing_id), call_id_frame(id), status_frame(status), {}};
+  Outgoing out{std::move(routing_id), id, status, {}};
   send(out);
 }
 
@@ -747,7 +751,7 @@ void RpcServerCore::dispatch(zmq::message_t routing_id, uint64_t id, std::vector
   requests_.fetch_add(1, std::memory_order_relaxed);
   RpcMessage request;
   request.frames = std::move(frames);
-  Responder respond(std::make_shared<ReplySlot>(shared_from_this(), std::move(routing_id), call_id_frame(id)));
+  Responder respond(std::make_shared<ReplySlot>(shared_from_this(), std::move(routing_id), id));
   if (options_.handler_threads <= 0 || (options_.run_inline && options_.run_inline(request))) {
     invoke(std::move(request), std::move(respond));
     return;
@@ -797,10 +801,9 @@ bool RpcServerCore::reply(ReplySlot& slot, const Status& status, std::vector<zmq
       dropped_replies_.fetch_add(1, std::memory_order_relaxed);
       return false;
     }
-    // Only the winner of `replied` gets here, so it alone moves the envelope out of the slot.
+    // Only the winner of `replied` gets here, so it alone moves the routing id out of the slot.
     wake = outbox_.empty() && tls_server_io_owner != this;
-    outbox_.push_back(Outgoing{std::move(slot.routing_id), std::move(slot.call_id), status_frame(status),
-                               std::move(frames)});
+    outbox_.push_back(Outgoing{std::move(slot.routing_id), slot.id, status, std::move(frames)});
     last_reply_ = std::chrono::steady_clock::now();
   }
   if (wake) signal_wake_fd(wake_fd_);
@@ -812,12 +815,9 @@ void RpcServerCore::send(Outgoing& out) {
     // With ZMQ_ROUTER_MANDATORY the routing frame fails (EAGAIN or EHOSTUNREACH) when the reply
     // cannot be delivered; the frames after it then cannot block.
     std::optional<ChunkedFrames> stream;
-    uint64_t id = 0;
     if (has_streamed_size(out.frames)) {
-      // Every reply slot holds a whole-message call id (dispatch() made it).
-      id = parse_call_id(out.call_id).value_or(0);
       // The status frame counts as frame 0 of the descriptor's numbering.
-      out.frames.insert(out.frames.begin(), std::move(out.status));
+      out.frames.insert(out.frames.begin(), status_frame(out.status));
       stream = split_for_streaming(&out.frames);
     }
     zmq::message_t routing_id;  // sending moves the frame out: each chunk sends a copy of this
@@ -827,11 +827,12 @@ void RpcServerCore::send(Outgoing& out) {
       return;
     }
     if (stream) {
-      socket_.send(envelope_frame(kHeadMagic, id), zmq::send_flags::sndmore);
+      socket_.send(envelope_frame(kHeadMagic, out.id), zmq::send_flags::sndmore);
       socket_.send(stream->descriptor, zmq::send_flags::sndmore);
     } else {
-      socket_.send(out.call_id, zmq::send_flags::sndmore);
-      socket_.send(out.status, out.frames.empty() ? zmq::send_flags::none : zmq::send_flags::sndmore);
+      // The call id and the status in one frame (Note [RPC envelope]).
+      socket_.send(reply_envelope_frame(out.id, out.status),
+                   out.frames.empty() ? zmq::send_flags::none : zmq::send_flags::sndmore);
     }
     for (std::size_t i = 0; i < out.frames.size(); ++i) {
       socket_.send(out.frames[i], i + 1 < out.frames.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
@@ -848,7 +849,7 @@ void RpcServerCore::send(Outgoing& out) {
           dropped_replies_.fetch_add(1, std::memory_order_relaxed);  // the caller meets its deadline
           return;
         }
-        socket_.send(envelope_frame(kChunkMagic, id), zmq::send_flags::sndmore);
+        socket_.send(envelope_frame(kChunkMagic, out.id), zmq::send_flags::sndmore);
         socket_.send(chunk, zmq::send_flags::none);
       }
     }
