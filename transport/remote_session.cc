@@ -200,7 +200,7 @@ std::vector<Tensor> RemoteSession::run(const std::vector<Output>& fetches, const
     meta.status().with_prefix(fmt::format("feed '{}': ", out.name())).raise();
     pb::NamedTensor* nt = request.add_feed();
     nt->set_name(out.name());
-    *nt->mutable_meta() = meta.value();
+    *nt->mutable_meta() = std::move(meta).value();
   }
   for (const auto& f : fetches) {
     checked_output(f, graph_.impl(), "fetch").status().raise();

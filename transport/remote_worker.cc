@@ -56,7 +56,7 @@ void RemoteWorker::run_graph(const pb::RunGraphRequest& request, std::vector<Ten
   for (std::size_t k = 0; k < send.size(); ++k) {
     auto meta = tensor_to_frames(send[k], &frames, 1);
     if (!meta.ok()) return done(meta.status().with_prefix(fmt::format("feed '{}': ", run.send(static_cast<int>(k)).name())));
-    *run.mutable_send(static_cast<int>(k))->mutable_meta() = meta.value();
+    *run.mutable_send(static_cast<int>(k))->mutable_meta() = std::move(meta).value();
   }
   channel_->call_until_lost(
       make_call("RunGraph", run, std::move(frames)), rpc_timeout_,

@@ -268,7 +268,7 @@ void reply_with_tensors(const Responder& respond, uint64_t request_id, google::p
   for (std::size_t i = 0; i < tensors.size(); ++i) {
     auto meta = tensor_to_frames(tensors[i], &frames, 1);
     if (!meta.ok()) return send_reply(respond, request_id, meta.status(), nullptr);
-    *entries->Mutable(static_cast<int>(i))->mutable_meta() = meta.value();
+    *entries->Mutable(static_cast<int>(i))->mutable_meta() = std::move(meta).value();
   }
   send_reply(respond, request_id, Status(), response, std::move(frames));
 }
@@ -379,7 +379,7 @@ bool call_service(const ServiceState& state, const wire::RequestHeaderView& h, R
       if (!meta.ok()) return send_reply(respond, id, meta.status(), nullptr);
       pb::RecvTensorResponse response;
       response.set_version(wire::kWireVersion);
-      *response.mutable_tensor() = meta.value();
+      *response.mutable_tensor() = std::move(meta).value();
       send_reply(respond, id, Status(), &response, std::move(frames));
     });
     // A caller that is gone (killed, or silent past the heartbeat timeout) no longer waits either.

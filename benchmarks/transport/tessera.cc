@@ -5,16 +5,17 @@
 // train::Server runs it) whose handler reads the wire RequestHeader in place (read_request_header,
 // as train::Server's dispatch does) and dispatches on its method:
 //   RecvTensor  body RecvTensorRequest; the tensor named by rendezvous_key (one per size, built at
-//               start-up) goes back as a ResponseHeader whose body is a RecvTensorResponse with
-//               TensorMeta = wire::encode_tensor_meta(t, 1), plus frame 1 = tensor_frame(t)
-//               (the tensor's own buffer from 16 KiB up, no copy).
+//               start-up) goes back as a ResponseHeader whose body is a RecvTensorResponse with the
+//               TensorMeta of tensor_to_frames, as train::Server answers: up to 4 KiB the bytes
+//               inside it, above that frame 1 (the tensor's own buffer from 16 KiB up, no copy).
 //   RunGraph    the echo of the rtt benchmarks, shaped as the call a master makes to run a
-//               partition: the request's `send` names a tensor travelling as frame 1, which the
-//               handler validates and adopts (frame_to_tensor, natural alignment: no copy), and
-//               returns in a RunGraphResponse `recv` entry plus tensor_frame of it.
+//               partition: the request's `send` names a tensor (tensor_to_frames, as a master
+//               sends feeds), which the handler validates and takes (tensor_from_frames: a frame is
+//               adopted without a copy from 16 KiB up), and returns in a RunGraphResponse `recv`
+//               entry, again through tensor_to_frames.
 // Client: one RpcChannel (a channel per remote task, as a worker keeps). Every reply is parsed
-// (ResponseHeader read in place as parse_reply does, status, body), its TensorMeta checked with wire::validate_tensor_meta against the
-// frame, and the Tensor built with frame_to_tensor(frame, dtype, shape, dtype_size(dtype)): from
+// (ResponseHeader read in place as parse_reply does, status, body) and its tensor taken with
+// tensor_from_frames, which validates the metadata against the bytes (inline or a frame): from
 // 16 KiB up the tensor is the received zmq message, not a copy.
 //   transfer: RpcChannel::call with kWindow calls in flight (a counter and a condition variable);
 //             the reply is turned into a Tensor in the completion (the channel's I/O thread), where
@@ -33,7 +34,6 @@
 #include <cstdio>
 #include <memory>
 #include <mutex>
-#include <optional>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -53,7 +53,6 @@ using tessera::Shape;
 using tessera::Status;
 using tessera::StatusOr;
 using tessera::Tensor;
-using tessera::internal::frame_to_tensor;
 using tessera::internal::kZeroCopyMinBytes;
 using tessera::internal::Responder;
 using tessera::internal::RpcChannel;
@@ -63,7 +62,8 @@ using tessera::internal::RpcMessage;
 using tessera::internal::RpcServer;
 using tessera::internal::request_frame;
 using tessera::internal::response_frame;
-using tessera::internal::tensor_frame;
+using tessera::internal::tensor_from_frames;
+using tessera::internal::tensor_to_frames;
 namespace errors = tessera::errors;
 namespace wire = tessera::internal::wire;
 namespace pb = tessera::wire;  // the generated messages
@@ -77,20 +77,17 @@ Tensor pattern_tensor(const Size& size) {
   return t;
 }
 
-Shape shape_of(const pb::TensorMeta& meta) {
-  return Shape(std::vector<int64_t>(meta.dims().begin(), meta.dims().end()));
-}
-
 // ---- Peer ----
 
 using Tensors = std::unordered_map<std::string, Tensor>;
 
+// `frames` (a framed tensor) follow the header, whose frame index 1 is the first of them.
 void reply(const Responder& respond, uint64_t request_id, const Status& status,
-           const google::protobuf::Message* body, std::optional<zmq::message_t> tensor = std::nullopt) {
+           const google::protobuf::Message* body, std::vector<zmq::message_t> frames = {}) {
   RpcMessage out;
-  out.frames.reserve(2);
+  out.frames.reserve(1 + frames.size());
   out.frames.push_back(response_frame(request_id, status, body));  // as train::Server writes it
-  if (tensor) out.frames.push_back(std::move(*tensor));
+  for (zmq::message_t& f : frames) out.frames.push_back(std::move(f));
   respond(std::move(out));
 }
 
@@ -101,12 +98,13 @@ void serve_recv_tensor(const Tensors& tensors, const wire::RequestHeaderView& h,
   if (it == tensors.end()) {
     return reply(respond, h.request_id(), errors::not_found("no tensor '{}'", body.rendezvous_key()), nullptr);
   }
-  StatusOr<zmq::message_t> frame = tensor_frame(it->second);
-  if (!frame.ok()) return reply(respond, h.request_id(), frame.status(), nullptr);
+  std::vector<zmq::message_t> frames;
+  StatusOr<pb::TensorMeta> meta = tensor_to_frames(it->second, &frames, 1);
+  if (!meta.ok()) return reply(respond, h.request_id(), meta.status(), nullptr);
   pb::RecvTensorResponse response;
   response.set_version(wire::kWireVersion);
-  *response.mutable_tensor() = wire::encode_tensor_meta(it->second, 1);
-  reply(respond, h.request_id(), Status(), &response, std::move(frame).value());
+  *response.mutable_tensor() = std::move(meta).value();
+  reply(respond, h.request_id(), Status(), &response, std::move(frames));
 }
 
 void serve_echo(RpcMessage& request, const wire::RequestHeaderView& h, const Responder& respond) {
@@ -115,25 +113,17 @@ void serve_echo(RpcMessage& request, const wire::RequestHeaderView& h, const Res
   if (body.send_size() != 1 || body.recv_key_size() != 1) {
     return reply(respond, h.request_id(), errors::invalid_argument("the echo takes one tensor"), nullptr);
   }
-  const pb::TensorMeta& meta = body.send(0).meta();
-  if (meta.frame() == 0 || meta.frame() >= request.frames.size()) {
-    return reply(respond, h.request_id(), errors::invalid_argument("no frame {}", meta.frame()), nullptr);
-  }
-  zmq::message_t& frame = request.frames[meta.frame()];
-  Status st = wire::validate_tensor_meta(meta, frame.size());
-  const auto dtype = static_cast<DType>(meta.dtype());  // validated
-  if (st.ok()) st = wire::validate_tensor_content(dtype, frame.data(), frame.size());
-  if (!st.ok()) return reply(respond, h.request_id(), st, nullptr);
-  StatusOr<Tensor> t = frame_to_tensor(std::move(frame), dtype, shape_of(meta), dtype_size(dtype));
+  StatusOr<Tensor> t = tensor_from_frames(body.send(0).meta(), request.frames);  // as train::Server takes feeds
   if (!t.ok()) return reply(respond, h.request_id(), t.status(), nullptr);
-  StatusOr<zmq::message_t> back = tensor_frame(t.value());
-  if (!back.ok()) return reply(respond, h.request_id(), back.status(), nullptr);
+  std::vector<zmq::message_t> frames;
+  StatusOr<pb::TensorMeta> meta = tensor_to_frames(t.value(), &frames, 1);
+  if (!meta.ok()) return reply(respond, h.request_id(), meta.status(), nullptr);
   pb::RunGraphResponse response;
   response.set_version(wire::kWireVersion);
   pb::NamedTensor* out = response.add_recv();
   out->set_name(body.recv_key(0));
-  *out->mutable_meta() = wire::encode_tensor_meta(t.value(), 1);
-  reply(respond, h.request_id(), Status(), &response, std::move(back).value());
+  *out->mutable_meta() = std::move(meta).value();
+  reply(respond, h.request_id(), Status(), &response, std::move(frames));
 }
 
 void serve(const Tensors& tensors, RpcMessage request, const Responder& respond) {
@@ -174,16 +164,10 @@ StatusOr<Tensor> receive_tensor(StatusOr<RpcMessage> reply, uint64_t request_id,
   TESSERA_RETURN_IF_ERROR(wire::parse_body(h.body(), &body));
   const pb::TensorMeta* meta = meta_of(body);
   if (meta == nullptr) return errors::internal("the reply names no tensor");
-  if (meta->frame() == 0 || meta->frame() >= frames.size()) {
-    return errors::internal("the reply's tensor is in frame {} of {}", meta->frame(), frames.size());
-  }
-  zmq::message_t& frame = frames[meta->frame()];
-  TESSERA_RETURN_IF_ERROR(wire::validate_tensor_meta(*meta, frame.size()));
-  const auto dtype = static_cast<DType>(meta->dtype());  // validated
-  TESSERA_RETURN_IF_ERROR(wire::validate_tensor_content(dtype, frame.data(), frame.size()));
-  const void* data = frame.data();
-  StatusOr<Tensor> t = frame_to_tensor(std::move(frame), dtype, shape_of(*meta), dtype_size(dtype));
-  if (zero_copy != nullptr && t.ok()) *zero_copy = t.value().raw_data() == data;
+  // A framed tensor's bytes, to tell whether the tensor is the frame itself.
+  const void* data = meta->frame() > 0 && meta->frame() < frames.size() ? frames[meta->frame()].data() : nullptr;
+  StatusOr<Tensor> t = tensor_from_frames(*meta, frames);  // as the runtime's callers take a reply's tensor
+  if (zero_copy != nullptr && t.ok()) *zero_copy = data != nullptr && t.value().raw_data() == data;
   return t;
 }
 
@@ -371,14 +355,15 @@ void rtt(benchmark::State& state, const Size& size, bool busy_poll) {
     body.set_step_id(static_cast<int64_t>(id));
     pb::NamedTensor* send = body.add_send();
     send->set_name(key);
-    *send->mutable_meta() = wire::encode_tensor_meta(payload, 1);
+    std::vector<zmq::message_t> frames;  // as a master sends a feed: inline up to 4 KiB, else frame 1
+    StatusOr<pb::TensorMeta> meta = tensor_to_frames(payload, &frames, 1);
+    if (!meta.ok()) return meta.status();
+    *send->mutable_meta() = std::move(meta).value();
     body.add_recv_key(key);
-    StatusOr<zmq::message_t> frame = tensor_frame(payload);
-    if (!frame.ok()) return frame.status();
     RpcMessage request;
-    request.frames.reserve(2);
+    request.frames.reserve(1 + frames.size());
     request.frames.push_back(request_frame(id, kRunGraph, body, kDeadline.count()));
-    request.frames.push_back(std::move(frame).value());
+    for (zmq::message_t& f : frames) request.frames.push_back(std::move(f));
     return receive_tensor<pb::RunGraphResponse>(ch->call_sync(std::move(request), kDeadline), id, run_graph_meta,
                                                 zero_copy);
   };
