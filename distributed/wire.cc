@@ -861,21 +861,14 @@ class FieldReader {
   bool at_end() const { return p_ == end_; }
 
   bool tag(uint32_t* out) {
-    uint32_t v = 0;
-    for (int i = 0; i < 5; ++i) {
-      if (p_ == end_) return false;
-      const uint8_t b = *p_++;
-      v += static_cast<uint32_t>(b & 0x7f) << (7 * i);
-      if (b < 0x80) {
-        *out = v;
-        return true;
-      }
-    }
-    return false;
+    uint64_t v;
+    if (!varint(&v, 5)) return false;
+    *out = static_cast<uint32_t>(v);
+    return true;
   }
-  bool varint(uint64_t* out) {
+  bool varint(uint64_t* out, int max_bytes = 10) {
     uint64_t v = 0;
-    for (int i = 0; i < 10; ++i) {
+    for (int i = 0; i < max_bytes; ++i) {
       if (p_ == end_) return false;
       const uint8_t b = *p_++;
       v += static_cast<uint64_t>(b & 0x7f) << (7 * i);

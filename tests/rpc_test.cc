@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <future>
 #include <mutex>
 #include <random>
@@ -1443,6 +1444,62 @@ std::vector<std::string> recv_parts(zmq::socket_t& socket) {
   return parts;
 }
 
+// A DEALER connected to `endpoint` speaking the envelope by hand (receives time out after 3 s).
+zmq::socket_t raw_caller(zmq::context_t& context, const std::string& endpoint) {
+  zmq::socket_t raw(context, zmq::socket_type::dealer);
+  raw.set(zmq::sockopt::linger, 0);
+  raw.set(zmq::sockopt::rcvtimeo, 3000);
+  raw.connect(endpoint);
+  return raw;
+}
+uint64_t call_id_of(const zmq::message_t& envelope) {
+  uint64_t id = 0;
+  const auto* p = static_cast<const unsigned char*>(envelope.data());
+  for (std::size_t i = 0; i < 8 && 4 + i < envelope.size(); ++i) id |= uint64_t{p[4 + i]} << (8 * i);
+  return id;
+}
+
+// A ROUTER on a free loopback port standing in for a server: its thread takes each request
+// [routing id][envelope][header] and calls answer(*this, routing id, call id, header), which
+// replies with send_to, until the object goes (on every way out of a test, a failed assertion's
+// too).
+class StandInServer {
+ public:
+  using Answer =
+      std::function<void(StandInServer& server, const zmq::message_t& routing, uint64_t id, const std::string& header)>;
+  explicit StandInServer(Answer answer) : router_(context_, zmq::socket_type::router) {
+    router_.set(zmq::sockopt::linger, 0);
+    router_.set(zmq::sockopt::rcvtimeo, 100);  // to look at done_
+    router_.bind("tcp://127.0.0.1:*");
+    endpoint_ = router_.get(zmq::sockopt::last_endpoint);
+    thread_ = std::thread([this, answer = std::move(answer)] {
+      while (!done_) {
+        zmq::message_t routing, env, header;
+        if (!router_.recv(routing)) continue;
+        if (!router_.recv(env) || !router_.recv(header)) continue;
+        answer(*this, routing, call_id_of(env), header.to_string());
+      }
+    });
+  }
+  ~StandInServer() {
+    done_ = true;
+    thread_.join();
+  }
+  const std::string& endpoint() const { return endpoint_; }
+  // Sends `parts` to the caller of routing id `routing` (its thread only).
+  void send_to(const zmq::message_t& routing, const std::vector<std::string>& parts) {
+    router_.send(zmq::buffer(routing.to_string()), zmq::send_flags::sndmore);
+    send_parts(router_, parts);
+  }
+
+ private:
+  zmq::context_t context_;
+  zmq::socket_t router_;
+  std::string endpoint_;
+  std::atomic<bool> done_{false};
+  std::thread thread_;
+};
+
 // The ErrorCode of a reply's status frame (0 for OK).
 uint32_t status_code(const std::string& status) {
   uint32_t code = 0;
@@ -1482,10 +1539,7 @@ TEST(RpcTest, AFailedCallsReplyIsItsEnvelopeAlone) {
   auto server = start_or_die([](RpcMessage, Responder respond) { respond.fail(errors::not_found("gone")); });
   ASSERT_TRUE(server);
   zmq::context_t context;
-  zmq::socket_t raw(context, zmq::socket_type::dealer);
-  raw.set(zmq::sockopt::linger, 0);
-  raw.set(zmq::sockopt::rcvtimeo, 3000);
-  raw.connect(server->endpoint());
+  zmq::socket_t raw = raw_caller(context, server->endpoint());
   send_parts(raw, {envelope("TRP1", 9), "header"});
   const std::vector<std::string> reply = recv_parts(raw);
   ASSERT_EQ(reply.size(), 1u);
@@ -1504,37 +1558,14 @@ TEST(RpcTest, AFailedCallsReplyIsItsEnvelopeAlone) {
 // Note [Older replies]: a reply in the layout of builds before the reply envelope fails its call
 // at once, a long call too, and the channel goes on.
 TEST(RpcTest, AReplyInAnOlderBuildsEnvelopeFailsItsCallAtOnce) {
-  zmq::context_t context;
-  zmq::socket_t router(context, zmq::socket_type::router);
-  router.set(zmq::sockopt::linger, 0);
-  router.set(zmq::sockopt::rcvtimeo, 100);
-  router.bind("tcp://127.0.0.1:*");
-  const std::string endpoint = router.get(zmq::sockopt::last_endpoint);
-  std::atomic<bool> done{false};
-  std::thread peer([&] {
-    while (!done) {
-      zmq::message_t routing, env, header;
-      if (!router.recv(routing)) continue;
-      if (!router.recv(env) || !router.recv(header)) continue;
-      uint64_t id = 0;
-      for (int i = 0; i < 8; ++i) id |= uint64_t{static_cast<const unsigned char*>(env.data())[4 + i]} << (8 * i);
-      router.send(zmq::buffer(routing.to_string()), zmq::send_flags::sndmore);
-      if (header.to_string() == "old") {
-        send_parts(router, {envelope("TRP1", id), "", "sent"});  // [call-id][status][frame]
-      } else {
-        send_parts(router, {envelope("TRR1", id), "sent"});
-      }
+  StandInServer server([](StandInServer& s, const zmq::message_t& routing, uint64_t id, const std::string& header) {
+    if (header == "old") {
+      s.send_to(routing, {envelope("TRP1", id), "", "sent"});  // [call-id][status][frame]
+    } else {
+      s.send_to(routing, {envelope("TRR1", id), "sent"});
     }
   });
-  struct StopPeer {  // on every way out, a failed assertion's too
-    std::atomic<bool>& done;
-    std::thread& peer;
-    ~StopPeer() {
-      done = true;
-      peer.join();
-    }
-  } stop_peer{done, peer};
-  RpcChannel channel(endpoint);
+  RpcChannel channel(server.endpoint());
   // A long call: only the reply can end it (the channel's destruction would cancel it).
   auto old = std::make_shared<std::promise<Status>>();
   std::future<Status> old_done = old->get_future();
@@ -1557,10 +1588,7 @@ TEST(RpcStreamTest, MalformedStreamedRequestsAreRefusedAndTheServerKeepsServing)
   auto server = start_or_die(echo, options);
   ASSERT_TRUE(server);
   zmq::context_t context;
-  zmq::socket_t raw(context, zmq::socket_type::dealer);
-  raw.set(zmq::sockopt::linger, 0);
-  raw.set(zmq::sockopt::rcvtimeo, 3000);
-  raw.connect(server->endpoint());
+  zmq::socket_t raw = raw_caller(context, server->endpoint());
   const auto invalid = static_cast<uint32_t>(ErrorCode::kInvalidArgument);
   auto refused_with = [&](uint64_t id, const std::string& what) {
     std::vector<std::string> reply = recv_parts(raw);
@@ -1611,52 +1639,34 @@ TEST(RpcStreamTest, MalformedStreamedRequestsAreRefusedAndTheServerKeepsServing)
 }
 
 TEST(RpcStreamTest, MalformedStreamedRepliesFailTheirCallsAndTheChannelGoesOn) {
-  zmq::context_t context;
-  zmq::socket_t router(context, zmq::socket_type::router);
-  router.set(zmq::sockopt::linger, 0);
-  router.set(zmq::sockopt::rcvtimeo, 100);
-  router.bind("tcp://127.0.0.1:*");
-  const std::string endpoint = router.get(zmq::sockopt::last_endpoint);
-  std::atomic<bool> done{false};
   zmq::message_t stalled_routing;
   uint64_t stalled_id = 0;
   std::mutex stalled_mu;
   // Answers each request by its header: a stream over the channel's limit, a chunk that overflows
   // its frame, a head whose chunks never come, and a good stream.
-  std::thread peer([&] {
-    while (!done) {
-      zmq::message_t routing, env, header;
-      if (!router.recv(routing)) continue;
-      if (!router.recv(env) || !router.recv(header)) continue;
-      uint64_t id = 0;
-      for (int i = 0; i < 8; ++i) id |= uint64_t{static_cast<const unsigned char*>(env.data())[4 + i]} << (8 * i);
-      const std::string what = header.to_string();
-      auto reply = [&](const std::vector<std::string>& parts) {
-        router.send(zmq::buffer(routing.to_string()), zmq::send_flags::sndmore);
-        send_parts(router, parts);
-      };
-      if (what == "too big") {
-        reply({envelope("TRS1", id), descriptor({{1, 8u << 20}}), "", ""});
-      } else if (what == "overflow") {
-        reply({envelope("TRS1", id), descriptor({{1, 100}}), "", ""});
-        reply({envelope("TRC1", id), std::string(200, 'x')});
-      } else if (what == "stall") {
-        reply({envelope("TRS1", id), descriptor({{1, 100}}), "", ""});
-        std::lock_guard<std::mutex> l(stalled_mu);
-        stalled_routing.copy(routing);
-        stalled_id = id;
-      } else if (what == "late chunk") {
-        std::lock_guard<std::mutex> l(stalled_mu);
-        router.send(zmq::buffer(stalled_routing.to_string()), zmq::send_flags::sndmore);
-        send_parts(router, {envelope("TRC1", stalled_id), std::string(100, 'l')});
-        reply({envelope("TRR1", id), "sent"});
-      } else {
-        reply({envelope("TRS1", id), descriptor({{1, 7}}), "", ""});
-        reply({envelope("TRC1", id), "pay"});
-        reply({envelope("TRC1", id), "load"});
-      }
+  StandInServer server([&](StandInServer& s, const zmq::message_t& routing, uint64_t id, const std::string& what) {
+    auto reply = [&](const std::vector<std::string>& parts) { s.send_to(routing, parts); };
+    if (what == "too big") {
+      reply({envelope("TRS1", id), descriptor({{1, 8u << 20}}), "", ""});
+    } else if (what == "overflow") {
+      reply({envelope("TRS1", id), descriptor({{1, 100}}), "", ""});
+      reply({envelope("TRC1", id), std::string(200, 'x')});
+    } else if (what == "stall") {
+      reply({envelope("TRS1", id), descriptor({{1, 100}}), "", ""});
+      std::lock_guard<std::mutex> l(stalled_mu);
+      stalled_routing = zmq::message_t(routing.data(), routing.size());
+      stalled_id = id;
+    } else if (what == "late chunk") {
+      std::lock_guard<std::mutex> l(stalled_mu);
+      s.send_to(stalled_routing, {envelope("TRC1", stalled_id), std::string(100, 'l')});
+      reply({envelope("TRR1", id), "sent"});
+    } else {
+      reply({envelope("TRS1", id), descriptor({{1, 7}}), "", ""});
+      reply({envelope("TRC1", id), "pay"});
+      reply({envelope("TRC1", id), "load"});
     }
   });
+  const std::string endpoint = server.endpoint();
   RpcChannelOptions options;
   options.max_message_bytes = 4 << 20;
   RpcChannel channel(endpoint, options);
@@ -1675,8 +1685,6 @@ TEST(RpcStreamTest, MalformedStreamedRepliesFailTheirCallsAndTheChannelGoesOn) {
   EXPECT_EQ(strings(r.value()), std::vector<std::string>{"payload"});
   EXPECT_EQ(channel.stats().streamed_replies, 1u);
   EXPECT_EQ(channel.stats().malformed, 1u);  // the overflowing chunk
-  done = true;
-  peer.join();
 }
 
 }  // namespace
