@@ -648,7 +648,13 @@ TEST(ServerProcessTest, KilledServerMakesCallsUnavailableWithinTheDeadline) {
   const auto elapsed = Clock::now() - t0;
   ASSERT_FALSE(status.ok());
   EXPECT_EQ(status.status().code(), ErrorCode::kUnavailable) << status.status().to_string();
-  EXPECT_GE(elapsed, 900ms);
+  // Either libzmq still held the dead connection's pipe and took the request, which then fails
+  // as soon as the channel sees the loss (Note [Lost connections]), or the request waited for a
+  // connection until its deadline. Which one is a race with libzmq's I/O thread (about 1 run in
+  // 15 on a 2-core VM, before and after stop 50).
+  if (status.status().message().find("lost the connection") == std::string::npos) {
+    EXPECT_GE(elapsed, 900ms) << status.status().to_string();
+  }
   EXPECT_LT(elapsed, 1s + 1500ms);
 }
 
