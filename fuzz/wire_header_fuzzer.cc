@@ -113,8 +113,8 @@ void check_request(const uint8_t* data, size_t size) {
   const std::optional<std::string_view> peeked = wire::peek_request_method(data, size);
   FUZZ_CHECK(peeked.has_value() == parses);
   if (parses) FUZZ_CHECK(*peeked == plain.method());
-  // The header read in place (Note [Headers read in place] in distributed/wire.cc) is the parsed
-  // one, field for field, and a refusal the same error.
+  // The header read in place (Note [Headers read in place] in distributed/wire_headers.cc) is the
+  // parsed one, field for field, and a refusal the same error.
   auto h = wire::parse_request_header(data, size);
   auto view = wire::read_request_header(data, size);
   FUZZ_CHECK(view.ok() == h.ok());

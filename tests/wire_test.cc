@@ -770,8 +770,9 @@ TEST(WireHeaderTest, PeeksTheMethodWithoutParsing) {
   }
 }
 
-// read_request_header / read_response_header (Note [Headers read in place] in distributed/wire.cc)
-// against the generated parser: the same bytes accepted, the same fields, the same errors.
+// read_request_header / read_response_header (Note [Headers read in place] in
+// distributed/wire_headers.cc) against the generated parser: the same bytes accepted, the same
+// fields, the same errors.
 void expect_read_as_parsed(const std::string& bytes, const std::string& what) {
   SCOPED_TRACE(what + " (" + std::to_string(bytes.size()) + " bytes)");
   auto parsed = wire::parse_request_header(bytes.data(), bytes.size());
