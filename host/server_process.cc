@@ -144,6 +144,9 @@ ServerProcess::ServerProcess(std::string tessera_binary, std::string cluster, st
   std::vector<std::string> args = {tessera_binary, "server", "--cluster", std::move(cluster), "--job",
                                    std::move(job_name), "--task", std::to_string(task_index)};
   args.insert(args.end(), options.args.begin(), options.args.end());
+  // The task stops by itself if this process dies without destroying this object (a crash, an
+  // abort, kill -9), instead of living on with nobody to stop it.
+  args.insert(args.end(), {"--exit-with-parent", std::to_string(::getpid())});
   auto impl = std::make_unique<Impl>(args, options.env, options.forward_stderr);
   internal::ChildProcess& child = impl->child();
   if (!child.error().empty()) {

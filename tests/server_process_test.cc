@@ -5,19 +5,25 @@
 #include "tessera/server_process.h"
 
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <string>
+#include <thread>
 #include <utility>
 
 #include <gtest/gtest.h>
 
+#include "host/child_process.h"
 #include "tessera/errors.h"
 #include "testing/test_util.h"
 
@@ -73,7 +79,11 @@ TEST_F(TrainServerProcessTest, PassesArgumentsAndEnvironment) {
                      "cluster.json", "worker", 3, options);
   EXPECT_EQ(task.target(), "tessera://127.0.0.1:1");
   EXPECT_TRUE(testing::wait_until(
-      [&] { return task.stderr_tail() == "server --cluster cluster.json --job worker --task 3 --keys w0.key 42\n"; }, 5s))
+      [&] {
+        return task.stderr_tail() == "server --cluster cluster.json --job worker --task 3 --keys w0.key --exit-with-parent " +
+                                         std::to_string(::getpid()) + " 42\n";
+      },
+      5s))
       << task.stderr_tail();
 }
 
@@ -153,6 +163,47 @@ TEST_F(TrainServerProcessTest, DestructorAndMoveAssignmentKillAndReap) {
   }
   EXPECT_EQ(::kill(first_pid, 0), -1);
   EXPECT_EQ(errno, ESRCH);
+}
+
+// A launcher that dies without destroying its ServerProcess (kill -9 here; a crash or an abort
+// alike) leaves no task behind: the task sees its parent gone (--exit-with-parent) and stops
+// within the bound. The test is the launcher's subreaper, so the orphaned task becomes its child
+// and is reaped here.
+TEST(ServerProcessParentTest, ATaskWhoseLauncherDiesStopsByItself) {
+  ASSERT_EQ(::prctl(PR_SET_CHILD_SUBREAPER, 1), 0) << std::strerror(errno);
+  struct NoLongerSubreaper {
+    ~NoLongerSubreaper() { ::prctl(PR_SET_CHILD_SUBREAPER, 0); }
+  } restore;
+  internal::ChildProcess launcher(
+      {"/proc/self/exe", "--gtest_also_run_disabled_tests", "--gtest_filter=ServerProcessParentTest.DISABLED_Launcher"});
+  pid_t task = -1;
+  for (auto until = std::chrono::steady_clock::now() + 60s; task < 0 && std::chrono::steady_clock::now() < until;) {
+    std::optional<std::string> line = launcher.read_line(60s);
+    if (!line) break;
+    const std::string marker = "launcher: task pid ";
+    if (line->rfind(marker, 0) == 0) task = static_cast<pid_t>(std::stoi(line->substr(marker.size())));
+  }
+  ASSERT_GT(task, 0) << "the launcher did not start its task";
+  launcher.signal(SIGKILL);
+  ASSERT_TRUE(launcher.wait_exit(10s).has_value());
+  int status = 0;
+  pid_t reaped = 0;
+  const auto until = std::chrono::steady_clock::now() + 10s;
+  while ((reaped = ::waitpid(task, &status, WNOHANG)) == 0 && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(20ms);
+  }
+  if (reaped == 0) ::kill(task, SIGKILL);  // the test fails; the task goes all the same
+  ASSERT_EQ(reaped, task) << "the task outlived its launcher by 10 s";
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status;  // stopped as on SIGTERM
+}
+
+// Run by the test above as a process of its own: starts a task and never lets go of it.
+TEST(ServerProcessParentTest, DISABLED_Launcher) {
+  const std::string cluster = "{\"worker\": [\"" + free_loopback_address() + "\"]}";
+  auto* task = new ServerProcess(TESSERA_CLI_PATH, cluster, "worker", 0);  // never destroyed
+  std::printf("launcher: task pid %d\n", task->pid());
+  std::fflush(stdout);
+  std::this_thread::sleep_for(60s);  // killed long before
 }
 
 TEST(FreeLoopbackPortTest, GivesAPortAndAnAddress) {

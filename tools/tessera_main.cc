@@ -10,12 +10,14 @@
 #include <cerrno>
 #include <chrono>
 #include <cmath>
+#include <condition_variable>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <iostream>
+#include <mutex>
 #include <optional>
 #include <sstream>
 #include <thread>
@@ -148,6 +150,9 @@ void install_stop_handlers() {
       throw tessera::InternalError(fmt::format("cannot handle signal {}: {}", signo, std::strerror(errno)));
     }
   }
+  // A log line written to a pipe whose reader is gone (a launcher that died) fails with EPIPE
+  // instead of killing the task before it stopped cleanly.
+  ::signal(SIGPIPE, SIG_IGN);
 }
 
 // --cluster: inline JSON when it starts with '{', else the path of a JSON file.
@@ -157,10 +162,49 @@ tessera::train::ClusterSpec read_cluster(const std::string& arg) {
   return tessera::train::ClusterSpec::from_file(arg);  // bounded, never blocking on a FIFO
 }
 
-// Runs one task of a cluster until SIGINT or SIGTERM. The task comes from the flags, or from the
-// environment (TF_CONFIG, then Slurm) for what the flags leave out.
+// --exit-with-parent PID: until `stop` is set, looks every kParentLook whether this process's
+// parent is still PID (a dead parent's children are reparented, to init or a subreaper); once it
+// is not, stops the server as SIGTERM would. Polling, not PR_SET_PDEATHSIG: that signal follows
+// the thread that started the process, and a launcher may start tasks from a thread that ends.
+constexpr auto kParentLook = std::chrono::milliseconds(100);
+
+class ParentWatch {
+ public:
+  explicit ParentWatch(pid_t parent) {
+    if (parent <= 0) return;
+    thread_ = std::thread([this, parent] {
+      std::unique_lock<std::mutex> l(mu_);
+      while (!cv_.wait_for(l, kParentLook, [this] { return done_; })) {
+        if (::getppid() == parent) continue;
+        std::cerr << "tessera server: the process that started it (pid " << parent << ") is gone: stopping"
+                  << std::endl;
+        on_stop_signal(SIGTERM);
+        return;
+      }
+    });
+  }
+  ~ParentWatch() {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      done_ = true;
+    }
+    cv_.notify_all();
+    if (thread_.joinable()) thread_.join();
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false;  // guarded by mu_
+  std::thread thread_;
+};
+
+// Runs one task of a cluster until SIGINT or SIGTERM (or, with `exit_with_parent`, until that
+// process is gone). The task comes from the flags, or from the environment (TF_CONFIG, then Slurm)
+// for what the flags leave out.
 int run_server(const std::optional<std::string>& cluster_arg, const std::optional<std::string>& job_arg,
-               const std::optional<int>& task_arg, const tessera::train::ServerOptions& options) {
+               const std::optional<int>& task_arg, const tessera::train::ServerOptions& options,
+               pid_t exit_with_parent) {
   try {
     if (job_arg.has_value() != task_arg.has_value()) {
       throw tessera::InvalidArgumentError("--job and --task go together: give both or neither");
@@ -189,6 +233,7 @@ int run_server(const std::optional<std::string>& cluster_arg, const std::optiona
       }
     }
     install_stop_handlers();
+    ParentWatch parent_watch(exit_with_parent);  // from here a parent gone stops the server
     tessera::train::Server server(std::move(*cluster), job, task, options);
     std::cout << "tessera server: /job:" << job << "/task:" << task << " listening on " << server.target();
     if (options.busy_poll.count() > 0) std::cout << " (busy polling " << options.busy_poll.count() << " us)";
@@ -414,6 +459,12 @@ int main(int argc, char** argv) {
                       : "'" + value.substr(0, 40) + "' is not a busy-polling time (whole microseconds, 0 to 10000)";
       },
       "US");
+  int exit_with_parent = 0;
+  server->add_option("--exit-with-parent", exit_with_parent,
+                     "Stop (as on SIGTERM) once process PID, which started this task, is gone, even killed with "
+                     "-9: for launchers that must not leave tasks behind (train::ServerProcess passes its own pid)")
+      ->check(CLI::PositiveNumber)
+      ->type_name("PID");
   server->add_option("--busy-poll", busy_poll_us,
                      "After receiving requests, keep looking for more for US microseconds before sleeping "
                      "(ServerOptions::busy_poll: fewer wake-ups for a stream of small calls, at the price of "
@@ -470,7 +521,8 @@ int main(int argc, char** argv) {
       options.max_sessions = max_sessions;
       options.partition_lease = std::chrono::milliseconds(static_cast<int64_t>(std::ceil(partition_lease_s * 1000)));
       options.busy_poll = std::chrono::microseconds(busy_poll_us);
-      return run_server(given(cluster_opt, cluster_arg), given(job_opt, job_arg), given(task_opt, task_arg), options);
+      return run_server(given(cluster_opt, cluster_arg), given(job_opt, job_arg), given(task_opt, task_arg), options,
+                        static_cast<pid_t>(exit_with_parent));
     }
     if (*keygen) return run_keygen(keygen_out, keygen_force);
   } catch (const tessera::Error& e) {

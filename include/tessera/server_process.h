@@ -43,8 +43,10 @@ struct ServerProcessOptions {
 
 class ServerProcess {
  public:
-  // Runs `tessera_binary server --cluster CLUSTER --job JOB_NAME --task TASK_INDEX [options.args]`
-  // (`cluster` a file or JSON text, as the command line takes it) and waits for the line the task
+  // Runs `tessera_binary server --cluster CLUSTER --job JOB_NAME --task TASK_INDEX [options.args]
+  // --exit-with-parent PID` (`cluster` a file or JSON text, as the command line takes it; PID this
+  // process's: the task stops by itself within about 0.1 s once this process is gone, even when it
+  // dies without destroying this object) and waits for the line the task
   // prints once it listens ("tessera server: /job:ps/task:0 listening on tessera://HOST:PORT"),
   // at most options.start_timeout. UnavailableError when the program cannot be started, or the task
   // exits or prints another line first (a port taken, a bad flag); DeadlineExceededError when it
