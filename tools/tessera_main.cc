@@ -162,7 +162,7 @@ tessera::train::ClusterSpec read_cluster(const std::string& arg) {
   return tessera::train::ClusterSpec::from_file(arg);  // bounded, never blocking on a FIFO
 }
 
-// --exit-with-parent PID: until `stop` is set, looks every kParentLook whether this process's
+// --exit-with-parent PID: while the server runs, looks every kParentLook whether this process's
 // parent is still PID (a dead parent's children are reparented, to init or a subreaper); once it
 // is not, stops the server as SIGTERM would. Polling, not PR_SET_PDEATHSIG: that signal follows
 // the thread that started the process, and a launcher may start tasks from a thread that ends.
