@@ -1,7 +1,8 @@
 // train::ServerProcess (include/tessera/server_process.h) against stand-ins for the tessera binary:
 // small shell scripts that print the ready line, print another one, say something on stderr and
 // exit, or stay silent, so every outcome of a start is checked without a real server (the
-// multi-process tests, the demo and bench_cluster start real ones). Also free_loopback_port().
+// multi-process tests, the demo and bench_cluster start real ones). One real task, whose launcher
+// dies without stopping it, checks --exit-with-parent. Also free_loopback_port().
 #include "tessera/server_process.h"
 
 #include <signal.h>
@@ -192,7 +193,10 @@ TEST(ServerProcessParentTest, ATaskWhoseLauncherDiesStopsByItself) {
   while ((reaped = ::waitpid(task, &status, WNOHANG)) == 0 && std::chrono::steady_clock::now() < until) {
     std::this_thread::sleep_for(20ms);
   }
-  if (reaped == 0) ::kill(task, SIGKILL);  // the test fails; the task goes all the same
+  if (reaped == 0) {  // the test fails; the task goes all the same
+    ::kill(task, SIGKILL);
+    ::waitpid(task, &status, 0);
+  }
   ASSERT_EQ(reaped, task) << "the task outlived its launcher by 10 s";
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status;  // stopped as on SIGTERM
 }
