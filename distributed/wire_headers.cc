@@ -104,15 +104,10 @@ class FieldReader {
     return false;
   }
   bool length_delimited(std::string_view* out) {
-    uint32_t n = 0;
-    for (int i = 0;; ++i) {
-      if (p_ == end_) return false;
-      const uint8_t b = *p_++;
-      if (i == 4 && b >= 8) return false;  // 2 GiB or more
-      n += static_cast<uint32_t>(b & 0x7f) << (7 * i);
-      if (b < 0x80) break;
-    }
-    if (n > static_cast<uint32_t>(INT32_MAX - 16) || n > static_cast<std::size_t>(end_ - p_)) return false;
+    // A length of 5 bytes at most; 2 GiB or more (a 5th byte of 8 or above) is over the bound too.
+    uint64_t n;
+    if (!varint(&n, 5)) return false;
+    if (n > static_cast<uint64_t>(INT32_MAX - 16) || n > static_cast<std::size_t>(end_ - p_)) return false;
     *out = std::string_view(reinterpret_cast<const char*>(p_), n);
     p_ += n;
     return true;
