@@ -1452,12 +1452,6 @@ zmq::socket_t raw_caller(zmq::context_t& context, const std::string& endpoint) {
   raw.connect(endpoint);
   return raw;
 }
-uint64_t call_id_of(const zmq::message_t& envelope) {
-  uint64_t id = 0;
-  const auto* p = static_cast<const unsigned char*>(envelope.data());
-  for (std::size_t i = 0; i < 8 && 4 + i < envelope.size(); ++i) id |= uint64_t{p[4 + i]} << (8 * i);
-  return id;
-}
 
 // A ROUTER on a free loopback port standing in for a server: its thread takes each request
 // [routing id][envelope][header] and calls answer(*this, routing id, call id, header), which
@@ -1477,7 +1471,9 @@ class StandInServer {
         zmq::message_t routing, env, header;
         if (!router_.recv(routing)) continue;
         if (!router_.recv(env) || !router_.recv(header)) continue;
-        answer(*this, routing, call_id_of(env), header.to_string());
+        const auto call = parse_envelope(env);  // [kind, call id]
+        if (!call) continue;
+        answer(*this, routing, call->second, header.to_string());
       }
     });
   }
