@@ -97,6 +97,13 @@ struct StepFixture {
   ~StepFixture() { s.reset(); }
 };
 
+// Every benchmark here reports its session steps per second: Google Benchmark's CSV reporter
+// aborts ("All counters must be present in each run") when the runs of one invocation name
+// different counters.
+benchmark::Counter steps_per_second(int steps_per_iteration) {
+  return benchmark::Counter(static_cast<double>(steps_per_iteration), benchmark::Counter::kIsIterationInvariantRate);
+}
+
 void BM_step(benchmark::State& state, bool two_tasks) {
   tessera_bench::set_impl(state, "tessera");
   static StepFixture two(true);
@@ -108,6 +115,7 @@ void BM_step(benchmark::State& state, bool two_tasks) {
     benchmark::DoNotOptimize(t);
   }
   state.SetItemsProcessed(state.iterations());
+  state.counters["steps_per_second"] = steps_per_second(1);
 }
 
 // One worker's client: y = relu(x W + b) loss on a 64x256 batch, SGD on W and b (on the ps).
@@ -171,8 +179,7 @@ void BM_ps_steps(benchmark::State& state) {
     for (auto& t : threads) t.join();
   }
   state.SetItemsProcessed(state.iterations() * workers * kStepsPerWorker);
-  state.counters["steps_per_second"] =
-      benchmark::Counter(static_cast<double>(workers * kStepsPerWorker), benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["steps_per_second"] = steps_per_second(workers * kStepsPerWorker);
 }
 
 struct TransferFixture {
@@ -245,6 +252,7 @@ void BM_session_transfer(benchmark::State& state, const transport_bench::Size& s
   }
   state.SetBytesProcessed(state.iterations() * size.transfers * static_cast<int64_t>(size.bytes));
   state.SetItemsProcessed(state.iterations() * size.transfers);
+  state.counters["steps_per_second"] = steps_per_second(size.transfers);
 }
 
 BENCHMARK_CAPTURE(BM_step, two_tasks, true)->Name("BM_step_two_tasks/tessera")->UseRealTime()->MinTime(1.0);
