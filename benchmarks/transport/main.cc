@@ -5,6 +5,7 @@
 //                                                              bytes_per_second, kWindow in flight
 //   BM_rtt_{64B,4KiB,1MiB,16MiB,64MiB}/{tessera,raw_zmq}        real time per echo round trip
 //   BM_{transfer,rtt}_{64B,4KiB}/tessera_busy_poll               against a server that busy-polls
+//   BM_transfer_{64B,4KiB}/tessera_pool                          completions handed to the pool
 //
 // The benchmarks are registered here rather than with BENCHMARK_CAPTURE so that the impls alternate
 // (tessera, raw_zmq, tessera, ...) whatever order the linker gives the two files' initializers.
@@ -131,7 +132,8 @@ int run_peer(int argc, char** argv) {
   _exit(0);  // the servers' threads are not joined: nothing of theirs needs to outlive the process
 }
 
-// The busy-polling server is measured where it matters, on small messages (4 KiB and less).
+// The busy-polling server and the pool's hand-off are measured where they matter, on small
+// messages (4 KiB and less): a wake-up is most of their cost.
 constexpr std::size_t kBusyPollMaxBytes = 4096;
 
 // `floor` (seconds, 0 for none): every benchmark runs at least that long per repetition.
@@ -139,10 +141,11 @@ void register_benchmarks(double floor) {
   for (const Size& s : kSizes) {
     for (auto [impl, fn] : {std::pair{"tessera", &tessera_transfer}, std::pair{"raw_zmq", &raw_transfer},
                             std::pair{"tessera_queue", &tessera_queue_transfer},
+                            std::pair{"tessera_pool", &tessera_pool_transfer},
                             std::pair{"raw_zmq_streamed", &raw_streamed_transfer},
                             std::pair{"tessera_busy_poll", &tessera_busy_poll_transfer}}) {
       if (fn == &raw_streamed_transfer && s.bytes < kStreamedMinBytes) continue;
-      if (fn == &tessera_busy_poll_transfer && s.bytes > kBusyPollMaxBytes) continue;
+      if ((fn == &tessera_busy_poll_transfer || fn == &tessera_pool_transfer) && s.bytes > kBusyPollMaxBytes) continue;
       benchmark::RegisterBenchmark((std::string("BM_transfer_") + s.name + "/" + impl).c_str(), fn, s)
           ->UseRealTime()
           ->MinTime(std::max(0.2, floor))

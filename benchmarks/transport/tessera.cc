@@ -19,7 +19,12 @@
 // 16 KiB up the tensor is the received zmq message, not a copy.
 //   transfer: RpcChannel::call with kWindow calls in flight (a counter and a condition variable);
 //             the reply is turned into a Tensor in the completion (the channel's I/O thread), where
-//             a worker's rendezvous takes it, and dropped: the runtime's path.
+//             a worker's rendezvous takes it, and dropped; the pulling thread sleeps on the
+//             condition variable between replies.
+//   transfer, impl tessera_pool: the runtime's path to the end. The reply becomes a Tensor on the
+//             I/O thread as above, the completion is handed to the session's thread pool (as
+//             RunState::hand_off hands a step's continuation), and the pool thread sends the next
+//             pull (as the Recv node the continuation makes ready does); see PoolPull.
 //   transfer, impl tessera_queue: the same pulls through an RpcCompletionQueue on the channel: the
 //             pulling thread waits in next(), receiving the replies itself, turns each into a Tensor
 //             and drops it (no hand-off to the I/O thread and back).
@@ -30,6 +35,8 @@
 // transfer_bench.h), their dtype and shape, and that from 16 KiB up they were received without a copy.
 #include <tessera/tessera.h>
 
+#include <algorithm>
+#include <atomic>
 #include <condition_variable>
 #include <cstdio>
 #include <memory>
@@ -40,6 +47,7 @@
 #include <vector>
 
 #include "common/bench_common.h"
+#include "core/thread_pool.h"
 #include "transport/rpc.h"
 #include "transport/service_messages.h"
 #include "transport/transfer_bench.h"
@@ -291,19 +299,103 @@ Status pull_with_callbacks(RpcChannel* ch, const std::shared_ptr<Window>& w, con
   return w->error;
 }
 
-enum class Pull { kQueue, kCallbacks };
+// The runtime's own hand-off (Note [Async kernels] in core/executor.cc): a worker's pull completes
+// on the channel's I/O thread, where the reply becomes a Tensor (RemoteWorker) that the rendezvous
+// takes; the step's continuation then goes to the session's pool (RunState::hand_off ->
+// ThreadPool::schedule), whose threads look for work for a while before they sleep (Note
+// [Spinning before sleeping] in core/thread_pool.cc), and the Recv nodes it makes ready send the
+// next pulls from there. Shared with the completions, which may outlive a benchmark that gave up.
+struct PoolPull {
+  RpcChannel* ch = nullptr;
+  tessera::internal::ThreadPool* pool = nullptr;
+  std::string key;
+  std::atomic<uint64_t>* next_id = nullptr;
+  int n = 0;
+  std::mutex mu;
+  std::condition_variable cv;
+  int issued = 0;     // guarded by mu
+  int completed = 0;  // guarded by mu
+  Status error;       // the first failure
+  Received* keep = nullptr;  // set while the caller waits (the warm-up's check)
+
+  // Sends one more pull (any thread but the channel's I/O thread: a pool thread, or the caller).
+  static void issue(const std::shared_ptr<PoolPull>& s) {
+    const uint64_t id = s->next_id->fetch_add(1, std::memory_order_relaxed);
+    s->ch->call(recv_request(id, s->key), kDeadline, [s, id](StatusOr<RpcMessage> reply) {
+      auto got = std::make_shared<std::pair<StatusOr<Tensor>, bool>>(Status(), false);
+      got->first = receive_tensor<pb::RecvTensorResponse>(std::move(reply), id, recv_tensor_meta, &got->second);
+      s->pool->schedule([s, got] { received(s, std::move(got->first), got->second); });
+    });
+  }
+
+  // On a pool thread: counts the tensor (a dropped one is freed here) and sends the next pull.
+  static void received(const std::shared_ptr<PoolPull>& s, StatusOr<Tensor> t, bool zero_copy) {
+    bool more = false;
+    {
+      std::lock_guard<std::mutex> l(s->mu);
+      ++s->completed;
+      if (!t.ok()) {
+        if (s->error.ok()) s->error = t.status();
+      } else if (s->keep != nullptr) {
+        s->keep->emplace_back(std::move(t).value(), zero_copy);
+      }
+      if (s->error.ok() && s->issued < s->n) {
+        ++s->issued;
+        more = true;
+      } else if (s->completed == s->issued) {
+        s->cv.notify_one();  // under mu: the waiter may return and drop its reference at once
+      }
+    }
+    if (more) issue(s);
+  }
+};
+
+// Pulls `n` tensors of `key` through the runtime's hand-off (PoolPull): kWindow calls in flight,
+// each completion handed to `pool`, which sends the next call. The first error, if any.
+Status pull_through_pool(RpcChannel* ch, tessera::internal::ThreadPool* pool, const std::string& key, int n,
+                         std::atomic<uint64_t>* next_id, Received* keep) {
+  auto s = std::make_shared<PoolPull>();
+  s->ch = ch;
+  s->pool = pool;
+  s->key = key;
+  s->next_id = next_id;
+  s->n = n;
+  s->keep = keep;
+  const int first = std::min(n, kWindow);
+  {
+    std::lock_guard<std::mutex> l(s->mu);
+    s->issued = first;
+  }
+  for (int i = 0; i < first; ++i) PoolPull::issue(s);
+  const auto wait_limit = 2 * kDeadline;  // the channel completes every call by kDeadline
+  std::unique_lock<std::mutex> l(s->mu);
+  if (!s->cv.wait_for(l, wait_limit, [&] { return s->completed == s->issued && (s->issued == n || !s->error.ok()); })) {
+    s->keep = nullptr;  // completions still to come must not touch the caller's vector
+    return errors::deadline_exceeded("calls still pending after {} ms", wait_limit.count());
+  }
+  return s->error;
+}
+
+enum class Pull { kQueue, kCallbacks, kPool };
 
 void transfer(benchmark::State& state, const Size& size, bool busy_poll, Pull how) {
-  tessera_bench::set_impl(state, busy_poll ? "tessera_busy_poll" : how == Pull::kQueue ? "tessera_queue" : "tessera");
+  tessera_bench::set_impl(state, busy_poll            ? "tessera_busy_poll"
+                                 : how == Pull::kQueue ? "tessera_queue"
+                                 : how == Pull::kPool  ? "tessera_pool"
+                                                       : "tessera");
   RpcChannel* ch = channel(state, busy_poll);
   if (ch == nullptr) return;
   const std::string key = size.name;
   auto w = std::make_shared<Window>();
   RpcCompletionQueue queue(*ch);
   uint64_t next_id = 1;
+  std::atomic<uint64_t> next_pool_id{1};
   // Pulls `n` tensors; keeps them in `keep` when given.
   auto pull = [&](int n, Received* keep) -> Status {
     if (how == Pull::kQueue) return pull_through_queue(queue, key, n, &next_id, keep);
+    if (how == Pull::kPool) {
+      return pull_through_pool(ch, &tessera::internal::ThreadPool::shared(), key, n, &next_pool_id, keep);
+    }
     {
       std::lock_guard<std::mutex> l(w->mu);
       w->keep = keep != nullptr;
@@ -390,6 +482,7 @@ void rtt(benchmark::State& state, const Size& size, bool busy_poll) {
 
 void tessera_transfer(benchmark::State& state, const Size& size) { transfer(state, size, false, Pull::kCallbacks); }
 void tessera_queue_transfer(benchmark::State& state, const Size& size) { transfer(state, size, false, Pull::kQueue); }
+void tessera_pool_transfer(benchmark::State& state, const Size& size) { transfer(state, size, false, Pull::kPool); }
 void tessera_rtt(benchmark::State& state, const Size& size) { rtt(state, size, false); }
 void tessera_busy_poll_transfer(benchmark::State& state, const Size& size) {
   transfer(state, size, true, Pull::kCallbacks);

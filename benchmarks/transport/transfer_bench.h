@@ -98,6 +98,9 @@ std::string start_raw_peer();
 void tessera_transfer(benchmark::State& state, const Size& size);
 // The same pulls through an RpcCompletionQueue (impl tessera_queue).
 void tessera_queue_transfer(benchmark::State& state, const Size& size);
+// The same pulls with the runtime's hand-off: each completion goes to the session's thread pool,
+// which sends the next call (impl tessera_pool).
+void tessera_pool_transfer(benchmark::State& state, const Size& size);
 void tessera_rtt(benchmark::State& state, const Size& size);
 // The same against the busy-polling server (impl tessera_busy_poll).
 void tessera_busy_poll_transfer(benchmark::State& state, const Size& size);
