@@ -22,4 +22,24 @@ void gemm(const OpKernelContext* ctx, bool ta, bool tb, int64_t m, int64_t n, in
 void gemm(const OpKernelContext* ctx, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const double* a,
           int64_t lda, const double* b, int64_t ldb, double beta, double* c, int64_t ldc);
 
+// Note [OpenBLAS on CPUs it does not know] (blas.cc). The CPU's best vector extension OpenBLAS has
+// kernels for, as OpenBLAS names the core: "SkylakeX" (AVX-512 F, CD, BW, DQ and VL), "Haswell"
+// (AVX2 and FMA), "Sandybridge" (AVX), or "" (none of them).
+struct CpuVectorFeatures {
+  bool avx = false, avx2 = false, fma = false, avx512 = false;  // avx512: F, CD, BW, DQ and VL
+};
+const char* blas_core_for(const CpuVectorFeatures& cpu);
+// The core OpenBLAS should be told to use instead of `chosen`, the one it picked itself: the
+// CPU's best (blas_core_for) when `chosen` is a core with no AVX kernels, which is what OpenBLAS
+// falls back to on a CPU model newer than its release; nullptr to keep `chosen`.
+const char* blas_core_override(const char* chosen, const CpuVectorFeatures& cpu);
+
+// What happened at load: OpenBLAS's own choice, the core in use now, and whether tessera changed it.
+struct BlasCore {
+  const char* detected = "";  // what OpenBLAS picked at its load
+  const char* in_use = "";    // what it uses now
+  bool overridden = false;
+};
+const BlasCore& blas_core();
+
 }  // namespace tessera::internal
