@@ -54,9 +54,7 @@ const char* blas_core_override(const char* chosen, const CpuVectorFeatures& cpu)
   return best;
 }
 
-namespace {
-
-CpuVectorFeatures this_cpu() {
+CpuVectorFeatures cpu_vector_features() {
   CpuVectorFeatures f;
 #if defined(__x86_64__) || defined(__i386__)
   __builtin_cpu_init();
@@ -69,6 +67,8 @@ CpuVectorFeatures this_cpu() {
 #endif
   return f;
 }
+
+namespace {
 
 // OpenBLAS's own threads off, from the library's load (core/parallel_for.h says why). Its
 // constructor has started them already, and each spins, yielding, for about 2^28 cycles before it
@@ -85,7 +85,7 @@ BlasCore start_blas() {
       gotoblas_dynamic_quit == nullptr) {
     return core;
   }
-  const char* better = blas_core_override(core.detected, this_cpu());
+  const char* better = blas_core_override(core.detected, cpu_vector_features());
   if (better == nullptr) return core;
   // detected points into OpenBLAS's table of names, which outlives the switch.
   ::setenv("OPENBLAS_CORETYPE", better, 1);

@@ -1008,16 +1008,6 @@ std::string blas_core_probe() {
   return line.value_or("no probe line: " + probe.stderr_text());
 }
 
-CpuVectorFeatures this_cpu_features() {
-  __builtin_cpu_init();
-  return {.avx = __builtin_cpu_supports("avx") != 0,
-          .avx2 = __builtin_cpu_supports("avx2") != 0,
-          .fma = __builtin_cpu_supports("fma") != 0,
-          .avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512cd") &&
-                    __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
-                    __builtin_cpu_supports("avx512vl")};
-}
-
 // Whatever OpenBLAS picked, a process ends up with a core that has kernels for this CPU's vector
 // extensions, or with OpenBLAS's own choice when that was one it knew; products stay right. (On
 // the Emerald Rapids VM this test was written on, OpenBLAS 0.3.21 picks "Prescott" and the probe
@@ -1033,7 +1023,7 @@ TEST(BlasCoreTest, AProcessUsesKernelsForItsCpu) {
                         detected, in_use, &overridden, &error),
             4);
   EXPECT_EQ(error, 0);
-  const CpuVectorFeatures cpu = this_cpu_features();
+  const CpuVectorFeatures cpu = cpu_vector_features();
   const char* want = blas_core_override(detected, cpu);
   if (want != nullptr) {
     EXPECT_EQ(overridden, 1);
