@@ -31,7 +31,9 @@ namespace tessera::internal {
 // naming the core through OPENBLAS_CORETYPE, OpenBLAS's own override: the same choice as starting
 // the process with that variable set. It happens as the library loads, after OpenBLAS's threads
 // are stopped and before any product, and the variable is removed again. A user's own
-// OPENBLAS_CORETYPE is left alone, as is any core OpenBLAS knew.
+// OPENBLAS_CORETYPE is left alone, as is any core OpenBLAS knew. (setenv is not safe against
+// other threads reading the environment: a program that dlopens tessera while its threads call
+// getenv should set OPENBLAS_CORETYPE itself. blas_core() says what was done.)
 const char* blas_core_for(const CpuVectorFeatures& cpu) {
   if (cpu.avx512 && cpu.avx2 && cpu.fma) return "SkylakeX";
   if (cpu.avx2 && cpu.fma) return "Haswell";
