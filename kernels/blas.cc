@@ -8,6 +8,8 @@
 #include <cstdlib>
 #include <iterator>
 
+#include "kernels/cpu_features.h"
+
 // OpenBLAS's thread server (its pthread and OpenMP builds; absent from the serial one, hence weak):
 // stops and joins the threads it started. OpenBLAS calls it itself before a fork.
 extern "C" int blas_thread_shutdown_(void) __attribute__((weak));
@@ -54,20 +56,6 @@ const char* blas_core_override(const char* chosen, const CpuVectorFeatures& cpu)
   const char* best = blas_core_for(cpu);
   if (!no_avx || *best == '\0') return nullptr;
   return best;
-}
-
-CpuVectorFeatures cpu_vector_features() {
-  CpuVectorFeatures f;
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_cpu_init();
-  f.avx = __builtin_cpu_supports("avx");
-  f.avx2 = __builtin_cpu_supports("avx2");
-  f.fma = __builtin_cpu_supports("fma");
-  f.avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512cd") &&
-             __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
-             __builtin_cpu_supports("avx512vl");
-#endif
-  return f;
 }
 
 namespace {

@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "core/op_kernel.h"
+#include "kernels/cpu_features.h"
 
 namespace tessera::internal {
 
@@ -25,11 +26,6 @@ void gemm(const OpKernelContext* ctx, bool ta, bool tb, int64_t m, int64_t n, in
 // Note [OpenBLAS on CPUs it does not know] (blas.cc). The CPU's best vector extension OpenBLAS has
 // kernels for, as OpenBLAS names the core: "SkylakeX" (AVX-512 F, CD, BW, DQ and VL), "Haswell"
 // (AVX2 and FMA), "Sandybridge" (AVX), or "" (none of them).
-struct CpuVectorFeatures {
-  bool avx = false, avx2 = false, fma = false, avx512 = false;  // avx512: F, CD, BW, DQ and VL
-};
-// This CPU's, as libgcc reports them (the CPU's flags and the OS's support for the registers).
-CpuVectorFeatures cpu_vector_features();
 const char* blas_core_for(const CpuVectorFeatures& cpu);
 // The core OpenBLAS should be told to use instead of `chosen`, the one it picked itself: the
 // CPU's best (blas_core_for) when `chosen` is a core with no AVX kernels, which is what OpenBLAS

@@ -22,4 +22,25 @@ inline bool has_avx512f() {
 #endif
 }
 
+// The vector extensions a library with its own kernels per CPU may choose by (OpenBLAS's cores:
+// Note [OpenBLAS on CPUs it does not know] in blas.cc), as libgcc reports them: the CPU's flags
+// and the OS's support for the registers. Not affected by avx512_allowed().
+struct CpuVectorFeatures {
+  bool avx = false, avx2 = false, fma = false, avx512 = false;  // avx512: F, CD, BW, DQ and VL
+};
+
+inline CpuVectorFeatures cpu_vector_features() {
+  CpuVectorFeatures f;
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_cpu_init();  // may run before libgcc's own constructor (tessera's load-time BLAS setup)
+  f.avx = __builtin_cpu_supports("avx");
+  f.avx2 = __builtin_cpu_supports("avx2");
+  f.fma = __builtin_cpu_supports("fma");
+  f.avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512cd") &&
+             __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
+             __builtin_cpu_supports("avx512vl");
+#endif
+  return f;
+}
+
 }  // namespace tessera::internal
