@@ -540,6 +540,42 @@ TEST(ClusterSessionTest, FeedOverTheServersTensorLimitIsResourceExhausted) {
   EXPECT_THROW(Server(cluster, "worker", 0, bad, /*start=*/false), InvalidArgumentError);
 }
 
+// Busy polling everywhere (ServerOptions::busy_poll on both tasks: their servers and their channels
+// to each other; SessionOptions::busy_poll on the client's channel): steps that cross tasks are
+// right, many times over, and a SessionOptions.busy_poll out of range is refused naming it.
+TEST(ClusterSessionTest, BusyPollingTasksAndClientRunCrossTaskSteps) {
+  ServerOptions busy;
+  busy.busy_poll = 200us;
+  ClusterSpec cluster({{"worker", {loopback(), loopback()}}});
+  Server w0(cluster, "worker", 0, busy);
+  Server w1(cluster, "worker", 1, busy);
+  Graph g;
+  auto x = ops::placeholder(g, DType::Float32, Shape{}, "x");
+  Output y;
+  {
+    auto scope = g.device("/job:worker/task:1");
+    y = ops::mul(x, ops::constant(g, 2.0f), "y");
+  }
+  auto z = ops::add(y, ops::constant(g, 1.0f), "z");  // on task 0
+  SessionOptions options = client_options();
+  options.busy_poll = 200us;
+  Session s(g, w0.target(), options);
+  for (int i = 0; i < 200; ++i) {
+    ASSERT_FLOAT_EQ(s.run(z, {{x, Tensor::scalar(static_cast<float>(i))}}).scalar<float>(), 2.0f * i + 1.0f) << i;
+  }
+  for (auto bad : {-1us, 10001us}) {
+    SessionOptions o = client_options();
+    o.busy_poll = bad;
+    try {
+      Session refused(g, w0.target(), o);
+      ADD_FAILURE() << "a session with busy_poll " << bad.count() << " us was made";
+    } catch (const InvalidArgumentError& e) {
+      const std::string says = "SessionOptions.busy_poll must be in [0, 10000] us, got " + std::to_string(bad.count()) + " us";
+      EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
+    }
+  }
+}
+
 TEST(ClusterSessionTest, BadTargetsAreInvalidArgument) {
   Graph g;
   ops::constant(g, Tensor::scalar<float>(1));

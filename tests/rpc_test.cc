@@ -3,6 +3,7 @@
 #include "transport/rpc.h"
 
 #include <malloc.h>
+#include <time.h>
 
 #include <algorithm>
 #include <atomic>
@@ -123,9 +124,9 @@ struct Results {
 // An echo server started with `options` and a channel to it. A server that cannot start throws
 // (the test fails with the start's error) before anything uses it.
 struct EchoServer {
-  explicit EchoServer(RpcServerOptions options)
+  explicit EchoServer(RpcServerOptions options, RpcChannelOptions channel_options = {})
       : server(RpcServer::start("tcp://127.0.0.1:0", echo, std::move(options)).value_or_raise()),
-        channel(server->endpoint()) {}
+        channel(server->endpoint(), std::move(channel_options)) {}
   std::unique_ptr<RpcServer> server;
   RpcChannel channel;
 };
@@ -206,10 +207,18 @@ TEST(RpcTest, AsyncCallsFromManyThreadsAreMatched) {
 // window from a consumer thread as each reply completes (a worker pulling tensors) meets that at
 // every call; a reply left unseen would stall it until the call's deadline, long past the bound.
 TEST(RpcTest, AWindowOfAsyncCallsRefilledAsRepliesArriveNeverStalls) {
-  // With and without busy polling (Note [Busy polling] in rpc_server.cc): a request that arrives
-  // while the server looks without sleeping is served as one that wakes it.
-  for (auto [handler_threads, busy_poll] : {std::pair{0, 0us}, std::pair{2, 0us}, std::pair{0, 200us}}) {
-    SCOPED_TRACE(::testing::Message() << "busy_poll " << busy_poll.count() << " us");
+  // With and without busy polling (Note [Busy polling] in rpc_server.cc), on the server and on the
+  // channel: a request that arrives while the server looks without sleeping is served as one that
+  // wakes it, and a reply that arrives while the channel's I/O thread looks is completed as one
+  // that wakes it.
+  struct Case {
+    int handler_threads;
+    std::chrono::microseconds server_busy_poll, channel_busy_poll;
+  };
+  for (auto [handler_threads, busy_poll, channel_busy_poll] :
+       {Case{0, 0us, 0us}, Case{2, 0us, 0us}, Case{0, 200us, 0us}, Case{0, 200us, 200us}, Case{2, 0us, 200us}}) {
+    SCOPED_TRACE(::testing::Message() << "busy_poll " << busy_poll.count() << " us, the channel's "
+                                      << channel_busy_poll.count() << " us, handler threads " << handler_threads);
     constexpr int kCalls = 3000, kWindow = 4;
     // Before the channel: a failed run destroys the channel first, which cancels what is pending.
     std::mutex mu;
@@ -219,7 +228,9 @@ TEST(RpcTest, AWindowOfAsyncCallsRefilledAsRepliesArriveNeverStalls) {
     RpcServerOptions options;
     options.handler_threads = handler_threads;
     options.busy_poll = busy_poll;
-    EchoServer s(options);
+    RpcChannelOptions channel_options;
+    channel_options.busy_poll = channel_busy_poll;
+    EchoServer s(options, channel_options);
     for (int i = 0; i < kCalls && !stalled; ++i) {
       {
         std::unique_lock<std::mutex> l(mu);
@@ -488,6 +499,72 @@ TEST(RpcTest, LongCallOutlivesItsConnectDeadlineAndGetsItsReply) {
   ASSERT_TRUE(u.stash.responders[0](message({"done"})));
   ASSERT_TRUE(wait_until([&] { return u.results.size() == 1; }, 2s));
   EXPECT_TRUE(u.results.statuses[0].ok()) << u.results.statuses[0].to_string();
+}
+
+// CPU time of this whole process, all threads.
+std::chrono::nanoseconds process_cpu_time() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return std::chrono::seconds(ts.tv_sec) + std::chrono::nanoseconds(ts.tv_nsec);
+}
+
+// A busy-polling channel (RpcChannelOptions::busy_poll, Note [Busy polling] in rpc_server.cc)
+// behaves as any other: synchronous replies, deadlines, lost connections; and once its calls are
+// done it sleeps (the looking is bounded).
+TEST(RpcTest, ABusyPollingChannelKeepsEveryGuaranteeAndSleepsWhenIdle) {
+  RpcChannelOptions busy;
+  busy.busy_poll = 500us;
+  {
+    RpcServerOptions server_options;
+    server_options.busy_poll = 200us;
+    EchoServer es(server_options, busy);
+    for (int i = 0; i < 300; ++i) {
+      StatusOr<RpcMessage> r = es.channel.call_sync(message({"sync", std::to_string(i)}), 10s);
+      ASSERT_TRUE(r.ok()) << r.status().to_string();
+      ASSERT_EQ(strings(r.value()), (std::vector<std::string>{"sync", std::to_string(i)}));
+    }
+    std::atomic<int> right{0}, done{0};
+    for (int i = 0; i < 300; ++i) {
+      const std::string id = std::to_string(i);
+      es.channel.call(message({id}), 10s, [&, id](StatusOr<RpcMessage> r) {
+        if (r.ok() && strings(r.value()) == std::vector<std::string>{id}) right.fetch_add(1);
+        done.fetch_add(1);
+      });
+    }
+    ASSERT_TRUE(wait_until([&] { return done.load() == 300; }, 10s));
+    EXPECT_EQ(right.load(), 300);
+    // Idle now: the channel's I/O thread and the server's sleep. An I/O thread that kept looking
+    // would use a core for the whole wait.
+    std::this_thread::sleep_for(50ms);  // the last bursts' looking ends
+    const auto cpu_before = process_cpu_time();
+    const auto wall_before = Clock::now();
+    std::this_thread::sleep_for(400ms);
+    const auto cpu = process_cpu_time() - cpu_before;
+    const auto wall = Clock::now() - wall_before;
+    EXPECT_LT(cpu, wall / 4) << "idle for " << std::chrono::duration_cast<std::chrono::milliseconds>(wall).count()
+                             << " ms, CPU time " << std::chrono::duration_cast<std::chrono::milliseconds>(cpu).count()
+                             << " ms";
+  }
+  // Deadlines and lost connections, as Unanswered's plain channel meets them.
+  Unanswered u;
+  RpcChannel channel(u.endpoint, busy);
+  const auto start = Clock::now();
+  StatusOr<RpcMessage> r = channel.call_sync(message({"never answered"}), 300ms);
+  EXPECT_EQ(r.status().code(), ErrorCode::kUnavailable) << r.status().to_string();
+  EXPECT_GE(Clock::now() - start, 300ms);
+  EXPECT_LT(Clock::now() - start, 300ms + 1s);
+  channel.call_until_lost(message({"long"}), 100ms, u.results.done(Clock::now()));
+  channel.call(message({"ordinary"}), 10s, u.results.done(Clock::now()));
+  ASSERT_TRUE(wait_until([&] { return u.stash.size() == 3; }, 5s));
+  const auto stopped = Clock::now();
+  u.server->stop();
+  ASSERT_TRUE(wait_until([&] { return u.results.size() == 2; }, 5s));
+  EXPECT_LT(Clock::now() - stopped, 5s);  // not the ordinary call's 10 s deadline
+  std::lock_guard<std::mutex> l(u.results.mu);
+  for (const Status& st : u.results.statuses) {
+    EXPECT_EQ(st.code(), ErrorCode::kUnavailable) << st.to_string();
+    EXPECT_NE(st.message().find("lost the connection"), std::string::npos) << st.message();
+  }
 }
 
 // A lost connection fails every call sent on it, long or ordinary, synchronous or not: the server

@@ -466,9 +466,9 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber)
       ->type_name("PID");
   server->add_option("--busy-poll", busy_poll_us,
-                     "After receiving requests, keep looking for more for US microseconds before sleeping "
-                     "(ServerOptions::busy_poll: fewer wake-ups for a stream of small calls, at the price of "
-                     "up to US of CPU after each burst); 0: off")
+                     "After receiving requests, keep looking for more for US microseconds before sleeping, and "
+                     "as long for replies from other tasks (ServerOptions::busy_poll: fewer wake-ups for a "
+                     "stream of small calls, at the price of up to US of CPU after each burst); 0: off")
       ->check(busy_poll_range)
       ->capture_default_str();
   auto* keygen = app.add_subcommand(

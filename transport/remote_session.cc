@@ -53,7 +53,7 @@ const char* policy_name(PlacementPolicy p) {
   return "cost";
 }
 
-// Sessions share one channel per (master, key pair), as TensorFlow's clients share one gRPC
+// Sessions share one channel per (master, key pair, busy polling), as TensorFlow's clients share one gRPC
 // channel per target: a channel is three ZeroMQ sockets, an I/O thread and a heartbeat, of which a
 // process could hold only a few hundred (its ZeroMQ context has 1023 sockets), while a session is
 // only a handle on the master. A channel lives while a session holds it; the next session made
@@ -64,7 +64,7 @@ std::shared_ptr<RpcChannel> shared_channel(const std::string& endpoint, RpcChann
     std::map<std::string, std::weak_ptr<RpcChannel>> by_key;  // guarded by mu
   };
   static Cache* cache = new Cache();  // leaked: sessions in static objects may outlive statics
-  std::string key = endpoint;
+  std::string key = endpoint + '\n' + std::to_string(options.busy_poll.count());
   if (options.curve) {
     key += '\n' + options.curve->public_key + '\n' + options.curve->secret_key + '\n' + options.curve->server_key;
   }
@@ -97,8 +97,13 @@ RemoteSession::RemoteSession(Graph& graph, const std::string& target, const Sess
   if (rpc_timeout_.count() <= 0) {
     throw InvalidArgumentError(fmt::format("SessionOptions.rpc_timeout must be > 0, got {} ms", rpc_timeout_.count()));
   }
+  if (options.busy_poll.count() < 0 || options.busy_poll > std::chrono::milliseconds(10)) {
+    throw InvalidArgumentError(
+        fmt::format("SessionOptions.busy_poll must be in [0, 10000] us, got {} us", options.busy_poll.count()));
+  }
   const std::string endpoint = endpoint_of(target);
   RpcChannelOptions channel_options;
+  channel_options.busy_poll = options.busy_poll;
   StatusOr<std::shared_ptr<const Credentials>> credentials =
       load_credentials(options.security, "SessionOptions.security");
   credentials.status().with_prefix(fmt::format("session on {}: ", target_)).raise();

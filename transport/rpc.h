@@ -231,6 +231,11 @@ struct RpcChannelOptions {
     std::string server_key;
   };
   std::optional<Curve> curve;
+  // Busy polling, the client's side of RpcServerOptions::busy_poll (Note [Busy polling] in
+  // rpc_channel.cc): after a turn that completed calls, while calls still wait for replies, the
+  // I/O thread keeps looking for more this long before it sleeps; a thread waiting in a
+  // synchronous call (or a completion queue's next()) looks this long before it sleeps. 0: off.
+  std::chrono::microseconds busy_poll{0};
 };
 
 struct RpcChannelStats {

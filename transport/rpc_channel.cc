@@ -360,7 +360,9 @@ void RpcChannelCore::wait_locked(std::unique_lock<std::mutex>& l, RpcWaiter* wai
     if (wake) signal_wake_fd(wake_fd_);
     wake = false;
     pollfd fds[2] = {{waiter->wake_fd, POLLIN, 0}, {socket_fd_, POLLIN, 0}};
-    poll_io(fds, socket_fd_ >= 0 ? 2 : 1, timeout);  // an interruption or error just loops again
+    // Looking options_.busy_poll long first (Note [Busy polling] in rpc_server.cc); an interruption
+    // or error just loops again.
+    poll_io(fds, socket_fd_ >= 0 ? 2 : 1, timeout, options_.busy_poll);
     if (fds[0].revents & POLLIN) {
       drain_wake_fd(waiter->wake_fd);
       drained = true;
@@ -408,9 +410,11 @@ void RpcChannelCore::run_io() {
   }
   std::vector<Completion> completions;
   bool again = false;  // replies left unread: look again without sleeping
+  bool completed = false;  // the last turn completed asynchronous calls (Note [Busy polling])
   for (;;) {
     long timeout = -1;
     int num_items = 1;
+    bool spin = false;
     {
       std::lock_guard<std::mutex> l(mu_);
       io_wake_at_ = Clock::time_point::max();
@@ -445,8 +449,11 @@ void RpcChannelCore::run_io() {
       if (!broken && !io_watches_socket_ && (timeout < 0 || timeout > unwatched_look_.count())) {
         timeout = unwatched_look_.count();
       }
+      // RpcChannelOptions::busy_poll (Note [Busy polling] in rpc_server.cc): after completing calls,
+      // while others still wait for their replies.
+      spin = completed && io_watches_socket_ && async_pending_ > 0;
     }
-    if (!poll_io(items, num_items, timeout)) break;
+    if (!poll_io(items, num_items, timeout, spin ? options_.busy_poll : std::chrono::microseconds{0})) break;
     if (items[0].revents & POLLIN) drain_wake_fd(wake_fd_);
     bool stopping;
     {
@@ -462,6 +469,7 @@ void RpcChannelCore::run_io() {
         if (reconnect_at_ && now >= *reconnect_at_) reconnect();
         expire(now);
       }
+      completed = !ready_.empty();
       for (auto& c : ready_) completions.push_back(std::move(c));
       ready_.clear();
     }

@@ -326,6 +326,12 @@ void RpcServerCore::start_threads() {
 // kernel). It costs up to busy_poll of CPU after each burst of requests, and beside more processes
 // than cores it takes time from them: off by default (figures: benchmarks/README.md, "Busy
 // polling").
+// The channel's side (RpcChannelOptions::busy_poll, set from the same ServerOptions::busy_poll for
+// a task's channels and from SessionOptions::busy_poll for a client's): a thread waiting for its
+// synchronous call's reply (or in a completion queue's next()) looks that long before it sleeps,
+// and the I/O thread, after a turn that completed asynchronous calls while others still wait for
+// their replies, looks that long before it sleeps. An idle channel, or one whose calls all wait for
+// a long step, sleeps at once as before.
 void RpcServerCore::run_io() {
   tls_server_io_owner = this;
   // Plain file descriptors, polled with poll(2) itself, as the channel's I/O thread does (and for

@@ -500,7 +500,7 @@ std::shared_ptr<ServiceState> make_services(const train::ClusterSpec& cluster, c
   state->max_tensor_bytes = static_cast<uint64_t>(options.max_tensor_bytes);
   const std::string full = fmt::format("/job:{}/replica:0/task:{}", job, task);
   auto channels = std::make_shared<TaskChannels>(cluster, options.rpc_timeout, std::move(credentials),
-                                                 static_cast<uint64_t>(options.max_tensor_bytes));
+                                                 static_cast<uint64_t>(options.max_tensor_bytes), options.busy_poll);
   state->worker = std::make_shared<Worker>(full, channels, options.max_graph_nodes, options.step_start_timeout);
   state->master = std::make_shared<Master>(full, channels, options.max_graph_nodes, options.session_idle_timeout,
                                            options.max_sessions, options.partition_lease);

@@ -16,9 +16,10 @@
 namespace tessera::internal {
 
 TaskChannels::TaskChannels(train::ClusterSpec cluster, std::chrono::milliseconds rpc_timeout,
-                           std::shared_ptr<const Credentials> credentials, uint64_t max_tensor_bytes)
+                           std::shared_ptr<const Credentials> credentials, uint64_t max_tensor_bytes,
+                           std::chrono::microseconds busy_poll)
     : cluster_(std::move(cluster)), rpc_timeout_(rpc_timeout), credentials_(std::move(credentials)),
-      max_tensor_bytes_(max_tensor_bytes) {}
+      max_tensor_bytes_(max_tensor_bytes), busy_poll_(busy_poll) {}
 
 StatusOr<WorkerInterface*> TaskChannels::get(const std::string& task) {
   StatusOr<DeviceSpec> spec = DeviceSpec::parse(task);
@@ -49,6 +50,7 @@ StatusOr<WorkerInterface*> TaskChannels::get(const std::string& task) {
   auto& worker = by_task_[name];
   if (!worker) {
     RpcChannelOptions options;
+    options.busy_poll = busy_poll_;
     if (credentials_) {
       StatusOr<RpcChannelOptions::Curve> curve = channel_curve(*credentials_, address);
       if (!curve.ok()) {

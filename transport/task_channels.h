@@ -27,9 +27,11 @@ struct Credentials;
 // pair, expecting the server key the cluster keys give for the task's address. Thread-safe.
 class TaskChannels final : public WorkerCache {
  public:
+  // `busy_poll`: RpcChannelOptions::busy_poll of every channel (the task's ServerOptions::busy_poll).
   TaskChannels(train::ClusterSpec cluster, std::chrono::milliseconds rpc_timeout,
                std::shared_ptr<const Credentials> credentials = nullptr,
-               uint64_t max_tensor_bytes = wire::kMaxTensorBytes);
+               uint64_t max_tensor_bytes = wire::kMaxTensorBytes,
+               std::chrono::microseconds busy_poll = std::chrono::microseconds{0});
   // The worker of task "/job:J/replica:0/task:T" (or "/job:J/task:T"). InvalidArgument when the
   // cluster has no such task, or when its address has port 0 (it cannot be reached: the port it
   // bound is known to it only); FailedPrecondition naming its address when the cluster keys have no
@@ -45,6 +47,7 @@ class TaskChannels final : public WorkerCache {
   const std::chrono::milliseconds rpc_timeout_;
   const std::shared_ptr<const Credentials> credentials_;  // null: plain TCP
   const uint64_t max_tensor_bytes_;
+  const std::chrono::microseconds busy_poll_;
   std::mutex mu_;
   std::map<std::string, std::unique_ptr<WorkerInterface>> by_task_;  // guarded by mu_
 };

@@ -10,6 +10,8 @@
 //   BM_ps_steps/tessera/W       parameter-server training steps per second with W = 1, 2, 4 worker
 //                               processes, each driven by its own client with its own graph;
 //                               variables (a 256x256 weight matrix and a bias) on the ps
+//   BM_step_two_tasks/tessera_busy_poll, BM_ps_steps/tessera_busy_poll/W
+//                               the same with every task and client busy-polling (kBusyPoll)
 //   BM_session_transfer_<size>/tessera
 //                               TensorFlow's transfer workload as its sessions run it (1MiB,
 //                               16MiB, 64MiB): an int32 variable of that size on the ps read by an
@@ -41,10 +43,21 @@ using namespace tessera;
 using namespace std::chrono_literals;
 
 
+// Impl tessera_busy_poll: every task started with `--busy-poll`, and the clients' sessions with
+// SessionOptions::busy_poll, both kBusyPoll (train::ServerOptions::busy_poll: the tasks' servers
+// and channels, and the clients' channels, look for the next message that long before they sleep).
+constexpr std::chrono::microseconds kBusyPoll{100};
+
+SessionOptions session_options(bool busy_poll) {
+  SessionOptions options;
+  if (busy_poll) options.busy_poll = kBusyPoll;
+  return options;
+}
+
 // A ps task and `workers` worker tasks, as processes.
 class Cluster {
  public:
-  explicit Cluster(int workers) {
+  explicit Cluster(int workers, bool busy_poll = false) {
     try {
       std::vector<std::string> addresses;
       for (int i = 0; i <= workers; ++i) addresses.push_back(train::free_loopback_address());
@@ -53,6 +66,7 @@ class Cluster {
       json += "]}";
       train::ServerProcessOptions options;
       options.forward_stderr = false;  // the tasks' logs stay out of the benchmark's output
+      if (busy_poll) options.args = {"--busy-poll", std::to_string(kBusyPoll.count())};
       for (int i = 0; i <= workers; ++i) {
         children_.emplace_back(TESSERA_CLI_PATH, json, i == 0 ? "ps" : "worker", i == 0 ? 0 : i - 1, options);
         if (i > 0) targets.push_back(children_.back().target());
@@ -76,12 +90,12 @@ class Cluster {
 // The fixtures live for the whole program (Google Benchmark calls a benchmark function several
 // times) and are destroyed at exit: sessions first, then the processes.
 struct StepFixture {
-  Cluster cluster{2};
+  Cluster cluster;
   Graph g;
   Output c;
   std::unique_ptr<Session> s;
   bool ok = false;
-  explicit StepFixture(bool two_tasks) {
+  StepFixture(bool two_tasks, bool busy_poll) : cluster(2, busy_poll) {
     if (!cluster.ok) return;
     auto a = ops::constant(g, 1.0f, "a");
     Output b;
@@ -90,7 +104,7 @@ struct StepFixture {
       b = ops::add(ops::constant(g, 1.0f), ops::constant(g, 1.0f), "b");
     }
     c = ops::add(a, b, "c");
-    s = std::make_unique<Session>(g, cluster.targets[0]);
+    s = std::make_unique<Session>(g, cluster.targets[0], session_options(busy_poll));
     ok = s->run(c).scalar<float>() == 3.0f;
     for (int i = 0; i < 200; ++i) s->run(c);  // warm-up
   }
@@ -104,11 +118,12 @@ benchmark::Counter steps_per_second(int steps_per_iteration) {
   return benchmark::Counter(static_cast<double>(steps_per_iteration), benchmark::Counter::kIsIterationInvariantRate);
 }
 
-void BM_step(benchmark::State& state, bool two_tasks) {
-  tessera_bench::set_impl(state, "tessera");
-  static StepFixture two(true);
-  static StepFixture one(false);
-  StepFixture& f = two_tasks ? two : one;
+void BM_step(benchmark::State& state, bool two_tasks, bool busy_poll) {
+  tessera_bench::set_impl(state, busy_poll ? "tessera_busy_poll" : "tessera");
+  static std::map<std::pair<bool, bool>, std::unique_ptr<StepFixture>> fixtures;
+  auto& fixture = fixtures[{two_tasks, busy_poll}];
+  if (!fixture) fixture = std::make_unique<StepFixture>(two_tasks, busy_poll);
+  StepFixture& f = *fixture;
   if (!tessera_bench::check(state, f.ok, "the cluster did not start, or c != 3")) return;
   for (auto _ : state) {
     Tensor t = f.s->run(f.c);
@@ -125,7 +140,7 @@ struct Client {
   Output loss;
   Operation train;
   std::unique_ptr<Session> s;
-  explicit Client(const std::string& target) {
+  Client(const std::string& target, bool busy_poll) {
     {
       auto ps = g.device("/job:ps/task:0");
       w = Variable(g, Tensor::from_vector(std::vector<float>(256 * 256, 0.001f), Shape{256, 256}), "w");
@@ -139,7 +154,7 @@ struct Client {
     auto g_b = ops::reduce_sum(g_h, {0});
     auto lr = ops::constant(g, 0.01f);
     train = ops::group({w.assign_sub(ops::mul(lr, g_w)).op(), b.assign_sub(ops::mul(lr, g_b)).op()});
-    s = std::make_unique<Session>(g, target);
+    s = std::make_unique<Session>(g, target, session_options(busy_poll));
   }
 };
 
@@ -147,9 +162,11 @@ struct PsFixture {
   Cluster cluster;
   std::vector<std::unique_ptr<Client>> clients;
   bool ok = false;
-  explicit PsFixture(int workers) : cluster(workers) {
+  PsFixture(int workers, bool busy_poll) : cluster(workers, busy_poll) {
     if (!cluster.ok) return;
-    for (int i = 0; i < workers; ++i) clients.push_back(std::make_unique<Client>(cluster.targets[static_cast<std::size_t>(i)]));
+    for (int i = 0; i < workers; ++i) {
+      clients.push_back(std::make_unique<Client>(cluster.targets[static_cast<std::size_t>(i)], busy_poll));
+    }
     clients[0]->s->run(global_variables_initializer(clients[0]->g));
     const float before = clients[0]->s->run(clients[0]->loss).scalar<float>();
     for (auto& c : clients) {
@@ -160,12 +177,12 @@ struct PsFixture {
   ~PsFixture() { clients.clear(); }
 };
 
-void BM_ps_steps(benchmark::State& state) {
-  tessera_bench::set_impl(state, "tessera");
+void BM_ps_steps(benchmark::State& state, bool busy_poll) {
+  tessera_bench::set_impl(state, busy_poll ? "tessera_busy_poll" : "tessera");
   const int workers = static_cast<int>(state.range(0));
-  static std::map<int, std::unique_ptr<PsFixture>> fixtures;
-  auto& fixture = fixtures[workers];
-  if (!fixture) fixture = std::make_unique<PsFixture>(workers);
+  static std::map<std::pair<int, bool>, std::unique_ptr<PsFixture>> fixtures;
+  auto& fixture = fixtures[{workers, busy_poll}];
+  if (!fixture) fixture = std::make_unique<PsFixture>(workers, busy_poll);
   if (!tessera_bench::check(state, fixture->ok, "the cluster did not start, or the loss did not fall")) return;
   auto& clients = fixture->clients;
   constexpr int kStepsPerWorker = 20;
@@ -255,9 +272,26 @@ void BM_session_transfer(benchmark::State& state, const transport_bench::Size& s
   state.counters["steps_per_second"] = steps_per_second(size.transfers);
 }
 
-BENCHMARK_CAPTURE(BM_step, two_tasks, true)->Name("BM_step_two_tasks/tessera")->UseRealTime()->MinTime(1.0);
-BENCHMARK_CAPTURE(BM_step, one_task, false)->Name("BM_step_one_task/tessera")->UseRealTime()->MinTime(1.0);
-BENCHMARK(BM_ps_steps)->Name("BM_ps_steps/tessera")->Arg(1)->Arg(2)->Arg(4)->UseRealTime()->MinTime(2.0);
+BENCHMARK_CAPTURE(BM_step, two_tasks, true, false)->Name("BM_step_two_tasks/tessera")->UseRealTime()->MinTime(1.0);
+BENCHMARK_CAPTURE(BM_step, one_task, false, false)->Name("BM_step_one_task/tessera")->UseRealTime()->MinTime(1.0);
+BENCHMARK_CAPTURE(BM_ps_steps, tessera, false)
+    ->Name("BM_ps_steps/tessera")
+    ->Arg(1)
+    ->Arg(2)
+    ->Arg(4)
+    ->UseRealTime()
+    ->MinTime(2.0);
+BENCHMARK_CAPTURE(BM_step, two_tasks_busy_poll, true, true)
+    ->Name("BM_step_two_tasks/tessera_busy_poll")
+    ->UseRealTime()
+    ->MinTime(1.0);
+BENCHMARK_CAPTURE(BM_ps_steps, tessera_busy_poll, true)
+    ->Name("BM_ps_steps/tessera_busy_poll")
+    ->Arg(1)
+    ->Arg(2)
+    ->Arg(4)
+    ->UseRealTime()
+    ->MinTime(2.0);
 BENCHMARK_CAPTURE(BM_session_transfer, 1MiB, transport_bench::kSizes[2])
     ->Name("BM_session_transfer_1MiB/tessera")->UseRealTime()->MinTime(0.5);
 BENCHMARK_CAPTURE(BM_session_transfer, 16MiB, transport_bench::kSizes[3])

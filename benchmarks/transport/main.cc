@@ -4,8 +4,9 @@
 //   BM_transfer_{64B,4KiB,1MiB,16MiB,64MiB}/{tessera,raw_zmq,tessera_queue}
 //                                                              bytes_per_second, kWindow in flight
 //   BM_rtt_{64B,4KiB,1MiB,16MiB,64MiB}/{tessera,raw_zmq}        real time per echo round trip
-//   BM_{transfer,rtt}_{64B,4KiB}/tessera_busy_poll               against a server that busy-polls
+//   BM_{transfer,rtt}_{64B,4KiB}/tessera_busy_poll               both ends busy-polling
 //   BM_transfer_{64B,4KiB}/tessera_pool                          completions handed to the pool
+//   BM_transfer_{64B,4KiB}/tessera_pool_busy_poll                the same, both ends busy-polling
 //
 // The benchmarks are registered here rather than with BENCHMARK_CAPTURE so that the impls alternate
 // (tessera, raw_zmq, tessera, ...) whatever order the linker gives the two files' initializers.
@@ -143,9 +144,13 @@ void register_benchmarks(double floor) {
                             std::pair{"tessera_queue", &tessera_queue_transfer},
                             std::pair{"tessera_pool", &tessera_pool_transfer},
                             std::pair{"raw_zmq_streamed", &raw_streamed_transfer},
-                            std::pair{"tessera_busy_poll", &tessera_busy_poll_transfer}}) {
+                            std::pair{"tessera_busy_poll", &tessera_busy_poll_transfer},
+                            std::pair{"tessera_pool_busy_poll", &tessera_pool_busy_poll_transfer}}) {
       if (fn == &raw_streamed_transfer && s.bytes < kStreamedMinBytes) continue;
-      if ((fn == &tessera_busy_poll_transfer || fn == &tessera_pool_transfer) && s.bytes > kBusyPollMaxBytes) continue;
+      if ((fn == &tessera_busy_poll_transfer || fn == &tessera_pool_transfer || fn == &tessera_pool_busy_poll_transfer) &&
+          s.bytes > kBusyPollMaxBytes) {
+        continue;
+      }
       benchmark::RegisterBenchmark((std::string("BM_transfer_") + s.name + "/" + impl).c_str(), fn, s)
           ->UseRealTime()
           ->MinTime(std::max(0.2, floor))

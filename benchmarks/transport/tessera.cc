@@ -30,7 +30,9 @@
 //             and drops it (no hand-off to the I/O thread and back).
 //   rtt:      RpcChannel::call_sync, one echo at a time, the request carrying the tensor.
 // Impl tessera_busy_poll: the same calls to a second RpcServer of the peer, with busy_poll =
-// kBusyPoll (train::ServerOptions::busy_poll; Note [Busy polling] in transport/rpc_server.cc).
+// kBusyPoll (train::ServerOptions::busy_poll; Note [Busy polling] in transport/rpc_server.cc),
+// through a channel with RpcChannelOptions::busy_poll = kBusyPoll (as a task's channels have with
+// that ServerOptions::busy_poll); impl tessera_pool_busy_poll: tessera_pool's pulls that way.
 // Before timing, each benchmark checks every byte of kWindow received tensors (the pattern of
 // transfer_bench.h), their dtype and shape, and that from 16 KiB up they were received without a copy.
 #include <tessera/tessera.h>
@@ -196,7 +198,11 @@ RpcChannel* channel(benchmark::State& state, bool busy_poll) {
   }
   // Leaked: no teardown at static exit.
   static RpcChannel* const ch = new RpcChannel(p->tessera);
-  static RpcChannel* const busy = new RpcChannel(p->tessera_busy_poll);
+  static RpcChannel* const busy = [&] {
+    tessera::internal::RpcChannelOptions options;
+    options.busy_poll = kBusyPoll;
+    return new RpcChannel(p->tessera_busy_poll, options);
+  }();
   return busy_poll ? busy : ch;
 }
 
@@ -379,10 +385,11 @@ Status pull_through_pool(RpcChannel* ch, tessera::internal::ThreadPool* pool, co
 enum class Pull { kQueue, kCallbacks, kPool };
 
 void transfer(benchmark::State& state, const Size& size, bool busy_poll, Pull how) {
-  tessera_bench::set_impl(state, busy_poll            ? "tessera_busy_poll"
-                                 : how == Pull::kQueue ? "tessera_queue"
-                                 : how == Pull::kPool  ? "tessera_pool"
-                                                       : "tessera");
+  tessera_bench::set_impl(state, busy_poll && how == Pull::kPool ? "tessera_pool_busy_poll"
+                                 : busy_poll                     ? "tessera_busy_poll"
+                                 : how == Pull::kQueue           ? "tessera_queue"
+                                 : how == Pull::kPool            ? "tessera_pool"
+                                                                 : "tessera");
   RpcChannel* ch = channel(state, busy_poll);
   if (ch == nullptr) return;
   const std::string key = size.name;
@@ -488,6 +495,9 @@ void tessera_busy_poll_transfer(benchmark::State& state, const Size& size) {
   transfer(state, size, true, Pull::kCallbacks);
 }
 void tessera_busy_poll_rtt(benchmark::State& state, const Size& size) { rtt(state, size, true); }
+void tessera_pool_busy_poll_transfer(benchmark::State& state, const Size& size) {
+  transfer(state, size, true, Pull::kPool);
+}
 
 std::string start_tessera_peer(bool busy_poll) {
   auto tensors = std::make_shared<Tensors>();

@@ -102,9 +102,11 @@ void tessera_queue_transfer(benchmark::State& state, const Size& size);
 // which sends the next call (impl tessera_pool).
 void tessera_pool_transfer(benchmark::State& state, const Size& size);
 void tessera_rtt(benchmark::State& state, const Size& size);
-// The same against the busy-polling server (impl tessera_busy_poll).
+// The same with both ends busy-polling (impl tessera_busy_poll).
 void tessera_busy_poll_transfer(benchmark::State& state, const Size& size);
 void tessera_busy_poll_rtt(benchmark::State& state, const Size& size);
+// The runtime's path (tessera_pool) with both ends busy-polling (impl tessera_pool_busy_poll).
+void tessera_pool_busy_poll_transfer(benchmark::State& state, const Size& size);
 void raw_transfer(benchmark::State& state, const Size& size);
 // Sizes of kStreamedMinBytes and more: as raw_transfer, each tensor as 1 MiB messages (raw_zmq.cc).
 void raw_streamed_transfer(benchmark::State& state, const Size& size);

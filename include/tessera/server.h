@@ -97,9 +97,11 @@ struct ServerOptions {
   std::chrono::milliseconds step_start_timeout{60'000};
   // Busy polling: after receiving requests, the server's I/O thread keeps looking for more this
   // long (yielding its core between looks) before it sleeps, so that a task sending many small
-  // calls (gradients of small layers) does not pay a wake-up per call. Costs up to this much CPU
-  // after each burst; beside more busy processes than cores it slows them. 0 (default): off.
-  // Must be in [0, 10 ms].
+  // calls (gradients of small layers) does not pay a wake-up per call. The task's own channels to
+  // the other tasks do the same for replies: after completing calls while others still wait, their
+  // I/O thread looks this long before it sleeps, and a thread waiting for its reply looks this long
+  // before it sleeps. Costs up to this much CPU after each burst; beside more busy processes than
+  // cores it slows them. 0 (default): off. Must be in [0, 10 ms].
   std::chrono::microseconds busy_poll{0};
   // CURVE keys (include/tessera/security.h): with security.key_file the server encrypts its
   // traffic and admits only the keys of security.cluster_keys_file. Without it, start() refuses an

@@ -67,6 +67,11 @@ struct SessionOptions {
   // it with RunOptions::timeout); it fails with UnavailableError as soon as the connection to the
   // master is lost, or when no connection can be made within this time.
   std::chrono::milliseconds rpc_timeout{10000};
+  // Sessions on a cluster target: busy polling on the client's channel to the master, as
+  // train::ServerOptions::busy_poll does for a task's channels (a thread waiting for a step's reply
+  // looks this long before it sleeps). 0 (default): off. Must be in [0, 10 ms]. Sessions on one
+  // master share a channel only when their busy_poll is the same.
+  std::chrono::microseconds busy_poll{0};
   // Sessions on a cluster target whose tasks use CURVE keys (include/tessera/security.h): this
   // client's key pair (key_file) and the cluster's keys, where the target's host:port names the
   // master's server key. `insecure` means nothing here.
