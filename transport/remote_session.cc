@@ -53,11 +53,11 @@ const char* policy_name(PlacementPolicy p) {
   return "cost";
 }
 
-// Sessions share one channel per (master, key pair, busy polling), as TensorFlow's clients share one gRPC
-// channel per target: a channel is three ZeroMQ sockets, an I/O thread and a heartbeat, of which a
-// process could hold only a few hundred (its ZeroMQ context has 1023 sockets), while a session is
-// only a handle on the master. A channel lives while a session holds it; the next session made
-// after the last one let go connects afresh.
+// Sessions share one channel per (master, key pair, busy polling), as TensorFlow's clients share
+// one gRPC channel per target: a channel is three ZeroMQ sockets, an I/O thread and a heartbeat, of
+// which a process could hold only a few hundred (its ZeroMQ context has 1023 sockets), while a
+// session is only a handle on the master. A channel lives while a session holds it; the next
+// session made after the last one let go connects afresh.
 std::shared_ptr<RpcChannel> shared_channel(const std::string& endpoint, RpcChannelOptions options) {
   struct Cache {
     std::mutex mu;

@@ -232,7 +232,7 @@ struct RpcChannelOptions {
   };
   std::optional<Curve> curve;
   // Busy polling, the client's side of RpcServerOptions::busy_poll (Note [Busy polling] in
-  // rpc_channel.cc): after a turn that completed calls, while calls still wait for replies, the
+  // rpc_server.cc): after a turn that completed calls, while calls still wait for replies, the
   // I/O thread keeps looking for more this long before it sleeps; a thread waiting in a
   // synchronous call (or a completion queue's next()) looks this long before it sleeps. 0: off.
   std::chrono::microseconds busy_poll{0};
