@@ -10,6 +10,7 @@
 
 #include "core/node.h"
 #include "tessera/errors.h"
+#include "transport/rpc.h"
 #include "transport/security.h"
 #include "distributed/wire.h"
 #include "distributed/worker.h"
@@ -97,10 +98,7 @@ RemoteSession::RemoteSession(Graph& graph, const std::string& target, const Sess
   if (rpc_timeout_.count() <= 0) {
     throw InvalidArgumentError(fmt::format("SessionOptions.rpc_timeout must be > 0, got {} ms", rpc_timeout_.count()));
   }
-  if (options.busy_poll.count() < 0 || options.busy_poll > std::chrono::milliseconds(10)) {
-    throw InvalidArgumentError(
-        fmt::format("SessionOptions.busy_poll must be in [0, 10000] us, got {} us", options.busy_poll.count()));
-  }
+  check_busy_poll(options.busy_poll, "SessionOptions.busy_poll").raise();
   const std::string endpoint = endpoint_of(target);
   RpcChannelOptions channel_options;
   channel_options.busy_poll = options.busy_poll;

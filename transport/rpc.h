@@ -238,6 +238,11 @@ struct RpcChannelOptions {
   std::chrono::microseconds busy_poll{0};
 };
 
+// The busy polling a task or client may ask for (ServerOptions::busy_poll,
+// SessionOptions::busy_poll): OK within [0, 10 ms], else InvalidArgument naming `field`
+// ("ServerOptions.busy_poll").
+Status check_busy_poll(std::chrono::microseconds busy_poll, std::string_view field);
+
 struct RpcChannelStats {
   uint64_t calls = 0;
   uint64_t timed_out = 0;

@@ -836,6 +836,13 @@ RpcChannelStats RpcChannelCore::stats() const {
   return s;
 }
 
+Status check_busy_poll(std::chrono::microseconds busy_poll, std::string_view field) {
+  if (busy_poll.count() < 0 || busy_poll > std::chrono::milliseconds(10)) {
+    return errors::invalid_argument("{} must be in [0, 10000] us, got {} us", field, busy_poll.count());
+  }
+  return Status();
+}
+
 RpcChannel::RpcChannel(std::string endpoint, RpcChannelOptions options)
     : endpoint_(endpoint), core_(std::make_shared<RpcChannelCore>(std::move(endpoint), options)) {}
 

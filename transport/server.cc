@@ -27,6 +27,7 @@
 #include "distributed/master.h"
 #include "distributed/wire.h"
 #include "distributed/worker.h"
+#include "transport/rpc.h"
 #include "transport/security.h"
 #include "transport/server_impl.h"
 #include "transport/service_messages.h"
@@ -205,10 +206,7 @@ void validate(const train::ServerOptions& options) {
   if (options.max_sessions <= 0) {
     throw InvalidArgumentError(fmt::format("ServerOptions.max_sessions must be > 0, got {}", options.max_sessions));
   }
-  if (options.busy_poll.count() < 0 || options.busy_poll > std::chrono::milliseconds(10)) {
-    throw InvalidArgumentError(fmt::format("ServerOptions.busy_poll must be in [0, 10000] us, got {} us",
-                                           options.busy_poll.count()));
-  }
+  check_busy_poll(options.busy_poll, "ServerOptions.busy_poll").raise();
   check_security_options(options.security, "ServerOptions.security").raise();
 }
 
