@@ -493,7 +493,7 @@ struct ClusterKeyFiles {
     int n = 0;
     for (const auto& names : {addresses, clients}) {
       for (const std::string& name : names) {
-        const std::string prefix = dir.file("k" + std::to_string(n++));
+        const std::string prefix = dir.file(std::string("k").append(std::to_string(n++)));
         keys[name] = keygen(prefix);
         key_file[name] = prefix + ".key";
         if (std::find(unlisted.begin(), unlisted.end(), name) == unlisted.end()) {
