@@ -869,6 +869,49 @@ TEST(RpcTest, InlineHandlerAndEmptyReply) {
   }
 }
 
+// Note [Inline replies]: a reply given on the I/O thread leaves at once, before the handler
+// returns. The handler replies, then waits (bounded) until the caller has its reply; it only
+// sees that if the reply left while it still ran. Handler threads and run_inline alike.
+TEST(RpcTest, AReplyGivenInlineLeavesBeforeTheHandlerReturns) {
+  for (const bool threads : {false, true}) {
+    RpcServerOptions options;
+    options.handler_threads = threads ? 2 : 0;
+    if (threads) options.run_inline = [](const RpcMessage& m) { return m.frames[0].to_string() == "inline"; };
+    std::mutex mu;
+    std::condition_variable cv;
+    bool caller_has_it = false;           // guarded by mu
+    std::vector<std::string> handler_saw;  // guarded by mu
+    auto server = start_or_die(
+        [&](RpcMessage request, Responder respond) {
+          const std::string kind = request.frames[0].to_string();
+          respond(std::move(request));
+          std::unique_lock<std::mutex> l(mu);
+          const bool seen = cv.wait_for(l, 3s, [&] { return caller_has_it; });
+          handler_saw.push_back(kind + (seen ? ": reply received before I returned" : ": not received"));
+          caller_has_it = false;
+          cv.notify_all();
+        },
+        options);
+    ASSERT_TRUE(server);
+    RpcChannel channel(server->endpoint());
+    for (const char* kind : {"inline", "second inline"}) {
+      const auto start = Clock::now();
+      auto r = channel.call_sync(message({threads && std::string(kind) != "inline" ? "threaded" : kind}), 10s);
+      ASSERT_TRUE(r.ok()) << r.status().to_string();
+      EXPECT_LT(Clock::now() - start, 2s) << kind << ": the reply waited for the handler to return";
+      std::unique_lock<std::mutex> l(mu);
+      caller_has_it = true;
+      cv.notify_all();
+      ASSERT_TRUE(cv.wait_for(l, 10s, [&] { return !caller_has_it; }));  // the handler returned
+    }
+    std::lock_guard<std::mutex> l(mu);
+    const std::string second = threads ? "threaded" : "second inline";
+    EXPECT_EQ(handler_saw, (std::vector<std::string>{"inline: reply received before I returned",
+                                                     second + ": reply received before I returned"}))
+        << (threads ? "with handler threads and run_inline" : "handler_threads = 0");
+  }
+}
+
 TEST(RpcTest, BadAddresses) {
   auto server = start_or_die(echo);
   ASSERT_TRUE(server);

@@ -42,7 +42,7 @@ namespace tessera::internal {
 // owns the ROUTER. It reads a batch of requests, checks each envelope (Note [RPC envelope]) and
 // hands (request, Responder) to `handler_threads` handler threads (or runs the handler inline
 // when that is 0). A Responder may be called from any thread, at any time, once: the reply joins
-// the I/O thread's outbox. The server has its own zmq context, so stop() can terminate it: when
+// the I/O thread's outbox (Note [Inline replies] for one given on the I/O thread). The server has its own zmq context, so stop() can terminate it: when
 // stop() returns the listening socket is closed and the port can be bound again at once.
 //
 // Stopping. stop() stops reading, drops queued requests and kills every Responder (their replies
@@ -58,6 +58,16 @@ namespace tessera::internal {
 // an oversized frame closes that connection (the client reconnects; its pending calls meet their
 // deadlines). A request whose frames add up to more than the limit is refused with
 // ResourceExhausted.
+
+// Note [Inline replies]
+// ~~~~~~~~~~~~~~~~~~~~~
+// A reply given on the I/O thread itself (by a handler run inline, or by a callback that runs
+// there, such as a lost caller's on_lost) is sent at once, not queued for the turn's next look at the outbox: a
+// handler's remaining work (destroying its messages and tensors, the request's frames) then
+// follows the reply instead of delaying it. The socket is between messages wherever that thread
+// runs handlers and callbacks. Replies queued by other threads may then leave after it; replies
+// to different calls were never ordered. sent_inline_ tells run_io that a send may have spent the
+// ROUTER's signal (the rules in run_io).
 
 // Note [RPC security]
 // ~~~~~~~~~~~~~~~~~~~
@@ -209,6 +219,7 @@ class RpcServerCore : public std::enable_shared_from_this<RpcServerCore> {
 
   std::mutex out_mu_;
   std::vector<Outgoing> outbox_;  // guarded by out_mu_
+  bool sent_inline_ = false;      // I/O thread only: reply() sent a reply since run_io last looked
   bool stopping_ = false;         // guarded by out_mu_: Responders are dead, the I/O thread exits
 
   std::mutex work_mu_;
@@ -366,7 +377,7 @@ void RpcServerCore::run_io() {
       batch.swap(outbox_);
     }
     for (auto& out : batch) send(out);
-    *sent = *sent || !batch.empty();
+    *sent = *sent || !batch.empty() || std::exchange(sent_inline_, false);
     batch.clear();
     // A burst (the calls of a lost caller ending at once: tens of thousands) grows the batch,
     // and the swap hands its capacity on to the outbox: let a burst's arrays go.
@@ -415,8 +426,9 @@ void RpcServerCore::run_io() {
         track_peer(routing_id);
         receive_one(std::move(routing_id), &parts);
         received = true;
-        // A reply given inline (handler_threads == 0, run_inline) goes out before the next recv,
-        // which, finding nothing, then also stands for the ZMQ_EVENTS check below.
+        // A reply given inline (handler_threads == 0, run_inline) went out in the handler (Note
+        // [Inline replies]), before the next recv, which, finding nothing, then also stands for
+        // the ZMQ_EVENTS check below.
         if (!send_replies(&sent_since_empty_recv)) {
           stop = true;
           break;
@@ -800,6 +812,9 @@ void RpcServerCore::run_worker() {
 bool RpcServerCore::reply(ReplySlot& slot, const Status& status, std::vector<zmq::message_t> frames) {
   if (slot.replied.exchange(true, std::memory_order_acq_rel)) return false;  // not the first
   if (slot.watched.load(std::memory_order_acquire)) unwatch(slot);
+  // Only the winner of `replied` gets here, so it alone moves the routing id out of the slot.
+  const bool on_io_thread = tls_server_io_owner == this;
+  std::optional<Outgoing> now;  // on the I/O thread: sent at once (Note [Inline replies])
   bool wake = false;
   {
     std::lock_guard<std::mutex> l(out_mu_);
@@ -807,10 +822,17 @@ bool RpcServerCore::reply(ReplySlot& slot, const Status& status, std::vector<zmq
       dropped_replies_.fetch_add(1, std::memory_order_relaxed);
       return false;
     }
-    // Only the winner of `replied` gets here, so it alone moves the routing id out of the slot.
-    wake = outbox_.empty() && tls_server_io_owner != this;
-    outbox_.push_back(Outgoing{std::move(slot.routing_id), slot.id, status, std::move(frames)});
+    if (on_io_thread) {
+      now.emplace(Outgoing{std::move(slot.routing_id), slot.id, status, std::move(frames)});
+    } else {
+      wake = outbox_.empty();
+      outbox_.push_back(Outgoing{std::move(slot.routing_id), slot.id, status, std::move(frames)});
+    }
     last_reply_ = std::chrono::steady_clock::now();
+  }
+  if (now) {
+    send(*now);
+    sent_inline_ = true;
   }
   if (wake) signal_wake_fd(wake_fd_);
   return true;
