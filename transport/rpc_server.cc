@@ -42,8 +42,9 @@ namespace tessera::internal {
 // owns the ROUTER. It reads a batch of requests, checks each envelope (Note [RPC envelope]) and
 // hands (request, Responder) to `handler_threads` handler threads (or runs the handler inline
 // when that is 0). A Responder may be called from any thread, at any time, once: the reply joins
-// the I/O thread's outbox (Note [Inline replies] for one given on the I/O thread). The server has its own zmq context, so stop() can terminate it: when
-// stop() returns the listening socket is closed and the port can be bound again at once.
+// the I/O thread's outbox (or, given on the I/O thread, leaves at once: Note [Inline replies]).
+// The server has its own zmq context, so stop() can terminate it: when stop() returns the
+// listening socket is closed and the port can be bound again at once.
 //
 // Stopping. stop() stops reading, drops queued requests and kills every Responder (their replies
 // are counted and dropped; callers fail as their connection closes, Note [Lost connections] in
@@ -62,12 +63,12 @@ namespace tessera::internal {
 // Note [Inline replies]
 // ~~~~~~~~~~~~~~~~~~~~~
 // A reply given on the I/O thread itself (by a handler run inline, or by a callback that runs
-// there, such as a lost caller's on_lost) is sent at once, not queued for the turn's next look at the outbox: a
-// handler's remaining work (destroying its messages and tensors, the request's frames) then
-// follows the reply instead of delaying it. The socket is between messages wherever that thread
-// runs handlers and callbacks. Replies queued by other threads may then leave after it; replies
-// to different calls were never ordered. sent_inline_ tells run_io that a send may have spent the
-// ROUTER's signal (the rules in run_io).
+// there, such as a lost caller's on_lost) is sent at once, not queued for the turn's next look at
+// the outbox: a handler's remaining work (destroying its messages and tensors, the request's
+// frames) then follows the reply instead of delaying it. The socket is between messages wherever
+// that thread runs handlers and callbacks. Replies queued by other threads may then leave after
+// it; replies to different calls were never ordered. sent_inline_ tells run_io that a send may
+// have spent the ROUTER's signal (the rules in run_io).
 
 // Note [RPC security]
 // ~~~~~~~~~~~~~~~~~~~
