@@ -87,7 +87,10 @@ void check_size(const std::array<int64_t, Shape::kMaxRank>& dims, int rank) {
   }
   if (overflow) {
     std::string s = "[";
-    for (int i = 0; i < rank; ++i) s += (i ? "," : "") + (dims[i] < 0 ? std::string("?") : std::to_string(dims[i]));
+    for (int i = 0; i < rank; ++i) {
+      if (i > 0) s += ',';
+      s += dims[i] < 0 ? std::string("?") : std::to_string(dims[i]);
+    }
     throw InvalidArgumentError(fmt::format("shape {}] has more than 2^63 - 1 elements", s));
   }
 }

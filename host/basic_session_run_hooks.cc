@@ -264,7 +264,12 @@ void format_array(const Tensor& t, int dim, int64_t offset, bool summarize, std:
     } else {
       format_array(t, dim + 1, offset + i * stride, summarize, out);
     }
-    if (i + 1 < n) out += dim + 1 == shape.rank() ? " " : "\n" + std::string(static_cast<std::size_t>(dim) + 1, ' ');
+    if (i + 1 < n && dim + 1 == shape.rank()) {
+      out += ' ';
+    } else if (i + 1 < n) {
+      out += '\n';
+      out.append(static_cast<std::size_t>(dim) + 1, ' ');
+    }
   }
   out += ']';
 }

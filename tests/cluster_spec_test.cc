@@ -173,7 +173,7 @@ TEST(ClusterSpecTest, UnknownTaskIndexNamesItAndListsTheIndices) {
 
 TEST(ClusterSpecTest, LongListsInErrorsAreCutShort) {
   std::vector<std::string> addrs;
-  for (int i = 0; i < 30; ++i) addrs.push_back("h" + std::to_string(i) + ":1");
+  for (int i = 0; i < 30; ++i) addrs.push_back(std::string("h").append(std::to_string(i)).append(":1"));
   ClusterSpec spec(ClusterSpec::DenseJobs{{"worker", addrs}});
   std::string msg = error_of<InvalidArgumentError>([&] { spec.task_address("worker", 99); });
   EXPECT_THAT(msg, HasSubstr("0, 1, 2"));

@@ -343,7 +343,8 @@ TEST_F(FileWriterTest, ManyThreadsAddingAtOnceLoseNothing) {
     std::atomic<int> flushes{0};
     testing::run_threads(threads, [&](int t) {
       for (int i = 0; i < kPerThread; ++i) {
-        w.add_summary(summary_tensor("t" + std::to_string(t), static_cast<float>(i)), t * kPerThread + i);
+        const std::string tag = std::string("t").append(std::to_string(t));
+        w.add_summary(summary_tensor(tag, static_cast<float>(i)), t * kPerThread + i);
         if (i % 97 == t) {
           w.flush();
           ++flushes;

@@ -260,8 +260,7 @@ class Relay {
     if (verb == "stats") {
       std::string out = "ok";
       for (const auto& d : l.dir) {
-        out += " " + std::to_string(d.passed) + " " + std::to_string(d.lost) + " " + std::to_string(d.overflowed) +
-               " " + std::to_string(d.failed);
+        for (const auto count : {d.passed, d.lost, d.overflowed, d.failed}) out.append(" ").append(std::to_string(count));
       }
       return out;
     }
