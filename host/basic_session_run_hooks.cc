@@ -264,9 +264,10 @@ void format_array(const Tensor& t, int dim, int64_t offset, bool summarize, std:
     } else {
       format_array(t, dim + 1, offset + i * stride, summarize, out);
     }
-    if (i + 1 < n && dim + 1 == shape.rank()) {
+    if (i + 1 == n) continue;
+    if (dim + 1 == shape.rank()) {
       out += ' ';
-    } else if (i + 1 < n) {
+    } else {
       out += '\n';
       out.append(static_cast<std::size_t>(dim) + 1, ' ');
     }
