@@ -814,8 +814,9 @@ bool RpcServerCore::reply(ReplySlot& slot, const Status& status, std::vector<zmq
   if (slot.replied.exchange(true, std::memory_order_acq_rel)) return false;  // not the first
   if (slot.watched.load(std::memory_order_acquire)) unwatch(slot);
   // Only the winner of `replied` gets here, so it alone moves the routing id out of the slot.
+  Outgoing out{std::move(slot.routing_id), slot.id, status, std::move(frames)};
+  // On the I/O thread the reply is sent at once (Note [Inline replies]), else queued for it.
   const bool on_io_thread = tls_server_io_owner == this;
-  std::optional<Outgoing> now;  // on the I/O thread: sent at once (Note [Inline replies])
   bool wake = false;
   {
     std::lock_guard<std::mutex> l(out_mu_);
@@ -823,16 +824,14 @@ bool RpcServerCore::reply(ReplySlot& slot, const Status& status, std::vector<zmq
       dropped_replies_.fetch_add(1, std::memory_order_relaxed);
       return false;
     }
-    if (on_io_thread) {
-      now.emplace(Outgoing{std::move(slot.routing_id), slot.id, status, std::move(frames)});
-    } else {
+    if (!on_io_thread) {
       wake = outbox_.empty();
-      outbox_.push_back(Outgoing{std::move(slot.routing_id), slot.id, status, std::move(frames)});
+      outbox_.push_back(std::move(out));
     }
     last_reply_ = std::chrono::steady_clock::now();
   }
-  if (now) {
-    send(*now);
+  if (on_io_thread) {
+    send(out);
     sent_inline_ = true;
   }
   if (wake) signal_wake_fd(wake_fd_);

@@ -31,12 +31,14 @@ import tempfile
 # side, the server's thread. Functions named by a "client" pattern that contain "{lambda" do not
 # count unless the pattern names the lambda (a completion defined in a pull function runs on the
 # channel's I/O thread, whose run_io counts it).
-TRANSFER_CLIENT = r"(::pull_with_callbacks\(|::pull_through_queue\(|RpcChannelCore::run_io\(\))"
+TESSERA_TRANSFER = {  # the callbacks and the completion queue alike
+    "count": r"RpcChannelCore::start_locked\(",
+    "client": r"(::pull_with_callbacks\(|::pull_through_queue\(|RpcChannelCore::run_io\(\))",
+    "server": r"RpcServerCore::run_io\(\)",
+}
 TRANSFER = {
-    "tessera": {"count": r"RpcChannelCore::start_locked\(", "client": TRANSFER_CLIENT,
-                "server": r"RpcServerCore::run_io\(\)"},
-    "tessera_queue": {"count": r"RpcChannelCore::start_locked\(", "client": TRANSFER_CLIENT,
-                      "server": r"RpcServerCore::run_io\(\)"},
+    "tessera": TESSERA_TRANSFER,
+    "tessera_queue": TESSERA_TRANSFER,
     "raw_zmq": {"count": r"send_request\(zmq::socket_t&",
                 "client": r"transport_bench::raw_transfer\(",  # its pulls are inlined there
                 "server": r"serve_raw\("},
