@@ -14,25 +14,25 @@
 // ~~~~~~~~~~~~~~~~~~
 // Control messages and graphs are Protocol Buffers (proto3, distributed/wire.proto); tensor bytes are
 // not. Why protobuf:
-//   * A schema: both ends agree on one file, and a message is self-describing enough to debug with
-//     `protoc --decode`.
+//   * A schema: both ends agree on one file; `protoc --decode` shows a message for debugging.
 //   * Evolvable: new fields get new numbers and old peers skip them, so the master and workers can
 //     be upgraded one at a time; `version` (kWireVersion) is bumped only for changes an old peer would
 //     misread, and a mismatch is refused with a clear error instead of being misread.
 //   * A parser hardened by years of fuzzing (OSS-Fuzz): every byte a peer sends goes through it
 //     first, and everything it accepts is then validated here (dtypes, ranks, sizes, names, ops,
 //     attrs, edges) before anything is allocated or added to a graph.
-//   * It is TensorFlow's own choice: NodeDef, GraphDef, AttrValue, TensorShapeProto, DataType and the
-//     master/worker services (CreateSession, RunStep, RegisterGraph, RunGraph, RecvTensor, ...)
-//     mirror TensorFlow's, so a TF user reads our protos at a glance.
-// Why tensors travel as separate raw ZeroMQ frames, referenced by TensorMeta.frame:
-//   * Sending: a protobuf `bytes` field means copying the tensor into the serialized message (and
-//     for big tensors, a second copy when the message is framed). A raw frame is handed to ZeroMQ
-//     as is (zmq_msg_init_data on the tensor's buffer, kept alive by a Tensor reference).
-//   * Receiving: the frame's buffer can become the tensor's buffer (TensorBuffer::release frees the
-//     zmq message), so a received tensor is never copied; parsing the header stays cheap whatever
-//     the tensors weigh. Only attr tensors (Const values: small, part of the graph) go inline as
-//     TensorProto.
+//   * TensorFlow's own choice: NodeDef, GraphDef, AttrValue, DataType and the master/worker services
+//     (CreateSession, RunStep, RunGraph, RecvTensor, ...) mirror TF's; a TF user reads them at once.
+// Why tensors above kInlineTensorMaxBytes (1 KiB, service_messages.h) travel as raw ZeroMQ frames
+// of their own, named by TensorMeta.frame:
+//   * Sending: a `bytes` field is a copy into the serialized message (and, for big tensors, a
+//     second one into the frame); a raw frame is the tensor's own buffer (zmq_msg_init_data).
+//   * Receiving: the frame's buffer can become the tensor's (TensorBuffer::release frees the zmq
+//     message), and parsing the header stays cheap whatever the tensors weigh.
+// Smaller ones travel in TensorMeta.content (frame 0): a framed tensor below kZeroCopyMinBytes is
+// copied on both ends anyway, and up to 1 KiB a frame costs more than the copies into and out of
+// the header; at 4 KiB they cost more (benchmarks/README.md, "Figures behind the transport's
+// notes"). Attr tensors (Const values) go inline as TensorProto, whatever their size.
 // Validation order for a tensor: validate_tensor_meta() checks everything the metadata promises
 // against the frame (dtype, rank, dims, element count and byte size without overflow, a size cap)
 // before a byte is allocated; validate_tensor_content() checks the bytes themselves (bools must be

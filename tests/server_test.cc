@@ -167,6 +167,99 @@ TEST(ServiceMessagesTest, FramesHoldTheGeneratedHeadersBytes) {
   EXPECT_EQ(wire::parse_body<pb::RecvTensorRequest>(h.value().body()).value().rendezvous_key(), body.rendezvous_key());
 }
 
+// Note [Wire format]: a tensor of up to kInlineTensorMaxBytes (a string tensor: its encoding) goes
+// inside its metadata, a larger one as the next frame; either comes back equal, with its dtype and
+// shape.
+TEST(ServiceMessagesTest, SmallTensorsTravelInsideTheirMetadataLargerOnesAsFrames) {
+  const auto int32s = [](int64_t n) {
+    Tensor t(DType::Int32, Shape{n});
+    for (int64_t i = 0; i < n; ++i) t.mutable_data<int32_t>()[i] = static_cast<int32_t>(i * 7 - 3);
+    return t;
+  };
+  const int64_t limit = static_cast<int64_t>(kInlineTensorMaxBytes / 4);  // int32 elements
+  Tensor strings(DType::String, Shape{2});
+  strings.mutable_data<std::string>()[0] = "ab";
+  strings.mutable_data<std::string>()[1] = std::string(100, 'z');
+  Tensor long_strings(DType::String, Shape{1});
+  long_strings.mutable_data<std::string>()[0] = std::string(kInlineTensorMaxBytes, 's');  // + its length
+  struct Case {
+    const char* what;
+    Tensor t;
+    bool inline_expected;
+  };
+  const Case cases[] = {
+      {"scalar", Tensor::scalar<float>(2.5f), true},
+      {"empty", Tensor(DType::Float32, Shape{0, 3}), true},
+      {"bools", Tensor::vector<bool>({true, false, true}), true},
+      {"int32 at the limit", int32s(limit), true},
+      {"int32 one element past it", int32s(limit + 1), false},
+      {"strings", strings, true},
+      {"strings past the limit", long_strings, false},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    std::vector<zmq::message_t> frames;
+    frames.emplace_back(3);  // a frame already there: the tensor's would be the next, frame 2
+    StatusOr<wire::TensorMeta> meta = tensor_to_frames(c.t, &frames, 1);
+    ASSERT_TRUE(meta.ok()) << meta.status().to_string();
+    if (c.inline_expected) {
+      EXPECT_EQ(meta.value().frame(), 0u);
+      EXPECT_EQ(frames.size(), 1u);
+      EXPECT_EQ(meta.value().content().size(), meta.value().byte_size());
+    } else {
+      EXPECT_EQ(meta.value().frame(), 2u);
+      ASSERT_EQ(frames.size(), 2u);
+      EXPECT_TRUE(meta.value().content().empty());
+      EXPECT_EQ(frames[1].size(), meta.value().byte_size());
+    }
+    // The message as the receiver sees it: the header, then the frames.
+    std::vector<zmq::message_t> received;
+    received.emplace_back(0);
+    for (zmq::message_t& f : frames) received.push_back(std::move(f));
+    StatusOr<Tensor> back = tensor_from_frames(meta.value(), received);
+    ASSERT_TRUE(back.ok()) << back.status().to_string();
+    EXPECT_EQ(back.value().dtype(), c.t.dtype());
+    EXPECT_EQ(back.value().shape(), c.t.shape());
+    EXPECT_EQ(back.value().debug_string(100000), c.t.debug_string(100000));
+  }
+}
+
+// A peer's inline tensor is validated as a framed one is: bytes that do not match the metadata, a
+// bool that is neither 0 nor 1, a framed tensor that also carries inline bytes, a size over the
+// receiver's limit. Each is InvalidArgument (the limit: ResourceExhausted), never a crash.
+TEST(ServiceMessagesTest, InlineTensorsFromAPeerAreValidated) {
+  std::vector<zmq::message_t> frames(2);
+  frames[1].rebuild(8);
+  std::memset(frames[1].data(), 0, 8);
+  wire::TensorMeta meta = wire::encode_tensor_meta(Tensor::vector<float>({1, 2}), 0);
+  meta.set_content(std::string(8, '\0'));
+  ASSERT_TRUE(tensor_from_frames(meta, frames).ok());
+
+  wire::TensorMeta short_content = meta;
+  short_content.set_content(std::string(7, '\0'));
+  EXPECT_EQ(tensor_from_frames(short_content, frames).status().code(), ErrorCode::kInvalidArgument);
+
+  wire::TensorMeta bad_bool = wire::encode_tensor_meta(Tensor::vector<bool>({true, false}), 0);
+  bad_bool.set_content(std::string("\x01\x02", 2));
+  StatusOr<Tensor> b = tensor_from_frames(bad_bool, frames);
+  EXPECT_EQ(b.status().code(), ErrorCode::kInvalidArgument);
+  EXPECT_NE(b.status().message().find("bool"), std::string::npos) << b.status().message();
+
+  wire::TensorMeta both = meta;
+  both.set_frame(1);
+  StatusOr<Tensor> twice = tensor_from_frames(both, frames);
+  EXPECT_EQ(twice.status().code(), ErrorCode::kInvalidArgument);
+  EXPECT_NE(twice.status().message().find("inline as well"), std::string::npos) << twice.status().message();
+  both.clear_content();
+  EXPECT_TRUE(tensor_from_frames(both, frames).ok());  // the same tensor, framed
+
+  EXPECT_EQ(tensor_from_frames(meta, frames, /*max_bytes=*/4).status().code(), ErrorCode::kResourceExhausted);
+  // A null tensor is refused on the sending side, as before.
+  std::vector<zmq::message_t> out;
+  EXPECT_FALSE(tensor_to_frames(Tensor(), &out, 1).ok());
+  EXPECT_TRUE(out.empty());
+}
+
 TEST(ServerTest, BindEndpointFollowsTheHost) {
   EXPECT_EQ(server_bind_endpoint("10.1.2.3:2222").value(), "tcp://10.1.2.3:2222");
   EXPECT_EQ(server_bind_endpoint("127.0.0.1:80").value(), "tcp://127.0.0.1:80");

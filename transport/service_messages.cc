@@ -10,6 +10,7 @@
 #include <google/protobuf/wire_format_lite.h>
 
 #include "core/logging.h"
+#include "core/string_tensor.h"
 
 namespace tessera::internal {
 
@@ -123,9 +124,17 @@ void send_reply(const Responder& respond, uint64_t request_id, const Status& sta
 StatusOr<Tensor> tensor_from_frames(const wire::TensorMeta& meta, std::vector<zmq::message_t>& frames,
                                     uint64_t max_bytes) {
   const uint32_t index = meta.frame();
-  if (index == 0 || index >= frames.size()) {
+  if (index == 0) {  // inline
+    const std::string& content = meta.content();
+    return wire::decode_tensor(meta, content.data(), content.size(), max_bytes);
+  }
+  if (index >= frames.size()) {
     return errors::invalid_argument("a tensor refers to frame {}, but the message has frames 1..{}", index,
                                     frames.size() - 1);
+  }
+  if (!meta.content().empty()) {
+    return errors::invalid_argument("a tensor in frame {} carries {} bytes inline as well", index,
+                                    meta.content().size());
   }
   TESSERA_RETURN_IF_ERROR(wire::validate_tensor_meta(meta, frames[index].size(), max_bytes));
   auto dtype = wire::decode_dtype(meta.dtype());
@@ -139,7 +148,20 @@ StatusOr<Tensor> tensor_from_frames(const wire::TensorMeta& meta, std::vector<zm
 
 StatusOr<wire::TensorMeta> tensor_to_frames(const Tensor& t, std::vector<zmq::message_t>* frames,
                                             std::size_t first_frame) {
-  auto frame = tensor_frame(t);
+  if (!t.is_null() && is_host_tensor(t)) {
+    if (t.dtype() == DType::String) {
+      if (encoded_strings_size(t) <= kInlineTensorMaxBytes) {
+        wire::TensorMeta meta = wire::encode_tensor_meta(t, 0);
+        meta.set_content(encode_strings(t));
+        return meta;
+      }
+    } else if (t.bytes() <= kInlineTensorMaxBytes) {
+      wire::TensorMeta meta = wire::encode_tensor_meta(t, 0);
+      meta.set_content(static_cast<const char*>(t.raw_data()), t.bytes());
+      return meta;
+    }
+  }
+  auto frame = tensor_frame(t);  // null and device tensors: its error
   if (!frame.ok()) return frame.status();
   const auto index = static_cast<uint32_t>(first_frame + frames->size());
   frames->push_back(std::move(frame).value());

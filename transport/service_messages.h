@@ -1,6 +1,7 @@
 // How the master's and workers' calls and replies go onto RPC frames: frame 0 a RequestHeader or
 // ResponseHeader (wire.h) around the method's body, then payload frames, tensors among them as
-// raw frames that NamedTensor metadata points to. Shared by the master and the worker.
+// raw frames that NamedTensor metadata points to (small tensors inside the metadata). Shared by the
+// master and the worker.
 //
 //   channel.call(make_call("RecvTensor", request), deadline, [](StatusOr<RpcMessage> reply) {
 //     pb::RecvTensorResponse response;
@@ -47,11 +48,18 @@ Status parse_reply(const StatusOr<RpcMessage>& reply, M* body) {
 // A reply: frame 0 a ResponseHeader with `status` (and `body` when OK), then `payload`.
 void send_reply(const Responder& respond, uint64_t request_id, const Status& status,
                 const google::protobuf::Message* body, std::vector<zmq::message_t> payload = {});
+// Tensors of at most this many bytes (a string tensor: its encoding) travel inside the header
+// (TensorMeta.content), larger ones as frames of their own (Note [Wire format] in wire.h).
+inline constexpr std::size_t kInlineTensorMaxBytes = 1024;
 // Tensors travelling as NamedTensor metadata plus frames: `frames` are the message's frames
-// (frame 0 the header). Validates every tensor against its frame.
+// (frame 0 the header). The tensor `meta` describes, its bytes inline (meta.frame() == 0, any
+// size) or in the frame it names, validated against them; a framed one from kZeroCopyMinBytes is
+// the frame itself where the alignment allows (frame_to_tensor).
 StatusOr<Tensor> tensor_from_frames(const wire::TensorMeta& meta, std::vector<zmq::message_t>& frames,
                                     uint64_t max_bytes = wire::kMaxTensorBytes);
-// Appends `t` (a host tensor) as the next frame of `frames`; its metadata points there.
+// The metadata of `t` (a host tensor), its bytes inline when they are at most kInlineTensorMaxBytes,
+// else appended as the next frame of `frames` (whose first is frame `first_frame` of the message),
+// which the metadata names.
 StatusOr<wire::TensorMeta> tensor_to_frames(const Tensor& t, std::vector<zmq::message_t>* frames,
                                             std::size_t first_frame);
 

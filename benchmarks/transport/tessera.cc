@@ -6,7 +6,7 @@
 // as train::Server's dispatch does) and dispatches on its method:
 //   RecvTensor  body RecvTensorRequest; the tensor named by rendezvous_key (one per size, built at
 //               start-up) goes back as a ResponseHeader whose body is a RecvTensorResponse with the
-//               TensorMeta of tensor_to_frames, as train::Server answers: up to 4 KiB the bytes
+//               TensorMeta of tensor_to_frames, as train::Server answers: up to 1 KiB the bytes
 //               inside it, above that frame 1 (the tensor's own buffer from 16 KiB up, no copy).
 //   RunGraph    the echo of the rtt benchmarks, shaped as the call a master makes to run a
 //               partition: the request's `send` names a tensor (tensor_to_frames, as a master
@@ -454,7 +454,7 @@ void rtt(benchmark::State& state, const Size& size, bool busy_poll) {
     body.set_step_id(static_cast<int64_t>(id));
     pb::NamedTensor* send = body.add_send();
     send->set_name(key);
-    std::vector<zmq::message_t> frames;  // as a master sends a feed: inline up to 4 KiB, else frame 1
+    std::vector<zmq::message_t> frames;  // as a master sends a feed: inline up to 1 KiB, else frame 1
     StatusOr<pb::TensorMeta> meta = tensor_to_frames(payload, &frames, 1);
     if (!meta.ok()) return meta.status();
     *send->mutable_meta() = std::move(meta).value();
