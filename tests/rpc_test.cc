@@ -753,10 +753,15 @@ TEST(RpcTest, GarbageIsCountedAndDoesNotStopTheServer) {
   send_parts({"TRP1", "header", "payload"}), ++garbage;              // short call-id
   send_parts({std::string("TRR1\1\0\0\0\0\0\0\0", 12), "header"}), ++garbage;  // a reply's envelope
   send_parts({std::string("TRG1\1\0\0\0\0\0\0\0", 12), "header"}), ++garbage;  // a goodbye's, with frames
+  send_parts({"TRQ1\1\0\0"}), ++garbage;                                // a joined envelope, short
+  send_parts({std::string("TRK1\1\0\0\0\0\0\0\0", 12) + "header"}), ++garbage;  // a joined reply's
   std::mt19937 rng(42);
   for (int i = 0; i < 100; ++i) {
     std::vector<std::string> parts = tessera::testing::random_parts(rng, 40);
-    if (parts[0].size() == 12 && parts[0].compare(0, 4, "TRP1") == 0) parts[0][0] = 'x';
+    if ((parts[0].size() == 12 && parts[0].compare(0, 4, "TRP1") == 0) ||
+        (parts[0].size() >= 12 && parts[0].compare(0, 4, "TRQ1") == 0)) {
+      parts[0][0] = 'x';  // a request after all
+    }
     send_parts(parts), ++garbage;
   }
   // Proper calls are still served, from a channel and from the same connection that sent garbage.
@@ -1574,7 +1579,7 @@ zmq::socket_t raw_caller(zmq::context_t& context, const std::string& endpoint) {
 }
 
 // A ROUTER on a free loopback port standing in for a server: its thread takes each request
-// [routing id][envelope][header] and calls answer(*this, routing id, call id, header), which
+// [routing id][envelope and header] (or [routing id][envelope][header]) and calls answer(*this, routing id, call id, header), which
 // replies with send_to, until the object goes (on every way out of a test, a failed assertion's
 // too).
 class StandInServer {
@@ -1589,10 +1594,14 @@ class StandInServer {
     thread_ = std::thread([this, answer = std::move(answer)] {
       while (!done_) {
         zmq::message_t routing, env, header;
-        if (!router_.recv(routing)) continue;
-        if (!router_.recv(env) || !router_.recv(header)) continue;
+        if (!router_.recv(routing) || !router_.recv(env)) continue;
         const auto call = parse_envelope(env);  // [kind, call id]
         if (!call) continue;
+        if (call->first == internal::Envelope::kJoined) {  // the header inside (Note [Joined envelopes])
+          header = internal::joined_first(env);
+        } else if (!router_.recv(header)) {
+          continue;
+        }
         answer(*this, routing, call->second, header.to_string());
       }
     });
@@ -1669,6 +1678,88 @@ TEST(RpcTest, AFailedCallsReplyIsItsEnvelopeAlone) {
   const Status st = channel.call_sync(message({"x"}), 3s).status();
   EXPECT_EQ(st.code(), ErrorCode::kNotFound) << st.to_string();
   EXPECT_EQ(st.message(), "gone");
+}
+
+// Note [Joined envelopes]: a channel sends a frame 0 of up to kJoinedMaxBytes inside the envelope's
+// frame ("TRQ1"), a larger one after it ("TRP1"); the server answers a joined request's OK reply
+// joined ("TRK1") when its frame 0 fits, and any other reply in the separate layout.
+TEST(RpcTest, FrameZeroJoinsItsEnvelopeUpToTheLimitBothWays) {
+  // The channel's side, as a stand-in ROUTER receives it.
+  zmq::context_t context;
+  zmq::socket_t router(context, zmq::socket_type::router);
+  router.set(zmq::sockopt::linger, 0);
+  router.set(zmq::sockopt::rcvtimeo, 3000);
+  router.bind("tcp://127.0.0.1:*");
+  RpcChannel channel(router.get(zmq::sockopt::last_endpoint));
+  const std::string small(kJoinedMaxBytes, 'h');
+  const std::string large(kJoinedMaxBytes + 1, 'H');
+  for (const std::string* head : {&small, &large}) {
+    for (bool payload : {false, true}) {
+      SCOPED_TRACE(fmt::format("frame 0 of {} bytes, payload {}", head->size(), payload));
+      channel.call(payload ? message({*head, "p"}) : message({*head}), 200ms, [](StatusOr<RpcMessage>) {});
+      std::vector<std::string> got = recv_parts(router);
+      ASSERT_GE(got.size(), 2u);
+      got.erase(got.begin());  // the routing id
+      ASSERT_GE(got[0].size(), 12u);
+      const std::string magic = got[0].substr(0, 4);
+      if (head == &small) {
+        EXPECT_EQ(magic, "TRQ1");
+        EXPECT_EQ(got[0].substr(12), *head);
+        EXPECT_EQ(got.size(), payload ? 2u : 1u);
+      } else {
+        EXPECT_EQ(magic, "TRP1");
+        EXPECT_EQ(got[0].size(), 12u);
+        ASSERT_GE(got.size(), 2u);
+        EXPECT_EQ(got[1], *head);
+        EXPECT_EQ(got.size(), payload ? 3u : 2u);
+      }
+      if (payload) EXPECT_EQ(got.back(), "p");
+    }
+  }
+
+  // The server's side, to a caller speaking the envelope by hand.
+  auto server = start_or_die(echo);
+  ASSERT_TRUE(server);
+  zmq::socket_t raw = raw_caller(context, server->endpoint());
+  send_parts(raw, {envelope("TRQ1", 5) + "head", "p"});
+  EXPECT_EQ(recv_parts(raw), (std::vector<std::string>{envelope("TRK1", 5) + "head", "p"}));
+  send_parts(raw, {envelope("TRQ1", 6)});  // an empty frame 0
+  EXPECT_EQ(recv_parts(raw), (std::vector<std::string>{envelope("TRK1", 6)}));
+  // A joined request whose echoed frame 0 is too large to join: the reply comes separate.
+  send_parts(raw, {envelope("TRQ1", 7) + large});
+  EXPECT_EQ(recv_parts(raw), (std::vector<std::string>{envelope("TRR1", 7), large}));
+  // The separate layout is answered in the separate layout.
+  send_parts(raw, {envelope("TRP1", 8), "head", "p"});
+  EXPECT_EQ(recv_parts(raw), (std::vector<std::string>{envelope("TRR1", 8), "head", "p"}));
+  EXPECT_EQ(server->stats().requests, 4u);
+  EXPECT_EQ(server->stats().malformed, 0u);
+
+  // And between a channel and a server, every frame arrives as sent on both sides of the limit.
+  RpcChannel to_server(server->endpoint());
+  for (std::size_t size : {std::size_t{0}, std::size_t{1}, std::size_t{33}, kJoinedMaxBytes, kJoinedMaxBytes + 1}) {
+    for (bool payload : {false, true}) {
+      SCOPED_TRACE(fmt::format("frame 0 of {} bytes, payload {}", size, payload));
+      const std::string head(size, static_cast<char>('a' + size % 26));
+      auto r = to_server.call_sync(payload ? message({head, "p", ""}) : message({head}), 3s);
+      ASSERT_TRUE(r.ok()) << r.status().to_string();
+      EXPECT_EQ(strings(r.value()), payload ? (std::vector<std::string>{head, "p", ""}) : std::vector<std::string>{head});
+    }
+  }
+}
+
+// A reply whose joined envelope is not a reply's ("TRQ1", a request's) is malformed: the call meets
+// its deadline and the channel goes on.
+TEST(RpcTest, ARequestsJoinedEnvelopeAsAReplyIsMalformed) {
+  StandInServer server([](StandInServer& s, const zmq::message_t& routing, uint64_t id, const std::string& header) {
+    s.send_to(routing, {envelope(header == "wrong" ? "TRQ1" : "TRK1", id) + "answer"});
+  });
+  RpcChannel channel(server.endpoint());
+  auto r = channel.call_sync(message({"wrong"}), 300ms);
+  EXPECT_EQ(r.status().code(), ErrorCode::kUnavailable) << r.status().to_string();
+  EXPECT_EQ(channel.stats().malformed, 1u);
+  r = channel.call_sync(message({"right"}), 3s);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_EQ(strings(r.value()), std::vector<std::string>{"answer"});
 }
 
 // Note [Older replies]: a reply in the layout of builds before the reply envelope fails its call

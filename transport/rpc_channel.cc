@@ -263,8 +263,16 @@ bool RpcChannelCore::start_locked(RpcMessage request, Clock::time_point deadline
   }
   bool wake = deadline < io_wake_at_;
   const bool queued_before = !outbox_.empty();
-  outbox_.push_back(Outgoing{id, call_id_frame(id), std::move(request), std::nullopt, false, 0});
-  outbox_.back().stream = split_for_streaming(&outbox_.back().request.frames);
+  Outgoing& out = outbox_.emplace_back(Outgoing{id, zmq::message_t(), std::move(request), std::nullopt, false, 0, 0});
+  out.stream = split_for_streaming(&out.request.frames);
+  if (!out.stream) {
+    if (joins(out.request.frames[0])) {  // Note [Joined envelopes]
+      out.call_id = joined_frame(kJoinedMagic, id, out.request.frames[0]);
+      out.first_frame = 1;
+    } else {
+      out.call_id = call_id_frame(id);
+    }
+  }
   if (async) {
     // Behind calls still queued it waits its turn (the I/O thread was woken when the outbox
     // filled), as one made on the I/O thread (a completion's) or while sends are held does.
@@ -672,13 +680,14 @@ void RpcChannelCore::flush_outbox() {
     if (!out.head_sent) {
       const bool streamed = out.stream.has_value();
       zmq::message_t envelope = streamed ? envelope_frame(kHeadMagic, out.id) : std::move(out.call_id);
-      if (!socket_.send(envelope, zmq::send_flags::sndmore | zmq::send_flags::dontwait)) {
+      auto& frames = out.request.frames;
+      const bool more = streamed || out.first_frame < frames.size();
+      if (!socket_.send(envelope, (more ? zmq::send_flags::sndmore : zmq::send_flags::none) | zmq::send_flags::dontwait)) {
         if (!streamed) out.call_id = std::move(envelope);  // EAGAIN left it intact
         return;
       }
       if (streamed) socket_.send(out.stream->descriptor, zmq::send_flags::sndmore);
-      auto& frames = out.request.frames;
-      for (std::size_t i = 0; i < frames.size(); ++i) {
+      for (std::size_t i = out.first_frame; i < frames.size(); ++i) {
         // Later parts of a message whose first part was taken never block.
         socket_.send(frames[i], i + 1 < frames.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
       }
@@ -705,8 +714,21 @@ bool RpcChannelCore::receive_replies() {
     zmq::message_t first;
     if (!socket_.recv(first, zmq::recv_flags::dontwait)) return false;
     recv_rest(socket_, first, &parts);
-    // [reply envelope][frame...], [head envelope][descriptor][status][frame...] or
-    // [chunk envelope][bytes] (Note [RPC envelope] in rpc_envelope.cc)
+    // [joined envelope and frame 0][frame...], [reply envelope][frame...], [head
+    // envelope][descriptor][status][frame...] or [chunk envelope][bytes] (Note [RPC envelope] in
+    // rpc_envelope.cc)
+    const auto envelope = parse_envelope(first);
+    if (envelope && envelope->first == Envelope::kJoinedReply) {
+      auto it = pending_.find(envelope->second);
+      if (it == pending_.end()) {
+        late_replies_.fetch_add(1, std::memory_order_relaxed);
+      } else {
+        parts.insert(parts.begin(), joined_first(first));
+        finish(it, RpcMessage{std::move(parts)});
+      }
+      parts.clear();  // moved from, or a late reply's: empty again for the next recv_rest
+      continue;
+    }
     if (auto reply = parse_reply_envelope(first)) {
       const auto& [id, status] = *reply;
       auto it = pending_.find(id);
@@ -720,7 +742,6 @@ bool RpcChannelCore::receive_replies() {
       }
       continue;
     }
-    const auto envelope = parse_envelope(first);
     if (envelope && envelope->first == Envelope::kGoodbye && parts.empty()) {
       server_said_goodbye();
       continue;

@@ -108,11 +108,12 @@ class RpcChannelCore : public std::enable_shared_from_this<RpcChannelCore> {
   };
   struct Outgoing {
     uint64_t id;
-    zmq::message_t call_id;
+    zmq::message_t call_id;  // the envelope; a joined one holds frame 0 (Note [Joined envelopes])
     RpcMessage request;
     std::optional<ChunkedFrames> stream;  // its large frames, sent as chunks after the head
     bool head_sent = false;
     std::size_t next_chunk = 0;    // of stream->chunks
+    std::size_t first_frame = 0;   // of request.frames, the first sent after the envelope
   };
   using Completion = std::pair<RpcChannel::Done, StatusOr<RpcMessage>>;
 

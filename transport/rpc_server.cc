@@ -100,14 +100,15 @@ struct ReplySlot {
   std::shared_ptr<RpcServerCore> core;
   zmq::message_t routing_id;
   uint64_t id;  // the call's
+  bool joined;  // the request came with a joined envelope: so may the reply (Note [Joined envelopes])
   std::atomic<bool> replied{false};
   // Responder::on_lost: the caller's routing id, and what to run when its connection closes.
   std::string peer;
   std::atomic<bool> watched{false};  // in core->watched_ (written under core->watch_mu_)
   std::function<void()> on_lost;     // guarded by core->watch_mu_
 
-  ReplySlot(std::shared_ptr<RpcServerCore> c, zmq::message_t r, uint64_t call_id)
-      : core(std::move(c)), routing_id(std::move(r)), id(call_id), peer(routing_id.to_string()) {}
+  ReplySlot(std::shared_ptr<RpcServerCore> c, zmq::message_t r, uint64_t call_id, bool joined_request)
+      : core(std::move(c)), routing_id(std::move(r)), id(call_id), joined(joined_request), peer(routing_id.to_string()) {}
   ~ReplySlot();
 };
 
@@ -133,6 +134,7 @@ class RpcServerCore : public std::enable_shared_from_this<RpcServerCore> {
     uint64_t id;  // the call's
     Status status;
     std::vector<zmq::message_t> frames;
+    bool joined = false;  // an OK reply's frame 0 may join its envelope (Note [Joined envelopes])
   };
   struct Work {
     RpcMessage request;
@@ -163,7 +165,7 @@ class RpcServerCore : public std::enable_shared_from_this<RpcServerCore> {
   // or its stream is broken).
   void drop_stalled_streams();
   // Hands a whole request to the handler.
-  void dispatch(zmq::message_t routing_id, uint64_t id, std::vector<zmq::message_t> frames);
+  void dispatch(zmq::message_t routing_id, uint64_t id, std::vector<zmq::message_t> frames, bool joined);
   // Replies `status` (an error) to call `id` of `routing_id` at once, from the I/O thread.
   void refuse(zmq::message_t routing_id, uint64_t id, const Status& status);
   void send(Outgoing& out);
@@ -668,14 +670,15 @@ void RpcServerCore::too_many_frames(zmq::message_t routing_id, const std::vector
 }
 
 void RpcServerCore::receive_one(zmq::message_t routing_id, std::vector<zmq::message_t>* parts) {
-  // parts: [call-id][header][payload...], [head envelope][descriptor][header][payload...] or
-  // [chunk envelope][bytes]
+  // parts: [call-id and header][payload...], [call-id][header][payload...], [head
+  // envelope][descriptor][header][payload...] or [chunk envelope][bytes]
   const auto envelope = parts->empty() ? std::nullopt : parse_envelope((*parts)[0]);
   if (envelope && envelope->first == Envelope::kGoodbyeAck && parts->size() == 1) {
     goodbye_answered(routing_id.to_string());
     return;
   }
-  if (parts->size() < 2 || !envelope) {
+  const bool joined = envelope && envelope->first == Envelope::kJoined;
+  if ((parts->size() < 2 && !joined) || !envelope) {
     malformed_.fetch_add(1, std::memory_order_relaxed);
     return;
   }
@@ -692,13 +695,16 @@ void RpcServerCore::receive_one(zmq::message_t routing_id, std::vector<zmq::mess
     receive_head(std::move(routing_id), id, parts);
     return;
   }
-  if (kind != Envelope::kWhole) {  // a reply's envelope, or a goodbye's, in front of frames
+  if (kind != Envelope::kWhole && !joined) {  // a reply's envelope, or a goodbye's, in front of frames
     malformed_.fetch_add(1, std::memory_order_relaxed);
     return;
   }
+  // The request's frames from `first` on; a joined envelope's frame 0 taken out of it.
+  const std::size_t first = joined ? 0 : 1;
+  if (joined) (*parts)[0] = joined_first((*parts)[0]);
   if (options_.max_message_bytes >= 0) {
     uint64_t total = 0;
-    for (std::size_t i = 1; i < parts->size(); ++i) total += (*parts)[i].size();
+    for (std::size_t i = first; i < parts->size(); ++i) total += (*parts)[i].size();
     if (total > static_cast<uint64_t>(options_.max_message_bytes)) {
       oversized_.fetch_add(1, std::memory_order_relaxed);
       refuse(std::move(routing_id), id,
@@ -707,7 +713,7 @@ void RpcServerCore::receive_one(zmq::message_t routing_id, std::vector<zmq::mess
       return;
     }
   }
-  dispatch(std::move(routing_id), id, frames_from(*parts, 1));
+  dispatch(std::move(routing_id), id, frames_from(*parts, first), joined);
 }
 
 void RpcServerCore::receive_head(zmq::message_t routing_id, uint64_t id, std::vector<zmq::message_t>* parts) {
@@ -746,7 +752,7 @@ void RpcServerCore::receive_chunk(const zmq::message_t& routing_id, uint64_t id,
   zmq::message_t rid = std::move(it->second.routing_id);
   assembling_.erase(it);
   streamed_requests_.fetch_add(1, std::memory_order_relaxed);
-  dispatch(std::move(rid), id, std::move(frames));
+  dispatch(std::move(rid), id, std::move(frames), false);
 }
 
 void RpcServerCore::drop_stalled_streams() {
@@ -766,11 +772,12 @@ void RpcServerCore::refuse(zmq::message_t routing_id, uint64_t id, const Status&
   send(out);
 }
 
-void RpcServerCore::dispatch(zmq::message_t routing_id, uint64_t id, std::vector<zmq::message_t> frames) {
+void RpcServerCore::dispatch(zmq::message_t routing_id, uint64_t id, std::vector<zmq::message_t> frames,
+                             bool joined) {
   requests_.fetch_add(1, std::memory_order_relaxed);
   RpcMessage request;
   request.frames = std::move(frames);
-  Responder respond(std::make_shared<ReplySlot>(shared_from_this(), std::move(routing_id), id));
+  Responder respond(std::make_shared<ReplySlot>(shared_from_this(), std::move(routing_id), id, joined));
   if (options_.handler_threads <= 0 || (options_.run_inline && options_.run_inline(request))) {
     invoke(std::move(request), std::move(respond));
     return;
@@ -814,7 +821,7 @@ bool RpcServerCore::reply(ReplySlot& slot, const Status& status, std::vector<zmq
   if (slot.replied.exchange(true, std::memory_order_acq_rel)) return false;  // not the first
   if (slot.watched.load(std::memory_order_acquire)) unwatch(slot);
   // Only the winner of `replied` gets here, so it alone moves the routing id out of the slot.
-  Outgoing out{std::move(slot.routing_id), slot.id, status, std::move(frames)};
+  Outgoing out{std::move(slot.routing_id), slot.id, status, std::move(frames), slot.joined};
   // On the I/O thread the reply is sent at once (Note [Inline replies]), else queued for it.
   const bool on_io_thread = tls_server_io_owner == this;
   bool wake = false;
@@ -850,6 +857,7 @@ void RpcServerCore::send(Outgoing& out) {
     }
     zmq::message_t routing_id;  // sending moves the frame out: each chunk sends a copy of this
     if (stream) routing_id.copy(out.routing_id);
+    std::size_t first = 0;  // the first frame sent after the envelope's
     if (!socket_.send(out.routing_id, zmq::send_flags::sndmore | zmq::send_flags::dontwait)) {
       dropped_replies_.fetch_add(1, std::memory_order_relaxed);
       return;
@@ -857,12 +865,17 @@ void RpcServerCore::send(Outgoing& out) {
     if (stream) {
       socket_.send(envelope_frame(kHeadMagic, out.id), zmq::send_flags::sndmore);
       socket_.send(stream->descriptor, zmq::send_flags::sndmore);
+    } else if (out.joined && out.status.ok() && !out.frames.empty() && joins(out.frames[0])) {
+      // Frame 0 inside the envelope's frame (Note [Joined envelopes]).
+      socket_.send(joined_frame(kJoinedReplyMagic, out.id, out.frames[0]),
+                   out.frames.size() == 1 ? zmq::send_flags::none : zmq::send_flags::sndmore);
+      first = 1;
     } else {
       // The call id and the status in one frame (Note [RPC envelope]).
       socket_.send(reply_envelope_frame(out.id, out.status),
                    out.frames.empty() ? zmq::send_flags::none : zmq::send_flags::sndmore);
     }
-    for (std::size_t i = 0; i < out.frames.size(); ++i) {
+    for (std::size_t i = first; i < out.frames.size(); ++i) {
       socket_.send(out.frames[i], i + 1 < out.frames.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
     }
     if (stream) {
