@@ -224,6 +224,54 @@ TEST(ServiceMessagesTest, SmallTensorsTravelInsideTheirMetadataLargerOnesAsFrame
   }
 }
 
+// recv_tensor_reply writes RecvTensor's reply itself: the bytes must be those the generated
+// serializer writes for the header around a RecvTensorResponse of tensor_to_frames' metadata, for
+// every kind of tensor (inline or framed, scalars, empty, bools, strings, dims of several varint
+// bytes), and the tensor must come back out of them.
+TEST(ServiceMessagesTest, RecvTensorRepliesHoldTheGeneratedBytes) {
+  Tensor strings(DType::String, Shape{3});
+  strings.mutable_data<std::string>()[0] = "";
+  strings.mutable_data<std::string>()[1] = "ab";
+  strings.mutable_data<std::string>()[2] = std::string(300, 'z');
+  Tensor long_strings(DType::String, Shape{1});
+  long_strings.mutable_data<std::string>()[0] = std::string(kInlineTensorMaxBytes, 's');
+  Tensor wide(DType::Int64, Shape{1, 200});  // a dim of two varint bytes
+  for (int64_t i = 0; i < 200; ++i) wide.mutable_data<int64_t>()[i] = i - 100;
+  Tensor big(DType::Float32, Shape{5000});  // framed, and 16 KiB and more: its own buffer
+  for (int64_t i = 0; i < 5000; ++i) big.mutable_data<float>()[i] = static_cast<float>(i) / 3;
+  const Tensor tensors[] = {Tensor::scalar<float>(-2.5f), Tensor(DType::Float32, Shape{0, 3}),
+                            Tensor::vector<bool>({true, false}), Tensor(DType::Int32, Shape{256}),
+                            Tensor(DType::Int32, Shape{257}), strings, long_strings, wide, big};
+  const auto bytes = [](const zmq::message_t& f) { return std::string(static_cast<const char*>(f.data()), f.size()); };
+  for (uint64_t id : {uint64_t{0}, uint64_t{1}, uint64_t{1} << 40}) {
+    for (const Tensor& t : tensors) {
+      SCOPED_TRACE(fmt::format("id {} tensor {}", id, t.debug_string(3)));
+      StatusOr<RpcMessage> reply = recv_tensor_reply(id, t);
+      ASSERT_TRUE(reply.ok()) << reply.status().to_string();
+      std::vector<zmq::message_t> frames;
+      StatusOr<wire::TensorMeta> meta = tensor_to_frames(t, &frames, 1);
+      ASSERT_TRUE(meta.ok());
+      pb::RecvTensorResponse response;
+      response.set_version(wire::kWireVersion);
+      *response.mutable_tensor() = meta.value();
+      std::vector<zmq::message_t>& got = reply.value().frames;
+      ASSERT_EQ(got.size(), 1 + frames.size());
+      EXPECT_EQ(bytes(got[0]), wire::make_response_header(id, Status(), &response).SerializeAsString());
+      if (!frames.empty()) EXPECT_EQ(bytes(got[1]), bytes(frames[0]));
+      // And the receiver's side takes it back.
+      pb::RecvTensorResponse parsed;
+      ASSERT_TRUE(parse_reply(reply, &parsed).ok());
+      StatusOr<Tensor> back = tensor_from_frames(parsed.tensor(), got);
+      ASSERT_TRUE(back.ok()) << back.status().to_string();
+      EXPECT_EQ(back.value().shape(), t.shape());
+      EXPECT_EQ(back.value().debug_string(100000), t.debug_string(100000));
+    }
+  }
+  // A null tensor: the error tensor_to_frames gives.
+  std::vector<zmq::message_t> none;
+  EXPECT_EQ(recv_tensor_reply(1, Tensor()).status().message(), tensor_to_frames(Tensor(), &none, 1).status().message());
+}
+
 // A peer's inline tensor is validated as a framed one is: bytes that do not match the metadata, a
 // bool that is neither 0 nor 1, a framed tensor that also carries inline bytes, a size over the
 // receiver's limit. Each is InvalidArgument (the limit: ResourceExhausted), never a crash.

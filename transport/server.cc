@@ -372,13 +372,9 @@ bool call_service(const ServiceState& state, const wire::RequestHeaderView& h, R
         if (timer) TimerQueue::global().cancel(*timer);
       }
       if (!t.ok()) return send_reply(respond, id, t.status(), nullptr);
-      std::vector<zmq::message_t> frames;
-      auto meta = tensor_to_frames(t.value(), &frames, 1);
-      if (!meta.ok()) return send_reply(respond, id, meta.status(), nullptr);
-      pb::RecvTensorResponse response;
-      response.set_version(wire::kWireVersion);
-      *response.mutable_tensor() = std::move(meta).value();
-      send_reply(respond, id, Status(), &response, std::move(frames));
+      StatusOr<RpcMessage> reply = recv_tensor_reply(id, t.value());
+      if (!reply.ok()) return send_reply(respond, id, reply.status(), nullptr);
+      respond(std::move(reply).value());
     });
     // A caller that is gone (killed, or silent past the heartbeat timeout) no longer waits either.
     respond.on_lost([give_up] { give_up(errors::unavailable("RecvTensor: the caller's connection was lost")); });

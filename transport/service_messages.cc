@@ -91,6 +91,61 @@ zmq::message_t response_frame(uint64_t request_id, const Status& status, const g
   return frame;
 }
 
+StatusOr<RpcMessage> recv_tensor_reply(uint64_t request_id, const Tensor& t) {
+  if (t.is_null() || !is_host_tensor(t)) return tensor_frame(t).status();  // its error
+  RpcMessage reply;
+  reply.frames.reserve(2);
+  reply.frames.emplace_back();  // frame 0, written below
+  std::string strings;          // a string tensor's encoding
+  std::string_view content;     // the bytes inline, or none
+  uint32_t frame = 0;
+  const bool is_string = t.dtype() == DType::String;
+  const uint64_t byte_size = is_string ? encoded_strings_size(t) : t.bytes();
+  if (byte_size <= kInlineTensorMaxBytes) {
+    if (is_string) strings = encode_strings(t);
+    content = is_string ? std::string_view(strings) : std::string_view(static_cast<const char*>(t.raw_data()), t.bytes());
+  } else {
+    StatusOr<zmq::message_t> f = tensor_frame(t);
+    if (!f.ok()) return f.status();
+    reply.frames.push_back(std::move(f).value());
+    frame = 1;
+  }
+  // TensorMeta as encode_tensor_meta fills it (plus content), then RecvTensorResponse, then the
+  // ResponseHeader: each message's fields in field-number order, zeros and empty ones left out,
+  // the packed dims and the always-present tensor field as the generated serializer writes them.
+  const auto dtype = static_cast<uint64_t>(wire::encode_dtype(t.dtype()));  // > 0
+  std::size_t dims_bytes = 0;
+  for (int i = 0; i < t.shape().rank(); ++i) dims_bytes += CodedOutputStream::VarintSize64(static_cast<uint64_t>(t.shape().dim(i)));
+  const std::size_t meta_size = varint_field_size(1, dtype) + bytes_field_size(2, dims_bytes) +
+                                varint_field_size(3, byte_size) + varint_field_size(4, frame) +
+                                bytes_field_size(5, content.size());
+  const std::size_t body_size = varint_field_size(1, wire::kWireVersion) +
+                                WireFormatLite::TagSize(2, WireFormatLite::TYPE_MESSAGE) +
+                                CodedOutputStream::VarintSize32(static_cast<uint32_t>(meta_size)) + meta_size;
+  const std::size_t size =
+      varint_field_size(1, wire::kWireVersion) + varint_field_size(2, request_id) + bytes_field_size(4, body_size);
+  zmq::message_t& out = reply.frames[0];
+  out.rebuild(size);
+  auto* p = static_cast<uint8_t*>(out.data());
+  p = WireFormatLite::WriteUInt32ToArray(1, wire::kWireVersion, p);
+  if (request_id != 0) p = WireFormatLite::WriteUInt64ToArray(2, request_id, p);
+  p = write_bytes_tag(4, body_size, p);
+  p = WireFormatLite::WriteUInt32ToArray(1, wire::kWireVersion, p);
+  p = write_bytes_tag(2, meta_size, p);  // always written, even empty
+  p = WireFormatLite::WriteUInt64ToArray(1, dtype, p);
+  if (dims_bytes != 0) {
+    p = write_bytes_tag(2, dims_bytes, p);
+    for (int i = 0; i < t.shape().rank(); ++i) {
+      p = CodedOutputStream::WriteVarint64ToArray(static_cast<uint64_t>(t.shape().dim(i)), p);
+    }
+  }
+  if (byte_size != 0) p = WireFormatLite::WriteUInt64ToArray(3, byte_size, p);
+  if (frame != 0) p = WireFormatLite::WriteUInt32ToArray(4, frame, p);
+  if (!content.empty()) p = std::copy(content.begin(), content.end(), write_bytes_tag(5, content.size(), p));
+  TESSERA_CHECK(p == static_cast<uint8_t*>(out.data()) + size);
+  return reply;
+}
+
 RpcMessage make_call(const std::string& method, const google::protobuf::Message& body,
                      std::vector<zmq::message_t> payload) {
   RpcMessage m;

@@ -31,6 +31,11 @@ zmq::message_t request_frame(uint64_t request_id, std::string_view method, const
 // Frame 0 of a reply: the bytes of wire::make_response_header(request_id, status, body), the same
 // way when `status` is OK.
 zmq::message_t response_frame(uint64_t request_id, const Status& status, const google::protobuf::Message* body);
+// The reply to a RecvTensor call that found `t` (a host tensor): frame 0 a ResponseHeader whose
+// body is a RecvTensorResponse with tensor_to_frames' metadata of `t` (its bytes inline up to
+// kInlineTensorMaxBytes, else frame 1), written straight into the frame: the bytes of
+// wire::make_response_header(request_id, OK, &response), without the messages in between.
+StatusOr<RpcMessage> recv_tensor_reply(uint64_t request_id, const Tensor& t);
 // Encodes a call: frame 0 a RequestHeader around `body`, then `payload` frames.
 RpcMessage make_call(const std::string& method, const google::protobuf::Message& body,
                      std::vector<zmq::message_t> payload = {});

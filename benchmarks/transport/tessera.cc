@@ -6,8 +6,9 @@
 // as train::Server's dispatch does) and dispatches on its method:
 //   RecvTensor  body RecvTensorRequest; the tensor named by rendezvous_key (one per size, built at
 //               start-up) goes back as a ResponseHeader whose body is a RecvTensorResponse with the
-//               TensorMeta of tensor_to_frames, as train::Server answers: up to 1 KiB the bytes
-//               inside it, above that frame 1 (the tensor's own buffer from 16 KiB up, no copy).
+//               TensorMeta of tensor_to_frames, written by recv_tensor_reply as train::Server
+//               answers: up to 1 KiB the bytes inside it, above that frame 1 (the tensor's own
+//               buffer from 16 KiB up, no copy).
 //   RunGraph    the echo of the rtt benchmarks, shaped as the call a master makes to run a
 //               partition: the request's `send` names a tensor (tensor_to_frames, as a master
 //               sends feeds), which the handler validates and takes (tensor_from_frames: a frame is
@@ -70,6 +71,7 @@ using tessera::internal::RpcCompletion;
 using tessera::internal::RpcCompletionQueue;
 using tessera::internal::RpcMessage;
 using tessera::internal::RpcServer;
+using tessera::internal::recv_tensor_reply;
 using tessera::internal::request_frame;
 using tessera::internal::response_frame;
 using tessera::internal::tensor_from_frames;
@@ -108,13 +110,9 @@ void serve_recv_tensor(const Tensors& tensors, const wire::RequestHeaderView& h,
   if (it == tensors.end()) {
     return reply(respond, h.request_id(), errors::not_found("no tensor '{}'", body.rendezvous_key()), nullptr);
   }
-  std::vector<zmq::message_t> frames;
-  StatusOr<pb::TensorMeta> meta = tensor_to_frames(it->second, &frames, 1);
-  if (!meta.ok()) return reply(respond, h.request_id(), meta.status(), nullptr);
-  pb::RecvTensorResponse response;
-  response.set_version(wire::kWireVersion);
-  *response.mutable_tensor() = std::move(meta).value();
-  reply(respond, h.request_id(), Status(), &response, std::move(frames));
+  StatusOr<RpcMessage> out = recv_tensor_reply(h.request_id(), it->second);  // as train::Server answers
+  if (!out.ok()) return reply(respond, h.request_id(), out.status(), nullptr);
+  respond(std::move(out).value());
 }
 
 void serve_echo(RpcMessage& request, const wire::RequestHeaderView& h, const Responder& respond) {
