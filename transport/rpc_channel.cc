@@ -682,7 +682,8 @@ void RpcChannelCore::flush_outbox() {
       zmq::message_t envelope = streamed ? envelope_frame(kHeadMagic, out.id) : std::move(out.call_id);
       auto& frames = out.request.frames;
       const bool more = streamed || out.first_frame < frames.size();
-      if (!socket_.send(envelope, (more ? zmq::send_flags::sndmore : zmq::send_flags::none) | zmq::send_flags::dontwait)) {
+      const auto flags = (more ? zmq::send_flags::sndmore : zmq::send_flags::none) | zmq::send_flags::dontwait;
+      if (!socket_.send(envelope, flags)) {
         if (!streamed) out.call_id = std::move(envelope);  // EAGAIN left it intact
         return;
       }

@@ -108,7 +108,11 @@ struct ReplySlot {
   std::function<void()> on_lost;     // guarded by core->watch_mu_
 
   ReplySlot(std::shared_ptr<RpcServerCore> c, zmq::message_t r, uint64_t call_id, bool joined_request)
-      : core(std::move(c)), routing_id(std::move(r)), id(call_id), joined(joined_request), peer(routing_id.to_string()) {}
+      : core(std::move(c)),
+        routing_id(std::move(r)),
+        id(call_id),
+        joined(joined_request),
+        peer(routing_id.to_string()) {}
   ~ReplySlot();
 };
 

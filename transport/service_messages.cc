@@ -4,6 +4,9 @@
 #include <algorithm>
 #include <atomic>
 #include <climits>
+#include <optional>
+#include <string>
+#include <string_view>
 #include <utility>
 
 #include <google/protobuf/io/coded_stream.h>
@@ -43,6 +46,18 @@ uint8_t* write_bytes_tag(int field, std::size_t size, uint8_t* p) {
 std::size_t varint_field_size(int field, uint64_t value) {
   if (value == 0) return 0;
   return WireFormatLite::TagSize(field, WireFormatLite::TYPE_UINT64) + CodedOutputStream::VarintSize64(value);
+}
+
+// The bytes of `t` (a host tensor) when it travels inside its metadata: at most
+// kInlineTensorMaxBytes of them (a string tensor's encoding, made into *strings); else nullopt.
+std::optional<std::string_view> inline_bytes(const Tensor& t, std::string* strings) {
+  if (t.dtype() == DType::String) {
+    if (encoded_strings_size(t) > kInlineTensorMaxBytes) return std::nullopt;
+    *strings = encode_strings(t);
+    return std::string_view(*strings);
+  }
+  if (t.bytes() > kInlineTensorMaxBytes) return std::nullopt;
+  return std::string_view(static_cast<const char*>(t.raw_data()), t.bytes());
 }
 
 }  // namespace
@@ -96,17 +111,15 @@ StatusOr<RpcMessage> recv_tensor_reply(uint64_t request_id, const Tensor& t) {
   RpcMessage reply;
   reply.frames.reserve(2);
   reply.frames.emplace_back();  // frame 0, written below
-  std::string strings;          // a string tensor's encoding
-  std::string_view content;     // the bytes inline, or none
+  std::string strings;  // a string tensor's encoding, inline
+  const std::optional<std::string_view> inline_content = inline_bytes(t, &strings);
+  const std::string_view content = inline_content.value_or(std::string_view());
   uint32_t frame = 0;
-  const bool is_string = t.dtype() == DType::String;
-  const uint64_t byte_size = is_string ? encoded_strings_size(t) : t.bytes();
-  if (byte_size <= kInlineTensorMaxBytes) {
-    if (is_string) strings = encode_strings(t);
-    content = is_string ? std::string_view(strings) : std::string_view(static_cast<const char*>(t.raw_data()), t.bytes());
-  } else {
+  uint64_t byte_size = content.size();
+  if (!inline_content) {
     StatusOr<zmq::message_t> f = tensor_frame(t);
     if (!f.ok()) return f.status();
+    byte_size = f.value().size();
     reply.frames.push_back(std::move(f).value());
     frame = 1;
   }
@@ -115,7 +128,9 @@ StatusOr<RpcMessage> recv_tensor_reply(uint64_t request_id, const Tensor& t) {
   // the packed dims and the always-present tensor field as the generated serializer writes them.
   const auto dtype = static_cast<uint64_t>(wire::encode_dtype(t.dtype()));  // > 0
   std::size_t dims_bytes = 0;
-  for (int i = 0; i < t.shape().rank(); ++i) dims_bytes += CodedOutputStream::VarintSize64(static_cast<uint64_t>(t.shape().dim(i)));
+  for (int i = 0; i < t.shape().rank(); ++i) {
+    dims_bytes += CodedOutputStream::VarintSize64(static_cast<uint64_t>(t.shape().dim(i)));
+  }
   const std::size_t meta_size = varint_field_size(1, dtype) + bytes_field_size(2, dims_bytes) +
                                 varint_field_size(3, byte_size) + varint_field_size(4, frame) +
                                 bytes_field_size(5, content.size());
@@ -204,15 +219,10 @@ StatusOr<Tensor> tensor_from_frames(const wire::TensorMeta& meta, std::vector<zm
 StatusOr<wire::TensorMeta> tensor_to_frames(const Tensor& t, std::vector<zmq::message_t>* frames,
                                             std::size_t first_frame) {
   if (!t.is_null() && is_host_tensor(t)) {
-    if (t.dtype() == DType::String) {
-      if (encoded_strings_size(t) <= kInlineTensorMaxBytes) {
-        wire::TensorMeta meta = wire::encode_tensor_meta(t, 0);
-        meta.set_content(encode_strings(t));
-        return meta;
-      }
-    } else if (t.bytes() <= kInlineTensorMaxBytes) {
+    std::string strings;
+    if (std::optional<std::string_view> content = inline_bytes(t, &strings)) {
       wire::TensorMeta meta = wire::encode_tensor_meta(t, 0);
-      meta.set_content(static_cast<const char*>(t.raw_data()), t.bytes());
+      meta.set_content(content->data(), content->size());
       return meta;
     }
   }
