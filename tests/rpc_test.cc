@@ -1713,7 +1713,9 @@ TEST(RpcTest, FrameZeroJoinsItsEnvelopeUpToTheLimitBothWays) {
         EXPECT_EQ(got[1], *head);
         EXPECT_EQ(got.size(), payload ? 3u : 2u);
       }
-      if (payload) EXPECT_EQ(got.back(), "p");
+      if (payload) {
+        EXPECT_EQ(got.back(), "p");
+      }
     }
   }
 

@@ -257,7 +257,9 @@ TEST(ServiceMessagesTest, RecvTensorRepliesHoldTheGeneratedBytes) {
       std::vector<zmq::message_t>& got = reply.value().frames;
       ASSERT_EQ(got.size(), 1 + frames.size());
       EXPECT_EQ(bytes(got[0]), wire::make_response_header(id, Status(), &response).SerializeAsString());
-      if (!frames.empty()) EXPECT_EQ(bytes(got[1]), bytes(frames[0]));
+      if (!frames.empty()) {
+        EXPECT_EQ(bytes(got[1]), bytes(frames[0]));
+      }
       // And the receiver's side takes it back.
       pb::RecvTensorResponse parsed;
       ASSERT_TRUE(parse_reply(reply, &parsed).ok());
@@ -270,6 +272,69 @@ TEST(ServiceMessagesTest, RecvTensorRepliesHoldTheGeneratedBytes) {
   // A null tensor: the error tensor_to_frames gives.
   std::vector<zmq::message_t> none;
   EXPECT_EQ(recv_tensor_reply(1, Tensor()).status().message(), tensor_to_frames(Tensor(), &none, 1).status().message());
+}
+
+// named_tensors_reply writes a RunGraph or RunStep reply itself, its tensors' entries after the
+// response's other fields: parsed, it must be the message protobuf would have sent (the entries
+// with tensor_to_frames' metadata, the other fields kept), and every tensor must come back.
+TEST(ServiceMessagesTest, NamedTensorsRepliesParseAsTheMessageProtobufWouldSend) {
+  Tensor strings(DType::String, Shape{2});
+  strings.mutable_data<std::string>()[0] = "x";
+  strings.mutable_data<std::string>()[1] = std::string(2000, 'y');  // framed
+  Tensor big(DType::Float32, Shape{64, 80});                          // framed, 20 KiB
+  for (int64_t i = 0; i < 64 * 80; ++i) big.mutable_data<float>()[i] = static_cast<float>(i);
+  const std::vector<std::vector<Tensor>> sets = {
+      {},
+      {Tensor::scalar<float>(1.5f)},
+      {Tensor::scalar<int64_t>(-7), big, Tensor(DType::Int32, Shape{0}), strings, Tensor::vector<bool>({true})},
+  };
+  const auto bytes = [](const zmq::message_t& f) { return std::string(static_cast<const char*>(f.data()), f.size()); };
+  for (const std::vector<Tensor>& tensors : sets) {
+    for (bool others : {false, true}) {
+      SCOPED_TRACE(fmt::format("{} tensors, other fields {}", tensors.size(), others));
+      // RunStep's reply, and its expected form through protobuf.
+      pb::RunStepResponse response;
+      response.set_version(wire::kWireVersion);
+      if (others) {
+        response.set_trace_json("{\"traceEvents\": []}");
+        pb::NodePlacement* p = response.add_placement();
+        p->set_node("a");
+        p->set_device("/job:ps/replica:0/task:0/device:CPU:0");
+      }
+      for (std::size_t i = 0; i < tensors.size(); ++i) response.add_tensor()->set_name(i == 1 ? "" : fmt::format("t{}:0", i));
+      pb::RunStepResponse expected = response;
+      std::vector<zmq::message_t> frames;
+      for (std::size_t i = 0; i < tensors.size(); ++i) {
+        StatusOr<wire::TensorMeta> meta = tensor_to_frames(tensors[i], &frames, 1);
+        ASSERT_TRUE(meta.ok());
+        *expected.mutable_tensor(static_cast<int>(i))->mutable_meta() = meta.value();
+      }
+      StatusOr<RpcMessage> reply = named_tensors_reply(42, &response, response.mutable_tensor(),
+                                                       pb::RunStepResponse::kTensorFieldNumber, tensors);
+      ASSERT_TRUE(reply.ok()) << reply.status().to_string();
+      std::vector<zmq::message_t>& got = reply.value().frames;
+      ASSERT_EQ(got.size(), 1 + frames.size());
+      for (std::size_t i = 0; i < frames.size(); ++i) EXPECT_EQ(bytes(got[1 + i]), bytes(frames[i]));
+      auto header = wire::parse_response_header(got[0].data(), got[0].size());
+      ASSERT_TRUE(header.ok()) << header.status().to_string();
+      EXPECT_EQ(header.value().request_id(), 42u);
+      pb::RunStepResponse parsed;
+      ASSERT_TRUE(parse_reply(reply, &parsed).ok());
+      EXPECT_EQ(parsed.SerializeAsString(), expected.SerializeAsString());
+      for (std::size_t i = 0; i < tensors.size(); ++i) {
+        StatusOr<Tensor> back = tensor_from_frames(parsed.tensor(static_cast<int>(i)).meta(), got);
+        ASSERT_TRUE(back.ok()) << back.status().to_string();
+        EXPECT_EQ(back.value().debug_string(100000), tensors[i].debug_string(100000));
+      }
+    }
+  }
+  // The entries and the tensors must match; a tensor that cannot be sent is its error.
+  pb::RunGraphResponse one;
+  one.add_recv()->set_name("x");
+  EXPECT_EQ(named_tensors_reply(1, &one, one.mutable_recv(), pb::RunGraphResponse::kRecvFieldNumber, {}).status().code(),
+            ErrorCode::kInternal);
+  EXPECT_FALSE(
+      named_tensors_reply(1, &one, one.mutable_recv(), pb::RunGraphResponse::kRecvFieldNumber, {Tensor()}).ok());
 }
 
 // A peer's inline tensor is validated as a framed one is: bytes that do not match the metadata, a

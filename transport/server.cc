@@ -252,23 +252,14 @@ Done<M> replier(const Responder& respond, uint64_t request_id) {
   };
 }
 
-// Replies `response` with `tensors` as frames after it, pointing `entries` (one NamedTensor of the
-// response per tensor) at them.
+// Replies `response` with `tensors` as its NamedTensor field `field` (`entries`, one per tensor,
+// names set), written by named_tensors_reply.
 void reply_with_tensors(const Responder& respond, uint64_t request_id, google::protobuf::Message* response,
-                        google::protobuf::RepeatedPtrField<pb::NamedTensor>* entries,
+                        google::protobuf::RepeatedPtrField<pb::NamedTensor>* entries, int field,
                         const std::vector<Tensor>& tensors) {
-  if (static_cast<std::size_t>(entries->size()) != tensors.size()) {
-    return send_reply(respond, request_id,
-                      errors::internal("a reply names {} tensors and carries {}", entries->size(), tensors.size()),
-                      nullptr);
-  }
-  std::vector<zmq::message_t> frames;
-  for (std::size_t i = 0; i < tensors.size(); ++i) {
-    auto meta = tensor_to_frames(tensors[i], &frames, 1);
-    if (!meta.ok()) return send_reply(respond, request_id, meta.status(), nullptr);
-    *entries->Mutable(static_cast<int>(i))->mutable_meta() = std::move(meta).value();
-  }
-  send_reply(respond, request_id, Status(), response, std::move(frames));
+  StatusOr<RpcMessage> reply = named_tensors_reply(request_id, response, entries, field, tensors);
+  if (!reply.ok()) return send_reply(respond, request_id, reply.status(), nullptr);
+  respond(std::move(reply).value());
 }
 
 // The tensors `entries` (NamedTensor) point to among `request`'s frames; errors name the entry.
@@ -340,7 +331,8 @@ bool call_service(const ServiceState& state, const wire::RequestHeaderView& h, R
     state.worker->run_graph(*r, std::move(send).value(), [respond, id](StatusOr<RunGraphReply> reply) {
       if (!reply.ok()) return send_reply(respond, id, reply.status(), nullptr);
       RunGraphReply& out = reply.value();
-      reply_with_tensors(respond, id, &out.response, out.response.mutable_recv(), out.recv);
+      reply_with_tensors(respond, id, &out.response, out.response.mutable_recv(), pb::RunGraphResponse::kRecvFieldNumber,
+                         out.recv);
     });
     // A master that is gone (killed, cut off, silent past the heartbeat timeout) cleans up nothing:
     // its step ends here now (Note [Masters that vanish] in distributed/worker.cc).
@@ -403,7 +395,8 @@ bool call_service(const ServiceState& state, const wire::RequestHeaderView& h, R
     auto reply = [respond, id](StatusOr<RunStepReply> reply) {
       if (!reply.ok()) return send_reply(respond, id, reply.status(), nullptr);
       RunStepReply& out = reply.value();
-      reply_with_tensors(respond, id, &out.response, out.response.mutable_tensor(), out.tensor);
+      reply_with_tensors(respond, id, &out.response, out.response.mutable_tensor(),
+                         pb::RunStepResponse::kTensorFieldNumber, out.tensor);
     };
     auto cancel = state.master->run_step(std::move(*r), std::move(feed).value(), std::move(reply));
     // A client that is gone (killed, or silent past the heartbeat timeout) waits for no step: the

@@ -106,58 +106,145 @@ zmq::message_t response_frame(uint64_t request_id, const Status& status, const g
   return frame;
 }
 
-StatusOr<RpcMessage> recv_tensor_reply(uint64_t request_id, const Tensor& t) {
-  if (t.is_null() || !is_host_tensor(t)) return tensor_frame(t).status();  // its error
-  RpcMessage reply;
-  reply.frames.reserve(2);
-  reply.frames.emplace_back();  // frame 0, written below
+namespace {
+
+// The TensorMeta tensor_to_frames makes of a tensor, to be written without the message: its bytes
+// inline, or its frame appended to the message's.
+struct MetaBytes {
   std::string strings;  // a string tensor's encoding, inline
-  const std::optional<std::string_view> inline_content = inline_bytes(t, &strings);
-  const std::string_view content = inline_content.value_or(std::string_view());
+  bool inline_strings = false;
+  std::string_view raw;  // a numeric tensor's bytes, inline (the tensor's own)
+  uint64_t dtype = 0;
+  uint64_t byte_size = 0;
   uint32_t frame = 0;
-  uint64_t byte_size = content.size();
-  if (!inline_content) {
+  const Shape* shape = nullptr;  // the tensor's
+  std::size_t dims_bytes = 0;
+  std::size_t size = 0;  // serialized
+
+  std::string_view content() const { return inline_strings ? std::string_view(strings) : raw; }
+};
+
+// Fills `m` for `t` (a host tensor; else tensor_frame's error; `m` refers to `t`, which must outlive
+// it), appending its frame to `frames` (whose first is frame `first_frame` of the message) unless
+// it goes inline.
+Status meta_bytes(const Tensor& t, std::vector<zmq::message_t>* frames, std::size_t first_frame, MetaBytes* m) {
+  if (t.is_null() || !is_host_tensor(t)) return tensor_frame(t).status();
+  if (std::optional<std::string_view> content = inline_bytes(t, &m->strings)) {
+    m->inline_strings = t.dtype() == DType::String;
+    if (!m->inline_strings) m->raw = *content;
+    m->byte_size = content->size();
+  } else {
     StatusOr<zmq::message_t> f = tensor_frame(t);
     if (!f.ok()) return f.status();
-    byte_size = f.value().size();
-    reply.frames.push_back(std::move(f).value());
-    frame = 1;
+    m->byte_size = f.value().size();
+    m->frame = static_cast<uint32_t>(first_frame + frames->size());
+    frames->push_back(std::move(f).value());
   }
-  // TensorMeta as encode_tensor_meta fills it (plus content), then RecvTensorResponse, then the
-  // ResponseHeader: each message's fields in field-number order, zeros and empty ones left out,
-  // the packed dims and the always-present tensor field as the generated serializer writes them.
-  const auto dtype = static_cast<uint64_t>(wire::encode_dtype(t.dtype()));  // > 0
-  std::size_t dims_bytes = 0;
-  for (int i = 0; i < t.shape().rank(); ++i) {
-    dims_bytes += CodedOutputStream::VarintSize64(static_cast<uint64_t>(t.shape().dim(i)));
+  m->dtype = static_cast<uint64_t>(wire::encode_dtype(t.dtype()));  // > 0
+  m->shape = &t.shape();
+  for (int i = 0; i < m->shape->rank(); ++i) {
+    m->dims_bytes += CodedOutputStream::VarintSize64(static_cast<uint64_t>(m->shape->dim(i)));
   }
-  const std::size_t meta_size = varint_field_size(1, dtype) + bytes_field_size(2, dims_bytes) +
-                                varint_field_size(3, byte_size) + varint_field_size(4, frame) +
-                                bytes_field_size(5, content.size());
-  const std::size_t body_size = varint_field_size(1, wire::kWireVersion) +
-                                WireFormatLite::TagSize(2, WireFormatLite::TYPE_MESSAGE) +
-                                CodedOutputStream::VarintSize32(static_cast<uint32_t>(meta_size)) + meta_size;
-  const std::size_t size =
-      varint_field_size(1, wire::kWireVersion) + varint_field_size(2, request_id) + bytes_field_size(4, body_size);
-  zmq::message_t& out = reply.frames[0];
-  out.rebuild(size);
-  auto* p = static_cast<uint8_t*>(out.data());
-  p = WireFormatLite::WriteUInt32ToArray(1, wire::kWireVersion, p);
-  if (request_id != 0) p = WireFormatLite::WriteUInt64ToArray(2, request_id, p);
-  p = write_bytes_tag(4, body_size, p);
-  p = WireFormatLite::WriteUInt32ToArray(1, wire::kWireVersion, p);
-  p = write_bytes_tag(2, meta_size, p);  // always written, even empty
-  p = WireFormatLite::WriteUInt64ToArray(1, dtype, p);
-  if (dims_bytes != 0) {
-    p = write_bytes_tag(2, dims_bytes, p);
-    for (int i = 0; i < t.shape().rank(); ++i) {
-      p = CodedOutputStream::WriteVarint64ToArray(static_cast<uint64_t>(t.shape().dim(i)), p);
+  m->size = varint_field_size(1, m->dtype) + bytes_field_size(2, m->dims_bytes) + varint_field_size(3, m->byte_size) +
+            varint_field_size(4, m->frame) + bytes_field_size(5, m->content().size());
+  return Status();
+}
+
+// The fields in field-number order, zeros and empty ones left out, the dims packed: the
+// generated serializer's bytes.
+uint8_t* write_meta(const MetaBytes& m, uint8_t* p) {
+  p = WireFormatLite::WriteUInt64ToArray(1, m.dtype, p);
+  if (m.dims_bytes != 0) {
+    p = write_bytes_tag(2, m.dims_bytes, p);
+    for (int i = 0; i < m.shape->rank(); ++i) {
+      p = CodedOutputStream::WriteVarint64ToArray(static_cast<uint64_t>(m.shape->dim(i)), p);
     }
   }
-  if (byte_size != 0) p = WireFormatLite::WriteUInt64ToArray(3, byte_size, p);
-  if (frame != 0) p = WireFormatLite::WriteUInt32ToArray(4, frame, p);
+  if (m.byte_size != 0) p = WireFormatLite::WriteUInt64ToArray(3, m.byte_size, p);
+  if (m.frame != 0) p = WireFormatLite::WriteUInt32ToArray(4, m.frame, p);
+  const std::string_view content = m.content();
   if (!content.empty()) p = std::copy(content.begin(), content.end(), write_bytes_tag(5, content.size(), p));
-  TESSERA_CHECK(p == static_cast<uint8_t*>(out.data()) + size);
+  return p;
+}
+
+// A field `field` holding a message of `size` bytes, written even when empty (a set submessage).
+std::size_t message_field_size(int field, std::size_t size) {
+  return WireFormatLite::TagSize(field, WireFormatLite::TYPE_MESSAGE) +
+         CodedOutputStream::VarintSize32(static_cast<uint32_t>(size)) + size;
+}
+
+// Frame 0 of an OK reply whose body is `body_size` bytes: the header's fields, then write_body(p)
+// writes the body and returns the end.
+template <class WriteBody>
+zmq::message_t ok_reply_frame(uint64_t request_id, std::size_t body_size, WriteBody write_body) {
+  const std::size_t size =
+      varint_field_size(1, wire::kWireVersion) + varint_field_size(2, request_id) + bytes_field_size(4, body_size);
+  zmq::message_t frame(size);
+  auto* p = static_cast<uint8_t*>(frame.data());
+  p = WireFormatLite::WriteUInt32ToArray(1, wire::kWireVersion, p);
+  if (request_id != 0) p = WireFormatLite::WriteUInt64ToArray(2, request_id, p);
+  if (body_size != 0) p = write_body(write_bytes_tag(4, body_size, p));
+  TESSERA_CHECK(p == static_cast<uint8_t*>(frame.data()) + size);
+  return frame;
+}
+
+}  // namespace
+
+StatusOr<RpcMessage> recv_tensor_reply(uint64_t request_id, const Tensor& t) {
+  RpcMessage reply;
+  reply.frames.reserve(2);
+  std::vector<zmq::message_t> tensor_frames;  // frame 1, when the tensor does not go inline
+  MetaBytes meta;
+  TESSERA_RETURN_IF_ERROR(meta_bytes(t, &tensor_frames, 1, &meta));
+  // RecvTensorResponse: version, then the tensor (always present).
+  const std::size_t body_size = varint_field_size(1, wire::kWireVersion) + message_field_size(2, meta.size);
+  reply.frames.push_back(ok_reply_frame(request_id, body_size, [&](uint8_t* p) {
+    p = WireFormatLite::WriteUInt32ToArray(1, wire::kWireVersion, p);
+    return write_meta(meta, write_bytes_tag(2, meta.size, p));
+  }));
+  for (zmq::message_t& f : tensor_frames) reply.frames.push_back(std::move(f));
+  return reply;
+}
+
+StatusOr<RpcMessage> named_tensors_reply(uint64_t request_id, google::protobuf::Message* response,
+                                         google::protobuf::RepeatedPtrField<wire::NamedTensor>* entries, int field,
+                                         const std::vector<Tensor>& tensors) {
+  if (static_cast<std::size_t>(entries->size()) != tensors.size()) {
+    return errors::internal("a reply names {} tensors and carries {}", entries->size(), tensors.size());
+  }
+  RpcMessage reply;
+  reply.frames.reserve(1 + tensors.size());
+  reply.frames.emplace_back();  // frame 0, written below
+  std::vector<MetaBytes> metas(tensors.size());
+  std::vector<std::string> names(tensors.size());
+  std::vector<std::size_t> entry_sizes(tensors.size());
+  std::size_t body_size = 0;
+  for (std::size_t i = 0; i < tensors.size(); ++i) {
+    std::vector<zmq::message_t> frames;
+    TESSERA_RETURN_IF_ERROR(meta_bytes(tensors[i], &frames, reply.frames.size(), &metas[i]));
+    for (zmq::message_t& f : frames) reply.frames.push_back(std::move(f));
+    names[i] = std::move(*entries->Mutable(static_cast<int>(i))->mutable_name());
+    // NamedTensor: the name, then the metadata (always present).
+    entry_sizes[i] = bytes_field_size(1, names[i].size()) + message_field_size(2, metas[i].size);
+    body_size += message_field_size(field, entry_sizes[i]);
+  }
+  entries->Clear();
+  const std::size_t rest_size = response->ByteSizeLong();
+  body_size += rest_size;
+  if (body_size > static_cast<std::size_t>(INT_MAX)) {
+    return errors::resource_exhausted("a reply of {} bytes is too large for one message", body_size);
+  }
+  reply.frames[0] = ok_reply_frame(request_id, body_size, [&](uint8_t* p) {
+    // The other fields first, then the entries: a parser appends a repeated field's entries in
+    // the order they come, wherever they are (the protobuf encoding's rule for repeated fields).
+    p = response->SerializeWithCachedSizesToArray(p);
+    for (std::size_t i = 0; i < metas.size(); ++i) {
+      p = write_bytes_tag(field, entry_sizes[i], p);
+      if (!names[i].empty()) p = std::copy(names[i].begin(), names[i].end(), write_bytes_tag(1, names[i].size(), p));
+      p = write_meta(metas[i], write_bytes_tag(2, metas[i].size, p));
+    }
+    return p;
+  });
   return reply;
 }
 

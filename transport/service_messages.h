@@ -36,6 +36,15 @@ zmq::message_t response_frame(uint64_t request_id, const Status& status, const g
 // kInlineTensorMaxBytes, else frame 1), written straight into the frame: the bytes of
 // wire::make_response_header(request_id, OK, &response), without the messages in between.
 StatusOr<RpcMessage> recv_tensor_reply(uint64_t request_id, const Tensor& t);
+// An OK reply whose body is `response` with `tensors` as its repeated NamedTensor field `field`
+// (RunGraphResponse::recv, RunStepResponse::tensor): `entries` is that field, one entry per
+// tensor with its name set; each tensor's metadata is tensor_to_frames' (inline, or a frame after
+// frame 0). Written straight into frame 0 like recv_tensor_reply, the entries after the
+// response's other fields (the same message to a parser; `entries` is left empty). Internal when
+// the counts differ; a tensor that cannot be sent, its error.
+StatusOr<RpcMessage> named_tensors_reply(uint64_t request_id, google::protobuf::Message* response,
+                                         google::protobuf::RepeatedPtrField<wire::NamedTensor>* entries, int field,
+                                         const std::vector<Tensor>& tensors);
 // Encodes a call: frame 0 a RequestHeader around `body`, then `payload` frames.
 RpcMessage make_call(const std::string& method, const google::protobuf::Message& body,
                      std::vector<zmq::message_t> payload = {});

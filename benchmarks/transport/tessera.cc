@@ -13,7 +13,7 @@
 //               partition: the request's `send` names a tensor (tensor_to_frames, as a master
 //               sends feeds), which the handler validates and takes (tensor_from_frames: a frame is
 //               adopted without a copy from 16 KiB up), and returns in a RunGraphResponse `recv`
-//               entry, again through tensor_to_frames.
+//               entry, written by named_tensors_reply as train::Server answers RunGraph.
 // Client: one RpcChannel (a channel per remote task, as a worker keeps). Every reply is parsed
 // (ResponseHeader read in place as parse_reply does, status, body) and its tensor taken with
 // tensor_from_frames, which validates the metadata against the bytes (inline or a frame): from
@@ -71,6 +71,7 @@ using tessera::internal::RpcCompletion;
 using tessera::internal::RpcCompletionQueue;
 using tessera::internal::RpcMessage;
 using tessera::internal::RpcServer;
+using tessera::internal::named_tensors_reply;
 using tessera::internal::recv_tensor_reply;
 using tessera::internal::request_frame;
 using tessera::internal::response_frame;
@@ -123,15 +124,14 @@ void serve_echo(RpcMessage& request, const wire::RequestHeaderView& h, const Res
   }
   StatusOr<Tensor> t = tensor_from_frames(body.send(0).meta(), request.frames);  // as train::Server takes feeds
   if (!t.ok()) return reply(respond, h.request_id(), t.status(), nullptr);
-  std::vector<zmq::message_t> frames;
-  StatusOr<pb::TensorMeta> meta = tensor_to_frames(t.value(), &frames, 1);
-  if (!meta.ok()) return reply(respond, h.request_id(), meta.status(), nullptr);
   pb::RunGraphResponse response;
   response.set_version(wire::kWireVersion);
-  pb::NamedTensor* out = response.add_recv();
-  out->set_name(body.recv_key(0));
-  *out->mutable_meta() = std::move(meta).value();
-  reply(respond, h.request_id(), Status(), &response, std::move(frames));
+  response.add_recv()->set_name(body.recv_key(0));
+  // As train::Server answers RunGraph (reply_with_tensors).
+  StatusOr<RpcMessage> out = named_tensors_reply(h.request_id(), &response, response.mutable_recv(),
+                                                 pb::RunGraphResponse::kRecvFieldNumber, {t.value()});
+  if (!out.ok()) return reply(respond, h.request_id(), out.status(), nullptr);
+  respond(std::move(out).value());
 }
 
 void serve(const Tensors& tensors, RpcMessage request, const Responder& respond) {
