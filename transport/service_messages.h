@@ -40,8 +40,9 @@ StatusOr<RpcMessage> recv_tensor_reply(uint64_t request_id, const Tensor& t);
 // (RunGraphResponse::recv, RunStepResponse::tensor): `entries` is that field, one entry per
 // tensor with its name set; each tensor's metadata is tensor_to_frames' (inline, or a frame after
 // frame 0). Written straight into frame 0 like recv_tensor_reply, the entries after the
-// response's other fields (the same message to a parser; `entries` is left empty). Internal when
-// the counts differ; a tensor that cannot be sent, its error.
+// response's other fields (the same message to a parser). The names are moved out of `entries`,
+// which is left empty (a failure may leave it half moved). Internal when the counts differ; a
+// tensor that cannot be sent, its error.
 StatusOr<RpcMessage> named_tensors_reply(uint64_t request_id, google::protobuf::Message* response,
                                          google::protobuf::RepeatedPtrField<wire::NamedTensor>* entries, int field,
                                          const std::vector<Tensor>& tensors);
