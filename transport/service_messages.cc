@@ -48,6 +48,21 @@ std::size_t varint_field_size(int field, uint64_t value) {
   return WireFormatLite::TagSize(field, WireFormatLite::TYPE_UINT64) + CodedOutputStream::VarintSize64(value);
 }
 
+// Frame 0 of an OK reply whose body is `body_size` bytes: the header's fields, then write_body(p)
+// writes the body and returns the end.
+template <class WriteBody>
+zmq::message_t ok_reply_frame(uint64_t request_id, std::size_t body_size, WriteBody write_body) {
+  const std::size_t size =
+      varint_field_size(1, wire::kWireVersion) + varint_field_size(2, request_id) + bytes_field_size(4, body_size);
+  zmq::message_t frame(size);
+  auto* p = static_cast<uint8_t*>(frame.data());
+  p = WireFormatLite::WriteUInt32ToArray(1, wire::kWireVersion, p);
+  if (request_id != 0) p = WireFormatLite::WriteUInt64ToArray(2, request_id, p);
+  if (body_size != 0) p = write_body(write_bytes_tag(4, body_size, p));
+  TESSERA_CHECK(p == static_cast<uint8_t*>(frame.data()) + size);
+  return frame;
+}
+
 // The bytes of `t` (a host tensor) when it travels inside its metadata: at most
 // kInlineTensorMaxBytes of them (a string tensor's encoding, made into *strings); else nullopt.
 std::optional<std::string_view> inline_bytes(const Tensor& t, std::string* strings) {
@@ -95,15 +110,7 @@ zmq::message_t response_frame(uint64_t request_id, const Status& status, const g
     // Errors carry a Status message: the generated serializer writes them.
     return message_frame(wire::make_response_header(request_id, status, status.ok() ? body : nullptr));
   }
-  const std::size_t size =
-      varint_field_size(1, wire::kWireVersion) + varint_field_size(2, request_id) + bytes_field_size(4, body_size);
-  zmq::message_t frame(size);
-  auto* p = static_cast<uint8_t*>(frame.data());
-  p = WireFormatLite::WriteUInt32ToArray(1, wire::kWireVersion, p);
-  if (request_id != 0) p = WireFormatLite::WriteUInt64ToArray(2, request_id, p);
-  if (body_size != 0) p = body->SerializeWithCachedSizesToArray(write_bytes_tag(4, body_size, p));
-  TESSERA_CHECK(p == static_cast<uint8_t*>(frame.data()) + size);
-  return frame;
+  return ok_reply_frame(request_id, body_size, [&](uint8_t* p) { return body->SerializeWithCachedSizesToArray(p); });
 }
 
 namespace {
@@ -171,21 +178,6 @@ uint8_t* write_meta(const MetaBytes& m, uint8_t* p) {
 std::size_t message_field_size(int field, std::size_t size) {
   return WireFormatLite::TagSize(field, WireFormatLite::TYPE_MESSAGE) +
          CodedOutputStream::VarintSize32(static_cast<uint32_t>(size)) + size;
-}
-
-// Frame 0 of an OK reply whose body is `body_size` bytes: the header's fields, then write_body(p)
-// writes the body and returns the end.
-template <class WriteBody>
-zmq::message_t ok_reply_frame(uint64_t request_id, std::size_t body_size, WriteBody write_body) {
-  const std::size_t size =
-      varint_field_size(1, wire::kWireVersion) + varint_field_size(2, request_id) + bytes_field_size(4, body_size);
-  zmq::message_t frame(size);
-  auto* p = static_cast<uint8_t*>(frame.data());
-  p = WireFormatLite::WriteUInt32ToArray(1, wire::kWireVersion, p);
-  if (request_id != 0) p = WireFormatLite::WriteUInt64ToArray(2, request_id, p);
-  if (body_size != 0) p = write_body(write_bytes_tag(4, body_size, p));
-  TESSERA_CHECK(p == static_cast<uint8_t*>(frame.data()) + size);
-  return frame;
 }
 
 }  // namespace
