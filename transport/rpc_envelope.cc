@@ -35,13 +35,28 @@ namespace tessera::internal {
 // drops a joined request as malformed, and its caller meets the deadline: every task of a cluster
 // runs the same build (Note [Older replies] in rpc_channel.cc).
 
-zmq::message_t envelope_frame(const char (&magic)[4], uint64_t id) {
-  zmq::message_t m(kCallIdBytes);
+namespace {
+
+// `magic` and the little-endian `id`, then the `size` bytes at `tail`, in one frame.
+zmq::message_t envelope_with(const char (&magic)[4], uint64_t id, const void* tail, std::size_t size) {
+  zmq::message_t m(kCallIdBytes + size);
   auto* p = static_cast<unsigned char*>(m.data());
   std::memcpy(p, magic, 4);
   for (int i = 0; i < 8; ++i) p[4 + i] = static_cast<unsigned char>(id >> (8 * i));
+  if (size > 0) std::memcpy(p + kCallIdBytes, tail, size);
   return m;
 }
+
+// The call id of an envelope's first kCallIdBytes bytes at `p`.
+uint64_t read_id(const unsigned char* p) {
+  uint64_t id = 0;
+  for (int i = 0; i < 8; ++i) id |= uint64_t{p[4 + i]} << (8 * i);
+  return id;
+}
+
+}  // namespace
+
+zmq::message_t envelope_frame(const char (&magic)[4], uint64_t id) { return envelope_with(magic, id, nullptr, 0); }
 
 zmq::message_t call_id_frame(uint64_t id) { return envelope_frame(kMagic, id); }
 
@@ -70,9 +85,7 @@ std::optional<std::pair<Envelope, uint64_t>> parse_envelope(const zmq::message_t
   } else {
     return std::nullopt;
   }
-  uint64_t id = 0;
-  for (int i = 0; i < 8; ++i) id |= uint64_t{p[4 + i]} << (8 * i);
-  return std::make_pair(kind, id);
+  return std::make_pair(kind, read_id(p));
 }
 
 std::optional<uint64_t> parse_call_id(const zmq::message_t& m) {
@@ -82,12 +95,7 @@ std::optional<uint64_t> parse_call_id(const zmq::message_t& m) {
 }
 
 zmq::message_t joined_frame(const char (&magic)[4], uint64_t id, const zmq::message_t& first) {
-  zmq::message_t m(kCallIdBytes + first.size());
-  auto* p = static_cast<unsigned char*>(m.data());
-  std::memcpy(p, magic, 4);
-  for (int i = 0; i < 8; ++i) p[4 + i] = static_cast<unsigned char>(id >> (8 * i));
-  if (first.size() > 0) std::memcpy(p + kCallIdBytes, first.data(), first.size());
-  return m;
+  return envelope_with(magic, id, first.data(), first.size());
 }
 
 zmq::message_t joined_first(const zmq::message_t& joined) {
@@ -98,18 +106,13 @@ zmq::message_t joined_first(const zmq::message_t& joined) {
 zmq::message_t reply_envelope_frame(uint64_t id, const Status& status) {
   if (status.ok()) return envelope_frame(kReplyMagic, id);
   const zmq::message_t tail = status_frame(status);
-  zmq::message_t m(kCallIdBytes + tail.size());
-  const zmq::message_t head = envelope_frame(kReplyMagic, id);
-  std::memcpy(m.data(), head.data(), kCallIdBytes);
-  std::memcpy(static_cast<char*>(m.data()) + kCallIdBytes, tail.data(), tail.size());
-  return m;
+  return envelope_with(kReplyMagic, id, tail.data(), tail.size());
 }
 
 std::optional<std::pair<uint64_t, Status>> parse_reply_envelope(const zmq::message_t& m) {
   if (m.size() < kCallIdBytes || std::memcmp(m.data(), kReplyMagic, 4) != 0) return std::nullopt;
   const auto* p = static_cast<const unsigned char*>(m.data());
-  uint64_t id = 0;
-  for (int i = 0; i < 8; ++i) id |= uint64_t{p[4 + i]} << (8 * i);
+  const uint64_t id = read_id(p);
   if (m.size() == kCallIdBytes) return std::make_pair(id, Status());
   const zmq::message_t tail(p + kCallIdBytes, m.size() - kCallIdBytes);
   std::optional<Status> status = parse_status(tail);
