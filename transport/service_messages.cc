@@ -185,16 +185,15 @@ std::size_t message_field_size(int field, std::size_t size) {
 StatusOr<RpcMessage> recv_tensor_reply(uint64_t request_id, const Tensor& t) {
   RpcMessage reply;
   reply.frames.reserve(2);
-  std::vector<zmq::message_t> tensor_frames;  // frame 1, when the tensor does not go inline
+  reply.frames.emplace_back();  // frame 0, written below; the tensor's frame (if any) after it
   MetaBytes meta;
-  TESSERA_RETURN_IF_ERROR(meta_bytes(t, &tensor_frames, 1, &meta));
+  TESSERA_RETURN_IF_ERROR(meta_bytes(t, &reply.frames, 0, &meta));
   // RecvTensorResponse: version, then the tensor (always present).
   const std::size_t body_size = varint_field_size(1, wire::kWireVersion) + message_field_size(2, meta.size);
-  reply.frames.push_back(ok_reply_frame(request_id, body_size, [&](uint8_t* p) {
+  reply.frames[0] = ok_reply_frame(request_id, body_size, [&](uint8_t* p) {
     p = WireFormatLite::WriteUInt32ToArray(1, wire::kWireVersion, p);
     return write_meta(meta, write_bytes_tag(2, meta.size, p));
-  }));
-  for (zmq::message_t& f : tensor_frames) reply.frames.push_back(std::move(f));
+  });
   return reply;
 }
 
@@ -212,9 +211,7 @@ StatusOr<RpcMessage> named_tensors_reply(uint64_t request_id, google::protobuf::
   std::vector<std::size_t> entry_sizes(tensors.size());
   std::size_t body_size = 0;
   for (std::size_t i = 0; i < tensors.size(); ++i) {
-    std::vector<zmq::message_t> frames;
-    TESSERA_RETURN_IF_ERROR(meta_bytes(tensors[i], &frames, reply.frames.size(), &metas[i]));
-    for (zmq::message_t& f : frames) reply.frames.push_back(std::move(f));
+    TESSERA_RETURN_IF_ERROR(meta_bytes(tensors[i], &reply.frames, 0, &metas[i]));
     names[i] = std::move(*entries->Mutable(static_cast<int>(i))->mutable_name());
     // NamedTensor: the name, then the metadata (always present).
     entry_sizes[i] = bytes_field_size(1, names[i].size()) + message_field_size(2, metas[i].size);
