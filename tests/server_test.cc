@@ -134,14 +134,13 @@ TEST(ServiceMessagesTest, FramesHoldTheGeneratedHeadersBytes) {
   body.set_step_id(-3);
   body.set_rendezvous_key(std::string(300, 'k'));  // a body longer than one varint byte
   pb::RecvTensorRequest empty;                      // serializes to no bytes: no body field
-  const auto bytes = [](const zmq::message_t& f) { return std::string(static_cast<const char*>(f.data()), f.size()); };
   for (uint64_t id : {uint64_t{0}, uint64_t{1}, uint64_t{1} << 40, ~uint64_t{0}}) {
     for (int64_t deadline : {int64_t{0}, int64_t{5000}, int64_t{-1}}) {
       for (const std::string method : {"RecvTensor", ""}) {
         for (const pb::RecvTensorRequest* b : {&body, &empty}) {
           SCOPED_TRACE(fmt::format("id {} deadline {} method '{}' body {} bytes", id, deadline, method,
                                    b->ByteSizeLong()));
-          EXPECT_EQ(bytes(request_frame(id, method, *b, deadline)),
+          EXPECT_EQ(request_frame(id, method, *b, deadline).to_string(),
                     wire::make_request_header(id, method, *b, deadline).SerializeAsString());
         }
       }
@@ -153,7 +152,7 @@ TEST(ServiceMessagesTest, FramesHoldTheGeneratedHeadersBytes) {
                                                 static_cast<const google::protobuf::Message*>(nullptr)}) {
       for (const Status& st : {Status(), errors::not_found("no tensor 'x'")}) {
         SCOPED_TRACE(fmt::format("id {} body {} status {}", id, b != nullptr, st.to_string()));
-        EXPECT_EQ(bytes(response_frame(id, st, b)), wire::make_response_header(id, st, b).SerializeAsString());
+        EXPECT_EQ(response_frame(id, st, b).to_string(), wire::make_response_header(id, st, b).SerializeAsString());
       }
     }
   }
@@ -242,7 +241,6 @@ TEST(ServiceMessagesTest, RecvTensorRepliesHoldTheGeneratedBytes) {
   const Tensor tensors[] = {Tensor::scalar<float>(-2.5f), Tensor(DType::Float32, Shape{0, 3}),
                             Tensor::vector<bool>({true, false}), Tensor(DType::Int32, Shape{256}),
                             Tensor(DType::Int32, Shape{257}), strings, long_strings, wide, big};
-  const auto bytes = [](const zmq::message_t& f) { return std::string(static_cast<const char*>(f.data()), f.size()); };
   for (uint64_t id : {uint64_t{0}, uint64_t{1}, uint64_t{1} << 40}) {
     for (const Tensor& t : tensors) {
       SCOPED_TRACE(fmt::format("id {} tensor {}", id, t.debug_string(3)));
@@ -256,9 +254,9 @@ TEST(ServiceMessagesTest, RecvTensorRepliesHoldTheGeneratedBytes) {
       *response.mutable_tensor() = meta.value();
       std::vector<zmq::message_t>& got = reply.value().frames;
       ASSERT_EQ(got.size(), 1 + frames.size());
-      EXPECT_EQ(bytes(got[0]), wire::make_response_header(id, Status(), &response).SerializeAsString());
+      EXPECT_EQ(got[0].to_string(), wire::make_response_header(id, Status(), &response).SerializeAsString());
       if (!frames.empty()) {
-        EXPECT_EQ(bytes(got[1]), bytes(frames[0]));
+        EXPECT_EQ(got[1].to_string(), frames[0].to_string());
       }
       // And the receiver's side takes it back.
       pb::RecvTensorResponse parsed;
@@ -288,7 +286,6 @@ TEST(ServiceMessagesTest, NamedTensorsRepliesParseAsTheMessageProtobufWouldSend)
       {Tensor::scalar<float>(1.5f)},
       {Tensor::scalar<int64_t>(-7), big, Tensor(DType::Int32, Shape{0}), strings, Tensor::vector<bool>({true})},
   };
-  const auto bytes = [](const zmq::message_t& f) { return std::string(static_cast<const char*>(f.data()), f.size()); };
   for (const std::vector<Tensor>& tensors : sets) {
     for (bool others : {false, true}) {
       SCOPED_TRACE(fmt::format("{} tensors, other fields {}", tensors.size(), others));
@@ -314,7 +311,7 @@ TEST(ServiceMessagesTest, NamedTensorsRepliesParseAsTheMessageProtobufWouldSend)
       ASSERT_TRUE(reply.ok()) << reply.status().to_string();
       std::vector<zmq::message_t>& got = reply.value().frames;
       ASSERT_EQ(got.size(), 1 + frames.size());
-      for (std::size_t i = 0; i < frames.size(); ++i) EXPECT_EQ(bytes(got[1 + i]), bytes(frames[i]));
+      for (std::size_t i = 0; i < frames.size(); ++i) EXPECT_EQ(got[1 + i].to_string(), frames[i].to_string());
       auto header = wire::parse_response_header(got[0].data(), got[0].size());
       ASSERT_TRUE(header.ok()) << header.status().to_string();
       EXPECT_EQ(header.value().request_id(), 42u);
