@@ -476,9 +476,9 @@ TEST(BlockedRemoteRunsTest, DISABLED_BlockedDequeueClient) {
 }
 
 // A client killed while its step waits on a queue takes the step with it (Note [Lost callers] in
-// transport/rpc_server.cc): the server ends the step, the worker's dequeue leaves the queue, and
-// the next element goes to a live client. Were the dead client's dequeue still waiting, it would
-// take the element (it waits first) and the live client's run would time out.
+// transport/rpc_server_peers.cc): the server ends the step, the worker's dequeue leaves the queue,
+// and the next element goes to a live client. Were the dead client's dequeue still waiting, it
+// would take the element (it waits first) and the live client's run would time out.
 TEST(BlockedRemoteRunsTest, AKilledClientsBlockedStepEndsAndTakesNothing) {
   const std::string address = train::free_loopback_address();
   const std::string cluster = "{\"worker\": [\"" + address + "\"]}";

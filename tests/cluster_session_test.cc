@@ -710,7 +710,7 @@ TEST(ClusterSessionTest, AVariableNamingOnlyItsTaskGoesToItsAcceleratorWhateverT
 
 // A ps that stops as soon as a worker's run has fed it (the "done" queue of TF1 jobs): the
 // worker's run still gets its reply, as the run's work was done (Note [Goodbye] in
-// transport/rpc_server.cc: without it, a few rounds in forty failed Unavailable under load).
+// transport/rpc_server_peers.cc: without it, a few rounds in forty failed Unavailable under load).
 TEST(ClusterSessionTest, ARunThatLetsATaskStopStillGetsItsReply) {
   for (int round = 0; round < 40; ++round) {
     ClusterSpec cluster({{"ps", {loopback()}}, {"worker", {loopback()}}});

@@ -193,8 +193,8 @@ class RpcServer {
   // free when this returns) and joins the threads; returns within stop_grace plus a few ms even if
   // handlers are still running. Idempotent. With `flush` > 0, replies already given are first sent
   // (waiting at most `flush` for them), and, when some were given within `flush`, the server waits
-  // (at most `flush` again) until its callers have read them (Note [Goodbye] in rpc_server.cc), so
-  // callers get the answers they were promised.
+  // (at most `flush` again) until its callers have read them (Note [Goodbye] in
+  // rpc_server_peers.cc), so callers get the answers they were promised.
   void stop(std::chrono::milliseconds flush = std::chrono::milliseconds(0));
   // The bound address with the actual port: "tcp://127.0.0.1:40123" ("tcp://0.0.0.0:2222" for *).
   const std::string& endpoint() const;

@@ -46,9 +46,10 @@ namespace tessera::internal {
 // * An asynchronous call is sent by its caller too (unless the outbox holds calls, there is no
 //   connection or a hold after a lost one, or the caller is the I/O thread), but its reply and
 //   `done` are the I/O thread's, which also enforces deadlines, reads the monitor, and answers a
-//   stopping server's goodbye even on an idle channel (Note [Goodbye] in rpc_server.cc). The send
-//   may have spent ZMQ_FD's signal, so the caller then looks at ZMQ_EVENTS: replies waiting wake
-//   the I/O thread if it sleeps (an eventfd write), or make it look again before it sleeps.
+//   stopping server's goodbye even on an idle channel (Note [Goodbye] in rpc_server_peers.cc).
+//   The send may have spent ZMQ_FD's signal, so the caller then looks at ZMQ_EVENTS: replies
+//   waiting wake the I/O thread if it sleeps (an eventfd write), or make it look again before it
+//   sleeps.
 // * A completion queue's call (RpcCompletionQueue) is sent and received as a synchronous one,
 //   by the thread waiting in next(); between its waits the I/O thread reads and keeps its replies.
 // * While synchronous callers (and queues) wait on ZMQ_FD the I/O thread leaves the socket to them
@@ -442,9 +443,9 @@ void RpcChannelCore::run_io() {
       }
       // The socket needs watching for replies to asynchronous calls, for the connection the
       // outbox waits for, and, idle or not, for a stopping server's goodbye (Note [Goodbye] in
-      // rpc_server.cc). While synchronous callers wait on it they watch it, and read whatever
-      // comes: the I/O thread then leaves it to them, and looks again after unwatched_look_ (Note
-      // [RPC channel]).
+      // rpc_server_peers.cc). While synchronous callers wait on it they watch it, and read
+      // whatever comes: the I/O thread then leaves it to them, and looks again after
+      // unwatched_look_ (Note [RPC channel]).
       io_watches_socket_ = !broken && sync_waiters_ == 0;
       io_polling_ = true;
       if (!broken) num_items = io_watches_socket_ ? 3 : 2;

@@ -147,8 +147,8 @@ class RpcChannelCore : public std::enable_shared_from_this<RpcChannelCore> {
   // Ends the hold on sends once the lost connection's pipe is surely gone (Note [Lost
   // connections]). Needs mu_.
   void maybe_end_hold();
-  // The server is stopping (Note [Goodbye] in rpc_server.cc): answers it and holds new requests
-  // for the next connection. Needs mu_.
+  // The server is stopping (Note [Goodbye] in rpc_server_peers.cc): answers it and holds new
+  // requests for the next connection. Needs mu_.
   void server_said_goodbye();
   // The error of a failed handshake (`event` a HANDSHAKE_FAILED_* monitor event).
   Status handshake_error(uint16_t event, uint32_t value) const;

@@ -19,8 +19,8 @@ namespace tessera::internal {
 // from being read as the other (Note [Older replies] in rpc_channel.cc). A message with frames of
 // kStreamMinBytes (2 MiB) or more goes out as a head ("TRS1") followed by chunk messages ("TRC1"),
 // either way, and a streamed reply's status is frame 0 of what its descriptor numbers: Note
-// [Streamed frames] in rpc_stream.cc. A stopping server's goodbye
-// ("TRG1") and its callers' answers ("TRA1") are envelopes alone: Note [Goodbye] in rpc_server.cc.
+// [Streamed frames] in rpc_stream.cc. A stopping server's goodbye ("TRG1") and its callers'
+// answers ("TRA1") are envelopes alone: Note [Goodbye] in rpc_server_peers.cc.
 // Most messages now carry their frame 0 inside the envelope's frame: Note [Joined envelopes].
 //
 // Note [Joined envelopes]

@@ -27,7 +27,7 @@ inline constexpr char kReplyMagic[4] = {'T', 'R', 'R', '1'};
 inline constexpr char kHeadMagic[4] = {'T', 'R', 'S', '1'};
 inline constexpr char kChunkMagic[4] = {'T', 'R', 'C', '1'};
 // A stopping server's goodbye, alone in its message, and the caller's answer to it (Note
-// [Goodbye] in rpc_server.cc); their id is 0.
+// [Goodbye] in rpc_server_peers.cc); their id is 0.
 inline constexpr char kGoodbyeMagic[4] = {'T', 'R', 'G', '1'};
 inline constexpr char kGoodbyeAckMagic[4] = {'T', 'R', 'A', '1'};
 // A whole request, and a whole OK reply, whose frame 0 follows the call id in the envelope's own

@@ -1,33 +1,27 @@
 // The RPC server (rpc.h, "Server"): a ROUTER served by one I/O thread, handler threads, Responders,
-// streamed requests, and the ZAP handler that admits CURVE clients.
-#include "transport/rpc.h"
+// streamed requests, and the ZAP handler that admits CURVE clients. The class is in
+// rpc_server_core.h; its callers' connections and the goodbye are in rpc_server_peers.cc.
+#include "transport/rpc_server_core.h"
 
 #include <poll.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <deque>
 #include <functional>
-#include <map>
 #include <mutex>
 #include <optional>
-#include <set>
 #include <string>
 #include <thread>
-#include <unordered_map>
-#include <unordered_set>
 #include <utility>
 #include <vector>
 
 #include <fmt/format.h>
 
 #include "core/logging.h"
-#include "core/memory_release.h"
-#include "core/recent_memo.h"
 #include "transport/curve_keys.h"
+#include "transport/rpc.h"
 #include "transport/rpc_envelope.h"
 #include "transport/rpc_stream.h"
 #include "transport/socket_io.h"
@@ -95,151 +89,6 @@ namespace tessera::internal {
 // ENDPOINT failed: ...", and new calls at once, until HANDSHAKE_SUCCEEDED. Channels without CURVE
 // watch the same events (a plain client meeting a CURVE server fails the same way); the only cost
 // per call is a test of a flag on the I/O thread.
-
-struct ReplySlot {
-  std::shared_ptr<RpcServerCore> core;
-  zmq::message_t routing_id;
-  uint64_t id;  // the call's
-  bool joined;  // the request came with a joined envelope: so may the reply (Note [Joined envelopes])
-  std::atomic<bool> replied{false};
-  // Responder::on_lost: the caller's routing id, and what to run when its connection closes.
-  std::string peer;
-  std::atomic<bool> watched{false};  // in core->watched_ (written under core->watch_mu_)
-  std::function<void()> on_lost;     // guarded by core->watch_mu_
-
-  ReplySlot(std::shared_ptr<RpcServerCore> c, zmq::message_t r, uint64_t call_id, bool joined_request)
-      : core(std::move(c)),
-        routing_id(std::move(r)),
-        id(call_id),
-        joined(joined_request),
-        peer(routing_id.to_string()) {}
-  ~ReplySlot();
-};
-
-class RpcServerCore : public std::enable_shared_from_this<RpcServerCore> {
- public:
-  RpcServerCore(RpcServer::Handler handler, RpcServerOptions options)
-      : handler_(std::move(handler)), options_(options), context_(make_context()), wake_fd_(make_wake_fd()) {}
-  ~RpcServerCore() { ::close(wake_fd_); }
-
-  Status bind(const std::string& address);
-  void start_threads();
-  void stop(std::chrono::milliseconds flush);
-  bool reply(ReplySlot& slot, const Status& status, std::vector<zmq::message_t> frames);
-  // Responder::on_lost, and its undoing once the call is over.
-  void watch(ReplySlot& slot, std::function<void()> fn);
-  void unwatch(ReplySlot& slot);
-  const std::string& endpoint() const { return endpoint_; }
-  RpcServerStats stats() const;
-
- private:
-  struct Outgoing {
-    zmq::message_t routing_id;
-    uint64_t id;  // the call's
-    Status status;
-    std::vector<zmq::message_t> frames;
-    bool joined = false;  // an OK reply's frame 0 may join its envelope (Note [Joined envelopes])
-  };
-  struct Work {
-    RpcMessage request;
-    Responder respond;
-  };
-
-  void run_io();
-  // CURVE: answers the ZAP requests waiting on zap_ (true when it stopped with some perhaps left),
-  // and reads monitor_'s handshake failures.
-  bool serve_zap();
-  void read_monitor();
-  // Note [Lost callers]: learns the connection of a routing id seen for the first time, and runs
-  // the on_lost functions of the calls of a connection that closed.
-  void track_peer(zmq::message_t& routing_id);
-  void peer_lost(const std::string& peer);
-  // Counts a refused connection and logs `line` (a few per 10 s: refusal_log_).
-  void refused(const std::string& line);
-  void receive_one(zmq::message_t routing_id, std::vector<zmq::message_t>* parts);
-  // The most parts a message may have (options_.max_frames and the envelope's).
-  std::size_t max_parts() const;
-  // A message of `total` parts, past max_parts(): refused (when it is a call) with
-  // ResourceExhausted; `parts` holds its first parts.
-  void too_many_frames(zmq::message_t routing_id, const std::vector<zmq::message_t>& parts, std::size_t total);
-  // The head and the chunks of a streamed request (Note [Streamed frames] in rpc_stream.cc).
-  void receive_head(zmq::message_t routing_id, uint64_t id, std::vector<zmq::message_t>* parts);
-  void receive_chunk(const zmq::message_t& routing_id, uint64_t id, const zmq::message_t& chunk);
-  // Drops the streamed requests whose sender sent nothing for stalled_stream_timeout (it is gone,
-  // or its stream is broken).
-  void drop_stalled_streams();
-  // Hands a whole request to the handler.
-  void dispatch(zmq::message_t routing_id, uint64_t id, std::vector<zmq::message_t> frames, bool joined);
-  // Replies `status` (an error) to call `id` of `routing_id` at once, from the I/O thread.
-  void refuse(zmq::message_t routing_id, uint64_t id, const Status& status);
-  void send(Outgoing& out);
-  void drain_outbox(std::vector<Outgoing>* batch);
-  // Note [Goodbye]: sends the goodbye to every connected caller (I/O thread), and notes the
-  // answers and the losses that end the wait for it.
-  void say_goodbye();
-  void goodbye_answered(const std::string& peer);
-  void invoke(RpcMessage request, Responder respond);
-  void run_worker();
-
-  const RpcServer::Handler handler_;
-  const RpcServerOptions options_;
-  std::string endpoint_;
-  zmq::context_t context_;
-  zmq::socket_t socket_;  // used only by io_thread_ once it runs
-  zmq::socket_t monitor_;  // CURVE: PAIR receiving socket_'s handshake failures; I/O thread only
-  zmq::socket_t zap_;      // CURVE: the ZAP handler's REP socket; I/O thread only
-  std::set<std::string> allowed_keys_;  // CURVE: the allowed client keys, 32 bytes each
-  LogRateLimit refusal_log_;  // refusals logged: a few per 10 s, the rest counted
-  // Streamed requests being received, by routing id and call id (I/O thread only).
-  struct Assembling {
-    zmq::message_t routing_id;
-    Assembly assembly;
-  };
-  std::map<std::string, Assembling> assembling_;
-  // Note [Lost callers] (I/O thread only): per file descriptor, its connection (accepted, and its
-  // routing id once a message named it); and the routing ids so attributed.
-  std::unordered_map<int, std::optional<std::string>> connections_;
-  std::unordered_set<std::string> known_peers_;
-  // Calls with an on_lost function, by routing id; routing ids lately lost (the last 4096), so an
-  // on_lost registered after the loss runs at once.
-  std::mutex watch_mu_;
-  std::unordered_map<std::string, std::unordered_set<ReplySlot*>> watched_;  // guarded by watch_mu_
-  RecentMemo<std::string, bool> lost_{4096};                                  // guarded by watch_mu_
-  std::atomic<uint64_t> lost_peers_{0};
-  std::atomic<uint64_t> calls_of_lost_peers_{0};
-  const int wake_fd_;
-  std::thread io_thread_;
-  std::vector<std::thread> workers_;
-
-  std::mutex stop_mu_;
-  bool stop_called_ = false;  // guarded by stop_mu_
-  std::atomic<int> close_linger_ms_{0};  // ZMQ_LINGER when the I/O thread closes the socket
-  // Note [Goodbye]: asked by stop(); the callers not yet answered (I/O thread only); done when
-  // every one answered or was lost.
-  std::atomic<bool> goodbye_asked_{false};
-  bool goodbye_said_ = false;
-  std::unordered_set<std::string> goodbye_unanswered_;
-  std::mutex goodbye_mu_;
-  std::condition_variable goodbye_cv_;
-  bool goodbye_done_ = false;  // guarded by goodbye_mu_
-  std::chrono::steady_clock::time_point last_reply_;  // guarded by out_mu_: the latest reply given
-
-  std::mutex out_mu_;
-  std::vector<Outgoing> outbox_;  // guarded by out_mu_
-  bool sent_inline_ = false;      // I/O thread only: reply() sent a reply since run_io last looked
-  bool stopping_ = false;         // guarded by out_mu_: Responders are dead, the I/O thread exits
-
-  std::mutex work_mu_;
-  std::condition_variable work_cv_;
-  std::condition_variable workers_done_cv_;
-  std::deque<Work> work_;      // guarded by work_mu_
-  bool work_stopping_ = false;  // guarded by work_mu_
-  int live_workers_ = 0;        // guarded by work_mu_
-
-  std::atomic<uint64_t> requests_{0}, malformed_{0}, oversized_{0}, replies_{0}, dropped_replies_{0},
-      abandoned_{0}, refused_{0}, streamed_requests_{0}, streamed_replies_{0}, dropped_chunks_{0},
-      stalled_streams_{0};
-};
 
 namespace {
 thread_local const void* tls_server_io_owner = nullptr;  // the core whose I/O thread this is
@@ -519,128 +368,6 @@ void RpcServerCore::read_monitor() {
                           endpoint_));
     }
   }
-}
-
-// Note [Lost callers]
-// ~~~~~~~~~~~~~~~~~~~
-// A call that may wait long (a pull of a step that never comes, a step blocked on a queue) must
-// end when its caller is gone, or the server keeps its memory forever. A ROUTER names callers by
-// routing id and says nothing when one's connection closes (ZMQ_ROUTER_NOTIFY is a draft option
-// that Debian's libzmq lacks), so the server pairs two things it can see: the socket monitor
-// reports each connection accepted and closed with its file descriptor, in order, and every
-// message carries the descriptor it was read from (ZMQ_SRCFD). A descriptor holds one connection
-// at a time. The first message of a routing id names its descriptor's connection, after the
-// monitor was read (the connection's ACCEPTED was emitted before its first message, so it is
-// there by then); the descriptor's next ACCEPTED or DISCONNECTED means that connection closed, and
-// the on_lost function of each of its calls still unanswered runs (Responder::on_lost). Events
-// the monitor drops (it holds 1000) make a loss seen late, never a live caller seen lost: a name
-// replaced, or closed, is always of a connection that is gone. Heartbeats close a silent
-// connection after heartbeat_timeout. The last 4096 lost routing ids are kept, so a call
-// registered after its caller left ends at once (libzmq never reuses a routing id it made).
-void RpcServerCore::track_peer(zmq::message_t& routing_id) {
-  if (routing_id.size() == 0) return;
-  std::string peer = routing_id.to_string();
-  if (known_peers_.count(peer) != 0) return;
-  // -1 (EINVAL) for a message libzmq made itself (a ZMTP 1.0 peer's, garbage): not tracked.
-  const int fd = zmq_msg_get(routing_id.handle(), ZMQ_SRCFD);
-  if (fd < 0) return;
-  read_monitor();
-  std::optional<std::string>& named = connections_[fd];
-  if (named) peer_lost(*named);  // a connection gone whose close the monitor dropped
-  named = peer;
-  known_peers_.insert(std::move(peer));
-}
-
-void RpcServerCore::peer_lost(const std::string& peer) {
-  known_peers_.erase(peer);
-  goodbye_answered(peer);
-  lost_peers_.fetch_add(1, std::memory_order_relaxed);
-  std::vector<std::function<void()>> fns;
-  {
-    std::lock_guard<std::mutex> l(watch_mu_);
-    lost_.remember(peer, true);
-    auto it = watched_.find(peer);
-    if (it == watched_.end()) return;
-    for (ReplySlot* slot : it->second) {
-      fns.push_back(std::move(slot->on_lost));
-      slot->watched.store(false, std::memory_order_release);
-    }
-    watched_.erase(it);
-  }
-  calls_of_lost_peers_.fetch_add(fns.size(), std::memory_order_relaxed);
-  for (auto& fn : fns) {
-    if (fn) fn();
-  }
-  request_memory_release();  // what the calls held (thousands, for a flood) goes back to the system
-}
-
-void RpcServerCore::watch(ReplySlot& slot, std::function<void()> fn) {
-  {
-    std::lock_guard<std::mutex> l(watch_mu_);
-    if (slot.replied.load(std::memory_order_acquire)) return;
-    if (lost_.find(slot.peer) == nullptr) {
-      slot.on_lost = std::move(fn);
-      watched_[slot.peer].insert(&slot);
-      slot.watched.store(true, std::memory_order_release);
-      return;
-    }
-  }
-  calls_of_lost_peers_.fetch_add(1, std::memory_order_relaxed);
-  if (fn) fn();  // its caller is gone already
-}
-
-void RpcServerCore::unwatch(ReplySlot& slot) {
-  std::function<void()> dropped;  // destroyed outside the lock
-  std::lock_guard<std::mutex> l(watch_mu_);
-  if (!slot.watched.load(std::memory_order_acquire)) return;
-  slot.watched.store(false, std::memory_order_release);
-  dropped = std::move(slot.on_lost);
-  auto it = watched_.find(slot.peer);
-  if (it == watched_.end()) return;
-  it->second.erase(&slot);
-  if (it->second.empty()) watched_.erase(it);
-}
-
-// Note [Goodbye]
-// ~~~~~~~~~~~~~~
-// A server that stops right after replying (a ps whose "done" queue just filled) closes the
-// connections its last replies travel on. The caller's DEALER uses ZMQ_IMMEDIATE (Note [Lost
-// connections] in rpc_channel.cc), and libzmq then drops whatever that connection delivered and
-// the application had not read yet when the loss reaches the socket: in a loop of reply-then-stop,
-// a few replies in a hundred were lost, and their callers failed Unavailable. So stop(flush), when
-// it gave replies lately, first says goodbye, as HTTP/2's GOAWAY does: the I/O thread sends a
-// goodbye envelope to every connected caller, behind the replies already sent to it, and the
-// caller's channel answers it when it reads it, by which time it has read every reply before it.
-// stop() closes the socket once all answered or were lost, or after `flush`. A caller's channel
-// also holds its new requests then, until the next connection. Replies given after the goodbye
-// may still be lost, as may those to a caller too busy to answer within `flush`, or one of an
-// older version that does not know the goodbye (it counts it malformed).
-void RpcServerCore::say_goodbye() {
-  goodbye_said_ = true;
-  for (const std::string& peer : known_peers_) {
-    zmq::message_t routing_id(peer.data(), peer.size());
-    try {
-      // ZMQ_ROUTER_MANDATORY: a caller whose queue is full fails here (EAGAIN), as does one whose
-      // connection is gone and the monitor has not said so yet (EHOSTUNREACH, thrown).
-      if (!socket_.send(routing_id, zmq::send_flags::sndmore | zmq::send_flags::dontwait)) continue;
-      socket_.send(envelope_frame(kGoodbyeMagic, 0), zmq::send_flags::none);
-    } catch (const zmq::error_t&) {
-      continue;
-    }
-    goodbye_unanswered_.insert(peer);
-  }
-  goodbye_answered("");  // no caller to wait for: done at once
-}
-
-void RpcServerCore::goodbye_answered(const std::string& peer) {
-  if (!goodbye_said_) return;
-  goodbye_unanswered_.erase(peer);
-  if (!goodbye_unanswered_.empty()) return;
-  {
-    std::lock_guard<std::mutex> l(goodbye_mu_);
-    goodbye_done_ = true;
-  }
-  goodbye_cv_.notify_all();
 }
 
 void RpcServerCore::refused(const std::string& line) {

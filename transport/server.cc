@@ -606,8 +606,9 @@ void ServerImpl::stop() {
   }
   // Sessions first (their runs in flight are answered Cancelled), then the worker's runs, while
   // the services still answer (a run building its plan calls this task's own worker); then the
-  // socket, once the callers have read the replies just given (Note [Goodbye] in rpc_server.cc:
-  // a second at most to send them, another at most for the callers to answer).
+  // socket, once the callers have read the replies just given (Note [Goodbye] in
+  // rpc_server_peers.cc: a second at most to send them, another at most for the callers to
+  // answer).
   if (state) {
     state->master->stop();
     state->worker->stop(std::chrono::milliseconds(1000));
