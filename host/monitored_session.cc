@@ -21,14 +21,18 @@
 // fresh session (100 ms doubling to 1 s between tries) until recovery_wait has passed.
 // Errors that mean a task lost the session's state (is_preemption): Unavailable and Aborted (a
 // task that restarted or dropped an idle session answers Aborted, as TF's).
-// A run: every hook's before_run outputs are appended to the caller's fetches, one Session::run,
-// then every hook's after_run with its slice. A run failing with UnavailableError or AbortedError
-// logs one line, tears the session down (queue runners stopped and joined, session closed) and
-// makes a new one, then runs the same step again: TF's _RecoverableSession retries forever; here
-// every retry shares the bound recovery_wait counted from the first failure of the step, after
-// which the last error goes to the caller. OutOfRangeError stops the loop (should_stop), as TF's
-// `with` block swallows it; any other error marks the session failed, so close() skips end() (TF
-// calls end() only when the block exits cleanly).
+// A run (an attempt): every hook's before_run outputs are appended to the caller's fetches, one
+// Session::run, then every hook's after_run with its slice. UnavailableError or AbortedError
+// anywhere in the attempt, the hooks' calls included (a CheckpointSaverHook whose save meets a
+// dead ps, a hook that reads the global step), logs one line, tears the session down (queue
+// runners stopped and joined, session closed) and makes a new one, then makes the attempt again,
+// before_run and all: TF's _RecoverableSession wraps its _HookedSession so. A stop a hook asked
+// for in a failed attempt is forgotten with it. The first retry is at once, later ones 100 ms
+// doubling to 1 s apart (a hook that fails whatever the session must not spin). TF retries
+// forever; here every retry shares the bound recovery_wait counted from the first failure of the
+// step, after which the last error goes to the caller. OutOfRangeError stops the loop (should_stop), as TF's `with` block swallows it;
+// any other error marks the session failed, so close() skips end() (TF calls end() only when the
+// block exits cleanly).
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -172,6 +176,32 @@ struct MonitoredTrainingSession::State {
     for (auto& h : hooks) h.impl()->after_create_session(*session);
   }
 
+  // One attempt of a run on `session` (TF's _HookedSession.run): the hooks' before_run outputs
+  // fetched with the caller's, then each hook's after_run with its slice.
+  std::vector<Tensor> hooked_run(const std::vector<Output>& fetches, const FeedMap& feeds,
+                                 const std::vector<Operation>& targets) {
+    std::vector<Output> all = fetches;
+    std::vector<std::size_t> begins;
+    for (auto& h : hooks) {
+      begins.push_back(all.size());
+      auto extra = h.impl()->before_run();
+      all.insert(all.end(), extra.begin(), extra.end());
+    }
+    std::vector<Tensor> results = session->run(all, feeds, targets);
+    bool stop_requested = false;
+    for (std::size_t i = 0; i < hooks.size(); ++i) {
+      const std::size_t end = i + 1 < hooks.size() ? begins[i + 1] : all.size();
+      std::vector<Tensor> values(results.begin() + static_cast<std::ptrdiff_t>(begins[i]),
+                                 results.begin() + static_cast<std::ptrdiff_t>(end));
+      bool request_stop = false;
+      hooks[i].impl()->after_run(values, request_stop);
+      stop_requested = stop_requested || request_stop;
+    }
+    if (stop_requested) stop = true;
+    results.resize(fetches.size());
+    return results;
+  }
+
   // create_once, again while it fails with UnavailableError or AbortedError until `deadline`.
   void create(Clock::time_point deadline) {
     auto interval = std::chrono::milliseconds(100);
@@ -268,24 +298,15 @@ std::vector<Tensor> MonitoredTrainingSession::run(const std::vector<Output>& fet
   if (st.closed) throw FailedPreconditionError("MonitoredTrainingSession: run after close()");
   if (should_stop()) throw FailedPreconditionError("MonitoredTrainingSession: run called even after should_stop requested");
 
-  std::vector<Output> all = fetches;
-  std::vector<std::size_t> begins;
-  for (auto& h : st.hooks) {
-    begins.push_back(all.size());
-    auto extra = h.impl()->before_run();
-    all.insert(all.end(), extra.begin(), extra.end());
-  }
-
-  std::vector<Tensor> results;
   std::optional<Clock::time_point> deadline;  // of the recovery, from the step's first failure
+  std::chrono::milliseconds pause{0};          // before the next attempt: none after the first failure
   for (;;) {
     try {
       if (!st.session) {
         if (!deadline) deadline = Clock::now() + st.options.recovery_wait;
         st.create(*deadline);
       }
-      results = st.session->run(all, feeds, targets);
-      break;
+      return st.hooked_run(fetches, feeds, targets);
     } catch (const OutOfRangeError&) {
       st.stop = true;
       return std::vector<Tensor>(fetches.size());
@@ -300,27 +321,13 @@ std::vector<Tensor> MonitoredTrainingSession::run(const std::vector<Output>& fet
                   "server. The current session will be closed and a new session will be created. Error: {}",
                   e.what());
       st.teardown(nullptr);
+      std::this_thread::sleep_for(std::min<Clock::duration>(pause, *deadline - Clock::now()));
+      pause = std::clamp(2 * pause, std::chrono::milliseconds(100), std::chrono::milliseconds(1000));
     } catch (...) {
       st.failed = true;
       throw;
     }
   }
-
-  try {
-    for (std::size_t i = 0; i < st.hooks.size(); ++i) {
-      const std::size_t end = i + 1 < st.hooks.size() ? begins[i + 1] : all.size();
-      std::vector<Tensor> values(results.begin() + static_cast<std::ptrdiff_t>(begins[i]),
-                                 results.begin() + static_cast<std::ptrdiff_t>(end));
-      bool request_stop = false;
-      st.hooks[i].impl()->after_run(values, request_stop);
-      if (request_stop) st.stop = true;
-    }
-  } catch (...) {
-    st.failed = true;
-    throw;
-  }
-  results.resize(fetches.size());
-  return results;
 }
 
 void MonitoredTrainingSession::run(Operation target, const FeedMap& feeds) { run({}, feeds, {target}); }

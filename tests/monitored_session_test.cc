@@ -9,6 +9,7 @@
 #include <atomic>
 #include <chrono>
 #include <filesystem>
+#include <functional>
 #include <future>
 #include <iostream>
 #include <memory>
@@ -166,6 +167,146 @@ TEST_F(MonitoredSessionTest, OtherErrorsPropagate) {
   EXPECT_THROW(s.run({bad}, {{p, Tensor::vector<float>({1, 2})}}), InvalidArgumentError);
   EXPECT_FALSE(s.should_stop());
   EXPECT_FLOAT_EQ(s.run({v.value()})[0].scalar<float>(), 4.0f);
+}
+
+// TF's RaiseOnceAtCountN: throws from before_run (or after_run) on its `at`-th call, once; counts
+// its calls and the sessions it was given.
+struct RaiseOnceAt : train::SessionRunHook::Impl {
+  enum class Where { kBeforeRun, kAfterRun };
+  RaiseOnceAt(int at_call, Where where_, std::function<void()> raise_fn)
+      : at(at_call), where(where_), raise(std::move(raise_fn)) {}
+  void after_create_session(Session&) override { ++sessions; }
+  std::vector<Output> before_run() override {
+    if (++before_runs == at && where == Where::kBeforeRun) fire();
+    return {};
+  }
+  void after_run(const std::vector<Tensor>&, bool&) override {
+    if (++after_runs == at && where == Where::kAfterRun) fire();
+  }
+  void fire() {
+    if (raised) return;
+    raised = true;
+    raise();
+  }
+  const int at;
+  const Where where;
+  const std::function<void()> raise;
+  int before_runs = 0, after_runs = 0, sessions = 0;
+  bool raised = false;
+};
+
+// A graph with only the global step, and an op incrementing it.
+struct StepOnly {
+  Graph g;
+  Variable step = train::get_or_create_global_step(g);
+  Output do_step = step.assign_add(ops::constant(g, int64_t{1}));
+  int64_t run(train::MonitoredTrainingSession& s, Output what) { return s.run({what})[0].scalar<int64_t>(); }
+};
+
+// TF: test_retry_on_aborted_error. A hook's AbortedError is a preemption like the run's own: the
+// step is made again, hooks and all, in a fresh session (no checkpoint: initialized again).
+TEST_F(MonitoredSessionTest, AHookAbortingARunIsRetriedInAFreshSession) {
+  StepOnly m;
+  auto hook = std::make_shared<RaiseOnceAt>(4, RaiseOnceAt::Where::kBeforeRun, [] { throw AbortedError("Abort"); });
+  train::MonitoredTrainingSessionOptions o;
+  o.hooks = {train::SessionRunHook(hook)};
+  train::MonitoredTrainingSession s(m.g, o);
+  EXPECT_EQ(m.run(s, m.step.value()), 0);
+  EXPECT_EQ(m.run(s, m.do_step), 1);
+  EXPECT_EQ(m.run(s, m.do_step), 2);
+  EXPECT_EQ(hook->sessions, 1);
+  EXPECT_EQ(m.run(s, m.do_step), 1);  // the 4th before_run aborted: step 0 again, then this step
+  EXPECT_TRUE(hook->raised);
+  EXPECT_EQ(hook->sessions, 2);
+  EXPECT_EQ(hook->before_runs, 5);
+  EXPECT_EQ(hook->after_runs, 4);
+  EXPECT_EQ(m.run(s, m.do_step), 2);
+  EXPECT_FALSE(s.should_stop());
+}
+
+// TF: test_recover_and_retry_on_aborted_error. With a checkpoint after every step, the fresh
+// session restores the last one and the aborted step runs from there.
+TEST_F(MonitoredSessionTest, AHookAbortingARunRecoversFromTheLatestCheckpoint) {
+  StepOnly m;
+  auto hook = std::make_shared<RaiseOnceAt>(4, RaiseOnceAt::Where::kBeforeRun, [] { throw AbortedError("Abort"); });
+  train::MonitoredTrainingSessionOptions o;
+  o.checkpoint_dir = dir_.string();
+  o.save_checkpoint_steps = 1;
+  o.hooks = {train::SessionRunHook(hook)};
+  train::MonitoredTrainingSession s(m.g, o);
+  EXPECT_EQ(m.run(s, m.step.value()), 0);
+  EXPECT_EQ(m.run(s, m.do_step), 1);
+  EXPECT_EQ(m.run(s, m.do_step), 2);
+  EXPECT_EQ(m.run(s, m.do_step), 3);
+  EXPECT_TRUE(hook->raised);
+  EXPECT_EQ(hook->sessions, 2);
+  EXPECT_EQ(m.run(s, m.do_step), 4);
+  EXPECT_FALSE(s.should_stop());
+  s.close();
+  EXPECT_EQ(train::latest_checkpoint(dir_.string()), (dir_ / "model.ckpt-4").string());
+}
+
+// A hook's after_run meeting a lost task (the checkpoint hook's save when a ps died, say) is
+// recovered as well: the step ran and was saved (CheckpointSaverHook's after_run comes first),
+// and runs once more in the restored session.
+TEST_F(MonitoredSessionTest, AHookLosingATaskInAfterRunIsRecovered) {
+  StepOnly m;
+  auto hook = std::make_shared<RaiseOnceAt>(3, RaiseOnceAt::Where::kAfterRun,
+                                            [] { throw UnavailableError("the ps is down"); });
+  train::MonitoredTrainingSessionOptions o;
+  o.checkpoint_dir = dir_.string();
+  o.save_checkpoint_steps = 1;
+  o.hooks = {train::SessionRunHook(hook), train::StopAtStepHook(4)};
+  train::MonitoredTrainingSession s(m.g, o);
+  EXPECT_EQ(m.run(s, m.do_step), 1);
+  EXPECT_EQ(m.run(s, m.do_step), 2);
+  EXPECT_FALSE(s.should_stop());
+  // Step 3 ran and was saved before the hook failed: the retry restores step 3 and makes step 4,
+  // which StopAtStepHook(4) stops at.
+  EXPECT_EQ(m.run(s, m.do_step), 4);
+  EXPECT_EQ(hook->sessions, 2);
+  EXPECT_EQ(hook->before_runs, 4);
+  EXPECT_TRUE(s.should_stop());
+}
+
+// TF: test_regular_exception_pass_through_run. Any other error from a hook is the caller's: no
+// new session, and close() skips the hooks' end().
+TEST_F(MonitoredSessionTest, AHooksOtherErrorsPropagate) {
+  StepOnly m;
+  auto hook = std::make_shared<RaiseOnceAt>(2, RaiseOnceAt::Where::kAfterRun,
+                                            [] { throw InvalidArgumentError("a hook's own mistake"); });
+  train::MonitoredTrainingSessionOptions o;
+  o.checkpoint_dir = dir_.string();
+  o.save_checkpoint_steps = 100;
+  o.hooks = {train::SessionRunHook(hook)};
+  train::MonitoredTrainingSession s(m.g, o);
+  EXPECT_EQ(m.run(s, m.do_step), 1);
+  EXPECT_THROW(m.run(s, m.do_step), InvalidArgumentError);
+  EXPECT_EQ(hook->sessions, 1);
+  s.close();
+  // Only the checkpoint at creation: end() did not save step 2.
+  EXPECT_EQ(train::latest_checkpoint(dir_.string()), (dir_ / "model.ckpt-0").string());
+}
+
+// A hook that keeps failing with UnavailableError: the retries share recovery_wait, then the
+// error is the caller's.
+TEST_F(MonitoredSessionTest, AHookThatKeepsLosingATaskFailsTheRunAfterTheRecoveryWait) {
+  StepOnly m;
+  struct AlwaysDown : train::SessionRunHook::Impl {
+    int sessions = 0;
+    void after_create_session(Session&) override { ++sessions; }
+    void after_run(const std::vector<Tensor>&, bool&) override { throw UnavailableError("still down"); }
+  };
+  auto hook = std::make_shared<AlwaysDown>();
+  train::MonitoredTrainingSessionOptions o;
+  o.hooks = {train::SessionRunHook(hook)};
+  o.recovery_wait = 300ms;
+  train::MonitoredTrainingSession s(m.g, o);
+  const auto start = Clock::now();
+  EXPECT_THROW(m.run(s, m.do_step), UnavailableError);
+  EXPECT_GE(Clock::now() - start, 300ms);
+  EXPECT_LT(Clock::now() - start, 30s);
+  EXPECT_GE(hook->sessions, 2);
 }
 
 // session_manager_test: a worker that is not the chief waits until the chief has initialized the

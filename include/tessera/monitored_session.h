@@ -24,9 +24,11 @@
 // registered in the graph are started for each session, with a Coordinator, and stopped at close.
 //
 // A run that fails with UnavailableError or AbortedError (a task the session uses died, was cut
-// off, or restarted and no longer has the session's graphs) closes the session and makes a new one
-// as above (the chief restores the latest checkpoint), then runs the step again; past `recovery_wait` from the failure the error goes to
-// the caller. See Note [Monitored session] in host/monitored_session.cc.
+// off, or restarted and no longer has the session's graphs), in the session's run or in a hook's
+// before_run or after_run (a checkpoint save that meets a dead ps), closes the session and makes a
+// new one as above (the chief restores the latest checkpoint), then runs the step again, hooks
+// and all; past `recovery_wait` from the failure the error goes to the caller. See Note [Monitored
+// session] in host/monitored_session.cc.
 //
 // Not thread-safe, except should_stop(): one thread at a time runs and closes it (the hooks are
 // called from that thread).
