@@ -189,7 +189,9 @@ void RemoteSession::extend_locked() {
 std::vector<Tensor> RemoteSession::run(const std::vector<Output>& fetches, const FeedMap& feeds,
                                        const std::vector<Operation>& targets, const RunOptions& options,
                                        RunMetadata* metadata) {
-  if (closed_.load()) throw CancelledError("attempted to use a closed session");
+  if (closed_.load()) {
+    throw CancelledError(fmt::format("attempted to use a closed session (on {}: close() ended it)", target_));
+  }
   pb::RunStepRequest request;
   request.set_version(wire::kWireVersion);
   request.set_session_handle(handle_);
