@@ -30,9 +30,9 @@
 // for in a failed attempt is forgotten with it. The first retry is at once, later ones 100 ms
 // doubling to 1 s apart (a hook that fails whatever the session must not spin). TF retries
 // forever; here every retry shares the bound recovery_wait counted from the first failure of the
-// step, after which the last error goes to the caller. OutOfRangeError stops the loop (should_stop), as TF's `with` block swallows it;
-// any other error marks the session failed, so close() skips end() (TF calls end() only when the
-// block exits cleanly).
+// step, after which the last error goes to the caller. OutOfRangeError stops the loop
+// (should_stop), as TF's `with` block swallows it; any other error marks the session failed, so
+// close() skips end() (TF calls end() only when the block exits cleanly).
 #include <algorithm>
 #include <atomic>
 #include <chrono>
