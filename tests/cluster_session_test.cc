@@ -481,7 +481,8 @@ TEST(ClusterSessionTest, CloseCancelsABlockedRun) {
   ASSERT_TRUE(tessera::testing::wait_until([&] { return code.load() != -1; }, 5s));
   blocked.join();
   EXPECT_EQ(code.load(), static_cast<int>(ErrorCode::kCancelled));
-  // A run after close() names the session's master: a log line then says which session it was.
+  // A run after close() names the session's master: an error seen far from its cause says whose
+  // session it was.
   try {
     s.run(deq);
     ADD_FAILURE() << "a run after close() ran";
