@@ -269,6 +269,25 @@ TEST_F(MonitoredSessionTest, AHookLosingATaskInAfterRunIsRecovered) {
   EXPECT_TRUE(s.should_stop());
 }
 
+// TF: test_retry_initialization_on_aborted_error. AbortedError while the session is being made
+// (here from a hook's after_create_session; TF's from the scaffold's init_fn) makes it again.
+TEST_F(MonitoredSessionTest, AnAbortWhileTheSessionIsMadeMakesItAgain) {
+  StepOnly m;
+  struct AbortsFirstSession : train::SessionRunHook::Impl {
+    int sessions = 0;
+    void after_create_session(Session&) override {
+      if (++sessions == 1) throw AbortedError("Abort");
+    }
+  };
+  auto hook = std::make_shared<AbortsFirstSession>();
+  train::MonitoredTrainingSessionOptions o;
+  o.hooks = {train::SessionRunHook(hook)};
+  train::MonitoredTrainingSession s(m.g, o);
+  EXPECT_EQ(hook->sessions, 2);
+  EXPECT_FALSE(s.should_stop());
+  EXPECT_EQ(m.run(s, m.step.value()), 0);
+}
+
 // TF: test_regular_exception_pass_through_run. Any other error from a hook is the caller's: no
 // new session, and close() skips the hooks' end().
 TEST_F(MonitoredSessionTest, AHooksOtherErrorsPropagate) {
