@@ -6,6 +6,7 @@
 //   BM_rtt_{64B,4KiB,1MiB,16MiB,64MiB}/{tessera,raw_zmq}        real time per echo round trip
 //   BM_{transfer,rtt}_{64B,4KiB}/tessera_busy_poll               both ends busy-polling
 //   BM_transfer_{64B,4KiB}/tessera_pool                          completions handed to the pool
+//   BM_transfer_{64B,4KiB}/tessera_owned                         a socket the pulling thread owns
 //   BM_transfer_{64B,4KiB}/tessera_pool_busy_poll                the same, both ends busy-polling
 //
 // The benchmarks are registered here rather than with BENCHMARK_CAPTURE so that the impls alternate
@@ -143,11 +144,13 @@ void register_benchmarks(double floor) {
     for (auto [impl, fn] : {std::pair{"tessera", &tessera_transfer}, std::pair{"raw_zmq", &raw_transfer},
                             std::pair{"tessera_queue", &tessera_queue_transfer},
                             std::pair{"tessera_pool", &tessera_pool_transfer},
+                            std::pair{"tessera_owned", &tessera_owned_transfer},
                             std::pair{"raw_zmq_streamed", &raw_streamed_transfer},
                             std::pair{"tessera_busy_poll", &tessera_busy_poll_transfer},
                             std::pair{"tessera_pool_busy_poll", &tessera_pool_busy_poll_transfer}}) {
       if (fn == &raw_streamed_transfer && s.bytes < kStreamedMinBytes) continue;
-      if ((fn == &tessera_busy_poll_transfer || fn == &tessera_pool_transfer || fn == &tessera_pool_busy_poll_transfer) &&
+      if ((fn == &tessera_busy_poll_transfer || fn == &tessera_pool_transfer || fn == &tessera_pool_busy_poll_transfer ||
+           fn == &tessera_owned_transfer) &&
           s.bytes > kBusyPollMaxBytes) {
         continue;
       }

@@ -29,6 +29,13 @@
 //   transfer, impl tessera_queue: the same pulls through an RpcCompletionQueue on the channel: the
 //             pulling thread waits in next(), receiving the replies itself, turns each into a Tensor
 //             and drops it (no hand-off to the I/O thread and back).
+//   transfer, impl tessera_owned: not a path RpcChannel has. The ceiling of one whose socket
+//             belongs to the thread that waits on it (RpcChannel's is shared: Note [RPC channel]):
+//             the pulling thread owns a DEALER to the same RpcServer, sends the same requests in
+//             the joined envelope RpcChannel sends, and waits inside libzmq's recv(), where one
+//             poll(2) is both the look and the sleep; each reply is taken as the channel's caller
+//             takes it (joined_first, then the parse above). No per-call deadline (the socket's
+//             ZMQ_RCVTIMEO bounds every wait), no lost-connection tracking.
 //   rtt:      RpcChannel::call_sync, one echo at a time, the request carrying the tensor.
 // Impl tessera_busy_poll: the same calls to a second RpcServer of the peer, with busy_poll =
 // kBusyPoll (train::ServerOptions::busy_poll; Note [Busy polling] in transport/rpc_server.cc),
@@ -52,7 +59,9 @@
 #include "common/bench_common.h"
 #include "core/thread_pool.h"
 #include "transport/rpc.h"
+#include "transport/rpc_envelope.h"
 #include "transport/service_messages.h"
+#include "transport/socket_io.h"
 #include "transport/transfer_bench.h"
 #include "distributed/wire.h"
 
@@ -265,6 +274,44 @@ Status pull_through_queue(RpcCompletionQueue& queue, const std::string& key, int
   return Status();
 }
 
+// Pulls `n` tensors of `key` on `socket`, a DEALER this thread owns (impl tessera_owned), kWindow
+// requests in flight, each reply received inside libzmq and turned into a Tensor here.
+Status pull_on_owned_socket(zmq::socket_t& socket, const std::string& key, int n, uint64_t* next_id,
+                            Received* keep) {
+  using tessera::internal::Envelope;
+  int sent = 0;
+  for (int received = 0; received < n; ++received) {
+    for (; sent < n && sent - received < kWindow; ++sent) {
+      const uint64_t id = (*next_id)++;
+      RpcMessage request = recv_request(id, key);
+      zmq::message_t envelope = tessera::internal::joined_frame(tessera::internal::kJoinedMagic, id, request.frames[0]);
+      if (!socket.send(envelope, zmq::send_flags::none)) {
+        return errors::deadline_exceeded("no send within {} ms", kDeadline.count());
+      }
+    }
+    zmq::message_t first;
+    if (!socket.recv(first)) return errors::deadline_exceeded("no reply within {} ms", kDeadline.count());
+    std::vector<zmq::message_t> parts;
+    tessera::internal::recv_rest(socket, first, &parts);
+    uint64_t id = 0;
+    if (auto e = tessera::internal::parse_envelope(first); e && e->first == Envelope::kJoinedReply) {
+      id = e->second;
+      parts.insert(parts.begin(), tessera::internal::joined_first(first));
+    } else if (auto r = tessera::internal::parse_reply_envelope(first)) {
+      id = r->first;
+      if (!r->second.ok()) return r->second;
+    } else {
+      return errors::internal("a reply not in the RPC envelope");
+    }
+    bool zero_copy = false;
+    StatusOr<Tensor> t =
+        receive_tensor<pb::RecvTensorResponse>(RpcMessage{std::move(parts)}, id, recv_tensor_meta, &zero_copy);
+    if (!t.ok()) return t.status();
+    if (keep != nullptr) keep->emplace_back(std::move(t).value(), zero_copy);
+  }
+  return Status();
+}
+
 // Pulls `n` tensors of `key` with RpcChannel::call, kWindow in flight: each reply becomes a Tensor
 // in its `done` (the channel's I/O thread), which counts it down in `w`; this thread waits on w->cv.
 Status pull_with_callbacks(RpcChannel* ch, const std::shared_ptr<Window>& w, const std::string& key, int n,
@@ -380,24 +427,37 @@ Status pull_through_pool(RpcChannel* ch, tessera::internal::ThreadPool* pool, co
   return s->error;
 }
 
-enum class Pull { kQueue, kCallbacks, kPool };
+enum class Pull { kQueue, kCallbacks, kPool, kOwned };
 
 void transfer(benchmark::State& state, const Size& size, bool busy_poll, Pull how) {
   tessera_bench::set_impl(state, busy_poll && how == Pull::kPool ? "tessera_pool_busy_poll"
                                  : busy_poll                     ? "tessera_busy_poll"
                                  : how == Pull::kQueue           ? "tessera_queue"
                                  : how == Pull::kPool            ? "tessera_pool"
+                                 : how == Pull::kOwned           ? "tessera_owned"
                                                                  : "tessera");
   RpcChannel* ch = channel(state, busy_poll);
   if (ch == nullptr) return;
   const std::string key = size.name;
   auto w = std::make_shared<Window>();
   RpcCompletionQueue queue(*ch);
+  // tessera_owned's socket: this thread's alone, to the channel's endpoint.
+  static zmq::context_t* const owned_context = new zmq::context_t(1);  // leaked, as the channel's
+  zmq::socket_t owned;
+  if (how == Pull::kOwned) {
+    owned = zmq::socket_t(*owned_context, zmq::socket_type::dealer);
+    owned.set(zmq::sockopt::linger, 0);
+    owned.set(zmq::sockopt::immediate, 1);
+    owned.set(zmq::sockopt::rcvtimeo, static_cast<int>(kDeadline.count()));
+    owned.set(zmq::sockopt::sndtimeo, static_cast<int>(kDeadline.count()));
+    owned.connect(ch->endpoint());
+  }
   uint64_t next_id = 1;
   std::atomic<uint64_t> next_pool_id{1};
   // Pulls `n` tensors; keeps them in `keep` when given.
   auto pull = [&](int n, Received* keep) -> Status {
     if (how == Pull::kQueue) return pull_through_queue(queue, key, n, &next_id, keep);
+    if (how == Pull::kOwned) return pull_on_owned_socket(owned, key, n, &next_id, keep);
     if (how == Pull::kPool) {
       return pull_through_pool(ch, &tessera::internal::ThreadPool::shared(), key, n, &next_pool_id, keep);
     }
@@ -488,6 +548,7 @@ void rtt(benchmark::State& state, const Size& size, bool busy_poll) {
 void tessera_transfer(benchmark::State& state, const Size& size) { transfer(state, size, false, Pull::kCallbacks); }
 void tessera_queue_transfer(benchmark::State& state, const Size& size) { transfer(state, size, false, Pull::kQueue); }
 void tessera_pool_transfer(benchmark::State& state, const Size& size) { transfer(state, size, false, Pull::kPool); }
+void tessera_owned_transfer(benchmark::State& state, const Size& size) { transfer(state, size, false, Pull::kOwned); }
 void tessera_rtt(benchmark::State& state, const Size& size) { rtt(state, size, false); }
 void tessera_busy_poll_transfer(benchmark::State& state, const Size& size) {
   transfer(state, size, true, Pull::kCallbacks);

@@ -98,6 +98,8 @@ std::string start_raw_peer();
 void tessera_transfer(benchmark::State& state, const Size& size);
 // The same pulls through an RpcCompletionQueue (impl tessera_queue).
 void tessera_queue_transfer(benchmark::State& state, const Size& size);
+// Pulls on a socket the pulling thread owns (impl tessera_owned): the ceiling of such a channel.
+void tessera_owned_transfer(benchmark::State& state, const Size& size);
 // The same pulls with the runtime's hand-off: each completion goes to the session's thread pool,
 // which sends the next call (impl tessera_pool).
 void tessera_pool_transfer(benchmark::State& state, const Size& size);
