@@ -70,6 +70,13 @@ bool is_preemption(const Error& e) {
   return e.code() == ErrorCode::kUnavailable || e.code() == ErrorCode::kAborted;
 }
 
+// The pause between tries: sleeps `*interval` (never past `deadline`), then doubles it, up to 1 s.
+void back_off(std::chrono::milliseconds* interval, Clock::time_point deadline) {
+  std::this_thread::sleep_for(
+      std::max<Clock::duration>(Clock::duration::zero(), std::min<Clock::duration>(*interval, deadline - Clock::now())));
+  *interval = std::min(*interval * 2, std::chrono::milliseconds(1000));
+}
+
 std::string join_names(const std::vector<std::string>& names) {
   std::string out;
   for (const auto& n : names) out += (out.empty() ? "" : ", ") + n;
@@ -162,8 +169,7 @@ struct MonitoredTrainingSession::State {
       if (internal::log_enabled(internal::LogLevel::kInfo) && waiting_log.admit(&skipped)) {
         TESSERA_LOG(kInfo, "Waiting for model to be ready: uninitialized variables: {}", join_names(missing));
       }
-      std::this_thread::sleep_for(std::min<Clock::duration>(interval, deadline - now));
-      interval = std::min(interval * 2, std::chrono::milliseconds(1000));
+      back_off(&interval, deadline);
     }
   }
 
@@ -220,9 +226,7 @@ struct MonitoredTrainingSession::State {
         teardown(nullptr);
         throw;
       }
-      std::this_thread::sleep_for(std::max<Clock::duration>(
-          Clock::duration::zero(), std::min<Clock::duration>(interval, deadline - Clock::now())));
-      interval = std::min(interval * 2, std::chrono::milliseconds(1000));
+      back_off(&interval, deadline);
     }
   }
 };
@@ -299,7 +303,8 @@ std::vector<Tensor> MonitoredTrainingSession::run(const std::vector<Output>& fet
   if (should_stop()) throw FailedPreconditionError("MonitoredTrainingSession: run called even after should_stop requested");
 
   std::optional<Clock::time_point> deadline;  // of the recovery, from the step's first failure
-  std::chrono::milliseconds pause{0};          // before the next attempt: none after the first failure
+  std::chrono::milliseconds pause{100};        // before an attempt after the second failure
+  bool retried = false;                        // the first retry is at once
   for (;;) {
     try {
       if (!st.session) {
@@ -321,8 +326,8 @@ std::vector<Tensor> MonitoredTrainingSession::run(const std::vector<Output>& fet
                   "server. The current session will be closed and a new session will be created. Error: {}",
                   e.what());
       st.teardown(nullptr);
-      std::this_thread::sleep_for(std::min<Clock::duration>(pause, *deadline - Clock::now()));
-      pause = std::clamp(2 * pause, std::chrono::milliseconds(100), std::chrono::milliseconds(1000));
+      if (retried) back_off(&pause, *deadline);
+      retried = true;
     } catch (...) {
       st.failed = true;
       throw;
