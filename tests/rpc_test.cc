@@ -992,8 +992,7 @@ TEST(RpcTest, AFlushingStopDoesNotWaitForCallersThatLeft) {
     std::vector<std::unique_ptr<RpcChannel>> channels;
     for (int i = 0; i < 4; ++i) {
       channels.push_back(std::make_unique<RpcChannel>(server->endpoint()));
-      auto hr = channels.back()->call_sync(message({"hello"}), 5s);
-      ASSERT_TRUE(hr.ok()) << hr.status().to_string();
+      ASSERT_TRUE(channels.back()->call_sync(message({"hello"}), 5s).ok());
     }
     std::thread leaver([&] {
       for (std::size_t i = 0; i < channels.size(); i += 2) channels[i].reset();
@@ -1213,150 +1212,6 @@ TEST(RpcTest, DestroyingChannelCancelsAWaitingSyncCall) {
   EXPECT_EQ(future.get().code(), ErrorCode::kCancelled);
   EXPECT_LT(Clock::now() - start, 2s);
   caller.join();
-}
-
-// ---- Owned sockets (Note [Owned sockets] in rpc_owned_socket.cc) ----
-
-// Synchronous calls from threads at once each go on a connection of its own (the server counts
-// each as a caller lost when the channel goes), kept between calls: one thread's calls in a row
-// use one. With owned_sockets off they share the channel's one connection.
-TEST(RpcOwnedSocketTest, ConcurrentSyncCallsHaveConnectionsOfTheirOwnKeptBetweenCalls) {
-  for (const bool owned : {true, false}) {
-    SCOPED_TRACE(owned ? "owned sockets" : "shared socket");
-    std::mutex mu;
-    std::condition_variable cv;
-    int arrived = 0;
-    // Each of the first 3 requests waits until all 3 are in: 3 calls in flight at once.
-    auto server = start_or_die([&](RpcMessage request, Responder respond) {
-      std::unique_lock<std::mutex> l(mu);
-      ++arrived;
-      cv.notify_all();
-      cv.wait_for(l, 5s, [&] { return arrived >= 3; });
-      respond(std::move(request));
-    });
-    ASSERT_TRUE(server);
-    RpcChannelOptions options;
-    options.owned_sockets = owned;
-    auto channel = std::make_unique<RpcChannel>(server->endpoint(), options);
-    std::vector<std::thread> threads;
-    std::atomic<int> right{0};
-    for (int t = 0; t < 3; ++t) {
-      threads.emplace_back([&, t] {
-        for (int i = 0; i < 5; ++i) {  // in a row, on the same thread
-          auto r = channel->call_sync(message({"t", std::to_string(t), std::to_string(i)}), 10s);
-          if (r.ok() && strings(r.value()) == std::vector<std::string>{"t", std::to_string(t), std::to_string(i)}) {
-            ++right;
-          }
-        }
-      });
-    }
-    for (auto& th : threads) th.join();
-    EXPECT_EQ(right.load(), 15);
-    EXPECT_EQ(channel->stats().calls, 15u);
-    channel.reset();
-    // 3 owned connections and the shared one (which says hello), or the shared one alone.
-    const uint64_t connections = owned ? 4 : 1;
-    EXPECT_TRUE(wait_until([&] { return server->stats().lost_peers >= connections; }, 5s))
-        << server->stats().lost_peers;
-    std::this_thread::sleep_for(100ms);
-    EXPECT_EQ(server->stats().lost_peers, connections);
-  }
-}
-
-// A reply that comes after its call gave up reaches the socket the call used; the next call on
-// that socket (the same thread's next) drops it as late and gets its own reply.
-TEST(RpcOwnedSocketTest, ALateReplyOnAReusedSocketIsDroppedAndTheNextCallGetsItsOwn) {
-  auto server = start_or_die([](RpcMessage request, Responder respond) {
-    if (strings(request)[0] == "slow") std::this_thread::sleep_for(300ms);
-    respond(std::move(request));
-  });
-  ASSERT_TRUE(server);
-  RpcChannel channel(server->endpoint());
-  auto slow = channel.call_sync(message({"slow"}), 50ms);
-  EXPECT_EQ(slow.status().code(), ErrorCode::kUnavailable) << slow.status().to_string();
-  std::this_thread::sleep_for(400ms);  // the late reply waits on the socket by now
-  auto fast = channel.call_sync(message({"fast", "1"}), 5s);
-  ASSERT_TRUE(fast.ok()) << fast.status().to_string();
-  EXPECT_EQ(strings(fast.value()), (std::vector<std::string>{"fast", "1"}));
-  EXPECT_EQ(channel.stats().late_replies, 1u);
-  EXPECT_EQ(channel.stats().timed_out, 1u);
-}
-
-// A flushing stop says goodbye to its callers and waits for their answers. The sockets of
-// synchronous calls that ended lie idle, with no thread to read it: the channel answers for them
-// when its shared socket reads the goodbye, so the stop does not wait out its bound, and the
-// calls after it reach the restarted server on new sockets.
-TEST(RpcOwnedSocketTest, IdleSocketsAnswerAFlushingStopsGoodbye) {
-  for (int round = 0; round < 5; ++round) {
-    auto server = start_or_die(echo);
-    ASSERT_TRUE(server);
-    const std::string endpoint = server->endpoint();
-    RpcChannel channel(endpoint);
-    std::vector<std::thread> threads;
-    std::atomic<int> right{0};
-    for (int t = 0; t < 3; ++t) {
-      threads.emplace_back([&] {
-        for (int i = 0; i < 20; ++i) right += channel.call_sync(message({"x"}), 5s).ok() ? 1 : 0;
-      });
-    }
-    for (auto& th : threads) th.join();
-    ASSERT_EQ(right.load(), 60);
-    server->stop(3s);
-    EXPECT_EQ(server->stats().goodbye_timeouts, 0u) << "round " << round;
-    server = restart_on(endpoint, echo);
-    ASSERT_TRUE(server);
-    auto after = channel.call_sync(message({"after", std::to_string(round)}), 5s);
-    ASSERT_TRUE(after.ok()) << after.status().to_string();
-    EXPECT_EQ(strings(after.value()), (std::vector<std::string>{"after", std::to_string(round)}));
-  }
-}
-
-// Closing sockets whose connections were lost (their monitors have events to send) leaves the
-// process's channels working: a new channel to a new server gets its replies.
-TEST(RpcOwnedSocketTest, ClosingSocketsOfALostServerLeavesTheOtherChannelsWorking) {
-  for (int round = 0; round < 3; ++round) {
-    auto server = start_or_die(echo);
-    ASSERT_TRUE(server);
-    auto channel = std::make_unique<RpcChannel>(server->endpoint());
-    std::vector<std::thread> threads;
-    for (int t = 0; t < 3; ++t) {
-      threads.emplace_back([&] { EXPECT_TRUE(channel->call_sync(message({"x"}), 5s).ok()); });
-    }
-    for (auto& th : threads) th.join();
-    server->stop();  // no goodbye: the idle sockets see their connections lost
-    std::this_thread::sleep_for(50ms);
-    channel.reset();
-    auto next = start_or_die(echo);
-    ASSERT_TRUE(next);
-    RpcChannel other(next->endpoint());
-    auto r = other.call_sync(message({"next", std::to_string(round)}), 5s);
-    ASSERT_TRUE(r.ok()) << "round " << round << ": " << r.status().to_string();
-    EXPECT_EQ(strings(r.value()), (std::vector<std::string>{"next", std::to_string(round)}));
-  }
-}
-
-// A streamed reply (frames of 2 MiB and more) is assembled on the call's own socket; a request
-// with frames to stream goes on the shared socket. Both arrive intact.
-TEST(RpcOwnedSocketTest, StreamedRepliesAndRequestsOfSyncCallsArriveIntact) {
-  const std::string big(kStreamMinBytes + 12345, 'b');
-  auto server = start_or_die([&](RpcMessage request, Responder respond) {
-    if (strings(request)[0] == "give") {
-      respond(message({"big", big}));
-    } else {
-      respond(message({"size", std::to_string(request.frames.back().size())}));
-    }
-  });
-  ASSERT_TRUE(server);
-  RpcChannel channel(server->endpoint());
-  auto r = channel.call_sync(message({"give"}), 10s);
-  ASSERT_TRUE(r.ok()) << r.status().to_string();
-  ASSERT_EQ(r.value().frames.size(), 2u);
-  EXPECT_TRUE(r.value().frames[1].to_string() == big);
-  auto sent = channel.call_sync(message({"take", big}), 10s);
-  ASSERT_TRUE(sent.ok()) << sent.status().to_string();
-  EXPECT_EQ(strings(sent.value()), (std::vector<std::string>{"size", std::to_string(big.size())}));
-  EXPECT_EQ(channel.stats().streamed_replies, 1u);
-  EXPECT_EQ(channel.stats().streamed_requests, 1u);
 }
 
 // ---- RpcCompletionQueue: asynchronous calls whose results the calling thread collects ----
@@ -1741,8 +1596,7 @@ class StandInServer {
         zmq::message_t routing, env, header;
         if (!router_.recv(routing) || !router_.recv(env)) continue;
         const auto call = parse_envelope(env);  // [kind, call id]
-        // A channel's hello is no call (Note [Owned sockets] in rpc_owned_socket.cc).
-        if (!call || call->first == internal::Envelope::kGoodbyeAck) continue;
+        if (!call) continue;
         if (call->first == internal::Envelope::kJoined) {  // the header inside (Note [Joined envelopes])
           header = internal::joined_first(env);
         } else if (!router_.recv(header)) {
@@ -2022,30 +1876,24 @@ TEST(RpcStreamTest, MalformedStreamedRepliesFailTheirCallsAndTheChannelGoesOn) {
     }
   });
   const std::string endpoint = server.endpoint();
-  for (const bool owned : {true, false}) {
-    SCOPED_TRACE(owned ? "owned sockets" : "shared socket");
-    RpcChannelOptions options;
-    options.max_message_bytes = 4 << 20;
-    options.owned_sockets = owned;
-    RpcChannel channel(endpoint, options);
-    auto r = channel.call_sync(message({"too big"}), 3s);
-    EXPECT_EQ(r.status().code(), ErrorCode::kResourceExhausted) << r.status().to_string();
-    r = channel.call_sync(message({"overflow"}), 3s);
-    EXPECT_EQ(r.status().code(), ErrorCode::kInternal) << r.status().to_string();
-    EXPECT_NE(r.status().message().find("malformed streamed reply"), std::string::npos) << r.status().to_string();
-    r = channel.call_sync(message({"stall"}), 300ms);
-    EXPECT_EQ(r.status().code(), ErrorCode::kUnavailable) << r.status().to_string();
-    r = channel.call_sync(message({"late chunk"}), 3s);
-    ASSERT_TRUE(r.ok()) << r.status().to_string();
-    // The stalled call's chunk, after its deadline: dropped on the shared socket; an owned one that
-    // gave up on a stream is closed, and the chunk never read.
-    EXPECT_EQ(channel.stats().dropped_chunks, owned ? 0u : 1u);
-    r = channel.call_sync(message({"good"}), 3s);
-    ASSERT_TRUE(r.ok()) << r.status().to_string();
-    EXPECT_EQ(strings(r.value()), std::vector<std::string>{"payload"});
-    EXPECT_EQ(channel.stats().streamed_replies, 1u);
-    EXPECT_EQ(channel.stats().malformed, 1u);  // the overflowing chunk
-  }
+  RpcChannelOptions options;
+  options.max_message_bytes = 4 << 20;
+  RpcChannel channel(endpoint, options);
+  auto r = channel.call_sync(message({"too big"}), 3s);
+  EXPECT_EQ(r.status().code(), ErrorCode::kResourceExhausted) << r.status().to_string();
+  r = channel.call_sync(message({"overflow"}), 3s);
+  EXPECT_EQ(r.status().code(), ErrorCode::kInternal) << r.status().to_string();
+  EXPECT_NE(r.status().message().find("malformed streamed reply"), std::string::npos) << r.status().to_string();
+  r = channel.call_sync(message({"stall"}), 300ms);
+  EXPECT_EQ(r.status().code(), ErrorCode::kUnavailable) << r.status().to_string();
+  r = channel.call_sync(message({"late chunk"}), 3s);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_EQ(channel.stats().dropped_chunks, 1u);  // the stalled call's chunk, after its deadline
+  r = channel.call_sync(message({"good"}), 3s);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_EQ(strings(r.value()), std::vector<std::string>{"payload"});
+  EXPECT_EQ(channel.stats().streamed_replies, 1u);
+  EXPECT_EQ(channel.stats().malformed, 1u);  // the overflowing chunk
 }
 
 }  // namespace

@@ -21,8 +21,7 @@
 //     and more: Note [Streamed frames] in rpc_stream.cc.
 //   Server (its threads, stopping, limits): Note [RPC server] in rpc_server.cc.
 //   Channel (its threads, synchronous and asynchronous calls): Note [RPC channel] in
-//     rpc_channel.cc; synchronous calls on sockets of their own: Note [Owned sockets] in
-//     rpc_owned_socket.cc.
+//     rpc_channel.cc.
 //   Failure, deadlines and long calls: Note [RPC deadlines] in rpc_channel.cc; calls on a lost
 //     connection, and the next ones: Note [Lost connections] there.
 //   Security (CURVE, the ZAP handler, failed handshakes): Note [RPC security] in rpc_server.cc.
@@ -173,7 +172,6 @@ struct RpcServerStats {
   uint64_t stalled_streams = 0;    // streamed requests dropped after stalled_stream_timeout without a chunk
   uint64_t lost_peers = 0;         // connections that closed (Responder::on_lost)
   uint64_t calls_of_lost_peers = 0;  // calls ended by their connection's loss (their on_lost ran)
-  uint64_t goodbye_timeouts = 0;  // flushing stops whose callers had not all answered the goodbye by its bound
 };
 
 // A bound ROUTER socket serving requests with `handler`. Thread-safe: stop(), endpoint() and stats()
@@ -238,12 +236,6 @@ struct RpcChannelOptions {
   // I/O thread keeps looking for more this long before it sleeps; a thread waiting in a
   // synchronous call (or a completion queue's next()) looks this long before it sleeps. 0: off.
   std::chrono::microseconds busy_poll{0};
-  // Synchronous calls (call_sync, call_until_lost_sync) go out on a socket their thread owns for
-  // the call, with a connection of its own, kept between calls (Note [Owned sockets] in
-  // rpc_owned_socket.cc): the thread sleeps inside libzmq's recv(), as raw ZeroMQ does. Off: they
-  // share the channel's socket with its other calls (Note [RPC channel]). Requests with frames to
-  // stream (2 MiB and more) use the shared socket either way.
-  bool owned_sockets = true;
 };
 
 // The busy polling a task or client may ask for (ServerOptions::busy_poll,
@@ -267,10 +259,10 @@ struct RpcWaiter;
 class RpcCompletionQueue;
 
 // The client side of one remote endpoint: a DEALER socket connected to it, used under a mutex by
-// the calling threads (which send their requests, and in completion queues receive their replies,
-// themselves) and by the channel's I/O thread (asynchronous replies, deadlines, connection loss):
-// Note [RPC channel]. Synchronous calls have sockets of their own (RpcChannelOptions::owned_sockets).
-// Thread-safe: call() and call_sync() from any number of threads concurrently.
+// the calling threads (which send their requests, and in the synchronous calls receive their
+// replies, themselves) and by the channel's I/O thread (asynchronous replies, deadlines,
+// connection loss): Note [RPC channel]. Thread-safe: call() and call_sync() from any number of
+// threads concurrently.
 class RpcChannel {
  public:
   using Done = std::function<void(StatusOr<RpcMessage>)>;

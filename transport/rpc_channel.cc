@@ -39,10 +39,10 @@ namespace tessera::internal {
 // its destruction. The channel's DEALER is the exception to "one thread per socket" (Note [RPC
 // server]): whichever thread needs it uses it under the channel's mutex, because a hand-off to the
 // I/O thread costs a wake-up each way, most of a small request's round trip.
-// * A synchronous call goes on a socket of its own (Note [Owned sockets] in rpc_owned_socket.cc),
-//   or, owned_sockets off or frames to stream, is sent by its caller here (unless the outbox holds
-//   calls or there is no connection), who sleeps in poll(2) on ZMQ_FD and a per-thread eventfd and
-//   receives its reply itself, completing replies to other calls it finds too.
+// * A synchronous call (call_sync, call_until_lost_sync) is sent by its caller (unless calls
+//   queued before it, or no connection yet, keep it in the outbox), which then sleeps in poll(2)
+//   on the socket's ZMQ_FD and a per-thread eventfd and receives its reply itself: raw libzmq's
+//   REQ/REP path, one wake-up. Replies to other calls it finds are completed too.
 // * An asynchronous call is sent by its caller too (unless the outbox holds calls, there is no
 //   connection or a hold after a lost one, or the caller is the I/O thread), but its reply and
 //   `done` are the I/O thread's, which also enforces deadlines, reads the monitor, and answers a
@@ -122,6 +122,12 @@ namespace tessera::internal {
 
 namespace {
 
+zmq::context_t& channel_context() {
+  // Leaked on purpose: a channel destroyed during static destruction must still find it.
+  static zmq::context_t* context = new zmq::context_t(make_context());
+  return *context;
+}
+
 // The eventfd a thread waiting in a synchronous call sleeps on (with the channel socket's ZMQ_FD):
 // one per thread, made on its first synchronous call and closed when the thread exits.
 class ThreadWakeFd {
@@ -158,45 +164,6 @@ thread_local const void* tls_sync_waiter = nullptr;
 
 }  // namespace
 
-zmq::context_t& channel_context() {
-  // Leaked on purpose: a channel destroyed during static destruction must still find it.
-  static zmq::context_t* context = new zmq::context_t(make_context());
-  return *context;
-}
-
-void configure_channel_socket(zmq::socket_t& socket, const RpcChannelOptions& options, bool set_keys) {
-  socket.set(zmq::sockopt::linger, 0);
-  socket.set(zmq::sockopt::immediate, 1);
-  // A streamed request is a message per chunk (zero-copy references): room for many.
-  socket.set(zmq::sockopt::sndhwm, 100000);
-  socket.set(zmq::sockopt::reconnect_ivl, static_cast<int>(options.reconnect_interval.count()));
-  socket.set(zmq::sockopt::reconnect_ivl_max, static_cast<int>(options.reconnect_interval_max.count()));
-  socket.set(zmq::sockopt::connect_timeout, static_cast<int>(options.connect_timeout.count()));
-  socket.set(zmq::sockopt::heartbeat_ivl, static_cast<int>(options.heartbeat_interval.count()));
-  socket.set(zmq::sockopt::heartbeat_timeout, static_cast<int>(options.heartbeat_timeout.count()));
-  socket.set(zmq::sockopt::heartbeat_ttl, static_cast<int>(options.heartbeat_timeout.count()));
-  socket.set(zmq::sockopt::maxmsgsize, options.max_message_bytes);
-  if (options.curve && set_keys) {
-    set_curve_key(socket, ZMQ_CURVE_SERVERKEY, options.curve->server_key);
-    set_curve_key(socket, ZMQ_CURVE_PUBLICKEY, options.curve->public_key);
-    set_curve_key(socket, ZMQ_CURVE_SECRETKEY, options.curve->secret_key);
-  }
-}
-
-zmq::socket_t attach_monitor(zmq::socket_t& socket) {
-  // Unique per socket ever made: libzmq may release an inproc name a little after its socket.
-  static std::atomic<uint64_t> monitors{0};
-  const std::string address = fmt::format("inproc://tessera-channel-monitor-{}", monitors.fetch_add(1));
-  constexpr int kEvents = ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_CONNECTED | ZMQ_EVENT_HANDSHAKE_SUCCEEDED |
-                          ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
-                          ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL;
-  if (zmq_socket_monitor(socket.handle(), address.c_str(), kEvents) != 0) throw zmq::error_t();
-  zmq::socket_t monitor(channel_context(), zmq::socket_type::pair);
-  monitor.set(zmq::sockopt::linger, 0);
-  monitor.connect(address);
-  return monitor;
-}
-
 
 RpcChannelCore::RpcChannelCore(std::string endpoint, const RpcChannelOptions& options)
     : endpoint_(std::move(endpoint)),
@@ -212,9 +179,35 @@ RpcChannelCore::RpcChannelCore(std::string endpoint, const RpcChannelOptions& op
   }
   try {
     socket_ = zmq::socket_t(channel_context(), zmq::socket_type::dealer);
-    configure_channel_socket(socket_, options_, !bad_keys);
+    socket_.set(zmq::sockopt::linger, 0);
+    socket_.set(zmq::sockopt::immediate, 1);
+    // A streamed request is a message per chunk (zero-copy references): room for many.
+    socket_.set(zmq::sockopt::sndhwm, 100000);
+    socket_.set(zmq::sockopt::reconnect_ivl, static_cast<int>(options_.reconnect_interval.count()));
+    socket_.set(zmq::sockopt::reconnect_ivl_max, static_cast<int>(options_.reconnect_interval_max.count()));
+    socket_.set(zmq::sockopt::connect_timeout, static_cast<int>(options_.connect_timeout.count()));
+    socket_.set(zmq::sockopt::heartbeat_ivl, static_cast<int>(options_.heartbeat_interval.count()));
+    socket_.set(zmq::sockopt::heartbeat_timeout, static_cast<int>(options_.heartbeat_timeout.count()));
+    socket_.set(zmq::sockopt::heartbeat_ttl, static_cast<int>(options_.heartbeat_timeout.count()));
+    socket_.set(zmq::sockopt::maxmsgsize, options_.max_message_bytes);
+    if (options_.curve && !bad_keys) {
+      set_curve_key(socket_, ZMQ_CURVE_SERVERKEY, options_.curve->server_key);
+      set_curve_key(socket_, ZMQ_CURVE_PUBLICKEY, options_.curve->public_key);
+      set_curve_key(socket_, ZMQ_CURVE_SECRETKEY, options_.curve->secret_key);
+    }
     socket_fd_ = socket_.get(zmq::sockopt::fd);
-    monitor_ = attach_monitor(socket_);
+    // Unique per channel ever made: libzmq may release an inproc name a little after its socket.
+    static std::atomic<uint64_t> monitors{0};
+    const std::string monitor_address = fmt::format("inproc://tessera-channel-monitor-{}", monitors.fetch_add(1));
+    constexpr int kEvents = ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_CONNECTED | ZMQ_EVENT_HANDSHAKE_SUCCEEDED |
+                            ZMQ_EVENT_HANDSHAKE_FAILED_AUTH |
+                            ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL;
+    if (zmq_socket_monitor(socket_.handle(), monitor_address.c_str(), kEvents) != 0) {
+      throw zmq::error_t();
+    }
+    monitor_ = zmq::socket_t(channel_context(), zmq::socket_type::pair);
+    monitor_.set(zmq::sockopt::linger, 0);
+    monitor_.connect(monitor_address);
     if (!bad_keys) socket_.connect(endpoint_);
   } catch (const zmq::error_t& e) {
     broken_ = zmq_address_error("connect to", endpoint_, e);
@@ -233,7 +226,6 @@ void RpcChannelCore::shutdown() {
     std::lock_guard<std::mutex> l(mu_);
     stopping_ = true;
   }
-  owned_stop_.store(true, std::memory_order_release);
   signal_wake_fd(wake_fd_);
   io_thread_.join();
 }
@@ -246,7 +238,6 @@ void RpcChannelCore::destroy_from_io_thread() {
     std::lock_guard<std::mutex> l(mu_);
     stopping_ = true;  // the loop ends after the callback that destroyed the channel returns
   }
-  owned_stop_.store(true, std::memory_order_release);
   signal_wake_fd(wake_fd_);
 }
 
@@ -311,14 +302,6 @@ bool RpcChannelCore::start_locked(RpcMessage request, Clock::time_point deadline
 bool RpcChannelCore::serve_socket_locked() {
   if (socket_fd_ < 0) return false;
   if (held_since_) maybe_end_hold();
-  if (hello_due_ && !held_since_) {
-    // Note [Owned sockets]: an answer to no goodbye, which makes this connection one the server
-    // says goodbye to. No connection yet (EAGAIN): sent when one comes.
-    try {
-      if (socket_.send(envelope_frame(kGoodbyeAckMagic, 0), zmq::send_flags::dontwait)) hello_due_ = false;
-    } catch (const zmq::error_t&) {
-    }
-  }
   if (!outbox_.empty() && !held_since_) flush_outbox();
   bool more = receive_replies();
   // libzmq's send() skips the socket's pending commands when it processed some less than a
@@ -355,7 +338,6 @@ void RpcChannelCore::call(RpcMessage request, std::chrono::milliseconds deadline
 StatusOr<RpcMessage> RpcChannelCore::call_sync(RpcMessage request, std::chrono::milliseconds deadline,
                                                bool until_lost) {
   calls_.fetch_add(1, std::memory_order_relaxed);
-  if (auto owned = call_owned(request, deadline, until_lost)) return std::move(*owned);  // Note [Owned sockets]
   RpcWaiter waiter;
   std::unique_lock<std::mutex> l(mu_);
   if (Status st = admit(request); !st.ok()) return st;
@@ -513,7 +495,6 @@ void RpcChannelCore::run_io() {
     // Synchronous callers still inside poll on the socket's fd: it must stay open until they left.
     waiters_gone_.wait(l, [&] { return sync_waiters_ == 0; });
   }
-  close_owned_sockets();
   run_completions(&completions);
   if (monitor_.handle() != nullptr) {
     zmq_socket_monitor(socket_.handle(), nullptr, 0);
@@ -584,7 +565,6 @@ bool RpcChannelCore::read_monitor() {
         break;
       case ZMQ_EVENT_HANDSHAKE_SUCCEEDED:
         held_since_.reset();
-        hello_due_ = owned_used_;  // a new connection (Note [Owned sockets])
         handshake_failed_ = Status();
         handshake = Status();
         closed_in_handshake_ = 0;
@@ -616,13 +596,12 @@ bool RpcChannelCore::read_monitor() {
     outbox_.clear();
     while (!pending_.empty()) finish(pending_.begin(), handshake);
   }
-  const bool released = ((was_held || lost) && !held_since_) || hello_due_;
+  const bool released = (was_held || lost) && !held_since_;
   if (released) {
     // A new connection: ZMQ_EVENTS makes the socket process the old pipe's termination now.
     (void)socket_.get(zmq::sockopt::events);
   }
   if (!lost) return released;
-  retire_owned_sockets(false);  // their connections are likely gone too (Note [Owned sockets])
   // Replies that came in before the connection dropped still count.
   while (receive_replies()) {
   }
@@ -647,8 +626,6 @@ void RpcChannelCore::server_said_goodbye() {
   }
   // New requests wait for the next connection (Note [Lost connections]).
   held_since_ = Clock::now();
-  // The idle owned sockets answer too, and go (Note [Owned sockets]).
-  retire_owned_sockets(true);
 }
 
 void RpcChannelCore::maybe_end_hold() {
@@ -733,149 +710,116 @@ void RpcChannelCore::flush_outbox() {
   }
 }
 
-IncomingReply classify_reply(const zmq::message_t& first, std::vector<zmq::message_t>* parts) {
-  using Kind = IncomingReply::Kind;
-  // [joined envelope and frame 0][frame...], [reply envelope][frame...], [head
-  // envelope][descriptor][status][frame...] or [chunk envelope][bytes] (Note [RPC envelope] in
-  // rpc_envelope.cc)
-  IncomingReply in;
-  const auto envelope = parse_envelope(first);
-  if (envelope && envelope->first == Envelope::kJoinedReply) {
-    in.kind = Kind::kReply;
-    in.id = envelope->second;
-    in.frames.reserve(parts->size() + 1);
-    in.frames.push_back(joined_first(first));
-    for (zmq::message_t& m : *parts) in.frames.push_back(std::move(m));
-    parts->clear();
-    return in;
-  }
-  if (auto reply = parse_reply_envelope(first)) {
-    in.kind = Kind::kReply;
-    in.id = reply->first;
-    in.status = std::move(reply->second);
-    if (in.status.ok()) in.frames = std::move(*parts);
-    parts->clear();
-    return in;
-  }
-  if (envelope && envelope->first == Envelope::kGoodbye && parts->empty()) {
-    in.kind = Kind::kGoodbye;
-    return in;
-  }
-  if (!envelope || parts->empty()) return in;  // kMalformed
-  in.id = envelope->second;
-  switch (envelope->first) {
-    case Envelope::kWhole:  // Note [Older replies]
-      in.kind = Kind::kOlder;
-      break;
-    case Envelope::kChunk:
-      in.kind = Kind::kChunk;
-      break;
-    case Envelope::kHead:
-      in.kind = Kind::kHead;
-      break;
-    default:  // a goodbye or its answer in front of frames, or a request's head
-      return in;
-  }
-  in.frames = std::move(*parts);
-  parts->clear();
-  return in;
-}
-
-std::optional<StatusOr<RpcMessage>> assembled_reply(std::vector<zmq::message_t> frames) {
-  std::optional<Status> status = frames.empty() ? std::nullopt : parse_status(frames[0]);
-  if (!status) return std::nullopt;
-  if (!status->ok()) return StatusOr<RpcMessage>(*status);
-  return StatusOr<RpcMessage>(RpcMessage{frames_from(frames, 1)});
-}
-
 bool RpcChannelCore::receive_replies() {
-  using Kind = IncomingReply::Kind;
   std::vector<zmq::message_t> parts;
   for (int n = 0; n < kRecvBatch; ++n) {
     zmq::message_t first;
     if (!socket_.recv(first, zmq::recv_flags::dontwait)) return false;
     recv_rest(socket_, first, &parts);
-    IncomingReply in = classify_reply(first, &parts);
-    parts.clear();
-    switch (in.kind) {
-      case Kind::kGoodbye:
-        server_said_goodbye();
-        continue;
-      case Kind::kMalformed:
-        malformed_.fetch_add(1, std::memory_order_relaxed);
-        continue;
-      case Kind::kOlder: {
-        malformed_.fetch_add(1, std::memory_order_relaxed);
-        auto it = pending_.find(in.id);
-        if (it != pending_.end()) finish(it, older_reply_error());
-        continue;
+    // [joined envelope and frame 0][frame...], [reply envelope][frame...], [head
+    // envelope][descriptor][status][frame...] or [chunk envelope][bytes] (Note [RPC envelope] in
+    // rpc_envelope.cc)
+    const auto envelope = parse_envelope(first);
+    if (envelope && envelope->first == Envelope::kJoinedReply) {
+      auto it = pending_.find(envelope->second);
+      if (it == pending_.end()) {
+        late_replies_.fetch_add(1, std::memory_order_relaxed);
+      } else {
+        parts.insert(parts.begin(), joined_first(first));
+        finish(it, RpcMessage{std::move(parts)});
       }
-      case Kind::kReply: {
-        auto it = pending_.find(in.id);
-        if (it == pending_.end()) {
-          late_replies_.fetch_add(1, std::memory_order_relaxed);
-        } else if (!in.status.ok()) {
-          finish(it, in.status);
-        } else {
-          finish(it, RpcMessage{std::move(in.frames)});
-        }
-        continue;
-      }
-      case Kind::kHead: {
-        auto it = pending_.find(in.id);
-        if (it == pending_.end()) {
-          late_replies_.fetch_add(1, std::memory_order_relaxed);
-          continue;
-        }
-        StatusOr<Assembly> a = start_assembly(in.frames);
-        if (!a.ok()) {
-          finish(it, a.status());
-          continue;
-        }
-        assembling_.insert_or_assign(in.id, std::move(a).value());
-        continue;
-      }
-      case Kind::kChunk:
-        break;
-    }
-    auto a = assembling_.find(in.id);
-    if (a == assembling_.end() || in.frames.size() != 1) {  // its call ended, or its head was refused
-      dropped_chunks_.fetch_add(1, std::memory_order_relaxed);
+      parts.clear();  // moved from, or a late reply's: empty again for the next recv_rest
       continue;
     }
-    Status st = a->second.add(in.frames[0]);
-    if (st.ok() && !a->second.complete()) continue;
-    std::vector<zmq::message_t> frames;
-    if (st.ok()) frames = a->second.take();
-    assembling_.erase(a);
-    auto it = pending_.find(in.id);
-    if (it == pending_.end()) continue;  // not reached: finish() forgets the assembly of its call
-    std::optional<StatusOr<RpcMessage>> reply;
-    if (st.ok()) reply = assembled_reply(std::move(frames));
-    if (!reply) {  // a broken chunk, or a streamed reply whole again without its status
+    if (auto reply = parse_reply_envelope(first)) {
+      const auto& [id, status] = *reply;
+      auto it = pending_.find(id);
+      if (it == pending_.end()) {
+        late_replies_.fetch_add(1, std::memory_order_relaxed);
+      } else if (!status.ok()) {
+        finish(it, status);
+      } else {
+        finish(it, RpcMessage{std::move(parts)});
+        parts.clear();  // moved from: empty again for the next recv_rest
+      }
+      continue;
+    }
+    if (envelope && envelope->first == Envelope::kGoodbye && parts.empty()) {
+      server_said_goodbye();
+      continue;
+    }
+    if (!envelope || parts.empty()) {
       malformed_.fetch_add(1, std::memory_order_relaxed);
-      finish(it, errors::internal("malformed streamed reply from {}: {}", endpoint_,
-                                  st.ok() ? "no status frame" : st.message()));
       continue;
     }
-    streamed_replies_.fetch_add(1, std::memory_order_relaxed);
-    finish(it, std::move(*reply));
+    const auto [kind, id] = *envelope;
+    if (kind == Envelope::kWhole) {
+      // Note [Older replies]: a reply as builds before "TRR1" sent it, [call-id][status][frame...].
+      malformed_.fetch_add(1, std::memory_order_relaxed);
+      auto it = pending_.find(id);
+      if (it != pending_.end()) {
+        finish(it, errors::unimplemented("reply from {} in an older tessera build's envelope: every task of a "
+                                         "cluster must run the same build",
+                                         endpoint_));
+      }
+      continue;
+    }
+    if (kind == Envelope::kChunk) {
+      auto a = assembling_.find(id);
+      if (a == assembling_.end() || parts.size() != 1) {  // its call ended, or its head was refused
+        dropped_chunks_.fetch_add(1, std::memory_order_relaxed);
+        continue;
+      }
+      Status st = a->second.add(parts[0]);
+      if (st.ok() && !a->second.complete()) continue;
+      std::vector<zmq::message_t> frames;
+      if (st.ok()) frames = a->second.take();
+      assembling_.erase(a);
+      auto it = pending_.find(id);
+      if (it == pending_.end()) continue;  // not reached: finish() forgets the assembly of its call
+      if (!st.ok()) {
+        malformed_.fetch_add(1, std::memory_order_relaxed);
+        finish(it, errors::internal("malformed streamed reply from {}: {}", endpoint_, st.message()));
+        continue;
+      }
+      streamed_replies_.fetch_add(1, std::memory_order_relaxed);
+      parts = std::move(frames);  // [status][frame...]
+    } else if (kind == Envelope::kHead) {
+      auto it = pending_.find(id);
+      if (it == pending_.end()) {
+        late_replies_.fetch_add(1, std::memory_order_relaxed);
+        continue;
+      }
+      StatusOr<Assembly> a = Assembly::start(parts[0], frames_from(parts, 1), options_.max_message_bytes);
+      if (!a.ok()) {
+        if (a.status().code() != ErrorCode::kResourceExhausted) malformed_.fetch_add(1, std::memory_order_relaxed);
+        finish(it, Status(a.status().code(), fmt::format("reply from {}: {}", endpoint_, a.status().message())));
+        continue;
+      }
+      assembling_.insert_or_assign(id, std::move(a).value());
+      continue;
+    } else {  // a goodbye or its answer in front of frames, or a request's head
+      malformed_.fetch_add(1, std::memory_order_relaxed);
+      continue;
+    }
+    // A streamed reply, whole again.
+    std::optional<Status> status = parts.empty() ? std::nullopt : parse_status(parts[0]);
+    if (!status) {
+      malformed_.fetch_add(1, std::memory_order_relaxed);
+      continue;
+    }
+    auto it = pending_.find(id);
+    if (it == pending_.end()) {
+      late_replies_.fetch_add(1, std::memory_order_relaxed);
+      continue;
+    }
+    if (!status->ok()) {
+      finish(it, *status);
+      continue;
+    }
+    finish(it, RpcMessage{frames_from(parts, 1)});
   }
   return true;  // the batch is full: there may be more
-}
-
-Status RpcChannelCore::older_reply_error() const {
-  return errors::unimplemented("reply from {} in an older tessera build's envelope: every task of a cluster must "
-                               "run the same build",
-                               endpoint_);
-}
-
-StatusOr<Assembly> RpcChannelCore::start_assembly(std::vector<zmq::message_t>& head) {
-  // head: [descriptor][status][frame...]
-  StatusOr<Assembly> a = Assembly::start(head[0], frames_from(head, 1), options_.max_message_bytes);
-  if (a.ok()) return a;
-  if (a.status().code() != ErrorCode::kResourceExhausted) malformed_.fetch_add(1, std::memory_order_relaxed);
-  return Status(a.status().code(), fmt::format("reply from {}: {}", endpoint_, a.status().message()));
 }
 
 void RpcChannelCore::expire(Clock::time_point now) {

@@ -51,57 +51,6 @@ class CompletionFifo {
   std::size_t head_ = 0;  // items_ before it are taken
 };
 
-// The zmq context every channel's sockets belong to (one per process, never destroyed).
-zmq::context_t& channel_context();
-// A channel's DEALER options (linger 0, ZMQ_IMMEDIATE, reconnection, heartbeats, size limit) and,
-// if `set_keys`, its CURVE keys. Throws zmq::error_t.
-void configure_channel_socket(zmq::socket_t& socket, const RpcChannelOptions& options, bool set_keys);
-// A PAIR socket receiving `socket`'s connection and handshake events (attached before its connect).
-// Throws zmq::error_t.
-zmq::socket_t attach_monitor(zmq::socket_t& socket);
-
-// A DEALER of the channel's own, connected to its endpoint, that one synchronous caller at a time
-// owns (Note [Owned sockets] in rpc_owned_socket.cc): made on demand, kept idle between calls.
-struct OwnedSocket {
-  using Clock = std::chrono::steady_clock;
-  OwnedSocket() = default;
-  // Stops the monitor before either socket closes: libzmq's I/O thread blocks for good sending an
-  // event (a lost connection, during a linger) to a monitor whose reader is gone, and with it
-  // every socket of the channels' context.
-  ~OwnedSocket();
-  OwnedSocket(const OwnedSocket&) = delete;
-  OwnedSocket& operator=(const OwnedSocket&) = delete;
-  zmq::socket_t socket;
-  zmq::socket_t monitor;  // PAIR receiving the socket's events
-  uint64_t next_id = 1;   // call ids, per socket: only its own replies come to it
-  int rcvtimeo = -1;      // the socket's ZMQ_RCVTIMEO and ZMQ_SNDTIMEO as last set (-1: libzmq's default)
-  int sndtimeo = -1;
-  int closed_in_handshake = 0;      // HANDSHAKE_FAILED_NO_DETAIL events since the last success
-  uint64_t epoch = 0;               // RpcChannelCore::owned_epoch_ when it was made or last leased
-  Clock::time_point idle_since;     // when its last call ended
-  // Not to be used again: its connection was lost or refused, the server said goodbye, or a call
-  // ended without its reply (which may still come: ids keep it apart, but the call could be long).
-  bool spent = false;
-};
-
-// What a message a channel's socket received is (Note [RPC envelope] in rpc_envelope.cc), for the
-// shared socket's loop (receive_replies) and an owned socket's call alike.
-struct IncomingReply {
-  enum class Kind { kReply, kHead, kChunk, kGoodbye, kOlder, kMalformed };
-  Kind kind = Kind::kMalformed;
-  uint64_t id = 0;
-  Status status;  // kReply: the reply's status (an error's reply has no frames)
-  // kReply: the reply's frames; kHead: [descriptor][status][frame...] (Assembly::start's
-  // descriptor and frames); kChunk: the chunk's frames (one, if well formed).
-  std::vector<zmq::message_t> frames;
-};
-// Classifies the message whose first frame is `first` and whose other frames are `*parts`
-// (moved into the result where it keeps them).
-IncomingReply classify_reply(const zmq::message_t& first, std::vector<zmq::message_t>* parts);
-// A streamed reply assembled: [status][frame...] as the reply's StatusOr; nullopt when its first
-// frame is no status frame.
-std::optional<StatusOr<RpcMessage>> assembled_reply(std::vector<zmq::message_t> frames);
-
 // A thread waiting in call_sync(), or a completion queue (waited on in next()). Its calls' results
 // land here, guarded by the channel's mu_; whoever completes one on another thread while a thread
 // waits writes `wake_fd`.
@@ -147,12 +96,6 @@ class RpcChannelCore : public std::enable_shared_from_this<RpcChannelCore> {
   StatusOr<RpcCompletion> queue_next(RpcWaiter* queue, std::chrono::milliseconds timeout);
   void queue_forget(RpcWaiter* queue);
   int queue_pending(const RpcWaiter* queue) const;
-
-  // Owned sockets (Note [Owned sockets] in rpc_owned_socket.cc), in rpc_owned_socket.cc. A
-  // synchronous call on a socket of its own; nullopt when it cannot have one (a streamed request,
-  // no socket could be made, owned sockets switched off): the shared socket then carries it.
-  std::optional<StatusOr<RpcMessage>> call_owned(RpcMessage& request, std::chrono::milliseconds deadline,
-                                                 bool until_lost);
 
  private:
   struct Pending {
@@ -207,11 +150,6 @@ class RpcChannelCore : public std::enable_shared_from_this<RpcChannelCore> {
   // The server is stopping (Note [Goodbye] in rpc_server_peers.cc): answers it and holds new
   // requests for the next connection. Needs mu_.
   void server_said_goodbye();
-  // The error of a reply in an older build's envelope (Note [Older replies]).
-  Status older_reply_error() const;
-  // A streamed reply's assembly from its head's frames ([descriptor][status][frame...]); the
-  // error to fail its call with (counted malformed unless it is a limit's ResourceExhausted).
-  StatusOr<Assembly> start_assembly(std::vector<zmq::message_t>& head);
   // The error of a failed handshake (`event` a HANDSHAKE_FAILED_* monitor event).
   Status handshake_error(uint16_t event, uint32_t value) const;
   // Connects the socket again after a handshake failure libzmq does not retry.
@@ -220,23 +158,6 @@ class RpcChannelCore : public std::enable_shared_from_this<RpcChannelCore> {
   // A call of `waiter` completed on this thread: wakes the thread waiting on it, if one waits and
   // it is not this one (once per wait). Needs mu_.
   void wake_waiter_locked(RpcWaiter* waiter);
-
-  // Owned sockets' (rpc_owned_socket.cc).
-  std::unique_ptr<OwnedSocket> make_owned_socket();
-  // An idle socket, or a new one; nullptr when the channel stops or none could be made. Counts the
-  // caller (owned_callers_) until give_back().
-  std::unique_ptr<OwnedSocket> lease_owned();
-  void give_back_owned(std::unique_ptr<OwnedSocket> s);
-  StatusOr<RpcMessage> call_on(OwnedSocket& s, RpcMessage request, std::chrono::milliseconds budget, bool until_lost);
-  // Reads `s`'s monitor. `sent`: the call's request went out, so a lost connection is its loss.
-  // OK, or the error that ends the call (the socket is then spent).
-  Status read_owned_monitor(OwnedSocket& s, bool sent);
-  // The shared socket's server said goodbye (`goodbye`) or its connection was lost: idle sockets
-  // answer the goodbye and are closed, and those leased now are closed when given back (their
-  // connections are going too). Needs mu_ (taken before owned_mu_).
-  void retire_owned_sockets(bool goodbye);
-  // The channel stops: waits until no caller holds an owned socket, and closes the idle ones.
-  void close_owned_sockets();
 
   const std::string endpoint_;
   const RpcChannelOptions options_;
@@ -287,17 +208,6 @@ class RpcChannelCore : public std::enable_shared_from_this<RpcChannelCore> {
   // Since when sends wait for the lost connection's pipe to go (Note [Lost connections]).
   std::optional<Clock::time_point> held_since_;
   std::chrono::milliseconds reconnect_backoff_;
-
-  // Owned sockets (Note [Owned sockets]). Guarded by owned_mu_, which is taken after mu_ if both.
-  std::mutex owned_mu_;
-  std::condition_variable owned_callers_gone_;
-  std::vector<std::unique_ptr<OwnedSocket>> idle_owned_;
-  int owned_callers_ = 0;  // threads holding an owned socket
-  std::atomic<bool> owned_stop_{false};   // the channel stops: owned calls end Cancelled
-  std::atomic<uint64_t> owned_epoch_{0};  // bumped by retire_owned_sockets()
-  // The shared socket says hello on each new connection (Note [Owned sockets]); guarded by mu_.
-  bool hello_due_ = false;
-  bool owned_used_ = false;
 
   std::atomic<uint64_t> calls_{0}, timed_out_{0}, late_replies_{0}, malformed_{0}, failed_handshakes_{0},
       streamed_requests_{0}, streamed_replies_{0}, dropped_chunks_{0};

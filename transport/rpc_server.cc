@@ -660,9 +660,7 @@ void RpcServerCore::stop(std::chrono::milliseconds flush) {
       goodbye_asked_.store(true, std::memory_order_release);
       signal_wake_fd(wake_fd_);
       std::unique_lock<std::mutex> l(goodbye_mu_);
-      if (!goodbye_cv_.wait_until(l, std::chrono::steady_clock::now() + flush, [&] { return goodbye_done_; })) {
-        goodbye_timeouts_.fetch_add(1, std::memory_order_relaxed);
-      }
+      goodbye_cv_.wait_until(l, std::chrono::steady_clock::now() + flush, [&] { return goodbye_done_; });
     }
   }
   std::vector<Outgoing> unsent;
@@ -718,7 +716,6 @@ RpcServerStats RpcServerCore::stats() const {
   s.stalled_streams = stalled_streams_.load(std::memory_order_relaxed);
   s.lost_peers = lost_peers_.load(std::memory_order_relaxed);
   s.calls_of_lost_peers = calls_of_lost_peers_.load(std::memory_order_relaxed);
-  s.goodbye_timeouts = goodbye_timeouts_.load(std::memory_order_relaxed);
   return s;
 }
 

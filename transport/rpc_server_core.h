@@ -145,7 +145,6 @@ class RpcServerCore : public std::enable_shared_from_this<RpcServerCore> {
   RecentMemo<std::string, bool> lost_{4096};                                  // guarded by watch_mu_
   std::atomic<uint64_t> lost_peers_{0};
   std::atomic<uint64_t> calls_of_lost_peers_{0};
-  std::atomic<uint64_t> goodbye_timeouts_{0};
   const int wake_fd_;
   std::thread io_thread_;
   std::vector<std::thread> workers_;
