@@ -282,18 +282,22 @@ Status MasterSession::place_locked(const std::vector<const Node*>& nodes) {
   return Status();
 }
 
+Status MasterSession::closed_error() const {
+  return errors::cancelled("attempted to use a closed session ({} was closed)", handle_);
+}
+
 StatusOr<std::shared_ptr<const MasterSession::Plan>> MasterSession::plan_for(const std::string& key,
                                                                              const std::vector<std::string>& feeds,
                                                                              const std::vector<std::string>& fetches,
                                                                              const std::vector<std::string>& targets) {
-  if (closed_flag_.load()) return errors::cancelled("attempted to use a closed session ({} was closed)", handle_);
+  if (closed_flag_.load()) return closed_error();
   {
     std::shared_lock<std::shared_mutex> l(plans_mu_);
     auto cached = plans_.find(key);
     if (cached != plans_.end()) return cached->second;
   }
   std::lock_guard<std::mutex> l(mu_);
-  if (closed_) return errors::cancelled("attempted to use a closed session ({} was closed)", handle_);
+  if (closed_) return closed_error();
   {
     std::shared_lock<std::shared_mutex> pl(plans_mu_);  // built while this thread waited for mu_?
     auto cached = plans_.find(key);
@@ -405,9 +409,7 @@ void MasterSession::run(const pb::RunStepRequest& r, std::vector<Tensor> feed_va
   step->respond = std::move(respond);
   {
     std::lock_guard<std::mutex> l(steps_mu_);
-    if (closed_flag_.load()) {
-      return step->answer(errors::cancelled("attempted to use a closed session ({} was closed)", handle_));
-    }
+    if (closed_flag_.load()) return step->answer(closed_error());
     if (Status early = cancelled_early_.take(step_id); !early.ok()) return step->answer(early);
     steps_[step->id] = step;
   }

@@ -141,6 +141,8 @@ class MasterSession : public std::enable_shared_from_this<MasterSession> {
   void start(const std::shared_ptr<Step>& step, std::shared_ptr<const Plan> plan, std::vector<Tensor> feeds,
              const wire::pb::RunStepRequest& r);
   void abort(const std::shared_ptr<Step>& step, const Status& reason);
+  // What a run or a plan of a closed session fails with (it names the session).
+  Status closed_error() const;
 
   const std::string handle_;
   const std::string task_;
