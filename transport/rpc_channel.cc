@@ -24,6 +24,7 @@
 
 #include <fmt/format.h>
 
+#include "core/io_continuations.h"
 #include "core/logging.h"
 #include "transport/curve_keys.h"
 #include "transport/rpc_envelope.h"
@@ -331,6 +332,12 @@ void RpcChannelCore::call(RpcMessage request, std::chrono::milliseconds deadline
       wake = start_locked(std::move(request), Clock::now() + deadline,
                           Pending{std::move(done), nullptr, deadline, until_lost, false});
     }
+    // A completion's call (Note [Continuations on I/O threads] makes them common): the I/O thread
+    // looks again before it sleeps, without writing to its own eventfd.
+    if (wake && on_io_thread()) {
+      io_look_again_ = true;
+      wake = false;
+    }
   }
   if (wake) signal_wake_fd(wake_fd_);
 }
@@ -496,6 +503,16 @@ void RpcChannelCore::run_io() {
     waiters_gone_.wait(l, [&] { return sync_waiters_ == 0; });
   }
   run_completions(&completions);
+  // The calls those completions' continuations made (a step's next pull, deferred to this thread:
+  // Note [Continuations on I/O threads]) were refused: theirs run here too, until none is left.
+  for (;;) {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      if (rejected_.empty()) break;
+      completions.swap(rejected_);
+    }
+    run_completions(&completions);
+  }
   if (monitor_.handle() != nullptr) {
     zmq_socket_monitor(socket_.handle(), nullptr, 0);
     monitor_.close();
@@ -518,6 +535,9 @@ void RpcChannelCore::wake_waiter_locked(RpcWaiter* waiter) {
 
 void RpcChannelCore::run_completions(std::vector<Completion>* completions) {
   for (auto& [done, result] : *completions) {
+    // What `done` hands on (a step's continuation) runs here once it returned: Note
+    // [Continuations on I/O threads] in core/io_continuations.h.
+    IoCompletionScope scope;
     try {
       done(std::move(result));
     } catch (const std::exception& e) {

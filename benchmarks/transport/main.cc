@@ -6,6 +6,7 @@
 //   BM_rtt_{64B,4KiB,1MiB,16MiB,64MiB}/{tessera,raw_zmq}        real time per echo round trip
 //   BM_{transfer,rtt}_{64B,4KiB}/tessera_busy_poll               both ends busy-polling
 //   BM_transfer_{64B,4KiB}/tessera_pool                          completions handed to the pool
+//   BM_transfer_{64B,4KiB}/tessera_io_thread                     continuations on the I/O thread
 //   BM_transfer_{64B,4KiB}/tessera_owned                         a socket the pulling thread owns
 //   BM_transfer_{64B,4KiB}/tessera_pool_busy_poll                the same, both ends busy-polling
 //
@@ -145,12 +146,13 @@ void register_benchmarks(double floor) {
                             std::pair{"tessera_queue", &tessera_queue_transfer},
                             std::pair{"tessera_pool", &tessera_pool_transfer},
                             std::pair{"tessera_owned", &tessera_owned_transfer},
+                            std::pair{"tessera_io_thread", &tessera_io_thread_transfer},
                             std::pair{"raw_zmq_streamed", &raw_streamed_transfer},
                             std::pair{"tessera_busy_poll", &tessera_busy_poll_transfer},
                             std::pair{"tessera_pool_busy_poll", &tessera_pool_busy_poll_transfer}}) {
       if (fn == &raw_streamed_transfer && s.bytes < kStreamedMinBytes) continue;
       if ((fn == &tessera_busy_poll_transfer || fn == &tessera_pool_transfer || fn == &tessera_pool_busy_poll_transfer ||
-           fn == &tessera_owned_transfer) &&
+           fn == &tessera_owned_transfer || fn == &tessera_io_thread_transfer) &&
           s.bytes > kBusyPollMaxBytes) {
         continue;
       }

@@ -103,6 +103,7 @@ void tessera_owned_transfer(benchmark::State& state, const Size& size);
 // The same pulls with the runtime's hand-off: each completion goes to the session's thread pool,
 // which sends the next call (impl tessera_pool).
 void tessera_pool_transfer(benchmark::State& state, const Size& size);
+void tessera_io_thread_transfer(benchmark::State& state, const Size& size);
 void tessera_rtt(benchmark::State& state, const Size& size);
 // The same with both ends busy-polling (impl tessera_busy_poll).
 void tessera_busy_poll_transfer(benchmark::State& state, const Size& size);
