@@ -23,13 +23,8 @@
 // synchronous one. A later completion (from whichever thread satisfied or cancelled the wait) is
 // never run on that thread, which is often another step's enqueue: it is handed to the thread
 // that called run(), if that thread is idle waiting for the step (one wake-up, no pool hop),
-// else to the pool. The exception is a completion an RPC channel's I/O thread delivers (a pull
-// from another task): that thread runs the continuation itself once the completion returned
-// (Note [Continuations on I/O threads] in core/io_continuations.h), but only its cheap nodes, at
-// most kIoContinuationNodes; expensive ones and the rest go on as above, and so does the end of
-// a run_async step (its session completion may copy fetches, reply, free the step's memory).
-// Every waiting kernel also registers with the step's CancellationManager: a deadline or a
-// session close cancels the step and every wait ends with that reason.
+// else to the pool. Every waiting kernel also registers with the step's CancellationManager: a
+// deadline or a session close cancels the step and every wait ends with that reason.
 #include "core/executor.h"
 
 #include <algorithm>
@@ -42,7 +37,6 @@
 #include <fmt/format.h>
 
 #include "core/denormals.h"
-#include "core/io_continuations.h"
 #include "core/parallel_for.h"
 #include "core/tensor_buffer.h"
 
@@ -537,10 +531,10 @@ void RunState::start() {
   const std::vector<int>& roots = plan_.roots;
   outstanding_.store(static_cast<int64_t>(roots.size()), std::memory_order_release);
   std::vector<int> stack;
-  if (roots.size() == 1) return run_loop<false>(roots[0], &stack);  // what finish_node would keep for this thread
+  if (roots.size() == 1) return run_loop(roots[0], &stack);  // what finish_node would keep for this thread
   std::vector<int> ready(roots.begin(), roots.end());
-  finish_node<false>(&ready, &stack);  // dispatch only: the roots are already counted
-  if (!stack.empty()) run_loop<false>(-1, &stack);
+  finish_node(&ready, &stack);  // dispatch only: the roots are already counted
+  if (!stack.empty()) run_loop(-1, &stack);
 }
 
 void RunState::run_async(std::function<void(Status)> done) {
@@ -759,26 +753,21 @@ void RunState::add(TraceRecord record) {
 // and never inline it. (Only this file calls them; their rare paths are out of line.)
 #define TESSERA_HOT_INLINE inline __attribute__((always_inline))
 
-template <bool kOnIoThread>
 TESSERA_HOT_INLINE void RunState::finish_node(std::vector<int>* ready, std::vector<int>* inline_stack) {
   // Dispatch: cheap nodes inline; expensive ones to the pool, keeping one if nothing is inline.
-  // An I/O thread keeps none: the first goes where hand_off sends it (an idle caller of run()
-  // takes it, as it would have taken the whole continuation), the others to the pool.
   int keep_expensive = -1;
   for (int r : *ready) {
     const auto& pn = nodes_[r];
     if (!pn.expensive) {
       inline_stack->push_back(r);
-    } else if (keep_expensive < 0 && (kOnIoThread || inline_stack->empty())) {
+    } else if (keep_expensive < 0 && inline_stack->empty()) {
       keep_expensive = r;
     } else {
       (*opt_.runner)([this, r] { process(r); });
     }
   }
   if (keep_expensive >= 0) {
-    if constexpr (kOnIoThread) {
-      hand_off([this, keep_expensive] { process(keep_expensive); });
-    } else if (inline_stack->empty()) {
+    if (inline_stack->empty()) {
       inline_stack->push_back(keep_expensive);
     } else {
       (*opt_.runner)([this, keep_expensive] { process(keep_expensive); });
@@ -804,27 +793,15 @@ TESSERA_HOT_INLINE bool RunState::ends_step(int64_t delta) {
 
 void RunState::process(int node_index) {
   std::vector<int> stack;
-  run_loop<false>(node_index, &stack);
+  run_loop(node_index, &stack);
 }
 
-template <bool kOnIoThread>
-void RunState::end_step() {
-  // On an I/O thread a run_async step's end goes on (Note [Async kernels]); run()'s is a notify.
-  if (kOnIoThread && on_done_) {
-    (*opt_.runner)([this] { done(); });
-    return;
-  }
-  done();
-}
-
-template <bool kOnIoThread>
 void RunState::run_loop(int first, std::vector<int>* stack_ptr) {
   const ScopedFlushDenormals flush;  // Note [Denormals flushed] in core/denormals.h
   // Everything this thread makes ready and keeps runs in this loop.
   std::vector<int>& stack = *stack_ptr;
   std::vector<int> ready;
   Tensor discard;  // the output of a node that nobody reads (PlanNode::discard_output)
-  [[maybe_unused]] int io_budget = kIoContinuationNodes;
   for (int i = first; i >= 0 || !stack.empty(); i = -1) {
     if (i < 0) {
       i = stack.back();
@@ -833,17 +810,6 @@ void RunState::run_loop(int first, std::vector<int>* stack_ptr) {
     // Node i, then, while each node makes exactly one cheap successor ready, that successor: what
     // finish_node would push and the stack would pop next, without either.
     for (;;) {
-      if constexpr (kOnIoThread) {
-        if (--io_budget < 0) {
-          // The I/O thread's share is spent: node i and the stack go on. They are counted, so
-          // the step cannot end before the last of them is handed over (Note [Nothing after the
-          // last count]).
-          for (int r : stack) (*opt_.runner)([this, r] { process(r); });
-          stack.clear();
-          hand_off([this, i] { process(i); });
-          return;
-        }
-      }
       const PlanNode& pn = nodes_[i];
       ready.clear();
       if (!aborted_.load(std::memory_order_acquire)) {
@@ -858,7 +824,7 @@ void RunState::run_loop(int first, std::vector<int>* stack_ptr) {
       // makes exactly one successor ready leaves the count unchanged: no atomic needed.
       const int64_t delta = static_cast<int64_t>(ready.size()) - 1;
       if (delta != 0 && ends_step(delta)) {
-        end_step<kOnIoThread>();  // `this` may be gone from here on
+        done();  // `this` may be gone from here on
         return;
       }
       if (delta == 0 && !nodes_[ready[0]].expensive) {
@@ -868,7 +834,7 @@ void RunState::run_loop(int first, std::vector<int>* stack_ptr) {
       // Nothing made ready and nothing on the stack: this thread holds no count any more, and
       // `this` may already be gone (Note [Nothing after the last count]).
       if (ready.empty() && stack.empty()) return;
-      finish_node<kOnIoThread>(&ready, &stack);
+      finish_node(&ready, &stack);
       break;
     }
   }
@@ -888,13 +854,7 @@ bool RunState::run_async_node(int i, int64_t start, std::vector<int>* ready) {
       if (call->phase.exchange(AsyncCall::kDoneEarly, std::memory_order_acq_rel) == AsyncCall::kRunning) {
         return;
       }
-      // Note [Continuations on I/O threads]: a channel's I/O thread runs it once the reply's
-      // completion returned. Device partitions issue stream work: never there.
-      if (opt_.device == nullptr) {
-        std::function<void()> on_io = [this, call] { on_async_done<true>(call); };
-        if (defer_to_io_thread(on_io)) return;
-      }
-      hand_off([this, call] { on_async_done<false>(call); });
+      hand_off([this, call] { on_async_done(call); });
     });
   } catch (...) {
     // A kernel that throws before taking ownership of `done` never calls it.
@@ -928,7 +888,6 @@ TESSERA_HOT_INLINE void RunState::run_sync(int i, int64_t start, std::vector<int
   if (pn.discard_output) discard->reset();  // complete() did, unless the node failed
 }
 
-template <bool kOnIoThread>
 void RunState::on_async_done(AsyncCall* call) {
   const int i = call->node_index;
   const int64_t start = call->start_us;
@@ -940,15 +899,15 @@ void RunState::on_async_done(AsyncCall* call) {
   delete call;
   const int64_t delta = static_cast<int64_t>(ready.size()) - 1;
   if (delta != 0 && outstanding_.fetch_add(delta, std::memory_order_acq_rel) + delta == 0) {
-    end_step<kOnIoThread>();
+    done();
     return;
   }
   // Nothing made ready and not the last: another thread may end the step and free `this` from the
   // moment of that decrement (Note [Nothing after the last count]).
   if (ready.empty()) return;
   std::vector<int> stack;
-  finish_node<kOnIoThread>(&ready, &stack);
-  if (!stack.empty()) run_loop<kOnIoThread>(-1, &stack);
+  finish_node(&ready, &stack);
+  if (!stack.empty()) run_loop(-1, &stack);
 }
 
 TESSERA_HOT_INLINE bool RunState::complete(int i, OpKernelContext& ctx, Tensor* outputs, std::vector<int>* ready) {

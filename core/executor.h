@@ -29,12 +29,6 @@ namespace tessera::internal {
 
 using Runner = std::function<void(std::function<void()>)>;
 
-// The most nodes an RPC channel's I/O thread runs of a continuation it took (Note [Continuations
-// on I/O threads] in core/io_continuations.h): cheap kernels take well under a microsecond to a
-// few, so this bounds the delay to the thread's other replies to tens of microseconds, below a
-// round trip.
-inline constexpr int kIoContinuationNodes = 32;
-
 struct PlanNode {
   const Node* node = nullptr;  // Not owned.
   OpKernel* kernel = nullptr;  // Not owned: the session's kernel cache owns it.
@@ -217,14 +211,8 @@ class RunState final : public TraceSink, public StreamWork {
   // ends the step.
   bool ends_step(int64_t delta);
   // Runs node `first` (none when -1), the nodes on `stack` and every cheap node they make ready,
-  // until the stack is empty (or the step is over: `this` may then be gone). kOnIoThread: as an
-  // I/O thread's continuation (Note [Async kernels] in executor.cc): at most kIoContinuationNodes
-  // nodes, then the rest goes on.
-  template <bool kOnIoThread>
+  // until the stack is empty (or the step is over: `this` may then be gone).
   void run_loop(int first, std::vector<int>* stack);
-  // The step's last node is over: done(), or, kOnIoThread and run_async, done() on the pool.
-  template <bool kOnIoThread>
-  void end_step();
   // Runs a synchronous kernel and completes it. Its output goes to `discard` (null before and
   // after) when no one reads it (PlanNode::discard_output).
   void run_sync(int node_index, int64_t start, std::vector<int>* ready, Tensor* discard);
@@ -244,9 +232,6 @@ class RunState final : public TraceSink, public StreamWork {
     const int64_t start_us;
     std::optional<OpKernelContext> ctx;
   };
-  // Completes an async kernel that finished after compute_async returned, and runs on: on the
-  // pool or run()'s caller (hand_off), or, kOnIoThread, on the I/O thread that delivered it.
-  template <bool kOnIoThread>
   void on_async_done(AsyncCall* call);
   // Checks the outputs (the kernel wrote them into `outputs`: their slots, or the discard
   // tensor), releases inputs, collects newly ready successors; returns false on error.
@@ -258,9 +243,7 @@ class RunState final : public TraceSink, public StreamWork {
   void record_error(const Status& s);
   // Dispatches the nodes a finished node made ready: cheap ones onto `inline_stack` (this thread
   // runs them next), expensive ones to the pool, keeping one if nothing cheap is left. Clears
-  // `ready`. (The caller has already counted them in outstanding_.) kOnIoThread keeps no
-  // expensive node.
-  template <bool kOnIoThread>
+  // `ready`. (The caller has already counted them in outstanding_.)
   void finish_node(std::vector<int>* ready, std::vector<int>* inline_stack);
   // Every node is over: waits (without blocking) for the device work the step issued, then
   // finish()es.

@@ -282,8 +282,7 @@ class RpcChannel {
   // not destroy the channel from it): with the reply, the error the server's handler replied, or
   // Unavailable when no reply came within `deadline` of this call, when the connection the request
   // went out on was lost first (no reply can come on another: Note [Lost connections] in
-  // rpc_channel.cc), or when the handshake with the server failed. What `done` hands to
-  // defer_to_io_thread (core/io_continuations.h) runs on the I/O thread right after it returns.
+  // rpc_channel.cc), or when the handshake with the server failed.
   void call(RpcMessage request, std::chrono::milliseconds deadline, Done done);
   // A call whose reply may rightly take long (a step waiting on a queue): `connect_deadline`
   // bounds only the wait for a connection to the peer (Unavailable "could not reach"); once sent,

@@ -24,7 +24,6 @@
 
 #include <fmt/format.h>
 
-#include "core/io_continuations.h"
 #include "core/logging.h"
 #include "transport/curve_keys.h"
 #include "transport/rpc_envelope.h"
@@ -332,8 +331,8 @@ void RpcChannelCore::call(RpcMessage request, std::chrono::milliseconds deadline
       wake = start_locked(std::move(request), Clock::now() + deadline,
                           Pending{std::move(done), nullptr, deadline, until_lost, false});
     }
-    // A completion's call (Note [Continuations on I/O threads] makes them common): the I/O thread
-    // looks again before it sleeps, without writing to its own eventfd.
+    // A completion's call (the next pull of a chain): the I/O thread looks again before it sleeps,
+    // without writing to its own eventfd.
     if (wake && on_io_thread()) {
       io_look_again_ = true;
       wake = false;
@@ -503,8 +502,8 @@ void RpcChannelCore::run_io() {
     waiters_gone_.wait(l, [&] { return sync_waiters_ == 0; });
   }
   run_completions(&completions);
-  // The calls those completions' continuations made (a step's next pull, deferred to this thread:
-  // Note [Continuations on I/O threads]) were refused: theirs run here too, until none is left.
+  // The calls those completions made (a chain's next call) were refused: theirs run here too,
+  // until none is left, or they would never complete.
   for (;;) {
     {
       std::lock_guard<std::mutex> l(mu_);
@@ -535,9 +534,6 @@ void RpcChannelCore::wake_waiter_locked(RpcWaiter* waiter) {
 
 void RpcChannelCore::run_completions(std::vector<Completion>* completions) {
   for (auto& [done, result] : *completions) {
-    // What `done` hands on (a step's continuation) runs here once it returned: Note
-    // [Continuations on I/O threads] in core/io_continuations.h.
-    IoCompletionScope scope;
     try {
       done(std::move(result));
     } catch (const std::exception& e) {

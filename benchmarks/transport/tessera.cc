@@ -26,10 +26,10 @@
 //             I/O thread as above, the completion is handed to the session's thread pool (as
 //             RunState::hand_off hands a step's continuation), and the pool thread sends the next
 //             pull (as the Recv node the continuation makes ready does); see PoolPull.
-//   transfer, impl tessera_io_thread: the runtime's path where the Recv's successors are cheap:
-//             as tessera_pool, but the continuation runs on the I/O thread once the completion
-//             returned (RunState defers it there: Note [Continuations on I/O threads] in
-//             core/io_continuations.h), and the next pull is sent from there.
+//   transfer, impl tessera_io_thread: not a path the runtime takes: the ceiling of one that runs a
+//             pull's continuation on the channel's I/O thread. As tessera_pool, but the completion
+//             goes on itself there and sends the next pull (stop 58 built that path into the
+//             executor and did not keep it: benchmarks/README.md).
 //   transfer, impl tessera_queue: the same pulls through an RpcCompletionQueue on the channel: the
 //             pulling thread waits in next(), receiving the replies itself, turns each into a Tensor
 //             and drops it (no hand-off to the I/O thread and back).
@@ -61,7 +61,6 @@
 #include <vector>
 
 #include "common/bench_common.h"
-#include "core/io_continuations.h"
 #include "core/thread_pool.h"
 #include "transport/rpc.h"
 #include "transport/rpc_envelope.h"
@@ -360,10 +359,8 @@ Status pull_with_callbacks(RpcChannel* ch, const std::shared_ptr<Window>& w, con
 // takes; the step's continuation then goes to the session's pool (RunState::hand_off ->
 // ThreadPool::schedule), whose threads look for work for a while before they sleep (Note
 // [Spinning before sleeping] in core/thread_pool.cc), and the Recv nodes it makes ready send the
-// next pulls from there: the path of a Recv whose successor is expensive. With `io_thread`, the
-// path of a cheap successor: the continuation is deferred to the I/O thread (Note [Continuations
-// on I/O threads] in core/io_continuations.h), which sends the next pull itself. Shared with the
-// completions, which may outlive a benchmark that gave up.
+// next pulls from there. With `io_thread` the completion goes on itself, on the I/O thread
+// (tessera_io_thread). Shared with the completions, which may outlive a benchmark that gave up.
 struct PoolPull {
   RpcChannel* ch = nullptr;
   tessera::internal::ThreadPool* pool = nullptr;
@@ -376,7 +373,7 @@ struct PoolPull {
   int completed = 0;  // guarded by mu
   Status error;       // the first failure
   Received* keep = nullptr;  // set while the caller waits (the warm-up's check)
-  bool io_thread = false;    // the continuation runs on the I/O thread, as a cheap successor's
+  bool io_thread = false;    // tessera_io_thread: no hand-off, the completion goes on itself
 
   // Sends one more pull (any thread but the channel's I/O thread: a pool thread, or the caller).
   static void issue(const std::shared_ptr<PoolPull>& s) {
@@ -384,9 +381,8 @@ struct PoolPull {
     s->ch->call(recv_request(id, s->key), kDeadline, [s, id](StatusOr<RpcMessage> reply) {
       auto got = std::make_shared<std::pair<StatusOr<Tensor>, bool>>(Status(), false);
       got->first = receive_tensor<pb::RecvTensorResponse>(std::move(reply), id, recv_tensor_meta, &got->second);
-      std::function<void()> next = [s, got] { received(s, std::move(got->first), got->second); };
-      if (s->io_thread && tessera::internal::defer_to_io_thread(next)) return;
-      s->pool->schedule(std::move(next));
+      if (s->io_thread) return received(s, std::move(got->first), got->second);
+      s->pool->schedule([s, got] { received(s, std::move(got->first), got->second); });
     });
   }
 
@@ -413,8 +409,8 @@ struct PoolPull {
 };
 
 // Pulls `n` tensors of `key` through the runtime's hand-off (PoolPull): kWindow calls in flight,
-// each completion handed to `pool` (or, `io_thread`, to the I/O thread), which sends the next
-// call. The first error, if any.
+// each completion handed to `pool` (or, `io_thread`, going on on the I/O thread), which sends the
+// next call. The first error, if any.
 Status pull_through_pool(RpcChannel* ch, tessera::internal::ThreadPool* pool, bool io_thread, const std::string& key,
                          int n, std::atomic<uint64_t>* next_id, Received* keep) {
   auto s = std::make_shared<PoolPull>();
@@ -448,7 +444,7 @@ void transfer(benchmark::State& state, const Size& size, bool busy_poll, Pull ho
                                  : how == Pull::kQueue           ? "tessera_queue"
                                  : how == Pull::kPool            ? "tessera_pool"
                                  : how == Pull::kOwned           ? "tessera_owned"
-                                 : how == Pull::kIoThread          ? "tessera_io_thread"
+                                 : how == Pull::kIoThread        ? "tessera_io_thread"
                                                                  : "tessera");
   RpcChannel* ch = channel(state, busy_poll);
   if (ch == nullptr) return;
@@ -564,7 +560,9 @@ void tessera_transfer(benchmark::State& state, const Size& size) { transfer(stat
 void tessera_queue_transfer(benchmark::State& state, const Size& size) { transfer(state, size, false, Pull::kQueue); }
 void tessera_pool_transfer(benchmark::State& state, const Size& size) { transfer(state, size, false, Pull::kPool); }
 void tessera_owned_transfer(benchmark::State& state, const Size& size) { transfer(state, size, false, Pull::kOwned); }
-void tessera_io_thread_transfer(benchmark::State& state, const Size& size) { transfer(state, size, false, Pull::kIoThread); }
+void tessera_io_thread_transfer(benchmark::State& state, const Size& size) {
+  transfer(state, size, false, Pull::kIoThread);
+}
 void tessera_rtt(benchmark::State& state, const Size& size) { rtt(state, size, false); }
 void tessera_busy_poll_transfer(benchmark::State& state, const Size& size) {
   transfer(state, size, true, Pull::kCallbacks);
