@@ -375,7 +375,7 @@ struct PoolPull {
   Received* keep = nullptr;  // set while the caller waits (the warm-up's check)
   bool io_thread = false;    // tessera_io_thread: no hand-off, the completion goes on itself
 
-  // Sends one more pull (any thread but the channel's I/O thread: a pool thread, or the caller).
+  // Sends one more pull (a pool thread, the caller, or, io_thread, the channel's I/O thread).
   static void issue(const std::shared_ptr<PoolPull>& s) {
     const uint64_t id = s->next_id->fetch_add(1, std::memory_order_relaxed);
     s->ch->call(recv_request(id, s->key), kDeadline, [s, id](StatusOr<RpcMessage> reply) {

@@ -103,6 +103,8 @@ void tessera_owned_transfer(benchmark::State& state, const Size& size);
 // The same pulls with the runtime's hand-off: each completion goes to the session's thread pool,
 // which sends the next call (impl tessera_pool).
 void tessera_pool_transfer(benchmark::State& state, const Size& size);
+// The same with no hand-off: each completion sends the next call itself, on the channel's I/O
+// thread (impl tessera_io_thread, a ceiling).
 void tessera_io_thread_transfer(benchmark::State& state, const Size& size);
 void tessera_rtt(benchmark::State& state, const Size& size);
 // The same with both ends busy-polling (impl tessera_busy_poll).
