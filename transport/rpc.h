@@ -271,7 +271,9 @@ class RpcChannel {
   // call with InvalidArgument.
   explicit RpcChannel(std::string endpoint, RpcChannelOptions options = {});
   // Fails pending calls with Cancelled (a synchronous call waiting on another thread returns
-  // Cancelled, and the destructor waits until it has) and joins the I/O thread. From inside one of
+  // Cancelled, and the destructor waits until it has) and joins the I/O thread. A call those
+  // completions make is refused and completed the same way, before the join (so a completion that
+  // calls again on every Cancelled keeps the destructor waiting). From inside one of
   // its own `done` callbacks (the last owner let go there), the I/O thread finishes after that
   // callback instead.
   ~RpcChannel();
