@@ -501,16 +501,13 @@ void RpcChannelCore::run_io() {
     // Synchronous callers still inside poll on the socket's fd: it must stay open until they left.
     waiters_gone_.wait(l, [&] { return sync_waiters_ == 0; });
   }
-  run_completions(&completions);
-  // The calls those completions made (a chain's next call) were refused: theirs run here too,
+  // The calls these completions make (a chain's next call) are refused: theirs run here too,
   // until none is left, or they would never complete.
   for (;;) {
-    {
-      std::lock_guard<std::mutex> l(mu_);
-      if (rejected_.empty()) break;
-      completions.swap(rejected_);
-    }
     run_completions(&completions);
+    std::lock_guard<std::mutex> l(mu_);
+    if (rejected_.empty()) break;
+    completions.swap(rejected_);
   }
   if (monitor_.handle() != nullptr) {
     zmq_socket_monitor(socket_.handle(), nullptr, 0);
