@@ -379,9 +379,10 @@ struct PoolPull {
   static void issue(const std::shared_ptr<PoolPull>& s) {
     const uint64_t id = s->next_id->fetch_add(1, std::memory_order_relaxed);
     s->ch->call(recv_request(id, s->key), kDeadline, [s, id](StatusOr<RpcMessage> reply) {
-      auto got = std::make_shared<std::pair<StatusOr<Tensor>, bool>>(Status(), false);
-      got->first = receive_tensor<pb::RecvTensorResponse>(std::move(reply), id, recv_tensor_meta, &got->second);
-      if (s->io_thread) return received(s, std::move(got->first), got->second);
+      bool zero_copy = false;
+      StatusOr<Tensor> t = receive_tensor<pb::RecvTensorResponse>(std::move(reply), id, recv_tensor_meta, &zero_copy);
+      if (s->io_thread) return received(s, std::move(t), zero_copy);
+      auto got = std::make_shared<std::pair<StatusOr<Tensor>, bool>>(std::move(t), zero_copy);
       s->pool->schedule([s, got] { received(s, std::move(got->first), got->second); });
     });
   }
