@@ -30,13 +30,15 @@ namespace tessera::internal {
 
 // Note [RPC server]
 // ~~~~~~~~~~~~~~~~~
-// Threads. Server sockets are used by exactly one thread, the server's I/O thread; other threads
-// talk to it through a mutex-protected queue plus an eventfd in its poll set, written only when
-// the queue goes from empty to non-empty (one syscall per burst, not per message). The I/O thread
-// owns the ROUTER. It reads a batch of requests, checks each envelope (Note [RPC envelope]) and
-// hands (request, Responder) to `handler_threads` handler threads (or runs the handler inline
-// when that is 0). A Responder may be called from any thread, at any time, once: the reply joins
-// the I/O thread's outbox (or, given on the I/O thread, leaves at once: Note [Inline replies]).
+// Threads. Server sockets are used by the server's I/O thread, and the ROUTER also, while that
+// thread sleeps, by a thread that sends its reply itself (Note [Replies sent by their thread]);
+// other threads talk to it through a mutex-protected queue plus an eventfd in its poll set,
+// written only when the queue goes from empty to non-empty (one syscall per burst, not per
+// message). The I/O thread owns the ROUTER. It reads a batch of requests, checks each envelope
+// (Note [RPC envelope]) and hands (request, Responder) to `handler_threads` handler threads (or
+// runs the handler inline when that is 0). A Responder may be called from any thread, at any
+// time, once: the reply joins the I/O thread's outbox (or, given on the I/O thread, leaves at
+// once: Note [Inline replies]; given while the I/O thread sleeps, its thread sends it).
 // The server has its own zmq context, so stop() can terminate it: when stop() returns the
 // listening socket is closed and the port can be bound again at once.
 //
@@ -183,6 +185,23 @@ void RpcServerCore::start_threads() {
   }
 }
 
+// Note [Replies sent by their thread]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A reply given on another thread (a handler thread; a RunStep or RunGraph answered when its step
+// ends on a pool or channel thread; a tensor sent when it is produced) is sent by that thread when
+// the I/O thread is not using the ROUTER, instead of waking the I/O thread to send it. socket_mu_
+// is held by the I/O thread for its whole turn and let go only while it sleeps in poll(2); the
+// replier takes it with try_lock and never waits: inside a turn its reply joins the outbox as
+// before, and the turn sends it. That saves a wake-up of the I/O thread (the eventfd write, and on
+// a busy machine the wait for a core) per such reply; on the cluster training benchmarks 3-7%
+// (benchmarks/README.md, "Replies sent by their thread"). A send may process the commands that
+// announced a request, which then signal nothing on ZMQ_FD (the rules in run_io): the replier
+// asks ZMQ_EVENTS after it, and when a request waits it sets direct_look_ and writes the eventfd,
+// and the I/O thread reads the ROUTER in its next turn whatever poll(2) said. Streamed replies
+// (their chunks would hold the ROUTER for long) and replies given while the outbox holds others
+// still go through the outbox. From stop() on no reply is sent (stopping_, under out_mu_, is
+// checked before the try_lock), and the closed ROUTER is never used (socket_closed_).
+
 // Note [Busy polling]
 // ~~~~~~~~~~~~~~~~~~~
 // A server that sleeps in poll(2) as soon as it has answered pays a wake-up for each request that
@@ -224,6 +243,8 @@ void RpcServerCore::run_io() {
   bool received = false;    // the last turn received a request (Note [Busy polling])
   std::vector<zmq::message_t> parts;
   std::vector<Outgoing> batch;
+  // Let go only in poll(2) (Note [Replies sent by their thread]).
+  std::unique_lock<std::mutex> socket_lock(socket_mu_);
   // Sends the replies given so far (inline, or by handler threads); false once stopping.
   // `sent`: some went out.
   auto send_replies = [&](bool* sent) {
@@ -246,10 +267,14 @@ void RpcServerCore::run_io() {
     const bool look_turn = look_socket || look_zap;  // no sleep and no poll(2) this turn
     if (look_turn) {
       for (pollfd& item : items) item.revents = 0;
-    } else if (!poll_io(items, num_items, assembling_.empty() ? -1 : stall_check_ms,
-                        received ? options_.busy_poll : std::chrono::microseconds{0})) {
-      break;
+    } else {
+      socket_lock.unlock();
+      const bool ok = poll_io(items, num_items, assembling_.empty() ? -1 : stall_check_ms,
+                              received ? options_.busy_poll : std::chrono::microseconds{0});
+      socket_lock.lock();
+      if (!ok) break;
     }
+    const bool direct_look = direct_look_.exchange(false, std::memory_order_acq_rel);
     if (!assembling_.empty()) drop_stalled_streams();
     if (items[1].revents & POLLIN) drain_wake_fd(wake_fd_);
     if (curve && (look_zap || (items[2].revents & POLLIN))) look_zap = serve_zap();
@@ -264,7 +289,7 @@ void RpcServerCore::run_io() {
     // that announced a request, which then signal nothing.
     bool sent_since_empty_recv = false;
     received = false;
-    if (look_socket || (items[0].revents & POLLIN)) {
+    if (look_socket || direct_look || (items[0].revents & POLLIN)) {
       more = true;  // unless a recv finds nothing within the batch
       for (int i = 0; i < kRecvBatch; ++i) {
         zmq::message_t routing_id;
@@ -305,6 +330,7 @@ void RpcServerCore::run_io() {
   monitor_.close();
   socket_.set(zmq::sockopt::linger, close_linger_ms_.load());
   socket_.close();
+  socket_closed_ = true;
   // After the ROUTER: no handshake can start once it is closed (and ZMQ_ZAP_ENFORCE_DOMAIN refuses
   // any that would find no handler).
   if (options_.curve) zap_.close();
@@ -553,16 +579,23 @@ bool RpcServerCore::reply(ReplySlot& slot, const Status& status, std::vector<zmq
   if (slot.watched.load(std::memory_order_acquire)) unwatch(slot);
   // Only the winner of `replied` gets here, so it alone moves the routing id out of the slot.
   Outgoing out{std::move(slot.routing_id), slot.id, status, std::move(frames), slot.joined};
-  // On the I/O thread the reply is sent at once (Note [Inline replies]), else queued for it.
+  // On the I/O thread the reply is sent at once (Note [Inline replies]); on another, at once
+  // while the I/O thread sleeps (Note [Replies sent by their thread]), else queued for it.
   const bool on_io_thread = tls_server_io_owner == this;
   bool wake = false;
+  std::unique_lock<std::mutex> direct;
   {
     std::lock_guard<std::mutex> l(out_mu_);
     if (stopping_) {
       dropped_replies_.fetch_add(1, std::memory_order_relaxed);
       return false;
     }
-    if (!on_io_thread) {
+    // Note [Replies sent by their thread].
+    if (!on_io_thread && outbox_.empty() && !has_streamed_size(out.frames)) {
+      direct = std::unique_lock<std::mutex>(socket_mu_, std::try_to_lock);
+      if (direct.owns_lock() && socket_closed_) direct.unlock();
+    }
+    if (!on_io_thread && !direct.owns_lock()) {
       wake = outbox_.empty();
       outbox_.push_back(std::move(out));
     }
@@ -571,6 +604,14 @@ bool RpcServerCore::reply(ReplySlot& slot, const Status& status, std::vector<zmq
   if (on_io_thread) {
     send(out);
     sent_inline_ = true;
+  } else if (direct.owns_lock()) {
+    send(out);
+    // The send may have processed the commands that announced a request: look, and hand it on.
+    if (socket_.get(zmq::sockopt::events) & ZMQ_POLLIN) {
+      direct_look_.store(true, std::memory_order_release);
+      wake = true;
+    }
+    direct.unlock();
   }
   if (wake) signal_wake_fd(wake_fd_);
   return true;

@@ -123,7 +123,7 @@ class RpcServerCore : public std::enable_shared_from_this<RpcServerCore> {
   const RpcServerOptions options_;
   std::string endpoint_;
   zmq::context_t context_;
-  zmq::socket_t socket_;  // used only by io_thread_ once it runs
+  zmq::socket_t socket_;  // once io_thread_ runs, used under socket_mu_ (by that thread, or a replier)
   zmq::socket_t monitor_;  // CURVE: PAIR receiving socket_'s handshake failures; I/O thread only
   zmq::socket_t zap_;      // CURVE: the ZAP handler's REP socket; I/O thread only
   std::set<std::string> allowed_keys_;  // CURVE: the allowed client keys, 32 bytes each
@@ -163,6 +163,11 @@ class RpcServerCore : public std::enable_shared_from_this<RpcServerCore> {
   std::chrono::steady_clock::time_point last_reply_;  // guarded by out_mu_: the latest reply given
 
   std::mutex out_mu_;
+  // Note [Replies sent by their thread] in rpc_server.cc: held by the I/O thread except while it
+  // sleeps in poll(2), taken with try_lock by a thread that sends its reply itself.
+  std::mutex socket_mu_;
+  bool socket_closed_ = false;            // guarded by socket_mu_
+  std::atomic<bool> direct_look_{false};  // a reply sent by its thread found a request waiting
   std::vector<Outgoing> outbox_;  // guarded by out_mu_
   bool sent_inline_ = false;      // I/O thread only: reply() sent a reply since run_io last looked
   bool stopping_ = false;         // guarded by out_mu_: Responders are dead, the I/O thread exits
