@@ -274,7 +274,7 @@ void RpcServerCore::run_io() {
       socket_lock.lock();
       if (!ok) break;
     }
-    const bool direct_look = direct_look_.exchange(false, std::memory_order_acq_rel);
+    const bool direct_look = std::exchange(direct_look_, false);
     if (!assembling_.empty()) drop_stalled_streams();
     if (items[1].revents & POLLIN) drain_wake_fd(wake_fd_);
     if (curve && (look_zap || (items[2].revents & POLLIN))) look_zap = serve_zap();
@@ -608,7 +608,7 @@ bool RpcServerCore::reply(ReplySlot& slot, const Status& status, std::vector<zmq
     send(out);
     // The send may have processed the commands that announced a request: look, and hand it on.
     if (socket_.get(zmq::sockopt::events) & ZMQ_POLLIN) {
-      direct_look_.store(true, std::memory_order_release);
+      direct_look_ = true;
       wake = true;
     }
     direct.unlock();

@@ -166,8 +166,8 @@ class RpcServerCore : public std::enable_shared_from_this<RpcServerCore> {
   // Note [Replies sent by their thread] in rpc_server.cc: held by the I/O thread except while it
   // sleeps in poll(2), taken with try_lock by a thread that sends its reply itself.
   std::mutex socket_mu_;
-  bool socket_closed_ = false;            // guarded by socket_mu_
-  std::atomic<bool> direct_look_{false};  // a reply sent by its thread found a request waiting
+  bool socket_closed_ = false;  // guarded by socket_mu_
+  bool direct_look_ = false;    // guarded by socket_mu_: a reply sent by its thread found a request waiting
   std::vector<Outgoing> outbox_;  // guarded by out_mu_
   bool sent_inline_ = false;      // I/O thread only: reply() sent a reply since run_io last looked
   bool stopping_ = false;         // guarded by out_mu_: Responders are dead, the I/O thread exits
