@@ -37,7 +37,7 @@ struct DivFn {
   // Integer divisors are checked for 0 before any element is computed (see BinaryOp::run).
   template <class T> static T apply(T a, T b) {
     if constexpr (std::is_integral_v<T>) {
-      return b == -1 ? wrapping_sub(T{0}, a) : a / b;  // MIN / -1 overflows (and traps on x86)
+      return floor_div(a, b);  // TF1's tf.div: Python 2's `/`, rounded down
     } else {
       return a / b;
     }

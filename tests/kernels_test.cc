@@ -249,7 +249,7 @@ const BinaryOpCase kBinaryOps[] = {
     {"Sub", ops::sub, [](double a, double b, bool) { return a - b; }, false},
     {"Mul", ops::mul, [](double a, double b, bool) { return a * b; }, false},
     {"Div", ops::div,
-     [](double a, double b, bool integral) { return integral ? std::trunc(a / b) : a / b; }, true},
+     [](double a, double b, bool integral) { return integral ? std::floor(a / b) : a / b; }, true},
     {"Maximum", ops::maximum, [](double a, double b, bool) { return std::max(a, b); }, false},
     {"Minimum", ops::minimum, [](double a, double b, bool) { return std::min(a, b); }, false},
 };
@@ -343,12 +343,13 @@ template <class T>
 void check_integer_division() {
   constexpr T kMin = std::numeric_limits<T>::min();
   Graph g;
-  Tensor a = Tensor::vector<T>({-7, 7, -7, 7, kMin, 0});
-  Tensor b = Tensor::vector<T>({2, -2, -2, 3, -1, -5});
+  Tensor a = Tensor::vector<T>({-7, 7, -7, 7, kMin, 0, -6, 6, kMin, 1});
+  Tensor b = Tensor::vector<T>({2, -2, -2, 3, -1, -5, 3, -3, 2, -3});
   Output y = ops::div(feed(g, a), feed(g, b));
-  // Truncation toward zero, as in C++; MIN / -1 wraps to MIN instead of trapping.
-  expect_exact<T>(y, {a, b}, {-3, -3, 3, 2, kMin, 0});
-  check_op_fails(y, {a, Tensor::vector<T>({1, 1, 0, 1, 1, 1})}, "division by zero");
+  // Rounded down, as TF1's tf.div (Python 2's `/`): -7 / 2 = -4 where C++ truncates to -3; exact
+  // quotients as they are; MIN / -1 wraps to MIN instead of trapping.
+  expect_exact<T>(y, {a, b}, {-4, -4, 3, 2, kMin, 0, -2, -2, kMin / 2, -1});
+  check_op_fails(y, {a, Tensor::vector<T>({1, 1, 0, 1, 1, 1, 1, 1, 1, 1})}, "division by zero");
   Output by_scalar = ops::div(feed(g, a), ops::placeholder(g, dtype_of<T>, Shape{}));
   check_op_fails(by_scalar, {a, Tensor::scalar<T>(0)}, "division by zero");
   Output scalars = ops::div(ops::placeholder(g, dtype_of<T>, Shape{}), ops::placeholder(g, dtype_of<T>, Shape{}));
@@ -356,7 +357,7 @@ void check_integer_division() {
   check_op_fails(scalars, {Tensor::scalar<T>(7), Tensor::scalar<T>(0)}, "division by zero");
 }
 
-TEST(KernelsTest, IntegerDivisionTruncatesAndRejectsZero) {
+TEST(KernelsTest, IntegerDivisionRoundsDownAndRejectsZero) {
   check_integer_division<int32_t>();
   check_integer_division<int64_t>();
 }

@@ -35,7 +35,7 @@ struct DivFn {
         *zero = 1;  // every thread that sees one writes the same value
         return T{0};
       }
-      return b == T(-1) ? wrapping_sub(T{0}, a) : a / b;  // MIN / -1 overflows (and traps)
+      return floor_div(a, b);  // TF1's tf.div: Python 2's `/`, rounded down
     } else {
       return a / b;
     }

@@ -33,7 +33,7 @@ Output placeholder(Graph& g, DType dtype, Shape shape = Shape::unknown(), std::s
 Output add(Output a, Output b, std::string name = "");
 Output sub(Output a, Output b, std::string name = "");
 Output mul(Output a, Output b, std::string name = "");
-Output div(Output a, Output b, std::string name = "");  // integer division truncates; /0 raises
+Output div(Output a, Output b, std::string name = "");  // integers: rounded down (TF1's tf.div); /0 raises
 Output maximum(Output a, Output b, std::string name = "");
 Output minimum(Output a, Output b, std::string name = "");
 

@@ -92,17 +92,17 @@ TEST_F(CudaKernelsTest, BinaryOpsFailAsTheCpuKernelsDo) {
   }
 }
 
-TEST_F(CudaKernelsTest, IntegerDivisionTruncatesWrapsAndRejectsZero) {
+TEST_F(CudaKernelsTest, IntegerDivisionRoundsDownWrapsAndRejectsZero) {
   for (DType dtype : {DType::Int32, DType::Int64}) {
     SCOPED_TRACE(dtype_name(dtype));
     Graph g;
     const double min = dtype == DType::Int32 ? static_cast<double>(std::numeric_limits<int32_t>::min())
                                              : static_cast<double>(std::numeric_limits<int64_t>::min());
-    Tensor a = tensor_of(dtype, Shape{6}, {-7, 7, -7, 7, min, 0});
-    Tensor b = tensor_of(dtype, Shape{6}, {2, -2, -2, 3, -1, -5});
+    Tensor a = tensor_of(dtype, Shape{9}, {-7, 7, -7, 7, min, 0, -6, 6, 1});
+    Tensor b = tensor_of(dtype, Shape{9}, {2, -2, -2, 3, -1, -5, 3, -3, -3});
     Output y = ops::div(feed(g, a), feed(g, b));
-    check_op(y, {a, b});
-    check_op_fails(y, {a, tensor_of(dtype, Shape{6}, {1, 1, 0, 1, 1, 1})}, "integer division by zero");
+    check_op(y, {a, b});  // the CPU kernel's results: rounded down (TF1's tf.div)
+    check_op_fails(y, {a, tensor_of(dtype, Shape{9}, {1, 1, 0, 1, 1, 1, 1, 1, 1})}, "integer division by zero");
     Output by_scalar = ops::div(feed(g, a), ops::placeholder(g, dtype, Shape{}));
     check_op_fails(by_scalar, {a, tensor_of(dtype, Shape{}, {0})}, "integer division by zero");
     // A big broadcast with one zero divisor somewhere.
