@@ -13,14 +13,15 @@ inline Status same_as_input_shape(ShapeContext& c) {
 }
 
 // No input; one output of the "dtype" and the fully defined "shape" attrs (RandomUniform,
-// RandomNormal, TruncatedNormal). The dtype is float32 or float64, the Philox streams' dtypes: there
-// are no 16-bit random kernels.
+// RandomNormal, TruncatedNormal). The dtype is a floating point one: float32 and float64 are the
+// Philox streams' dtypes, and float16 and bfloat16 take float32's stream, rounded
+// (kernels/random_ops.cc; the GPU's kernels take float32 and float64 only: KernelDTypes).
 inline Status random_shape(ShapeContext& c) {
   TESSERA_RETURN_IF_ERROR(expect_inputs(c, 0));
   const DType dtype = c.attr<DType>("dtype");
   const Shape& shape = c.attr<Shape>("shape");
-  if (dtype != DType::Float32 && dtype != DType::Float64) {
-    return c.invalid("needs dtype float32 or float64, got {}", dtype_name(dtype));
+  if (!dtype_is_floating(dtype)) {
+    return c.invalid("needs dtype float16, bfloat16, float32 or float64, got {}", dtype_name(dtype));
   }
   if (!shape.fully_defined()) return c.invalid("shape {} must be fully defined", shape.to_string());
   c.add_output(dtype, shape);

@@ -156,8 +156,15 @@ Status expect_shape(const Shape& got, const Shape& want, const char* what) {
 
 namespace {
 
-Status expect_float(DType dtype) {
-  if (dtype == DType::Float32 || dtype == DType::Float64) return Status();
+// The dtypes the CPU kernels take (TensorFlow's): the floating point ones (float16 and bfloat16
+// computed in float32), and for MaxPool the integers too. The GPU kernels take fewer and say so
+// when registered (KernelDTypes in core/op_registry.h).
+bool window_dtype(DType dtype, bool integers) {
+  return dtype_is_floating(dtype) || (integers && (dtype == DType::Int32 || dtype == DType::Int64));
+}
+
+Status expect_window_dtype(DType dtype, bool integers) {
+  if (window_dtype(dtype, integers)) return Status();
   return errors::invalid_argument("unsupported dtype {}", dtype_name(dtype));
 }
 
@@ -172,7 +179,7 @@ StatusOr<WindowPlan> plan_conv(ConvKind kind, const WindowAttrs& attrs, const Op
     TESSERA_RETURN_IF_ERROR(expect_shape(ctx.input(2).shape(), w.value().out_shape(), "out_backprop"));
   }
   TESSERA_RETURN_IF_ERROR(w.value().check_gemm_dims());
-  TESSERA_RETURN_IF_ERROR(expect_float(ctx.input(0).dtype()));
+  TESSERA_RETURN_IF_ERROR(expect_window_dtype(ctx.input(0).dtype(), /*integers=*/false));
   const Shape out = kind == ConvKind::kForward ? w.value().out_shape() : kind == ConvKind::kBackpropInput ? x : f;
   return WindowPlan{w.value(), out};
 }
@@ -188,19 +195,21 @@ StatusOr<WindowPlan> plan_pool(PoolKind kind, const WindowAttrs& attrs, const Op
   } else if (kind == PoolKind::kAvgGrad) {
     TESSERA_RETURN_IF_ERROR(expect_shape(ctx.input(1).shape(), out, "grad"));
   }
-  TESSERA_RETURN_IF_ERROR(expect_float(ctx.input(0).dtype()));
+  TESSERA_RETURN_IF_ERROR(expect_window_dtype(ctx.input(0).dtype(), /*integers=*/kind == PoolKind::kMax));
   const bool grad = kind == PoolKind::kMaxGrad || kind == PoolKind::kAvgGrad;
   return WindowPlan{w.value(), grad ? x : out};
 }
 
 namespace {
 
-// The dtypes the kernels compute in (BLAS's).
-Status expect_floats(const ShapeContext& c) {
+// `n` inputs of one dtype that the kernels take (window_dtype; the integers for MaxPool only).
+Status expect_window_inputs(const ShapeContext& c, int n, bool integers = false) {
+  TESSERA_RETURN_IF_ERROR(expect_inputs(c, n));
   for (int i = 0; i < c.num_inputs(); ++i) {
     const DType d = c.input_dtype(i);
-    if (d != DType::Float32 && d != DType::Float64) {
-      return c.invalid("input {} must be float32 or float64, got {}", i, dtype_name(d));
+    if (!window_dtype(d, integers)) {
+      return c.invalid("input {} must be float16, bfloat16, float32{}, got {}", i,
+                       integers ? ", float64, int32 or int64" : " or float64", dtype_name(d));
     }
     if (d != c.input_dtype(0)) {
       return c.invalid("inputs must have one dtype: input 0 is {}, input {} is {}", dtype_name(c.input_dtype(0)), i,
@@ -208,11 +217,6 @@ Status expect_floats(const ShapeContext& c) {
     }
   }
   return Status();
-}
-
-Status expect_float_inputs(const ShapeContext& c, int n) {
-  TESSERA_RETURN_IF_ERROR(expect_inputs(c, n));
-  return expect_floats(c);
 }
 
 // The window of the node being built: a convolution's of inputs 0 and 1, a pool's of input 0.
@@ -226,7 +230,7 @@ StatusOr<Window2D> window_of(const ShapeContext& c, bool conv) {
 // Conv2D, MaxPool, AvgPool: the window's output.
 template <bool kConv>
 Status forward_fn(ShapeContext& c) {
-  TESSERA_RETURN_IF_ERROR(expect_float_inputs(c, kConv ? 2 : 1));
+  TESSERA_RETURN_IF_ERROR(expect_window_inputs(c, kConv ? 2 : 1, /*integers=*/c.op_type() == "MaxPool"));
   auto w = window_of(c, kConv);
   if (!w.ok()) return w.status();
   c.add_output(c.input_dtype(0), w.value().out_shape());
@@ -237,7 +241,7 @@ Status forward_fn(ShapeContext& c) {
 // output shape, and the result has the shape of input `result` (the forward op's input or filter).
 Status gradient_shape(ShapeContext& c, bool conv, int num_inputs, int result,
                       std::initializer_list<std::pair<int, const char*>> of_output) {
-  TESSERA_RETURN_IF_ERROR(expect_float_inputs(c, num_inputs));
+  TESSERA_RETURN_IF_ERROR(expect_window_inputs(c, num_inputs));
   auto w = window_of(c, conv);
   if (!w.ok()) return w.status();
   for (const auto& [i, name] : of_output) {

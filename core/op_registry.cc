@@ -1,5 +1,9 @@
 #include "core/op_registry.h"
 
+#include <fmt/format.h>
+
+#include <algorithm>
+
 #include "core/op_kernel.h"
 
 namespace tessera::internal {
@@ -16,9 +20,9 @@ void OpRegistry::register_op(OpDef def) {
 }
 
 void OpRegistry::register_kernel(const std::string& type, const std::string& device_type,
-                                 KernelFactory f) {
+                                 KernelFactory f, KernelDTypes dtypes) {
   TESSERA_CHECK(!kernels_.count({type, device_type}));
-  kernels_[{type, device_type}] = std::move(f);
+  kernels_[{type, device_type}] = Kernel{std::move(f), std::move(dtypes)};
 }
 
 const OpDef* OpRegistry::find_op(const std::string& type) const {
@@ -29,7 +33,7 @@ const OpDef* OpRegistry::find_op(const std::string& type) const {
 const KernelFactory* OpRegistry::find_kernel(const std::string& type,
                                              const std::string& device_type) const {
   auto it = kernels_.find({type, device_type});
-  return it == kernels_.end() ? nullptr : &it->second;
+  return it == kernels_.end() ? nullptr : &it->second.factory;
 }
 
 std::vector<std::string> OpRegistry::op_types() const {
@@ -52,27 +56,54 @@ void OpRegistry::register_kernel_adapter(const std::string& device_type,
   adapters_[device_type] = Adapter{base_device_type, std::move(adapter)};
 }
 
-bool OpRegistry::has_kernel(const std::string& type, const std::string& device_type) const {
-  if (kernels_.count({type, device_type})) return true;
+const OpRegistry::Kernel* OpRegistry::kernel_of(const std::string& type, const std::string& device_type) const {
+  if (auto it = kernels_.find({type, device_type}); it != kernels_.end()) return &it->second;
   auto a = adapters_.find(device_type);
-  if (a == adapters_.end()) return false;
+  if (a == adapters_.end()) return nullptr;
   const OpDef* def = find_op(type);
-  return def != nullptr && !def->host_only && kernels_.count({type, a->second.base_device_type});
+  if (def == nullptr || def->host_only) return nullptr;
+  auto it = kernels_.find({type, a->second.base_device_type});
+  return it == kernels_.end() ? nullptr : &it->second;
+}
+
+namespace {
+
+// Whether a kernel of `dtypes` takes `node` (by its output 0; a node without outputs passes).
+bool kernel_takes(const KernelDTypes& dtypes, const Node& node) {
+  return dtypes.empty() || node.output_dtypes.empty() ||
+         std::find(dtypes.begin(), dtypes.end(), node.output_dtypes[0]) != dtypes.end();
+}
+
+}  // namespace
+
+bool OpRegistry::has_kernel(const std::string& type, const std::string& device_type) const {
+  return kernel_of(type, device_type) != nullptr;
+}
+
+bool OpRegistry::has_kernel(const Node& node, const std::string& device_type) const {
+  const Kernel* k = kernel_of(node.type, device_type);
+  return k != nullptr && kernel_takes(k->dtypes, node);
 }
 
 StatusOr<std::unique_ptr<OpKernel>> OpRegistry::create_kernel(const Node& node,
                                                               const std::string& device_type) const {
+  const Kernel* k = kernel_of(node.type, device_type);
+  if (k == nullptr) {
+    return errors::unimplemented("{}: no {} kernel registered for op type {}", node.debug_name(), device_type,
+                                 node.type);
+  }
+  if (!kernel_takes(k->dtypes, node)) {
+    std::string taken;
+    for (DType d : k->dtypes) taken += fmt::format("{}{}", taken.empty() ? "" : ", ", dtype_name(d));
+    return errors::unimplemented("{}: no {} kernel for op type {} of dtype {} (it takes {})", node.debug_name(),
+                                 device_type, node.type, dtype_name(node.output_dtypes[0]), taken);
+  }
   try {
-    if (const KernelFactory* f = find_kernel(node.type, device_type)) return (*f)(node);
-    if (has_kernel(node.type, device_type)) {
-      const Adapter& a = adapters_.at(device_type);
-      return a.adapter((*find_kernel(node.type, a.base_device_type))(node));
-    }
+    if (kernels_.count({node.type, device_type})) return k->factory(node);
+    return adapters_.at(device_type).adapter(k->factory(node));
   } catch (...) {
     return status_from_current_exception().with_prefix(node.debug_name() + ": ");
   }
-  return errors::unimplemented("{}: no {} kernel registered for op type {}", node.debug_name(), device_type,
-                               node.type);
 }
 
 bool OpKernel::is_expensive() const {

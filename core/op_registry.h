@@ -90,6 +90,12 @@ struct OpDef {
 };
 
 using KernelFactory = std::function<std::unique_ptr<OpKernel>(const Node&)>;
+// The dtypes a device type's kernel takes, as TensorFlow's TypeConstraint: those of the node's
+// output 0 (the "T" or "dtype" of every op constrained so far). Empty: any the op takes (the kernel
+// checks). Placement puts a node only on a device type whose kernel takes its dtype, so a dtype
+// the CPU kernel has and an accelerator's lacks (float16 convolutions, the GPU's float32 and
+// float64 ones) runs on the CPU.
+using KernelDTypes = std::vector<DType>;
 // Builds a device type's kernel around another device type's (the simulated accelerator runs the
 // CPU kernels on its streams this way).
 using KernelAdapter = std::function<std::unique_ptr<OpKernel>(std::unique_ptr<OpKernel> base)>;
@@ -98,9 +104,11 @@ class OpRegistry {
  public:
   static OpRegistry& global();
   void register_op(OpDef def);
-  void register_kernel(const std::string& type, const std::string& device_type, KernelFactory f);
+  void register_kernel(const std::string& type, const std::string& device_type, KernelFactory f,
+                       KernelDTypes dtypes = {});
   // nullptr when unknown.
   const OpDef* find_op(const std::string& type) const;
+  // The kernel registered for the device type itself, whatever its dtypes.
   const KernelFactory* find_kernel(const std::string& type, const std::string& device_type) const;
   std::vector<std::string> op_types() const;
   std::vector<std::string> kernel_device_types(const std::string& type) const;
@@ -109,10 +117,12 @@ class OpRegistry {
   // `adapter(base kernel)`, unless a kernel is registered for `device_type` directly.
   void register_kernel_adapter(const std::string& device_type, const std::string& base_device_type,
                                KernelAdapter adapter);
-  // A kernel registered directly or through an adapter.
+  // A kernel registered directly or through an adapter, for some dtype.
   bool has_kernel(const std::string& type, const std::string& device_type) const;
-  // The kernel for `node` on `device_type`; Unimplemented naming the op when there is none, or
-  // the factory's error.
+  // The same for `node`'s dtype (KernelDTypes): what placement asks.
+  bool has_kernel(const Node& node, const std::string& device_type) const;
+  // The kernel for `node` on `device_type`; Unimplemented naming the op when there is none (or
+  // none for its dtype), or the factory's error.
   StatusOr<std::unique_ptr<OpKernel>> create_kernel(const Node& node, const std::string& device_type) const;
 
  private:
@@ -120,8 +130,16 @@ class OpRegistry {
     std::string base_device_type;
     KernelAdapter adapter;
   };
+  struct Kernel {
+    KernelFactory factory;
+    KernelDTypes dtypes;
+  };
+  // The kernel that runs op `type` on `device_type`, directly or as the adapter's base kernel
+  // (whose dtypes then hold); nullptr where there is none.
+  const Kernel* kernel_of(const std::string& type, const std::string& device_type) const;
+
   std::map<std::string, std::unique_ptr<OpDef>> ops_;
-  std::map<std::pair<std::string, std::string>, KernelFactory> kernels_;
+  std::map<std::pair<std::string, std::string>, Kernel> kernels_;
   std::map<std::string, Adapter> adapters_;  // by device type
 };
 
@@ -133,8 +151,8 @@ struct OpRegistrar {
   }
 };
 struct KernelRegistrar {
-  KernelRegistrar(const std::string& type, const std::string& device, KernelFactory f) {
-    OpRegistry::global().register_kernel(type, device, std::move(f));
+  KernelRegistrar(const std::string& type, const std::string& device, KernelFactory f, KernelDTypes dtypes = {}) {
+    OpRegistry::global().register_kernel(type, device, std::move(f), std::move(dtypes));
   }
 };
 
@@ -152,5 +170,14 @@ struct KernelRegistrar {
       type, device, [](const ::tessera::internal::Node& n) -> std::unique_ptr<::tessera::internal::OpKernel> { \
         return std::make_unique<Class>(n);                                                  \
       })
+// TESSERA_REGISTER_TYPED_KERNEL("Conv2D", "GPU", ConvGpuOp, DType::Float32, DType::Float64): a kernel
+// that takes only those dtypes (KernelDTypes).
+#define TESSERA_REGISTER_TYPED_KERNEL(type, device, Class, ...)                                   \
+  static ::tessera::internal::KernelRegistrar TESSERA_CONCAT(tessera_kernel_reg_, __COUNTER__)( \
+      type, device,                                                                             \
+      [](const ::tessera::internal::Node& n) -> std::unique_ptr<::tessera::internal::OpKernel> { \
+        return std::make_unique<Class>(n);                                                      \
+      },                                                                                        \
+      ::tessera::internal::KernelDTypes{__VA_ARGS__})
 
 }  // namespace tessera::internal

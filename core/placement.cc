@@ -309,8 +309,19 @@ StatusOr<Placement> place_nodes(const std::vector<const Node*>& nodes, const std
   }
   const Groups gr = build_groups(uf, n);
 
-  // Kernel availability per node, cached per op type for the registry's answer.
-  std::unordered_map<std::string, DeviceBits> kernel_cache;
+  // Kernel availability per node, cached for the registry's answer per op type and dtype of output
+  // 0, which a kernel may constrain (KernelDTypes in core/op_registry.h).
+  struct KernelKey {
+    std::string_view type;  // the node's: nodes outlive placement
+    int dtype;              // -1: no outputs
+    bool operator==(const KernelKey&) const = default;
+  };
+  struct KernelKeyHash {
+    std::size_t operator()(const KernelKey& k) const {
+      return std::hash<std::string_view>{}(k.type) * 31 + static_cast<std::size_t>(k.dtype + 1);
+    }
+  };
+  std::unordered_map<KernelKey, DeviceBits, KernelKeyHash> kernel_cache;
   auto kernels_of = [&](const Node& node) -> DeviceBits {
     if (options.has_kernel) {
       DeviceBits b(nd, false);
@@ -319,13 +330,14 @@ StatusOr<Placement> place_nodes(const std::vector<const Node*>& nodes, const std
       }
       return b;
     }
-    auto it = kernel_cache.find(node.type);
+    const KernelKey key{node.type, node.output_dtypes.empty() ? -1 : static_cast<int>(node.output_dtypes[0])};
+    auto it = kernel_cache.find(key);
     if (it != kernel_cache.end()) return it->second;
     DeviceBits b(nd, false);
     for (int d = 0; d < nd; ++d) {
-      if (OpRegistry::global().has_kernel(node.type, devices[d].type)) b.set(d);
+      if (OpRegistry::global().has_kernel(node, devices[d].type)) b.set(d);
     }
-    return kernel_cache.emplace(node.type, b).first->second;
+    return kernel_cache.emplace(key, b).first->second;
   };
 
   // 3. Candidates per group.

@@ -1,6 +1,9 @@
 // CPU kernels for Conv2D, Conv2DBackpropInput and Conv2DBackpropFilter, float32 and float64 (Note
 // [Convolution as im2col and GEMM]), and the fused _FusedConv2D (Note [Op fusion] in
-// core/remapper.cc). The pools are in kernels/pool_ops.cc.
+// core/remapper.cc). The pools are in kernels/pool_ops.cc. float16 and bfloat16 go through the
+// float32 code: the inputs widened, every product and sum in float32, each result rounded back
+// once. That is what TensorFlow's CPU kernels give in accuracy terms (Eigen computes half in
+// float32 too; rounding only the result is, if anything, closer), at the cost of a widened copy.
 //
 // Note [Convolution as im2col and GEMM]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -23,8 +26,8 @@
 #include "core/conv_ops.h"
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
-#include <cstring>
 #include <memory>
 #include <type_traits>
 #include <vector>
@@ -36,9 +39,11 @@
 #include "kernels/blas.h"
 #include "kernels/conv_direct.h"
 #include "kernels/conv_winograd.h"
+#include "kernels/dtype_visit.h"
 #include "kernels/elementwise_shards.h"
 #include "kernels/im2col.h"
 #include "kernels/pool.h"
+#include "kernels/widened.h"
 
 namespace tessera::internal {
 namespace {
@@ -216,42 +221,84 @@ class ConvOp final : public OpKernel {
     }
     Tensor& out = ctx.allocate_output(0, plan.value().out);
     if (out.num_elements() == 0) return;
-    if (out.dtype() == DType::Float32) return run<float>(w, ctx, out);
-    run<double>(w, ctx, out);
+    const int64_t n = out.num_elements();
+    switch (out.dtype()) {
+      case DType::Float64: return run<double>(w, ctx, inputs<double>(ctx), out.mutable_data<double>(), n);
+      case DType::Float16: return run_widened<float16_t>(w, ctx, out);
+      case DType::BFloat16: return run_widened<bfloat16_t>(w, ctx, out);
+      default: return run<float>(w, ctx, inputs<float>(ctx), out.mutable_data<float>(), n);  // float32
+    }
   }
 
   // Each output element is a sum of K products: never cheap enough to run inline.
   bool is_expensive() const override { return true; }
 
  private:
+  // Inputs 0 to 2 of T as the kernel reads them; null for one read for its shape only, or absent.
   template <class T>
-  void run(const Window2D& w, OpKernelContext& ctx, Tensor& out) const {
-    T* po = out.mutable_data<T>();
+  using Inputs = std::array<const T*, 3>;
+
+  // Whether the kernel reads input i's values (the gradients read one input for its shape only).
+  bool reads(int i) const {
+    switch (kKind) {
+      case ConvKind::kForward: return i < 2 || (fused_ && i == 2);  // x, f, the fused bias
+      case ConvKind::kBackpropInput: return i == 1 || i == 2;       // f, dy
+      case ConvKind::kBackpropFilter: return i == 0 || i == 2;      // x, dy
+    }
+    return false;
+  }
+
+  template <class T>
+  Inputs<T> inputs(const OpKernelContext& ctx) const {
+    Inputs<T> in{};
+    for (int i = 0; i < 3; ++i) {
+      if (reads(i)) in[i] = ctx.input(i).data<T>();
+    }
+    return in;
+  }
+
+  // float16 and bfloat16: the float32 kernel on widened inputs, its result rounded once.
+  template <class H>
+  void run_widened(const Window2D& w, OpKernelContext& ctx, Tensor& out) const {
+    std::array<std::vector<float>, 3> wide;
+    Inputs<float> in{};
+    for (int i = 0; i < 3; ++i) {
+      if (!reads(i)) continue;
+      wide[i] = widened<H>(ctx.input(i));
+      in[i] = wide[i].data();
+    }
+    std::vector<float> result(static_cast<std::size_t>(out.num_elements()));
+    run<float>(w, ctx, in, result.data(), out.num_elements());
+    round_into<H>(result, out);
+  }
+
+  // The output's n elements into po.
+  template <class T>
+  void run(const Window2D& w, const OpKernelContext& ctx, const Inputs<T>& in, T* po, int64_t n) const {
     BiasRelu<T> epilogue;
-    if (fused_) epilogue = {ctx.input(2).data<T>(), relu_};
+    if (fused_) epilogue = {in[2], relu_};
     // No products to sum (no input channels, or, for the filter, no output positions): zeros.
     if (w.patch_size() == 0 || w.out_pixels() == 0 || w.out_c == 0) {
-      std::memset(out.raw_mutable_data(), 0, out.bytes());
-      if (fused_) epilogue(po, out.num_elements() / w.out_c, w.out_c);  // the bias, as BiasAdd would add it
+      std::fill(po, po + n, T{0});
+      if (fused_) epilogue(po, n / w.out_c, w.out_c);  // the bias, as BiasAdd would add it
       return;
     }
     const bool winograd = winograd_applies(w);  // Note [Winograd convolution] in kernels/conv_winograd.cc
     // Note [Direct convolution] in kernels/conv_direct.cc: float32 only.
     constexpr bool kFloat = std::is_same_v<T, float>;
-    const bool direct = kFloat && direct_conv_applies(w, out.dtype());
+    const bool direct = kFloat && direct_conv_applies(w, DType::Float32);
     if constexpr (kKind == ConvKind::kForward) {
-      const T* x = ctx.input(0).data<T>();
-      const T* f = ctx.input(1).data<T>();
+      const T* x = in[0];
+      const T* f = in[1];
       if constexpr (kFloat) {
         if (direct) return direct_conv2d(ctx, w, x, f, po, epilogue);
       }
       winograd ? winograd_conv2d(ctx, w, x, f, po, epilogue) : conv2d(ctx, w, x, f, po, epilogue);
     } else if constexpr (kKind == ConvKind::kBackpropInput) {
-      const T* f = ctx.input(1).data<T>();
-      const T* dy = ctx.input(2).data<T>();
-      winograd ? winograd_conv2d_backprop_input(ctx, w, f, dy, po) : conv2d_backprop_input(ctx, w, f, dy, po);
+      winograd ? winograd_conv2d_backprop_input(ctx, w, in[1], in[2], po)
+               : conv2d_backprop_input(ctx, w, in[1], in[2], po);
     } else {
-      backprop_filter(ctx, w, ctx.input(0).data<T>(), ctx.input(2).data<T>(), po);
+      backprop_filter(ctx, w, in[0], in[2], po);
     }
   }
 
@@ -297,6 +344,8 @@ class ConvFilterBiasOp final : public OpKernel {
         if (!s.ok()) return ctx.fail(s.with_prefix("MaxPoolGrad: "));
       }
     }
+    // The remapper fuses float32 and float64 only (core/remapper.cc).
+    if (x.dtype() != DType::Float32 && x.dtype() != DType::Float64) return fail_unsupported_dtype(ctx, x.dtype());
     auto bias_shape = bias_add_grad_shape(dy.shape());
     if (!bias_shape.ok()) return ctx.fail(bias_shape.status().with_prefix("BiasAddGrad: "));
     Tensor& df = ctx.allocate_output(0, plan.value().out);

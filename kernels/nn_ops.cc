@@ -388,13 +388,21 @@ class TruncatedNormalOp : public RandomOpBase {
   using RandomOpBase::RandomOpBase;
   void compute(OpKernelContext& ctx) override {
     Tensor& out = ctx.allocate_output(0, node().attr<Shape>("shape"));
-    if (out.dtype() == DType::Float32) return generate(out.mutable_data<float>(), out.num_elements());
-    generate(out.mutable_data<double>(), out.num_elements());
+    const int64_t n = out.num_elements();
+    switch (out.dtype()) {
+      case DType::Float64: return generate(out.mutable_data<double>(), n);
+      case DType::Float16: return generate(out.mutable_data<float16_t>(), n);
+      case DType::BFloat16: return generate(out.mutable_data<bfloat16_t>(), n);
+      default: return generate(out.mutable_data<float>(), n);  // float32 (the shape function's dtypes)
+    }
   }
 
  private:
-  template <class T>
-  void generate(T* out, int64_t n) {
+  // The 16-bit dtypes take float32's values, drawn and kept as float32's are, then rounded (as
+  // TensorFlow's, whose rounding may give exactly 2).
+  template <class Out>
+  void generate(Out* out, int64_t n) {
+    using T = Accumulate<Out>;
     constexpr int64_t kPerBlock = kValuesPerBlock<T>;
     const int64_t groups = (n + kPerBlock - 1) / kPerBlock;
     const uint64_t first = reserve(static_cast<uint64_t>(groups));
@@ -403,7 +411,7 @@ class TruncatedNormalOp : public RandomOpBase {
       int64_t filled = 0;
       for (uint32_t redraw = 0; filled < want; ++redraw) {
         for (T z : block_normals<T>(philox_(first + static_cast<uint64_t>(g), redraw))) {
-          if (filled < want && std::abs(z) < T{2}) out[g * kPerBlock + filled++] = z;
+          if (filled < want && std::abs(z) < T{2}) out[g * kPerBlock + filled++] = static_cast<Out>(z);
         }
       }
     }

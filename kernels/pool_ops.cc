@@ -1,5 +1,7 @@
 // CPU kernels for MaxPool, AvgPool, MaxPoolGrad and AvgPoolGrad, float32 and float64, and the fused
-// _FusedMaxPoolGradReluGrad (Note [Op fusion] in core/remapper.cc).
+// _FusedMaxPoolGradReluGrad (Note [Op fusion] in core/remapper.cc). float16 and bfloat16 go through
+// the float32 code, widened and each result rounded back once (as the convolutions: the accuracy of
+// TensorFlow's CPU kernels); MaxPool takes int32 and int64 too, as TensorFlow's (exact).
 //
 // Pools walk each window directly, the images sharded over the session's pool (a gradient's
 // scatter stays inside its image). MaxPool takes, and MaxPoolGrad gives the gradient to, the first
@@ -13,9 +15,11 @@
 #include <vector>
 
 #include "core/conv_ops.h"
+#include "core/half.h"
 #include "core/op_kernel.h"
 #include "core/op_registry.h"
 #include "kernels/pool.h"
+#include "kernels/widened.h"
 
 namespace tessera::internal {
 // A named namespace, not an anonymous one: the demo's unity build compiles this file in one unit
@@ -249,19 +253,45 @@ class PoolOp final : public OpKernel {
     if (!plan.ok()) return ctx.fail(plan.status());
     Tensor& out = ctx.allocate_output(0, plan.value().out);
     if (out.num_elements() == 0) return;
-    const Tensor& x = ctx.input(0);
-    const Tensor* grad = kKind == PoolKind::kMaxGrad   ? &ctx.input(2)
-                         : kKind == PoolKind::kAvgGrad ? &ctx.input(1)
-                                                       : nullptr;
-    if (x.dtype() == DType::Float32) {
-      return pool<kKind>(ctx, plan.value().window, x.data<float>(), grad ? grad->data<float>() : nullptr,
-                         out.mutable_data<float>(), relu_);
+    const Window2D& w = plan.value().window;
+    switch (ctx.input(0).dtype()) {
+      case DType::Float64: return run<double>(ctx, w, out);
+      case DType::Float16: return run_widened<float16_t>(ctx, w, out);
+      case DType::BFloat16: return run_widened<bfloat16_t>(ctx, w, out);
+      case DType::Int32:
+      case DType::Int64:
+        if constexpr (kKind == PoolKind::kMax) {  // plan_pool takes the integers for MaxPool only
+          return ctx.input(0).dtype() == DType::Int32 ? run<int32_t>(ctx, w, out) : run<int64_t>(ctx, w, out);
+        }
+        break;
+      default: break;
     }
-    pool<kKind>(ctx, plan.value().window, x.data<double>(), grad ? grad->data<double>() : nullptr,
-                out.mutable_data<double>(), relu_);
+    run<float>(ctx, w, out);  // float32 (plan_pool's dtypes)
   }
 
  private:
+  // The gradient input: MaxPoolGrad's (orig_input, orig_output, grad), AvgPoolGrad's (orig_input, grad).
+  static const Tensor* grad_of(const OpKernelContext& ctx) {
+    return kKind == PoolKind::kMaxGrad ? &ctx.input(2) : kKind == PoolKind::kAvgGrad ? &ctx.input(1) : nullptr;
+  }
+
+  template <class T>
+  void run(const OpKernelContext& ctx, const Window2D& w, Tensor& out) const {
+    const Tensor* grad = grad_of(ctx);
+    pool<kKind>(ctx, w, ctx.input(0).data<T>(), grad ? grad->data<T>() : nullptr, out.mutable_data<T>(), relu_);
+  }
+
+  // float16 and bfloat16: the float32 pool of the widened input (and gradient), rounded once.
+  template <class H>
+  void run_widened(const OpKernelContext& ctx, const Window2D& w, Tensor& out) const {
+    const std::vector<float> x = widened<H>(ctx.input(0));
+    const Tensor* grad = grad_of(ctx);
+    const std::vector<float> g = grad ? widened<H>(*grad) : std::vector<float>();
+    std::vector<float> result(static_cast<std::size_t>(out.num_elements()));
+    pool<kKind>(ctx, w, x.data(), grad ? g.data() : nullptr, result.data(), relu_);
+    round_into<H>(result, out);
+  }
+
   const WindowAttrs attrs_;
   const bool relu_;
 };

@@ -9,6 +9,7 @@
 // fetch_add and computes them with no lock, so concurrent runs of a session draw disjoint values,
 // each run draws new ones, and with a fixed seed the values of the n-th reservation are the same
 // in every session. As in TensorFlow, two ops with the same nonzero seed produce the same stream.
+// float16 and bfloat16 values are float32's of the same blocks, rounded (RandomOpBase::fill).
 #include <array>
 #include <cstdint>
 #include <cstring>
@@ -16,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/half.h"
 #include "core/op_kernel.h"
 #include "core/op_registry.h"
 #include "core/tensor_buffer.h"
@@ -32,15 +34,34 @@ class RandomUniformOp : public RandomOpBase {
   void compute(OpKernelContext& ctx) override {
     Tensor& out = ctx.allocate_output(0, node().attr<Shape>("shape"));
     const int64_t n = out.num_elements();
-    if (out.dtype() == DType::Float32) {
-      fill(out.mutable_data<float>(), n, [](const Philox4x32::Block& b, std::array<float, 4>& v) {
-        for (int j = 0; j < 4; ++j) v[j] = uniform_float(b[j]);
-      });
-    } else {
-      fill(out.mutable_data<double>(), n, [](const Philox4x32::Block& b, std::array<double, 2>& v) {
-        v[0] = uniform_double(b[0], b[1]);
-        v[1] = uniform_double(b[2], b[3]);
-      });
+    switch (out.dtype()) {
+      case DType::Float64:
+        return fill(out.mutable_data<double>(), n, [](const Philox4x32::Block& b, std::array<double, 2>& v) {
+          v[0] = uniform_double(b[0], b[1]);
+          v[1] = uniform_double(b[2], b[3]);
+        });
+      case DType::Float16: return uniform_16bit(out.mutable_data<float16_t>(), n);
+      case DType::BFloat16: return uniform_16bit(out.mutable_data<bfloat16_t>(), n);
+      default: return uniform_floats(out.mutable_data<float>(), n);  // float32 (the shape function's dtypes)
+    }
+  }
+
+ private:
+  template <class Out>
+  void uniform_floats(Out* out, int64_t n) {
+    fill(out, n, [](const Philox4x32::Block& b, std::array<float, 4>& v) {
+      for (int j = 0; j < 4; ++j) v[j] = uniform_float(b[j]);
+    });
+  }
+
+  // float32's values rounded, except that those that round to 1 (from 1 - 2^-12 for float16, 1 -
+  // 2^-9 for bfloat16) take the largest value below 1 instead: the range stays [0, 1), as
+  // TensorFlow's 16-bit uniforms.
+  template <class H>
+  void uniform_16bit(H* out, int64_t n) {
+    uniform_floats(out, n);
+    for (int64_t i = 0; i < n; ++i) {
+      if (out[i].to_float() >= 1.0f) out[i] = H::from_bits(static_cast<uint16_t>(out[i].bits - 1));
     }
   }
 };
@@ -56,16 +77,19 @@ class RandomNormalOp : public RandomOpBase {
   void compute(OpKernelContext& ctx) override {
     Tensor& out = ctx.allocate_output(0, node().attr<Shape>("shape"));
     const int64_t n = out.num_elements();
-    if (out.dtype() == DType::Float32) {
-      normals(out.mutable_data<float>(), n);
-    } else {
-      normals(out.mutable_data<double>(), n);
+    switch (out.dtype()) {
+      case DType::Float64: return normals(out.mutable_data<double>(), n);
+      case DType::Float16: return normals(out.mutable_data<float16_t>(), n);
+      case DType::BFloat16: return normals(out.mutable_data<bfloat16_t>(), n);
+      default: return normals(out.mutable_data<float>(), n);  // float32 (the shape function's dtypes)
     }
   }
 
  private:
-  template <class T>
-  void normals(T* out, int64_t n) {
+  // mean + stddev * z in T (float32 for the 16-bit dtypes), rounded to Out once.
+  template <class Out>
+  void normals(Out* out, int64_t n) {
+    using T = Accumulate<Out>;
     const auto mean = static_cast<T>(mean_);
     const auto stddev = static_cast<T>(stddev_);
     fill(out, n, [&](const Philox4x32::Block& b, std::array<T, kValuesPerBlock<T>>& v) {

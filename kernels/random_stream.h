@@ -12,6 +12,7 @@
 #include <numbers>
 #include <utility>
 
+#include "core/half.h"
 #include "core/op_kernel.h"
 #include "core/random_seed.h"
 
@@ -100,16 +101,18 @@ class RandomOpBase : public OpKernel {
   }
 
   // Fills out[0, n) from freshly reserved blocks, fn(block, values) turning each into
-  // kValuesPerBlock<T> values.
-  template <class T, class Fn>
-  void fill(T* out, int64_t n, Fn&& fn) {
+  // kValuesPerBlock<T> values of T = Accumulate<Out>: float16 and bfloat16 take float32's values,
+  // each rounded once, so a 16-bit op gives the float32 op's stream of the same seed, cast.
+  template <class Out, class Fn>
+  void fill(Out* out, int64_t n, Fn&& fn) {
+    using T = Accumulate<Out>;
     constexpr int64_t kPerBlock = kValuesPerBlock<T>;
     const uint64_t first = reserve(static_cast<uint64_t>((n + kPerBlock - 1) / kPerBlock));
     std::array<T, kPerBlock> values;
     for (int64_t i = 0; i < n; i += kPerBlock) {
       fn(philox_(first + static_cast<uint64_t>(i / kPerBlock)), values);
       const int64_t take = std::min(kPerBlock, n - i);
-      for (int64_t j = 0; j < take; ++j) out[i + j] = values[j];
+      for (int64_t j = 0; j < take; ++j) out[i + j] = static_cast<Out>(values[j]);
     }
   }
 

@@ -19,7 +19,11 @@
 #include <utility>
 #include <vector>
 
+#include "core/calibration.h"
 #include "core/node.h"
+#include "core/op_kernel.h"
+#include "core/op_registry.h"
+#include "core/placement.h"
 #include "kernels/conv_direct.h"
 #include "kernels/cpu_features.h"
 #include "kernels/conv_winograd.h"
@@ -219,10 +223,31 @@ ConvInputs random_inputs(DType dtype, const ConvCase& k) {
   return {g, std::move(x), std::move(f), std::move(dy)};
 }
 
+constexpr DType kHalfDTypes[] = {DType::Float16, DType::BFloat16};
+
+// `t`'s values as float32 (exact: every 16-bit value is a float32).
+Tensor widened(const Tensor& t) { return tensor_of(DType::Float32, t.shape(), values_of(t)); }
+// A float32 result as ops::cast rounds it to `dtype` (to nearest even).
+Tensor rounded(const Tensor& t, DType dtype) { return tensor_of(dtype, t.shape(), values_of(t)); }
+
 // Runs each graph's ops on the device the test is instantiated for: "CPU", or "SIM" (placeholders
 // stay on the host, so inputs cross to the device and outputs back, as a GPU's would).
 class ConvOpsTest : public testing::DeviceOpTest {
  protected:
+  // The op `op` makes of 16-bit `inputs` against the same op of their float32 values rounded to
+  // the inputs' dtype, within the 16-bit dtype's tolerance; and against `want`, the float64
+  // reference of the inputs' values, of shape `shape`.
+  template <class F>
+  void expect_float32_rounded(const std::vector<Tensor>& inputs, F op, const Shape& shape,
+                              const std::vector<double>& want) {
+    const DType dtype = inputs[0].dtype();
+    std::vector<Tensor> wide;
+    for (const Tensor& in : inputs) wide.push_back(widened(in));
+    const Tensor got = apply(inputs, op);
+    testing::expect_same(got, rounded(apply(wide, op), dtype));
+    expect_values(got, dtype, shape, want);
+  }
+
   // Conv2D of `in` (case `k`), against ref_conv.
   void expect_conv(DType dtype, const ConvCase& k, const ConvInputs& in) {
     const Geometry& g = in.g;
@@ -680,7 +705,7 @@ TEST_P(ConvOpsTest, MaxPoolsWithTiesAgainstTheReference) {
   std::mt19937 gen(7);
   const double values[] = {-1, -0.0, 0.0, 1, 2, std::numeric_limits<double>::quiet_NaN()};
   std::discrete_distribution<int> pick({20, 10, 10, 20, 20, 3});
-  for (DType dtype : kFloatDTypes) {
+  for (DType dtype : {DType::Float32, DType::Float64, DType::Float16, DType::BFloat16}) {
     for (const PoolCase& k : cases) {
       SCOPED_TRACE(describe_case(dtype, k));
       const Geometry g = geometry(k);
@@ -775,6 +800,228 @@ TEST_P(ConvOpsTest, EmptyTensors) {
     return internal::conv2d_backprop_input(i[0], i[1], i[2], window64(1, 1), "VALID");
   });
   expect_values(dx, DType::Float32, x2.shape(), std::vector<double>(18, 0.0));
+}
+
+// ---- float16 and bfloat16: the float32 kernels on the widened values, each result rounded once ----
+
+TEST_P(ConvOpsTest, HalfConvolutionsAndTheirGradientsAreFloat32sRounded) {
+  std::vector<ConvCase> cases(std::begin(kConvCases), std::end(kConvCases));
+  cases.push_back({{2, 8, 8, 8}, 3, 3, 8, 1, 1, "SAME"});  // Winograd's (Note [Winograd convolution])
+  for (DType dtype : kHalfDTypes) {
+    for (const ConvCase& k : cases) {
+      SCOPED_TRACE(describe_case(dtype, k));
+      const ConvInputs in = random_inputs(dtype, k);
+      const Geometry& g = in.g;
+      const auto strides = window(k.sh, k.sw);
+      const auto strides64 = window64(k.sh, k.sw);
+      expect_float32_rounded(
+          {in.x, in.f}, [&](const std::vector<Output>& t) { return ops::conv2d(t[0], t[1], strides, k.padding); },
+          Shape{g.n, g.oh, g.ow, g.o}, ref_conv(g, values_of(in.x), values_of(in.f)));
+      expect_float32_rounded(
+          {in.x, in.f, in.dy},
+          [&](const std::vector<Output>& t) {
+            return internal::conv2d_backprop_input(t[0], t[1], t[2], strides64, k.padding);
+          },
+          in.x.shape(), ref_conv_backprop_input(g, values_of(in.f), values_of(in.dy)));
+      expect_float32_rounded(
+          {in.x, in.f, in.dy},
+          [&](const std::vector<Output>& t) {
+            return internal::conv2d_backprop_filter(t[0], t[1], t[2], strides64, k.padding);
+          },
+          in.f.shape(), ref_conv_backprop_filter(g, values_of(in.x), values_of(in.dy)));
+    }
+  }
+}
+
+TEST_P(ConvOpsTest, HalfPoolsAndTheirGradientsAreFloat32sRounded) {
+  for (DType dtype : kHalfDTypes) {
+    for (const PoolCase& k : kPoolCases) {
+      for (bool max : {true, false}) {
+        SCOPED_TRACE(fmt::format("{} {}", max ? "max" : "avg", describe_case(dtype, k)));
+        const Geometry g = geometry(k);
+        const Tensor x = random(dtype, k.in);
+        const Tensor dy = random(dtype, {g.n, g.oh, g.ow, g.c});
+        const std::vector<double> y = ref_pool(g, values_of(x), max);
+        expect_float32_rounded(
+            {x},
+            [&](const std::vector<Output>& in) {
+              return max ? ops::max_pool(in[0], window(k.kh, k.kw), window(k.sh, k.sw), k.padding)
+                         : ops::avg_pool(in[0], window(k.kh, k.kw), window(k.sh, k.sw), k.padding);
+            },
+            Shape{g.n, g.oh, g.ow, g.c}, y);
+        // MaxPool's output is exact in any dtype, so the gradient's orig_output is too.
+        const Tensor orig_output = tensor_of(dtype, Shape{g.n, g.oh, g.ow, g.c}, y);
+        expect_float32_rounded(
+            {x, orig_output, dy},
+            [&](const std::vector<Output>& in) {
+              const auto ks = window64(k.kh, k.kw);
+              const auto ss = window64(k.sh, k.sw);
+              return max ? internal::max_pool_grad(in[0], in[1], in[2], ks, ss, k.padding)
+                         : internal::avg_pool_grad(in[0], in[2], ks, ss, k.padding);
+            },
+            x.shape(), ref_pool_grad(g, values_of(x), values_of(dy), max));
+      }
+    }
+  }
+}
+
+// tessera::gradients of 16-bit convolutions and pools: the gradient ops of the same dtype, as the
+// float32 graph's gradients rounded. The pools' inputs are distinct integers, exact in both
+// 16-bit dtypes, so that rounding makes no new ties for MaxPool.
+TEST_P(ConvOpsTest, GradientsOfHalfConvolutionsAndPools) {
+  const ConvCase k{{2, 6, 5, 3}, 3, 2, 4, 2, 1, "SAME"};
+  std::vector<double> distinct(2 * 4 * 4 * 3);
+  for (std::size_t i = 0; i < distinct.size(); ++i) distinct[i] = static_cast<double>((i * 37) % distinct.size());
+  for (DType dtype : kHalfDTypes) {
+    SCOPED_TRACE(dtype_name(dtype));
+    const ConvInputs in = random_inputs(dtype, k);
+    for (int wrt : {0, 1}) {
+      SCOPED_TRACE(wrt == 0 ? "d input" : "d filter");
+      const auto grad = [&](const std::vector<Output>& t) {
+        return gradients({ops::conv2d(t[0], t[1], window(k.sh, k.sw), k.padding)}, {t[0], t[1]})[wrt];
+      };
+      const Tensor got = apply({in.x, in.f}, grad);
+      EXPECT_EQ(got.dtype(), dtype);
+      testing::expect_same(got, rounded(apply({widened(in.x), widened(in.f)}, grad), dtype));
+    }
+    const Tensor x = tensor_of(dtype, Shape{2, 4, 4, 3}, distinct);
+    for (bool max : {true, false}) {
+      SCOPED_TRACE(max ? "max_pool" : "avg_pool");
+      const auto grad = [&](const std::vector<Output>& t) {
+        Output y = max ? ops::max_pool(t[0], window(3, 2), window(2, 1), "SAME")
+                       : ops::avg_pool(t[0], window(3, 2), window(2, 1), "SAME");
+        return gradients({y}, {t[0]})[0];
+      };
+      const Tensor got = apply({x}, grad);
+      EXPECT_EQ(got.dtype(), dtype);
+      testing::expect_same(got, rounded(apply({widened(x)}, grad), dtype));
+    }
+  }
+}
+
+// A 16-bit convolution in a session with no device requested, the simulated accelerator present:
+// each policy finds a kernel (SIM runs the CPU kernels: Note [Stream-ordered memory] in
+// device/sim_kernels.cc), gpu_first the accelerator's.
+TEST(ConvOpsPlacementTest, HalfConv2DRunsWithASimDevicePresent) {
+  ASSERT_NE(testing::sim_device(), nullptr);
+  for (DType dtype : kHalfDTypes) {
+    for (PlacementPolicy policy : {PlacementPolicy::cost, PlacementPolicy::gpu_first}) {
+      SCOPED_TRACE(fmt::format("{} {}", dtype_name(dtype), policy == PlacementPolicy::cost ? "cost" : "gpu_first"));
+      const Tensor xv = random(dtype, {2, 9, 9, 3});
+      const Tensor fv = random(dtype, {3, 3, 3, 4});
+      Graph g;
+      auto x = ops::placeholder(g, dtype, xv.shape());
+      auto f = ops::placeholder(g, dtype, fv.shape());
+      auto y = ops::conv2d(x, f, {1, 1, 1, 1}, "SAME", "conv");
+      SessionOptions options;
+      options.placement_policy = policy;
+      Session s(g, options);
+      const Tensor got = s.run(y, {{x, xv}, {f, fv}});
+      if (policy == PlacementPolicy::gpu_first) {
+        EXPECT_THAT(y.op().assigned_device(), HasSubstr("/device:SIM:0"));
+      }
+      const Geometry geo = geometry({2, 9, 9, 3}, 3, 3, 4, 1, 1, "SAME");
+      expect_values(got, dtype, Shape{2, 9, 9, 4}, ref_conv(geo, values_of(xv), values_of(fv)));
+    }
+  }
+}
+
+// ---- MaxPool of integers (TensorFlow's takes the real number types; exact) ----
+
+TEST_P(ConvOpsTest, MaxPoolOfIntegers) {
+  for (DType dtype : {DType::Int32, DType::Int64}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    // TensorFlow's testMaxPoolValidPadding and testMaxPoolSamePadding, on integers.
+    const auto pool = [&](const Dims& in, std::vector<int> ksize, std::vector<int> strides, std::string padding) {
+      return apply({iota(dtype, in)},
+                   [&](const std::vector<Output>& x) { return ops::max_pool(x[0], ksize, strides, padding); });
+    };
+    expect_values(pool({1, 3, 3, 3}, {1, 2, 2, 1}, {1, 2, 2, 1}, "VALID"), dtype, Shape{1, 1, 1, 3}, {13, 14, 15});
+    expect_values(pool({1, 2, 3, 3}, {1, 2, 2, 1}, {1, 2, 2, 1}, "SAME"), dtype, Shape{1, 1, 2, 3},
+                  {13, 14, 15, 16, 17, 18});
+    // Random values, negative ones too (SAME's padding is never a candidate), against the reference.
+    static testing::RandomInputs rng(11);
+    for (const PoolCase& k : kPoolCases) {
+      SCOPED_TRACE(describe_case(dtype, k));
+      const Geometry g = geometry(k);
+      const Tensor x = rng.tensor(dtype, Shape(k.in), Range{-1000, 1000});
+      Tensor y = apply({x}, [&](const std::vector<Output>& in) {
+        return ops::max_pool(in[0], window(k.kh, k.kw), window(k.sh, k.sw), k.padding);
+      });
+      expect_values(y, dtype, Shape{g.n, g.oh, g.ow, g.c}, ref_pool(g, values_of(x), true));
+    }
+  }
+  // int64 beyond float64's 2^53, and int32's extremes: compared as integers.
+  constexpr int64_t kBig = int64_t{1} << 60;
+  const Tensor x64 = Tensor::from_vector<int64_t>({kBig + 1, kBig + 3, kBig + 2, -kBig}, Shape{1, 2, 2, 1});
+  const auto max_2x1 = [](const std::vector<Output>& in) {
+    return ops::max_pool(in[0], {1, 2, 1, 1}, {1, 1, 1, 1}, "SAME");
+  };
+  EXPECT_EQ(apply({x64}, max_2x1).to_vector<int64_t>(), (std::vector<int64_t>{kBig + 2, kBig + 3, kBig + 2, -kBig}));
+  const int32_t lo = std::numeric_limits<int32_t>::min();
+  const int32_t hi = std::numeric_limits<int32_t>::max();
+  const Tensor x32 = Tensor::from_vector<int32_t>({lo, hi, lo, lo + 1}, Shape{1, 2, 2, 1});
+  EXPECT_EQ(apply({x32}, max_2x1).to_vector<int32_t>(), (std::vector<int32_t>{lo, hi, lo, lo + 1}));
+}
+
+// ---- Kernels registered for some dtypes (KernelDTypes in core/op_registry.h) ----
+
+// A kernel that must never run: placement only asks whether it exists.
+class NeverRunKernel final : public internal::OpKernel {
+ public:
+  using OpKernel::OpKernel;
+  void compute(internal::OpKernelContext& ctx) override { ctx.fail(errors::internal("NeverRunKernel ran")); }
+};
+// Conv2D on a device type of this test only, float32 and float64, as the GPU's.
+TESSERA_REGISTER_TYPED_KERNEL("Conv2D", "TYPEDTEST", NeverRunKernel, DType::Float32, DType::Float64);
+
+TEST(ConvOpsPlacementTest, KernelsRegisteredForSomeDTypesTakeOnlyThose) {
+  Graph g;
+  auto x32 = ops::placeholder(g, DType::Float32, Shape{1, 4, 4, 3});
+  auto f32 = ops::placeholder(g, DType::Float32, Shape{2, 2, 3, 2});
+  auto y32 = ops::conv2d(x32, f32, {1, 1, 1, 1}, "SAME", "conv32");
+  auto y16 = ops::conv2d(ops::cast(x32, DType::Float16), ops::cast(f32, DType::Float16), {1, 1, 1, 1}, "SAME",
+                         "conv16");
+  const auto& registry = internal::OpRegistry::global();
+  EXPECT_TRUE(registry.has_kernel("Conv2D", "TYPEDTEST"));
+  EXPECT_TRUE(registry.has_kernel(*y32.node(), "TYPEDTEST"));
+  EXPECT_FALSE(registry.has_kernel(*y16.node(), "TYPEDTEST"));
+  EXPECT_TRUE(registry.has_kernel(*y16.node(), "CPU"));
+  EXPECT_TRUE(registry.has_kernel(*y16.node(), "SIM")) << "the CPU kernel, adapted";
+  auto refused = registry.create_kernel(*y16.node(), "TYPEDTEST");
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), ErrorCode::kUnimplemented);
+  EXPECT_THAT(refused.status().message(), HasSubstr("conv16 (Conv2D)"));
+  EXPECT_THAT(refused.status().message(), HasSubstr("of dtype float16 (it takes float32, float64)"));
+
+  // gpu_first puts every op an accelerator has a kernel for there: float32's convolution, not float16's.
+  const std::string prefix = "/job:localhost/replica:0/task:0/device:";
+  const std::vector<internal::PlacementDevice> devices = {
+      {prefix + "CPU:0", "CPU", internal::kCpuCostProfile},
+      {prefix + "TYPEDTEST:0", "TYPEDTEST", internal::kCpuCostProfile}};
+  std::vector<const internal::Node*> nodes;
+  for (const internal::Node* n : g.impl().nodes()) nodes.push_back(n);
+  internal::PlacementOptions options;
+  options.policy = internal::PlacementPolicy::kGpuFirst;
+  auto placed = internal::place_nodes(nodes, devices, options);
+  ASSERT_TRUE(placed.ok()) << placed.status().to_string();
+  EXPECT_EQ(placed.value().device_of.at(y32.node()), 1);
+  EXPECT_EQ(placed.value().device_of.at(y16.node()), 0);
+
+  // Requested there without soft placement: an error naming the op and the missing kernel.
+  Graph h;
+  auto x16 = ops::placeholder(h, DType::Float16, Shape{1, 4, 4, 3});
+  auto f16 = ops::placeholder(h, DType::Float16, Shape{2, 2, 3, 2});
+  {
+    auto scope = h.device("/device:TYPEDTEST:0");
+    ops::conv2d(x16, f16, {1, 1, 1, 1}, "SAME", "conv16");
+  }
+  std::vector<const internal::Node*> h_nodes;
+  for (const internal::Node* n : h.impl().nodes()) h_nodes.push_back(n);
+  options.allow_soft_placement = false;
+  auto refused_placement = internal::place_nodes(h_nodes, devices, options);
+  ASSERT_FALSE(refused_placement.ok());
+  EXPECT_THAT(refused_placement.status().message(), HasSubstr("no TYPEDTEST kernel for conv16 (Conv2D)"));
 }
 
 // TF's MaxPoolGradGrad is not here: asking for it names the op.
@@ -889,7 +1136,18 @@ TEST(ConvOpsBuildTest, Conv2DErrors) {
       [&] {
         ops::conv2d(xi, xi, {1, 1, 1, 1}, "SAME", "conv");
       },
-      "conv (Conv2D): ", "input 0 must be float32 or float64, got int32");
+      "conv (Conv2D): ", "input 0 must be float16, bfloat16, float32 or float64, got int32");
+  expect_build_fails(
+      [&] {
+        internal::conv2d_backprop_input(xi, xi, xi, {1, 1, 1, 1}, "SAME", "grad");
+      },
+      "grad (Conv2DBackpropInput): ", "input 0 must be float16, bfloat16, float32 or float64, got int32");
+  auto xh = ops::placeholder(g, DType::Float16, Shape{1, 2, 2, 3});
+  expect_build_fails(
+      [&] {
+        ops::conv2d(xh, ops::placeholder(g, DType::BFloat16), {1, 1, 1, 1}, "SAME", "conv");
+      },
+      "conv (Conv2D): ", "inputs must have one dtype: input 0 is float16, input 1 is bfloat16");
   auto xd = ops::placeholder(g, DType::Float64, Shape{1, 2, 2, 3});
   expect_build_fails(
       [&] {
@@ -931,10 +1189,23 @@ TEST(ConvOpsBuildTest, PoolErrors) {
       SCOPED_TRACE(::testing::PrintToString(c.ksize) + " " + ::testing::PrintToString(c.strides) + " " + c.padding);
       expect_build_fails(pool(x, c.ksize, c.strides, c.padding), type, c.detail);
     }
+    // MaxPool takes the integers too (TensorFlow's real number types), AvgPool does not.
     auto xi = ops::placeholder(g, DType::Int64, Shape{1, 2, 2, 1});
-    expect_build_fails(pool(xi, {1, 1, 1, 1}, {1, 1, 1, 1}, "SAME"), type,
-                       "input 0 must be float32 or float64, got int64");
+    if (max) {
+      EXPECT_EQ(ops::max_pool(xi, {1, 1, 1, 1}, {1, 1, 1, 1}, "SAME").dtype(), DType::Int64);
+    } else {
+      expect_build_fails(pool(xi, {1, 1, 1, 1}, {1, 1, 1, 1}, "SAME"), type,
+                         "input 0 must be float16, bfloat16, float32 or float64, got int64");
+    }
+    auto xb = ops::placeholder(g, DType::Bool, Shape{1, 2, 2, 1});
+    expect_build_fails(pool(xb, {1, 1, 1, 1}, {1, 1, 1, 1}, "SAME"), type,
+                       max ? "input 0 must be float16, bfloat16, float32, float64, int32 or int64, got bool"
+                           : "input 0 must be float16, bfloat16, float32 or float64, got bool");
   }
+  // The gradient ops take the floating point dtypes only.
+  auto xi = ops::placeholder(g, DType::Int32, Shape{1, 2, 2, 1});
+  expect_build_fails([&] { internal::max_pool_grad(xi, xi, xi, {1, 1, 1, 1}, {1, 1, 1, 1}, "SAME", "grad"); },
+                     "grad (MaxPoolGrad): ", "input 0 must be float16, bfloat16, float32 or float64, got int32");
 }
 
 TEST(ConvOpsBuildTest, GradientOpErrors) {

@@ -588,9 +588,94 @@ TEST_P(NnOpsTest, TruncatedNormalSeedsAreReproducible) {
 TEST(NnOpsBuildTest, TruncatedNormalChecksDTypeAndShape) {
   Graph g;
   expect_build_fails([&] { ops::truncated_normal(g, Shape{2}, DType::Int32, 0, "t"); }, "t (TruncatedNormal): ",
-                     "needs dtype float32 or float64, got int32");
+                     "needs dtype float16, bfloat16, float32 or float64, got int32");
   expect_build_fails([&] { ops::truncated_normal(g, Shape{-1, 2}, DType::Float32, 0, "t"); }, "t (TruncatedNormal): ",
                      "shape [?,2] must be fully defined");
+}
+
+// ---- random ops of float16 and bfloat16 ----
+
+// random_uniform, random_normal and truncated_normal of the 16-bit dtypes on the test's device:
+// float32's stream of the same seed, rounded, so each equals ops::cast of the float32 op (run by
+// run: each run draws the next values), except that a uniform value that rounds to 1 takes the
+// largest value below 1, keeping [0, 1). The values' moments as the dtype's rounding allows.
+TEST_P(NnOpsTest, HalfRandomOpsAreTheFloat32StreamRounded) {
+  const Shape shape{40, 250};
+  const int64_t n = shape.num_elements();
+  enum class Op { kUniform, kNormal, kTruncated };
+  const auto make = [&](Graph& g, Op op, DType dtype) {
+    switch (op) {
+      case Op::kUniform: return ops::random_uniform(g, shape, dtype, 7);
+      case Op::kNormal: return ops::random_normal(g, shape, dtype, 7, 3.0f, 2.0f);
+      case Op::kTruncated: break;
+    }
+    return ops::truncated_normal(g, shape, dtype, 7);
+  };
+  for (DType dtype : {DType::Float16, DType::BFloat16}) {
+    // The largest value below 1: 1 - 2^-11 and 1 - 2^-8.
+    const double below_one = dtype == DType::Float16 ? 1 - 0x1p-11 : 1 - 0x1p-8;
+    for (Op op : {Op::kUniform, Op::kNormal, Op::kTruncated}) {
+      SCOPED_TRACE(fmt::format("{} op {}", dtype_name(dtype), static_cast<int>(op)));
+      Graph g;
+      Output half;
+      Output cast;
+      {
+        auto scope = on_device(g);
+        half = make(g, op, dtype);
+        cast = ops::cast(make(g, op, DType::Float32), dtype);
+      }
+      Session s(g);
+      int rounded_to_one = 0;
+      for (int run = 0; run < 2; ++run) {
+        const std::vector<Tensor> out = s.run({half, cast});
+        ASSERT_EQ(out[0].dtype(), dtype);
+        ASSERT_EQ(out[0].shape(), shape);
+        const V got = values_of(out[0]);
+        const V want = values_of(out[1]);
+        double sum = 0;
+        double sum_sq = 0;
+        for (int64_t i = 0; i < n; ++i) {
+          if (op == Op::kUniform && want[i] == 1.0) {
+            ++rounded_to_one;
+            ASSERT_EQ(got[i], below_one) << "element " << i;
+          } else {
+            ASSERT_EQ(got[i], want[i]) << "element " << i;
+          }
+          if (op == Op::kUniform) {
+            ASSERT_TRUE(got[i] >= 0 && got[i] < 1) << got[i];
+          } else if (op == Op::kTruncated) {
+            ASSERT_LE(std::abs(got[i]), 2.0);  // |z| < 2 may round to 2
+          }
+          sum += got[i];
+          sum_sq += got[i] * got[i];
+        }
+        const double mean = sum / static_cast<double>(n);
+        const double stddev = std::sqrt(sum_sq / static_cast<double>(n) - mean * mean);
+        const double want_mean = op == Op::kUniform ? 0.5 : op == Op::kNormal ? 3.0 : 0.0;
+        const double want_stddev = op == Op::kUniform ? std::sqrt(1.0 / 12) : op == Op::kNormal ? 2.0 : 0.8796;
+        EXPECT_NEAR(mean, want_mean, 0.05 * (op == Op::kNormal ? 2 : 1));
+        EXPECT_NEAR(stddev, want_stddev, 0.05 * (op == Op::kNormal ? 2 : 1));
+      }
+      EXPECT_THAT(half.op().assigned_device(), HasSubstr("/device:" + GetParam() + ":0"));
+      // 1 - 2^-9 and up round to 1 in bfloat16: about 2 in 1000 uniforms.
+      if (op == Op::kUniform && dtype == DType::BFloat16) {
+        EXPECT_GT(rounded_to_one, 0);
+      }
+    }
+  }
+}
+
+TEST(NnOpsBuildTest, RandomOpsTakeTheFloatingPointDTypes) {
+  Graph g;
+  for (DType dtype : {DType::Float16, DType::BFloat16, DType::Float32, DType::Float64}) {
+    EXPECT_EQ(ops::random_uniform(g, Shape{2, 3}, dtype).dtype(), dtype);
+    EXPECT_EQ(ops::random_normal(g, Shape{2, 3}, dtype).dtype(), dtype);
+    EXPECT_EQ(ops::truncated_normal(g, Shape{2, 3}, dtype).dtype(), dtype);
+  }
+  expect_build_fails([&] { ops::random_uniform(g, Shape{2}, DType::Int64, 0, "u"); }, "u (RandomUniform): ",
+                     "needs dtype float16, bfloat16, float32 or float64, got int64");
+  expect_build_fails([&] { ops::random_normal(g, Shape{2}, DType::Bool, 0, 0.0f, 1.0f, "n"); }, "n (RandomNormal): ",
+                     "needs dtype float16, bfloat16, float32 or float64, got bool");
 }
 
 // ---- stop_gradient ----

@@ -1,5 +1,6 @@
 // GPU kernels (device type "GPU") of Conv2D, Conv2DBackpropInput, Conv2DBackpropFilter, MaxPool,
-// AvgPool, MaxPoolGrad and AvgPoolGrad, float32 and float64. Each checks its inputs with
+// AvgPool, MaxPoolGrad and AvgPoolGrad, float32 and float64 (registered so: the CPU kernels' other
+// dtypes, float16, bfloat16 and MaxPool's integers, are placed on the CPU). Each checks its inputs with
 // core/conv_ops.h as the CPU kernel does (kernels/conv_ops.cc, same messages), then launches on the
 // compute stream and is done, stream-ordered (Note [GPU kernels] in gpu_op_kernel.cc). The
 // convolutions are Note [Convolution as im2col and GEMM] (kernels/conv_ops.cc): im2col and col2im
@@ -133,6 +134,10 @@ class WindowGpuOp : public GpuOpKernel {
   void run(OpKernelContext& ctx, GpuRun& r) final {
     auto plan = plan_window(kKind, attrs_, ctx);
     if (!plan.ok()) return ctx.fail(plan.status());
+    // The dtypes of the registration, of cuBLAS's sgemm and dgemm and of the pools' launches.
+    if (const DType d = ctx.input(0).dtype(); d != DType::Float32 && d != DType::Float64) {
+      return ctx.fail(ErrorCode::kInvalidArgument, "unsupported dtype {}", dtype_name(d));
+    }
     Tensor& out = ctx.allocate_output(0, plan.value().out);
     if (out.num_elements() == 0) return;
     launch(ctx, r, plan.value().window, out);
@@ -218,13 +223,16 @@ class PoolGpuOp final : public WindowGpuOp<PoolKind, kKind> {
   }
 };
 
-TESSERA_REGISTER_KERNEL("Conv2D", "GPU", ConvGpuOp<ConvKind::kForward>);
-TESSERA_REGISTER_KERNEL("Conv2DBackpropInput", "GPU", ConvGpuOp<ConvKind::kBackpropInput>);
-TESSERA_REGISTER_KERNEL("Conv2DBackpropFilter", "GPU", ConvGpuOp<ConvKind::kBackpropFilter>);
-TESSERA_REGISTER_KERNEL("MaxPool", "GPU", PoolGpuOp<PoolKind::kMax>);
-TESSERA_REGISTER_KERNEL("AvgPool", "GPU", PoolGpuOp<PoolKind::kAvg>);
-TESSERA_REGISTER_KERNEL("MaxPoolGrad", "GPU", PoolGpuOp<PoolKind::kMaxGrad>);
-TESSERA_REGISTER_KERNEL("AvgPoolGrad", "GPU", PoolGpuOp<PoolKind::kAvgGrad>);
+#define TESSERA_REGISTER_WINDOW_GPU_KERNEL(type, Class) \
+  TESSERA_REGISTER_TYPED_KERNEL(type, "GPU", Class, DType::Float32, DType::Float64)
+TESSERA_REGISTER_WINDOW_GPU_KERNEL("Conv2D", ConvGpuOp<ConvKind::kForward>);
+TESSERA_REGISTER_WINDOW_GPU_KERNEL("Conv2DBackpropInput", ConvGpuOp<ConvKind::kBackpropInput>);
+TESSERA_REGISTER_WINDOW_GPU_KERNEL("Conv2DBackpropFilter", ConvGpuOp<ConvKind::kBackpropFilter>);
+TESSERA_REGISTER_WINDOW_GPU_KERNEL("MaxPool", PoolGpuOp<PoolKind::kMax>);
+TESSERA_REGISTER_WINDOW_GPU_KERNEL("AvgPool", PoolGpuOp<PoolKind::kAvg>);
+TESSERA_REGISTER_WINDOW_GPU_KERNEL("MaxPoolGrad", PoolGpuOp<PoolKind::kMaxGrad>);
+TESSERA_REGISTER_WINDOW_GPU_KERNEL("AvgPoolGrad", PoolGpuOp<PoolKind::kAvgGrad>);
+#undef TESSERA_REGISTER_WINDOW_GPU_KERNEL
 
 }  // namespace
 }  // namespace tessera::internal

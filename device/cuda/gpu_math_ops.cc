@@ -409,7 +409,7 @@ class RandomGpuOp final : public GpuOpKernel {
     Tensor& out = ctx.allocate_output(0, node().attr<Shape>("shape"));
     const int64_t n = out.num_elements();
     const int64_t per_block = out.dtype() == DType::Float32 ? 4 : 2;
-    // As the op's shape function: the Philox streams exist for float32 and float64 only.
+    // As the registration: the GPU's Philox streams are float32's and float64's only.
     if (out.dtype() != DType::Float32 && out.dtype() != DType::Float64) {
       return ctx.fail(ErrorCode::kInvalidArgument, "unsupported dtype {}", dtype_name(out.dtype()));
     }
@@ -465,8 +465,9 @@ TESSERA_REGISTER_KERNEL("Mean", "GPU", ReductionGpuOp<ReduceKind::kMean>);
 TESSERA_REGISTER_KERNEL("Max", "GPU", ReductionGpuOp<ReduceKind::kMax>);
 TESSERA_REGISTER_KERNEL("Min", "GPU", ReductionGpuOp<ReduceKind::kMin>);
 TESSERA_REGISTER_KERNEL("Prod", "GPU", ReductionGpuOp<ReduceKind::kProd>);
-TESSERA_REGISTER_KERNEL("RandomUniform", "GPU", RandomGpuOp<false>);
-TESSERA_REGISTER_KERNEL("RandomNormal", "GPU", RandomGpuOp<true>);
+// The Philox streams' dtypes; float16 and bfloat16 draws run on the CPU (kernels/random_ops.cc).
+TESSERA_REGISTER_TYPED_KERNEL("RandomUniform", "GPU", RandomGpuOp<false>, DType::Float32, DType::Float64);
+TESSERA_REGISTER_TYPED_KERNEL("RandomNormal", "GPU", RandomGpuOp<true>, DType::Float32, DType::Float64);
 
 }  // namespace
 }  // namespace tessera::internal

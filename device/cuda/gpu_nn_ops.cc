@@ -259,7 +259,7 @@ TESSERA_REGISTER_KERNEL("SigmoidGrad", "GPU", StatelessGpuOp<elementwise_grad_gp
 TESSERA_REGISTER_KERNEL("SqrtGrad", "GPU", StatelessGpuOp<elementwise_grad_gpu<GradKind::kSqrt>>);
 TESSERA_REGISTER_KERNEL("GatherGrad", "GPU", GatherGradGpuOp);
 TESSERA_REGISTER_KERNEL("Dropout", "GPU", DropoutGpuOp);
-TESSERA_REGISTER_KERNEL("TruncatedNormal", "GPU", TruncatedNormalGpuOp);
+TESSERA_REGISTER_TYPED_KERNEL("TruncatedNormal", "GPU", TruncatedNormalGpuOp, DType::Float32, DType::Float64);
 
 }  // namespace
 }  // namespace tessera::internal

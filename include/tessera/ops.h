@@ -147,11 +147,12 @@ Output truncated_normal(Graph& g, Shape shape, DType dtype = DType::Float32, uin
 // x itself (its buffer, on every device); gradients do not flow through it.
 Output stop_gradient(Output x, std::string name = "");
 
-// Convolution and pooling over NHWC inputs (float32 or float64), as TensorFlow's ops of the same
-// names. strides and ksize have 4 elements [1, height, width, 1]; padding is "SAME" (output
-// ceil(in / stride), zeros around the input: TF's split, the odd one after) or "VALID" (windows
-// inside the input only). Bad arguments raise InvalidArgumentError naming the op, when the graph
-// is built as far as the shapes are known there, else when the op runs.
+// Convolution and pooling over NHWC inputs (float16, bfloat16, float32 or float64; max_pool also
+// int32 and int64), as TensorFlow's ops of the same names. strides and ksize have 4 elements
+// [1, height, width, 1]; padding is "SAME" (output ceil(in / stride), zeros around the input:
+// TF's split, the odd one after) or "VALID" (windows inside the input only). Bad arguments raise
+// InvalidArgumentError naming the op, when the graph is built as far as the shapes are known
+// there, else when the op runs.
 // conv2d's filter is HWIO: [height, width, in channels (the input's), out channels].
 Output conv2d(Output input, Output filter, std::vector<int> strides, std::string padding, std::string name = "");
 // The largest value of each window.
@@ -162,7 +163,8 @@ Output avg_pool(Output x, std::vector<int> ksize, std::vector<int> strides, std:
                 std::string name = "");
 
 // Random ops draw new values on every run. seed = 0 picks a random seed; a nonzero seed makes the
-// sequence of values over runs of one session reproducible (Philox4x32-10).
+// sequence of values over runs of one session reproducible (Philox4x32-10). dtype is float32 or
+// float64, or float16 or bfloat16: float32's values of the same seed, rounded (as truncated_normal).
 Output random_uniform(Graph& g, Shape shape, DType dtype = DType::Float32, uint64_t seed = 0,
                       std::string name = "");  // [0, 1)
 Output random_normal(Graph& g, Shape shape, DType dtype = DType::Float32, uint64_t seed = 0,
