@@ -160,7 +160,8 @@ StatusOr<Broadcast3> Broadcast3::compare(const Tensor& a, const Tensor& b, bool 
   TESSERA_RETURN_IF_ERROR(check_same_dtype(a, b));
   auto plan = make(a.shape(), b.shape(), Shape{});
   if (!plan.ok()) return plan.status();
-  const bool ok_dtype = logical ? a.dtype() == DType::Bool : !(ordering && a.dtype() == DType::Bool);
+  const bool unordered = a.dtype() == DType::Bool || a.dtype() == DType::String;
+  const bool ok_dtype = logical ? a.dtype() == DType::Bool : !(ordering && unordered);
   if (!ok_dtype) return errors::invalid_argument("unsupported dtype {}", dtype_name(a.dtype()));
   return plan;
 }
@@ -186,17 +187,19 @@ Status expect_index_dtype(const ShapeContext& c, int i, const char* what) {
   return Status();
 }
 
-// Strings (host-only, no arithmetic) are refused by the comparisons, selections and sums here.
+// Strings (host-only, no arithmetic) are refused by the orderings, ArgMax/ArgMin and AddN here;
+// Equal, NotEqual and SelectV2 take them, as TensorFlow's do (placement keeps them on the host).
 Status refuse_string(const ShapeContext& c, int i) {
   if (c.input_dtype(i) == DType::String) return c.invalid("string tensors are not supported (input {})", i);
   return Status();
 }
 
-// Equal and NotEqual take any dtype but string (bool too); the orderings numbers only.
+// Equal and NotEqual take any dtype (bool and string too: strings compare byte-wise); the
+// orderings numbers only.
 template <bool kOrdering>
 Status compare_fn(ShapeContext& c) {
   TESSERA_RETURN_IF_ERROR(expect_inputs(c, 2));
-  TESSERA_RETURN_IF_ERROR(refuse_string(c, 0));
+  if constexpr (kOrdering) TESSERA_RETURN_IF_ERROR(refuse_string(c, 0));
   if (c.input_dtype(0) != c.input_dtype(1)) {
     return c.invalid("inputs must have the same dtype, got {} and {}", dtype_name(c.input_dtype(0)),
                      dtype_name(c.input_dtype(1)));
@@ -222,7 +225,6 @@ Status select_fn(ShapeContext& c) {
     return c.invalid("x and y must have the same dtype, got {} and {}", dtype_name(c.input_dtype(1)),
                      dtype_name(c.input_dtype(2)));
   }
-  TESSERA_RETURN_IF_ERROR(refuse_string(c, 1));
   auto xy = broadcast_shapes(c.input_shape(1), c.input_shape(2));
   if (!xy.ok()) return c.invalid("{}", xy.status().message());
   auto out = broadcast_shapes(c.input_shape(0), xy.value());

@@ -3,12 +3,15 @@
 //
 // Broadcasting ops walk core/select_ops.h's Broadcast3 (contiguous loops when every input is the
 // output's shape or a single value). The 16-bit floats compare as floats; NaN compares unequal to
-// everything (so NaN != NaN is true). GatherV2 moves whole rows of bytes (every dtype) and checks
+// everything (so NaN != NaN is true). Equal and NotEqual compare strings byte-wise (embedded '\0'
+// included) and SelectV2 copies them: only here, on the CPU, since placement keeps every op with a
+// string input or output on the host. GatherV2 moves whole rows of bytes (every dtype) and checks
 // every index first: one outside [0, N) fails the op naming it, as TensorFlow does. ArgMax/ArgMin
 // pick the first of equal values; a NaN counts as the extreme (the first NaN wins), as numpy.
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <string>
 #include <type_traits>
 
 #include "core/arg_extreme.h"
@@ -24,20 +27,21 @@
 namespace tessera::internal {
 namespace {
 
+// By reference, so that a string is compared where it lies rather than copied.
 template <class T>
-auto wide(T x) {
+decltype(auto) wide(const T& x) {
   if constexpr (is_16bit_float<T>) {
     return x.to_float();
   } else {
-    return x;
+    return (x);
   }
 }
 
 struct EqualFn {
-  template <class T> static bool apply(T a, T b) { return wide(a) == wide(b); }
+  template <class T> static bool apply(const T& a, const T& b) { return wide(a) == wide(b); }
 };
 struct NotEqualFn {
-  template <class T> static bool apply(T a, T b) { return wide(a) != wide(b); }
+  template <class T> static bool apply(const T& a, const T& b) { return wide(a) != wide(b); }
 };
 struct LessFn {
   template <class T> static bool apply(T a, T b) { return wide(a) < wide(b); }
@@ -96,7 +100,12 @@ class CompareOp : public OpKernel {
         return broadcast_binary<Fn>(plan.value(), a.data<float16_t>(), b.data<float16_t>(), po);
       case DType::BFloat16:
         return broadcast_binary<Fn>(plan.value(), a.data<bfloat16_t>(), b.data<bfloat16_t>(), po);
-      case DType::String: break;  // refused by the shape function
+      case DType::String:
+        // Only Equal and NotEqual get here (Broadcast3::compare refuses strings to the others).
+        if constexpr (!kOrdering && !kLogical) {
+          return broadcast_binary<Fn>(plan.value(), a.data<std::string>(), b.data<std::string>(), po);
+        }
+        break;
     }
   }
 };
@@ -135,8 +144,9 @@ class LogicalNotOp : public OpKernel {
 
 TESSERA_REGISTER_KERNEL("LogicalNot", "CPU", LogicalNotOp);
 
-// out = cond ? x : y, broadcasting among the three; moves elements as bytes (every dtype).
-// Thread-safe: compute() keeps no state between runs.
+// out = cond ? x : y, broadcasting among the three; moves elements as bytes (every dtype but
+// string, whose elements are objects and are copied as such). Thread-safe: compute() keeps no
+// state between runs.
 class SelectOp : public OpKernel {
  public:
   using OpKernel::OpKernel;
@@ -150,6 +160,7 @@ class SelectOp : public OpKernel {
     Tensor& out = ctx.allocate_output(0, p.out);
     const int64_t n = out.num_elements();
     if (n == 0) return;
+    if (x.dtype() == DType::String) return select_strings(p, c, x, y, out);
     const std::size_t size = dtype_size(x.dtype());
     const bool* pc = c.data<bool>();
     const auto* px = static_cast<const char*>(x.raw_data());
@@ -159,6 +170,17 @@ class SelectOp : public OpKernel {
       const bool pick = pc[p.offset(0, i)];
       const char* src = pick ? px + p.offset(1, i) * size : py + p.offset(2, i) * size;
       std::memcpy(po + i * size, src, size);
+    }
+  }
+
+ private:
+  static void select_strings(const Broadcast3& p, const Tensor& c, const Tensor& x, const Tensor& y, Tensor& out) {
+    const bool* pc = c.data<bool>();
+    const std::string* px = x.data<std::string>();
+    const std::string* py = y.data<std::string>();
+    std::string* po = out.mutable_data<std::string>();
+    for (int64_t i = 0; i < out.num_elements(); ++i) {
+      po[i] = pc[p.offset(0, i)] ? px[p.offset(1, i)] : py[p.offset(2, i)];
     }
   }
 };

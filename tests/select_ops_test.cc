@@ -425,7 +425,170 @@ TEST(SelectOpsBuildTest, OpsKeepTheirArgumentsAsAttrs) {
   EXPECT_EQ(ops::where(ops::placeholder(g, DType::Bool, {4, 3}), x, x).op().type(), "SelectV2");
 }
 
+// ---- Strings: equal, not_equal and where (TF's Equal, NotEqual and SelectV2 take DT_STRING) ----
+
+using Strings = std::vector<std::string>;
+
+// String ops requested on the device under test: strings live in host memory, so they run on the
+// CPU whatever the request (on SIM too), fed from host placeholders.
+class StringSelectOpsTest : public testing::DeviceOpTest {
+ protected:
+  // `op` over placeholders fed `inputs` (of their own shapes, or unknown ones), run twice (the
+  // second step replays a captured partition on SIM): the op ran on the CPU and the steps agree.
+  template <class F>
+  Tensor apply_on_host(const std::vector<Tensor>& inputs, F op, bool unknown_shapes = false) {
+    Graph g;
+    FeedMap feeds;
+    std::vector<Output> xs;
+    for (const Tensor& t : inputs) {
+      xs.push_back(ops::placeholder(g, t.dtype(), unknown_shapes ? Shape::unknown() : t.shape()));
+      feeds[xs.back()] = t;
+    }
+    Output y;
+    {
+      auto scope = on_device(g);
+      y = op(xs);
+    }
+    Session s(g);
+    const Tensor first = s.run(y, feeds);
+    const Tensor second = s.run(y, feeds);
+    EXPECT_TRUE(first.equals(second)) << y.name() << ": the second step differs";
+    EXPECT_THAT(y.op().assigned_device(), ::testing::HasSubstr("/device:CPU:0")) << y.name();
+    return first;
+  }
+  Tensor equal(const Tensor& a, const Tensor& b, bool unknown_shapes = false) {
+    return apply_on_host({a, b}, [](auto x) { return ops::equal(x[0], x[1]); }, unknown_shapes);
+  }
+  Tensor not_equal(const Tensor& a, const Tensor& b, bool unknown_shapes = false) {
+    return apply_on_host({a, b}, [](auto x) { return ops::not_equal(x[0], x[1]); }, unknown_shapes);
+  }
+};
+
+TEST_P(StringSelectOpsTest, EqualAndNotEqualOnScalarsAndVectors) {
+  expect_values(equal(Tensor::scalar("abc"), Tensor::scalar("abc")), DType::Bool, Shape{}, {1});
+  expect_values(equal(Tensor::scalar("abc"), Tensor::scalar("abd")), DType::Bool, Shape{}, {0});
+  expect_values(not_equal(Tensor::scalar("abc"), Tensor::scalar("ab")), DType::Bool, Shape{}, {1});
+  const Tensor a = Tensor::vector(Strings{"a", "b", "longer than a small-string buffer", "x"});
+  const Tensor b = Tensor::vector(Strings{"a", "c", "longer than a small-string buffer", "X"});
+  expect_values(equal(a, b), DType::Bool, Shape{4}, {1, 0, 1, 0});
+  expect_values(not_equal(a, b), DType::Bool, Shape{4}, {0, 1, 0, 1});
+  // The same with the shapes left to the kernel.
+  expect_values(equal(a, b, /*unknown_shapes=*/true), DType::Bool, Shape{4}, {1, 0, 1, 0});
+}
+
+TEST_P(StringSelectOpsTest, EqualAndNotEqualBroadcast) {
+  const Tensor v = Tensor::vector(Strings{"x", "y", "x"});
+  expect_values(equal(Tensor::scalar("x"), v), DType::Bool, Shape{3}, {1, 0, 1});
+  expect_values(not_equal(v, Tensor::scalar("x")), DType::Bool, Shape{3}, {0, 1, 0});
+  // [2,1] against [3]: [2,3].
+  const Tensor col = Tensor::from_vector<std::string>({"x", "y"}, Shape{2, 1});
+  expect_values(equal(col, v, /*unknown_shapes=*/true), DType::Bool, Shape{2, 3}, {1, 0, 1, 0, 1, 0});
+  Tensor empty = equal(Tensor::from_vector<std::string>({}, Shape{0, 3}), v);
+  EXPECT_EQ(empty.shape(), (Shape{0, 3}));
+  EXPECT_EQ(empty.dtype(), DType::Bool);
+}
+
+TEST_P(StringSelectOpsTest, EqualComparesEmptyStringsAndEmbeddedNulBytes) {
+  // Byte-wise: "a\0b" differs from "a\0c" and from "a" (not C strings), "" equals only "".
+  const std::string nul_b("a\0b", 3), nul_c("a\0c", 3);
+  const Tensor a = Tensor::vector(Strings{"", "", nul_b, nul_b, nul_b, std::string(1, '\0')});
+  const Tensor b = Tensor::vector(Strings{"", "a", nul_b, nul_c, "a", ""});
+  expect_values(equal(a, b), DType::Bool, Shape{6}, {1, 0, 1, 0, 0, 0});
+  expect_values(not_equal(a, b), DType::Bool, Shape{6}, {0, 1, 0, 1, 1, 1});
+  expect_values(equal(Tensor::scalar(""), a), DType::Bool, Shape{6}, {1, 1, 0, 0, 0, 0});
+}
+
+TEST_P(StringSelectOpsTest, EqualChecksBroadcastingWhenItRuns) {
+  const Tensor v2 = Tensor::vector(Strings{"a", "b"});
+  const Tensor v3 = Tensor::vector(Strings{"a", "b", "c"});
+  expect_run_fails({v2, v3}, [](auto x) { return ops::equal(x[0], x[1], "eq"); }, "incompatible shapes [2] and [3]");
+  expect_run_fails({v2, v3}, [](auto x) { return ops::not_equal(x[0], x[1], "ne"); }, "incompatible shapes [2] and [3]");
+}
+
+TEST_P(StringSelectOpsTest, WhereSelectsStrings) {
+  const Tensor x = Tensor::vector(Strings{"x0", "x1", "", std::string("x\0", 2)});
+  const Tensor y = Tensor::vector(Strings{"y0", "", "y2", "y3"});
+  Tensor got = apply_on_host({B({4}, {1, 0, 1, 1}), x, y}, [](auto in) { return ops::where(in[0], in[1], in[2]); });
+  EXPECT_EQ(got.dtype(), DType::String);
+  EXPECT_EQ(got.to_vector<std::string>(), (Strings{"x0", "", "", std::string("x\0", 2)}));
+}
+
+TEST_P(StringSelectOpsTest, WhereBroadcastsCondAndStrings) {
+  // cond [3,1], x [1,2], y scalar: [3,2] (where_v2's testBroadcast).
+  const Tensor x = Tensor::from_vector<std::string>({"a", "b"}, Shape{1, 2});
+  Tensor got = apply_on_host({B({3, 1}, {1, 0, 1}), x, Tensor::scalar("-")},
+                             [](auto in) { return ops::where(in[0], in[1], in[2]); }, /*unknown_shapes=*/true);
+  EXPECT_EQ(got.shape(), (Shape{3, 2}));
+  EXPECT_EQ(got.to_vector<std::string>(), (Strings{"a", "b", "-", "-", "a", "b"}));
+  // A scalar cond picks all of one side.
+  Tensor all_y = apply_on_host({Tensor::scalar(false), Tensor::vector(Strings{"p", "q"}), Tensor::vector(Strings{"r", "s"})},
+                               [](auto in) { return ops::where(in[0], in[1], in[2]); });
+  EXPECT_EQ(all_y.to_vector<std::string>(), (Strings{"r", "s"}));
+  Tensor empty = apply_on_host({B({0, 2}, {}), Tensor::vector(Strings{"p", "q"}), Tensor::scalar("r")},
+                               [](auto in) { return ops::where(in[0], in[1], in[2]); });
+  EXPECT_EQ(empty.shape(), (Shape{0, 2}));
+  EXPECT_EQ(empty.dtype(), DType::String);
+  expect_run_fails({B({2}, {1, 0}), Tensor::vector(Strings{"a", "b", "c"}), Tensor::scalar("d")},
+                   [](auto in) { return ops::where(in[0], in[1], in[2], "w"); }, "incompatible shapes [2], [3] and []");
+}
+
+TEST(SelectOpsBuildTest, StringComparisonsCheckDTypesAndShapes) {
+  Graph g;
+  auto s2 = ops::placeholder(g, DType::String, {2});
+  auto s3 = ops::placeholder(g, DType::String, {3});
+  auto i2 = ops::placeholder(g, DType::Int32, {2});
+  auto c = ops::placeholder(g, DType::Bool, {2});
+  EXPECT_EQ(ops::equal(s2, ops::placeholder(g, DType::String, {})).dtype(), DType::Bool);
+  EXPECT_EQ(ops::not_equal(s2, s2).shape(), (Shape{2}));
+  EXPECT_EQ(ops::where(c, s2, s2).dtype(), DType::String);
+  expect_build_fails([&] { ops::equal(s2, s3, "eq"); }, "eq (Equal): ", "incompatible shapes [2] and [3]");
+  expect_build_fails([&] { ops::not_equal(s2, s3, "ne"); }, "ne (NotEqual): ", "incompatible shapes [2] and [3]");
+  expect_build_fails([&] { ops::equal(s2, i2, "eq"); }, "eq (Equal): ", "same dtype, got string and int32");
+  expect_build_fails([&] { ops::not_equal(i2, s2, "ne"); }, "ne (NotEqual): ", "same dtype, got int32 and string");
+  expect_build_fails([&] { ops::where(c, s2, i2, "w"); }, "w (SelectV2): ", "same dtype, got string and int32");
+  expect_build_fails([&] { ops::where(s2, s2, s2, "w"); }, "w (SelectV2): ", "cond must be bool, got string");
+  expect_build_fails([&] { ops::where(c, s3, s3, "w"); }, "w (SelectV2): ", "incompatible shapes [2], [3] and [3]");
+  // Strings have no order, as in TensorFlow.
+  expect_build_fails([&] { ops::less(s2, s2, "lt"); }, "lt (Less): ", "string tensors are not supported");
+}
+
+// The string ops of a graph whose other ops run on SIM: they run on the CPU (strings live in host
+// memory), the bools they make cross to SIM and back, and float where's gradient is untouched.
+TEST(StringSelectOpsPlacementTest, StringOpsRequestedOnSimRunOnTheCpu) {
+  Graph g;
+  Output names, eq, ne, flipped, picked, fx, fy, fw;
+  {
+    auto scope = g.device("/device:SIM:0");
+    names = ops::placeholder(g, DType::String, Shape{3});
+    eq = ops::equal(names, ops::constant(g, "b"));
+    ne = ops::not_equal(names, ops::constant(g, Tensor::vector(Strings{"a", "x", "c"})));
+    flipped = ops::logical_not(eq);  // bools: on SIM
+    picked = ops::where(flipped, names, ops::constant(g, "<b>"));
+    fx = ops::constant(g, Tensor::vector<float>({1, 2, 3}));
+    fy = ops::constant(g, Tensor::vector<float>({4, 5, 6}));
+    fw = ops::where(flipped, fx, fy);
+  }
+  auto grads = gradients({ops::reduce_sum(fw)}, {fx, fy});
+  Session s(g);
+  const FeedMap feeds{{names, Tensor::vector(Strings{"a", "b", "c"})}};
+  auto got = s.run({eq, ne, picked, fw, grads[0], grads[1]}, feeds);
+  expect_values(got[0], DType::Bool, Shape{3}, {0, 1, 0});
+  expect_values(got[1], DType::Bool, Shape{3}, {0, 1, 0});
+  EXPECT_EQ(got[2].to_vector<std::string>(), (Strings{"a", "<b>", "c"}));
+  expect_values(got[3], DType::Float32, Shape{3}, {1, 5, 3});
+  expect_values(got[4], DType::Float32, Shape{3}, {1, 0, 1});
+  expect_values(got[5], DType::Float32, Shape{3}, {0, 1, 0});
+  for (const Output& o : {names, eq, ne, picked}) {
+    EXPECT_THAT(o.op().assigned_device(), ::testing::HasSubstr("/device:CPU:0")) << o.name();
+  }
+  for (const Output& o : {flipped, fw}) {
+    EXPECT_THAT(o.op().assigned_device(), ::testing::HasSubstr("/device:SIM:0")) << o.name();
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Devices, SelectOpsTest, ::testing::Values("CPU", "SIM"),
+                         [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
+INSTANTIATE_TEST_SUITE_P(Devices, StringSelectOpsTest, ::testing::Values("CPU", "SIM"),
                          [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
 
 }  // namespace

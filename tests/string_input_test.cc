@@ -109,12 +109,30 @@ TEST(StringTensorTest, ArithmeticRefusesStringsAtBuildTime) {
   EXPECT_THROW_MSG(ops::matmul(a, a), InvalidArgumentError, "string tensors are not supported");
   EXPECT_THROW_MSG(ops::cast(a, DType::Float32), InvalidArgumentError, "(Cast): cannot cast string to float32");
   EXPECT_THROW_MSG(ops::cast(ops::constant(g, 1.0f), DType::String), InvalidArgumentError, "cannot cast");
-  EXPECT_THROW_MSG(ops::equal(a, a), InvalidArgumentError, "string tensors are not supported");
+  EXPECT_THROW_MSG(ops::less(a, a), InvalidArgumentError, "(Less): string tensors are not supported");
   EXPECT_THROW_MSG(ops::argmax(a, 0), InvalidArgumentError, "string tensors are not supported");
   EXPECT_THROW_MSG(ops::add_n({a, a}), InvalidArgumentError, "string tensors are not supported");
   EXPECT_THROW_MSG(ops::ones_like(a), InvalidArgumentError, "(OnesLike): string tensors have no ones");
   Variable v(g, Tensor::vector({"x", "y"}), "names");
   EXPECT_THROW_MSG(v.assign_add(a), InvalidArgumentError, "is string: arithmetic updates need a number type");
+}
+
+// TensorFlow's Equal, NotEqual and SelectV2 take strings: byte-wise comparisons, broadcast.
+TEST(StringTensorTest, EqualNotEqualAndWhereTakeStrings) {
+  Graph g;
+  auto a = ops::constant(g, Tensor::vector({"a", "b", std::string("\0b", 2)}));
+  auto b = ops::constant(g, Tensor::vector({"a", "c", std::string("\0c", 2)}));
+  auto eq = ops::equal(a, b);
+  auto ne = ops::not_equal(a, ops::constant(g, "b"));
+  auto picked = ops::where(eq, a, ops::constant(g, "-"));
+  EXPECT_EQ(eq.dtype(), DType::Bool);
+  EXPECT_EQ(picked.dtype(), DType::String);
+  Session s(g);
+  auto got = s.run({eq, ne, picked});
+  EXPECT_EQ(got[0].to_vector<bool>(), (std::vector<bool>{true, false, false}));
+  EXPECT_EQ(got[1].to_vector<bool>(), (std::vector<bool>{true, false, true}));
+  EXPECT_EQ(got[2].to_vector<std::string>(), (Strings{"a", "-", "-"}));
+  EXPECT_THROW_MSG(ops::equal(a, ops::constant(g, 1)), InvalidArgumentError, "(Equal): inputs must have the same dtype");
 }
 
 // ---- The wire and checkpoints ----
