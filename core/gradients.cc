@@ -12,6 +12,9 @@
 // whatever the graph's shape. An x's op whose own inputs are not between is where the walk stops
 // (a variable, a placeholder, or an x that depends on nothing between), so no gradient function
 // is asked of it. The gradient of an x is the sum of what flows into it, or null when nothing does.
+// An integer y is accepted but, not being backpropagatable, contributes nothing (TF fills it with
+// ones of its dtype, which no gradient function turns into a float gradient: Cast's gives None);
+// a bool or string y raises, as TF's _DefaultGradYs does ("must be numeric").
 #include "core/gradients.h"
 
 #include <deque>
@@ -162,6 +165,7 @@ class BackwardPass {
     GraphScope scope = graph.name_scope("gradients");
     for (std::size_t i = 0; i < ys_.size(); ++i) {
       const Output& y = ys_[i];
+      if (!carries_gradient(y.dtype())) continue;  // an integer y: nothing flows from it
       Output g = grad_ys.empty() || grad_ys[i].is_null() ? ops::ones_like(y, "grad_ys") : grad_ys[i];
       contributions_[{y.node(), y.index()}].push_back(g);
     }
@@ -295,9 +299,10 @@ std::vector<Output> gradients(const std::vector<Output>& ys, const std::vector<O
   };
   for (std::size_t i = 0; i < ys.size(); ++i) {
     check(ys[i], "ys", i);
-    if (!dtype_is_floating(ys[i].dtype())) {
-      throw InvalidArgumentError(fmt::format("gradients: ys[{}] ({}) is {}: only floating point tensors are differentiated",
-                                             i, ys[i].name(), dtype_name(ys[i].dtype())));
+    const DType dtype = ys[i].dtype();
+    if (dtype == DType::Bool || dtype == DType::String) {
+      throw InvalidArgumentError(fmt::format("gradients: ys[{}] ({}) is {}: a y must be numeric to have a gradient", i,
+                                             ys[i].name(), dtype_name(dtype)));
     }
     if (!grad_ys.empty() && !grad_ys[i].is_null()) {
       check(grad_ys[i], "grad_ys", i);

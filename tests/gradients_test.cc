@@ -131,10 +131,58 @@ TEST(GradientsTest, BadArgumentsAreInvalidArgumentErrors) {
   EXPECT_THAT(error_of<InvalidArgumentError>([&] { gradients({y}, {Output()}); }), HasSubstr("null"));
   EXPECT_THAT(error_of<InvalidArgumentError>([&] { gradients({}, {x}); }), HasSubstr("ys is empty"));
   EXPECT_THAT(error_of<InvalidArgumentError>([&] { gradients({y}, {x}, {y, y}); }), HasSubstr("2 grad_ys for 1 ys"));
-  auto yi = ops::cast(y, DType::Int32);
-  EXPECT_THAT(error_of<InvalidArgumentError>([&] { gradients({yi}, {x}); }), HasSubstr("floating point"));
   auto gd = ops::constant(g, 1.0);
   EXPECT_THAT(error_of<InvalidArgumentError>([&] { gradients({y}, {x}, {gd}); }), HasSubstr("grad_ys[0] is float64"));
+  // An integer y takes an integer grad_y (which weighs nothing), not a float one.
+  auto yi = ops::cast(y, DType::Int32);
+  EXPECT_TRUE(gradients({yi}, {x}, {ops::constant(g, 2)})[0].is_null());
+  EXPECT_THAT(error_of<InvalidArgumentError>([&] { gradients({yi}, {x}, {ops::constant(g, 2.0f)}); }),
+              HasSubstr("grad_ys[0] is float32, ys[0] is int32"));
+  // A bool or string y has no default gradient: TF's _DefaultGradYs raises ("must be numeric").
+  auto yb = ops::greater(y, ops::constant(g, 1.0f), "is_big");
+  auto msg = error_of<InvalidArgumentError>([&] { gradients({y, yb}, {x}); });
+  EXPECT_THAT(msg, HasSubstr("ys[1] (is_big:0) is bool"));
+  EXPECT_THAT(msg, HasSubstr("numeric"));
+  auto ys = ops::constant(g, std::string("text"));
+  EXPECT_THAT(error_of<InvalidArgumentError>([&] { gradients({ys}, {x}); }), HasSubstr("is string"));
+}
+
+// TF's _DefaultGradYs fills an integer y with ones of its dtype, but integer tensors are not
+// backpropagatable: what only integer tensors reach gets None, and float ys beside it still count.
+TEST(GradientsTest, AnIntegerYContributesNothing) {
+  Graph g;
+  auto xf = ops::placeholder(g, DType::Float32, Shape{}, "xf");
+  auto xi = ops::placeholder(g, DType::Int32, Shape{}, "xi");
+  auto int_of_float = gradients({ops::cast(xf, DType::Int32)}, {xf});
+  ASSERT_EQ(int_of_float.size(), 1u);
+  EXPECT_TRUE(int_of_float[0].is_null()) << "TF: [None]";
+  auto mixed = gradients({ops::square(xf), ops::square(xi)}, {xf, xi});
+  ASSERT_EQ(mixed.size(), 2u);
+  EXPECT_TRUE(mixed[1].is_null()) << "an int32 x gets no gradient";
+  auto int64_y = ops::argmax(ops::reshape(xf, {1}), 0);
+  auto with_int64 = gradients({int64_y, ops::mul(xf, ops::constant(g, 5.0f))}, {xf, xi});
+  EXPECT_TRUE(with_int64[1].is_null());
+  EXPECT_TRUE(gradients({xi}, {xi})[0].is_null());
+  Session s(g);
+  auto out = s.run({mixed[0], with_int64[0]}, {{xf, Tensor::scalar(3.0f)}, {xi, Tensor::scalar<int32_t>(2)}});
+  EXPECT_EQ(out[0].scalar<float>(), 6.0f);  // d(xf^2)/dxf: the integer y adds nothing
+  EXPECT_EQ(out[1].scalar<float>(), 5.0f);
+}
+
+// gradients_test.py's testNonDifferentiableSwitchInWhileLoop without the loop: a cast to int32 in
+// the middle cuts the path, so an integer target has no gradient and a float one only the rest.
+TEST(GradientsTest, ACastToAnIntegerInTheMiddleCutsThePath) {
+  Graph g;
+  auto v = ops::placeholder(g, DType::Float32, Shape{}, "v");
+  auto a = ops::add(ops::cast(v, DType::Int32), ops::constant(g, 1));  // int(v) + 1
+  auto target = ops::mul(a, ops::constant(g, 2));
+  EXPECT_TRUE(gradients({target}, {v})[0].is_null());
+  // y = float(int(v) + 1) * v: only the direct v carries a gradient, d y / d v = float(int(v) + 1).
+  auto y = ops::mul(ops::cast(a, DType::Float32), v);
+  auto dv = gradients({y, target}, {v})[0];
+  ASSERT_FALSE(dv.is_null());
+  Session s(g);
+  EXPECT_EQ(s.run(dv, {{v, Tensor::scalar(2.5f)}}).scalar<float>(), 3.0f);
 }
 
 TEST(GradientsTest, OnlyTheUsedOutputOfASplitGetsAGradient) {
