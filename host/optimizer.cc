@@ -9,6 +9,7 @@
 
 #include <fmt/format.h>
 
+#include "core/node.h"
 #include "core/training_ops.h"
 #include "host/optimizer_rule.h"
 #include "tessera/errors.h"
@@ -259,7 +260,13 @@ Operation UpdateRule::apply_gradients(std::vector<std::pair<Output, Variable>> g
   Operation finished = finish(g, updates, op_name + "/update");
   GraphScope after = g.control_dependencies({finished});
   GraphScope colocate = g.colocate_with(global_step->op());
-  return global_step->assign_add(ops::constant(g, int64_t{1})).op();
+  // The increment is the op returned, so it takes the name, as TF1's assign_add(global_step, 1,
+  // name=name) does (Variable::assign_add would name it "global_step/AssignAdd").
+  internal::Node* step = global_step->op().node();
+  internal::NodeSpec spec{"AssignAdd", op_name};
+  spec.inputs = {ops::constant(g, int64_t{1})};
+  spec.resource = step;
+  return Operation(step->graph->add_node(std::move(spec)));
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -117,6 +118,54 @@ TEST_P(OptimizerTest, GradientDescentMinimize) {
   const double p = 1 * 4 + 2 * 5 + 3;  // 17; d loss / d pred = 34
   EXPECT_THAT(values<double>(s.run(var0.value())), ElementsAre(1 - 2 * p * 4, 2 - 2 * p * 5));
   EXPECT_THAT(values<double>(s.run(var1.value())), ElementsAre(3 - 2 * p));
+}
+
+// TF1's apply_gradients names the op it returns `name` (default: the optimizer's name): the
+// group of the updates, or with a global step its increment, after the group "<name>/update".
+// A name already taken is made unique, as name scopes make it in TF.
+TEST_P(OptimizerTest, ApplyGradientsNamesTheOpItReturns) {
+  TwoVars<float> t(GetParam());
+  Variable step = train::get_or_create_global_step(t.g);
+  train::GradientDescentOptimizer sgd(0.5f);
+  std::vector<std::pair<Output, Variable>> pairs = {{t.grads0, t.var0}, {t.grads1, t.var1}};
+  std::optional<GraphScope> on_device(t.g.device(TwoVars<float>::device_of(t.var0)));
+  Operation plain = sgd.apply_gradients(pairs);
+  Operation plain_again = sgd.apply_gradients(pairs);
+  Operation named = sgd.apply_gradients(pairs, std::nullopt, "my_apply");
+  Operation stepped = sgd.apply_gradients(pairs, step, "train_step");
+  Operation stepped_again = sgd.apply_gradients(pairs, step, "train_step");
+  Operation stepped_default = sgd.apply_gradients(pairs, step);
+  EXPECT_EQ(plain.name(), "GradientDescent");
+  EXPECT_EQ(plain_again.name(), "GradientDescent_1");
+  EXPECT_EQ(named.name(), "my_apply");
+  EXPECT_EQ(stepped.name(), "train_step");
+  EXPECT_EQ(stepped.type(), "AssignAdd");
+  EXPECT_EQ(stepped_again.name(), "train_step_1");
+  EXPECT_EQ(stepped_default.name(), "GradientDescent_2");
+  EXPECT_EQ(t.g.operation("train_step/update").type(), "NoOp");
+  on_device.reset();
+  // The named increment is still placed with the global step and runs after the updates.
+  Session s(t.g);
+  s.run(global_variables_initializer(t.g));
+  EXPECT_EQ(s.run(stepped.output(0)).scalar<int64_t>(), 1) << "the increment's output is the new step";
+  s.run(stepped_again);
+  s.run(named);
+  EXPECT_EQ(s.run(step.value()).scalar<int64_t>(), 2);
+  EXPECT_THAT(t.v0(s), NearVector(std::vector<double>{1 - 3 * 0.05, 2 - 3 * 0.05}, 1e-6));
+  EXPECT_THAT(t.v1(s), NearVector(std::vector<double>{3 - 3 * 0.005, 4 - 3 * 0.005}, 1e-6));
+  // minimize names its op after the optimizer, with or without a global step, and trains.
+  Graph g;
+  Variable gs = train::get_or_create_global_step(g);
+  auto scope = g.device(GetParam());
+  Variable w(g, Tensor::scalar(1.0f), "w");
+  auto loss = ops::square(w.value());
+  Operation train_op = sgd.minimize(loss, gs);
+  EXPECT_EQ(train_op.name(), "GradientDescent");
+  Session s2(g);
+  s2.run(global_variables_initializer(g));
+  for (int i = 0; i < 2; ++i) s2.run(train_op);
+  EXPECT_EQ(s2.run(gs.value()).scalar<int64_t>(), 2);
+  EXPECT_FLOAT_EQ(s2.run(w.value()).scalar<float>(), 0.0f);  // w -= 0.5 * 2w
 }
 
 // ---- momentum_test.py ----

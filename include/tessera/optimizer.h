@@ -37,6 +37,8 @@ class Optimizer {
   struct Rule;  // an update rule (host/optimizer.cc)
 
   std::vector<std::pair<Output, Variable>> compute_gradients(Output loss, std::vector<Variable> var_list = {}) const;
+  // Returns the op named `name` ("" = name(), as TF1), made unique as any op name: the global
+  // step's increment when one is given (the updates are "<name>/update"), else the updates' group.
   Operation apply_gradients(std::vector<std::pair<Output, Variable>> grads_and_vars,
                             std::optional<Variable> global_step = std::nullopt, std::string name = "") const;
   Operation minimize(Output loss, std::optional<Variable> global_step = std::nullopt,
