@@ -224,12 +224,14 @@ class NanTensorHookImpl final : public train::SessionRunHook::Impl {
   const bool fail_;
 };
 
-// One element as NumPy prints it alone (Python's repr of the scalar).
+// One element as NumPy prints it alone (Python's repr of the scalar): the shortest digits that
+// read back as the same value of the element's own type: the float32 0.8f * 0.8f is "0.64000005",
+// as NumPy prints a float32, not the double it widens to ("0.64000004529953").
 std::string format_element(const Tensor& flat, int64_t i) {
-  auto real = [](double x) {
+  auto real = [](auto x) {
     if (std::isnan(x)) return std::string("nan");
     if (std::isinf(x)) return std::string(x < 0 ? "-inf" : "inf");
-    std::string s = fmt::format("{}", x);
+    std::string s = fmt::format("{}", x);  // fmt's "{}": shortest round trip in x's type
     if (s.find_first_of(".e") == std::string::npos) s += ".";
     return s;
   };

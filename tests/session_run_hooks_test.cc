@@ -449,6 +449,27 @@ TEST_F(HooksTest, LoggingTensorHookFormatsAsNumPy) {
   EXPECT_NE(lines[0].find(" [-3. 4.]], one = 1.0, yes = True, word = b'hi'"), std::string::npos) << lines[0];
 }
 
+// TF's hook prints NumPy values: a float32 with the shortest digits that read back as that
+// float32 ("0.64000005", not the widened double's "0.64000004529953"), a float64 as Python does.
+TEST_F(HooksTest, LoggingTensorHookPrintsEachFloatWithTheShortestDigitsOfItsType) {
+  Graph g;
+  auto f32 = ops::mul(ops::constant(g, 0.8f), ops::constant(g, 0.8f), "f32");
+  auto f64 = ops::add(ops::constant(g, 0.1), ops::constant(g, 0.2), "f64");
+  auto v32 = ops::constant(g, Tensor::vector<float>({0.1f, 1e-5f, 3e38f, 16777216.0f}), "v32");
+  auto v64 = ops::constant(g, Tensor::vector<double>({0.1, 1.0 / 3}), "v64");
+  LogCapture log;
+  {
+    train::MonitoredTrainingSession s(g, local({train::LoggingTensorHook({f32, f64, v32, v64}, 1)}));
+    s.run({f32});
+  }
+  auto lines = log.matching("f32 = ");
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_NE(lines[0].find("tessera: f32 = 0.64000005, f64 = 0.30000000000000004, "
+                          "v32 = [0.1 1e-05 3e+38 16777216.], v64 = [0.1 0.3333333333333333]\n"),
+            std::string::npos)
+      << lines[0];
+}
+
 TEST_F(HooksTest, StepCounterHookLogsTheRateEveryNSteps) {
   StepGraph m;
   LogCapture log;
