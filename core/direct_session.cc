@@ -132,9 +132,10 @@ std::size_t SessionImpl::KeyHash::operator()(const std::vector<uint64_t>& k) con
   return static_cast<std::size_t>(h);
 }
 
-SessionImpl::SessionImpl(Graph& graph, SessionOptions options, ResourceMgr* shared)
+SessionImpl::SessionImpl(Graph& graph, SessionOptions options, ResourceMgr* shared,
+                         std::shared_ptr<ResourceMgr> private_resources)
     : graph_(graph), g_(graph.impl()), options_(options),
-      resources_(shared != nullptr ? shared : &own_resources_),
+      resources_(shared != nullptr ? shared : &own_resources_), private_resources_(std::move(private_resources)),
       serial_(next_session_serial.fetch_add(1, std::memory_order_relaxed)) {
   TESSERA_CHECK(options_.inter_op_threads >= 0);  // make() refuses it with the message
   if (options_.inter_op_threads > 0) {
@@ -150,13 +151,14 @@ SessionImpl::SessionImpl(Graph& graph, SessionOptions options, ResourceMgr* shar
   for (Device* d : devices_) placement_devices_.push_back({d->name(), d->type(), d->cost_profile()});
 }
 
-StatusOr<std::unique_ptr<SessionImpl>> SessionImpl::make(Graph& graph, SessionOptions options, ResourceMgr* shared) {
+StatusOr<std::unique_ptr<SessionImpl>> SessionImpl::make(Graph& graph, SessionOptions options, ResourceMgr* shared,
+                                                         std::shared_ptr<ResourceMgr> private_resources) {
   if (options.inter_op_threads < 0) {
     return errors::invalid_argument("inter_op_threads must be >= 0, got {}", options.inter_op_threads);
   }
   TESSERA_RETURN_IF_ERROR(local_devices().status());
   tune_malloc_for_transport();  // for steps too: Note [Malloc settings for transport]
-  return std::make_unique<SessionImpl>(graph, options, shared);  // cannot fail now
+  return std::make_unique<SessionImpl>(graph, options, shared, std::move(private_resources));  // cannot fail now
 }
 
 SessionImpl::~SessionImpl() {
@@ -359,6 +361,7 @@ Status SessionImpl::step_options(const StepPlan& sp, const RunOptions& options, 
   ro->plan = sp.host.get();
   ro->runner = &runner_;
   ro->resources = resources_;
+  ro->private_resources = private_resources_.get();
   ro->step_id = step_id != 0 ? step_id : next_step_id();
   ro->timeout = options.timeout;
   ro->trace = options.trace;

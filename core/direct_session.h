@@ -31,10 +31,15 @@ class SessionImpl final : public SessionBackend {
   // A session over `graph`; InvalidArgument for bad options, or the devices' error. With `shared`
   // (not owned; must outlive the session) its variables and queues live there instead of in a
   // ResourceMgr of its own: a cluster task's partitions all use the task's, and close() leaves
-  // them alone. The public Session raises the error (DirectSessionFactory).
-  static StatusOr<std::unique_ptr<SessionImpl>> make(Graph& graph, SessionOptions options, ResourceMgr* shared);
+  // them alone. `private_resources` (a cluster task's partitions: their client session's) holds
+  // the resources made without a shared name instead (Note [Private resources] in
+  // distributed/worker.cc); kept alive by the session. The public Session raises the error
+  // (DirectSessionFactory).
+  static StatusOr<std::unique_ptr<SessionImpl>> make(Graph& graph, SessionOptions options, ResourceMgr* shared,
+                                                     std::shared_ptr<ResourceMgr> private_resources = nullptr);
   // What make() builds once the options and devices are known good (checked again here).
-  SessionImpl(Graph& graph, SessionOptions options, ResourceMgr* shared);
+  SessionImpl(Graph& graph, SessionOptions options, ResourceMgr* shared,
+              std::shared_ptr<ResourceMgr> private_resources = nullptr);
   ~SessionImpl() override;
 
   // `step_id` 0: a fresh one. A cluster worker passes the master's, and `remote`, the step's
@@ -144,6 +149,7 @@ class SessionImpl final : public SessionBackend {
   Runner runner_;
   ResourceMgr own_resources_;
   ResourceMgr* resources_;  // &own_resources_ or a cluster task's. Not owned.
+  std::shared_ptr<ResourceMgr> private_resources_;  // null: resources_ holds them too
 
   // The devices ops are placed on; devices_[0] is the host CPU. Placement results: node -> index
   // into devices_, written under the graph's lock by place_new_nodes().

@@ -477,6 +477,7 @@ RunState::RunState(const Options& options)
   input_ptrs_ = arrays_->inputs.get();
   reset_counters();
   step_params_.resources = opt_.resources;
+  step_params_.private_resources = opt_.private_resources;
   step_params_.cancellation = &cancellation_;
   step_params_.step_id = opt_.step_id;
   step_params_.runner = opt_.runner;

@@ -150,6 +150,7 @@ class RunState final : public TraceSink, public StreamWork {
     const Plan* plan = nullptr;      // Not owned.
     const Runner* runner = nullptr;  // Not owned.
     ResourceMgr* resources = nullptr;  // Not owned.
+    ResourceMgr* private_resources = nullptr;  // Not owned; null: `resources` (OpKernelContext)
     int64_t step_id = 0;
     std::chrono::milliseconds timeout{0};  // run() only
     bool trace = false;

@@ -96,6 +96,9 @@ class OpKernelContext {
     const DType* output_dtypes = nullptr;
     int num_inputs = 0;
     ResourceMgr* resources = nullptr;          // Not owned.
+    // Where resources without a shared name live (Note [Private resources] in distributed/worker.cc):
+    // the client session's own on a cluster task; null: `resources`. Not owned.
+    ResourceMgr* private_resources = nullptr;
     CancellationManager* cancellation = nullptr;  // Not owned.
     int64_t step_id = 0;
     // Schedules a closure on the session's inter-op pool.
@@ -214,6 +217,11 @@ class OpKernelContext {
                        const char* category = nullptr) const;
   Tensor& output(int i) { return outputs_[i]; }
   ResourceMgr& resources() const { return *step_->resources; }
+  // Resources an op makes without a shared name (queues, accumulators, readers, epoch counters):
+  // private to the client's session, as TensorFlow's (Note [Private resources]).
+  ResourceMgr& private_resources() const {
+    return step_->private_resources != nullptr ? *step_->private_resources : *step_->resources;
+  }
   CancellationManager& cancellation() const { return *step_->cancellation; }
   int64_t step_id() const { return step_->step_id; }
   void schedule(std::function<void()> fn) const { (*step_->runner)(std::move(fn)); }

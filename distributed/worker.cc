@@ -30,8 +30,10 @@ namespace tessera::internal {
 // targets). The worker decodes it into a Graph of its own and runs it with an ordinary SessionImpl,
 // whose placement honours those devices and whose partitioner handles the devices inside the task
 // (CPU, simulated accelerators, GPUs). Every partition of every session uses the task's one
-// ResourceMgr, so a variable or queue named V on this task is the same object for all sessions and
-// clients: between-graph replication, as in TensorFlow, and variables outlive sessions. Tensors
+// ResourceMgr, so a variable named V (or a queue or accumulator whose shared name is V) on this
+// task is the same object for all sessions and clients: between-graph replication, as in
+// TensorFlow, and variables outlive sessions; what has no shared name is the client session's own
+// (Note [Private resources]). Tensors
 // crossing tasks go through the step's rendezvous: Note [Remote rendezvous] in
 // distributed/rendezvous_mgr.cc; the worker carries its pulls as RecvTensor calls and serves the
 // RecvTensor calls of the other tasks from it.
@@ -79,6 +81,21 @@ namespace tessera::internal {
 // worker's clock alone: the two clocks need not agree. As the master's idle check, one check is
 // armed on the process's timer for the earliest end of a lease and each check arms the next;
 // none while no lease is held. A lease of 0 (partition_lease 0) never ends.
+
+// Note [Private resources]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~
+// TensorFlow's queues, accumulators and readers made without a shared_name are private to their
+// kernel ("Empty shared_name means private resource", ResourceOpKernel): two clients whose graphs
+// both make an unnamed FIFOQueue "fifo_queue" on one task get two queues, and sharing one takes a
+// shared_name (SyncReplicasOptimizer's "sync_token_q", its "<var>/grad_accum"s). A worker keys
+// its kernels by session, so the unit is the master's session: every partition it registers here
+// (one per step signature) sees the same private queue, another session never does. So each
+// session handle gets a ResourceMgr of its own beside the task's, shared by its partitions'
+// SessionImpls (OpKernelContext::private_resources()), and gone with the last of them
+// (DeregisterGraph at the session's close, or its lease's end). Epoch counters (the epochs local
+// variable that TF's sessions each initialize) live there too. Before this, such resources were
+// found by op name in the task's ResourceMgr: two unrelated clients silently shared a queue, or
+// failed when its capacity differed.
 
 namespace pb = wire::pb;
 
@@ -189,7 +206,7 @@ void Worker::register_graph(const pb::RegisterGraphRequest& r, Done<pb::Register
     options.placement_policy = policy.value();
     options.allow_tf32 = r.config().allow_tf32();
     options.cuda_graphs = !r.config().disable_cuda_graphs();
-    auto session = SessionImpl::make(wg->graph, options, &resources_);
+    auto session = SessionImpl::make(wg->graph, options, &resources_, private_resources(r.session_handle()));
     if (session.ok()) wg->session = std::move(session).value();
     else st = session.status();
   }
@@ -305,6 +322,21 @@ void Worker::cleanup_graph(const pb::CleanupGraphRequest& request, Done<pb::Clea
 }
 
 void Worker::abort_run(int64_t step_id, const Status& reason) { rendezvous_.abort_step(step_id, reason); }
+
+std::shared_ptr<ResourceMgr> Worker::private_resources(const std::string& session_handle) {
+  std::lock_guard<std::mutex> l(mu_);
+  std::weak_ptr<ResourceMgr>& slot = private_resources_[session_handle];
+  std::shared_ptr<ResourceMgr> mgr = slot.lock();
+  if (!mgr) {
+    mgr = std::make_shared<ResourceMgr>();
+    slot = mgr;
+    if (private_resources_.size() > 2 * private_swept_ + 64) {  // forget the sessions gone since
+      std::erase_if(private_resources_, [](const auto& entry) { return entry.second.expired(); });
+      private_swept_ = private_resources_.size();
+    }
+  }
+  return mgr;
+}
 
 void Worker::deregister_graph(const pb::DeregisterGraphRequest& request, Done<pb::DeregisterGraphResponse> done) {
   std::shared_ptr<WorkerGraph> wg;
@@ -439,8 +471,16 @@ void Worker::stop(std::chrono::milliseconds grace) {
     if (lease_check_) TimerQueue::global().cancel(lease_check_->id);
     lease_check_.reset();
   }
+  std::vector<std::shared_ptr<ResourceMgr>> sessions_own;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    for (auto& [handle, weak] : private_resources_) {
+      if (auto mgr = weak.lock()) sessions_own.push_back(std::move(mgr));
+    }
+  }
   rendezvous_.stop(reason);
   resources_.cancel_all(reason);  // wakes runs blocked on the task's queues
+  for (auto& mgr : sessions_own) mgr->cancel_all(reason);  // and on the sessions' own
   // Closing a session cancels its runs and waits for them; they end quickly once cancelled.
   std::vector<std::thread> closers;
   for (auto& [handle, wg] : graphs) {

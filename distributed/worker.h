@@ -87,6 +87,9 @@ class Worker final : public WorkerInterface, public std::enable_shared_from_this
     std::chrono::milliseconds length{0};
     int64_t graphs = 0;  // its partitions here (a lease goes with the last one)
   };
+  // The ResourceMgr of `session_handle`'s resources without a shared name (Note [Private
+  // resources] in worker.cc), made when its first partition is registered.
+  std::shared_ptr<ResourceMgr> private_resources(const std::string& session_handle);
   // Arms the lease check for `deadline` unless one is armed as early.
   void arm_lease_check_locked(Clock::time_point deadline);
   // The check armed as `generation`, on the timer's thread: drops the partitions of the leases
@@ -113,6 +116,9 @@ class Worker final : public WorkerInterface, public std::enable_shared_from_this
   std::optional<LeaseCheck> lease_check_;                                 // guarded by mu_: the armed one
   uint64_t lease_checks_ = 0;                                             // guarded by mu_
   RecentMemo<std::string, std::string> lapsed_graphs_{1024};              // guarded by mu_: handle -> session
+  // By session handle, while its partitions live (Note [Private resources]).
+  std::unordered_map<std::string, std::weak_ptr<ResourceMgr>> private_resources_;  // guarded by mu_
+  std::size_t private_swept_ = 0;  // guarded by mu_: private_resources_'s size after the last sweep
   LogRateLimit lapse_log_;
   int active_runs_ = 0;                                                   // guarded by mu_
   std::condition_variable runs_cv_;

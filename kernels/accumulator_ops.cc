@@ -20,7 +20,9 @@ StatusOr<std::shared_ptr<ConditionalAccumulatorResource>> get_accumulator(OpKern
   const auto dtype = accumulator_node.attr<DType>("dtype");
   const auto& shape = accumulator_node.attr<Shape>("shape");
   const bool mean = accumulator_node.attr<std::string>("reduction_type") == "MEAN";
-  auto found = ctx.resources().lookup_or_create<ConditionalAccumulatorResource>(
+  // Without a shared name the accumulator is the client session's own (Note [Private resources]).
+  ResourceMgr& resources = shared_name.empty() ? ctx.private_resources() : ctx.resources();
+  auto found = resources.lookup_or_create<ConditionalAccumulatorResource>(
       key, [&]() -> StatusOr<std::shared_ptr<ConditionalAccumulatorResource>> {
         return std::make_shared<ConditionalAccumulatorResource>(key, dtype, shape, mean);
       });

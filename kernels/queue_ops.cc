@@ -43,7 +43,9 @@ StatusOr<std::shared_ptr<QueueResource>> get_queue(OpKernelContext& ctx, const N
   const bool shuffle = queue_node.type == "RandomShuffleQueueV2";
   const char* kind = shuffle ? "RandomShuffleQueue" : "FIFOQueue";
   const int64_t min_after_dequeue = shuffle ? queue_node.attr<int64_t>("min_after_dequeue") : 0;
-  auto found = ctx.resources().lookup_or_create<QueueResource>(
+  // Without a shared name the queue is the client session's own (Note [Private resources]).
+  ResourceMgr& resources = shared_name.empty() ? ctx.private_resources() : ctx.resources();
+  auto found = resources.lookup_or_create<QueueResource>(
       key, [&]() -> StatusOr<std::shared_ptr<QueueResource>> {
         std::shared_ptr<QueueResource> q;
         if (shuffle) {
@@ -246,7 +248,8 @@ class LimitEpochsOp : public OpKernel {
   explicit LimitEpochsOp(const Node& n) : OpKernel(n), limit_(n.attr<int64_t>("num_epochs")) {}
   bool is_expensive() const override { return false; }
   void compute(OpKernelContext& ctx) override {
-    auto counter = ctx.resources().lookup_or_create<EpochCounter>(
+    // The client session's own, as TF's epochs local variable that each session initializes.
+    auto counter = ctx.private_resources().lookup_or_create<EpochCounter>(
         name(), []() -> StatusOr<std::shared_ptr<EpochCounter>> { return std::make_shared<EpochCounter>(); });
     if (!counter.ok()) return ctx.fail(counter.status());
     if (counter.value()->runs.fetch_add(1, std::memory_order_relaxed) >= limit_) {

@@ -262,10 +262,11 @@ class TextLineReaderResource : public ResourceBase, public std::enable_shared_fr
   uint64_t next_id_ = 0;          // guarded by mu_
 };
 
-// "TextLineReaderV2": makes the reader in this session's resources when run.
+// "TextLineReaderV2": makes the reader in this session's resources when run (the client session's
+// own on a cluster task: a reader has no shared name, Note [Private resources]).
 StatusOr<std::shared_ptr<TextLineReaderResource>> get_reader(OpKernelContext& ctx, const std::string& name,
                                                              int64_t skip) {
-  auto found = ctx.resources().lookup_or_create<TextLineReaderResource>(
+  auto found = ctx.private_resources().lookup_or_create<TextLineReaderResource>(
       name, [&]() -> StatusOr<std::shared_ptr<TextLineReaderResource>> {
         return std::make_shared<TextLineReaderResource>(skip);
       });

@@ -754,5 +754,91 @@ TEST(ClusterSessionTest, ARunThatLetsATaskStopStillGetsItsReply) {
   }
 }
 
+// Note [Private resources] (distributed/worker.cc): as TensorFlow's, a queue without a shared
+// name is its session's own, also on a ps task shared by two clients, and one with a shared name
+// is the task's, shared by every session that names it.
+TEST(ClusterSessionTest, QueuesWithoutASharedNameArePrivateToTheirSessionOnATask) {
+  PsAndWorker tasks;
+  struct Client {
+    Graph g;
+    FIFOQueue unnamed, named;
+    Operation enqueue_unnamed, enqueue_named;
+    Output unnamed_size, named_size, dequeued;
+    std::unique_ptr<Session> s;
+  };
+  // The same op names in both clients' graphs; the unnamed queues' capacities differ, which a
+  // shared queue would refuse ("shared queue 'fifo_queue' has capacity ...").
+  auto make = [&](int capacity) {
+    auto c = std::make_unique<Client>();
+    {
+      auto scope = c->g.device("/job:ps/task:0");
+      c->unnamed = FIFOQueue(c->g, capacity, {DType::Int32}, {Shape{}});
+      c->named = FIFOQueue(c->g, 8, {DType::Int32}, {Shape{}}, "work_queue");
+    }
+    c->enqueue_unnamed = c->unnamed.enqueue({ops::constant(c->g, capacity)});
+    c->enqueue_named = c->named.enqueue({ops::constant(c->g, capacity)});
+    c->unnamed_size = c->unnamed.size();
+    c->named_size = c->named.size();
+    c->dequeued = c->unnamed.dequeue()[0];
+    c->s = std::make_unique<Session>(c->g, tasks.worker.target(), client_options());
+    return c;
+  };
+  auto a = make(4);
+  auto b = make(2);
+  EXPECT_EQ(a->unnamed.op().name(), b->unnamed.op().name());
+  RunOptions bounded;
+  bounded.timeout = 20s;
+  a->s->run(a->enqueue_unnamed);
+  a->s->run(a->enqueue_unnamed);
+  b->s->run(b->enqueue_unnamed);
+  EXPECT_EQ(a->s->run(a->unnamed_size).scalar<int32_t>(), 2);
+  EXPECT_EQ(b->s->run(b->unnamed_size).scalar<int32_t>(), 1);
+  // Each dequeues its own elements, in another step signature (another partition) of its session.
+  EXPECT_EQ(a->s->run({a->dequeued}, {}, {}, bounded)[0].scalar<int32_t>(), 4);
+  EXPECT_EQ(b->s->run({b->dequeued}, {}, {}, bounded)[0].scalar<int32_t>(), 2);
+  // The named queue is the task's: both clients' enqueues land in one queue.
+  a->s->run(a->enqueue_named);
+  b->s->run(b->enqueue_named);
+  EXPECT_EQ(a->s->run(a->named_size).scalar<int32_t>(), 2);
+  EXPECT_EQ(b->s->run(b->named_size).scalar<int32_t>(), 2);
+  // A new session of the same graph starts with an empty private queue; the named one keeps its
+  // elements, as variables outlive sessions.
+  a->s->close();
+  a->s = std::make_unique<Session>(a->g, tasks.worker.target(), client_options());
+  EXPECT_EQ(a->s->run(a->unnamed_size).scalar<int32_t>(), 0);
+  EXPECT_EQ(a->s->run(a->named_size).scalar<int32_t>(), 2);
+}
+
+// The epochs an input producer counts are its session's too (TF: a local variable each session
+// initializes): a second client session of the same graph on the task reads its epoch again.
+TEST(ClusterSessionTest, EachSessionOnATaskCountsItsOwnEpochs) {
+  PsAndWorker tasks;
+  Graph g;
+  FIFOQueue q;
+  Output next;
+  {
+    auto scope = g.device("/job:ps/task:0");
+    q = train::input_producer(g, Tensor::vector<int32_t>({1, 2, 3}), /*num_epochs=*/1, /*shuffle=*/false);
+    next = q.dequeue()[0];
+  }
+  RunOptions bounded;
+  bounded.timeout = 20s;
+  for (int session = 0; session < 2; ++session) {
+    SCOPED_TRACE(session);
+    Session s(g, tasks.worker.target(), client_options());
+    train::Coordinator coord;
+    auto threads = train::start_queue_runners(s, coord);
+    std::vector<int32_t> got;
+    try {
+      for (int i = 0; i < 4; ++i) got.push_back(s.run({next}, {}, {}, bounded)[0].scalar<int32_t>());
+    } catch (const OutOfRangeError&) {
+    }
+    coord.request_stop();
+    coord.join(threads);
+    EXPECT_EQ(got, (std::vector<int32_t>{1, 2, 3}));
+    s.close();
+  }
+}
+
 }  // namespace
 }  // namespace tessera

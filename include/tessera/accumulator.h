@@ -11,7 +11,8 @@
 //
 // The accumulator lives where its node is placed, in host memory (give it a device scope or
 // colocate it with its variable), and, like a queue, is per session in process and per task in a
-// cluster, shared by every graph that names the same `shared_name` there. A take waits without
+// cluster, shared by every graph that names the same `shared_name` there (without one, private to
+// the session that runs it, as TensorFlow's). A take waits without
 // holding a thread; closing the session, a run's timeout or a cancelled step end it with
 // CancelledError. Dense gradients only (TF's SparseConditionalAccumulator has no counterpart).
 // Dtypes: float16, bfloat16, float32, float64. ConditionalAccumulator is a copyable handle.

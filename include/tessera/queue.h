@@ -19,7 +19,9 @@
 // arrive (so n may exceed the capacity) and a later dequeue waits behind it. Dtypes are checked
 // when ops are built, shapes too when the queue has them (else at run time); without shapes,
 // dequeue_many needs elements of one shape. A queue is a copyable handle; the queue state lives
-// in the session (or server) that runs it, found by `shared_name` (default: the queue op's name).
+// in the session that runs it or, with a `shared_name`, in the task (server) that runs it, where
+// every session and client naming it shares it. Without one it is private to the session, as
+// TensorFlow's, also on a server (two clients' unnamed queues of the same op name are two queues).
 // Thread-safe to run from any number of sessions and threads.
 //
 // RandomShuffleQueue has all of the above except the order: each dequeue takes a uniformly random
@@ -74,7 +76,7 @@ class QueueBase {
 class FIFOQueue : public QueueBase {
  public:
   FIFOQueue() = default;
-  // `shapes` empty: element shapes unconstrained. `shared_name` empty: the queue op's name.
+  // `shapes` empty: element shapes unconstrained. `shared_name` empty: private to the session.
   FIFOQueue(Graph& g, int capacity, std::vector<DType> dtypes, std::vector<Shape> shapes = {},
             std::string shared_name = "", std::string name = "");
 };
