@@ -50,6 +50,29 @@ RunOptions bounded(std::chrono::milliseconds limit = 20s) {
   return o;
 }
 
+// Runs `blocked` (which must block) on another thread, closes `s`, and expects that run to end
+// with CancelledError (as Session::close() promises) within a bound.
+void expect_close_cancels_pending_run(Session& s, const Output& blocked) {
+  std::promise<std::string> result;
+  auto got = result.get_future();
+  std::thread pending([&] {
+    try {
+      s.run({blocked}, {}, {}, bounded(20s));
+      result.set_value("returned");
+    } catch (const CancelledError&) {
+      result.set_value("cancelled");
+    } catch (const std::exception& e) {
+      result.set_value(std::string("other: ") + e.what());
+    }
+  });
+  std::this_thread::sleep_for(200ms);
+  s.close();
+  const bool ready = got.wait_for(15s) == std::future_status::ready;
+  pending.join();  // the run is bounded (20 s) whether or not close() ended it
+  ASSERT_TRUE(ready);
+  EXPECT_EQ(got.get(), "cancelled");
+}
+
 bool contains(const std::string& haystack, const std::string& needle) {
   return haystack.find(needle) != std::string::npos;
 }
@@ -1077,23 +1100,7 @@ TEST(ApiSessions, CloseCancelsAPendingRun) {
   FIFOQueue q(g, 4, {DType::Float32}, {Shape{}});
   auto deq = q.dequeue()[0];
   Session s(g);
-  std::promise<std::string> result;
-  auto got = result.get_future();
-  std::thread pending([&] {
-    try {
-      s.run({deq}, {}, {}, bounded(20s));
-      result.set_value("returned");
-    } catch (const CancelledError&) {
-      result.set_value("cancelled");
-    } catch (const std::exception& e) {
-      result.set_value(std::string("other: ") + e.what());
-    }
-  });
-  std::this_thread::sleep_for(200ms);
-  s.close();
-  ASSERT_EQ(got.wait_for(15s), std::future_status::ready);
-  EXPECT_EQ(got.get(), "cancelled");
-  pending.join();
+  expect_close_cancels_pending_run(s, deq);
 }
 
 TEST(ApiSessions, RunFromManyThreadsAtOnce) {
@@ -1167,23 +1174,7 @@ TEST(ApiSessions, OnAServerTargetTheSameContractHolds) {
   s2.run(q2.close());
   expect_error_naming<OutOfRangeError>([&] { s2.run({deq2}, {}, {}, bounded()); }, deq2.op().name());
   // close() cancels a pending run.
-  std::promise<std::string> result;
-  auto got = result.get_future();
-  std::thread pending([&] {
-    try {
-      s.run({deq}, {}, {}, bounded(20s));
-      result.set_value("returned");
-    } catch (const CancelledError&) {
-      result.set_value("cancelled");
-    } catch (const std::exception& e) {
-      result.set_value(std::string("other: ") + e.what());
-    }
-  });
-  std::this_thread::sleep_for(200ms);
-  s.close();
-  ASSERT_EQ(got.wait_for(15s), std::future_status::ready);
-  EXPECT_EQ(got.get(), "cancelled");
-  pending.join();
+  expect_close_cancels_pending_run(s, deq);
 }
 
 // ================================================================================== ## Devices
