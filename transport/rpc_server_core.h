@@ -92,6 +92,7 @@ class RpcServerCore : public std::enable_shared_from_this<RpcServerCore> {
   // the on_lost functions of the calls of a connection that closed.
   void track_peer(zmq::message_t& routing_id);
   void peer_lost(const std::string& peer);
+  bool was_lost(const std::string& peer);  // among the last lost_ remembers
   // Counts a refused connection and logs `line` (a few per 10 s: refusal_log_).
   void refused(const std::string& line);
   void receive_one(zmq::message_t routing_id, std::vector<zmq::message_t>* parts);

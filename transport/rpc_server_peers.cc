@@ -1,6 +1,7 @@
 // The RPC server's callers (rpc_server_core.h): their connections, tracked so that the calls of a
 // caller that is gone end (Note [Lost callers]), and the goodbye a stopping server says to them
 // (Note [Goodbye]).
+#include <cstdint>
 #include <functional>
 #include <mutex>
 #include <optional>
@@ -32,6 +33,25 @@ namespace tessera::internal {
 // replaced, or closed, is always of a connection that is gone. Heartbeats close a silent
 // connection after heartbeat_timeout. The last 4096 lost routing ids are kept, so a call
 // registered after its caller left ends at once (libzmq never reuses a routing id it made).
+// A closed connection's descriptor is reused at once by the next one, and the ROUTER still hands
+// out what the closed one had queued, in any order with the new one's messages: a client's RunStep
+// was taken for lost when a closed connection's late message, read after the client's first, named
+// the descriptor again. So of two routing ids libzmq made (callers set none) the older one, by
+// its counter, is the closed connection's (generated_order).
+namespace {
+
+// The order libzmq gives the routing ids it makes (a 0 byte, then a 32-bit counter, big-endian:
+// router.cpp); nullopt for one a caller set, which cannot begin with 0. The counter wraps after
+// 2^32 connections to one socket, which this ignores.
+std::optional<uint32_t> generated_order(const std::string& id) {
+  if (id.size() != 5 || id[0] != '\0') return std::nullopt;
+  uint32_t n = 0;
+  for (int i = 1; i < 5; ++i) n = (n << 8) | static_cast<unsigned char>(id[i]);
+  return n;
+}
+
+}  // namespace
+
 void RpcServerCore::track_peer(zmq::message_t& routing_id) {
   if (routing_id.size() == 0) return;
   std::string peer = routing_id.to_string();
@@ -41,9 +61,23 @@ void RpcServerCore::track_peer(zmq::message_t& routing_id) {
   if (fd < 0) return;
   read_monitor();
   std::optional<std::string>& named = connections_[fd];
-  if (named) peer_lost(*named);  // a connection gone whose close the monitor dropped
+  if (named) {
+    const std::optional<uint32_t> mine = generated_order(peer);
+    const std::optional<uint32_t> theirs = generated_order(*named);
+    if (mine && theirs && *mine < *theirs) {
+      // A late message of a connection that closed before the descriptor's present one opened.
+      if (!was_lost(peer)) peer_lost(peer);
+      return;
+    }
+    peer_lost(*named);  // a connection gone whose close the monitor dropped
+  }
   named = peer;
   known_peers_.insert(std::move(peer));
+}
+
+bool RpcServerCore::was_lost(const std::string& peer) {
+  std::lock_guard<std::mutex> l(watch_mu_);
+  return lost_.find(peer) != nullptr;
 }
 
 void RpcServerCore::peer_lost(const std::string& peer) {
