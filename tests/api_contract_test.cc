@@ -50,14 +50,14 @@ RunOptions bounded(std::chrono::milliseconds limit = 20s) {
   return o;
 }
 
-// Runs `blocked` (which must block) on another thread, closes `s`, and expects that run to end
-// with CancelledError (as Session::close() promises) within a bound.
-void expect_close_cancels_pending_run(Session& s, const Output& blocked) {
+// Runs `blocked_run` (a run that must block) on another thread, then `unblock`, and expects the
+// run to end with CancelledError within a bound.
+void expect_unblocked_by_cancelling(const std::function<void()>& blocked_run, const std::function<void()>& unblock) {
   std::promise<std::string> result;
   auto got = result.get_future();
   std::thread pending([&] {
     try {
-      s.run({blocked}, {}, {}, bounded(20s));
+      blocked_run();
       result.set_value("returned");
     } catch (const CancelledError&) {
       result.set_value("cancelled");
@@ -66,11 +66,16 @@ void expect_close_cancels_pending_run(Session& s, const Output& blocked) {
     }
   });
   std::this_thread::sleep_for(200ms);
-  s.close();
+  unblock();
   const bool ready = got.wait_for(15s) == std::future_status::ready;
-  pending.join();  // the run is bounded (20 s) whether or not close() ended it
+  pending.join();  // the run is bounded whether or not `unblock` ended it
   ASSERT_TRUE(ready);
   EXPECT_EQ(got.get(), "cancelled");
+}
+
+// Session::close() cancels a pending run (`blocked` must block).
+void expect_close_cancels_pending_run(Session& s, const Output& blocked) {
+  expect_unblocked_by_cancelling([&] { s.run({blocked}, {}, {}, bounded(20s)); }, [&] { s.close(); });
 }
 
 bool contains(const std::string& haystack, const std::string& needle) {
@@ -1315,23 +1320,7 @@ TEST(ApiQueues, CancelPendingEnqueues) {
   auto enq = q.enqueue({ops::constant(g, 1.0f)});
   Session s(g);
   s.run(enq);  // full
-  std::promise<std::string> result;
-  auto got = result.get_future();
-  std::thread blocked([&] {
-    try {
-      s.run({}, {}, {enq}, bounded());
-      result.set_value("returned");
-    } catch (const CancelledError&) {
-      result.set_value("cancelled");
-    } catch (const std::exception& e) {
-      result.set_value(std::string("other: ") + e.what());
-    }
-  });
-  std::this_thread::sleep_for(200ms);
-  s.run(q.close(true));
-  ASSERT_EQ(got.wait_for(15s), std::future_status::ready);
-  EXPECT_EQ(got.get(), "cancelled");
-  blocked.join();
+  expect_unblocked_by_cancelling([&] { s.run({}, {}, {enq}, bounded()); }, [&] { s.run(q.close(true)); });
 }
 
 TEST(ApiQueues, SharedName) {
