@@ -1995,6 +1995,16 @@ TEST(ApiDistributed, AssignedDeviceAfterPlacementOnAServer) {
   s.close();
 }
 
+// Runs `op` until the session says stop, at most 50 times; how many runs there were.
+int run_until_stop(train::MonitoredTrainingSession& sess, const Operation& op) {
+  int runs = 0;
+  while (!sess.should_stop() && runs < 50) {
+    sess.run(op);
+    ++runs;
+  }
+  return runs;
+}
+
 // A user hook: counts its calls, fetches the global step, stops once it reaches `stop_at`.
 struct RecordingHook : train::SessionRunHook::Impl {
   RecordingHook(Output step, int64_t stop_at) : step(step), stop_at(stop_at) {}
@@ -2041,10 +2051,7 @@ TEST(ApiDistributed, UserSessionRunHookInAMonitoredSession) {
   int runs = 0;
   {
     train::MonitoredTrainingSession sess(m.g, o);
-    while (!sess.should_stop() && runs < 50) {
-      sess.run(m.train_op);
-      ++runs;
-    }
+    runs = run_until_stop(sess, m.train_op);
     sess.close();
   }
   EXPECT_EQ(impl->begins, 1);
@@ -2103,10 +2110,7 @@ TEST(ApiDistributed, MonitoredTrainingSessionWithStopAtStepHookOnALocalServer) {
     auto x = ops::placeholder(m.g, DType::Float32, Shape{}, "mts_x");  // (API.md: ops may be added to a running graph)
     auto fed = sess.run({ops::add(x, m.w.value())}, {{x, Tensor::scalar(2.0f)}}, {});
     EXPECT_EQ(fed[0].scalar<float>(), 3.0f);
-    while (!sess.should_stop() && runs < 50) {
-      sess.run(m.train_op);
-      ++runs;
-    }
+    runs = run_until_stop(sess, m.train_op);
     EXPECT_TRUE(sess.should_stop());
     sess.close();
   }
@@ -2201,10 +2205,7 @@ TEST(ApiDistributed, HookFactories) {
   int runs = 0;
   {
     train::MonitoredTrainingSession sess(m.g, o);
-    while (!sess.should_stop() && runs < 50) {
-      sess.run(m.train_op);
-      ++runs;
-    }
+    runs = run_until_stop(sess, m.train_op);
     sess.close();
   }
   EXPECT_EQ(runs, 3);
