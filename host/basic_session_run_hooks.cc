@@ -8,7 +8,6 @@
 #include <cmath>
 #include <filesystem>
 #include <memory>
-#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -16,6 +15,7 @@
 #include <fmt/format.h>
 
 #include "core/logging.h"
+#include "host/numpy_format.h"
 #include "host/session_run_hooks.h"
 #include "tessera/errors.h"
 #include "tessera/monitored_session.h"
@@ -224,72 +224,6 @@ class NanTensorHookImpl final : public train::SessionRunHook::Impl {
   const bool fail_;
 };
 
-// One element as NumPy prints it alone (Python's repr of the scalar): the shortest digits that
-// read back as the same value of the element's own type: the float32 0.8f * 0.8f is "0.64000005",
-// as NumPy prints a float32, not the double it widens to ("0.64000004529953").
-std::string format_element(const Tensor& flat, int64_t i) {
-  auto real = [](auto x) {
-    if (std::isnan(x)) return std::string("nan");
-    if (std::isinf(x)) return std::string(x < 0 ? "-inf" : "inf");
-    std::string s = fmt::format("{}", x);  // fmt's "{}": shortest round trip in x's type
-    if (s.find_first_of(".e") == std::string::npos) s += ".";
-    return s;
-  };
-  switch (flat.dtype()) {
-    case DType::Float32: return real(flat.data<float>()[i]);
-    case DType::Float64: return real(flat.data<double>()[i]);
-    case DType::Int32: return std::to_string(flat.data<int32_t>()[i]);
-    case DType::Int64: return std::to_string(flat.data<int64_t>()[i]);
-    case DType::Bool: return flat.data<bool>()[i] ? "True" : "False";
-    case DType::String: return "b'" + flat.data<std::string>()[i] + "'";
-    case DType::Float16:
-    case DType::BFloat16: break;
-  }
-  return "?";
-}
-
-// NumPy's layout: nested brackets, elements separated by spaces, and past 1000 elements only the
-// first and last 3 of each longer dimension.
-void format_array(const Tensor& t, int dim, int64_t offset, bool summarize, std::string& out) {
-  const Shape& shape = t.shape();
-  const int64_t n = shape.dim(dim);
-  int64_t stride = 1;
-  for (int d = dim + 1; d < shape.rank(); ++d) stride *= shape.dim(d);
-  out += '[';
-  for (int64_t i = 0; i < n; ++i) {
-    if (summarize && n > 6 && i == 3) {
-      out += dim + 1 == shape.rank() ? "... " : "...\n" + std::string(static_cast<std::size_t>(dim) + 1, ' ');
-      i = n - 3;
-    }
-    if (dim + 1 == shape.rank()) {
-      out += format_element(t, offset + i * stride);  // a whole float as NumPy's "1."
-    } else {
-      format_array(t, dim + 1, offset + i * stride, summarize, out);
-    }
-    if (i + 1 == n) continue;
-    if (dim + 1 == shape.rank()) {
-      out += ' ';
-    } else {
-      out += '\n';
-      out.append(static_cast<std::size_t>(dim) + 1, ' ');
-    }
-  }
-  out += ']';
-}
-
-std::string format_tensor(const Tensor& t) {
-  if (t.dtype() == DType::Float16 || t.dtype() == DType::BFloat16) return t.debug_string();
-  if (t.shape().rank() == 0) {
-    std::string s = format_element(t, 0);
-    if (!s.empty() && s.back() == '.') s += '0';  // a float scalar prints as Python's float: "1.0"
-    return s;
-  }
-  if (t.num_elements() == 0) return "[]";
-  std::string out;
-  format_array(t, 0, 0, t.num_elements() > 1000, out);
-  return out;
-}
-
 class LoggingTensorHookImpl final : public train::SessionRunHook::Impl {
  public:
   LoggingTensorHookImpl(std::vector<Output> tensors, int every_n_iter)
@@ -315,7 +249,7 @@ class LoggingTensorHookImpl final : public train::SessionRunHook::Impl {
       std::string line;
       for (std::size_t i = 0; i < tags_.size(); ++i) {
         if (i) line += ", ";
-        line += tags_[i] + " = " + format_tensor(values.at(i));
+        line += tags_[i] + " = " + numpy_str(values.at(i));  // as TF prints the fetched value
       }
       if (elapsed.secs) line += fmt::format(" ({:.3f} sec)", *elapsed.secs);
       TESSERA_LOG(kInfo, "{}", line);

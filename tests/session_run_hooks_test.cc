@@ -445,13 +445,15 @@ TEST_F(HooksTest, LoggingTensorHookFormatsAsNumPy) {
   }
   auto lines = log.matching("f = ");
   ASSERT_EQ(lines.size(), 1u);
-  EXPECT_NE(lines[0].find("f = [[1. 2.5]\n"), std::string::npos) << lines[0];
-  EXPECT_NE(lines[0].find(" [-3. 4.]], one = 1.0, yes = True, word = b'hi'"), std::string::npos) << lines[0];
+  EXPECT_NE(lines[0].find("f = [[ 1.   2.5]\n"), std::string::npos) << lines[0];
+  EXPECT_NE(lines[0].find(" [-3.   4. ]], one = 1.0, yes = True, word = b'hi'"), std::string::npos) << lines[0];
 }
 
-// TF's hook prints NumPy values: a float32 with the shortest digits that read back as that
-// float32 ("0.64000005", not the widened double's "0.64000004529953"), a float64 as Python does.
-TEST_F(HooksTest, LoggingTensorHookPrintsEachFloatWithTheShortestDigitsOfItsType) {
+// TF's hook prints NumPy values: a float32 scalar with the shortest digits that read back as that
+// float32 ("0.64000005", not the widened double's "0.64000004529953"), a float64 as Python does;
+// an array in one notation for all its elements, to at most 8 decimals (numpy_format_test has
+// NumPy's other rules).
+TEST_F(HooksTest, LoggingTensorHookPrintsEachFloatAsNumPyPrintsItsType) {
   Graph g;
   auto f32 = ops::mul(ops::constant(g, 0.8f), ops::constant(g, 0.8f), "f32");
   auto f64 = ops::add(ops::constant(g, 0.1), ops::constant(g, 0.2), "f64");
@@ -465,7 +467,7 @@ TEST_F(HooksTest, LoggingTensorHookPrintsEachFloatWithTheShortestDigitsOfItsType
   auto lines = log.matching("f32 = ");
   ASSERT_EQ(lines.size(), 1u);
   EXPECT_NE(lines[0].find("tessera: f32 = 0.64000005, f64 = 0.30000000000000004, "
-                          "v32 = [0.1 1e-05 3e+38 16777216.], v64 = [0.1 0.3333333333333333]\n"),
+                          "v32 = [1.0000000e-01 9.9999997e-06 3.0000000e+38 1.6777216e+07], v64 = [0.1        0.33333333]\n"),
             std::string::npos)
       << lines[0];
 }

@@ -132,9 +132,9 @@ SessionRunHook CheckpointSaverHook(std::string dir, int save_secs = 0, int save_
 SessionRunHook NanTensorHook(Output loss, bool fail_on_nan_loss = true);
 // Logs "name = value, name = value (0.012 sec)" at info through tessera's log on the first run
 // and every `every_n_iter` runs after (> 0, else InvalidArgumentError). A name is the op's name
-// ("loss") for an op's first output, else the output's ("split:1"); values print as NumPy's
-// (scalars "1.0", "True", "b'text'"; arrays "[[1. 2.5]\n [3. 4.]]", without NumPy's column
-// padding; past 1000 elements the first and last 3 of each dimension).
+// ("loss") for an op's first output, else the output's ("split:1"); values print as TF's hook
+// prints them, NumPy's str() with suppress=True (scalars "1.0", "True", "b'text'"; arrays
+// "[[ 1.   2.5]\n [-3.   4. ]]", wrapped at 75 columns, past 1000 elements summarized).
 SessionRunHook LoggingTensorHook(std::vector<Output> tensors, int every_n_iter);
 // Logs "global_step/sec: <rate>" at info every `every_n_steps` global steps (> 0, else
 // InvalidArgumentError); with an `output_dir`, also writes it there as the scalar summary
