@@ -44,7 +44,7 @@ namespace tessera::internal {
 
 namespace {
 
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#if defined(__SANITIZE_ADDRESS__) || defined(TESSERA_TSAN)
 constexpr bool kSanitized = true;
 #else
 constexpr bool kSanitized = false;

@@ -213,7 +213,7 @@ namespace {
 constexpr std::size_t kHeader = Tensor::kAlignment;
 static_assert(sizeof(TensorBuffer) <= kHeader);
 
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#if defined(__SANITIZE_ADDRESS__) || defined(TESSERA_TSAN)
 constexpr bool kCacheSmallBuffers = false;  // let the sanitizers see every allocation
 #else
 constexpr bool kCacheSmallBuffers = true;

@@ -36,7 +36,7 @@ namespace {
 
 constexpr std::size_t kMiB = std::size_t{1} << 20;
 
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#if defined(__SANITIZE_ADDRESS__) || defined(TESSERA_TSAN)
 constexpr std::size_t kBlockAlignment = kHostBlockAlignment;  // sanitizer builds use aligned_alloc
 #else
 constexpr std::size_t kBlockAlignment = 2 * kMiB;
@@ -449,7 +449,7 @@ TEST(MallocTuningTest, MakingASessionAppliesThem) {
   EXPECT_EQ(mallinfo2().hblkhd, before.hblkhd) << "a 20 MiB block was mapped on its own";
   std::free(p);
 }
-#elif !defined(__GLIBC__) || defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#elif !defined(__GLIBC__) || defined(__SANITIZE_ADDRESS__) || defined(TESSERA_TSAN)
 TEST(MallocTuningTest, NotAppliedWithoutGlibcOrUnderASanitizer) {
   const MallocTuning t = decide_malloc_tuning(env_of({}));
   EXPECT_FALSE(t.applied);
@@ -479,7 +479,7 @@ TEST(RpcStreamUnitTest, SplitLeavesPlaceholdersAndChunksReferenceTheFrames) {
   EXPECT_EQ(frames[2].to_string(), "tail");
   ASSERT_EQ(s->descriptor.size(), 12u);
   ASSERT_EQ(s->chunks.size(), 3u);  // 1 MiB, 1 MiB, 5 bytes
-#if defined(__SANITIZE_THREAD__)
+#if defined(TESSERA_TSAN)
   // Under TSan the chunks reference a copy (frame_to_send in rpc_stream.cc).
   EXPECT_NE(s->chunks[0].data(), big.data());
 #else

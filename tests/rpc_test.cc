@@ -871,7 +871,7 @@ TEST(RpcTest, ARequestOfTooManyFramesIsRefusedNamingTheLimit) {
   EchoServer es(options);
   // 200,000 frames; fewer under ThreadSanitizer, where each of libzmq's frees (a suppressed race)
   // costs a suppression lookup and the full count takes minutes.
-#if defined(__SANITIZE_THREAD__)
+#if defined(TESSERA_TSAN)
   constexpr int kFrames = 500;
 #else
   constexpr int kFrames = 200000;
@@ -1517,7 +1517,7 @@ std::string pattern(std::size_t bytes, uint64_t seed) {
 TEST(RpcStreamTest, LargeFramesStreamAmongSmallCallsFromManyThreadsAndArriveIntact) {
   RpcServerOptions server_options;
   RpcChannelOptions channel_options;
-#if defined(__SANITIZE_THREAD__)
+#if defined(TESSERA_TSAN)
   // Under TSan one send() of a chunk by libzmq's I/O thread can take seconds (see below): long
   // enough for the ZMTP heartbeats to declare the peer dead and drop the connection, and, with
   // other tests running, for the server to see no chunk of a stream for its 30 s
@@ -1529,7 +1529,7 @@ TEST(RpcStreamTest, LargeFramesStreamAmongSmallCallsFromManyThreadsAndArriveInta
   auto server = start_or_die(echo, server_options);
   ASSERT_TRUE(server);
   RpcChannel channel(server->endpoint(), channel_options);
-#if defined(__SANITIZE_THREAD__)
+#if defined(TESSERA_TSAN)
   // libzmq's I/O thread send()s our frames' bytes, which TSan's send interceptor checks against
   // our writes it cannot see ordered (libzmq is not instrumented): each partial send of a chunk
   // costs it a suppressed race report and a search of the range. One call per thread, long

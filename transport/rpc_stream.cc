@@ -40,7 +40,7 @@ namespace tessera::internal {
 // sender went away mid-stream is dropped by the receiver: the channel when its call ends, the
 // server when no chunk came for a while (rpc_server.cc).
 
-#if defined(__SANITIZE_THREAD__)
+#if defined(TESSERA_TSAN)
 // ThreadSanitizer's dynamic annotations (its runtime defines them).
 extern "C" void AnnotateIgnoreReadsBegin(const char* file, int line);
 extern "C" void AnnotateIgnoreReadsEnd(const char* file, int line);
@@ -60,7 +60,7 @@ constexpr std::size_t kEntryBytes = 12;  // u32 index, u64 size
 // this copy is not checked; the assembly is the receiving thread's alone until it is handed on
 // under the channel's or the server's own synchronization, which TSan does check.
 void copy_chunk(void* dst, const void* src, std::size_t n) {
-#if defined(__SANITIZE_THREAD__)
+#if defined(TESSERA_TSAN)
   AnnotateIgnoreReadsBegin(__FILE__, __LINE__);
   AnnotateIgnoreWritesBegin(__FILE__, __LINE__);
   std::memcpy(dst, src, n);
@@ -103,7 +103,7 @@ void release_chunk(void* /*data*/, void* hint) {
 // history. Frames over 256 MiB, which no test sends, are not copied. Elsewhere the frame itself, no
 // copy.
 zmq::message_t frame_to_send(zmq::message_t frame) {
-#if defined(__SANITIZE_THREAD__)
+#if defined(TESSERA_TSAN)
   if (frame.size() > (std::size_t{256} << 20)) return frame;
   AnnotateIgnoreWritesBegin(__FILE__, __LINE__);
   zmq::message_t copy(frame.size());

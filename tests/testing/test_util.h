@@ -20,7 +20,7 @@
 // core/host_blocks.cc) apply and can be observed: glibc 2.33 or later (mallinfo2), no sanitizer
 // (they replace malloc).
 #if defined(__GLIBC__)
-#if __GLIBC_PREREQ(2, 33) && !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+#if __GLIBC_PREREQ(2, 33) && !defined(__SANITIZE_ADDRESS__) && !defined(TESSERA_TSAN)
 #define TESSERA_TEST_MALLOC_TUNING 1
 #endif
 #endif
