@@ -44,6 +44,16 @@ TESSERA_REGISTER_GRADIENT("Maximum", [](const GradContext& c) {
 TESSERA_REGISTER_GRADIENT("Minimum", [](const GradContext& c) {
   return select_grad(c, ops::less_equal(c.input(0), c.input(1)));
 });
+TESSERA_REGISTER_GRADIENT("Pow", [](const GradContext& c) {
+  const Output x = c.input(0);
+  const Output y = c.input(1);
+  const Output g = c.grad(0);
+  const Output gx = ops::mul(g, ops::mul(y, ops::pow(x, ops::sub(y, constant_like(y, 1.0)))));
+  // d(x^y)/dy = x^y log(x), taken as 0 where x <= 0 (TensorFlow's mask: no false singularity at 0).
+  const Output positive = ops::greater(x, ops::zeros_like(x));
+  const Output log_x = ops::where(positive, ops::log(ops::where(positive, x, ops::ones_like(x))), ops::zeros_like(x));
+  return both_reduced(c, gx, ops::mul(g, ops::mul(c.output(0), log_x)));
+});
 
 // ---- Elementwise unary ops ----
 
@@ -53,6 +63,10 @@ TESSERA_REGISTER_GRADIENT("Square", [](const GradContext& c) -> Grads {
 });
 TESSERA_REGISTER_GRADIENT("Exp", [](const GradContext& c) -> Grads { return {ops::mul(c.grad(0), c.output(0))}; });
 TESSERA_REGISTER_GRADIENT("Log", [](const GradContext& c) -> Grads { return {ops::div(c.grad(0), c.input(0))}; });
+TESSERA_REGISTER_GRADIENT("Sin", [](const GradContext& c) -> Grads { return {ops::mul(c.grad(0), ops::cos(c.input(0)))}; });
+TESSERA_REGISTER_GRADIENT("Cos", [](const GradContext& c) -> Grads {
+  return {ops::neg(ops::mul(c.grad(0), ops::sin(c.input(0))))};
+});
 TESSERA_REGISTER_GRADIENT("Identity", [](const GradContext& c) -> Grads { return {c.grad(0)}; });
 TESSERA_REGISTER_GRADIENT("Cast", [](const GradContext& c) -> Grads {
   const DType from = c.input(0).dtype();
@@ -192,6 +206,7 @@ TESSERA_REGISTER_GRADIENT("ReshapeToShapeOf", [](const GradContext& c) -> Grads 
 // ---- Ops no gradient passes through ----
 
 TESSERA_NOT_DIFFERENTIABLE("Const");
+TESSERA_NOT_DIFFERENTIABLE("Floor");  // TensorFlow's _FloorGrad returns None
 TESSERA_NOT_DIFFERENTIABLE("Placeholder");
 TESSERA_NOT_DIFFERENTIABLE("NoOp");
 TESSERA_NOT_DIFFERENTIABLE("RandomUniform");

@@ -119,9 +119,9 @@ Status cast_shape(ShapeContext& c) {
   return Status();
 }
 
-TESSERA_REGISTER_OPS(binary_shape, "Add", "Sub", "Mul", "Div", "Maximum", "Minimum");
+TESSERA_REGISTER_OPS(binary_shape, "Add", "Sub", "Mul", "Div", "Maximum", "Minimum", "Pow");
 TESSERA_REGISTER_OPS(numeric_unary_shape, "Neg", "Relu", "Square");
-TESSERA_REGISTER_OPS(floating_unary_shape, "Exp", "Log", "Sqrt", "Tanh", "Sigmoid");
+TESSERA_REGISTER_OPS(floating_unary_shape, "Exp", "Log", "Sqrt", "Tanh", "Sigmoid", "Floor", "Sin", "Cos");
 TESSERA_REGISTER_OP(OpDef{"MatMul", matmul_shape});
 TESSERA_REGISTER_OPS(reduction_shape, "Sum", "Mean", "Max", "Min", "Prod");
 TESSERA_REGISTER_OP(OpDef{"Cast", cast_shape});
@@ -179,6 +179,7 @@ Output maximum(Output a, Output b, std::string name) {
 Output minimum(Output a, Output b, std::string name) {
   return add_binary_op("minimum", "Minimum", a, b, std::move(name));
 }
+Output pow(Output x, Output y, std::string name) { return add_binary_op("pow", "Pow", x, y, std::move(name)); }
 
 Output neg(Output x, std::string name) { return unary("neg", "Neg", x, std::move(name)); }
 Output relu(Output x, std::string name) { return unary("relu", "Relu", x, std::move(name)); }
@@ -190,6 +191,9 @@ Output sigmoid(Output x, std::string name) {
   return unary("sigmoid", "Sigmoid", x, std::move(name));
 }
 Output square(Output x, std::string name) { return unary("square", "Square", x, std::move(name)); }
+Output floor(Output x, std::string name) { return unary("floor", "Floor", x, std::move(name)); }
+Output sin(Output x, std::string name) { return unary("sin", "Sin", x, std::move(name)); }
+Output cos(Output x, std::string name) { return unary("cos", "Cos", x, std::move(name)); }
 
 Output matmul(Output a, Output b, bool transpose_a, bool transpose_b, std::string name) {
   NodeSpec spec{"MatMul", std::move(name)};

@@ -38,7 +38,7 @@ const std::unordered_map<std::string_view, std::vector<AttrSpec>>& op_attr_schem
         // core/math_ops.cc
         {"Add", none}, {"Sub", none}, {"Mul", none}, {"Div", none}, {"Maximum", none}, {"Minimum", none},
         {"Neg", none}, {"Relu", none}, {"Square", none}, {"Exp", none}, {"Log", none}, {"Sqrt", none},
-        {"Tanh", none}, {"Sigmoid", none},
+        {"Tanh", none}, {"Sigmoid", none}, {"Pow", none}, {"Floor", none}, {"Sin", none}, {"Cos", none},
         {"MatMul", {{"transpose_a", kKind<bool>}, {"transpose_b", kKind<bool>}}},
         {"Sum", reduction}, {"Mean", reduction}, {"Max", reduction}, {"Min", reduction}, {"Prod", reduction},
         {"Cast", {dtype}},

@@ -1,11 +1,14 @@
 // CPU kernels for the elementwise ops: binary ops with NumPy broadcasting (Add, Sub, Mul, Div,
-// Maximum, Minimum) and unary ops (Neg, Relu, Square, Exp, Log, Sqrt, Tanh, Sigmoid).
+// Maximum, Minimum, Pow) and unary ops (Neg, Relu, Square, Exp, Log, Sqrt, Tanh, Sigmoid, Floor,
+// Sin, Cos).
 //
 // Every loop is a plain loop over restrict-qualified contiguous pointers, which -O3 vectorizes; a
 // broadcast is walked as rows of such loops (BroadcastPlan, core/broadcast.h). Integer semantics:
 // +, -, *, negation and squaring wrap around (two's complement) instead of being undefined on
 // overflow; division truncates toward zero as in C++ (-7 / 2 == -3), x / 0 fails the op with
-// InvalidArgument and MIN / -1 wraps to MIN. Maximum and Minimum return NaN when either input is.
+// InvalidArgument and MIN / -1 wraps to MIN; an integer Pow multiplies (wrapping around) and a
+// negative exponent fails it with InvalidArgument. Maximum and Minimum return NaN when either
+// input is.
 #include <cmath>
 #include <cstdint>
 #include <type_traits>
@@ -49,6 +52,22 @@ struct MaximumFn {
 };
 struct MinimumFn {
   template <class T> static T apply(T a, T b) { return (a < b || a != a) ? a : b; }
+};
+struct PowFn {
+  // Integer exponents are checked to be >= 0 before any element is computed (BinaryOp::run).
+  template <class T> static T apply(T a, T b) {
+    if constexpr (std::is_integral_v<T>) {
+      T result = 1;
+      for (T base = a; b > 0; b >>= 1) {  // square and multiply
+        if (b & 1) result = wrapping_mul(result, base);
+        if (b > 1) base = wrapping_mul(base, base);
+      }
+      return result;
+    } else {
+      using C = Accumulate<T>;  // float for the 16-bit floats
+      return static_cast<T>(std::pow(static_cast<C>(a), static_cast<C>(b)));
+    }
+  }
 };
 
 template <class Fn, class T>
@@ -97,13 +116,22 @@ class BinaryOp : public OpKernel {
   }
 
  private:
-  // Integer division by zero fails the op. With a non-empty output every element of b is used.
+  // Integer division by zero and an integer to a negative power fail the op. With a non-empty
+  // output every element of b is used.
   template <class T>
-  static bool check_divisor(OpKernelContext& ctx, const T* pb, int64_t nb) {
+  static bool check_b(OpKernelContext& ctx, const T* pb, int64_t nb) {
     if constexpr (std::is_same_v<Fn, DivFn> && std::is_integral_v<T>) {
       for (int64_t i = 0; i < nb; ++i) {
         if (pb[i] == 0) {
           ctx.fail(ErrorCode::kInvalidArgument, "integer division by zero");
+          return false;
+        }
+      }
+    }
+    if constexpr (std::is_same_v<Fn, PowFn> && std::is_integral_v<T>) {
+      for (int64_t i = 0; i < nb; ++i) {
+        if (pb[i] < 0) {
+          ctx.fail(ErrorCode::kInvalidArgument, "Integers to negative integer powers are not allowed");
           return false;
         }
       }
@@ -130,7 +158,7 @@ class BinaryOp : public OpKernel {
       // The pointers first: an input the output takes over reads as null afterwards.
       pa = a.data<T>();
       pb = b.data<T>();
-      if (!check_divisor<T>(ctx, pb, b.num_elements())) return;
+      if (!check_b<T>(ctx, pb, b.num_elements())) return;
       // Over an input of the output's shape that nobody reads again (Note [Forwarded inputs]).
       Tensor& out = scalar_a   ? ctx.forward_input_or_allocate_output({1}, 0, shape)
                     : scalar_b ? ctx.forward_input_or_allocate_output({0}, 0, shape)
@@ -161,7 +189,7 @@ class BinaryOp : public OpKernel {
     pa = a.data<T>();
     pb = b.data<T>();
     T* po = out.mutable_data<T>();
-    if (!check_divisor<T>(ctx, pb, b.num_elements())) return;
+    if (!check_b<T>(ctx, pb, b.num_elements())) return;
     switch (plan.kind()) {
       case BroadcastPlan::Kind::kSameShape: return same_shape_loop<Fn>(po, pa, pb, n);
       case BroadcastPlan::Kind::kScalarA: return scalar_a_loop<Fn>(po, pa[0], pb, n);
@@ -189,6 +217,7 @@ TESSERA_REGISTER_KERNEL("Mul", "CPU", BinaryOp<MulFn>);
 TESSERA_REGISTER_KERNEL("Div", "CPU", BinaryOp<DivFn>);
 TESSERA_REGISTER_KERNEL("Maximum", "CPU", BinaryOp<MaximumFn>);
 TESSERA_REGISTER_KERNEL("Minimum", "CPU", BinaryOp<MinimumFn>);
+TESSERA_REGISTER_KERNEL("Pow", "CPU", BinaryOp<PowFn>);
 
 // ---- Unary functors: apply(x); kFloatingOnly ops exist for the floating point dtypes only ----
 
@@ -219,6 +248,18 @@ struct SqrtFn {
 struct TanhFn {
   static constexpr bool kFloatingOnly = true;
   template <class T> static T apply(T x) { return std::tanh(x); }
+};
+struct FloorFn {
+  static constexpr bool kFloatingOnly = true;
+  template <class T> static T apply(T x) { return std::floor(x); }
+};
+struct SinFn {
+  static constexpr bool kFloatingOnly = true;
+  template <class T> static T apply(T x) { return std::sin(x); }
+};
+struct CosFn {
+  static constexpr bool kFloatingOnly = true;
+  template <class T> static T apply(T x) { return std::cos(x); }
 };
 struct SigmoidFn {
   static constexpr bool kFloatingOnly = true;
@@ -278,6 +319,9 @@ TESSERA_REGISTER_KERNEL("Log", "CPU", UnaryOp<LogFn>);
 TESSERA_REGISTER_KERNEL("Sqrt", "CPU", UnaryOp<SqrtFn>);
 TESSERA_REGISTER_KERNEL("Tanh", "CPU", UnaryOp<TanhFn>);
 TESSERA_REGISTER_KERNEL("Sigmoid", "CPU", UnaryOp<SigmoidFn>);
+TESSERA_REGISTER_KERNEL("Floor", "CPU", UnaryOp<FloorFn>);
+TESSERA_REGISTER_KERNEL("Sin", "CPU", UnaryOp<SinFn>);
+TESSERA_REGISTER_KERNEL("Cos", "CPU", UnaryOp<CosFn>);
 
 }  // namespace
 }  // namespace tessera::internal

@@ -230,7 +230,7 @@ TEST(KernelsTest, EveryMathOpHasACpuKernel) {
   for (const char* type :
        {"Add",    "Sub", "Mul",  "Div",           "Maximum",      "Minimum",      "Neg",    "Relu",
         "Square", "Exp", "Log",  "Sqrt",          "Tanh",         "Sigmoid",      "MatMul", "Sum",
-        "Mean",   "Max", "Cast", "RandomUniform", "RandomNormal", "RandomShuffle"}) {
+        "Mean",   "Max", "Cast", "RandomUniform", "RandomNormal", "RandomShuffle", "Pow", "Floor", "Sin", "Cos"}) {
     auto devices = OpRegistry::global().kernel_device_types(type);
     EXPECT_NE(std::find(devices.begin(), devices.end(), "CPU"), devices.end()) << type;
   }
@@ -393,6 +393,43 @@ TEST(KernelsTest, MaximumAndMinimumPropagateNaN) {
   }
 }
 
+// TensorFlow's Pow: floats as std::pow (fractional exponents of positive bases, 0^0 = 1, a
+// negative base to a fractional power NaN), with broadcasting; integers by repeated
+// multiplication, wrapping around, and a negative exponent fails the op.
+TEST(KernelsTest, PowOfFloatsAndIntegers) {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  for (DType dtype : {DType::Float32, DType::Float64}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    Graph g;
+    Tensor x = tensor_of(dtype, Shape{2, 3}, {2, 9, 0, -2, 0.5, 4});
+    Tensor y = tensor_of(dtype, Shape{3}, {3, 0.5, 0});
+    const bool f32 = dtype == DType::Float32;
+    auto in_dtype = [&](double v) { return f32 ? static_cast<double>(static_cast<float>(v)) : v; };
+    check_op(ops::pow(feed(g, x), feed(g, y)), {x, y}, Shape{2, 3},
+             {8, 3, 1, -8, in_dtype(std::pow(0.5, 0.5)), 1});
+    Tensor negative = tensor_of(dtype, Shape{2}, {-8, 4});
+    Tensor half = tensor_of(dtype, Shape{}, {0.5});
+    check_op(ops::pow(feed(g, negative), feed(g, half)), {negative, half}, Shape{2}, {nan, 2});
+  }
+  for (DType dtype : {DType::Int32, DType::Int64}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    Graph g;
+    Tensor x = tensor_of(dtype, Shape{6}, {2, -3, 0, 0, 7, -1});
+    Tensor y = tensor_of(dtype, Shape{6}, {10, 3, 0, 5, 1, 7});
+    Output p = ops::pow(feed(g, x), feed(g, y));
+    check_op(p, {x, y}, Shape{6}, {1024, -27, 1, 0, 7, -1});
+    check_op_fails(p, {x, tensor_of(dtype, Shape{6}, {1, 1, 1, -1, 1, 1})}, "negative integer powers");
+    Output by_scalar = ops::pow(feed(g, x), ops::placeholder(g, dtype, Shape{}));
+    check_op_fails(by_scalar, {x, tensor_of(dtype, Shape{}, {-2})}, "negative integer powers");
+  }
+  Graph g;
+  Tensor big = Tensor::vector<int32_t>({3, 2});
+  Tensor exponent = Tensor::vector<int32_t>({21, 31});
+  // 3^21 = 10460353203 and 2^31 wrap around in int32, as TensorFlow's integer Pow does.
+  expect_exact<int32_t>(ops::pow(feed(g, big), feed(g, exponent)), {big, exponent},
+                        {static_cast<int32_t>(static_cast<uint32_t>(10460353203ULL)), std::numeric_limits<int32_t>::min()});
+}
+
 // ---- Unary elementwise ops ----
 
 struct UnaryOpCase {
@@ -411,6 +448,9 @@ const UnaryOpCase kUnaryOps[] = {
     {"Sqrt", ops::sqrt, [](double x) { return std::sqrt(x); }, true, {0, 4}},
     {"Tanh", ops::tanh, [](double x) { return std::tanh(x); }, true, {-4, 4}},
     {"Sigmoid", ops::sigmoid, [](double x) { return 1 / (1 + std::exp(-x)); }, true, {-8, 8}},
+    {"Floor", ops::floor, [](double x) { return std::floor(x); }, true, {-4, 4}},
+    {"Sin", ops::sin, [](double x) { return std::sin(x); }, true, {-4, 4}},
+    {"Cos", ops::cos, [](double x) { return std::cos(x); }, true, {-4, 4}},
 };
 
 TEST(KernelsTest, UnaryOps) {

@@ -25,6 +25,7 @@ struct NamedBinary {
 const NamedBinary kBinaryOps[] = {
     {"Add", ops::add}, {"Sub", ops::sub},         {"Mul", ops::mul},
     {"Div", ops::div}, {"Maximum", ops::maximum}, {"Minimum", ops::minimum},
+    {"Pow", ops::pow},
 };
 
 struct NamedUnary {
@@ -35,7 +36,8 @@ struct NamedUnary {
 const NamedUnary kUnaryOps[] = {
     {"Neg", ops::neg, false},  {"Relu", ops::relu, false},      {"Square", ops::square, false},
     {"Exp", ops::exp, true},   {"Log", ops::log, true},         {"Sqrt", ops::sqrt, true},
-    {"Tanh", ops::tanh, true}, {"Sigmoid", ops::sigmoid, true},
+    {"Tanh", ops::tanh, true}, {"Sigmoid", ops::sigmoid, true}, {"Floor", ops::floor, true},
+    {"Sin", ops::sin, true},   {"Cos", ops::cos, true},
 };
 
 // The message of the InvalidArgumentError `build` raises ("" and a test failure when none).
@@ -304,7 +306,7 @@ TEST(ShapeInferenceTest, OnlyRandomOpsAreStateful) {
   }
   for (const char* type :
        {"Add", "Sub", "Mul", "Div", "Maximum", "Minimum", "Neg", "Relu", "Square", "Exp", "Log",
-        "Sqrt", "Tanh", "Sigmoid", "MatMul", "Sum", "Mean", "Max", "Cast"}) {
+        "Sqrt", "Tanh", "Sigmoid", "MatMul", "Sum", "Mean", "Max", "Cast", "Pow", "Floor", "Sin", "Cos"}) {
     ASSERT_NE(registry.find_op(type), nullptr) << type;
     EXPECT_FALSE(registry.find_op(type)->stateful) << type;
   }

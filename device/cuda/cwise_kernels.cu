@@ -271,6 +271,24 @@ struct SigmoidFn {
   // exp(-x) overflows to inf for very negative x, giving exactly 0: no NaN from inf / inf.
   template <class T> __device__ static T apply(T x) { return T{1} / (T{1} + ExpFn::apply(-x)); }
 };
+struct FloorFn {
+  static constexpr bool kFloatingOnly = true;
+  template <class T> __device__ static T apply(T x) {
+    if constexpr (std::is_same_v<T, float>) return floorf(x); else return floor(x);
+  }
+};
+struct SinFn {
+  static constexpr bool kFloatingOnly = true;
+  template <class T> __device__ static T apply(T x) {
+    if constexpr (std::is_same_v<T, float>) return sinf(x); else return sin(x);
+  }
+};
+struct CosFn {
+  static constexpr bool kFloatingOnly = true;
+  template <class T> __device__ static T apply(T x) {
+    if constexpr (std::is_same_v<T, float>) return cosf(x); else return cos(x);
+  }
+};
 
 // Fn on a stored value, computed and stored as apply_binary does.
 template <class Fn, class T>
@@ -343,6 +361,9 @@ cudaError_t launch_unary(UnaryKind op, Elem elem, const void* x, void* out, int6
     case UnaryKind::kSqrt: return unary<SqrtFn>(elem, x, out, n, stream);
     case UnaryKind::kTanh: return unary<TanhFn>(elem, x, out, n, stream);
     case UnaryKind::kSigmoid: return unary<SigmoidFn>(elem, x, out, n, stream);
+    case UnaryKind::kFloor: return unary<FloorFn>(elem, x, out, n, stream);
+    case UnaryKind::kSin: return unary<SinFn>(elem, x, out, n, stream);
+    case UnaryKind::kCos: return unary<CosFn>(elem, x, out, n, stream);
   }
   return cudaErrorInvalidValue;
 }

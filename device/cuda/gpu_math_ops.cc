@@ -1,5 +1,5 @@
 // GPU kernels (device type "GPU") of the math ops: Add Sub Mul Div Maximum Minimum, Neg Relu
-// Square Exp Log Sqrt Tanh Sigmoid, Cast, MatMul, Sum Mean Max Min Prod, RandomUniform RandomNormal. Each
+// Square Exp Log Sqrt Tanh Sigmoid Floor Sin Cos, Cast, MatMul, Sum Mean Max Min Prod, RandomUniform RandomNormal. Each
 // checks its inputs as its CPU kernel does (kernels/*.cc, same messages), then launches the CUDA
 // kernels of gpu_launch.h or cuBLAS (Note [GPU kernels] in gpu_op_kernel.cc).
 #include <atomic>
@@ -442,6 +442,9 @@ using LogGpuOp = StatelessGpuOp<unary_gpu<UnaryKind::kLog, true>>;
 using SqrtGpuOp = StatelessGpuOp<unary_gpu<UnaryKind::kSqrt, true>>;
 using TanhGpuOp = StatelessGpuOp<unary_gpu<UnaryKind::kTanh, true>>;
 using SigmoidGpuOp = StatelessGpuOp<unary_gpu<UnaryKind::kSigmoid, true>>;
+using FloorGpuOp = StatelessGpuOp<unary_gpu<UnaryKind::kFloor, true>>;
+using SinGpuOp = StatelessGpuOp<unary_gpu<UnaryKind::kSin, true>>;
+using CosGpuOp = StatelessGpuOp<unary_gpu<UnaryKind::kCos, true>>;
 
 TESSERA_REGISTER_KERNEL("Add", "GPU", StatelessGpuOp<binary_gpu<BinaryKind::kAdd>>);
 TESSERA_REGISTER_KERNEL("Sub", "GPU", StatelessGpuOp<binary_gpu<BinaryKind::kSub>>);
@@ -457,6 +460,9 @@ TESSERA_REGISTER_KERNEL("Log", "GPU", LogGpuOp);
 TESSERA_REGISTER_KERNEL("Sqrt", "GPU", SqrtGpuOp);
 TESSERA_REGISTER_KERNEL("Tanh", "GPU", TanhGpuOp);
 TESSERA_REGISTER_KERNEL("Sigmoid", "GPU", SigmoidGpuOp);
+TESSERA_REGISTER_KERNEL("Floor", "GPU", FloorGpuOp);
+TESSERA_REGISTER_KERNEL("Sin", "GPU", SinGpuOp);
+TESSERA_REGISTER_KERNEL("Cos", "GPU", CosGpuOp);
 TESSERA_REGISTER_KERNEL("Cast", "GPU", CastGpuOp);
 TESSERA_REGISTER_KERNEL("MatMul", "GPU", MatMulGpuOp);
 TESSERA_REGISTER_KERNEL("Sum", "GPU", ReductionGpuOp<ReduceKind::kSum>);

@@ -36,6 +36,9 @@ Output mul(Output a, Output b, std::string name = "");
 Output div(Output a, Output b, std::string name = "");  // integers: rounded down (TF1's tf.div); /0 raises
 Output maximum(Output a, Output b, std::string name = "");
 Output minimum(Output a, Output b, std::string name = "");
+// x to the power y. Integers: by repeated multiplication (wrapping around), and a negative exponent
+// fails the op with InvalidArgumentError, as TensorFlow's Pow.
+Output pow(Output x, Output y, std::string name = "");
 
 // Unary elementwise ops.
 Output neg(Output x, std::string name = "");
@@ -46,6 +49,30 @@ Output sqrt(Output x, std::string name = "");     // floating point only
 Output tanh(Output x, std::string name = "");     // floating point only
 Output sigmoid(Output x, std::string name = "");  // floating point only
 Output square(Output x, std::string name = "");
+Output floor(Output x, std::string name = "");    // floating point only; no gradient flows through it
+Output sin(Output x, std::string name = "");      // floating point only
+Output cos(Output x, std::string name = "");      // floating point only
+
+// Clipping, as TensorFlow's clip_ops, built from the ops above (gradients flow through them).
+// Bounds and norms of another dtype than t's are cast to it; scalars are constants of t's dtype.
+// t with each element clipped to [clip_value_min, clip_value_max], which broadcast to t's shape (a
+// bound that would make the result larger than t is an InvalidArgumentError).
+Output clip_by_value(Output t, Output clip_value_min, Output clip_value_max, std::string name = "");
+Output clip_by_value(Output t, double clip_value_min, double clip_value_max, std::string name = "");
+// t * clip_norm / max(l2 norm of t over `axes` (empty = all), clip_norm): t while its norm is at
+// most clip_norm (a negative clip_norm counts as 0).
+Output clip_by_norm(Output t, Output clip_norm, std::vector<int> axes = {}, std::string name = "");
+Output clip_by_norm(Output t, double clip_norm, std::vector<int> axes = {}, std::string name = "");
+// sqrt(sum of the squares of every element of every tensor), a scalar; null entries are skipped.
+// The tensors share one floating point dtype; none at all is an InvalidArgumentError.
+Output global_norm(const std::vector<Output>& t_list, std::string name = "");
+// Each t * clip_norm / max(global norm, clip_norm), null entries kept null, and the global norm
+// (`use_norm` when given, else global_norm(t_list)); a norm that is inf or NaN makes every element
+// NaN, as TensorFlow's. The usual gradient clipping: clip_by_global_norm(grads, 5.0).first.
+std::pair<std::vector<Output>, Output> clip_by_global_norm(const std::vector<Output>& t_list, Output clip_norm,
+                                                           Output use_norm = Output(), std::string name = "");
+std::pair<std::vector<Output>, Output> clip_by_global_norm(const std::vector<Output>& t_list, double clip_norm,
+                                                           Output use_norm = Output(), std::string name = "");
 
 // Rank-2 matrix product; float32/float64 go through BLAS.
 Output matmul(Output a, Output b, bool transpose_a = false, bool transpose_b = false,

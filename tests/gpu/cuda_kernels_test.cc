@@ -159,7 +159,8 @@ struct UnaryOpCase {
 const UnaryOpCase kUnaryOps[] = {
     {"Neg", ops::neg, false, {-2, 2}},   {"Relu", ops::relu, false, {-2, 2}},     {"Square", ops::square, false, {-2, 2}},
     {"Exp", ops::exp, true, {-3, 3}},    {"Log", ops::log, true, {0.01, 4}},      {"Sqrt", ops::sqrt, true, {0, 4}},
-    {"Tanh", ops::tanh, true, {-4, 4}},  {"Sigmoid", ops::sigmoid, true, {-8, 8}},
+    {"Tanh", ops::tanh, true, {-4, 4}},  {"Sigmoid", ops::sigmoid, true, {-8, 8}},   {"Floor", ops::floor, true, {-4, 4}},
+    {"Sin", ops::sin, true, {-4, 4}},    {"Cos", ops::cos, true, {-4, 4}},
 };
 
 TEST_F(CudaKernelsTest, UnaryOps) {

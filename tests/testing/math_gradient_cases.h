@@ -18,7 +18,8 @@ inline const std::vector<std::string> kMathGradientOps = {
     "Square",  "Exp",        "Log",          "Identity",     "Cast",         "AddN",      "MatMul",
     "Sum",     "Mean",       "Max",          "Min",          "SumToShapeOf", "ReshapeToShapeOf",
     "Reshape", "ExpandDims", "Squeeze",      "Transpose",    "ConcatV2",     "Split",     "Slice",
-    "Pad",     "Tile",       "SelectV2",     "Prod",         "Cumsum",       "Cumprod"};
+    "Pad",     "Tile",       "SelectV2",     "Prod",         "Cumsum",       "Cumprod",      "Pow",
+    "Sin",     "Cos"};
 
 class GradientCheckTest : public GradientCaseTest {
  protected:
@@ -60,10 +61,46 @@ TEST_P(GradientCheckTest, UnaryOps) {
     EXPECT_LT(random_error({{2, 3}}, [&](auto x) { return op(x[0], ""); }), kTolerance);
   }
   EXPECT_LT(error({random_f64({2, 3}, 3, 0.5, 2.0)}, [](auto x) { return ops::log(x[0]); }), kTolerance);
+  EXPECT_LT(random_error({{2, 3}}, [](auto x) { return ops::sin(x[0]); }), kTolerance);
+  EXPECT_LT(random_error({{2, 3}}, [](auto x) { return ops::cos(x[0]); }), kTolerance);
   EXPECT_LT(random_error({{3}}, [](auto x) { return ops::cast(ops::cast(x[0], DType::Float32), DType::Float64); }), 1e-3)
       << "through float32";
   EXPECT_LT(random_error({{2}, {2}, {2}}, [](auto x) { return ops::add_n({x[0], ops::square(x[1]), x[2], x[0]}); }),
             kTolerance);
+}
+
+// Pow's gradient for both inputs, broadcast (positive bases: d/dy is x^y log x), and TensorFlow's
+// mask: at a base of 0 the exponent's gradient is 0, not NaN.
+TEST_P(GradientCheckTest, Pow) {
+  using math_gradient_cases::kTolerance;
+  EXPECT_LT(error({random_f64({2, 3}, 5, 0.5, 2.0), random_f64({3}, 6, -2.0, 2.0)},
+                  [](auto x) { return ops::pow(x[0], x[1]); }),
+            kTolerance);
+  EXPECT_LT(error({random_f64({4}, 7, -2.0, 2.0), tensor_of(DType::Float64, Shape{}, {3})},
+                  [](auto x) { return ops::pow(x[0], x[1]); }),
+            kTolerance)
+      << "negative bases, integral exponent";
+  Graph g;
+  Output x = ops::constant(g, Tensor::vector<double>({0.0, 2.0}));
+  Output y = ops::constant(g, Tensor::vector<double>({2.0, 3.0}));
+  std::vector<Output> grads = gradients({ops::reduce_sum(ops::pow(x, y))}, {x, y});
+  Session s(g);
+  const std::vector<Tensor> got = s.run({grads[0], grads[1]});
+  EXPECT_EQ(got[0].to_vector<double>(), (std::vector<double>{0.0, 12.0}));
+  EXPECT_EQ(got[1].to_vector<double>()[0], 0.0) << "0^y: no log(0)";
+  EXPECT_NEAR(got[1].to_vector<double>()[1], 8 * std::log(2.0), 1e-12);
+}
+
+// TensorFlow's Floor passes no gradient: an x reached only through it gets none.
+TEST_P(GradientCheckTest, FloorPassesNoGradient) {
+  Graph g;
+  Output x = ops::placeholder(g, DType::Float64, Shape{2});
+  std::vector<Output> grads = gradients({ops::reduce_sum(ops::floor(x))}, {x});
+  ASSERT_EQ(grads.size(), 1u);
+  EXPECT_TRUE(grads[0].is_null());
+  std::vector<Output> mixed = gradients({ops::reduce_sum(ops::add(ops::floor(x), x))}, {x});
+  Session s(g);
+  EXPECT_EQ(s.run(mixed[0], {{x, Tensor::vector<double>({0.5, -1.5})}}).to_vector<double>(), (std::vector<double>{1, 1}));
 }
 
 TEST_P(GradientCheckTest, MatMulInEveryTransposition) {
