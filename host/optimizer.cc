@@ -33,6 +33,13 @@ std::vector<std::pair<Output, Variable>> Optimizer::Rule::compute_gradients(Outp
 
 namespace {
 
+// A learning rate: a number, or (when `tensor` is not null) a floating point scalar the graph
+// computes each step, such as a schedule of tessera/learning_rate_decay.h.
+struct LearningRate {
+  float value = 0;
+  Output tensor;
+};
+
 // The optimizers of TensorFlow 1's optimizer.py: apply_gradients checks the pairs, makes what the
 // updates need (prepare), one update op per variable (apply_dense), what runs after them (finish),
 // and the global step's increment.
@@ -91,6 +98,12 @@ class UpdateRule : public Optimizer::Rule {
   static Output hyper(const Variable& var, double value) {
     return ops::constant(var.op().graph(), scalar_of(var.dtype(), value));
   }
+  // The learning rate in var's dtype: a tensor is cast to it, as TF1's _prepare casts
+  // _learning_rate_tensor to each variable's dtype.
+  static Output hyper(const Variable& var, const LearningRate& lr) {
+    if (lr.tensor.is_null()) return hyper(var, lr.value);
+    return lr.tensor.dtype() == var.dtype() ? lr.tensor : ops::cast(lr.tensor, var.dtype());
+  }
 
   const bool use_locking;
   const std::vector<std::string> slot_names;
@@ -106,18 +119,18 @@ using internal::apply_rms_prop;
 
 class GradientDescentRule final : public UpdateRule {
  public:
-  GradientDescentRule(float lr, bool locking) : UpdateRule("GradientDescent", locking, {}), lr_(lr) {}
+  GradientDescentRule(LearningRate lr, bool locking) : UpdateRule("GradientDescent", locking, {}), lr_(lr) {}
   Output apply_dense(const Output& grad, const Variable& var) override {
     return apply_gradient_descent(var, hyper(var, lr_), grad, use_locking);
   }
 
  private:
-  const float lr_;
+  const LearningRate lr_;
 };
 
 class MomentumRule final : public UpdateRule {
  public:
-  MomentumRule(float lr, float momentum, bool locking, bool nesterov)
+  MomentumRule(LearningRate lr, float momentum, bool locking, bool nesterov)
       : UpdateRule("Momentum", locking, {"momentum"}), lr_(lr), momentum_(momentum), nesterov_(nesterov) {}
   void prepare(Graph&, const std::vector<Variable>& vars) override {
     for (const Variable& v : vars) make_slot(v, "momentum", 0.0, name);
@@ -128,7 +141,7 @@ class MomentumRule final : public UpdateRule {
   }
 
  private:
-  const float lr_;
+  const LearningRate lr_;
   const float momentum_;
   const bool nesterov_;
 };
@@ -137,7 +150,7 @@ class MomentumRule final : public UpdateRule {
 // (colocated with the first variable) that every update reads and finish() decays.
 class AdamRule final : public UpdateRule {
  public:
-  AdamRule(float lr, float beta1, float beta2, float epsilon)
+  AdamRule(LearningRate lr, float beta1, float beta2, float epsilon)
       : UpdateRule("Adam", false, {"m", "v"}), lr_(lr), beta1_(beta1), beta2_(beta2), epsilon_(epsilon) {}
   void prepare(Graph& g, const std::vector<Variable>& vars) override {
     for (const Variable& v : vars) {
@@ -172,7 +185,7 @@ class AdamRule final : public UpdateRule {
   }
 
  private:
-  const float lr_;
+  const LearningRate lr_;
   const float beta1_;
   const float beta2_;
   const float epsilon_;
@@ -182,7 +195,7 @@ class AdamRule final : public UpdateRule {
 
 class AdagradRule final : public UpdateRule {
  public:
-  AdagradRule(float lr, float initial) : UpdateRule("Adagrad", false, {"accumulator"}), lr_(lr), initial_(initial) {}
+  AdagradRule(LearningRate lr, float initial) : UpdateRule("Adagrad", false, {"accumulator"}), lr_(lr), initial_(initial) {}
   void prepare(Graph&, const std::vector<Variable>& vars) override {
     for (const Variable& v : vars) make_slot(v, "accumulator", initial_, name);
   }
@@ -191,14 +204,14 @@ class AdagradRule final : public UpdateRule {
   }
 
  private:
-  const float lr_;
+  const LearningRate lr_;
   const float initial_;
 };
 
 // TF1's RMSProp (not centered): rms starts at ones, momentum at zeros.
 class RMSPropRule final : public UpdateRule {
  public:
-  RMSPropRule(float lr, float decay, float momentum, float epsilon)
+  RMSPropRule(LearningRate lr, float decay, float momentum, float epsilon)
       : UpdateRule("RMSProp", false, {"rms", "momentum"}), lr_(lr), decay_(decay), momentum_(momentum), epsilon_(epsilon) {}
   void prepare(Graph&, const std::vector<Variable>& vars) override {
     for (const Variable& v : vars) {
@@ -212,7 +225,7 @@ class RMSPropRule final : public UpdateRule {
   }
 
  private:
-  const float lr_;
+  const LearningRate lr_;
   const float decay_;
   const float momentum_;
   const float epsilon_;
@@ -223,6 +236,26 @@ void check_hyper(const char* optimizer, const char* what, float value, bool posi
     throw InvalidArgumentError(fmt::format("{}: {} must be {}, got {}", optimizer, what,
                                            positive ? "positive" : "non-negative", value));
   }
+}
+
+LearningRate rate(const char* optimizer, float value) {
+  check_hyper(optimizer, "learning_rate", value, false);
+  return LearningRate{value, Output()};
+}
+
+// A learning rate tensor: a floating point scalar (its value is the graph's business, as in TF1).
+LearningRate rate(const char* optimizer, const Output& tensor) {
+  if (tensor.is_null()) throw InvalidArgumentError(fmt::format("{}: learning_rate is a null tensor", optimizer));
+  if (!dtype_is_floating(tensor.dtype())) {
+    throw InvalidArgumentError(fmt::format("{}: learning_rate {} is {}, not a floating point tensor", optimizer,
+                                           tensor.name(), dtype_name(tensor.dtype())));
+  }
+  const Shape shape = tensor.shape();
+  if (!shape.unknown_rank() && shape.rank() != 0) {
+    throw InvalidArgumentError(fmt::format("{}: learning_rate {} must be a scalar, got shape {}", optimizer,
+                                           tensor.name(), shape.to_string()));
+  }
+  return LearningRate{0, tensor};
 }
 
 Operation UpdateRule::apply_gradients(std::vector<std::pair<Output, Variable>> grads_and_vars,
@@ -295,31 +328,52 @@ Operation Optimizer::minimize(Output loss, std::optional<Variable> global_step, 
 }
 
 GradientDescentOptimizer::GradientDescentOptimizer(float learning_rate, bool use_locking)
-    : Optimizer((check_hyper("GradientDescentOptimizer", "learning_rate", learning_rate, false),
-                 std::make_shared<GradientDescentRule>(learning_rate, use_locking))) {}
+    : Optimizer(std::make_shared<GradientDescentRule>(rate("GradientDescentOptimizer", learning_rate), use_locking)) {}
+GradientDescentOptimizer::GradientDescentOptimizer(Output learning_rate, bool use_locking)
+    : Optimizer(std::make_shared<GradientDescentRule>(rate("GradientDescentOptimizer", learning_rate), use_locking)) {}
+
+namespace {
+std::shared_ptr<Optimizer::Rule> momentum_rule(LearningRate lr, float momentum, bool use_locking, bool use_nesterov) {
+  check_hyper("MomentumOptimizer", "momentum", momentum, false);
+  return std::make_shared<MomentumRule>(std::move(lr), momentum, use_locking, use_nesterov);
+}
+std::shared_ptr<Optimizer::Rule> adam_rule(LearningRate lr, float beta1, float beta2, float epsilon) {
+  check_hyper("AdamOptimizer", "beta1", beta1, false);
+  check_hyper("AdamOptimizer", "beta2", beta2, false);
+  check_hyper("AdamOptimizer", "epsilon", epsilon, false);
+  return std::make_shared<AdamRule>(std::move(lr), beta1, beta2, epsilon);
+}
+std::shared_ptr<Optimizer::Rule> adagrad_rule(LearningRate lr, float initial_accumulator_value) {
+  check_hyper("AdagradOptimizer", "initial_accumulator_value", initial_accumulator_value, true);
+  return std::make_shared<AdagradRule>(std::move(lr), initial_accumulator_value);
+}
+std::shared_ptr<Optimizer::Rule> rms_prop_rule(LearningRate lr, float decay, float momentum, float epsilon) {
+  check_hyper("RMSPropOptimizer", "decay", decay, false);
+  check_hyper("RMSPropOptimizer", "momentum", momentum, false);
+  check_hyper("RMSPropOptimizer", "epsilon", epsilon, false);
+  return std::make_shared<RMSPropRule>(std::move(lr), decay, momentum, epsilon);
+}
+}  // namespace
 
 MomentumOptimizer::MomentumOptimizer(float learning_rate, float momentum, bool use_locking, bool use_nesterov)
-    : Optimizer((check_hyper("MomentumOptimizer", "learning_rate", learning_rate, false),
-                 check_hyper("MomentumOptimizer", "momentum", momentum, false),
-                 std::make_shared<MomentumRule>(learning_rate, momentum, use_locking, use_nesterov))) {}
+    : Optimizer(momentum_rule(rate("MomentumOptimizer", learning_rate), momentum, use_locking, use_nesterov)) {}
+MomentumOptimizer::MomentumOptimizer(Output learning_rate, float momentum, bool use_locking, bool use_nesterov)
+    : Optimizer(momentum_rule(rate("MomentumOptimizer", learning_rate), momentum, use_locking, use_nesterov)) {}
 
 AdamOptimizer::AdamOptimizer(float learning_rate, float beta1, float beta2, float epsilon)
-    : Optimizer((check_hyper("AdamOptimizer", "learning_rate", learning_rate, false),
-                 check_hyper("AdamOptimizer", "beta1", beta1, false), check_hyper("AdamOptimizer", "beta2", beta2, false),
-                 check_hyper("AdamOptimizer", "epsilon", epsilon, false),
-                 std::make_shared<AdamRule>(learning_rate, beta1, beta2, epsilon))) {}
+    : Optimizer(adam_rule(rate("AdamOptimizer", learning_rate), beta1, beta2, epsilon)) {}
+AdamOptimizer::AdamOptimizer(Output learning_rate, float beta1, float beta2, float epsilon)
+    : Optimizer(adam_rule(rate("AdamOptimizer", learning_rate), beta1, beta2, epsilon)) {}
 
 AdagradOptimizer::AdagradOptimizer(float learning_rate, float initial_accumulator_value)
-    : Optimizer((check_hyper("AdagradOptimizer", "learning_rate", learning_rate, false),
-                 check_hyper("AdagradOptimizer", "initial_accumulator_value", initial_accumulator_value, true),
-                 std::make_shared<AdagradRule>(learning_rate, initial_accumulator_value))) {}
+    : Optimizer(adagrad_rule(rate("AdagradOptimizer", learning_rate), initial_accumulator_value)) {}
+AdagradOptimizer::AdagradOptimizer(Output learning_rate, float initial_accumulator_value)
+    : Optimizer(adagrad_rule(rate("AdagradOptimizer", learning_rate), initial_accumulator_value)) {}
 
 RMSPropOptimizer::RMSPropOptimizer(float learning_rate, float decay, float momentum, float epsilon)
-    : Optimizer((check_hyper("RMSPropOptimizer", "learning_rate", learning_rate, false),
-                 check_hyper("RMSPropOptimizer", "decay", decay, false),
-                 check_hyper("RMSPropOptimizer", "momentum", momentum, false),
-                 check_hyper("RMSPropOptimizer", "epsilon", epsilon, false),
-                 std::make_shared<RMSPropRule>(learning_rate, decay, momentum, epsilon))) {}
+    : Optimizer(rms_prop_rule(rate("RMSPropOptimizer", learning_rate), decay, momentum, epsilon)) {}
+RMSPropOptimizer::RMSPropOptimizer(Output learning_rate, float decay, float momentum, float epsilon)
+    : Optimizer(rms_prop_rule(rate("RMSPropOptimizer", learning_rate), decay, momentum, epsilon)) {}
 
 Variable get_or_create_global_step(Graph& g) {
   for (Variable& v : global_variables(g)) {

@@ -486,5 +486,35 @@ TEST(ReplicaDeviceSetterClusterTest, MinimizeOverTwoPsTasksTrainsAndKeepsEachVar
   EXPECT_THAT(loss.op().assigned_device(), StartsWith("/job:worker/replica:0/task:0/"));
 }
 
+// A learning-rate schedule on a cluster: the global step lives on the ps, the schedule's ops on
+// the worker (the device setter puts them there), and each step's update reads the rate of the
+// step before the increment: exponential_decay(1, step, 2, 0.5, staircase) gives 1, 1, 0.5, 0.5,
+// 0.25, 0.25, so w (gradient 1) ends at -3.5 after six steps.
+TEST(ReplicaDeviceSetterClusterTest, ALearningRateScheduleReadsTheGlobalStepOnThePs) {
+  ClusterSpec cluster({{"ps", {train::free_loopback_address()}}, {"worker", {train::free_loopback_address()}}});
+  train::Server ps(cluster, "ps", 0);
+  train::Server worker(cluster, "worker", 0);
+  Graph g;
+  Variable w;
+  Variable step;
+  Output lr;
+  Operation train_op;
+  {
+    auto setter = g.device(replica_device_setter(cluster, "/job:worker/task:0"));
+    step = train::get_or_create_global_step(g);
+    w = Variable(g, Tensor::scalar(0.0f), "w");
+    lr = train::exponential_decay(1.0f, step, 2, 0.5f, /*staircase=*/true);
+    train_op = train::GradientDescentOptimizer(lr).minimize(ops::mul(w.value(), ops::constant(g, 1.0f)), step);
+  }
+  Session s(g, worker.target());
+  s.run(global_variables_initializer(g));
+  for (int i = 0; i < 6; ++i) s.run(train_op);
+  EXPECT_EQ(s.run(step.value()).scalar<int64_t>(), 6);
+  EXPECT_EQ(s.run(w.value()).scalar<float>(), -3.5f);
+  EXPECT_FLOAT_EQ(s.run(lr).scalar<float>(), 0.125f);
+  EXPECT_THAT(step.op().assigned_device(), StartsWith("/job:ps/replica:0/task:0/"));
+  EXPECT_THAT(lr.op().assigned_device(), StartsWith("/job:worker/replica:0/task:0/"));
+}
+
 }  // namespace
 }  // namespace tessera

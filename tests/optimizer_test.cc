@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -335,6 +336,99 @@ TEST_P(OptimizerTest, ACopyKeepsTheUpdateRuleAndSharesSlots) {
   s.run(global_variables_initializer(t.g));
   s.run(update);
   EXPECT_THAT(t.v0(s), NearVector(std::vector<double>{0.8, 1.8}, 1e-6));
+}
+
+// ---- A learning rate computed by the graph (TF's testTensorLearningRate cases) ----
+
+// gradient_descent_test.py's testTensorLearningRate: the same update as the float 3.0.
+TEST_P(OptimizerTest, GradientDescentTensorLearningRate) {
+  TwoVars<float> t(GetParam());
+  auto update = t.apply(train::GradientDescentOptimizer(ops::constant(t.g, 3.0f)));
+  Session s(t.g);
+  s.run(global_variables_initializer(t.g));
+  s.run(update);
+  EXPECT_THAT(t.v0(s), NearVector(std::vector<double>{1 - 3 * 0.1, 2 - 3 * 0.1}, 1e-6));
+  EXPECT_THAT(t.v1(s), NearVector(std::vector<double>{3 - 3 * 0.01, 4 - 3 * 0.01}, 1e-6));
+}
+
+// Every optimizer: a constant tensor gives the updates of the same float, bit for bit, over three
+// steps (the float64 variables read a float32 tensor, cast as TF1 casts it).
+template <class T>
+void tensor_rate_matches_float(const std::string& device) {
+  using Make = std::function<train::Optimizer(std::optional<Output>)>;
+  const std::vector<std::pair<std::string, Make>> optimizers = {
+      {"GradientDescent", [](std::optional<Output> lr) {
+         return lr ? train::GradientDescentOptimizer(*lr) : train::GradientDescentOptimizer(0.25f);
+       }},
+      {"Momentum", [](std::optional<Output> lr) {
+         return lr ? train::MomentumOptimizer(*lr, 0.9f) : train::MomentumOptimizer(0.25f, 0.9f);
+       }},
+      {"Adam", [](std::optional<Output> lr) { return lr ? train::AdamOptimizer(*lr) : train::AdamOptimizer(0.25f); }},
+      {"Adagrad", [](std::optional<Output> lr) {
+         return lr ? train::AdagradOptimizer(*lr) : train::AdagradOptimizer(0.25f);
+       }},
+      {"RMSProp", [](std::optional<Output> lr) {
+         return lr ? train::RMSPropOptimizer(*lr, 0.9f, 0.5f) : train::RMSPropOptimizer(0.25f, 0.9f, 0.5f);
+       }},
+  };
+  for (const auto& [name, make] : optimizers) {
+    SCOPED_TRACE(name);
+    TwoVars<T> by_float(device);
+    TwoVars<T> by_tensor(device);
+    auto float_update = by_float.apply(make(std::nullopt));
+    auto tensor_update = by_tensor.apply(make(ops::constant(by_tensor.g, 0.25f)));
+    Session a(by_float.g);
+    Session b(by_tensor.g);
+    a.run(global_variables_initializer(by_float.g));
+    b.run(global_variables_initializer(by_tensor.g));
+    for (int i = 0; i < 3; ++i) {
+      a.run(float_update);
+      b.run(tensor_update);
+    }
+    EXPECT_EQ(by_tensor.v0(b), by_float.v0(a));
+    EXPECT_EQ(by_tensor.v1(b), by_float.v1(a));
+    EXPECT_NE(by_tensor.v0(b), (std::vector<double>{1, 2})) << "the updates ran";
+  }
+}
+TEST_P(OptimizerTest, EveryOptimizerTakesATensorLearningRateFloat32) { tensor_rate_matches_float<float>(GetParam()); }
+TEST_P(OptimizerTest, EveryOptimizerTakesATensorLearningRateFloat64) { tensor_rate_matches_float<double>(GetParam()); }
+
+// The rate is read every run: a placeholder fed a new value each step, and a schedule of the
+// global step (exponential_decay with staircase halves it every 2 steps).
+TEST_P(OptimizerTest, TheLearningRateIsReadEveryRun) {
+  {
+    TwoVars<float> t(GetParam());
+    Output lr = ops::placeholder(t.g, DType::Float32, Shape{}, "lr");
+    auto update = t.apply(train::GradientDescentOptimizer(lr));
+    Session s(t.g);
+    s.run(global_variables_initializer(t.g));
+    s.run(update, {{lr, Tensor::scalar(1.0f)}});
+    s.run(update, {{lr, Tensor::scalar(2.0f)}});
+    EXPECT_THAT(t.v0(s), NearVector(std::vector<double>{1 - 3 * 0.1, 2 - 3 * 0.1}, 1e-6));
+  }
+  TwoVars<double> t(GetParam());
+  Variable step = train::get_or_create_global_step(t.g);
+  Output lr = train::exponential_decay(1.0f, step, /*decay_steps=*/2, /*decay_rate=*/0.5f, /*staircase=*/true);
+  auto update = t.apply(train::GradientDescentOptimizer(lr), step);
+  Session s(t.g);
+  s.run(global_variables_initializer(t.g));
+  for (int i = 0; i < 6; ++i) s.run(update);
+  EXPECT_EQ(s.run(step.value()).scalar<int64_t>(), 6);
+  // Rates 1, 1, 0.5, 0.5, 0.25, 0.25: each read before its own step's increment.
+  EXPECT_THAT(t.v0(s), NearVector(std::vector<double>{1 - 3.5 * 0.1, 2 - 3.5 * 0.1}, 1e-7));
+}
+
+TEST(OptimizerErrorsTest, ABadLearningRateTensorIsAnInvalidArgumentError) {
+  Graph g;
+  EXPECT_THAT(error_of<InvalidArgumentError>([&] { train::GradientDescentOptimizer{Output()}; }),
+              HasSubstr("GradientDescentOptimizer: learning_rate is a null tensor"));
+  EXPECT_THAT(error_of<InvalidArgumentError>([&] { train::AdamOptimizer(ops::constant(g, int64_t{1})); }),
+              HasSubstr("AdamOptimizer: learning_rate Const:0 is int64, not a floating point tensor"));
+  EXPECT_THAT(error_of<InvalidArgumentError>(
+                  [&] { train::MomentumOptimizer(ops::constant(g, Tensor::vector<float>({1, 2})), 0.9f); }),
+              HasSubstr("MomentumOptimizer: learning_rate Const_1:0 must be a scalar, got shape [2]"));
+  EXPECT_THAT(error_of<InvalidArgumentError>([&] { train::RMSPropOptimizer(ops::constant(g, 0.1f), -0.5f); }),
+              HasSubstr("RMSPropOptimizer: decay must be non-negative"));
 }
 
 TEST(OptimizerErrorsTest, BadUsesAreInvalidArgumentErrors) {

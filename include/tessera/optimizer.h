@@ -9,6 +9,11 @@
 //   s.run(global_variables_initializer(g));   // after minimize: it makes the slot variables
 //   for (int i = 0; i < 1000; ++i) s.run(train_op, feeds);
 //
+// A learning rate is a number or a floating point scalar tensor the graph computes every step (a
+// schedule of tessera/learning_rate_decay.h, a placeholder, a variable), cast to each variable's
+// dtype as TF1 casts it; a tensor that is null, not floating point or not a scalar is an
+// InvalidArgumentError.
+//
 // minimize = compute_gradients (tessera::gradients of the loss with respect to each variable's
 // value) then apply_gradients (an update op per variable with a gradient; global_step, when
 // given, is incremented once after all of them). Slot variables (momentum accumulators, Adam's m
@@ -64,27 +69,32 @@ class Optimizer {
 class GradientDescentOptimizer : public Optimizer {
  public:
   explicit GradientDescentOptimizer(float learning_rate, bool use_locking = false);
+  explicit GradientDescentOptimizer(Output learning_rate, bool use_locking = false);
 };
 
 class MomentumOptimizer : public Optimizer {
  public:
   MomentumOptimizer(float learning_rate, float momentum, bool use_locking = false, bool use_nesterov = false);
+  MomentumOptimizer(Output learning_rate, float momentum, bool use_locking = false, bool use_nesterov = false);
 };
 
 class AdamOptimizer : public Optimizer {
  public:
   explicit AdamOptimizer(float learning_rate = 0.001f, float beta1 = 0.9f, float beta2 = 0.999f,
                          float epsilon = 1e-8f);
+  explicit AdamOptimizer(Output learning_rate, float beta1 = 0.9f, float beta2 = 0.999f, float epsilon = 1e-8f);
 };
 
 class AdagradOptimizer : public Optimizer {
  public:
   explicit AdagradOptimizer(float learning_rate, float initial_accumulator_value = 0.1f);
+  explicit AdagradOptimizer(Output learning_rate, float initial_accumulator_value = 0.1f);
 };
 
 class RMSPropOptimizer : public Optimizer {
  public:
   explicit RMSPropOptimizer(float learning_rate, float decay = 0.9f, float momentum = 0.0f, float epsilon = 1e-10f);
+  explicit RMSPropOptimizer(Output learning_rate, float decay = 0.9f, float momentum = 0.0f, float epsilon = 1e-10f);
 };
 
 // The graph's int64 scalar "global_step" variable (not trainable), made on first call.

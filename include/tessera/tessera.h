@@ -15,6 +15,7 @@
 #include "tessera/gradients.h"
 #include "tessera/graph.h"
 #include "tessera/input.h"
+#include "tessera/learning_rate_decay.h"
 #include "tessera/monitored_session.h"
 #include "tessera/ops.h"
 #include "tessera/optimizer.h"
