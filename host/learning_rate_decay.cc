@@ -56,14 +56,22 @@ Output progress(Graph& g, const Output& step, int64_t decay_steps, bool staircas
   return staircase ? ops::floor(p) : p;
 }
 
+// What every schedule of the step does first: the step checked and cast to float32, decay_steps
+// checked; then body(g, step) built under the schedule's name.
+template <class Body>
+Output decay(const char* fn, const char* default_name, const Output& global_step, int64_t decay_steps,
+             std::string name, Body body) {
+  const Output step = step_as(global_step, fn, DType::Float32);
+  expect_decay_steps(decay_steps, fn);
+  Graph& g = step.op().graph();
+  return scoped(g, or_default(std::move(name), default_name), [&] { return body(g, step); });
+}
+
 }  // namespace
 
 Output exponential_decay(float learning_rate, Output global_step, int64_t decay_steps, float decay_rate, bool staircase,
                          std::string name) {
-  const Output step = step_as(global_step, "exponential_decay", DType::Float32);
-  expect_decay_steps(decay_steps, "exponential_decay");
-  Graph& g = step.op().graph();
-  return scoped(g, or_default(std::move(name), "ExponentialDecay"), [&] {
+  return decay("exponential_decay", "ExponentialDecay", global_step, decay_steps, std::move(name), [&](Graph& g, const Output& step) {
     return ops::mul(f32(g, learning_rate), ops::pow(f32(g, decay_rate), progress(g, step, decay_steps, staircase)));
   });
 }
@@ -92,10 +100,7 @@ Output piecewise_constant(Output x, std::vector<double> boundaries, std::vector<
 
 Output polynomial_decay(float learning_rate, Output global_step, int64_t decay_steps, float end_learning_rate, float power,
                         bool cycle, std::string name) {
-  Output step = step_as(global_step, "polynomial_decay", DType::Float32);
-  expect_decay_steps(decay_steps, "polynomial_decay");
-  Graph& g = step.op().graph();
-  return scoped(g, or_default(std::move(name), "PolynomialDecay"), [&] {
+  return decay("polynomial_decay", "PolynomialDecay", global_step, decay_steps, std::move(name), [&](Graph& g, Output step) {
     Output steps = f32(g, static_cast<double>(decay_steps));
     if (cycle) {
       // The first multiple of decay_steps at or above the step (decay_steps itself at step 0):
@@ -114,10 +119,7 @@ Output polynomial_decay(float learning_rate, Output global_step, int64_t decay_s
 
 Output natural_exp_decay(float learning_rate, Output global_step, int64_t decay_steps, float decay_rate, bool staircase,
                          std::string name) {
-  const Output step = step_as(global_step, "natural_exp_decay", DType::Float32);
-  expect_decay_steps(decay_steps, "natural_exp_decay");
-  Graph& g = step.op().graph();
-  return scoped(g, or_default(std::move(name), "NaturalExpDecay"), [&] {
+  return decay("natural_exp_decay", "NaturalExpDecay", global_step, decay_steps, std::move(name), [&](Graph& g, const Output& step) {
     const Output exponent = ops::mul(f32(g, -static_cast<double>(decay_rate)), progress(g, step, decay_steps, staircase));
     return ops::mul(f32(g, learning_rate), ops::exp(exponent));
   });
@@ -125,20 +127,14 @@ Output natural_exp_decay(float learning_rate, Output global_step, int64_t decay_
 
 Output inverse_time_decay(float learning_rate, Output global_step, int64_t decay_steps, float decay_rate, bool staircase,
                           std::string name) {
-  const Output step = step_as(global_step, "inverse_time_decay", DType::Float32);
-  expect_decay_steps(decay_steps, "inverse_time_decay");
-  Graph& g = step.op().graph();
-  return scoped(g, or_default(std::move(name), "InverseTimeDecay"), [&] {
+  return decay("inverse_time_decay", "InverseTimeDecay", global_step, decay_steps, std::move(name), [&](Graph& g, const Output& step) {
     const Output denominator = ops::add(f32(g, 1), ops::mul(f32(g, decay_rate), progress(g, step, decay_steps, staircase)));
     return ops::div(f32(g, learning_rate), denominator);
   });
 }
 
 Output cosine_decay(float learning_rate, Output global_step, int64_t decay_steps, float alpha, std::string name) {
-  const Output step = step_as(global_step, "cosine_decay", DType::Float32);
-  expect_decay_steps(decay_steps, "cosine_decay");
-  Graph& g = step.op().graph();
-  return scoped(g, or_default(std::move(name), "CosineDecay"), [&] {
+  return decay("cosine_decay", "CosineDecay", global_step, decay_steps, std::move(name), [&](Graph& g, const Output& step) {
     const Output steps = f32(g, static_cast<double>(decay_steps));
     const Output completed = ops::div(ops::minimum(step, steps), steps);
     const Output cosine = ops::mul(f32(g, 0.5), ops::add(f32(g, 1), ops::cos(ops::mul(f32(g, std::numbers::pi), completed))));
