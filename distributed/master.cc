@@ -14,6 +14,7 @@
 #include "core/map_util.h"
 #include "core/memory_release.h"
 #include "core/thread_pool.h"
+#include "distributed/incarnation.h"
 #include "distributed/service_names.h"
 #include "tessera/errors.h"
 
@@ -96,7 +97,7 @@ Status no_thread(const std::string& task, const char* call) {
 Master::Master(std::string task, std::shared_ptr<WorkerCache> workers, int64_t max_graph_nodes,
                std::chrono::milliseconds session_idle_timeout, int64_t max_sessions,
                std::chrono::milliseconds partition_lease)
-    : task_(std::move(task)), workers_(std::move(workers)), max_graph_nodes_(max_graph_nodes),
+    : task_(std::move(task)), incarnation_(new_incarnation()), workers_(std::move(workers)), max_graph_nodes_(max_graph_nodes),
       idle_timeout_(std::min(session_idle_timeout, kLongestDelay)), max_sessions_(max_sessions),
       partition_lease_(std::clamp<std::chrono::milliseconds>(partition_lease, {}, kLongestDelay)),
       link_(std::make_shared<Link>()), reclaimed_(kRememberedReclaimed) {
@@ -106,7 +107,7 @@ Master::Master(std::string task, std::shared_ptr<WorkerCache> workers, int64_t m
 }
 
 uint64_t Master::session_number(const std::string& handle) const {
-  const std::string prefix = task_ + "/session/";
+  const std::string prefix = task_ + "/session/" + incarnation_ + "-";
   if (handle.size() <= prefix.size() || handle.compare(0, prefix.size(), prefix) != 0) return 0;
   uint64_t number = 0;
   const char* end = handle.data() + handle.size();
@@ -285,7 +286,7 @@ void Master::create_session(const pb::CreateSessionRequest& request, Done<pb::Cr
                                              task_, max_sessions_));
     }
     ++creating_;  // the slot is held while the graph is built
-    handle = fmt::format("{}/session/{}", task_, next_session_++);
+    handle = fmt::format("{}/session/{}-{}", task_, incarnation_, next_session_++);  // Note [Incarnations]
   }
   auto session = std::make_shared<MasterSession>(handle, task_, workers_, request.config(), max_graph_nodes_,
                                                  partition_lease_);

@@ -91,6 +91,7 @@ class Master {
   StatusOr<std::shared_ptr<MasterSession>> not_found_locked(const std::string& handle);
 
   const std::string task_;
+  const std::string incarnation_;  // in every session handle (Note [Incarnations] in distributed/incarnation.h)
   const std::shared_ptr<WorkerCache> workers_;
   const int64_t max_graph_nodes_;
   const std::chrono::milliseconds idle_timeout_;
@@ -105,7 +106,7 @@ class Master {
   std::optional<TimerQueue::Id> check_;              // guarded by mu_: the armed idle check
   std::optional<TimerQueue::Id> renewal_;            // guarded by mu_: the armed lease renewal
   // The sessions the idle timeout closed (the most recent kRememberedReclaimed): each one's number
-  // (its handle is "<task>/session/<number>"; 0: an empty place) and how long it had been idle. A
+  // (its handle is "<task>/session/<incarnation>-<number>"; 0: an empty place) and how long it had been idle. A
   // ring allocated once, so that what a sweep remembers allocates nothing amid the memory the
   // sweep frees (small blocks left there would keep their pages resident); guarded by mu_.
   struct Reclaimed {

@@ -15,6 +15,7 @@
 #include "core/map_util.h"
 #include "core/memory_release.h"
 #include "core/thread_pool.h"
+#include "distributed/incarnation.h"
 #include "distributed/service_names.h"
 #include "core/direct_session.h"
 #include "tessera/errors.h"
@@ -131,7 +132,8 @@ class WorkerGraph {
 
 Worker::Worker(std::string task_name, std::shared_ptr<WorkerCache> peers, int64_t max_graph_nodes,
                std::chrono::milliseconds step_start_timeout)
-    : task_name_(std::move(task_name)), task_(parse_task(task_name_)), max_graph_nodes_(max_graph_nodes),
+    : task_name_(std::move(task_name)), incarnation_(new_incarnation()), task_(parse_task(task_name_)),
+      max_graph_nodes_(max_graph_nodes),
       peers_(std::move(peers)), rendezvous_(task_name_, this, step_start_timeout) {}
 
 Worker::~Worker() = default;
@@ -215,7 +217,7 @@ void Worker::register_graph(const pb::RegisterGraphRequest& r, Done<pb::Register
   {
     std::lock_guard<std::mutex> l(mu_);
     if (stopped_) return done(errors::cancelled("{} is stopping", task_name_));
-    handle = fmt::format("{}/graph/{}", task_name_, next_graph_++);
+    handle = fmt::format("{}/graph/{}-{}", task_name_, incarnation_, next_graph_++);  // Note [Incarnations]
     wg->session_handle = r.session_handle();
     graphs_[handle] = wg;
     if (const std::chrono::milliseconds length = lease_of(r.lease_ms()); length.count() > 0) {

@@ -102,6 +102,7 @@ class Worker final : public WorkerInterface, public std::enable_shared_from_this
   };
 
   const std::string task_name_;
+  const std::string incarnation_;  // in every graph handle (Note [Incarnations] in distributed/incarnation.h)
   const DeviceSpec task_;  // task_name_ parsed: its job and task index
   const int64_t max_graph_nodes_;
   const std::shared_ptr<WorkerCache> peers_;

@@ -754,6 +754,34 @@ TEST(ClusterSessionTest, ARunThatLetsATaskStopStillGetsItsReply) {
   }
 }
 
+// A graph handle names one registration of one run of its task: a ps restarted at the same
+// address must not give a new session's partition the handle an old session still holds. Here
+// the old session is closed after the restart, so its master deregisters the handles it had; the
+// new session's partition must survive that. (Seen as `tessera demo` failing "attempted to use a
+// closed session" after its ps restart, when the handles were counters that began again at 1.)
+TEST(ClusterSessionTest, ASessionOfAnEarlierRunOfATaskCannotDeregisterAGraphOfItsNextRun) {
+  ClusterSpec cluster({{"ps", {loopback()}}, {"worker", {loopback()}}});
+  auto ps = std::make_unique<Server>(cluster, "ps", 0, quick());
+  Server worker(cluster, "worker", 0, quick());
+  Graph g;
+  Output y;
+  {
+    auto scope = g.device("/job:ps/task:0");
+    y = ops::add(ops::placeholder(g, DType::Int32, Shape{}, "x"), ops::constant(g, 1));
+  }
+  const Output x = g.output("x");
+  Session old_session(g, worker.target());
+  EXPECT_EQ(old_session.run(y, {{x, Tensor::scalar(int32_t{1})}}).scalar<int32_t>(), 2);
+  ps.reset();  // the ps's run ends; the next one starts at the same address, empty
+  ps = std::make_unique<Server>(cluster, "ps", 0, quick());
+  Session new_session(g, worker.target());
+  EXPECT_EQ(new_session.run(y, {{x, Tensor::scalar(int32_t{2})}}).scalar<int32_t>(), 3);
+  old_session.close();  // deregisters what the old session registered: on the ps's earlier run
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(new_session.run(y, {{x, Tensor::scalar(int32_t{i})}}).scalar<int32_t>(), i + 1) << "run " << i;
+  }
+}
+
 // Note [Private resources] (distributed/worker.cc): as TensorFlow's, a queue without a shared
 // name is its session's own, also on a ps task shared by two clients, and one with a shared name
 // is the task's, shared by every session that names it.
