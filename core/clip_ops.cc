@@ -118,7 +118,7 @@ std::pair<std::vector<Output>, Output> clip_by_global_norm(const std::vector<Out
       continue;
     }
     GraphScope colocate = graph_of(t).colocate_with(t);
-    clipped.push_back(ops::identity(ops::mul(t, t.dtype() == scale.dtype() ? scale : ops::cast(scale, t.dtype()))));
+    clipped.push_back(ops::identity(ops::mul(t, as_dtype_of(t, scale, "clip_by_global_norm", "scale"))));
   }
   return {std::move(clipped), use_norm};
 }

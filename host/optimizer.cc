@@ -101,8 +101,11 @@ class UpdateRule : public Optimizer::Rule {
   // The learning rate in var's dtype: a tensor is cast to it, as TF1's _prepare casts
   // _learning_rate_tensor to each variable's dtype.
   static Output hyper(const Variable& var, const LearningRate& lr) {
-    if (lr.tensor.is_null()) return hyper(var, lr.value);
-    return lr.tensor.dtype() == var.dtype() ? lr.tensor : ops::cast(lr.tensor, var.dtype());
+    return lr.tensor.is_null() ? hyper(var, lr.value) : in_dtype_of(var, lr.tensor);
+  }
+  // x, cast to var's dtype when it has another one.
+  static Output in_dtype_of(const Variable& var, const Output& x) {
+    return x.dtype() == var.dtype() ? x : ops::cast(x, var.dtype());
   }
 
   const bool use_locking;
@@ -167,10 +170,8 @@ class AdamRule final : public UpdateRule {
     }
   }
   Output apply_dense(const Output& grad, const Variable& var) override {
-    auto power = [&](const Variable& p) {
-      return var.dtype() == p.dtype() ? p.value() : ops::cast(p.value(), var.dtype());
-    };
-    return apply_adam(var, slot(var, "m"), slot(var, "v"), power(*beta1_power_), power(*beta2_power_), hyper(var, lr_),
+    return apply_adam(var, slot(var, "m"), slot(var, "v"), in_dtype_of(var, beta1_power_->value()),
+                      in_dtype_of(var, beta2_power_->value()), hyper(var, lr_),
                       hyper(var, beta1_), hyper(var, beta2_), hyper(var, epsilon_), grad, use_locking);
   }
   Operation finish(Graph& g, const std::vector<Operation>& updates, const std::string& op_name) override {
