@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "core/gradients.h"  // constant_like
+#include "core/op_functions.h"
 #include "tessera/errors.h"
 #include "tessera/ops.h"
 
@@ -14,8 +15,9 @@ namespace tessera::ops {
 namespace {
 
 using internal::constant_like;
-
-Graph& graph_of(const Output& x) { return x.op().graph(); }
+using internal::expect_floating;
+using internal::graph_of;
+using internal::scope_name;
 
 // `bound` in t's dtype: cast when it has another one (TensorFlow converts it to t's dtype).
 Output as_dtype_of(const Output& t, const Output& bound, const char* what, const char* arg) {
@@ -23,17 +25,7 @@ Output as_dtype_of(const Output& t, const Output& bound, const char* what, const
   return bound.dtype() == t.dtype() ? bound : ops::cast(bound, t.dtype());
 }
 
-void expect_tensor(const Output& t, const char* what) {
-  if (t.is_null()) throw InvalidArgumentError(fmt::format("{}: t is null", what));
-}
-
-void expect_floating(const Output& t, const char* what) {
-  if (!dtype_is_floating(t.dtype())) {
-    throw InvalidArgumentError(fmt::format("{}: {} is {}, not a floating point tensor", what, t.name(), dtype_name(t.dtype())));
-  }
-}
-
-std::string scope_name(const std::string& name, const char* fallback) { return name.empty() ? fallback : name; }
+void expect_tensor(const Output& t, const char* what) { internal::expect_not_null(t, what, "t"); }
 
 }  // namespace
 

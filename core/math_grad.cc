@@ -67,6 +67,31 @@ TESSERA_REGISTER_GRADIENT("Sin", [](const GradContext& c) -> Grads { return {ops
 TESSERA_REGISTER_GRADIENT("Cos", [](const GradContext& c) -> Grads {
   return {ops::neg(ops::mul(c.grad(0), ops::sin(c.input(0))))};
 });
+TESSERA_REGISTER_GRADIENT("Abs", [](const GradContext& c) -> Grads { return {ops::mul(c.grad(0), ops::sign(c.input(0)))}; });
+TESSERA_REGISTER_GRADIENT("Sign", [](const GradContext& c) -> Grads { return {ops::zeros_like(c.input(0))}; });
+TESSERA_REGISTER_GRADIENT("Relu6", [](const GradContext& c) -> Grads {
+  const Output x = c.input(0);
+  const Output inside = ops::logical_and(ops::greater(x, ops::zeros_like(x)), ops::less(x, constant_like(x, 6.0)));
+  return {ops::where(inside, c.grad(0), ops::zeros_like(c.grad(0)))};
+});
+// d(x^-1/2)/dx = -y^3 / 2 and d(1/x)/dx = -y^2, from the output y as TensorFlow's RsqrtGrad and
+// ReciprocalGrad compute them.
+TESSERA_REGISTER_GRADIENT("Rsqrt", [](const GradContext& c) -> Grads {
+  const Output y = c.output(0);
+  return {ops::mul(c.grad(0), ops::mul(constant_like(y, -0.5), ops::mul(y, ops::square(y))))};
+});
+TESSERA_REGISTER_GRADIENT("Reciprocal", [](const GradContext& c) -> Grads {
+  return {ops::neg(ops::mul(c.grad(0), ops::square(c.output(0))))};
+});
+TESSERA_REGISTER_GRADIENT("Softplus", [](const GradContext& c) -> Grads {
+  return {ops::mul(c.grad(0), ops::sigmoid(c.input(0)))};
+});
+// g where the output is >= 0, else g * (y + 1) = g * exp(x) (TensorFlow's EluGrad).
+TESSERA_REGISTER_GRADIENT("Elu", [](const GradContext& c) -> Grads {
+  const Output y = c.output(0);
+  const Output g = c.grad(0);
+  return {ops::where(ops::less(y, ops::zeros_like(y)), ops::mul(g, ops::add(y, constant_like(y, 1.0))), g)};
+});
 TESSERA_REGISTER_GRADIENT("Identity", [](const GradContext& c) -> Grads { return {c.grad(0)}; });
 TESSERA_REGISTER_GRADIENT("Cast", [](const GradContext& c) -> Grads {
   const DType from = c.input(0).dtype();

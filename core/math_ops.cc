@@ -120,8 +120,9 @@ Status cast_shape(ShapeContext& c) {
 }
 
 TESSERA_REGISTER_OPS(binary_shape, "Add", "Sub", "Mul", "Div", "Maximum", "Minimum", "Pow");
-TESSERA_REGISTER_OPS(numeric_unary_shape, "Neg", "Relu", "Square");
-TESSERA_REGISTER_OPS(floating_unary_shape, "Exp", "Log", "Sqrt", "Tanh", "Sigmoid", "Floor", "Sin", "Cos");
+TESSERA_REGISTER_OPS(numeric_unary_shape, "Neg", "Relu", "Square", "Abs", "Sign", "Relu6");
+TESSERA_REGISTER_OPS(floating_unary_shape, "Exp", "Log", "Sqrt", "Tanh", "Sigmoid", "Floor", "Sin", "Cos", "Rsqrt",
+                     "Reciprocal", "Softplus", "Elu");
 TESSERA_REGISTER_OP(OpDef{"MatMul", matmul_shape});
 TESSERA_REGISTER_OPS(reduction_shape, "Sum", "Mean", "Max", "Min", "Prod");
 TESSERA_REGISTER_OP(OpDef{"Cast", cast_shape});
@@ -194,6 +195,13 @@ Output square(Output x, std::string name) { return unary("square", "Square", x, 
 Output floor(Output x, std::string name) { return unary("floor", "Floor", x, std::move(name)); }
 Output sin(Output x, std::string name) { return unary("sin", "Sin", x, std::move(name)); }
 Output cos(Output x, std::string name) { return unary("cos", "Cos", x, std::move(name)); }
+Output abs(Output x, std::string name) { return unary("abs", "Abs", x, std::move(name)); }
+Output sign(Output x, std::string name) { return unary("sign", "Sign", x, std::move(name)); }
+Output rsqrt(Output x, std::string name) { return unary("rsqrt", "Rsqrt", x, std::move(name)); }
+Output reciprocal(Output x, std::string name) { return unary("reciprocal", "Reciprocal", x, std::move(name)); }
+Output softplus(Output x, std::string name) { return unary("softplus", "Softplus", x, std::move(name)); }
+Output elu(Output x, std::string name) { return unary("elu", "Elu", x, std::move(name)); }
+Output relu6(Output x, std::string name) { return unary("relu6", "Relu6", x, std::move(name)); }
 
 Output matmul(Output a, Output b, bool transpose_a, bool transpose_b, std::string name) {
   NodeSpec spec{"MatMul", std::move(name)};

@@ -39,6 +39,8 @@ const std::unordered_map<std::string_view, std::vector<AttrSpec>>& op_attr_schem
         {"Add", none}, {"Sub", none}, {"Mul", none}, {"Div", none}, {"Maximum", none}, {"Minimum", none},
         {"Neg", none}, {"Relu", none}, {"Square", none}, {"Exp", none}, {"Log", none}, {"Sqrt", none},
         {"Tanh", none}, {"Sigmoid", none}, {"Pow", none}, {"Floor", none}, {"Sin", none}, {"Cos", none},
+        {"Abs", none}, {"Sign", none}, {"Relu6", none}, {"Rsqrt", none}, {"Reciprocal", none},
+        {"Softplus", none}, {"Elu", none},
         {"MatMul", {{"transpose_a", kKind<bool>}, {"transpose_b", kKind<bool>}}},
         {"Sum", reduction}, {"Mean", reduction}, {"Max", reduction}, {"Min", reduction}, {"Prod", reduction},
         {"Cast", {dtype}},

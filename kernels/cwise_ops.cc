@@ -1,6 +1,6 @@
 // CPU kernels for the elementwise ops: binary ops with NumPy broadcasting (Add, Sub, Mul, Div,
 // Maximum, Minimum, Pow) and unary ops (Neg, Relu, Square, Exp, Log, Sqrt, Tanh, Sigmoid, Floor,
-// Sin, Cos).
+// Sin, Cos, Abs, Sign, Relu6, Rsqrt, Reciprocal, Softplus, Elu).
 //
 // Every loop is a plain loop over restrict-qualified contiguous pointers, which -O3 vectorizes; a
 // broadcast is walked as rows of such loops (BroadcastPlan, core/broadcast.h). Integer semantics:
@@ -11,6 +11,7 @@
 // input is.
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <type_traits>
 
 #include "core/broadcast.h"
@@ -266,6 +267,50 @@ struct SigmoidFn {
   // exp(-x) overflows to inf for very negative x, giving exactly 0: no NaN from inf / inf.
   template <class T> static T apply(T x) { return T{1} / (T{1} + std::exp(-x)); }
 };
+struct AbsFn {
+  static constexpr bool kFloatingOnly = false;
+  // Integers negate wrapping: the smallest value is its own absolute value, as in TensorFlow.
+  template <class T> static T apply(T x) {
+    if constexpr (std::is_integral_v<T>) return x < T{0} ? wrapping_sub(T{0}, x) : x;
+    else return std::fabs(x);
+  }
+};
+struct SignFn {
+  static constexpr bool kFloatingOnly = false;
+  template <class T> static T apply(T x) {
+    if constexpr (!std::is_integral_v<T>) {
+      if (x != x) return x;  // sign(NaN) = NaN
+    }
+    return static_cast<T>((T{0} < x) - (x < T{0}));
+  }
+};
+struct Relu6Fn {
+  static constexpr bool kFloatingOnly = false;
+  template <class T> static T apply(T x) { return x < T{0} ? T{0} : (x > T{6} ? T{6} : x); }  // NaN stays
+};
+struct RsqrtFn {
+  static constexpr bool kFloatingOnly = true;
+  template <class T> static T apply(T x) { return T{1} / std::sqrt(x); }
+};
+struct ReciprocalFn {
+  static constexpr bool kFloatingOnly = true;
+  template <class T> static T apply(T x) { return T{1} / x; }
+};
+struct SoftplusFn {
+  static constexpr bool kFloatingOnly = true;
+  // TensorFlow's thresholds: past log(epsilon) + 2 either way, log(1 + exp(x)) is x or exp(x) to
+  // the type's precision, and exp(x) would overflow (or lose everything) computing it directly.
+  template <class T> static T apply(T x) {
+    const T threshold = std::log(std::numeric_limits<T>::epsilon()) + T{2};
+    if (x > -threshold) return x;
+    if (x < threshold) return std::exp(x);
+    return std::log(std::exp(x) + T{1});
+  }
+};
+struct EluFn {
+  static constexpr bool kFloatingOnly = true;
+  template <class T> static T apply(T x) { return x < T{0} ? std::exp(x) - T{1} : x; }  // as TensorFlow's
+};
 
 template <class Fn, class T>
 void unary_loop(T* __restrict out, const T* __restrict x, int64_t n) {
@@ -322,6 +367,13 @@ TESSERA_REGISTER_KERNEL("Sigmoid", "CPU", UnaryOp<SigmoidFn>);
 TESSERA_REGISTER_KERNEL("Floor", "CPU", UnaryOp<FloorFn>);
 TESSERA_REGISTER_KERNEL("Sin", "CPU", UnaryOp<SinFn>);
 TESSERA_REGISTER_KERNEL("Cos", "CPU", UnaryOp<CosFn>);
+TESSERA_REGISTER_KERNEL("Abs", "CPU", UnaryOp<AbsFn>);
+TESSERA_REGISTER_KERNEL("Sign", "CPU", UnaryOp<SignFn>);
+TESSERA_REGISTER_KERNEL("Relu6", "CPU", UnaryOp<Relu6Fn>);
+TESSERA_REGISTER_KERNEL("Rsqrt", "CPU", UnaryOp<RsqrtFn>);
+TESSERA_REGISTER_KERNEL("Reciprocal", "CPU", UnaryOp<ReciprocalFn>);
+TESSERA_REGISTER_KERNEL("Softplus", "CPU", UnaryOp<SoftplusFn>);
+TESSERA_REGISTER_KERNEL("Elu", "CPU", UnaryOp<EluFn>);
 
 }  // namespace
 }  // namespace tessera::internal

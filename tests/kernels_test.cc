@@ -230,7 +230,8 @@ TEST(KernelsTest, EveryMathOpHasACpuKernel) {
   for (const char* type :
        {"Add",    "Sub", "Mul",  "Div",           "Maximum",      "Minimum",      "Neg",    "Relu",
         "Square", "Exp", "Log",  "Sqrt",          "Tanh",         "Sigmoid",      "MatMul", "Sum",
-        "Mean",   "Max", "Cast", "RandomUniform", "RandomNormal", "RandomShuffle", "Pow", "Floor", "Sin", "Cos"}) {
+        "Mean",   "Max", "Cast", "RandomUniform", "RandomNormal", "RandomShuffle", "Pow", "Floor", "Sin", "Cos",
+        "Abs",    "Sign", "Relu6", "Rsqrt", "Reciprocal", "Softplus", "Elu"}) {
     auto devices = OpRegistry::global().kernel_device_types(type);
     EXPECT_NE(std::find(devices.begin(), devices.end(), "CPU"), devices.end()) << type;
   }
@@ -451,6 +452,13 @@ const UnaryOpCase kUnaryOps[] = {
     {"Floor", ops::floor, [](double x) { return std::floor(x); }, true, {-4, 4}},
     {"Sin", ops::sin, [](double x) { return std::sin(x); }, true, {-4, 4}},
     {"Cos", ops::cos, [](double x) { return std::cos(x); }, true, {-4, 4}},
+    {"Abs", ops::abs, [](double x) { return std::fabs(x); }, false, {-4, 4}},
+    {"Sign", ops::sign, [](double x) { return x > 0 ? 1.0 : (x < 0 ? -1.0 : 0.0); }, false, {-4, 4}},
+    {"Relu6", ops::relu6, [](double x) { return std::min(std::max(x, 0.0), 6.0); }, false, {-3, 9}},
+    {"Rsqrt", ops::rsqrt, [](double x) { return 1 / std::sqrt(x); }, true, {0.05, 4}},
+    {"Reciprocal", ops::reciprocal, [](double x) { return 1 / x; }, true, {0.1, 4}},
+    {"Softplus", ops::softplus, [](double x) { return std::log1p(std::exp(x)); }, true, {-8, 20}},  // no float16 subnormals
+    {"Elu", ops::elu, [](double x) { return x < 0 ? std::expm1(x) : x; }, true, {-4, 4}},
 };
 
 TEST(KernelsTest, UnaryOps) {
@@ -472,6 +480,45 @@ TEST(KernelsTest, UnaryOpsAtTheEdgesOfTheirDomain) {
     check_op(ops::sqrt(feed(g, x)), {x}, Shape{4}, {nan, 0, nan, nan});
     check_op(ops::relu(feed(g, x)), {x}, Shape{4}, {0, 0, 0, nan});
     check_op(ops::exp(feed(g, x)), {x}, Shape{4}, {0, 1, std::exp(-1.0), nan});
+  }
+}
+
+// TensorFlow's values at the edges (printed by TF 2.21's compat.v1 ops): sign(NaN) is NaN and
+// sign(-0) 0; abs of the smallest integer is itself; relu6 keeps NaN; softplus is x or exp(x)
+// past its thresholds (no overflow at 100 or 1000, no log(1) = 0 at -20); elu(-inf) = -1.
+TEST(KernelsTest, NewUnaryOpsAtTheEdgesOfTheirDomain) {
+  const double inf = std::numeric_limits<double>::infinity();
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  for (DType dtype : {DType::Float32, DType::Float64}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    Graph g;
+    Tensor x = tensor_of(dtype, Shape{5}, {nan, -0.0, 2, -3, -inf});
+    check_op(ops::sign(feed(g, x)), {x}, Shape{5}, {nan, 0, 1, -1, -1});
+    check_op(ops::abs(feed(g, x)), {x}, Shape{5}, {nan, 0, 2, 3, inf});
+    check_op(ops::relu6(feed(g, x)), {x}, Shape{5}, {nan, 0, 2, 0, 0});
+    check_op(ops::elu(feed(g, x)), {x}, Shape{5}, {nan, 0, 2, std::expm1(-3.0), -1});
+    Tensor big = tensor_of(dtype, Shape{5}, {-20, 0, 20, 100, 1000});
+    const bool f32 = dtype == DType::Float32;
+    // float32 crosses its upper threshold (log(2^-23) + 2 = -13.9) before 20: softplus(20) = 20.
+    check_op(ops::softplus(feed(g, big)), {big}, Shape{5},
+             {std::exp(-20.0), std::log(2.0), f32 ? 20.0 : 20 + std::log1p(std::exp(-20.0)), 100, 1000});
+    Tensor zero = tensor_of(dtype, Shape{2}, {0, -0.0});
+    check_op(ops::reciprocal(feed(g, zero)), {zero}, Shape{2}, {inf, -inf});
+    check_op(ops::rsqrt(feed(g, zero)), {zero}, Shape{2}, {inf, -inf});
+  }
+  Graph g;
+  Tensor ints = Tensor::vector<int32_t>({std::numeric_limits<int32_t>::min(), -5, 7, 0});
+  expect_exact<int32_t>(ops::abs(feed(g, ints)), {ints}, {std::numeric_limits<int32_t>::min(), 5, 7, 0});
+  expect_exact<int32_t>(ops::sign(feed(g, ints)), {ints}, {-1, -1, 1, 0});
+  Tensor longs = Tensor::vector<int64_t>({-9, 3, 6, 11});
+  expect_exact<int64_t>(ops::relu6(feed(g, longs)), {longs}, {0, 3, 6, 6});
+}
+
+TEST(KernelsTest, FloatingOnlyUnaryOpsRejectIntegers) {
+  Graph g;
+  Output i = ops::placeholder(g, DType::Int32, Shape{2});
+  for (auto op : {&ops::rsqrt, &ops::reciprocal, &ops::softplus, &ops::elu}) {
+    EXPECT_THROW(op(i, ""), InvalidArgumentError);
   }
 }
 

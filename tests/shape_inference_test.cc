@@ -37,7 +37,9 @@ const NamedUnary kUnaryOps[] = {
     {"Neg", ops::neg, false},  {"Relu", ops::relu, false},      {"Square", ops::square, false},
     {"Exp", ops::exp, true},   {"Log", ops::log, true},         {"Sqrt", ops::sqrt, true},
     {"Tanh", ops::tanh, true}, {"Sigmoid", ops::sigmoid, true}, {"Floor", ops::floor, true},
-    {"Sin", ops::sin, true},   {"Cos", ops::cos, true},
+    {"Sin", ops::sin, true},   {"Cos", ops::cos, true},         {"Abs", ops::abs, false},
+    {"Sign", ops::sign, false}, {"Relu6", ops::relu6, false},   {"Rsqrt", ops::rsqrt, true},
+    {"Reciprocal", ops::reciprocal, true}, {"Softplus", ops::softplus, true}, {"Elu", ops::elu, true},
 };
 
 // The message of the InvalidArgumentError `build` raises ("" and a test failure when none).
@@ -306,7 +308,8 @@ TEST(ShapeInferenceTest, OnlyRandomOpsAreStateful) {
   }
   for (const char* type :
        {"Add", "Sub", "Mul", "Div", "Maximum", "Minimum", "Neg", "Relu", "Square", "Exp", "Log",
-        "Sqrt", "Tanh", "Sigmoid", "MatMul", "Sum", "Mean", "Max", "Cast", "Pow", "Floor", "Sin", "Cos"}) {
+        "Sqrt", "Tanh", "Sigmoid", "MatMul", "Sum", "Mean", "Max", "Cast", "Pow", "Floor", "Sin", "Cos",
+        "Abs", "Sign", "Relu6", "Rsqrt", "Reciprocal", "Softplus", "Elu"}) {
     ASSERT_NE(registry.find_op(type), nullptr) << type;
     EXPECT_FALSE(registry.find_op(type)->stateful) << type;
   }

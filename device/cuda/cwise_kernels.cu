@@ -290,6 +290,53 @@ struct CosFn {
   }
 };
 
+struct AbsFn {
+  static constexpr bool kFloatingOnly = false;
+  // Integers negate wrapping (abs of the smallest value is itself), as the CPU kernel.
+  template <class T> __device__ static T apply(T x) {
+    if constexpr (std::is_integral_v<T>) return x < T{0} ? wrapping_sub(T{0}, x) : x;
+    else if constexpr (std::is_same_v<T, float>) return fabsf(x);
+    else return fabs(x);
+  }
+};
+struct SignFn {
+  static constexpr bool kFloatingOnly = false;
+  template <class T> __device__ static T apply(T x) {
+    if constexpr (!std::is_integral_v<T>) {
+      if (x != x) return x;  // sign(NaN) = NaN
+    }
+    return static_cast<T>((T{0} < x) - (x < T{0}));
+  }
+};
+struct Relu6Fn {
+  static constexpr bool kFloatingOnly = false;
+  template <class T> __device__ static T apply(T x) { return x < T{0} ? T{0} : (x > T{6} ? T{6} : x); }
+};
+struct RsqrtFn {
+  static constexpr bool kFloatingOnly = true;
+  template <class T> __device__ static T apply(T x) { return T{1} / SqrtFn::apply(x); }
+};
+struct ReciprocalFn {
+  static constexpr bool kFloatingOnly = true;
+  template <class T> __device__ static T apply(T x) { return T{1} / x; }
+};
+struct SoftplusFn {
+  static constexpr bool kFloatingOnly = true;
+  // The CPU kernel's thresholds: log(epsilon) + 2 of the type computed in.
+  template <class T> __device__ static T apply(T x) {
+    // The epsilons of float and double (std::numeric_limits is host code).
+    const T epsilon = std::is_same_v<T, float> ? T(1.1920928955078125e-07) : T(2.220446049250313e-16);
+    const T threshold = LogFn::apply(epsilon) + T{2};
+    if (x > -threshold) return x;
+    if (x < threshold) return ExpFn::apply(x);
+    return LogFn::apply(ExpFn::apply(x) + T{1});
+  }
+};
+struct EluFn {
+  static constexpr bool kFloatingOnly = true;
+  template <class T> __device__ static T apply(T x) { return x < T{0} ? ExpFn::apply(x) - T{1} : x; }
+};
+
 // Fn on a stored value, computed and stored as apply_binary does.
 template <class Fn, class T>
 __device__ __forceinline__ T apply_unary(T x) {
@@ -364,6 +411,13 @@ cudaError_t launch_unary(UnaryKind op, Elem elem, const void* x, void* out, int6
     case UnaryKind::kFloor: return unary<FloorFn>(elem, x, out, n, stream);
     case UnaryKind::kSin: return unary<SinFn>(elem, x, out, n, stream);
     case UnaryKind::kCos: return unary<CosFn>(elem, x, out, n, stream);
+    case UnaryKind::kAbs: return unary<AbsFn>(elem, x, out, n, stream);
+    case UnaryKind::kSign: return unary<SignFn>(elem, x, out, n, stream);
+    case UnaryKind::kRelu6: return unary<Relu6Fn>(elem, x, out, n, stream);
+    case UnaryKind::kRsqrt: return unary<RsqrtFn>(elem, x, out, n, stream);
+    case UnaryKind::kReciprocal: return unary<ReciprocalFn>(elem, x, out, n, stream);
+    case UnaryKind::kSoftplus: return unary<SoftplusFn>(elem, x, out, n, stream);
+    case UnaryKind::kElu: return unary<EluFn>(elem, x, out, n, stream);
   }
   return cudaErrorInvalidValue;
 }

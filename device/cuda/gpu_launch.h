@@ -25,7 +25,10 @@ enum class Elem : int { kF32, kF64, kI32, kI64, kBool, kF16, kBF16 };
 // ---- Elementwise (cwise_kernels.cu) ----
 
 enum class BinaryKind : int { kAdd, kSub, kMul, kDiv, kMaximum, kMinimum };
-enum class UnaryKind : int { kNeg, kRelu, kSquare, kExp, kLog, kSqrt, kTanh, kSigmoid, kFloor, kSin, kCos };
+enum class UnaryKind : int {
+  kNeg, kRelu, kSquare, kExp, kLog, kSqrt, kTanh, kSigmoid, kFloor, kSin, kCos,
+  kAbs, kSign, kRelu6, kRsqrt, kReciprocal, kSoftplus, kElu,
+};
 
 // How the two inputs of a binary op map onto the output. kSame, kScalarA, kScalarB: contiguous
 // loops (vectorized); kGeneral: out[i] = f(a[ia], b[ib]) with ia, ib from i through the dims and

@@ -1,5 +1,5 @@
 // GPU kernels (device type "GPU") of the math ops: Add Sub Mul Div Maximum Minimum, Neg Relu
-// Square Exp Log Sqrt Tanh Sigmoid Floor Sin Cos, Cast, MatMul, Sum Mean Max Min Prod, RandomUniform RandomNormal. Each
+// Square Exp Log Sqrt Tanh Sigmoid Floor Sin Cos Abs Sign Relu6 Rsqrt Reciprocal Softplus Elu, Cast, MatMul, Sum Mean Max Min Prod, RandomUniform RandomNormal. Each
 // checks its inputs as its CPU kernel does (kernels/*.cc, same messages), then launches the CUDA
 // kernels of gpu_launch.h or cuBLAS (Note [GPU kernels] in gpu_op_kernel.cc).
 #include <atomic>
@@ -445,6 +445,13 @@ using SigmoidGpuOp = StatelessGpuOp<unary_gpu<UnaryKind::kSigmoid, true>>;
 using FloorGpuOp = StatelessGpuOp<unary_gpu<UnaryKind::kFloor, true>>;
 using SinGpuOp = StatelessGpuOp<unary_gpu<UnaryKind::kSin, true>>;
 using CosGpuOp = StatelessGpuOp<unary_gpu<UnaryKind::kCos, true>>;
+using AbsGpuOp = StatelessGpuOp<unary_gpu<UnaryKind::kAbs, false>>;
+using SignGpuOp = StatelessGpuOp<unary_gpu<UnaryKind::kSign, false>>;
+using Relu6GpuOp = StatelessGpuOp<unary_gpu<UnaryKind::kRelu6, false>>;
+using RsqrtGpuOp = StatelessGpuOp<unary_gpu<UnaryKind::kRsqrt, true>>;
+using ReciprocalGpuOp = StatelessGpuOp<unary_gpu<UnaryKind::kReciprocal, true>>;
+using SoftplusGpuOp = StatelessGpuOp<unary_gpu<UnaryKind::kSoftplus, true>>;
+using EluGpuOp = StatelessGpuOp<unary_gpu<UnaryKind::kElu, true>>;
 
 TESSERA_REGISTER_KERNEL("Add", "GPU", StatelessGpuOp<binary_gpu<BinaryKind::kAdd>>);
 TESSERA_REGISTER_KERNEL("Sub", "GPU", StatelessGpuOp<binary_gpu<BinaryKind::kSub>>);
@@ -463,6 +470,13 @@ TESSERA_REGISTER_KERNEL("Sigmoid", "GPU", SigmoidGpuOp);
 TESSERA_REGISTER_KERNEL("Floor", "GPU", FloorGpuOp);
 TESSERA_REGISTER_KERNEL("Sin", "GPU", SinGpuOp);
 TESSERA_REGISTER_KERNEL("Cos", "GPU", CosGpuOp);
+TESSERA_REGISTER_KERNEL("Abs", "GPU", AbsGpuOp);
+TESSERA_REGISTER_KERNEL("Sign", "GPU", SignGpuOp);
+TESSERA_REGISTER_KERNEL("Relu6", "GPU", Relu6GpuOp);
+TESSERA_REGISTER_KERNEL("Rsqrt", "GPU", RsqrtGpuOp);
+TESSERA_REGISTER_KERNEL("Reciprocal", "GPU", ReciprocalGpuOp);
+TESSERA_REGISTER_KERNEL("Softplus", "GPU", SoftplusGpuOp);
+TESSERA_REGISTER_KERNEL("Elu", "GPU", EluGpuOp);
 TESSERA_REGISTER_KERNEL("Cast", "GPU", CastGpuOp);
 TESSERA_REGISTER_KERNEL("MatMul", "GPU", MatMulGpuOp);
 TESSERA_REGISTER_KERNEL("Sum", "GPU", ReductionGpuOp<ReduceKind::kSum>);

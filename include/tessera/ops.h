@@ -52,6 +52,25 @@ Output square(Output x, std::string name = "");
 Output floor(Output x, std::string name = "");    // floating point only; no gradient flows through it
 Output sin(Output x, std::string name = "");      // floating point only
 Output cos(Output x, std::string name = "");      // floating point only
+// |x|; integers wrap as TensorFlow's (abs of the smallest value is itself). Gradient g * sign(x).
+Output abs(Output x, std::string name = "");
+// -1, 0 or 1 by the sign of x (NaN stays NaN); its gradient is zero, as TensorFlow's.
+Output sign(Output x, std::string name = "");
+Output rsqrt(Output x, std::string name = "");       // 1 / sqrt(x), floating point only
+Output reciprocal(Output x, std::string name = "");  // 1 / x, floating point only
+// log(1 + exp(x)), computed without overflow (x for large x, exp(x) for very negative x);
+// floating point only. Its gradient is sigmoid(x).
+Output softplus(Output x, std::string name = "");
+// x for x > 0, exp(x) - 1 otherwise; floating point only.
+Output elu(Output x, std::string name = "");
+// min(max(x, 0), 6); its gradient passes where 0 < x < 6, as TensorFlow's Relu6Grad.
+Output relu6(Output x, std::string name = "");
+// x for x > 0, alpha * x otherwise (TensorFlow's LeakyRelu; its gradient is g or alpha * g).
+// Built from where, so that it runs wherever where does. Floating point; integers are cast to
+// float32 first, as TensorFlow's leaky_relu does.
+Output leaky_relu(Output x, float alpha = 0.2f, std::string name = "");
+// (x - y)^2 elementwise, with broadcasting (TensorFlow's squared_difference).
+Output squared_difference(Output x, Output y, std::string name = "");
 
 // Clipping, as TensorFlow's clip_ops, built from the ops above (gradients flow through them).
 // Bounds and norms of another dtype than t's are cast to it; scalars are constants of t's dtype.
@@ -85,6 +104,9 @@ Output reduce_max(Output x, std::vector<int> axes = {}, bool keep_dims = false, 
 // The minimum of nothing is +inf (the dtype's largest value for integers), the product of nothing 1.
 Output reduce_min(Output x, std::vector<int> axes = {}, bool keep_dims = false, std::string name = "");
 Output reduce_prod(Output x, std::vector<int> axes = {}, bool keep_dims = false, std::string name = "");
+// log(sum(exp(x))) over `axes`, computed after subtracting the largest finite value, as TensorFlow's
+// reduce_logsumexp (no overflow for large x; -inf where every element is -inf). Floating point.
+Output reduce_logsumexp(Output x, std::vector<int> axes = {}, bool keep_dims = false, std::string name = "");
 
 Output identity(Output x, std::string name = "");
 Output cast(Output x, DType dtype, std::string name = "");
@@ -103,6 +125,13 @@ Output expand_dims(Output x, int axis, std::string name = "");  // axis in [-ran
 // Removes the size-1 dims `axes` (each must be 1); {} = every size-1 dim.
 Output squeeze(Output x, std::vector<int> axes = {}, std::string name = "");
 Output tile(Output x, std::vector<int64_t> multiples, std::string name = "");
+// The N tensors of one shape stacked along a new dim `axis` (in [-rank - 1, rank]): the result's
+// shape is the values' with N inserted at axis (TensorFlow's stack). None at all, or tensors
+// whose shapes or dtypes differ, are InvalidArgumentError.
+Output stack(std::vector<Output> values, int axis = 0, std::string name = "");
+// The slices of x along `axis`, that dim removed (TensorFlow's unstack); the dim's size must be
+// known when the graph is built (InvalidArgumentError otherwise).
+std::vector<Output> unstack(Output x, int axis = 0, std::string name = "");
 // Zeros (false) around x: (before, after) per dim.
 Output pad(Output x, std::vector<std::pair<int64_t, int64_t>> paddings, std::string name = "");
 // A tensor of `shape` (fully defined), every element the scalar `value`, of its dtype.
@@ -163,6 +192,17 @@ Output sparse_softmax_cross_entropy_with_logits(Output labels, Output logits, st
 Output softmax_cross_entropy_with_logits(Output labels, Output logits, std::string name = "");
 // value (rank >= 2, any number dtype) + bias [C] along the last dim of value (NHWC).
 Output bias_add(Output value, Output bias, std::string name = "");
+// The per-element loss of logits against labels in [0, 1] (same shape and dtype), as TensorFlow
+// computes it without overflow: max(x, 0) - x * z + log(1 + exp(-|x|)).
+Output sigmoid_cross_entropy_with_logits(Output labels, Output logits, std::string name = "");
+// The mean and variance of x over `axes` (TensorFlow's nn.moments): the variance is the mean of
+// the squared differences from the mean, through which no gradient flows back into the mean
+// (as TensorFlow's). keep_dims keeps the reduced dims as size 1.
+std::pair<Output, Output> moments(Output x, std::vector<int> axes, bool keep_dims = false, std::string name = "");
+// (x - mean) * scale / sqrt(variance + variance_epsilon) + offset, broadcasting (TensorFlow's
+// nn.batch_normalization); offset and scale may be null (0 and 1).
+Output batch_normalization(Output x, Output mean, Output variance, Output offset, Output scale,
+                           float variance_epsilon, std::string name = "");
 // sum(x^2) / 2, a scalar.
 Output l2_loss(Output x, std::string name = "");
 // x * mask, the mask (the op's output 1) 1/keep_prob with probability keep_prob, else 0;

@@ -160,7 +160,10 @@ const UnaryOpCase kUnaryOps[] = {
     {"Neg", ops::neg, false, {-2, 2}},   {"Relu", ops::relu, false, {-2, 2}},     {"Square", ops::square, false, {-2, 2}},
     {"Exp", ops::exp, true, {-3, 3}},    {"Log", ops::log, true, {0.01, 4}},      {"Sqrt", ops::sqrt, true, {0, 4}},
     {"Tanh", ops::tanh, true, {-4, 4}},  {"Sigmoid", ops::sigmoid, true, {-8, 8}},   {"Floor", ops::floor, true, {-4, 4}},
-    {"Sin", ops::sin, true, {-4, 4}},    {"Cos", ops::cos, true, {-4, 4}},
+    {"Sin", ops::sin, true, {-4, 4}},    {"Cos", ops::cos, true, {-4, 4}},        {"Abs", ops::abs, false, {-4, 4}},
+    {"Sign", ops::sign, false, {-4, 4}}, {"Relu6", ops::relu6, false, {-3, 9}},   {"Rsqrt", ops::rsqrt, true, {0.05, 4}},
+    {"Reciprocal", ops::reciprocal, true, {0.1, 4}}, {"Softplus", ops::softplus, true, {-8, 20}},
+    {"Elu", ops::elu, true, {-4, 4}},
 };
 
 TEST_F(CudaKernelsTest, UnaryOps) {

@@ -19,7 +19,8 @@ inline const std::vector<std::string> kMathGradientOps = {
     "Sum",     "Mean",       "Max",          "Min",          "SumToShapeOf", "ReshapeToShapeOf",
     "Reshape", "ExpandDims", "Squeeze",      "Transpose",    "ConcatV2",     "Split",     "Slice",
     "Pad",     "Tile",       "SelectV2",     "Prod",         "Cumsum",       "Cumprod",      "Pow",
-    "Sin",     "Cos"};
+    "Sin",     "Cos",        "Abs",          "Sign",         "Relu6",        "Rsqrt",     "Reciprocal",
+    "Softplus", "Elu"};
 
 class GradientCheckTest : public GradientCaseTest {
  protected:
@@ -66,6 +67,59 @@ TEST_P(GradientCheckTest, UnaryOps) {
   EXPECT_LT(random_error({{3}}, [](auto x) { return ops::cast(ops::cast(x[0], DType::Float32), DType::Float64); }), 1e-3)
       << "through float32";
   EXPECT_LT(random_error({{2}, {2}, {2}}, [](auto x) { return ops::add_n({x[0], ops::square(x[1]), x[2], x[0]}); }),
+            kTolerance);
+}
+
+// The unary ops of TensorFlow's nn and math modules added with Abs, away from their kinks (the
+// numeric derivative straddling one would not be the derivative).
+TEST_P(GradientCheckTest, MoreUnaryOps) {
+  using math_gradient_cases::kTolerance;
+  const Tensor away_from_kinks = tensor_of(DType::Float64, Shape{2, 3}, {-1.5, -0.3, 0.4, 2.5, 5.2, 7.0});
+  const Tensor positive = random_f64({2, 3}, 8, 0.5, 2.0);
+  EXPECT_LT(error({away_from_kinks}, [](auto x) { return ops::abs(x[0]); }), kTolerance);
+  EXPECT_LT(error({away_from_kinks}, [](auto x) { return ops::relu6(x[0]); }), kTolerance);
+  EXPECT_LT(error({away_from_kinks}, [](auto x) { return ops::leaky_relu(x[0], 0.1f); }), kTolerance);
+  EXPECT_LT(error({positive}, [](auto x) { return ops::rsqrt(x[0]); }), kTolerance);
+  EXPECT_LT(error({positive}, [](auto x) { return ops::reciprocal(x[0]); }), kTolerance);
+  EXPECT_LT(error({random_f64({2, 3}, 9, -5.0, 5.0)}, [](auto x) { return ops::softplus(x[0]); }), kTolerance);
+  EXPECT_LT(error({random_f64({2, 3}, 10, -3.0, 3.0)}, [](auto x) { return ops::elu(x[0]); }), kTolerance);
+  EXPECT_LT(random_error({{2, 3}, {3}}, [](auto x) { return ops::squared_difference(x[0], x[1]); }), kTolerance);
+}
+
+// What TensorFlow's gradients give at the kinks and where the derivative is zero: relu6 passes
+// only inside (0, 6), leaky_relu gives alpha at 0, abs 0 at 0 (sign), sign nothing but zeros.
+TEST_P(GradientCheckTest, UnaryOpsAtTheirKinks) {
+  Graph g;
+  Output x = ops::constant(g, Tensor::vector<double>({-1, 0, 3, 6, 7}));
+  Session s(g);
+  auto grad_of = [&](Output y) { return s.run(gradients({ops::reduce_sum(y)}, {x})[0]).template to_vector<double>(); };
+  EXPECT_EQ(grad_of(ops::relu6(x)), (std::vector<double>{0, 0, 1, 0, 0}));
+  EXPECT_EQ(grad_of(ops::leaky_relu(x, 0.25f)), (std::vector<double>{0.25, 0.25, 1, 1, 1}));
+  EXPECT_EQ(grad_of(ops::abs(x)), (std::vector<double>{-1, 0, 1, 1, 1}));
+  EXPECT_EQ(grad_of(ops::sign(x)), (std::vector<double>{0, 0, 0, 0, 0}));
+  EXPECT_EQ(grad_of(ops::elu(x)), (std::vector<double>{std::exp(-1.0), 1, 1, 1, 1}));
+}
+
+// The functions built from other ops (core/composite_ops.cc): their gradients are their parts'.
+TEST_P(GradientCheckTest, CompositeFunctions) {
+  using math_gradient_cases::kTolerance;
+  EXPECT_LT(error({random_f64({2, 3}, 11, 0.0, 1.0), random_f64({2, 3}, 12, -4.0, 4.0)},
+                  [](auto x) { return ops::sigmoid_cross_entropy_with_logits(x[0], x[1]); }),
+            kTolerance);
+  EXPECT_LT(random_error({{2, 3}}, [](auto x) { return ops::moments(x[0], {0}).first; }), kTolerance);
+  EXPECT_LT(random_error({{2, 3}}, [](auto x) { return ops::moments(x[0], {0, 1}, true).second; }), kTolerance);
+  EXPECT_LT(random_error({{4, 3}}, [](auto x) { return ops::moments(x[0], {-1}).second; }), kTolerance);
+  EXPECT_LT(error({random_f64({4, 3}, 13), random_f64({3}, 14), random_f64({3}, 15, 0.5, 2.0), random_f64({3}, 16),
+                   random_f64({3}, 17)},
+                  [](auto x) { return ops::batch_normalization(x[0], x[1], x[2], x[3], x[4], 0.001f); }),
+            kTolerance);
+  EXPECT_LT(random_error({{2, 3}}, [](auto x) { return ops::reduce_logsumexp(x[0], {1}); }), kTolerance);
+  EXPECT_LT(random_error({{2, 3}}, [](auto x) { return ops::reduce_logsumexp(x[0], {}, true); }), kTolerance);
+  EXPECT_LT(random_error({{2, 3}, {2, 3}}, [](auto x) { return ops::stack({x[0], ops::square(x[1])}, 1); }), kTolerance);
+  EXPECT_LT(random_error({{2, 3}}, [](auto x) {
+              std::vector<Output> rows = ops::unstack(x[0], 1);
+              return ops::mul(rows[0], ops::add(rows[1], rows[2]));
+            }),
             kTolerance);
 }
 
