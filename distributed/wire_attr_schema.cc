@@ -51,6 +51,7 @@ const std::unordered_map<std::string_view, std::vector<AttrSpec>>& op_attr_schem
         {"Reshape", {{"shape", kKind<std::vector<int64_t>>}}},
         {"Transpose", {{"perm", kKind<std::vector<int64_t>>}}},
         {"ConcatV2", {{"axis", kKind<int64_t>}}},
+        {"TopKV2", {{"k", kKind<int64_t>}}}, {"InTopK", {{"k", kKind<int64_t>}}},
         {"Split", {{"num_split", kKind<int64_t>}, {"axis", kKind<int64_t>}}},
         {"Slice", {{"begin", kKind<std::vector<int64_t>>}, {"size", kKind<std::vector<int64_t>>}}},
         {"ExpandDims", {{"axis", kKind<int64_t>}}},

@@ -167,6 +167,16 @@ Output argmin(Output x, int axis, std::string name = "");
 // The elementwise sum of tensors of one shape and dtype.
 Output add_n(std::vector<Output> inputs, std::string name = "");
 
+// The k largest values along the last dim (rank >= 1, at least k there) and their int32
+// positions, largest first; equal values in the order of their positions, NaN before every number
+// (TensorFlow's top_k with sorted=true). The values' gradient flows back to the positions.
+std::pair<Output, Output> top_k(Output input, int k = 1, std::string name = "");
+// bool [batch]: whether targets[i] (int32 or int64) is among the k largest of predictions[i]
+// (float32 [batch, classes]): fewer than k predictions of its row are larger, so ties count as in
+// (TensorFlow's in_top_k). A target outside [0, classes), or whose prediction is not finite, gives
+// false.
+Output in_top_k(Output predictions, Output targets, int k, std::string name = "");
+
 // Cumulative sums and products along `axis` (an int32 or int64 scalar; negative counts from the
 // end), as TensorFlow's cumsum/cumprod: x (float32, float64, int32 or int64) and the output have
 // one shape. exclusive: each output leaves its own element out (the first is 0, or 1); reverse:

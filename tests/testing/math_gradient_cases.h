@@ -20,7 +20,7 @@ inline const std::vector<std::string> kMathGradientOps = {
     "Reshape", "ExpandDims", "Squeeze",      "Transpose",    "ConcatV2",     "Split",     "Slice",
     "Pad",     "Tile",       "SelectV2",     "Prod",         "Cumsum",       "Cumprod",      "Pow",
     "Sin",     "Cos",        "Abs",          "Sign",         "Relu6",        "Rsqrt",     "Reciprocal",
-    "Softplus", "Elu"};
+    "Softplus", "Elu",       "TopKV2"};
 
 class GradientCheckTest : public GradientCaseTest {
  protected:
@@ -121,6 +121,14 @@ TEST_P(GradientCheckTest, CompositeFunctions) {
               return ops::mul(rows[0], ops::add(rows[1], rows[2]));
             }),
             kTolerance);
+}
+
+// top_k's values: distinct inputs, so that a small step does not reorder them.
+TEST_P(GradientCheckTest, TopK) {
+  using math_gradient_cases::kTolerance;
+  const Tensor distinct = tensor_of(DType::Float64, Shape{2, 4}, {0.3, -1.2, 2.5, 0.9, 1.7, -0.4, 0.1, 3.2});
+  EXPECT_LT(error({distinct}, [](auto x) { return ops::top_k(x[0], 2).first; }), kTolerance);
+  EXPECT_LT(error({distinct}, [](auto x) { return ops::top_k(x[0], 4).first; }), kTolerance);
 }
 
 // Pow's gradient for both inputs, broadcast (positive bases: d/dy is x^y log x), and TensorFlow's
