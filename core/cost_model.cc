@@ -34,6 +34,7 @@ OpKind op_kind(const std::string& type) {
   static const std::unordered_map<std::string_view, OpKind> kinds = {
       {"Const", OpKind::kNoData},          {"Placeholder", OpKind::kNoData},
       {"NoOp", OpKind::kNoData},           {"VariableV2", OpKind::kNoData},
+      {"_ReadVariable", OpKind::kNoData},
       {"FIFOQueue", OpKind::kNoData},      {"QueueClose", OpKind::kNoData},
       {"QueueSize", OpKind::kNoData},      {"QueueIsClosed", OpKind::kNoData},
       {"Identity", OpKind::kMove},         {"Cast", OpKind::kMove},

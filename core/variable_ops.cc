@@ -1,5 +1,5 @@
-// Variables: op definitions ("VariableV2", "Assign", "AssignAdd", "AssignSub") and the public
-// tessera::Variable handle.
+// Variables: op definitions ("VariableV2", "_ReadVariable", "Assign", "AssignAdd", "AssignSub")
+// and the public tessera::Variable handle.
 #include <iterator>
 #include <set>
 
@@ -42,7 +42,21 @@ Status assign_shape(ShapeContext& c) {
   return Status();
 }
 
+// _ReadVariable: the value of its NodeSpec.resource (a VariableV2) when the op runs. A VariableV2's
+// own output is the value when that node runs, early in a step, which no control_dependencies
+// scope of a consumer orders: a read built under such a scope with this op sees the updates the
+// scope names, as TF1's reads of a ref variable do (ExponentialMovingAverage reads the variables it
+// averages so, after the training step). Same kernels as VariableV2's, on every device.
+Status read_variable_shape(ShapeContext& c) {
+  const Node* var = c.spec().resource;
+  if (var == nullptr || var->type != "VariableV2") return c.invalid("must act on a variable");
+  if (c.num_inputs() != 0) return c.invalid("expects no inputs, got {}", c.num_inputs());
+  c.add_output(var->output_dtypes[0], var->output_shapes[0]);
+  return Status();
+}
+
 TESSERA_REGISTER_OP(OpDef{"VariableV2", variable_shape, /*stateful=*/true});
+TESSERA_REGISTER_OP(OpDef{"_ReadVariable", read_variable_shape, /*stateful=*/true});
 TESSERA_REGISTER_OP(OpDef{"Assign", assign_shape, /*stateful=*/true});
 TESSERA_REGISTER_OP(OpDef{"AssignAdd", assign_shape, /*stateful=*/true});
 TESSERA_REGISTER_OP(OpDef{"AssignSub", assign_shape, /*stateful=*/true});

@@ -86,6 +86,7 @@ const std::unordered_map<std::string_view, std::vector<AttrSpec>>& op_attr_schem
         {"MaxPool", pool}, {"AvgPool", pool}, {"MaxPoolGrad", pool}, {"AvgPoolGrad", pool},
         // core/variable_ops.cc
         {"VariableV2", {dtype, shape}},
+        {"_ReadVariable", none},
         {"Assign", assign}, {"AssignAdd", assign}, {"AssignSub", assign},
         // core/training_ops.cc
         {"ApplyGradientDescent", apply},

@@ -15,6 +15,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <mutex>
 #include <set>
 #include <sstream>
@@ -527,7 +528,7 @@ void remove_stale_temporaries(const fs::path& dir) {
 
 struct Saver::State {
   std::vector<Variable> vars;
-  std::vector<std::string> names;     // vars[i].name(): the checkpoint's keys
+  std::vector<std::string> names;     // the checkpoint's keys: vars[i].name(), or the names a map gave
   std::vector<Output> values;         // what save fetches
   std::vector<Output> placeholders;   // what restore feeds
   Operation restore_op;               // the group of the assigns
@@ -595,35 +596,53 @@ std::chrono::system_clock::duration hours(double h) {
 
 Saver::Saver(Graph& g, std::vector<Variable> var_list, SaverOptions options) {
   if (var_list.empty()) var_list = global_variables(g);
-  if (var_list.empty()) throw InvalidArgumentError("Saver: no variables to save");
+  std::vector<std::pair<std::string, Variable>> vars;
+  for (auto& v : var_list) {
+    std::string name = v.name();  // InvalidArgumentError for a default-constructed Variable
+    vars.emplace_back(std::move(name), std::move(v));
+  }
+  state_ = make_state(g, std::move(vars), /*named=*/false, std::move(options));
+}
+
+std::shared_ptr<Saver::State> Saver::make_state(Graph& g, std::vector<std::pair<std::string, Variable>> vars, bool named,
+                                                SaverOptions options) {
+  if (vars.empty()) throw InvalidArgumentError("Saver: no variables to save");
   if (options.name.empty()) throw InvalidArgumentError("Saver: SaverOptions::name must not be empty");
   auto st = std::make_shared<State>();
   std::set<std::string> seen;
-  for (const auto& v : var_list) {
+  std::map<internal::Node*, std::string> key_of;  // a variable restored under two names is a mistake (TF's too)
+  for (const auto& [key, v] : vars) {
     const std::string& name = v.name();  // InvalidArgumentError for a default-constructed Variable
     if (&v.op().graph() != &g) throw InvalidArgumentError(fmt::format("Saver: variable '{}' is in another graph", name));
-    if (!seen.insert(name).second) {
+    if (named) {
+      if (key.empty()) throw InvalidArgumentError(fmt::format("Saver: variable '{}' has an empty checkpoint name", name));
+      auto [it, added] = key_of.emplace(v.op().node(), key);
+      if (!added) {
+        throw InvalidArgumentError(fmt::format("Saver: variable '{}' is listed under two checkpoint names, '{}' and '{}'",
+                                               name, it->second, key));
+      }
+    } else if (!seen.insert(name).second) {
       throw InvalidArgumentError(fmt::format("Saver: variable '{}' is listed twice (checkpoint keys are variable names)", name));
     }
-    st->names.push_back(name);
+    st->names.push_back(key);
     st->values.push_back(v.value());
   }
   {
     OutsideScopes outside(g.impl());
     GraphScope scope = g.name_scope(options.name);
     std::vector<Operation> assigns;
-    for (const auto& v : var_list) {
+    for (const auto& [key, v] : vars) {
       Output fed = ops::placeholder(g, v.dtype(), v.shape(), v.name() + "/restore_value");
       st->placeholders.push_back(fed);
       assigns.push_back(v.assign(fed).op());
     }
     st->restore_op = ops::group(assigns, "restore_all");
   }
-  st->vars = std::move(var_list);
+  for (auto& [key, v] : vars) st->vars.push_back(std::move(v));
   if (!(options.keep_checkpoint_every_n_hours > 0)) options.keep_checkpoint_every_n_hours = 0;  // NaN too
   st->next_keep_time = std::chrono::system_clock::now() + hours(options.keep_checkpoint_every_n_hours);
   st->options = std::move(options);
-  state_ = std::move(st);
+  return st;
 }
 
 Saver::Saver(std::vector<Variable> var_list, SaverOptions options)
@@ -702,18 +721,21 @@ void Saver::restore(Session& session, const std::string& save_path) const {
   FeedMap feeds;
   for (std::size_t i = 0; i < st.vars.size(); ++i) {
     const Variable& v = st.vars[i];
+    // "'w'", or "'w/ExponentialMovingAverage' (restored into 'w')" for a Saver given names.
+    const std::string what =
+        st.names[i] == v.name() ? fmt::format("'{}'", v.name()) : fmt::format("'{}' (restored into '{}')", st.names[i], v.name());
     auto it = tensors.find(st.names[i]);
     if (it == tensors.end()) {
-      throw NotFoundError(fmt::format("Saver::restore: variable '{}' not found in checkpoint '{}'", st.names[i], save_path));
+      throw NotFoundError(fmt::format("Saver::restore: variable {} not found in checkpoint '{}'", what, save_path));
     }
     const Tensor& t = it->second;
     if (t.dtype() != v.dtype()) {
-      throw InvalidArgumentError(fmt::format("Saver::restore: variable '{}' is {}, checkpoint '{}' holds {}",
-                                             st.names[i], dtype_name(v.dtype()), save_path, dtype_name(t.dtype())));
+      throw InvalidArgumentError(fmt::format("Saver::restore: variable {} is {}, checkpoint '{}' holds {}",
+                                             what, dtype_name(v.dtype()), save_path, dtype_name(t.dtype())));
     }
     if (!v.shape().is_compatible_value(t.shape())) {
-      throw InvalidArgumentError(fmt::format("Saver::restore: variable '{}' has shape {}, checkpoint '{}' holds {}",
-                                             st.names[i], v.shape().to_string(), save_path, t.shape().to_string()));
+      throw InvalidArgumentError(fmt::format("Saver::restore: variable {} has shape {}, checkpoint '{}' holds {}",
+                                             what, v.shape().to_string(), save_path, t.shape().to_string()));
     }
     feeds.emplace(st.placeholders[i], t);
   }

@@ -37,11 +37,12 @@ class VariableKernel : public OpKernel {
   VariableLookup variable_;
 };
 
+// VariableV2, and _ReadVariable of its resource: the variable's current value (a snapshot).
 class VariableOp : public VariableKernel {
  public:
   using VariableKernel::VariableKernel;
   void compute(OpKernelContext& ctx) override {
-    auto var = variable(ctx, node());
+    auto var = variable(ctx, node().resource != nullptr ? *node().resource : node());
     if (!var.ok()) return ctx.fail(var.status());
     VariableResource& v = *var.value();
     std::lock_guard<std::mutex> l(v.mu);
@@ -53,6 +54,7 @@ class VariableOp : public VariableKernel {
 };
 
 TESSERA_REGISTER_KERNEL("VariableV2", "CPU", VariableOp);
+TESSERA_REGISTER_KERNEL("_ReadVariable", "CPU", VariableOp);
 
 // Base of Assign, AssignAdd and AssignSub: finds the variable, then update() runs under its lock
 // with the kernel's input.

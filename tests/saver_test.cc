@@ -1,6 +1,6 @@
-// train::Saver: checkpoints round-trip every dtype and shape, restore into fresh graphs and
-// sessions, keep max_to_keep files and the index file, and refuse corrupted files before assigning
-// anything (Note [Checkpoint format] in host/saver.cc).
+// train::Saver: checkpoints round-trip every dtype and shape (under the variables' names or those
+// a map gives), restore into fresh graphs and sessions, keep max_to_keep files and the index file,
+// and refuse corrupted files before assigning anything (Note [Checkpoint format] in host/saver.cc).
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -10,6 +10,7 @@
 #include <fstream>
 #include <limits>
 #include <optional>
+#include <map>
 #include <set>
 #include <thread>
 
@@ -274,6 +275,39 @@ TEST_F(SaverTest, SaverOfAVariableListSavesAndRestoresOnlyThose) {
   expected = sample_values(1);
   expected[1] = sample_values(0)[1];
   expect_tensors_eq(m.values(s), expected);
+}
+
+// TF's Saver(var_list=dict): each variable under the name the map gives it, written and read
+// under that name (what ExponentialMovingAverage::variables_to_restore's map is for).
+TEST_F(SaverTest, SaverOfAMapUsesItsNames) {
+  Graph g;
+  Variable a(g, Tensor::scalar(1.0f), "a");
+  Variable b(g, Tensor::vector<double>({2, 3}), "b");
+  Saver saver(g, {{"renamed_a", a}, {"b", b}});
+  EXPECT_EQ(saver.var_list().size(), 2u);
+  Session s(g);
+  s.run(global_variables_initializer(g));
+  const std::string saved = saver.save(s, path("renamed"));
+  const auto contents = train::read_checkpoint(saved);
+  std::vector<std::string> keys;
+  for (const auto& [k, t] : contents) keys.push_back(k);
+  EXPECT_EQ(keys, (std::vector<std::string>{"b", "renamed_a"}));
+  EXPECT_EQ(contents.at("renamed_a").scalar<float>(), 1.0f);
+
+  s.run(a.assign(ops::constant(g, 5.0f)).op());
+  saver.restore(s, saved);
+  EXPECT_EQ(s.run(a.value()).scalar<float>(), 1.0f);
+  // A Saver of the variables' own names looks for "a", which the file lacks.
+  EXPECT_THROW_MSG(Saver(g).restore(s, saved), NotFoundError, "variable 'a' not found");
+  // A name the file lacks: the error names it and the variable.
+  Saver missing(g, {{"nope", a}});
+  EXPECT_THROW_MSG(missing.restore(s, saved), NotFoundError, "variable 'nope' (restored into 'a') not found");
+  // A file written under the variables' own names restores into other variables by name.
+  Variable c(g, Tensor::scalar(0.0f), "c");
+  s.run(c.initializer());
+  const std::string own = Saver(g, std::vector<Variable>{a}).save(s, path("own"));
+  Saver(g, {{"a", c}}).restore(s, own);
+  EXPECT_EQ(s.run(c.value()).scalar<float>(), 1.0f);
 }
 
 TEST_F(SaverTest, PartialShapeVariableRestoresAnyCompatibleShape) {
@@ -645,6 +679,17 @@ TEST_F(SaverTest, ConstructionErrors) {
   EXPECT_THROW_MSG(Saver(g, {a, a}), InvalidArgumentError, "'a' is listed twice");
   EXPECT_THROW_MSG(Saver(g, {a, b}), InvalidArgumentError, "'b' is in another graph");
   EXPECT_THROW(Saver(g, {Variable()}), InvalidArgumentError);
+  // A map: not empty, names not empty, each variable of g under one name.
+  using VarMap = std::map<std::string, Variable>;
+  EXPECT_THROW_MSG(Saver(g, VarMap{}), InvalidArgumentError, "no variables to save");
+  EXPECT_THROW_MSG(Saver(g, VarMap{{"", a}}), InvalidArgumentError, "'a' has an empty checkpoint name");
+  EXPECT_THROW_MSG(Saver(g, VarMap{{"x", a}, {"y", a}}), InvalidArgumentError,
+                   "'a' is listed under two checkpoint names, 'x' and 'y'");
+  EXPECT_THROW_MSG(Saver(g, VarMap{{"x", b}}), InvalidArgumentError, "'b' is in another graph");
+  EXPECT_THROW(Saver(g, VarMap{{"x", Variable()}}), InvalidArgumentError);
+  EXPECT_THROW_MSG(Saver(g, VarMap{{"x", a}}, SaverOptions{.name = ""}), InvalidArgumentError, "name must not be empty");
+  // A braced list of variables still means a var_list (the map overload is a template for that).
+  EXPECT_EQ(Saver(g, {a}).var_list().size(), 1u);
   Saver null;
   Session s(g);
   EXPECT_THROW(null.save(s, path("x")), InvalidArgumentError);

@@ -1,7 +1,7 @@
 // GPU kernels (device type "GPU") that move no data or update state: NoOp, Identity, Const (the value
-// copied into GPU memory once per device, then shared), and the variable ops VariableV2, Assign,
-// AssignAdd and AssignSub, whose value lives in GPU memory and is updated there, under the
-// variable's lock, with the copy-on-write rule of Note [Variable updates] in
+// copied into GPU memory once per device, then shared), and the variable ops VariableV2,
+// _ReadVariable, Assign, AssignAdd and AssignSub, whose value lives in GPU memory and is updated
+// there, under the variable's lock, with the copy-on-write rule of Note [Variable updates] in
 // kernels/variable_ops.cc.
 #include <map>
 #include <mutex>
@@ -102,14 +102,15 @@ class VariableGpuKernel : public GpuOpKernel {
   VariableLookup variable_;
 };
 
-// The variable's current value (a snapshot: the handle, no copy). Thread-safe.
+// The variable's current value (a snapshot: the handle, no copy): VariableV2's, and
+// _ReadVariable's of its resource. Thread-safe.
 class VariableGpuOp final : public VariableGpuKernel {
  public:
   using VariableGpuKernel::VariableGpuKernel;
 
  protected:
   void run(OpKernelContext& ctx, GpuRun& r) override {
-    auto var = variable(ctx, node());
+    auto var = variable(ctx, node().resource != nullptr ? *node().resource : node());
     if (!var.ok()) return ctx.fail(var.status());
     VariableResource& v = *var.value();
     std::lock_guard<std::mutex> l(v.mu);
@@ -206,6 +207,7 @@ TESSERA_REGISTER_KERNEL("Identity", "GPU", IdentityGpuOp);
 TESSERA_REGISTER_KERNEL("StopGradient", "GPU", IdentityGpuOp);  // core/nn_ops.cc
 TESSERA_REGISTER_KERNEL("Const", "GPU", ConstGpuOp);
 TESSERA_REGISTER_KERNEL("VariableV2", "GPU", VariableGpuOp);
+TESSERA_REGISTER_KERNEL("_ReadVariable", "GPU", VariableGpuOp);
 TESSERA_REGISTER_KERNEL("Assign", "GPU", AssignGpuOp);
 TESSERA_REGISTER_KERNEL("AssignAdd", "GPU", AssignUpdateGpuOp<true>);
 TESSERA_REGISTER_KERNEL("AssignSub", "GPU", AssignUpdateGpuOp<false>);

@@ -21,11 +21,13 @@
 // other methods are thread-safe; saves through one Saver are serialized.
 #pragma once
 
+#include <concepts>
 #include <cstdint>
 #include <map>
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tessera/graph.h"
@@ -63,6 +65,17 @@ class Saver {
   explicit Saver(Graph& g, std::vector<Variable> var_list = {}, SaverOptions options = {});
   // The same with the graph of the variables (`var_list` must not be empty).
   explicit Saver(std::vector<Variable> var_list, SaverOptions options = {});
+  // TF's Saver(var_list=dict): each variable saved and restored under its key, the checkpoint's
+  // name for it, instead of its own name; e.g. ExponentialMovingAverage::variables_to_restore's map
+  // restores the checkpoint's "w/ExponentialMovingAverage" into w. The map must not be empty, its
+  // keys not empty, its variables of `g` and each under one key: else InvalidArgumentError.
+  // (A template only so that a braced list, Saver(g, {a, b}) or Saver(g, {}, options), still means
+  // a var_list: a non-template overload would make those ambiguous. Saver(g, {{"name", v}}) and a
+  // map of this type pick this one.)
+  template <class VarMap = std::map<std::string, Variable>>
+    requires std::same_as<VarMap, std::map<std::string, Variable>>
+  explicit Saver(Graph& g, VarMap var_map, SaverOptions options = {})
+      : state_(make_state(g, {var_map.begin(), var_map.end()}, /*named=*/true, std::move(options))) {}
 
   // Writes the values of the variables, read in one session.run, to "<prefix>-<global_step>" (or
   // "<prefix>" without a step) and returns that path. The file is replaced atomically: a reader (or
@@ -101,6 +114,9 @@ class Saver {
   struct State;
 
  private:
+  // (checkpoint name, variable) pairs; `named`: the names are the caller's, not the variables' own.
+  static std::shared_ptr<State> make_state(Graph& g, std::vector<std::pair<std::string, Variable>> vars, bool named,
+                                           SaverOptions options);
   std::shared_ptr<State> state_;
 };
 
