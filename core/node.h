@@ -172,6 +172,10 @@ inline std::string last_name_component(const std::string& name) {
 // first input (checked_node(inputs[0], what)). add_op returns the node's first output.
 Node* add_op_node(const char* what, NodeSpec spec, std::vector<Output> inputs);
 Output add_op(const char* what, NodeSpec spec, std::vector<Output> inputs);
+// A read of the variable `var` (a VariableV2 node) when the read runs: op "_ReadVariable" named
+// "<var>/read" (made unique), under the graph's current scopes, colocated with the variable
+// (Variable::read_value; core/variable_ops.cc).
+Output read_variable(Node* var);
 // The attr-less op `type` over (a, b): the elementwise binary builders.
 inline Output add_binary_op(const char* what, const char* type, Output a, Output b, std::string name) {
   return add_op(what, NodeSpec{type, std::move(name)}, {a, b});

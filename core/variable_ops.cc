@@ -67,6 +67,15 @@ constexpr const char* kVariablesCollection = "variables";
 constexpr const char* kLocalVariablesCollection = "local_variables";
 
 }  // namespace
+
+Output read_variable(Node* var) {
+  Graph& g = *var->graph->owner;
+  GraphScope colocate = g.colocate_with(Operation(var));
+  NodeSpec spec{"_ReadVariable", var->name + "/read"};
+  spec.resource = var;
+  return Output(var->graph->add_node(std::move(spec)), 0);
+}
+
 }  // namespace internal
 
 using internal::Node;
@@ -149,6 +158,8 @@ Output Variable::update(const char* type, Output value) const {
   spec.resource = s.var;
   return Output(s.var->graph->add_node(std::move(spec)), 0);
 }
+
+Output Variable::read_value() const { return internal::read_variable(checked_state(state_).var); }
 
 Output Variable::assign(Output value) const { return update("Assign", value); }
 Output Variable::assign_add(Output delta) const { return update("AssignAdd", delta); }

@@ -85,17 +85,13 @@ DebiasState make_debias_state(const Variable& average, const char* fn) {
 }
 
 // `value`, or when it is a variable's value (a VariableV2's output 0), a read of that variable made
-// now, under the builder's scopes: it sees the updates a control_dependencies scope names (an
-// averaged variable after the training step), as TF1's reads of a ref variable do, where the
-// VariableV2's own output is its value early in the step (_ReadVariable in core/variable_ops.cc).
+// now, under the builder's scopes (Variable::read_value's read): it sees the updates a
+// control_dependencies scope names (an averaged variable after the training step), as TF1's reads
+// of a ref variable do, where the VariableV2's own output is its value early in the step.
 Output read_now(const Output& value) {
   internal::Node* n = value.node();
   if (n->type != "VariableV2" || value.index() != 0) return value;
-  Graph& g = value.op().graph();
-  GraphScope colocate = g.colocate_with(value.op());
-  internal::NodeSpec spec{"_ReadVariable", n->name + "/read"};
-  spec.resource = n;
-  return Output(n->graph->add_node(std::move(spec)), 0);
+  return internal::read_variable(n);
 }
 
 // `op_type` ("Assign", "AssignSub") of `var` by `value`, named `name` (under the current name

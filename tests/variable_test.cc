@@ -60,6 +60,31 @@ TEST(VariableTest, ReadIsASnapshotThatLaterUpdatesDoNotChange) {
   EXPECT_EQ(s.run(v.value()).to_vector<double>(), (std::vector<double>{3, 3}));
 }
 
+// TF1's read_value(): a read built under control_dependencies runs after the ops named there and
+// sees what they wrote (value() is read when the variable's node runs, before them).
+TEST(VariableTest, ReadValueUnderControlDependenciesSeesTheUpdate) {
+  Graph g;
+  Variable v(g, Tensor::scalar<int64_t>(1), "counter");
+  Output bump = v.assign_add(ops::constant(g, int64_t{1}));
+  Output after;
+  {
+    GraphScope deps = g.control_dependencies({bump.op()});
+    after = ops::mul(v.read_value(), ops::constant(g, int64_t{10}));
+  }
+  EXPECT_NE(v.read_value().op(), v.read_value().op()) << "a new read per call";
+  Output read = v.read_value();
+  Session s(g);
+  s.run(v.initializer());
+  EXPECT_EQ(s.run(after).scalar<int64_t>(), 20);
+  EXPECT_EQ(s.run(after).scalar<int64_t>(), 30);
+  EXPECT_EQ(s.run(read).scalar<int64_t>(), 3);
+  EXPECT_EQ(read.op().assigned_device(), v.op().assigned_device());
+  EXPECT_FALSE(read.op().assigned_device().empty());
+  // Uninitialized, it fails as value() does.
+  Variable late(g, Tensor::scalar(1.0f), "late");
+  EXPECT_THROW_MSG(s.run(late.read_value()), FailedPreconditionError, "late");
+}
+
 TEST(VariableTest, InitialValueFromAnotherOp) {
   Graph g;
   auto init = ops::mul(ops::constant(g, Tensor::vector<float>({1, 2})), ops::constant(g, 3.0f));

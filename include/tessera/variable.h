@@ -28,7 +28,15 @@ class Variable {
   Variable(Graph& g, Tensor initial_value, std::string name = "", bool trainable = true);
   Variable(Output initial_value, std::string name = "", bool trainable = true);
 
-  Output value() const;  // a read of the current value
+  // A read of the value, the same Output on every call. It is taken when the variable's node runs,
+  // early in a step, whatever scope a consumer is built under.
+  Output value() const;
+  // A new read taken when this read runs (TF1's read_value()): built under control_dependencies,
+  // it sees what the ops named there wrote, as in
+  //   auto after = g.control_dependencies({train_op});
+  //   Output updated = w.read_value();   // w after the step; w.value() would be w before it
+  // It is colocated with the variable.
+  Output read_value() const;
   operator Output() const { return value(); }  // NOLINT: TensorFlow lets a variable stand for its value
   Output assign(Output value) const;      // each returns the new value
   Output assign_add(Output delta) const;
