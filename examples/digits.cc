@@ -2,7 +2,8 @@
 // the CSV read by a file pipeline (string_input_producer -> TextLineReader -> decode_csv ->
 // batch), an 80/20 split, training batches from slice_input_producer -> shuffle_batch filled by
 // queue runner threads, a model built from ops, its gradients by tessera::gradients and Adam
-// updating the variables, accuracy on the held-out fifth.
+// updating the variables, accuracy on the held-out fifth; optionally an ExponentialMovingAverage of
+// the weights, updated after each step, whose accuracy is measured too.
 #include <chrono>
 #include <fstream>
 #include <iomanip>
@@ -48,6 +49,14 @@ DigitsResult digits(std::ostream& out, const DigitsOptions& opt) {
   auto accuracy = ops::reduce_mean(ops::cast(correct, DType::Float32), {}, false, "accuracy");
   Variable step = train::get_or_create_global_step(g);
   Operation train_op = train::AdamOptimizer(opt.learning_rate).minimize(loss, step);
+  // The moving averages of the weights, as a TF1 script keeps them: updated after the training step
+  // (its control dependency), the averages reading the weights that step wrote.
+  std::optional<train::ExponentialMovingAverage> ema;
+  if (opt.moving_average_decay > 0) {
+    ema.emplace(opt.moving_average_decay, step.value());
+    GraphScope after = g.control_dependencies({train_op});
+    train_op = ema->apply(g);
+  }
   // TensorBoard, as a TF1 script writes it: summary ops, merge_all, a FileWriter.
   Output merged;
   std::optional<summary::FileWriter> writer;
@@ -96,6 +105,16 @@ DigitsResult digits(std::ostream& out, const DigitsOptions& opt) {
   out << "digits " << opt.model << ": " << r.steps << " Adam steps of " << opt.batch_size << " in " << std::setprecision(1)
       << r.seconds << " s, loss " << std::setprecision(3) << r.first_loss << " -> " << r.last_loss
       << ", test accuracy " << std::setprecision(2) << 100.0 * r.test_accuracy << "%\n";
+  if (ema) {
+    // Evaluate with the averages: copy each shadow into its weight (what restoring a checkpoint
+    // through Saver(g, ema->variables_to_restore(g)) does in an evaluation job).
+    std::vector<Operation> copies;
+    for (const Variable& w : trainable_variables(g)) copies.push_back(w.assign(ema->average(w)->value()).op());
+    s.run({}, {}, {ops::group(copies)});
+    r.average_accuracy = s.run(accuracy).scalar<float>();
+    out << "  with the moving averages of the weights (decay " << std::setprecision(4) << opt.moving_average_decay
+        << "): test accuracy " << std::setprecision(2) << 100.0 * r.average_accuracy << "%\n";
+  }
   if (writer) {
     writer->close();
     out << "summaries for TensorBoard: " << opt.logdir << " (tensorboard --logdir " << opt.logdir << ")\n";

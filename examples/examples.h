@@ -52,11 +52,16 @@ struct DigitsOptions {
   int summary_every = 50;
   // When set, a Chrome trace (Perfetto) of the last training step is written there.
   std::string trace_file;
+  // When > 0, every step also updates an ExponentialMovingAverage of the weights with this decay
+  // (num_updates: the global step), and the test accuracy is measured again with the averages
+  // copied into the weights.
+  double moving_average_decay = 0;
 };
 struct DigitsResult {
   float first_loss = 0;
   float last_loss = 0;
   float test_accuracy = 0;
+  float average_accuracy = 0;  // with the moving averages (moving_average_decay > 0)
   int64_t steps = 0;
   double seconds = 0;
 };

@@ -103,8 +103,10 @@ TEST(SessionTest, ControlDependenciesOrderOps) {
   auto inc = v.assign_add(ops::constant(g, 1));
   Output read;
   {
+    // read_value: a read taken when it runs (v.value() is taken when the variable's node runs,
+    // which the scope does not order, so which value it saw depended on the executor's order).
     auto deps = g.control_dependencies({inc.op()});
-    read = ops::identity(v.value(), "read_after");
+    read = ops::identity(v.read_value(), "read_after");
   }
   Session s(g);
   s.run(global_variables_initializer(g));

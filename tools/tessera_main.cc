@@ -361,6 +361,10 @@ int main(int argc, char** argv) {
   digits->add_option("--logdir", digits_options.logdir,
                      "Write TensorBoard summaries (the graph, loss, test accuracy, a weight histogram; with "
                      "--cluster the chief's, with global_step/sec) to DIR");
+  digits->add_option("--moving-average", digits_options.moving_average_decay,
+                     "Also keep an ExponentialMovingAverage of the weights with this decay (e.g. 0.99) and report "
+                     "the test accuracy with the averages")
+      ->check(CLI::Range(0.0, 1.0));
   double digits_expect = 0;
   digits->add_option("--expect-accuracy", digits_expect,
                      "Exit with status 1 unless the test accuracy reaches this fraction (the tests use it)")
@@ -501,6 +505,11 @@ int main(int argc, char** argv) {
       if (r.test_accuracy < digits_expect) {
         std::cerr << "tessera digits: test accuracy " << r.test_accuracy << " is below the expected " << digits_expect
                   << "\n";
+        return 1;
+      }
+      if (digits_options.moving_average_decay > 0 && r.average_accuracy < digits_expect) {
+        std::cerr << "tessera digits: test accuracy with the moving averages " << r.average_accuracy
+                  << " is below the expected " << digits_expect << "\n";
         return 1;
       }
       return 0;
