@@ -22,18 +22,8 @@ using internal::constant_like;
 using internal::expect_floating;
 using internal::graph_of;
 using internal::scope_name;
+using internal::shapes_conflict;
 using internal::expect_not_null;
-
-// Shapes that cannot be the same tensor's: both of known rank and differing in rank or in a dim
-// both know.
-bool shapes_conflict(const Shape& a, const Shape& b) {
-  if (a.unknown_rank() || b.unknown_rank()) return false;
-  if (a.rank() != b.rank()) return true;
-  for (int i = 0; i < a.rank(); ++i) {
-    if (a.dim(i) >= 0 && b.dim(i) >= 0 && a.dim(i) != b.dim(i)) return true;
-  }
-  return false;
-}
 
 }  // namespace
 

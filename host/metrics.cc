@@ -3,12 +3,12 @@
 // return the updated value, and a safe division that is 0 while nothing has been counted.
 #include "tessera/metrics.h"
 
-#include <memory>
-#include <mutex>
 
 #include <fmt/format.h>
 
 #include "core/node.h"
+#include "core/op_functions.h"
+#include "host/variable_collection.h"
 #include "tessera/errors.h"
 #include "tessera/ops.h"
 
@@ -18,20 +18,12 @@ namespace {
 // TF's GraphKeys.METRIC_VARIABLES; holds shared_ptr<Variable>.
 constexpr const char* kMetricVariables = "metric_variables";
 
-Graph& graph_of(const Output& x) { return x.op().graph(); }
+using internal::graph_of;
+using internal::scope_name;
+using internal::shapes_conflict;
 
 void expect_tensor(const Output& t, const char* metric, const char* arg) {
-  if (t.is_null()) throw InvalidArgumentError(fmt::format("metrics::{}: {} is null", metric, arg));
-}
-
-// Shapes that cannot belong to one tensor: both of known rank and differing in rank or a known dim.
-bool shapes_conflict(const Shape& a, const Shape& b) {
-  if (a.unknown_rank() || b.unknown_rank()) return false;
-  if (a.rank() != b.rank()) return true;
-  for (int i = 0; i < a.rank(); ++i) {
-    if (a.dim(i) >= 0 && b.dim(i) >= 0 && a.dim(i) != b.dim(i)) return true;
-  }
-  return false;
+  internal::expect_not_null(t, fmt::format("metrics::{}", metric).c_str(), arg);
 }
 
 Output to_float(const Output& x) { return x.dtype() == DType::Float32 ? x : ops::cast(x, DType::Float32); }
@@ -40,9 +32,7 @@ Output to_float(const Output& x) { return x.dtype() == DType::Float32 ? x : ops:
 // metric_variables(g).
 Variable metric_variable(Graph& g, const char* name) {
   Variable v = local_variable(g, Tensor::scalar(0.0f), name);
-  internal::GraphImpl& impl = g.impl();
-  std::lock_guard<std::mutex> l(impl.collections_mu_);
-  impl.collections_[kMetricVariables].push_back(std::make_shared<Variable>(v));
+  internal::add_to_variable_collection(g, kMetricVariables, v);
   return v;
 }
 
@@ -75,8 +65,6 @@ std::pair<Output, Output> weighted_sums(const Output& values, const Output& weig
   if (w.is_null()) return {ops::reduce_sum(values), ops::cast(ops::size(values), DType::Float32)};
   return {ops::reduce_sum(ops::mul(values, w)), ops::reduce_sum(w)};
 }
-
-std::string scope_of(const std::string& name, const char* fallback) { return name.empty() ? fallback : name; }
 
 // labels and predictions of one shape, as TF's _remove_squeezable_dimensions: a trailing dim of 1
 // on the one of higher rank (by one) is squeezed away; other mismatches are InvalidArgumentErrors.
@@ -129,7 +117,7 @@ std::pair<Output, Output> as_bools(Output labels, Output predictions, const char
 
 Metric mean(Output values, Output weights, std::string name) {
   expect_tensor(values, "mean", "values");
-  return mean_of(to_float(values), weights, scope_of(name, "mean"), "mean");
+  return mean_of(to_float(values), weights, scope_name(name, "mean"), "mean");
 }
 
 Metric accuracy(Output labels, Output predictions, Output weights, std::string name) {
@@ -137,23 +125,23 @@ Metric accuracy(Output labels, Output predictions, Output weights, std::string n
   expect_tensor(predictions, "accuracy", "predictions");
   if (predictions.dtype() != labels.dtype()) predictions = ops::cast(predictions, labels.dtype());
   auto [l, p] = matched(labels, predictions, "accuracy");
-  return mean_of(to_float(ops::equal(p, l)), weights, scope_of(name, "accuracy"), "accuracy");
+  return mean_of(to_float(ops::equal(p, l)), weights, scope_name(name, "accuracy"), "accuracy");
 }
 
 Metric mean_squared_error(Output labels, Output predictions, Output weights, std::string name) {
   auto [l, p] = matched(std::move(labels), std::move(predictions), "mean_squared_error");
-  return mean_of(ops::squared_difference(to_float(l), to_float(p)), weights, scope_of(name, "mean_squared_error"),
+  return mean_of(ops::squared_difference(to_float(l), to_float(p)), weights, scope_name(name, "mean_squared_error"),
                  "mean_squared_error");
 }
 
 Metric mean_absolute_error(Output labels, Output predictions, Output weights, std::string name) {
   auto [l, p] = matched(std::move(labels), std::move(predictions), "mean_absolute_error");
-  return mean_of(ops::abs(ops::sub(to_float(l), to_float(p))), weights, scope_of(name, "mean_absolute_error"),
+  return mean_of(ops::abs(ops::sub(to_float(l), to_float(p))), weights, scope_name(name, "mean_absolute_error"),
                  "mean_absolute_error");
 }
 
 Metric root_mean_squared_error(Output labels, Output predictions, Output weights, std::string name) {
-  const std::string scope = scope_of(name, "root_mean_squared_error");
+  const std::string scope = scope_name(name, "root_mean_squared_error");
   GraphScope in_scope = graph_of(predictions.is_null() ? labels : predictions).name_scope(scope);
   auto [mse, update] = mean_squared_error(std::move(labels), std::move(predictions), std::move(weights));
   return {ops::sqrt(mse), ops::sqrt(update)};
@@ -161,18 +149,18 @@ Metric root_mean_squared_error(Output labels, Output predictions, Output weights
 
 Metric true_positives(Output labels, Output predictions, Output weights, std::string name) {
   auto [l, p] = as_bools(std::move(labels), std::move(predictions), "true_positives");
-  return count_of(ops::logical_and(l, p), weights, scope_of(name, "true_positives"), "true_positives");
+  return count_of(ops::logical_and(l, p), weights, scope_name(name, "true_positives"), "true_positives");
 }
 
 Metric false_positives(Output labels, Output predictions, Output weights, std::string name) {
   auto [l, p] = as_bools(std::move(labels), std::move(predictions), "false_positives");
-  return count_of(ops::logical_and(ops::logical_not(l), p), weights, scope_of(name, "false_positives"),
+  return count_of(ops::logical_and(ops::logical_not(l), p), weights, scope_name(name, "false_positives"),
                   "false_positives");
 }
 
 Metric false_negatives(Output labels, Output predictions, Output weights, std::string name) {
   auto [l, p] = as_bools(std::move(labels), std::move(predictions), "false_negatives");
-  return count_of(ops::logical_and(l, ops::logical_not(p)), weights, scope_of(name, "false_negatives"),
+  return count_of(ops::logical_and(l, ops::logical_not(p)), weights, scope_name(name, "false_negatives"),
                   "false_negatives");
 }
 
@@ -193,22 +181,14 @@ Metric ratio_of_true_positives(Output labels, Output predictions, Output weights
 
 Metric precision(Output labels, Output predictions, Output weights, std::string name) {
   return ratio_of_true_positives(std::move(labels), std::move(predictions), std::move(weights),
-                                 scope_of(name, "precision"), &false_positives);
+                                 scope_name(name, "precision"), &false_positives);
 }
 
 Metric recall(Output labels, Output predictions, Output weights, std::string name) {
   return ratio_of_true_positives(std::move(labels), std::move(predictions), std::move(weights),
-                                 scope_of(name, "recall"), &false_negatives);
+                                 scope_name(name, "recall"), &false_negatives);
 }
 
-std::vector<Variable> metric_variables(Graph& g) {
-  internal::GraphImpl& impl = g.impl();
-  std::lock_guard<std::mutex> l(impl.collections_mu_);
-  std::vector<Variable> out;
-  auto it = impl.collections_.find(kMetricVariables);
-  if (it == impl.collections_.end()) return out;
-  for (const auto& p : it->second) out.push_back(*static_cast<const Variable*>(p.get()));
-  return out;
-}
+std::vector<Variable> metric_variables(Graph& g) { return internal::variable_collection(g, kMetricVariables); }
 
 }  // namespace tessera::metrics

@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include "core/node.h"
+#include "host/variable_collection.h"
 #include "tessera/errors.h"
 #include "tessera/ops.h"
 
@@ -166,13 +167,7 @@ Output one_minus(Graph& g, const Output& decay, DType dtype) {
 }
 
 void add_moving_average_variable(Graph& g, const Variable& var) {
-  internal::GraphImpl& impl = g.impl();
-  std::lock_guard<std::mutex> l(impl.collections_mu_);
-  auto& averaged = impl.collections_[kMovingAverageVariables];
-  for (const auto& p : averaged) {
-    if (static_cast<const Variable*>(p.get())->op() == var.op()) return;
-  }
-  averaged.push_back(std::make_shared<Variable>(var));
+  internal::add_to_variable_collection(g, kMovingAverageVariables, var, /*once=*/true);
 }
 
 }  // namespace
@@ -214,13 +209,7 @@ Output assign_moving_average(const Variable& variable, Output value, double deca
 }
 
 std::vector<Variable> moving_average_variables(Graph& g) {
-  internal::GraphImpl& impl = g.impl();
-  std::lock_guard<std::mutex> l(impl.collections_mu_);
-  std::vector<Variable> out;
-  auto it = impl.collections_.find(kMovingAverageVariables);
-  if (it == impl.collections_.end()) return out;
-  for (const auto& p : it->second) out.push_back(*static_cast<const Variable*>(p.get()));
-  return out;
+  return internal::variable_collection(g, kMovingAverageVariables);
 }
 
 // ---- ExponentialMovingAverage ----
