@@ -16,6 +16,20 @@
 #include "tessera/ops.h"
 
 namespace tessera::train {
+namespace moving_average_detail {
+
+// The debias state of a zero-initialized average (TF's _zero_debias): the biased average and the
+// number of updates, made next to it. Outside the anonymous namespace: ExponentialMovingAverage's
+// State (declared in the header) holds one.
+struct DebiasState {
+  Variable biased;
+  Variable local_step;
+};
+
+}  // namespace moving_average_detail
+
+using moving_average_detail::DebiasState;
+
 namespace {
 
 // TF's GraphKeys.MOVING_AVERAGE_VARIABLES; holds shared_ptr<Variable>.
@@ -63,12 +77,6 @@ Output constant_of(Graph& g, DType dtype, double value, const std::string& name 
   return ops::cast(ops::constant(g, static_cast<float>(value)), dtype, name);
 }
 
-// The debias state of a zero-initialized average (TF's _zero_debias): the biased average and the
-// number of updates, made next to it.
-struct DebiasState {
-  Variable biased;
-  Variable local_step;
-};
 
 DebiasState make_debias_state(const Variable& average, const char* fn) {
   const Shape shape = average.shape();
