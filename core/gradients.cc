@@ -71,14 +71,15 @@ std::vector<std::string> GradientRegistry::differentiable_op_types() const {
   return types;
 }
 
-Output constant_like(const Output& x, double value) {
-  Graph& g = *x.node()->graph->owner;
-  switch (x.dtype()) {
-    case DType::Float32: return ops::constant(g, static_cast<float>(value));
-    case DType::Float64: return ops::constant(g, value);
-    default: return ops::cast(ops::constant(g, static_cast<float>(value)), x.dtype());
+Output scalar_constant(Graph& g, DType dtype, double value, const std::string& name) {
+  switch (dtype) {
+    case DType::Float32: return ops::constant(g, static_cast<float>(value), name);
+    case DType::Float64: return ops::constant(g, value, name);
+    default: return ops::cast(ops::constant(g, static_cast<float>(value)), dtype, name);
   }
 }
+
+Output constant_like(const Output& x, double value) { return scalar_constant(*x.node()->graph->owner, x.dtype(), value); }
 
 namespace {
 

@@ -92,6 +92,9 @@ Output reduce_to_shape_of(Output grad, Output x);
 // `y`'s elements with x's shape as it is when the op runs (op "ReshapeToShapeOf": no data moves).
 // The same Output when the shapes are known at build time and equal.
 Output reshape_to_shape_of(Output y, Output x);
+// A scalar `value` of `dtype` in `g`: float32 and float64 constants directly, other dtypes cast
+// from a float32 constant (Tensor cannot make the 16-bit floats); `name` names the op returned.
+Output scalar_constant(Graph& g, DType dtype, double value, const std::string& name = "");
 // A scalar of x's dtype.
 Output constant_like(const Output& x, double value);
 

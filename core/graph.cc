@@ -362,6 +362,12 @@ GraphScope Graph::colocate_with(Operation op) {
   return restore;
 }
 
+GraphScope internal::without_control_dependencies(GraphImpl& g) {
+  GraphScope restore([&g, previous = std::move(g.control_scope_)]() mutable { g.control_scope_ = std::move(previous); });
+  g.control_scope_.clear();
+  return restore;
+}
+
 GraphScope Graph::control_dependencies(const std::vector<Operation>& deps) {
   auto& impl = *impl_;
   auto previous = impl.control_scope_;

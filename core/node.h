@@ -176,6 +176,10 @@ Output add_op(const char* what, NodeSpec spec, std::vector<Output> inputs);
 // "<var>/read" (made unique), under the graph's current scopes, colocated with the variable
 // (Variable::read_value; core/variable_ops.cc).
 Output read_variable(Node* var);
+// While the scope lives, nodes added to `g` take no control inputs from the control_dependencies
+// scopes around it (TF's init_scope): a variable, and the initial values and state an op makes
+// for itself, must not wait for the ops a caller's scope names.
+GraphScope without_control_dependencies(GraphImpl& g);
 // The attr-less op `type` over (a, b): the elementwise binary builders.
 inline Output add_binary_op(const char* what, const char* type, Output a, Output b, std::string name) {
   return add_op(what, NodeSpec{type, std::move(name)}, {a, b});

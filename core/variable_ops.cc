@@ -96,10 +96,11 @@ std::shared_ptr<const Variable::State> make_variable(Output initial_value, std::
   spec.attrs["dtype"] = initial_value.dtype();
   spec.attrs["shape"] = initial_value.shape();
   // A variable is not ordered after whatever control scope is active: only its initializer is.
-  auto saved_control = g.control_scope_;
-  g.control_scope_.clear();
-  Node* var = g.add_node(std::move(spec));
-  g.control_scope_ = saved_control;
+  Node* var = nullptr;
+  {
+    GraphScope outside = internal::without_control_dependencies(g);
+    var = g.add_node(std::move(spec));
+  }
   auto state = std::make_shared<Variable::State>();
   state->var = var;
   state->trainable = trainable;

@@ -10,6 +10,7 @@
 
 #include <fmt/format.h>
 
+#include "core/gradients.h"  // scalar_constant
 #include "core/node.h"
 #include "host/variable_collection.h"
 #include "tessera/errors.h"
@@ -35,20 +36,6 @@ namespace {
 // TF's GraphKeys.MOVING_AVERAGE_VARIABLES; holds shared_ptr<Variable>.
 constexpr const char* kMovingAverageVariables = "moving_average_variables";
 
-// While it lives, ops are built outside the control_dependencies scopes of the code that builds
-// them (TF's init_scope): a shadow's initializer must not run the ops a caller's scope names.
-class WithoutControlDependencies {
- public:
-  explicit WithoutControlDependencies(Graph& g) : g_(g.impl()), saved_(std::exchange(g_.control_scope_, {})) {}
-  ~WithoutControlDependencies() { g_.control_scope_ = std::move(saved_); }
-  WithoutControlDependencies(const WithoutControlDependencies&) = delete;
-  WithoutControlDependencies& operator=(const WithoutControlDependencies&) = delete;
-
- private:
-  internal::GraphImpl& g_;
-  std::vector<internal::Node*> saved_;
-};
-
 // The current name scope with a trailing "/" ("" outside any).
 std::string scope_prefix(Graph& g) {
   const std::string& scope = g.impl().name_scope_;
@@ -69,14 +56,6 @@ std::string unused_name(Graph& g, const std::string& base) {
   }
 }
 
-// A scalar constant of a floating point dtype (halves by a cast from float32, which Tensor cannot
-// make directly).
-Output constant_of(Graph& g, DType dtype, double value, const std::string& name = "") {
-  if (dtype == DType::Float64) return ops::constant(g, value, name);
-  if (dtype == DType::Float32) return ops::constant(g, static_cast<float>(value), name);
-  return ops::cast(ops::constant(g, static_cast<float>(value)), dtype, name);
-}
-
 
 DebiasState make_debias_state(const Variable& average, const char* fn) {
   const Shape shape = average.shape();
@@ -85,7 +64,7 @@ DebiasState make_debias_state(const Variable& average, const char* fn) {
                                            average.name(), shape.to_string()));
   }
   Graph& g = average.op().graph();
-  WithoutControlDependencies outside(g);
+  GraphScope outside = internal::without_control_dependencies(g.impl());
   GraphScope colocate = g.colocate_with(average.op());
   // Variable(g, Tensor, name) makes "<name>_N" when the name is taken, as TF's _maybe_get_unique.
   Variable biased(g, Tensor::zeros(average.dtype(), shape), average.name() + "/biased", /*trainable=*/false);
@@ -137,8 +116,8 @@ Output moving_average_update(const Variable& average, const Output& value, OneMi
       // quotient. decay is recovered as 1 - (1 - decay), as TF's `1.0 - decay`.
       const Output biased =
           debias->biased.assign_sub(ops::mul(ops::sub(read_now(debias->biased.value()), target), rate));
-      const Output step = debias->local_step.assign_add(constant_of(g, dtype, 1.0));
-      const Output one = constant_of(g, dtype, 1.0);
+      const Output one = internal::scalar_constant(g, dtype, 1.0);
+      const Output step = debias->local_step.assign_add(one);
       const Output bias_factor = ops::sub(one, ops::pow(ops::sub(one, rate), step));
       update = ops::div(biased, bias_factor);
       op_type = "Assign";
@@ -170,7 +149,7 @@ void expect_finite_decay(double decay, const std::string& who) {
 
 // 1 - decay for a decay tensor, in `dtype` (TF's convert_to_tensor(1.0 - decay) then the cast).
 Output one_minus(Graph& g, const Output& decay, DType dtype) {
-  const Output rate = ops::sub(constant_of(g, decay.dtype(), 1.0), decay);
+  const Output rate = ops::sub(internal::scalar_constant(g, decay.dtype(), 1.0), decay);
   return rate.dtype() == dtype ? rate : ops::cast(rate, dtype);
 }
 
@@ -213,7 +192,7 @@ Output assign_moving_average(const Variable& variable, Output value, double deca
   expect_finite_decay(decay, "assign_moving_average");
   const DType dtype = variable.dtype();
   return assign_moving_average_with(variable, value, zero_debias, std::move(name),
-                                    [&](Graph& g) { return constant_of(g, dtype, 1.0 - decay, "decay"); });
+                                    [&](Graph& g) { return internal::scalar_constant(g, dtype, 1.0 - decay, "decay"); });
 }
 
 std::vector<Variable> moving_average_variables(Graph& g) {
@@ -337,7 +316,7 @@ Operation ExponentialMovingAverage::apply(std::vector<Variable> var_list, std::v
   for (const Item& item : items) {
     if (st.averages.count(item.key)) continue;
     const std::string shadow_name = item.key.op().name() + "/" + st.name;
-    WithoutControlDependencies outside(g);
+    GraphScope outside = internal::without_control_dependencies(g.impl());
     if (item.var) {
       GraphScope colocate = g.colocate_with(item.var->op());
       // The initial value tensor of the variable's initializer: one initializer run computes it
