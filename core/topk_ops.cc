@@ -10,6 +10,7 @@
 #include "core/gradients.h"
 #include "core/node.h"
 #include "core/op_registry.h"
+#include "core/topk_ops.h"
 #include "tessera/errors.h"
 #include "tessera/ops.h"
 
@@ -24,17 +25,9 @@ Status top_k_fn(ShapeContext& c) {
   if (dtype == DType::Bool || dtype == DType::String) {
     return c.invalid("{} tensors are not ordered", dtype_name(dtype));
   }
-  const int64_t k = c.attr<int64_t>("k");
-  if (k < 0) return c.invalid("k must be non-negative, got {}", k);
-  Shape out = c.input_shape(0);
-  if (!out.unknown_rank()) {
-    if (out.rank() < 1) return c.invalid("input must have rank >= 1, got shape {}", out.to_string());
-    const int64_t n = out.dim(out.rank() - 1);
-    if (n >= 0 && n < k) return c.invalid("input must have at least k={} columns, got shape {}", k, out.to_string());
-    out.set_dim(out.rank() - 1, k);
-  }
-  c.add_output(dtype, out);
-  c.add_output(DType::Int32, out);
+  const StatusOr<Shape> out = top_k_shape(c.input_shape(0), c.attr<int64_t>("k"));
+  TESSERA_RETURN_IF_ERROR(add_shaped(c, dtype, out));
+  c.add_output(DType::Int32, out.value());
   return Status();
 }
 
@@ -46,20 +39,7 @@ Status in_top_k_fn(ShapeContext& c) {
   }
   const DType t = c.input_dtype(1);
   if (t != DType::Int32 && t != DType::Int64) return c.invalid("targets must be int32 or int64, got {}", dtype_name(t));
-  const Shape& p = c.input_shape(0);
-  const Shape& targets = c.input_shape(1);
-  if (!p.unknown_rank() && p.rank() != 2) return c.invalid("predictions must be a matrix, got shape {}", p.to_string());
-  if (!targets.unknown_rank() && targets.rank() != 1) {
-    return c.invalid("targets must be a vector, got shape {}", targets.to_string());
-  }
-  const int64_t batch = p.unknown_rank() ? -1 : p.dim(0);
-  const int64_t target_batch = targets.unknown_rank() ? -1 : targets.dim(0);
-  if (batch >= 0 && target_batch >= 0 && batch != target_batch) {
-    return c.invalid("predictions have {} rows and targets {} elements", batch, target_batch);
-  }
-  if (c.attr<int64_t>("k") < 0) return c.invalid("k must be non-negative, got {}", c.attr<int64_t>("k"));
-  c.add_output(DType::Bool, Shape{batch >= 0 ? batch : target_batch});
-  return Status();
+  return add_shaped(c, DType::Bool, in_top_k_shape(c.input_shape(0), c.input_shape(1), c.attr<int64_t>("k")));
 }
 
 TESSERA_REGISTER_OP(OpDef{"TopKV2", top_k_fn});
@@ -81,6 +61,37 @@ TESSERA_REGISTER_GRADIENT("TopKV2", [](const GradContext& c) -> std::vector<Outp
 TESSERA_NOT_DIFFERENTIABLE("InTopK");
 
 }  // namespace
+
+StatusOr<Shape> top_k_shape(const Shape& input, int64_t k) {
+  if (k < 0) return errors::invalid_argument("k must be non-negative, got {}", k);
+  if (input.unknown_rank()) return input;
+  if (input.rank() < 1) return errors::invalid_argument("input must have rank >= 1, got shape {}", input.to_string());
+  const int64_t n = input.dim(input.rank() - 1);
+  if (n >= 0 && n < k) {
+    return errors::invalid_argument("input must have at least k={} columns, got shape {}", k, input.to_string());
+  }
+  Shape out = input;
+  out.set_dim(input.rank() - 1, k);
+  return out;
+}
+
+StatusOr<Shape> in_top_k_shape(const Shape& predictions, const Shape& targets, int64_t k) {
+  if (!predictions.unknown_rank() && predictions.rank() != 2) {
+    return errors::invalid_argument("predictions must be a matrix, got shape {}", predictions.to_string());
+  }
+  if (!targets.unknown_rank() && targets.rank() != 1) {
+    return errors::invalid_argument("targets must be a vector, got shape {}", targets.to_string());
+  }
+  const int64_t batch = predictions.unknown_rank() ? -1 : predictions.dim(0);
+  const int64_t target_batch = targets.unknown_rank() ? -1 : targets.dim(0);
+  if (batch >= 0 && target_batch >= 0 && batch != target_batch) {
+    return errors::invalid_argument("predictions have {} rows and targets {} elements: one per row", batch,
+                                    target_batch);
+  }
+  if (k < 0) return errors::invalid_argument("k must be non-negative, got {}", k);
+  return Shape{batch >= 0 ? batch : target_batch};
+}
+
 }  // namespace internal
 
 namespace ops {

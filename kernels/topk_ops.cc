@@ -18,6 +18,7 @@
 #include "core/op_kernel.h"
 #include "core/op_registry.h"
 #include "core/select_ops.h"  // index_at
+#include "core/topk_ops.h"
 #include "kernels/dtype_visit.h"
 
 namespace tessera::internal {
@@ -47,19 +48,14 @@ class TopKOp : public OpKernel {
  private:
   template <class T>
   void run(OpKernelContext& ctx, const Tensor& x) {
-    const Shape& shape = x.shape();
-    if (shape.rank() < 1) return ctx.fail(ErrorCode::kInvalidArgument, "input must have rank >= 1, got shape {}", shape.to_string());
-    const int64_t n = shape.dim(shape.rank() - 1);
-    if (n < k_) {
-      return ctx.fail(ErrorCode::kInvalidArgument, "input must have at least k={} columns, got shape {}", k_, shape.to_string());
-    }
+    const StatusOr<Shape> out_shape = top_k_shape(x.shape(), k_);
+    if (!out_shape.ok()) return ctx.fail(out_shape.status());
+    const int64_t n = x.shape().dim(x.shape().rank() - 1);
     if (n > std::numeric_limits<int32_t>::max()) {
       return ctx.fail(ErrorCode::kInvalidArgument, "the last dim ({}) exceeds int32 indices", n);
     }
-    Shape out_shape = shape;
-    out_shape.set_dim(shape.rank() - 1, k_);
-    Tensor& values = ctx.allocate_output(0, out_shape);
-    Tensor& indices = ctx.allocate_output(1, out_shape);
+    Tensor& values = ctx.allocate_output(0, out_shape.value());
+    Tensor& indices = ctx.allocate_output(1, out_shape.value());
     const int64_t rows = n == 0 ? 0 : x.num_elements() / n;
     if (k_ == 0 || rows == 0) return;
     using C = Accumulate<T>;
@@ -89,15 +85,10 @@ class InTopKOp : public OpKernel {
   void compute(OpKernelContext& ctx) override {
     const Tensor& p = ctx.input(0);
     const Tensor& targets = ctx.input(1);
-    if (p.shape().rank() != 2) {
-      return ctx.fail(ErrorCode::kInvalidArgument, "predictions must be a matrix, got shape {}", p.shape().to_string());
-    }
-    if (targets.shape().rank() != 1 || targets.num_elements() != p.shape().dim(0)) {
-      return ctx.fail(ErrorCode::kInvalidArgument, "targets must be a vector of {} elements (one per row), got shape {}",
-                      p.shape().dim(0), targets.shape().to_string());
-    }
+    const StatusOr<Shape> out_shape = in_top_k_shape(p.shape(), targets.shape(), k_);
+    if (!out_shape.ok()) return ctx.fail(out_shape.status());
     const int64_t rows = p.shape().dim(0), classes = p.shape().dim(1);
-    Tensor& out = ctx.allocate_output(0, Shape{rows});
+    Tensor& out = ctx.allocate_output(0, out_shape.value());
     const float* pp = p.data<float>();
     bool* po = out.mutable_data<bool>();
     for (int64_t r = 0; r < rows; ++r) {
