@@ -172,7 +172,8 @@ Output batch_normalization(Output x, Output mean, Output variance, Output offset
   GraphScope scope = graph_of(x).name_scope(scope_name(name, "batchnorm"));
   Output inv = ops::rsqrt(ops::add(variance, constant_like(variance, variance_epsilon)));
   if (!scale.is_null()) inv = ops::mul(inv, scale);
-  const Output shift = offset.is_null() ? ops::neg(ops::mul(mean, inv)) : ops::sub(offset, ops::mul(mean, inv));
+  const Output mean_inv = ops::mul(mean, inv);
+  const Output shift = offset.is_null() ? ops::neg(mean_inv) : ops::sub(offset, mean_inv);
   return ops::add(ops::mul(x, inv), shift);
 }
 
