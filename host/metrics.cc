@@ -8,7 +8,7 @@
 
 #include "core/node.h"
 #include "core/op_functions.h"
-#include "host/variable_collection.h"
+#include "host/graph_collection.h"
 #include "tessera/errors.h"
 #include "tessera/ops.h"
 

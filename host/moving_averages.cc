@@ -12,7 +12,7 @@
 
 #include "core/gradients.h"  // scalar_constant
 #include "core/node.h"
-#include "host/variable_collection.h"
+#include "host/graph_collection.h"
 #include "tessera/errors.h"
 #include "tessera/ops.h"
 
