@@ -16,6 +16,7 @@
 #include "tessera/graph.h"
 #include "tessera/input.h"
 #include "tessera/learning_rate_decay.h"
+#include "tessera/losses.h"
 #include "tessera/metrics.h"
 #include "tessera/moving_averages.h"
 #include "tessera/monitored_session.h"
