@@ -61,10 +61,10 @@ bool weights_broadcast_statically(const Shape& w, const Shape& v, const char* fn
   if (w.rank() == 0) return true;
   if (v.unknown_rank()) return false;
   if (w.rank() != v.rank()) {
-    throw InvalidArgumentError(fmt::format(
-        "{}: weights can not be broadcast to values: values.rank={}, weights.rank={} (values.shape={}, "
-        "weights.shape={}); weights must be a scalar or of the values' rank",
-        what_of(fn), v.rank(), w.rank(), v.to_string(), w.to_string()));
+    throw InvalidArgumentError(
+        fmt::format("{}: weights can not be broadcast to values: values.rank={}, weights.rank={} (values.shape={}, "
+                    "weights.shape={}); weights must be a scalar or of the values' rank",
+                    what_of(fn), v.rank(), w.rank(), v.to_string(), w.to_string()));
   }
   bool known = true;
   for (int i = 0; i < w.rank(); ++i) {
@@ -130,8 +130,8 @@ Output weighted(const Output& losses, const Weights& weights, const LossOptions&
         loss = ops::reduce_sum(weighted_losses, {}, false, value);
         break;
       case Reduction::mean:
-        loss = div_no_nan(ops::reduce_sum(weighted_losses), ops::reduce_sum(times_weights(ops::ones_like(x), w, checked)),
-                          value);
+        loss = div_no_nan(ops::reduce_sum(weighted_losses),
+                          ops::reduce_sum(times_weights(ops::ones_like(x), w, checked)), value);
         break;
       case Reduction::sum_over_batch_size:
         loss = div_no_nan(ops::reduce_sum(weighted_losses), ops::cast(ops::size(x), DType::Float32, "num_elements"),
@@ -208,8 +208,7 @@ Output huber_loss(Output labels, Output predictions, Weights weights, double del
   // abs_error - quadratic is max(abs_error - delta, 0) in value, but its gradient at
   // abs_error == delta is 0 (maximum's would be 1, doubling the quadratic term's there), as TF's.
   const Output linear = ops::sub(abs_error, quadratic);
-  const Output losses =
-      ops::add(ops::mul(float_constant(g, 0.5), ops::mul(quadratic, quadratic)), ops::mul(d, linear));
+  const Output losses = ops::add(ops::mul(float_constant(g, 0.5), ops::mul(quadratic, quadratic)), ops::mul(d, linear));
   return weighted(losses, weights, options, kFn);
 }
 
@@ -333,12 +332,10 @@ Output cosine_distance(Output labels, Output predictions, int axis, Weights weig
   const auto [l, p] = float_pair(labels, predictions, kFn);
   const Shape& s = l.shape();
   if (!s.unknown_rank() && (axis < -s.rank() || axis >= s.rank())) {
-    throw InvalidArgumentError(
-        fmt::format("{}: axis {} is outside [-{}, {}) for labels of shape {}", what_of(kFn), axis, s.rank(),
-                    s.rank(), s.to_string()));
+    throw InvalidArgumentError(fmt::format("{}: axis {} is outside [-{}, {}) for labels of shape {}", what_of(kFn),
+                                           axis, s.rank(), s.rank(), s.to_string()));
   }
-  const Output losses =
-      ops::sub(float_constant(g, 1.0), ops::reduce_sum(ops::mul(p, l), {axis}, /*keep_dims=*/true));
+  const Output losses = ops::sub(float_constant(g, 1.0), ops::reduce_sum(ops::mul(p, l), {axis}, /*keep_dims=*/true));
   return weighted(losses, weights, options, kFn);
 }
 
@@ -359,9 +356,9 @@ Output mean_pairwise_squared_error(Output labels, Output predictions, Weights we
   const Output diffs = ops::sub(p, l);
   const int rank = diffs.shape().rank();
   if (rank < 1) {
-    throw InvalidArgumentError(fmt::format(
-        "{}: labels and predictions need a known rank of at least 1 (dim 0 is the batch), not shape {}",
-        what_of(kFn), diffs.shape().to_string()));
+    throw InvalidArgumentError(
+        fmt::format("{}: labels and predictions need a known rank of at least 1 (dim 0 is the batch), not shape {}",
+                    what_of(kFn), diffs.shape().to_string()));
   }
   std::vector<int> axes;
   for (int i = 1; i < rank; ++i) axes.push_back(i);
@@ -374,8 +371,7 @@ Output mean_pairwise_squared_error(Output labels, Output predictions, Weights we
   const Output n_minus_1 = ops::sub(n, one);
   const Output term1 = ops::mul(two, div_no_nan(sum_squares, ops::maximum(n_minus_1, zero)));
   const Output sum_diff = per_example_sum(diffs);
-  const Output term2 =
-      ops::mul(two, div_no_nan(ops::square(sum_diff), ops::maximum(ops::mul(n, n_minus_1), zero)));
+  const Output term2 = ops::mul(two, div_no_nan(ops::square(sum_diff), ops::maximum(ops::mul(n, n_minus_1), zero)));
   const Output loss = ops::reduce_sum(ops::mul(ops::sub(term1, term2), w));
   const Output mean_loss = ops::where(ops::greater(ops::reduce_sum(n), zero), loss, ops::zeros_like(loss), "value");
   add_to_losses(mean_loss, options);
@@ -399,8 +395,8 @@ Output get_regularization_loss(Graph& g, std::string name) {
   try {
     return ops::add_n(std::move(penalties), std::move(name));
   } catch (const InvalidArgumentError& e) {
-    throw InvalidArgumentError(fmt::format("{}: the regularization losses cannot be added: {}",
-                                           what_of("get_regularization_loss"), e.what()));
+    throw InvalidArgumentError(
+        fmt::format("{}: the regularization losses cannot be added: {}", what_of("get_regularization_loss"), e.what()));
   }
 }
 
@@ -410,9 +406,9 @@ Output get_total_loss(Graph& g, bool add_regularization_losses, std::string name
     for (const Output& r : get_regularization_losses(g)) all.push_back(r);
   }
   if (all.empty()) {
-    throw InvalidArgumentError(fmt::format(
-        "{}: no losses are found in the graph's LOSSES collection{}", what_of("get_total_loss"),
-        add_regularization_losses ? " nor in its REGULARIZATION_LOSSES collection" : ""));
+    throw InvalidArgumentError(
+        fmt::format("{}: no losses are found in the graph's LOSSES collection{}", what_of("get_total_loss"),
+                    add_regularization_losses ? " nor in its REGULARIZATION_LOSSES collection" : ""));
   }
   try {
     return ops::add_n(std::move(all), std::move(name));

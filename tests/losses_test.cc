@@ -6,6 +6,8 @@
 // collections, get_total_loss, and gradients through the losses. Expected values are TF's test
 // literals, computed here by the definition, or printed by TensorFlow 2.21's tf.compat.v1.losses
 // (said where).
+#include "tessera/losses.h"
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -15,7 +17,6 @@
 
 #include "host/graph_collection.h"
 #include "tessera/gradients.h"
-#include "tessera/losses.h"
 #include "tessera/ops.h"
 #include "tessera/session.h"
 #include "tests/testing/test_util.h"
@@ -23,10 +24,10 @@
 namespace tessera {
 namespace {
 
-using ::testing::HasSubstr;
 using losses::LossOptions;
 using losses::Reduction;
 using testing::error_of;
+using ::testing::HasSubstr;
 
 Output f32(Graph& g, std::vector<float> v, Shape s) { return ops::constant(g, Tensor::from_vector<float>(v, s)); }
 Output f64(Graph& g, std::vector<double> v, Shape s) { return ops::constant(g, Tensor::from_vector<double>(v, s)); }
@@ -64,22 +65,24 @@ TEST_F(AbsoluteDifferenceTest, TheCasesOfTF) {
   EXPECT_NEAR(eval(g, losses::absolute_difference(labels, predictions)), 5.5, 1e-3);
   EXPECT_NEAR(eval(g, losses::absolute_difference(labels, predictions, 2.3)), 5.5 * 2.3, 1e-3);
   EXPECT_NEAR(eval(g, losses::absolute_difference(labels, predictions, ops::constant(g, 2.3f))), 5.5 * 2.3, 1e-3);
-  EXPECT_NEAR(eval(g, losses::absolute_difference(labels, predictions, f32(g, {1.2f, 0.0f}, Shape{2, 1}))), 5.6,
+  EXPECT_NEAR(eval(g, losses::absolute_difference(labels, predictions, f32(g, {1.2f, 0.0f}, Shape{2, 1}))), 5.6, 1e-3);
+  EXPECT_NEAR(eval(g, losses::absolute_difference(labels, predictions, i32(g, {3, 6, 5, 0, 4, 2}, Shape{2, 3}))), 16.6,
               1e-3);
-  EXPECT_NEAR(eval(g, losses::absolute_difference(labels, predictions, i32(g, {3, 6, 5, 0, 4, 2}, Shape{2, 3}))),
-              16.6, 1e-3);
-  EXPECT_NEAR(eval(g, losses::absolute_difference(labels, predictions, i32(g, {0, 0, 0, 0, 0, 2}, Shape{2, 3}))),
-              6.0, 1e-3);
+  EXPECT_NEAR(eval(g, losses::absolute_difference(labels, predictions, i32(g, {0, 0, 0, 0, 0, 2}, Shape{2, 3}))), 6.0,
+              1e-3);
   const Output all_zero = losses::absolute_difference(labels, predictions, f32(g, {0, 0, 0, 0, 0, 0}, Shape{2, 3}));
   EXPECT_EQ(eval(g, all_zero), 0.0f) << "every weight 0: 0, not NaN";
   EXPECT_EQ(all_zero.dtype(), DType::Float32) << "int32 labels and predictions are cast to float32";
 }
 
 TEST_F(AbsoluteDifferenceTest, MismatchedShapesAndUnbroadcastableWeightsAreInvalidArguments) {
-  EXPECT_THAT(error_of<InvalidArgumentError>([&] { losses::absolute_difference(labels, i32(g, {1, 2}, Shape{2})); }),
+  EXPECT_THAT(error_of<InvalidArgumentError>([&] {
+                losses::absolute_difference(labels, i32(g, {1, 2}, Shape{2}));
+              }),
               HasSubstr("losses::absolute_difference: predictions of shape [2] and labels of shape [2,3]"));
-  EXPECT_THAT(error_of<InvalidArgumentError>(
-                  [&] { losses::absolute_difference(labels, predictions, f32(g, {1, 2, 3}, Shape{3, 1})); }),
+  EXPECT_THAT(error_of<InvalidArgumentError>([&] {
+                losses::absolute_difference(labels, predictions, f32(g, {1, 2, 3}, Shape{3, 1}));
+              }),
               HasSubstr("weights can not be broadcast to values: mismatch at dim 0"));
 }
 
@@ -115,8 +118,8 @@ TEST_F(SoftmaxCrossEntropyTest, TheCasesOfTF) {
 
 TEST_F(SoftmaxCrossEntropyTest, LabelSmoothing) {
   // TF's testSoftmaxLabelSmoothing: log softmax [0, -200, -200], so the loss is 400 L / n.
-  const Output loss = losses::softmax_cross_entropy(i32(g, {1, 0, 0}, Shape{1, 3}), f32(g, {100, -100, -100}, Shape{1, 3}),
-                                                    1.0, /*label_smoothing=*/0.1);
+  const Output loss = losses::softmax_cross_entropy(
+      i32(g, {1, 0, 0}, Shape{1, 3}), f32(g, {100, -100, -100}, Shape{1, 3}), 1.0, /*label_smoothing=*/0.1);
   EXPECT_EQ(loss.op().name(), "softmax_cross_entropy_loss/value");
   EXPECT_NEAR(eval(g, loss), 400.0 * 0.1 / 3.0, 1e-3);
   // Printed by TensorFlow 2.21's tf.compat.v1.losses.softmax_cross_entropy(label_smoothing=0.2).
@@ -133,8 +136,8 @@ TEST_F(SoftmaxCrossEntropyTest, LabelSmoothing) {
 
 TEST(SigmoidCrossEntropyTest, LabelSmoothingEqualsSoftmaxWithTwoLabels) {
   Graph g;
-  const Output sigmoid = losses::sigmoid_cross_entropy(i32(g, {1, 0, 1}, Shape{1, 3}),
-                                                       f32(g, {100, -100, -100}, Shape{1, 3}), 1.0, 0.1);
+  const Output sigmoid =
+      losses::sigmoid_cross_entropy(i32(g, {1, 0, 1}, Shape{1, 3}), f32(g, {100, -100, -100}, Shape{1, 3}), 1.0, 0.1);
   const Output softmax = losses::softmax_cross_entropy(i32(g, {0, 1, 1, 0, 0, 1}, Shape{3, 2}),
                                                        f32(g, {0, 100, 100, 0, 100, 0}, Shape{3, 2}), 1.0, 0.1);
   EXPECT_NEAR(eval(g, sigmoid), eval(g, softmax), 1e-3);
@@ -188,8 +191,8 @@ TEST_F(SparseSoftmaxCrossEntropyTest, PlaceholdersForLogitsLabelsAndWeights) {
 TEST_F(SparseSoftmaxCrossEntropyTest, LabelsOfRankTwoAgainstLogitsOfRankThree) {
   // [2, 2] labels, [2, 2, 3] logits: the op's [batch] and [batch, classes] after flattening.
   Output x = f32(g, {10, 0, 0, 0, 10, 0, 0, 0, 10, 10, 0, 0}, Shape{2, 2, 3});
-  const Output none = losses::sparse_softmax_cross_entropy(i32(g, {0, 1, 0, 1}, Shape{2, 2}), x, 1.0,
-                                                           with_reduction(Reduction::none));
+  const Output none =
+      losses::sparse_softmax_cross_entropy(i32(g, {0, 1, 0, 1}, Shape{2, 2}), x, 1.0, with_reduction(Reduction::none));
   EXPECT_EQ(none.shape(), (Shape{2, 2}));
   const std::vector<float> got = eval_vector(g, none);
   ASSERT_EQ(got.size(), 4u);
@@ -247,8 +250,9 @@ TEST(SigmoidCrossEntropyTest, TheCasesOfTF) {
   EXPECT_NEAR(eval(g, losses::sigmoid_cross_entropy(i32(g, {1, 0, 1}, Shape{1, 3}),
                                                     f32(g, {100, -100, -100}, Shape{1, 3}), 1.0, 0.1)),
               (100.0 + 50.0 * 0.1) / 3.0, 1e-3);
-  EXPECT_THAT(error_of<InvalidArgumentError>(
-                  [&] { losses::sigmoid_cross_entropy(i32(g, {1, 0}, Shape{2}), logits); }),
+  EXPECT_THAT(error_of<InvalidArgumentError>([&] {
+                losses::sigmoid_cross_entropy(i32(g, {1, 0}, Shape{2}), logits);
+              }),
               HasSubstr("losses::sigmoid_cross_entropy: logits of shape [3,3] and multi_class_labels of shape [2]"));
 }
 
@@ -267,8 +271,8 @@ TEST(SigmoidCrossEntropyTest, Float64LogitsGiveAFloat64Loss) {
   // As TF's (the loss is computed in float32 and cast back to the logits' dtype); its label
   // smoothing case printed 35.0 from TensorFlow 2.21 with float64 logits.
   Graph g;
-  const Output loss = losses::sigmoid_cross_entropy(i32(g, {1, 0, 1}, Shape{1, 3}),
-                                                    f64(g, {100, -100, -100}, Shape{1, 3}), 1.0, 0.1);
+  const Output loss =
+      losses::sigmoid_cross_entropy(i32(g, {1, 0, 1}, Shape{1, 3}), f64(g, {100, -100, -100}, Shape{1, 3}), 1.0, 0.1);
   EXPECT_EQ(loss.dtype(), DType::Float64);
   EXPECT_EQ(loss.op().name(), "sigmoid_cross_entropy_loss/value");
   Session s(g);
@@ -300,8 +304,9 @@ TEST_F(LogLossTest, TheCasesOfTF) {
               HasSubstr("losses::log_loss: weights is null"));
   EXPECT_NEAR(eval(g, losses::log_loss(labels, labels)), 0.0, 1e-3);
   Output fed = ops::placeholder(g, DType::Float32, Shape{2, 3});
-  EXPECT_NEAR(eval(g, losses::log_loss(labels, fed), {{fed, Tensor::from_vector<float>({1, 0, 1, 1, 0, 0}, Shape{2, 3})}}),
-              0.0, 1e-3);
+  EXPECT_NEAR(
+      eval(g, losses::log_loss(labels, fed), {{fed, Tensor::from_vector<float>({1, 0, 1, 1, 0, 0}, Shape{2, 3})}}), 0.0,
+      1e-3);
   EXPECT_NEAR(eval(g, losses::log_loss(labels, predictions)), expected_sum(ones) / 6, 1e-3);
   EXPECT_NEAR(eval(g, losses::log_loss(labels, predictions, 2.3)), 2.3 * expected_sum(ones) / 6, 1e-3);
   EXPECT_NEAR(eval(g, losses::log_loss(labels, predictions, ops::constant(g, 2.3f))), 2.3 * expected_sum(ones) / 6,
@@ -314,8 +319,9 @@ TEST_F(LogLossTest, TheCasesOfTF) {
               expected_sum({1.2, 1.2, 1.2, 3.4, 3.4, 3.4}) / 6, 1e-3);
   EXPECT_NEAR(eval(g, losses::log_loss(labels, predictions, f32(g, {1.2f, 0}, Shape{2, 1}))),
               expected_sum({1.2, 1.2, 1.2, 0, 0, 0}) / 3, 1e-3);
-  EXPECT_THAT(error_of<InvalidArgumentError>(
-                  [&] { losses::log_loss(labels, predictions, f32(g, std::vector<float>(8, 0.5f), Shape{2, 4})); }),
+  EXPECT_THAT(error_of<InvalidArgumentError>([&] {
+                losses::log_loss(labels, predictions, f32(g, std::vector<float>(8, 0.5f), Shape{2, 4}));
+              }),
               HasSubstr("weights can not be broadcast to values"));
   EXPECT_NEAR(eval(g, losses::log_loss(labels, predictions, i32(g, {3, 6, 5, 0, 4, 2}, Shape{2, 3}))),
               expected_sum({3, 6, 5, 0, 4, 2}) / 5, 1e-3);
@@ -328,8 +334,9 @@ TEST_F(LogLossTest, TheCasesOfTF) {
 
 TEST(HingeLossTest, TheCasesOfTF) {
   Graph g;
-  EXPECT_THAT(error_of<InvalidArgumentError>(
-                  [&] { losses::hinge_loss(f32(g, {0, 1}, Shape{2}), f32(g, {-1.0f, 2.1f}, Shape{2, 1})); }),
+  EXPECT_THAT(error_of<InvalidArgumentError>([&] {
+                losses::hinge_loss(f32(g, {0, 1}, Shape{2}), f32(g, {-1.0f, 2.1f}, Shape{2, 1}));
+              }),
               HasSubstr("losses::hinge_loss: logits of shape [2,1] and labels of shape [2]"));
   EXPECT_NEAR(eval(g, losses::hinge_loss(f32(g, {1, 0, 0, 1}, Shape{4}), f32(g, {1.2f, -1.4f, -1.0f, 2.1f}, Shape{4}))),
               0.0, 1e-3);
@@ -338,14 +345,16 @@ TEST(HingeLossTest, TheCasesOfTF) {
   Output logits = f32(g, {-0.7f, -1.4f, 1.4f, 0.6f}, Shape{4, 1});
   EXPECT_NEAR(eval(g, losses::hinge_loss(labels, logits)), 0.175, 1e-3);
   // Printed by TensorFlow 2.21 with reduction NONE: [[0.3], [0], [0], [0.4]].
-  const std::vector<float> none = eval_vector(g, losses::hinge_loss(labels, logits, 1.0, with_reduction(Reduction::none)));
+  const std::vector<float> none =
+      eval_vector(g, losses::hinge_loss(labels, logits, 1.0, with_reduction(Reduction::none)));
   ASSERT_EQ(none.size(), 4u);
   EXPECT_NEAR(none[0], 0.3, 1e-6);
   EXPECT_NEAR(none[1], 0.0, 1e-6);
   EXPECT_NEAR(none[2], 0.0, 1e-6);
   EXPECT_NEAR(none[3], 0.4, 1e-6);
   // Examples 2 and 4 are misclassified.
-  EXPECT_NEAR(eval(g, losses::hinge_loss(f32(g, {1, 0, 0, 1}, Shape{1, 4, 1}), f32(g, {1.2f, 0.4f, -1.0f, -1.1f}, Shape{1, 4, 1}))),
+  EXPECT_NEAR(eval(g, losses::hinge_loss(f32(g, {1, 0, 0, 1}, Shape{1, 4, 1}),
+                                         f32(g, {1.2f, 0.4f, -1.0f, -1.1f}, Shape{1, 4, 1}))),
               0.875, 1e-3);
 }
 
@@ -381,7 +390,9 @@ TEST_F(HuberLossTest, ByTheDefinitionAndAsTensorFlowPrintsIt) {
   ASSERT_EQ(none.size(), 6u);
   for (int i = 0; i < 6; ++i) EXPECT_NEAR(none[i], huber(i, 0.5), 1e-6) << i;
   EXPECT_EQ(eval(g, losses::huber_loss(labels, labels)), 0.0f);
-  EXPECT_THAT(error_of<InvalidArgumentError>([&] { losses::huber_loss(labels, f32(g, {1, 2, 3}, Shape{3, 1})); }),
+  EXPECT_THAT(error_of<InvalidArgumentError>([&] {
+                losses::huber_loss(labels, f32(g, {1, 2, 3}, Shape{3, 1}));
+              }),
               HasSubstr("losses::huber_loss: predictions of shape [3,1] and labels of shape [2,3]"));
 }
 
@@ -405,11 +416,13 @@ TEST_F(MeanSquaredErrorTest, TheCasesOfTF) {
               1e-3);
   EXPECT_NEAR(eval(g, losses::mean_squared_error(labels, predictions, i32(g, {3, 6, 5, 0, 4, 2}, Shape{2, 3}))),
               587 / 5.0, 1e-3);
-  EXPECT_NEAR(eval(g, losses::mean_squared_error(labels, predictions, i32(g, {0, 0, 0, 0, 0, 2}, Shape{2, 3}))),
-              18.0, 1e-3);
+  EXPECT_NEAR(eval(g, losses::mean_squared_error(labels, predictions, i32(g, {0, 0, 0, 0, 0, 2}, Shape{2, 3}))), 18.0,
+              1e-3);
   EXPECT_EQ(eval(g, losses::mean_squared_error(labels, predictions, f32(g, std::vector<float>(6, 0), Shape{2, 3}))),
             0.0f);
-  EXPECT_THAT(error_of<InvalidArgumentError>([&] { losses::mean_squared_error(labels, i32(g, {1, 2, 3}, Shape{3})); }),
+  EXPECT_THAT(error_of<InvalidArgumentError>([&] {
+                losses::mean_squared_error(labels, i32(g, {1, 2, 3}, Shape{3}));
+              }),
               HasSubstr("losses::mean_squared_error: predictions of shape [3] and labels of shape [2,3]"));
 }
 
@@ -437,8 +450,7 @@ TEST_F(MeanPairwiseSquaredErrorTest, ValuesAsTensorFlowPrintsThem) {
     }
   }
   EXPECT_NEAR(want, 208.0, 1e-9);
-  EXPECT_THAT(error_of<InvalidArgumentError>(
-                  [&] { losses::mean_pairwise_squared_error(labels, labels, Output()); }),
+  EXPECT_THAT(error_of<InvalidArgumentError>([&] { losses::mean_pairwise_squared_error(labels, labels, Output()); }),
               HasSubstr("weights is null"));
   const Output loss = losses::mean_pairwise_squared_error(labels, predictions);
   EXPECT_EQ(loss.op().name(), "mean_pairwise_squared_error/value");
@@ -452,8 +464,8 @@ TEST_F(MeanPairwiseSquaredErrorTest, ValuesAsTensorFlowPrintsThem) {
               1e-3);
   // One present element in example 2: its term1 and term2 divide by 0 and give 0.
   EXPECT_NEAR(
-      eval(g, losses::mean_pairwise_squared_error(labels, predictions, f32(g, {1, 0, 2, 0, 0, 3}, Shape{2, 3}))),
-      228.0, 1e-3);
+      eval(g, losses::mean_pairwise_squared_error(labels, predictions, f32(g, {1, 0, 2, 0, 0, 3}, Shape{2, 3}))), 228.0,
+      1e-3);
   EXPECT_EQ(eval(g, losses::mean_pairwise_squared_error(labels, predictions, f32(g, {0, 0}, Shape{2, 1}))), 0.0f);
 }
 
@@ -474,8 +486,9 @@ TEST_F(MeanPairwiseSquaredErrorTest, ThreeDimensionsAndFedInputs) {
                     {pp, Tensor::from_vector<float>(pf, Shape{2, 3, 3})},
                     {wp, Tensor::scalar(3.0f)}}),
               3 * 137.5, 1e-3);
-  EXPECT_THAT(error_of<InvalidArgumentError>(
-                  [&] { losses::mean_pairwise_squared_error(l3, p3, f32(g, {1.2f, 3.4f}, Shape{2})); }),
+  EXPECT_THAT(error_of<InvalidArgumentError>([&] {
+                losses::mean_pairwise_squared_error(l3, p3, f32(g, {1.2f, 3.4f}, Shape{2}));
+              }),
               HasSubstr("weights can not be broadcast to values"));
 }
 
@@ -496,11 +509,12 @@ TEST_F(MeanPairwiseSquaredErrorTest, IsAssociativeAcrossBatchElementsAndHasNoRed
 }
 
 TEST_F(MeanPairwiseSquaredErrorTest, GradientWithZeroWeightIsFinite) {
-  Variable w(g, Tensor::from_vector<float>({0.3f, -0.2f, 0.5f, 1.1f, 0.7f, -0.4f, 0.2f, 0.9f, -1.3f, 0.6f, 0.1f, 0.8f},
-                                           Shape{3, 4}),
+  Variable w(g,
+             Tensor::from_vector<float>({0.3f, -0.2f, 0.5f, 1.1f, 0.7f, -0.4f, 0.2f, 0.9f, -1.3f, 0.6f, 0.1f, 0.8f},
+                                        Shape{3, 4}),
              "weights");
-  Output predictions2 = ops::matmul(ops::constant(g, Tensor::from_vector<float>(std::vector<float>(6, 1), Shape{2, 3})),
-                                    w.value());
+  Output predictions2 =
+      ops::matmul(ops::constant(g, Tensor::from_vector<float>(std::vector<float>(6, 1), Shape{2, 3})), w.value());
   const Output loss = losses::mean_pairwise_squared_error(predictions2, predictions2, 0.0);
   Output grad = gradients({loss}, {w.value()})[0];
   Session s(g);
@@ -522,11 +536,13 @@ TEST_F(CosineDistanceTest, TheCasesOfTF) {
   EXPECT_NEAR(eval(g, losses::cosine_distance(labels, labels, 2)), 0.0, 1e-5);
   EXPECT_NEAR(eval(g, losses::cosine_distance(labels, predictions, 2)), 1.0, 1e-5);
   EXPECT_NEAR(eval(g, losses::cosine_distance(labels, predictions, -1)), 1.0, 1e-5);
-  Output fp = f32(g, {0.819031913261206f, 0.567041924552012f, 0.087465312324590f, -0.665139432070255f,
-                      -0.739487441769973f, -0.103671883216994f, 0.707106781186548f, -0.707106781186548f, 0},
+  Output fp = f32(g,
+                  {0.819031913261206f, 0.567041924552012f, 0.087465312324590f, -0.665139432070255f, -0.739487441769973f,
+                   -0.103671883216994f, 0.707106781186548f, -0.707106781186548f, 0},
                   Shape{3, 1, 3});
-  Output fl = f32(g, {0.819031913261206f, 0.567041924552012f, 0.087465312324590f, 0.665139432070255f,
-                      0.739487441769973f, 0.103671883216994f, 0.707106781186548f, 0.707106781186548f, 0},
+  Output fl = f32(g,
+                  {0.819031913261206f, 0.567041924552012f, 0.087465312324590f, 0.665139432070255f, 0.739487441769973f,
+                   0.103671883216994f, 0.707106781186548f, 0.707106781186548f, 0},
                   Shape{3, 1, 3});
   EXPECT_NEAR(eval(g, losses::cosine_distance(fl, fp, 2)), 1.0, 1e-5);
   EXPECT_EQ(eval(g, losses::cosine_distance(labels, predictions, 2, i32(g, {1, 0, 0}, Shape{3, 1, 1}))), 1.0f);
@@ -619,9 +635,9 @@ struct ComputeWeightedLossTest : ::testing::Test {
   void expect_invalid(const std::vector<float>& w, const std::vector<int64_t>& wshape) {
     Graph g;
     Output losses = f32(g, raw, Shape{3, 2, 4});
-    EXPECT_THAT(error_of<InvalidArgumentError>(
-                    [&] { losses::compute_weighted_loss(losses, f32(g, w, Shape(wshape))); }),
-                HasSubstr("losses::compute_weighted_loss: weights can not be broadcast to values"))
+    EXPECT_THAT(
+        error_of<InvalidArgumentError>([&] { losses::compute_weighted_loss(losses, f32(g, w, Shape(wshape))); }),
+        HasSubstr("losses::compute_weighted_loss: weights can not be broadcast to values"))
         << Shape(wshape).to_string();
     EXPECT_TRUE(losses::get_losses(g).empty());
   }
@@ -630,8 +646,8 @@ struct ComputeWeightedLossTest : ::testing::Test {
 TEST_F(ComputeWeightedLossTest, UnweightedForEveryReduction) {
   double sum = 0;
   for (float v : raw) sum += v;
-  for (Reduction r : {Reduction::sum, Reduction::sum_over_batch_size, Reduction::mean,
-                      Reduction::sum_by_nonzero_weights}) {
+  for (Reduction r :
+       {Reduction::sum, Reduction::sum_over_batch_size, Reduction::mean, Reduction::sum_by_nonzero_weights}) {
     Graph g;
     Output losses = f32(g, raw, Shape{3, 2, 4});
     std::vector<Output> all = {losses::compute_weighted_loss(losses, 1.0, with_reduction(r))};
@@ -650,8 +666,8 @@ TEST_F(ComputeWeightedLossTest, ScalarWeight) {
   const Output loss = losses::compute_weighted_loss(f32(g, raw, Shape{3, 2, 4}), 17.0);
   EXPECT_EQ(loss.op().name(), "weighted_loss/value");
   EXPECT_NEAR(eval(g, loss), 17.0 * 11.5, 1e-3);
-  for (Reduction r : {Reduction::sum, Reduction::sum_over_batch_size, Reduction::mean,
-                      Reduction::sum_by_nonzero_weights}) {
+  for (Reduction r :
+       {Reduction::sum, Reduction::sum_over_batch_size, Reduction::mean, Reduction::sum_by_nonzero_weights}) {
     Graph g2;
     const Output zero = losses::compute_weighted_loss(f32(g2, raw, Shape{3, 2, 4}), 0.0, with_reduction(r));
     EXPECT_EQ(eval(g2, zero), 0.0f) << "weight 0, reduction " << static_cast<int>(r) << ": 0, not NaN";
@@ -756,8 +772,8 @@ TEST(TotalLossTest, SumsTheLossesAndTheRegularizationLosses) {
 
   Output labels = i32(g, {4, 8, 12, 8, 1, 3}, Shape{2, 3});
   Output predictions = i32(g, {1, 9, 2, -5, -2, 6}, Shape{2, 3});
-  losses::mean_squared_error(labels, predictions);      // 49.5
-  losses::absolute_difference(labels, predictions);     // 5.5
+  losses::mean_squared_error(labels, predictions);   // 49.5
+  losses::absolute_difference(labels, predictions);  // 5.5
   // A regularizer's penalty, as the layers add them.
   internal::add_to_collection<Output>(g, internal::kRegularizationLossesCollection, ops::constant(g, 0.5f));
   internal::add_to_collection<Output>(g, internal::kRegularizationLossesCollection, ops::constant(g, 1.5f));
@@ -883,8 +899,10 @@ TEST(LossGradientTest, TheOtherLossesAreDifferentiable) {
   expect_gradient([&](Graph& g, Output x) { return losses::absolute_difference(labels(g), x); }, x0, s, 2e-3);
   expect_gradient([&](Graph& g, Output x) { return losses::cosine_distance(labels(g), x, 1); }, x0, s, 2e-3);
   expect_gradient(
-      [&](Graph& g, Output x) { return losses::sparse_softmax_cross_entropy(i32(g, {1, 0}, Shape{2}), x); }, x0, s,
-      2e-3);
+      [&](Graph& g, Output x) {
+        return losses::sparse_softmax_cross_entropy(i32(g, {1, 0}, Shape{2}), x);
+      },
+      x0, s, 2e-3);
   expect_gradient([&](Graph& g, Output x) { return losses::mean_pairwise_squared_error(labels(g), x); }, x0, s, 2e-3);
 }
 

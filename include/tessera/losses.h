@@ -4,9 +4,9 @@
 //
 //   Output logits = ops::matmul(x, w);                            // [batch, classes]
 //   losses::softmax_cross_entropy(onehot_labels, logits, 1.0, /*label_smoothing=*/0.1);
-//   losses::mean_squared_error(targets, predictions, ops::constant(g, Tensor::matrix<float>(...)));
+//   losses::mean_squared_error(targets, predictions, example_weights);   // [batch, 1] weights
 //   Output total = losses::get_total_loss(g);                     // both, plus the penalties
-//   Output step = GradientDescentOptimizer(0.1).minimize(total);
+//   Operation step = train::GradientDescentOptimizer(0.1f).minimize(total);
 //
 // Labels, predictions and weights are cast to float32 as TF 1.15's losses_impl.py casts them (the
 // cross entropies keep the logits' dtype; compute_weighted_loss returns its input's dtype). Bad
@@ -27,8 +27,11 @@
 //   "weights can not be broadcast to values", is only the build-time one here).
 // - sparse_softmax_cross_entropy squeezes a trailing dim of 1 of the labels, and weights of shape
 //   [batch, 1], when their ranks are known at build time; TF also does it at run time (a cond)
-//   for ranks only known then. The same holds for mean_pairwise_squared_error, which needs the
-//   rank of its inputs at build time.
+//   for ranks only known then. Labels of rank other than 1 need the number of classes known at
+//   build time (they and the logits are flattened for the op, which takes [batch] and
+//   [batch, classes]).
+// - mean_pairwise_squared_error needs the rank of its inputs at build time (TF's takes ranks known
+//   only at run time: a range op tessera does not have).
 // - softmax_cross_entropy takes logits of rank 2 ([batch, classes]), as the op it is built from
 //   does (TF's _v2 op flattens other ranks).
 // - mean_pairwise_squared_error has no reduction (TF 1.15's has none either): it is the sum over
@@ -61,12 +64,12 @@ enum class Reduction {
 // broadcasts to the losses: a scalar, or of the losses' rank with each dim 1 or the losses' dim.
 class Weights {
  public:
-  Weights(double w) : number_(w) {}                       // NOLINT(google-explicit-constructor)
-  Weights(Output w) : tensor_(w), is_tensor_(true) {}     // NOLINT(google-explicit-constructor)
-  Weights(const Variable& w) : Weights(w.value()) {}      // NOLINT(google-explicit-constructor)
+  Weights(double w) : number_(w) {}                    // NOLINT(google-explicit-constructor)
+  Weights(Output w) : tensor_(w), is_tensor_(true) {}  // NOLINT(google-explicit-constructor)
+  Weights(const Variable& w) : Weights(w.value()) {}   // NOLINT(google-explicit-constructor)
 
   bool is_tensor() const { return is_tensor_; }
-  double number() const { return number_; }       // when !is_tensor()
+  double number() const { return number_; }         // when !is_tensor()
   const Output& tensor() const { return tensor_; }  // when is_tensor() (null: an error when used)
 
  private:
@@ -86,11 +89,9 @@ struct LossOptions {
 Output compute_weighted_loss(Output losses, Weights weights = 1.0, const LossOptions& options = {});
 
 // |predictions - labels|. Scope "absolute_difference".
-Output absolute_difference(Output labels, Output predictions, Weights weights = 1.0,
-                           const LossOptions& options = {});
+Output absolute_difference(Output labels, Output predictions, Weights weights = 1.0, const LossOptions& options = {});
 // (predictions - labels)^2. Scope "mean_squared_error".
-Output mean_squared_error(Output labels, Output predictions, Weights weights = 1.0,
-                          const LossOptions& options = {});
+Output mean_squared_error(Output labels, Output predictions, Weights weights = 1.0, const LossOptions& options = {});
 // 0.5 x^2 where |x| <= delta, else 0.5 delta^2 + delta (|x| - delta), x = predictions - labels.
 // Scope "huber_loss".
 Output huber_loss(Output labels, Output predictions, Weights weights = 1.0, double delta = 1.0,
@@ -107,8 +108,8 @@ Output sigmoid_cross_entropy(Output multi_class_labels, Output logits, Weights w
 // softmax_cross_entropy_with_logits per example ([batch]), the labels [batch, classes] smoothed
 // towards 1/classes first: labels (1 - s) + s / classes; no gradient flows into the labels.
 // Weights broadcast to [batch]. Scope "softmax_cross_entropy_loss".
-Output softmax_cross_entropy(Output onehot_labels, Output logits, Weights weights = 1.0,
-                             double label_smoothing = 0, const LossOptions& options = {});
+Output softmax_cross_entropy(Output onehot_labels, Output logits, Weights weights = 1.0, double label_smoothing = 0,
+                             const LossOptions& options = {});
 // sparse_softmax_cross_entropy_with_logits of int32/int64 labels [d0, .. dn] (a trailing dim of 1
 // is squeezed) against logits [d0, .. dn, classes]; weights of the labels' rank + 1 lose their last
 // dim (weights [batch, 1] for labels [batch]). Scope "sparse_softmax_cross_entropy_loss".
