@@ -95,12 +95,11 @@ std::shared_ptr<const Variable::State> make_variable(Output initial_value, std::
   NodeSpec spec{"VariableV2", name.empty() ? std::string("Variable") : std::move(name)};
   spec.attrs["dtype"] = initial_value.dtype();
   spec.attrs["shape"] = initial_value.shape();
-  // A variable is not ordered after whatever control scope is active: only its initializer is.
-  Node* var = nullptr;
-  {
-    GraphScope outside = internal::without_control_dependencies(g);
-    var = g.add_node(std::move(spec));
-  }
+  // A variable and its initializer are not ordered after whatever control scope is active (TF1
+  // makes both in an init_scope): initializing must not run a step's ops. An initial value the
+  // caller built under the scope keeps its own control inputs.
+  GraphScope outside = internal::without_control_dependencies(g);
+  Node* var = g.add_node(std::move(spec));
   auto state = std::make_shared<Variable::State>();
   state->var = var;
   state->trainable = trainable;
@@ -125,7 +124,9 @@ Variable::Variable(Graph& g, Tensor initial_value, std::string name, bool traina
   std::string base = name.empty() ? std::string("Variable") : name;
   Output init;
   {
-    // The constant belongs under the variable's name ("v/initial_value").
+    // The constant belongs under the variable's name ("v/initial_value"), outside any control
+    // scope as the variable is.
+    GraphScope outside = internal::without_control_dependencies(g.impl());
     GraphScope scope = g.name_scope(base);
     init = ops::constant(g, std::move(initial_value), "initial_value");
   }

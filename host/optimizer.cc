@@ -284,7 +284,13 @@ Operation UpdateRule::apply_gradients(std::vector<std::pair<Output, Variable>> g
   if (op_name.empty()) op_name = name;
   std::vector<Variable> vars;
   for (const auto& p : todo) vars.push_back(p.second);
-  prepare(g, vars);
+  {
+    // Slots and Adam's beta powers are made outside the caller's control scope (TF1's init_scope
+    // in apply_gradients): their initializers must not run the ops of a step, as they would under
+    // control_dependencies(layers::update_ops(g)).
+    GraphScope outside = internal::without_control_dependencies(g.impl());
+    prepare(g, vars);
+  }
   std::vector<Operation> updates;
   {
     GraphScope scope = g.name_scope(op_name);

@@ -121,6 +121,26 @@ TEST_P(OptimizerTest, GradientDescentMinimize) {
   EXPECT_THAT(values<double>(s.run(var1.value())), ElementsAre(3 - 2 * p));
 }
 
+// TF1 makes the slots in an init_scope: an optimizer built under control_dependencies (the
+// UPDATE_OPS idiom) gives its slots initializers that do not run the ops named there.
+TEST_P(OptimizerTest, SlotsMadeUnderAControlScopeInitializeWithoutItsOps) {
+  Graph g;
+  auto scope = g.device(GetParam());
+  Variable counter(g, Tensor::scalar<int64_t>(0), "counter");
+  Output bump = counter.assign_add(ops::constant(g, int64_t{1}));
+  Variable w(g, Tensor::vector<double>({1, 2}), "w");
+  Operation train_op;
+  {
+    GraphScope deps = g.control_dependencies({bump.op()});
+    train_op = train::AdamOptimizer(0.1f).minimize(ops::reduce_sum(ops::square(w.value())));
+  }
+  Session s(g);
+  s.run(global_variables_initializer(g));
+  EXPECT_EQ(s.run(counter.value()).scalar<int64_t>(), 0) << "initializing the slots ran the bump";
+  s.run(train_op);
+  EXPECT_EQ(s.run(counter.value()).scalar<int64_t>(), 1) << "the step runs after the bump";
+}
+
 // TF1's apply_gradients names the op it returns `name` (default: the optimizer's name): the
 // group of the updates, or with a global step its increment, after the group "<name>/update".
 // A name already taken is made unique, as name scopes make it in TF.

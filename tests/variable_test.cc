@@ -85,6 +85,27 @@ TEST(VariableTest, ReadValueUnderControlDependenciesSeesTheUpdate) {
   EXPECT_THROW_MSG(s.run(late.read_value()), FailedPreconditionError, "late");
 }
 
+// TF1 makes a variable and its initializer in an init_scope: made under control_dependencies,
+// initializing it does not run the ops named there (an optimizer's slots, made where its train op
+// is built, under control_dependencies(layers::update_ops(g)), rely on this).
+TEST(VariableTest, InitializerIsNotOrderedAfterTheControlScope) {
+  Graph g;
+  Variable counter(g, Tensor::scalar<int64_t>(0), "counter");
+  Output bump = counter.assign_add(ops::constant(g, int64_t{1}));
+  Variable v;
+  {
+    GraphScope deps = g.control_dependencies({bump.op()});
+    v = Variable(g, Tensor::scalar(2.0f), "v");
+  }
+  EXPECT_TRUE(v.initializer().control_inputs().empty());
+  EXPECT_TRUE(v.initializer().input(0).op().control_inputs().empty());
+  Session s(g);
+  s.run(counter.initializer());
+  s.run(v.initializer());
+  EXPECT_EQ(s.run(counter.value()).scalar<int64_t>(), 0) << "initializing v ran the bump";
+  EXPECT_EQ(s.run(v.value()).scalar<float>(), 2.0f);
+}
+
 TEST(VariableTest, InitialValueFromAnotherOp) {
   Graph g;
   auto init = ops::mul(ops::constant(g, Tensor::vector<float>({1, 2})), ops::constant(g, 3.0f));
