@@ -39,16 +39,29 @@ DigitsResult digits(std::ostream& out, const DigitsOptions& opt) {
                                  /*num_threads=*/2, /*seed=*/8);
   }
   auto scope = g.device(opt.device);
-  DigitsModel model = opt.model == "cnn" ? digits_cnn(g) : digits_mlp(g);
-  auto loss = ops::reduce_mean(ops::sparse_softmax_cross_entropy_with_logits(batch[1], model(batch[0])), {}, false,
-                               "loss");
+  DigitsModel model = opt.model == "cnn" ? digits_cnn(g) : opt.model == "layers" ? digits_layers(g) : digits_mlp(g);
+  Output loss;
+  if (opt.model == "layers") {
+    // tf.losses: the mean cross entropy joins the LOSSES collection; the total adds the penalties.
+    losses::sparse_softmax_cross_entropy(batch[1], model(batch[0]));
+    loss = losses::get_total_loss(g, /*add_regularization_losses=*/true, "loss");
+  } else {
+    loss = ops::reduce_mean(ops::sparse_softmax_cross_entropy_with_logits(batch[1], model(batch[0])), {}, false,
+                            "loss");
+  }
   // The held-out fifth, through the same weights.
   auto test_x = ops::constant(g, Tensor::from_vector<float>(data.test.x, Shape{n_test, kDigitsPixels}));
   auto test_y = ops::constant(g, Tensor::vector<int32_t>(data.test.y));
   auto correct = ops::equal(ops::cast(ops::argmax(model(test_x), 1), DType::Int32), test_y);
   auto accuracy = ops::reduce_mean(ops::cast(correct, DType::Float32), {}, false, "accuracy");
   Variable step = train::get_or_create_global_step(g);
-  Operation train_op = train::AdamOptimizer(opt.learning_rate).minimize(loss, step);
+  Operation train_op;
+  {
+    // TF1's UPDATE_OPS idiom: the step runs after batch normalization's moving averages (none for
+    // the models of plain ops).
+    GraphScope after = g.control_dependencies(layers::update_ops(g));
+    train_op = train::AdamOptimizer(opt.learning_rate).minimize(loss, step);
+  }
   // The moving averages of the weights, as a TF1 script keeps them: updated after the training step
   // (its control dependency), the averages reading the weights that step wrote.
   std::optional<train::ExponentialMovingAverage> ema;

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <numeric>
 #include <random>
 #include <string>
@@ -146,6 +147,27 @@ inline DigitsModel digits_cnn(Graph& g) {
     auto p1 = ops::max_pool(c1(images), {1, 2, 2, 1}, {1, 2, 2, 1}, "SAME");  // [n, 4, 4, 32]
     auto p2 = ops::max_pool(c2(p1), {1, 2, 2, 1}, {1, 2, 2, 1}, "SAME");      // [n, 2, 2, 64]
     return out(ops::relu(fc(ops::reshape(p2, {-1, 2 * 2 * 64}))));
+  };
+}
+
+// The MLP written as a TF1 script writes it with tf.layers: dense 128 -> batch normalization ->
+// ReLU -> dropout 0.1 -> dense 64 (ReLU) -> dense 10, the last kernel with an L2 penalty (in the
+// REGULARIZATION_LOSSES that losses::get_total_loss adds) and batch normalization's moving
+// averages in layers::update_ops. The first call builds the training tower (batch statistics,
+// dropout); every later call an evaluation tower in a reusing variable scope (the moving
+// statistics, no dropout) through the same variables, TF1's weight sharing.
+inline DigitsModel digits_layers(Graph& g) {
+  auto built = std::make_shared<bool>(false);
+  return [&g, built](Output x) {
+    const bool training = !*built;
+    *built = true;
+    auto scope = variable_scope(g, "layers", training ? Reuse::inherit : Reuse::reuse);
+    Output h = layers::dense(x, 128, {.use_bias = false, .kernel_initializer = initializers::he_normal(1)});
+    h = ops::relu(layers::batch_normalization(h, {.training = training}));
+    h = layers::dropout(h, 0.1, training, /*seed=*/4);
+    h = layers::dense(h, 64, {.activation = ops::relu, .kernel_initializer = initializers::he_normal(2)});
+    return layers::dense(h, kDigitsClasses, {.kernel_initializer = initializers::glorot_uniform(3),
+                                             .kernel_regularizer = layers::l2_regularizer(1e-4)});
   };
 }
 

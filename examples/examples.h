@@ -38,7 +38,7 @@ int seed_cluster(std::ostream& out, bool log_placement = false);
 // The digits of scikit-learn (examples/data/digits.csv.gz) classified by an MLP or a small CNN
 // trained with Adam on shuffled batches (examples/digits.cc).
 struct DigitsOptions {
-  std::string model = "mlp";  // "mlp" or "cnn"
+  std::string model = "mlp";  // "mlp", "cnn" or "layers" (digits_layers: the MLP of tessera::layers)
   std::string device;         // "" (placement decides), "/cpu:0", "/device:SIM:0", "/gpu:0"
   std::string data = TESSERA_DIGITS_CSV;
   int steps = 3000;
