@@ -20,12 +20,7 @@ namespace {
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using testing::error_of;
-
-std::vector<std::string> names_of(const std::vector<Variable>& vars) {
-  std::vector<std::string> names;
-  for (const Variable& v : vars) names.push_back(v.name());
-  return names;
-}
+using testing::names_of;
 
 std::vector<float> floats(Session& s, const Output& x, const FeedMap& feeds = {}) {
   return s.run(x, feeds).to_vector<float>();

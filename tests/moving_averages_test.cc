@@ -30,6 +30,7 @@ using ::testing::HasSubstr;
 using ::testing::UnorderedElementsAre;
 using ::testing::UnorderedElementsAreArray;
 using testing::error_of;
+using testing::names_of;
 using train::ExponentialMovingAverage;
 
 const auto* const kSimEnvironment = ::testing::AddGlobalTestEnvironment(new testing::SimEnvironment);
@@ -67,12 +68,6 @@ MATCHER_P2(NearVector, expected, tolerance, "") {
 }
 
 constexpr double kTolerance = 1e-6;  // relative: float32's arithmetic
-
-std::vector<std::string> names_of(const std::vector<Variable>& vars) {
-  std::vector<std::string> out;
-  for (const Variable& v : vars) out.push_back(v.name());
-  return out;
-}
 
 std::vector<std::string> keys_of(const std::map<std::string, Variable>& m) {
   std::vector<std::string> out;

@@ -99,6 +99,13 @@ class TempDirTest : public ::testing::Test {
   std::string prefix_;
 };
 
+// The names of `vars`, in order (for ElementsAre on global_variables(g) and the like).
+inline std::vector<std::string> names_of(const std::vector<Variable>& vars) {
+  std::vector<std::string> names;
+  for (const Variable& v : vars) names.push_back(v.name());
+  return names;
+}
+
 // The message of the `E` that `f` throws; "" and a test failure when it throws something else or
 // nothing.
 template <class E, class F>
