@@ -1,6 +1,7 @@
 // CUDA kernels for the elementwise ops, with the semantics of kernels/cwise_ops.cc: NumPy
 // broadcasting; integer +, -, *, negation and squaring wrap around; integer division truncates,
-// MIN / -1 wraps to MIN and x / 0 raises a device flag (the op then fails); Maximum and Minimum
+// MIN / -1 wraps to MIN and x / 0 raises a device flag (the op then fails), as does an integer to a
+// negative power; Maximum and Minimum
 // return NaN when either input is. float16 and bfloat16 compute each element in float32 and round
 // the result once (to nearest even), as the CPU kernels do.
 //
@@ -46,6 +47,28 @@ struct MaximumFn {
 };
 struct MinimumFn {
   template <class T> __device__ static T apply(T a, T b, int*) { return (a < b || a != a) ? a : b; }
+};
+struct PowFn {
+  // A negative integer exponent raises the device flag (the op then fails, as the CPU kernel does
+  // before computing any element); integers square and multiply, wrapping around.
+  template <class T> __device__ static T apply(T a, T b, int* negative) {
+    if constexpr (std::is_integral_v<T>) {
+      if (b < T{0}) {
+        *negative = 1;
+        return T{0};
+      }
+      T result = 1;
+      for (T base = a; b > 0; b >>= 1) {
+        if (b & 1) result = wrapping_mul(result, base);
+        if (b > 1) base = wrapping_mul(base, base);
+      }
+      return result;
+    } else if constexpr (std::is_same_v<T, float>) {
+      return powf(a, b);
+    } else {
+      return pow(a, b);
+    }
+  }
 };
 
 // Fn on two stored values: computed in Accumulate<T>, then stored as T (one rounding for the
@@ -393,6 +416,7 @@ cudaError_t launch_binary(BinaryKind op, Elem elem, BroadcastKind kind, const Br
     case BinaryKind::kDiv: return binary<DivFn>(elem, kind, geometry, a, b, out, n, zero_divisor, stream);
     case BinaryKind::kMaximum: return binary<MaximumFn>(elem, kind, geometry, a, b, out, n, zero_divisor, stream);
     case BinaryKind::kMinimum: return binary<MinimumFn>(elem, kind, geometry, a, b, out, n, zero_divisor, stream);
+    case BinaryKind::kPow: return binary<PowFn>(elem, kind, geometry, a, b, out, n, zero_divisor, stream);
   }
   return cudaErrorInvalidValue;
 }

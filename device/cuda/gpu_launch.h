@@ -24,7 +24,7 @@ enum class Elem : int { kF32, kF64, kI32, kI64, kBool, kF16, kBF16 };
 
 // ---- Elementwise (cwise_kernels.cu) ----
 
-enum class BinaryKind : int { kAdd, kSub, kMul, kDiv, kMaximum, kMinimum };
+enum class BinaryKind : int { kAdd, kSub, kMul, kDiv, kMaximum, kMinimum, kPow };
 enum class UnaryKind : int {
   kNeg, kRelu, kSquare, kExp, kLog, kSqrt, kTanh, kSigmoid, kFloor, kSin, kCos,
   kAbs, kSign, kRelu6, kRsqrt, kReciprocal, kSoftplus, kElu,

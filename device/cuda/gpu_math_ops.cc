@@ -73,6 +73,7 @@ constexpr const char* binary_name(gpu::BinaryKind k) {
     case gpu::BinaryKind::kDiv: return "Div";
     case gpu::BinaryKind::kMaximum: return "Maximum";
     case gpu::BinaryKind::kMinimum: return "Minimum";
+    case gpu::BinaryKind::kPow: return "Pow";
   }
   return "?";
 }
@@ -118,15 +119,18 @@ void binary_gpu(OpKernelContext& ctx, GpuRun& r) {
   const void* pa = a.raw_data();
   const void* pb = b.raw_data();
   void* po = out.raw_mutable_data();
-  const bool check_zero = kOp == gpu::BinaryKind::kDiv && !dtype_is_floating(a.dtype());
-  if (!check_zero) {
+  // Integer Div and Pow can fail: a zero divisor, a negative exponent.
+  const bool check_flag =
+      (kOp == gpu::BinaryKind::kDiv || kOp == gpu::BinaryKind::kPow) && !dtype_is_floating(a.dtype());
+  if (!check_flag) {
     r.launch([check = r.launch_check, kind, geometry, elem, pa, pb, po, n](cudaStream_t s) {
       check->check(gpu::launch_binary(kOp, elem, kind, geometry, pa, pb, po, n, nullptr, s), binary_name(kOp));
     });
     return;
   }
-  // Integer division: the kernel raises a device flag on a zero divisor (with a non-empty
-  // output every divisor is used, so this is the CPU kernel's check), read back after the run.
+  // The kernel raises a device flag on a zero divisor or a negative exponent (with a non-empty
+  // output every divisor and exponent is used, so this is the CPU kernel's check), read back after
+  // the run.
   Tensor flag = ctx.allocate_temp(DType::Int32, Shape{});
   auto staged = r.device.staging().acquire(sizeof(int));
   if (!staged.ok()) return ctx.fail(staged.status());
@@ -137,13 +141,16 @@ void binary_gpu(OpKernelContext& ctx, GpuRun& r) {
     cudaError_t e = cudaMemsetAsync(flag_ptr, 0, sizeof(int), s);
     if (e == cudaSuccess) e = gpu::launch_binary(kOp, elem, kind, geometry, pa, pb, po, n, flag_ptr, s);
     if (e == cudaSuccess) e = cudaMemcpyAsync(readback->data(), flag_ptr, sizeof(int), cudaMemcpyDeviceToHost, s);
-    check->check(e, "Div");
+    check->check(e, binary_name(kOp));
   });
   r.finish = [readback]() -> Status {
-    int zero = 0;
-    std::memcpy(&zero, readback->data(), sizeof(int));
+    int flagged = 0;
+    std::memcpy(&flagged, readback->data(), sizeof(int));
     readback->release();
-    return zero != 0 ? errors::invalid_argument("integer division by zero") : Status();
+    if (flagged == 0) return Status();
+    return kOp == gpu::BinaryKind::kDiv
+               ? errors::invalid_argument("integer division by zero")
+               : errors::invalid_argument("Integers to negative integer powers are not allowed");
   };
 }
 
@@ -459,6 +466,7 @@ TESSERA_REGISTER_KERNEL("Mul", "GPU", StatelessGpuOp<binary_gpu<BinaryKind::kMul
 TESSERA_REGISTER_KERNEL("Div", "GPU", StatelessGpuOp<binary_gpu<BinaryKind::kDiv>>);
 TESSERA_REGISTER_KERNEL("Maximum", "GPU", StatelessGpuOp<binary_gpu<BinaryKind::kMaximum>>);
 TESSERA_REGISTER_KERNEL("Minimum", "GPU", StatelessGpuOp<binary_gpu<BinaryKind::kMinimum>>);
+TESSERA_REGISTER_KERNEL("Pow", "GPU", StatelessGpuOp<binary_gpu<BinaryKind::kPow>>);
 TESSERA_REGISTER_KERNEL("Neg", "GPU", NegGpuOp);
 TESSERA_REGISTER_KERNEL("Relu", "GPU", ReluGpuOp);
 TESSERA_REGISTER_KERNEL("Square", "GPU", SquareGpuOp);

@@ -117,6 +117,32 @@ TEST_F(CudaKernelsTest, IntegerDivisionRoundsDownWrapsAndRejectsZero) {
   }
 }
 
+// Pow (not in kBinaryOps: its integer inputs need exponents >= 0): floating point with positive
+// bases, integers wrapping around, a negative integer exponent failing as the CPU kernel fails.
+TEST_F(CudaKernelsTest, PowMatchesTheCpuKernel) {
+  const std::vector<std::pair<Shape, Shape>> shapes = {
+      {Shape{}, Shape{}}, {Shape{1000}, Shape{1000}}, {Shape{2, 3}, Shape{}}, {Shape{}, Shape{7}},
+      {Shape{129, 33}, Shape{33}}, {Shape{3, 1}, Shape{1, 4}}, {Shape{0, 3}, Shape{3}}};
+  RandomInputs rng;
+  for (DType dtype : kNumericDTypes) {
+    const bool floating = dtype_is_floating(dtype);
+    for (const auto& [sa, sb] : shapes) {
+      SCOPED_TRACE(describe(dtype, {sa, sb}));
+      Tensor a = rng.tensor(dtype, sa, floating ? Range{0.1, 3} : Range{-5, 5});
+      Tensor b = rng.tensor(dtype, sb, floating ? Range{-2, 2} : Range{0, 40});
+      Graph g;
+      check_op(ops::pow(feed(g, a), feed(g, b)), {a, b});
+    }
+    if (!floating) {
+      Graph g;
+      Tensor a = tensor_of(dtype, Shape{4}, {2, 3, 4, 5});
+      Output y = ops::pow(feed(g, a), ops::placeholder(g, dtype, Shape{4}));
+      check_op_fails(y, {a, tensor_of(dtype, Shape{4}, {1, 2, -1, 3})},
+                     "Integers to negative integer powers are not allowed");
+    }
+  }
+}
+
 TEST_F(CudaKernelsTest, IntegerArithmeticWrapsAround) {
   for (DType dtype : {DType::Int32, DType::Int64}) {
     SCOPED_TRACE(dtype_name(dtype));
