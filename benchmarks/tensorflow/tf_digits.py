@@ -2,11 +2,14 @@
 """The digits models of benchmarks/training/digits_models.h in TensorFlow 1 (tf.compat.v1, graph mode).
 
 Used two ways:
-  tf_digits.py fidelity --dir DIR --steps N --batch B --learning-rate LR
+  tf_digits.py fidelity --dir DIR --steps N --batch B --learning-rate LR [--model mlp|layers]
       trains the MLP from DIR/init.f32 (w1, b1, w2, b2, w3, b3 as raw float32) on the batches of
       DIR/x.f32 and DIR/y.i32 (N batches of B rows, in order) and writes DIR/losses.txt: the
       TensorFlow version, then the loss of each step. Exit status 77 when TensorFlow cannot be
       imported. benchmarks/training/digits_fidelity runs it and compares with tessera's losses.
+      --model layers: the MLP of tf.compat.v1.layers and tf.compat.v1.losses (layers_step), which
+      also writes DIR/moving.f32 (the batch normalization's moving mean, then moving variance);
+      it needs tf_keras (TF_USE_LEGACY_KERAS: Keras 3 has no tf.compat.v1.layers), else exit 77.
   import tf_digits (tf_bench.py's training group): load_digits, mlp_step, cnn_step.
 """
 import argparse
@@ -70,6 +73,33 @@ def mlp_loss(tf1, init=None):
     return x, y, tf1.reduce_mean(tf1.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=h))
 
 
+# The penalty on the last layer's kernel in layers_step: L2 * l2_loss(w), tf.contrib.layers'
+# l2_regularizer (digits_models.h's kLayersL2).
+LAYERS_L2 = 1e-2
+
+
+def layers_step(tf1, learning_rate, init):
+    """(x, y, loss, train, (moving_mean, moving_variance)) of the MLP written with tf.layers: dense
+    128 (no bias) -> batch normalization (training, non-fused) -> ReLU -> dense 64 (ReLU) -> dense 10
+    with an L2 penalty; tf.losses' sparse cross entropy plus the penalty (get_total_loss); Adam
+    after the UPDATE_OPS. init: the MLP's six initial values (b1 unused)."""
+    x, y = _placeholders(tf1)
+    const = tf1.constant_initializer
+    h = tf1.layers.dense(x, 128, use_bias=False, kernel_initializer=const(init[0]))
+    h = tf1.nn.relu(tf1.layers.batch_normalization(h, training=True, fused=False))
+    h = tf1.layers.dense(h, 64, activation=tf1.nn.relu, kernel_initializer=const(init[2]),
+                         bias_initializer=const(init[3]))
+    logits = tf1.layers.dense(h, CLASSES, kernel_initializer=const(init[4]), bias_initializer=const(init[5]),
+                              kernel_regularizer=lambda w: LAYERS_L2 * tf1.nn.l2_loss(w))
+    tf1.losses.sparse_softmax_cross_entropy(y, logits)
+    loss = tf1.losses.get_total_loss()
+    with tf1.control_dependencies(tf1.get_collection(tf1.GraphKeys.UPDATE_OPS)):
+        train = tf1.train.AdamOptimizer(learning_rate).minimize(loss)
+    moving = {v.name: v for v in tf1.global_variables()}
+    return x, y, loss, train, (moving["batch_normalization/moving_mean:0"],
+                               moving["batch_normalization/moving_variance:0"])
+
+
 def cnn_step(tf1, learning_rate):
     """(x, y, loss, train) of the CNN: two 3x3 SAME convs (32, 64 channels) + ReLU + 2x2 max pools,
     dense 256 -> 128 (ReLU) -> 10."""
@@ -86,6 +116,9 @@ def cnn_step(tf1, learning_rate):
 
 
 def fidelity(args):
+    if args.model == "layers":
+        # tf.compat.v1.layers needs Keras 2 (the tf_keras package), chosen before TensorFlow loads.
+        os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
     try:
         import tensorflow as tf
     except ImportError as e:
@@ -103,10 +136,21 @@ def fidelity(args):
     ys = np.fromfile(os.path.join(args.dir, "y.i32"), dtype=np.int32).reshape(args.steps, args.batch)
     g = tf.Graph()
     with g.as_default():
-        x, y, loss, train = mlp_step(tf1, args.learning_rate, init)
+        moving = None
+        if args.model == "layers":
+            try:
+                x, y, loss, train, moving = layers_step(tf1, args.learning_rate, init)
+            except AttributeError as e:  # Keras 3: tf.compat.v1.layers is not available
+                print(f"tf_digits.py: no tf.compat.v1.layers (install tf_keras): {e}", file=sys.stderr)
+                return 77
+        else:
+            x, y, loss, train = mlp_step(tf1, args.learning_rate, init)
         with tf1.Session(graph=g) as sess:
             sess.run(tf1.global_variables_initializer())
             losses = [sess.run([loss, train], {x: xs[i], y: ys[i]})[0] for i in range(args.steps)]
+            if moving is not None:
+                np.concatenate(sess.run(list(moving))).astype(np.float32).tofile(
+                    os.path.join(args.dir, "moving.f32"))
     with open(os.path.join(args.dir, "losses.txt"), "w") as f:
         f.write(tf.__version__ + "\n" + "".join(f"{float(v)!r}\n" for v in losses))
     return 0
@@ -120,6 +164,7 @@ def main():
     fp.add_argument("--steps", type=int, required=True)
     fp.add_argument("--batch", type=int, required=True)
     fp.add_argument("--learning-rate", type=float, required=True)
+    fp.add_argument("--model", choices=["mlp", "layers"], default="mlp")
     args = ap.parse_args()
     return fidelity(args)
 

@@ -2,13 +2,16 @@
 // (tf.compat.v1 in benchmarks/.venv, through benchmarks/tensorflow/tf_digits.py) from the same
 // initial weights on the same batches, in the same order; the losses of every step must agree to
 // 1e-4 relative (float32). Prints one line with the largest difference, which benchmarks/run
-// puts in its report.
+// puts in its report. --model layers: the same MLP written with tessera::layers / tf.layers
+// (batch normalization, an L2 penalty, tf.losses, the UPDATE_OPS idiom); the batch
+// normalization's moving statistics after the last step must agree too.
 //
 // Exit status: 0 when the losses agree, 1 when they do not (or something failed), 77 when there is
 // no Python with TensorFlow to compare against (ctest counts that as skipped).
 #include <tessera/tessera.h>
 
 #include <CLI/CLI.hpp>
+#include <fmt/format.h>
 
 #include <cmath>
 #include <cstdio>
@@ -16,6 +19,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -73,11 +77,14 @@ int main(int argc, char** argv) {
   int batch = 64;
   float learning_rate = 1e-3f;
   double tolerance = 1e-4;
+  std::string model = "mlp";
   app.add_option("--python", python, "a Python with TensorFlow (default: benchmarks/.venv's)");
   app.add_option("--data", data, "the digits CSV");
   app.add_option("--steps", steps, "training steps compared")->check(CLI::PositiveNumber);
   app.add_option("--batch", batch, "batch size")->check(CLI::PositiveNumber);
   app.add_option("--tolerance", tolerance, "largest relative difference allowed");
+  app.add_option("--model", model, "mlp (of ops) or layers (of tessera::layers and tessera::losses)")
+      ->check(CLI::IsMember({"mlp", "layers"}));
   CLI11_PARSE(app, argc, argv);
 
   if (!fs::exists(python)) {
@@ -110,7 +117,8 @@ int main(int argc, char** argv) {
   }
   const std::string command = "timeout 600 " + shell_quoted(python) + " " + shell_quoted(script) + " fidelity --dir " +
                               shell_quoted(dir.string()) + " --steps " + std::to_string(steps) + " --batch " +
-                              std::to_string(batch) + " --learning-rate " + std::to_string(learning_rate);
+                              std::to_string(batch) + " --learning-rate " + std::to_string(learning_rate) +
+                              " --model " + model;
   // TensorFlow's start-up chatter goes to a log, shown only when the run fails.
   const fs::path log = dir / "tensorflow.log";
   const int status = std::system((command + " >" + shell_quoted(log.string()) + " 2>&1").c_str());
@@ -120,7 +128,8 @@ int main(int argc, char** argv) {
     return 1;
   }
   if (WEXITSTATUS(status) == 77) {
-    std::cout << "digits_fidelity: skipped: " << python << " cannot import tensorflow\n";
+    std::cout << "digits_fidelity: skipped: " << python << " cannot import tensorflow"
+              << (model == "layers" ? " with tf.compat.v1.layers (tf_keras)" : "") << "\n";
     return 77;
   }
   std::vector<double> tf_losses;
@@ -136,7 +145,14 @@ int main(int argc, char** argv) {
   }
 
   Graph g;
-  tessera_bench::DigitsStep step = tessera_bench::digits_mlp_step(g, learning_rate, init);
+  std::optional<tessera_bench::DigitsLayersStep> layered;
+  tessera_bench::DigitsStep step;
+  if (model == "layers") {
+    layered = tessera_bench::digits_layers_step(g, learning_rate, init);
+    step = *layered;
+  } else {
+    step = tessera_bench::digits_mlp_step(g, learning_rate, init);
+  }
   Session s(g);
   s.run(global_variables_initializer(g));
   double worst = 0;
@@ -152,9 +168,35 @@ int main(int argc, char** argv) {
       worst_step = i;
     }
   }
-  const bool ok = worst <= tolerance;
-  std::printf("digits_fidelity: %d Adam steps of the digits MLP (batch %d) against TensorFlow %s: largest relative "
-              "loss difference %.3g (step %d); %s (tolerance %.0e)\n",
-              steps, batch, tf_version.c_str(), worst, worst_step, ok ? "agree" : "DIFFER", tolerance);
+  bool ok = worst <= tolerance;
+  std::string moving_line;
+  if (layered) {
+    // The moving statistics TensorFlow ended with (mean, then variance), against tessera's: each
+    // element within `tolerance` relative to the largest of its vector.
+    std::vector<float> tf_moving(256);
+    std::ifstream in(dir / "moving.f32", std::ios::binary);
+    in.read(reinterpret_cast<char*>(tf_moving.data()), static_cast<std::streamsize>(tf_moving.size() * sizeof(float)));
+    if (!in) {
+      std::cout << "digits_fidelity: FAILED: TensorFlow wrote no moving statistics\n";
+      return 1;
+    }
+    double moving_worst = 0;
+    const Variable* vars[] = {&layered->moving_mean, &layered->moving_variance};
+    for (int v = 0; v < 2; ++v) {
+      const std::vector<float> ours = s.run(vars[v]->value()).to_vector<float>();
+      double scale = 1e-30;
+      for (int i = 0; i < 128; ++i) scale = std::max(scale, std::abs(double{tf_moving[v * 128 + i]}));
+      for (int i = 0; i < 128; ++i) {
+        const double d = std::abs(ours[static_cast<std::size_t>(i)] - double{tf_moving[v * 128 + i]}) / scale;
+        if (!(d <= moving_worst)) moving_worst = d;
+      }
+    }
+    ok = ok && moving_worst <= tolerance;
+    moving_line = fmt::format("; moving statistics after the last step differ by {:.3g}", moving_worst);
+  }
+  std::printf("digits_fidelity: %d Adam steps of the digits %s (batch %d) against TensorFlow %s: largest relative "
+              "loss difference %.3g (step %d)%s; %s (tolerance %.0e)\n",
+              steps, model == "layers" ? "MLP of layers" : "MLP", batch, tf_version.c_str(), worst, worst_step,
+              moving_line.c_str(), ok ? "agree" : "DIFFER", tolerance);
   return ok ? 0 : 1;
 }

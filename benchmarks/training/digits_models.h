@@ -38,6 +38,44 @@ inline DigitsStep digits_mlp_step(Graph& g, float learning_rate, const std::vect
   return digits_step(g, examples::digits_mlp(g, init), learning_rate);
 }
 
+// The penalty on the last kernel of digits_layers_step (tf_digits.py's LAYERS_L2).
+inline constexpr double kLayersL2 = 1e-2;
+
+// The MLP written with tessera::layers and tessera::losses, as tf_digits.py's layers_step writes it
+// with tf.compat.v1.layers: dense 128 (no bias) -> batch normalization (training) -> ReLU -> dense
+// 64 (ReLU) -> dense 10 with an L2 penalty; the sparse cross entropy plus the penalty
+// (get_total_loss); Adam after layers::update_ops. `init`: the MLP's six initial values (b1 is not
+// used). moving_mean and moving_variance: the batch normalization's moving statistics.
+struct DigitsLayersStep : DigitsStep {
+  Variable moving_mean, moving_variance;
+};
+inline DigitsLayersStep digits_layers_step(Graph& g, float learning_rate, const std::vector<Tensor>& init) {
+  auto value = [](const Tensor& t) -> Initializer {
+    return [t](Graph& graph, const Shape&, DType) { return ops::constant(graph, t); };
+  };
+  DigitsLayersStep s;
+  s.x = ops::placeholder(g, DType::Float32, {-1, examples::kDigitsPixels}, "x");
+  s.y = ops::placeholder(g, DType::Int32, {-1}, "y");
+  Output h = layers::dense(s.x, 128, {.use_bias = false, .kernel_initializer = value(init[0])});
+  h = ops::relu(layers::batch_normalization(h, {.training = true}));
+  h = layers::dense(h, 64, {.activation = ops::relu, .kernel_initializer = value(init[2]),
+                            .bias_initializer = value(init[3])});
+  const Output logits = layers::dense(h, examples::kDigitsClasses,
+                                      {.kernel_initializer = value(init[4]), .bias_initializer = value(init[5]),
+                                       .kernel_regularizer = layers::l2_regularizer(kLayersL2)});
+  losses::sparse_softmax_cross_entropy(s.y, logits);
+  s.loss = losses::get_total_loss(g);
+  {
+    GraphScope after = g.control_dependencies(layers::update_ops(g));
+    s.train = train::AdamOptimizer(learning_rate).minimize(s.loss);
+  }
+  for (const Variable& v : global_variables(g)) {
+    if (v.name() == "batch_normalization/moving_mean") s.moving_mean = v;
+    if (v.name() == "batch_normalization/moving_variance") s.moving_variance = v;
+  }
+  return s;
+}
+
 inline DigitsStep digits_cnn_step(Graph& g, float learning_rate) {
   return digits_step(g, examples::digits_cnn(g), learning_rate);
 }
