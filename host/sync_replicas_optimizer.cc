@@ -12,6 +12,7 @@
 
 #include "core/accumulator_ops.h"
 #include "core/logging.h"
+#include "core/node.h"
 #include "host/optimizer_rule.h"
 #include "tessera/errors.h"
 #include "tessera/ops.h"
@@ -147,6 +148,17 @@ Operation SyncReplicasOptimizer::State::apply_gradients(std::vector<std::pair<Ou
   }
   Graph& g = step->op().graph();
 
+  // Only this worker's part of a step, its gradients into the accumulators, is ordered after the
+  // caller's control_dependencies scope (the UPDATE_OPS idiom: batch normalization's moving
+  // averages first). What the chief runs on its own (the aggregated update, the global step's
+  // increment, the token queue's enqueue, chief_init_op) and the accumulators themselves are
+  // built outside it: under it they would run the scope's ops, which read the step's feeds, from
+  // the chief's queue runner and init op. TF 1.x builds them under the scope and fails that way
+  // ("You must feed a value for placeholder") when sync replicas meet UPDATE_OPS.
+  std::vector<Operation> caller_deps;
+  for (internal::Node* n : g.impl().control_scope_) caller_deps.push_back(Operation(n));
+  GraphScope outside = internal::without_control_dependencies(g.impl());
+
   // The local step lives on this worker: it requests the device a non-variable op gets here (a
   // no-op's, so a device function that sends variables to the ps leaves it on the worker), or
   // nothing, which a cluster's master reads as its own task. Not a colocation with the no-op: a
@@ -176,7 +188,10 @@ Operation SyncReplicasOptimizer::State::apply_gradients(std::vector<std::pair<Ou
       }
       PlacedWith with_var(g, var.op());
       ConditionalAccumulator acc(g, grad.dtype(), var.shape(), var.name() + "/grad_accum");
-      train_ops.push_back(acc.apply_grad(grad, local->value()));
+      {
+        GraphScope caller = g.control_dependencies(caller_deps);
+        train_ops.push_back(acc.apply_grad(grad, local->value()));
+      }
       aggregated.emplace_back(acc.take_grad(replicas_to_aggregate), var);
       accs.push_back(acc);
     }

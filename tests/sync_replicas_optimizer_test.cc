@@ -312,6 +312,36 @@ TEST(SyncReplicasOneSessionTest, MinimizeWithOneReplicaUpdatesOncePerStep) {
   hook.impl()->end(s);
 }
 
+// TF1's UPDATE_OPS idiom with sync replicas: minimize under control_dependencies of an op that
+// reads a feed (as batch normalization's moving averages read the batch). The worker's step runs
+// that op first; the chief's init op and queue runner, which run without feeds, do not (in TF 1.x
+// they do, and fail asking for the feed).
+TEST(SyncReplicasOneSessionTest, UnderTheCallersControlScopeOnlyTheWorkersStepRunsItsOps) {
+  Graph g;
+  Output x = ops::placeholder(g, DType::Float32, Shape{}, "x");
+  Variable seen(g, Tensor::scalar(0.0f), "seen");
+  Output record = seen.assign_add(x);  // counts what the steps were fed
+  Variable w(g, Tensor::vector<float>({1, -2}), "w");
+  Variable step = train::get_or_create_global_step(g);
+  Output loss = ops::reduce_sum(ops::square(w.value()));
+  SyncReplicasOptimizer opt(GradientDescentOptimizer(0.25f), 1);
+  Operation train_op;
+  {
+    GraphScope after = g.control_dependencies({record.op()});
+    train_op = opt.minimize(loss, step);
+  }
+  SessionRunHook hook = opt.make_session_run_hook(true);
+  hook.impl()->begin();
+  Session s(g);
+  s.run(global_variables_initializer(g));
+  hook.impl()->after_create_session(s);  // runs chief_init_op and starts the queue runner: no feed
+  s.run({}, {{x, Tensor::scalar(2.0f)}}, {train_op}, bounded());
+  ASSERT_TRUE(testing::wait_until([&] { return s.run(step.value()).scalar<int64_t>() == 1; }, 60s));
+  EXPECT_EQ(s.run(w.value()).to_vector<float>(), (std::vector<float>{0.5f, -1}));
+  EXPECT_EQ(s.run(seen.value()).scalar<float>(), 2.0f) << "the worker's step ran the scope's op once";
+  hook.impl()->end(s);
+}
+
 // ---- The hook by hand ----
 
 // A variable v = 1 and the SyncReplicasOptimizer that trains it, needing two gradients (each 1) a
