@@ -39,16 +39,8 @@ DigitsResult digits(std::ostream& out, const DigitsOptions& opt) {
                                  /*num_threads=*/2, /*seed=*/8);
   }
   auto scope = g.device(opt.device);
-  DigitsModel model = opt.model == "cnn" ? digits_cnn(g) : opt.model == "layers" ? digits_layers(g) : digits_mlp(g);
-  Output loss;
-  if (opt.model == "layers") {
-    // tf.losses: the mean cross entropy joins the LOSSES collection; the total adds the penalties.
-    losses::sparse_softmax_cross_entropy(batch[1], model(batch[0]));
-    loss = losses::get_total_loss(g, /*add_regularization_losses=*/true, "loss");
-  } else {
-    loss = ops::reduce_mean(ops::sparse_softmax_cross_entropy_with_logits(batch[1], model(batch[0])), {}, false,
-                            "loss");
-  }
+  DigitsModel model = digits_model(g, opt.model);
+  Output loss = digits_loss(g, opt.model, batch[1], model(batch[0]));
   // The held-out fifth, through the same weights.
   auto test_x = ops::constant(g, Tensor::from_vector<float>(data.test.x, Shape{n_test, kDigitsPixels}));
   auto test_y = ops::constant(g, Tensor::vector<int32_t>(data.test.y));

@@ -171,4 +171,22 @@ inline DigitsModel digits_layers(Graph& g) {
   };
 }
 
+// The model named `name`: "mlp" (digits_mlp), "cnn" (digits_cnn) or "layers" (digits_layers).
+inline DigitsModel digits_model(Graph& g, const std::string& name) {
+  if (name == "mlp") return digits_mlp(g);
+  if (name == "cnn") return digits_cnn(g);
+  if (name == "layers") return digits_layers(g);
+  throw InvalidArgumentError("digits: the model is \"mlp\", \"cnn\" or \"layers\", not \"" + name + "\"");
+}
+
+// The training loss ("loss") of `logits` for `labels`: the mean sparse softmax cross entropy; for
+// the "layers" model through tf.losses, with the regularization penalties (get_total_loss).
+inline Output digits_loss(Graph& g, const std::string& model, Output labels, Output logits) {
+  if (model == "layers") {
+    losses::sparse_softmax_cross_entropy(labels, logits);
+    return losses::get_total_loss(g, /*add_regularization_losses=*/true, "loss");
+  }
+  return ops::reduce_mean(ops::sparse_softmax_cross_entropy_with_logits(labels, logits), {}, false, "loss");
+}
+
 }  // namespace tessera::examples

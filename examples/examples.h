@@ -72,6 +72,7 @@ DigitsResult digits(std::ostream& out, const DigitsOptions& options);
 // a MonitoredTrainingSession (worker 0 the chief, which initializes or restores and checkpoints),
 // Adam updates asynchronous or, with `sync`, aggregated by a SyncReplicasOptimizer.
 struct PsDigitsOptions {
+  std::string model = "mlp";  // as DigitsOptions::model
   int steps = 600;  // the global step to train to (StopAtStepHook)
   int batch_size = 64;
   float learning_rate = 1e-3f;

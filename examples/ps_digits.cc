@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <iomanip>
 #include <memory>
+#include <optional>
 #include <mutex>
 #include <numeric>
 #include <random>
@@ -93,8 +94,8 @@ PsDigitsResult ps_digits_worker(std::ostream& out, const train::ClusterSpec& clu
                                                        opt.ps_strategy));
     x = ops::placeholder(g, DType::Float32, {-1, kDigitsPixels}, "x");
     y = ops::placeholder(g, DType::Int32, {-1}, "y");
-    DigitsModel model = digits_mlp(g);
-    loss = ops::reduce_mean(ops::sparse_softmax_cross_entropy_with_logits(y, model(x)), {}, false, "loss");
+    DigitsModel model = digits_model(g, opt.model);
+    loss = digits_loss(g, opt.model, y, model(x));
     const auto n_test = static_cast<int64_t>(data.test.y.size());
     auto test_x = ops::constant(g, Tensor::from_vector<float>(data.test.x, Shape{n_test, kDigitsPixels}));
     auto test_y = ops::constant(g, Tensor::vector<int32_t>(data.test.y));
@@ -102,13 +103,18 @@ PsDigitsResult ps_digits_worker(std::ostream& out, const train::ClusterSpec& clu
     accuracy = ops::reduce_mean(ops::cast(correct, DType::Float32), {}, false, "accuracy");
     global_step = train::get_or_create_global_step(g);
     train::AdamOptimizer adam(opt.learning_rate);
-    if (opt.sync) {
-      train::SyncReplicasOptimizer sync(adam, workers, workers);
-      train_op = sync.minimize(loss, global_step);
-      hooks.push_back(sync.make_session_run_hook(chief));
-    } else {
-      train_op = adam.minimize(loss, global_step);
+    std::optional<train::SyncReplicasOptimizer> sync;
+    {
+      // The step after batch normalization's moving averages (TF1's UPDATE_OPS; none for the MLP).
+      GraphScope after_updates = g.control_dependencies(layers::update_ops(g));
+      if (opt.sync) {
+        sync.emplace(adam, workers, workers);
+        train_op = sync->minimize(loss, global_step);
+      } else {
+        train_op = adam.minimize(loss, global_step);
+      }
     }
+    if (sync) hooks.push_back(sync->make_session_run_hook(chief));
     if (!opt.logdir.empty()) {
       // Every worker builds the same graph (between-graph replication); the chief's monitored
       // session writes them (merge_all through its SummarySaverHook).

@@ -59,12 +59,12 @@ chmod +x "$dir/fake_srun"
 
 # One run of the script; status 75 when a port was taken between free_base and the bind (another
 # test's process got it first), so the caller retries on new ports.
-run_slurm_once() {  # $1: a name, $2: the port base, $3: the keys directory or "", $4: SYNC (1 or "")
+run_slurm_once() {  # $1: a name, $2: the port base, $3: the keys directory or "", $4: SYNC (1 or ""), $5: MODEL
   local logs="$dir/slurm-$1"
   rm -rf "$logs"
   mkdir -p "$logs"
   if ! FAKE_SRUN_LOGS=$logs SRUN="$dir/fake_srun" TESSERA="$tessera" STEPS=150 CHECKPOINTS="$logs/ckpt" KEYS="$3" \
-    SYNC="$4" TESSERA_SLURM_PORT_BASE=$2 bash "$src/examples/deploy/slurm_digits.sbatch"; then
+    SYNC="$4" MODEL="${5:-mlp}" TESSERA_SLURM_PORT_BASE=$2 bash "$src/examples/deploy/slurm_digits.sbatch"; then
     if grep -qi 'address already in use' "$logs"/rank*.log; then return 75; fi
     tail -n 20 "$logs"/rank*.log
     fail "slurm_digits.sbatch ($1) failed"
@@ -77,7 +77,7 @@ run_slurm_once() {  # $1: a name, $2: the port base, $3: the keys directory or "
 }
 
 # $1: a name, $2: "keys" for CURVE keys (each rank's key pair at KEYS/localhost:<port>.key, every
-# public key in cluster.keys), $3: SYNC.
+# public key in cluster.keys), $3: SYNC, $4: MODEL (mlp when empty).
 run_slurm() {
   local attempt status base keys
   for attempt in 1 2 3; do
@@ -92,7 +92,7 @@ run_slurm() {
       done
     fi
     status=0
-    run_slurm_once "$1" "$base" "$keys" "$3" || status=$?
+    run_slurm_once "$1" "$base" "$keys" "$3" "${4:-}" || status=$?
     [ "$status" = 0 ] && return 0
     [ "$status" = 75 ] || exit "$status"
     echo "a port of $base..$((base + 3)) was taken meanwhile: again on other ports"
@@ -102,6 +102,9 @@ run_slurm() {
 
 run_slurm insecure "" ""
 run_slurm keys-sync keys 1  # with keys, and synchronous training
+# The MLP of tessera::layers, synchronous: batch normalization's moving statistics live on the ps
+# tasks and each worker's step runs their updates first (UPDATE_OPS) through SyncReplicasOptimizer.
+run_slurm layers-sync "" 1 layers
 
 # Kubernetes: the Pods' commands and TF_CONFIGs, run here.
 python3 - "$src/examples/deploy/kubernetes.yaml" "$dir/k8s" "$tessera" <<'EOF' || fail "kubernetes.yaml's Pods failed"

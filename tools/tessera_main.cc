@@ -289,6 +289,7 @@ int run_distributed_digits(DistributedDigitsArgs args, const tessera::examples::
     cluster = std::move(resolved.cluster);
     task = *resolved.task;
   }
+  args.options.model = local.model;
   args.options.steps = local.steps;
   args.options.batch_size = local.batch_size;
   args.options.learning_rate = local.learning_rate;
