@@ -13,9 +13,9 @@
 #include <filesystem>
 #include <iomanip>
 #include <memory>
-#include <optional>
 #include <mutex>
 #include <numeric>
+#include <optional>
 #include <random>
 #include <thread>
 

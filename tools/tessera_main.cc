@@ -342,8 +342,8 @@ int main(int argc, char** argv) {
   demo->add_option("--logdir", demo_logdir,
                    "Write TensorBoard summaries of the two digits parts to DIR/ps_digits and DIR/digits");
   auto* digits = app.add_subcommand(
-      "digits", "Train an MLP (of ops or of tessera::layers) or a small CNN on scikit-learn's handwritten digits (examples/data) with Adam and "
-                "print the loss and the test accuracy");
+      "digits", "Train an MLP (of ops or of tessera::layers) or a small CNN on scikit-learn's handwritten digits "
+                "(examples/data) with Adam and print the loss and the test accuracy");
   tessera::examples::DigitsOptions digits_options;
   digits->add_option("--model", digits_options.model,
                      "mlp, cnn, or layers (the MLP written with tessera::layers: batch normalization, dropout, an L2 "
