@@ -120,7 +120,8 @@ Output dense(Output inputs, int64_t units, const DenseOptions& o) {
   Graph& g = graph_of(inputs);
   GraphScope scope = layer_scope(g, o.name, "dense", o.reuse);
   Variable kernel =
-      get_variable(g, "kernel", Shape{in, units}, inputs.dtype(), o.kernel_initializer, o.kernel_regularizer, o.trainable);
+      get_variable(g, "kernel", Shape{in, units}, inputs.dtype(), o.kernel_initializer, o.kernel_regularizer,
+                   o.trainable);
   Output y = r == 2 ? ops::matmul(inputs, kernel)
                     : ops::reshape(ops::matmul(ops::reshape(inputs, {-1, in}), kernel), out_dims);
   return add_bias_and_activate(y, o.use_bias, g, units, inputs.dtype(), o.bias_initializer, o.bias_regularizer,
@@ -131,7 +132,9 @@ Output conv2d(Output inputs, int64_t filters, std::vector<int> kernel_size, cons
   expect_not_null(inputs, "layers::conv2d", "inputs");
   expect_floating(inputs, "layers::conv2d");
   expect_rank(inputs, 4, "conv2d");
-  if (filters <= 0) throw InvalidArgumentError(fmt::format("layers::conv2d: filters must be positive, not {}", filters));
+  if (filters <= 0) {
+    throw InvalidArgumentError(fmt::format("layers::conv2d: filters must be positive, not {}", filters));
+  }
   const int64_t channels = inputs.shape().dim(3);
   if (channels < 0) {
     throw InvalidArgumentError(fmt::format("layers::conv2d: the channels (last dimension) of inputs {} must be known "
@@ -255,8 +258,9 @@ Output batch_normalization(Output inputs, const BatchNormalizationOptions& o) {
   const Shape param_shape{features};
   Variable gamma, beta;
   if (o.scale) {
-    gamma = get_variable(g, "gamma", param_shape, dtype, o.gamma_initializer ? o.gamma_initializer : initializers::ones(),
-                         o.gamma_regularizer, o.trainable);
+    gamma = get_variable(g, "gamma", param_shape, dtype,
+                         o.gamma_initializer ? o.gamma_initializer : initializers::ones(), o.gamma_regularizer,
+                         o.trainable);
   }
   if (o.center) {
     beta = get_variable(g, "beta", param_shape, dtype, o.beta_initializer ? o.beta_initializer : initializers::zeros(),
@@ -311,14 +315,14 @@ std::vector<Operation> update_ops(Graph& g) {
 Regularizer l1_regularizer(double scale) {
   return checked_scale_regularizer(scale, "l1_regularizer", [scale](Output w) {
     GraphScope names = graph_of(w).name_scope("l1_regularizer");
-    return ops::mul(internal::scalar_constant(graph_of(w), w.dtype(), scale), ops::reduce_sum(ops::abs(w)));
+    return ops::mul(internal::constant_like(w, scale), ops::reduce_sum(ops::abs(w)));
   });
 }
 
 Regularizer l2_regularizer(double scale) {
   return checked_scale_regularizer(scale, "l2_regularizer", [scale](Output w) {
     GraphScope names = graph_of(w).name_scope("l2_regularizer");
-    return ops::mul(internal::scalar_constant(graph_of(w), w.dtype(), scale), ops::l2_loss(w));
+    return ops::mul(internal::constant_like(w, scale), ops::l2_loss(w));
   });
 }
 

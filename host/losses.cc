@@ -16,6 +16,7 @@ namespace tessera::losses {
 namespace {
 
 using internal::graph_of;
+using internal::scalar_constant;
 using internal::scope_name;
 using internal::shapes_conflict;
 
@@ -27,8 +28,6 @@ void expect_tensor(const Output& t, const char* fn, const char* arg) {
 }
 
 Output to_float(const Output& x) { return x.dtype() == DType::Float32 ? x : ops::cast(x, DType::Float32); }
-
-Output float_constant(Graph& g, double v) { return ops::constant(g, static_cast<float>(v)); }
 
 // `a` and `b` (named `a_name`, `b_name`) must be able to have one shape (TF's
 // assert_is_compatible_with).
@@ -49,7 +48,7 @@ Output div_no_nan(const Output& num, const Output& den, const std::string& name 
 
 // The weights as a float32 Output in the graph of `like`.
 Output weights_tensor(const Weights& weights, const Output& like, const char* fn) {
-  if (!weights.is_tensor()) return float_constant(graph_of(like), weights.number());
+  if (!weights.is_tensor()) return scalar_constant(graph_of(like), DType::Float32, weights.number());
   expect_tensor(weights.tensor(), fn, "weights");
   return to_float(weights.tensor());
 }
@@ -203,12 +202,13 @@ Output huber_loss(Output labels, Output predictions, Weights weights, double del
   GraphScope in_scope = g.name_scope(scope_name(options.scope, kFn));
   const auto [l, p] = float_pair(labels, predictions, kFn);
   const Output abs_error = ops::abs(ops::sub(p, l));
-  const Output d = float_constant(g, delta);
+  const Output d = scalar_constant(g, DType::Float32, delta);
   const Output quadratic = ops::minimum(abs_error, d);
   // abs_error - quadratic is max(abs_error - delta, 0) in value, but its gradient at
   // abs_error == delta is 0 (maximum's would be 1, doubling the quadratic term's there), as TF's.
   const Output linear = ops::sub(abs_error, quadratic);
-  const Output losses = ops::add(ops::mul(float_constant(g, 0.5), ops::mul(quadratic, quadratic)), ops::mul(d, linear));
+  const Output losses = ops::add(ops::mul(scalar_constant(g, DType::Float32, 0.5), ops::mul(quadratic, quadratic)),
+                                 ops::mul(d, linear));
   return weighted(losses, weights, options, kFn);
 }
 
@@ -218,8 +218,8 @@ Output log_loss(Output labels, Output predictions, Weights weights, double epsil
   Graph& g = graph_of(labels);
   GraphScope in_scope = g.name_scope(scope_name(options.scope, kFn));
   const auto [l, p] = float_pair(labels, predictions, kFn);
-  const Output eps = float_constant(g, epsilon);
-  const Output one = float_constant(g, 1.0);
+  const Output eps = scalar_constant(g, DType::Float32, epsilon);
+  const Output one = scalar_constant(g, DType::Float32, 1.0);
   const Output losses = ops::sub(ops::neg(ops::mul(l, ops::log(ops::add(p, eps)))),
                                  ops::mul(ops::sub(one, l), ops::log(ops::add(ops::sub(one, p), eps))));
   return weighted(losses, weights, options, kFn);
@@ -233,7 +233,7 @@ Output hinge_loss(Output labels, Output logits, Weights weights, const LossOptio
   const auto [l, x] = float_pair(labels, logits, kFn, "logits");
   // Labels 0/1 become -1/1.
   const Output all_ones = ops::ones_like(l);
-  const Output signs = ops::sub(ops::mul(float_constant(g, 2.0), l), all_ones);
+  const Output signs = ops::sub(ops::mul(scalar_constant(g, DType::Float32, 2.0), l), all_ones);
   return weighted(ops::relu(ops::sub(all_ones, ops::mul(signs, x))), weights, options, kFn);
 }
 
@@ -335,7 +335,8 @@ Output cosine_distance(Output labels, Output predictions, int axis, Weights weig
     throw InvalidArgumentError(fmt::format("{}: axis {} is outside [-{}, {}) for labels of shape {}", what_of(kFn),
                                            axis, s.rank(), s.rank(), s.to_string()));
   }
-  const Output losses = ops::sub(float_constant(g, 1.0), ops::reduce_sum(ops::mul(p, l), {axis}, /*keep_dims=*/true));
+  const Output losses =
+      ops::sub(scalar_constant(g, DType::Float32, 1.0), ops::reduce_sum(ops::mul(p, l), {axis}, /*keep_dims=*/true));
   return weighted(losses, weights, options, kFn);
 }
 
@@ -365,9 +366,9 @@ Output mean_pairwise_squared_error(Output labels, Output predictions, Weights we
   auto per_example_sum = [&](const Output& x) { return axes.empty() ? x : ops::reduce_sum(x, axes, true); };
   const Output sum_squares = per_example_sum(ops::square(diffs));
   const Output n = num_present(diffs, weights, w, checked, /*per_batch=*/true);
-  const Output one = float_constant(g, 1.0);
-  const Output zero = float_constant(g, 0.0);
-  const Output two = float_constant(g, 2.0);
+  const Output one = scalar_constant(g, DType::Float32, 1.0);
+  const Output zero = scalar_constant(g, DType::Float32, 0.0);
+  const Output two = scalar_constant(g, DType::Float32, 2.0);
   const Output n_minus_1 = ops::sub(n, one);
   const Output term1 = ops::mul(two, div_no_nan(sum_squares, ops::maximum(n_minus_1, zero)));
   const Output sum_diff = per_example_sum(diffs);

@@ -68,7 +68,8 @@ GraphScope absolute_name_scope(Graph& g, std::string scope) {
 void check_scope_name(const std::string& name, const char* what) {
   if (name.empty()) throw InvalidArgumentError(fmt::format("{}: the name is empty", what));
   if (name.find(':') != std::string::npos || name.front() == '/' || name.back() == '/') {
-    throw InvalidArgumentError(fmt::format("{}: '{}' is not a valid name (no ':', no leading or trailing '/')", what, name));
+    throw InvalidArgumentError(
+        fmt::format("{}: '{}' is not a valid name (no ':', no leading or trailing '/')", what, name));
   }
 }
 
@@ -99,16 +100,16 @@ Output filled(Graph& g, const Shape& shape, DType dtype, double value, const cha
     case DType::Float16:
     case DType::BFloat16: return ops::cast(ops::fill(g, shape, Tensor::scalar(static_cast<float>(value))), dtype);
     default:
-      throw InvalidArgumentError(fmt::format("initializers::{}: no numeric value for {}", initializer, dtype_name(dtype)));
+      throw InvalidArgumentError(
+          fmt::format("initializers::{}: no numeric value for {}", initializer, dtype_name(dtype)));
   }
 }
 
 // x * scale + shift, in x's dtype (nothing added where scale is 1 and shift 0).
 Output affine(const Output& x, double scale, double shift) {
-  Graph& g = x.op().graph();
   Output y = x;
-  if (scale != 1) y = ops::mul(y, internal::scalar_constant(g, x.dtype(), scale));
-  if (shift != 0) y = ops::add(y, internal::scalar_constant(g, x.dtype(), shift));
+  if (scale != 1) y = ops::mul(y, internal::constant_like(x, scale));
+  if (shift != 0) y = ops::add(y, internal::constant_like(x, shift));
   return y;
 }
 

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -22,20 +23,23 @@ struct DigitsStep {
   Operation train;
 };
 
-// The step of `model` (examples/digits_data.h): mean sparse softmax cross entropy, Adam.
-inline DigitsStep digits_step(Graph& g, const examples::DigitsModel& model, float learning_rate) {
+// The step of `model` (examples/digits_data.h), whose loss is examples::digits_loss's for the
+// model named `name` (the mean sparse softmax cross entropy; for "layers" through tf.losses with
+// the penalties): Adam, after the layers' update_ops (none for the models of plain ops).
+inline DigitsStep digits_step(Graph& g, const examples::DigitsModel& model, float learning_rate,
+                              const std::string& name) {
   DigitsStep s;
   s.x = ops::placeholder(g, DType::Float32, {-1, examples::kDigitsPixels}, "x");
   s.y = ops::placeholder(g, DType::Int32, {-1}, "y");
-  const Output logits = model(s.x);
-  s.loss = ops::reduce_mean(ops::sparse_softmax_cross_entropy_with_logits(s.y, logits), {}, false, "loss");
+  s.loss = examples::digits_loss(g, name, s.y, model(s.x));
+  GraphScope after = g.control_dependencies(layers::update_ops(g));
   s.train = train::AdamOptimizer(learning_rate).minimize(s.loss);
   return s;
 }
 
 // The MLP's step; `init`: its six initial values (examples::digits_mlp), or empty for random ones.
 inline DigitsStep digits_mlp_step(Graph& g, float learning_rate, const std::vector<Tensor>& init = {}) {
-  return digits_step(g, examples::digits_mlp(g, init), learning_rate);
+  return digits_step(g, examples::digits_mlp(g, init), learning_rate, "mlp");
 }
 
 // The penalty on the last kernel of digits_layers_step (tf_digits.py's LAYERS_L2).
@@ -53,22 +57,17 @@ inline DigitsLayersStep digits_layers_step(Graph& g, float learning_rate, const 
   auto value = [](const Tensor& t) -> Initializer {
     return [t](Graph& graph, const Shape&, DType) { return ops::constant(graph, t); };
   };
+  examples::DigitsModel model = [value, &init](Output x) {
+    Output h = layers::dense(x, 128, {.use_bias = false, .kernel_initializer = value(init[0])});
+    h = ops::relu(layers::batch_normalization(h, {.training = true}));
+    h = layers::dense(h, 64, {.activation = ops::relu, .kernel_initializer = value(init[2]),
+                              .bias_initializer = value(init[3])});
+    return layers::dense(h, examples::kDigitsClasses,
+                         {.kernel_initializer = value(init[4]), .bias_initializer = value(init[5]),
+                          .kernel_regularizer = layers::l2_regularizer(kLayersL2)});
+  };
   DigitsLayersStep s;
-  s.x = ops::placeholder(g, DType::Float32, {-1, examples::kDigitsPixels}, "x");
-  s.y = ops::placeholder(g, DType::Int32, {-1}, "y");
-  Output h = layers::dense(s.x, 128, {.use_bias = false, .kernel_initializer = value(init[0])});
-  h = ops::relu(layers::batch_normalization(h, {.training = true}));
-  h = layers::dense(h, 64, {.activation = ops::relu, .kernel_initializer = value(init[2]),
-                            .bias_initializer = value(init[3])});
-  const Output logits = layers::dense(h, examples::kDigitsClasses,
-                                      {.kernel_initializer = value(init[4]), .bias_initializer = value(init[5]),
-                                       .kernel_regularizer = layers::l2_regularizer(kLayersL2)});
-  losses::sparse_softmax_cross_entropy(s.y, logits);
-  s.loss = losses::get_total_loss(g);
-  {
-    GraphScope after = g.control_dependencies(layers::update_ops(g));
-    s.train = train::AdamOptimizer(learning_rate).minimize(s.loss);
-  }
+  static_cast<DigitsStep&>(s) = digits_step(g, model, learning_rate, "layers");
   for (const Variable& v : global_variables(g)) {
     if (v.name() == "batch_normalization/moving_mean") s.moving_mean = v;
     if (v.name() == "batch_normalization/moving_variance") s.moving_variance = v;
@@ -77,7 +76,7 @@ inline DigitsLayersStep digits_layers_step(Graph& g, float learning_rate, const 
 }
 
 inline DigitsStep digits_cnn_step(Graph& g, float learning_rate) {
-  return digits_step(g, examples::digits_cnn(g), learning_rate);
+  return digits_step(g, examples::digits_cnn(g), learning_rate, "cnn");
 }
 
 // Batch i of `batch` rows of `data`, taken in order from row `first_row` and wrapping around:
