@@ -199,6 +199,8 @@ class CapturedPartition::InputKernel final : public OpKernel {
 
 std::unique_ptr<CapturedPartition> CapturedPartition::make(const Plan& plan, Device& device) {
   if (!device.supports_graphs()) return nullptr;
+  // What runs depends on a cond's predicate each step (Note [Dead tensors] in executor.cc).
+  if (plan.control_flow) return nullptr;
   std::vector<int> inputs;
   int inner = 0;
   for (std::size_t i = 0; i < plan.nodes.size(); ++i) {

@@ -433,7 +433,14 @@ Status SessionImpl::finish_step(Status status, RunState& rs, MultiStep* multi, b
   if (!status.ok()) return status;
   outputs->clear();
   outputs->reserve(num_fetches);
-  for (std::size_t f = 0; f < num_fetches; ++f) outputs->push_back(rs.take_fetch(static_cast<int>(f)));
+  for (std::size_t f = 0; f < num_fetches; ++f) {
+    StatusOr<Tensor> t = rs.take_fetch(static_cast<int>(f));
+    if (!t.ok()) [[unlikely]] {
+      outputs->clear();
+      return t.status();
+    }
+    outputs->push_back(std::move(t).value());
+  }
   return status;
 }
 

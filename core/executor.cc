@@ -37,6 +37,7 @@
 #include <fmt/format.h>
 
 #include "core/denormals.h"
+#include "core/graph_partition.h"
 #include "core/parallel_for.h"
 #include "core/tensor_buffer.h"
 
@@ -354,6 +355,38 @@ StatusOr<std::shared_ptr<const Plan>> build_plan(
   for (std::size_t f = 0; f < feeds.size(); ++f) {
     if (feed_uses[f] > 1) plan->counted_slots.push_back({plan->feed_slots[f], feed_uses[f]});
   }
+  // Conditionals (Note [Dead tensors]): a plan of a graph with a cond (or a partition of one)
+  // tracks which nodes are dead.
+  for (const Node* n : order) {
+    const GraphImpl* g = n->origin != nullptr ? n->origin->graph : n->graph;
+    if (g->has_control_flow() || n->graph->has_control_flow()) {
+      plan->control_flow = true;
+      break;
+    }
+  }
+  if (plan->control_flow) {
+    plan->control_pred_begin.reserve(static_cast<std::size_t>(n_nodes) + 1);
+    for (int i = 0; i < n_nodes; ++i) {
+      PlanNode& pn = plan->nodes[i];
+      const std::string& type = pn.node->type;
+      pn.flow = type == "Merge"                          ? PlanNode::kMerge
+                : type == kSendOp                        ? PlanNode::kSend
+                : type == "Switch" || type == kRecvOp ? PlanNode::kMakesDead
+                                                         : PlanNode::kPlain;
+      const std::size_t begin = plan->control_preds.size();
+      plan->control_pred_begin.push_back(static_cast<int>(begin));
+      for (const Node* c : pn.node->control_inputs) {
+        if (hoisted.count(c)) continue;
+        const int p = index_of.at(c);
+        if (std::find(plan->control_preds.begin() + static_cast<std::ptrdiff_t>(begin), plan->control_preds.end(),
+                      p) == plan->control_preds.end()) {
+          plan->control_preds.push_back(p);
+        }
+      }
+    }
+    plan->control_pred_begin.push_back(static_cast<int>(plan->control_preds.size()));
+    for (const Endpoint& f : signature_fetches) plan->fetch_names.push_back(fmt::format("{}:{}", f.node->name, f.index));
+  }
   plan->kept_slots = plan->feed_slots;
   plan->kept_slots.insert(plan->kept_slots.end(), plan->fetch_slots.begin(), plan->fetch_slots.end());
   // The last fetch of each slot takes its value; earlier ones (the same output fetched twice) and
@@ -438,6 +471,7 @@ std::unique_ptr<StepArrays> Plan::acquire_arrays() const {
   a->pending = std::make_unique<std::atomic<int>[]>(nodes.size());
   a->slot_uses = std::make_unique<std::atomic<int>[]>(num_slots);
   a->inputs = std::make_unique<const Tensor*[]>(inputs.size());
+  if (control_flow) a->dead = std::make_unique<uint8_t[]>(nodes.size());
   for (std::size_t j = 0; j < inputs.size(); ++j) {
     const PlanInput in = inputs[j];
     a->inputs[j] = in.release == PlanInput::kPinned ? &constants[in.slot].second : &a->slots[in.slot];
@@ -475,6 +509,7 @@ RunState::RunState(const Options& options)
   pending_ = arrays_->pending.get();
   slot_uses_ = arrays_->slot_uses.get();
   input_ptrs_ = arrays_->inputs.get();
+  dead_ = arrays_->dead.get();
   reset_counters();
   step_params_.resources = opt_.resources;
   step_params_.private_resources = opt_.private_resources;
@@ -502,6 +537,7 @@ bool RunState::completed() const {
 void RunState::reset_counters() {
   for (int i : plan_.counted_nodes) pending_[i].store(plan_.nodes[i].initial_pending, std::memory_order_relaxed);
   for (const auto& [s, uses] : plan_.counted_slots) slot_uses_[s].store(uses, std::memory_order_relaxed);
+  if (dead_ != nullptr) std::fill_n(dead_, plan_.nodes.size(), uint8_t{0});
 }
 
 void RunState::restart(int64_t step_id) {
@@ -522,8 +558,14 @@ void RunState::set_feed(int i, Tensor value) { slots_[plan_.feed_slots[i]] = std
 
 const Tensor& RunState::fetch(int i) const { return *slot(plan_.fetch_slots[i]); }
 
-Tensor RunState::take_fetch(int i) {
-  return plan_.fetch_moves[i] ? std::move(slots_[plan_.fetch_slots[i]]) : fetch(i);
+StatusOr<Tensor> RunState::take_fetch(int i) {
+  Tensor t = plan_.fetch_moves[i] ? std::move(slots_[plan_.fetch_slots[i]]) : fetch(i);
+  if (t.is_null()) [[unlikely]] {
+    return errors::invalid_argument(
+        "fetch {} has no value: it is computed in a branch of a cond that this step did not take",
+        plan_.fetch_names.empty() ? std::to_string(i) : "'" + plan_.fetch_names[i] + "'");
+  }
+  return t;
 }
 
 void RunState::start() {
@@ -843,6 +885,10 @@ void RunState::run_loop(int first, std::vector<int>* stack_ptr) {
 
 bool RunState::run_async_node(int i, int64_t start, std::vector<int>* ready) {
   const PlanNode& pn = nodes_[i];
+  if (dead_ != nullptr && pn.flow != PlanNode::kSend && is_dead(i)) [[unlikely]] {
+    complete_dead(i, ready);
+    return true;
+  }
   // The context must outlive this frame: it lives in an AsyncCall until the kernel calls done
   // (whose closure, two pointers, needs no allocation of its own). Its inputs are the step's
   // (StepArrays::inputs), which outlive every node.
@@ -873,12 +919,18 @@ bool RunState::run_async_node(int i, int64_t start, std::vector<int>* ready) {
 
 TESSERA_HOT_INLINE void RunState::run_sync(int i, int64_t start, std::vector<int>* ready, Tensor* discard) {
   const PlanNode& pn = nodes_[i];
+  bool dead_send = false;
+  if (dead_ != nullptr && is_dead(i)) [[unlikely]] {
+    if (pn.flow != PlanNode::kSend) return complete_dead(i, ready);
+    dead_send = true;
+  }
   // The kernel writes its outputs straight into the node's slots (see complete()), or an output
   // no one reads into `discard`.
   Tensor* outputs = pn.discard_output ? discard : slots_ + pn.first_output_slot;
   OpKernelContext ctx(step_params_, pn.node, input_ptrs_ + pn.first_input, pn.num_inputs,
                       output_dtypes_ + pn.first_output, outputs, pn.num_outputs,
                       pn.forwardable_inputs & forward_mask_);
+  if (dead_send) [[unlikely]] ctx.set_dead_input();
   try {
     pn.kernel->compute(ctx);
   } catch (...) {
@@ -920,15 +972,27 @@ TESSERA_HOT_INLINE bool RunState::complete(int i, OpKernelContext& ctx, Tensor* 
   if (opt_.capture != nullptr) [[unlikely]] capture_completed(i, ctx, outputs);
   // The outputs are already in place (the context writes there). A failed or aborted step leaves
   // them: the step's arrays are cleared when it ends (Plan::release_arrays).
+  int dead_outputs = 0;
   for (int k = 0; k < pn.num_outputs; ++k) {
     Tensor& t = outputs[k];
     if (t.is_null() || t.dtype() != output_dtypes_[pn.first_output + k]) [[unlikely]] {
+      if (t.is_null() && dead_ != nullptr && pn.flow == PlanNode::kMakesDead) {
+        ++dead_outputs;  // an untaken output of a Switch, a dead tensor received
+        continue;
+      }
       fail_output(i, k, t);
       return false;
     }
     if (pn.some_output_unused && plan_.output_uses[pn.first_output + k] == 0) t.reset();  // nobody reads it
   }
+  if (dead_outputs == pn.num_outputs && dead_outputs > 0) [[unlikely]] dead_[i] = 1;
   if (aborted_.load(std::memory_order_acquire)) return false;
+  release_inputs_and_ready(i, ready);
+  return true;
+}
+
+TESSERA_HOT_INLINE void RunState::release_inputs_and_ready(int i, std::vector<int>* ready) {
+  const PlanNode& pn = nodes_[i];
   // A value with one use and a successor with one predecessor involve no other thread. A slot is
   // released before the successors start: one of them may store its output there (Note [Slot
   // reuse]).
@@ -946,7 +1010,48 @@ TESSERA_HOT_INLINE bool RunState::complete(int i, OpKernelContext& ctx, Tensor* 
       ready->push_back(succ);
     }
   }
-  return true;
+}
+
+// Note [Dead tensors]
+// ~~~~~~~~~~~~~~~~~~~
+// A cond (core/control_flow_ops.cc) runs one of its branches as TensorFlow's executor does: the
+// Switch at the branches' entry sets the output its predicate picks and leaves the other unset,
+// and an output never set is dead. A node with a dead input, or a control predecessor that is
+// dead, is dead itself: its kernel does not run and its outputs stay unset, so deadness flows
+// down the untaken branch without computing anything, and every node still completes once (the
+// step's counts are those of any step). The Merge at the branches' exit runs unless every input
+// is dead, and forwards the live one. A _Send hands deadness on to its _Recv (an unset tensor
+// through the rendezvous), whose output is then dead too. A dead value never reaches a kernel
+// but the _Send's, and fetching one is an error (the session's).
+//
+// An unset slot is what makes an input dead: every value a node reads was set by its producer
+// before the node became ready, and is released only after its last reader (Note [Slot reuse]).
+// A node's own deadness (for its control successors) is a byte per node, kept only by plans of
+// a graph with a cond (Plan::control_flow): other plans pay one pointer test per node.
+
+bool RunState::is_dead(int i) const {
+  const int* c = plan_.control_preds.data();
+  for (int k = plan_.control_pred_begin[i]; k < plan_.control_pred_begin[i + 1]; ++k) {
+    if (dead_[c[k]] != 0) return true;
+  }
+  const PlanNode& pn = nodes_[i];
+  const Tensor* const* in = input_ptrs_ + pn.first_input;
+  if (pn.flow == PlanNode::kMerge) {
+    for (int j = 0; j < pn.num_inputs; ++j) {
+      if (!in[j]->is_null()) return false;
+    }
+    return pn.num_inputs > 0;
+  }
+  for (int j = 0; j < pn.num_inputs; ++j) {
+    if (in[j]->is_null()) return true;
+  }
+  return false;
+}
+
+void RunState::complete_dead(int i, std::vector<int>* ready) {
+  dead_[i] = 1;
+  if (aborted_.load(std::memory_order_acquire)) return;
+  release_inputs_and_ready(i, ready);
 }
 
 void RunState::capture_completed(int i, const OpKernelContext& ctx, const Tensor* outputs) {

@@ -49,6 +49,15 @@ struct PlanNode {
   // Bit j: input j (of the first 32) is the last read of a value in a slot (PlanInput::kLastUse),
   // which the kernel may take over as an output (Note [Forwarded inputs]).
   uint32_t forwardable_inputs = 0;
+  // What the node does with dead tensors (Note [Dead tensors] in executor.cc); read only in a plan
+  // with Plan::control_flow.
+  enum Flow : uint8_t {
+    kPlain = 0,      // dead when an input or a control predecessor is: not run, its outputs dead
+    kMerge = 1,      // dead only when every input (or a control predecessor) is; else runs
+    kSend = 2,       // always runs: hands a dead input on as dead (OpKernelContext::dead_input)
+    kMakesDead = 3,  // kPlain, and may itself leave outputs unset, which are dead (Switch, _Recv)
+  };
+  uint8_t flow = kPlain;
 };
 
 // One input of a node: the slot it reads, and what becomes of the value there after the read.
@@ -71,6 +80,8 @@ struct StepArrays {
   // Per Plan::inputs, the tensor that input reads: a slot above, or a constant of the plan. A
   // node's inputs are a run of it, which its kernel's context reads in place.
   std::unique_ptr<const Tensor*[]> inputs;
+  // Per node, in a plan with control flow: 1 when the node is dead (Note [Dead tensors]).
+  std::unique_ptr<uint8_t[]> dead;
 };
 
 struct Plan {
@@ -104,6 +115,13 @@ struct Plan {
   std::vector<int> kept_slots;
   uint64_t graph_version = 0;
   uint64_t serial = 0;  // unique per plan in this process
+  // Whether a node may see a dead input (the graph has a cond: Note [Dead tensors] in
+  // executor.cc). Then node i's control predecessors are control_preds[control_pred_begin[i] ..
+  // control_pred_begin[i + 1]) (plan indices); both are empty otherwise.
+  bool control_flow = false;
+  std::vector<int> control_pred_begin;
+  std::vector<int> control_preds;
+  std::vector<std::string> fetch_names;  // "op:0" per fetch, with control flow only (messages)
 
   // Arrays for a step of this plan (a per-thread spare when there is one), every slot null.
   // Thread-safe.
@@ -186,7 +204,8 @@ class RunState final : public TraceSink, public StreamWork {
   // The value of fetch i after a successful run.
   const Tensor& fetch(int i) const;
   // The same, moved out of the step where no later fetch reads it (Plan::fetch_moves): once each.
-  Tensor take_fetch(int i);
+  // InvalidArgumentError for a dead one (an untaken branch of a cond: Note [Dead tensors]).
+  StatusOr<Tensor> take_fetch(int i);
   // Cancels the step (session close): pending ops fail with `reason`.
   void cancel(const Status& reason);
   std::vector<TraceRecord> take_trace();
@@ -237,6 +256,12 @@ class RunState final : public TraceSink, public StreamWork {
   // Checks the outputs (the kernel wrote them into `outputs`: their slots, or the discard
   // tensor), releases inputs, collects newly ready successors; returns false on error.
   bool complete(int node_index, OpKernelContext& ctx, Tensor* outputs, std::vector<int>* ready);
+  // Whether node i is dead: a dead input or control predecessor (every input, for a Merge).
+  bool is_dead(int node_index) const;
+  // Completes node i without running it: it is dead, and so are its outputs.
+  void complete_dead(int node_index, std::vector<int>* ready);
+  // Releases node i's inputs and collects the successors it makes ready.
+  void release_inputs_and_ready(int node_index, std::vector<int>* ready);
   // Tells the capture (opt_.capture) that node i completed with `outputs`.
   void capture_completed(int node_index, const OpKernelContext& ctx, const Tensor* outputs);
   // complete()'s error for output k of node i, `t`: missing, or of the wrong dtype.
@@ -276,6 +301,7 @@ class RunState final : public TraceSink, public StreamWork {
   std::atomic<int>* pending_;         // arrays_->pending
   std::atomic<int>* slot_uses_;       // arrays_->slot_uses
   const Tensor* const* input_ptrs_;   // arrays_->inputs
+  uint8_t* dead_;                     // arrays_->dead (null without control flow)
   std::atomic<int64_t> outstanding_{0};
   std::atomic<bool> aborted_{false};
   std::atomic<bool> abort_reported_{false};

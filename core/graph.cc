@@ -100,6 +100,8 @@ StatusOr<Node*> GraphImpl::try_add_node(NodeSpec spec) {
   if (base.find(':') != std::string::npos) {
     return errors::invalid_argument("op name '{}' must not contain ':'", base);
   }
+  const CondBranch* branch = cond_branch_;
+  if (branch != nullptr) TESSERA_RETURN_IF_ERROR(enter_cond_branch(spec, base));
 
   std::vector<DType> in_dtypes;
   std::vector<Shape> in_shapes;
@@ -169,6 +171,11 @@ StatusOr<Node*> GraphImpl::try_add_node(NodeSpec spec) {
   node->colocate_with = colocation_scope_;
   node->control_inputs = control_scope_;
   for (const auto& dep : spec.extra_control_inputs) node->control_inputs.push_back(dep.node());
+  node->cond_branch = branch;
+  // A Switch makes dead tensors; a _Recv of a partition of a graph with a cond may receive them.
+  if (node->type == "Switch" || node->attr_or<bool>("may_be_dead", false)) {
+    has_control_flow_.store(true, std::memory_order_release);
+  }
   if (!device_functions_.empty()) {
     // The functions are user code that may read the graph: they run without the lock, the name
     // reserved meanwhile (find() answers "no such op" until the node is added). Note [Device scopes].
@@ -184,6 +191,14 @@ StatusOr<Node*> GraphImpl::try_add_node(NodeSpec spec) {
     }
     node->id = static_cast<int>(nodes_.size());
   }
+  if (def->host_of_request && !node->requested_device.empty()) {
+    auto spec = DeviceSpec::parse(node->requested_device);
+    if (spec.ok() && spec.value().type && *spec.value().type != "CPU") {
+      spec.value().type = "CPU";
+      spec.value().id = 0;
+      node->requested_device = spec.value().to_string();
+    }
+  }
   // A resource op is placed with its resource and inherits its device request.
   if (node->resource != nullptr && node->requested_device.empty()) {
     node->requested_device = node->resource->requested_device;
@@ -192,6 +207,49 @@ StatusOr<Node*> GraphImpl::try_add_node(NodeSpec spec) {
   by_name_[raw->name] = raw;
   nodes_.push_back(std::move(node));
   return raw;
+}
+
+Status GraphImpl::enter_cond_branch(NodeSpec& spec, const std::string& base) {
+  CondBranch* branch = cond_branch_;
+  for (std::size_t i = 0; i < spec.inputs.size(); ++i) {
+    Output& in = spec.inputs[i];
+    if (in.is_null() || in.node()->graph != this) continue;  // try_add_node's checks say why
+    const CondBranch* from = in.node()->cond_branch;
+    if (branch->contains(from)) continue;  // made in this branch (or one inside it)
+    if (from != nullptr && !from->contains(branch)) {
+      return errors::invalid_argument(
+          "{} '{}': input {} ('{}') was made in {}, another branch of a cond than this op's ({}): a "
+          "branch reads only its own tensors and those from outside the cond",
+          spec.type, base, i, in.name(), from->name, branch->name);
+    }
+    // From outside: through a Switch made where the cond is built, once per tensor and branch.
+    const uint64_t key = endpoint_key(in.node(), in.index());
+    auto it = branch->switched.find(key);
+    if (it == branch->switched.end()) {
+      // Made as the cond's own ops are: no control inputs or colocation of the op being made
+      // (an update's colocation with its variable would drag the Switch along).
+      cond_branch_ = const_cast<CondBranch*>(branch->outer);
+      auto restore_controls = std::move(control_scope_);
+      auto restore_colocation = std::move(colocation_scope_);
+      control_scope_.clear();
+      colocation_scope_.clear();
+      NodeSpec sw{"Switch", branch->pivot->name.substr(0, branch->pivot->name.rfind('/') + 1) + "Switch"};
+      const std::string saved_scope = std::move(name_scope_);
+      name_scope_.clear();
+      sw.inputs = {in, branch->pred};
+      StatusOr<Node*> made = try_add_node(std::move(sw));
+      name_scope_ = saved_scope;
+      control_scope_ = std::move(restore_controls);
+      colocation_scope_ = std::move(restore_colocation);
+      cond_branch_ = branch;
+      if (!made.ok()) return made.status().with_prefix(fmt::format("{} '{}': ", spec.type, base));
+      it = branch->switched.emplace(key, Output(made.value(), branch->branch)).first;
+    }
+    in = it->second;
+  }
+  // A node without inputs would run whichever branch is taken: it waits on the pivot.
+  if (spec.inputs.empty()) spec.extra_control_inputs.push_back(Operation(branch->pivot));
+  return Status();
 }
 
 Node* GraphImpl::add_node(NodeSpec spec) { return try_add_node(std::move(spec)).value_or_raise(); }
@@ -363,8 +421,12 @@ GraphScope Graph::colocate_with(Operation op) {
 }
 
 GraphScope internal::without_control_dependencies(GraphImpl& g) {
-  GraphScope restore([&g, previous = std::move(g.control_scope_)]() mutable { g.control_scope_ = std::move(previous); });
+  GraphScope restore([&g, previous = std::move(g.control_scope_), branch = g.cond_branch_]() mutable {
+    g.control_scope_ = std::move(previous);
+    g.cond_branch_ = branch;
+  });
   g.control_scope_.clear();
+  g.cond_branch_ = nullptr;
   return restore;
 }
 

@@ -156,6 +156,9 @@ StatusOr<PartitionedStep> partition_step(const GraphImpl& graph, const std::vect
     }
     recv->attrs["dtype"] = recv->output_dtypes[0];
     recv->attrs["shape"] = recv->output_shapes[0];
+    // What a graph with a cond sends may be dead (Note [Dead tensors] in executor.cc): a task that
+    // receives the partition learns it from this attr, its graph having no Switch of its own.
+    if (graph.has_control_flow()) recv->attrs["may_be_dead"] = true;
     step.partitions[static_cast<std::size_t>(from)].targets.push_back(send);
     return transfers.emplace(memo, Endpoint{recv, 0}).first->second;
   };

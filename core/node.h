@@ -20,6 +20,7 @@
 namespace tessera::internal {
 
 struct OpDef;
+struct CondBranch;
 
 using AttrValue = std::variant<int64_t, double, bool, DType, Shape, std::string, Tensor,
                                std::vector<int64_t>, std::vector<DType>, std::vector<Shape>>;
@@ -52,6 +53,8 @@ struct Node {
   std::vector<Node*> colocate_with;
   // For a partition's copy of a node (core/partition.h): the graph's node it copies. Not owned.
   const Node* origin = nullptr;
+  // The branch of a cond the node was made in (null: none). Owned by the graph.
+  const CondBranch* cond_branch = nullptr;
 
   template <class T>
   const T& attr(const std::string& key) const {
@@ -84,6 +87,26 @@ struct NodeSpec {
   AttrMap attrs;
   Node* resource = nullptr;
   std::vector<Operation> extra_control_inputs;
+};
+
+// A branch of a cond while it is built (Note [Conditionals] in core/control_flow_ops.cc): a node
+// made in it reads each tensor from outside the branch through a Switch on the cond's predicate
+// (made once per tensor), and a node with no inputs waits on the branch's pivot, so that the
+// whole branch is dead when the predicate picks the other one.
+struct CondBranch {
+  const CondBranch* outer = nullptr;  // the branch the cond is built in, or null
+  Output pred;                        // the cond's predicate (its pred_id), made in `outer`
+  int branch = 0;                     // 1: true, 0: false (the Switch output the branch reads)
+  Node* pivot = nullptr;              // Identity of pred's own Switch output `branch`
+  std::string name;                   // "cond/branch_true", for messages
+  std::unordered_map<uint64_t, Output> switched;  // endpoint_key of an outside tensor -> its Switch output
+  // Whether `b` is this branch or a branch inside it.
+  bool contains(const CondBranch* b) const {
+    for (; b != nullptr; b = b->outer) {
+      if (b == this) return true;
+    }
+    return false;
+  }
 };
 
 // Owns the nodes of a Graph; nodes never move. Thread safety: adding nodes and reading them take
@@ -138,6 +161,12 @@ class GraphImpl {
   std::vector<Node*> colocation_scope_;
   std::vector<Node*> control_scope_;
   std::string name_scope_;
+  // The branch of a cond being built (null: none); the graph owns every branch it ever had.
+  CondBranch* cond_branch_ = nullptr;
+  std::vector<std::unique_ptr<CondBranch>> cond_branches_;
+  // Whether the graph has a Switch (a cond): its plans then track dead tensors (Note [Dead
+  // tensors] in core/executor.cc).
+  bool has_control_flow() const { return has_control_flow_.load(std::memory_order_acquire); }
 
   // Collections: variables and queue runners registered by the public classes. Type-erased so
   // core does not depend on the public wrapper types.
@@ -157,6 +186,10 @@ class GraphImpl {
   std::unordered_map<std::string, Node*> by_name_;
   std::unordered_map<std::string, int> name_counts_;
   std::atomic<uint64_t> version_{0};
+  std::atomic<bool> has_control_flow_{false};
+  // A node made in branch cond_branch_ (spec.inputs and its control inputs): reads from outside
+  // the branch through Switches; no inputs at all, waits on the pivot. Called without the lock.
+  Status enter_cond_branch(NodeSpec& spec, const std::string& base);
   mutable std::mutex placements_mu_;
   std::unordered_map<int, std::string> placements_;  // guarded by placements_mu_: node id -> device
 };
@@ -179,6 +212,7 @@ Output read_variable(Node* var);
 // While the scope lives, nodes added to `g` take no control inputs from the control_dependencies
 // scopes around it (TF's init_scope): a variable, and the initial values and state an op makes
 // for itself, must not wait for the ops a caller's scope names.
+// Likewise outside any cond being built: what it makes runs whichever branch is taken.
 GraphScope without_control_dependencies(GraphImpl& g);
 // The attr-less op `type` over (a, b): the elementwise binary builders.
 inline Output add_binary_op(const char* what, const char* type, Output a, Output b, std::string name) {

@@ -239,6 +239,11 @@ class OpKernelContext {
     fail(Status(code, fmt::format(f, std::forward<Args>(args)...)));
   }
   const Status& status() const { return status_; }
+  // In a step with conditionals: whether this node's input is dead (an untaken branch of a cond,
+  // Note [Dead tensors] in core/executor.cc). The executor runs a node with a dead input only
+  // when it hands deadness on (a _Send); every other kernel never sees one.
+  bool dead_input() const { return dead_input_; }
+  void set_dead_input() { dead_input_ = true; }
 
  private:
   void init_outputs(Tensor* outputs, int num_outputs) {
@@ -261,6 +266,7 @@ class OpKernelContext {
   int num_inputs_;
   uint32_t forwardable_inputs_;   // Params::forwardable_inputs
   int num_outputs_ = 0;
+  bool dead_input_ = false;
   Tensor* outputs_ = nullptr;  // the caller's (Params::outputs), or owned_outputs_
   std::unique_ptr<Tensor[]> owned_outputs_;
   Status status_;

@@ -87,6 +87,10 @@ struct OpDef {
   bool stateful = false;
   // Must run where its resource lives, in host memory (queues).
   bool host_only = false;
+  // host_only, and a request for an accelerator means that task's CPU (Switch and Merge: the
+  // executor decides a cond's deadness on the host, Note [Conditionals] in
+  // core/control_flow_ops.cc), so no soft placement is needed.
+  bool host_of_request = false;
 };
 
 using KernelFactory = std::function<std::unique_ptr<OpKernel>(const Node&)>;

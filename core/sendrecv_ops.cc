@@ -7,7 +7,8 @@
 // peer on the destination's host_to_device stream where the devices allow it (after the same
 // event), else through host memory. Both streams are separate from the compute streams, so copies overlap
 // compute. A _Recv from another task receives into host memory (it runs on the task's CPU) and
-// checks that what arrived is the dtype and shape the master said it would be.
+// checks that what arrived is the dtype and shape the master said it would be. A dead tensor (an
+// untaken branch of a cond) travels as an unset one and makes the _Recv's output dead.
 #include "core/sendrecv_ops.h"
 
 #include "core/graph_partition.h"
@@ -41,7 +42,9 @@ class SendOp final : public OpKernel {
   bool is_expensive() const override { return false; }
   void compute(OpKernelContext& ctx) override {
     if (ctx.rendezvous() == nullptr) return ctx.fail(no_rendezvous(node()));
-    Tensor value = control_ ? Tensor::scalar<bool>(true) : ctx.input(0);
+    // A dead input (Note [Dead tensors] in executor.cc) goes as an unset tensor: the _Recv's
+    // output is dead too.
+    Tensor value = ctx.dead_input() ? Tensor() : control_ ? Tensor::scalar<bool>(true) : ctx.input(0);
     Status s = ctx.rendezvous()->send(key_, std::move(value));
     if (!s.ok()) ctx.fail(s);
   }
@@ -79,6 +82,7 @@ class RecvOp final : public OpKernel {
   using Done = std::function<void()>;
 
   void deliver(OpKernelContext& ctx, Tensor t, Done done) const {
+    if (t.is_null()) return done();  // dead: the output stays unset (Note [Dead tensors])
     if (key_.slot < 0 && !control_) {  // from another task: what the master said would come?
       const DType want = node().attr<DType>("dtype");
       const Shape& shape = node().attr<Shape>("shape");

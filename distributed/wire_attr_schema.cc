@@ -31,6 +31,9 @@ const std::unordered_map<std::string_view, std::vector<AttrSpec>>& op_attr_schem
         {"Placeholder", {dtype, shape}},
         {"Identity", none},
         {"NoOp", none},
+        // core/control_flow_ops.cc
+        {"Switch", none},
+        {"Merge", none},
         // The summary ops (core/summary_ops.cc): the tag is the node's name.
         {"ScalarSummary", none},
         {"HistogramSummary", none},
@@ -129,7 +132,7 @@ const std::unordered_map<std::string_view, std::vector<AttrSpec>>& op_attr_schem
           {"recv_device", kKind<std::string>}}},
         {"_Recv",
          {{"tensor_name", kKind<std::string>}, {"send_device", kKind<std::string>},
-          {"recv_device", kKind<std::string>}, dtype, shape}},
+          {"recv_device", kKind<std::string>}, dtype, shape, {"may_be_dead", kKind<bool>, /*required=*/false}}},
     };
     return t;
   }();

@@ -267,9 +267,17 @@ TEST(ServiceMessagesTest, RecvTensorRepliesHoldTheGeneratedBytes) {
       EXPECT_EQ(back.value().debug_string(100000), t.debug_string(100000));
     }
   }
-  // A null tensor: the error tensor_to_frames gives.
+  // A null tensor is a dead one (the untaken branch of a cond): the reply says so and holds no
+  // tensor. (Elsewhere a null tensor is still the error tensor_to_frames gives.)
+  StatusOr<RpcMessage> dead = recv_tensor_reply(1, Tensor());
+  ASSERT_TRUE(dead.ok()) << dead.status().to_string();
+  EXPECT_EQ(dead.value().frames.size(), 1u);
+  pb::RecvTensorResponse parsed_dead;
+  ASSERT_TRUE(parse_reply(dead, &parsed_dead).ok());
+  EXPECT_TRUE(parsed_dead.is_dead());
+  EXPECT_FALSE(parsed_dead.has_tensor());
   std::vector<zmq::message_t> none;
-  EXPECT_EQ(recv_tensor_reply(1, Tensor()).status().message(), tensor_to_frames(Tensor(), &none, 1).status().message());
+  EXPECT_EQ(tensor_to_frames(Tensor(), &none, 1).status().message(), "cannot send a null tensor");
 }
 
 // named_tensors_reply writes a RunGraph or RunStep reply itself, its tensors' entries after the

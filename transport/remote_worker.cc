@@ -83,6 +83,7 @@ void RemoteWorker::recv_tensor(const pb::RecvTensorRequest& request, Done<Tensor
         // An error of the producing task (its step failed) arrives as is; a transport failure
         // names the task.
         if (!st.ok()) return done(reply.ok() ? st : st.with_prefix(fmt::format("task {}: ", task)));
+        if (response.is_dead()) return done(Tensor());  // from an untaken branch of a cond
         auto frames = std::move(reply.value().frames);
         done(tensor_from_frames(response.tensor(), frames, max_bytes));
       });

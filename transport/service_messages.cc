@@ -184,6 +184,14 @@ std::size_t message_field_size(int field, std::size_t size) {
 
 StatusOr<RpcMessage> recv_tensor_reply(uint64_t request_id, const Tensor& t) {
   RpcMessage reply;
+  if (t.is_null()) {  // dead: RecvTensorResponse's version and is_dead, no tensor
+    const std::size_t body_size = varint_field_size(1, wire::kWireVersion) + varint_field_size(3, 1);
+    reply.frames.emplace_back(ok_reply_frame(request_id, body_size, [&](uint8_t* p) {
+      p = WireFormatLite::WriteUInt32ToArray(1, wire::kWireVersion, p);
+      return WireFormatLite::WriteBoolToArray(3, true, p);
+    }));
+    return reply;
+  }
   reply.frames.reserve(2);
   reply.frames.emplace_back();  // frame 0, written below; the tensor's frame (if any) after it
   MetaBytes meta;

@@ -9,6 +9,7 @@
 
 #include "tessera/cluster.h"
 #include "tessera/config.h"
+#include "tessera/control_flow.h"
 #include "tessera/device.h"
 #include "tessera/device_setter.h"
 #include "tessera/errors.h"

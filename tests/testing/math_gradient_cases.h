@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/gradients.h"
+#include "tessera/control_flow.h"
 #include "tests/testing/gradient_case_test.h"
 
 namespace tessera::testing {
@@ -20,7 +21,7 @@ inline const std::vector<std::string> kMathGradientOps = {
     "Reshape", "ExpandDims", "Squeeze",      "Transpose",    "ConcatV2",     "Split",     "Slice",
     "Pad",     "Tile",       "SelectV2",     "Prod",         "Cumsum",       "Cumprod",      "Pow",
     "Sin",     "Cos",        "Abs",          "Sign",         "Relu6",        "Rsqrt",     "Reciprocal",
-    "Softplus", "Elu",       "TopKV2"};
+    "Softplus", "Elu",       "TopKV2",       "Switch",       "Merge"};
 
 class GradientCheckTest : public GradientCaseTest {
  protected:
@@ -251,6 +252,40 @@ TEST_P(GradientCheckTest, WhereRoutesTheGradient) {
                            return ops::where(cond, x[0], x[1]);
                          }),
             math_gradient_cases::kTolerance);
+}
+
+// A cond's gradient (Switch and Merge) is the taken branch's, whichever it is, nested too; the
+// predicate may depend on the inputs (it is piecewise constant, and the values keep away from
+// where it flips).
+TEST_P(GradientCheckTest, CondRoutesTheGradient) {
+  using math_gradient_cases::kTolerance;
+  for (bool pick : {true, false}) {
+    EXPECT_LT(random_error({{2, 3}, {3}},
+                           [pick](auto x) {
+                             return ops::cond(
+                                 ops::constant(x[0].op().graph(), pick), [&] { return ops::mul(x[0], ops::sin(x[1])); },
+                                 [&] { return ops::square(ops::add(x[0], x[1])); });
+                           }),
+              kTolerance)
+        << "pred " << pick;
+  }
+  const Tensor positive = random_f64({3}, 4, 0.5, 2.0), negative = random_f64({3}, 5, -2.0, -0.5);
+  for (const Tensor& v : {positive, negative}) {
+    EXPECT_LT(error({v, random_f64({3}, 6)},
+                    [](auto x) {
+                      Graph& g = x[0].op().graph();
+                      Output zero = ops::constant(g, 0.0);
+                      return ops::cond(
+                          ops::greater(ops::reduce_sum(x[0]), zero),
+                          [&] {
+                            return ops::cond(
+                                ops::less(ops::reduce_sum(x[1]), ops::constant(g, 100.0)),
+                                [&] { return ops::mul(ops::exp(x[0]), x[1]); }, [&] { return x[1]; });
+                          },
+                          [&] { return ops::mul(x[0], x[0]); });
+                    }),
+              kTolerance);
+  }
 }
 
 // The ops the gradient functions build to undo broadcasting and reshaping have gradients of their
