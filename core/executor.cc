@@ -369,10 +369,13 @@ StatusOr<std::shared_ptr<const Plan>> build_plan(
     for (int i = 0; i < n_nodes; ++i) {
       PlanNode& pn = plan->nodes[i];
       const std::string& type = pn.node->type;
-      pn.flow = type == "Merge"                          ? PlanNode::kMerge
-                : type == kSendOp                        ? PlanNode::kSend
-                : type == "Switch" || type == kRecvOp ? PlanNode::kMakesDead
-                                                         : PlanNode::kPlain;
+      if (type == "Merge") {
+        pn.flow = PlanNode::kMerge;
+      } else if (type == kSendOp) {
+        pn.flow = PlanNode::kSend;
+      } else if (type == "Switch" || type == kRecvOp) {
+        pn.flow = PlanNode::kMakesDead;
+      }
       const std::size_t begin = plan->control_preds.size();
       plan->control_pred_begin.push_back(static_cast<int>(begin));
       for (const Node* c : pn.node->control_inputs) {

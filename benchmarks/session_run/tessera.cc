@@ -7,6 +7,9 @@
 //   BM_session_callable_add/tessera       one thread calling a Callable of the same signature
 //                                         (Session::make_callable, issue 22's goal: <= 100 ns)
 //   BM_session_callable_add_8threads/tessera  8 threads calling that one Callable
+//   BM_session_run_cond/tessera           one thread calling run on y = cond(p, x * 2, -x) of a
+//                                         scalar float constant x, the bool p fed, true and false
+//                                         in turn: a Switch, a Merge and one branch per run
 #include <tessera/tessera.h>
 
 #include <memory>
@@ -75,9 +78,32 @@ void BM_session_callable_add_8threads(benchmark::State& state, const char* impl)
   BM_session_callable_add(state, impl);
 }
 
+void BM_session_run_cond(benchmark::State& state, const char* impl) {
+  tessera_bench::set_impl(state, impl);
+  Graph g;
+  Output p = ops::placeholder(g, DType::Bool, Shape{}, "p");
+  Output x = ops::constant(g, 3.0f, "x");
+  Output y = ops::cond(
+      p, [&] { return ops::mul(x, ops::constant(g, 2.0f)); }, [&] { return ops::neg(x); });
+  Session s(g);
+  const FeedMap on_true = {{p, Tensor::scalar(true)}}, on_false = {{p, Tensor::scalar(false)}};
+  const bool ok = s.run(y, on_true).scalar<float>() == 6.0f && s.run(y, on_false).scalar<float>() == -3.0f;
+  if (!tessera_bench::check(state, ok, "cond(p, 2x, -x) of x = 3 is not 6 and -3")) return;
+  for (int i = 0; i < 1000; ++i) s.run(y, i % 2 == 0 ? on_true : on_false);  // warm-up
+  bool pick = true;
+  for (auto _ : state) {
+    Tensor t = s.run(y, pick ? on_true : on_false);
+    benchmark::DoNotOptimize(t);
+    pick = !pick;
+  }
+  state.SetItemsProcessed(state.iterations());
+  state.counters["per_run"] = tessera_bench::per_unit(state, 1);
+}
+
 }  // namespace
 
 BENCHMARK_CAPTURE(BM_session_run_add, tessera, "tessera")->UseRealTime();
+BENCHMARK_CAPTURE(BM_session_run_cond, tessera, "tessera")->UseRealTime();
 BENCHMARK_CAPTURE(BM_session_callable_add, tessera, "tessera")->UseRealTime();
 BENCHMARK_CAPTURE(BM_session_run_add_8threads, tessera, "tessera")
     ->Threads(8)

@@ -4,7 +4,7 @@
 benchmarks/run --with-tensorflow runs this with the Python of benchmarks/.venv (tensorflow-cpu),
 one group of workloads per process, right after the tessera binary of the same group:
 
-  session    session_run_add, session_run_add_8threads
+  session    session_run_add, session_run_add_8threads, session_run_cond
              sess.run(c) of c = a + b on two scalar float constants, the graph built once;
              8 Python threads calling run on one shared session (time = wall / total runs);
              impl "tensorflow" calls sess.run(c), "tensorflow_callable" the callable of
@@ -221,6 +221,27 @@ def group_session(bench):
         bench.record("session_run_add", impl, "time per run", "ns", "lower", [1e9 / r for r in rates])
         if impl == "tensorflow_callable":  # also the peer of tessera's Callable
             bench.record("session_callable_add", impl, "time per call", "ns", "lower", [1e9 / r for r in rates])
+    # session_run_cond: y = tf.cond(p, 2x, -x), p fed true and false in turn (TF1's control flow:
+    # Switch and Merge, as tessera's).
+    tf1.disable_control_flow_v2()  # TF1's Switch/Merge, not TF2's functional If
+    with g.as_default():
+        p = tf1.placeholder(tf.bool, shape=[], name="p")
+        x = tf.constant(3.0, name="x")
+        y = tf1.cond(p, lambda: x * 2.0, lambda: -x)
+    if sess.run(y, {p: True}) != 6.0 or sess.run(y, {p: False}) != -3.0:
+        bench.fail("session_run_cond", "correctness check failed: cond(p, 2x, -x) of x = 3 is not 6 and -3")
+    else:
+        feeds = ({p: True}, {p: False})
+        turn = [0]
+
+        def run_cond():
+            turn[0] ^= 1
+            return sess.run(y, feeds[turn[0]])
+
+        for _ in range(1000):  # warm-up
+            run_cond()
+        rates = per_call_rates(bench, run_cond)
+        bench.record("session_run_cond", "tensorflow", "time per run", "ns", "lower", [1e9 / r for r in rates])
     for impl, fn in (("tensorflow", lambda: sess.run(c)), ("tensorflow_callable", callable_c)):
         threaded_pass(8, fn, 0.2)  # warm-up of the 8 threads
         runs = bench.repeat(lambda fn=fn: threaded_pass(8, fn, bench.min_time))
