@@ -329,12 +329,12 @@ StatusOr<std::shared_ptr<const Plan>> build_plan(
     auto kernel = make_kernel(*n);
     if (!kernel.ok()) return kernel.status();
     pn.kernel = kernel.value();
-    pn.is_async = pn.kernel->is_async();
+    pn.run = pn.kernel->is_async() ? PlanNode::kAsync : PlanNode::kSync;
     pn.expensive = pn.kernel->is_expensive();
     for (int k = 0; k < pn.num_outputs; ++k) {
       if (plan->output_uses[pn.first_output + k] == 0) pn.some_output_unused = true;
     }
-    pn.discard_output = !pn.is_async && pn.num_outputs == 1 && pn.some_output_unused;
+    pn.discard_output = !pn.is_async() && pn.num_outputs == 1 && pn.some_output_unused;
     for (int j = 0; j < std::min(pn.num_inputs, 32); ++j) {
       if (plan->inputs[pn.first_input + j].release == PlanInput::kLastUse) pn.forwardable_inputs |= uint32_t{1} << j;
     }
@@ -366,15 +366,17 @@ StatusOr<std::shared_ptr<const Plan>> build_plan(
   }
   if (plan->control_flow) {
     plan->control_pred_begin.reserve(static_cast<std::size_t>(n_nodes) + 1);
+    plan->flows.assign(static_cast<std::size_t>(n_nodes), Plan::kPlain);
     for (int i = 0; i < n_nodes; ++i) {
       PlanNode& pn = plan->nodes[i];
+      pn.run = static_cast<uint8_t>(pn.run | PlanNode::kFlow);
       const std::string& type = pn.node->type;
       if (type == "Merge") {
-        pn.flow = PlanNode::kMerge;
+        plan->flows[i] = Plan::kMerge;
       } else if (type == kSendOp) {
-        pn.flow = PlanNode::kSend;
+        plan->flows[i] = Plan::kSend;
       } else if (type == "Switch" || type == kRecvOp) {
-        pn.flow = PlanNode::kMakesDead;
+        plan->flows[i] = Plan::kMakesDead;
       }
       const std::size_t begin = plan->control_preds.size();
       plan->control_pred_begin.push_back(static_cast<int>(begin));
@@ -413,9 +415,9 @@ std::shared_ptr<const Plan> plan_variant(const Plan& plan, const std::vector<OpK
     if (kernels[i] == nullptr) continue;
     PlanNode& pn = v->nodes[i];
     pn.kernel = kernels[i];
-    pn.is_async = pn.kernel->is_async();
+    pn.run = static_cast<uint8_t>((pn.run & PlanNode::kFlow) | (pn.kernel->is_async() ? PlanNode::kAsync : 0));
     pn.expensive = pn.kernel->is_expensive();
-    pn.discard_output = !pn.is_async && pn.num_outputs == 1 && pn.some_output_unused;
+    pn.discard_output = !pn.is_async() && pn.num_outputs == 1 && pn.some_output_unused;
   }
   std::vector<std::vector<int>> succ(static_cast<std::size_t>(n));
   for (int i = 0; i < n; ++i) {
@@ -837,6 +839,45 @@ TESSERA_HOT_INLINE bool RunState::ends_step(int64_t delta) {
   return outstanding_.fetch_add(delta, std::memory_order_acq_rel) + delta == 0;
 }
 
+template <bool kFlow>
+TESSERA_HOT_INLINE void RunState::run_sync(int i, int64_t start, std::vector<int>* ready, Tensor* discard) {
+  const PlanNode& pn = nodes_[i];
+  bool dead_send = false;
+  if constexpr (kFlow) {  // Note [Dead tensors]
+    if (is_dead(i)) {
+      if (plan_.flows[i] != Plan::kSend) return complete_dead(i, ready);
+      dead_send = true;
+    }
+  }
+  // The kernel writes its outputs straight into the node's slots (see complete()), or an output
+  // no one reads into `discard`.
+  Tensor* outputs = pn.discard_output ? discard : slots_ + pn.first_output_slot;
+  OpKernelContext ctx(step_params_, pn.node, input_ptrs_ + pn.first_input, pn.num_inputs,
+                      output_dtypes_ + pn.first_output, outputs, pn.num_outputs,
+                      pn.forwardable_inputs & forward_mask_);
+  if (dead_send) ctx.set_dead_input();
+  try {
+    pn.kernel->compute(ctx);
+  } catch (...) {
+    ctx.fail(status_from_current_exception());
+  }
+  if (opt_.trace) trace_op(pn.node, start);
+  if constexpr (kFlow) {
+    complete_flow(i, ctx, outputs, ready);
+  } else {
+    complete(i, ctx, outputs, ready);
+  }
+  if (pn.discard_output) discard->reset();  // complete() did, unless the node failed
+}
+
+// A node of a plan with control flow (Note [Dead tensors]); false: an async kernel still runs.
+__attribute__((noinline, cold)) bool RunState::run_flow_node(int i, int64_t start, std::vector<int>* ready,
+                                                       Tensor* discard) {
+  if (nodes_[i].is_async()) return run_async_node(i, start, ready);
+  run_sync<true>(i, start, ready, discard);
+  return true;
+}
+
 void RunState::process(int node_index) {
   std::vector<int> stack;
   run_loop(node_index, &stack);
@@ -860,10 +901,12 @@ void RunState::run_loop(int first, std::vector<int>* stack_ptr) {
       ready.clear();
       if (!aborted_.load(std::memory_order_acquire)) {
         const int64_t start = opt_.trace ? now_micros() : 0;
-        if (pn.is_async) {
+        if (pn.run == PlanNode::kSync) {
+          run_sync<false>(i, start, &ready, &discard);
+        } else if (pn.run == PlanNode::kAsync) {
           if (!run_async_node(i, start, &ready)) break;  // still waiting: outstanding_ counts it
-        } else {
-          run_sync(i, start, &ready, &discard);
+        } else if (!run_flow_node(i, start, &ready, &discard)) {
+          break;
         }
       }
       // This node is over; count the ones it made ready before anyone can run them. A node that
@@ -888,7 +931,7 @@ void RunState::run_loop(int first, std::vector<int>* stack_ptr) {
 
 bool RunState::run_async_node(int i, int64_t start, std::vector<int>* ready) {
   const PlanNode& pn = nodes_[i];
-  if (dead_ != nullptr && pn.flow != PlanNode::kSend && is_dead(i)) [[unlikely]] {
+  if (dead_ != nullptr && plan_.flows[i] != Plan::kSend && is_dead(i)) [[unlikely]] {
     complete_dead(i, ready);
     return true;
   }
@@ -915,33 +958,13 @@ bool RunState::run_async_node(int i, int64_t start, std::vector<int>* ready) {
     return false;  // on_async_done completes it
   }
   if (opt_.trace && opt_.device == nullptr) trace_op(pn.node, start);
-  complete(i, *call->ctx, slots_ + pn.first_output_slot, ready);
+  if (dead_ != nullptr) [[unlikely]] {
+    complete_flow(i, *call->ctx, slots_ + pn.first_output_slot, ready);
+  } else {
+    complete(i, *call->ctx, slots_ + pn.first_output_slot, ready);
+  }
   delete call;
   return true;
-}
-
-TESSERA_HOT_INLINE void RunState::run_sync(int i, int64_t start, std::vector<int>* ready, Tensor* discard) {
-  const PlanNode& pn = nodes_[i];
-  bool dead_send = false;
-  if (dead_ != nullptr && is_dead(i)) [[unlikely]] {
-    if (pn.flow != PlanNode::kSend) return complete_dead(i, ready);
-    dead_send = true;
-  }
-  // The kernel writes its outputs straight into the node's slots (see complete()), or an output
-  // no one reads into `discard`.
-  Tensor* outputs = pn.discard_output ? discard : slots_ + pn.first_output_slot;
-  OpKernelContext ctx(step_params_, pn.node, input_ptrs_ + pn.first_input, pn.num_inputs,
-                      output_dtypes_ + pn.first_output, outputs, pn.num_outputs,
-                      pn.forwardable_inputs & forward_mask_);
-  if (dead_send) [[unlikely]] ctx.set_dead_input();
-  try {
-    pn.kernel->compute(ctx);
-  } catch (...) {
-    ctx.fail(status_from_current_exception());
-  }
-  if (opt_.trace) trace_op(pn.node, start);
-  complete(i, ctx, outputs, ready);
-  if (pn.discard_output) discard->reset();  // complete() did, unless the node failed
 }
 
 void RunState::on_async_done(AsyncCall* call) {
@@ -951,7 +974,11 @@ void RunState::on_async_done(AsyncCall* call) {
   // On a device the kernel traces itself, on its stream: the executor's span would only show
   // the wait.
   if (opt_.trace && opt_.device == nullptr) trace_op(nodes_[i].node, start);
-  complete(i, *call->ctx, slots_ + nodes_[i].first_output_slot, &ready);
+  if (dead_ != nullptr) [[unlikely]] {
+    complete_flow(i, *call->ctx, slots_ + nodes_[i].first_output_slot, &ready);
+  } else {
+    complete(i, *call->ctx, slots_ + nodes_[i].first_output_slot, &ready);
+  }
   delete call;
   const int64_t delta = static_cast<int64_t>(ready.size()) - 1;
   if (delta != 0 && outstanding_.fetch_add(delta, std::memory_order_acq_rel) + delta == 0) {
@@ -975,20 +1002,14 @@ TESSERA_HOT_INLINE bool RunState::complete(int i, OpKernelContext& ctx, Tensor* 
   if (opt_.capture != nullptr) [[unlikely]] capture_completed(i, ctx, outputs);
   // The outputs are already in place (the context writes there). A failed or aborted step leaves
   // them: the step's arrays are cleared when it ends (Plan::release_arrays).
-  int dead_outputs = 0;
   for (int k = 0; k < pn.num_outputs; ++k) {
     Tensor& t = outputs[k];
     if (t.is_null() || t.dtype() != output_dtypes_[pn.first_output + k]) [[unlikely]] {
-      if (t.is_null() && dead_ != nullptr && pn.flow == PlanNode::kMakesDead) {
-        ++dead_outputs;  // an untaken output of a Switch, a dead tensor received
-        continue;
-      }
       fail_output(i, k, t);
       return false;
     }
     if (pn.some_output_unused && plan_.output_uses[pn.first_output + k] == 0) t.reset();  // nobody reads it
   }
-  if (dead_outputs == pn.num_outputs && dead_outputs > 0) [[unlikely]] dead_[i] = 1;
   if (aborted_.load(std::memory_order_acquire)) return false;
   release_inputs_and_ready(i, ready);
   return true;
@@ -1032,14 +1053,14 @@ TESSERA_HOT_INLINE void RunState::release_inputs_and_ready(int i, std::vector<in
 // A node's own deadness (for its control successors) is a byte per node, kept only by plans of
 // a graph with a cond (Plan::control_flow): other plans pay one pointer test per node.
 
-bool RunState::is_dead(int i) const {
+__attribute__((cold)) bool RunState::is_dead(int i) const {
   const int* c = plan_.control_preds.data();
   for (int k = plan_.control_pred_begin[i]; k < plan_.control_pred_begin[i + 1]; ++k) {
     if (dead_[c[k]] != 0) return true;
   }
   const PlanNode& pn = nodes_[i];
   const Tensor* const* in = input_ptrs_ + pn.first_input;
-  if (pn.flow == PlanNode::kMerge) {
+  if (plan_.flows[i] == Plan::kMerge) {
     for (int j = 0; j < pn.num_inputs; ++j) {
       if (!in[j]->is_null()) return false;
     }
@@ -1051,7 +1072,33 @@ bool RunState::is_dead(int i) const {
   return false;
 }
 
-void RunState::complete_dead(int i, std::vector<int>* ready) {
+__attribute__((cold)) bool RunState::complete_flow(int i, OpKernelContext& ctx, Tensor* outputs,
+                                                  std::vector<int>* ready) {
+  const PlanNode& pn = nodes_[i];
+  if (plan_.flows[i] != Plan::kMakesDead || !ctx.status().ok()) return complete(i, ctx, outputs, ready);
+  int unset = 0;
+  for (int k = 0; k < pn.num_outputs; ++k) unset += outputs[k].is_null() ? 1 : 0;
+  if (unset == 0) return complete(i, ctx, outputs, ready);
+  // An untaken output of a Switch, or a dead tensor a _Recv received: dead. The others as
+  // complete() checks them.
+  for (int k = 0; k < pn.num_outputs; ++k) {
+    Tensor& t = outputs[k];
+    if (t.is_null()) continue;
+    if (t.dtype() != output_dtypes_[pn.first_output + k]) {
+      fail_output(i, k, t);
+      return false;
+    }
+    if (pn.some_output_unused && plan_.output_uses[pn.first_output + k] == 0) t.reset();
+  }
+  if (opt_.capture != nullptr) capture_completed(i, ctx, outputs);
+  // A _Recv of a dead tensor is dead (for its control successors); a Switch set its other output.
+  if (unset == pn.num_outputs) dead_[i] = 1;
+  if (aborted_.load(std::memory_order_acquire)) return false;
+  release_inputs_and_ready(i, ready);
+  return true;
+}
+
+__attribute__((cold)) void RunState::complete_dead(int i, std::vector<int>* ready) {
   dead_[i] = 1;
   if (aborted_.load(std::memory_order_acquire)) return;
   release_inputs_and_ready(i, ready);
