@@ -210,6 +210,7 @@ std::vector<Output> cond(Output pred, const BranchFn& true_fn, const BranchFn& f
     branch->pred = pred_id;
     branch->branch = which;
     branch->pivot = identity(Output(pred_switch, which), which == 1 ? "switch_t" : "switch_f").node();
+    branch->pivot->cond_branch = branch;  // live exactly when the branch is taken: read as its own
     branch->name = full + (which == 1 ? "/branch_true" : "/branch_false");
     g.cond_branches_.push_back(std::move(owned));
     internal::InBranch in(g, branch);
@@ -251,6 +252,24 @@ Output cond(Output pred, const std::function<Output()>& true_fn, const std::func
   return cond(
       std::move(pred), [&] { return std::vector<Output>{true_fn()}; }, [&] { return std::vector<Output>{false_fn()}; },
       std::move(name))[0];
+}
+
+Operation cond(Output pred, const std::function<Operation()>& true_fn, const std::function<Operation()>& false_fn,
+               std::string name) {
+  if (!true_fn || !false_fn) throw InvalidArgumentError("cond: true_fn and false_fn must be callable");
+  internal::GraphImpl& g = *internal::checked_node(pred, "cond (pred)")->graph;
+  // Each branch's result is its pivot once the op has run, as TensorFlow's cond stands a pivot in
+  // for an op a branch returns; the Merge of the two is the op the caller gets.
+  auto done_after = [&g](const std::function<Operation()>& fn, const char* what) {
+    return [&g, &fn, what] {
+      Operation op = fn();
+      if (op.is_null()) throw InvalidArgumentError(fmt::format("cond: {} returned a null Operation", what));
+      GraphScope after = g.owner->control_dependencies({op});
+      return std::vector<Output>{identity(Output(g.cond_branch_->pivot, 0), "op_done")};
+    };
+  };
+  return cond(std::move(pred), done_after(true_fn, "true_fn"), done_after(false_fn, "false_fn"), std::move(name))[0]
+      .op();
 }
 
 std::vector<Output> case_(const std::vector<std::pair<Output, BranchFn>>& pred_fn_pairs, const BranchFn& default_fn,

@@ -83,6 +83,29 @@ TEST(CondTest, ResultShapeIsTheBranchesCommonShape) {
   EXPECT_TRUE(ops::cond(p, [&] { return a; }, [&] { return ops::reshape(b, {10}); }).shape().unknown_rank());
 }
 
+// Branches that return ops (TF1's cond of train ops, testCondSwitchIdentity): the cond's op runs
+// the taken branch's op only; the other, which would fail (a dequeue from a closed empty queue),
+// does not run.
+TEST(CondTest, BranchesThatReturnOps) {
+  Graph g;
+  Variable v(g, Tensor::scalar(0.0f), "v");
+  Output p = ops::placeholder(g, DType::Bool, Shape{}, "p");
+  Operation step = ops::cond(
+      p, [&] { return v.assign_add(f32(g, 1)).op(); }, [&] { return v.assign_sub(f32(g, 5)).op(); });
+  FIFOQueue q(g, 2, {DType::Float32}, {Shape{}});
+  Operation safe = ops::cond(
+      ops::constant(g, true), [&] { return ops::no_op(g); }, [&] { return q.dequeue()[0].op(); }, "safe");
+  Session s(g);
+  s.run(global_variables_initializer(g));
+  s.run(q.close());
+  s.run(step, {{p, Tensor::scalar(true)}});
+  s.run(step, {{p, Tensor::scalar(true)}});
+  s.run(step, {{p, Tensor::scalar(false)}});
+  EXPECT_EQ(s.run(v.value()).scalar<float>(), -3.0f);
+  EXPECT_NO_THROW(s.run(safe));
+  EXPECT_EQ(step.type(), "Merge");
+}
+
 // The untaken branch does nothing: its assign does not run (testCondRef / the side-effect cases).
 TEST(CondTest, UntakenBranchHasNoSideEffects) {
   Graph g;

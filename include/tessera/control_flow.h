@@ -30,6 +30,12 @@ using BranchFn = std::function<std::vector<Output>()>;
 std::vector<Output> cond(Output pred, const BranchFn& true_fn, const BranchFn& false_fn, std::string name = "cond");
 Output cond(Output pred, const std::function<Output()>& true_fn, const std::function<Output()>& false_fn,
             std::string name = "cond");
+// Branches that return an op (a train op, an assign's op, no_op): the returned op runs the taken
+// branch's op (TF1's cond returning an Operation). As in TF, only ops a branch function makes are
+// the branch's: one made before the cond and returned by a branch runs whichever is taken. E.g.
+//   s.run(ops::cond(is_chief, [&] { return save_op; }, [&] { return ops::no_op(g); }));
+Operation cond(Output pred, const std::function<Operation()>& true_fn, const std::function<Operation()>& false_fn,
+               std::string name = "cond");
 
 // tf.case (exclusive=False): the results of the function of the first pair whose predicate is
 // true, else default_fn's; as nested conds, so only that function's branch runs. Every function
