@@ -873,7 +873,13 @@ TESSERA_HOT_INLINE void RunState::run_sync(int i, int64_t start, std::vector<int
 // A node of a plan with control flow (Note [Dead tensors]); false: an async kernel still runs.
 __attribute__((noinline, cold)) bool RunState::run_flow_node(int i, int64_t start, std::vector<int>* ready,
                                                        Tensor* discard) {
-  if (nodes_[i].is_async()) return run_async_node(i, start, ready);
+  if (nodes_[i].is_async()) {
+    if (plan_.flows[i] != Plan::kSend && is_dead(i)) {  // Note [Dead tensors]
+      complete_dead(i, ready);
+      return true;
+    }
+    return run_async_node(i, start, ready);
+  }
   run_sync<true>(i, start, ready, discard);
   return true;
 }
@@ -931,10 +937,6 @@ void RunState::run_loop(int first, std::vector<int>* stack_ptr) {
 
 bool RunState::run_async_node(int i, int64_t start, std::vector<int>* ready) {
   const PlanNode& pn = nodes_[i];
-  if (dead_ != nullptr && plan_.flows[i] != Plan::kSend && is_dead(i)) [[unlikely]] {
-    complete_dead(i, ready);
-    return true;
-  }
   // The context must outlive this frame: it lives in an AsyncCall until the kernel calls done
   // (whose closure, two pointers, needs no allocation of its own). Its inputs are the step's
   // (StepArrays::inputs), which outlive every node.

@@ -244,7 +244,8 @@ class RunState final : public TraceSink, public StreamWork {
   // (a dead node completes without running; complete_flow).
   template <bool kFlow>
   void run_sync(int node_index, int64_t start, std::vector<int>* ready, Tensor* discard);
-  // run_sync<true> or run_async_node: false when an async kernel still runs.
+  // A node of a plan with control flow: completes it dead, or runs run_sync<true> or
+  // run_async_node (false when an async kernel still runs).
   bool run_flow_node(int node_index, int64_t start, std::vector<int>* ready, Tensor* discard);
   // Starts an async kernel; true when it finished before returning (it is then completed), false
   // when on_async_done will complete it.
