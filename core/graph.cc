@@ -100,6 +100,10 @@ StatusOr<Node*> GraphImpl::try_add_node(NodeSpec spec) {
   if (base.find(':') != std::string::npos) {
     return errors::invalid_argument("op name '{}' must not contain ':'", base);
   }
+  // Captures first: a branch of a cond inside a loop's body then reads a captured tensor, made in
+  // the frame outside any branch, through its Switch.
+  const WhileFrame* frame = while_frame_;
+  if (frame != nullptr) TESSERA_RETURN_IF_ERROR(enter_while_frame(spec, base));
   const CondBranch* branch = cond_branch_;
   if (branch != nullptr) TESSERA_RETURN_IF_ERROR(enter_cond_branch(spec, base));
 
@@ -120,6 +124,7 @@ StatusOr<Node*> GraphImpl::try_add_node(NodeSpec spec) {
       return errors::invalid_argument("{} '{}': input {} refers to output {} of '{}', which has {}", spec.type, base,
                                       i, in.index(), src->name, src->output_dtypes.size());
     }
+    if (src->while_frame != frame) return loop_input_error(spec.type, base, i, *src, frame);
     in_dtypes.push_back(src->output_dtypes[in.index()]);
     in_shapes.push_back(src->output_shapes[in.index()]);
     inputs.push_back({src, in.index()});
@@ -172,6 +177,36 @@ StatusOr<Node*> GraphImpl::try_add_node(NodeSpec spec) {
   node->control_inputs = control_scope_;
   for (const auto& dep : spec.extra_control_inputs) node->control_inputs.push_back(dep.node());
   node->cond_branch = branch;
+  node->loop = spec.loop;
+  if (frame != nullptr) {
+    // Control inputs from outside the loop: the While waits on them (it starts the body's steps).
+    auto& controls = node->control_inputs;
+    for (std::size_t k = 0; k < controls.size();) {
+      Node* dep = controls[k];
+      if (dep->while_frame == frame) {
+        ++k;
+        continue;
+      }
+      if (!dep->while_frame || dep->while_frame->contains(frame)) {
+        auto& outer = const_cast<WhileFrame*>(frame)->outer_controls;
+        if (std::find(outer.begin(), outer.end(), dep) == outer.end()) outer.push_back(dep);
+        controls.erase(controls.begin() + static_cast<std::ptrdiff_t>(k));
+        continue;
+      }
+      return errors::invalid_argument(
+          "{} '{}': control input '{}' was made in the body of while loop '{}', a loop inside this op's ('{}')",
+          spec.type, base, dep->name, dep->while_frame->name, frame->name);
+    }
+  } else {
+    for (Node* dep : node->control_inputs) {
+      if (dep->while_frame != nullptr) {
+        return errors::invalid_argument(
+            "{} '{}': control input '{}' was made in the body of while loop '{}': outside the loop, wait on "
+            "the loop's results",
+            spec.type, base, dep->name, dep->while_frame->name);
+      }
+    }
+  }
   // A Switch makes dead tensors; a _Recv of a partition of a graph with a cond may receive them.
   if (node->type == "Switch" || node->attr_or<bool>("may_be_dead", false)) {
     has_control_flow_.store(true, std::memory_order_release);
@@ -199,6 +234,20 @@ StatusOr<Node*> GraphImpl::try_add_node(NodeSpec spec) {
       node->requested_device = spec.value().to_string();
     }
   }
+  if (frame != nullptr) {
+    // A loop runs on one host (Note [While loops] in core/while_ops.cc): its body's ops on the
+    // CPU of the task they request, all with the loop's first variable.
+    node->while_frame = frame;
+    if (!node->requested_device.empty()) {
+      auto spec = DeviceSpec::parse(node->requested_device);
+      if (spec.ok() && spec.value().type && *spec.value().type != "CPU") {
+        spec.value().type = "CPU";
+        spec.value().id = 0;
+        node->requested_device = spec.value().to_string();
+      }
+    }
+    if (!frame->args.empty()) node->colocate_with.push_back(frame->args.front());
+  }
   // A resource op is placed with its resource and inherits its device request.
   if (node->resource != nullptr && node->requested_device.empty()) {
     node->requested_device = node->resource->requested_device;
@@ -206,7 +255,68 @@ StatusOr<Node*> GraphImpl::try_add_node(NodeSpec spec) {
   Node* raw = node.get();
   by_name_[raw->name] = raw;
   nodes_.push_back(std::move(node));
+  if (frame != nullptr) const_cast<WhileFrame*>(frame)->nodes.push_back(raw);
   return raw;
+}
+
+Status GraphImpl::loop_input_error(const std::string& type, const std::string& base, std::size_t i, const Node& src,
+                                   const WhileFrame* frame) {
+  if (src.while_frame == nullptr || frame == nullptr || !frame->contains(src.while_frame)) {
+    // A tensor of a loop's body read outside it (what enter_while_frame captures never gets here).
+    return errors::invalid_argument(
+        "{} '{}': input {} ('{}') was made in the body of while loop '{}'{}: outside the loop, read the loop's "
+        "results",
+        type, base, i, src.name, src.while_frame ? src.while_frame->name : std::string("?"),
+        frame ? fmt::format(", not in this op's loop '{}'", frame->name) : std::string());
+  }
+  return errors::invalid_argument(
+      "{} '{}': input {} ('{}') was made in the body of while loop '{}', a loop inside this op's ('{}'): read "
+      "that loop's results",
+      type, base, i, src.name, src.while_frame->name, frame->name);
+}
+
+Status GraphImpl::enter_while_frame(NodeSpec& spec, const std::string& base) {
+  for (std::size_t i = 0; i < spec.inputs.size(); ++i) {
+    Output& in = spec.inputs[i];
+    if (in.is_null() || in.node()->graph != this) continue;  // try_add_node's checks say why
+    const WhileFrame* from = in.node()->while_frame;
+    if (from == while_frame_ || (from != nullptr && !from->contains(while_frame_))) continue;  // try_add_node
+    auto captured = capture_into_frame(in, fmt::format("{} '{}'", spec.type, base));
+    if (!captured.ok()) return captured.status();
+    in = captured.value();
+  }
+  return Status();
+}
+
+StatusOr<Output> GraphImpl::capture_into_frame(const Output& outside, const std::string& what) {
+  WhileFrame* frame = while_frame_;
+  TESSERA_CHECK(frame != nullptr);
+  const uint64_t key = endpoint_key(outside.node(), outside.index());
+  auto it = frame->captured.find(key);
+  if (it != frame->captured.end()) return Output(frame->capture_args[static_cast<std::size_t>(it->second)], 0);
+  // Made as the loop's own ops are: in the frame, outside any branch of a cond, without the
+  // control inputs, colocation or name scope of the op being made.
+  auto restore_controls = std::move(control_scope_);
+  auto restore_colocation = std::move(colocation_scope_);
+  const std::string saved_scope = std::move(name_scope_);
+  CondBranch* saved_branch = cond_branch_;
+  control_scope_.clear();
+  colocation_scope_.clear();
+  cond_branch_ = nullptr;
+  name_scope_ = frame->name;
+  NodeSpec arg{"_LoopArg", "capture"};
+  arg.attrs["dtype"] = outside.dtype();
+  arg.attrs["shape"] = outside.shape();
+  StatusOr<Node*> made = try_add_node(std::move(arg));
+  name_scope_ = saved_scope;
+  cond_branch_ = saved_branch;
+  control_scope_ = std::move(restore_controls);
+  colocation_scope_ = std::move(restore_colocation);
+  if (!made.ok()) return made.status().with_prefix(what + ": ");
+  frame->captured.emplace(key, static_cast<int>(frame->captures.size()));
+  frame->captures.push_back(outside);
+  frame->capture_args.push_back(made.value());
+  return Output(made.value(), 0);
 }
 
 Status GraphImpl::enter_cond_branch(NodeSpec& spec, const std::string& base) {
@@ -421,12 +531,15 @@ GraphScope Graph::colocate_with(Operation op) {
 }
 
 GraphScope internal::without_control_dependencies(GraphImpl& g) {
-  GraphScope restore([&g, previous = std::move(g.control_scope_), branch = g.cond_branch_]() mutable {
-    g.control_scope_ = std::move(previous);
-    g.cond_branch_ = branch;
-  });
+  GraphScope restore(
+      [&g, previous = std::move(g.control_scope_), branch = g.cond_branch_, frame = g.while_frame_]() mutable {
+        g.control_scope_ = std::move(previous);
+        g.cond_branch_ = branch;
+        g.while_frame_ = frame;
+      });
   g.control_scope_.clear();
   g.cond_branch_ = nullptr;
+  g.while_frame_ = nullptr;
   return restore;
 }
 

@@ -21,6 +21,7 @@ namespace tessera::internal {
 
 struct OpDef;
 struct CondBranch;
+struct WhileFrame;
 
 using AttrValue = std::variant<int64_t, double, bool, DType, Shape, std::string, Tensor,
                                std::vector<int64_t>, std::vector<DType>, std::vector<Shape>>;
@@ -55,6 +56,10 @@ struct Node {
   const Node* origin = nullptr;
   // The branch of a cond the node was made in (null: none). Owned by the graph.
   const CondBranch* cond_branch = nullptr;
+  // The body of the while loop the node was made in (null: none); and, for a While node, the
+  // loop it runs. Owned by the graph.
+  const WhileFrame* while_frame = nullptr;
+  const WhileFrame* loop = nullptr;
 
   template <class T>
   const T& attr(const std::string& key) const {
@@ -87,6 +92,7 @@ struct NodeSpec {
   AttrMap attrs;
   Node* resource = nullptr;
   std::vector<Operation> extra_control_inputs;
+  const WhileFrame* loop = nullptr;  // a While node's loop (Node::loop)
 };
 
 // A branch of a cond while it is built (Note [Conditionals] in core/control_flow_ops.cc): a node
@@ -104,6 +110,34 @@ struct CondBranch {
   bool contains(const CondBranch* b) const {
     for (; b != nullptr; b = b->outer) {
       if (b == this) return true;
+    }
+    return false;
+  }
+};
+
+// The body of a while loop (Note [While loops] in core/while_ops.cc): the loop's cond and body
+// are nodes of the graph like any other, made while the frame is the graph's current one, which
+// the While node runs as steps of their own, an iteration at a time. A node made in the frame
+// reads each tensor from outside it through a capture (a _LoopArg made once per tensor, fed with
+// the tensor the While reads as an input); a control input from outside becomes the While's.
+struct WhileFrame {
+  const WhileFrame* outer = nullptr;  // the frame the loop is built in, or null
+  std::string name;                   // the loop's scope ("while", "outer/while_1"), for messages
+  std::vector<Node*> args;            // the loop variables inside the loop (_LoopArg)
+  std::vector<Node*> capture_args;    // per captured tensor, its _LoopArg
+  std::vector<Output> captures;       // the captured tensors (made outside), parallel to capture_args
+  std::unordered_map<uint64_t, int> captured;  // endpoint_key of a captured tensor -> its index
+  std::vector<Node*> outer_controls;  // control inputs from outside: the While waits on them
+  std::vector<Node*> nodes;           // every node made in the frame, in creation order
+  Output cond;                        // the cond function's result: a bool scalar
+  std::vector<Output> body;           // the body function's results, one per loop variable
+  // Set by the While's gradient: the While keeps each iteration's loop variables (its history
+  // outputs), which the gradient loop reads back.
+  mutable std::atomic<bool> keep_history{false};
+  // Whether `f` is this frame or a frame inside it.
+  bool contains(const WhileFrame* f) const {
+    for (; f != nullptr; f = f->outer) {
+      if (f == this) return true;
     }
     return false;
   }
@@ -167,6 +201,13 @@ class GraphImpl {
   // Whether the graph has a Switch (a cond): its plans then track dead tensors (Note [Dead
   // tensors] in core/executor.cc).
   bool has_control_flow() const { return has_control_flow_.load(std::memory_order_acquire); }
+  // The body of a while loop being built (null: none); the graph owns every frame it ever had.
+  WhileFrame* while_frame_ = nullptr;
+  std::vector<std::unique_ptr<WhileFrame>> while_frames_;
+  // The tensor that stands for `outside` (made outside the current frame) inside it: its capture,
+  // made on first use. Without the lock. InvalidArgumentError naming `what` for a tensor of a loop
+  // inside this one.
+  StatusOr<Output> capture_into_frame(const Output& outside, const std::string& what);
 
   // Collections: variables and queue runners registered by the public classes. Type-erased so
   // core does not depend on the public wrapper types.
@@ -190,6 +231,12 @@ class GraphImpl {
   // A node made in branch cond_branch_ (spec.inputs and its control inputs): reads from outside
   // the branch through Switches; no inputs at all, waits on the pivot. Called without the lock.
   Status enter_cond_branch(NodeSpec& spec, const std::string& base);
+  // A node made in frame while_frame_: reads from outside through captures; control inputs from
+  // outside go to the frame's While. Called without the lock.
+  Status enter_while_frame(NodeSpec& spec, const std::string& base);
+  // Why input i of op `base` cannot read `src`: a tensor of another loop's body than `frame`.
+  static Status loop_input_error(const std::string& type, const std::string& base, std::size_t i, const Node& src,
+                                 const WhileFrame* frame);
   mutable std::mutex placements_mu_;
   std::unordered_map<int, std::string> placements_;  // guarded by placements_mu_: node id -> device
 };

@@ -102,7 +102,10 @@ bool has_string_tensor(const Node& n) {
   return false;
 }
 
-bool needs_host(const Node& n) { return (n.def != nullptr && n.def->host_only) || has_string_tensor(n); }
+// A loop's body runs on its host (Note [While loops] in core/while_ops.cc).
+bool needs_host(const Node& n) {
+  return (n.def != nullptr && n.def->host_only) || n.while_frame != nullptr || has_string_tensor(n);
+}
 
 bool small_and_known(const Shape& s, int64_t limit) {
   return s.fully_defined() && s.num_elements() <= limit;

@@ -10,9 +10,13 @@
 //   BM_session_run_cond/tessera           one thread calling run on y = cond(p, x * 2, -x) of a
 //                                         scalar float constant x, the bool p fed, true and false
 //                                         in turn: a Switch, a Merge and one branch per run
+//   BM_session_run_while/tessera          one thread calling run on a while loop of 1000 iterations
+//                                         (i + 1 and s + x, scalars): the reported per_iteration is
+//                                         the run's time over its 1000 iterations
 #include <tessera/tessera.h>
 
 #include <memory>
+#include <vector>
 
 #include "common/bench_common.h"
 
@@ -100,10 +104,35 @@ void BM_session_run_cond(benchmark::State& state, const char* impl) {
   state.counters["per_run"] = tessera_bench::per_unit(state, 1);
 }
 
+void BM_session_run_while(benchmark::State& state, const char* impl) {
+  tessera_bench::set_impl(state, impl);
+  constexpr int kIterations = 1000;
+  Graph g;
+  Output x = ops::constant(g, 0.5f, "x");
+  Output n = ops::constant(g, kIterations, "n");
+  std::vector<Output> r = ops::while_loop(
+      [&](const std::vector<Output>& v) { return ops::less(v[0], n); },
+      [&](const std::vector<Output>& v) {
+        return std::vector<Output>{ops::add(v[0], ops::constant(g, 1)), ops::add(v[1], x)};
+      },
+      {ops::constant(g, 0), ops::constant(g, 0.0f)});
+  Session s(g);
+  const bool ok = s.run(r[1]).scalar<float>() == 500.0f;
+  if (!tessera_bench::check(state, ok, "1000 iterations of s + 0.5 from 0 is not 500")) return;
+  for (int i = 0; i < 20; ++i) s.run(r[1]);  // warm-up
+  for (auto _ : state) {
+    Tensor t = s.run(r[1]);
+    benchmark::DoNotOptimize(t);
+  }
+  state.SetItemsProcessed(state.iterations() * kIterations);
+  state.counters["per_iteration"] = tessera_bench::per_unit(state, kIterations);
+}
+
 }  // namespace
 
 BENCHMARK_CAPTURE(BM_session_run_add, tessera, "tessera")->UseRealTime();
 BENCHMARK_CAPTURE(BM_session_run_cond, tessera, "tessera")->UseRealTime();
+BENCHMARK_CAPTURE(BM_session_run_while, tessera, "tessera")->UseRealTime();
 BENCHMARK_CAPTURE(BM_session_callable_add, tessera, "tessera")->UseRealTime();
 BENCHMARK_CAPTURE(BM_session_run_add_8threads, tessera, "tessera")
     ->Threads(8)

@@ -4,7 +4,7 @@
 benchmarks/run --with-tensorflow runs this with the Python of benchmarks/.venv (tensorflow-cpu),
 one group of workloads per process, right after the tessera binary of the same group:
 
-  session    session_run_add, session_run_add_8threads, session_run_cond
+  session    session_run_add, session_run_add_8threads, session_run_cond, session_run_while
              sess.run(c) of c = a + b on two scalar float constants, the graph built once;
              8 Python threads calling run on one shared session (time = wall / total runs);
              impl "tensorflow" calls sess.run(c), "tensorflow_callable" the callable of
@@ -242,6 +242,21 @@ def group_session(bench):
             run_cond()
         rates = per_call_rates(bench, run_cond)
         bench.record("session_run_cond", "tensorflow", "time per run", "ns", "lower", [1e9 / r for r in rates])
+    # session_run_while: a tf.while_loop of 1000 iterations (i + 1, s + x), TF1's control flow
+    # (Enter, Merge, Switch, NextIteration, Exit in the step); ns per iteration.
+    with g.as_default():
+        x = tf.constant(0.5, name="wx")
+        n = tf.constant(1000, name="wn")
+        loop = tf1.while_loop(lambda i, s: i < n, lambda i, s: (i + 1, s + x),
+                              (tf.constant(0), tf.constant(0.0)), parallel_iterations=1)
+    if sess.run(loop[1]) != 500.0:
+        bench.fail("session_run_while", "correctness check failed: 1000 iterations of s + 0.5 from 0 is not 500")
+    else:
+        for _ in range(20):  # warm-up
+            sess.run(loop[1])
+        rates = per_call_rates(bench, lambda: sess.run(loop[1]))
+        bench.record("session_run_while", "tensorflow", "time per iteration", "ns", "lower",
+                     [1e9 / (r * 1000) for r in rates])
     for impl, fn in (("tensorflow", lambda: sess.run(c)), ("tensorflow_callable", callable_c)):
         threaded_pass(8, fn, 0.2)  # warm-up of the 8 threads
         runs = bench.repeat(lambda fn=fn: threaded_pass(8, fn, bench.min_time))

@@ -6,7 +6,13 @@
 //
 // Only the branch the predicate picks runs: ops made in the other one (a variable's assign, a
 // queue's dequeue) do nothing that step. Gradients flow through the taken branch (zeros for the
-// other). Loops (tf.while_loop) are not supported.
+// other).
+//
+//   // tf.while_loop: sum 1..10.
+//   std::vector<Output> r = ops::while_loop(
+//       [&](const std::vector<Output>& v) { return ops::less(v[0], ten); },
+//       [&](const std::vector<Output>& v) { return std::vector<Output>{ops::add(v[0], one), ops::add(v[1], v[0])}; },
+//       {zero, zero});
 #pragma once
 
 #include <functional>
@@ -42,5 +48,42 @@ Operation cond(Output pred, const std::function<Operation()>& true_fn, const std
 // returns results of the same number and dtypes. InvalidArgumentError for no pairs and as cond.
 std::vector<Output> case_(const std::vector<std::pair<Output, BranchFn>>& pred_fn_pairs, const BranchFn& default_fn,
                           std::string name = "case");
+
+// tf.while_loop's options.
+struct WhileOptions {
+  // Per loop variable, the shapes its value may take across iterations (unknown dims where it
+  // changes); empty: each loop variable keeps the shape it has before the loop.
+  std::vector<Shape> shape_invariants;
+  // An int32 or int64 scalar: at most this many iterations (null: no limit), as TF's
+  // maximum_iterations.
+  Output maximum_iterations;
+  std::string name = "while";
+};
+
+using LoopCondFn = std::function<Output(const std::vector<Output>&)>;
+using LoopBodyFn = std::function<std::vector<Output>(const std::vector<Output>&)>;
+
+// tf.while_loop: while cond(vars) is true, vars = body(vars), starting from `loop_vars`; returns
+// the final vars. cond returns a bool scalar; body returns one tensor per loop variable, of its
+// dtype and of a shape its invariant allows. Ops made in cond and body are the loop's: they run
+// in each iteration, read tensors from outside the loop as they are when the loop starts, and
+// nothing outside the loop may read them (InvalidArgumentError). Variables made there are made
+// outside the loop (TF's init_scope).
+//
+// As TensorFlow 2's functional While (Note [While loops] in core/while_ops.cc): iterations run one
+// after the other (TF1's parallel_iterations > 1 would overlap them), each as a step of the loop's
+// own ops; the loop runs on the host CPU of its task, a request for an accelerator inside it
+// meaning that task's CPU; a cluster session runs no loop (UnimplementedError on the task).
+// Gradients flow through the loop variables and the tensors the body reads from outside, by
+// recomputing each iteration backwards; a body with a stateful op other than reading a variable
+// (an assign, a random op) has no gradient (InvalidArgumentError from ops::gradients).
+// InvalidArgumentError for no loop variables, a cond that is not a bool scalar, a body returning
+// another number of results, a dtype or a shape its invariant does not allow (at build time, or
+// when an iteration makes one).
+std::vector<Output> while_loop(const LoopCondFn& cond, const LoopBodyFn& body, const std::vector<Output>& loop_vars,
+                               const WhileOptions& options = {});
+// One loop variable.
+Output while_loop(const std::function<Output(Output)>& cond, const std::function<Output(Output)>& body,
+                  Output loop_var, const WhileOptions& options = {});
 
 }  // namespace tessera::ops

@@ -21,7 +21,8 @@ inline const std::vector<std::string> kMathGradientOps = {
     "Reshape", "ExpandDims", "Squeeze",      "Transpose",    "ConcatV2",     "Split",     "Slice",
     "Pad",     "Tile",       "SelectV2",     "Prod",         "Cumsum",       "Cumprod",      "Pow",
     "Sin",     "Cos",        "Abs",          "Sign",         "Relu6",        "Rsqrt",     "Reciprocal",
-    "Softplus", "Elu",       "TopKV2",       "Switch",       "Merge"};
+    "Softplus", "Elu",       "TopKV2",       "Switch",       "Merge",
+    "While"};
 
 class GradientCheckTest : public GradientCaseTest {
  protected:
@@ -252,6 +253,26 @@ TEST_P(GradientCheckTest, WhereRoutesTheGradient) {
                            return ops::where(cond, x[0], x[1]);
                          }),
             math_gradient_cases::kTolerance);
+}
+
+// A while loop's gradient (Note [While loops] in core/while_ops.cc): three iterations of an RNN
+// step h = sin(h W + b), W and b read from outside the loop, h a loop variable; the
+// counter an int32 loop variable without a gradient.
+TEST_P(GradientCheckTest, WhileLoopRunsTheIterationsBackwards) {
+  using math_gradient_cases::kTolerance;
+  EXPECT_LT(random_error({{2, 3}, {3, 3}, {3}},
+                         [](auto x) {
+                           Graph& g = x[0].op().graph();
+                           std::vector<Output> r = ops::while_loop(
+                               [&](const std::vector<Output>& v) { return ops::less(v[0], ops::constant(g, 3)); },
+                               [&](const std::vector<Output>& v) {
+                                 Output h = ops::sin(ops::add(ops::matmul(v[1], x[1]), x[2]));
+                                 return std::vector<Output>{ops::add(v[0], ops::constant(g, 1)), h};
+                               },
+                               {ops::constant(g, 0), x[0]});
+                           return r[1];
+                         }),
+            kTolerance);
 }
 
 // A cond's gradient (Switch and Merge) is the taken branch's, whichever it is, nested too; the
