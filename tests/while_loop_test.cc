@@ -396,6 +396,25 @@ TEST(WhileGradTest, NestedLoops) {
   EXPECT_NEAR(s.run(dx).scalar<double>(), 6 * std::pow(1.1, 5), 1e-12);
 }
 
+// A cond in the body: each recomputed iteration takes the branch its forward iteration took.
+// x: 0.5 -> 1.5 (x * 3) -> 2.25 (x^2) -> 5.0625 (x^2); d/dx = 3 * (2 * 1.5) * (2 * 2.25) = 40.5.
+TEST(WhileGradTest, CondInTheBody) {
+  Graph g;
+  Output x = f64(g, 0.5);
+  std::vector<Output> r = ops::while_loop(
+      [&](const Vars& v) { return ops::less(v[0], i32(g, 3)); },
+      [&](const Vars& v) {
+        Output next = ops::cond(
+            ops::greater(v[1], f64(g, 1)), [&] { return ops::square(v[1]); }, [&] { return ops::mul(v[1], f64(g, 3)); });
+        return Vars{ops::add(v[0], i32(g, 1)), next};
+      },
+      {i32(g, 0), x});
+  Output dx = gradients({r[1]}, {x})[0];
+  Session s(g);
+  EXPECT_DOUBLE_EQ(s.run(r[1]).scalar<double>(), 5.0625);
+  EXPECT_DOUBLE_EQ(s.run(dx).scalar<double>(), 40.5);
+}
+
 TEST(WhileGradTest, StatefulBodyHasNoGradient) {
   Graph g;
   Output x = f32(g, 1);

@@ -9,6 +9,9 @@ one group of workloads per process, right after the tessera binary of the same g
              8 Python threads calling run on one shared session (time = wall / total runs);
              impl "tensorflow" calls sess.run(c), "tensorflow_callable" the callable of
              sess.make_callable(c) (the least Python overhead TensorFlow 1 offers)
+             session_run_cond: y = tf.cond(p, 2x, -x), p fed true and false in turn;
+             session_run_while: sess.run of a tf.while_loop of 1000 iterations (i + 1, s + x),
+             TF1's control flow (v1), parallel_iterations=1, time per iteration
   queue      queue_1to1, queue_4to4
              FIFOQueue(1000, int32 scalars) filled by a QueueRunner with N enqueue threads, emptied
              by N Python threads each running the dequeue (through sess.make_callable, as the
