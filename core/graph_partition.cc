@@ -21,6 +21,7 @@
 
 #include <map>
 #include <tuple>
+#include <unordered_set>
 
 #include <fmt/format.h>
 
@@ -45,9 +46,35 @@ std::string partition_tag(const std::string& partition) {
 
 }  // namespace
 
-StatusOr<PartitionedStep> partition_step(const GraphImpl& graph, const std::vector<const Node*>& needed,
+std::unordered_map<const Node*, const Node*> append_loop_nodes(std::vector<const Node*>* nodes) {
+  std::unordered_map<const Node*, const Node*> loop_of;  // an appended node -> the While running it
+  bool any = false;
+  for (const Node* n : *nodes) any = any || n->loop != nullptr;
+  if (!any) return loop_of;
+  std::unordered_set<const Node*> in_step(nodes->begin(), nodes->end());
+  for (std::size_t i = 0; i < nodes->size(); ++i) {
+    const Node* w = (*nodes)[i];
+    if (w->loop == nullptr) continue;
+    auto outer = loop_of.find(w);
+    const Node* owner = outer != loop_of.end() ? outer->second : w;
+    for (const Node* f : w->loop->nodes) {
+      if (in_step.insert(f).second) {
+        loop_of.emplace(f, owner);
+        nodes->push_back(f);
+      }
+    }
+  }
+  return loop_of;
+}
+
+StatusOr<PartitionedStep> partition_step(const GraphImpl& graph, const std::vector<const Node*>& step_nodes,
                                          const std::vector<Endpoint>& feeds, const std::vector<Endpoint>& fetches,
                                          const std::vector<const Node*>& targets, const PartitionOptions& options) {
+  // A While's loop comes along into its partition (Note [While loops] in core/while_ops.cc): a
+  // task's worker runs the loop's nodes as steps of their own, so they must be in its graph. They
+  // are in no plan of this step (nothing outside the loop reads them).
+  std::vector<const Node*> needed = step_nodes;
+  const std::unordered_map<const Node*, const Node*> loop_of = append_loop_nodes(&needed);
   PartitionedStep step;
   auto transfer_device = [&](int p) {
     const std::string& name = step.partitions[static_cast<std::size_t>(p)].name;
@@ -65,7 +92,9 @@ StatusOr<PartitionedStep> partition_step(const GraphImpl& graph, const std::vect
   std::unordered_map<const Node*, int> part_of;
   std::unordered_map<const Node*, Node*> copy_of;
   for (const Node* n : needed) {
-    part_of[n] = partition_index(options.partition_of(options.device_of(*n)));
+    auto owner = loop_of.find(n);
+    part_of[n] = owner != loop_of.end() ? part_of.at(owner->second)
+                                        : partition_index(options.partition_of(options.device_of(*n)));
     auto c = std::make_unique<Node>(*n);
     c->origin = n;
     c->inputs.clear();

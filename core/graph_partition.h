@@ -61,6 +61,12 @@ struct PartitionedStep {
   int num_transfers = 0;  // data transfers
 };
 
+// Appends to `nodes` (the nodes of a step) the nodes of every While's loop among them, inner
+// loops' too, that are not in it yet: a task runs a loop's nodes as steps of their own (Note [While
+// loops] in core/while_ops.cc), so they are placed and shipped with the While, though no plan of
+// the step runs them. Returns, for each node it appended, the While of the step that runs it.
+std::unordered_map<const Node*, const Node*> append_loop_nodes(std::vector<const Node*>* nodes);
+
 // `needed`: the nodes the step runs (prune_nodes, plus whatever else must come along), each placed.
 // Takes no lock: the caller keeps `graph` from changing. The new nodes' ids continue the graph's.
 StatusOr<PartitionedStep> partition_step(const GraphImpl& graph, const std::vector<const Node*>& needed,

@@ -406,18 +406,22 @@ Grads while_grad(const GradContext& c) {
   for (int k = 0; k < n; ++k) {
     if (differentiable_dtype(frame.args[static_cast<std::size_t>(k)]->output_dtypes[0])) dvars.push_back(k);
   }
+  // The tensors this While captures: its own inputs (a gradient's copy of a loop inside a loop
+  // reads the copies of what the original read, frame.captures).
+  std::vector<Output> captured;
+  for (int j = 0; j < m; ++j) captured.push_back(c.input(n + j));
   for (int j = 0; j < m; ++j) {
-    if (differentiable_dtype(frame.captures[static_cast<std::size_t>(j)].dtype())) dcaps.push_back(j);
+    if (differentiable_dtype(captured[static_cast<std::size_t>(j)].dtype())) dcaps.push_back(j);
   }
   Grads result(static_cast<std::size_t>(fwd.inputs.size()));
   if (dvars.empty() && dcaps.empty()) return result;
 
   std::vector<Output> init{c.output(n)};
   for (int k : dvars) init.push_back(c.grad(k));
-  for (int j : dcaps) init.push_back(ops::zeros_like(frame.captures[static_cast<std::size_t>(j)]));
+  for (int j : dcaps) init.push_back(ops::zeros_like(captured[static_cast<std::size_t>(j)]));
   std::vector<Shape> invariants{Shape{}};
   for (int k : dvars) invariants.push_back(frame.args[static_cast<std::size_t>(k)]->output_shapes[0]);
-  for (int j : dcaps) invariants.push_back(frame.captures[static_cast<std::size_t>(j)].shape());
+  for (int j : dcaps) invariants.push_back(captured[static_cast<std::size_t>(j)].shape());
 
   ops::WhileOptions options;
   options.name = last_name_component(frame.name) + "_grad";
@@ -436,7 +440,7 @@ Grads while_grad(const GradContext& c) {
         std::vector<Output> caps(static_cast<std::size_t>(m));
         for (int j = 0; j < m; ++j) {
           caps[static_cast<std::size_t>(j)] =
-              g.capture_into_frame(frame.captures[static_cast<std::size_t>(j)], frame.name + " gradient").value_or_raise();
+              g.capture_into_frame(captured[static_cast<std::size_t>(j)], frame.name + " gradient").value_or_raise();
           copies[frame.capture_args[static_cast<std::size_t>(j)]] = {caps[static_cast<std::size_t>(j)]};
         }
         auto copied = [&](const Endpoint& e) { return copies.at(e.node)[static_cast<std::size_t>(e.index)]; };

@@ -324,6 +324,8 @@ StatusOr<std::shared_ptr<const MasterSession::Plan>> MasterSession::plan_for(con
     target_nodes.push_back(n);
   }
   std::vector<const Node*> needed = prune_nodes(feed_eps, fetch_eps, target_nodes);
+  // A While's loop goes with it to its task (Note [While loops on the wire] in distributed/wire.cc).
+  append_loop_nodes(&needed);
   std::unordered_set<const Node*> in_step(needed.begin(), needed.end());
   for (std::size_t i = 0; i < needed.size(); ++i) {  // the resources the step's ops use
     const Node* r = needed[i]->resource;

@@ -16,6 +16,7 @@
 #include <string_view>
 #include <type_traits>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 #include <variant>
 
@@ -411,6 +412,73 @@ StatusOr<std::vector<int>> kahn_order(std::vector<int> waiting, const std::vecto
 
 }  // namespace
 
+namespace {
+
+// Note [While loops on the wire]
+// A while loop's frame (core/node.h's WhileFrame) is not an attr of any node, so a GraphDef says
+// which node belongs to which loop in attrs of its own, which decode_graph takes off again and
+// rebuilds the frames from (restore_loops):
+//   _frame     (string) on every node of a loop's body: the loop's name (its scope, unique);
+//   _loop_arg  (int) on a loop's _LoopArg: k for loop variable k, -1 - j for captured tensor j;
+//   _loop, _loop_cond, _loop_body  (strings) on the While: its loop's name, and its cond's and
+//              body's results as "node:index" (the body's joined by ',');
+//   _loop_history  (bool) on the While, true when a gradient reads its history: the loop's own
+//              flag (WhileFrame::keep_history), or a node of the same GraphDef that reads it (a
+//              master's partition for a task, whose graph got the gradient after the loop).
+// The captured tensors are the While's inputs after its loop variables.
+constexpr std::string_view kLoopAttrPrefixes[] = {"_frame", "_loop"};
+bool is_loop_attr(const std::string& key) {
+  for (std::string_view p : kLoopAttrPrefixes) {
+    if (key.size() >= p.size() && std::string_view(key).substr(0, p.size()) == p) return true;
+  }
+  return false;
+}
+
+Status encode_loop_attrs(const Node& node, bool history_read, NodeDef* nd) {
+  auto set_string = [nd](const char* key, std::string value) {
+    (*nd->mutable_attr())[key] = encode_attr(AttrValue(std::move(value))).value();
+  };
+  auto endpoint = [](const Output& o) { return fmt::format("{}:{}", o.node()->name, o.index()); };
+  if (const WhileFrame* f = node.while_frame) {
+    set_string("_frame", f->name);
+    if (node.type == "_LoopArg") {
+      int64_t role = 0;
+      bool found = false;
+      // (A partition's copy of an argument is another node of the same name.)
+      auto is = [&node](const Node* a) { return a != nullptr && (a == &node || a->name == node.name); };
+      for (std::size_t k = 0; k < f->args.size() && !found; ++k) {
+        if (is(f->args[k])) role = static_cast<int64_t>(k), found = true;
+      }
+      for (std::size_t j = 0; j < f->capture_args.size() && !found; ++j) {
+        if (is(f->capture_args[j])) {
+          role = -1 - static_cast<int64_t>(j), found = true;
+        }
+      }
+      if (!found) return errors::internal("encode_graph: '{}' is no argument of its loop '{}'", node.name, f->name);
+      (*nd->mutable_attr())["_loop_arg"] = encode_attr(AttrValue(role)).value();
+    }
+  }
+  if (const WhileFrame* f = node.loop) {
+    set_string("_loop", f->name);
+    set_string("_loop_cond", endpoint(f->cond));
+    std::string body;
+    for (const Output& o : f->body) {
+      if (o.node()->name.find(',') != std::string::npos) {
+        return errors::unimplemented("encode_graph: loop '{}' returns '{}', whose name has a ',' (the wire "
+                                     "separates a loop's results by ',')", f->name, o.node()->name);
+      }
+      body += (body.empty() ? "" : ",") + endpoint(o);
+    }
+    set_string("_loop_body", body);
+    if (history_read || f->keep_history.load(std::memory_order_acquire)) {
+      (*nd->mutable_attr())["_loop_history"] = encode_attr(AttrValue(true)).value();
+    }
+  }
+  return Status();
+}
+
+}  // namespace
+
 StatusOr<GraphDef> encode_graph(const GraphImpl& graph, const std::vector<const Node*>& nodes,
                                 bool refer_outside) {
   std::shared_lock<std::shared_mutex> lock(graph.mutex());
@@ -461,6 +529,16 @@ StatusOr<GraphDef> encode_graph(const GraphImpl& graph, const std::vector<const 
                           [&](int i) { return nodes[static_cast<std::size_t>(i)]->name; });
   if (!order.ok()) return order.status();
 
+  // The Whiles whose history (the outputs after the iteration count) a node here reads: a
+  // gradient, which needs the loop to keep it (WhileFrame::keep_history).
+  std::unordered_set<const Node*> history_read;
+  for (const Node* node : nodes) {
+    for (const Endpoint& in : node->inputs) {
+      if (in.node->loop != nullptr && in.index > static_cast<int>(in.node->loop->args.size())) {
+        history_read.insert(in.node);
+      }
+    }
+  }
   GraphDef def;
   def.set_version(kWireVersion);
   def.mutable_node()->Reserve(n);
@@ -479,6 +557,7 @@ StatusOr<GraphDef> encode_graph(const GraphImpl& graph, const std::vector<const 
     }
     if (node->resource != nullptr) nd->set_resource(node->resource->name);
     for (const Node* c : node->colocate_with) nd->add_colocate_with(c->name);
+    TESSERA_RETURN_IF_ERROR(encode_loop_attrs(*node, history_read.count(node) != 0, nd));
   }
   return def;
 }
@@ -501,11 +580,177 @@ struct Ref {
 struct PendingNode {
   const NodeDef* def = nullptr;  // Not owned.
   AttrMap attrs;
+  AttrMap loop_attrs;  // Note [While loops on the wire]
   std::vector<Ref> data;
   std::vector<Ref> control;
   std::optional<Ref> resource;
   std::vector<Ref> colocate;
 };
+
+Status parse_data_input(const std::string& input, std::string* name, int* index);
+
+// Note [While loops on the wire]: the frames of the loops whose nodes (in order, with their loop
+// attrs) decode_graph just added to `g`. A loop must come whole: its While and every node of its
+// body in one GraphDef.
+Status restore_loops(GraphImpl* g, const std::vector<std::pair<Node*, const AttrMap*>>& loop_nodes) {
+  auto string_attr = [](const AttrMap& attrs, const char* key) -> const std::string* {
+    auto it = attrs.find(key);
+    return it == attrs.end() ? nullptr : std::get_if<std::string>(&it->second);
+  };
+  std::unordered_map<std::string, WhileFrame*> frames;
+  auto frame_named = [&](const std::string& name) {
+    auto [it, fresh] = frames.emplace(name, nullptr);
+    if (fresh) {
+      g->while_frames_.push_back(std::make_unique<WhileFrame>());
+      it->second = g->while_frames_.back().get();
+      it->second->name = name;
+    }
+    return it->second;
+  };
+  auto bad = [](const Node* n, const std::string& why) {
+    return errors::invalid_argument("node '{}': malformed while loop: {}", n->name, why);
+  };
+  // The While of each loop, by name.
+  // A loop may have several Whiles: a gradient's copy of a loop's body runs the loops inside it
+  // with their own Whiles (core/while_ops.cc).
+  std::vector<std::pair<std::string, std::pair<Node*, const AttrMap*>>> while_of;
+  for (const auto& [node, attrs] : loop_nodes) {
+    for (const auto& [key, value] : *attrs) {
+      if (key != "_frame" && key != "_loop_arg" && key != "_loop" && key != "_loop_cond" && key != "_loop_body" &&
+          key != "_loop_history") {
+        return bad(node, fmt::format("unexpected attr '{}'", key));
+      }
+    }
+    if (const std::string* name = string_attr(*attrs, "_frame")) {
+      WhileFrame* f = frame_named(*name);
+      node->while_frame = f;
+      f->nodes.push_back(node);
+      auto role = attrs->find("_loop_arg");
+      if (role != attrs->end()) {
+        const int64_t* k = std::get_if<int64_t>(&role->second);
+        if (k == nullptr || node->type != "_LoopArg") return bad(node, "_loop_arg on a node that is no _LoopArg");
+        auto& list = *k >= 0 ? f->args : f->capture_args;
+        const int64_t at = *k >= 0 ? *k : -1 - *k;
+        if (at > 100000) return bad(node, "argument index out of range");
+        if (static_cast<int64_t>(list.size()) <= at) list.resize(static_cast<std::size_t>(at) + 1, nullptr);
+        if (list[static_cast<std::size_t>(at)] != nullptr) return bad(node, "two nodes for one loop argument");
+        list[static_cast<std::size_t>(at)] = node;
+      }
+    } else if (attrs->count("_loop_arg")) {
+      return bad(node, "_loop_arg without _frame");
+    }
+    if (const std::string* name = string_attr(*attrs, "_loop")) {
+      if (node->type != "While") return bad(node, "_loop on a node that is no While");
+      while_of.emplace_back(*name, std::make_pair(node, attrs));
+    }
+  }
+  auto find_endpoint = [&](const std::string& ref, const WhileFrame* f, const Node* w) -> StatusOr<Output> {
+    std::string name;
+    int index = 0;
+    TESSERA_RETURN_IF_ERROR(parse_data_input(ref, &name, &index));
+    Node* n = g->find(name);
+    if (n == nullptr || n->while_frame != f || index >= static_cast<int>(n->output_dtypes.size())) {
+      return bad(w, fmt::format("'{}' is no output of a node of its loop", ref));
+    }
+    return Output(n, index);
+  };
+  for (const auto& [name, entry] : while_of) {
+    Node* w = entry.first;
+    const AttrMap& attrs = *entry.second;
+    auto it = frames.find(name);
+    if (it == frames.end()) return bad(w, fmt::format("its loop '{}' has no nodes here", name));
+    WhileFrame* f = it->second;
+    const auto& dtypes = w->attr<std::vector<DType>>("T");
+    const std::size_t n = dtypes.size();
+    if (f->args.size() != n) return bad(w, fmt::format("{} loop variables, {} arguments", n, f->args.size()));
+    for (Node* a : f->args) {
+      if (a == nullptr) return bad(w, "a loop variable has no argument");
+    }
+    for (Node* a : f->capture_args) {
+      if (a == nullptr) return bad(w, "a captured tensor has no argument");
+    }
+    const std::size_t m = f->capture_args.size();
+    const bool first = f->cond.is_null();  // the loop's first While: it sets the frame's fields
+    if (w->inputs.size() != n + m && w->inputs.size() != n + m + 1) {
+      return bad(w, fmt::format("{} inputs for {} loop variables and {} captured tensors", w->inputs.size(), n, m));
+    }
+    for (std::size_t j = 0; j < m; ++j) {
+      const Endpoint& in = w->inputs[n + j];
+      if (in.node->output_dtypes[static_cast<std::size_t>(in.index)] != f->capture_args[j]->output_dtypes[0]) {
+        return bad(w, fmt::format("captured tensor {} is not of its argument's dtype", j));
+      }
+      if (first) f->captures.emplace_back(in.node, in.index);
+    }
+    const std::string* cond = string_attr(attrs, "_loop_cond");
+    const std::string* body = string_attr(attrs, "_loop_body");
+    if (cond == nullptr || body == nullptr) return bad(w, "no _loop_cond or _loop_body");
+    auto c = find_endpoint(*cond, f, w);
+    if (!c.ok()) return c.status();
+    if (c.value().dtype() != DType::Bool) return bad(w, "its cond is not bool");
+    std::vector<Output> results;
+    std::size_t start = 0;
+    while (start <= body->size() && results.size() <= n) {
+      const std::size_t comma = std::min(body->find(',', start), body->size());
+      auto r = find_endpoint(body->substr(start, comma - start), f, w);
+      if (!r.ok()) return r.status();
+      results.push_back(r.value());
+      start = comma + 1;
+    }
+    if (results.size() != n || start <= body->size()) return bad(w, fmt::format("not {} results", n));
+    for (std::size_t k = 0; k < n; ++k) {
+      if (results[k].dtype() != dtypes[k] || f->args[k]->output_dtypes[0] != dtypes[k]) {
+        return bad(w, fmt::format("loop variable {} is not {} throughout", k, dtype_name(dtypes[k])));
+      }
+    }
+    if (first) {
+      f->cond = c.value();
+      f->body = std::move(results);
+    } else if (f->cond != c.value() || f->body != results) {
+      return bad(w, "another While runs its loop with another cond or body");
+    }
+    auto history = attrs.find("_loop_history");
+    if (history != attrs.end()) {
+      const bool* keep = std::get_if<bool>(&history->second);
+      if (keep == nullptr) return bad(w, "_loop_history is not a bool");
+      f->keep_history.store(*keep, std::memory_order_release);
+    }
+    if (w->while_frame == f) return bad(w, "the While is a node of its own loop");
+    if (first) f->outer = w->while_frame;
+  }
+  // Loops run loops inside them, never themselves: no cycle of "a While in loop F runs loop G".
+  std::unordered_map<const WhileFrame*, std::vector<const WhileFrame*>> runs;
+  for (const auto& [name, entry] : while_of) {
+    if (entry.first->while_frame != nullptr) runs[entry.first->while_frame].push_back(frames.at(name));
+  }
+  // (Kahn's algorithm over the frames: a frame left over is on a cycle.)
+  std::unordered_map<const WhileFrame*, int> waiting;
+  for (const auto& [name, f] : frames) waiting.emplace(f, 0);
+  for (const auto& [f, inner] : runs) {
+    for (const WhileFrame* g2 : inner) ++waiting[g2];
+  }
+  std::vector<const WhileFrame*> ready;
+  for (const auto& [f, count] : waiting) {
+    if (count == 0) ready.push_back(f);
+  }
+  std::size_t done = 0;
+  while (!ready.empty()) {
+    const WhileFrame* f = ready.back();
+    ready.pop_back();
+    ++done;
+    auto it = runs.find(f);
+    if (it == runs.end()) continue;
+    for (const WhileFrame* g2 : it->second) {
+      if (--waiting[g2] == 0) ready.push_back(g2);
+    }
+  }
+  if (done != waiting.size()) {
+    for (const auto& [name, entry] : while_of) {
+      if (waiting[frames.at(name)] > 0) return bad(entry.first, "its loop runs itself");
+    }
+  }
+  for (const auto& [name, entry] : while_of) entry.first->loop = frames.at(name);
+  return Status();
+}
 
 // Restores a graph's scopes when decode_graph returns.
 class ScopeSaver {
@@ -591,6 +836,12 @@ Status decode_graph(const GraphDef& def, GraphImpl* into, std::vector<Node*>* ad
                                    "does not list its attrs", name, nd.op());
     }
     for (const auto& [key, value] : nd.attr()) {
+      if (is_loop_attr(key)) {
+        auto v = decode_attr(value);
+        if (!v.ok()) return bad(v.status().with_prefix(fmt::format("attr '{}': ", key)));
+        p.loop_attrs.emplace(key, std::move(v).value());
+        continue;
+      }
       const AttrSpec* want = nullptr;
       for (const AttrSpec& a : spec->second) {
         if (a.name == key) want = &a;
@@ -719,7 +970,12 @@ Status decode_graph(const GraphDef& def, GraphImpl* into, std::vector<Node*>* ad
     made[static_cast<std::size_t>(i)] = node;
     if (added != nullptr) added->push_back(node);
   }
-  return Status();
+  std::vector<std::pair<Node*, const AttrMap*>> loop_nodes;
+  for (int i : order.value()) {
+    const PendingNode& p = pending[static_cast<std::size_t>(i)];
+    if (!p.loop_attrs.empty()) loop_nodes.emplace_back(made[static_cast<std::size_t>(i)], &p.loop_attrs);
+  }
+  return loop_nodes.empty() ? Status() : restore_loops(into, loop_nodes);
 }
 
 // ---- Traces ----

@@ -285,22 +285,42 @@ TEST(WhileTest, UnderAnAcceleratorScopeRunsOnTheHost) {
   EXPECT_THAT(ops::square(x).op().assigned_device(), ::testing::Not(HasSubstr("CPU")));
 }
 
-// A cluster session does not run loops yet (a task receives no loop bodies): a clear error, not a
-// hang or a crash; the session stays usable.
-TEST(WhileClusterTest, ACrossTaskLoopIsUnimplemented) {
-  train::ClusterSpec cluster({{"worker", {train::free_loopback_address()}}});
+// On a cluster: the loop runs on the worker's host, reading a variable of the ps (captured: sent
+// to the worker once per step) and a fed tensor; its gradient trains the ps variable. The task
+// receives the loop's nodes with its share of the graph (Note [While loops on the wire]).
+TEST(WhileClusterTest, LoopOnAWorkerTrainsAPsVariable) {
+  train::ClusterSpec cluster({{"ps", {train::free_loopback_address()}}, {"worker", {train::free_loopback_address()}}});
+  train::Server ps(cluster, "ps", 0);
   train::Server worker(cluster, "worker", 0);
   Graph g;
-  Output x = i32(g, 3);
-  Output r = ops::while_loop([&](Output v) { return ops::less(v, i32(g, 10)); },
-                             [&](Output v) { return ops::add(v, x); }, x);
-  Output y = ops::add(x, x);
+  Variable w;
+  {
+    auto on_ps = g.device("/job:ps/task:0");
+    w = Variable(g, Tensor::scalar(1.0), "w");
+  }
+  Output n, loss, dw;
+  std::vector<Output> r;
+  Operation train;
+  {
+    auto on_worker = g.device("/job:worker/task:0");
+    n = ops::placeholder(g, DType::Int32, Shape{}, "n");
+    // y = w^n by n multiplications; loss = (y - 8)^2.
+    r = ops::while_loop(
+        [&](const Vars& v) { return ops::less(v[0], n); },
+        [&](const Vars& v) { return Vars{ops::add(v[0], i32(g, 1)), ops::mul(v[1], w.value())}; },
+        {i32(g, 0), f64(g, 1)});
+    loss = ops::square(ops::sub(r[1], f64(g, 8)));
+    dw = gradients({loss}, {w.value()})[0];
+    train = train::GradientDescentOptimizer(0.002f).minimize(loss);
+  }
   Session s(g, worker.target());
-  RunOptions opts;
-  opts.timeout = std::chrono::milliseconds(30000);
-  EXPECT_THAT(error_of<UnimplementedError>([&] { s.run(std::vector<Output>{r}, {}, {}, opts); }),
-              HasSubstr("run while loops in an in-process session"));
-  EXPECT_EQ(s.run(y).scalar<int32_t>(), 6);
+  s.run(global_variables_initializer(g));
+  const FeedMap three = {{n, Tensor::scalar(3)}};
+  EXPECT_EQ(s.run(r[1], three).scalar<double>(), 1.0);
+  EXPECT_DOUBLE_EQ(s.run(dw, three).scalar<double>(), 2 * (1 - 8) * 3);
+  for (int k = 0; k < 300; ++k) s.run(train, three);
+  EXPECT_NEAR(s.run(w.value()).scalar<double>(), 2.0, 1e-6);
+  EXPECT_THAT(r[1].op().assigned_device(), HasSubstr("/job:worker/"));
 }
 
 // testWhileGrad_Square: v = 2; while v < 100: v = v * v. d v^8 / dv = 8 v^7 = 1024.
@@ -377,16 +397,19 @@ TEST(WhileGradTest, TrainsAVariableThroughALoop) {
   EXPECT_NEAR(s.run(loss).scalar<double>(), 0.0, 1e-9);
 }
 
-// Nested loops have a gradient too: r = x^(3*2) by an inner loop of squares... of products.
+// Nested loops have a gradient too: r = x^(3*2), three outer iterations of two inner products,
+// the inner loop reading x as the outer body has it (a tensor of the outer loop's body).
 TEST(WhileGradTest, NestedLoops) {
   Graph g;
   Output x = f64(g, 1.1);
   std::vector<Output> r = ops::while_loop(
       [&](const Vars& v) { return ops::less(v[0], i32(g, 3)); },
       [&](const Vars& v) {
+        Output x_here = ops::identity(x);
         std::vector<Output> inner = ops::while_loop(
             [&](const Vars& w) { return ops::less(w[0], i32(g, 2)); },
-            [&](const Vars& w) { return Vars{ops::add(w[0], i32(g, 1)), ops::mul(w[1], x)}; }, {i32(g, 0), v[1]});
+            [&](const Vars& w) { return Vars{ops::add(w[0], i32(g, 1)), ops::mul(w[1], x_here)}; },
+            {i32(g, 0), v[1]});
         return Vars{ops::add(v[0], i32(g, 1)), inner[1]};
       },
       {i32(g, 0), f64(g, 1)});

@@ -442,6 +442,74 @@ Status decode(const wire::GraphDef& def) {
   return wire::decode_graph(def, &g.impl());
 }
 
+// A while loop's frame crosses in its nodes' loop attrs (Note [While loops on the wire]): the
+// decoded graph runs the loop, its nested loop and its gradient as the original does.
+TEST(WireGraphTest, WhileLoopsSurviveTheRoundTrip) {
+  Graph g;
+  Output x = ops::constant(g, 1.5, "x");
+  std::vector<Output> r = ops::while_loop(
+      [&](const std::vector<Output>& v) { return ops::less(v[0], ops::constant(g, 3)); },
+      [&](const std::vector<Output>& v) {
+        Output inner = ops::while_loop([&](Output w) { return ops::less(w, ops::constant(g, 10.0)); },
+                                       [&](Output w) { return ops::add(w, x); }, v[1]);
+        return std::vector<Output>{ops::add(v[0], ops::constant(g, 1)), ops::mul(inner, x)};
+      },
+      {ops::constant(g, 0), x});
+  Output dx = gradients({r[1]}, {x})[0];
+  auto def = encode_all(g);
+  ASSERT_TRUE(def.ok()) << def.status().to_string();
+  Graph g2;
+  Status decoded = wire::decode_graph(def.value(), &g2.impl());
+  ASSERT_TRUE(decoded.ok()) << decoded.to_string();
+  Session s1(g), s2(g2);
+  const double y = s1.run(r[1]).scalar<double>();
+  EXPECT_EQ(s2.run(g2.output(r[1].name())).scalar<double>(), y);
+  EXPECT_EQ(s2.run(g2.output(dx.name())).scalar<double>(), s1.run(dx).scalar<double>());
+  // The decoded graph's loops are loops: a body tensor is not readable outside.
+  const internal::Node* arg = g2.operation("while/loop_var").node();
+  ASSERT_NE(arg->while_frame, nullptr);
+  EXPECT_EQ(arg->while_frame->name, "while");
+  EXPECT_EQ(g2.operation(r[1].op().name()).node()->loop, arg->while_frame);
+}
+
+TEST(WireGraphTest, DecodeRejectsMalformedWhileLoops) {
+  Graph g;
+  Output x = ops::constant(g, 1.0f, "x");
+  ops::while_loop([&](Output v) { return ops::less(v, ops::constant(g, 4.0f)); },
+                  [&](Output v) { return ops::add(v, v); }, x);
+  auto def = encode_all(g);
+  ASSERT_TRUE(def.ok()) << def.status().to_string();
+  auto find = [](wire::GraphDef& d, const std::string& name) {
+    for (auto& n : *d.mutable_node()) {
+      if (n.name() == name) return &n;
+    }
+    return static_cast<wire::NodeDef*>(nullptr);
+  };
+  auto set_string = [](wire::NodeDef* n, const char* key, const std::string& v) {
+    (*n->mutable_attr())[key] = wire::encode_attr(internal::AttrValue(v)).value();
+  };
+  {  // the cond names a node outside the loop
+    wire::GraphDef bad = def.value();
+    set_string(find(bad, "while/While"), "_loop_cond", "x:0");
+    EXPECT_STATUS(decode(bad), ErrorCode::kInvalidArgument, "'x:0' is no output of a node of its loop");
+  }
+  {  // a loop variable's argument is missing
+    wire::GraphDef bad = def.value();
+    find(bad, "while/loop_var")->mutable_attr()->erase("_loop_arg");
+    EXPECT_STATUS(decode(bad), ErrorCode::kInvalidArgument, "1 loop variables, 0 arguments");
+  }
+  {  // the While inside its own loop
+    wire::GraphDef bad = def.value();
+    set_string(find(bad, "while/While"), "_frame", "while");
+    EXPECT_STATUS(decode(bad), ErrorCode::kInvalidArgument, "the While is a node of its own loop");
+  }
+  {  // an attr of the loop's family that is not one
+    wire::GraphDef bad = def.value();
+    set_string(find(bad, "while/While"), "_loop_extra", "1");
+    EXPECT_STATUS(decode(bad), ErrorCode::kInvalidArgument, "unexpected attr '_loop_extra'");
+  }
+}
+
 TEST(WireGraphTest, DecodeAcceptsAnyTopologicalOrderAndBareInputNames) {
   wire::GraphDef def;
   def.set_version(wire::kWireVersion);
