@@ -14,11 +14,13 @@
 //     first run): the cond's step, then, while it says true, the body's step and the cond's again.
 //     Its kernel is asynchronous, so a body that waits (a dequeue) holds no thread, and the outer
 //     step's cancellation cancels the iteration in flight.
-//   * Iterations run one after the other (TF2's While; TF1 may overlap up to
-//     parallel_iterations of them); the ops of one iteration run in parallel as any step's.
+//   * Iterations run one after the other (TF1 may overlap parallel_iterations of them).
 //   * The loop runs on one host: the body's ops and the While run on the CPU of the task they
 //     request (a request for an accelerator means that task's CPU), placed with the first loop
-//     variable. A cond inside the body, or a loop inside it, work as anywhere.
+//     variable. A cond inside the body, or a loop inside it, work as anywhere. On a cluster, a
+//     step's While brings its loop's nodes into its task's partition (append_loop_nodes in
+//     core/graph_partition.h), and the frame crosses the wire as attrs of those nodes (Note
+//     [While loops on the wire] in distributed/wire.cc).
 //
 // Gradients (as TF2's, but recomputing instead of accumulating): the While outputs, besides the
 // final values, its iteration count and, once a gradient asked for it (WhileFrame::keep_history),
@@ -161,9 +163,7 @@ class WhileOp final : public OpKernel {
 StatusOr<WhileOp::Plans> WhileOp::plans() {
   const WhileFrame* frame = node().loop;
   if (frame == nullptr) {
-    return errors::unimplemented(
-        "the loop's body is not in this graph (a cluster task receives no loop bodies: run while loops in an "
-        "in-process session)");
+    return errors::internal("the While has no loop (its body's nodes did not come with it)");
   }
   // The frame's graph: this node may be a partition's copy of the While (core/graph_partition.h).
   GraphImpl& g = *frame->args.front()->graph;
@@ -220,13 +220,13 @@ class Loop {
     // The callback holds what it touches: the loop may end (and be gone) while it runs, even
     // inside its cancel() (a step that ends there goes on to end the loop).
     token_ = ctx_.cancellation().register_callback([shared = shared_](const Status& reason) {
-      std::shared_ptr<RunState> step;
+      std::shared_ptr<Step> step;
       {
         std::lock_guard<std::mutex> l(shared->mu);
         shared->cancelled = reason;
         step = shared->step;
       }
-      if (step != nullptr) step->cancel(reason);
+      if (step != nullptr) step->state.cancel(reason);
     });
     if (token_ == CancellationManager::kInvalidToken) return finish(ctx_.cancellation().reason());
     run();
@@ -239,23 +239,22 @@ class Loop {
     for (;;) {
       if (in_cond_ && max_iterations_ >= 0 && iterations_ >= max_iterations_) return finish(Status());
       RunState::Options o;
-      o.plan = in_cond_ ? plans_.cond.get() : plans_.body.get();
       o.runner = ctx_.params().runner;
       o.resources = &ctx_.resources();
       o.private_resources = &ctx_.private_resources();
       o.step_id = ctx_.step_id();
       o.allow_tf32 = ctx_.allow_tf32();
-      auto step = std::make_shared<RunState>(o);
+      auto step = std::make_shared<Step>(in_cond_ ? plans_.cond : plans_.body, o);
       int feed = 0;
-      for (const Tensor& v : vars_) step->set_feed(feed++, v);
-      for (const Tensor& c : captures_) step->set_feed(feed++, c);
+      for (const Tensor& v : vars_) step->state.set_feed(feed++, v);
+      for (const Tensor& c : captures_) step->state.set_feed(feed++, c);
       {
         std::lock_guard<std::mutex> l(shared_->mu);
         if (!shared_->cancelled.ok()) return finish(shared_->cancelled);
         shared_->step = step;
       }
       phase_.store(kRunning, std::memory_order_relaxed);
-      step->run_async([this](Status s) {
+      step->state.run_async([this](Status s) {
         step_status_ = std::move(s);
         if (phase_.exchange(kDone, std::memory_order_acq_rel) == kRunning) return;  // run() goes on
         if (after_step()) run();
@@ -267,46 +266,57 @@ class Loop {
 
   // The step is over: takes its results. False when the loop is over (finished).
   bool after_step() {
-    std::shared_ptr<RunState> step;
+    std::shared_ptr<Step> step;
     {
       std::lock_guard<std::mutex> l(shared_->mu);
       step = std::move(shared_->step);
     }
-    if (!step_status_.ok()) {
-      finish(step_status_.with_prefix(fmt::format("{} of iteration {}: ", in_cond_ ? "cond" : "body", iterations_)));
+    bool more = false;
+    Status s = take_results(step->state, &more);
+    // Gone before the loop ends: the session (and so the plan's kernels) may go as soon as it has.
+    step.reset();
+    if (!s.ok() || !more) {
+      finish(s);
       return false;
     }
+    return true;
+  }
+
+  // The results of the step that just ended: the cond's, whether the loop goes on (`more`); the
+  // body's, the next values of the loop variables.
+  Status take_results(RunState& step, bool* more) {
+    if (!step_status_.ok()) {
+      return step_status_.with_prefix(fmt::format("{} of iteration {}: ", in_cond_ ? "cond" : "body", iterations_));
+    }
     if (in_cond_) {
-      auto pred = step->take_fetch(0);
-      if (!pred.ok()) return finish(pred.status()), false;
+      auto pred = step.take_fetch(0);
+      if (!pred.ok()) return pred.status();
       const Tensor& p = pred.value();
       if (p.dtype() != DType::Bool || p.shape().rank() != 0) {
-        finish(errors::invalid_argument("the cond must return a bool scalar, got {} {}", dtype_name(p.dtype()),
-                                        p.shape().to_string()));
-        return false;
+        return errors::invalid_argument("the cond must return a bool scalar, got {} {}", dtype_name(p.dtype()),
+                                        p.shape().to_string());
       }
-      if (!p.scalar<bool>()) return finish(Status()), false;
-      in_cond_ = false;
-      return true;
+      *more = p.scalar<bool>();
+      in_cond_ = !*more;
+      return Status();
     }
-    const auto* node = &ctx_.node();
-    const auto& shapes = node->attr<std::vector<Shape>>("shapes");
+    const auto& shapes = ctx_.node().attr<std::vector<Shape>>("shapes");
     for (std::size_t k = 0; k < vars_.size(); ++k) {
-      auto v = step->take_fetch(static_cast<int>(k));
-      if (!v.ok()) return finish(v.status()), false;
+      auto v = step.take_fetch(static_cast<int>(k));
+      if (!v.ok()) return v.status();
       if (!shape_allows(shapes[k], v.value().shape())) {
-        finish(errors::invalid_argument(
+        return errors::invalid_argument(
             "loop variable {} has shape {} after iteration {}, which its shape invariant {} does not allow: "
             "pass shape_invariants",
-            k, v.value().shape().to_string(), iterations_, shapes[k].to_string()));
-        return false;
+            k, v.value().shape().to_string(), iterations_, shapes[k].to_string());
       }
       if (keep_history_) history_[k].push_back(std::move(vars_[k]));
       vars_[k] = std::move(v).value();
     }
     ++iterations_;
     in_cond_ = true;
-    return true;
+    *more = true;
+    return Status();
   }
 
   void finish(const Status& s) {
@@ -351,10 +361,21 @@ class Loop {
   Status step_status_;
   std::atomic<int> phase_{kRunning};
   CancellationManager::Token token_ = CancellationManager::kInvalidToken;
+  // A step of the loop, with its plan: the cancellation callback may hold it after the loop (and
+  // the session, and so the While's kernel that keeps the plans) is gone.
+  struct Step {
+    Step(std::shared_ptr<const Plan> p, RunState::Options o) : plan(std::move(p)), state(with_plan(o, plan.get())) {}
+    static RunState::Options with_plan(RunState::Options o, const Plan* p) {
+      o.plan = p;
+      return o;
+    }
+    std::shared_ptr<const Plan> plan;
+    RunState state;
+  };
   // What the loop shares with its cancellation callback.
   struct Shared {
     std::mutex mu;
-    std::shared_ptr<RunState> step;  // guarded by mu: the step in flight
+    std::shared_ptr<Step> step;  // guarded by mu: the step in flight
     Status cancelled;                // guarded by mu
   };
   std::shared_ptr<Shared> shared_ = std::make_shared<Shared>();

@@ -34,8 +34,8 @@ const std::unordered_map<std::string_view, std::vector<AttrSpec>>& op_attr_schem
         // core/control_flow_ops.cc
         {"Switch", none},
         {"Merge", none},
-        // core/while_ops.cc: a task receives the loop's ops, not its frame (the While fails there
-        // with UnimplementedError, Note [While loops])
+        // core/while_ops.cc (the loop's frame crosses in attrs decode_graph takes off first, Note
+        // [While loops on the wire] in distributed/wire.cc)
         {"_LoopArg", {dtype, shape}},
         {"While", {{"T", kKind<std::vector<DType>>}, {"shapes", kKind<std::vector<Shape>>}}},
         // The summary ops (core/summary_ops.cc): the tag is the node's name.

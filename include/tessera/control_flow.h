@@ -73,7 +73,8 @@ using LoopBodyFn = std::function<std::vector<Output>(const std::vector<Output>&)
 // As TensorFlow 2's functional While (Note [While loops] in core/while_ops.cc): iterations run one
 // after the other (TF1's parallel_iterations > 1 would overlap them), each as a step of the loop's
 // own ops; the loop runs on the host CPU of its task, a request for an accelerator inside it
-// meaning that task's CPU; a cluster session runs no loop (UnimplementedError on the task).
+// meaning that task's CPU; on a cluster the task of the loop's host gets the loop with its share
+// of the graph.
 // Gradients flow through the loop variables and the tensors the body reads from outside, by
 // recomputing each iteration backwards; a body with a stateful op other than reading a variable
 // (an assign, a random op) has no gradient (InvalidArgumentError from ops::gradients).
