@@ -200,7 +200,11 @@ StatusOr<WhileOp::Plans> WhileOp::plans() {
 class Loop {
  public:
   Loop(OpKernelContext& ctx, std::function<void()> done, WhileOp::Plans plans)
-      : ctx_(ctx), done_(std::move(done)), plans_(std::move(plans)), frame_(*ctx.node().loop) {}
+      : ctx_(ctx),
+        done_(std::move(done)),
+        plans_(std::move(plans)),
+        frame_(*ctx.node().loop),
+        shapes_(ctx.node().attr<std::vector<Shape>>("shapes")) {}
 
   void start() {
     const int n = static_cast<int>(frame_.args.size());
@@ -300,7 +304,7 @@ class Loop {
       in_cond_ = !*more;
       return Status();
     }
-    const auto& shapes = ctx_.node().attr<std::vector<Shape>>("shapes");
+    const auto& shapes = shapes_;
     for (std::size_t k = 0; k < vars_.size(); ++k) {
       auto v = step.take_fetch(static_cast<int>(k));
       if (!v.ok()) return v.status();
@@ -325,7 +329,7 @@ class Loop {
       ctx_.fail(s);
     } else {
       const int n = static_cast<int>(vars_.size());
-      const auto& shapes = ctx_.node().attr<std::vector<Shape>>("shapes");
+      const auto& shapes = shapes_;
       for (int k = 0; k < n; ++k) ctx_.set_output(k, std::move(vars_[static_cast<std::size_t>(k)]));
       ctx_.set_output(n, Tensor::scalar<int32_t>(static_cast<int32_t>(iterations_)));
       for (int k = 0; k < n; ++k) {
@@ -351,6 +355,7 @@ class Loop {
   std::function<void()> done_;
   WhileOp::Plans plans_;
   const WhileFrame& frame_;
+  const std::vector<Shape>& shapes_;  // the loop variables' invariants (the node's attr)
   std::vector<Tensor> vars_;
   std::vector<Tensor> captures_;
   std::vector<std::vector<Tensor>> history_;
