@@ -102,7 +102,7 @@ StatusOr<Node*> GraphImpl::try_add_node(NodeSpec spec) {
   }
   // Captures first: a branch of a cond inside a loop's body then reads a captured tensor, made in
   // the frame outside any branch, through its Switch.
-  const WhileFrame* frame = while_frame_;
+  WhileFrame* const frame = while_frame_;
   if (frame != nullptr) TESSERA_RETURN_IF_ERROR(enter_while_frame(spec, base));
   const CondBranch* branch = cond_branch_;
   if (branch != nullptr) TESSERA_RETURN_IF_ERROR(enter_cond_branch(spec, base));
@@ -188,7 +188,7 @@ StatusOr<Node*> GraphImpl::try_add_node(NodeSpec spec) {
         continue;
       }
       if (!dep->while_frame || dep->while_frame->contains(frame)) {
-        auto& outer = const_cast<WhileFrame*>(frame)->outer_controls;
+        auto& outer = frame->outer_controls;
         if (std::find(outer.begin(), outer.end(), dep) == outer.end()) outer.push_back(dep);
         controls.erase(controls.begin() + static_cast<std::ptrdiff_t>(k));
         continue;
@@ -255,7 +255,7 @@ StatusOr<Node*> GraphImpl::try_add_node(NodeSpec spec) {
   Node* raw = node.get();
   by_name_[raw->name] = raw;
   nodes_.push_back(std::move(node));
-  if (frame != nullptr) const_cast<WhileFrame*>(frame)->nodes.push_back(raw);
+  if (frame != nullptr) frame->nodes.push_back(raw);
   return raw;
 }
 
@@ -450,6 +450,14 @@ void Operation::add_control_input(Operation op) {
   if (dep->graph != n->graph) {
     throw InvalidArgumentError(fmt::format("{}: control input '{}' belongs to another graph",
                                            n->debug_name(), dep->name));
+  }
+  if (dep->while_frame != n->while_frame) {
+    // A loop's nodes run in its own steps (Note [While loops] in core/while_ops.cc): an edge into
+    // or out of a loop's body made after the fact would wait across steps that never meet.
+    throw InvalidArgumentError(fmt::format(
+        "{}: control input '{}' is in {} and this op in {}: an edge added later may not cross a while loop's body",
+        n->debug_name(), dep->name, dep->while_frame ? "the body of loop '" + dep->while_frame->name + "'" : "no loop",
+        n->while_frame ? "the body of loop '" + n->while_frame->name + "'" : "no loop"));
   }
   n->graph->add_control_input(n, dep);
 }

@@ -480,6 +480,16 @@ TEST(WhileErrorTest, BodyTensorsStayInside) {
                              f32(g, 0));
   EXPECT_THAT(error_of<InvalidArgumentError>([&] { ops::neg(inside); }),
               HasSubstr("was made in the body of while loop 'while': outside the loop, read the loop's results"));
+  {  // nor waits on one, or is waited on by one, whether when made or later
+    auto after = g.control_dependencies({inside.op()});
+    EXPECT_THAT(error_of<InvalidArgumentError>([&] { ops::no_op(g); }),
+                HasSubstr("control input 'while/body/Add' was made in the body of while loop 'while'"));
+  }
+  Operation outside = ops::no_op(g, "outside");
+  EXPECT_THAT(error_of<InvalidArgumentError>([&] { outside.add_control_input(inside.op()); }),
+              HasSubstr("an edge added later may not cross a while loop's body"));
+  EXPECT_THAT(error_of<InvalidArgumentError>([&] { inside.op().add_control_input(outside); }),
+              HasSubstr("an edge added later may not cross a while loop's body"));
   Session s(g);
   EXPECT_THAT(error_of<InvalidArgumentError>([&] { s.run(inside); }), HasSubstr("has a value only inside the loop"));
   EXPECT_EQ(s.run(r).scalar<float>(), 10.0f);
