@@ -381,7 +381,7 @@ class Loop {
   struct Shared {
     std::mutex mu;
     std::shared_ptr<Step> step;  // guarded by mu: the step in flight
-    Status cancelled;                // guarded by mu
+    Status cancelled;            // guarded by mu
   };
   std::shared_ptr<Shared> shared_ = std::make_shared<Shared>();
 };

@@ -162,6 +162,25 @@ pb::GraphDef extension() {
   return out;
 }
 
+// While loops (Note [While loops on the wire]): a loop with a loop and a cond in its body, read
+// from outside, and the gradient's loop (a copy of the inner loop running the same frame).
+void loops(Graph& g) {
+  Output x = ops::placeholder(g, DType::Float64, Shape{}, "x");
+  ops::WhileOptions options;
+  options.maximum_iterations = ops::constant(g, int32_t{100}, "limit");
+  std::vector<Output> r = ops::while_loop(
+      [&](const std::vector<Output>& v) { return ops::less(v[0], ops::constant(g, int32_t{3})); },
+      [&](const std::vector<Output>& v) {
+        Output inner = ops::while_loop([&](Output w) { return ops::less(w, ops::constant(g, 10.0)); },
+                                       [&](Output w) { return ops::add(w, x); }, v[1]);
+        Output next = ops::cond(
+            ops::greater(inner, ops::constant(g, 20.0)), [&] { return ops::sqrt(inner); }, [&] { return inner; });
+        return std::vector<Output>{ops::add(v[0], ops::constant(g, int32_t{1})), next};
+      },
+      {ops::constant(g, int32_t{0}), x}, options);
+  gradients({r[1]}, {x});
+}
+
 template <class F>
 void graph(const std::string& name, F&& build) {
   Graph g;
@@ -178,6 +197,7 @@ void graph_seeds() {
   graph("variables.pb", variables);
   graph("queue.pb", queue);
   graph("input_producer.pb", producer);
+  graph("loops.pb", loops);
   write("graph_decode", "extension.pb", serialize(extension()));
   // Inputs by bare name and out of topological order (both accepted).
   pb::GraphDef def;
