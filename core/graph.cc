@@ -226,7 +226,10 @@ StatusOr<Node*> GraphImpl::try_add_node(NodeSpec spec) {
     }
     node->id = static_cast<int>(nodes_.size());
   }
-  if (def->host_of_request && !node->requested_device.empty()) {
+  // A request for an accelerator means that task's CPU for an op that runs on a host
+  // (OpDef::host_of_request), and for every op of a loop's body (Note [While loops] in
+  // core/while_ops.cc: a loop runs on one host).
+  if ((def->host_of_request || frame != nullptr) && !node->requested_device.empty()) {
     auto spec = DeviceSpec::parse(node->requested_device);
     if (spec.ok() && spec.value().type && *spec.value().type != "CPU") {
       spec.value().type = "CPU";
@@ -235,17 +238,8 @@ StatusOr<Node*> GraphImpl::try_add_node(NodeSpec spec) {
     }
   }
   if (frame != nullptr) {
-    // A loop runs on one host (Note [While loops] in core/while_ops.cc): its body's ops on the
-    // CPU of the task they request, all with the loop's first variable.
+    // All of a loop's nodes are placed with its first variable.
     node->while_frame = frame;
-    if (!node->requested_device.empty()) {
-      auto spec = DeviceSpec::parse(node->requested_device);
-      if (spec.ok() && spec.value().type && *spec.value().type != "CPU") {
-        spec.value().type = "CPU";
-        spec.value().id = 0;
-        node->requested_device = spec.value().to_string();
-      }
-    }
     if (!frame->args.empty()) node->colocate_with.push_back(frame->args.front());
   }
   // A resource op is placed with its resource and inherits its device request.
