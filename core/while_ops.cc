@@ -46,6 +46,7 @@
 #include "core/node.h"
 #include "core/op_kernel.h"
 #include "core/op_registry.h"
+#include "core/tensor_array_ops.h"
 #include "tessera/control_flow.h"
 #include "tessera/gradients.h"
 #include "tessera/ops.h"
@@ -151,6 +152,9 @@ class WhileOp final : public OpKernel {
   struct Plans {
     std::shared_ptr<const Plan> cond;
     std::shared_ptr<const Plan> body;
+    // Per loop variable: only written to by the body (write_only_loop_variable), so it keeps no
+    // history.
+    std::vector<char> write_only;
   };
   StatusOr<Plans> plans();
 
@@ -192,6 +196,8 @@ StatusOr<WhileOp::Plans> WhileOp::plans() {
   if (!step.ok()) return step.status().with_prefix("the loop's body: ");
   plans_.cond = std::move(cond).value();
   plans_.body = std::move(step).value();
+  plans_.write_only.clear();
+  for (const Node* a : frame->args) plans_.write_only.push_back(write_only_loop_variable(*frame, a) ? 1 : 0);
   return plans_;
 }
 
@@ -250,7 +256,16 @@ class Loop {
       o.allow_tf32 = ctx_.allow_tf32();
       auto step = std::make_shared<Step>(in_cond_ ? plans_.cond : plans_.body, o);
       int feed = 0;
-      for (const Tensor& v : vars_) step->state.set_feed(feed++, v);
+      // The body's step gets the loop variables no history keeps as its only reference to them,
+      // so a write (their only reader) may take over their buffers (Note [Tensor arrays] in
+      // core/tensor_array_ops.cc); the body's results replace them when it ends.
+      for (std::size_t k = 0; k < vars_.size(); ++k) {
+        if (!in_cond_ && !keeps_history(k)) {
+          step->state.set_feed(feed++, std::move(vars_[k]));
+        } else {
+          step->state.set_feed(feed++, vars_[k]);
+        }
+      }
       for (const Tensor& c : captures_) step->state.set_feed(feed++, c);
       {
         std::lock_guard<std::mutex> l(shared_->mu);
@@ -314,7 +329,7 @@ class Loop {
             "pass shape_invariants",
             k, v.value().shape().to_string(), iterations_, shapes[k].to_string());
       }
-      if (keep_history_) history_[k].push_back(std::move(vars_[k]));
+      if (keeps_history(k)) history_[k].push_back(std::move(vars_[k]));
       vars_[k] = std::move(v).value();
     }
     ++iterations_;
@@ -349,6 +364,8 @@ class Loop {
     delete this;
     done();
   }
+
+  bool keeps_history(std::size_t k) const { return keep_history_ && plans_.write_only[k] == 0; }
 
   enum : int { kRunning, kDone, kReturned };
   OpKernelContext& ctx_;
@@ -497,7 +514,13 @@ Grads while_grad(const GradContext& c) {
         const std::vector<Output> dx = gradients(ys, wrt, dys);
         std::vector<Output> next{i};
         for (std::size_t t = 0; t < dvars.size(); ++t) {
-          next.push_back(dx[t].is_null() ? ops::zeros_like(wrt[t]) : dx[t]);
+          if (!dx[t].is_null()) {
+            next.push_back(dx[t]);
+          } else {
+            // (A loop variable the body only writes has no history to shape zeros like.)
+            const bool write_only = write_only_loop_variable(frame, frame.args[static_cast<std::size_t>(dvars[t])]);
+            next.push_back(ops::zeros_like(write_only ? v[1 + t] : wrt[t]));
+          }
         }
         for (std::size_t t = 0; t < dcaps.size(); ++t) {
           const Output& sum = v[1 + dvars.size() + t];

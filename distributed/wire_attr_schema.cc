@@ -38,6 +38,14 @@ const std::unordered_map<std::string_view, std::vector<AttrSpec>>& op_attr_schem
         // [While loops on the wire] in distributed/wire.cc)
         {"_LoopArg", {dtype, shape}},
         {"While", {{"T", kKind<std::vector<DType>>}, {"shapes", kKind<std::vector<Shape>>}}},
+        // core/tensor_array_ops.cc
+        {"TensorArrayNew", {dtype, {"element_shape", kKind<Shape>}}},
+        {"TensorArrayScatter", {{"dynamic_size", kKind<bool>}}},
+        {"TensorArrayUnstack", {{"dynamic_size", kKind<bool>}}},
+        {"TensorArrayRead", {{"element_shape", kKind<Shape>}}},
+        {"TensorArrayStack", {{"element_shape", kKind<Shape>}, {"size", kKind<int64_t>}}},
+        {"TensorArraySize", none},
+        {"TensorArrayZeroRows", none},
         // The summary ops (core/summary_ops.cc): the tag is the node's name.
         {"ScalarSummary", none},
         {"HistogramSummary", none},

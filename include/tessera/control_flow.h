@@ -16,6 +16,7 @@
 #pragma once
 
 #include <functional>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -86,5 +87,31 @@ std::vector<Output> while_loop(const LoopCondFn& cond, const LoopBodyFn& body, c
 // One loop variable.
 Output while_loop(const std::function<Output(Output)>& cond, const std::function<Output(Output)>& body,
                   Output loop_var, const WhileOptions& options = {});
+
+// TensorFlow's higher-order functions, built on while_loop and TensorArray (tessera/tensor_array.h):
+// `elems` is split along its first dimension, fn runs once per element, in order, inside one loop
+// (its ops are the loop's, as a body's), and gradients flow through fn, the elements and the
+// tensors fn reads from outside. An `elems` that is a scalar, or elements of differing dtypes from
+// what fn returns where a dtype is promised, are InvalidArgumentError.
+//
+// tf.map_fn: fn applied to each element, the results stacked: [n, fn's result shape...]. The
+// results are of `dtype` (Float32 etc.; by default elems' dtype, as TF's dtype=None).
+Output map_fn(const std::function<Output(Output)>& fn, Output elems, std::optional<DType> dtype = std::nullopt,
+              std::string name = "map");
+// Several element tensors (of one first dimension) and several results: fn gets one element of
+// each and returns one result per `dtypes` entry (empty: as many as elems, of their dtypes).
+std::vector<Output> map_fn(const std::function<std::vector<Output>(const std::vector<Output>&)>& fn,
+                           const std::vector<Output>& elems, std::vector<DType> dtypes = {},
+                           std::string name = "map");
+// tf.scan: a = fn(a, x) for each element x, starting from `initializer` (null: the first element,
+// scanning the rest), every a stacked: [n, a's shape...]. reverse: from the last element back
+// (the results stay in the elements' order).
+Output scan(const std::function<Output(Output, Output)>& fn, Output elems, Output initializer = {},
+            bool reverse = false, std::string name = "scan");
+// tf.foldl and tf.foldr: scan's last a (fold from the first element, or from the last).
+Output foldl(const std::function<Output(Output, Output)>& fn, Output elems, Output initializer = {},
+             std::string name = "foldl");
+Output foldr(const std::function<Output(Output, Output)>& fn, Output elems, Output initializer = {},
+             std::string name = "foldr");
 
 }  // namespace tessera::ops

@@ -31,6 +31,7 @@
 #include "tessera/session.h"
 #include "tessera/session_run_hook.h"
 #include "tessera/tensor.h"
+#include "tessera/tensor_array.h"
 #include "tessera/train.h"
 #include "tessera/variable.h"
 #include "tessera/variable_scope.h"

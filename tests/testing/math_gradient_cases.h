@@ -9,6 +9,7 @@
 
 #include "core/gradients.h"
 #include "tessera/control_flow.h"
+#include "tessera/tensor_array.h"
 #include "tests/testing/gradient_case_test.h"
 
 namespace tessera::testing {
@@ -22,7 +23,8 @@ inline const std::vector<std::string> kMathGradientOps = {
     "Pad",     "Tile",       "SelectV2",     "Prod",         "Cumsum",       "Cumprod",      "Pow",
     "Sin",     "Cos",        "Abs",          "Sign",         "Relu6",        "Rsqrt",     "Reciprocal",
     "Softplus", "Elu",       "TopKV2",       "Switch",       "Merge",
-    "While"};
+    "While",   "TensorArrayScatter", "TensorArrayRead", "TensorArrayStack", "TensorArrayUnstack",
+    "TensorArrayZeroRows"};
 
 class GradientCheckTest : public GradientCaseTest {
  protected:
@@ -271,6 +273,40 @@ TEST_P(GradientCheckTest, WhileLoopRunsTheIterationsBackwards) {
                                },
                                {ops::constant(g, 0), x[0]});
                            return r[1];
+                         }),
+            kTolerance);
+}
+
+// TensorArray's ops (Note [Tensor arrays] in core/tensor_array_ops.cc): unstack, write over an
+// element, scatter, read an element twice, gather, stack; and in a loop that writes an element
+// per iteration (map_fn) and one that reads them back (scan). ZeroRows is the write's gradient,
+// checked by the second-order term of a write's gradient.
+TEST_P(GradientCheckTest, TensorArraysRouteTheGradient) {
+  using math_gradient_cases::kTolerance;
+  EXPECT_LT(random_error({{3, 2}, {2}, {2, 2}},
+                         [](auto x) {
+                           Graph& g = x[0].op().graph();
+                           TensorArray a = TensorArray(g, DType::Float64, 3).unstack(x[0]).write(1, ops::sin(x[1]));
+                           a = a.scatter(ops::constant(g, Tensor::vector<int32_t>({2, 0})), ops::square(x[2]));
+                           Output twice = ops::mul(a.read(1), a.read(1));
+                           Output some = a.gather(ops::constant(g, Tensor::vector<int32_t>({1, 2})));
+                           return ops::add(ops::reduce_sum(ops::mul(a.stack(), a.stack())),
+                                           ops::add(ops::reduce_sum(twice), ops::reduce_sum(ops::exp(some))));
+                         }),
+            kTolerance);
+  EXPECT_LT(random_error({{4, 3}, {3, 3}},
+                         [](auto x) {
+                           Output y = ops::map_fn([&](Output row) { return ops::sin(ops::matmul(ops::expand_dims(row, 0), x[1])); }, x[0]);
+                           return ops::scan([](Output acc, Output e) { return ops::add(ops::mul(acc, ops::cos(e)), e); }, y);
+                         }),
+            kTolerance);
+  // The gradient of a gradient: through TensorArrayZeroRows.
+  EXPECT_LT(random_error({{3}, {}},
+                         [](auto x) {
+                           Graph& g = x[0].op().graph();
+                           TensorArray a = TensorArray(g, DType::Float64, 3).unstack(x[0]).write(0, ops::square(x[1]));
+                           Output s = ops::reduce_sum(ops::mul(a.stack(), a.stack()));
+                           return gradients({s}, {x[0]})[0];
                          }),
             kTolerance);
 }
