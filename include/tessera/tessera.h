@@ -32,6 +32,7 @@
 #include "tessera/session_run_hook.h"
 #include "tessera/tensor.h"
 #include "tessera/tensor_array.h"
+#include "tessera/rnn.h"
 #include "tessera/train.h"
 #include "tessera/variable.h"
 #include "tessera/variable_scope.h"
