@@ -22,7 +22,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <string>
 #include <unordered_set>
@@ -544,12 +546,17 @@ TensorArray::TensorArray(Graph& g, DType dtype, Output size, TensorArrayOptions 
       State{dtype, options.dynamic_size, options.element_shape, flow_.op().name(), known});
 }
 
-TensorArray::TensorArray(Graph& g, DType dtype, int64_t size, TensorArrayOptions options)
-    : TensorArray(g, dtype, ops::constant(g, static_cast<int32_t>(size)), std::move(options)) {
-  if (size < 0 || size > INT32_MAX) {
+namespace {
+Output size_constant(Graph& g, int64_t size) {
+  if (size < 0 || size > std::numeric_limits<int32_t>::max()) {
     throw InvalidArgumentError(fmt::format("TensorArray: size {} is not in [0, 2^31)", size));
   }
+  return ops::constant(g, static_cast<int32_t>(size));
 }
+}  // namespace
+
+TensorArray::TensorArray(Graph& g, DType dtype, int64_t size, TensorArrayOptions options)
+    : TensorArray(g, dtype, size_constant(g, size), std::move(options)) {}
 
 DType TensorArray::dtype() const { return state_->dtype; }
 Shape TensorArray::element_shape() const { return state_->element_shape; }
@@ -645,6 +652,25 @@ Output TensorArray::stack(std::string name) const {
   spec.attrs["element_shape"] = state_->element_shape;
   spec.attrs["size"] = state_->size;
   return internal::add_op("TensorArray.stack", std::move(spec), {flow_});
+}
+
+Output TensorArray::concat(std::string name) const {
+  const Shape& e = state_->element_shape;
+  if (e.unknown_rank() || e.rank() < 1) {
+    throw InvalidArgumentError(fmt::format("TensorArray '{}': concat needs elements of rank 1 or more, known when "
+                                           "built (element shape {})",
+                                           state_->name, e.to_string()));
+  }
+  std::vector<int64_t> dims{-1};
+  for (int d = 1; d < e.rank(); ++d) {
+    if (e.dim(d) < 0) {
+      throw InvalidArgumentError(fmt::format("TensorArray '{}': concat needs the element shape past its first "
+                                             "dimension known when built, not {}",
+                                             state_->name, e.to_string()));
+    }
+    dims.push_back(e.dim(d));
+  }
+  return ops::reshape(stack(), dims, name.empty() ? std::string("TensorArrayConcat") : std::move(name));
 }
 
 TensorArray TensorArray::unstack(Output value, std::string name) const {

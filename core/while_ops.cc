@@ -24,12 +24,12 @@
 //
 // Gradients (as TF2's, but recomputing instead of accumulating): the While outputs, besides the
 // final values, its iteration count and, once a gradient asked for it (WhileFrame::keep_history),
-// each loop variable's value at the start of every iteration, stacked. The gradient is another
-// while loop that runs the iterations backwards: iteration i copies the body's nodes, fed with the
-// values iteration i started with, and takes their gradient (ops::gradients inside the loop)
-// against the gradients coming from iteration i + 1. The gradients of captured tensors are summed
-// over the iterations. Recomputing the body means a body with a stateful op (a random op, an
-// assign) has no gradient (InvalidArgumentError), where TF's accumulators would replay its values.
+// each loop variable's value at the start of every iteration, stacked (none for one the body only
+// writes: Note [Tensor arrays]). The gradient, another loop, runs the iterations backwards: each
+// copies the body's nodes, fed with the values its iteration started with, and takes their gradient
+// against the gradients of the next one. The gradients of captured tensors are summed over the
+// iterations. Recomputing the body means a body with a stateful op (a random op, an assign) has
+// no gradient (InvalidArgumentError), where TF's accumulators would replay its values.
 #include <fmt/format.h>
 
 #include <atomic>

@@ -121,6 +121,21 @@ TEST(TensorArrayTest, BadIndicesAndDtypes) {
   EXPECT_THAT(error_of<InvalidArgumentError>([&] { s.run(TensorArray(g, DType::Float32, n).flow(), {{n, Tensor::scalar(-2)}}); }),
               HasSubstr("size must not be negative, got -2"));
   EXPECT_THAT(error_of<InvalidArgumentError>([&] { ta.unstack(f32(g, 1)); }), HasSubstr("unstack of a scalar"));
+  EXPECT_THAT(error_of<InvalidArgumentError>([&] { TensorArray(g, DType::Float32, int64_t{-1}); }),
+              HasSubstr("size -1 is not in [0, 2^31)"));
+}
+
+// testTensorArrayWriteConcat (elements of one shape): the elements joined along their first dim.
+TEST(TensorArrayTest, Concat) {
+  Graph g;
+  TensorArray ta(g, DType::Float32, 2);
+  Output c = ta.write(0, mat(g, {1, 2, 3, 4}, 2, 2)).write(1, mat(g, {5, 6, 7, 8}, 2, 2)).concat();
+  Session s(g);
+  Tensor t = s.run(c);
+  EXPECT_EQ(t.shape(), (Shape{4, 2}));
+  EXPECT_EQ(t.to_vector<float>(), (std::vector<float>{1, 2, 3, 4, 5, 6, 7, 8}));
+  EXPECT_THAT(error_of<InvalidArgumentError>([&] { TensorArray(g, DType::Float32, 2).concat(); }),
+              HasSubstr("concat needs elements of rank 1 or more"));
 }
 
 // Writing an index twice keeps the last value (TF2's lists; TF1 raises).

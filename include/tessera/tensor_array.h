@@ -23,8 +23,9 @@
 //  - An element never written reads as zeros (TF2's TensorList), once the element shape is known
 //    (an element_shape given, or any element written); TF1 raises. Writing an index twice keeps
 //    the last value (TF2), where TF1 raises; a scatter naming one index twice is an error.
-//  - Every element has one shape (TF1's infer_shape=True); no concat() or split() of elements
-//    with differing first dims, no clear_after_read (arrays are values: reading never consumes).
+//  - Every element has one shape (TF1's infer_shape=True), so concat() joins elements of one first
+//    dim and there is no split() into elements of differing ones; no clear_after_read (arrays
+//    are values: reading never consumes).
 //  - dynamic_size arrays grow to the index written (one copy of the array per growth).
 //  - Gradients flow through write, read, scatter, gather, stack and unstack, inside while loops
 //    too; gradient arrays are not shared between reads (TF1's grad(source)): an element read
@@ -79,6 +80,9 @@ class TensorArray {
   TensorArray scatter(Output indices, Output value, std::string name = "") const;
   // Every element, stacked: [size, element shape...].
   Output stack(std::string name = "") const;
+  // Every element joined along its first dimension: [size * d0, d1, ...] for elements [d0, d1, ...]
+  // (TF's concat; here every element has one shape, and d1... must be known when built).
+  Output concat(std::string name = "") const;
   // The array whose elements are the rows of `value` (its size must be the array's, unless
   // dynamic_size).
   TensorArray unstack(Output value, std::string name = "") const;
