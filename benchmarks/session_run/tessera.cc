@@ -13,6 +13,11 @@
 //   BM_session_run_while/tessera          one thread calling run on a while loop of 1000 iterations
 //                                         (i + 1 and s + x, scalars): the reported per_iteration is
 //                                         the run's time over its 1000 iterations
+//   BM_session_run_map_fn/tessera         one thread calling run on map_fn(x * 2) over a [1000, 256]
+//                                         float32 constant: an element read from one TensorArray and
+//                                         written into another per iteration; per_element is the
+//                                         run's time over its 1000 elements (a write that copied the
+//                                         1 MiB array would cost about 1000x more per element)
 #include <tessera/tessera.h>
 
 #include <memory>
@@ -128,11 +133,36 @@ void BM_session_run_while(benchmark::State& state, const char* impl) {
   state.counters["per_iteration"] = tessera_bench::per_unit(state, kIterations);
 }
 
+void BM_session_run_map_fn(benchmark::State& state, const char* impl) {
+  tessera_bench::set_impl(state, impl);
+  constexpr int kElements = 1000, kWidth = 256;
+  Graph g;
+  std::vector<float> values(static_cast<std::size_t>(kElements) * kWidth);
+  for (std::size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>(i % 7);
+  Output x = ops::constant(g, Tensor::matrix<float>(values, kElements, kWidth), "x");
+  Output two = ops::constant(g, 2.0f, "two");
+  Output y = ops::map_fn([&](Output e) { return ops::mul(e, two); }, x);
+  Output check = ops::reduce_sum(y);
+  Session s(g);
+  double want = 0;
+  for (float v : values) want += 2.0 * v;
+  const bool ok = s.run(check).scalar<float>() == static_cast<float>(want);
+  if (!tessera_bench::check(state, ok, "sum(map_fn(x * 2)) is not 2 * sum(x)")) return;
+  for (int i = 0; i < 5; ++i) s.run(y);  // warm-up
+  for (auto _ : state) {
+    Tensor t = s.run(y);
+    benchmark::DoNotOptimize(t);
+  }
+  state.SetItemsProcessed(state.iterations() * kElements);
+  state.counters["per_element"] = tessera_bench::per_unit(state, kElements);
+}
+
 }  // namespace
 
 BENCHMARK_CAPTURE(BM_session_run_add, tessera, "tessera")->UseRealTime();
 BENCHMARK_CAPTURE(BM_session_run_cond, tessera, "tessera")->UseRealTime();
 BENCHMARK_CAPTURE(BM_session_run_while, tessera, "tessera")->UseRealTime();
+BENCHMARK_CAPTURE(BM_session_run_map_fn, tessera, "tessera")->UseRealTime();
 BENCHMARK_CAPTURE(BM_session_callable_add, tessera, "tessera")->UseRealTime();
 BENCHMARK_CAPTURE(BM_session_run_add_8threads, tessera, "tessera")
     ->Threads(8)

@@ -4,7 +4,8 @@
 benchmarks/run --with-tensorflow runs this with the Python of benchmarks/.venv (tensorflow-cpu),
 one group of workloads per process, right after the tessera binary of the same group:
 
-  session    session_run_add, session_run_add_8threads, session_run_cond, session_run_while
+  session    session_run_add, session_run_add_8threads, session_run_cond, session_run_while,
+             session_run_map_fn
              sess.run(c) of c = a + b on two scalar float constants, the graph built once;
              8 Python threads calling run on one shared session (time = wall / total runs);
              impl "tensorflow" calls sess.run(c), "tensorflow_callable" the callable of
@@ -12,6 +13,8 @@ one group of workloads per process, right after the tessera binary of the same g
              session_run_cond: y = tf.cond(p, 2x, -x), p fed true and false in turn;
              session_run_while: sess.run of a tf.while_loop of 1000 iterations (i + 1, s + x),
              TF1's control flow (v1), parallel_iterations=1, time per iteration
+             session_run_map_fn: tf.map_fn(x * 2) over the 1000 rows of a [1000, 256] float32
+             constant (TF1's TensorArrays, parallel_iterations=10), time per element
   queue      queue_1to1, queue_4to4
              FIFOQueue(1000, int32 scalars) filled by a QueueRunner with N enqueue threads, emptied
              by N Python threads each running the dequeue (through sess.make_callable, as the
@@ -27,6 +30,8 @@ one group of workloads per process, right after the tessera binary of the same g
              on the worker: the size crosses both ways, one step at a time
   training   train_{mlp,cnn}_digits_{64,256}: Adam steps of the digits models of tf_digits.py (the
              graphs of benchmarks/training/digits_models.h), a batch of 64 or 256 fed per step;
+             train_lstm_seq: Adam steps of tf.nn.dynamic_rnn over a BasicLSTMCell(64), 32 fed
+             sequences of 20 steps of 16 features;
              "tensorflow" calls sess.run([loss, train], feed_dict), "tensorflow_callable" the
              callable of sess.make_callable([loss, train], feed_list=[x, y])
   cluster    step_two_tasks, step_one_task, ps_steps_{1,2,4}w, session_transfer_{1MiB,16MiB,64MiB}
@@ -259,6 +264,21 @@ def group_session(bench):
             sess.run(loop[1])
         rates = per_call_rates(bench, lambda: sess.run(loop[1]))
         bench.record("session_run_while", "tensorflow", "time per iteration", "ns", "lower",
+                     [1e9 / (r * 1000) for r in rates])
+    # session_run_map_fn: tf.map_fn(x * 2) over the rows of a [1000, 256] float32 constant (TF1's
+    # TensorArrays in a while loop, its default parallel_iterations=10); ns per element.
+    with g.as_default():
+        mx = tf.constant(np.arange(1000 * 256, dtype=np.float32).reshape(1000, 256) % 7, name="mx")
+        mapped = tf1.map_fn(lambda e: e * 2.0, mx)
+        mapped_sum = tf.reduce_sum(mapped)
+    want = float(2.0 * (np.arange(1000 * 256) % 7).sum())
+    if sess.run(mapped_sum) != want:
+        bench.fail("session_run_map_fn", "correctness check failed: sum(map_fn(x * 2)) is not 2 * sum(x)")
+    else:
+        for _ in range(5):  # warm-up
+            sess.run(mapped)
+        rates = per_call_rates(bench, lambda: sess.run(mapped))
+        bench.record("session_run_map_fn", "tensorflow", "time per element", "ns", "lower",
                      [1e9 / (r * 1000) for r in rates])
     for impl, fn in (("tensorflow", lambda: sess.run(c)), ("tensorflow_callable", callable_c)):
         threaded_pass(8, fn, 0.2)  # warm-up of the 8 threads
@@ -736,6 +756,32 @@ def session_transfers(bench, target):
 DIGITS_CSV = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "examples", "data", "digits.csv.gz")
 
 
+class LstmCell:
+    """TF 1.15's BasicLSTMCell (rnn_cell_impl.py: one [x, h] kernel, gates i, j, f, o, forget_bias 1),
+    written out because TensorFlow 2.21's tf.compat.v1.nn.rnn_cell needs Keras 2; tf.nn.dynamic_rnn
+    takes any object with its interface."""
+
+    def __init__(self, units):
+        self.units = units
+        self.state_size = (units, units)
+        self.output_size = units
+
+    def zero_state(self, batch_size, dtype):
+        return tuple(tf.zeros([batch_size, self.units], dtype) for _ in range(2))
+
+    def __call__(self, inputs, state, scope=None):
+        c, h = state
+        with tf1.variable_scope("basic_lstm_cell", reuse=tf1.AUTO_REUSE):
+            depth = inputs.shape[-1]
+            kernel = tf1.get_variable("kernel", [depth + self.units, 4 * self.units], tf.float32,
+                                      tf1.glorot_uniform_initializer())
+            bias = tf1.get_variable("bias", [4 * self.units], tf.float32, tf1.zeros_initializer())
+        i, j, f, o = tf.split(tf.nn.bias_add(tf.matmul(tf.concat([inputs, h], 1), kernel), bias), 4, axis=1)
+        new_c = c * tf.sigmoid(f + 1.0) + tf.sigmoid(i) * tf.tanh(j)
+        new_h = tf.tanh(new_c) * tf.sigmoid(o)
+        return new_h, (new_c, new_h)
+
+
 def group_training(bench):
     """train_{mlp,cnn}_digits_{64,256}: Adam steps of tf_digits.py's models (the graphs of
     benchmarks/training/digits_models.h), each fed a batch of digits and fetching the loss; impl
@@ -774,6 +820,41 @@ def group_training(bench):
             for impl, fn in (("tensorflow", run_step), ("tensorflow_callable", call_step)):
                 bench.record(workload, impl, "training steps per second", "steps/s", "higher", per_call_rates(bench, fn))
             sess.close()
+    training_lstm(bench)
+
+
+def training_lstm(bench):
+    """train_lstm_seq: Adam steps of tf.nn.dynamic_rnn over a BasicLSTMCell(64) (TF1's while loop and
+    TensorArrays), 32 sequences of 20 steps of 16 features, a dense layer on the last h; the batch is
+    benchmarks/training/tessera.cc's formula."""
+    b_, t_, d_ = np.meshgrid(np.arange(32), np.arange(20), np.arange(16), indexing="ij")
+    seq_x = np.sin(0.1 * (320 * b_ + 16 * t_ + d_)).astype(np.float32)
+    seq_y = (0.1 * seq_x[:, :, 0].sum(axis=1, dtype=np.float32)).reshape(32, 1).astype(np.float32)
+    g = tf.Graph()
+    with g.as_default():
+        x = tf1.placeholder(tf.float32, [32, 20, 16], name="x")
+        y = tf1.placeholder(tf.float32, [32, 1], name="y")
+        _, state = tf1.nn.dynamic_rnn(LstmCell(64), x, dtype=tf.float32)
+        with tf1.variable_scope("dense"):  # (tf1.layers.dense needs Keras 2 too)
+            w = tf1.get_variable("kernel", [64, 1], tf.float32, tf1.glorot_uniform_initializer())
+            bias = tf1.get_variable("bias", [1], tf.float32, tf1.zeros_initializer())
+        pred = tf.matmul(state[1], w) + bias
+        loss = tf.reduce_mean(tf.square(pred - y))
+        train = tf1.train.AdamOptimizer(1e-3).minimize(loss)
+        init = tf1.global_variables_initializer()
+    sess = tf1.Session(graph=g)
+    sess.run(init)
+    feed = {x: seq_x, y: seq_y}
+    losses = [sess.run([loss, train], feed)[0] for _ in range(50)]
+    if not (np.isfinite(losses[-1]) and losses[-1] < losses[0]):
+        bench.fail("train_lstm_seq", f"correctness check failed: the loss went {losses[0]} -> {losses[-1]} in 50 steps")
+    else:
+        step_callable = sess.make_callable([loss, train], feed_list=[x, y])
+        for impl, fn in (("tensorflow", lambda: sess.run([loss, train], feed)),
+                         ("tensorflow_callable", lambda: step_callable(seq_x, seq_y))):
+            bench.record("train_lstm_seq", impl, "training steps per second", "steps/s", "higher",
+                         per_call_rates(bench, fn))
+    sess.close()
 
 
 def main():
