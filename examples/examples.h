@@ -115,6 +115,26 @@ int ps_digits_task(std::ostream& out, const train::ClusterSpec& cluster, const t
 int ps_digits_demo(std::ostream& out, const std::string& tessera_binary, PsDigitsOptions options,
                    bool log_placement = false);
 
+// A recurrent network (examples/sequence.cc): an LSTM through nn::dynamic_rnn learns the adding
+// problem (the sum of the two marked values of a sequence), on batches the graph draws each step.
+struct SequenceOptions {
+  int steps = 600;
+  int batch_size = 64;
+  int time_steps = 12;
+  int units = 32;
+  float learning_rate = 1e-2f;
+  int log_every = 150;
+  uint64_t seed = 7;
+  std::string device;  // "" (placement decides) or the scope the model is built under ("/cpu:0")
+  bool log_placement = false;
+};
+struct SequenceResult {
+  float first_loss = 0;
+  float last_loss = 0;  // the running mean of the last batches' losses
+  double seconds = 0;
+};
+SequenceResult sequence(std::ostream& out, const SequenceOptions& options);
+
 // Where the sessions placed `g`'s ops (Operation::assigned_device), on `out`: one line, such as
 // "placement: 14 ops on /cpu:0, 6 on /device:SIM:0, 3 copies", then, when `table` is set, every
 // op's device, one line each. Copies count each tensor (or control edge) that crosses to another

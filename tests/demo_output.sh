@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `tessera demo` as a newcomer reads it: each of its six parts ends with one placement summary
+# `tessera demo` as a newcomer reads it: each of its seven parts ends with one placement summary
 # line, the tables only with --log-placement, everything on stdout and, with stderr in the same
 # file, in order; part 5 says what its simulated step times mean.
 # Usage: demo_output.sh TESSERA_BINARY DIR
@@ -13,11 +13,11 @@ fail() { echo "FAIL: $*"; exit 1; }
 # would fail the check (it did, once in a while): the checks below let grep read everything.
 
 # The lines of `file` from the header of part `n` up to the next header (or the end).
-part() { awk -v n="$1" '/^== tessera demo / { inside = index($0, "demo " n "/6") > 0 } inside' "$2"; }
+part() { awk -v n="$1" '/^== tessera demo / { inside = index($0, "demo " n "/7") > 0 } inside' "$2"; }
 
 "$tessera" demo --steps 40 >"$dir/plain.out" 2>"$dir/plain.err" || fail "tessera demo exited with $?"
 grep -q '^demo: OK$' "$dir/plain.out" || fail "no 'demo: OK'"
-for n in 1 2 3 4 5 6; do
+for n in 1 2 3 4 5 6 7; do
   count=$(part "$n" "$dir/plain.out" | grep -c 'placement: ' || true)
   [ "$count" = 1 ] || fail "part $n prints $count placement summary lines, not 1"
 done
@@ -53,4 +53,7 @@ part 4 "$dir/tables.log" | grep -E >/dev/null '^  mlp/hidden1/b \(VariableV2\) +
 part 4 "$dir/plain.out" | grep -E >/dev/null '^killed ps 1 \(kill -9\) at global step [0-9]+ and restarted it' ||
   fail "part 4 does not show the ps killed and restarted"
 part 5 "$dir/tables.log" | grep -E >/dev/null '^  loss \(Mean\) +-> /' || fail "part 5's table lacks the loss"
-echo "demo output: six summaries, tables only when asked, in order"
+# Part 7: the LSTM's kernel, made by the cell in dynamic_rnn's scope (TF's name).
+part 7 "$dir/tables.log" | grep -E >/dev/null '^  rnn/basic_lstm_cell/kernel \(VariableV2\) +-> /' ||
+  fail "part 7's table lacks rnn/basic_lstm_cell/kernel"
+echo "demo output: seven summaries, tables only when asked, in order"

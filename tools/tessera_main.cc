@@ -62,13 +62,13 @@ int run_demo(int steps, const std::string& trace_file, bool log_placement, const
             << (TESSERA_WITH_CUDA ? "" : " (a CPU-only build: scripts/demo builds the CUDA device where nvcc is found)")
             << "\n";
   if (!log_placement) std::cout << "each part ends with where its ops ran; --log-placement lists every op's device\n";
-  std::cout << "\n== tessera demo 1/6: ten threads dequeue c = a + b through a QueueRunner ==\n";
+  std::cout << "\n== tessera demo 1/7: ten threads dequeue c = a + b through a QueueRunner ==\n";
   int rc = tessera::examples::queue_add(std::cout, log_placement);
-  std::cout << "\n== tessera demo 2/6: linear regression, 4 training threads on shared variables ==\n";
+  std::cout << "\n== tessera demo 2/7: linear regression, 4 training threads on shared variables ==\n";
   rc |= tessera::examples::linear_regression(std::cout, steps, log_placement);
-  std::cout << "\n== tessera demo 3/6: a two-task cluster, ten threads running one session ==\n";
+  std::cout << "\n== tessera demo 3/7: a two-task cluster, ten threads running one session ==\n";
   rc |= tessera::examples::seed_cluster(std::cout, log_placement);
-  std::cout << "\n== tessera demo 4/6: the digits MLP trained by 2 workers on 2 ps tasks; a ps dies and comes back ==\n"
+  std::cout << "\n== tessera demo 4/7: the digits MLP trained by 2 workers on 2 ps tasks; a ps dies and comes back ==\n"
             << std::flush;
   {
     tessera::examples::PsDigitsOptions ps_digits;
@@ -77,14 +77,14 @@ int run_demo(int steps, const std::string& trace_file, bool log_placement, const
     if (!logdir.empty()) ps_digits.logdir = logdir + "/ps_digits";
     rc |= tessera::examples::ps_digits_demo(std::cout, self_path(), ps_digits, log_placement);
   }
-  std::cout << "\n== tessera demo 5/6: a two-layer network placed over the host and accelerators ==\n";
+  std::cout << "\n== tessera demo 5/7: a two-layer network placed over the host and accelerators ==\n";
   if (tessera::list_devices().size() == 1) {
     // No GPU and no TESSERA_SIM_ACCELERATORS: simulate one, so placement has a choice to make.
     tessera::add_simulated_accelerators(1);
     std::cout << "no accelerator found: simulating one (/device:SIM:0; TESSERA_SIM_ACCELERATORS=N sets more)\n";
   }
   rc |= tessera::examples::heterogeneous(std::cout, trace_file, log_placement);
-  std::cout << "\n== tessera demo 6/6: handwritten digits, an MLP trained with Adam on shuffled batches ==\n";
+  std::cout << "\n== tessera demo 6/7: handwritten digits, an MLP trained with Adam on shuffled batches ==\n";
   {
     tessera::examples::DigitsOptions digits;
     digits.steps = 600;
@@ -97,6 +97,15 @@ int run_demo(int steps, const std::string& trace_file, bool log_placement, const
     digits.device = gpus.empty() ? "/cpu:0" : "/gpu:0";
     const auto r = tessera::examples::digits(std::cout, digits);
     rc |= r.last_loss < r.first_loss && r.test_accuracy > 0.9f ? 0 : 1;
+  }
+  std::cout << "\n== tessera demo 7/7: a recurrent network, an LSTM (dynamic_rnn) learns the adding problem ==\n";
+  {
+    tessera::examples::SequenceOptions sequence;
+    sequence.log_placement = log_placement;
+    sequence.device = gpus.empty() ? "/cpu:0" : "/gpu:0";  // as part 6: real hardware, not the simulation
+    const auto r = tessera::examples::sequence(std::cout, sequence);
+    // Far below the constant guess's 1/6.
+    rc |= r.last_loss < 0.02f ? 0 : 1;
   }
   std::cout << (rc == 0 ? "\ndemo: OK\n" : "\ndemo: FAILED\n");
   return rc;

@@ -1,7 +1,7 @@
 // TensorFlow's tf.TensorArray: a list of tensors of one dtype and shape, written and read by index
 // (most often one element per iteration of a while loop), then stacked into one tensor.
 //
-//   // The squares of 0..n-1, as a loop writes them.
+//   // The squares of 0..n-1, as a loop writes them (n an int32 scalar; zero, one int32 constants).
 //   TensorArray ta(g, DType::Float32, n);
 //   std::vector<Output> r = ops::while_loop(
 //       [&](const std::vector<Output>& v) { return ops::less(v[0], n); },
