@@ -181,6 +181,16 @@ void loops(Graph& g) {
   gradients({r[1]}, {x});
 }
 
+// Tensor arrays (Note [Tensor arrays] in core/tensor_array_ops.cc) in loops: map_fn and scan, and
+// their gradients (the arrays' ops and their gradients' inside loops).
+void tensor_arrays(Graph& g) {
+  Output x = ops::placeholder(g, DType::Float32, Shape{-1, 3}, "x");
+  Output y = ops::map_fn([](Output row) { return ops::reduce_sum(ops::square(row)); }, x);
+  Output s = ops::scan([](Output a, Output e) { return ops::add(ops::mul(a, e), e); }, y);
+  TensorArray grown = TensorArray(g, DType::Float32, 0, {.dynamic_size = true}).write(2, ops::constant(g, 1.0f));
+  gradients({ops::add(ops::reduce_sum(s), ops::reduce_sum(grown.stack()))}, {x});
+}
+
 template <class F>
 void graph(const std::string& name, F&& build) {
   Graph g;
@@ -198,6 +208,7 @@ void graph_seeds() {
   graph("queue.pb", queue);
   graph("input_producer.pb", producer);
   graph("loops.pb", loops);
+  graph("tensor_arrays.pb", tensor_arrays);
   write("graph_decode", "extension.pb", serialize(extension()));
   // Inputs by bare name and out of topological order (both accepted).
   pb::GraphDef def;
