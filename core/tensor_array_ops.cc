@@ -61,12 +61,13 @@ Status expect_array(ShapeContext& c, int i) {
   return Status();
 }
 
-Status expect_indices(ShapeContext& c, int i, bool scalar_or_vector) {
+// Input i: an int32 or int64 scalar or vector.
+Status expect_indices(ShapeContext& c, int i) {
   if (!is_index_dtype(c.input_dtype(i))) {
     return c.invalid("indices must be int32 or int64, got {}", dtype_name(c.input_dtype(i)));
   }
   const Shape& s = c.input_shape(i);
-  if (scalar_or_vector && !s.unknown_rank() && s.rank() > 1) {
+  if (!s.unknown_rank() && s.rank() > 1) {
     return c.invalid("indices must be a scalar or a vector, got shape {}", s.to_string());
   }
   return Status();
@@ -84,7 +85,7 @@ Status new_shape(ShapeContext& c) {
 Status scatter_shape(ShapeContext& c) {
   TESSERA_RETURN_IF_ERROR(expect_inputs(c, 3));
   TESSERA_RETURN_IF_ERROR(expect_array(c, 0));
-  TESSERA_RETURN_IF_ERROR(expect_indices(c, 1, true));
+  TESSERA_RETURN_IF_ERROR(expect_indices(c, 1));
   if (c.input_dtype(2) != c.input_dtype(0)) {
     return c.invalid("the value is {}, the TensorArray holds {}", dtype_name(c.input_dtype(2)),
                      dtype_name(c.input_dtype(0)));
@@ -110,7 +111,7 @@ Status scatter_shape(ShapeContext& c) {
 Status read_shape(ShapeContext& c) {
   TESSERA_RETURN_IF_ERROR(expect_inputs(c, 2));
   TESSERA_RETURN_IF_ERROR(expect_array(c, 0));
-  TESSERA_RETURN_IF_ERROR(expect_indices(c, 1, true));
+  TESSERA_RETURN_IF_ERROR(expect_indices(c, 1));
   Shape element = c.attr<Shape>("element_shape");
   const Shape& in = c.input_shape(0);
   if (element.unknown_rank() && !in.unknown_rank()) element = in.sub_shape(1);
@@ -162,7 +163,7 @@ Status size_shape(ShapeContext& c) {
 Status zero_rows_shape(ShapeContext& c) {
   TESSERA_RETURN_IF_ERROR(expect_inputs(c, 2));
   TESSERA_RETURN_IF_ERROR(expect_array(c, 0));
-  TESSERA_RETURN_IF_ERROR(expect_indices(c, 1, true));
+  TESSERA_RETURN_IF_ERROR(expect_indices(c, 1));
   c.add_output(c.input_dtype(0), c.input_shape(0));
   return Status();
 }
